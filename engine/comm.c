@@ -1,0 +1,117 @@
+/*
+ * comm: front-end wrappers of the collective interface and the `local`
+ * backend (a world of one: nothing to exchange, so nothing is copied).
+ */
+#include "comm.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+int gpt_comm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    GPT_ASSERT(c && (buf || n == 0));
+    return c->ops->allreduce(c, buf, n, op);
+}
+
+int gpt_comm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root)
+{
+    GPT_ASSERT(c && (buf || bytes == 0) && root >= 0 && root < c->world);
+    return c->ops->broadcast(c, buf, bytes, root);
+}
+
+int gpt_comm_reduce_scatter(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    GPT_ASSERT(c && (buf || n == 0));
+    return c->ops->reduce_scatter(c, buf, n, op);
+}
+
+int gpt_comm_allgather(struct gpt_comm *c, float *buf, size_t n)
+{
+    GPT_ASSERT(c && (buf || n == 0));
+    return c->ops->allgather(c, buf, n);
+}
+
+int gpt_comm_barrier(struct gpt_comm *c)
+{
+    GPT_ASSERT(c);
+    return c->ops->barrier(c);
+}
+
+void gpt_comm_abort(struct gpt_comm *c)
+{
+    if (c)
+        c->ops->abort(c);
+}
+
+void gpt_comm_free(struct gpt_comm *c)
+{
+    if (c)
+        c->ops->free(c);
+}
+
+/* local: the only state is the abort flag, so that a world of one behaves
+ * like any other world when the agent aborts it. */
+struct comm_local {
+    struct gpt_comm base;
+    atomic_bool aborted;
+};
+
+static int local_status(struct gpt_comm *c)
+{
+    struct comm_local *l = (struct comm_local *)c;
+    return atomic_load(&l->aborted) ? -ECANCELED : 0;
+}
+
+static int local_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    (void)buf, (void)n, (void)op;
+    return local_status(c);
+}
+
+static int local_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root)
+{
+    (void)buf, (void)bytes, (void)root;
+    return local_status(c);
+}
+
+static int local_allgather(struct gpt_comm *c, float *buf, size_t n)
+{
+    (void)buf, (void)n;
+    return local_status(c);
+}
+
+static void local_abort(struct gpt_comm *c)
+{
+    atomic_store(&((struct comm_local *)c)->aborted, true);
+}
+
+static void local_free(struct gpt_comm *c)
+{
+    free(c);
+}
+
+static const struct gpt_comm_ops local_ops = {
+    .name = "local",
+    .allreduce = local_allreduce,
+    .broadcast = local_broadcast,
+    .reduce_scatter = local_allreduce,
+    .allgather = local_allgather,
+    .barrier = local_status,
+    .abort = local_abort,
+    .free = local_free,
+};
+
+int gpt_comm_local_new(struct gpt_comm **ret, struct gpt_err *err)
+{
+    struct comm_local *l = calloc(1, sizeof(*l));
+    if (!l)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for the local communicator");
+    l->base.ops = &local_ops;
+    l->base.rank = 0;
+    l->base.world = 1;
+    atomic_init(&l->aborted, false);
+    *ret = &l->base;
+    return 0;
+}

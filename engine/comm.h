@@ -1,0 +1,96 @@
+/*
+ * comm: collective operations between the ranks of one world (DDP,
+ * sharded training). One struct gpt_comm per worker thread; all calls on it
+ * come from that thread except gpt_comm_abort(), which any thread may call.
+ * Every collective blocks until done, then returns 0, -ECANCELED (after an
+ * abort, within one second of it), -ETIMEDOUT (no progress for the
+ * configured timeout) or another negative error (peer lost: -EPIPE, ...).
+ * After a failure the communicator is unusable except for free.
+ *
+ * Backends: local (world of one, no copies), tcp (ring over sockets,
+ * addresses exchanged through a struct gpt_kv), nccl (GPU, optional build).
+ */
+#ifndef GPT_COMM_H
+#define GPT_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+
+enum gpt_reduce_op { GPT_REDUCE_SUM, GPT_REDUCE_AVG };
+
+/* A blocking key-value store the comm layer uses to exchange addresses and
+ * ids (the rendezvous store client implements it; tests may use an
+ * in-memory one). Keys are NUL-terminated; values are bytes. */
+struct gpt_kv {
+    void *ctx;
+    int (*set)(void *ctx, const char *key, const void *val, size_t len);
+    /* Waits until `key` exists (or timeout), copies at most `cap` bytes. */
+    int (*get)(void *ctx, const char *key, void *buf, size_t cap, size_t *ret_len, int timeout_ms);
+};
+
+struct gpt_comm_opts {
+    int rank;
+    int world;
+    const char *prefix;    /* key prefix, unique per world formation ("job7/r3/") */
+    const char *bind_host; /* address peers connect to; NULL = 127.0.0.1 */
+    int timeout_ms;        /* no-progress timeout of one collective; 0 = 300000 */
+    size_t chunk_bytes;    /* ring pipeline chunk; 0 = default */
+};
+
+struct gpt_comm;
+
+struct gpt_comm_ops {
+    const char *name;
+    int (*allreduce)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
+    int (*broadcast)(struct gpt_comm *c, void *buf, size_t bytes, int root);
+    int (*reduce_scatter)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
+    int (*allgather)(struct gpt_comm *c, float *buf, size_t n);
+    int (*barrier)(struct gpt_comm *c);
+    void (*abort)(struct gpt_comm *c);
+    void (*free)(struct gpt_comm *c);
+};
+
+/* Common head of every backend's communicator. */
+struct gpt_comm {
+    const struct gpt_comm_ops *ops;
+    int rank;
+    int world;
+};
+
+/* Slice of an n-element buffer owned by `rank` in reduce_scatter/allgather:
+ * the first n % world ranks get one extra element. */
+static inline void gpt_comm_slice(size_t n, int world, int rank, size_t *ret_off, size_t *ret_len)
+{
+    size_t base = n / (size_t)world, extra = n % (size_t)world, r = (size_t)rank;
+    *ret_off = r * base + (r < extra ? r : extra);
+    *ret_len = base + (r < extra ? 1 : 0);
+}
+
+/* In place: every rank ends with the sum (or mean) of all ranks' buf. */
+int gpt_comm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
+/* Copies `bytes` of root's buf into every rank's buf. */
+int gpt_comm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root);
+/* In place: afterwards this rank's slice (gpt_comm_slice) of buf holds the
+ * reduced values; the rest of buf is scratch. */
+int gpt_comm_reduce_scatter(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
+/* In place: each rank contributes its slice of buf; afterwards every rank
+ * has all slices. */
+int gpt_comm_allgather(struct gpt_comm *c, float *buf, size_t n);
+int gpt_comm_barrier(struct gpt_comm *c);
+/* Any thread: makes the current and every later collective fail with
+ * -ECANCELED within one second. */
+void gpt_comm_abort(struct gpt_comm *c);
+/* NULL allowed. */
+void gpt_comm_free(struct gpt_comm *c);
+
+/* World of one: collectives are no-ops (AVG of one is the identity). */
+int gpt_comm_local_new(struct gpt_comm **ret, struct gpt_err *err);
+
+/* TCP ring. Blocks until all `world` ranks have connected (bounded by
+ * opts->timeout_ms) or abort is impossible yet, so callers bound it. */
+int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
+                     struct gpt_comm **ret, struct gpt_err *err);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * data: datasets (char or byte text, llm.c token shards, synthetic tasks),
+ * the tokenizer vocabulary, the deterministic train/val split and the
+ * global data cursor that a distributed sampler reads from.
+ *
+ * A struct gpt_dataset is immutable after open and may be read by several
+ * worker threads at once. Nothing here logs.
+ *
+ * The train stream: epoch e is a permutation, seeded by (seed, e), of the
+ * train split's samples (windows of T+1 tokens for text and shards; for
+ * synthetic tasks each (seed, e, i) names one generated problem). Global
+ * sample g of the stream is sample (cursor.position + g) counted across
+ * epochs. Any world size reads the same stream; rank r takes its share of
+ * each optimizer step's global batch.
+ */
+#ifndef GPT_DATA_H
+#define GPT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+#include "jobspec.h"
+
+#define GPT_VOCAB_MAX 256 /* char/byte/synthetic vocabularies; shards use GPT-2's 50257 */
+
+/* The tokenizer of text and synthetic data: token i <-> byte chars[i].
+ * Saved in snapshots so sampling works without the data file. */
+struct gpt_vocab {
+    int kind;       /* enum gpt_tokenizer, or -1 for token ids (shards) */
+    int size;       /* number of tokens */
+    unsigned char chars[GPT_VOCAB_MAX];
+};
+
+/* Where the train stream stands: epoch, samples consumed in this epoch,
+ * and the shuffle seed. Saved in snapshots. */
+struct gpt_data_cursor {
+    uint64_t epoch;
+    uint64_t position;
+    uint64_t seed;
+};
+
+struct gpt_dataset;
+
+/* Opens and validates the data of a job spec for sequences of length T
+ * (the model's block_size; synthetic tasks use their own fixed length,
+ * see gpt_dataset_seq_len). Errors name the file and, for spec problems,
+ * the JSON path ("data.path"). */
+int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
+                     struct gpt_dataset **ret, struct gpt_err *err);
+void gpt_dataset_free(struct gpt_dataset *ds);
+
+const struct gpt_vocab *gpt_dataset_vocab(const struct gpt_dataset *ds);
+int gpt_dataset_vocab_size(const struct gpt_dataset *ds);
+/* Sequence length the trainer must use (T, or the task's length). */
+size_t gpt_dataset_seq_len(const struct gpt_dataset *ds);
+/* Samples in one epoch of the train split. */
+uint64_t gpt_dataset_train_samples(const struct gpt_dataset *ds);
+
+/* Fills inputs/targets (B, T) with global samples first .. first+B-1 after
+ * the cursor (wrapping into later epochs). Targets < 0 are ignored by the
+ * loss (synthetic tasks mask their prompt). Does not move the cursor. */
+int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
+                            uint64_t first, size_t B, int *inputs, int *targets);
+/* Moves the cursor n samples on, rolling epochs over. */
+void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur,
+                             uint64_t n);
+/* Validation batch number `index` (deterministic; wraps around the val
+ * split). */
+int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B, int *inputs,
+                          int *targets);
+
+/* Synthetic tasks: problem `index` of the held-out set. `prompt` gets the
+ * tokens the model is given, `answer` the tokens it must generate. Returns
+ * -ENOTSUP for non-synthetic data. */
+int gpt_dataset_val_problem(const struct gpt_dataset *ds, uint64_t index, int *prompt,
+                            size_t *ret_prompt_len, int *answer, size_t *ret_answer_len);
+int gpt_dataset_is_synthetic(const struct gpt_dataset *ds);
+
+/* Tokenizer. Encode fails with -EINVAL (message names the character) on a
+ * character outside a char vocabulary. Decode writes at most cap-1 bytes
+ * plus NUL and returns the length. Token ids (shards) decode as "<id>". */
+int gpt_vocab_encode(const struct gpt_vocab *v, const char *text, int *out, size_t cap,
+                     size_t *ret_n, struct gpt_err *err);
+size_t gpt_vocab_decode(const struct gpt_vocab *v, const int *tokens, size_t n, char *out,
+                        size_t cap);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * model: the GPT-2 / minGPT model: configuration, the one-buffer parameter
+ * layout carved by a size table, activations allocated once, forward and
+ * backward through the backend interface (engine/ops/backend.h).
+ *
+ * A struct gpt_model belongs to one worker thread. Nothing here logs or
+ * exits; failures are returned.
+ *
+ * Parameter layout is layer-major so that each transformer block's
+ * parameters (and gradients) are one contiguous span, which is what
+ * gradient buckets (DDP) and per-block gathers (FSDP) need:
+ *   wte (Vp, C), wpe (maxT, C),
+ *   block 0: ln1w (C), ln1b (C), qkvw (3C, C), qkvb (3C), attprojw (C, C),
+ *            attprojb (C), ln2w (C), ln2b (C), fcw (4C, C), fcb (4C),
+ *            fcprojw (C, 4C), fcprojb (C),
+ *   block 1 ... block L-1,
+ *   lnfw (C), lnfb (C).
+ * The LM head is tied to wte. Rows of wte past vocab_size (padding to Vp)
+ * stay zero and never affect loss or sampling.
+ */
+#ifndef GPT_MODEL_H
+#define GPT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+#include "jobspec.h"
+
+struct gpt_backend;
+
+/* One named parameter tensor inside the flat buffer. */
+struct gpt_tensor_info {
+    const char *name; /* "wte", "h.3.attn.qkvw", ... (static storage) */
+    size_t offset;    /* in floats, into params/grads/m/v */
+    size_t count;
+    int ndim;         /* 2 for matrices (weight decay applies), 1 otherwise */
+    int layer;        /* block index, -1 for embeddings, L for the final LN */
+};
+
+#define GPT_MAX_TENSORS 512
+
+struct gpt_model {
+    struct gpt_model_config cfg;
+    size_t Vp;     /* vocab padded (multiple of 64 when vocab > 64) */
+    size_t max_B;  /* activations are sized for (max_B, block_size) */
+    struct gpt_backend *be; /* borrowed */
+
+    size_t n_params;
+    float *params; /* (n_params) each in backend memory, same layout */
+    float *grads;
+    float *m;      /* AdamW first moment; NULL until gpt_model_alloc_optim */
+    float *v;      /* AdamW second moment */
+
+    size_t n_tensors;
+    struct gpt_tensor_info tensors[GPT_MAX_TENSORS];
+
+    /* Called from backward (on the worker thread) as soon as the gradients
+     * of the span [offset, offset+count) are final for this micro-batch.
+     * Spans arrive in order: final LN, block L-1 ... block 0, embeddings. */
+    void (*grads_ready)(void *ctx, size_t offset, size_t count);
+    void *grads_ready_ctx;
+
+    struct gpt_model_acts *acts; /* private to model.c */
+    size_t act_bytes;            /* activation memory, for metrics */
+};
+
+/* Validates cfg (n_embd % n_head == 0, ...), computes the layout, allocates
+ * params and grads (zeroed) and activations for batches up to max_B. */
+int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
+                   size_t max_B, struct gpt_err *err);
+/* Frees everything; safe on a zeroed or half-initialised model. */
+void gpt_model_done(struct gpt_model *m);
+/* Allocates the AdamW moments (zeroed). */
+int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err);
+
+/* GPT-2 initialisation: N(0, 0.02), residual projections (attprojw,
+ * fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. */
+void gpt_model_init_weights(struct gpt_model *m, uint64_t seed);
+
+/* Forward on tokens (B, T), B <= max_B, T <= block_size. With targets
+ * (B, T) (entries < 0 are ignored), computes the mean cross-entropy over
+ * non-ignored positions into *ret_loss and keeps what backward needs;
+ * without targets, only logits are computed (see gpt_model_logits). */
+int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                      size_t T, float *ret_loss);
+
+/* Logits of the last forward, (B, T, Vp), backend memory. */
+const float *gpt_model_logits(const struct gpt_model *m);
+
+/* Backward of the last forward with targets. Parameter gradients are
+ * ACCUMULATED into m->grads, scaled by `loss_scale` (use 1/accum_steps
+ * for gradient accumulation). Calls grads_ready per span. */
+int gpt_model_backward(struct gpt_model *m, float loss_scale);
+
+void gpt_model_zero_grad(struct gpt_model *m);
+
+/* Span of block `layer` (0..L-1) in the flat layout. */
+void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count);
+
+/* Forward FLOPs per token (6N + attention, as in the PaLM/nanoGPT MFU
+ * estimate) times 3 for forward+backward: the model FLOPs of one token. */
+double gpt_model_flops_per_token(const struct gpt_model *m, size_t T);
+
+#endif
