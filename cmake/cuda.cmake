@@ -1,5 +1,5 @@
-# Optional CUDA backend (engine/ops/cuda, engine/comm_nccl). GPTD_CUDA=AUTO
-# enables it when nvcc is found; ON requires it; OFF skips it. The target
+# Optional CUDA backend (engine/ops/cuda: the backend and the NCCL
+# communicator). GPTD_CUDA=AUTO enables it when nvcc is found; ON requires it; OFF skips it. The target
 # links cudart, cuBLAS, cuBLASLt and NCCL (all loaded at run time by cudart
 # and never the driver library libcuda), so binaries start on hosts with no
 # driver and run CPU jobs there.
@@ -15,6 +15,9 @@ if(NOT GPTD_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
     enable_language(CUDA)
+    # Kernels at -O3 in every optimised build type (nvcc warns when -O is
+    # given twice, so the per-config flags carry it, not the target).
+    set(CMAKE_CUDA_FLAGS_RELWITHDEBINFO "-O3 -g")
     find_package(CUDAToolkit)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
@@ -28,19 +31,36 @@ if(NOT GPTD_CUDA STREQUAL "OFF")
 endif()
 
 if(GPTD_HAVE_CUDA)
+  # engine/ops/cuda: cuda_backend.cu (memory, streams, GEMMs), cuda_kernels.cu
+  # (our kernels), cuda_probe.c and comm_nccl.c (plain C). Few .cu files on
+  # purpose: nvcc costs 10-20 s per file on the build machines.
   file(GLOB GPTD_CUDA_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/ops/cuda/*.cu
        ${CMAKE_SOURCE_DIR}/engine/ops/cuda/*.c)
   if(NOT GPTD_CUDA_SRC)
-    # The backend proper arrives with the CUDA issue; until then the target
-    # exists so the rest of the build can depend on it.
     message(FATAL_ERROR "engine/ops/cuda has no sources")
   endif()
   add_library(gptcuda STATIC ${GPTD_CUDA_SRC})
   target_include_directories(gptcuda PUBLIC ${CMAKE_SOURCE_DIR}/proto ${CMAKE_SOURCE_DIR}/engine
-                                            ${CMAKE_SOURCE_DIR}/engine/ops ${NCCL_INCLUDE_DIR})
-  target_link_libraries(gptcuda PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt ${NCCL_LIBRARY})
+                                            ${CMAKE_SOURCE_DIR}/engine/ops
+                                            ${CMAKE_SOURCE_DIR}/engine/ops/cuda ${NCCL_INCLUDE_DIR})
+  # Runtime libraries only: cudart loads the driver (libcuda) itself, so the
+  # binaries start on hosts without one. gptengine provides gpt_err_set and
+  # the launch/padding plans (engine/ops/cuda_plan.c); linking it here
+  # orders the static libraries correctly.
+  target_link_libraries(gptcuda PUBLIC gptengine CUDA::cudart CUDA::cublas CUDA::cublasLt
+                                       ${NCCL_LIBRARY})
   target_compile_definitions(gptcuda PUBLIC GPTD_HAVE_CUDA=1)
-  set_target_properties(gptcuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  set_target_properties(gptcuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF CUDA_STANDARD 17
+                                           CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
+  # C sources get the project's warnings; kernels get line info (for
+  # profilers, no effect on code). No --use_fast_math: the kernels are
+  # memory-bound and tested against the CPU backend at a few ulp (tanhf,
+  # expf and division keep their IEEE behaviour).
+  target_compile_options(gptcuda PRIVATE $<$<COMPILE_LANGUAGE:C>:${GPTD_WARNINGS}>
+                         $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra>)
+  if(GPTD_WERROR)
+    target_compile_options(gptcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+  endif()
   message(STATUS "gptd: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "gptd: CUDA backend OFF")

@@ -1,12 +1,14 @@
 /*
- * gptd entry point (placeholder until the run command lands).
+ * gptd: main() only chooses between the foreground trainer (`gptd run`)
+ * and the daemon; both live in their own files.
  */
-#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
 
 int main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "usage: gptd run JOB.json\n");
-    return 2;
+    if (argc > 1 && strcmp(argv[1], "run") == 0)
+        return gptd_run_main(argc - 1, argv + 1);
+    return gptd_daemon_main(argc, argv);
 }

@@ -93,4 +93,16 @@ int gpt_comm_local_new(struct gpt_comm **ret, struct gpt_err *err);
 int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
                      struct gpt_comm **ret, struct gpt_err *err);
 
+/* Two struct gpt_kv stores that need no daemon. mem: shared by the threads
+ * of one process (an in-process world); get waits on a condition variable.
+ * dir: shared by processes through a directory (one file per key, written
+ * atomically); get polls, so it is for tests and benchmarks. Both fill
+ * *ret (a value the caller owns) and return 0 or a negative errno; free
+ * with the matching function (NULL and a zeroed kv allowed). Any thread;
+ * the stores are thread-safe. */
+int gpt_kv_mem_new(struct gpt_kv *ret, struct gpt_err *err);
+void gpt_kv_mem_free(struct gpt_kv *kv);
+int gpt_kv_dir_new(struct gpt_kv *ret, const char *dir, struct gpt_err *err);
+void gpt_kv_dir_free(struct gpt_kv *kv);
+
 #endif

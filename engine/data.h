@@ -11,7 +11,27 @@
  * synthetic tasks each (seed, e, i) names one generated problem). Global
  * sample g of the stream is sample (cursor.position + g) counted across
  * epochs. Any world size reads the same stream; rank r takes its share of
- * each optimizer step's global batch.
+ * each optimizer step's global batch (gpt_data_rank_range).
+ *
+ * Samples. Text: the train split is the first floor(train_split * n)
+ * tokens, val the rest (or, with data.val_path, the whole data.path file
+ * and the whole val file, train_split unused; the char vocabulary then
+ * covers both files); a train sample starts at every token offset
+ * (minGPT's CharDataset: n_train - T samples). Shards: a train sample
+ * starts every T tokens of each shard (llm.c's stride; samples never span
+ * two shards). Validation samples start every T tokens in both cases.
+ * Shard validation data comes from data.val_path when given (files that
+ * also match data.path are dropped from training); otherwise the last
+ * shard of data.path in sorted order is the val split (llm.c's
+ * "*_val_*.bin" sorts after "*_train_*.bin"), and a single shard is split
+ * by data.train_split like a text file. Synthetic addition: the problem
+ * space is every (a, b) pair of `digits`-digit numbers; a fixed keyed
+ * bijection of it puts min(P/5, 1000) problems in the held-out set (the
+ * same for every seed) and the rest in the train split.
+ *
+ * The shuffle is a stateless bijection on [0, N) (a cycle-walking Feistel
+ * network keyed by hash(seed, epoch)), so no per-epoch array exists and
+ * any thread can compute any sample.
  */
 #ifndef GPT_DATA_H
 #define GPT_DATA_H
@@ -23,6 +43,14 @@
 #include "jobspec.h"
 
 #define GPT_VOCAB_MAX 256 /* char/byte/synthetic vocabularies; shards use GPT-2's 50257 */
+
+/* llm.c token shards: 256 int32 header words, then uint16 tokens. */
+#define GPT_SHARD_MAGIC         20240520
+#define GPT_SHARD_VERSION       1
+#define GPT_SHARD_HEADER_BYTES  1024
+#define GPT_SHARD_VOCAB         50257 /* GPT-2's vocabulary; larger tokens are corrupt */
+#define GPT_SHARD_FILES_MAX     4096  /* files one glob may name */
+#define GPT_ADDITION_DIGITS_MAX 9     /* 10^(2*9) problems still fit a uint64_t */
 
 /* The tokenizer of text and synthetic data: token i <-> byte chars[i].
  * Saved in snapshots so sampling works without the data file. */
@@ -56,30 +84,51 @@ int gpt_dataset_vocab_size(const struct gpt_dataset *ds);
 size_t gpt_dataset_seq_len(const struct gpt_dataset *ds);
 /* Samples in one epoch of the train split. */
 uint64_t gpt_dataset_train_samples(const struct gpt_dataset *ds);
+/* Distinct samples of the val split (synthetic: held-out problems);
+ * gpt_dataset_val_batch and gpt_dataset_val_problem wrap around it. */
+uint64_t gpt_dataset_val_samples(const struct gpt_dataset *ds);
+
+/* A fresh cursor: epoch 0, position 0, the seed given to open. */
+void gpt_data_cursor_init(const struct gpt_dataset *ds, struct gpt_data_cursor *ret_cur);
+
+/* Rank `rank`'s share of a global batch of `global` samples in a world of
+ * `world`: samples [*ret_first, *ret_first + *ret_count) of it. Shares are
+ * contiguous, in rank order, and differ by at most one when `world` does
+ * not divide `global` (lower ranks take the extra ones). */
+void gpt_data_rank_range(uint64_t global, int world, int rank, uint64_t *ret_first,
+                         uint64_t *ret_count);
 
 /* Fills inputs/targets (B, T) with global samples first .. first+B-1 after
  * the cursor (wrapping into later epochs). Targets < 0 are ignored by the
- * loss (synthetic tasks mask their prompt). Does not move the cursor. */
+ * loss (synthetic tasks mask their prompt). Does not move the cursor.
+ * Returns 0, or -GPT_E_CORRUPT when a shard holds a token >= 50257 (shard
+ * tokens are range-checked here, lazily, not at open). Any thread. */
 int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
                             uint64_t first, size_t B, int *inputs, int *targets);
 /* Moves the cursor n samples on, rolling epochs over. */
 void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur,
                              uint64_t n);
 /* Validation batch number `index` (deterministic; wraps around the val
- * split). */
+ * split): samples index*B .. index*B+B-1 of it. Same errors as
+ * gpt_dataset_train_batch. */
 int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B, int *inputs,
                           int *targets);
 
-/* Synthetic tasks: problem `index` of the held-out set. `prompt` gets the
- * tokens the model is given, `answer` the tokens it must generate. Returns
- * -ENOTSUP for non-synthetic data. */
+/* Synthetic tasks: problem `index` of the held-out set (wrapping around
+ * it). `prompt` gets the tokens the model is given, `answer` the tokens it
+ * must generate (addition: 2*digits and digits+1 tokens; the answer is the
+ * sum's digits least significant first). Returns -ENOTSUP for
+ * non-synthetic data. */
 int gpt_dataset_val_problem(const struct gpt_dataset *ds, uint64_t index, int *prompt,
                             size_t *ret_prompt_len, int *answer, size_t *ret_answer_len);
 int gpt_dataset_is_synthetic(const struct gpt_dataset *ds);
 
 /* Tokenizer. Encode fails with -EINVAL (message names the character) on a
- * character outside a char vocabulary. Decode writes at most cap-1 bytes
- * plus NUL and returns the length. Token ids (shards) decode as "<id>". */
+ * character outside a char vocabulary, -EMSGSIZE when the text has more
+ * than `cap` tokens and -ENOTSUP for token ids (no BPE encoder here).
+ * Decode writes at most cap-1 bytes plus NUL and returns the length.
+ * Token ids (shards) decode as "<id>"; a token outside a char or byte
+ * vocabulary decodes as '?'. */
 int gpt_vocab_encode(const struct gpt_vocab *v, const char *text, int *out, size_t cap,
                      size_t *ret_n, struct gpt_err *err);
 size_t gpt_vocab_decode(const struct gpt_vocab *v, const int *tokens, size_t n, char *out,

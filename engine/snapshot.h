@@ -41,37 +41,47 @@ struct gpt_snapshot_meta {
 
 /* Writes dir/snap-<step>.gpts atomically (creates dir if missing). m and v
  * may be NULL (then has_moments is 0). The path written goes to ret_path
- * when non-NULL. */
+ * when non-NULL. The step is zero-padded to 12 digits so names sort in
+ * step order; meta->version and meta->has_moments are ignored (the file
+ * gets GPT_SNAPSHOT_VERSION, and moments when m and v are given; one of
+ * them alone is -EINVAL). A failed write leaves no file behind. */
 int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, const float *params,
                        const float *m, const float *v, char *ret_path, size_t path_cap,
                        struct gpt_err *err);
 
 /* Reads and verifies a whole snapshot. params/m/v are caller buffers of
- * meta.n_params floats (NULL to skip one; the checksum is still verified).
- * Returns -GPT_E_CORRUPT (truncated, bad checksum, bad sizes),
- * -GPT_E_VERSION or an errno; err->msg names the file. */
+ * meta.n_params floats (NULL to skip one; the checksum is still verified;
+ * m and v are left untouched when the file has no moments). Every size is
+ * checked against the file size before anything is read. Returns
+ * -GPT_E_CORRUPT (truncated, bad checksum, bad sizes), -GPT_E_VERSION or
+ * an errno; err->msg names the file. On failure the buffers' contents are
+ * undefined and ret_meta is untouched. */
 int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params,
                       float *m, float *v, struct gpt_err *err);
 
-/* Reads only the header (no checksum check). */
+/* Reads only the header: magic, version, the header's own checksum and
+ * the file size are verified, the payload checksum is not. */
 int gpt_snapshot_read_meta(const char *path, struct gpt_snapshot_meta *ret_meta,
                            struct gpt_err *err);
 
 /* Called for each snapshot that was skipped as invalid. */
 typedef void (*gpt_snapshot_skip_fn)(void *ctx, const char *path, const struct gpt_err *why);
 
-/* Finds the newest snapshot in dir that verifies completely. Invalid newer
- * ones are reported through skip (may be NULL). -ENOENT when none is
- * valid. */
+/* Finds the newest snapshot in dir that verifies completely (each
+ * candidate is read in full). Invalid newer ones are reported through skip
+ * (may be NULL) with an error naming the file and the reason. -ENOENT when
+ * dir is missing or none is valid. ret_path, ret_meta may be NULL. */
 int gpt_snapshot_newest(const char *dir, char *ret_path, size_t path_cap,
                         struct gpt_snapshot_meta *ret_meta, gpt_snapshot_skip_fn skip, void *ctx,
                         struct gpt_err *err);
 
-/* Deletes all but the newest `keep` snapshots (keep <= 0: none deleted). */
+/* Deletes all but the newest `keep` snapshots (keep <= 0: none deleted).
+ * Newest means highest step in the name; files are not verified. */
 int gpt_snapshot_prune(const char *dir, int keep, struct gpt_err *err);
 
-/* Lists snapshot file paths in dir, newest first. *ret_paths is a malloc'd
- * array of malloc'd strings; free with gpt_snapshot_list_free. */
+/* Lists snapshot file paths in dir ("snap-<digits>.gpts"), newest (highest
+ * step) first. *ret_paths is a malloc'd array of malloc'd strings; free
+ * with gpt_snapshot_list_free (NULL allowed). */
 int gpt_snapshot_list(const char *dir, char ***ret_paths, size_t *ret_n, struct gpt_err *err);
 void gpt_snapshot_list_free(char **paths, size_t n);
 

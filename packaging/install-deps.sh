@@ -14,7 +14,7 @@ pkgs=(
     libssl-dev libyaml-dev libcmocka-dev
     clang-14 libclang-rt-14-dev libomp-14-dev
     fortunes
-    iproute2 procps
+    iproute2 procps jq
 )
 if [[ "${1:-}" == "--reference" ]]; then
     pkgs+=(python3 python3-torch python3-numpy)

@@ -15,9 +15,10 @@
 
 #include "gpt_err.h"
 
-#define GPT_JOB_PATH_MAX 1024
-#define GPT_JOB_NAME_MAX 128
-#define GPT_JOB_JSON_MAX (1u << 20) /* a job file larger than 1 MiB is refused */
+#define GPT_JOB_PATH_MAX  1024
+#define GPT_JOB_NAME_MAX  128
+#define GPT_JOB_JSON_MAX  (1u << 20) /* a job file larger than 1 MiB is refused */
+#define GPT_JOB_DEPTH_MAX 16         /* deeper nesting of arrays/objects is refused */
 
 enum gpt_data_kind { GPT_DATA_TEXT, GPT_DATA_SHARDS, GPT_DATA_SYNTHETIC };
 enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE };
@@ -36,23 +37,23 @@ struct gpt_model_config {
 };
 
 struct gpt_data_spec {
-    int kind;                     /* enum gpt_data_kind */
-    char path[GPT_JOB_PATH_MAX];  /* text file, shard file or glob */
+    int kind;                        /* enum gpt_data_kind */
+    char path[GPT_JOB_PATH_MAX];     /* text file, shard file or glob */
     char val_path[GPT_JOB_PATH_MAX]; /* shards: optional validation glob */
-    int tokenizer;                /* enum gpt_tokenizer (text only) */
-    double train_split;           /* fraction of a text file used for training */
-    char task[32];                /* synthetic: "addition" */
-    int digits;                   /* synthetic addition: digits per operand */
+    int tokenizer;                   /* enum gpt_tokenizer (text only) */
+    double train_split;              /* fraction of a text file used for training */
+    char task[32];                   /* synthetic: "addition" */
+    int digits;                      /* synthetic addition: digits per operand */
 };
 
 struct gpt_trainer_spec {
-    int64_t max_steps;  /* optimizer steps; 0 = bounded by max_epochs only */
-    int max_epochs;     /* 0 = bounded by max_steps only */
-    int micro_batch;    /* sequences per forward/backward per worker */
-    int global_batch;   /* sequences per optimizer step, whole world */
-    double grad_clip;   /* 0 = off */
+    int64_t max_steps; /* optimizer steps; 0 = bounded by max_epochs only */
+    int max_epochs;    /* 0 = bounded by max_steps only */
+    int micro_batch;   /* sequences per forward/backward per worker */
+    int global_batch;  /* sequences per optimizer step, whole world */
+    double grad_clip;  /* 0 = off */
     int log_every;
-    int eval_every;     /* 0 = no periodic eval (a final eval still runs) */
+    int eval_every; /* 0 = no periodic eval (a final eval still runs) */
     int eval_batches;
     uint64_t seed;
     int precision;      /* enum gpt_precision */
@@ -104,6 +105,12 @@ void gpt_jobspec_defaults(struct gpt_job *job);
  * with the JSON path and what was expected; `ret_job` is untouched. */
 int gpt_jobspec_parse(const char *json, size_t len, const char *const *overrides, size_t n_over,
                       struct gpt_job *ret_job, struct gpt_err *err);
+
+/* As gpt_jobspec_parse, for a YAML text: the document becomes the same JSON
+ * tree (plain scalars are read as the key's type wants), so errors carry the
+ * same paths. Without YAML support built in, always -GPT_E_SPEC. */
+int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *overrides,
+                           size_t n_over, struct gpt_job *ret_job, struct gpt_err *err);
 
 /* Reads and parses a job file (JSON; YAML when the name ends in .yaml/.yml
  * and YAML support is built in). Errors name the file in `msg`. */

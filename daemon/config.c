@@ -1,0 +1,352 @@
+/*
+ * config: the option table and everything it drives (see config.h).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "log.h"
+
+enum config_type { CONFIG_T_STRING, CONFIG_T_INT, CONFIG_T_SIZE, CONFIG_T_MODE, CONFIG_T_LEVEL };
+
+struct config_option {
+    const char *name;
+    int type; /* enum config_type */
+    size_t offset;
+    size_t size; /* strings: buffer size */
+    const char *dflt;
+    int64_t min, max;
+    bool reloadable;
+    const char *help;
+};
+
+#define OPT_STR(n, d, r, h)                                                                        \
+    {                                                                                              \
+#n, CONFIG_T_STRING, offsetof(struct config, n), sizeof(((struct config *)0)->n), d, 0, 0, \
+            r, h                                                                                   \
+    }
+#define OPT_NUM(n, t, d, lo, hi, r, h)                                                             \
+    {                                                                                              \
+#n, t, offsetof(struct config, n), sizeof(((struct config *)0)->n), d, lo, hi, r, h        \
+    }
+
+/* clang-format off */
+static const struct config_option config_options[] = {
+    OPT_STR(state_dir, "/var/lib/gptd", false,
+            "Directory of the SQLite database (gptd.db) and, under jobs/<id>/snapshots,\n"
+            "the snapshots of jobs that do not set snapshot.dir. Created if missing."),
+    OPT_STR(socket, "", false,
+            "Control socket gptctl talks to. Empty: $RUNTIME_DIRECTORY/gptd.sock when\n"
+            "systemd sets RuntimeDirectory=, else /run/gptd/gptd.sock."),
+    OPT_NUM(socket_mode, CONFIG_T_MODE, "0660", 0, 0777, false,
+            "Permission bits of the control socket (octal). Whoever can connect can\n"
+            "submit jobs; only a job's owner (or root) may cancel or resume it."),
+    OPT_STR(socket_group, "", false,
+            "Group that owns the control socket, so its members may use gptctl.\n"
+            "Empty: gptd's own group."),
+    OPT_STR(node_name, "", false,
+            "This node's id in `gptctl nodes` and in the snapshots table. Empty: the host name."),
+    OPT_NUM(log_level, CONFIG_T_LEVEL, "info", 0, 7, true,
+            "Highest log level written to stderr: error, warning, notice, info or debug."),
+    OPT_NUM(workers, CONFIG_T_INT, "1", 1, 256, true,
+            "Worker threads (ranks) a job runs on this host when its spec leaves\n"
+            "distributed.workers_per_node at 0. Applies to jobs started after a reload."),
+    OPT_NUM(max_clients, CONFIG_T_INT, "64", 1, 100000, true,
+            "Control connections served at once; further connections are refused."),
+    OPT_NUM(max_queued_jobs, CONFIG_T_INT, "1000", 1, 1000000, true,
+            "Jobs waiting in the queue; a submit beyond it fails with \"limit\"."),
+    OPT_NUM(max_followers_per_job, CONFIG_T_INT, "32", 1, 100000, true,
+            "Clients following one job's logs at once."),
+    OPT_NUM(client_output_max_bytes, CONFIG_T_SIZE, "4194304", 4096, INT64_C(1) << 32, true,
+            "Output queued for one client (bytes; suffixes k, M, G). A follower that\n"
+            "stops reading is disconnected when its queue passes this; it can catch\n"
+            "up with `gptctl logs --since STEP`."),
+    OPT_NUM(sample_max_tokens, CONFIG_T_INT, "2048", 1, 1000000, true,
+            "Most tokens one `gptctl sample` may ask for."),
+};
+/* clang-format on */
+
+#define CONFIG_N_OPTIONS (sizeof(config_options) / sizeof(config_options[0]))
+
+static const char *const config_level_names[] = {"",        "",       "",     "error",
+                                                 "warning", "notice", "info", "debug"};
+
+/* Finds an option by name, '-' and '_' alike. */
+static const struct config_option *config_find(const char *key)
+{
+    char norm[CONFIG_NAME_MAX];
+    size_t n = strlen(key);
+    if (n >= sizeof(norm))
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = key[i] == '-' ? '_' : key[i];
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++)
+        if (strcmp(config_options[i].name, norm) == 0)
+            return &config_options[i];
+    return NULL;
+}
+
+bool config_is_option(const char *name)
+{
+    return config_find(name) != NULL;
+}
+
+/* Parses an integer with an optional k/M/G suffix (sizes only). */
+static int config_parse_int(const struct config_option *o, const char *v, int64_t *ret,
+                            struct gpt_err *err)
+{
+    char *end;
+    errno = 0;
+    int base = o->type == CONFIG_T_MODE ? 8 : 10;
+    long long x = strtoll(v, &end, base);
+    if (end == v || errno)
+        return gpt_err_set(err, -EINVAL, o->name, "\"%s\" is not a%s number", v,
+                           base == 8 ? "n octal" : "");
+    if (o->type == CONFIG_T_SIZE && *end) {
+        int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : -1;
+        if (shift < 0 || end[1] || x > (LLONG_MAX >> shift))
+            return gpt_err_set(err, -EINVAL, o->name, "bad size \"%s\" (use k, M or G)", v);
+        x <<= shift;
+        end++;
+    }
+    if (*end)
+        return gpt_err_set(err, -EINVAL, o->name, "trailing characters in \"%s\"", v);
+    if (x < o->min || x > o->max)
+        return gpt_err_set(err, -EINVAL, o->name, "%lld is out of range [%lld, %lld]", x,
+                           (long long)o->min, (long long)o->max);
+    *ret = x;
+    return 0;
+}
+
+int config_set(struct config *c, const char *key, const char *value, struct gpt_err *err)
+{
+    const struct config_option *o = config_find(key);
+    if (!o)
+        return gpt_err_set(err, -EINVAL, key, "unknown option \"%s\"", key);
+    char *field = (char *)c + o->offset;
+    int64_t x = 0;
+    int rc;
+    switch (o->type) {
+    case CONFIG_T_STRING:
+        if (strlen(value) >= o->size)
+            return gpt_err_set(err, -EINVAL, o->name, "longer than %zu bytes", o->size - 1);
+        memcpy(field, value, strlen(value) + 1);
+        return 0;
+    case CONFIG_T_LEVEL:
+        rc = log_level_parse(value);
+        if (rc < 0)
+            return gpt_err_set(err, -EINVAL, o->name,
+                               "\"%s\" is not one of error, warning, notice, info, debug", value);
+        *(int *)field = rc;
+        return 0;
+    case CONFIG_T_INT:
+    case CONFIG_T_MODE:
+    case CONFIG_T_SIZE:
+        rc = config_parse_int(o, value, &x, err);
+        if (rc < 0)
+            return rc;
+        if (o->size == sizeof(int64_t))
+            *(int64_t *)field = x;
+        else
+            *(int *)field = (int)x;
+        return 0;
+    default:
+        GPT_ASSERT(!"bad option type");
+    }
+}
+
+void config_defaults(struct config *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
+        int rc = config_set(c, config_options[i].name, config_options[i].dflt, NULL);
+        GPT_ASSERT(rc == 0);
+    }
+}
+
+static char *config_trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+int config_load_file(struct config *c, const char *path, struct gpt_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
+    int rc = 0;
+    char line[CONFIG_LINE_MAX];
+    size_t total = 0;
+    for (int lineno = 1; fgets(line, sizeof(line), f); lineno++) {
+        size_t n = strlen(line);
+        total += n;
+        if (total > CONFIG_FILE_MAX) {
+            rc = gpt_err_set(err, -EINVAL, NULL, "%s: larger than %u bytes", path, CONFIG_FILE_MAX);
+            break;
+        }
+        if (n == sizeof(line) - 1 && line[n - 1] != '\n') {
+            rc = gpt_err_set(err, -EINVAL, NULL, "%s:%d: line longer than %d bytes", path, lineno,
+                             CONFIG_LINE_MAX - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        char *s = config_trim(line);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = gpt_err_set(err, -EINVAL, NULL, "%s:%d: expected \"key = value\"", path, lineno);
+            break;
+        }
+        *eq = '\0';
+        char *key = config_trim(s), *value = config_trim(eq + 1);
+        struct gpt_err e2;
+        rc = config_set(c, key, value, &e2);
+        if (rc < 0) {
+            gpt_err_set(err, rc, e2.path, "%s:%d: %s: %s", path, lineno, key, e2.msg);
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f))
+        rc = gpt_err_set(err, -EIO, NULL, "%s: read error", path);
+    fclose(f);
+    return rc;
+}
+
+int config_finish(struct config *c, struct gpt_err *err)
+{
+    if (!c->state_dir[0])
+        return gpt_err_set(err, -EINVAL, "state_dir", "must not be empty");
+    if (!c->socket[0]) {
+        const char *rt = getenv("RUNTIME_DIRECTORY");
+        /* systemd may list several directories separated by ':'; use the first. */
+        size_t n = rt ? strcspn(rt, ":") : 0;
+        int k;
+        if (n)
+            k = snprintf(c->socket, sizeof(c->socket), "%.*s/%s", (int)n, rt, GPT_CTL_SOCKET_NAME);
+        else
+            k = snprintf(c->socket, sizeof(c->socket), "%s", GPT_CTL_SOCKET_DEFAULT);
+        if (k < 0 || (size_t)k >= sizeof(c->socket))
+            return gpt_err_set(err, -EINVAL, "socket", "socket path too long");
+    }
+    /* sockaddr_un.sun_path is 108 bytes. */
+    if (strlen(c->socket) >= 108)
+        return gpt_err_set(err, -EINVAL, "socket", "longer than 107 bytes: %s", c->socket);
+    if (!c->node_name[0]) {
+        char host[256] = "";
+        if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+            snprintf(host, sizeof(host), "localhost");
+        snprintf(c->node_name, sizeof(c->node_name), "%.*s", (int)sizeof(c->node_name) - 1, host);
+    }
+    return 0;
+}
+
+/* Formats an option's current value the way the file spells it. */
+static void config_format(const struct config *c, const struct config_option *o, char *buf,
+                          size_t cap)
+{
+    const char *field = (const char *)c + o->offset;
+    switch (o->type) {
+    case CONFIG_T_STRING:
+        snprintf(buf, cap, "%s", field);
+        break;
+    case CONFIG_T_LEVEL:
+        snprintf(buf, cap, "%s", config_level_names[*(const int *)field & 7]);
+        break;
+    case CONFIG_T_MODE:
+        snprintf(buf, cap, "%04o", (unsigned)*(const int *)field);
+        break;
+    case CONFIG_T_SIZE:
+        snprintf(buf, cap, "%lld", (long long)*(const int64_t *)field);
+        break;
+    default:
+        snprintf(buf, cap, "%d", *(const int *)field);
+        break;
+    }
+}
+
+void config_reload(struct config *live, const struct config *fresh,
+                   void (*fn)(void *ctx, const char *key, bool applied), void *ctx)
+{
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        char a[CONFIG_PATH_MAX], b[CONFIG_PATH_MAX];
+        config_format(live, o, a, sizeof(a));
+        config_format(fresh, o, b, sizeof(b));
+        if (strcmp(a, b) == 0)
+            continue;
+        if (o->reloadable)
+            memcpy((char *)live + o->offset, (const char *)fresh + o->offset, o->size);
+        if (fn)
+            fn(ctx, o->name, o->reloadable);
+    }
+}
+
+void config_print_defaults(FILE *f)
+{
+    struct config c;
+    config_defaults(&c);
+    fprintf(f, "# gptd.conf: configuration of the gptd daemon.\n"
+               "#\n"
+               "# One \"key = value\" per line; '#' starts a comment. Every option can also be\n"
+               "# given as a flag, --key VALUE (flags win over this file). Options marked\n"
+               "# [reloadable] take effect on SIGHUP (systemctl reload gptd); the others need\n"
+               "# a restart. The values below are the defaults.\n"
+               "#\n"
+               "# This file is generated from gptd's option table (gptd --print-default-config)\n"
+               "# and a test checks that the two agree.\n");
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        char v[CONFIG_PATH_MAX];
+        config_format(&c, o, v, sizeof(v));
+        fprintf(f, "\n");
+        const char *h = o->help;
+        while (*h) {
+            size_t n = strcspn(h, "\n");
+            fprintf(f, "# %.*s\n", (int)n, h);
+            h += n + (h[n] == '\n');
+        }
+        if (o->reloadable)
+            fprintf(f, "# [reloadable]\n");
+        fprintf(f, "#%s = %s\n", o->name, v);
+    }
+}
+
+void config_print(const struct config *c, FILE *f)
+{
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
+        char v[CONFIG_PATH_MAX];
+        config_format(c, &config_options[i], v, sizeof(v));
+        fprintf(f, "%s = %s\n", config_options[i].name, v);
+    }
+}
+
+void config_print_flags(FILE *f)
+{
+    struct config c;
+    config_defaults(&c);
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
+        const struct config_option *o = &config_options[i];
+        char flag[CONFIG_NAME_MAX + 2], v[CONFIG_PATH_MAX];
+        size_t k = 0;
+        for (const char *p = o->name; *p && k < sizeof(flag) - 1; p++)
+            flag[k++] = *p == '_' ? '-' : *p;
+        flag[k] = '\0';
+        config_format(&c, o, v, sizeof(v));
+        fprintf(f, "  --%-24s (default \"%s\")%s\n", flag, v, o->reloadable ? " [reloadable]" : "");
+    }
+}

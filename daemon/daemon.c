@@ -1,0 +1,325 @@
+/*
+ * daemon: `gptd [--config FILE] [--state-dir DIR] [--socket PATH] [...]`,
+ * the long-running daemon in the foreground (systemd style). Parses the
+ * options, opens the database, listens on the control socket, runs the
+ * libuv loop, reloads on SIGHUP and stops cleanly on SIGTERM/SIGINT (a
+ * running job writes a snapshot and resumes on the next start).
+ *
+ * Runs on the main thread, which is the loop thread.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef GPTD_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "cli.h"
+#include "daemon.h"
+#include "log.h"
+
+struct daemon_args {
+    const char *config_file; /* NULL: CONFIG_FILE_DEFAULT if it exists */
+    int argc;                /* the option flags, re-applied on reload */
+    char **argv;
+};
+
+struct daemon_main {
+    struct daemon_ctx d;
+    struct daemon_args args;
+    uv_loop_t loop;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    int stop_signals;
+};
+
+static void daemon_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gptd [--config FILE] [--OPTION VALUE ...]\n"
+            "       gptd run JOB.json [...]     train one job in the foreground\n"
+            "\n"
+            "Runs the gptd daemon in the foreground: the job queue, the control socket\n"
+            "gptctl talks to, and the training workers.\n"
+            "\n"
+            "  --config FILE              options file (default %s if present)\n"
+            "  --print-default-config     print the documented defaults (etc/gptd.conf)\n"
+            "  --print-config             print the effective options and exit\n"
+            "  --check-config             validate the options and exit\n"
+            "  --version, --help\n"
+            "\n"
+            "options (also valid as \"key = value\" in the config file):\n",
+            CONFIG_FILE_DEFAULT);
+    config_print_flags(f);
+}
+
+/* Builds a configuration: defaults, then the file, then the flags. */
+static int daemon_build_config(const struct daemon_args *a, struct config *c, struct gpt_err *err)
+{
+    config_defaults(c);
+    if (a->config_file) {
+        int rc = config_load_file(c, a->config_file, err);
+        if (rc < 0)
+            return rc;
+    } else {
+        int rc = config_load_file(c, CONFIG_FILE_DEFAULT, err);
+        if (rc < 0 && rc != -ENOENT)
+            return rc;
+    }
+    for (int i = 0; i < a->argc; i++) {
+        const char *flag = a->argv[i] + 2;
+        const char *eq = strchr(flag, '=');
+        char key[CONFIG_NAME_MAX];
+        const char *value;
+        if (eq) {
+            snprintf(key, sizeof(key), "%.*s", (int)(eq - flag), flag);
+            value = eq + 1;
+        } else {
+            snprintf(key, sizeof(key), "%s", flag);
+            value = a->argv[++i];
+        }
+        struct gpt_err e2;
+        int rc = config_set(c, key, value, &e2);
+        if (rc < 0)
+            return gpt_err_set(err, rc, e2.path, "--%s: %s", key, e2.msg);
+    }
+    return config_finish(c, err);
+}
+
+static int daemon_mkdir(const char *path, struct gpt_err *err)
+{
+    if (mkdir(path, 0750) < 0 && errno != EEXIST)
+        return gpt_err_set(err, -errno, NULL, "mkdir %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void daemon_on_handle_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* The job has stopped (or none ran): close everything so the loop ends. */
+static void daemon_on_jobs_stopped(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    log_info("stopped; state saved in %s", m->d.cfg.state_dir);
+    control_close(m->d.ctl);
+    m->d.ctl = NULL;
+    jobs_free(m->d.jobs);
+    m->d.jobs = NULL;
+    uv_close((uv_handle_t *)&m->sig_term, daemon_on_handle_closed);
+    uv_close((uv_handle_t *)&m->sig_int, daemon_on_handle_closed);
+    uv_close((uv_handle_t *)&m->sig_hup, daemon_on_handle_closed);
+}
+
+static void daemon_on_stop_signal(uv_signal_t *h, int signum)
+{
+    struct daemon_main *m = h->data;
+    m->stop_signals++;
+    if (m->stop_signals == 1) {
+        log_notice("%s: stopping", strsignal(signum));
+#ifdef GPTD_HAVE_SYSTEMD
+        sd_notify(0, "STOPPING=1");
+#endif
+        m->d.stopping = true;
+        control_stop_listening(m->d.ctl);
+    } else {
+        log_notice("%s again: stopping without waiting for a snapshot", strsignal(signum));
+    }
+    jobs_shutdown(m->d.jobs, m->stop_signals == 1 ? daemon_on_jobs_stopped : NULL, m);
+}
+
+static void daemon_on_reload_key(void *ctx, const char *key, bool applied)
+{
+    (void)ctx;
+    if (applied)
+        log_notice("reload: %s changed", key);
+    else
+        log_warn("reload: %s changed in the configuration but needs a restart", key);
+}
+
+static void daemon_on_hup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    struct daemon_main *m = h->data;
+    struct config fresh;
+    struct gpt_err err;
+    log_notice("SIGHUP: reloading the configuration");
+#ifdef GPTD_HAVE_SYSTEMD
+    sd_notify(0, "RELOADING=1");
+#endif
+    if (daemon_build_config(&m->args, &fresh, &err) < 0)
+        log_error("reload failed, keeping the current configuration: %s", err.msg);
+    else
+        config_reload(&m->d.cfg, &fresh, daemon_on_reload_key, NULL);
+    log_set_level(m->d.cfg.log_level);
+#ifdef GPTD_HAVE_SYSTEMD
+    sd_notify(0, "READY=1");
+#endif
+}
+
+static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
+{
+    ops_dispatch(ctx, cl, req);
+}
+
+static void daemon_on_drained(void *ctx, struct control_client *cl)
+{
+    struct daemon_ctx *d = ctx;
+    if (d->jobs)
+        jobs_client_drained(d->jobs, cl);
+}
+
+static void daemon_on_closed(void *ctx, struct control_client *cl)
+{
+    struct daemon_ctx *d = ctx;
+    if (d->jobs)
+        jobs_client_closed(d->jobs, cl);
+}
+
+/* Splits argv into special flags and option flags. Returns -1 to continue,
+ * else the exit status. */
+static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *print)
+{
+    a->argv = calloc((size_t)argc + 1, sizeof(char *));
+    if (!a->argv)
+        return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            daemon_usage(stdout);
+            return 0;
+        }
+        if (strcmp(s, "--version") == 0) {
+            printf("gptd %s\n", GPTD_VERSION);
+            return 0;
+        }
+        if (strcmp(s, "--print-default-config") == 0) {
+            config_print_defaults(stdout);
+            return 0;
+        }
+        if (strcmp(s, "--print-config") == 0 || strcmp(s, "--check-config") == 0) {
+            *print = s[2] == 'p' ? 1 : 2;
+            continue;
+        }
+        if (strcmp(s, "--config") == 0 || strncmp(s, "--config=", 9) == 0) {
+            if (s[8] == '=') {
+                a->config_file = s + 9;
+            } else if (i + 1 < argc) {
+                a->config_file = argv[++i];
+            } else {
+                fprintf(stderr, "gptd: --config needs a file\n");
+                return 2;
+            }
+            continue;
+        }
+        char key[CONFIG_NAME_MAX];
+        const char *eq = strncmp(s, "--", 2) == 0 ? strchr(s, '=') : NULL;
+        snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - s - 2) : (int)sizeof(key) - 1, s + 2);
+        if (strncmp(s, "--", 2) != 0 || !config_is_option(key)) {
+            fprintf(stderr, "gptd: unknown argument \"%s\" (see gptd --help)\n", s);
+            return 2;
+        }
+        a->argv[a->argc++] = argv[i];
+        if (!eq) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "gptd: %s needs a value\n", s);
+                return 2;
+            }
+            a->argv[a->argc++] = argv[++i];
+        }
+    }
+    return -1;
+}
+
+int gptd_daemon_main(int argc, char **argv)
+{
+    struct daemon_main *m = calloc(1, sizeof(*m));
+    if (!m) {
+        fprintf(stderr, "gptd: out of memory\n");
+        return 1;
+    }
+    struct daemon_ctx *d = &m->d;
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    int status = 1, print = 0;
+    int loop_ok = 0;
+
+    int rc = daemon_parse_args(argc, argv, &m->args, &print);
+    if (rc >= 0) {
+        status = rc;
+        goto out;
+    }
+    if (daemon_build_config(&m->args, &d->cfg, &err) < 0) {
+        fprintf(stderr, "gptd: %s\n", err.msg);
+        status = 2;
+        goto out;
+    }
+    if (print) {
+        if (print == 1)
+            config_print(&d->cfg, stdout);
+        status = 0;
+        goto out;
+    }
+    log_set_level(d->cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    char path[CONFIG_PATH_MAX + 32];
+    if (daemon_mkdir(d->cfg.state_dir, &err) < 0)
+        goto fail;
+    snprintf(path, sizeof(path), "%s/jobs", d->cfg.state_dir);
+    if (daemon_mkdir(path, &err) < 0)
+        goto fail;
+    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
+    if (db_open(path, &d->db, &err) < 0)
+        goto fail;
+
+    uv_loop_init(&m->loop);
+    loop_ok = 1;
+    d->loop = &m->loop;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    d->started = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+
+    struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed};
+    if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, &err) < 0)
+        goto fail;
+    if (jobs_new(&m->loop, d->db, &d->cfg, d->ctl, d->cfg.state_dir, &d->jobs, &err) < 0) {
+        control_close(d->ctl);
+        d->ctl = NULL;
+        uv_run(&m->loop, UV_RUN_DEFAULT);
+        goto fail;
+    }
+    uv_signal_init(&m->loop, &m->sig_term);
+    uv_signal_init(&m->loop, &m->sig_int);
+    uv_signal_init(&m->loop, &m->sig_hup);
+    m->sig_term.data = m->sig_int.data = m->sig_hup.data = m;
+    uv_signal_start(&m->sig_term, daemon_on_stop_signal, SIGTERM);
+    uv_signal_start(&m->sig_int, daemon_on_stop_signal, SIGINT);
+    uv_signal_start(&m->sig_hup, daemon_on_hup, SIGHUP);
+
+    log_info("gptd %s listening on %s, state in %s", GPTD_VERSION, d->cfg.socket, d->cfg.state_dir);
+#ifdef GPTD_HAVE_SYSTEMD
+    sd_notify(0, "READY=1");
+#endif
+    jobs_schedule(d->jobs);
+    uv_run(&m->loop, UV_RUN_DEFAULT);
+    status = 0;
+    goto out;
+
+fail:
+    log_error("%s", err.msg);
+    status = 1;
+out:
+    if (loop_ok && uv_loop_close(&m->loop) == UV_EBUSY)
+        log_warn("loop closed with handles still open");
+    db_close(d->db);
+    free(m->args.argv);
+    free(m);
+    return status;
+}

@@ -1,0 +1,35 @@
+/*
+ * daemon: the pieces of a running gptd, as the control ops see them.
+ * Built and torn down by gptd_daemon_main (daemon.c); loop thread only.
+ */
+#ifndef GPTD_DAEMON_H
+#define GPTD_DAEMON_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "config.h"
+#include "control.h"
+#include "ctl.h"
+#include "db.h"
+#include "jobs.h"
+
+#ifndef GPTD_VERSION
+#define GPTD_VERSION "0.1.0"
+#endif
+
+struct daemon_ctx {
+    uv_loop_t *loop;
+    struct config cfg;
+    struct db *db;
+    struct control *ctl;
+    struct jobs *jobs;
+    double started; /* unix seconds */
+    bool stopping;
+};
+
+/* Handles one decoded request (ops.c): looks up the op's handler in a const
+ * table and replies (or starts a stream). */
+void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req);
+
+#endif

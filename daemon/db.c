@@ -1,0 +1,823 @@
+/*
+ * db: the SQLite store of jobs, runs, metrics, snapshots and events (see
+ * db.h). Owns one connection and its prepared statements, which are
+ * compiled once on first use and kept. Loop thread only.
+ */
+#include "db.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Schema migrations: migrations[v] takes a database from user_version v to
+ * v + 1. Append only; never edit a migration that has shipped. */
+static const char *const db_migrations[DB_SCHEMA_VERSION] = {
+    /* 0 -> 1 */
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  owner_uid INTEGER NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  priority INTEGER NOT NULL DEFAULT 0,"
+    "  spec_json TEXT NOT NULL,"
+    "  created REAL NOT NULL,"
+    "  started REAL,"
+    "  finished REAL,"
+    "  error TEXT,"
+    "  snapshot_dir TEXT NOT NULL DEFAULT '',"
+    "  resume INTEGER NOT NULL DEFAULT 0,"
+    "  resume_snapshot INTEGER NOT NULL DEFAULT 0,"
+    "  step INTEGER NOT NULL DEFAULT 0,"
+    "  max_steps INTEGER NOT NULL DEFAULT 0,"
+    "  loss REAL);"
+    "CREATE INDEX jobs_queue ON jobs(state, priority DESC, id);"
+    "CREATE TABLE runs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  started REAL NOT NULL,"
+    "  ended REAL,"
+    "  world_size INTEGER NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  resumed_from TEXT);"
+    "CREATE INDEX runs_job ON runs(job_id);"
+    "CREATE TABLE metrics ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  run_id INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  max_steps INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  loss REAL, val_loss REAL, accuracy REAL, lr REAL, grad_norm REAL,"
+    "  tokens_per_s REAL, ms_per_step REAL, mfu REAL, eta_s REAL,"
+    "  tokens INTEGER NOT NULL,"
+    "  world_size INTEGER NOT NULL,"
+    "  mem_params_bytes INTEGER NOT NULL, mem_grads_bytes INTEGER NOT NULL,"
+    "  mem_optim_bytes INTEGER NOT NULL, mem_acts_bytes INTEGER NOT NULL,"
+    "  time REAL NOT NULL,"
+    "  UNIQUE(job_id, step));"
+    "CREATE TABLE snapshots ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  run_id INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  node TEXT NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  size INTEGER NOT NULL,"
+    "  checksum TEXT,"
+    "  created REAL NOT NULL,"
+    "  UNIQUE(job_id, node, step));"
+    "CREATE TABLE events ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  run_id INTEGER NOT NULL,"
+    "  time REAL NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  message TEXT NOT NULL);"
+    "CREATE INDEX events_job ON events(job_id, step, id);",
+};
+
+enum db_stmt {
+    DB_ST_JOB_INSERT,
+    DB_ST_JOB_GET,
+    DB_ST_JOB_SET_DIR,
+    DB_ST_JOB_SET_STATE,
+    DB_ST_JOB_SET_RESUME,
+    DB_ST_JOB_NEXT,
+    DB_ST_JOB_COUNT,
+    DB_ST_JOB_LIST,
+    DB_ST_JOB_PROGRESS,
+    DB_ST_RUN_INSERT,
+    DB_ST_RUN_END,
+    DB_ST_METRIC_INSERT,
+    DB_ST_EVENT_INSERT,
+    DB_ST_HIST_METRICS,
+    DB_ST_HIST_EVENTS,
+    DB_ST_SNAP_INSERT,
+    DB_ST_SNAP_GET,
+    DB_ST_SNAP_LIST,
+    DB_ST_COUNT
+};
+
+#define DB_JOB_COLS                                                                                \
+    "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
+    " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
+    " max_steps, loss"
+
+#define DB_METRIC_COLS                                                                             \
+    "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
+    " ms_per_step, mfu, eta_s, tokens, world_size, mem_params_bytes, mem_grads_bytes,"             \
+    " mem_optim_bytes, mem_acts_bytes, time"
+
+static const char *const db_sql[DB_ST_COUNT] = {
+    [DB_ST_JOB_INSERT] = "INSERT INTO jobs(name, owner_uid, state, priority, spec_json, created,"
+                         " snapshot_dir, max_steps) VALUES(?, ?, 'queued', ?, ?, ?, ?, ?)",
+    [DB_ST_JOB_GET] = "SELECT " DB_JOB_COLS ", spec_json FROM jobs WHERE id = ?",
+    [DB_ST_JOB_SET_DIR] = "UPDATE jobs SET snapshot_dir = ? WHERE id = ?",
+    [DB_ST_JOB_SET_STATE] =
+        "UPDATE jobs SET state = ?1,"
+        " started = CASE WHEN ?1 = 'running' THEN ?3 WHEN ?1 = 'queued' THEN NULL ELSE started END,"
+        " finished = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN ?3 ELSE NULL END,"
+        " error = ?2 WHERE id = ?4",
+    [DB_ST_JOB_SET_RESUME] = "UPDATE jobs SET resume = ?, resume_snapshot = ? WHERE id = ?",
+    [DB_ST_JOB_NEXT] =
+        "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1",
+    [DB_ST_JOB_COUNT] = "SELECT count(*) FROM jobs WHERE state = ?",
+    [DB_ST_JOB_LIST] = "SELECT " DB_JOB_COLS " FROM jobs ORDER BY id DESC LIMIT ?",
+    [DB_ST_JOB_PROGRESS] =
+        "UPDATE jobs SET step = max(step, ?2), max_steps = CASE WHEN ?3 > 0 THEN ?3 ELSE max_steps"
+        " END, loss = coalesce(?4, loss) WHERE id = ?1",
+    [DB_ST_RUN_INSERT] = "INSERT INTO runs(job_id, started, world_size, status, resumed_from)"
+                         " VALUES(?, ?, ?, 'running', ?)",
+    [DB_ST_RUN_END] = "UPDATE runs SET status = ?, ended = ? WHERE id = ?",
+    [DB_ST_METRIC_INSERT] =
+        "INSERT INTO metrics(job_id, " DB_METRIC_COLS ") VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+        " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, step) DO UPDATE SET"
+        " run_id = excluded.run_id, max_steps = excluded.max_steps, epoch = excluded.epoch,"
+        " loss = coalesce(excluded.loss, loss),"
+        " val_loss = coalesce(excluded.val_loss, val_loss),"
+        " accuracy = coalesce(excluded.accuracy, accuracy),"
+        " lr = coalesce(excluded.lr, lr), grad_norm = coalesce(excluded.grad_norm, grad_norm),"
+        " tokens_per_s = coalesce(excluded.tokens_per_s, tokens_per_s),"
+        " ms_per_step = coalesce(excluded.ms_per_step, ms_per_step),"
+        " mfu = coalesce(excluded.mfu, mfu), eta_s = coalesce(excluded.eta_s, eta_s),"
+        " tokens = excluded.tokens, world_size = excluded.world_size,"
+        " mem_params_bytes = excluded.mem_params_bytes,"
+        " mem_grads_bytes = excluded.mem_grads_bytes,"
+        " mem_optim_bytes = excluded.mem_optim_bytes, mem_acts_bytes = excluded.mem_acts_bytes,"
+        " time = excluded.time",
+    [DB_ST_EVENT_INSERT] = "INSERT INTO events(job_id, run_id, time, step, kind, message)"
+                           " VALUES(?, ?, ?, ?, ?, ?)",
+    [DB_ST_HIST_METRICS] = "SELECT " DB_METRIC_COLS " FROM metrics WHERE job_id = ?1"
+                           " AND step >= ?2 AND step > ?3 ORDER BY step LIMIT ?4",
+    [DB_ST_HIST_EVENTS] = "SELECT run_id, time, step, kind, message FROM events WHERE job_id = ?1"
+                          " AND step >= ?2 AND step > ?3 AND step <= ?4 ORDER BY step, id",
+    [DB_ST_SNAP_INSERT] = "INSERT OR IGNORE INTO snapshots(job_id, run_id, step, node, path,"
+                          " size, checksum, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+    [DB_ST_SNAP_GET] = "SELECT id, job_id, run_id, step, node, path, size, coalesce(checksum, ''),"
+                       " created FROM snapshots WHERE id = ?",
+    [DB_ST_SNAP_LIST] = "SELECT id, job_id, run_id, step, node, path, size,"
+                        " coalesce(checksum, ''), created FROM snapshots WHERE job_id = ?"
+                        " ORDER BY step DESC, id DESC",
+};
+
+struct db {
+    sqlite3 *conn;
+    sqlite3_stmt *st[DB_ST_COUNT];
+    bool in_tx;
+};
+
+static const char *const db_state_names[DB_JOB_STATE_COUNT] = {
+    [DB_JOB_QUEUED] = "queued", [DB_JOB_RUNNING] = "running",     [DB_JOB_COMPLETED] = "completed",
+    [DB_JOB_FAILED] = "failed", [DB_JOB_CANCELLED] = "cancelled", [DB_JOB_WAITING] = "waiting",
+};
+
+const char *db_job_state_name(int state)
+{
+    if (state < 0 || state >= DB_JOB_STATE_COUNT)
+        return "unknown";
+    return db_state_names[state];
+}
+
+int db_job_state_parse(const char *name)
+{
+    for (int i = 0; i < DB_JOB_STATE_COUNT; i++)
+        if (name && strcmp(db_state_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+bool db_job_state_final(int state)
+{
+    return state == DB_JOB_COMPLETED || state == DB_JOB_FAILED || state == DB_JOB_CANCELLED;
+}
+
+void db_job_done(struct db_job *j)
+{
+    if (!j)
+        return;
+    free(j->spec_json);
+    j->spec_json = NULL;
+}
+
+/* Maps an SQLite failure to -EIO (or -EBUSY/-ENOMEM) with its message. */
+static int db_fail(struct db *db, struct gpt_err *err, int src, const char *what)
+{
+    int code = src == SQLITE_NOMEM                            ? -ENOMEM
+               : (src == SQLITE_BUSY || src == SQLITE_LOCKED) ? -EBUSY
+                                                              : -EIO;
+    return gpt_err_set(err, code, NULL, "sqlite: %s: %s", what,
+                       db && db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(src));
+}
+
+/* The prepared statement, reset and unbound, compiled on first use. */
+static sqlite3_stmt *db_stmt(struct db *db, int which, struct gpt_err *err, int *rc)
+{
+    sqlite3_stmt *s = db->st[which];
+    if (!s) {
+        int src = sqlite3_prepare_v3(db->conn, db_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                                     &db->st[which], NULL);
+        if (src != SQLITE_OK) {
+            *rc = db_fail(db, err, src, "prepare");
+            return NULL;
+        }
+        return db->st[which];
+    }
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
+
+/* Runs a statement that returns no rows. */
+static int db_exec_stmt(struct db *db, sqlite3_stmt *s, struct gpt_err *err, const char *what)
+{
+    int src = sqlite3_step(s);
+    int rc = src == SQLITE_DONE ? 0 : db_fail(db, err, src, what);
+    sqlite3_reset(s);
+    return rc;
+}
+
+static int db_exec(struct db *db, const char *sql, struct gpt_err *err)
+{
+    char *msg = NULL;
+    int src = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);
+    if (src == SQLITE_OK)
+        return 0;
+    int rc = gpt_err_set(err, src == SQLITE_BUSY ? -EBUSY : -EIO, NULL, "sqlite: %s",
+                         msg ? msg : sqlite3_errstr(src));
+    sqlite3_free(msg);
+    return rc;
+}
+
+int db_schema_version(struct db *db)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    if (sqlite3_prepare_v2(db->conn, "PRAGMA user_version", -1, &s, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(s) == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* Applies each migration above the file's version in its own transaction. */
+static int db_migrate(struct db *db, struct gpt_err *err)
+{
+    int v = db_schema_version(db);
+    if (v < 0)
+        return gpt_err_set(err, -EIO, NULL, "sqlite: cannot read user_version: %s",
+                           sqlite3_errmsg(db->conn));
+    if (v > DB_SCHEMA_VERSION)
+        return gpt_err_set(err, -GPT_E_VERSION, NULL,
+                           "database schema version %d is newer than this gptd (%d)", v,
+                           DB_SCHEMA_VERSION);
+    for (; v < DB_SCHEMA_VERSION; v++) {
+        char bump[64];
+        snprintf(bump, sizeof(bump), "PRAGMA user_version = %d", v + 1);
+        int rc = db_exec(db, "BEGIN IMMEDIATE", err);
+        if (rc == 0)
+            rc = db_exec(db, db_migrations[v], err);
+        if (rc == 0)
+            rc = db_exec(db, bump, err);
+        if (rc == 0)
+            rc = db_exec(db, "COMMIT", err);
+        if (rc < 0) {
+            sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int db_open(const char *path, struct db **ret, struct gpt_err *err)
+{
+    struct db *db = calloc(1, sizeof(*db));
+    if (!db)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc;
+    int src = sqlite3_open_v2(
+        path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src != SQLITE_OK) {
+        rc = gpt_err_set(err, -EIO, NULL, "sqlite: cannot open %s: %s", path,
+                         db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(src));
+        goto fail;
+    }
+    sqlite3_busy_timeout(db->conn, 5000);
+    /* WAL with synchronous=NORMAL: a commit is durable against a crash of
+     * gptd (the WAL is in the page cache) and loses at most the last batch
+     * on power loss, never consistency. */
+    rc = db_exec(db,
+                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                 " PRAGMA foreign_keys = ON",
+                 err);
+    if (rc < 0)
+        goto fail;
+    rc = db_migrate(db, err);
+    if (rc < 0)
+        goto fail;
+    *ret = db;
+    return 0;
+fail:
+    db_close(db);
+    return rc;
+}
+
+void db_close(struct db *db)
+{
+    if (!db)
+        return;
+    for (int i = 0; i < DB_ST_COUNT; i++)
+        sqlite3_finalize(db->st[i]);
+    sqlite3_close(db->conn);
+    free(db);
+}
+
+int db_begin(struct db *db, struct gpt_err *err)
+{
+    GPT_ASSERT(!db->in_tx);
+    int rc = db_exec(db, "BEGIN IMMEDIATE", err);
+    if (rc == 0)
+        db->in_tx = true;
+    return rc;
+}
+
+int db_commit(struct db *db, struct gpt_err *err)
+{
+    if (!db->in_tx)
+        return 0;
+    int rc = db_exec(db, "COMMIT", err);
+    if (rc < 0) {
+        db_rollback(db);
+        return rc;
+    }
+    db->in_tx = false;
+    return 0;
+}
+
+void db_rollback(struct db *db)
+{
+    if (!db->in_tx)
+        return;
+    sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+    db->in_tx = false;
+}
+
+/* Binds a double, or NULL when it is not finite (SQL has no NaN either). */
+static void db_bind_real(sqlite3_stmt *s, int i, double v)
+{
+    if (isfinite(v))
+        sqlite3_bind_double(s, i, v);
+    else
+        sqlite3_bind_null(s, i);
+}
+
+static double db_column_real(sqlite3_stmt *s, int i)
+{
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+static void db_column_text(sqlite3_stmt *s, int i, char *dst, size_t cap)
+{
+    const unsigned char *t = sqlite3_column_text(s, i);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+int db_job_insert(struct db *db, const struct db_job *j, int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_INSERT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, j->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, (int64_t)j->owner_uid);
+    sqlite3_bind_int64(s, 3, j->priority);
+    sqlite3_bind_text(s, 4, j->spec_json ? j->spec_json : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 5, j->created);
+    sqlite3_bind_text(s, 6, j->snapshot_dir, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 7, j->max_steps);
+    rc = db_exec_stmt(db, s, err, "insert job");
+    if (rc == 0)
+        *ret_id = sqlite3_last_insert_rowid(db->conn);
+    return rc;
+}
+
+/* Reads the DB_JOB_COLS of the current row. */
+static void db_job_row(sqlite3_stmt *s, struct db_job *j)
+{
+    memset(j, 0, sizeof(*j));
+    j->id = sqlite3_column_int64(s, 0);
+    db_column_text(s, 1, j->name, sizeof(j->name));
+    j->owner_uid = (uid_t)sqlite3_column_int64(s, 2);
+    j->state = db_job_state_parse((const char *)sqlite3_column_text(s, 3));
+    j->priority = sqlite3_column_int64(s, 4);
+    j->created = sqlite3_column_double(s, 5);
+    j->started = sqlite3_column_double(s, 6);
+    j->finished = sqlite3_column_double(s, 7);
+    db_column_text(s, 8, j->error, sizeof(j->error));
+    db_column_text(s, 9, j->snapshot_dir, sizeof(j->snapshot_dir));
+    j->resume = sqlite3_column_int(s, 10);
+    j->resume_snapshot = sqlite3_column_int64(s, 11);
+    j->step = sqlite3_column_int64(s, 12);
+    j->max_steps = sqlite3_column_int64(s, 13);
+    j->loss = db_column_real(s, 14);
+}
+
+int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_GET, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_DONE) {
+        rc = gpt_err_set(err, -ENOENT, "job", "no job %lld", (long long)id);
+    } else if (src != SQLITE_ROW) {
+        rc = db_fail(db, err, src, "get job");
+    } else {
+        struct db_job j;
+        db_job_row(s, &j);
+        const unsigned char *spec = sqlite3_column_text(s, 15);
+        j.spec_json = strdup(spec ? (const char *)spec : "{}");
+        if (!j.spec_json)
+            rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        else
+            *ret = j;
+    }
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_job_set_snapshot_dir(struct db *db, int64_t id, const char *dir, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_DIR, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, dir, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set snapshot dir");
+}
+
+int db_job_set_state(struct db *db, int64_t id, int state, const char *error, double now,
+                     struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_STATE, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
+    if (error && error[0])
+        sqlite3_bind_text(s, 2, error, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 3, now);
+    sqlite3_bind_int64(s, 4, id);
+    return db_exec_stmt(db, s, err, "set job state");
+}
+
+int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
+                      struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_RESUME, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int(s, 1, resume);
+    sqlite3_bind_int64(s, 2, snapshot_id);
+    sqlite3_bind_int64(s, 3, id);
+    return db_exec_stmt(db, s, err, "set job resume");
+}
+
+int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_NEXT, err, &rc);
+    if (!s)
+        return rc;
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        *ret_id = sqlite3_column_int64(s, 0);
+    else if (src == SQLITE_DONE)
+        rc = -ENOENT;
+    else
+        rc = db_fail(db, err, src, "next job");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_COUNT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        *ret_n = sqlite3_column_int64(s, 0);
+    else
+        rc = db_fail(db, err, src, "count jobs");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_job *j), void *ctx,
+                struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_LIST, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int(s, 1, limit);
+    int src;
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct db_job j;
+        db_job_row(s, &j);
+        fn(ctx, &j);
+    }
+    if (src != SQLITE_DONE)
+        rc = db_fail(db, err, src, "list jobs");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_jobs_requeue_running(struct db *db, double now, struct gpt_err *err)
+{
+    (void)now;
+    int rc = db_exec(db,
+                     "UPDATE jobs SET state = 'queued', resume = 1, resume_snapshot = 0,"
+                     " started = NULL WHERE state IN ('running', 'waiting')",
+                     err);
+    if (rc < 0)
+        return rc;
+    return sqlite3_changes(db->conn);
+}
+
+int db_run_insert(struct db *db, int64_t job_id, int world_size, const char *resumed_from,
+                  double now, int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_RUN_INSERT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_double(s, 2, now);
+    sqlite3_bind_int(s, 3, world_size);
+    if (resumed_from && resumed_from[0])
+        sqlite3_bind_text(s, 4, resumed_from, -1, SQLITE_STATIC);
+    rc = db_exec_stmt(db, s, err, "insert run");
+    if (rc == 0)
+        *ret_id = sqlite3_last_insert_rowid(db->conn);
+    return rc;
+}
+
+int db_run_end(struct db *db, int64_t run_id, const char *status, double now, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_RUN_END, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, status, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 2, now);
+    sqlite3_bind_int64(s, 3, run_id);
+    return db_exec_stmt(db, s, err, "end run");
+}
+
+int db_runs_close_open(struct db *db, double now, struct gpt_err *err)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql),
+             "UPDATE runs SET status = 'lost', ended = %.3f WHERE status = 'running'", now);
+    return db_exec(db, sql, err);
+}
+
+int db_metric_insert(struct db *db, int64_t job_id, const struct gpt_metric *m, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_METRIC_INSERT, err, &rc);
+    if (!s)
+        return rc;
+    int i = 1;
+    sqlite3_bind_int64(s, i++, job_id);
+    sqlite3_bind_int64(s, i++, m->run_id);
+    sqlite3_bind_int64(s, i++, m->step);
+    sqlite3_bind_int64(s, i++, m->max_steps);
+    sqlite3_bind_int64(s, i++, (int64_t)m->epoch);
+    db_bind_real(s, i++, m->loss);
+    db_bind_real(s, i++, m->val_loss);
+    db_bind_real(s, i++, m->accuracy);
+    db_bind_real(s, i++, m->lr);
+    db_bind_real(s, i++, m->grad_norm);
+    db_bind_real(s, i++, m->tokens_per_s);
+    db_bind_real(s, i++, m->ms_per_step);
+    db_bind_real(s, i++, m->mfu);
+    db_bind_real(s, i++, m->eta_s);
+    sqlite3_bind_int64(s, i++, (int64_t)m->tokens);
+    sqlite3_bind_int(s, i++, m->world_size);
+    sqlite3_bind_int64(s, i++, (int64_t)m->mem_params_bytes);
+    sqlite3_bind_int64(s, i++, (int64_t)m->mem_grads_bytes);
+    sqlite3_bind_int64(s, i++, (int64_t)m->mem_optim_bytes);
+    sqlite3_bind_int64(s, i++, (int64_t)m->mem_acts_bytes);
+    sqlite3_bind_double(s, i++, m->time);
+    rc = db_exec_stmt(db, s, err, "insert metric");
+    if (rc < 0)
+        return rc;
+
+    /* Keep the job row's progress current for `list` and `status`. */
+    s = db_stmt(db, DB_ST_JOB_PROGRESS, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, m->step);
+    sqlite3_bind_int64(s, 3, m->max_steps);
+    db_bind_real(s, 4, m->loss);
+    return db_exec_stmt(db, s, err, "update job progress");
+}
+
+int db_event_insert(struct db *db, int64_t job_id, const struct gpt_event *e, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_EVENT_INSERT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, e->run_id);
+    sqlite3_bind_double(s, 3, e->time);
+    sqlite3_bind_int64(s, 4, e->step);
+    sqlite3_bind_text(s, 5, e->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 6, e->message, -1, SQLITE_STATIC);
+    return db_exec_stmt(db, s, err, "insert event");
+}
+
+static void db_metric_row(sqlite3_stmt *s, struct gpt_metric *m)
+{
+    int i = 0;
+    memset(m, 0, sizeof(*m));
+    m->run_id = sqlite3_column_int64(s, i++);
+    m->step = sqlite3_column_int64(s, i++);
+    m->max_steps = sqlite3_column_int64(s, i++);
+    m->epoch = (uint64_t)sqlite3_column_int64(s, i++);
+    m->loss = db_column_real(s, i++);
+    m->val_loss = db_column_real(s, i++);
+    m->accuracy = db_column_real(s, i++);
+    m->lr = db_column_real(s, i++);
+    m->grad_norm = db_column_real(s, i++);
+    m->tokens_per_s = db_column_real(s, i++);
+    m->ms_per_step = db_column_real(s, i++);
+    m->mfu = db_column_real(s, i++);
+    m->eta_s = db_column_real(s, i++);
+    m->tokens = (uint64_t)sqlite3_column_int64(s, i++);
+    m->world_size = sqlite3_column_int(s, i++);
+    m->mem_params_bytes = (uint64_t)sqlite3_column_int64(s, i++);
+    m->mem_grads_bytes = (uint64_t)sqlite3_column_int64(s, i++);
+    m->mem_optim_bytes = (uint64_t)sqlite3_column_int64(s, i++);
+    m->mem_acts_bytes = (uint64_t)sqlite3_column_int64(s, i++);
+    m->time = sqlite3_column_double(s, i++);
+}
+
+static void db_event_row(sqlite3_stmt *s, struct gpt_event *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->run_id = sqlite3_column_int64(s, 0);
+    e->time = sqlite3_column_double(s, 1);
+    e->step = sqlite3_column_int64(s, 2);
+    db_column_text(s, 3, e->kind, sizeof(e->kind));
+    db_column_text(s, 4, e->message, sizeof(e->message));
+}
+
+int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
+               const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
+               struct gpt_err *err)
+{
+    int rc = 0;
+    struct gpt_metric *ms = calloc((size_t)limit, sizeof(*ms));
+    if (!ms)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+
+    /* Metrics of this chunk first, so the events' upper bound is known. */
+    int n = 0, src = SQLITE_DONE;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_HIST_METRICS, err, &rc);
+    if (!s)
+        goto out;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, after);
+    sqlite3_bind_int(s, 4, limit);
+    while (n < limit && (src = sqlite3_step(s)) == SQLITE_ROW)
+        db_metric_row(s, &ms[n++]);
+    if (n < limit && src != SQLITE_DONE) {
+        rc = db_fail(db, err, src, "read metrics");
+        sqlite3_reset(s);
+        goto out;
+    }
+    sqlite3_reset(s);
+    int more = n == limit;
+    int64_t upto = more ? ms[n - 1].step : INT64_MAX;
+
+    s = db_stmt(db, DB_ST_HIST_EVENTS, err, &rc);
+    if (!s)
+        goto out;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, after);
+    sqlite3_bind_int64(s, 4, upto);
+    int k = 0;
+    /* Merge: at equal steps an event goes before the metric when it is
+     * older (the "start" of a run before its first metric). */
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct gpt_event e;
+        db_event_row(s, &e);
+        while (k < n && (ms[k].step < e.step || (ms[k].step == e.step && ms[k].time <= e.time)))
+            cb->metric(cb->ctx, &ms[k++]);
+        cb->event(cb->ctx, &e);
+    }
+    if (src != SQLITE_DONE)
+        rc = db_fail(db, err, src, "read events");
+    sqlite3_reset(s);
+    if (rc < 0)
+        goto out;
+    while (k < n)
+        cb->metric(cb->ctx, &ms[k++]);
+    *ret_last = n ? ms[n - 1].step : after;
+    *ret_more = more;
+out:
+    free(ms);
+    return rc;
+}
+
+int db_snapshot_insert(struct db *db, const struct db_snapshot *sn, int64_t *ret_id,
+                       struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_SNAP_INSERT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, sn->job_id);
+    sqlite3_bind_int64(s, 2, sn->run_id);
+    sqlite3_bind_int64(s, 3, sn->step);
+    sqlite3_bind_text(s, 4, sn->node, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 5, sn->path, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 6, sn->size);
+    if (sn->checksum[0])
+        sqlite3_bind_text(s, 7, sn->checksum, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 8, sn->created);
+    rc = db_exec_stmt(db, s, err, "insert snapshot");
+    if (rc == 0 && ret_id)
+        *ret_id = sqlite3_changes(db->conn) ? sqlite3_last_insert_rowid(db->conn) : 0;
+    return rc;
+}
+
+static void db_snapshot_row(sqlite3_stmt *s, struct db_snapshot *sn)
+{
+    memset(sn, 0, sizeof(*sn));
+    sn->id = sqlite3_column_int64(s, 0);
+    sn->job_id = sqlite3_column_int64(s, 1);
+    sn->run_id = sqlite3_column_int64(s, 2);
+    sn->step = sqlite3_column_int64(s, 3);
+    db_column_text(s, 4, sn->node, sizeof(sn->node));
+    db_column_text(s, 5, sn->path, sizeof(sn->path));
+    sn->size = sqlite3_column_int64(s, 6);
+    db_column_text(s, 7, sn->checksum, sizeof(sn->checksum));
+    sn->created = sqlite3_column_double(s, 8);
+}
+
+int db_snapshot_get(struct db *db, int64_t id, struct db_snapshot *ret, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_SNAP_GET, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        db_snapshot_row(s, ret);
+    else if (src == SQLITE_DONE)
+        rc = gpt_err_set(err, -ENOENT, "snapshot", "no snapshot %lld", (long long)id);
+    else
+        rc = db_fail(db, err, src, "get snapshot");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_snapshot_list(struct db *db, int64_t job_id,
+                     void (*fn)(void *ctx, const struct db_snapshot *s), void *ctx,
+                     struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_SNAP_LIST, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    int src;
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct db_snapshot sn;
+        db_snapshot_row(s, &sn);
+        fn(ctx, &sn);
+    }
+    if (src != SQLITE_DONE)
+        rc = db_fail(db, err, src, "list snapshots");
+    sqlite3_reset(s);
+    return rc;
+}

@@ -1,0 +1,147 @@
+/*
+ * db: gptd's SQLite database: jobs, runs, metrics, snapshots, events.
+ * One connection in WAL mode, schema version in PRAGMA user_version with
+ * migrations from version 0 (empty file) upward.
+ *
+ * Loop thread only: the connection is not shared with any other thread.
+ * Calls block on disk I/O for the time of one small statement; the caller
+ * batches writes of one loop iteration into one transaction (db_begin /
+ * db_commit) so a commit (one fsync in WAL mode) is paid once per batch.
+ */
+#ifndef GPTD_DB_H
+#define GPTD_DB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gpt_err.h"
+#include "metric.h"
+
+#define DB_SCHEMA_VERSION 1
+#define DB_ERROR_MAX      512
+#define DB_PATH_MAX       1024
+
+enum db_job_state {
+    DB_JOB_QUEUED,
+    DB_JOB_RUNNING,
+    DB_JOB_COMPLETED,
+    DB_JOB_FAILED,
+    DB_JOB_CANCELLED,
+    DB_JOB_WAITING, /* waiting for nodes (elastic) */
+    DB_JOB_STATE_COUNT
+};
+
+/* "queued", "running", ... and back; -1 for an unknown name. */
+const char *db_job_state_name(int state);
+int db_job_state_parse(const char *name);
+/* completed, failed and cancelled are final (until a resume). */
+bool db_job_state_final(int state);
+
+struct db_job {
+    int64_t id;
+    char name[128];
+    uid_t owner_uid;
+    int state; /* enum db_job_state */
+    int64_t priority;
+    char *spec_json; /* owned (malloc'd) when read with db_job_get; NULL in lists */
+    double created, started, finished; /* unix seconds; 0 = not yet */
+    char error[DB_ERROR_MAX];
+    char snapshot_dir[DB_PATH_MAX];
+    int resume;              /* the next run continues from a snapshot */
+    int64_t resume_snapshot; /* snapshots.id chosen for the next run; 0 = newest */
+    int64_t step;            /* newest metric step */
+    int64_t max_steps;
+    double loss; /* newest train loss, NAN if none */
+};
+
+/* Frees what db_job_get allocated (spec_json). NULL allowed. */
+void db_job_done(struct db_job *j);
+
+struct db_snapshot {
+    int64_t id, job_id, run_id, step;
+    char node[64];
+    char path[DB_PATH_MAX];
+    int64_t size;
+    char checksum[80];
+    double created;
+};
+
+struct db;
+
+/* Opens (creating if needed) the database file, sets WAL and migrates the
+ * schema. Returns 0 and a new handle. Blocks (file I/O). */
+int db_open(const char *path, struct db **ret, struct gpt_err *err);
+/* NULL allowed. Finalises statements and closes the connection. */
+void db_close(struct db *db);
+/* The schema version of an open database (PRAGMA user_version). */
+int db_schema_version(struct db *db);
+
+/* Transactions. db_commit/db_rollback are no-ops without db_begin. */
+int db_begin(struct db *db, struct gpt_err *err);
+int db_commit(struct db *db, struct gpt_err *err);
+void db_rollback(struct db *db);
+
+/* Jobs. db_job_insert reads every field of `j` but id, state (queued),
+ * step/loss; returns the new id. */
+int db_job_insert(struct db *db, const struct db_job *j, int64_t *ret_id, struct gpt_err *err);
+/* -ENOENT when no such job. */
+int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err);
+int db_job_set_snapshot_dir(struct db *db, int64_t id, const char *dir, struct gpt_err *err);
+/* Moves a job to `state`; `error` (may be NULL) is stored for failed jobs.
+ * running sets started, final states set finished, queued clears both. */
+int db_job_set_state(struct db *db, int64_t id, int state, const char *error, double now,
+                     struct gpt_err *err);
+/* Marks the next run of a job as a resume (from snapshot id, 0 = newest). */
+int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
+                      struct gpt_err *err);
+/* The next job to run: queued, highest priority, then lowest id.
+ * -ENOENT when the queue is empty. */
+int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err);
+/* Number of jobs in `state`. */
+int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err);
+/* Calls fn for each job (newest first, at most `limit`), spec_json NULL. */
+int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_job *j), void *ctx,
+                struct gpt_err *err);
+/* Jobs found running at start-up go back to the queue, marked to resume.
+ * Returns how many were re-queued (>= 0) or an error. */
+int db_jobs_requeue_running(struct db *db, double now, struct gpt_err *err);
+
+/* Runs: one per world formed for a job. */
+int db_run_insert(struct db *db, int64_t job_id, int world_size, const char *resumed_from,
+                  double now, int64_t *ret_id, struct gpt_err *err);
+int db_run_end(struct db *db, int64_t run_id, const char *status, double now, struct gpt_err *err);
+/* Runs still open at start-up (the daemon died) are closed as "lost". */
+int db_runs_close_open(struct db *db, double now, struct gpt_err *err);
+
+/* Metrics: unique per (job, step). A second record for a step (an eval
+ * after the log line, or the same step again after a resume) replaces the
+ * first, keeping val_loss/accuracy when the new one has none. */
+int db_metric_insert(struct db *db, int64_t job_id, const struct gpt_metric *m,
+                     struct gpt_err *err);
+int db_event_insert(struct db *db, int64_t job_id, const struct gpt_event *e, struct gpt_err *err);
+
+/* History of a job for `logs`: metrics with step >= since and step > after
+ * (at most `limit` of them, by step), and the events with steps in the same
+ * range, merged in step (then time) order. *ret_last gets the last metric
+ * step delivered (or `after` when none), *ret_more 1 when the limit cut the
+ * metrics short. Callbacks borrow the records. */
+struct db_history_cb {
+    void *ctx;
+    void (*metric)(void *ctx, const struct gpt_metric *m);
+    void (*event)(void *ctx, const struct gpt_event *e);
+};
+int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
+               const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
+               struct gpt_err *err);
+
+/* Snapshots. Insert ignores a duplicate (job, node, step). */
+int db_snapshot_insert(struct db *db, const struct db_snapshot *s, int64_t *ret_id,
+                       struct gpt_err *err);
+int db_snapshot_get(struct db *db, int64_t id, struct db_snapshot *ret, struct gpt_err *err);
+/* Newest first. */
+int db_snapshot_list(struct db *db, int64_t job_id,
+                     void (*fn)(void *ctx, const struct db_snapshot *s), void *ctx,
+                     struct gpt_err *err);
+
+#endif

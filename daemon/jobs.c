@@ -1,0 +1,827 @@
+/*
+ * jobs: queue, scheduler, the running job and its followers (see jobs.h).
+ * Owns the mailbox (the only state shared with worker threads) and the
+ * running job's workers handle. Loop thread, except jobs_post_* which run
+ * on worker threads and only append to the mailbox.
+ */
+#include "jobs.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "log.h"
+#include "workers.h"
+
+#define JOBS_REPLAY_CHUNK 256 /* metrics per history chunk sent to a follower */
+
+enum jobs_msg_kind { JOBS_MSG_METRIC, JOBS_MSG_EVENT, JOBS_MSG_EXIT };
+
+/* One record from a worker; owned by the mailbox until the loop frees it. */
+struct jobs_msg {
+    struct jobs_msg *next;
+    int kind;
+    union {
+        struct gpt_metric m;
+        struct gpt_event e;
+    } u;
+};
+
+struct jobs_mailbox {
+    uv_mutex_t mu;
+    struct jobs_msg *head, *tail;
+    uv_async_t async;
+};
+
+enum jobs_stop { JOBS_STOP_NONE, JOBS_STOP_CANCEL, JOBS_STOP_SHUTDOWN };
+
+struct jobs_run {
+    int64_t job_id, run_id;
+    struct gpt_job spec;
+    struct workers *ws;
+    int stop; /* enum jobs_stop */
+    uid_t cancelled_by;
+};
+
+struct jobs {
+    uv_loop_t *loop;
+    struct db *db;
+    const struct config *cfg;
+    struct control *ctl;
+    char state_dir[CONFIG_PATH_MAX];
+    struct jobs_mailbox mb;
+    uv_timer_t sched;
+    int handles;
+    struct jobs_run *run;
+    bool shutting_down;
+    int shutdown_calls;
+    void (*done)(void *ctx);
+    void *done_ctx;
+};
+
+static double jobs_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* --- worker side: append to the mailbox and wake the loop -------------- */
+
+static void jobs_post(struct jobs_mailbox *mb, struct jobs_msg *msg)
+{
+    msg->next = NULL;
+    uv_mutex_lock(&mb->mu);
+    if (mb->tail)
+        mb->tail->next = msg;
+    else
+        mb->head = msg;
+    mb->tail = msg;
+    uv_mutex_unlock(&mb->mu);
+    uv_async_send(&mb->async);
+}
+
+static void jobs_post_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct jobs_msg *msg = malloc(sizeof(*msg));
+    if (!msg)
+        return; /* a lost metric is better than a stalled trainer */
+    msg->kind = JOBS_MSG_METRIC;
+    msg->u.m = *m;
+    jobs_post(ctx, msg);
+}
+
+static void jobs_post_event(void *ctx, const struct gpt_event *e)
+{
+    struct jobs_msg *msg = malloc(sizeof(*msg));
+    if (!msg)
+        return;
+    msg->kind = JOBS_MSG_EVENT;
+    msg->u.e = *e;
+    jobs_post(ctx, msg);
+}
+
+static void jobs_post_exit(void *ctx)
+{
+    /* The exit must arrive: without it the job would look running forever. */
+    struct jobs_msg *msg;
+    while (!(msg = calloc(1, sizeof(*msg))))
+        uv_sleep(10);
+    msg->kind = JOBS_MSG_EXIT;
+    jobs_post(ctx, msg);
+}
+
+/* --- followers ----------------------------------------------------------- */
+
+static void jobs_follow_detach(struct control_client *cl)
+{
+    json_decref(cl->logs.id);
+    memset(&cl->logs, 0, sizeof(cl->logs));
+    control_client_idle_check(cl);
+}
+
+static void jobs_send_end(struct control_client *cl, const struct db_job *j)
+{
+    json_t *o = json_pack("{s:s, s:I, s:s}", "type", "end", "job", (json_int_t)j->id, "state",
+                          db_job_state_name(j->state));
+    if (o && j->error[0])
+        json_object_set_new(o, "error", json_string(j->error));
+    control_reply_ok(cl, cl->logs.id, o);
+    jobs_follow_detach(cl);
+}
+
+static void jobs_send_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct control_client *cl = ctx;
+    control_reply_ok(cl, cl->logs.id, gpt_metric_to_json(m));
+}
+
+static void jobs_send_event(void *ctx, const struct gpt_event *e)
+{
+    struct control_client *cl = ctx;
+    control_reply_ok(cl, cl->logs.id, gpt_event_to_json(e));
+}
+
+/* Sends the next history chunk, or switches to live/ends when the history
+ * is exhausted. The next chunk waits until this one has been written. */
+static void jobs_follow_pump(struct jobs *js, struct control_client *cl)
+{
+    struct gpt_err err;
+    while (cl->logs.active && cl->logs.replaying && !cl->closing) {
+        if (cl->writes_pending > 0)
+            return; /* jobs_client_drained calls again */
+        struct db_history_cb cb = {cl, jobs_send_metric, jobs_send_event};
+        int64_t last;
+        int more;
+        int rc = db_history(js->db, cl->logs.job, cl->logs.since, cl->logs.after, JOBS_REPLAY_CHUNK,
+                            &cb, &last, &more, &err);
+        if (rc < 0) {
+            log_error("logs: job %lld: %s", (long long)cl->logs.job, err.msg);
+            control_reply_err(cl, cl->logs.id, rc, &err);
+            jobs_follow_detach(cl);
+            return;
+        }
+        cl->logs.after = last;
+        if (!more)
+            cl->logs.replaying = false;
+    }
+    if (!cl->logs.active || cl->closing)
+        return;
+    struct db_job j;
+    if (db_job_get(js->db, cl->logs.job, &j, &err) < 0) {
+        control_reply_err(cl, cl->logs.id, -ENOENT, &err);
+        jobs_follow_detach(cl);
+        return;
+    }
+    if (!cl->logs.follow || db_job_state_final(j.state))
+        jobs_send_end(cl, &j);
+    db_job_done(&j);
+}
+
+struct jobs_count {
+    int64_t job;
+    int n;
+};
+
+static void jobs_count_follower(void *ctx, struct control_client *cl)
+{
+    struct jobs_count *cc = ctx;
+    if (cl->logs.active && cl->logs.follow && cl->logs.job == cc->job)
+        cc->n++;
+}
+
+int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, int64_t job,
+                int64_t since, bool follow, struct gpt_err *err)
+{
+    if (cl->logs.active)
+        return gpt_err_set(err, -EBUSY, NULL, "this connection already streams logs");
+    struct db_job j;
+    int rc = db_job_get(js->db, job, &j, err);
+    if (rc < 0)
+        return rc;
+    db_job_done(&j);
+    struct jobs_count cc = {job, 0};
+    control_foreach(js->ctl, jobs_count_follower, &cc);
+    if (follow && cc.n >= js->cfg->max_followers_per_job)
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL,
+                           "job %lld already has %d followers (max_followers_per_job)",
+                           (long long)job, cc.n);
+    cl->logs.active = true;
+    cl->logs.follow = follow;
+    cl->logs.replaying = true;
+    cl->logs.id = json_deep_copy(id);
+    cl->logs.job = job;
+    cl->logs.since = since;
+    cl->logs.after = -1;
+    jobs_follow_pump(js, cl);
+    return 0;
+}
+
+void jobs_client_drained(struct jobs *js, struct control_client *cl)
+{
+    if (cl->logs.active && cl->logs.replaying)
+        jobs_follow_pump(js, cl);
+}
+
+void jobs_client_closed(struct jobs *js, struct control_client *cl)
+{
+    (void)js;
+    if (cl->logs.active) {
+        json_decref(cl->logs.id);
+        memset(&cl->logs, 0, sizeof(cl->logs));
+    }
+}
+
+/* Live fan-out of one record to the job's followers that are past replay. */
+struct jobs_fanout {
+    int64_t job;
+    const struct jobs_msg *msg;
+    const struct db_job *end; /* set: send the end of the stream instead */
+};
+
+static void jobs_fanout_one(void *ctx, struct control_client *cl)
+{
+    struct jobs_fanout *f = ctx;
+    if (!cl->logs.active || cl->logs.replaying || cl->logs.job != f->job)
+        return;
+    if (f->end) {
+        jobs_send_end(cl, f->end);
+    } else if (f->msg->kind == JOBS_MSG_METRIC) {
+        if (f->msg->u.m.step >= cl->logs.since)
+            jobs_send_metric(cl, &f->msg->u.m);
+    } else if (f->msg->u.e.step >= cl->logs.since) {
+        jobs_send_event(cl, &f->msg->u.e);
+    }
+}
+
+static void jobs_fanout_msg(struct jobs *js, int64_t job, const struct jobs_msg *msg)
+{
+    struct jobs_fanout f = {job, msg, NULL};
+    control_foreach(js->ctl, jobs_fanout_one, &f);
+}
+
+/* Ends the streams of a job that reached a final state. */
+static void jobs_fanout_end(struct jobs *js, int64_t job)
+{
+    struct db_job j;
+    struct gpt_err err;
+    if (db_job_get(js->db, job, &j, &err) < 0)
+        return;
+    if (db_job_state_final(j.state)) {
+        struct jobs_fanout f = {job, NULL, &j};
+        control_foreach(js->ctl, jobs_fanout_one, &f);
+    }
+    db_job_done(&j);
+}
+
+/* Records a daemon-side event (autocommit) and sends it to followers. */
+static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, const char *kind,
+                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, const char *kind,
+                       const char *fmt, ...)
+{
+    struct jobs_msg msg = {.kind = JOBS_MSG_EVENT};
+    struct gpt_event *e = &msg.u.e;
+    snprintf(e->kind, sizeof(e->kind), "%s", kind);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    e->step = step;
+    e->run_id = run_id;
+    e->time = jobs_now();
+    struct gpt_err err;
+    if (db_event_insert(js->db, job, e, &err) < 0)
+        log_error("job %lld: cannot record event: %s", (long long)job, err.msg);
+    jobs_fanout_msg(js, job, &msg);
+}
+
+/* --- snapshots seen in events ------------------------------------------ */
+
+/* The trainer reports "step N written to PATH in T ms"; the path goes into
+ * the snapshots table (size from stat: one metadata call, no data I/O). */
+static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_event *e)
+{
+    const char *p = strstr(e->message, " written to ");
+    if (!p)
+        return;
+    p += strlen(" written to ");
+    const char *end = NULL;
+    for (const char *q = strstr(p, " in "); q; q = strstr(q + 1, " in "))
+        end = q;
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    struct db_snapshot s = {
+        .job_id = job, .run_id = e->run_id, .step = e->step, .created = e->time};
+    if (n >= sizeof(s.path))
+        return;
+    memcpy(s.path, p, n);
+    s.path[n] = '\0';
+    snprintf(s.node, sizeof(s.node), "%s", js->cfg->node_name);
+    struct stat st;
+    if (stat(s.path, &st) == 0)
+        s.size = (int64_t)st.st_size;
+    struct gpt_err err;
+    if (db_snapshot_insert(js->db, &s, NULL, &err) < 0)
+        log_error("job %lld: cannot record snapshot: %s", (long long)job, err.msg);
+}
+
+/* --- the running job ---------------------------------------------------- */
+
+static void jobs_finish(struct jobs *js);
+
+/* Drains the whole mailbox: wakeups coalesce, so one wakeup may stand for
+ * many records. One transaction for all of them, then the followers. */
+static void jobs_on_mail(uv_async_t *h)
+{
+    struct jobs *js = h->data;
+    uv_mutex_lock(&js->mb.mu);
+    struct jobs_msg *list = js->mb.head;
+    js->mb.head = js->mb.tail = NULL;
+    uv_mutex_unlock(&js->mb.mu);
+    if (!list)
+        return;
+    GPT_ASSERT(js->run);
+    int64_t job = js->run->job_id;
+    bool exited = false;
+
+    struct gpt_err err;
+    int rc = db_begin(js->db, &err);
+    for (struct jobs_msg *m = list; rc == 0 && m; m = m->next) {
+        if (m->kind == JOBS_MSG_METRIC) {
+            rc = db_metric_insert(js->db, job, &m->u.m, &err);
+        } else if (m->kind == JOBS_MSG_EVENT) {
+            rc = db_event_insert(js->db, job, &m->u.e, &err);
+            if (rc == 0 && strcmp(m->u.e.kind, "snapshot") == 0)
+                jobs_record_snapshot(js, job, &m->u.e);
+        }
+    }
+    if (rc == 0)
+        rc = db_commit(js->db, &err);
+    else
+        db_rollback(js->db);
+    if (rc < 0)
+        log_error("job %lld: cannot store metrics: %s", (long long)job, err.msg);
+
+    while (list) {
+        struct jobs_msg *m = list;
+        list = m->next;
+        if (m->kind == JOBS_MSG_EXIT)
+            exited = true;
+        else
+            jobs_fanout_msg(js, job, m);
+        free(m);
+    }
+    if (exited)
+        jobs_finish(js);
+}
+
+static void jobs_mkdirs(const char *path)
+{
+    char tmp[DB_PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    }
+    mkdir(tmp, 0755);
+}
+
+/* Marks a job failed before it ran (bad stored spec, workers not started). */
+static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
+{
+    struct gpt_err err;
+    log_error("job %lld: cannot start: %s", (long long)id, why);
+    if (db_job_set_state(js->db, id, DB_JOB_FAILED, why, jobs_now(), &err) < 0)
+        log_error("job %lld: %s", (long long)id, err.msg);
+    jobs_event(js, id, 0, 0, "error", "cannot start: %s", why);
+    jobs_fanout_end(js, id);
+}
+
+static int jobs_start(struct jobs *js, int64_t id)
+{
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    struct db_job j;
+    int rc = db_job_get(js->db, id, &j, &err);
+    if (rc < 0) {
+        log_error("job %lld: %s", (long long)id, err.msg);
+        return rc;
+    }
+    struct jobs_run *run = calloc(1, sizeof(*run));
+    char resume_path[DB_PATH_MAX] = "";
+    if (!run) {
+        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    run->job_id = id;
+    rc = gpt_jobspec_parse(j.spec_json, strlen(j.spec_json), NULL, 0, &run->spec, &err);
+    if (rc < 0)
+        goto fail;
+    if (j.resume_snapshot > 0) {
+        struct db_snapshot s;
+        rc = db_snapshot_get(js->db, j.resume_snapshot, &s, &err);
+        if (rc < 0)
+            goto fail;
+        snprintf(resume_path, sizeof(resume_path), "%s", s.path);
+    }
+    int n_workers = run->spec.distributed.workers_per_node > 0
+                        ? run->spec.distributed.workers_per_node
+                        : js->cfg->workers;
+    jobs_mkdirs(j.snapshot_dir);
+
+    double now = jobs_now();
+    rc = db_begin(js->db, &err);
+    if (rc == 0)
+        rc = db_run_insert(js->db, id, n_workers, resume_path[0] ? resume_path : NULL, now,
+                           &run->run_id, &err);
+    if (rc == 0)
+        rc = db_job_set_state(js->db, id, DB_JOB_RUNNING, NULL, now, &err);
+    if (rc == 0)
+        rc = db_job_set_resume(js->db, id, 0, 0, &err);
+    if (rc == 0)
+        rc = db_commit(js->db, &err);
+    else
+        db_rollback(js->db);
+    if (rc < 0)
+        goto fail;
+
+    struct workers_opts o = {
+        .job = &run->spec,
+        .n_workers = n_workers,
+        .snapshot_dir = j.snapshot_dir,
+        .resume = j.resume || resume_path[0],
+        .resume_path = resume_path[0] ? resume_path : NULL,
+        .run_id = run->run_id,
+        .ctx = &js->mb,
+        .on_metric = jobs_post_metric,
+        .on_event = jobs_post_event,
+        .on_exit = jobs_post_exit,
+    };
+    js->run = run;
+    rc = workers_start(&o, &run->ws, &err);
+    if (rc < 0) {
+        js->run = NULL;
+        db_run_end(js->db, run->run_id, "failed", jobs_now(), NULL);
+        goto fail;
+    }
+    log_info("job %lld (%s): run %lld started on %d worker%s%s%s", (long long)id, j.name,
+             (long long)run->run_id, n_workers, n_workers == 1 ? "" : "s",
+             o.resume ? ", resuming from " : "",
+             o.resume ? (resume_path[0] ? resume_path : "the newest snapshot") : "");
+    jobs_event(js, id, run->run_id, j.step, "run", "run %lld started on %s with %d worker%s%s",
+               (long long)run->run_id, js->cfg->node_name, n_workers, n_workers == 1 ? "" : "s",
+               o.resume ? " (resume)" : "");
+    db_job_done(&j);
+    return 0;
+fail:
+    jobs_fail_start(js, id, err.msg[0] ? err.msg : gpt_strerror(rc));
+    free(run);
+    db_job_done(&j);
+    return rc;
+}
+
+/* The workers have all returned: record the outcome, end the streams,
+ * start the next job (or finish a shutdown). */
+static void jobs_finish(struct jobs *js)
+{
+    struct jobs_run *run = js->run;
+    struct gpt_train_result res;
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    memset(&res, 0, sizeof(res));
+    int rc = workers_join(run->ws, &res, &err);
+    workers_free(run->ws);
+    js->run = NULL;
+
+    int state;
+    const char *status;
+    char error[DB_ERROR_MAX] = "";
+    if (run->stop == JOBS_STOP_SHUTDOWN && (rc == GPT_TRAIN_STOPPED || rc == -ECANCELED)) {
+        state = DB_JOB_QUEUED; /* resumes on the next start */
+        status = "stopped";
+    } else if (rc == GPT_TRAIN_DONE) {
+        state = DB_JOB_COMPLETED;
+        status = "completed";
+    } else if (rc == GPT_TRAIN_STOPPED) {
+        state = DB_JOB_CANCELLED;
+        status = "cancelled";
+    } else {
+        state = DB_JOB_FAILED;
+        status = "failed";
+        snprintf(error, sizeof(error), "%s", err.msg[0] ? err.msg : gpt_strerror(rc));
+    }
+    double now = jobs_now();
+    struct gpt_err dberr;
+    int drc = db_begin(js->db, &dberr);
+    if (drc == 0)
+        drc = db_run_end(js->db, run->run_id, status, now, &dberr);
+    if (drc == 0)
+        drc = db_job_set_state(js->db, run->job_id, state, error, now, &dberr);
+    if (drc == 0 && state == DB_JOB_QUEUED)
+        drc = db_job_set_resume(js->db, run->job_id, 1, 0, &dberr);
+    if (drc == 0)
+        drc = db_commit(js->db, &dberr);
+    else
+        db_rollback(js->db);
+    if (drc < 0)
+        log_error("job %lld: cannot record its end: %s", (long long)run->job_id, dberr.msg);
+
+    if (state == DB_JOB_FAILED)
+        log_error("job %lld: failed: %s", (long long)run->job_id, error);
+    else
+        log_info("job %lld: run %lld %s at step %lld", (long long)run->job_id,
+                 (long long)run->run_id, status, (long long)res.step);
+    if (state == DB_JOB_QUEUED)
+        jobs_event(js, run->job_id, run->run_id, res.step, "requeue",
+                   "gptd is stopping; the job resumes from its snapshot on the next start");
+    else if (state == DB_JOB_CANCELLED)
+        jobs_event(js, run->job_id, run->run_id, res.step, "state",
+                   "cancelled by uid %u at step %lld", (unsigned)run->cancelled_by,
+                   (long long)res.step);
+    else
+        jobs_event(js, run->job_id, run->run_id, res.step, "state", "%s%s%s", status,
+                   error[0] ? ": " : "", error);
+    jobs_fanout_end(js, run->job_id);
+    free(run);
+
+    if (js->shutting_down) {
+        if (js->done)
+            js->done(js->done_ctx);
+        js->done = NULL;
+    } else {
+        jobs_schedule(js);
+    }
+}
+
+static void jobs_on_sched(uv_timer_t *t)
+{
+    struct jobs *js = t->data;
+    struct gpt_err err;
+    while (!js->run && !js->shutting_down) {
+        int64_t id;
+        int rc = db_job_next_queued(js->db, &id, &err);
+        if (rc == -ENOENT)
+            return;
+        if (rc < 0) {
+            log_error("scheduler: %s", err.msg);
+            return;
+        }
+        jobs_start(js, id); /* on failure the job is marked failed: try the next */
+    }
+}
+
+void jobs_schedule(struct jobs *js)
+{
+    if (!js->run && !js->shutting_down)
+        uv_timer_start(&js->sched, jobs_on_sched, 0, 0);
+}
+
+int64_t jobs_running(const struct jobs *js)
+{
+    return js->run ? js->run->job_id : 0;
+}
+
+/* --- requests ----------------------------------------------------------- */
+
+static int jobs_queue_room(struct jobs *js, struct gpt_err *err)
+{
+    int64_t n = 0;
+    int rc = db_job_count(js->db, DB_JOB_QUEUED, &n, err);
+    if (rc < 0)
+        return rc;
+    if (n >= js->cfg->max_queued_jobs)
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "%lld jobs are queued (max_queued_jobs)",
+                           (long long)n);
+    return 0;
+}
+
+int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = jobs_queue_room(js, err);
+    if (rc < 0)
+        return rc;
+    char *spec = gpt_jobspec_to_json(job);
+    if (!spec)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    struct db_job j = {
+        .owner_uid = owner,
+        .priority = priority,
+        .spec_json = spec,
+        .created = jobs_now(),
+        .max_steps = job->trainer.max_steps,
+    };
+    snprintf(j.name, sizeof(j.name), "%s", job->name[0] ? job->name : "job");
+    int64_t id = 0;
+    rc = db_begin(js->db, err);
+    if (rc == 0)
+        rc = db_job_insert(js->db, &j, &id, err);
+    if (rc == 0) {
+        /* The snapshot directory names the id, which exists only now. */
+        int k;
+        if (job->snapshot.dir[0])
+            k = snprintf(j.snapshot_dir, sizeof(j.snapshot_dir), "%s", job->snapshot.dir);
+        else
+            k = snprintf(j.snapshot_dir, sizeof(j.snapshot_dir), "%s/jobs/%lld/snapshots",
+                         js->state_dir, (long long)id);
+        if (k < 0 || (size_t)k >= sizeof(j.snapshot_dir))
+            rc = gpt_err_set(err, -ENAMETOOLONG, "snapshot.dir", "snapshot directory too long");
+        else
+            rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
+    }
+    if (rc == 0)
+        rc = db_commit(js->db, err);
+    else
+        db_rollback(js->db);
+    free(spec);
+    if (rc < 0)
+        return rc;
+    log_info("job %lld (%s) queued by uid %u, priority %lld", (long long)id, j.name,
+             (unsigned)owner, (long long)priority);
+    jobs_event(js, id, 0, 0, "queued", "submitted by uid %u with priority %lld", (unsigned)owner,
+               (long long)priority);
+    jobs_schedule(js);
+    *ret_id = id;
+    return 0;
+}
+
+/* Loads a job and checks that `who` may change it. */
+static int jobs_get_owned(struct jobs *js, int64_t id, uid_t who, struct db_job *ret,
+                          struct gpt_err *err)
+{
+    int rc = db_job_get(js->db, id, ret, err);
+    if (rc < 0)
+        return rc;
+    if (who != 0 && who != ret->owner_uid) {
+        uid_t owner = ret->owner_uid;
+        db_job_done(ret);
+        return gpt_err_set(err, -EPERM, "job", "job %lld belongs to uid %u", (long long)id,
+                           (unsigned)owner);
+    }
+    return 0;
+}
+
+int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
+{
+    struct db_job j;
+    int rc = jobs_get_owned(js, id, who, &j, err);
+    if (rc < 0)
+        return rc;
+    int state = j.state;
+    int64_t step = j.step;
+    db_job_done(&j);
+    if (js->run && js->run->job_id == id) {
+        if (js->run->stop == JOBS_STOP_NONE) {
+            js->run->stop = JOBS_STOP_CANCEL;
+            js->run->cancelled_by = who;
+            workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+            jobs_event(js, id, js->run->run_id, step, "cancel",
+                       "cancel requested by uid %u; stopping at the next step", (unsigned)who);
+        }
+        return 0;
+    }
+    if (state == DB_JOB_QUEUED || state == DB_JOB_WAITING) {
+        rc = db_job_set_state(js->db, id, DB_JOB_CANCELLED, NULL, jobs_now(), err);
+        if (rc < 0)
+            return rc;
+        jobs_event(js, id, 0, step, "state", "cancelled by uid %u before it ran", (unsigned)who);
+        jobs_fanout_end(js, id);
+        return 0;
+    }
+    return gpt_err_set(err, -EALREADY, "job", "job %lld is already %s", (long long)id,
+                       db_job_state_name(state));
+}
+
+int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, struct gpt_err *err)
+{
+    struct db_job j;
+    int rc = jobs_get_owned(js, id, who, &j, err);
+    if (rc < 0)
+        return rc;
+    int state = j.state;
+    db_job_done(&j);
+    if (!db_job_state_final(state))
+        return gpt_err_set(err, -EALREADY, "job",
+                           "job %lld is %s; only a completed, failed"
+                           " or cancelled job can be resumed",
+                           (long long)id, db_job_state_name(state));
+    if (snapshot_id > 0) {
+        struct db_snapshot s;
+        rc = db_snapshot_get(js->db, snapshot_id, &s, err);
+        if (rc < 0)
+            return rc;
+        if (s.job_id != id)
+            return gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
+                               (long long)snapshot_id, (long long)id);
+    }
+    rc = jobs_queue_room(js, err);
+    if (rc < 0)
+        return rc;
+    rc = db_begin(js->db, err);
+    if (rc == 0)
+        rc = db_job_set_state(js->db, id, DB_JOB_QUEUED, NULL, jobs_now(), err);
+    if (rc == 0)
+        rc = db_job_set_resume(js->db, id, 1, snapshot_id, err);
+    if (rc == 0)
+        rc = db_commit(js->db, err);
+    else
+        db_rollback(js->db);
+    if (rc < 0)
+        return rc;
+    if (snapshot_id > 0)
+        jobs_event(js, id, 0, 0, "queued", "resume from snapshot %lld requested by uid %u",
+                   (long long)snapshot_id, (unsigned)who);
+    else
+        jobs_event(js, id, 0, 0, "queued", "resume from the newest snapshot requested by uid %u",
+                   (unsigned)who);
+    jobs_schedule(js);
+    return 0;
+}
+
+/* --- life cycle --------------------------------------------------------- */
+
+int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct control *ctl,
+             const char *state_dir, struct jobs **ret, struct gpt_err *err)
+{
+    struct jobs *js = calloc(1, sizeof(*js));
+    if (!js)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    js->loop = loop;
+    js->db = db;
+    js->cfg = cfg;
+    js->ctl = ctl;
+    snprintf(js->state_dir, sizeof(js->state_dir), "%s", state_dir);
+    int rc = db_runs_close_open(db, jobs_now(), err);
+    if (rc == 0)
+        rc = db_jobs_requeue_running(db, jobs_now(), err);
+    if (rc < 0) {
+        free(js);
+        return rc;
+    }
+    if (rc > 0)
+        log_notice("%d job%s that %s running when gptd stopped will resume", rc, rc == 1 ? "" : "s",
+                   rc == 1 ? "was" : "were");
+    uv_mutex_init(&js->mb.mu);
+    uv_async_init(loop, &js->mb.async, jobs_on_mail);
+    js->mb.async.data = js;
+    uv_timer_init(loop, &js->sched);
+    js->sched.data = js;
+    js->handles = 2;
+    *ret = js;
+    return 0;
+}
+
+void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx)
+{
+    js->shutting_down = true;
+    js->shutdown_calls++;
+    uv_timer_stop(&js->sched);
+    if (!js->run) {
+        if (done)
+            done(ctx);
+        return;
+    }
+    js->done = done;
+    js->done_ctx = ctx;
+    if (js->shutdown_calls > 1) {
+        log_notice("job %lld: stopping now, without a snapshot", (long long)js->run->job_id);
+        workers_request_stop(js->run->ws, GPT_STOP_NOW);
+        return;
+    }
+    if (js->run->stop == JOBS_STOP_NONE)
+        js->run->stop = JOBS_STOP_SHUTDOWN;
+    log_notice("job %lld: writing a snapshot before gptd stops", (long long)js->run->job_id);
+    workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+}
+
+static void jobs_on_handle_closed(uv_handle_t *h)
+{
+    struct jobs *js = h->data;
+    if (--js->handles > 0)
+        return;
+    uv_mutex_destroy(&js->mb.mu);
+    while (js->mb.head) {
+        struct jobs_msg *m = js->mb.head;
+        js->mb.head = m->next;
+        free(m);
+    }
+    free(js);
+}
+
+void jobs_free(struct jobs *js)
+{
+    if (!js)
+        return;
+    GPT_ASSERT(!js->run);
+    uv_close((uv_handle_t *)&js->mb.async, jobs_on_handle_closed);
+    uv_close((uv_handle_t *)&js->sched, jobs_on_handle_closed);
+}

@@ -1,0 +1,379 @@
+/*
+ * run: `gptd run JOB.json [overrides...] [flags]`, one job in the
+ * foreground (like `torchrun --standalone`): K worker threads in this
+ * process, a live progress line on a TTY or plain lines otherwise, JSON
+ * lines with --json, a snapshot and a clean exit on SIGINT/SIGTERM.
+ *
+ * Runs on the main thread; the workers call back from their threads, and
+ * only global rank 0 prints.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "jobspec.h"
+#include "snapshot.h"
+#include "static_rdzv.h"
+#include "store_client.h"
+#include "trainer.h"
+#include "workers.h"
+
+#define RUN_MAX_OVERRIDES 64
+
+struct run_ctx {
+    int json;
+    int tty;
+    int64_t stop_after; /* stop with a snapshot once this step is reached; 0 = never */
+    int64_t last_step;
+    struct workers *ws;
+    pthread_mutex_t out_mu;
+};
+
+static struct workers *volatile run_signal_target;
+static volatile sig_atomic_t run_signalled;
+
+static void run_on_signal(int sig)
+{
+    (void)sig;
+    run_signalled = 1;
+    if (run_signal_target)
+        workers_request_stop(run_signal_target, GPT_STOP_SNAPSHOT);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gptd run JOB.json [a.b=value ...] [options]\n"
+               "\n"
+               "Trains one job in the foreground.\n"
+               "\n"
+               "options:\n"
+               "  --resume               continue from the newest valid snapshot\n"
+               "  --snapshot-dir DIR     where snapshots go (default: the job's snapshot.dir,\n"
+               "                         else ./gptd-snapshots/NAME)\n"
+               "  --resume-from FILE     continue from this snapshot file\n"
+               "  --workers K            K worker threads, each its own rank (data parallel)\n"
+               "  --world N --rank R --rdzv HOST:PORT\n"
+               "                         join a world of N ranks across processes as ranks\n"
+               "                         R..R+K-1; the process with rank 0 serves the store\n"
+               "  --secret-file FILE     cluster secret for the store (default: loopback only)\n"
+               "  --json                 print every metric and event as one JSON object per line\n"
+               "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
+               "  --sample N             print N sampled tokens from the final model\n"
+               "  --prompt TEXT          prompt for --sample\n"
+               "  --help-spec            print every job key with its type, range and default\n");
+}
+
+static void format_eta(double s, char *buf, size_t cap)
+{
+    if (!(s >= 0) || !isfinite(s))
+        snprintf(buf, cap, "--");
+    else if (s < 60)
+        snprintf(buf, cap, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static void print_json(json_t *o)
+{
+    if (!o)
+        return;
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    if (s) {
+        fprintf(stdout, "%s\n", s);
+        fflush(stdout);
+        free(s);
+    }
+    json_decref(o);
+}
+
+static void run_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct run_ctx *rc = ctx;
+    pthread_mutex_lock(&rc->out_mu);
+    rc->last_step = m->step;
+    if (rc->json) {
+        print_json(gpt_metric_to_json(m));
+    } else {
+        char eta[32], extra[96] = "";
+        format_eta(m->eta_s, eta, sizeof(eta));
+        size_t n = 0;
+        if (isfinite(m->val_loss))
+            n += (size_t)snprintf(extra + n, sizeof(extra) - n, " | val %.4f", m->val_loss);
+        if (isfinite(m->accuracy))
+            snprintf(extra + n, sizeof(extra) - n, " | acc %.1f%%", 100 * m->accuracy);
+        char line[256];
+        snprintf(line, sizeof(line),
+                 "step %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step | mfu %.1f%% "
+                 "| eta %s",
+                 (long long)m->step, (long long)m->max_steps, m->loss, extra, m->lr,
+                 m->tokens_per_s, m->ms_per_step, 100 * m->mfu, eta);
+        if (rc->tty && !isfinite(m->val_loss))
+            fprintf(stdout, "\r\033[K%s", line);
+        else
+            fprintf(stdout, "%s%s\n", rc->tty ? "\r\033[K" : "", line);
+        fflush(stdout);
+    }
+    pthread_mutex_unlock(&rc->out_mu);
+    if (rc->stop_after > 0 && m->step >= rc->stop_after && rc->ws)
+        workers_request_stop(rc->ws, GPT_STOP_SNAPSHOT);
+}
+
+static void run_event(void *ctx, const struct gpt_event *e)
+{
+    struct run_ctx *rc = ctx;
+    pthread_mutex_lock(&rc->out_mu);
+    if (rc->json)
+        print_json(gpt_event_to_json(e));
+    else
+        fprintf(stdout, "%s[%s] %s\n", rc->tty ? "\r\033[K" : "", e->kind, e->message);
+    fflush(stdout);
+    pthread_mutex_unlock(&rc->out_mu);
+}
+
+/* The default snapshot directory: ./gptd-snapshots/<job name or file stem>. */
+static void default_snapdir(const struct gpt_job *job, const char *file, char *buf, size_t cap)
+{
+    char stem[GPT_JOB_NAME_MAX];
+    if (job->name[0]) {
+        snprintf(stem, sizeof(stem), "%s", job->name);
+    } else {
+        const char *base = strrchr(file, '/');
+        snprintf(stem, sizeof(stem), "%s", base ? base + 1 : file);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem)
+            *dot = '\0';
+    }
+    snprintf(buf, cap, "gptd-snapshots/%s", stem);
+}
+
+static int parse_int_arg(const char *flag, const char *v, int64_t lo, int64_t *ret)
+{
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || *end || x < lo) {
+        fprintf(stderr, "gptd run: %s needs an integer >= %lld\n", flag, (long long)lo);
+        return -1;
+    }
+    *ret = x;
+    return 0;
+}
+
+int gptd_run_main(int argc, char **argv)
+{
+    const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
+    const char *rdzv = NULL, *secret_file = NULL;
+    int64_t world = 0, rank = 0;
+    const char *overrides[RUN_MAX_OVERRIDES];
+    size_t n_over = 0;
+    int resume = 0, json = 0;
+    int64_t workers = 1, stop_after = 0, sample_tokens = 0;
+    struct gpt_err err;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--help-spec") == 0) {
+            char *help = gpt_jobspec_help(0);
+            if (!help)
+                return 1;
+            fputs(help, stdout);
+            free(help);
+            return 0;
+        } else if (strcmp(a, "--resume") == 0) {
+            resume = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--snapshot-dir") == 0 && next) {
+            snapdir_arg = argv[++i];
+        } else if (strcmp(a, "--resume-from") == 0 && next) {
+            resume_from = argv[++i];
+        } else if (strcmp(a, "--prompt") == 0 && next) {
+            prompt = argv[++i];
+        } else if (strcmp(a, "--workers") == 0) {
+            if (parse_int_arg(a, next, 1, &workers) < 0)
+                return 2;
+            i++;
+        } else if (strcmp(a, "--rdzv") == 0 && next) {
+            rdzv = argv[++i];
+        } else if (strcmp(a, "--secret-file") == 0 && next) {
+            secret_file = argv[++i];
+        } else if (strcmp(a, "--world") == 0) {
+            if (parse_int_arg(a, next, 1, &world) < 0)
+                return 2;
+            i++;
+        } else if (strcmp(a, "--rank") == 0) {
+            if (parse_int_arg(a, next, 0, &rank) < 0)
+                return 2;
+            i++;
+        } else if (strcmp(a, "--stop-after") == 0) {
+            if (parse_int_arg(a, next, 1, &stop_after) < 0)
+                return 2;
+            i++;
+        } else if (strcmp(a, "--sample") == 0) {
+            if (parse_int_arg(a, next, 0, &sample_tokens) < 0)
+                return 2;
+            i++;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "gptd run: unknown option or missing value: %s\n", a);
+            usage(stderr);
+            return 2;
+        } else if (!file) {
+            file = a;
+        } else if (strchr(a, '=')) {
+            if (n_over == RUN_MAX_OVERRIDES) {
+                fprintf(stderr, "gptd run: more than %d overrides\n", RUN_MAX_OVERRIDES);
+                return 2;
+            }
+            overrides[n_over++] = a;
+        } else {
+            fprintf(stderr, "gptd run: expected an override a.b=value, got '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!file) {
+        usage(stderr);
+        return 2;
+    }
+    if ((world > 0) != (rdzv != NULL) || (world > 0 && rank + workers > world)) {
+        fprintf(stderr, "gptd run: --world and --rdzv go together, and --rank + --workers must "
+                        "not exceed --world\n");
+        return 2;
+    }
+
+    struct gpt_job job;
+    int rc = gpt_jobspec_load(file, overrides, n_over, &job, &err);
+    if (rc == 0)
+        rc = gpt_jobspec_check_paths(&job, &err);
+    if (rc < 0) {
+        if (err.path[0])
+            fprintf(stderr, "gptd run: %s: %s: %s\n", file, err.path, err.msg);
+        else
+            fprintf(stderr, "gptd run: %s: %s\n", file, err.msg);
+        return 1;
+    }
+
+    char snapdir[GPT_JOB_PATH_MAX];
+    if (snapdir_arg)
+        snprintf(snapdir, sizeof(snapdir), "%s", snapdir_arg);
+    else if (job.snapshot.dir[0])
+        snprintf(snapdir, sizeof(snapdir), "%s", job.snapshot.dir);
+    else
+        default_snapdir(&job, file, snapdir, sizeof(snapdir));
+
+    struct run_ctx ctx = {
+        .json = json,
+        .tty = !json && isatty(STDOUT_FILENO),
+        .stop_after = stop_after,
+    };
+    pthread_mutex_init(&ctx.out_mu, NULL);
+
+    struct static_rdzv *rdzv_h = NULL;
+    if (rdzv) {
+        unsigned char secret[STORE_SECRET_MAX];
+        size_t secret_len = 0;
+        if (secret_file &&
+            (rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
+            fprintf(stderr, "gptd run: %s\n", err.msg);
+            return 1;
+        }
+        rc = static_rdzv_open(rdzv, rank == 0, secret_file ? secret : NULL, secret_len, 300000,
+                              &rdzv_h, &err);
+        if (rc < 0) {
+            fprintf(stderr, "gptd run: rendezvous at %s: %s\n", rdzv, err.msg);
+            return 1;
+        }
+    }
+
+    struct workers_opts wo = {
+        .job = &job,
+        .n_workers = (int)workers,
+        .snapshot_dir = snapdir,
+        .resume = resume,
+        .resume_path = resume_from,
+        .ctx = &ctx,
+        .on_metric = run_metric,
+        .on_event = run_event,
+        .world = (int)world,
+        .rank_base = (int)rank,
+        .kv = rdzv_h ? static_rdzv_kv(rdzv_h) : NULL,
+        .kv_prefix = "run/",
+    };
+    /* Signals are blocked while the workers start so that only the main
+     * thread handles them. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    rc = workers_start(&wo, &ctx.ws, &err);
+    if (rc == 0) {
+        run_signal_target = ctx.ws;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = run_on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "gptd run: %s\n", err.msg);
+        static_rdzv_close(rdzv_h);
+        return 1;
+    }
+
+    struct gpt_train_result result;
+    memset(&result, 0, sizeof(result));
+    rc = workers_join(ctx.ws, &result, &err);
+    run_signal_target = NULL;
+    workers_free(ctx.ws);
+    static_rdzv_close(rdzv_h);
+    if (ctx.tty)
+        fputc('\n', stdout);
+    if (rc < 0) {
+        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
+        return 1;
+    }
+    if (rc == GPT_TRAIN_STOPPED) {
+        fprintf(stderr, "gptd run: stopped at step %lld%s; continue with --resume\n",
+                (long long)result.step, run_signalled ? " on a signal" : "");
+        return 0;
+    }
+    if (sample_tokens > 0 && result.last_snapshot[0]) {
+        struct gpt_sample_opts so = {
+            .prompt = prompt,
+            .tokens = (int)sample_tokens,
+            .temperature = 0.8,
+            .top_k = 0,
+            .seed = job.trainer.seed,
+            .threads = job.trainer.threads,
+        };
+        char *text = NULL;
+        rc = gpt_sample_snapshot(result.last_snapshot, &so, &text, &err);
+        if (rc < 0) {
+            fprintf(stderr, "gptd run: sampling failed: %s\n", err.msg);
+            return 1;
+        }
+        if (json) {
+            json_t *o = json_pack("{s:s, s:s}", "type", "sample", "text", text);
+            print_json(o);
+        } else {
+            fprintf(stdout, "--- sample (%lld tokens, temperature 0.8) ---\n%s\n",
+                    (long long)sample_tokens, text);
+        }
+        free(text);
+    }
+    return 0;
+}

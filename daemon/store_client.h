@@ -1,0 +1,168 @@
+/*
+ * store_client: clients of the rendezvous store (daemon/store_server.h,
+ * wire format in proto/store.h), plus the shared secret helpers.
+ *
+ * Two clients:
+ *  - store_client_*: blocking, for worker threads. Plain socket and poll();
+ *    every call is bounded by the client's timeout (WAIT by its own timeout
+ *    plus that) and returns -ECANCELED within ~100 ms of store_client_abort()
+ *    from any thread. A call that failed mid-request (timeout, abort, I/O
+ *    error) leaves the connection unusable: later calls return -EPIPE.
+ *    Calls are serialised by a mutex, so threads may share one client.
+ *  - store_client_async_*: on a libuv loop, for the daemon. Every request
+ *    takes a callback; requests are pipelined and answered in order. All
+ *    calls on the loop thread.
+ * Keys are NUL-terminated strings of 1..GPT_STORE_KEY_MAX bytes.
+ */
+#ifndef GPTD_STORE_CLIENT_H
+#define GPTD_STORE_CLIENT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "comm.h"
+#include "gpt_err.h"
+#include "store.h"
+
+#define STORE_SECRET_MAX 4096
+
+/* ---- secret ---- */
+
+/* Reads the cluster secret from `path` into buf (cap bytes): a regular file
+ * of 1..cap bytes; one trailing newline is dropped. Refuses a file that its
+ * group or others may read or write (-EPERM), as ssh does for keys. Any
+ * thread, blocks on file I/O. Returns 0 with *ret_len set, or a negative
+ * errno. */
+int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len,
+                      struct gpt_err *err);
+
+/* mac = HMAC-SHA256(secret, challenge || GPT_STORE_AUTH_CONTEXT). An empty
+ * secret is allowed (loopback-only stores). Any thread. Returns 0 or
+ * -GPT_E_AUTH if libcrypto fails. */
+int store_auth_mac(const void *secret, size_t secret_len,
+                   const uint8_t challenge[GPT_STORE_CHALLENGE_BYTES],
+                   uint8_t ret_mac[GPT_STORE_MAC_BYTES]);
+
+/* ---- blocking client ---- */
+
+struct store_client_opts {
+    const char *host; /* numeric IPv4/IPv6 address or name */
+    int port;
+    const void *secret; /* borrowed during connect; NULL = empty secret */
+    size_t secret_len;
+    int timeout_ms; /* per request and for connect+handshake; 0 = 30000 */
+};
+
+struct store_client;
+
+/* Connects and authenticates. Blocks up to opts->timeout_ms. Returns 0 with
+ * a new client in *ret, -ETIMEDOUT, -ECONNREFUSED, -GPT_E_AUTH (dropped in
+ * the handshake), -GPT_E_PROTO or another negative errno. */
+int store_client_connect(const struct store_client_opts *opts, struct store_client **ret,
+                         struct gpt_err *err);
+/* Closes and frees; NULL allowed. No call may be in progress. */
+void store_client_free(struct store_client *c);
+/* Any thread: the running and every later call return -ECANCELED. */
+void store_client_abort(struct store_client *c);
+
+int store_client_set(struct store_client *c, const char *key, const void *val, size_t len,
+                     struct gpt_err *err);
+/* On success *ret_val is a new malloc'd buffer (caller frees; NUL-terminated
+ * one byte past *ret_len for convenience). -ENOENT if the key is absent. */
+int store_client_get(struct store_client *c, const char *key, void **ret_val, size_t *ret_len,
+                     struct gpt_err *err);
+/* Adds delta to the int64 counter at key (created at 0); *ret_value (may be
+ * NULL) gets the new value. -EINVAL if the key holds a non-counter. */
+int store_client_add(struct store_client *c, const char *key, int64_t delta, int64_t *ret_value,
+                     struct gpt_err *err);
+/* Sets key to desired if it holds expected (or is absent and expected is
+ * empty). *ret_val (new buffer, may be NULL) gets the value held after. */
+int store_client_compare_set(struct store_client *c, const char *key, const void *expected,
+                             size_t expected_len, const void *desired, size_t desired_len,
+                             void **ret_val, size_t *ret_len, struct gpt_err *err);
+/* Blocks until all keys exist: 0, -ETIMEDOUT (timeout_ms, 0 = none, the
+ * client's timeout still bounds it then), -ECANCELED. */
+int store_client_wait(struct store_client *c, const char *const *keys, size_t nkeys, int timeout_ms,
+                      struct gpt_err *err);
+/* *ret_all = 1 if all keys exist now, else 0. */
+int store_client_check(struct store_client *c, const char *const *keys, size_t nkeys, int *ret_all,
+                       struct gpt_err *err);
+/* *ret_deleted (may be NULL) = 1 if the key existed. */
+int store_client_delete(struct store_client *c, const char *key, int *ret_deleted,
+                        struct gpt_err *err);
+int store_client_num_keys(struct store_client *c, int64_t *ret_n, struct gpt_err *err);
+int store_client_append(struct store_client *c, const char *key, const void *val, size_t len,
+                        struct gpt_err *err);
+
+/* A struct gpt_kv backed by `c` (borrowed; must outlive the kv). Its get
+ * waits for the key (timeout_ms <= 0: the client's timeout), then fetches
+ * it; a value longer than `cap` fails with -EMSGSIZE rather than being cut. */
+struct gpt_kv store_client_kv(struct store_client *c);
+
+/* ---- asynchronous client ---- */
+
+/* What a request's callback receives. status: 0, or a negative error (the
+ * reply's ERROR mapped by proto_store_status_to_errno(), -ECANCELED when the
+ * client closed first, -ECONNRESET / -GPT_E_AUTH / ... when the connection
+ * failed). num: ADD's new value, CHECK's 0/1, DELETE's 0/1, NUM_KEYS's count.
+ * data/len: GET's or COMPARE_SET's value, borrowed for the callback only. */
+struct store_reply {
+    int status;
+    int64_t num;
+    const void *data;
+    size_t len;
+};
+
+struct store_client_async_opts {
+    const char *host; /* numeric IPv4 or IPv6 address */
+    int port;
+    const void *secret; /* copied; NULL = empty secret */
+    size_t secret_len;
+};
+
+struct store_client_async;
+
+/* Starts connecting and authenticating; connect_cb(arg, status) runs once
+ * when that is done or failed. Requests may be issued at once: they are
+ * queued and sent after the handshake. Loop thread. Returns 0 with a new
+ * client in *ret or a negative errno (then nothing is called back). */
+int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts *opts,
+                           void (*connect_cb)(void *arg, int status), void *arg,
+                           struct store_client_async **ret, struct gpt_err *err);
+/* Fails every outstanding request with -ECANCELED, closes the connection and
+ * frees the client once its handles are closed; then close_cb(arg) (may be
+ * NULL). Loop thread. */
+void store_client_async_close(struct store_client_async *a, void (*close_cb)(void *arg), void *arg);
+
+/* Requests: each returns 0 when queued (cb will run exactly once, from the
+ * loop, never from inside this call) or a negative error (-EINVAL bad key,
+ * -GPT_E_LIMIT, -ENOMEM, -EPIPE after the connection failed); cb gets the
+ * reply as described at struct store_reply. */
+int store_client_async_set(struct store_client_async *a, const char *key, const void *val,
+                           size_t len, void (*cb)(void *arg, const struct store_reply *r),
+                           void *arg);
+int store_client_async_get(struct store_client_async *a, const char *key,
+                           void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_add(struct store_client_async *a, const char *key, int64_t delta,
+                           void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_compare_set(struct store_client_async *a, const char *key,
+                                   const void *expected, size_t expected_len, const void *desired,
+                                   size_t desired_len,
+                                   void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_wait(struct store_client_async *a, const char *const *keys, size_t nkeys,
+                            uint32_t timeout_ms, void (*cb)(void *arg, const struct store_reply *r),
+                            void *arg);
+int store_client_async_check(struct store_client_async *a, const char *const *keys, size_t nkeys,
+                             void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_delete(struct store_client_async *a, const char *key,
+                              void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_num_keys(struct store_client_async *a,
+                                void (*cb)(void *arg, const struct store_reply *r), void *arg);
+int store_client_async_append(struct store_client_async *a, const char *key, const void *val,
+                              size_t len, void (*cb)(void *arg, const struct store_reply *r),
+                              void *arg);
+
+#endif

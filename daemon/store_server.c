@@ -1,0 +1,964 @@
+/*
+ * store_server: see store_server.h. Owns the key table, the connections,
+ * their parsers and reply buffers, and the pending WAITs with their timers.
+ * Everything runs on the loop thread; only the counters in `st` are shared,
+ * under `st_lock`.
+ *
+ * Flow of one connection: accept -> (loopback check when no secret) ->
+ * HELLO -> CHALLENGE -> AUTH -> OK -> requests. Replies are staged in the
+ * client's `out` buffer and written once per batch of frames. A client whose
+ * WAIT is pending, or whose unsent replies pass out_high_bytes, is paused:
+ * its frames are buffered but not run (and past the parser's cap it is
+ * dropped). Waits that complete because of
+ * another client's command put their client on the resume queue, drained
+ * iteratively at the end of each callback, so one client never runs inside
+ * another's command.
+ */
+#include "store_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "log.h"
+#include "store.h"
+#include "store_client.h"
+
+#define READ_CHUNK_BYTES 65536
+
+/* ---- intrusive circular lists ---- */
+
+struct link {
+    struct link *prev, *next;
+};
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+static void link_init(struct link *l)
+{
+    l->prev = l->next = l;
+}
+
+static bool link_linked(const struct link *l)
+{
+    return l->next != l;
+}
+
+static void link_insert_tail(struct link *head, struct link *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static void link_remove(struct link *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    link_init(l);
+}
+
+/* ---- objects ---- */
+
+struct entry {
+    struct entry *next; /* hash chain */
+    uint64_t hash;
+    uint8_t *val;
+    size_t val_len;
+    size_t key_len;
+    char key[]; /* NUL-terminated */
+};
+
+struct wait_key {
+    const char *key; /* into the wait's own copy */
+    size_t len;
+    uint64_t hash;
+};
+
+struct wait {
+    uv_timer_t timer; /* always initialised; the wait is freed in its close callback */
+    struct link link; /* in server->waits */
+    struct store_server *srv;
+    struct client *client; /* NULL once finished (the client may be freed first) */
+    uint32_t nkeys;
+    uint32_t cur; /* first key not yet known to exist */
+    struct wait_key keys[];
+};
+
+enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY };
+
+struct client {
+    uv_tcp_t tcp;
+    uv_timer_t hs_timer; /* handshake deadline */
+    struct store_server *srv;
+    struct link link;        /* in server->clients */
+    struct link resume_link; /* in server->resume when queued */
+    enum client_state state;
+    bool closing;
+    int open_handles;
+    uint8_t nonce[GPT_STORE_CHALLENGE_BYTES];
+    struct proto_store_parser parser;
+    struct proto_store_out out; /* replies not yet handed to uv_write */
+    struct wait *wait;
+    char peer[64];
+    uint8_t rbuf[READ_CHUNK_BYTES];
+};
+
+struct write_req {
+    uv_write_t req;
+    struct client *client;
+    struct proto_store_out buf;
+};
+
+struct store_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listening;
+    bool closing;
+    int open_handles; /* listener + every client and wait handle not yet closed */
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    struct store_server_opts opts;
+    uint8_t *secret;
+    struct entry **buckets;
+    size_t nbuckets;
+    struct link clients;
+    struct link waits;
+    struct link resume;
+    bool draining;
+    pthread_mutex_t st_lock;
+    struct store_server_stats st;
+};
+
+static void client_close(struct client *c, const char *why);
+static void client_process(struct client *c);
+
+/* ---- counters ---- */
+
+#define ST_ADD(s, field, delta)                                                                    \
+    do {                                                                                           \
+        pthread_mutex_lock(&(s)->st_lock);                                                         \
+        (s)->st.field += (delta);                                                                  \
+        pthread_mutex_unlock(&(s)->st_lock);                                                       \
+    } while (0)
+
+void store_server_stats(struct store_server *s, struct store_server_stats *ret)
+{
+    pthread_mutex_lock(&s->st_lock);
+    *ret = s->st;
+    pthread_mutex_unlock(&s->st_lock);
+}
+
+/* ---- key table ---- */
+
+static uint64_t key_hash(const char *key, size_t len)
+{
+    uint64_t h = 1469598103934665603ull;
+    size_t i;
+
+    for (i = 0; i < len; i++) {
+        h ^= (uint8_t)key[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static struct entry *table_find(struct store_server *s, const char *key, size_t len, uint64_t hash)
+{
+    struct entry *e;
+
+    for (e = s->buckets[hash & (s->nbuckets - 1)]; e; e = e->next)
+        if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
+            return e;
+    return NULL;
+}
+
+static int table_grow(struct store_server *s)
+{
+    size_t n = s->nbuckets * 2, i;
+    struct entry **nb = calloc(n, sizeof(*nb));
+
+    if (!nb)
+        return -ENOMEM;
+    for (i = 0; i < s->nbuckets; i++) {
+        struct entry *e = s->buckets[i], *next;
+        for (; e; e = next) {
+            next = e->next;
+            e->next = nb[e->hash & (n - 1)];
+            nb[e->hash & (n - 1)] = e;
+        }
+    }
+    free(s->buckets);
+    s->buckets = nb;
+    s->nbuckets = n;
+    return 0;
+}
+
+/* Creates an empty entry for a key known to be absent. -GPT_E_LIMIT or
+ * -ENOMEM on failure. */
+static int table_create(struct store_server *s, const char *key, size_t len, uint64_t hash,
+                        struct entry **ret)
+{
+    struct entry *e;
+
+    if (s->st.keys >= s->opts.max_keys || s->st.data_bytes + len > s->opts.max_data_bytes)
+        return -GPT_E_LIMIT;
+    if (s->st.keys >= s->nbuckets && table_grow(s) < 0)
+        return -ENOMEM;
+    e = calloc(1, sizeof(*e) + len + 1);
+    if (!e)
+        return -ENOMEM;
+    memcpy(e->key, key, len);
+    e->key_len = len;
+    e->hash = hash;
+    e->next = s->buckets[hash & (s->nbuckets - 1)];
+    s->buckets[hash & (s->nbuckets - 1)] = e;
+    pthread_mutex_lock(&s->st_lock);
+    s->st.keys++;
+    s->st.data_bytes += len;
+    pthread_mutex_unlock(&s->st_lock);
+    *ret = e;
+    return 0;
+}
+
+static void table_remove(struct store_server *s, struct entry *e)
+{
+    struct entry **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
+
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    pthread_mutex_lock(&s->st_lock);
+    s->st.keys--;
+    s->st.data_bytes -= e->key_len + e->val_len;
+    pthread_mutex_unlock(&s->st_lock);
+    free(e->val);
+    free(e);
+}
+
+/* Replaces (append=false) or extends the value of e. A failed call leaves
+ * e unchanged. */
+static int entry_store(struct store_server *s, struct entry *e, const void *val, size_t len,
+                       bool append)
+{
+    size_t old = append ? e->val_len : 0, total = old + len;
+    uint8_t *nv;
+
+    if (total > s->opts.max_value_bytes ||
+        s->st.data_bytes - e->val_len + total > s->opts.max_data_bytes)
+        return -GPT_E_LIMIT;
+    nv = malloc(total ? total : 1);
+    if (!nv)
+        return -ENOMEM;
+    if (old)
+        memcpy(nv, e->val, old);
+    if (len)
+        memcpy(nv + old, val, len);
+    pthread_mutex_lock(&s->st_lock);
+    s->st.data_bytes = s->st.data_bytes - e->val_len + total;
+    pthread_mutex_unlock(&s->st_lock);
+    free(e->val);
+    e->val = nv;
+    e->val_len = total;
+    return 0;
+}
+
+static void table_free(struct store_server *s)
+{
+    size_t i;
+
+    for (i = 0; s->buckets && i < s->nbuckets; i++) {
+        struct entry *e = s->buckets[i], *next;
+        for (; e; e = next) {
+            next = e->next;
+            free(e->val);
+            free(e);
+        }
+    }
+    free(s->buckets);
+    s->buckets = NULL;
+}
+
+/* ---- server lifetime ---- */
+
+static void server_maybe_finish(struct store_server *s)
+{
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+
+    if (!s->closing || s->open_handles > 0)
+        return;
+    table_free(s);
+    free(s->secret);
+    pthread_mutex_destroy(&s->st_lock);
+    free(s);
+    if (cb)
+        cb(arg);
+}
+
+static void server_handle_closed(struct store_server *s)
+{
+    s->open_handles--;
+    server_maybe_finish(s);
+}
+
+/* ---- waits ---- */
+
+static void wait_timer_closed(uv_handle_t *h)
+{
+    struct wait *w = container_of((uv_timer_t *)h, struct wait, timer);
+    struct store_server *s = w->srv;
+
+    free(w);
+    server_handle_closed(s);
+}
+
+/* Unlinks w from its client and the server and closes its timer (the wait
+ * is freed in the close callback). */
+static void wait_finish(struct wait *w)
+{
+    struct store_server *s = w->srv;
+
+    link_remove(&w->link);
+    w->client->wait = NULL;
+    w->client = NULL;
+    ST_ADD(s, waits, -1);
+    uv_timer_stop(&w->timer);
+    uv_close((uv_handle_t *)&w->timer, wait_timer_closed);
+}
+
+/* Advances w->cur past keys that exist; true when all exist. */
+static bool wait_advance(struct store_server *s, struct wait *w)
+{
+    while (w->cur < w->nkeys) {
+        const struct wait_key *k = &w->keys[w->cur];
+        if (!table_find(s, k->key, k->len, k->hash))
+            return false;
+        w->cur++;
+    }
+    /* A key passed earlier may have been deleted since: check them all. */
+    for (w->cur = 0; w->cur < w->nkeys; w->cur++) {
+        const struct wait_key *k = &w->keys[w->cur];
+        if (!table_find(s, k->key, k->len, k->hash))
+            return false;
+    }
+    return true;
+}
+
+static void client_queue_resume(struct client *c)
+{
+    if (!c->closing && !link_linked(&c->resume_link))
+        link_insert_tail(&c->srv->resume, &c->resume_link);
+}
+
+/* Runs queued clients until none is left. Re-entrant calls return at once:
+ * the outermost one picks up what they queued. */
+static void server_drain(struct store_server *s)
+{
+    if (s->draining)
+        return;
+    s->draining = true;
+    while (link_linked(&s->resume)) {
+        struct client *c = container_of(s->resume.next, struct client, resume_link);
+        link_remove(&c->resume_link);
+        client_process(c);
+    }
+    s->draining = false;
+}
+
+/* A key was created: complete the waits it was the missing key of. */
+static void waits_key_created(struct store_server *s, const char *key, size_t len, uint64_t hash)
+{
+    struct link *l, *next;
+
+    for (l = s->waits.next; l != &s->waits; l = next) {
+        struct wait *w = container_of(l, struct wait, link);
+        const struct wait_key *k = &w->keys[w->cur];
+        next = l->next;
+        if (k->hash != hash || k->len != len || memcmp(k->key, key, len) != 0)
+            continue;
+        if (!wait_advance(s, w))
+            continue;
+        /* The reply is staged now; the client runs its next frames later. */
+        struct client *c = w->client;
+        proto_store_put_ok(&c->out);
+        client_queue_resume(c);
+        wait_finish(w);
+    }
+}
+
+static void wait_timeout(uv_timer_t *t)
+{
+    struct wait *w = container_of(t, struct wait, timer);
+    struct client *c = w->client;
+    struct store_server *s = c->srv;
+
+    if (proto_store_put_error(&c->out, PROTO_STORE_STATUS_TIMEOUT, "wait timed out") < 0) {
+        client_close(c, "out of memory");
+        return;
+    }
+    wait_finish(w);
+    client_queue_resume(c);
+    server_drain(s);
+}
+
+/* Starts a WAIT for the keys of m that are not all present. */
+static int wait_start(struct client *c, const struct proto_store_msg *m)
+{
+    struct store_server *s = c->srv;
+    size_t cursor = 0, i = 0, klen;
+    const char *k;
+    struct wait *w;
+    char *copy;
+
+    if (s->st.waits >= s->opts.max_waits)
+        return -GPT_E_LIMIT;
+    w = calloc(1, sizeof(*w) + m->nkeys * sizeof(w->keys[0]) + m->keys_raw_len);
+    if (!w)
+        return -ENOMEM;
+    copy = (char *)&w->keys[m->nkeys];
+    memcpy(copy, m->keys_raw, m->keys_raw_len);
+    while (proto_store_keys_next(m, &cursor, &k, &klen)) {
+        w->keys[i].key = copy + (k - (const char *)m->keys_raw);
+        w->keys[i].len = klen;
+        w->keys[i].hash = key_hash(k, klen);
+        i++;
+    }
+    w->nkeys = m->nkeys;
+    w->client = c;
+    w->srv = s;
+    GPT_ASSERT(uv_timer_init(s->loop, &w->timer) == 0);
+    s->open_handles++;
+    link_insert_tail(&s->waits, &w->link);
+    c->wait = w;
+    ST_ADD(s, waits, 1);
+    wait_advance(s, w); /* positions cur on a missing key */
+    if (m->timeout_ms > 0)
+        uv_timer_start(&w->timer, wait_timeout, m->timeout_ms, 0);
+    return 0;
+}
+
+/* ---- commands ---- */
+
+/* ADD: the value is decimal text; anything else is not a counter. */
+static int parse_counter(const uint8_t *v, size_t len, int64_t *ret)
+{
+    char buf[24];
+    char *end;
+    long long x;
+
+    if (len == 0 || len >= sizeof(buf))
+        return -EINVAL;
+    memcpy(buf, v, len);
+    buf[len] = 0;
+    errno = 0;
+    x = strtoll(buf, &end, 10);
+    if (errno || *end || !(buf[0] == '-' || (buf[0] >= '0' && buf[0] <= '9')))
+        return -EINVAL;
+    *ret = x;
+    return 0;
+}
+
+static int keys_all_exist(struct store_server *s, const struct proto_store_msg *m)
+{
+    size_t cursor = 0, klen;
+    const char *k;
+
+    while (proto_store_keys_next(m, &cursor, &k, &klen))
+        if (!table_find(s, k, klen, key_hash(k, klen)))
+            return 0;
+    return 1;
+}
+
+/* Runs one request and stages its reply (unless it is a WAIT that must
+ * wait). Returns 0, or a negative error to report as ERROR. */
+static int command_run(struct client *c, const struct proto_store_msg *m, const char **ret_why)
+{
+    struct store_server *s = c->srv;
+    struct proto_store_out *o = &c->out;
+    uint64_t h = m->key ? key_hash(m->key, m->key_len) : 0;
+    struct entry *e = m->key ? table_find(s, m->key, m->key_len, h) : NULL;
+    bool created = false;
+    int64_t num;
+    char text[24];
+    int rc = 0;
+
+    *ret_why = NULL;
+    switch (m->type) {
+    case PROTO_STORE_SET:
+    case PROTO_STORE_APPEND:
+        if (m->val_len > s->opts.max_value_bytes) {
+            *ret_why = "value over the size limit";
+            return -GPT_E_LIMIT;
+        }
+        if (!e) {
+            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+                break;
+            created = true;
+        }
+        rc = entry_store(s, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+        if (rc == 0)
+            rc = proto_store_put_ok(o);
+        break;
+    case PROTO_STORE_GET:
+        if (!e)
+            return -ENOENT;
+        rc = proto_store_put_value(o, e->val, e->val_len);
+        break;
+    case PROTO_STORE_ADD:
+        num = 0;
+        if (e && parse_counter(e->val, e->val_len, &num) < 0) {
+            *ret_why = "value is not a counter";
+            return -EINVAL;
+        }
+        if (__builtin_add_overflow(num, m->num, &num)) {
+            *ret_why = "counter overflow";
+            return -EINVAL;
+        }
+        if (!e) {
+            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+                break;
+            created = true;
+        }
+        snprintf(text, sizeof(text), "%" PRId64, num);
+        rc = entry_store(s, e, text, strlen(text), false);
+        if (rc == 0)
+            rc = proto_store_put_int(o, num);
+        break;
+    case PROTO_STORE_COMPARE_SET:
+        if (!e && m->val_len > 0)
+            return -ENOENT;
+        if (m->val2_len > s->opts.max_value_bytes) {
+            *ret_why = "value over the size limit";
+            return -GPT_E_LIMIT;
+        }
+        if (!e) {
+            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+                break;
+            created = true;
+            rc = entry_store(s, e, m->val2, m->val2_len, false);
+        } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
+            rc = entry_store(s, e, m->val2, m->val2_len, false);
+        }
+        if (rc == 0)
+            rc = proto_store_put_value(o, e->val, e->val_len);
+        break;
+    case PROTO_STORE_WAIT:
+        if (keys_all_exist(s, m))
+            rc = proto_store_put_ok(o);
+        else if ((rc = wait_start(c, m)) == -GPT_E_LIMIT)
+            *ret_why = "too many pending waits";
+        break;
+    case PROTO_STORE_CHECK:
+        rc = proto_store_put_int(o, keys_all_exist(s, m));
+        break;
+    case PROTO_STORE_DELETE:
+        if (e)
+            table_remove(s, e);
+        rc = proto_store_put_int(o, e ? 1 : 0);
+        break;
+    case PROTO_STORE_NUM_KEYS:
+        rc = proto_store_put_int(o, (int64_t)s->st.keys);
+        break;
+    default:
+        GPT_ASSERT(0);
+    }
+    if (rc < 0 && created)
+        table_remove(s, e); /* a key that failed to get its value is not kept */
+    else if (created)
+        waits_key_created(s, m->key, m->key_len, h);
+    if (rc == -GPT_E_LIMIT && !*ret_why)
+        *ret_why = "store limit reached (keys or bytes)";
+    return rc;
+}
+
+/* ---- handshake ---- */
+
+static int handshake_step(struct client *c, const struct proto_store_msg *m)
+{
+    struct store_server *s = c->srv;
+    uint8_t mac[GPT_STORE_MAC_BYTES];
+
+    if (c->state == CLIENT_HELLO) {
+        if (m->type != PROTO_STORE_HELLO || m->version != GPT_STORE_PROTO_VERSION)
+            return -GPT_E_AUTH;
+        if (RAND_bytes(c->nonce, sizeof(c->nonce)) != 1)
+            return -GPT_E_AUTH;
+        if (proto_store_put_challenge(&c->out, c->nonce) < 0)
+            return -ENOMEM;
+        c->state = CLIENT_AUTH;
+        return 0;
+    }
+    if (m->type != PROTO_STORE_AUTH)
+        return -GPT_E_AUTH;
+    if (store_auth_mac(s->secret, s->opts.secret_len, c->nonce, mac) < 0 ||
+        CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0)
+        return -GPT_E_AUTH;
+    if (proto_store_put_ok(&c->out) < 0)
+        return -ENOMEM;
+    c->state = CLIENT_READY;
+    c->parser.frame_max = GPT_STORE_FRAME_MAX;
+    uv_timer_stop(&c->hs_timer);
+    return 0;
+}
+
+/* ---- connections ---- */
+
+static void client_handle_closed(uv_handle_t *h)
+{
+    struct client *c = h->data;
+    struct store_server *s = c->srv;
+
+    if (--c->open_handles == 0) {
+        proto_store_parser_done(&c->parser);
+        proto_store_out_done(&c->out);
+        free(c);
+    }
+    server_handle_closed(s);
+}
+
+static void client_close(struct client *c, const char *why)
+{
+    struct store_server *s = c->srv;
+
+    if (c->closing)
+        return;
+    c->closing = true;
+    if (why)
+        log_debug("store: closing %s: %s", c->peer, why);
+    if (c->state != CLIENT_READY && why)
+        ST_ADD(s, auth_failures, 1);
+    if (c->wait)
+        wait_finish(c->wait);
+    if (link_linked(&c->resume_link))
+        link_remove(&c->resume_link);
+    link_remove(&c->link);
+    ST_ADD(s, clients, -1);
+    uv_close((uv_handle_t *)&c->tcp, client_handle_closed);
+    uv_close((uv_handle_t *)&c->hs_timer, client_handle_closed);
+}
+
+static void write_done(uv_write_t *req, int status)
+{
+    struct write_req *w = container_of(req, struct write_req, req);
+    struct client *c = w->client;
+
+    proto_store_out_done(&w->buf);
+    free(w);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        client_close(c, uv_strerror(status));
+        return;
+    }
+    client_queue_resume(c);
+    server_drain(c->srv);
+}
+
+/* Hands the staged replies to libuv. */
+static int client_flush(struct client *c)
+{
+    struct write_req *w;
+    uv_buf_t b;
+    int rc;
+
+    if (c->out.len == 0 || c->closing)
+        return 0;
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->client = c;
+    w->buf = c->out;
+    proto_store_out_init(&c->out);
+    b = uv_buf_init((char *)w->buf.data, (unsigned)w->buf.len);
+    rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done);
+    if (rc < 0) {
+        proto_store_out_done(&w->buf);
+        free(w);
+    }
+    return rc;
+}
+
+static bool client_paused(const struct client *c)
+{
+    return c->wait || uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp) + c->out.len >
+                          c->srv->opts.out_high_bytes;
+}
+
+static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct client *c = h->data;
+
+    (void)suggested;
+    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+}
+
+static void client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct client *c = stream->data;
+    struct gpt_err err;
+
+    if (nread < 0) {
+        client_close(c, nread == UV_EOF ? NULL : uv_strerror((int)nread));
+        server_drain(c->srv);
+        return;
+    }
+    if (nread == 0)
+        return;
+    if (proto_store_parser_feed(&c->parser, buf->base, (size_t)nread, &err) < 0) {
+        client_close(c, err.msg);
+        return;
+    }
+    client_process(c);
+    server_drain(c->srv);
+}
+
+/* Runs the client's buffered frames until it needs more bytes or is paused,
+ * and writes the replies. A paused client is still read (so a disconnect is
+ * seen at once); its frames pile up in the parser, whose cap of one maximal
+ * frame plus one read then disconnects a client that keeps sending. */
+static void client_process(struct client *c)
+{
+    struct store_server *s = c->srv;
+    struct proto_store_msg m;
+    struct gpt_err err;
+    const char *why;
+    int rc;
+
+    while (!c->closing && !client_paused(c)) {
+        rc = proto_store_parser_next(&c->parser, &m, &err);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            client_close(c, err.msg);
+            return;
+        }
+        if (c->state != CLIENT_READY) {
+            if ((rc = handshake_step(c, &m)) < 0) {
+                log_notice("store: dropped %s in the handshake (%s, got %s)", c->peer,
+                           gpt_strerror(rc), proto_store_type_name(m.type));
+                client_close(c, "handshake failed");
+                return;
+            }
+            continue;
+        }
+        if (!proto_store_type_is_request(m.type)) {
+            client_close(c, "not a request");
+            return;
+        }
+        ST_ADD(s, requests, 1);
+        rc = command_run(c, &m, &why);
+        if (rc == -ENOMEM) {
+            client_close(c, "out of memory");
+            return;
+        }
+        if (rc < 0 && proto_store_put_error(&c->out, proto_store_status_from_errno(rc),
+                                            why ? why : gpt_strerror(rc)) < 0) {
+            client_close(c, "out of memory");
+            return;
+        }
+    }
+    if (c->closing)
+        return;
+    if ((rc = client_flush(c)) < 0)
+        client_close(c, uv_strerror(rc));
+}
+
+static void handshake_timeout(uv_timer_t *t)
+{
+    struct client *c = t->data;
+
+    client_close(c, "handshake timed out");
+}
+
+static bool peer_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+        uv_ip4_name(in, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+        uv_ip6_name(in6, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(buf, cap, "%s:%d", host, port);
+}
+
+static void server_accept(uv_stream_t *listener, int status)
+{
+    struct store_server *s = listener->data;
+    struct sockaddr_storage ss;
+    int len = sizeof(ss), rc;
+    struct client *c;
+
+    if (status < 0) {
+        log_warn("store: accept failed: %s", uv_strerror(status));
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        log_warn("store: out of memory accepting a connection");
+        return;
+    }
+    c->srv = s;
+    link_init(&c->link);
+    link_init(&c->resume_link);
+    proto_store_parser_init(&c->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
+    proto_store_out_init(&c->out);
+    GPT_ASSERT(uv_tcp_init(s->loop, &c->tcp) == 0);
+    GPT_ASSERT(uv_timer_init(s->loop, &c->hs_timer) == 0);
+    c->tcp.data = c->hs_timer.data = c;
+    c->open_handles = 2;
+    s->open_handles += 2;
+    link_insert_tail(&s->clients, &c->link);
+    ST_ADD(s, clients, 1);
+    snprintf(c->peer, sizeof(c->peer), "?");
+    if ((rc = uv_accept(listener, (uv_stream_t *)&c->tcp)) < 0) {
+        client_close(c, uv_strerror(rc));
+        return;
+    }
+    memset(&ss, 0, sizeof(ss));
+    uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len);
+    peer_name(&ss, c->peer, sizeof(c->peer));
+    if (s->opts.secret_len == 0 && !peer_is_loopback(&ss)) {
+        log_notice("store: refused %s: no secret configured, loopback peers only", c->peer);
+        client_close(c, "not loopback");
+        return;
+    }
+    if (s->st.clients > s->opts.max_clients) {
+        log_warn("store: refused %s: %zu clients connected", c->peer, s->opts.max_clients);
+        client_close(c, NULL);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_timer_start(&c->hs_timer, handshake_timeout, s->opts.handshake_timeout_ms, 0);
+    if ((rc = uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read)) < 0)
+        client_close(c, uv_strerror(rc));
+}
+
+/* ---- public ---- */
+
+int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
+                     struct store_server **ret, struct gpt_err *err)
+{
+    struct store_server *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
+    s->loop = loop;
+    if (opts)
+        s->opts = *opts;
+    if (!s->opts.max_keys)
+        s->opts.max_keys = 65536;
+    if (!s->opts.max_value_bytes || s->opts.max_value_bytes > GPT_STORE_VALUE_MAX)
+        s->opts.max_value_bytes = GPT_STORE_VALUE_MAX;
+    if (!s->opts.max_data_bytes)
+        s->opts.max_data_bytes = (size_t)1 << 30;
+    if (!s->opts.max_clients)
+        s->opts.max_clients = 1024;
+    if (!s->opts.max_waits)
+        s->opts.max_waits = 1024;
+    if (!s->opts.out_high_bytes)
+        s->opts.out_high_bytes = 8u << 20;
+    if (!s->opts.handshake_timeout_ms)
+        s->opts.handshake_timeout_ms = 10000;
+    s->opts.secret = NULL;
+    if (opts && opts->secret_len > 0) {
+        s->secret = malloc(opts->secret_len);
+        if (!s->secret) {
+            free(s);
+            return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
+        }
+        memcpy(s->secret, opts->secret, opts->secret_len);
+    } else {
+        s->opts.secret_len = 0;
+    }
+    s->nbuckets = 64;
+    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
+    if (!s->buckets) {
+        free(s->secret);
+        free(s);
+        return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
+    }
+    link_init(&s->clients);
+    link_init(&s->waits);
+    link_init(&s->resume);
+    pthread_mutex_init(&s->st_lock, NULL);
+    GPT_ASSERT(uv_tcp_init(loop, &s->listener) == 0);
+    s->listener.data = s;
+    s->open_handles = 1;
+    *ret = s;
+    return 0;
+}
+
+int store_server_start(struct store_server *s, const char *host, int port, int *ret_port,
+                       struct gpt_err *err)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss), rc;
+
+    GPT_ASSERT(!s->listening && !s->closing);
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        return gpt_err_set(err, -EINVAL, NULL, "store: '%s' is not a numeric address", host);
+    if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
+        (rc = uv_listen((uv_stream_t *)&s->listener, 511, server_accept)) < 0)
+        return gpt_err_set(err, rc, NULL, "store: cannot listen on %s:%d: %s", host, port,
+                           uv_strerror(rc));
+    s->listening = true;
+    memset(&ss, 0, sizeof(ss));
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len);
+    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
+    if (ret_port)
+        *ret_port = port;
+    if (s->opts.secret_len == 0)
+        log_notice("store: no secret configured; accepting loopback peers only");
+    log_info("store: listening on %s:%d", host, port);
+    return 0;
+}
+
+static void listener_closed(uv_handle_t *h)
+{
+    server_handle_closed(h->data);
+}
+
+void store_server_close(struct store_server *s, void (*close_cb)(void *arg), void *arg)
+{
+    GPT_ASSERT(!s->closing);
+    s->closing = true;
+    s->close_cb = close_cb;
+    s->close_arg = arg;
+    while (link_linked(&s->clients))
+        client_close(container_of(s->clients.next, struct client, link), NULL);
+    uv_close((uv_handle_t *)&s->listener, listener_closed);
+}

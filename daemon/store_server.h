@@ -1,0 +1,74 @@
+/*
+ * store_server: the rendezvous key-value store served over TCP on a libuv
+ * loop (the role of torchrun's c10d TCPStore). The server object is attached
+ * to a loop the caller owns and runs; every function here must be called on
+ * that loop's thread, except store_server_stats(), which any thread may call.
+ *
+ * Wire format and semantics: proto/store.h. Every connection must complete
+ * the HELLO / CHALLENGE / AUTH handshake (HMAC-SHA256 over the cluster
+ * secret; an empty secret when none is configured) before any command runs;
+ * a peer that fails it, speaks a wrong version or sends anything else first
+ * is dropped. Without a secret only loopback peers (127.0.0.0/8, ::1) are
+ * accepted.
+ *
+ * Replies go out in request order, so while a client's WAIT is pending its
+ * later requests are buffered, not run (one pending wait per client by
+ * construction); the same holds while a client's unsent replies exceed
+ * out_high_bytes. A client that buffers more than one maximal frame
+ * (GPT_STORE_FRAME_MAX) plus one read that way is disconnected.
+ */
+#ifndef GPTD_STORE_SERVER_H
+#define GPTD_STORE_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "gpt_err.h"
+
+/* Limits; a zero field takes the default shown. */
+struct store_server_opts {
+    const void *secret; /* copied; NULL or empty = loopback peers only */
+    size_t secret_len;
+    size_t max_keys;               /* 65536; over it, creating a key gets ERROR(LIMIT) */
+    size_t max_value_bytes;        /* GPT_STORE_VALUE_MAX (also caps APPEND's result) */
+    size_t max_data_bytes;         /* 1 GiB of keys and values in total */
+    size_t max_clients;            /* 1024; further connections are closed at once */
+    size_t max_waits;              /* 1024 pending WAITs in total; over it ERROR(LIMIT) */
+    size_t out_high_bytes;         /* 8 MiB of unsent replies before a client is paused */
+    uint32_t handshake_timeout_ms; /* 10000; a slower handshake is dropped */
+};
+
+/* Counters, for tests and metrics. */
+struct store_server_stats {
+    size_t clients; /* connected, authenticated or not */
+    size_t keys;
+    size_t data_bytes;
+    size_t waits;           /* WAITs pending now */
+    uint64_t requests;      /* commands run */
+    uint64_t auth_failures; /* peers dropped in or before the handshake */
+};
+
+struct store_server;
+
+/* Returns a new server attached to `loop` (not yet listening) in *ret.
+ * Loop thread. Returns 0, -EINVAL or -ENOMEM. */
+int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
+                     struct store_server **ret, struct gpt_err *err);
+
+/* Binds host:port (port 0 = ephemeral; the port bound is in *ret_port, which
+ * may be NULL) and starts accepting. Loop thread, does not block. Returns 0
+ * or a negative errno (-EADDRINUSE, ...). */
+int store_server_start(struct store_server *s, const char *host, int port, int *ret_port,
+                       struct gpt_err *err);
+
+/* Closes the listener and every connection, cancels pending waits, and frees
+ * the server once all handles are closed; then calls close_cb(arg) (which
+ * may be NULL) from the loop. `s` must not be used after this call. */
+void store_server_close(struct store_server *s, void (*close_cb)(void *arg), void *arg);
+
+/* Copies the counters. Any thread (they are read under a lock). */
+void store_server_stats(struct store_server *s, struct store_server_stats *ret);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * workers: K training threads of one job in this process (see workers.h).
+ *
+ * Each worker thread owns its communicator and runs gpt_train(). The owner
+ * thread talks to the workers only through atomics (stop, abort) and the
+ * join. For a world that lives entirely in this process the ranks exchange
+ * their ring addresses through the engine's in-memory key-value store.
+ */
+#include "workers.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- workers ---- */
+
+struct worker {
+    struct workers *ws;
+    pthread_t thread;
+    bool started;
+    int rank; /* global */
+    _Atomic(struct gpt_comm *) comm;
+    int rc;
+    struct gpt_err err;
+    struct gpt_train_result result;
+};
+
+struct workers {
+    struct workers_opts o;
+    struct gpt_job job;
+    char snapdir[GPT_JOB_PATH_MAX];
+    char resume_path[GPT_JOB_PATH_MAX];
+    char prefix[256];
+    int world;
+    struct gpt_kv kv_local; /* in-process worlds; zeroed when unused */
+    struct gpt_kv kv;
+    atomic_int stop_how;
+    atomic_bool aborted;
+    atomic_int running;
+    atomic_bool finished;
+    bool joined;
+    int n;
+    struct worker *w;
+};
+
+static int worker_should_stop(void *ctx)
+{
+    struct worker *wk = ctx;
+    return atomic_load(&wk->ws->stop_how);
+}
+
+static void worker_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct worker *wk = ctx;
+    if (wk->ws->o.on_metric)
+        wk->ws->o.on_metric(wk->ws->o.ctx, m);
+}
+
+static void worker_event(void *ctx, const struct gpt_event *e)
+{
+    struct worker *wk = ctx;
+    if (wk->ws->o.on_event)
+        wk->ws->o.on_event(wk->ws->o.ctx, e);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *wk = arg;
+    struct workers *ws = wk->ws;
+    struct gpt_comm *comm = NULL;
+    int rc;
+
+    if (ws->world == 1) {
+        rc = gpt_comm_local_new(&comm, &wk->err);
+    } else {
+        struct gpt_comm_opts co = {
+            .rank = wk->rank,
+            .world = ws->world,
+            .prefix = ws->prefix,
+            .timeout_ms = ws->o.comm_timeout_ms,
+        };
+        rc = gpt_comm_tcp_new(&co, &ws->kv, &comm, &wk->err);
+    }
+    if (rc < 0)
+        goto out;
+    atomic_store(&wk->comm, comm);
+    if (atomic_load(&ws->aborted))
+        gpt_comm_abort(comm);
+
+    struct gpt_trainer_opts to = {
+        .job = &ws->job,
+        .comm = comm,
+        .snapshot_dir = ws->snapdir[0] ? ws->snapdir : NULL,
+        .resume = ws->o.resume,
+        .resume_path = ws->resume_path[0] ? ws->resume_path : NULL,
+        .run_id = ws->o.run_id,
+        .hooks = {.ctx = wk,
+                  .metric = worker_metric,
+                  .event = worker_event,
+                  .should_stop = worker_should_stop},
+    };
+    rc = gpt_train(&to, &wk->result, &wk->err);
+out:
+    wk->rc = rc;
+    /* The owner may free everything once `finished` is set and on_exit ran,
+     * so the comm goes first and nothing of `wk` is touched afterwards. */
+    atomic_store(&wk->comm, NULL);
+    gpt_comm_free(comm);
+    if (atomic_fetch_sub(&ws->running, 1) == 1) {
+        atomic_store(&ws->finished, true);
+        if (ws->o.on_exit)
+            ws->o.on_exit(ws->o.ctx);
+    }
+    return NULL;
+}
+
+int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt_err *err)
+{
+    GPT_ASSERT(o && o->job && o->n_workers >= 1);
+    struct workers *ws = calloc(1, sizeof(*ws));
+    if (!ws)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for workers");
+    ws->o = *o;
+    ws->job = *o->job;
+    ws->o.job = &ws->job;
+    snprintf(ws->snapdir, sizeof(ws->snapdir), "%s", o->snapshot_dir ? o->snapshot_dir : "");
+    snprintf(ws->resume_path, sizeof(ws->resume_path), "%s", o->resume_path ? o->resume_path : "");
+    snprintf(ws->prefix, sizeof(ws->prefix), "%s", o->kv_prefix ? o->kv_prefix : "local/");
+    ws->o.snapshot_dir = NULL;
+    ws->o.resume_path = NULL;
+    ws->o.kv_prefix = NULL;
+    ws->world = o->world > 0 ? o->world : o->n_workers;
+    if (o->rank_base < 0 || o->rank_base + o->n_workers > ws->world) {
+        int world = ws->world;
+        free(ws);
+        return gpt_err_set(err, -EINVAL, NULL, "ranks %d..%d do not fit a world of %d",
+                           o->rank_base, o->rank_base + o->n_workers - 1, world);
+    }
+    if (o->kv) {
+        ws->kv = *o->kv;
+    } else {
+        int rc = gpt_kv_mem_new(&ws->kv_local, err);
+        if (rc < 0) {
+            free(ws);
+            return rc;
+        }
+        ws->kv = ws->kv_local;
+    }
+    atomic_init(&ws->stop_how, GPT_STOP_NO);
+    atomic_init(&ws->aborted, false);
+    atomic_init(&ws->finished, false);
+    ws->n = o->n_workers;
+    atomic_init(&ws->running, ws->n);
+    ws->w = calloc((size_t)ws->n, sizeof(*ws->w));
+    if (!ws->w) {
+        gpt_kv_mem_free(&ws->kv_local);
+        free(ws);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for workers");
+    }
+    for (int i = 0; i < ws->n; i++) {
+        struct worker *wk = &ws->w[i];
+        wk->ws = ws;
+        wk->rank = o->rank_base + i;
+        atomic_init(&wk->comm, NULL);
+    }
+    for (int i = 0; i < ws->n; i++) {
+        if (pthread_create(&ws->w[i].thread, NULL, worker_main, &ws->w[i]) != 0) {
+            /* Threads already started would wait for peers that never come:
+             * abort them and account for the ones never started. */
+            atomic_fetch_sub(&ws->running, ws->n - i - 1);
+            workers_abort(ws);
+            for (int j = 0; j < i; j++)
+                pthread_join(ws->w[j].thread, NULL);
+            gpt_kv_mem_free(&ws->kv_local);
+            free(ws->w);
+            free(ws);
+            return gpt_err_set(err, -EAGAIN, NULL, "cannot start worker thread %d", i);
+        }
+        ws->w[i].started = true;
+    }
+    *ret = ws;
+    return 0;
+}
+
+void workers_request_stop(struct workers *ws, int how)
+{
+    atomic_store(&ws->stop_how, how);
+}
+
+void workers_abort(struct workers *ws)
+{
+    atomic_store(&ws->aborted, true);
+    atomic_store(&ws->stop_how, GPT_STOP_NOW);
+    for (int i = 0; i < ws->n; i++) {
+        struct gpt_comm *c = atomic_load(&ws->w[i].comm);
+        if (c)
+            gpt_comm_abort(c);
+    }
+}
+
+bool workers_finished(const struct workers *ws)
+{
+    return atomic_load(&((struct workers *)ws)->finished);
+}
+
+int workers_join(struct workers *ws, struct gpt_train_result *ret, struct gpt_err *err)
+{
+    int rc = GPT_TRAIN_DONE;
+    struct worker *first_err = NULL;
+    for (int i = 0; i < ws->n; i++) {
+        if (ws->w[i].started && !ws->joined)
+            pthread_join(ws->w[i].thread, NULL);
+    }
+    ws->joined = true;
+    /* The root cause: a rank's own failure rather than the -ECANCELED its
+     * peers see after it. */
+    for (int i = 0; i < ws->n; i++) {
+        struct worker *wk = &ws->w[i];
+        if (wk->rc < 0 && (!first_err || (first_err->rc == -ECANCELED && wk->rc != -ECANCELED)))
+            first_err = wk;
+    }
+    if (first_err) {
+        if (err)
+            *err = first_err->err;
+        return first_err->rc;
+    }
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].rc == GPT_TRAIN_STOPPED)
+            rc = GPT_TRAIN_STOPPED;
+    if (ret && ws->o.rank_base == 0)
+        *ret = ws->w[0].result;
+    return rc;
+}
+
+void workers_free(struct workers *ws)
+{
+    if (!ws)
+        return;
+    if (!ws->joined)
+        (void)workers_join(ws, NULL, NULL);
+    gpt_kv_mem_free(&ws->kv_local);
+    free(ws->w);
+    free(ws);
+}

@@ -1,0 +1,75 @@
+/*
+ * workers: runs one job on K worker threads in this process, one rank each
+ * (the thread-per-device shape the GPU path uses), each with its own model
+ * replica and communicator (tcp ring over loopback between the threads, or
+ * `local` for one worker). Used by `gptd run` and by the daemon's job
+ * runner.
+ *
+ * The owner (one thread: main or the loop) starts and joins; callbacks run
+ * on worker threads and must only hand data off (copy into a mailbox).
+ */
+#ifndef GPTD_WORKERS_H
+#define GPTD_WORKERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt_err.h"
+#include "jobspec.h"
+#include "metric.h"
+#include "trainer.h"
+
+struct workers_opts {
+    const struct gpt_job *job; /* copied at start */
+    int n_workers;             /* local worker threads (ranks) */
+    const char *snapshot_dir;  /* copied; NULL = job's */
+    int resume;                /* continue from the newest valid snapshot if any */
+    const char *resume_path;   /* a chosen snapshot (copied) */
+    int64_t run_id;
+
+    /* Multi-process/multi-node worlds: this process's ranks are
+     * rank_base .. rank_base + n_workers - 1 of `world`, and addresses are
+     * exchanged through `kv` under `kv_prefix`. world == 0 means a world of
+     * exactly n_workers in this process (an in-process kv is used). */
+    int world;
+    int rank_base;
+    const struct gpt_kv *kv; /* borrowed; must outlive the workers */
+    const char *kv_prefix;   /* copied */
+    int comm_timeout_ms;     /* 0 = default */
+
+    /* Worker-thread callbacks (global rank 0 only for metric/event). */
+    void *ctx;
+    void (*on_metric)(void *ctx, const struct gpt_metric *m);
+    void (*on_event)(void *ctx, const struct gpt_event *e);
+    /* Called once, on the last worker thread to finish, after every worker
+     * returned: the owner may then call workers_join without blocking. */
+    void (*on_exit)(void *ctx);
+};
+
+struct workers;
+
+/* Starts the threads. Returns 0 and a new handle, or an error (no threads
+ * left running). Does not block on training. */
+int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt_err *err);
+
+/* Any thread: ask every worker to stop at the next step boundary, writing a
+ * snapshot first when `how` is GPT_STOP_SNAPSHOT. */
+void workers_request_stop(struct workers *w, int how);
+
+/* Any thread: abort every collective now (a peer died); workers return
+ * -ECANCELED without a snapshot. */
+void workers_abort(struct workers *w);
+
+/* True once every worker has returned. Any thread. */
+bool workers_finished(const struct workers *w);
+
+/* Joins the threads (blocks until they return). Returns the job's outcome:
+ * GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or the first worker's error (err
+ * filled). *ret gets global rank 0's result when this process has it. */
+int workers_join(struct workers *w, struct gpt_train_result *ret, struct gpt_err *err);
+
+/* NULL allowed; joins first if needed. */
+void workers_free(struct workers *w);
+
+#endif

@@ -1,0 +1,685 @@
+/*
+ * data: opening text files, llm.c token shards and synthetic tasks, the
+ * stateless epoch shuffle and the batch readers.
+ *
+ * A dataset owns its memory maps and segment tables; after
+ * gpt_dataset_open returns it is never written again, so the batch
+ * readers may run on any number of worker threads at once. Token files are
+ * mmap'd read-only: text tokens go through a byte -> token table, shard
+ * tokens are read as little-endian uint16. The tokenizer lives in
+ * data_vocab.c.
+ */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rng.h"
+
+#define DATA_FEISTEL_ROUNDS 6
+#define DATA_SHUFFLE_SALT   0x73687566666c6531ull /* keys the epoch shuffle */
+#define DATA_HOLDOUT_KEY    0x6164646974696f6eull /* keys the synthetic val/train split */
+#define DATA_HOLDOUT_MAX    1000                  /* held-out problems at most */
+
+/* One mmap'd file. */
+struct data_map {
+    void *addr;
+    size_t len;
+    dev_t dev;
+    ino_t ino;
+};
+
+/* A run of consecutive tokens, cut into windows of T+1 every `stride`. */
+struct data_seg {
+    const unsigned char *base; /* first token */
+    uint64_t n_tokens;
+    uint64_t first_sample; /* samples in the segments before this one */
+    uint64_t n_samples;
+};
+
+struct data_split {
+    struct data_seg *segs;
+    size_t n_segs;
+    uint64_t stride;
+    uint64_t n_samples;
+};
+
+struct gpt_dataset {
+    int kind; /* enum gpt_data_kind */
+    struct gpt_vocab vocab;
+    size_t T;
+    uint64_t seed;
+    int width;              /* bytes per token in the files: 1 text, 2 shards */
+    unsigned char lut[256]; /* text: byte -> token */
+    struct data_map *maps;
+    size_t n_maps;
+    struct data_split train, val;
+    /* synthetic addition */
+    int digits;
+    uint64_t pow10; /* 10^digits */
+    uint64_t n_problems, n_holdout;
+};
+
+/* ---- the stateless shuffle ---------------------------------------------- */
+
+/*
+ * A bijection on [0, n) keyed by `key`: a balanced Feistel network on the
+ * smallest even number of bits that covers n, with cycle walking to stay
+ * inside [0, n). Walking ends because x's cycle in the larger domain
+ * returns to x < n; the domain is under 4n, so few steps are expected.
+ */
+static uint64_t data_perm(uint64_t key, uint64_t n, uint64_t x)
+{
+    if (n <= 1)
+        return 0;
+    int bits = 64 - __builtin_clzll(n - 1);
+    int h = (bits + 1) / 2;
+    uint64_t mask = h >= 32 ? 0xffffffffull : (1ull << h) - 1;
+    do {
+        uint64_t l = x >> h, r = x & mask;
+        for (int i = 0; i < DATA_FEISTEL_ROUNDS; i++) {
+            uint64_t t = l ^ (gpt_hash3(key, (uint64_t)i, r) & mask);
+            l = r;
+            r = t;
+        }
+        x = (l << h) | r;
+    } while (x >= n);
+    return x;
+}
+
+/* Sample id of global sample `g` after the cursor. */
+static uint64_t data_train_index(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
+                                 uint64_t g)
+{
+    uint64_t n = ds->train.n_samples;
+    uint64_t a = cur->position % n + g % n;
+    uint64_t epoch = cur->epoch + cur->position / n + g / n + a / n;
+    uint64_t key = gpt_hash3(cur->seed, epoch, DATA_SHUFFLE_SALT);
+    return data_perm(key, n, a % n);
+}
+
+void gpt_data_cursor_init(const struct gpt_dataset *ds, struct gpt_data_cursor *ret_cur)
+{
+    GPT_ASSERT(ds && ret_cur);
+    ret_cur->epoch = 0;
+    ret_cur->position = 0;
+    ret_cur->seed = ds->seed;
+}
+
+void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur, uint64_t n)
+{
+    GPT_ASSERT(ds && cur);
+    uint64_t N = ds->train.n_samples;
+    uint64_t a = cur->position % N + n % N;
+    cur->epoch += cur->position / N + n / N + a / N;
+    cur->position = a % N;
+}
+
+void gpt_data_rank_range(uint64_t global, int world, int rank, uint64_t *ret_first,
+                         uint64_t *ret_count)
+{
+    GPT_ASSERT(world > 0 && rank >= 0 && rank < world && ret_first && ret_count);
+    uint64_t w = (uint64_t)world, r = (uint64_t)rank;
+    uint64_t q = global / w, rem = global % w;
+    *ret_first = r * q + (r < rem ? r : rem);
+    *ret_count = q + (r < rem ? 1 : 0);
+}
+
+/* ---- token windows -------------------------------------------------------- */
+
+static void data_split_finish(struct data_split *sp, size_t T)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < sp->n_segs; i++) {
+        struct data_seg *s = &sp->segs[i];
+        s->first_sample = total;
+        s->n_samples = s->n_tokens >= T + 1 ? (s->n_tokens - T - 1) / sp->stride + 1 : 0;
+        total += s->n_samples;
+    }
+    sp->n_samples = total;
+}
+
+/* Copies window k of a split into (T) inputs and targets. */
+static int data_window(const struct gpt_dataset *ds, const struct data_split *sp, uint64_t k,
+                       int *inputs, int *targets)
+{
+    size_t lo = 0, hi = sp->n_segs;
+    while (hi - lo > 1) { /* last segment with first_sample <= k */
+        size_t mid = lo + (hi - lo) / 2;
+        if (sp->segs[mid].first_sample <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct data_seg *s = &sp->segs[lo];
+    GPT_ASSERT(k >= s->first_sample && k - s->first_sample < s->n_samples);
+    uint64_t start = (k - s->first_sample) * sp->stride;
+    if (ds->width == 1) {
+        const unsigned char *p = s->base + start;
+        for (size_t t = 0; t < ds->T; t++) {
+            inputs[t] = ds->lut[p[t]];
+            targets[t] = ds->lut[p[t + 1]];
+        }
+        return 0;
+    }
+    const unsigned char *p = s->base + 2 * start;
+    int prev = p[0] | p[1] << 8;
+    if (prev >= ds->vocab.size)
+        return -GPT_E_CORRUPT;
+    for (size_t t = 0; t < ds->T; t++) {
+        int next = p[2 * t + 2] | p[2 * t + 3] << 8;
+        if (next >= ds->vocab.size)
+            return -GPT_E_CORRUPT;
+        inputs[t] = prev;
+        targets[t] = next;
+        prev = next;
+    }
+    return 0;
+}
+
+/* ---- synthetic addition ------------------------------------------------- */
+
+/* Digits of a (n), b (n), then c = a + b reversed (n + 1): 3n + 1 tokens. */
+static void data_addition_seq(const struct gpt_dataset *ds, uint64_t problem, int *seq)
+{
+    int n = ds->digits;
+    uint64_t a = problem / ds->pow10, b = problem % ds->pow10, c = a + b;
+    for (int i = n - 1; i >= 0; i--, a /= 10)
+        seq[i] = (int)(a % 10);
+    for (int i = 2 * n - 1; i >= n; i--, b /= 10)
+        seq[i] = (int)(b % 10);
+    for (int i = 2 * n; i <= 3 * n; i++, c /= 10)
+        seq[i] = (int)(c % 10);
+}
+
+static void data_addition_sample(const struct gpt_dataset *ds, uint64_t problem, int *inputs,
+                                 int *targets)
+{
+    int seq[3 * GPT_ADDITION_DIGITS_MAX + 1];
+    int n = ds->digits;
+    data_addition_seq(ds, problem, seq);
+    for (int t = 0; t < 3 * n; t++) {
+        inputs[t] = seq[t];
+        targets[t] = t < 2 * n - 1 ? -1 : seq[t + 1];
+    }
+}
+
+/* Held-out problem i and train problem j are disjoint slices of one fixed
+ * bijection of the problem space. */
+static uint64_t data_holdout_problem(const struct gpt_dataset *ds, uint64_t i)
+{
+    return data_perm(DATA_HOLDOUT_KEY, ds->n_problems, i % ds->n_holdout);
+}
+
+static uint64_t data_train_problem(const struct gpt_dataset *ds, uint64_t j)
+{
+    return data_perm(DATA_HOLDOUT_KEY, ds->n_problems, ds->n_holdout + j);
+}
+
+int gpt_dataset_val_problem(const struct gpt_dataset *ds, uint64_t index, int *prompt,
+                            size_t *ret_prompt_len, int *answer, size_t *ret_answer_len)
+{
+    GPT_ASSERT(ds);
+    if (ds->kind != GPT_DATA_SYNTHETIC)
+        return -ENOTSUP;
+    GPT_ASSERT(prompt && answer && ret_prompt_len && ret_answer_len);
+    int seq[3 * GPT_ADDITION_DIGITS_MAX + 1];
+    size_t n = (size_t)ds->digits;
+    data_addition_seq(ds, data_holdout_problem(ds, index), seq);
+    memcpy(prompt, seq, 2 * n * sizeof(int));
+    memcpy(answer, seq + 2 * n, (n + 1) * sizeof(int));
+    *ret_prompt_len = 2 * n;
+    *ret_answer_len = n + 1;
+    return 0;
+}
+
+/* ---- batches -------------------------------------------------------------- */
+
+int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
+                            uint64_t first, size_t B, int *inputs, int *targets)
+{
+    GPT_ASSERT(ds && cur && (B == 0 || (inputs && targets)));
+    size_t T = ds->T;
+    for (size_t b = 0; b < B; b++) {
+        uint64_t k = data_train_index(ds, cur, first + b);
+        if (ds->kind == GPT_DATA_SYNTHETIC) {
+            data_addition_sample(ds, data_train_problem(ds, k), inputs + b * T, targets + b * T);
+            continue;
+        }
+        int rc = data_window(ds, &ds->train, k, inputs + b * T, targets + b * T);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B, int *inputs,
+                          int *targets)
+{
+    GPT_ASSERT(ds && (B == 0 || (inputs && targets)));
+    size_t T = ds->T;
+    uint64_t n = gpt_dataset_val_samples(ds);
+    uint64_t k = (uint64_t)(((unsigned __int128)index * B) % n);
+    for (size_t b = 0; b < B; b++, k = (k + 1) % n) {
+        if (ds->kind == GPT_DATA_SYNTHETIC) {
+            data_addition_sample(ds, data_holdout_problem(ds, k), inputs + b * T, targets + b * T);
+            continue;
+        }
+        int rc = data_window(ds, &ds->val, k, inputs + b * T, targets + b * T);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- accessors -------------------------------------------------------------- */
+
+const struct gpt_vocab *gpt_dataset_vocab(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return &ds->vocab;
+}
+
+int gpt_dataset_vocab_size(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->vocab.size;
+}
+
+size_t gpt_dataset_seq_len(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->T;
+}
+
+uint64_t gpt_dataset_train_samples(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->train.n_samples;
+}
+
+uint64_t gpt_dataset_val_samples(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->kind == GPT_DATA_SYNTHETIC ? ds->n_holdout : ds->val.n_samples;
+}
+
+int gpt_dataset_is_synthetic(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->kind == GPT_DATA_SYNTHETIC;
+}
+
+/* ---- open and free ---------------------------------------------------------- */
+
+void gpt_dataset_free(struct gpt_dataset *ds)
+{
+    if (!ds)
+        return;
+    for (size_t i = 0; i < ds->n_maps; i++)
+        if (ds->maps[i].addr)
+            munmap(ds->maps[i].addr, ds->maps[i].len);
+    free(ds->maps);
+    free(ds->train.segs);
+    free(ds->val.segs);
+    free(ds);
+}
+
+/* Maps a whole file read-only into ds->maps[ds->n_maps++] (the array has
+ * room). An empty file is an error: there is nothing to map. */
+static int data_map_file(struct gpt_dataset *ds, const char *file, const char *json_path,
+                         struct data_map **ret, struct gpt_err *err)
+{
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return gpt_err_set(err, -e, json_path, "%s: %s", file, strerror(e));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        gpt_err_set(err, rc, json_path, "%s: %s", file, strerror(-rc));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: not a regular file", file);
+        goto out;
+    }
+    if (st.st_size == 0) {
+        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: file is empty", file);
+        goto out;
+    }
+    void *addr = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (addr == MAP_FAILED) {
+        rc = -errno;
+        gpt_err_set(err, rc, json_path, "%s: mmap: %s", file, strerror(-rc));
+        goto out;
+    }
+    (void)madvise(addr, (size_t)st.st_size, MADV_RANDOM); /* shuffled reads */
+    struct data_map *m = &ds->maps[ds->n_maps++];
+    m->addr = addr;
+    m->len = (size_t)st.st_size;
+    m->dev = st.st_dev;
+    m->ino = st.st_ino;
+    *ret = m;
+out:
+    close(fd);
+    return rc;
+}
+
+static int data_alloc_segs(struct data_split *sp, size_t n, uint64_t stride)
+{
+    sp->segs = calloc(n ? n : 1, sizeof(*sp->segs));
+    if (!sp->segs)
+        return -ENOMEM;
+    sp->n_segs = 0;
+    sp->stride = stride;
+    return 0;
+}
+
+static void data_add_seg(struct data_split *sp, const unsigned char *base, uint64_t n_tokens)
+{
+    struct data_seg *s = &sp->segs[sp->n_segs++];
+    s->base = base;
+    s->n_tokens = n_tokens;
+}
+
+/* Cuts one token run at train_split into a train and a val segment. */
+static int data_split_run(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
+                          const char *file, const unsigned char *base, uint64_t n,
+                          struct gpt_err *err)
+{
+    if (!(spec->train_split > 0.0 && spec->train_split < 1.0))
+        return gpt_err_set(err, -GPT_E_SPEC, "data.train_split",
+                           "must be in (0, 1) to split %s into train and val", file);
+    uint64_t n_train = (uint64_t)((double)n * spec->train_split);
+    if (n_train > n)
+        n_train = n;
+    uint64_t n_val = n - n_train;
+    if (n_train < ds->T + 1)
+        return gpt_err_set(err, -GPT_E_DATA, "data.path",
+                           "%s: the train split holds %llu tokens, fewer than block_size + 1 = %zu",
+                           file, (unsigned long long)n_train, ds->T + 1);
+    if (n_val < ds->T + 1)
+        return gpt_err_set(err, -GPT_E_DATA, "data.train_split",
+                           "%s: the val split holds %llu tokens, fewer than block_size + 1 = %zu "
+                           "(lower data.train_split or use a larger file)",
+                           file, (unsigned long long)n_val, ds->T + 1);
+    int rc = data_alloc_segs(&ds->train, 1, ds->kind == GPT_DATA_TEXT ? 1 : ds->T);
+    if (rc == 0)
+        rc = data_alloc_segs(&ds->val, 1, ds->T);
+    if (rc < 0)
+        return gpt_err_set(err, rc, NULL, "out of memory");
+    data_add_seg(&ds->train, base, n_train);
+    data_add_seg(&ds->val, base + (size_t)ds->width * n_train, n_val);
+    return 0;
+}
+
+/* Checks that a whole file holds one window. */
+static int data_check_run(const struct gpt_dataset *ds, const char *file, const char *json_path,
+                          uint64_t n, struct gpt_err *err)
+{
+    if (n >= ds->T + 1)
+        return 0;
+    return gpt_err_set(err, -GPT_E_DATA, json_path,
+                       "%s holds %llu tokens, fewer than block_size + 1 = %zu", file,
+                       (unsigned long long)n, ds->T + 1);
+}
+
+/* A text file, cut by train_split, or a train and a val file (data.val_path).
+ * The char vocabulary is every byte either file holds, sorted. */
+static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
+                          struct gpt_err *err)
+{
+    struct data_map *m, *vm = NULL;
+    int have_val = spec->val_path[0] != '\0';
+    ds->maps = calloc(2, sizeof(*ds->maps));
+    if (!ds->maps)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc = data_map_file(ds, spec->path, "data.path", &m, err);
+    if (rc == 0 && have_val)
+        rc = data_map_file(ds, spec->val_path, "data.val_path", &vm, err);
+    if (rc < 0)
+        return rc;
+    ds->width = 1;
+    if (spec->tokenizer == GPT_TOK_BYTE) {
+        ds->vocab.kind = GPT_TOK_BYTE;
+        ds->vocab.size = 256;
+        for (int i = 0; i < 256; i++)
+            ds->vocab.chars[i] = ds->lut[i] = (unsigned char)i;
+    } else if (spec->tokenizer == GPT_TOK_CHAR) {
+        unsigned char seen[256] = {0};
+        for (size_t f = 0; f < ds->n_maps; f++) {
+            const unsigned char *p = ds->maps[f].addr;
+            for (size_t i = 0; i < ds->maps[f].len; i++)
+                seen[p[i]] = 1;
+        }
+        ds->vocab.kind = GPT_TOK_CHAR;
+        ds->vocab.size = 0;
+        for (int c = 0; c < 256; c++) {
+            if (!seen[c])
+                continue;
+            ds->lut[c] = (unsigned char)ds->vocab.size;
+            ds->vocab.chars[ds->vocab.size++] = (unsigned char)c;
+        }
+    } else {
+        return gpt_err_set(err, -GPT_E_SPEC, "data.tokenizer", "unknown tokenizer %d",
+                           spec->tokenizer);
+    }
+    if (!have_val)
+        return data_split_run(ds, spec, spec->path, m->addr, m->len, err);
+    if ((rc = data_check_run(ds, spec->path, "data.path", m->len, err)) < 0 ||
+        (rc = data_check_run(ds, spec->val_path, "data.val_path", vm->len, err)) < 0)
+        return rc;
+    if ((rc = data_alloc_segs(&ds->train, 1, 1)) < 0 ||
+        (rc = data_alloc_segs(&ds->val, 1, ds->T)) < 0)
+        return gpt_err_set(err, rc, NULL, "out of memory");
+    data_add_seg(&ds->train, m->addr, m->len);
+    data_add_seg(&ds->val, vm->addr, vm->len);
+    return 0;
+}
+
+/* Opens and checks one llm.c shard; its tokens go to ret_base/ret_n. */
+static int data_open_shard(struct gpt_dataset *ds, const char *file, const char *json_path,
+                           const unsigned char **ret_base, uint64_t *ret_n, struct gpt_err *err)
+{
+    struct data_map *m;
+    int rc = data_map_file(ds, file, json_path, &m, err);
+    if (rc < 0)
+        return rc;
+    if (m->len < GPT_SHARD_HEADER_BYTES)
+        return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
+                           "%s: truncated token shard (%zu bytes, the header alone is %d)", file,
+                           m->len, GPT_SHARD_HEADER_BYTES);
+    const unsigned char *h = m->addr;
+    int32_t word[3];
+    for (int i = 0; i < 3; i++)
+        word[i] = (int32_t)((uint32_t)h[4 * i] | (uint32_t)h[4 * i + 1] << 8 |
+                            (uint32_t)h[4 * i + 2] << 16 | (uint32_t)h[4 * i + 3] << 24);
+    if (word[0] != GPT_SHARD_MAGIC)
+        return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
+                           "%s: bad magic %d, not an llm.c token shard (magic %d)", file, word[0],
+                           GPT_SHARD_MAGIC);
+    if (word[1] != GPT_SHARD_VERSION)
+        return gpt_err_set(err, -GPT_E_VERSION, json_path,
+                           "%s: token shard version %d is not supported (version %d: uint16 "
+                           "tokens)",
+                           file, word[1], GPT_SHARD_VERSION);
+    if (word[2] < 0)
+        return gpt_err_set(err, -GPT_E_CORRUPT, json_path, "%s: negative token count %d", file,
+                           word[2]);
+    uint64_t want = GPT_SHARD_HEADER_BYTES + 2 * (uint64_t)word[2];
+    if ((uint64_t)m->len != want)
+        return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
+                           "%s: %s token shard: %zu bytes, but its header counts %d tokens "
+                           "(%llu bytes)",
+                           file, (uint64_t)m->len < want ? "truncated" : "oversized", m->len,
+                           word[2], (unsigned long long)want);
+    *ret_base = h + GPT_SHARD_HEADER_BYTES;
+    *ret_n = (uint64_t)word[2];
+    return 0;
+}
+
+static int data_glob(const char *pattern, const char *json_path, glob_t *g, struct gpt_err *err)
+{
+    int rc = glob(pattern, GLOB_ERR, NULL, g);
+    if (rc == GLOB_NOMATCH)
+        return gpt_err_set(err, -ENOENT, json_path, "no file matches '%s'", pattern);
+    if (rc == GLOB_NOSPACE)
+        return gpt_err_set(err, -ENOMEM, json_path, "out of memory expanding '%s'", pattern);
+    if (rc != 0)
+        return gpt_err_set(err, -EIO, json_path, "cannot read the directories of '%s'", pattern);
+    if (g->gl_pathc > GPT_SHARD_FILES_MAX)
+        return gpt_err_set(err, -GPT_E_LIMIT, json_path, "'%s' matches %zu files (at most %d)",
+                           pattern, (size_t)g->gl_pathc, GPT_SHARD_FILES_MAX);
+    return 0;
+}
+
+static int data_open_shards(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
+                            struct gpt_err *err)
+{
+    glob_t tg = {0}, vg = {0};
+    int have_val = spec->val_path[0] != '\0', rc;
+    ds->width = 2;
+    ds->vocab.kind = -1;
+    ds->vocab.size = GPT_SHARD_VOCAB;
+    rc = data_glob(spec->path, "data.path", &tg, err);
+    if (rc == 0 && have_val)
+        rc = data_glob(spec->val_path, "data.val_path", &vg, err);
+    if (rc < 0)
+        goto out;
+    size_t nt = tg.gl_pathc, nv = have_val ? vg.gl_pathc : 0;
+    ds->maps = calloc(nt + nv, sizeof(*ds->maps));
+    if (!ds->maps) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    const unsigned char *base;
+    uint64_t n;
+    if (!have_val && nt == 1) {
+        rc = data_open_shard(ds, tg.gl_pathv[0], "data.path", &base, &n, err);
+        if (rc == 0)
+            rc = data_split_run(ds, spec, tg.gl_pathv[0], base, n, err);
+        goto out;
+    }
+    if ((rc = data_alloc_segs(&ds->train, nt, ds->T)) < 0 ||
+        (rc = data_alloc_segs(&ds->val, have_val ? nv : 1, ds->T)) < 0) {
+        gpt_err_set(err, rc, NULL, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nv; i++) {
+        rc = data_open_shard(ds, vg.gl_pathv[i], "data.val_path", &base, &n, err);
+        if (rc < 0)
+            goto out;
+        data_add_seg(&ds->val, base, n);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        rc = data_open_shard(ds, tg.gl_pathv[i], "data.path", &base, &n, err);
+        if (rc < 0)
+            goto out;
+        const struct data_map *m = &ds->maps[ds->n_maps - 1];
+        int dup = 0; /* a file named by both globs is validation data */
+        for (size_t j = 0; j < nv; j++)
+            dup |= ds->maps[j].dev == m->dev && ds->maps[j].ino == m->ino;
+        if (dup)
+            continue;
+        if (!have_val && i == nt - 1)
+            data_add_seg(&ds->val, base, n);
+        else
+            data_add_seg(&ds->train, base, n);
+    }
+    if (ds->train.n_segs == 0) {
+        rc = gpt_err_set(err, -GPT_E_DATA, "data.path",
+                         "'%s' names no training shard (every match is validation data)",
+                         spec->path);
+        goto out;
+    }
+out:
+    globfree(&tg);
+    if (have_val)
+        globfree(&vg);
+    return rc;
+}
+
+static int data_open_synthetic(struct gpt_dataset *ds, const struct gpt_data_spec *spec, size_t T,
+                               struct gpt_err *err)
+{
+    if (strcmp(spec->task, "addition") != 0)
+        return gpt_err_set(err, -GPT_E_SPEC, "data.task",
+                           "unknown synthetic task '%s' (known: addition)", spec->task);
+    int n = spec->digits;
+    if (n < 1 || n > GPT_ADDITION_DIGITS_MAX)
+        return gpt_err_set(err, -GPT_E_SPEC, "data.digits", "must be in [1, %d], got %d",
+                           GPT_ADDITION_DIGITS_MAX, n);
+    if (T != 0 && T < (size_t)(3 * n))
+        return gpt_err_set(err, -GPT_E_SPEC, "model.block_size",
+                           "addition with %d digits needs block_size >= %d, got %zu", n, 3 * n, T);
+    ds->digits = n;
+    ds->T = (size_t)(3 * n);
+    ds->pow10 = 1;
+    for (int i = 0; i < n; i++)
+        ds->pow10 *= 10;
+    ds->n_problems = ds->pow10 * ds->pow10;
+    ds->n_holdout = ds->n_problems / 5 < DATA_HOLDOUT_MAX ? ds->n_problems / 5 : DATA_HOLDOUT_MAX;
+    ds->train.n_samples = ds->n_problems - ds->n_holdout;
+    ds->vocab.kind = GPT_TOK_CHAR;
+    ds->vocab.size = 10;
+    for (int i = 0; i < 10; i++)
+        ds->vocab.chars[i] = (unsigned char)('0' + i);
+    return 0;
+}
+
+int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
+                     struct gpt_dataset **ret, struct gpt_err *err)
+{
+    GPT_ASSERT(spec && ret);
+    struct gpt_dataset *ds = calloc(1, sizeof(*ds));
+    if (!ds)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    ds->kind = spec->kind;
+    ds->T = T;
+    ds->seed = seed;
+    int rc;
+    if (spec->kind != GPT_DATA_SYNTHETIC && T == 0) {
+        rc = gpt_err_set(err, -GPT_E_SPEC, "model.block_size", "must be at least 1");
+        goto fail;
+    }
+    switch (spec->kind) {
+    case GPT_DATA_TEXT:
+        rc = data_open_text(ds, spec, err);
+        break;
+    case GPT_DATA_SHARDS:
+        rc = data_open_shards(ds, spec, err);
+        break;
+    case GPT_DATA_SYNTHETIC:
+        rc = data_open_synthetic(ds, spec, T, err);
+        break;
+    default:
+        rc = gpt_err_set(err, -GPT_E_SPEC, "data.kind", "unknown data kind %d", spec->kind);
+        break;
+    }
+    if (rc < 0)
+        goto fail;
+    if (ds->kind != GPT_DATA_SYNTHETIC) {
+        data_split_finish(&ds->train, ds->T);
+        data_split_finish(&ds->val, ds->T);
+        if (ds->train.n_samples == 0 || ds->val.n_samples == 0) {
+            rc = gpt_err_set(err, -GPT_E_DATA, ds->train.n_samples ? "data.val_path" : "data.path",
+                             "the %s shards hold no window of block_size + 1 = %zu tokens",
+                             ds->train.n_samples ? "validation" : "training", ds->T + 1);
+            goto fail;
+        }
+    }
+    *ret = ds;
+    return 0;
+fail:
+    gpt_dataset_free(ds);
+    return rc;
+}

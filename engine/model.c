@@ -1,0 +1,536 @@
+/*
+ * model: the GPT-2 / minGPT model over the backend interface. Owns the
+ * parameter, gradient and AdamW-moment buffers (one backend allocation
+ * each, same layer-major layout, carved by the tensor table) and the
+ * activations, which are allocated once in gpt_model_init for
+ * (max_B, block_size) so that forward and backward never allocate.
+ *
+ * A struct gpt_model belongs to one worker thread. No logging, no exit.
+ */
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "rng.h"
+
+/* Tensors of one transformer block, in layout order. */
+enum model_blk {
+    BLK_LN1W,
+    BLK_LN1B,
+    BLK_QKVW,
+    BLK_QKVB,
+    BLK_ATTPROJW,
+    BLK_ATTPROJB,
+    BLK_LN2W,
+    BLK_LN2B,
+    BLK_FCW,
+    BLK_FCB,
+    BLK_FCPROJW,
+    BLK_FCPROJB,
+    BLK_COUNT
+};
+
+/* Tensor-table indices outside the blocks. */
+#define T_WTE            0
+#define T_WPE            1
+#define T_BLK(l, k)      (2 + (size_t)(l)*BLK_COUNT + (k))
+#define T_LNFW(L)        (2 + (size_t)(L)*BLK_COUNT)
+#define T_LNFB(L)        (3 + (size_t)(L)*BLK_COUNT)
+#define MODEL_MAX_LAYERS ((GPT_MAX_TENSORS - 4) / BLK_COUNT) /* 42 */
+
+/* Tensor names live in static storage, so the table is spelled out for every
+ * layer the tensor table can hold. */
+#define LAYER_NAMES(l)                                                                             \
+    "h." #l ".ln1w", "h." #l ".ln1b", "h." #l ".attn.qkvw", "h." #l ".attn.qkvb",                  \
+        "h." #l ".attn.projw", "h." #l ".attn.projb", "h." #l ".ln2w", "h." #l ".ln2b",            \
+        "h." #l ".mlp.fcw", "h." #l ".mlp.fcb", "h." #l ".mlp.projw", "h." #l ".mlp.projb"
+static const char *const model_layer_names[MODEL_MAX_LAYERS][BLK_COUNT] = {
+    {LAYER_NAMES(0)},  {LAYER_NAMES(1)},  {LAYER_NAMES(2)},  {LAYER_NAMES(3)},  {LAYER_NAMES(4)},
+    {LAYER_NAMES(5)},  {LAYER_NAMES(6)},  {LAYER_NAMES(7)},  {LAYER_NAMES(8)},  {LAYER_NAMES(9)},
+    {LAYER_NAMES(10)}, {LAYER_NAMES(11)}, {LAYER_NAMES(12)}, {LAYER_NAMES(13)}, {LAYER_NAMES(14)},
+    {LAYER_NAMES(15)}, {LAYER_NAMES(16)}, {LAYER_NAMES(17)}, {LAYER_NAMES(18)}, {LAYER_NAMES(19)},
+    {LAYER_NAMES(20)}, {LAYER_NAMES(21)}, {LAYER_NAMES(22)}, {LAYER_NAMES(23)}, {LAYER_NAMES(24)},
+    {LAYER_NAMES(25)}, {LAYER_NAMES(26)}, {LAYER_NAMES(27)}, {LAYER_NAMES(28)}, {LAYER_NAMES(29)},
+    {LAYER_NAMES(30)}, {LAYER_NAMES(31)}, {LAYER_NAMES(32)}, {LAYER_NAMES(33)}, {LAYER_NAMES(34)},
+    {LAYER_NAMES(35)}, {LAYER_NAMES(36)}, {LAYER_NAMES(37)}, {LAYER_NAMES(38)}, {LAYER_NAMES(39)},
+    {LAYER_NAMES(40)}, {LAYER_NAMES(41)},
+};
+
+/* Activations. Per-layer buffers hold L slices, each packed for the batch
+ * of the current forward (B*T rows), like llm.c. All backend memory except
+ * the host copies at the end. */
+struct gpt_model_acts {
+    int *tokens;      /* (B,T) */
+    int *targets;     /* (B,T) */
+    float *encoded;   /* (B,T,C) */
+    float *ln1;       /* (L,B,T,C) */
+    float *ln1_mean;  /* (L,B,T) */
+    float *ln1_rstd;  /* (L,B,T) */
+    float *qkv;       /* (L,B,T,3C) */
+    float *atty;      /* (L,B,T,C) */
+    float *att;       /* (L,B,NH,T,T) softmax probabilities */
+    float *residual2; /* (L,B,T,C) */
+    float *ln2;       /* (L,B,T,C) */
+    float *ln2_mean;  /* (L,B,T) */
+    float *ln2_rstd;  /* (L,B,T) */
+    float *fch;       /* (L,B,T,4C) */
+    float *fch_gelu;  /* (L,B,T,4C) */
+    float *residual3; /* (L,B,T,C) */
+    float *lnf;       /* (B,T,C) */
+    float *lnf_mean;  /* (B,T) */
+    float *lnf_rstd;  /* (B,T) */
+    float *logits;    /* (B,T,Vp); dlogits in place after backward */
+    float *losses;    /* (B,T) */
+    /* backward workspace */
+    float *dres;        /* (B,T,C) gradient of the residual stream */
+    float *dc;          /* (B,T,C) */
+    float *d4c;         /* (B,T,4C), also dqkv (B,T,3C) */
+    float *datt;        /* (B,NH,T,T) */
+    float *slab;        /* the one float allocation everything above is carved from */
+    float *host_losses; /* (B,T) host memory */
+    /* state of the last forward */
+    size_t B, T;
+    size_t n_valid;
+    int have_targets; /* a forward with targets ran and backward has not */
+};
+
+static size_t model_round_up(size_t x, size_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static float *model_param(const struct gpt_model *m, size_t idx)
+{
+    return m->params + m->tensors[idx].offset;
+}
+
+static float *model_grad(const struct gpt_model *m, size_t idx)
+{
+    return m->grads + m->tensors[idx].offset;
+}
+
+static void model_add_tensor(struct gpt_model *m, const char *name, size_t count, int ndim,
+                             int layer)
+{
+    GPT_ASSERT(m->n_tensors < GPT_MAX_TENSORS);
+    struct gpt_tensor_info *t = &m->tensors[m->n_tensors++];
+    t->name = name;
+    t->offset = m->n_params;
+    t->count = count;
+    t->ndim = ndim;
+    t->layer = layer;
+    m->n_params += count;
+}
+
+static void model_layout(struct gpt_model *m)
+{
+    size_t C = (size_t)m->cfg.n_embd, L = (size_t)m->cfg.n_layer;
+    m->n_params = 0;
+    m->n_tensors = 0;
+    model_add_tensor(m, "wte", m->Vp * C, 2, -1);
+    model_add_tensor(m, "wpe", (size_t)m->cfg.block_size * C, 2, -1);
+    for (size_t l = 0; l < L; l++) {
+        const char *const *nm = model_layer_names[l];
+        int li = (int)l;
+        model_add_tensor(m, nm[BLK_LN1W], C, 1, li);
+        model_add_tensor(m, nm[BLK_LN1B], C, 1, li);
+        model_add_tensor(m, nm[BLK_QKVW], 3 * C * C, 2, li);
+        model_add_tensor(m, nm[BLK_QKVB], 3 * C, 1, li);
+        model_add_tensor(m, nm[BLK_ATTPROJW], C * C, 2, li);
+        model_add_tensor(m, nm[BLK_ATTPROJB], C, 1, li);
+        model_add_tensor(m, nm[BLK_LN2W], C, 1, li);
+        model_add_tensor(m, nm[BLK_LN2B], C, 1, li);
+        model_add_tensor(m, nm[BLK_FCW], 4 * C * C, 2, li);
+        model_add_tensor(m, nm[BLK_FCB], 4 * C, 1, li);
+        model_add_tensor(m, nm[BLK_FCPROJW], 4 * C * C, 2, li);
+        model_add_tensor(m, nm[BLK_FCPROJB], C, 1, li);
+    }
+    model_add_tensor(m, "lnfw", C, 1, (int)L);
+    model_add_tensor(m, "lnfb", C, 1, (int)L);
+}
+
+static int model_check_config(const struct gpt_model_config *cfg, size_t max_B, struct gpt_err *err)
+{
+    if (cfg->n_layer < 1 || cfg->n_layer > MODEL_MAX_LAYERS)
+        return gpt_err_set(err, -EINVAL, "model.n_layer", "must be 1..%d, got %d", MODEL_MAX_LAYERS,
+                           cfg->n_layer);
+    if (cfg->n_head < 1 || cfg->n_embd < 1 || cfg->n_embd > 65536)
+        return gpt_err_set(err, -EINVAL, "model.n_embd",
+                           "n_embd (%d) and n_head (%d) must be positive", cfg->n_embd,
+                           cfg->n_head);
+    if (cfg->n_embd % cfg->n_head != 0)
+        return gpt_err_set(err, -EINVAL, "model.n_head",
+                           "n_embd (%d) must be a multiple of n_head (%d)", cfg->n_embd,
+                           cfg->n_head);
+    if (cfg->block_size < 1 || cfg->block_size > 65536)
+        return gpt_err_set(err, -EINVAL, "model.block_size", "must be 1..65536, got %d",
+                           cfg->block_size);
+    if (cfg->vocab_size < 1 || cfg->vocab_size > (1 << 24))
+        return gpt_err_set(err, -EINVAL, "model.vocab_size", "must be 1..%d, got %d", 1 << 24,
+                           cfg->vocab_size);
+    /* sgemm takes int dimensions: rows = B*T and the widest output, 4C or Vp. */
+    size_t rows = max_B * (size_t)cfg->block_size;
+    if (max_B < 1 || max_B > (1u << 20) || rows * 4 * (size_t)cfg->n_embd > ((size_t)1 << 40))
+        return gpt_err_set(err, -EINVAL, "trainer.micro_batch", "batch %zu is out of range", max_B);
+    return 0;
+}
+
+/* Carves the activation slab; with `base` NULL only counts floats. */
+static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_t T, size_t C,
+                          size_t L, size_t NH, size_t Vp)
+{
+    size_t off = 0;
+    size_t BT = B * T;
+#define CARVE(field, n)                                                                            \
+    do {                                                                                           \
+        a->field = base ? base + off : NULL;                                                       \
+        off += model_round_up((n), 16);                                                            \
+    } while (0)
+    CARVE(encoded, BT * C);
+    CARVE(ln1, L * BT * C);
+    CARVE(ln1_mean, L * BT);
+    CARVE(ln1_rstd, L * BT);
+    CARVE(qkv, L * BT * 3 * C);
+    CARVE(atty, L * BT * C);
+    CARVE(att, L * B * NH * T * T);
+    CARVE(residual2, L * BT * C);
+    CARVE(ln2, L * BT * C);
+    CARVE(ln2_mean, L * BT);
+    CARVE(ln2_rstd, L * BT);
+    CARVE(fch, L * BT * 4 * C);
+    CARVE(fch_gelu, L * BT * 4 * C);
+    CARVE(residual3, L * BT * C);
+    CARVE(lnf, BT * C);
+    CARVE(lnf_mean, BT);
+    CARVE(lnf_rstd, BT);
+    CARVE(logits, BT * Vp);
+    CARVE(losses, BT);
+    CARVE(dres, BT * C);
+    CARVE(dc, BT * C);
+    CARVE(d4c, BT * 4 * C);
+    CARVE(datt, B * NH * T * T);
+#undef CARVE
+    return off;
+}
+
+int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
+                   size_t max_B, struct gpt_err *err)
+{
+    GPT_ASSERT(m && cfg && be);
+    memset(m, 0, sizeof(*m));
+    int rc = model_check_config(cfg, max_B, err);
+    if (rc < 0)
+        return rc;
+    m->cfg = *cfg;
+    m->be = be;
+    m->max_B = max_B;
+    size_t V = (size_t)cfg->vocab_size;
+    /* Padding makes the LM-head matmul well shaped; small vocabularies pad
+     * to 16 so that the padding is exercised by small test models too. */
+    m->Vp = V > 64 ? model_round_up(V, 64) : model_round_up(V, 16);
+    model_layout(m);
+
+    size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
+    size_t T = (size_t)cfg->block_size;
+    struct gpt_model_acts *a = calloc(1, sizeof(*a));
+    if (!a) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "model: out of memory");
+        goto fail;
+    }
+    m->acts = a;
+    size_t pbytes = m->n_params * sizeof(float);
+    rc = gpt_backend_alloc(be, pbytes, (void **)&m->params);
+    if (rc == 0)
+        rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
+    size_t nact = model_carve(a, NULL, max_B, T, C, L, NH, m->Vp);
+    float *slab = NULL;
+    if (rc == 0)
+        rc = gpt_backend_alloc(be, nact * sizeof(float), (void **)&slab);
+    if (rc == 0)
+        rc = gpt_backend_alloc(be, max_B * T * sizeof(int), (void **)&a->tokens);
+    if (rc == 0)
+        rc = gpt_backend_alloc(be, max_B * T * sizeof(int), (void **)&a->targets);
+    if (rc < 0) {
+        gpt_err_set(err, rc, NULL,
+                    "model: cannot allocate %zu parameters and %zu activation floats", m->n_params,
+                    nact);
+        goto fail;
+    }
+    a->slab = slab;
+    a->host_losses = malloc(max_B * T * sizeof(float));
+    if (!a->host_losses) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "model: out of memory");
+        goto fail;
+    }
+    m->act_bytes = nact * sizeof(float) + 2 * max_B * T * sizeof(int);
+    return 0;
+fail:
+    gpt_model_done(m);
+    return rc;
+}
+
+void gpt_model_done(struct gpt_model *m)
+{
+    if (!m)
+        return;
+    struct gpt_backend *be = m->be;
+    if (be) {
+        gpt_backend_mem_free(be, m->params);
+        gpt_backend_mem_free(be, m->grads);
+        gpt_backend_mem_free(be, m->m);
+        gpt_backend_mem_free(be, m->v);
+        if (m->acts) {
+            gpt_backend_mem_free(be, m->acts->slab);
+            gpt_backend_mem_free(be, m->acts->tokens);
+            gpt_backend_mem_free(be, m->acts->targets);
+        }
+    }
+    if (m->acts)
+        free(m->acts->host_losses);
+    free(m->acts);
+    m->acts = NULL;
+    m->params = m->grads = m->m = m->v = NULL;
+}
+
+int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err)
+{
+    GPT_ASSERT(m && m->params);
+    if (m->m && m->v)
+        return 0;
+    size_t bytes = m->n_params * sizeof(float);
+    int rc = 0;
+    if (!m->m)
+        rc = gpt_backend_alloc(m->be, bytes, (void **)&m->m);
+    if (rc == 0 && !m->v)
+        rc = gpt_backend_alloc(m->be, bytes, (void **)&m->v);
+    if (rc < 0)
+        return gpt_err_set(err, rc, NULL, "model: cannot allocate AdamW moments (%zu floats)",
+                           2 * m->n_params);
+    return 0;
+}
+
+void gpt_model_init_weights(struct gpt_model *m, uint64_t seed)
+{
+    GPT_ASSERT(m && m->params);
+    float *host = calloc(m->n_params, sizeof(float));
+    GPT_ASSERT(host != NULL); /* a few MB; failing here means the host is out of memory */
+    struct gpt_rng rng;
+    gpt_rng_seed(&rng, seed);
+    double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
+    size_t C = (size_t)m->cfg.n_embd;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const struct gpt_tensor_info *t = &m->tensors[i];
+        float *p = host + t->offset;
+        size_t count = t->count;
+        if (i == T_WTE)
+            count = (size_t)m->cfg.vocab_size * C; /* padded rows stay 0 */
+        const char *dot = strrchr(t->name, '.');
+        const char *leaf = dot ? dot + 1 : t->name;
+        if (t->ndim == 2) {
+            double sd = strcmp(leaf, "projw") == 0 ? resid_std : 0.02;
+            for (size_t j = 0; j < count; j++)
+                p[j] = (float)(sd * gpt_rng_normal(&rng));
+        } else if (strcmp(leaf, "ln1w") == 0 || strcmp(leaf, "ln2w") == 0 ||
+                   strcmp(leaf, "lnfw") == 0) {
+            for (size_t j = 0; j < count; j++)
+                p[j] = 1.0f;
+        }
+    }
+    gpt_backend_upload(m->be, m->params, host, m->n_params * sizeof(float));
+    free(host);
+}
+
+const float *gpt_model_logits(const struct gpt_model *m)
+{
+    GPT_ASSERT(m && m->acts);
+    return m->acts->logits;
+}
+
+void gpt_model_zero_grad(struct gpt_model *m)
+{
+    GPT_ASSERT(m && m->grads);
+    gpt_backend_memzero(m->be, m->grads, m->n_params * sizeof(float));
+}
+
+void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count)
+{
+    GPT_ASSERT(m && layer >= 0 && layer < m->cfg.n_layer);
+    const struct gpt_tensor_info *first = &m->tensors[T_BLK(layer, 0)];
+    const struct gpt_tensor_info *last = &m->tensors[T_BLK(layer, BLK_COUNT - 1)];
+    *ret_off = first->offset;
+    *ret_count = last->offset + last->count - first->offset;
+}
+
+double gpt_model_flops_per_token(const struct gpt_model *m, size_t T)
+{
+    /* nanoGPT's estimate_mfu: 6N + 12 L C T per token for forward plus
+     * backward, N the parameters without wpe and without the vocab padding. */
+    size_t C = (size_t)m->cfg.n_embd;
+    double N = (double)m->n_params - (double)m->tensors[T_WPE].count -
+               (double)(m->Vp - (size_t)m->cfg.vocab_size) * (double)C;
+    return 6.0 * N + 12.0 * m->cfg.n_layer * (double)C * (double)T;
+}
+
+int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                      size_t T, float *ret_loss)
+{
+    GPT_ASSERT(m && m->acts && inputs);
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    if (B < 1 || B > m->max_B || T < 1 || T > (size_t)m->cfg.block_size)
+        return -EINVAL;
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    size_t V = (size_t)m->cfg.vocab_size, Vp = m->Vp, N = B * T;
+    size_t n_valid = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (inputs[i] < 0 || (size_t)inputs[i] >= V)
+            return -EINVAL;
+        if (targets) {
+            if (targets[i] >= 0 && (size_t)targets[i] >= V)
+                return -EINVAL;
+            n_valid += targets[i] >= 0;
+        }
+    }
+    a->have_targets = 0;
+    /* Re-carve for this (B, T) so each layer's slice is packed. */
+    model_carve(a, a->slab, B, T, C, L, NH, Vp);
+    a->B = B;
+    a->T = T;
+    int rc = gpt_backend_upload(be, a->tokens, inputs, N * sizeof(int));
+    if (rc < 0)
+        return rc;
+
+    gpt_backend_encoder_forward(be, a->encoded, a->tokens, model_param(m, T_WTE),
+                                model_param(m, T_WPE), B, T, C);
+    const float *residual = a->encoded; /* (B,T,C) */
+    for (size_t l = 0; l < L; l++) {
+        float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
+        float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
+        float *atty = a->atty + l * N * C, *att = a->att + l * B * NH * T * T;
+        float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
+        float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
+        float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
+        float *res3 = a->residual3 + l * N * C;
+
+        gpt_backend_layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual,
+                                      model_param(m, T_BLK(l, BLK_LN1W)),
+                                      model_param(m, T_BLK(l, BLK_LN1B)), N, C);
+        gpt_backend_matmul_forward(be, qkv, ln1, model_param(m, T_BLK(l, BLK_QKVW)),
+                                   model_param(m, T_BLK(l, BLK_QKVB)), N, C, 3 * C);
+        gpt_backend_attention_forward(be, atty, att, qkv, B, T, C, NH);
+        /* The projections write straight into the residual buffers, which
+         * then get the skip connection added in place. */
+        gpt_backend_matmul_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
+                                   model_param(m, T_BLK(l, BLK_ATTPROJB)), N, C, C);
+        gpt_backend_residual_forward(be, res2, res2, residual, N * C);
+        gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
+                                      model_param(m, T_BLK(l, BLK_LN2W)),
+                                      model_param(m, T_BLK(l, BLK_LN2B)), N, C);
+        gpt_backend_matmul_forward(be, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
+                                   model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
+        gpt_backend_gelu_forward(be, fch_gelu, fch, N * 4 * C);
+        gpt_backend_matmul_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
+                                   model_param(m, T_BLK(l, BLK_FCPROJB)), N, 4 * C, C);
+        gpt_backend_residual_forward(be, res3, res3, res2, N * C);
+        residual = res3;
+    }
+    gpt_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, residual,
+                                  model_param(m, T_LNFW(L)), model_param(m, T_LNFB(L)), N, C);
+    /* Tied LM head: logits = lnf @ wte^T; padded rows of wte are 0. */
+    gpt_backend_matmul_forward(be, a->logits, a->lnf, model_param(m, T_WTE), NULL, N, C, Vp);
+    if (!targets)
+        return gpt_backend_sync(be);
+
+    rc = gpt_backend_upload(be, a->targets, targets, N * sizeof(int));
+    if (rc < 0)
+        return rc;
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, 0.0f, 0);
+    rc = gpt_backend_download(be, a->host_losses, a->losses, N * sizeof(float));
+    if (rc < 0)
+        return rc;
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++)
+        sum += a->host_losses[i];
+    a->n_valid = n_valid;
+    a->have_targets = 1;
+    if (ret_loss)
+        *ret_loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
+    return 0;
+}
+
+static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
+{
+    if (!m->grads_ready)
+        return;
+    size_t off = m->tensors[first].offset;
+    size_t end = m->tensors[last].offset + m->tensors[last].count;
+    m->grads_ready(m->grads_ready_ctx, off, end - off);
+}
+
+int gpt_model_backward(struct gpt_model *m, float loss_scale)
+{
+    GPT_ASSERT(m && m->acts);
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    if (!a->have_targets)
+        return -EINVAL;
+    a->have_targets = 0; /* the logits buffer becomes dlogits */
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    size_t V = (size_t)m->cfg.vocab_size, Vp = m->Vp;
+    size_t B = a->B, T = a->T, N = B * T;
+    float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
+
+    gpt_backend_softmax_xent(be, a->logits, NULL, a->targets, N, V, Vp, dscale, 1);
+    float *dlogits = a->logits; /* (B,T,Vp) */
+    gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_WTE), NULL, dlogits, a->lnf,
+                                model_param(m, T_WTE), N, C, Vp);
+    const float *res_last = a->residual3 + (L - 1) * N * C;
+    gpt_backend_memzero(be, a->dres, N * C * sizeof(float));
+    gpt_backend_layernorm_backward(be, a->dres, model_grad(m, T_LNFW(L)), model_grad(m, T_LNFB(L)),
+                                   a->dc, res_last, model_param(m, T_LNFW(L)), a->lnf_mean,
+                                   a->lnf_rstd, N, C);
+    model_span_ready(m, T_LNFW(L), T_LNFB(L));
+
+    for (size_t l = L; l-- > 0;) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
+        float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
+        float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
+        float *atty = a->atty + l * N * C, *att = a->att + l * B * NH * T * T;
+        float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
+        float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
+        float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
+
+        /* dres holds d(residual3); it passes unchanged to residual2. */
+        gpt_backend_matmul_backward(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
+                                    model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, fch_gelu,
+                                    model_param(m, T_BLK(l, BLK_FCPROJW)), N, 4 * C, C);
+        gpt_backend_gelu_backward(be, a->d4c, fch, a->d4c, N * 4 * C);
+        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_FCW)),
+                                    model_grad(m, T_BLK(l, BLK_FCB)), a->d4c, ln2,
+                                    model_param(m, T_BLK(l, BLK_FCW)), N, C, 4 * C);
+        gpt_backend_layernorm_backward(
+            be, a->dres, model_grad(m, T_BLK(l, BLK_LN2W)), model_grad(m, T_BLK(l, BLK_LN2B)),
+            a->dc, res2, model_param(m, T_BLK(l, BLK_LN2W)), ln2_mean, ln2_rstd, N, C);
+        /* dres now holds d(residual2); it passes unchanged to the input. */
+        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_ATTPROJW)),
+                                    model_grad(m, T_BLK(l, BLK_ATTPROJB)), a->dres, atty,
+                                    model_param(m, T_BLK(l, BLK_ATTPROJW)), N, C, C);
+        float *dqkv = a->d4c; /* (B,T,3C) */
+        gpt_backend_attention_backward(be, dqkv, a->datt, a->dc, qkv, att, B, T, C, NH);
+        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_QKVW)),
+                                    model_grad(m, T_BLK(l, BLK_QKVB)), dqkv, ln1,
+                                    model_param(m, T_BLK(l, BLK_QKVW)), N, C, 3 * C);
+        gpt_backend_layernorm_backward(
+            be, a->dres, model_grad(m, T_BLK(l, BLK_LN1W)), model_grad(m, T_BLK(l, BLK_LN1B)),
+            a->dc, residual, model_param(m, T_BLK(l, BLK_LN1W)), ln1_mean, ln1_rstd, N, C);
+        model_span_ready(m, T_BLK(l, 0), T_BLK(l, BLK_COUNT - 1));
+    }
+    gpt_backend_encoder_backward(be, model_grad(m, T_WTE), model_grad(m, T_WPE), a->dres, a->tokens,
+                                 B, T, C);
+    model_span_ready(m, T_WTE, T_WPE);
+    return gpt_backend_sync(be);
+}

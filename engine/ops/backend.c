@@ -1,0 +1,213 @@
+/*
+ * backend: the front-end wrappers of the backend vtable. Each checks its
+ * arguments with always-on asserts (programmer errors only) and dispatches
+ * to the backend's slot. Called on the thread that owns the backend.
+ */
+#include "backend.h"
+
+#include <stdint.h>
+
+#define BE_CHECK(be, slot) GPT_ASSERT((be) != NULL && (be)->ops != NULL && (be)->ops->slot != NULL)
+
+void gpt_backend_free(struct gpt_backend *be)
+{
+    if (!be)
+        return;
+    GPT_ASSERT(be->ops && be->ops->destroy);
+    be->ops->destroy(be);
+}
+
+int gpt_backend_alloc(struct gpt_backend *be, size_t bytes, void **ret_ptr)
+{
+    BE_CHECK(be, alloc);
+    GPT_ASSERT(bytes > 0 && ret_ptr);
+    return be->ops->alloc(be, bytes, ret_ptr);
+}
+
+void gpt_backend_mem_free(struct gpt_backend *be, void *ptr)
+{
+    if (!ptr)
+        return;
+    BE_CHECK(be, mem_free);
+    be->ops->mem_free(be, ptr);
+}
+
+int gpt_backend_upload(struct gpt_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    BE_CHECK(be, upload);
+    if (bytes == 0)
+        return 0;
+    GPT_ASSERT(dst && host_src);
+    return be->ops->upload(be, dst, host_src, bytes);
+}
+
+int gpt_backend_download(struct gpt_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    BE_CHECK(be, download);
+    if (bytes == 0)
+        return 0;
+    GPT_ASSERT(host_dst && src);
+    return be->ops->download(be, host_dst, src, bytes);
+}
+
+void gpt_backend_copy(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    BE_CHECK(be, copy);
+    if (bytes == 0)
+        return;
+    GPT_ASSERT(dst && src);
+    be->ops->copy(be, dst, src, bytes);
+}
+
+void gpt_backend_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
+{
+    BE_CHECK(be, memzero);
+    if (bytes == 0)
+        return;
+    GPT_ASSERT(ptr);
+    be->ops->memzero(be, ptr, bytes);
+}
+
+int gpt_backend_sync(struct gpt_backend *be)
+{
+    GPT_ASSERT(be && be->ops);
+    /* The optional slot: a synchronous backend has nothing to wait for. */
+    if (!be->ops->sync)
+        return 0;
+    return be->ops->sync(be);
+}
+
+void gpt_backend_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
+                                 const float *wte, const float *wpe, size_t B, size_t T, size_t C)
+{
+    BE_CHECK(be, encoder_forward);
+    GPT_ASSERT(out && inp && wte && wpe && B > 0 && T > 0 && C > 0);
+    be->ops->encoder_forward(be, out, inp, wte, wpe, B, T, C);
+}
+
+void gpt_backend_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int *inp, size_t B, size_t T, size_t C)
+{
+    BE_CHECK(be, encoder_backward);
+    GPT_ASSERT(dwte && dwpe && dout && inp && B > 0 && T > 0 && C > 0);
+    be->ops->encoder_backward(be, dwte, dwpe, dout, inp, B, T, C);
+}
+
+void gpt_backend_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
+                                   const float *inp, const float *weight, const float *bias,
+                                   size_t N, size_t C)
+{
+    BE_CHECK(be, layernorm_forward);
+    GPT_ASSERT(out && mean && rstd && inp && weight && bias && N > 0 && C > 0);
+    GPT_ASSERT(out != inp);
+    be->ops->layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);
+}
+
+void gpt_backend_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
+                                    float *dbias, const float *dout, const float *inp,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    size_t N, size_t C)
+{
+    BE_CHECK(be, layernorm_backward);
+    GPT_ASSERT(dinp && dweight && dbias && dout && inp && weight && mean && rstd);
+    GPT_ASSERT(N > 0 && C > 0 && dinp != dout);
+    be->ops->layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+void gpt_backend_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
+                                const float *weight, const float *bias, size_t N, size_t C,
+                                size_t OC)
+{
+    BE_CHECK(be, matmul_forward);
+    GPT_ASSERT(out && inp && weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(out != inp && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_forward(be, out, inp, weight, bias, N, C, OC);
+}
+
+void gpt_backend_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight, size_t N,
+                                 size_t C, size_t OC)
+{
+    BE_CHECK(be, matmul_backward);
+    GPT_ASSERT(dweight && dout && inp && weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(dinp != dout && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
+                                   size_t B, size_t T, size_t C, size_t NH)
+{
+    BE_CHECK(be, attention_forward);
+    GPT_ASSERT(out && att && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0 && C > 0);
+    be->ops->attention_forward(be, out, att, qkv, B, T, C, NH);
+}
+
+void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *att, size_t B,
+                                    size_t T, size_t C, size_t NH)
+{
+    BE_CHECK(be, attention_backward);
+    GPT_ASSERT(dqkv && scratch && dout && qkv && att && scratch != att);
+    GPT_ASSERT(B > 0 && T > 0 && NH > 0 && C % NH == 0 && C > 0);
+    be->ops->attention_backward(be, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+}
+
+void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
+{
+    BE_CHECK(be, gelu_forward);
+    GPT_ASSERT(out && inp);
+    be->ops->gelu_forward(be, out, inp, n);
+}
+
+void gpt_backend_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
+                               const float *dout, size_t n)
+{
+    BE_CHECK(be, gelu_backward);
+    GPT_ASSERT(dinp && inp && dout);
+    be->ops->gelu_backward(be, dinp, inp, dout, n);
+}
+
+void gpt_backend_residual_forward(struct gpt_backend *be, float *out, const float *a,
+                                  const float *b, size_t n)
+{
+    BE_CHECK(be, residual_forward);
+    GPT_ASSERT(out && a && b);
+    be->ops->residual_forward(be, out, a, b, n);
+}
+
+void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
+                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                              int write_dlogits)
+{
+    BE_CHECK(be, softmax_xent);
+    GPT_ASSERT(logits && targets && N > 0 && V > 0 && V <= Vp);
+    be->ops->softmax_xent(be, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
+}
+
+void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, float bc1, float bc2)
+{
+    BE_CHECK(be, adamw);
+    GPT_ASSERT(params && grads && m && v && bc1 > 0.0f && bc2 > 0.0f);
+    be->ops->adamw(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
+                   bc2);
+}
+
+double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n)
+{
+    BE_CHECK(be, sumsq);
+    if (n == 0)
+        return 0.0;
+    GPT_ASSERT(x);
+    return be->ops->sumsq(be, x, n);
+}
+
+void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n)
+{
+    BE_CHECK(be, scale);
+    if (n == 0)
+        return;
+    GPT_ASSERT(x);
+    be->ops->scale(be, x, s, n);
+}

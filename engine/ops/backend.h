@@ -1,0 +1,192 @@
+/*
+ * backend: the compute interface the model and the optimizer call, as a
+ * vtable in the ggml style. A backend (cpu/, cuda/) fills a const struct
+ * gpt_backend_ops and embeds a struct gpt_backend head as the first member
+ * of its own state; callers only ever use the gpt_backend_* wrappers below,
+ * which check their arguments with always-on asserts and then dispatch.
+ *
+ * Memory: every float/int pointer passed to an op is BACKEND memory, i.e.
+ * obtained from gpt_backend_alloc() (host memory for cpu, device memory for
+ * cuda). Host data crosses only through upload/download. Ops are enqueued
+ * in call order on the backend's one compute stream; gpt_backend_sync()
+ * waits for all of them. download() and the ops returning a value (sumsq)
+ * synchronise implicitly.
+ *
+ * Threads: a backend belongs to one worker thread; it is not shared.
+ * Errors: only construction, alloc and transfers can fail; ops on valid
+ * arguments cannot (a GPU backend records a sticky error that sync reports).
+ *
+ * Shape letters as in llm.c: B batch, T time, C channels, NH heads,
+ * hs = C / NH, N = B*T rows, OC output channels, V vocab, Vp padded vocab.
+ * Conventions for backward ops: PARAMETER gradients (dweight, dbias, dwte,
+ * dwpe) are always ACCUMULATED (+=); activation gradients are overwritten
+ * unless the op says "accumulates".
+ */
+#ifndef GPT_BACKEND_H
+#define GPT_BACKEND_H
+
+#include <stddef.h>
+
+#include "gpt_err.h"
+
+struct gpt_backend;
+
+struct gpt_backend_ops {
+    const char *name;
+
+    /* Lifecycle: frees the backend and everything it owns (not buffers the
+     * caller allocated and has not freed). */
+    void (*destroy)(struct gpt_backend *be);
+
+    /* --- memory ------------------------------------------------------- */
+    /* Zeroed, 64-byte aligned buffer of `bytes` (> 0). */
+    int (*alloc)(struct gpt_backend *be, size_t bytes, void **ret_ptr);
+    void (*mem_free)(struct gpt_backend *be, void *ptr);
+    int (*upload)(struct gpt_backend *be, void *dst, const void *host_src, size_t bytes);
+    int (*download)(struct gpt_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(struct gpt_backend *be, void *dst, const void *src, size_t bytes);
+    void (*memzero)(struct gpt_backend *be, void *ptr, size_t bytes);
+    /* Optional (NULL = the backend is synchronous). */
+    int (*sync)(struct gpt_backend *be);
+
+    /* --- ops ---------------------------------------------------------- */
+    /* out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] */
+    void (*encoder_forward)(struct gpt_backend *be, float *out /* (B,T,C) */,
+                            const int *inp /* (B,T) */, const float *wte /* (Vp,C) */,
+                            const float *wpe /* (maxT,C) */, size_t B, size_t T, size_t C);
+    void (*encoder_backward)(struct gpt_backend *be, float *dwte /* (Vp,C) */,
+                             float *dwpe /* (maxT,C) */, const float *dout /* (B,T,C) */,
+                             const int *inp /* (B,T) */, size_t B, size_t T, size_t C);
+
+    /* Row-wise LayerNorm (eps 1e-5) over N rows of C; saves mean and
+     * 1/std per row for backward. */
+    void (*layernorm_forward)(struct gpt_backend *be, float *out /* (N,C) */, float *mean /* (N) */,
+                              float *rstd /* (N) */, const float *inp /* (N,C) */,
+                              const float *weight /* (C) */, const float *bias /* (C) */, size_t N,
+                              size_t C);
+    /* dinp ACCUMULATES (it is the residual stream's gradient). */
+    void (*layernorm_backward)(struct gpt_backend *be, float *dinp /* (N,C) */,
+                               float *dweight /* (C) */, float *dbias /* (C) */,
+                               const float *dout /* (N,C) */, const float *inp /* (N,C) */,
+                               const float *weight /* (C) */, const float *mean /* (N) */,
+                               const float *rstd /* (N) */, size_t N, size_t C);
+
+    /* out = inp @ weight^T + bias; bias may be NULL. */
+    void (*matmul_forward)(struct gpt_backend *be, float *out /* (N,OC) */,
+                           const float *inp /* (N,C) */, const float *weight /* (OC,C) */,
+                           const float *bias /* (OC) or NULL */, size_t N, size_t C, size_t OC);
+    /* dinp = dout @ weight (overwritten; NULL = not needed);
+     * dweight += dout^T @ inp; dbias += column sums of dout (NULL = none). */
+    void (*matmul_backward)(struct gpt_backend *be, float *dinp /* (N,C) or NULL */,
+                            float *dweight /* (OC,C) */, float *dbias /* (OC) or NULL */,
+                            const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
+                            const float *weight /* (OC,C) */, size_t N, size_t C, size_t OC);
+
+    /* Causal multi-head attention. qkv rows are [q | k | v], head h using
+     * channels h*hs..(h+1)*hs of each. att keeps the softmax probabilities
+     * (only entries j <= i are defined) for backward. */
+    void (*attention_forward)(struct gpt_backend *be, float *out /* (B,T,C) */,
+                              float *att /* (B,NH,T,T) */, const float *qkv /* (B,T,3C) */,
+                              size_t B, size_t T, size_t C, size_t NH);
+    /* dqkv overwritten; scratch is caller-provided workspace of the same
+     * size as att, clobbered. */
+    void (*attention_backward)(struct gpt_backend *be, float *dqkv /* (B,T,3C) */,
+                               float *scratch /* (B,NH,T,T) */, const float *dout /* (B,T,C) */,
+                               const float *qkv /* (B,T,3C) */, const float *att /* (B,NH,T,T) */,
+                               size_t B, size_t T, size_t C, size_t NH);
+
+    /* GELU, tanh approximation (GPT-2). dinp may alias dout. */
+    void (*gelu_forward)(struct gpt_backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
+                          size_t n);
+
+    /* out = a + b (out may alias a or b). */
+    void (*residual_forward)(struct gpt_backend *be, float *out, const float *a, const float *b,
+                             size_t n);
+
+    /* Fused softmax + cross-entropy over the first V of Vp columns of each
+     * row. Positions with target < 0 are ignored (loss 0, zero gradient);
+     * columns V..Vp never enter the softmax. If `losses` is non-NULL it
+     * receives each row's loss. If `write_dlogits` is non-zero, `logits` is
+     * overwritten IN PLACE by dloss/dlogits * dscale (padded columns and
+     * ignored rows get 0); otherwise logits is left intact. */
+    void (*softmax_xent)(struct gpt_backend *be, float *logits /* (N,Vp) */,
+                         float *losses /* (N) or NULL */, const int *targets /* (N) */, size_t N,
+                         size_t V, size_t Vp, float dscale, int write_dlogits);
+
+    /* PyTorch AdamW on n elements: g = grads*grad_scale;
+     * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr*wd*p; p -= lr * (m/bc1) / (sqrt(v/bc2) + eps),
+     * with bc1 = 1-b1^t, bc2 = 1-b2^t given by the caller. */
+    void (*adamw)(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
+                  size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, float bc1, float bc2);
+
+    /* Sum of squares of x[0..n) in double accumulation (synchronises). */
+    double (*sumsq)(struct gpt_backend *be, const float *x, size_t n);
+    /* x *= s. */
+    void (*scale)(struct gpt_backend *be, float *x, float s, size_t n);
+};
+
+/* The common head of every backend; the implementation's state follows. */
+struct gpt_backend {
+    const struct gpt_backend_ops *ops;
+    const char *name; /* "cpu", "cuda" (static storage) */
+    int threads;      /* host threads the backend uses (cpu), 1 otherwise */
+};
+
+/* Creates the CPU backend using `threads` (>= 1) OpenMP threads for its own
+ * loops and as many OpenBLAS threads. Returns new; the caller frees it with
+ * gpt_backend_free. Any thread; does not block. */
+int gpt_backend_cpu_new(int threads, struct gpt_backend **ret, struct gpt_err *err);
+
+/* Frees a backend; NULL is a no-op. */
+void gpt_backend_free(struct gpt_backend *be);
+
+/* --- front-end wrappers (assert arguments, then dispatch) --------------- */
+int gpt_backend_alloc(struct gpt_backend *be, size_t bytes, void **ret_ptr);
+/* NULL is a no-op. */
+void gpt_backend_mem_free(struct gpt_backend *be, void *ptr);
+int gpt_backend_upload(struct gpt_backend *be, void *dst, const void *host_src, size_t bytes);
+int gpt_backend_download(struct gpt_backend *be, void *host_dst, const void *src, size_t bytes);
+void gpt_backend_copy(struct gpt_backend *be, void *dst, const void *src, size_t bytes);
+void gpt_backend_memzero(struct gpt_backend *be, void *ptr, size_t bytes);
+int gpt_backend_sync(struct gpt_backend *be);
+
+void gpt_backend_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
+                                 const float *wte, const float *wpe, size_t B, size_t T, size_t C);
+void gpt_backend_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int *inp, size_t B, size_t T, size_t C);
+void gpt_backend_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
+                                   const float *inp, const float *weight, const float *bias,
+                                   size_t N, size_t C);
+void gpt_backend_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
+                                    float *dbias, const float *dout, const float *inp,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    size_t N, size_t C);
+void gpt_backend_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
+                                const float *weight, const float *bias, size_t N, size_t C,
+                                size_t OC);
+void gpt_backend_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight, size_t N,
+                                 size_t C, size_t OC);
+void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
+                                   size_t B, size_t T, size_t C, size_t NH);
+void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *att, size_t B,
+                                    size_t T, size_t C, size_t NH);
+void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n);
+void gpt_backend_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
+                               const float *dout, size_t n);
+void gpt_backend_residual_forward(struct gpt_backend *be, float *out, const float *a,
+                                  const float *b, size_t n);
+void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
+                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                              int write_dlogits);
+void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, float bc1, float bc2);
+double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
+void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
+
+#endif

@@ -1,0 +1,808 @@
+/*
+ * cuda_backend: the CUDA backend's lifecycle, memory (with accounting),
+ * transfers, matrix products and attention, and its vtable; the other
+ * kernels are in cuda_kernels.cu. A backend belongs to one worker thread
+ * and owns: two streams (compute, comm), a cuBLAS and a cuBLASLt handle
+ * sharing one workspace, a scratch buffer for two-pass column sums, the
+ * sumsq partials and a pinned host word for its result.
+ *
+ * Matrix products: cuBLASLt with the bias fused as an epilogue when every
+ * pointer is 16-byte aligned and a heuristic algorithm exists (cached per
+ * shape), else plain cuBLAS SGEMM (bias broadcast first, beta = 1). Row-
+ * major products are computed as column-major ones on the transposes.
+ * Attention: QK^T and att V (and the four backward products) are cuBLAS
+ * strided-batched GEMMs straight on the strided views of qkv, batched over
+ * heads (or batches, whichever is larger) and looped over the other, with
+ * the causal softmax fused in one kernel; the full (T, T) product is
+ * computed and the upper triangle zeroed (the CPU backend skips it).
+ *
+ * Errors: ops cannot return; a failing launch or cuBLAS call records the
+ * first error (sticky) and the rest of the ops still run on the stream;
+ * sync, download and sumsq report it as -GPT_E_CUDA.
+ *
+ * bf16 design (not built yet; the vtable is fp32): a mode chosen at
+ * creation in which alloc'd activation buffers are bf16 in the backend's
+ * own arena while the vtable keeps float pointers as opaque handles; the
+ * parameters keep an fp32 master copy plus a bf16 shadow refreshed by the
+ * AdamW kernel (stochastic rounding), GEMMs run bf16 x bf16 -> fp32 accum
+ * (CUBLAS_COMPUTE_32F, bf16 A/B/D), LayerNorm/softmax/loss reductions in
+ * fp32 registers, gradients of parameters accumulated in fp32. This needs
+ * a way for the model to say which buffers are activations, i.e. a new
+ * optional slot (alloc_act) in backend.h, which belongs to its owner.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include "cuda_impl.h"
+
+extern "C" {
+#include "cuda_backend.h"
+#include "cuda_probe.h"
+}
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define SCRATCH_FLOATS     ((size_t)1 << 20)
+#define LT_CACHE_SIZE      64
+#define ERR_MSG_MAX        256
+
+/* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
+struct lt_cache_ent {
+    int valid;
+    int key[14];
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct alloc_ent {
+    void *ptr;
+    size_t bytes;
+};
+
+struct gpt_cuda_backend {
+    struct gpt_backend head; /* must stay first */
+    int device;
+    cudaStream_t compute;
+    cudaStream_t comm;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *ws; /* cuBLAS(Lt) workspace, LT_WORKSPACE_BYTES */
+    float *scratch;
+    double *sumsq_dev; /* GPT_CUDA_SUMSQ_MAX_BLOCKS partials, then the result */
+    double *sumsq_host;
+    int tf32;
+    int err_code;
+    char err_msg[ERR_MSG_MAX];
+    struct alloc_ent *allocs;
+    size_t n_allocs, cap_allocs;
+    size_t bytes, peak;
+    struct lt_cache_ent cache[LT_CACHE_SIZE];
+    unsigned cache_next;
+};
+
+static struct gpt_cuda_backend *cu(struct gpt_backend *be)
+{
+    return (struct gpt_cuda_backend *)be;
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+static void cu_record(struct gpt_cuda_backend *cb, const char *what, const char *detail)
+{
+    if (cb->err_code)
+        return;
+    cb->err_code = -GPT_E_CUDA;
+    snprintf(cb->err_msg, sizeof(cb->err_msg), "%s: %s", what, detail);
+}
+
+/* Checks the launches just enqueued; records the first failure. */
+static void cu_check(struct gpt_cuda_backend *cb, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        cu_record(cb, what, cudaGetErrorString(e));
+}
+
+static void cu_check_blas(struct gpt_cuda_backend *cb, cublasStatus_t st, const char *what)
+{
+    if (st != CUBLAS_STATUS_SUCCESS)
+        cu_record(cb, what, cublasGetStatusString(st));
+}
+
+/* Turns a runtime error of a fallible slot into a return code, clearing
+ * the runtime's last-error so it is not blamed on the next launch. */
+static int cu_ret(struct gpt_cuda_backend *cb, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    cu_record(cb, what, cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -GPT_E_CUDA;
+}
+
+/* Every entry point makes the backend's device current for this thread
+ * (cheap; a worker may have touched another device in between). */
+static void cu_enter(struct gpt_cuda_backend *cb)
+{
+    cudaError_t e = cudaSetDevice(cb->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cu_record(cb, "cudaSetDevice", cudaGetErrorString(e));
+    }
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static int cu_track(struct gpt_cuda_backend *cb, void *ptr, size_t bytes)
+{
+    if (cb->n_allocs == cb->cap_allocs) {
+        size_t cap = cb->cap_allocs ? cb->cap_allocs * 2 : 64;
+        struct alloc_ent *a = (struct alloc_ent *)realloc(cb->allocs, cap * sizeof(*a));
+        if (!a)
+            return -ENOMEM;
+        cb->allocs = a;
+        cb->cap_allocs = cap;
+    }
+    cb->allocs[cb->n_allocs].ptr = ptr;
+    cb->allocs[cb->n_allocs].bytes = bytes;
+    cb->n_allocs++;
+    cb->bytes += bytes;
+    if (cb->bytes > cb->peak)
+        cb->peak = cb->bytes;
+    return 0;
+}
+
+/* Device allocation that is counted; zeroed on the compute stream. Out of
+ * memory is the caller's to handle, so it is returned, not made sticky. */
+static int cu_malloc(struct gpt_cuda_backend *cb, size_t bytes, void **ret_ptr)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return e == cudaErrorMemoryAllocation ? -ENOMEM : -GPT_E_CUDA;
+    }
+    int rc = cu_ret(cb, cudaMemsetAsync(p, 0, bytes, cb->compute), "cudaMemsetAsync");
+    if (rc == 0)
+        rc = cu_track(cb, p, bytes);
+    if (rc < 0) {
+        cudaFree(p);
+        return rc;
+    }
+    *ret_ptr = p;
+    return 0;
+}
+
+static void cu_untrack_free(struct gpt_cuda_backend *cb, void *ptr)
+{
+    for (size_t i = cb->n_allocs; i-- > 0;) {
+        if (cb->allocs[i].ptr == ptr) {
+            cb->bytes -= cb->allocs[i].bytes;
+            cb->allocs[i] = cb->allocs[--cb->n_allocs];
+            break;
+        }
+    }
+    /* cudaFree waits for the device; freeing is rare (teardown). */
+    cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cu_record(cb, "cudaFree", cudaGetErrorString(e));
+    }
+}
+
+static void cuda_destroy(struct gpt_backend *be)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cudaSetDevice(cb->device);
+    if (cb->compute)
+        cudaStreamSynchronize(cb->compute);
+    if (cb->comm)
+        cudaStreamSynchronize(cb->comm);
+    if (cb->lt)
+        cublasLtDestroy(cb->lt);
+    if (cb->blas)
+        cublasDestroy(cb->blas);
+    if (cb->ws)
+        cudaFree(cb->ws);
+    if (cb->scratch)
+        cudaFree(cb->scratch);
+    if (cb->sumsq_dev)
+        cudaFree(cb->sumsq_dev);
+    if (cb->sumsq_host)
+        cudaFreeHost(cb->sumsq_host);
+    if (cb->compute)
+        cudaStreamDestroy(cb->compute);
+    if (cb->comm)
+        cudaStreamDestroy(cb->comm);
+    (void)cudaGetLastError();
+    free(cb->allocs);
+    free(cb);
+}
+
+static int cuda_alloc(struct gpt_backend *be, size_t bytes, void **ret_ptr)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    /* cudaMalloc aligns to 256 bytes, more than the 64 backend.h promises. */
+    return cu_malloc(cb, bytes, ret_ptr);
+}
+
+static void cuda_mem_free(struct gpt_backend *be, void *ptr)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cu_untrack_free(cb, ptr);
+}
+
+static int cuda_upload(struct gpt_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    /* From pageable memory the runtime stages the data before returning, so
+     * the caller may reuse host_src at once; the copy is ordered with the
+     * ops on the compute stream. */
+    return cu_ret(cb, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cb->compute),
+                  "upload");
+}
+
+static int cuda_sync(struct gpt_backend *be)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int rc = cu_ret(cb, cudaStreamSynchronize(cb->compute), "cudaStreamSynchronize");
+    if (rc == 0)
+        cu_check(cb, "kernel");
+    return cb->err_code ? cb->err_code : rc;
+}
+
+static int cuda_download(struct gpt_backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int rc = cu_ret(cb, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->compute),
+                    "download");
+    if (rc < 0)
+        return rc;
+    return cuda_sync(be);
+}
+
+static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->compute);
+    if (e != cudaSuccess)
+        (void)cu_ret(cb, e, "copy");
+}
+
+static void cuda_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, cb->compute);
+    if (e != cudaSuccess)
+        (void)cu_ret(cb, e, "memzero");
+}
+
+/* ---- matrix products --------------------------------------------------------- */
+
+/* Largest power of two (<= 256) dividing both the address and the byte
+ * leading dimension: what cuBLASLt may assume about every column. */
+static int cu_align(const void *p, size_t ld_bytes)
+{
+    uintptr_t a = (uintptr_t)p | (uintptr_t)ld_bytes | 256u;
+    return (int)(a & (~a + 1));
+}
+
+/* Column-major D = A op B (+ bias over rows) + beta D with cuBLASLt.
+ * Returns 0 when done, 1 when no algorithm fits (the caller falls back). */
+static int lt_matmul(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb, int m,
+                     int n, int k, const float *A, int lda, const float *B, int ldb, float *D,
+                     int ldd, float beta, const float *bias)
+{
+    int al_a = cu_align(A, (size_t)lda * 4), al_b = cu_align(B, (size_t)ldb * 4);
+    int al_d = cu_align(D, (size_t)ldd * 4);
+    if (al_a < 16 || al_b < 16 || al_d < 16 || (bias && cu_align(bias, 0) < 16))
+        return 1;
+    int key[14] = {(int)ta, (int)tb, m,    n,    k,    lda,          ldb,
+                   ldd,     al_a,    al_b, al_d, bias != NULL, beta != 0.0f, cb->tf32};
+    cublasComputeType_t ct = cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    int ret = 1;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    if (bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof(bias));
+    }
+    if (cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k,
+                                   ta == CUBLAS_OP_N ? k : m, lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n,
+                                   tb == CUBLAS_OP_N ? n : k, ldb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    {
+        struct lt_cache_ent *hit = NULL;
+        for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
+            if (cb->cache[i].valid && memcmp(cb->cache[i].key, key, sizeof(key)) == 0)
+                hit = &cb->cache[i];
+        if (!hit) {
+            if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+                goto out;
+            size_t wsb = LT_WORKSPACE_BYTES;
+            uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &wsb, sizeof(wsb));
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &u_a, sizeof(u_a));
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &u_b, sizeof(u_b));
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &u_d, sizeof(u_d));
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &u_d, sizeof(u_d));
+            cublasLtMatmulHeuristicResult_t res;
+            int found = 0;
+            st = cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res,
+                                                &found);
+            if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+                goto out;
+            hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
+            hit->valid = 1;
+            memcpy(hit->key, key, sizeof(key));
+            hit->algo = res.algo;
+        }
+        float alpha = 1.0f;
+        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
+                            cb->ws, LT_WORKSPACE_BYTES, cb->compute);
+        cu_check_blas(cb, st, "cublasLtMatmul");
+        ret = 0;
+    }
+out:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ld)
+        cublasLtMatrixLayoutDestroy(ld);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return ret;
+}
+
+/* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
+ * computed as the column-major C^T = op(B)^T op(A)^T. */
+static void gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                    float beta, float *C, int ldc, long long sc, int batch)
+{
+    cublasStatus_t st = cublasSgemmStridedBatched(
+        cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+        B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
+    cu_check_blas(cb, st, "cublasSgemmStridedBatched");
+}
+
+static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
+                                const float *weight, const float *bias, size_t N, size_t C,
+                                size_t OC)
+{
+    /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: column-major
+     * out^T (OC,N) = W^T^T ... i.e. m = OC, n = N, k = C, A = weight (T). */
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    if (lt_matmul(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m, 0.0f, bias) ==
+        0)
+        return;
+    float beta = 0.0f;
+    if (bias) {
+        cuk_bias_broadcast(cb->compute, out, bias, N, OC);
+        cu_check(cb, "bias_broadcast");
+        beta = 1.0f;
+    }
+    gemm_rm(cb, false, true, n, m, k, 1.0f, inp, k, 0, weight, k, 0, beta, out, m, 0, 1);
+}
+
+static void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight, size_t N,
+                                 size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int n = (int)N, c = (int)C, oc = (int)OC;
+    /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
+    if (dinp &&
+        lt_matmul(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, dinp, c, 0.0f, NULL))
+        gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
+    /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
+    if (lt_matmul(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, dweight, c, 1.0f, NULL))
+        gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0, 1);
+    if (dbias) {
+        cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
+        cu_check(cb, "matmul_backward dbias");
+    }
+}
+
+/* ---- attention -------------------------------------------------------------- */
+
+/* Strided views of one (b, h) pair: the batched GEMMs run over the larger
+ * of B and NH and loop over the smaller. */
+struct att_geom {
+    size_t T, C, hs, NH;
+    int outer_is_b; /* loop over b, batch over h */
+    size_t outer, inner;
+};
+
+static struct att_geom att_geom(size_t B, size_t T, size_t C, size_t NH)
+{
+    struct att_geom g = {T, C, C / NH, NH, B <= NH, 0, 0};
+    g.outer = g.outer_is_b ? B : NH;
+    g.inner = g.outer_is_b ? NH : B;
+    return g;
+}
+
+/* Offsets (in floats) of (b, h) into a (B,T,ld) row buffer with head
+ * columns h*hs, and into (B,NH,T,T). */
+static void att_offsets(const struct att_geom *g, size_t o, size_t ld, size_t *ret_row,
+                        size_t *ret_row_stride, size_t *ret_tt, size_t *ret_tt_stride)
+{
+    size_t T = g->T;
+    if (g->outer_is_b) { /* o = b, batch over h */
+        *ret_row = o * T * ld;
+        *ret_row_stride = g->hs;
+        *ret_tt = o * g->NH * T * T;
+        *ret_tt_stride = T * T;
+    } else { /* o = h, batch over b */
+        *ret_row = o * g->hs;
+        *ret_row_stride = T * ld;
+        *ret_tt = o * T * T;
+        *ret_tt_stride = g->NH * T * T;
+    }
+}
+
+static void cuda_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
+                                   size_t B, size_t T, size_t C, size_t NH)
+{
+    /* out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) */
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    struct att_geom g = att_geom(B, T, C, NH);
+    int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), batch = (int)g.inner;
+    float scale = 1.0f / sqrtf((float)g.hs);
+    for (size_t o = 0; o < g.outer; o++) {
+        size_t q0, qs, a0, as;
+        att_offsets(&g, o, 3 * C, &q0, &qs, &a0, &as);
+        const float *q = qkv + q0, *k = q + C;
+        /* att (T,T) = scale * q (T,hs) @ k (T,hs)^T */
+        gemm_rm(cb, false, true, t, t, hs, scale, q, ld3, (long long)qs, k, ld3, (long long)qs,
+                0.0f, att + a0, t, (long long)as, batch);
+    }
+    cuk_att_softmax_forward(cb->compute, att, B * NH * T, T);
+    cu_check(cb, "att_softmax_forward");
+    for (size_t o = 0; o < g.outer; o++) {
+        size_t q0, qs, a0, as, o0, os;
+        att_offsets(&g, o, 3 * C, &q0, &qs, &a0, &as);
+        att_offsets(&g, o, C, &o0, &os, &a0, &as);
+        const float *v = qkv + q0 + 2 * C;
+        /* out (T,hs) = att (T,T) @ v (T,hs) */
+        gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3,
+                (long long)qs, 0.0f, out + o0, (int)C, (long long)os, batch);
+    }
+}
+
+static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
+                                    const float *dout, const float *qkv, const float *att, size_t B,
+                                    size_t T, size_t C, size_t NH)
+{
+    /* Relies on the zeros this backend's forward wrote above the diagonal
+     * of att (the dv product runs over all T rows). */
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    struct att_geom g = att_geom(B, T, C, NH);
+    int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), ldc = (int)C, batch = (int)g.inner;
+    float scale = 1.0f / sqrtf((float)g.hs);
+    for (size_t o = 0; o < g.outer; o++) {
+        size_t q0, qs, a0, as, d0, ds;
+        att_offsets(&g, o, 3 * C, &q0, &qs, &a0, &as);
+        att_offsets(&g, o, C, &d0, &ds, &a0, &as);
+        const float *v = qkv + q0 + 2 * C, *d = dout + d0;
+        float *dv = dqkv + q0 + 2 * C;
+        /* datt (T,T) = d (T,hs) @ v (T,hs)^T */
+        gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs,
+                0.0f, scratch + a0, t, (long long)as, batch);
+        /* dv (T,hs) = att^T (T,T) @ d (T,hs) */
+        gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc, (long long)ds,
+                0.0f, dv, ld3, (long long)qs, batch);
+    }
+    cuk_att_softmax_backward(cb->compute, scratch, att, B * NH * T, T);
+    cu_check(cb, "att_softmax_backward");
+    for (size_t o = 0; o < g.outer; o++) {
+        size_t q0, qs, a0, as;
+        att_offsets(&g, o, 3 * C, &q0, &qs, &a0, &as);
+        const float *q = qkv + q0, *k = q + C;
+        float *dq = dqkv + q0, *dk = dq + C;
+        /* dq (T,hs) = scale * dpre (T,T) @ k (T,hs) */
+        gemm_rm(cb, false, false, t, hs, t, scale, scratch + a0, t, (long long)as, k, ld3,
+                (long long)qs, 0.0f, dq, ld3, (long long)qs, batch);
+        /* dk (T,hs) = scale * dpre^T (T,T) @ q (T,hs) */
+        gemm_rm(cb, true, false, t, hs, t, scale, scratch + a0, t, (long long)as, q, ld3,
+                (long long)qs, 0.0f, dk, ld3, (long long)qs, batch);
+    }
+}
+
+/* ---- thin wrappers over cuda_kernels.cu ----------------------------------------- */
+
+static void cuda_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
+                                 const float *wte, const float *wpe, size_t B, size_t T, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_encoder_forward(cb->compute, out, inp, wte, wpe, B, T, C);
+    cu_check(cb, "encoder_forward");
+}
+
+static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int *inp, size_t B, size_t T, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
+    cu_check(cb, "encoder_backward");
+}
+
+static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
+                                   const float *inp, const float *weight, const float *bias,
+                                   size_t N, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_layernorm_forward(cb->compute, out, mean, rstd, inp, weight, bias, N, C);
+    cu_check(cb, "layernorm_forward");
+}
+
+static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
+                                    float *dbias, const float *dout, const float *inp,
+                                    const float *weight, const float *mean, const float *rstd,
+                                    size_t N, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_layernorm_backward(cb->compute, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                           cb->scratch, SCRATCH_FLOATS);
+    cu_check(cb, "layernorm_backward");
+}
+
+static void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (n == 0)
+        return;
+    cu_enter(cb);
+    cuk_gelu_forward(cb->compute, out, inp, n);
+    cu_check(cb, "gelu_forward");
+}
+
+static void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
+                               const float *dout, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (n == 0)
+        return;
+    cu_enter(cb);
+    cuk_gelu_backward(cb->compute, dinp, inp, dout, n);
+    cu_check(cb, "gelu_backward");
+}
+
+static void cuda_residual_forward(struct gpt_backend *be, float *out, const float *a,
+                                  const float *b, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (n == 0)
+        return;
+    cu_enter(cb);
+    cuk_residual_forward(cb->compute, out, a, b, n);
+    cu_check(cb, "residual_forward");
+}
+
+static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
+                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                              int write_dlogits)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_softmax_xent(cb->compute, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
+    cu_check(cb, "softmax_xent");
+}
+
+static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, float bc1, float bc2)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (n == 0)
+        return;
+    cu_enter(cb);
+    cuk_adamw(cb->compute, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
+              bc1, bc2);
+    cu_check(cb, "adamw");
+}
+
+static double cuda_sumsq(struct gpt_backend *be, const float *x, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    double *result = cb->sumsq_dev + GPT_CUDA_SUMSQ_MAX_BLOCKS;
+    cuk_sumsq(cb->compute, x, n, cb->sumsq_dev, result);
+    cu_check(cb, "sumsq");
+    if (cu_ret(cb,
+               cudaMemcpyAsync(cb->sumsq_host, result, sizeof(double), cudaMemcpyDeviceToHost,
+                               cb->compute),
+               "sumsq copy") < 0 ||
+        cuda_sync(be) < 0)
+        return NAN; /* the error stays recorded for the next sync */
+    return *cb->sumsq_host;
+}
+
+static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cuk_scale(cb->compute, x, s, n);
+    cu_check(cb, "scale");
+}
+
+static const struct gpt_backend_ops cuda_ops = {
+    /* .name = */ "cuda",
+    /* .destroy = */ cuda_destroy,
+    /* .alloc = */ cuda_alloc,
+    /* .mem_free = */ cuda_mem_free,
+    /* .upload = */ cuda_upload,
+    /* .download = */ cuda_download,
+    /* .copy = */ cuda_copy,
+    /* .memzero = */ cuda_memzero,
+    /* .sync = */ cuda_sync,
+    /* .encoder_forward = */ cuda_encoder_forward,
+    /* .encoder_backward = */ cuda_encoder_backward,
+    /* .layernorm_forward = */ cuda_layernorm_forward,
+    /* .layernorm_backward = */ cuda_layernorm_backward,
+    /* .matmul_forward = */ cuda_matmul_forward,
+    /* .matmul_backward = */ cuda_matmul_backward,
+    /* .attention_forward = */ cuda_attention_forward,
+    /* .attention_backward = */ cuda_attention_backward,
+    /* .gelu_forward = */ cuda_gelu_forward,
+    /* .gelu_backward = */ cuda_gelu_backward,
+    /* .residual_forward = */ cuda_residual_forward,
+    /* .softmax_xent = */ cuda_softmax_xent,
+    /* .adamw = */ cuda_adamw,
+    /* .sumsq = */ cuda_sumsq,
+    /* .scale = */ cuda_scale,
+};
+
+/* ---- construction and accessors -------------------------------------------- */
+
+static const struct gpt_cuda_backend *cu_const(const struct gpt_backend *be)
+{
+    GPT_ASSERT(be && be->ops == &cuda_ops);
+    return (const struct gpt_cuda_backend *)be;
+}
+
+
+static int cu_fail_new(struct gpt_cuda_backend *cb, struct gpt_err *err, const char *what,
+                       const char *detail)
+{
+    cuda_destroy(&cb->head);
+    return gpt_err_set(err, -GPT_E_CUDA, NULL, "cuda backend: %s: %s", what, detail);
+}
+
+extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct gpt_err *err)
+{
+    int count = gpt_cuda_device_count();
+    if (count == 0)
+        return gpt_err_set(err, -GPT_E_NODEVICE, NULL, "cuda backend: no GPU or no driver");
+    if (device < 0 || device >= count)
+        return gpt_err_set(err, -EINVAL, NULL, "cuda backend: device %d out of range (0..%d)",
+                           device, count - 1);
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return gpt_err_set(err, -GPT_E_CUDA, NULL, "cuda backend: cudaSetDevice(%d): %s", device,
+                           cudaGetErrorString(e));
+    }
+    struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)calloc(1, sizeof(*cb));
+    if (!cb)
+        return gpt_err_set(err, -ENOMEM, NULL, "cuda backend: out of memory");
+    cb->head.ops = &cuda_ops;
+    cb->head.name = "cuda";
+    cb->head.threads = 1;
+    cb->device = device;
+    if ((e = cudaStreamCreateWithFlags(&cb->compute, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&cb->comm, cudaStreamNonBlocking)) != cudaSuccess)
+        return cu_fail_new(cb, err, "cudaStreamCreate", cudaGetErrorString(e));
+    cublasStatus_t st;
+    if ((st = cublasCreate(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (st = cublasSetStream(cb->blas, cb->compute)) != CUBLAS_STATUS_SUCCESS ||
+        (st = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cuBLAS", cublasGetStatusString(st));
+    if ((st = cublasLtCreate(&cb->lt)) != CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cublasLtCreate", cublasGetStatusString(st));
+    void *p;
+    if (cu_malloc(cb, LT_WORKSPACE_BYTES, &p) < 0)
+        return cu_fail_new(cb, err, "workspace", "cudaMalloc failed");
+    cb->ws = p;
+    /* cuBLAS and cuBLASLt run on the same stream, so they can share it. */
+    if ((st = cublasSetWorkspace(cb->blas, cb->ws, LT_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cublasSetWorkspace", cublasGetStatusString(st));
+    if (cu_malloc(cb, SCRATCH_FLOATS * sizeof(float), &p) < 0)
+        return cu_fail_new(cb, err, "scratch", "cudaMalloc failed");
+    cb->scratch = (float *)p;
+    if (cu_malloc(cb, (GPT_CUDA_SUMSQ_MAX_BLOCKS + 1) * sizeof(double), &p) < 0)
+        return cu_fail_new(cb, err, "sumsq", "cudaMalloc failed");
+    cb->sumsq_dev = (double *)p;
+    if ((e = cudaMallocHost((void **)&cb->sumsq_host, sizeof(double))) != cudaSuccess)
+        return cu_fail_new(cb, err, "cudaMallocHost", cudaGetErrorString(e));
+    /* Untrack the internal buffers from the table (they are freed by
+     * destroy) but keep them in the byte counts. */
+    cb->n_allocs = 0;
+    if ((e = cudaStreamSynchronize(cb->compute)) != cudaSuccess)
+        return cu_fail_new(cb, err, "cudaStreamSynchronize", cudaGetErrorString(e));
+    *ret = &cb->head;
+    return 0;
+}
+
+extern "C" int gpt_backend_is_cuda(const struct gpt_backend *be)
+{
+    return be && be->ops == &cuda_ops;
+}
+
+extern "C" void gpt_cuda_backend_mem_stats(const struct gpt_backend *be, size_t *ret_bytes,
+                                           size_t *ret_peak_bytes)
+{
+    const struct gpt_cuda_backend *cb = cu_const(be);
+    if (ret_bytes)
+        *ret_bytes = cb->bytes;
+    if (ret_peak_bytes)
+        *ret_peak_bytes = cb->peak;
+}
+
+extern "C" int gpt_cuda_backend_device(const struct gpt_backend *be)
+{
+    return cu_const(be)->device;
+}
+
+extern "C" void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on)
+{
+    struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
+    cb->tf32 = on != 0;
+    cu_check_blas(cb,
+                  cublasSetMathMode(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                  "cublasSetMathMode");
+}
+
+extern "C" void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be)
+{
+    return (void *)cu_const(be)->compute;
+}
+
+extern "C" void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be)
+{
+    return (void *)cu_const(be)->comm;
+}
+
+extern "C" const char *gpt_cuda_backend_last_error(const struct gpt_backend *be)
+{
+    return cu_const(be)->err_msg;
+}

@@ -1,0 +1,75 @@
+/*
+ * cuda_backend: the GPU implementation of struct gpt_backend_ops (fp32
+ * through the vtable). Matrix products go to cuBLASLt (bias fused as an
+ * epilogue) with a cuBLAS fallback, attention to strided-batched cuBLAS
+ * GEMMs around fused causal-softmax kernels, everything else to our own
+ * kernels (cuda_kernels.cu). One compute stream (every op, in call order)
+ * and one communication stream (for the NCCL communicator) per backend;
+ * ops never synchronise the host except download, sync and sumsq, as
+ * backend.h says. CUDA and cuBLAS failures inside ops are recorded as a
+ * sticky error that gpt_backend_sync() (and download/sumsq) report.
+ *
+ * This header includes no CUDA header, so C code built without CUDA can
+ * still see the declarations (the functions exist only when the gptcuda
+ * target is linked, i.e. when GPTD_HAVE_CUDA is defined).
+ *
+ * Precision: fp32 storage and fp32 accumulation. Matrix products use full
+ * fp32 by default; gpt_cuda_backend_set_tf32() allows TF32 tensor cores
+ * (10-bit mantissa inputs, fp32 accumulation), which the benchmark uses.
+ * bf16 storage (bf16 activations and weights, fp32 master weights and
+ * moments) is designed in cuda_backend.cu's header comment but not built.
+ */
+#ifndef GPT_CUDA_BACKEND_H
+#define GPT_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "gpt_err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates the CUDA backend on GPU `device` (0-based, CUDA_VISIBLE_DEVICES
+ * respected): makes it the calling thread's current device, creates the two
+ * streams, the cuBLAS/cuBLASLt handles and a workspace. Returns
+ * -GPT_E_NODEVICE when the host has no usable GPU or driver (never
+ * crashes), -EINVAL for a device index out of range, -GPT_E_CUDA for other
+ * runtime failures. Returns new; free with gpt_backend_free. Any thread,
+ * but the backend is then used by one thread at a time; blocks for the
+ * context creation (up to seconds on the first call in a process). */
+int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct gpt_err *err);
+
+/* True when `be` is a CUDA backend. */
+int gpt_backend_is_cuda(const struct gpt_backend *be);
+
+/* Device memory this backend holds now and the most it held since
+ * creation, in bytes (buffers from alloc plus its own workspaces). Owner
+ * thread; does not block. */
+void gpt_cuda_backend_mem_stats(const struct gpt_backend *be, size_t *ret_bytes,
+                                size_t *ret_peak_bytes);
+
+/* The device ordinal of the backend. */
+int gpt_cuda_backend_device(const struct gpt_backend *be);
+
+/* Allows (on != 0) or forbids TF32 tensor-core math in the matrix
+ * products. Off by default, so results track the CPU backend closely. */
+void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on);
+
+/* The backend's streams as cudaStream_t values (void * here so that this
+ * header needs no CUDA include). Borrowed; valid until the backend is
+ * freed. The communicator uses them to order collectives after compute. */
+void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be);
+void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be);
+
+/* The first failure recorded by an op (empty when none): what failed and
+ * the CUDA/cuBLAS message, for the detail of a -GPT_E_CUDA from sync.
+ * Borrowed; valid until the backend is freed. Owner thread. */
+const char *gpt_cuda_backend_last_error(const struct gpt_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,559 @@
+/*
+ * cuda_kernels: the CUDA backend's own kernels (everything that is not a
+ * GEMM): encoder, LayerNorm, GELU, residual, the causal softmax of
+ * attention, fused softmax + cross-entropy, AdamW, scale and the
+ * deterministic sum of squares. fp32 storage, fp32 math (double for
+ * sumsq), no fast-math intrinsics, so results track the CPU backend to a
+ * few ulp. Launchers enqueue on the given stream and never synchronise.
+ *
+ * Determinism: every reduction has a fixed order that depends only on the
+ * shapes (warp/block trees, two-pass column sums through scratch, sumsq
+ * with a grid that depends only on n), except the token-embedding
+ * gradient, which uses fp32 atomics because tokens repeat across (b, t).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda_impl.h"
+
+#define WARP          32
+#define ROW_WARPS     8 /* warps per block of row kernels */
+#define XENT_THREADS  512
+#define COLSUM_ROWS_Y 8 /* threadIdx.y extent of the column-sum kernels */
+#define GELU_SCALE    0.7978845608028654f
+#define GELU_CUBE     0.044715f
+
+/* Grid-stride index helpers (sizes may exceed 2^31). */
+#define GRID_LOOP(i, n)                                                                            \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)blockDim.x * gridDim.x)
+
+static unsigned ew_grid(size_t n)
+{
+    return gpt_cuda_plan_grid(n, GPT_CUDA_BLOCK, GPT_CUDA_MAX_GRID);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = WARP / 2; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Merges two online-softmax states (max m, sum s of exp(x - m)). */
+__device__ __forceinline__ void online_merge(float &m, float &s, float m2, float s2)
+{
+    float mx = fmaxf(m, m2);
+    if (mx == -INFINITY)
+        return; /* both empty */
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+}
+
+__device__ __forceinline__ void warp_online(float &m, float &s)
+{
+    for (int o = WARP / 2; o > 0; o /= 2) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+        float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        online_merge(m, s, m2, s2);
+    }
+}
+
+/* ---- encoder ----------------------------------------------------------- */
+
+__global__ void encoder_forward_kernel(float *out, const int *inp, const float *wte,
+                                       const float *wpe, size_t T, size_t C, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        size_t bt = i / C, c = i % C;
+        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+    }
+}
+
+void cuk_encoder_forward(cudaStream_t s, float *out, const int *inp, const float *wte,
+                         const float *wpe, size_t B, size_t T, size_t C)
+{
+    size_t n = B * T * C;
+    encoder_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, inp, wte, wpe, T, C, n);
+}
+
+/* dwpe[t, c] += sum over b, in b order: one thread per (t, c). */
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, size_t B, size_t T,
+                                            size_t C)
+{
+    size_t n = T * C;
+    GRID_LOOP(i, n)
+    {
+        float acc = 0.0f;
+        for (size_t b = 0; b < B; b++)
+            acc += dout[b * n + i];
+        dwpe[i] += acc;
+    }
+}
+
+/* dwte[inp[b,t], c] += dout[b,t,c]: rows repeat, hence atomics. */
+__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *inp,
+                                            size_t C, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        size_t bt = i / C, c = i % C;
+        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    }
+}
+
+void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
+                          const int *inp, size_t B, size_t T, size_t C)
+{
+    encoder_backward_wpe_kernel<<<ew_grid(T * C), GPT_CUDA_BLOCK, 0, s>>>(dwpe, dout, B, T, C);
+    size_t n = B * T * C;
+    encoder_backward_wte_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dwte, dout, inp, C, n);
+}
+
+/* ---- LayerNorm --------------------------------------------------------- */
+
+/* One warp per row; two passes for the variance, like the CPU backend. */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *weight, const float *bias, size_t N,
+                                         size_t C)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
+         r += warps) {
+        const float *x = inp + r * C;
+        float sum = 0.0f;
+        for (size_t c = lane; c < C; c += WARP)
+            sum += x[c];
+        float mu = warp_sum(sum) / (float)C;
+        float var = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float d = x[c] - mu;
+            var += d * d;
+        }
+        float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
+        float *o = out + r * C;
+        for (size_t c = lane; c < C; c += WARP)
+            o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+void cuk_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, size_t N, size_t C)
+{
+    layernorm_forward_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
+}
+
+/* dinp += for each row (one warp per row). */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *weight, const float *mean,
+                                               const float *rstd, size_t N, size_t C)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
+         r += warps) {
+        const float *x = inp + r * C, *d = dout + r * C;
+        float mu = mean[r], rs = rstd[r];
+        float m1 = 0.0f, m2 = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float dn = weight[c] * d[c];
+            m1 += dn;
+            m2 += dn * (x[c] - mu) * rs;
+        }
+        m1 = warp_sum(m1) / (float)C;
+        m2 = warp_sum(m2) / (float)C;
+        float *di = dinp + r * C;
+        for (size_t c = lane; c < C; c += WARP) {
+            float norm = (x[c] - mu) * rs;
+            di[c] += rs * (weight[c] * d[c] - m1 - norm * m2);
+        }
+    }
+}
+
+/* Column sums, pass 1. Block (32, COLSUM_ROWS_Y) covers 32 columns of the
+ * rows of split blockIdx.y. LN = true sums d*(x-mu)*rs into out0 and d into
+ * out1; LN = false sums d into out0. With one split the sums are added to
+ * the destinations; otherwise they go to scratch rows [split * C]. */
+template <bool LN>
+__global__ void colsum_pass1_kernel(float *out0, float *out1, const float *dout, const float *inp,
+                                    const float *mean, const float *rstd, size_t N, size_t C,
+                                    unsigned splits)
+{
+    __shared__ float sh0[COLSUM_ROWS_Y][WARP + 1];
+    __shared__ float sh1[COLSUM_ROWS_Y][WARP + 1];
+    size_t c = (size_t)blockIdx.x * WARP + threadIdx.x;
+    size_t rows_per = (N + splits - 1) / splits;
+    size_t r0 = (size_t)blockIdx.y * rows_per;
+    size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    float a0 = 0.0f, a1 = 0.0f;
+    if (c < C) {
+        for (size_t r = r0 + threadIdx.y; r < r1; r += COLSUM_ROWS_Y) {
+            float d = dout[r * C + c];
+            if (LN) {
+                a0 += d * (inp[r * C + c] - mean[r]) * rstd[r];
+                a1 += d;
+            } else {
+                a0 += d;
+            }
+        }
+    }
+    sh0[threadIdx.y][threadIdx.x] = a0;
+    sh1[threadIdx.y][threadIdx.x] = a1;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C)
+        return;
+    for (int y = 1; y < COLSUM_ROWS_Y; y++) {
+        a0 += sh0[y][threadIdx.x];
+        a1 += sh1[y][threadIdx.x];
+    }
+    if (splits == 1) {
+        out0[c] += a0;
+        if (LN)
+            out1[c] += a1;
+    } else {
+        out0[(size_t)blockIdx.y * C + c] = a0;
+        if (LN)
+            out1[(size_t)blockIdx.y * C + c] = a1;
+    }
+}
+
+/* Column sums, pass 2: dst[c] += sum over splits in order. */
+__global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, unsigned splits)
+{
+    GRID_LOOP(c, C)
+    {
+        float acc = 0.0f;
+        for (unsigned sp = 0; sp < splits; sp++)
+            acc += part[(size_t)sp * C + c];
+        dst[c] += acc;
+    }
+}
+
+void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight,
+                            const float *mean, const float *rstd, size_t N, size_t C,
+                            float *scratch, size_t scratch_floats)
+{
+    layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
+                                     s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    unsigned splits = gpt_cuda_plan_colsum_splits(N, C, scratch_floats / 2);
+    dim3 grid((unsigned)((C + WARP - 1) / WARP), splits);
+    dim3 block(WARP, COLSUM_ROWS_Y);
+    if (splits == 1) {
+        colsum_pass1_kernel<true>
+            <<<grid, block, 0, s>>>(dweight, dbias, dout, inp, mean, rstd, N, C, 1);
+        return;
+    }
+    float *p0 = scratch, *p1 = scratch + (size_t)splits * C;
+    colsum_pass1_kernel<true><<<grid, block, 0, s>>>(p0, p1, dout, inp, mean, rstd, N, C, splits);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, p0, C, splits);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, p1, C, splits);
+}
+
+void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size_t C,
+                    float *scratch, size_t scratch_floats)
+{
+    unsigned splits = gpt_cuda_plan_colsum_splits(N, C, scratch_floats);
+    dim3 grid((unsigned)((C + WARP - 1) / WARP), splits);
+    dim3 block(WARP, COLSUM_ROWS_Y);
+    if (splits == 1) {
+        colsum_pass1_kernel<false>
+            <<<grid, block, 0, s>>>(dst, NULL, src, NULL, NULL, NULL, N, C, 1);
+        return;
+    }
+    colsum_pass1_kernel<false>
+        <<<grid, block, 0, s>>>(scratch, NULL, src, NULL, NULL, NULL, N, C, splits);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dst, scratch, C, splits);
+}
+
+__global__ void bias_broadcast_kernel(float *out, const float *bias, size_t OC, size_t n)
+{
+    GRID_LOOP(i, n)
+    out[i] = bias[i % OC];
+}
+
+void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC)
+{
+    size_t n = N * OC;
+    bias_broadcast_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, bias, OC, n);
+}
+
+/* ---- attention softmax --------------------------------------------------- */
+
+/* One warp per row i of a (T, T) matrix: softmax over j <= i (online max
+ * and sum in one pass, then a write pass), zeros for j > i so that the
+ * following att @ V product may run over all T keys. */
+__global__ void att_softmax_forward_kernel(float *att, size_t rows, size_t T)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < rows;
+         r += warps) {
+        size_t i = r % T;
+        float *row = att + r * T;
+        float m = -INFINITY, sum = 0.0f;
+        for (size_t j = lane; j <= i; j += WARP) {
+            float x = row[j];
+            if (x > m) {
+                sum = sum * expf(m - x) + 1.0f;
+                m = x;
+            } else {
+                sum += expf(x - m);
+            }
+        }
+        warp_online(m, sum);
+        float inv = 1.0f / sum;
+        for (size_t j = lane; j < T; j += WARP)
+            row[j] = j <= i ? expf(row[j] - m) * inv : 0.0f;
+    }
+}
+
+void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T)
+{
+    att_softmax_forward_kernel<<<gpt_cuda_plan_row_grid(rows, ROW_WARPS), ROW_WARPS * WARP, 0,
+                                 s>>>(att, rows, T);
+}
+
+__global__ void att_softmax_backward_kernel(float *datt, const float *att, size_t rows, size_t T)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < rows;
+         r += warps) {
+        size_t i = r % T;
+        float *d = datt + r * T;
+        const float *a = att + r * T;
+        float acc = 0.0f;
+        for (size_t j = lane; j <= i; j += WARP)
+            acc += a[j] * d[j];
+        acc = warp_sum(acc);
+        for (size_t j = lane; j < T; j += WARP)
+            d[j] = j <= i ? a[j] * (d[j] - acc) : 0.0f;
+    }
+}
+
+void cuk_att_softmax_backward(cudaStream_t s, float *datt, const float *att, size_t rows, size_t T)
+{
+    att_softmax_backward_kernel<<<gpt_cuda_plan_row_grid(rows, ROW_WARPS), ROW_WARPS * WARP, 0,
+                                  s>>>(datt, att, rows, T);
+}
+
+/* ---- element-wise -------------------------------------------------------- */
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+void cuk_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n)
+{
+    gelu_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, inp, n);
+}
+
+/* dinp may alias dout (each element is read before it is written). */
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
+        float t = tanhf(u);
+        float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
+        float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        dinp[i] = g * dout[i];
+    }
+}
+
+void cuk_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    gelu_backward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dinp, inp, dout, n);
+}
+
+__global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
+{
+    GRID_LOOP(i, n)
+    out[i] = a[i] + b[i];
+}
+
+void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n)
+{
+    residual_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, a, b, n);
+}
+
+__global__ void scale_kernel(float *x, float sc, size_t n)
+{
+    GRID_LOOP(i, n)
+    x[i] *= sc;
+}
+
+void cuk_scale(cudaStream_t s, float *x, float sc, size_t n)
+{
+    scale_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(x, sc, n);
+}
+
+/* Same operation order as the CPU backend (torch.optim.AdamW, foreach off). */
+__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n,
+                             float beta1, float beta2, float eps, float decay, float step_size,
+                             float bc2_sqrt, float grad_scale)
+{
+    GRID_LOOP(i, n)
+    {
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        params[i] = params[i] * decay - step_size * mi / denom;
+    }
+}
+
+void cuk_adamw(cudaStream_t s, float *params, const float *grads, float *m, float *v, size_t n,
+               float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+               float bc1, float bc2)
+{
+    adamw_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(params, grads, m, v, n, beta1, beta2, eps,
+                                                       1.0f - lr * weight_decay, lr / bc1,
+                                                       sqrtf(bc2), grad_scale);
+}
+
+/* ---- fused softmax + cross-entropy ---------------------------------------- */
+
+/* Block-wide online-softmax reduction; every thread gets the result. */
+__device__ void block_online(float &m, float &s)
+{
+    __shared__ float shm[XENT_THREADS / WARP], shs[XENT_THREADS / WARP];
+    warp_online(m, s);
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, nw = blockDim.x / WARP;
+    if (lane == 0) {
+        shm[w] = m;
+        shs[w] = s;
+    }
+    __syncthreads();
+    m = lane < nw ? shm[lane] : -INFINITY;
+    s = lane < nw ? shs[lane] : 0.0f;
+    warp_online(m, s);
+}
+
+/* One block per row n: online max/sum over the first V columns, the loss
+ * from the target logit (read before any write), then optionally dlogits
+ * in place. Ignored rows (target < 0) get loss 0 and a zero row. */
+__global__ void softmax_xent_kernel(float *logits, float *losses, const int *targets, size_t V,
+                                    size_t Vp, float dscale, int write)
+{
+    size_t n = blockIdx.x;
+    float *row = logits + n * Vp;
+    int t = targets[n];
+    if (t < 0) {
+        if (write)
+            for (size_t j = threadIdx.x; j < Vp; j += blockDim.x)
+                row[j] = 0.0f;
+        if (losses && threadIdx.x == 0)
+            losses[n] = 0.0f;
+        return;
+    }
+    float zt = row[t];
+    float m = -INFINITY, s = 0.0f;
+    for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
+        float x = row[j];
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    block_online(m, s);
+    if (losses && threadIdx.x == 0)
+        losses[n] = logf(s) - (zt - m);
+    if (!write)
+        return;
+    /* Every thread has read what it needs (zt, the reduction) before the
+     * __syncthreads inside block_online, so the row may now be overwritten. */
+    float k = dscale / s;
+    for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
+        float d = 0.0f;
+        if (j < V)
+            d = expf(row[j] - m) * k - (j == (size_t)t ? dscale : 0.0f);
+        row[j] = d;
+    }
+}
+
+void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
+                      size_t V, size_t Vp, float dscale, int write_dlogits)
+{
+    /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
+     * (N is B*T). */
+    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(logits, losses, targets, V, Vp,
+                                                             dscale, write_dlogits);
+}
+
+/* ---- sum of squares (deterministic, two passes) ---------------------------- */
+
+__device__ double block_sum_d(double v)
+{
+    __shared__ double sh[GPT_CUDA_BLOCK / WARP];
+    v = warp_sum_d(v);
+    int w = threadIdx.x / WARP, lane = threadIdx.x % WARP, nw = blockDim.x / WARP;
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return warp_sum_d(v);
+}
+
+__global__ void sumsq_pass1_kernel(const float *x, size_t n, double *partials)
+{
+    double acc = 0.0;
+    GRID_LOOP(i, n)
+    {
+        double d = (double)x[i];
+        acc += d * d;
+    }
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = acc;
+}
+
+__global__ void sumsq_pass2_kernel(const double *partials, unsigned count, double *result)
+{
+    double acc = 0.0;
+    for (unsigned i = threadIdx.x; i < count; i += blockDim.x)
+        acc += partials[i];
+    acc = block_sum_d(acc);
+    if (threadIdx.x == 0)
+        *result = acc;
+}
+
+void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *result)
+{
+    unsigned g = gpt_cuda_plan_sumsq_blocks(n, GPT_CUDA_BLOCK);
+    sumsq_pass1_kernel<<<g, GPT_CUDA_BLOCK, 0, s>>>(x, n, partials);
+    sumsq_pass2_kernel<<<1, GPT_CUDA_BLOCK, 0, s>>>(partials, g, result);
+}

@@ -1,0 +1,79 @@
+/*
+ * cuda_plan: the host-side arithmetic of the CUDA backend and the NCCL
+ * communicator, kept in plain C with no CUDA headers so that it builds into
+ * the CPU engine and is unit-tested on machines without a GPU: launch
+ * shapes for grid-stride kernels, the split of deterministic two-pass
+ * reductions (sum of squares, column sums), the padding plan that maps the
+ * uneven slices of gpt_comm_slice onto NCCL's equal-count reduce-scatter and
+ * all-gather, and gradient bucket boundaries.
+ *
+ * Everything here is pure (no allocation, no globals) and callable from any
+ * thread.
+ */
+#ifndef GPT_CUDA_PLAN_H
+#define GPT_CUDA_PLAN_H
+
+#include <stddef.h>
+
+/* Threads per block of the element-wise kernels. */
+#define GPT_CUDA_BLOCK 256
+/* Most blocks one grid-stride launch uses (each thread then loops). */
+#define GPT_CUDA_MAX_GRID 65535u
+/* Blocks of the first sumsq pass: a fixed cap keeps the result independent
+ * of the device (the reduction tree depends only on n). */
+#define GPT_CUDA_SUMSQ_MAX_BLOCKS 1024u
+/* Row splits of the two-pass column sums (LayerNorm and bias gradients). */
+#define GPT_CUDA_COLSUM_MAX_SPLITS 32u
+/* Columns one column-sum block covers (one warp wide). */
+#define GPT_CUDA_COLSUM_COLS 32u
+
+/* Blocks for a grid-stride kernel over n items with `block` threads each:
+ * ceil(n / block) capped at max_grid, at least 1. */
+unsigned gpt_cuda_plan_grid(size_t n, unsigned block, unsigned max_grid);
+
+/* Blocks of a row kernel that gives each row one warp and packs
+ * `warps_per_block` warps per block: ceil(rows / warps_per_block), capped
+ * like gpt_cuda_plan_grid (the kernel then loops over rows). */
+unsigned gpt_cuda_plan_row_grid(size_t rows, unsigned warps_per_block);
+
+/* Blocks of the first pass of the deterministic sum of squares over n
+ * elements: ceil(n / (block * 8)) capped at GPT_CUDA_SUMSQ_MAX_BLOCKS, at
+ * least 1. The partial-sum buffer holds that many doubles. */
+unsigned gpt_cuda_plan_sumsq_blocks(size_t n, unsigned block);
+
+/* Row splits of a two-pass column sum of an (N, C) matrix when the
+ * scratch holds `scratch_floats` floats: each split sums a fixed range of
+ * rows into scratch[split * C + c], then a second pass adds the splits in
+ * order. Aims at ~256 rows per split, at most GPT_CUDA_COLSUM_MAX_SPLITS
+ * and at most scratch_floats / C; 1 means a single pass straight into the
+ * destination. */
+unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
+
+/* The uneven-slice convention of gpt_comm_slice mapped onto NCCL's equal
+ * counts. Every rank's slice is placed at `r * chunk` of a padded buffer of
+ * `padded` = chunk * world elements, chunk = ceil(n / world); the tail of a
+ * short slice is padding (zero for reduce-scatter, ignored for
+ * all-gather). When n % world == 0 the slices are already equal and
+ * contiguous, `needs_pad` is 0 and the collective runs in place on the
+ * caller's buffer. */
+struct gpt_cuda_pad_plan {
+    size_t n;
+    int world;
+    size_t chunk;  /* elements per rank in the padded layout */
+    size_t padded; /* chunk * world */
+    int needs_pad;
+};
+
+void gpt_cuda_pad_plan_init(struct gpt_cuda_pad_plan *p, size_t n, int world);
+/* Where rank r's slice lives in the caller's buffer (off, len) and in the
+ * padded buffer (r * chunk). */
+void gpt_cuda_pad_plan_slice(const struct gpt_cuda_pad_plan *p, int rank, size_t *ret_off,
+                             size_t *ret_len, size_t *ret_padded_off);
+
+/* Boundaries of gradient buckets over n elements: bucket i is
+ * [i * bucket, min(n, (i+1) * bucket)), where `bucket` is max_bucket_elems
+ * rounded down to a multiple of 64 elements (256 bytes, NCCL's preferred
+ * alignment), at least 64. Returns the number of buckets (0 for n == 0). */
+size_t gpt_cuda_plan_buckets(size_t n, size_t max_bucket_elems, size_t *ret_bucket_elems);
+
+#endif

@@ -1,0 +1,640 @@
+/*
+ * snapshot: writing, verifying, finding and pruning snapshot files.
+ *
+ * Layout (every integer little-endian, written field by field):
+ *   0    magic "GPTDSNAP"                          8 bytes
+ *   8    u32 version, u32 header length (SNAP_HEADER_BYTES)
+ *   16   i32 n_layer, n_head, n_embd, block_size, vocab_size
+ *   36   i32 vocab kind, i32 vocab size, 256 vocab bytes
+ *   300  i64 step; u64 cursor epoch, position, seed; u64 rng[4];
+ *        u64 tokens_seen
+ *   372  i32 world_size, i32 sharding, u64 n_params, u32 flags (bit 0:
+ *        moments present)
+ *   392  zero padding up to header length - 4
+ *   508  u32 crc32 of the header bytes before it
+ *   512  params, then m and v when flagged: n_params float32 each
+ *   end  u32 crc32 of every byte before it (header included)
+ * The header has its own checksum so gpt_snapshot_read_meta can trust a
+ * header without reading a 1.5 GB payload. A reader accepts a longer
+ * header from the same version (new fields go into the padding).
+ *
+ * Blocking I/O on the calling thread; no state shared between calls.
+ */
+#define _GNU_SOURCE /* mkostemp */
+#include "snapshot.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define SNAP_MAGIC         "GPTDSNAP"
+#define SNAP_HEADER_BYTES  512u
+#define SNAP_HEADER_MAX    65536u /* a longer header is corrupt */
+#define SNAP_TRAILER_BYTES 4u
+#define SNAP_FLAG_MOMENTS  1u
+#define SNAP_CHUNK_BYTES   (8u << 20) /* I/O and checksum granularity */
+#define SNAP_PREFIX        "snap-"
+#define SNAP_TMP_PREFIX    ".snap-"
+#define SNAP_LIST_MAX      100000 /* snapshot files considered in one directory */
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "snapshot.c stores float arrays as they are in memory: add byte swapping for this host"
+#endif
+
+/* ---- little-endian fields ------------------------------------------------ */
+
+struct snap_buf {
+    unsigned char *p;
+    size_t off;
+};
+
+static void put_u32(struct snap_buf *b, uint32_t x)
+{
+    for (int i = 0; i < 4; i++)
+        b->p[b->off++] = (unsigned char)(x >> (8 * i));
+}
+
+static void put_u64(struct snap_buf *b, uint64_t x)
+{
+    for (int i = 0; i < 8; i++)
+        b->p[b->off++] = (unsigned char)(x >> (8 * i));
+}
+
+static uint32_t get_u32(struct snap_buf *b)
+{
+    uint32_t x = 0;
+    for (int i = 0; i < 4; i++)
+        x |= (uint32_t)b->p[b->off++] << (8 * i);
+    return x;
+}
+
+static uint64_t get_u64(struct snap_buf *b)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++)
+        x |= (uint64_t)b->p[b->off++] << (8 * i);
+    return x;
+}
+
+static uint32_t snap_crc(uint32_t crc, const void *p, size_t n)
+{
+    const unsigned char *q = p;
+    while (n > 0) { /* zlib takes a uInt length */
+        size_t k = n < SNAP_CHUNK_BYTES ? n : SNAP_CHUNK_BYTES;
+        crc = (uint32_t)crc32(crc, q, (uInt)k);
+        q += k;
+        n -= k;
+    }
+    return crc;
+}
+
+static void snap_encode_header(const struct gpt_snapshot_meta *m, uint64_t flags, unsigned char *h)
+{
+    struct snap_buf b = {h, 0};
+    memset(h, 0, SNAP_HEADER_BYTES);
+    memcpy(h, SNAP_MAGIC, 8);
+    b.off = 8;
+    put_u32(&b, GPT_SNAPSHOT_VERSION);
+    put_u32(&b, SNAP_HEADER_BYTES);
+    put_u32(&b, (uint32_t)m->cfg.n_layer);
+    put_u32(&b, (uint32_t)m->cfg.n_head);
+    put_u32(&b, (uint32_t)m->cfg.n_embd);
+    put_u32(&b, (uint32_t)m->cfg.block_size);
+    put_u32(&b, (uint32_t)m->cfg.vocab_size);
+    put_u32(&b, (uint32_t)m->vocab.kind);
+    put_u32(&b, (uint32_t)m->vocab.size);
+    memcpy(h + b.off, m->vocab.chars, GPT_VOCAB_MAX);
+    b.off += GPT_VOCAB_MAX;
+    put_u64(&b, (uint64_t)m->step);
+    put_u64(&b, m->cursor.epoch);
+    put_u64(&b, m->cursor.position);
+    put_u64(&b, m->cursor.seed);
+    for (int i = 0; i < 4; i++)
+        put_u64(&b, m->rng[i]);
+    put_u64(&b, m->tokens_seen);
+    put_u32(&b, (uint32_t)m->world_size);
+    put_u32(&b, (uint32_t)m->sharding);
+    put_u64(&b, m->n_params);
+    put_u32(&b, (uint32_t)flags);
+    GPT_ASSERT(b.off <= SNAP_HEADER_BYTES - 4);
+    b.off = SNAP_HEADER_BYTES - 4;
+    put_u32(&b, snap_crc(0, h, SNAP_HEADER_BYTES - 4));
+}
+
+/* Decodes fields of a header whose magic, version, length and checksum
+ * were checked. Returns the flags. */
+static uint32_t snap_decode_header(const unsigned char *h, struct gpt_snapshot_meta *m)
+{
+    struct snap_buf b = {(unsigned char *)h, 8};
+    memset(m, 0, sizeof(*m));
+    m->version = get_u32(&b);
+    (void)get_u32(&b);
+    m->cfg.n_layer = (int)get_u32(&b);
+    m->cfg.n_head = (int)get_u32(&b);
+    m->cfg.n_embd = (int)get_u32(&b);
+    m->cfg.block_size = (int)get_u32(&b);
+    m->cfg.vocab_size = (int)get_u32(&b);
+    m->vocab.kind = (int)get_u32(&b);
+    m->vocab.size = (int)get_u32(&b);
+    memcpy(m->vocab.chars, h + b.off, GPT_VOCAB_MAX);
+    b.off += GPT_VOCAB_MAX;
+    m->step = (int64_t)get_u64(&b);
+    m->cursor.epoch = get_u64(&b);
+    m->cursor.position = get_u64(&b);
+    m->cursor.seed = get_u64(&b);
+    for (int i = 0; i < 4; i++)
+        m->rng[i] = get_u64(&b);
+    m->tokens_seen = get_u64(&b);
+    m->world_size = (int32_t)get_u32(&b);
+    m->sharding = (int32_t)get_u32(&b);
+    m->n_params = get_u64(&b);
+    uint32_t flags = get_u32(&b);
+    m->has_moments = (flags & SNAP_FLAG_MOMENTS) != 0;
+    return flags;
+}
+
+/* ---- plain I/O -------------------------------------------------------------- */
+
+static int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc)
+{
+    const unsigned char *q = p;
+    if (crc)
+        *crc = snap_crc(*crc, p, n);
+    while (n > 0) {
+        size_t k = n < SNAP_CHUNK_BYTES ? n : SNAP_CHUNK_BYTES;
+        ssize_t w = write(fd, q, k);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        q += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes; -GPT_E_CORRUPT when the file ends first. */
+static int snap_read_all(int fd, void *p, size_t n)
+{
+    unsigned char *q = p;
+    while (n > 0) {
+        size_t k = n < SNAP_CHUNK_BYTES ? n : SNAP_CHUNK_BYTES;
+        ssize_t r = read(fd, q, k);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -GPT_E_CORRUPT;
+        q += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* mkdir -p */
+static int snap_mkdirs(const char *dir)
+{
+    char path[GPT_JOB_PATH_MAX];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof(path))
+        return -ENAMETOOLONG;
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        path[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+static int snap_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* ---- write -------------------------------------------------------------- */
+
+int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, const float *params,
+                       const float *m, const float *v, char *ret_path, size_t path_cap,
+                       struct gpt_err *err)
+{
+    GPT_ASSERT(dir && meta && (params || meta->n_params == 0));
+    char final[GPT_JOB_PATH_MAX + 64], tmp[GPT_JOB_PATH_MAX + 64];
+    unsigned char header[SNAP_HEADER_BYTES];
+    int fd = -1, rc;
+    if (meta->step < 0 || (!m) != (!v) || meta->n_params > UINT64_MAX / 16)
+        return gpt_err_set(err, -EINVAL, NULL, "snapshot: bad step, moments or parameter count");
+    if (strlen(dir) >= GPT_JOB_PATH_MAX)
+        return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
+    snprintf(final, sizeof(final), "%s/" SNAP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX, dir,
+             meta->step);
+    snprintf(tmp, sizeof(tmp), "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".XXXXXX",
+             dir, meta->step);
+    if (ret_path && strlen(final) >= path_cap)
+        return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: longer than the caller's buffer", final);
+    if ((rc = snap_mkdirs(dir)) < 0)
+        return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        return gpt_err_set(err, rc, NULL, "%s: %s", tmp, strerror(-rc));
+    }
+    (void)fchmod(fd, 0644);
+
+    uint32_t crc = 0;
+    size_t bytes = (size_t)meta->n_params * sizeof(float);
+    snap_encode_header(meta, m ? SNAP_FLAG_MOMENTS : 0, header);
+    rc = snap_write_all(fd, header, sizeof(header), &crc);
+    if (rc == 0)
+        rc = snap_write_all(fd, params, bytes, &crc);
+    if (rc == 0 && m)
+        rc = snap_write_all(fd, m, bytes, &crc);
+    if (rc == 0 && v)
+        rc = snap_write_all(fd, v, bytes, &crc);
+    if (rc == 0) {
+        unsigned char trailer[SNAP_TRAILER_BYTES];
+        struct snap_buf b = {trailer, 0};
+        put_u32(&b, crc);
+        rc = snap_write_all(fd, trailer, sizeof(trailer), NULL);
+    }
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        gpt_err_set(err, rc, NULL, "%s: write: %s", tmp, strerror(-rc));
+        goto fail;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = -errno;
+        gpt_err_set(err, rc, NULL, "%s: close: %s", tmp, strerror(-rc));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, final) < 0) {
+        rc = -errno;
+        gpt_err_set(err, rc, NULL, "rename %s -> %s: %s", tmp, final, strerror(-rc));
+        goto fail;
+    }
+    if ((rc = snap_fsync_dir(dir)) < 0)
+        return gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
+    if (ret_path)
+        snprintf(ret_path, path_cap, "%s", final);
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* ---- read ----------------------------------------------------------------- */
+
+/* Opens path and checks its header against the file size. On success *ret_fd
+ * is positioned at the payload and ret_meta / *ret_hlen are filled. */
+static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *ret_fd,
+                     uint32_t *ret_crc, struct gpt_err *err)
+{
+    unsigned char fixed[16], *h = NULL;
+    struct gpt_snapshot_meta meta;
+    struct stat st;
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        return gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
+    }
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
+        goto fail;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < sizeof(fixed)) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: truncated (%" PRIu64 " bytes)",
+                         path, size);
+        goto fail;
+    }
+    if ((rc = snap_read_all(fd, fixed, sizeof(fixed))) < 0) {
+        gpt_err_set(err, rc, NULL, "snapshot %s: read: %s", path, gpt_strerror(rc));
+        goto fail;
+    }
+    if (memcmp(fixed, SNAP_MAGIC, 8) != 0) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: bad magic (not a gptd snapshot)",
+                         path);
+        goto fail;
+    }
+    struct snap_buf b = {fixed, 8};
+    uint32_t version = get_u32(&b), hlen = get_u32(&b);
+    if (version != GPT_SNAPSHOT_VERSION) {
+        rc = gpt_err_set(err, -GPT_E_VERSION, NULL,
+                         "snapshot %s: format version %" PRIu32 ", this build reads version %d",
+                         path, version, GPT_SNAPSHOT_VERSION);
+        goto fail;
+    }
+    if (hlen < SNAP_HEADER_BYTES || hlen > SNAP_HEADER_MAX) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "snapshot %s: impossible header length %" PRIu32, path, hlen);
+        goto fail;
+    }
+    if ((uint64_t)hlen + SNAP_TRAILER_BYTES > size) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "snapshot %s: truncated (%" PRIu64 " bytes, the header alone is %" PRIu32
+                         ")",
+                         path, size, hlen);
+        goto fail;
+    }
+    if (!(h = malloc(hlen))) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", path);
+        goto fail;
+    }
+    memcpy(h, fixed, sizeof(fixed));
+    if ((rc = snap_read_all(fd, h + sizeof(fixed), hlen - sizeof(fixed))) < 0) {
+        gpt_err_set(err, rc, NULL, "snapshot %s: read: %s", path, gpt_strerror(rc));
+        goto fail;
+    }
+    b = (struct snap_buf){h, hlen - 4};
+    uint32_t hcrc = get_u32(&b);
+    if (hcrc != snap_crc(0, h, hlen - 4)) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: header checksum mismatch", path);
+        goto fail;
+    }
+    uint32_t flags = snap_decode_header(h, &meta);
+    if (flags & ~SNAP_FLAG_MOMENTS) {
+        rc = gpt_err_set(err, -GPT_E_VERSION, NULL, "snapshot %s: unknown feature flags 0x%" PRIx32,
+                         path, flags);
+        goto fail;
+    }
+    if (meta.vocab.kind >= 0 && (meta.vocab.size < 0 || meta.vocab.size > GPT_VOCAB_MAX)) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", path,
+                         meta.vocab.size);
+        goto fail;
+    }
+    /* Sizes: header + arrays + trailer must be the file size exactly. */
+    uint64_t arrays = meta.has_moments ? 3 : 1, payload = size - hlen - SNAP_TRAILER_BYTES;
+    if (meta.n_params > payload / 4 / arrays || meta.n_params * 4 * arrays != payload) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "snapshot %s: %s: %" PRIu64 " bytes, but %" PRIu64
+                         " parameters%s need %" PRIu64,
+                         path, meta.n_params * 4 * arrays > payload ? "truncated" : "bad size",
+                         size, meta.n_params, meta.has_moments ? " with moments" : "",
+                         hlen + SNAP_TRAILER_BYTES + meta.n_params * 4 * arrays);
+        goto fail;
+    }
+    if (ret_crc)
+        *ret_crc = snap_crc(0, h, hlen);
+    free(h);
+    *ret_meta = meta;
+    *ret_fd = fd;
+    return 0;
+fail:
+    free(h);
+    close(fd);
+    return rc;
+}
+
+int gpt_snapshot_read_meta(const char *path, struct gpt_snapshot_meta *ret_meta,
+                           struct gpt_err *err)
+{
+    GPT_ASSERT(path && ret_meta);
+    int fd;
+    struct gpt_snapshot_meta meta;
+    int rc = snap_open(path, &meta, &fd, NULL, err);
+    if (rc < 0)
+        return rc;
+    close(fd);
+    *ret_meta = meta;
+    return 0;
+}
+
+int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params, float *m,
+                      float *v, struct gpt_err *err)
+{
+    GPT_ASSERT(path && ret_meta);
+    struct gpt_snapshot_meta meta;
+    uint32_t crc;
+    int fd, rc = snap_open(path, &meta, &fd, &crc, err);
+    if (rc < 0)
+        return rc;
+    unsigned char *scratch = NULL;
+    size_t bytes = (size_t)meta.n_params * sizeof(float);
+    float *dst[3] = {params, meta.has_moments ? m : NULL, meta.has_moments ? v : NULL};
+    for (int a = 0; a < (meta.has_moments ? 3 : 1); a++) {
+        if (dst[a]) {
+            if ((rc = snap_read_all(fd, dst[a], bytes)) < 0)
+                goto io;
+            crc = snap_crc(crc, dst[a], bytes);
+            continue;
+        }
+        /* Skipped array: still read through it for the checksum. */
+        if (!scratch && !(scratch = malloc(SNAP_CHUNK_BYTES))) {
+            rc = gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", path);
+            goto out;
+        }
+        for (size_t off = 0; off < bytes; off += SNAP_CHUNK_BYTES) {
+            size_t k = bytes - off < SNAP_CHUNK_BYTES ? bytes - off : SNAP_CHUNK_BYTES;
+            if ((rc = snap_read_all(fd, scratch, k)) < 0)
+                goto io;
+            crc = snap_crc(crc, scratch, k);
+        }
+    }
+    unsigned char trailer[SNAP_TRAILER_BYTES];
+    if ((rc = snap_read_all(fd, trailer, sizeof(trailer))) < 0)
+        goto io;
+    struct snap_buf b = {trailer, 0};
+    if (get_u32(&b) != crc) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: checksum mismatch", path);
+        goto out;
+    }
+    *ret_meta = meta;
+    goto out;
+io:
+    /* The size was checked, so running short means the file changed under us. */
+    gpt_err_set(err, rc, NULL, "snapshot %s: read: %s", path,
+                rc == -GPT_E_CORRUPT ? "file shrank while reading" : gpt_strerror(rc));
+out:
+    free(scratch);
+    close(fd);
+    return rc;
+}
+
+/* ---- directory -------------------------------------------------------------- */
+
+/* Step of a snapshot file name ("snap-<digits>.gpts"), or -1. */
+static int64_t snap_name_step(const char *name)
+{
+    size_t pre = strlen(SNAP_PREFIX), suf = strlen(GPT_SNAPSHOT_SUFFIX), n = strlen(name);
+    if (n <= pre + suf || n - pre - suf > 18 || strncmp(name, SNAP_PREFIX, pre) != 0 ||
+        strcmp(name + n - suf, GPT_SNAPSHOT_SUFFIX) != 0)
+        return -1;
+    int64_t step = 0;
+    for (size_t i = pre; i < n - suf; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return -1;
+        step = step * 10 + (name[i] - '0');
+    }
+    return step;
+}
+
+struct snap_entry {
+    int64_t step;
+    char *path;
+};
+
+static int snap_entry_cmp(const void *a, const void *b)
+{
+    const struct snap_entry *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? 1 : -1; /* newest first */
+    return -strcmp(x->path, y->path);
+}
+
+void gpt_snapshot_list_free(char **paths, size_t n)
+{
+    if (!paths)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+int gpt_snapshot_list(const char *dir, char ***ret_paths, size_t *ret_n, struct gpt_err *err)
+{
+    GPT_ASSERT(dir && ret_paths && ret_n);
+    struct snap_entry *e = NULL;
+    size_t n = 0, cap = 0;
+    char **paths = NULL;
+    int rc = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        rc = -errno;
+        return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t step = snap_name_step(de->d_name);
+        if (step < 0)
+            continue;
+        if (n == SNAP_LIST_MAX) {
+            rc = gpt_err_set(err, -GPT_E_LIMIT, NULL, "%s: more than %d snapshots", dir,
+                             SNAP_LIST_MAX);
+            goto out;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            struct snap_entry *ne = realloc(e, ncap * sizeof(*e));
+            if (!ne)
+                goto nomem;
+            e = ne;
+            cap = ncap;
+        }
+        size_t len = strlen(dir) + strlen(de->d_name) + 2;
+        if (!(e[n].path = malloc(len)))
+            goto nomem;
+        snprintf(e[n].path, len, "%s/%s", dir, de->d_name);
+        e[n++].step = step;
+    }
+    qsort(e, n, sizeof(*e), snap_entry_cmp);
+    if (!(paths = calloc(n ? n : 1, sizeof(*paths))))
+        goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        paths[i] = e[i].path;
+        e[i].path = NULL;
+    }
+    *ret_paths = paths;
+    *ret_n = n;
+    goto out;
+nomem:
+    rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory listing %s", dir);
+out:
+    for (size_t i = 0; i < n; i++)
+        free(e[i].path);
+    free(e);
+    closedir(d);
+    return rc;
+}
+
+int gpt_snapshot_newest(const char *dir, char *ret_path, size_t path_cap,
+                        struct gpt_snapshot_meta *ret_meta, gpt_snapshot_skip_fn skip, void *ctx,
+                        struct gpt_err *err)
+{
+    GPT_ASSERT(dir);
+    char **paths;
+    size_t n;
+    int rc = gpt_snapshot_list(dir, &paths, &n, err);
+    if (rc < 0)
+        return rc;
+    size_t skipped = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct gpt_snapshot_meta meta;
+        struct gpt_err why = {0};
+        rc = gpt_snapshot_read(paths[i], &meta, NULL, NULL, NULL, &why);
+        if (rc == 0) {
+            if (ret_path && strlen(paths[i]) >= path_cap) {
+                rc = gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: longer than the caller's buffer",
+                                 paths[i]);
+                break;
+            }
+            if (ret_path)
+                snprintf(ret_path, path_cap, "%s", paths[i]);
+            if (ret_meta)
+                *ret_meta = meta;
+            break;
+        }
+        if (rc == -ENOMEM) { /* our failure, not the file's */
+            if (err)
+                *err = why;
+            break;
+        }
+        skipped++;
+        if (skip)
+            skip(ctx, paths[i], &why);
+    }
+    if (n == 0 || (rc < 0 && skipped == n))
+        rc = gpt_err_set(err, -ENOENT, NULL, "no valid snapshot in %s (%zu invalid skipped)", dir,
+                         skipped);
+    gpt_snapshot_list_free(paths, n);
+    return rc;
+}
+
+int gpt_snapshot_prune(const char *dir, int keep, struct gpt_err *err)
+{
+    GPT_ASSERT(dir);
+    if (keep <= 0)
+        return 0;
+    char **paths;
+    size_t n;
+    int rc = gpt_snapshot_list(dir, &paths, &n, err);
+    if (rc < 0)
+        return rc;
+    for (size_t i = (size_t)keep; i < n; i++) {
+        if (unlink(paths[i]) < 0 && errno != ENOENT && rc == 0) {
+            rc = -errno;
+            gpt_err_set(err, rc, NULL, "%s: unlink: %s", paths[i], strerror(-rc));
+        }
+    }
+    gpt_snapshot_list_free(paths, n);
+    if (rc == 0 && n > (size_t)keep && (rc = snap_fsync_dir(dir)) < 0)
+        gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
+    return rc;
+}

@@ -1,0 +1,870 @@
+/*
+ * trainer: the step loop of one rank (see trainer.h).
+ *
+ * One optimizer step consumes trainer.global_batch sequences of the global
+ * data stream: rank r takes the r-th contiguous share, split into
+ * micro-batches of trainer.micro_batch (gradient accumulation), so the
+ * optimisation is the same for any world size. On the last micro-batch the
+ * model reports finished gradient spans (grads_ready) and a communication
+ * thread all-reduces them while backward carries on with earlier layers.
+ *
+ * Everything here runs on the worker thread, except ddp_thread_main, which
+ * owns the communicator while a backward is in flight.
+ */
+#include "trainer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "peak.h"
+#include "rng.h"
+#include "snapshot.h"
+
+#define DDP_QUEUE_MAX (2 * GPT_MAX_TENSORS)
+
+/* Gradient buckets waiting for the communication thread. */
+struct ddp {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct gpt_comm *comm;
+    float *grads;
+    bool armed; /* true during the last micro-batch's backward */
+    bool quit;
+    size_t head, tail; /* queue of spans [head, tail) */
+    size_t off[DDP_QUEUE_MAX], count[DDP_QUEUE_MAX];
+    bool busy; /* the thread is reducing a span */
+    int error;
+};
+
+/* State a resume restores and rank 0 broadcasts to the others. */
+struct train_state {
+    int64_t step;
+    struct gpt_data_cursor cursor;
+    uint64_t rng[4];
+    uint64_t tokens;
+    int64_t resumed; /* 1 if restored from a snapshot */
+};
+
+struct trainer {
+    const struct gpt_trainer_opts *opts;
+    const struct gpt_job *job;
+    struct gpt_comm *comm;
+    struct gpt_comm *own_comm;
+    int rank, world;
+    struct gpt_backend *be;
+    struct gpt_dataset *ds;
+    struct gpt_model model;
+    bool model_ready;
+    size_t B, T;
+    int accum;
+    int *inputs, *targets; /* (B, T) host */
+    float *logits_host;    /* (B, T, Vp) host, for evaluation and sampling */
+    int64_t max_steps;
+    struct train_state st;
+    struct gpt_rng rng;
+    char snapdir[GPT_JOB_PATH_MAX];
+    double peak_flops; /* per rank, FLOP/s */
+    struct ddp ddp;
+    struct gpt_train_result *result;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void emit_event(struct trainer *t, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void emit_event(struct trainer *t, const char *kind, const char *fmt, ...)
+{
+    if (t->rank != 0 || !t->opts->hooks.event)
+        return;
+    struct gpt_event e;
+    memset(&e, 0, sizeof(e));
+    snprintf(e.kind, sizeof(e.kind), "%s", kind);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof(e.message), fmt, ap);
+    va_end(ap);
+    e.step = t->st.step;
+    e.run_id = t->opts->run_id;
+    e.time = wall_s();
+    t->opts->hooks.event(t->opts->hooks.ctx, &e);
+}
+
+/* ---- DDP: bucketed all-reduce on a communication thread ---- */
+
+static void *ddp_thread_main(void *arg)
+{
+    struct ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->head == d->tail)
+            pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit)
+            break;
+        size_t i = d->head % DDP_QUEUE_MAX;
+        size_t off = d->off[i], count = d->count[i];
+        d->busy = true;
+        pthread_mutex_unlock(&d->mu);
+        int rc = d->error ? 0 : gpt_comm_allreduce(d->comm, d->grads + off, count, GPT_REDUCE_AVG);
+        pthread_mutex_lock(&d->mu);
+        if (rc < 0 && !d->error)
+            d->error = rc;
+        d->head++;
+        d->busy = false;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* grads_ready hook of the model: queue the span when armed. */
+static void ddp_grads_ready(void *ctx, size_t off, size_t count)
+{
+    struct ddp *d = ctx;
+    pthread_mutex_lock(&d->mu);
+    if (d->armed && count > 0) {
+        GPT_ASSERT(d->tail - d->head < DDP_QUEUE_MAX);
+        size_t i = d->tail % DDP_QUEUE_MAX;
+        d->off[i] = off;
+        d->count[i] = count;
+        d->tail++;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Waits until every queued span is reduced; returns the first error. */
+static int ddp_wait(struct ddp *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->head != d->tail || d->busy)
+        pthread_cond_wait(&d->cv, &d->mu);
+    d->armed = false;
+    int rc = d->error;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+static int ddp_start(struct trainer *t)
+{
+    struct ddp *d = &t->ddp;
+    d->comm = t->comm;
+    d->grads = t->model.grads;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (pthread_create(&d->thread, NULL, ddp_thread_main, d) != 0) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+        return -EAGAIN;
+    }
+    d->started = true;
+    t->model.grads_ready = ddp_grads_ready;
+    t->model.grads_ready_ctx = d;
+    return 0;
+}
+
+static void ddp_stop(struct ddp *d)
+{
+    if (!d->started)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->quit = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    d->started = false;
+}
+
+/* ---- set-up ---- */
+
+static int64_t plan_max_steps(const struct trainer *t)
+{
+    const struct gpt_trainer_spec *ts = &t->job->trainer;
+    int64_t steps = ts->max_steps > 0 ? ts->max_steps : INT64_MAX;
+    if (ts->max_epochs > 0) {
+        uint64_t per_epoch = gpt_dataset_train_samples(t->ds);
+        uint64_t total = per_epoch * (uint64_t)ts->max_epochs;
+        int64_t by_epochs =
+            (int64_t)((total + (uint64_t)ts->global_batch - 1) / (uint64_t)ts->global_batch);
+        if (by_epochs < steps)
+            steps = by_epochs;
+    }
+    return steps;
+}
+
+/* Peak FLOP/s of one rank for MFU: configured, or measured once with
+ * sgemm on the model's largest matrix shape. */
+static double measure_peak(struct trainer *t)
+{
+    if (t->job->trainer.peak_gflops > 0)
+        return t->job->trainer.peak_gflops * 1e9;
+    if (strcmp(t->be->name, "cpu") != 0)
+        return 0; /* GPU peaks come from the device table, or the job */
+    return gpt_peak_sgemm_flops(t->B * t->T, (size_t)t->model.cfg.n_embd,
+                                4 * (size_t)t->model.cfg.n_embd, 0.1);
+}
+
+static int open_all(struct trainer *t, struct gpt_err *err)
+{
+    const struct gpt_job *job = t->job;
+    int rc;
+
+    rc = gpt_backend_cpu_new(job->trainer.threads, &t->be, err);
+    if (rc < 0)
+        return rc;
+    rc =
+        gpt_dataset_open(&job->data, (size_t)job->model.block_size, job->trainer.seed, &t->ds, err);
+    if (rc < 0)
+        return rc;
+
+    struct gpt_model_config cfg = job->model;
+    int data_vocab = gpt_dataset_vocab_size(t->ds);
+    if (cfg.vocab_size == 0)
+        cfg.vocab_size = data_vocab;
+    if (cfg.vocab_size < data_vocab)
+        return gpt_err_set(err, -GPT_E_SPEC, "model.vocab_size",
+                           "model.vocab_size is %d but the data has %d tokens", cfg.vocab_size,
+                           data_vocab);
+    t->T = gpt_dataset_seq_len(t->ds);
+    if (t->T > (size_t)cfg.block_size)
+        return gpt_err_set(err, -GPT_E_SPEC, "model.block_size",
+                           "model.block_size is %d but the task needs sequences of %zu tokens",
+                           cfg.block_size, t->T);
+
+    int micro = job->trainer.micro_batch, global = job->trainer.global_batch;
+    if (global % (micro * t->world) != 0)
+        return gpt_err_set(err, -GPT_E_SPEC, "trainer.global_batch",
+                           "trainer.global_batch (%d) must be a multiple of micro_batch (%d) x "
+                           "world size (%d)",
+                           global, micro, t->world);
+    t->B = (size_t)micro;
+    t->accum = global / (micro * t->world);
+
+    rc = gpt_model_init(&t->model, &cfg, t->be, t->B, err);
+    if (rc < 0)
+        return rc;
+    t->model_ready = true;
+    rc = gpt_model_alloc_optim(&t->model, err);
+    if (rc < 0)
+        return rc;
+
+    t->inputs = calloc(t->B * t->T, sizeof(int));
+    t->targets = calloc(t->B * t->T, sizeof(int));
+    t->logits_host = calloc(t->B * t->T * t->model.Vp, sizeof(float));
+    if (!t->inputs || !t->targets || !t->logits_host)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for batch buffers");
+
+    const char *dir = t->opts->snapshot_dir ? t->opts->snapshot_dir : job->snapshot.dir;
+    snprintf(t->snapdir, sizeof(t->snapdir), "%s", dir ? dir : "");
+    t->max_steps = plan_max_steps(t);
+    t->peak_flops = measure_peak(t);
+    return 0;
+}
+
+/* ---- snapshots ---- */
+
+static void fill_meta(const struct trainer *t, struct gpt_snapshot_meta *meta)
+{
+    memset(meta, 0, sizeof(*meta));
+    meta->version = GPT_SNAPSHOT_VERSION;
+    meta->cfg = t->model.cfg;
+    meta->vocab = *gpt_dataset_vocab(t->ds);
+    meta->step = t->st.step;
+    meta->cursor = t->st.cursor;
+    memcpy(meta->rng, t->rng.s, sizeof(meta->rng));
+    meta->tokens_seen = t->st.tokens;
+    meta->world_size = t->world;
+    meta->sharding = t->job->distributed.sharding;
+    meta->n_params = t->model.n_params;
+    meta->has_moments = 1;
+}
+
+static int write_snapshot(struct trainer *t, struct gpt_err *err)
+{
+    bool writer = t->opts->write_snapshots ? true : t->rank == 0;
+    if (!writer || !t->snapdir[0])
+        return 0;
+    struct gpt_snapshot_meta meta;
+    fill_meta(t, &meta);
+    char path[1024];
+    double t0 = now_s();
+    int rc = gpt_snapshot_write(t->snapdir, &meta, t->model.params, t->model.m, t->model.v, path,
+                                sizeof(path), err);
+    if (rc < 0)
+        return rc;
+    snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
+    emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step, path,
+               (now_s() - t0) * 1e3);
+    if (t->job->snapshot.keep > 0) {
+        struct gpt_err perr;
+        (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &perr);
+    }
+    return 0;
+}
+
+static void report_skipped(void *ctx, const char *path, const struct gpt_err *why)
+{
+    struct trainer *t = ctx;
+    emit_event(t, "snapshot_invalid", "skipped %s: %s", path, why->msg);
+}
+
+/* Rank 0 loads the snapshot to resume from (if any). */
+static int load_snapshot(struct trainer *t, struct gpt_err *err)
+{
+    char path[1024];
+    struct gpt_snapshot_meta meta;
+    int rc;
+
+    if (t->opts->resume_path) {
+        snprintf(path, sizeof(path), "%s", t->opts->resume_path);
+        rc = gpt_snapshot_read_meta(path, &meta, err);
+        if (rc < 0)
+            return rc;
+    } else {
+        if (!t->snapdir[0])
+            return 0;
+        rc = gpt_snapshot_newest(t->snapdir, path, sizeof(path), &meta, report_skipped, t, err);
+        if (rc == -ENOENT) {
+            gpt_err_clear(err);
+            return 0;
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (memcmp(&meta.cfg, &t->model.cfg, sizeof(meta.cfg)) != 0 ||
+        meta.n_params != t->model.n_params)
+        return gpt_err_set(err, -GPT_E_SPEC, "model",
+                           "snapshot %s was taken with a different model (%d layers, %d heads, "
+                           "%d wide, block %d, vocab %d)",
+                           path, meta.cfg.n_layer, meta.cfg.n_head, meta.cfg.n_embd,
+                           meta.cfg.block_size, meta.cfg.vocab_size);
+    const struct gpt_vocab *dv = gpt_dataset_vocab(t->ds);
+    if (meta.vocab.kind != dv->kind || meta.vocab.size != dv->size ||
+        memcmp(meta.vocab.chars, dv->chars,
+               (size_t)dv->size < sizeof(dv->chars) ? (size_t)dv->size : sizeof(dv->chars)))
+        return gpt_err_set(err, -GPT_E_DATA, "data",
+                           "snapshot %s was taken with a different vocabulary than data.path now "
+                           "gives",
+                           path);
+    rc = gpt_snapshot_read(path, &meta, t->model.params, meta.has_moments ? t->model.m : NULL,
+                           meta.has_moments ? t->model.v : NULL, err);
+    if (rc < 0)
+        return rc;
+    t->st.step = meta.step;
+    t->st.cursor = meta.cursor;
+    memcpy(t->st.rng, meta.rng, sizeof(t->st.rng));
+    t->st.tokens = meta.tokens_seen;
+    t->st.resumed = 1;
+    snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
+    emit_event(t, "resume", "resumed from %s at step %lld (saved at world size %d, now %d)", path,
+               (long long)meta.step, meta.world_size, t->world);
+    return 0;
+}
+
+/* Rank 0 initialises or resumes; everyone receives the same state. */
+static int init_state(struct trainer *t, struct gpt_err *err)
+{
+    int rc = 0;
+    memset(&t->st, 0, sizeof(t->st));
+    if (t->rank == 0) {
+        gpt_model_init_weights(&t->model, t->job->trainer.seed);
+        t->st.cursor.seed = t->job->trainer.seed;
+        struct gpt_rng r;
+        gpt_rng_seed(&r, t->job->trainer.seed ^ 0x5eedull);
+        memcpy(t->st.rng, r.s, sizeof(t->st.rng));
+        if (t->opts->resume || t->opts->resume_path)
+            rc = load_snapshot(t, err);
+    }
+    if (t->world > 1) {
+        /* A failure on rank 0 must not leave the others waiting in the
+         * broadcast: the status travels with the state. */
+        int64_t status[2] = {rc, 0};
+        int brc = gpt_comm_broadcast(t->comm, status, sizeof(status), 0);
+        if (brc < 0)
+            return rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
+        if (status[0] < 0)
+            return rc < 0 ? rc
+                          : gpt_err_set(err, (int)status[0], NULL,
+                                        "rank 0 failed to initialise the model: %s",
+                                        gpt_strerror((int)status[0]));
+        if ((brc = gpt_comm_broadcast(t->comm, &t->st, sizeof(t->st), 0)) < 0 ||
+            (brc = gpt_comm_broadcast(t->comm, t->model.params, t->model.n_params * sizeof(float),
+                                      0)) < 0 ||
+            (brc = gpt_comm_broadcast(t->comm, t->model.m, t->model.n_params * sizeof(float), 0)) <
+                0 ||
+            (brc = gpt_comm_broadcast(t->comm, t->model.v, t->model.n_params * sizeof(float), 0)) <
+                0)
+            return gpt_err_set(err, brc, NULL, "broadcast of the parameters failed: %s",
+                               gpt_strerror(brc));
+    }
+    if (rc < 0)
+        return rc;
+    memcpy(t->rng.s, t->st.rng, sizeof(t->rng.s));
+    return 0;
+}
+
+/* ---- evaluation ---- */
+
+/* Greedy answers to held-out synthetic problems: returns correct/total
+ * for this rank's share (problems i with i % world == rank). */
+static int eval_accuracy(struct trainer *t, double *correct, double *total)
+{
+    size_t n_problems = (size_t)t->job->trainer.eval_batches * t->B;
+    int prompt[GPT_VOCAB_MAX], answer[GPT_VOCAB_MAX];
+    size_t plen = 0, alen = 0;
+    size_t Vp = t->model.Vp, V = (size_t)t->model.cfg.vocab_size;
+    int rc;
+
+    for (size_t first = (size_t)t->rank; first < n_problems; first += t->B * (size_t)t->world) {
+        size_t b_n = 0;
+        int answers[64][GPT_VOCAB_MAX / 4];
+        for (size_t k = first; k < n_problems && b_n < t->B && b_n < 64;
+             k += (size_t)t->world, b_n++) {
+            rc = gpt_dataset_val_problem(t->ds, k, prompt, &plen, answer, &alen);
+            if (rc < 0)
+                return rc;
+            GPT_ASSERT(plen + alen <= t->T + 1 && alen <= GPT_VOCAB_MAX / 4);
+            memcpy(&t->inputs[b_n * t->T], prompt, plen * sizeof(int));
+            memcpy(answers[b_n], answer, alen * sizeof(int));
+        }
+        if (b_n == 0)
+            break;
+        /* Generate alen tokens; the sequence for step j has plen + j tokens. */
+        for (size_t j = 0; j < alen; j++) {
+            size_t len = plen + j;
+            /* The batch is laid out with row stride T; forward wants (B, len)
+             * contiguous, so pack rows first. */
+            int *packed = t->targets; /* free during eval */
+            for (size_t b = 0; b < b_n; b++)
+                memcpy(&packed[b * len], &t->inputs[b * t->T], len * sizeof(int));
+            rc = gpt_model_forward(&t->model, packed, NULL, b_n, len, NULL);
+            if (rc < 0)
+                return rc;
+            rc = gpt_backend_download(t->be, t->logits_host, gpt_model_logits(&t->model),
+                                      b_n * len * Vp * sizeof(float));
+            if (rc < 0)
+                return rc;
+            for (size_t b = 0; b < b_n; b++) {
+                const float *row = &t->logits_host[(b * len + len - 1) * Vp];
+                size_t best = 0;
+                for (size_t v = 1; v < V; v++)
+                    if (row[v] > row[best])
+                        best = v;
+                t->inputs[b * t->T + len] = (int)best;
+            }
+        }
+        for (size_t b = 0; b < b_n; b++) {
+            *total += 1;
+            if (memcmp(&t->inputs[b * t->T + plen], answers[b], alen * sizeof(int)) == 0)
+                *correct += 1;
+        }
+    }
+    return 0;
+}
+
+/* Mean validation loss (and accuracy for synthetic tasks) over the world. */
+static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
+{
+    float sums[4] = {0, 0, 0, 0}; /* loss sum, batches, correct, total */
+    int rc;
+    for (int i = t->rank; i < t->job->trainer.eval_batches; i += t->world) {
+        float loss;
+        rc = gpt_dataset_val_batch(t->ds, (uint64_t)i, t->B, t->inputs, t->targets);
+        if (rc < 0)
+            return rc;
+        rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
+        if (rc < 0)
+            return rc;
+        sums[0] += loss;
+        sums[1] += 1;
+    }
+    if (gpt_dataset_is_synthetic(t->ds)) {
+        double correct = 0, total = 0;
+        rc = eval_accuracy(t, &correct, &total);
+        if (rc < 0)
+            return rc;
+        sums[2] = (float)correct;
+        sums[3] = (float)total;
+    }
+    if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, sums, 4, GPT_REDUCE_SUM)) < 0)
+        return rc;
+    *ret_loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    *ret_acc = sums[3] > 0 ? sums[2] / sums[3] : NAN;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+/* One optimizer step. Writes the world-mean loss and the global grad norm. */
+static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, double *ret_lr)
+{
+    const size_t share = t->B * (size_t)t->accum; /* sequences of this rank */
+    double loss_sum = 0;
+    int rc;
+
+    gpt_model_zero_grad(&t->model);
+    for (int micro = 0; micro < t->accum; micro++) {
+        uint64_t first = (uint64_t)t->rank * share + (uint64_t)micro * t->B;
+        float loss;
+        rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, first, t->B, t->inputs, t->targets);
+        if (rc < 0)
+            return rc;
+        rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
+        if (rc < 0)
+            return rc;
+        if (t->world > 1 && micro == t->accum - 1) {
+            pthread_mutex_lock(&t->ddp.mu);
+            t->ddp.armed = true;
+            pthread_mutex_unlock(&t->ddp.mu);
+        }
+        rc = gpt_model_backward(&t->model, 1.0f / (float)t->accum);
+        if (t->world > 1 && micro == t->accum - 1) {
+            int wrc = ddp_wait(&t->ddp);
+            if (rc >= 0)
+                rc = wrc;
+        }
+        if (rc < 0)
+            return rc;
+        loss_sum += loss;
+    }
+
+    float loss_mean = (float)(loss_sum / t->accum);
+    if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_AVG)) < 0)
+        return rc;
+
+    double norm = sqrt(gpt_grad_sumsq(&t->model, 0, t->model.n_params));
+    float scale = gpt_clip_scale(norm, t->job->trainer.grad_clip);
+    double lr = gpt_lr_at(&t->job->optimizer, t->st.step, t->max_steps);
+    gpt_adamw_update(&t->model, &t->job->optimizer, (float)lr, t->st.step + 1, scale, 0,
+                     t->model.n_params);
+
+    gpt_data_cursor_advance(t->ds, &t->st.cursor, (uint64_t)t->job->trainer.global_batch);
+    t->st.step++;
+    t->st.tokens += (uint64_t)t->job->trainer.global_batch * t->T;
+    *ret_loss = loss_mean;
+    *ret_norm = norm;
+    *ret_lr = lr;
+    return 0;
+}
+
+/* Rank 0's should_stop answer, agreed by the world. */
+static int agree_stop(struct trainer *t, int *ret_how)
+{
+    int32_t how = 0;
+    if (t->rank == 0 && t->opts->hooks.should_stop)
+        how = t->opts->hooks.should_stop(t->opts->hooks.ctx);
+    if (t->world > 1) {
+        int rc = gpt_comm_broadcast(t->comm, &how, sizeof(how), 0);
+        if (rc < 0)
+            return rc;
+    }
+    *ret_how = how;
+    return 0;
+}
+
+static void fill_metric(struct trainer *t, struct gpt_metric *m, double loss, double norm,
+                        double lr, double dt_s, int64_t steps_in_dt)
+{
+    memset(m, 0, sizeof(*m));
+    m->step = t->st.step;
+    m->max_steps = t->max_steps == INT64_MAX ? 0 : t->max_steps;
+    m->epoch = t->st.cursor.epoch;
+    m->loss = loss;
+    m->val_loss = NAN;
+    m->accuracy = NAN;
+    m->lr = lr;
+    m->grad_norm = norm;
+    double tokens = (double)steps_in_dt * t->job->trainer.global_batch * (double)t->T;
+    m->tokens_per_s = dt_s > 0 ? tokens / dt_s : 0;
+    m->ms_per_step = steps_in_dt > 0 ? dt_s * 1e3 / (double)steps_in_dt : 0;
+    double flops = gpt_model_flops_per_token(&t->model, t->T) * m->tokens_per_s;
+    m->mfu = t->peak_flops > 0 ? flops / (t->peak_flops * t->world) : 0;
+    m->eta_s = m->max_steps > 0 ? (double)(m->max_steps - m->step) * m->ms_per_step / 1e3 : 0;
+    m->tokens = t->st.tokens;
+    m->world_size = t->world;
+    m->run_id = t->opts->run_id;
+    m->mem_params_bytes = t->model.n_params * sizeof(float);
+    m->mem_grads_bytes = t->model.n_params * sizeof(float);
+    m->mem_optim_bytes = 2 * t->model.n_params * sizeof(float);
+    m->mem_acts_bytes = t->model.act_bytes;
+    m->time = wall_s();
+}
+
+static void emit_metric(struct trainer *t, const struct gpt_metric *m)
+{
+    if (t->rank == 0 && t->opts->hooks.metric)
+        t->opts->hooks.metric(t->opts->hooks.ctx, m);
+}
+
+static int run_loop(struct trainer *t, struct gpt_err *err)
+{
+    const struct gpt_trainer_spec *ts = &t->job->trainer;
+    double loss = NAN, norm = NAN, lr = 0;
+    double t_mark = now_s();
+    int64_t step_mark = t->st.step;
+    int rc, how;
+
+    emit_event(t, t->st.resumed ? "continue" : "start",
+               "%s: %zu parameters, world size %d, %d micro-batch(es) of %zu x %zu per rank, "
+               "global batch %d, %lld steps",
+               t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->accum, t->B,
+               t->T, ts->global_batch, (long long)t->max_steps);
+
+    while (t->st.step < t->max_steps) {
+        if ((rc = agree_stop(t, &how)) < 0)
+            return gpt_err_set(err, rc, NULL, "collective failed: %s", gpt_strerror(rc));
+        if (how != GPT_STOP_NO) {
+            if (how == GPT_STOP_SNAPSHOT && (rc = write_snapshot(t, err)) < 0)
+                return rc;
+            emit_event(t, "stop", "stopped at step %lld on request", (long long)t->st.step);
+            t->result->step = t->st.step;
+            t->result->final_loss = loss;
+            return GPT_TRAIN_STOPPED;
+        }
+        if ((rc = train_step(t, &loss, &norm, &lr)) < 0)
+            return rc == -ECANCELED || rc == -ETIMEDOUT || rc == -EPIPE || rc == -ECONNRESET
+                       ? gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
+                                     (long long)t->st.step, gpt_strerror(rc))
+                       : gpt_err_set(err, rc, NULL, "training step %lld failed: %s",
+                                     (long long)t->st.step, gpt_strerror(rc));
+        if (!isfinite(loss))
+            return gpt_err_set(err, -ERANGE, NULL,
+                               "loss is not finite at step %lld (lower optimizer.lr?)",
+                               (long long)t->st.step);
+
+        bool last = t->st.step >= t->max_steps;
+        bool eval = last || (ts->eval_every > 0 && t->st.step % ts->eval_every == 0);
+        bool log = eval || last || (ts->log_every > 0 && t->st.step % ts->log_every == 0);
+        struct gpt_metric m;
+        if (log) {
+            double t_now = now_s();
+            fill_metric(t, &m, loss, norm, lr, t_now - t_mark, t->st.step - step_mark);
+            if (eval) {
+                double vl, acc;
+                if ((rc = evaluate(t, &vl, &acc)) < 0)
+                    return gpt_err_set(err, rc, NULL, "evaluation failed: %s", gpt_strerror(rc));
+                m.val_loss = vl;
+                m.accuracy = acc;
+                t->result->final_val_loss = vl;
+                t->result->final_accuracy = acc;
+            }
+            emit_metric(t, &m);
+            t_mark = now_s(); /* evaluation time is not training time */
+            step_mark = t->st.step;
+        }
+        int every = t->job->snapshot.every;
+        if (!last && every > 0 && t->st.step % every == 0 && (rc = write_snapshot(t, err)) < 0)
+            return rc;
+    }
+    if ((rc = write_snapshot(t, err)) < 0)
+        return rc;
+    t->result->step = t->st.step;
+    t->result->final_loss = loss;
+    emit_event(t, "done", "completed %lld steps, final loss %.4f", (long long)t->st.step, loss);
+    return GPT_TRAIN_DONE;
+}
+
+static void trainer_done(struct trainer *t)
+{
+    ddp_stop(&t->ddp);
+    if (t->model_ready)
+        gpt_model_done(&t->model);
+    gpt_dataset_free(t->ds);
+    gpt_backend_free(t->be);
+    gpt_comm_free(t->own_comm);
+    free(t->inputs);
+    free(t->targets);
+    free(t->logits_host);
+}
+
+int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
+              struct gpt_err *err)
+{
+    struct trainer t;
+    struct gpt_train_result result;
+    int rc;
+
+    GPT_ASSERT(opts && opts->job);
+    memset(&t, 0, sizeof(t));
+    memset(&result, 0, sizeof(result));
+    result.final_val_loss = NAN;
+    result.final_accuracy = NAN;
+    t.opts = opts;
+    t.job = opts->job;
+    t.result = &result;
+    t.comm = opts->comm;
+    if (!t.comm) {
+        rc = gpt_comm_local_new(&t.own_comm, err);
+        if (rc < 0)
+            return rc;
+        t.comm = t.own_comm;
+    }
+    t.rank = t.comm->rank;
+    t.world = t.comm->world;
+
+    if ((rc = open_all(&t, err)) < 0)
+        goto out;
+    if ((rc = init_state(&t, err)) < 0)
+        goto out;
+    if (t.world > 1 && (rc = ddp_start(&t)) < 0) {
+        rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");
+        goto out;
+    }
+    rc = run_loop(&t, err);
+out:
+    trainer_done(&t);
+    if (rc >= 0 && ret)
+        *ret = result;
+    return rc;
+}
+
+/* ---- sampling ---- */
+
+/* Index of the sampled token from logits[0, V) with temperature and top-k. */
+static int sample_token(const float *logits, size_t V, double temperature, int top_k,
+                        struct gpt_rng *rng, float *probs)
+{
+    float maxv = logits[0];
+    for (size_t v = 1; v < V; v++)
+        if (logits[v] > maxv)
+            maxv = logits[v];
+    float kth = -INFINITY;
+    if (top_k > 0 && (size_t)top_k < V) {
+        /* The k-th largest value: partial selection on a copy. */
+        for (size_t v = 0; v < V; v++)
+            probs[v] = logits[v];
+        for (int k = 0; k < top_k; k++) {
+            size_t best = 0;
+            for (size_t v = 1; v < V; v++)
+                if (probs[v] > probs[best])
+                    best = v;
+            kth = probs[best];
+            probs[best] = -INFINITY;
+        }
+    }
+    double sum = 0;
+    for (size_t v = 0; v < V; v++) {
+        double p = logits[v] < kth ? 0.0 : exp((logits[v] - maxv) / temperature);
+        probs[v] = (float)p;
+        sum += p;
+    }
+    double u = gpt_rng_uniform(rng) * sum, acc = 0;
+    for (size_t v = 0; v < V; v++) {
+        acc += probs[v];
+        if (u < acc)
+            return (int)v;
+    }
+    return (int)(V - 1);
+}
+
+int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
+                        struct gpt_err *err)
+{
+    struct gpt_snapshot_meta meta;
+    struct gpt_backend *be = NULL;
+    struct gpt_model model;
+    bool model_ready = false;
+    int *tokens = NULL;
+    float *logits = NULL, *probs = NULL;
+    char *text = NULL;
+    int rc;
+
+    memset(&model, 0, sizeof(model));
+    if (o->tokens < 0 || !(o->temperature > 0))
+        return gpt_err_set(err, -EINVAL, NULL, "tokens must be >= 0 and temperature > 0");
+    if ((rc = gpt_snapshot_read_meta(snapshot_path, &meta, err)) < 0)
+        return rc;
+    if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
+        return rc;
+    if ((rc = gpt_model_init(&model, &meta.cfg, be, 1, err)) < 0)
+        goto out;
+    model_ready = true;
+    if ((rc = gpt_snapshot_read(snapshot_path, &meta, model.params, NULL, NULL, err)) < 0)
+        goto out;
+
+    size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
+    size_t cap = prompt_len + (size_t)o->tokens + 1;
+    size_t n = 0, V = (size_t)meta.cfg.vocab_size, T = (size_t)meta.cfg.block_size;
+    tokens = calloc(cap, sizeof(int));
+    logits = calloc(T * model.Vp, sizeof(float));
+    probs = calloc(model.Vp, sizeof(float));
+    if (!tokens || !logits || !probs) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampling");
+        goto out;
+    }
+    if (prompt_len > 0) {
+        if ((rc = gpt_vocab_encode(&meta.vocab, o->prompt, tokens, cap, &n, err)) < 0)
+            goto out;
+    } else {
+        /* No prompt: start from a newline when the vocabulary has one. */
+        int start = 0;
+        for (int v = 0; meta.vocab.kind >= 0 && v < meta.vocab.size; v++)
+            if (meta.vocab.chars[v] == '\n')
+                start = v;
+        tokens[n++] = start;
+    }
+    size_t n_prompt = n;
+    struct gpt_rng rng;
+    gpt_rng_seed(&rng, o->seed);
+    for (int i = 0; i < o->tokens; i++) {
+        size_t ctx = n < T ? n : T;
+        if ((rc = gpt_model_forward(&model, tokens + n - ctx, NULL, 1, ctx, NULL)) < 0)
+            goto out;
+        if ((rc = gpt_backend_download(be, logits, gpt_model_logits(&model),
+                                       ctx * model.Vp * sizeof(float))) < 0)
+            goto out;
+        tokens[n++] =
+            sample_token(logits + (ctx - 1) * model.Vp, V, o->temperature, o->top_k, &rng, probs);
+    }
+    size_t text_cap = (n + 1) * 8 + prompt_len + 1;
+    text = malloc(text_cap);
+    if (!text) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampled text");
+        goto out;
+    }
+    size_t off = 0;
+    if (prompt_len > 0) {
+        memcpy(text, o->prompt, prompt_len);
+        off = prompt_len;
+    }
+    gpt_vocab_decode(&meta.vocab, tokens + n_prompt, n - n_prompt, text + off, text_cap - off);
+    *ret_text = text;
+    text = NULL;
+    rc = 0;
+out:
+    free(text);
+    free(tokens);
+    free(logits);
+    free(probs);
+    if (model_ready)
+        gpt_model_done(&model);
+    gpt_backend_free(be);
+    return rc;
+}

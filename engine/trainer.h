@@ -1,0 +1,84 @@
+/*
+ * trainer: the step loop of one rank. Micro-batches with gradient
+ * accumulation, gradient all-reduce in buckets overlapping backward (DDP),
+ * clipping, AdamW, evaluation, snapshots, metrics through hooks, and stop
+ * checks between steps.
+ *
+ * gpt_train() runs on a worker thread and blocks until the job completes,
+ * is stopped, fails or is aborted. The caller owns the comm (one per rank)
+ * and may call gpt_comm_abort() on it from another thread to abort.
+ */
+#ifndef GPT_TRAINER_H
+#define GPT_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt_err.h"
+#include "jobspec.h"
+#include "metric.h"
+
+/* What should_stop may answer between steps. */
+enum gpt_stop {
+    GPT_STOP_NO = 0,       /* keep training */
+    GPT_STOP_SNAPSHOT = 1, /* write a snapshot, then return GPT_TRAIN_STOPPED */
+    GPT_STOP_NOW = 2,      /* return GPT_TRAIN_STOPPED without a snapshot */
+};
+
+/* Positive results of gpt_train (negative values are errors). */
+#define GPT_TRAIN_DONE    0
+#define GPT_TRAIN_STOPPED 1
+
+struct gpt_trainer_hooks {
+    void *ctx;
+    /* Rank 0 only, on the worker thread, every log_every steps and after
+     * each evaluation. The record is borrowed for the call. */
+    void (*metric)(void *ctx, const struct gpt_metric *m);
+    /* Rank 0 only: start, resume, snapshot, eval, stop, done, ... */
+    void (*event)(void *ctx, const struct gpt_event *e);
+    /* Every rank, between steps. All ranks must agree: the trainer takes
+     * rank 0's answer (broadcast) so a world stops at the same step. */
+    int (*should_stop)(void *ctx);
+};
+
+struct gpt_trainer_opts {
+    const struct gpt_job *job; /* borrowed, validated */
+    struct gpt_comm *comm;     /* borrowed; NULL = world of one */
+    const char *snapshot_dir;  /* overrides job->snapshot.dir when non-NULL */
+    int resume;                /* 1: continue from the newest valid snapshot if any */
+    const char *resume_path;   /* a specific snapshot file (implies resume) */
+    int write_snapshots;       /* 0: this rank never writes (default: rank 0 writes) */
+    int64_t run_id;            /* copied into metrics and events */
+    struct gpt_trainer_hooks hooks;
+};
+
+struct gpt_train_result {
+    int64_t step;              /* optimizer steps completed */
+    double final_loss;
+    double final_val_loss;     /* NAN if never evaluated */
+    double final_accuracy;     /* NAN unless a synthetic task */
+    char last_snapshot[1024];  /* path of the newest snapshot written or resumed from */
+};
+
+/* Trains. Returns GPT_TRAIN_DONE when max_steps/max_epochs is reached,
+ * GPT_TRAIN_STOPPED when should_stop asked, or a negative error (err filled;
+ * -ECANCELED when the comm was aborted). Blocks; worker thread. */
+int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
+              struct gpt_err *err);
+
+struct gpt_sample_opts {
+    const char *prompt; /* may be empty: starts from token 0 */
+    int tokens;         /* new tokens to generate */
+    double temperature; /* > 0 */
+    int top_k;          /* 0 = no limit */
+    uint64_t seed;
+    int threads;
+};
+
+/* Loads the model of a snapshot and generates text. *ret_text is a new
+ * malloc'd NUL-terminated string (prompt + generated). Blocks. */
+int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o,
+                        char **ret_text, struct gpt_err *err);
+
+#endif

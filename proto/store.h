@@ -1,0 +1,209 @@
+/*
+ * store: the rendezvous store's binary wire format (see DESIGN.md,
+ * "Rendezvous store"). Pure: bytes in, a decoded message or an error out;
+ * no sockets, threads, clocks, logging or globals. Any thread may call these
+ * functions on objects it owns.
+ *
+ * Frame: u32 little-endian length of the rest, u8 type, then the fields of
+ * that type. Integers are little-endian; keys and byte strings are a u32
+ * length followed by the bytes. Every length is checked against a named limit
+ * below before anything is allocated, and a frame whose declared length is
+ * over the limit of its type is rejected as soon as its 5-byte header is in.
+ *
+ * Conversation: the client's first frame is HELLO(version); the server
+ * answers CHALLENGE(32 random bytes); the client answers
+ * AUTH(HMAC-SHA256(secret, challenge || GPT_STORE_AUTH_CONTEXT)); the server
+ * answers OK or drops the connection. Then requests, each answered by exactly
+ * one reply, in order (a WAIT holds back the replies to later requests).
+ *
+ *   request                       fields                        reply
+ *   SET          key, value                                     OK
+ *   GET          key                                            VALUE | ERROR(NOT_FOUND)
+ *   ADD          key, i64 delta (missing key counts as 0)       INT (new value)
+ *                (the value is kept as decimal text, as in c10d)
+ *   COMPARE_SET  key, expected, desired                         VALUE (value now held) |
+ *                (absent key: set if expected is empty)         ERROR(NOT_FOUND)
+ *   WAIT         u32 timeout_ms (0 = none), u32 n, n keys       OK | ERROR(TIMEOUT)
+ *   CHECK        u32 n, n keys                                  INT (1 all exist, else 0)
+ *   DELETE       key                                            INT (1 deleted, 0 absent)
+ *   NUM_KEYS     -                                              INT
+ *   APPEND       key, value (missing key starts empty)          OK
+ * Any request may instead get ERROR(status, message).
+ */
+#ifndef GPT_PROTO_STORE_H
+#define GPT_PROTO_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+
+#define GPT_STORE_PROTO_VERSION   1u
+#define GPT_STORE_AUTH_CONTEXT    "gptd-store-v1"
+#define GPT_STORE_CHALLENGE_BYTES 32
+#define GPT_STORE_MAC_BYTES       32 /* HMAC-SHA256 */
+
+/* Wire limits. A key is 1..GPT_STORE_KEY_MAX bytes with no NUL byte. */
+#define GPT_STORE_KEY_MAX       512u
+#define GPT_STORE_VALUE_MAX     (16u << 20)
+#define GPT_STORE_WAIT_KEYS_MAX 1024u
+#define GPT_STORE_ERRMSG_MAX    256u
+#define GPT_STORE_HEADER_BYTES  5u /* u32 length + u8 type */
+/* The largest body of any type: COMPARE_SET with two full values. */
+#define GPT_STORE_BODY_MAX (1u + 4u + GPT_STORE_KEY_MAX + 2u * (4u + GPT_STORE_VALUE_MAX))
+/* Largest whole frame, header included. */
+#define GPT_STORE_FRAME_MAX (4u + GPT_STORE_BODY_MAX)
+/* Largest frame before authentication (HELLO, AUTH and their answers). */
+#define GPT_STORE_HANDSHAKE_FRAME_MAX 64u
+/* Most bytes one proto_store_parser_feed() call may add. */
+#define GPT_STORE_FEED_MAX (256u << 10)
+
+enum proto_store_type {
+    /* handshake */
+    PROTO_STORE_HELLO = 0x01,
+    PROTO_STORE_CHALLENGE = 0x02,
+    PROTO_STORE_AUTH = 0x03,
+    /* requests */
+    PROTO_STORE_SET = 0x10,
+    PROTO_STORE_GET = 0x11,
+    PROTO_STORE_ADD = 0x12,
+    PROTO_STORE_COMPARE_SET = 0x13,
+    PROTO_STORE_WAIT = 0x14,
+    PROTO_STORE_CHECK = 0x15,
+    PROTO_STORE_DELETE = 0x16,
+    PROTO_STORE_NUM_KEYS = 0x17,
+    PROTO_STORE_APPEND = 0x18,
+    /* replies */
+    PROTO_STORE_OK = 0x80,
+    PROTO_STORE_VALUE = 0x81,
+    PROTO_STORE_INT = 0x82,
+    PROTO_STORE_ERROR = 0x83,
+};
+
+/* Status carried by an ERROR reply; stable on the wire. */
+enum proto_store_status {
+    PROTO_STORE_STATUS_NOT_FOUND = 1,
+    PROTO_STORE_STATUS_TIMEOUT = 2,
+    PROTO_STORE_STATUS_LIMIT = 3,
+    PROTO_STORE_STATUS_INVALID = 4,
+    PROTO_STORE_STATUS_INTERNAL = 5,
+};
+
+/* One decoded frame. Pointers are views into the buffer it was decoded from
+ * and live as long as that buffer does (for a parser: until the next feed).
+ * Fields not used by `type` are zero. */
+struct proto_store_msg {
+    enum proto_store_type type;
+    uint32_t version;                         /* HELLO */
+    uint32_t timeout_ms;                      /* WAIT */
+    uint32_t status;                          /* ERROR: enum proto_store_status */
+    int64_t num;                              /* ADD delta, INT value */
+    uint8_t nonce[GPT_STORE_CHALLENGE_BYTES]; /* CHALLENGE nonce, AUTH mac */
+    const char *key;                          /* not NUL-terminated */
+    size_t key_len;
+    const uint8_t *val; /* SET/APPEND value, COMPARE_SET expected, VALUE, ERROR message */
+    size_t val_len;
+    const uint8_t *val2; /* COMPARE_SET desired */
+    size_t val2_len;
+    uint32_t nkeys; /* WAIT, CHECK: iterate with proto_store_keys_next() */
+    const uint8_t *keys_raw;
+    size_t keys_raw_len;
+};
+
+/* Decodes one frame at the start of buf[0..len). Returns 1 and fills
+ * *ret_msg and *ret_used (bytes of the frame) on success; 0 when the frame is
+ * incomplete (then *ret_used is the total frame size if the header is in,
+ * else 0); negative on a malformed frame: -GPT_E_PROTO (unknown type, bad
+ * field, trailing bytes), -GPT_E_LIMIT (a length over its limit, or a frame
+ * over `frame_max`). Allocates nothing. */
+int proto_store_decode(const uint8_t *buf, size_t len, size_t frame_max,
+                       struct proto_store_msg *ret_msg, size_t *ret_used, struct gpt_err *err);
+
+/* Walks the keys of a decoded WAIT or CHECK: start with *cursor = 0; returns
+ * 1 with the next key (not NUL-terminated), 0 after the last. */
+int proto_store_keys_next(const struct proto_store_msg *m, size_t *cursor, const char **ret_key,
+                          size_t *ret_len);
+
+/* 1 if `type` is a request a client may send after the handshake. */
+int proto_store_type_is_request(int type);
+/* Short name of a type ("SET"), "?" if unknown. */
+const char *proto_store_type_name(int type);
+/* Maps an ERROR status to a negative error code (-ENOENT, -ETIMEDOUT,
+ * -GPT_E_LIMIT, -EINVAL, -EIO) and back (unknown codes map to INTERNAL). */
+int proto_store_status_to_errno(uint32_t status);
+uint32_t proto_store_status_from_errno(int code);
+
+/* Incremental parser: owns a byte buffer the caller feeds with what it
+ * reads. A caller that drains proto_store_parser_next() until it returns 0
+ * after every feed holds at most one partial frame plus one feed; one that
+ * holds frames back (a paused connection) gets -GPT_E_LIMIT from feed once
+ * more than frame_max + GPT_STORE_FEED_MAX bytes are buffered. */
+struct proto_store_parser {
+    uint8_t *buf;
+    size_t len; /* bytes held */
+    size_t off; /* bytes already returned as frames */
+    size_t cap;
+    size_t frame_max; /* frames over this are rejected at their header */
+    int error;        /* sticky: once a frame was bad the stream is lost */
+};
+
+/* frame_max: e.g. GPT_STORE_HANDSHAKE_FRAME_MAX before authentication,
+ * GPT_STORE_FRAME_MAX after; may be changed between calls. */
+void proto_store_parser_init(struct proto_store_parser *p, size_t frame_max);
+/* Frees the buffer; safe on a zeroed or already-done parser. */
+void proto_store_parser_done(struct proto_store_parser *p);
+/* Appends n <= GPT_STORE_FEED_MAX bytes. Invalidates the views of messages
+ * returned before. Returns 0, -ENOMEM, -GPT_E_LIMIT (n too large, or more
+ * buffered than one frame and one feed) or the parser's sticky error. */
+int proto_store_parser_feed(struct proto_store_parser *p, const void *data, size_t n,
+                            struct gpt_err *err);
+/* Returns 1 and the next whole frame (views valid until the next feed), 0
+ * when more bytes are needed, or a negative error (then sticky). */
+int proto_store_parser_next(struct proto_store_parser *p, struct proto_store_msg *ret_msg,
+                            struct gpt_err *err);
+/* Bytes fed but not yet returned as frames. */
+size_t proto_store_parser_pending(const struct proto_store_parser *p);
+
+/* Growable output buffer the encoders append whole frames to. */
+struct proto_store_out {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+};
+
+void proto_store_out_init(struct proto_store_out *o);
+/* Frees the buffer; safe on a zeroed or already-done buffer. */
+void proto_store_out_done(struct proto_store_out *o);
+/* Drops the first n bytes (n <= len). */
+void proto_store_out_consume(struct proto_store_out *o, size_t n);
+
+/* Encoders: each appends one frame, or nothing on error. Keys must be
+ * 1..GPT_STORE_KEY_MAX bytes without NUL (-EINVAL otherwise), values at most
+ * GPT_STORE_VALUE_MAX bytes (-GPT_E_LIMIT). Return 0, -EINVAL,
+ * -GPT_E_LIMIT or -ENOMEM. */
+int proto_store_put_hello(struct proto_store_out *o, uint32_t version);
+int proto_store_put_challenge(struct proto_store_out *o,
+                              const uint8_t nonce[GPT_STORE_CHALLENGE_BYTES]);
+int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
+/* SET or APPEND. */
+int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,
+                              const char *key, size_t key_len, const void *val, size_t val_len);
+/* GET or DELETE. */
+int proto_store_put_key(struct proto_store_out *o, enum proto_store_type type, const char *key,
+                        size_t key_len);
+int proto_store_put_add(struct proto_store_out *o, const char *key, size_t key_len, int64_t delta);
+int proto_store_put_compare_set(struct proto_store_out *o, const char *key, size_t key_len,
+                                const void *expected, size_t expected_len, const void *desired,
+                                size_t desired_len);
+/* WAIT (with timeout_ms) or CHECK (timeout_ms ignored); keys are
+ * NUL-terminated, 1..GPT_STORE_WAIT_KEYS_MAX of them. */
+int proto_store_put_keys(struct proto_store_out *o, enum proto_store_type type, uint32_t timeout_ms,
+                         const char *const *keys, size_t nkeys);
+int proto_store_put_num_keys(struct proto_store_out *o);
+int proto_store_put_ok(struct proto_store_out *o);
+int proto_store_put_value(struct proto_store_out *o, const void *val, size_t val_len);
+int proto_store_put_int(struct proto_store_out *o, int64_t num);
+/* The message is cut at GPT_STORE_ERRMSG_MAX bytes. */
+int proto_store_put_error(struct proto_store_out *o, uint32_t status, const char *msg);
+
+#endif

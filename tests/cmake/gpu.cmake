@@ -1,0 +1,23 @@
+# GPU tests (label gpu): built only when the CUDA target exists; each exits
+# 77 (skipped) on a host without a GPU. tests/gpu/acceptance.sh runs them
+# on a GPU machine together with the training benchmark.
+if(NOT TARGET gptcuda)
+  return()
+endif()
+
+file(GLOB GPTD_GPU_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_*.c)
+foreach(src ${GPTD_GPU_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  gptd_target(${name})
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(${name} PRIVATE gptcuda gptengine gptproto Threads::Threads)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "OMP_NUM_THREADS=4")
+endforeach()
+
+# The daemon, linked with the CUDA target, must start on a host without a
+# GPU or driver (a binary linked to libcuda would not even load there).
+add_test(NAME gptd_starts_without_gpu COMMAND gptd run --help)
+set_tests_properties(gptd_starts_without_gpu PROPERTIES LABELS unit TIMEOUT 30)

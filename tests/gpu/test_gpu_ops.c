@@ -1,0 +1,400 @@
+/*
+ * test_gpu_ops: every slot of the CUDA backend against the CPU backend on
+ * the same seeded random inputs, over several shapes including sizes that
+ * are not multiples of any block size (and odd widths that force the
+ * cuBLAS fallback of the matrix products). The error of an op is
+ * max |gpu - cpu| / max |cpu| over its outputs; the tolerances of all ops
+ * are in the one table below. Prints one line per check; exits 77 without
+ * a GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
+#include "rng.h"
+
+/* Normalised error bounds, one per op. GEMM-based ops sum up to C
+ * products in a different order from OpenBLAS; element-wise ops differ
+ * only in libm rounding. */
+static const struct {
+    const char *op;
+    double tol;
+} tolerances[] = {
+    {"transfer", 0.0},
+    {"copy", 0.0},
+    {"memzero", 0.0},
+    {"encoder_forward", 1e-6},
+    {"encoder_backward", 1e-5},
+    {"layernorm_forward", 2e-5},
+    {"layernorm_backward", 1e-4},
+    {"matmul_forward", 1e-4},
+    {"matmul_backward", 1e-4},
+    {"attention_forward", 1e-4},
+    {"attention_backward", 2e-4},
+    {"gelu_forward", 1e-5},
+    {"gelu_backward", 1e-5},
+    {"residual_forward", 0.0},
+    {"softmax_xent", 2e-5},
+    {"adamw", 1e-5},
+    {"sumsq", 1e-9},
+    {"scale", 0.0},
+};
+
+static struct gpt_backend *cpu, *gpu;
+static struct gpt_rng rng;
+static int failures, checks;
+
+static double tol_of(const char *op)
+{
+    for (size_t i = 0; i < sizeof(tolerances) / sizeof(tolerances[0]); i++)
+        if (strcmp(tolerances[i].op, op) == 0)
+            return tolerances[i].tol;
+    fprintf(stderr, "no tolerance for %s\n", op);
+    abort();
+}
+
+static void report(const char *op, const char *what, double e)
+{
+    double tol = tol_of(op);
+    int ok = e <= tol && !isnan(e);
+    checks++;
+    failures += !ok;
+    printf("%-4s %-20s %-40s err %.3g (tol %.1g)\n", ok ? "ok" : "FAIL", op, what, e, tol);
+}
+
+/* A buffer that exists on both backends with the same contents. */
+struct pair {
+    float *c, *g;
+    size_t n;
+};
+
+static float *host_rand(size_t n, float lo, float hi)
+{
+    float *h = malloc(n * sizeof(float) + 1);
+    if (!h)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        h[i] = lo + (hi - lo) * (float)gpt_rng_uniform(&rng);
+    return h;
+}
+
+static void check_rc(int rc, const char *what)
+{
+    if (rc < 0) {
+        fprintf(stderr, "%s failed: %d (%s) %s\n", what, rc, gpt_strerror(rc),
+                gpt_cuda_backend_last_error(gpu));
+        exit(1);
+    }
+}
+
+static struct pair pair_new(size_t n, float lo, float hi)
+{
+    struct pair p = {NULL, NULL, n};
+    float *h = host_rand(n, lo, hi);
+    check_rc(gpt_backend_alloc(cpu, n * sizeof(float) + 4, (void **)&p.c), "cpu alloc");
+    check_rc(gpt_backend_alloc(gpu, n * sizeof(float) + 4, (void **)&p.g), "gpu alloc");
+    check_rc(gpt_backend_upload(cpu, p.c, h, n * sizeof(float)), "cpu upload");
+    check_rc(gpt_backend_upload(gpu, p.g, h, n * sizeof(float)), "gpu upload");
+    free(h);
+    return p;
+}
+
+static void pair_free(struct pair *p)
+{
+    gpt_backend_mem_free(cpu, p->c);
+    gpt_backend_mem_free(gpu, p->g);
+}
+
+/* Integer buffers (tokens, targets) on both backends. */
+static void ints_new(const int *h, size_t n, int **ret_c, int **ret_g)
+{
+    check_rc(gpt_backend_alloc(cpu, n * sizeof(int), (void **)ret_c), "cpu alloc");
+    check_rc(gpt_backend_alloc(gpu, n * sizeof(int), (void **)ret_g), "gpu alloc");
+    check_rc(gpt_backend_upload(cpu, *ret_c, h, n * sizeof(int)), "cpu upload");
+    check_rc(gpt_backend_upload(gpu, *ret_g, h, n * sizeof(int)), "gpu upload");
+}
+
+/* Normalised error of p (optionally only where mask(i) is true). */
+static double pair_err(const struct pair *p, int (*mask)(size_t i, const void *ctx),
+                       const void *ctx)
+{
+    float *hc = malloc(p->n * sizeof(float) + 1), *hg = malloc(p->n * sizeof(float) + 1);
+    if (!hc || !hg)
+        abort();
+    check_rc(gpt_backend_download(cpu, hc, p->c, p->n * sizeof(float)), "cpu download");
+    check_rc(gpt_backend_download(gpu, hg, p->g, p->n * sizeof(float)), "gpu download");
+    double maxref = 0.0, maxdiff = 0.0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (mask && !mask(i, ctx))
+            continue;
+        double d = fabs((double)hg[i] - (double)hc[i]);
+        if (isnan(hg[i]) != isnan(hc[i]))
+            d = INFINITY;
+        maxdiff = d > maxdiff ? d : maxdiff;
+        maxref = fabs(hc[i]) > maxref ? fabs(hc[i]) : maxref;
+    }
+    free(hc);
+    free(hg);
+    return maxref > 0.0 ? maxdiff / maxref : maxdiff;
+}
+
+static void check(const char *op, const char *what, const struct pair *p)
+{
+    report(op, what, pair_err(p, NULL, NULL));
+}
+
+/* ---- the ops ---------------------------------------------------------- */
+
+struct shape {
+    size_t B, T, C, NH, V, Vp;
+};
+
+static const struct shape shapes[] = {
+    {1, 1, 4, 1, 3, 3},          {2, 5, 12, 3, 17, 32},     {3, 33, 48, 4, 100, 128},
+    {4, 64, 64, 4, 257, 320},    {1, 129, 96, 6, 1000, 1024}, {2, 100, 36, 12, 65, 65},
+};
+
+static void test_memory(void)
+{
+    size_t n = 1000003;
+    struct pair p = pair_new(n, -1, 1);
+    check("transfer", "upload/download 1000003", &p);
+    struct pair q = pair_new(n, -1, 1);
+    gpt_backend_copy(cpu, q.c + 1, p.c + 3, (n - 3) * sizeof(float));
+    gpt_backend_copy(gpu, q.g + 1, p.g + 3, (n - 3) * sizeof(float));
+    check("copy", "copy, odd offsets", &q);
+    gpt_backend_memzero(cpu, q.c + 5, 777 * sizeof(float));
+    gpt_backend_memzero(gpu, q.g + 5, 777 * sizeof(float));
+    check("memzero", "memzero, odd offset", &q);
+    /* alloc must zero. */
+    float *z, hz[3] = {1, 1, 1};
+    check_rc(gpt_backend_alloc(gpu, 12, (void **)&z), "alloc");
+    check_rc(gpt_backend_download(gpu, hz, z, 12), "download");
+    report("memzero", "alloc is zeroed", fabs(hz[0]) + fabs(hz[1]) + fabs(hz[2]));
+    gpt_backend_mem_free(gpu, z);
+    pair_free(&p);
+    pair_free(&q);
+}
+
+static void test_encoder(const struct shape *s, const char *tag)
+{
+    size_t BT = s->B * s->T;
+    int *tok = malloc(BT * sizeof(int)), *tc, *tg;
+    for (size_t i = 0; i < BT; i++)
+        tok[i] = (int)gpt_rng_below(&rng, s->V > 4 ? 4 : s->V); /* many repeats */
+    ints_new(tok, BT, &tc, &tg);
+    struct pair wte = pair_new(s->Vp * s->C, -1, 1), wpe = pair_new(s->T * s->C, -1, 1);
+    struct pair out = pair_new(BT * s->C, 0, 0);
+    gpt_backend_encoder_forward(cpu, out.c, tc, wte.c, wpe.c, s->B, s->T, s->C);
+    gpt_backend_encoder_forward(gpu, out.g, tg, wte.g, wpe.g, s->B, s->T, s->C);
+    check("encoder_forward", tag, &out);
+    struct pair dout = pair_new(BT * s->C, -1, 1);
+    gpt_backend_encoder_backward(cpu, wte.c, wpe.c, dout.c, tc, s->B, s->T, s->C);
+    gpt_backend_encoder_backward(gpu, wte.g, wpe.g, dout.g, tg, s->B, s->T, s->C);
+    check("encoder_backward", tag, &wte);
+    check("encoder_backward", tag, &wpe);
+    pair_free(&wte);
+    pair_free(&wpe);
+    pair_free(&out);
+    pair_free(&dout);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(tok);
+}
+
+static void test_layernorm(size_t N, size_t C, const char *tag)
+{
+    struct pair inp = pair_new(N * C, -3, 5), w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    gpt_backend_layernorm_forward(cpu, out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
+    gpt_backend_layernorm_forward(gpu, out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    check("layernorm_forward", tag, &out);
+    check("layernorm_forward", tag, &mean);
+    check("layernorm_forward", tag, &rstd);
+    struct pair dinp = pair_new(N * C, -1, 1), dout = pair_new(N * C, -1, 1);
+    struct pair dw = pair_new(C, -1, 1), db = pair_new(C, -1, 1);
+    /* Each backend uses its own saved statistics, as in training. */
+    gpt_backend_layernorm_backward(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N,
+                                   C);
+    gpt_backend_layernorm_backward(gpu, dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N,
+                                   C);
+    check("layernorm_backward", tag, &dinp);
+    check("layernorm_backward", tag, &dw);
+    check("layernorm_backward", tag, &db);
+    struct pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &dinp, &dout, &dw, &db};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_dinp)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d dinp%d", N, C, OC, with_bias, with_dinp);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair b = pair_new(OC, -1, 1), out = pair_new(N * OC, 0, 0);
+    gpt_backend_matmul_forward(cpu, out.c, inp.c, w.c, with_bias ? b.c : NULL, N, C, OC);
+    gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, with_bias ? b.g : NULL, N, C, OC);
+    check("matmul_forward", tag, &out);
+    struct pair dout = pair_new(N * OC, -1, 1), dinp = pair_new(N * C, 0, 0);
+    struct pair dw = pair_new(OC * C, -1, 1), db = pair_new(OC, -1, 1);
+    gpt_backend_matmul_backward(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL,
+                                dout.c, inp.c, w.c, N, C, OC);
+    gpt_backend_matmul_backward(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL,
+                                dout.g, inp.g, w.g, N, C, OC);
+    if (with_dinp)
+        check("matmul_backward", tag, &dinp);
+    check("matmul_backward", tag, &dw);
+    check("matmul_backward", tag, &db);
+    struct pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+static int causal_mask(size_t idx, const void *ctx)
+{
+    size_t T = *(const size_t *)ctx;
+    return idx % T <= (idx / T) % T; /* j <= i */
+}
+
+static void test_attention(const struct shape *s, const char *tag)
+{
+    size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
+    struct pair att = pair_new(B * NH * T * T, 0, 0);
+    gpt_backend_attention_forward(cpu, out.c, att.c, qkv.c, B, T, C, NH);
+    gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
+    check("attention_forward", tag, &out);
+    report("attention_forward", tag, pair_err(&att, causal_mask, &T));
+    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 0, 0);
+    struct pair scratch = pair_new(B * NH * T * T, 0, 0);
+    gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, qkv.c, att.c, B, T, C, NH);
+    gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, qkv.g, att.g, B, T, C, NH);
+    check("attention_backward", tag, &dqkv);
+    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+static void test_elementwise(size_t n)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "n %zu", n);
+    struct pair x = pair_new(n, -6, 6), y = pair_new(n, 0, 0), d = pair_new(n, -1, 1);
+    gpt_backend_gelu_forward(cpu, y.c, x.c, n);
+    gpt_backend_gelu_forward(gpu, y.g, x.g, n);
+    check("gelu_forward", tag, &y);
+    gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, n); /* in place, as the model does */
+    gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, n);
+    check("gelu_backward", tag, &d);
+    gpt_backend_residual_forward(cpu, y.c, y.c, x.c, n);
+    gpt_backend_residual_forward(gpu, y.g, y.g, x.g, n);
+    check("residual_forward", tag, &y);
+    gpt_backend_scale(cpu, y.c, 0.37f, n);
+    gpt_backend_scale(gpu, y.g, 0.37f, n);
+    check("scale", tag, &y);
+    double sc = gpt_backend_sumsq(cpu, x.c, n), sg = gpt_backend_sumsq(gpu, x.g, n);
+    report("sumsq", tag, fabs(sg - sc) / sc);
+    /* Determinism: the same sum twice. */
+    report("sumsq", "repeatable", fabs(gpt_backend_sumsq(gpu, x.g, n) - sg));
+    pair_free(&x);
+    pair_free(&y);
+    pair_free(&d);
+}
+
+static void test_adamw(size_t n)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "n %zu", n);
+    struct pair p = pair_new(n, -1, 1), g = pair_new(n, -1, 1);
+    struct pair m = pair_new(n, -0.1f, 0.1f), v = pair_new(n, 0, 0.01f);
+    for (int t = 1; t <= 3; t++) {
+        float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
+        gpt_backend_adamw(cpu, p.c, g.c, m.c, v.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bc1,
+                          bc2);
+        gpt_backend_adamw(gpu, p.g, g.g, m.g, v.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bc1,
+                          bc2);
+    }
+    check("adamw", tag, &p);
+    check("adamw", tag, &m);
+    check("adamw", tag, &v);
+    pair_free(&p);
+    pair_free(&g);
+    pair_free(&m);
+    pair_free(&v);
+}
+
+static void test_xent(size_t N, size_t V, size_t Vp)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu V%zu Vp%zu", N, V, Vp);
+    int *t = malloc(N * sizeof(int)), *tc, *tg;
+    for (size_t i = 0; i < N; i++)
+        t[i] = i % 5 == 3 ? -1 : (int)gpt_rng_below(&rng, V); /* some ignored */
+    ints_new(t, N, &tc, &tg);
+    struct pair logits = pair_new(N * Vp, -8, 8), losses = pair_new(N, 0, 0);
+    gpt_backend_softmax_xent(cpu, logits.c, losses.c, tc, N, V, Vp, 0.0f, 0);
+    gpt_backend_softmax_xent(gpu, logits.g, losses.g, tg, N, V, Vp, 0.0f, 0);
+    check("softmax_xent", tag, &losses);
+    check("softmax_xent", "logits intact without dlogits", &logits);
+    gpt_backend_softmax_xent(cpu, logits.c, losses.c, tc, N, V, Vp, 1.0f / (float)N, 1);
+    gpt_backend_softmax_xent(gpu, logits.g, losses.g, tg, N, V, Vp, 1.0f / (float)N, 1);
+    check("softmax_xent", tag, &losses);
+    check("softmax_xent", "dlogits (padded columns 0)", &logits);
+    pair_free(&logits);
+    pair_free(&losses);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(t);
+}
+
+int main(void)
+{
+    if (gpt_cuda_device_count() == 0) {
+        printf("no GPU: skipped\n");
+        return 77;
+    }
+    struct gpt_err err;
+    if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &gpu, &err) < 0) {
+        fprintf(stderr, "backend: %s\n", err.msg);
+        return 1;
+    }
+    gpt_rng_seed(&rng, 20261202);
+    test_memory();
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        const struct shape *s = &shapes[i];
+        char tag[64];
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
+        test_encoder(s, tag);
+        test_layernorm(s->B * s->T, s->C, tag);
+        test_attention(s, tag);
+        test_xent(s->B * s->T, s->V, s->Vp);
+    }
+    test_layernorm(4096, 768, "N4096 C768 (split sums)");
+    test_xent(64, 50257, 50304);
+    static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},     {66, 48, 144},
+                                   {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
+    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+        for (int bias = 0; bias < 2; bias++)
+            test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
+    static const size_t ns[] = {1, 31, 257, 100003, 3000017};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        test_elementwise(ns[i]);
+        test_adamw(ns[i]);
+    }
+    int rc = gpt_backend_sync(gpu);
+    if (rc < 0) {
+        fprintf(stderr, "sticky error: %s\n", gpt_cuda_backend_last_error(gpu));
+        failures++;
+    }
+    size_t bytes, peak;
+    gpt_cuda_backend_mem_stats(gpu, &bytes, &peak);
+    printf("device memory: %zu bytes held, peak %zu\n", bytes, peak);
+    gpt_backend_free(gpu);
+    gpt_backend_free(cpu);
+    printf("%d of %d checks failed\n", failures, checks);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,83 @@
+# Shared by the daemon integration tests (sourced). Arguments of every
+# test: GPTD GPTCTL ITEST_CLIENT SOURCE_DIR.
+#
+# Each test gets its own temporary directory (state, socket, logs); every
+# gptd started here is killed by the EXIT trap. Waits poll with a deadline;
+# nothing sleeps to synchronise.
+set -euo pipefail
+
+GPTD=$1
+GPTCTL=$2
+ITEST=$3
+SRC=$4
+T=$(mktemp -d /tmp/gptd-itest.XXXXXX)
+SOCK=$T/gptd.sock
+export GPTD_SOCKET=$SOCK
+PIDS=()
+
+cleanup() {
+    local rc=$?
+    for p in "${PIDS[@]}"; do
+        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    if [[ $rc -ne 0 ]]; then
+        echo "--- FAILED (rc $rc); gptd logs:" >&2
+        tail -n 40 "$T"/gptd*.log >&2 2>/dev/null || true
+    fi
+    rm -rf "$T"
+    exit $rc
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# wait_for SECONDS COMMAND...: polls COMMAND every 50 ms until it succeeds.
+wait_for() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || fail "timed out waiting for: $*"
+        sleep 0.05
+    done
+}
+
+# start_gptd [flags...]: starts gptd on $SOCK/$T/state, sets GPTD_PID.
+start_gptd() {
+    local n=${#PIDS[@]}
+    "$GPTD" --state-dir "$T/state" --socket "$SOCK" --log-level debug "$@" \
+        2>>"$T/gptd.$n.log" &
+    GPTD_PID=$!
+    PIDS+=("$GPTD_PID")
+    wait_for 20 "$GPTCTL" status
+}
+
+# The tiny job: a 2-layer model learning 2-digit addition in seconds.
+# tiny_job FILE MAX_STEPS [LOG_EVERY] [SNAP_EVERY]
+tiny_job() {
+    cat >"$1" <<EOF
+{"name": "tiny",
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 6, "vocab_size": 10},
+ "data": {"kind": "synthetic", "task": "addition", "digits": 2},
+ "trainer": {"max_steps": $2, "micro_batch": 16, "global_batch": 16, "log_every": ${3:-5},
+             "eval_every": 0, "eval_batches": 2, "threads": 1},
+ "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+ "snapshot": {"every": ${4:-20}}}
+EOF
+}
+
+# job_field JOB KEY: a field of `gptctl --json status JOB`'s job object.
+job_field() {
+    "$GPTCTL" --json status "$1" | grep -o "\"$2\":[^,}]*" | head -n1 | cut -d: -f2- | tr -d '"'
+}
+
+job_state() { job_field "$1" state; }
+job_is() { [[ $(job_state "$1") == "$2" ]]; }
+job_step_at_least() { (($(job_field "$1" step) >= $2)); }
+
+# metric_steps FILE: the step of every metric line in a `logs --json` dump.
+metric_steps() {
+    grep '"type":"metric"' "$1" | grep -o '"step":[0-9]*' | cut -d: -f2
+}

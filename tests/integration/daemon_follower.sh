@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# A follower that stops reading is disconnected once its queued output
+# passes client_output_max_bytes; gptd's memory does not grow with it; a
+# normal follower at the same time is unaffected, and `logs --since` lets
+# the slow one catch up from the database.
+source "$(dirname "$0")/daemon_common.sh"
+
+# Every step logged: about 500 bytes a step for the followers.
+tiny_job "$T/job.json" 3000 1 500
+start_gptd --client-output-max-bytes 65536
+
+id=$("$GPTCTL" submit "$T/job.json")
+wait_for 60 job_is "$id" running
+rss0=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
+"$ITEST" stall "$SOCK" "$id" 600 >"$T/stalled.out" 2>"$T/stalled.err" &
+stalled=$!
+PIDS+=("$stalled")
+"$GPTCTL" --json logs -f "$id" >"$T/good.json" &
+good=$!
+wait_for 120 grep -q "is not reading" "$T"/gptd.0.log
+rss1=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
+wait_for 120 job_is "$id" completed
+wait "$good" || fail "the reading follower failed"
+grep -q '"type":"end"' "$T/good.json" || fail "the reading follower did not see the end"
+# The stalled client was cut off before the end of the stream.
+kill "$stalled" 2>/dev/null || true
+! grep -q '"type":"end"' "$T/stalled.out" || fail "the stalled follower got everything"
+# Its queue was bounded: memory grew by far less than the stream it missed.
+((rss1 - rss0 < 50000)) || fail "gptd grew from ${rss0} to ${rss1} KiB"
+
+# Catching up: everything from step 2000 on is in the database.
+"$GPTCTL" --json logs --since 2000 "$id" >"$T/catchup.json"
+steps=$(metric_steps "$T/catchup.json")
+[[ $(head -n1 <<<"$steps") -eq 2000 && $(tail -n1 <<<"$steps") -eq 3000 ]] ||
+    fail "logs --since did not return steps 2000..3000"
+[[ $(wc -l <<<"$steps") -eq 1001 ]] || fail "logs --since: $(wc -l <<<"$steps") metrics"
+echo "daemon_follower: ok (rss ${rss0} -> ${rss1} KiB)"

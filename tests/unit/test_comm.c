@@ -1,0 +1,737 @@
+/*
+ * test_comm: the tcp collective backend against a serial reference, with
+ * ranks as threads (in-memory kv) and as forked processes (directory kv):
+ * every op at world sizes 1-5 and odd element counts, 16 MiB at worlds 2
+ * and 4, results compared bit for bit (the ring's summation order is fixed,
+ * so the reference sums in the same order); abort, timeout, a closed or
+ * killed peer, a stray connection and mismatched calls.
+ *
+ * Rank code runs on its own thread or process and reports by return value;
+ * only the main thread uses cmocka's asserts.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <math.h>
+#include <netdb.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "comm.h"
+
+#define WORLD_MAX  5
+#define BIG_N      (4u * 1024u * 1024u) /* 16 MiB of floats */
+#define TIMEOUT_MS 20000
+
+static const size_t small_counts[] = {0, 1, 7, 1023};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000},
+              NULL);
+}
+
+/* Values of varied magnitude and sign, so the summation order shows in the
+ * bits. */
+static float value(uint32_t seed, int rank, size_t i)
+{
+    uint64_t h = (seed * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)rank << 40) ^ i;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    float m = (float)(h & 0xffffff) / 16777216.0f - 0.5f;
+    return ldexpf(m, (int)((h >> 24) % 16) - 6);
+}
+
+/* What every rank needs to check its results, computed once before the
+ * ranks start. */
+struct ref {
+    int world;
+    size_t n;
+    float *x;   /* (world, n): each rank's input */
+    float *sum; /* (n) */
+    float *avg; /* (n) */
+};
+
+static void ref_init(struct ref *r, int world, size_t n, uint32_t seed)
+{
+    r->world = world;
+    r->n = n;
+    r->x = malloc((size_t)world * n * sizeof(float) + 1);
+    r->sum = malloc(n * sizeof(float) + 1);
+    r->avg = malloc(n * sizeof(float) + 1);
+    assert_non_null(r->x);
+    assert_non_null(r->sum);
+    assert_non_null(r->avg);
+    for (int k = 0; k < world; k++)
+        for (size_t i = 0; i < n; i++)
+            r->x[(size_t)k * n + i] = value(seed, k, i);
+    /* Slice j is summed along the ring starting at rank j+1 and ends at its
+     * owner j, which divides for AVG. */
+    for (int j = 0; j < world; j++) {
+        size_t off, len;
+        gpt_comm_slice(n, world, j, &off, &len);
+        for (size_t i = off; i < off + len; i++) {
+            float acc = r->x[(size_t)((j + 1) % world) * n + i];
+            for (int k = 2; k <= world; k++)
+                acc = acc + r->x[(size_t)((j + k) % world) * n + i];
+            r->sum[i] = acc;
+            r->avg[i] = world == 1 ? acc : acc / (float)world;
+        }
+    }
+}
+
+static void ref_done(struct ref *r)
+{
+    free(r->x);
+    free(r->sum);
+    free(r->avg);
+}
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            rc = __LINE__;                                                                         \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+/* Every op once on one rank. Returns 0, a negative comm error, or the
+ * line of the failed check. */
+static int rank_suite(struct gpt_comm *c, const struct ref *r)
+{
+    size_t n = r->n, bytes = n * sizeof(float) + 3, off, len;
+    int rank = c->rank, world = c->world, rc = 0;
+    float *buf = malloc(n * sizeof(float) + 1);
+    unsigned char *bb = malloc(bytes), *want = malloc(bytes);
+    const float *mine = r->x + (size_t)rank * n;
+    CHECK(buf && bb && want);
+    gpt_comm_slice(n, world, rank, &off, &len);
+
+    for (int rep = 0; rep < 2; rep++) { /* twice: same bits every run */
+        memcpy(buf, mine, n * sizeof(float));
+        if ((rc = gpt_comm_allreduce(c, buf, n, GPT_REDUCE_SUM)))
+            goto out;
+        CHECK(memcmp(buf, r->sum, n * sizeof(float)) == 0);
+        memcpy(buf, mine, n * sizeof(float));
+        if ((rc = gpt_comm_allreduce(c, buf, n, GPT_REDUCE_AVG)))
+            goto out;
+        CHECK(memcmp(buf, r->avg, n * sizeof(float)) == 0);
+    }
+
+    memcpy(buf, mine, n * sizeof(float));
+    if ((rc = gpt_comm_reduce_scatter(c, buf, n, GPT_REDUCE_SUM)))
+        goto out;
+    CHECK(memcmp(buf + off, r->sum + off, len * sizeof(float)) == 0);
+    memcpy(buf, mine, n * sizeof(float));
+    if ((rc = gpt_comm_reduce_scatter(c, buf, n, GPT_REDUCE_AVG)))
+        goto out;
+    CHECK(memcmp(buf + off, r->avg + off, len * sizeof(float)) == 0);
+
+    /* allgather: own slice in, garbage elsewhere; every slice out. */
+    memset(buf, 0xff, n * sizeof(float));
+    memcpy(buf + off, mine + off, len * sizeof(float));
+    if ((rc = gpt_comm_allgather(c, buf, n)))
+        goto out;
+    for (int j = 0; j < world; j++) {
+        size_t o, l;
+        gpt_comm_slice(n, world, j, &o, &l);
+        CHECK(memcmp(buf + o, r->x + (size_t)j * n + o, l * sizeof(float)) == 0);
+    }
+
+    /* broadcast from every root, an odd byte count. */
+    for (int root = 0; root < world; root++) {
+        for (size_t i = 0; i < bytes; i++)
+            want[i] = (unsigned char)(i * 131 + (size_t)root * 7 + 1);
+        if (rank == root)
+            memcpy(bb, want, bytes);
+        else
+            memset(bb, 0, bytes);
+        if ((rc = gpt_comm_broadcast(c, bb, bytes, root)))
+            goto out;
+        CHECK(memcmp(bb, want, bytes) == 0);
+    }
+
+    if ((rc = gpt_comm_barrier(c)))
+        goto out;
+out:
+    free(buf);
+    free(bb);
+    free(want);
+    return rc;
+}
+
+/* allreduce only (the 16 MiB case). */
+static int rank_big(struct gpt_comm *c, const struct ref *r)
+{
+    int rc = 0;
+    float *buf = malloc(r->n * sizeof(float));
+    CHECK(buf);
+    for (int op = 0; op < 2; op++) {
+        memcpy(buf, r->x + (size_t)c->rank * r->n, r->n * sizeof(float));
+        if ((rc = gpt_comm_allreduce(c, buf, r->n, op ? GPT_REDUCE_AVG : GPT_REDUCE_SUM)))
+            goto out;
+        CHECK(memcmp(buf, op ? r->avg : r->sum, r->n * sizeof(float)) == 0);
+    }
+out:
+    free(buf);
+    return rc;
+}
+
+/* ---- ranks as threads ---- */
+
+static int prefix_seq;
+
+struct world {
+    int size;
+    struct gpt_kv kv;
+    char prefix[64];
+    struct gpt_comm *c[WORLD_MAX];
+};
+
+struct rank_job {
+    struct world *w;
+    int rank;
+    struct gpt_comm_opts opts;
+    int (*fn)(struct gpt_comm *c, const struct ref *r);
+    const struct ref *ref;
+    int rc;
+    int64_t took_ms;
+    struct gpt_err err;
+};
+
+static void *rank_new_thread(void *arg)
+{
+    struct rank_job *j = arg;
+    j->rc = gpt_comm_tcp_new(&j->opts, &j->w->kv, &j->w->c[j->rank], &j->err);
+    return NULL;
+}
+
+static void *rank_fn_thread(void *arg)
+{
+    struct rank_job *j = arg;
+    int64_t t0 = now_ms();
+    j->rc = j->fn(j->w->c[j->rank], j->ref);
+    j->took_ms = now_ms() - t0;
+    return NULL;
+}
+
+static void world_opts(struct world *w, int rank, size_t chunk, int timeout_ms,
+                       struct gpt_comm_opts *o)
+{
+    *o = (struct gpt_comm_opts){
+        .rank = rank,
+        .world = w->size,
+        .prefix = w->prefix,
+        .timeout_ms = timeout_ms,
+        .chunk_bytes = chunk,
+    };
+}
+
+/* Forms a world of `size` threads; asserts that it worked. */
+static void world_new(struct world *w, int size, size_t chunk, int timeout_ms)
+{
+    struct rank_job jobs[WORLD_MAX];
+    pthread_t th[WORLD_MAX];
+    memset(w, 0, sizeof(*w));
+    w->size = size;
+    snprintf(w->prefix, sizeof(w->prefix), "test/%d/%d/", (int)getpid(), prefix_seq++);
+    assert_int_equal(gpt_kv_mem_new(&w->kv, NULL), 0);
+    for (int r = 0; r < size; r++) {
+        jobs[r] = (struct rank_job){.w = w, .rank = r};
+        world_opts(w, r, chunk, timeout_ms, &jobs[r].opts);
+        assert_int_equal(pthread_create(&th[r], NULL, rank_new_thread, &jobs[r]), 0);
+    }
+    for (int r = 0; r < size; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < size; r++) {
+        if (jobs[r].rc)
+            print_error("rank %d: %s\n", r, jobs[r].err.msg);
+        assert_int_equal(jobs[r].rc, 0);
+        assert_non_null(w->c[r]);
+        assert_int_equal(w->c[r]->rank, r);
+        assert_int_equal(w->c[r]->world, size);
+    }
+}
+
+static void world_free(struct world *w)
+{
+    for (int r = 0; r < w->size; r++)
+        gpt_comm_free(w->c[r]);
+    gpt_kv_mem_free(&w->kv);
+}
+
+/* Runs fn on every rank of w at once (only the ranks in mask); fills rcs. */
+static void world_run(struct world *w, unsigned mask,
+                      int (*fn)(struct gpt_comm *, const struct ref *), const struct ref *ref,
+                      struct rank_job *jobs)
+{
+    pthread_t th[WORLD_MAX];
+    for (int r = 0; r < w->size; r++) {
+        jobs[r] = (struct rank_job){.w = w, .rank = r, .fn = fn, .ref = ref};
+        if (mask & (1u << r))
+            assert_int_equal(pthread_create(&th[r], NULL, rank_fn_thread, &jobs[r]), 0);
+    }
+    for (int r = 0; r < w->size; r++)
+        if (mask & (1u << r))
+            pthread_join(th[r], NULL);
+}
+
+static void world_run_all_ok(struct world *w, int (*fn)(struct gpt_comm *, const struct ref *),
+                             const struct ref *ref)
+{
+    struct rank_job jobs[WORLD_MAX];
+    world_run(w, (1u << w->size) - 1, fn, ref, jobs);
+    for (int r = 0; r < w->size; r++) {
+        if (jobs[r].rc)
+            print_error("world %d n %zu rank %d: rc %d\n", w->size, ref->n, r, jobs[r].rc);
+        assert_int_equal(jobs[r].rc, 0);
+    }
+}
+
+static void test_threads_small(void **state)
+{
+    (void)state;
+    for (int size = 1; size <= WORLD_MAX; size++) {
+        struct world w;
+        world_new(&w, size, 0, TIMEOUT_MS);
+        for (size_t k = 0; k < sizeof(small_counts) / sizeof(small_counts[0]); k++) {
+            struct ref ref;
+            ref_init(&ref, size, small_counts[k], (uint32_t)(size * 100 + k));
+            world_run_all_ok(&w, rank_suite, &ref);
+            ref_done(&ref);
+        }
+        world_free(&w);
+    }
+}
+
+/* Tiny chunks: many pipeline steps per segment, partial floats on the wire. */
+static void test_threads_tiny_chunks(void **state)
+{
+    (void)state;
+    for (int size = 2; size <= WORLD_MAX; size += 3) {
+        struct world w;
+        struct ref ref;
+        world_new(&w, size, 64, TIMEOUT_MS);
+        ref_init(&ref, size, 4099, 7);
+        world_run_all_ok(&w, rank_suite, &ref);
+        ref_done(&ref);
+        world_free(&w);
+    }
+}
+
+static void test_threads_big(void **state)
+{
+    (void)state;
+    for (int size = 2; size <= 4; size += 2) {
+        struct world w;
+        struct ref ref;
+        world_new(&w, size, 0, TIMEOUT_MS);
+        ref_init(&ref, size, BIG_N, 11);
+        world_run_all_ok(&w, rank_big, &ref);
+        ref_done(&ref);
+        world_free(&w);
+    }
+}
+
+static int rank_allreduce_1m(struct gpt_comm *c, const struct ref *r)
+{
+    (void)r;
+    size_t n = 1u << 20;
+    float *buf = calloc(n, sizeof(float));
+    if (!buf)
+        return -ENOMEM;
+    int rc = gpt_comm_allreduce(c, buf, n, GPT_REDUCE_SUM);
+    free(buf);
+    return rc;
+}
+
+/* Rank 1 never joins the collective: abort must free rank 0 within 1 s. */
+static void test_threads_abort(void **state)
+{
+    (void)state;
+    struct world w;
+    struct rank_job jobs[WORLD_MAX];
+    world_new(&w, 2, 0, TIMEOUT_MS);
+    jobs[0] = (struct rank_job){.w = &w, .rank = 0, .fn = rank_allreduce_1m};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, rank_fn_thread, &jobs[0]), 0);
+    sleep_ms(300);
+    int64_t t0 = now_ms();
+    gpt_comm_abort(w.c[0]);
+    pthread_join(th, NULL);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(jobs[0].rc, -ECANCELED);
+    assert_true(took < 1000);
+    /* Sticky, and later calls fail at once. */
+    float x = 1;
+    assert_int_equal(gpt_comm_allreduce(w.c[0], &x, 1, GPT_REDUCE_SUM), -ECANCELED);
+    assert_int_equal(gpt_comm_barrier(w.c[0]), -ECANCELED);
+    /* The other rank learns through the shut-down sockets, not a timeout. */
+    t0 = now_ms();
+    assert_true(gpt_comm_barrier(w.c[1]) < 0);
+    assert_true(now_ms() - t0 < 1000);
+    world_free(&w);
+
+    /* A world of one honours abort too. */
+    struct gpt_comm_opts o = {.rank = 0, .world = 1};
+    struct gpt_comm *c = NULL;
+    assert_int_equal(gpt_comm_tcp_new(&o, NULL, &c, NULL), 0);
+    assert_int_equal(gpt_comm_allreduce(c, &x, 1, GPT_REDUCE_AVG), 0);
+    assert_true(x == 1.0f);
+    gpt_comm_abort(c);
+    assert_int_equal(gpt_comm_barrier(c), -ECANCELED);
+    gpt_comm_free(c);
+}
+
+static void test_threads_timeout(void **state)
+{
+    (void)state;
+    struct world w;
+    struct rank_job jobs[WORLD_MAX];
+    world_new(&w, 3, 0, 300);
+    world_run(&w, 1u, rank_allreduce_1m, NULL, jobs);
+    assert_int_equal(jobs[0].rc, -ETIMEDOUT);
+    assert_true(jobs[0].took_ms >= 250 && jobs[0].took_ms < 2000);
+    float x = 0;
+    assert_int_equal(gpt_comm_allreduce(w.c[0], &x, 1, GPT_REDUCE_SUM), -ETIMEDOUT);
+    world_free(&w);
+
+    /* Setup alone: a missing rank times the others out. */
+    struct gpt_kv kv;
+    struct gpt_comm *c = NULL;
+    struct gpt_err err = {0};
+    assert_int_equal(gpt_kv_mem_new(&kv, NULL), 0);
+    struct gpt_comm_opts o = {.rank = 0, .world = 2, .prefix = "lonely/", .timeout_ms = 200};
+    int64_t t0 = now_ms();
+    assert_int_equal(gpt_comm_tcp_new(&o, &kv, &c, &err), -ETIMEDOUT);
+    assert_true(now_ms() - t0 < 2000);
+    assert_null(c);
+    assert_true(err.msg[0] != '\0');
+    gpt_kv_mem_free(&kv);
+}
+
+/* A peer that goes away mid-collective: an error for the others, no hang. */
+static void test_threads_peer_closed(void **state)
+{
+    (void)state;
+    struct world w;
+    struct rank_job jobs[WORLD_MAX];
+    world_new(&w, 3, 0, TIMEOUT_MS);
+    gpt_comm_free(w.c[1]);
+    w.c[1] = NULL;
+    world_run(&w, 5u, rank_allreduce_1m, NULL, jobs);
+    for (int r = 0; r < 3; r += 2) {
+        assert_true(jobs[r].rc < 0 && jobs[r].rc != -ETIMEDOUT);
+        assert_true(jobs[r].took_ms < 5000);
+    }
+    world_free(&w);
+}
+
+static int rank_n7(struct gpt_comm *c, const struct ref *r)
+{
+    (void)r;
+    float buf[8] = {0};
+    return gpt_comm_allreduce(c, buf, c->rank == 0 ? 7 : 8, GPT_REDUCE_SUM);
+}
+
+/* Ranks that disagree on the call are told so instead of mixing streams. */
+static void test_threads_mismatch(void **state)
+{
+    (void)state;
+    struct world w;
+    struct rank_job jobs[WORLD_MAX];
+    world_new(&w, 2, 0, TIMEOUT_MS);
+    world_run(&w, 3u, rank_n7, NULL, jobs);
+    assert_int_equal(jobs[0].rc, -GPT_E_PROTO);
+    assert_int_equal(jobs[1].rc, -GPT_E_PROTO);
+    world_free(&w);
+}
+
+/* A connection to a rank's port that is not its left neighbour is refused
+ * and the ring still forms. */
+static void test_threads_stray(void **state)
+{
+    (void)state;
+    struct world w;
+    struct rank_job jobs[2];
+    pthread_t th;
+    memset(&w, 0, sizeof(w));
+    w.size = 2;
+    snprintf(w.prefix, sizeof(w.prefix), "stray/%d/", (int)getpid());
+    assert_int_equal(gpt_kv_mem_new(&w.kv, NULL), 0);
+    jobs[0] = (struct rank_job){.w = &w, .rank = 0};
+    world_opts(&w, 0, 0, TIMEOUT_MS, &jobs[0].opts);
+    assert_int_equal(pthread_create(&th, NULL, rank_new_thread, &jobs[0]), 0);
+
+    char addr[128], key[128];
+    size_t len = 0;
+    snprintf(key, sizeof(key), "%saddr/0", w.prefix);
+    assert_int_equal(w.kv.get(w.kv.ctx, key, addr, sizeof(addr) - 1, &len, 5000), 0);
+    addr[len] = '\0';
+    char *colon = strrchr(addr, ':');
+    assert_non_null(colon);
+    *colon = '\0';
+    struct addrinfo *ai = NULL, hints = {.ai_socktype = SOCK_STREAM};
+    assert_int_equal(getaddrinfo(addr, colon + 1, &hints, &ai), 0);
+    int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, ai->ai_addr, ai->ai_addrlen), 0);
+    freeaddrinfo(ai);
+    char junk[24] = "not a gptd hello at all";
+    assert_int_equal(send(fd, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+
+    jobs[1] = (struct rank_job){.w = &w, .rank = 1};
+    world_opts(&w, 1, 0, TIMEOUT_MS, &jobs[1].opts);
+    rank_new_thread(&jobs[1]);
+    pthread_join(th, NULL);
+    assert_int_equal(jobs[0].rc, 0);
+    assert_int_equal(jobs[1].rc, 0);
+    char b;
+    assert_int_equal(recv(fd, &b, 1, 0), 0); /* closed on us */
+    close(fd);
+
+    struct ref ref;
+    ref_init(&ref, 2, 7, 3);
+    world_run_all_ok(&w, rank_suite, &ref);
+    ref_done(&ref);
+    world_free(&w);
+}
+
+static void test_bad_args(void **state)
+{
+    (void)state;
+    struct gpt_kv kv;
+    struct gpt_comm *c = NULL;
+    struct gpt_err err = {0};
+    assert_int_equal(gpt_kv_mem_new(&kv, NULL), 0);
+    struct gpt_comm_opts o = {.rank = 0, .world = 0, .prefix = "x/"};
+    assert_int_equal(gpt_comm_tcp_new(&o, &kv, &c, &err), -EINVAL);
+    o = (struct gpt_comm_opts){.rank = 2, .world = 2, .prefix = "x/"};
+    assert_int_equal(gpt_comm_tcp_new(&o, &kv, &c, &err), -EINVAL);
+    o = (struct gpt_comm_opts){.rank = 0, .world = 2, .prefix = "x/"};
+    assert_int_equal(gpt_comm_tcp_new(&o, NULL, &c, &err), -EINVAL);
+    o = (struct gpt_comm_opts){.rank = 0, .world = 2, .prefix = "x/", .bind_host = "localhost"};
+    assert_int_equal(gpt_comm_tcp_new(&o, &kv, &c, &err), -EINVAL);
+    assert_null(c);
+    gpt_kv_mem_free(&kv);
+}
+
+/* ---- ranks as processes ---- */
+
+struct proc_world {
+    int size;
+    char dir[64];
+    pid_t pid[WORLD_MAX];
+};
+
+static void proc_dir_new(struct proc_world *pw, int size)
+{
+    pw->size = size;
+    snprintf(pw->dir, sizeof(pw->dir), "/tmp/gptd-comm-XXXXXX");
+    assert_non_null(mkdtemp(pw->dir));
+}
+
+static void proc_dir_done(struct proc_world *pw)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", pw->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Child: forms the world, runs fn, exits 0 on success, 100 + line or
+ * 200 - errno otherwise (kept in 0..255). */
+static void proc_child(struct proc_world *pw, int rank, int timeout_ms,
+                       int (*fn)(struct gpt_comm *, const struct ref *), const struct ref *ref)
+{
+    struct gpt_kv kv;
+    struct gpt_comm *c = NULL;
+    int rc = gpt_kv_dir_new(&kv, pw->dir, NULL);
+    struct gpt_comm_opts o = {
+        .rank = rank, .world = pw->size, .prefix = "proc/", .timeout_ms = timeout_ms};
+    if (rc == 0)
+        rc = gpt_comm_tcp_new(&o, &kv, &c, NULL);
+    if (rc == 0)
+        rc = fn(c, ref);
+    gpt_comm_free(c);
+    gpt_kv_dir_free(&kv);
+    _exit(rc == 0 ? 0 : rc > 0 ? 100 + rc % 100 : 200 - (-rc % 100));
+}
+
+static void proc_start(struct proc_world *pw, int timeout_ms,
+                       int (*fn)(struct gpt_comm *, const struct ref *), const struct ref *ref)
+{
+    fflush(NULL);
+    for (int r = 0; r < pw->size; r++) {
+        pw->pid[r] = fork();
+        assert_true(pw->pid[r] >= 0);
+        if (pw->pid[r] == 0)
+            proc_child(pw, r, timeout_ms, fn, ref);
+    }
+}
+
+/* Waits for every child up to wait_ms (then kills the rest); returns each
+ * exit status, or -1 for one killed by a signal or by us. */
+static void proc_wait(struct proc_world *pw, int wait_ms, int *codes)
+{
+    int64_t deadline = now_ms() + wait_ms;
+    int left = pw->size;
+    for (int r = 0; r < pw->size; r++)
+        codes[r] = -2;
+    while (left > 0) {
+        for (int r = 0; r < pw->size; r++) {
+            int st;
+            if (codes[r] != -2 || waitpid(pw->pid[r], &st, WNOHANG) != pw->pid[r])
+                continue;
+            codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            left--;
+        }
+        if (left > 0 && now_ms() > deadline) {
+            for (int r = 0; r < pw->size; r++)
+                if (codes[r] == -2) {
+                    kill(pw->pid[r], SIGKILL);
+                    waitpid(pw->pid[r], NULL, 0);
+                    codes[r] = -3;
+                }
+            break;
+        }
+        sleep_ms(5);
+    }
+}
+
+static void proc_run_ok(int size, int (*fn)(struct gpt_comm *, const struct ref *),
+                        const struct ref *ref)
+{
+    struct proc_world pw;
+    int codes[WORLD_MAX];
+    proc_dir_new(&pw, size);
+    proc_start(&pw, TIMEOUT_MS, fn, ref);
+    proc_wait(&pw, 60000, codes);
+    proc_dir_done(&pw);
+    for (int r = 0; r < size; r++) {
+        if (codes[r] != 0)
+            print_error("world %d n %zu rank %d: exit %d\n", size, ref->n, r, codes[r]);
+        assert_int_equal(codes[r], 0);
+    }
+}
+
+static void test_procs_small(void **state)
+{
+    (void)state;
+    for (int size = 1; size <= WORLD_MAX; size++) {
+        for (size_t k = 0; k < sizeof(small_counts) / sizeof(small_counts[0]); k++) {
+            struct ref ref;
+            ref_init(&ref, size, small_counts[k], (uint32_t)(size * 1000 + k));
+            proc_run_ok(size, rank_suite, &ref);
+            ref_done(&ref);
+        }
+    }
+}
+
+static void test_procs_big(void **state)
+{
+    (void)state;
+    for (int size = 2; size <= 4; size += 2) {
+        struct ref ref;
+        ref_init(&ref, size, BIG_N, 13);
+        proc_run_ok(size, rank_big, &ref);
+        ref_done(&ref);
+    }
+}
+
+/* Loops on 16 MiB allreduces until one fails; writes a byte to the pipe
+ * after the first one so the parent knows traffic is flowing. */
+static int kill_pipe_fd = -1;
+
+static int rank_loop(struct gpt_comm *c, const struct ref *r)
+{
+    (void)r;
+    size_t n = BIG_N;
+    float *buf = calloc(n, sizeof(float));
+    if (!buf)
+        return -ENOMEM;
+    int rc;
+    for (int it = 0;; it++) {
+        rc = gpt_comm_allreduce(c, buf, n, GPT_REDUCE_AVG);
+        if (rc)
+            break;
+        if (it == 0 && write(kill_pipe_fd, "x", 1) != 1)
+            break;
+    }
+    free(buf);
+    return rc;
+}
+
+/* kill -9 of one rank mid-allreduce: the others fail, none hangs. */
+static void test_procs_killed_peer(void **state)
+{
+    (void)state;
+    struct proc_world pw;
+    int codes[WORLD_MAX], p[2];
+    assert_int_equal(pipe(p), 0);
+    kill_pipe_fd = p[1];
+    proc_dir_new(&pw, 4);
+    proc_start(&pw, 60000, rank_loop, NULL);
+    close(p[1]);
+    char b[4];
+    int got = 0;
+    while (got < 4) {
+        ssize_t k = read(p[0], b, sizeof(b) - (size_t)got);
+        assert_true(k > 0);
+        got += (int)k;
+    }
+    close(p[0]);
+    sleep_ms(50);
+    int64_t t0 = now_ms();
+    kill(pw.pid[1], SIGKILL);
+    proc_wait(&pw, 10000, codes);
+    int64_t took = now_ms() - t0;
+    proc_dir_done(&pw);
+    assert_int_equal(codes[1], -1);
+    for (int r = 0; r < 4; r++) {
+        if (r == 1)
+            continue;
+        /* 200 - errno: a comm error (EPIPE, ECONNRESET), not a timeout or a kill. */
+        assert_true(codes[r] > 100 && codes[r] != 200 - ETIMEDOUT % 100);
+    }
+    assert_true(took < 5000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_threads_small),
+        cmocka_unit_test(test_threads_tiny_chunks),
+        cmocka_unit_test(test_threads_big),
+        cmocka_unit_test(test_threads_abort),
+        cmocka_unit_test(test_threads_timeout),
+        cmocka_unit_test(test_threads_peer_closed),
+        cmocka_unit_test(test_threads_mismatch),
+        cmocka_unit_test(test_threads_stray),
+        cmocka_unit_test(test_procs_small),
+        cmocka_unit_test(test_procs_big),
+        cmocka_unit_test(test_procs_killed_peer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,90 @@
+/*
+ * test_cuda_absent: a build that links the CUDA target behaves on a host
+ * without a GPU or driver: the probe reports zero devices, the backend and
+ * the NCCL communicator refuse with -GPT_E_NODEVICE (and fill the error
+ * detail) instead of crashing, and the CPU backend still works in the same
+ * process. On a host with a GPU, or in a build without CUDA, it exits 77
+ * (skipped): there the gpu tests cover the same ground.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#ifdef GPTD_HAVE_CUDA
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "cuda/comm_nccl.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
+
+static void test_backend_absent(void **state)
+{
+    (void)state;
+    struct gpt_backend *be = (struct gpt_backend *)&be; /* must stay untouched */
+    struct gpt_err err;
+    memset(&err, 0, sizeof(err));
+    assert_int_equal(gpt_backend_cuda_new(0, &be, &err), -GPT_E_NODEVICE);
+    assert_ptr_equal(be, (struct gpt_backend *)&be);
+    assert_int_equal(err.code, -GPT_E_NODEVICE);
+    assert_true(strlen(err.msg) > 0);
+    /* Asking twice is as safe as asking once. */
+    assert_int_equal(gpt_backend_cuda_new(3, &be, NULL), -GPT_E_NODEVICE);
+}
+
+static void test_nccl_absent(void **state)
+{
+    (void)state;
+    struct gpt_kv kv;
+    struct gpt_err err;
+    assert_int_equal(gpt_kv_mem_new(&kv, &err), 0);
+    struct gpt_comm_opts o = {.rank = 0, .world = 1, .prefix = "t/", .timeout_ms = 1000};
+    struct gpt_comm *c = NULL;
+    assert_int_equal(gpt_comm_nccl_new(&o, &kv, 0, &c, &err), -GPT_E_NODEVICE);
+    assert_null(c);
+    gpt_kv_mem_free(&kv);
+}
+
+static void test_cpu_still_works(void **state)
+{
+    (void)state;
+    struct gpt_backend *be = NULL;
+    struct gpt_err err;
+    assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
+    float *x;
+    assert_int_equal(gpt_backend_alloc(be, 4 * sizeof(float), (void **)&x), 0);
+    float h[4] = {1, 2, 3, 4};
+    assert_int_equal(gpt_backend_upload(be, x, h, sizeof(h)), 0);
+    assert_true(gpt_backend_sumsq(be, x, 4) == 30.0);
+    gpt_backend_mem_free(be, x);
+    gpt_backend_free(be);
+}
+
+int main(void)
+{
+    if (gpt_cuda_device_count() > 0) {
+        printf("a GPU is present: covered by the gpu tests\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_absent),
+        cmocka_unit_test(test_nccl_absent),
+        cmocka_unit_test(test_cpu_still_works),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+int main(void)
+{
+    printf("built without CUDA\n");
+    return 77;
+}
+
+#endif

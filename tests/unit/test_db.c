@@ -1,0 +1,256 @@
+/*
+ * Unit tests of daemon/db: schema creation and version, reopening, the job
+ * queue order, state transitions, re-queue at start-up, metric upserts,
+ * chunked history with events merged in, and snapshots.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <errno.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "db.h"
+
+struct fixture {
+    char dir[64];
+    char path[128];
+    struct db *db;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/test_db.XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    snprintf(f->path, sizeof(f->path), "%s/gptd.db", f->dir);
+    struct gpt_err err;
+    if (db_open(f->path, &f->db, &err) < 0)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    char cmd[160];
+    db_close(f->db);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
+    (void)!system(cmd);
+    free(f);
+    return 0;
+}
+
+static int64_t add_job(struct db *db, const char *name, int64_t prio)
+{
+    struct db_job j = {.owner_uid = 1000, .priority = prio, .created = 1.0, .max_steps = 100};
+    snprintf(j.name, sizeof(j.name), "%s", name);
+    j.spec_json = "{\"name\":\"x\"}";
+    int64_t id = 0;
+    struct gpt_err err;
+    assert_int_equal(db_job_insert(db, &j, &id, &err), 0);
+    assert_true(id > 0);
+    return id;
+}
+
+static void test_schema(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(db_schema_version(f->db), DB_SCHEMA_VERSION);
+    int64_t id = add_job(f->db, "persist", 0);
+    db_close(f->db);
+    /* Reopening an up-to-date file migrates nothing and keeps the data. */
+    struct gpt_err err;
+    assert_int_equal(db_open(f->path, &f->db, &err), 0);
+    struct db_job j;
+    assert_int_equal(db_job_get(f->db, id, &j, &err), 0);
+    assert_string_equal(j.name, "persist");
+    assert_string_equal(j.spec_json, "{\"name\":\"x\"}");
+    assert_int_equal(j.state, DB_JOB_QUEUED);
+    assert_int_equal(j.owner_uid, 1000);
+    db_job_done(&j);
+    assert_int_equal(db_job_get(f->db, id + 100, &j, &err), -ENOENT);
+}
+
+static void test_queue_order(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    int64_t a = add_job(f->db, "a", 0);
+    int64_t b = add_job(f->db, "b", 0);
+    int64_t c = add_job(f->db, "c", 5);
+    int64_t next;
+    assert_int_equal(db_job_next_queued(f->db, &next, &err), 0);
+    assert_int_equal(next, c);
+    assert_int_equal(db_job_set_state(f->db, c, DB_JOB_RUNNING, NULL, 2.0, &err), 0);
+    assert_int_equal(db_job_next_queued(f->db, &next, &err), 0);
+    assert_int_equal(next, a);
+    assert_int_equal(db_job_set_state(f->db, a, DB_JOB_CANCELLED, NULL, 3.0, &err), 0);
+    assert_int_equal(db_job_next_queued(f->db, &next, &err), 0);
+    assert_int_equal(next, b);
+    assert_int_equal(db_job_set_state(f->db, b, DB_JOB_FAILED, "boom", 4.0, &err), 0);
+    assert_int_equal(db_job_next_queued(f->db, &next, &err), -ENOENT);
+
+    struct db_job j;
+    assert_int_equal(db_job_get(f->db, b, &j, &err), 0);
+    assert_int_equal(j.state, DB_JOB_FAILED);
+    assert_string_equal(j.error, "boom");
+    assert_true(j.finished == 4.0);
+    db_job_done(&j);
+
+    int64_t n;
+    assert_int_equal(db_job_count(f->db, DB_JOB_RUNNING, &n, &err), 0);
+    assert_int_equal(n, 1);
+
+    /* Start-up: the running job goes back to the queue, marked to resume. */
+    assert_int_equal(db_jobs_requeue_running(f->db, 5.0, &err), 1);
+    assert_int_equal(db_job_get(f->db, c, &j, &err), 0);
+    assert_int_equal(j.state, DB_JOB_QUEUED);
+    assert_int_equal(j.resume, 1);
+    db_job_done(&j);
+}
+
+struct hist {
+    int64_t steps[64];
+    char kinds[64][GPT_EVENT_KIND_MAX];
+    int n;
+};
+
+static void hist_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct hist *h = ctx;
+    h->steps[h->n] = m->step;
+    snprintf(h->kinds[h->n++], GPT_EVENT_KIND_MAX, "m");
+}
+
+static void hist_event(void *ctx, const struct gpt_event *e)
+{
+    struct hist *h = ctx;
+    h->steps[h->n] = e->step;
+    snprintf(h->kinds[h->n++], GPT_EVENT_KIND_MAX, "%s", e->kind);
+}
+
+static struct gpt_metric metric_at(int64_t step, double loss)
+{
+    struct gpt_metric m = {.step = step,
+                           .max_steps = 100,
+                           .loss = loss,
+                           .val_loss = NAN,
+                           .accuracy = NAN,
+                           .lr = 1e-3,
+                           .run_id = 1,
+                           .time = (double)step};
+    return m;
+}
+
+static void test_metrics_history(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    int64_t job = add_job(f->db, "m", 0);
+    assert_int_equal(db_begin(f->db, &err), 0);
+    struct gpt_event start = {.kind = "start", .step = 0, .run_id = 1, .time = -1};
+    assert_int_equal(db_event_insert(f->db, job, &start, &err), 0);
+    for (int s = 5; s <= 50; s += 5) {
+        struct gpt_metric m = metric_at(s, 3.0 - s * 0.01);
+        assert_int_equal(db_metric_insert(f->db, job, &m, &err), 0);
+    }
+    struct gpt_event snap = {.kind = "snapshot", .step = 20, .run_id = 1, .time = 20.5};
+    assert_int_equal(db_event_insert(f->db, job, &snap, &err), 0);
+    /* An eval record for step 50 adds val_loss and keeps the train loss. */
+    struct gpt_metric ev = metric_at(50, NAN);
+    ev.val_loss = 2.5;
+    assert_int_equal(db_metric_insert(f->db, job, &ev, &err), 0);
+    assert_int_equal(db_commit(f->db, &err), 0);
+
+    struct hist h = {0};
+    struct db_history_cb cb = {&h, hist_metric, hist_event};
+    int64_t last;
+    int more;
+    /* Chunks of 4 metrics: steps 5..20 (+ the events up to 20), then more. */
+    assert_int_equal(db_history(f->db, job, 0, -1, 4, &cb, &last, &more, &err), 0);
+    assert_int_equal(more, 1);
+    assert_int_equal(last, 20);
+    assert_int_equal(h.n, 6);
+    assert_string_equal(h.kinds[0], "start");
+    assert_string_equal(h.kinds[4], "m");
+    assert_int_equal(h.steps[4], 20);
+    assert_string_equal(h.kinds[5], "snapshot");
+    assert_int_equal(db_history(f->db, job, 0, last, 4, &cb, &last, &more, &err), 0);
+    assert_int_equal(last, 40);
+    assert_int_equal(db_history(f->db, job, 0, last, 4, &cb, &last, &more, &err), 0);
+    assert_int_equal(more, 0);
+    assert_int_equal(last, 50);
+    assert_int_equal(h.n, 12);
+    for (int i = 1; i < h.n; i++)
+        assert_true(h.steps[i] >= h.steps[i - 1]);
+
+    /* --since skips older steps. */
+    struct hist h2 = {0};
+    cb.ctx = &h2;
+    assert_int_equal(db_history(f->db, job, 45, -1, 100, &cb, &last, &more, &err), 0);
+    assert_int_equal(h2.n, 2);
+    assert_int_equal(h2.steps[0], 45);
+
+    struct db_job j;
+    assert_int_equal(db_job_get(f->db, job, &j, &err), 0);
+    assert_int_equal(j.step, 50);
+    assert_true(fabs(j.loss - 2.5) < 1e-9);
+    db_job_done(&j);
+}
+
+static void snap_count(void *ctx, const struct db_snapshot *s)
+{
+    int *n = ctx;
+    if (*n == 0)
+        assert_int_equal(s->step, 40);
+    (*n)++;
+}
+
+static void test_snapshots_runs(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    int64_t job = add_job(f->db, "s", 0);
+    int64_t run;
+    assert_int_equal(db_run_insert(f->db, job, 1, NULL, 1.0, &run, &err), 0);
+    struct db_snapshot s = {.job_id = job, .run_id = run, .step = 20, .size = 100};
+    snprintf(s.node, sizeof(s.node), "host");
+    snprintf(s.path, sizeof(s.path), "/x/snap-20.gpts");
+    int64_t id1, id2;
+    assert_int_equal(db_snapshot_insert(f->db, &s, &id1, &err), 0);
+    assert_true(id1 > 0);
+    assert_int_equal(db_snapshot_insert(f->db, &s, &id2, &err), 0);
+    assert_int_equal(id2, 0); /* duplicate ignored */
+    s.step = 40;
+    assert_int_equal(db_snapshot_insert(f->db, &s, &id2, &err), 0);
+    int n = 0;
+    assert_int_equal(db_snapshot_list(f->db, job, snap_count, &n, &err), 0);
+    assert_int_equal(n, 2);
+    struct db_snapshot g;
+    assert_int_equal(db_snapshot_get(f->db, id1, &g, &err), 0);
+    assert_int_equal(g.step, 20);
+    assert_string_equal(g.path, "/x/snap-20.gpts");
+    assert_int_equal(db_snapshot_get(f->db, 999, &g, &err), -ENOENT);
+    assert_int_equal(db_run_end(f->db, run, "completed", 2.0, &err), 0);
+    assert_int_equal(db_runs_close_open(f->db, 3.0, &err), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_schema, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_queue_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshots_runs, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

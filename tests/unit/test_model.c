@@ -1,0 +1,374 @@
+/*
+ * test_model: the GPT model on the CPU backend: layout and spans, config
+ * validation, initialisation, a finite-difference check of the gradient of
+ * the whole model (tiny config with vocab padding), causality, padded vocab
+ * rows, the grads_ready order and gradient accumulation.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "model.h"
+#include "rng.h"
+
+/* L=2, NH=2, C=16, T=8, V=11 (Vp=16, so padding is exercised). */
+static const struct gpt_model_config tiny_cfg = {
+    .n_layer = 2, .n_head = 2, .n_embd = 16, .block_size = 8, .vocab_size = 11};
+
+struct tm_state {
+    struct gpt_backend *be;
+    struct gpt_model m;
+    float *host; /* (n_params) */
+};
+
+static int setup(void **state)
+{
+    struct tm_state *s = calloc(1, sizeof(*s));
+    struct gpt_err err;
+    assert_non_null(s);
+    assert_int_equal(gpt_backend_cpu_new(1, &s->be, &err), 0);
+    assert_int_equal(gpt_model_init(&s->m, &tiny_cfg, s->be, 3, &err), 0);
+    s->host = calloc(s->m.n_params, sizeof(float));
+    assert_non_null(s->host);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct tm_state *s = *state;
+    gpt_model_done(&s->m);
+    gpt_model_done(&s->m); /* twice is safe */
+    gpt_backend_free(s->be);
+    free(s->host);
+    free(s);
+    return 0;
+}
+
+/* Random parameters large enough for clear gradients; padded wte rows 0. */
+static void random_params(struct tm_state *s, uint64_t seed)
+{
+    struct gpt_rng r;
+    gpt_rng_seed(&r, seed);
+    for (size_t i = 0; i < s->m.n_tensors; i++) {
+        const struct gpt_tensor_info *t = &s->m.tensors[i];
+        for (size_t j = 0; j < t->count; j++)
+            s->host[t->offset + j] =
+                (float)((t->ndim == 2 ? 0.3 : 0.2) * gpt_rng_normal(&r) + (t->ndim == 1 ? 0.5 : 0));
+    }
+    size_t C = (size_t)s->m.cfg.n_embd, V = (size_t)s->m.cfg.vocab_size;
+    memset(s->host + V * C, 0, (s->m.Vp - V) * C * sizeof(float));
+    gpt_backend_upload(s->be, s->m.params, s->host, s->m.n_params * sizeof(float));
+}
+
+static const int tok_a[16] = {1, 5, 10, 0, 3, 3, 7, 2, 9, 4, 6, 8, 0, 1, 2, 10};
+static const int tgt_a[16] = {5, 10, 0, 3, -1, 7, 2, 9, 4, 6, 8, -1, 1, 2, 10, 4};
+
+static void test_layout(void **state)
+{
+    struct tm_state *s = *state;
+    const struct gpt_model *m = &s->m;
+    size_t C = 16, L = 2;
+    assert_int_equal(m->Vp, 16);
+    size_t expect = m->Vp * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C;
+    assert_int_equal(m->n_params, expect);
+    assert_int_equal(m->n_tensors, 2 + 12 * L + 2);
+    size_t off = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        assert_int_equal(m->tensors[i].offset, off);
+        off += m->tensors[i].count;
+    }
+    assert_int_equal(off, m->n_params);
+    assert_string_equal(m->tensors[0].name, "wte");
+    assert_string_equal(m->tensors[1].name, "wpe");
+    assert_string_equal(m->tensors[2 + 12 + 2].name, "h.1.attn.qkvw");
+    assert_int_equal(m->tensors[2 + 12 + 2].ndim, 2);
+    assert_int_equal(m->tensors[2 + 12 + 3].ndim, 1);
+    assert_string_equal(m->tensors[m->n_tensors - 1].name, "lnfb");
+    assert_int_equal(m->tensors[m->n_tensors - 1].layer, 2);
+    size_t o0, c0, o1, c1;
+    gpt_model_block_span(m, 0, &o0, &c0);
+    gpt_model_block_span(m, 1, &o1, &c1);
+    assert_int_equal(o0, (m->Vp + 8) * C);
+    assert_int_equal(o0 + c0, o1);
+    assert_int_equal(c0, c1);
+    assert_int_equal(o1 + c1 + 2 * C, m->n_params);
+    assert_true(m->act_bytes > 0);
+    /* 6N + 12 L C T, N without wpe and padding. */
+    double n_nonemb = (double)m->n_params - 8.0 * C - (double)(m->Vp - 11) * C;
+    assert_true(fabs(gpt_model_flops_per_token(m, 8) - (6 * n_nonemb + 12.0 * L * C * 8)) < 1e-6);
+}
+
+static void test_config_validation(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model m;
+    struct gpt_err err;
+    struct gpt_model_config c = tiny_cfg;
+    c.n_head = 3;
+    assert_int_equal(gpt_model_init(&m, &c, s->be, 2, &err), -EINVAL);
+    assert_string_equal(err.path, "model.n_head");
+    c = tiny_cfg;
+    c.n_layer = 43;
+    assert_int_equal(gpt_model_init(&m, &c, s->be, 2, &err), -EINVAL);
+    c = tiny_cfg;
+    c.vocab_size = 0;
+    assert_int_equal(gpt_model_init(&m, &c, s->be, 2, &err), -EINVAL);
+    assert_int_equal(gpt_model_init(&m, &tiny_cfg, s->be, 0, &err), -EINVAL);
+    /* Vp rounding */
+    c = tiny_cfg;
+    c.vocab_size = 65;
+    assert_int_equal(gpt_model_init(&m, &c, s->be, 1, &err), 0);
+    assert_int_equal(m.Vp, 128);
+    gpt_model_done(&m);
+    /* bad forward arguments */
+    int bad[2] = {0, 11};
+    assert_int_equal(gpt_model_forward(&s->m, bad, NULL, 1, 2, NULL), -EINVAL);
+    assert_int_equal(gpt_model_forward(&s->m, tok_a, NULL, 4, 2, NULL), -EINVAL);
+    assert_int_equal(gpt_model_forward(&s->m, tok_a, NULL, 1, 9, NULL), -EINVAL);
+    assert_int_equal(gpt_model_forward(&s->m, tok_a, bad, 1, 2, NULL), -EINVAL);
+    /* backward needs a forward with targets */
+    assert_int_equal(gpt_model_forward(&s->m, tok_a, NULL, 1, 2, NULL), 0);
+    assert_int_equal(gpt_model_backward(&s->m, 1.0f), -EINVAL);
+}
+
+static void test_init_weights(void **state)
+{
+    struct tm_state *s = *state;
+    gpt_model_init_weights(&s->m, 7);
+    gpt_backend_download(s->be, s->host, s->m.params, s->m.n_params * sizeof(float));
+    const struct gpt_model *m = &s->m;
+    size_t C = 16;
+    for (size_t i = 11 * C; i < m->Vp * C; i++)
+        assert_float_equal(s->host[i], 0.0f, 0.0f);
+    double ss = 0.0;
+    for (size_t i = 0; i < 11 * C; i++)
+        ss += (double)s->host[i] * s->host[i];
+    double sd = sqrt(ss / (11.0 * C));
+    assert_true(sd > 0.015 && sd < 0.025);
+    for (size_t i = 2; i < m->n_tensors; i++) {
+        const struct gpt_tensor_info *t = &m->tensors[i];
+        const char *leaf = strrchr(t->name, '.');
+        leaf = leaf ? leaf + 1 : t->name;
+        if (t->ndim == 1) {
+            float want = leaf[strlen(leaf) - 1] == 'w' ? 1.0f : 0.0f;
+            for (size_t j = 0; j < t->count; j++)
+                assert_float_equal(s->host[t->offset + j], want, 0.0f);
+        }
+    }
+}
+
+/* Whole-model finite-difference check: mean loss, eps 1e-3, up to 24
+ * elements per tensor, norm-relative error per tensor. */
+static void test_model_gradcheck(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t B = 2, T = 8;
+    random_params(s, 99);
+    float *grads = calloc(m->n_params, sizeof(float));
+    assert_non_null(grads);
+    gpt_model_zero_grad(m);
+    float loss;
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, B, T, &loss), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    gpt_backend_download(s->be, grads, m->grads, m->n_params * sizeof(float));
+    const float eps = 1e-3f;
+    double worst = 0.0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const struct gpt_tensor_info *t = &m->tensors[i];
+        size_t count = t->count;
+        if (i == 0)
+            count = 11 * 16; /* padded rows have no gradient to check */
+        size_t step = count > 24 ? count / 24 : 1;
+        double d2 = 0.0, n2 = 0.0;
+        for (size_t j = 0; j < count; j += step) {
+            float *p = s->host + t->offset + j;
+            float keep = *p;
+            float lp, lm;
+            *p = keep + eps;
+            gpt_backend_upload(s->be, m->params, s->host, m->n_params * sizeof(float));
+            assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, B, T, &lp), 0);
+            *p = keep - eps;
+            gpt_backend_upload(s->be, m->params, s->host, m->n_params * sizeof(float));
+            assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, B, T, &lm), 0);
+            *p = keep;
+            double num = ((double)lp - lm) / (2.0 * eps);
+            double ana = grads[t->offset + j];
+            d2 += (num - ana) * (num - ana);
+            n2 += num * num;
+        }
+        double rel = sqrt(d2) / fmax(sqrt(n2), 1e-4);
+        worst = fmax(worst, rel);
+        if (rel > 2e-2)
+            print_message("  %s |num|=%.3e rel.err=%.2e\n", t->name, sqrt(n2), rel);
+        assert_true(rel <= 2e-2);
+    }
+    gpt_backend_upload(s->be, m->params, s->host, m->n_params * sizeof(float));
+    print_message("  model gradcheck worst tensor rel.err %.2e\n", worst);
+    free(grads);
+}
+
+static void read_logits(struct tm_state *s, float *out, size_t n)
+{
+    gpt_backend_download(s->be, out, gpt_model_logits(&s->m), n * sizeof(float));
+}
+
+static void test_causality(void **state)
+{
+    struct tm_state *s = *state;
+    size_t Vp = s->m.Vp;
+    random_params(s, 5);
+    for (size_t T = 3; T <= 8; T += 5) {
+        for (size_t t = 0; t + 1 < T; t++) {
+            int a[16], b[16];
+            memcpy(a, tok_a, sizeof a);
+            memcpy(b, tok_a, sizeof b);
+            for (size_t bb = 0; bb < 2; bb++)
+                for (size_t j = t + 1; j < T; j++)
+                    b[bb * T + j] = (a[bb * T + j] + 1 + (int)j) % 11;
+            float la[2 * 8 * 16], lb[2 * 8 * 16];
+            assert_int_equal(gpt_model_forward(&s->m, a, NULL, 2, T, NULL), 0);
+            read_logits(s, la, 2 * T * Vp);
+            assert_int_equal(gpt_model_forward(&s->m, b, NULL, 2, T, NULL), 0);
+            read_logits(s, lb, 2 * T * Vp);
+            for (size_t bb = 0; bb < 2; bb++) {
+                assert_memory_equal(la + bb * T * Vp, lb + bb * T * Vp,
+                                    (t + 1) * Vp * sizeof(float));
+                /* and the change does reach the later positions */
+                assert_memory_not_equal(la + (bb * T + t + 1) * Vp, lb + (bb * T + t + 1) * Vp,
+                                        (T - t - 1) * Vp * sizeof(float));
+            }
+        }
+    }
+}
+
+static void test_padded_vocab(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t C = 16, V = 11;
+    random_params(s, 11);
+    float loss0, loss1;
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, &loss0), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    float *g0 = calloc(m->n_params, sizeof(float));
+    float *g1 = calloc(m->n_params, sizeof(float));
+    assert_non_null(g0);
+    assert_non_null(g1);
+    gpt_backend_download(s->be, g0, m->grads, m->n_params * sizeof(float));
+    /* Garbage in the padded rows of wte changes neither loss nor gradients. */
+    for (size_t i = V * C; i < m->Vp * C; i++)
+        s->host[i] = 50.0f * (float)((i % 7) - 3);
+    gpt_backend_upload(s->be, m->params, s->host, m->n_params * sizeof(float));
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, &loss1), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    gpt_backend_download(s->be, g1, m->grads, m->n_params * sizeof(float));
+    assert_float_equal(loss0, loss1, 0.0f);
+    assert_memory_equal(g0 + V * C, g1 + V * C, (m->n_params - V * C) * sizeof(float));
+    assert_memory_equal(g0, g1, V * C * sizeof(float));
+    for (size_t i = V * C; i < m->Vp * C; i++)
+        assert_float_equal(g1[i], 0.0f, 0.0f);
+    free(g0), free(g1);
+}
+
+struct span_log {
+    size_t n;
+    size_t off[16], count[16];
+};
+
+static void log_span(void *ctx, size_t off, size_t count)
+{
+    struct span_log *l = ctx;
+    assert_true(l->n < 16);
+    l->off[l->n] = off;
+    l->count[l->n] = count;
+    l->n++;
+}
+
+static void test_grads_ready_order(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    struct span_log log = {0};
+    random_params(s, 3);
+    m->grads_ready = log_span;
+    m->grads_ready_ctx = &log;
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    m->grads_ready = NULL;
+    m->grads_ready_ctx = NULL;
+    assert_int_equal(log.n, 4); /* final LN, block 1, block 0, embeddings */
+    size_t C = 16;
+    assert_int_equal(log.off[0], m->n_params - 2 * C);
+    assert_int_equal(log.count[0], 2 * C);
+    for (int l = 1; l >= 0; l--) {
+        size_t off, count;
+        gpt_model_block_span(m, l, &off, &count);
+        assert_int_equal(log.off[2 - l], off);
+        assert_int_equal(log.count[2 - l], count);
+    }
+    assert_int_equal(log.off[3], 0);
+    assert_int_equal(log.count[3], (m->Vp + 8) * C);
+    /* The spans tile the whole buffer. */
+    size_t total = 0;
+    for (size_t i = 0; i < log.n; i++)
+        total += log.count[i];
+    assert_int_equal(total, m->n_params);
+}
+
+static void test_grad_accumulation(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    random_params(s, 8);
+    float *g1 = calloc(m->n_params, sizeof(float)), *g2 = calloc(m->n_params, sizeof(float));
+    assert_non_null(g1);
+    assert_non_null(g2);
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    gpt_backend_download(s->be, g1, m->grads, m->n_params * sizeof(float));
+    /* Two micro-batches of one sequence each with loss_scale 1/2; the
+     * per-micro-batch means equal the full mean here because both halves
+     * have the same number of ignored targets. */
+    gpt_model_zero_grad(m);
+    for (int b = 0; b < 2; b++) {
+        assert_int_equal(gpt_model_forward(m, tok_a + 8 * b, tgt_a + 8 * b, 1, 8, NULL), 0);
+        assert_int_equal(gpt_model_backward(m, 0.5f), 0);
+    }
+    gpt_backend_download(s->be, g2, m->grads, m->n_params * sizeof(float));
+    double d2 = 0.0, n2 = 0.0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        d2 += ((double)g1[i] - g2[i]) * ((double)g1[i] - g2[i]);
+        n2 += (double)g1[i] * g1[i];
+    }
+    assert_true(sqrt(d2) <= 1e-5 * sqrt(n2));
+    free(g1), free(g2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_config_validation),
+        cmocka_unit_test(test_init_weights),
+        cmocka_unit_test(test_model_gradcheck),
+        cmocka_unit_test(test_causality),
+        cmocka_unit_test(test_padded_vocab),
+        cmocka_unit_test(test_grads_ready_order),
+        cmocka_unit_test(test_grad_accumulation),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,428 @@
+/*
+ * test_snapshot: snapshot round trip, detection of truncated, bit-flipped,
+ * wrong-magic and wrong-version files, newest-valid lookup with skip
+ * reports, pruning, and atomic writes (no temporary left behind).
+ */
+#define _GNU_SOURCE /* nftw */
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "snapshot.h"
+
+#define NP 1000
+
+static char tmpdir[256];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gptd-test-snap-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh empty subdirectory of tmpdir per test. */
+static void subdir(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", tmpdir, name);
+}
+
+static void fill_meta(struct gpt_snapshot_meta *m, int64_t step, int moments)
+{
+    memset(m, 0, sizeof(*m));
+    m->version = GPT_SNAPSHOT_VERSION;
+    m->cfg = (struct gpt_model_config){
+        .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = 32, .vocab_size = 65};
+    m->vocab.kind = GPT_TOK_CHAR;
+    m->vocab.size = 65;
+    for (int i = 0; i < 65; i++)
+        m->vocab.chars[i] = (unsigned char)(' ' + i);
+    m->step = step;
+    m->cursor = (struct gpt_data_cursor){.epoch = 3, .position = 12345, .seed = 0xdeadbeefcafeull};
+    m->rng[0] = 1;
+    m->rng[1] = UINT64_MAX;
+    m->rng[2] = 0x8000000000000000ull;
+    m->rng[3] = 42;
+    m->tokens_seen = 1ull << 40;
+    m->world_size = 3;
+    m->sharding = GPT_SHARD_OPTIMIZER;
+    m->n_params = NP;
+    m->has_moments = moments;
+}
+
+/* Arbitrary bit patterns, NaNs and infinities included. */
+static void fill_floats(float *p, size_t n, uint32_t salt)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x = (uint32_t)(i * 2654435761u) ^ salt;
+        memcpy(&p[i], &x, 4);
+    }
+}
+
+static void assert_meta_equal(const struct gpt_snapshot_meta *a, const struct gpt_snapshot_meta *b)
+{
+    assert_int_equal(a->version, b->version);
+    assert_memory_equal(&a->cfg, &b->cfg, sizeof(a->cfg));
+    assert_memory_equal(&a->vocab, &b->vocab, sizeof(a->vocab));
+    assert_int_equal(a->step, b->step);
+    assert_memory_equal(&a->cursor, &b->cursor, sizeof(a->cursor));
+    assert_memory_equal(a->rng, b->rng, sizeof(a->rng));
+    assert_int_equal(a->tokens_seen, b->tokens_seen);
+    assert_int_equal(a->world_size, b->world_size);
+    assert_int_equal(a->sharding, b->sharding);
+    assert_int_equal(a->n_params, b->n_params);
+    assert_int_equal(a->has_moments, b->has_moments);
+}
+
+static void write_snap(const char *dir, int64_t step, int moments, char *path, size_t cap)
+{
+    struct gpt_snapshot_meta m;
+    float p[NP], mm[NP], vv[NP];
+    struct gpt_err err = {0};
+    fill_meta(&m, step, moments);
+    fill_floats(p, NP, (uint32_t)step);
+    fill_floats(mm, NP, 0x1111u);
+    fill_floats(vv, NP, 0x2222u);
+    assert_int_equal(
+        gpt_snapshot_write(dir, &m, p, moments ? mm : NULL, moments ? vv : NULL, path, cap, &err),
+        0);
+}
+
+static size_t count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."));
+    closedir(d);
+    return n;
+}
+
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n);
+    assert_int_equal(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    char dir[300], path[512];
+    subdir(dir, sizeof(dir), "rt/nested"); /* created with its parent */
+    struct gpt_snapshot_meta m, got;
+    float p[NP], mm[NP], vv[NP], rp[NP], rm[NP], rv[NP];
+    struct gpt_err err = {0};
+    fill_meta(&m, 42, 1);
+    fill_floats(p, NP, 1);
+    fill_floats(mm, NP, 2);
+    fill_floats(vv, NP, 3);
+    assert_int_equal(gpt_snapshot_write(dir, &m, p, mm, vv, path, sizeof(path), &err), 0);
+    assert_non_null(strstr(path, "/snap-000000000042.gpts"));
+    assert_int_equal(count_entries(dir), 1); /* no temporary left behind */
+
+    assert_int_equal(gpt_snapshot_read(path, &got, rp, rm, rv, &err), 0);
+    assert_meta_equal(&m, &got);
+    assert_memory_equal(p, rp, sizeof(p)); /* bitwise, NaNs included */
+    assert_memory_equal(mm, rm, sizeof(mm));
+    assert_memory_equal(vv, rv, sizeof(vv));
+
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(gpt_snapshot_read(path, &got, NULL, NULL, NULL, &err), 0);
+    assert_meta_equal(&m, &got);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(gpt_snapshot_read_meta(path, &got, &err), 0);
+    assert_meta_equal(&m, &got);
+
+    /* Without moments: m and v buffers are left alone. */
+    fill_meta(&m, 43, 0);
+    assert_int_equal(gpt_snapshot_write(dir, &m, p, NULL, NULL, path, sizeof(path), &err), 0);
+    memset(rm, 0x5a, sizeof(rm));
+    assert_int_equal(gpt_snapshot_read(path, &got, rp, rm, rv, &err), 0);
+    assert_int_equal(got.has_moments, 0);
+    assert_memory_equal(p, rp, sizeof(p));
+    for (size_t i = 0; i < sizeof(rm); i++)
+        assert_int_equal(((unsigned char *)rm)[i], 0x5a);
+    assert_int_equal(count_entries(dir), 2);
+
+    /* Size: header + params + trailer exactly. */
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 512 + 4 * NP + 4);
+
+    /* Only one of m, v is a caller error. */
+    assert_int_equal(gpt_snapshot_write(dir, &m, p, mm, NULL, NULL, 0, &err), -EINVAL);
+    assert_int_equal(count_entries(dir), 2);
+}
+
+static void expect_bad(const char *path, int code, const char *what)
+{
+    struct gpt_snapshot_meta got;
+    struct gpt_err err = {0};
+    float buf[NP];
+    assert_int_equal(gpt_snapshot_read(path, &got, buf, buf, buf, &err), code);
+    assert_int_equal(err.code, code);
+    assert_non_null(strstr(err.msg, path));
+    if (what && !strstr(err.msg, what))
+        fail_msg("message '%s' lacks '%s'", err.msg, what);
+}
+
+static void put32(unsigned char *b, uint32_t x)
+{
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(x >> (8 * i));
+}
+
+static void test_corruption(void **state)
+{
+    (void)state;
+    char dir[300], good[512], bad[600];
+    subdir(dir, sizeof(dir), "corrupt");
+    write_snap(dir, 7, 1, good, sizeof(good));
+    snprintf(bad, sizeof(bad), "%s/snap-000000000008.gpts", dir);
+    size_t n;
+    unsigned char *b = slurp(good, &n);
+    assert_int_equal(n, 512 + 3 * 4 * NP + 4);
+
+    /* Truncated anywhere. */
+    size_t cuts[] = {0, 5, 8, 15, 16, 100, 511, 512, 513, 512 + 4 * NP, n - 4, n - 1};
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+        spit(bad, b, cuts[i]);
+        expect_bad(bad, -GPT_E_CORRUPT, "truncated");
+    }
+    /* Longer than its sizes say. */
+    unsigned char *longer = malloc(n + 4);
+    memcpy(longer, b, n);
+    memset(longer + n, 0, 4);
+    spit(bad, longer, n + 4);
+    expect_bad(bad, -GPT_E_CORRUPT, "bad size");
+    free(longer);
+
+    /* One flipped bit in the header, params, moments and trailer. */
+    size_t flips[] = {12,    20,   300, 400, 508, 512, 512 + 4 * NP + 3, 512 + 8 * NP + 100,
+                      n - 4, n - 1};
+    for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+        b[flips[i]] ^= 0x10;
+        spit(bad, b, n);
+        expect_bad(bad, -GPT_E_CORRUPT, "checksum");
+        b[flips[i]] ^= 0x10;
+    }
+    /* The header check alone: read_meta sees header flips, not payload ones. */
+    struct gpt_snapshot_meta got;
+    struct gpt_err err = {0};
+    b[300] ^= 1;
+    spit(bad, b, n);
+    assert_int_equal(gpt_snapshot_read_meta(bad, &got, &err), -GPT_E_CORRUPT);
+    assert_non_null(strstr(err.msg, bad));
+    b[300] ^= 1;
+    b[600] ^= 1;
+    spit(bad, b, n);
+    assert_int_equal(gpt_snapshot_read_meta(bad, &got, &err), 0);
+    b[600] ^= 1;
+
+    /* Wrong magic. */
+    b[0] = 'X';
+    spit(bad, b, n);
+    expect_bad(bad, -GPT_E_CORRUPT, "magic");
+    b[0] = 'G';
+
+    /* Wrong version, even with a consistent header checksum. */
+    unsigned char *h = malloc(n);
+    memcpy(h, b, n);
+    put32(h + 8, 2);
+    put32(h + 508, (uint32_t)crc32(0, h, 508));
+    spit(bad, h, n);
+    expect_bad(bad, -GPT_E_VERSION, "version 2");
+    assert_int_equal(gpt_snapshot_read_meta(bad, &got, &err), -GPT_E_VERSION);
+
+    /* A lying parameter count with a valid header checksum: caught by size. */
+    memcpy(h, b, n);
+    put32(h + 380, NP * 1000); /* n_params (low word) */
+    put32(h + 508, (uint32_t)crc32(0, h, 508));
+    spit(bad, h, n);
+    expect_bad(bad, -GPT_E_CORRUPT, "truncated");
+    memcpy(h, b, n);
+    put32(h + 384, 0x40000000u); /* n_params high word: 2^62 parameters */
+    put32(h + 508, (uint32_t)crc32(0, h, 508));
+    spit(bad, h, n);
+    expect_bad(bad, -GPT_E_CORRUPT, NULL);
+    /* An absurd header length. */
+    memcpy(h, b, n);
+    put32(h + 12, 0xffffffffu);
+    spit(bad, h, n);
+    expect_bad(bad, -GPT_E_CORRUPT, "header length");
+    free(h);
+
+    /* The untouched original still reads. */
+    float buf[NP];
+    assert_int_equal(gpt_snapshot_read(good, &got, buf, NULL, NULL, &err), 0);
+    /* A missing file is an errno. */
+    snprintf(bad, sizeof(bad), "%s/nope.gpts", dir);
+    expect_bad(bad, -ENOENT, NULL);
+    free(b);
+}
+
+struct skips {
+    int n;
+    char path[4][600];
+    struct gpt_err why[4];
+};
+
+static void on_skip(void *ctx, const char *path, const struct gpt_err *why)
+{
+    struct skips *s = ctx;
+    assert_true(s->n < 4);
+    snprintf(s->path[s->n], sizeof(s->path[0]), "%s", path);
+    s->why[s->n++] = *why;
+}
+
+static void test_newest(void **state)
+{
+    (void)state;
+    char dir[300], p1[512], p2[512], p3[512], got[512], junk[600];
+    subdir(dir, sizeof(dir), "newest");
+    struct gpt_snapshot_meta meta;
+    struct gpt_err err = {0};
+    struct skips sk = {0};
+
+    assert_int_equal(gpt_snapshot_newest(dir, got, sizeof(got), &meta, on_skip, &sk, &err),
+                     -ENOENT); /* no directory */
+    write_snap(dir, 1, 1, p1, sizeof(p1));
+    write_snap(dir, 2, 0, p2, sizeof(p2));
+    write_snap(dir, 30, 1, p3, sizeof(p3));
+    assert_int_equal(gpt_snapshot_newest(dir, got, sizeof(got), &meta, on_skip, &sk, &err), 0);
+    assert_string_equal(got, p3);
+    assert_int_equal(meta.step, 30);
+    assert_int_equal(sk.n, 0);
+
+    /* Corrupt the newest (one bit in its params) and add a garbage newer one. */
+    size_t n;
+    unsigned char *b = slurp(p3, &n);
+    b[512 + 10] ^= 4;
+    spit(p3, b, n);
+    free(b);
+    snprintf(junk, sizeof(junk), "%s/snap-000000000099.gpts", dir);
+    spit(junk, "garbage", 7);
+    /* Names that are not snapshots are ignored. */
+    snprintf(got, sizeof(got), "%s/snap-abc.gpts", dir);
+    spit(got, "x", 1);
+    snprintf(got, sizeof(got), "%s/notes.txt", dir);
+    spit(got, "x", 1);
+
+    assert_int_equal(gpt_snapshot_newest(dir, got, sizeof(got), &meta, on_skip, &sk, &err), 0);
+    assert_string_equal(got, p2);
+    assert_int_equal(meta.step, 2);
+    assert_int_equal(sk.n, 2);
+    assert_string_equal(sk.path[0], junk);
+    assert_int_equal(sk.why[0].code, -GPT_E_CORRUPT);
+    assert_non_null(strstr(sk.why[0].msg, junk));
+    assert_string_equal(sk.path[1], p3);
+    assert_int_equal(sk.why[1].code, -GPT_E_CORRUPT);
+    assert_non_null(strstr(sk.why[1].msg, p3));
+    assert_non_null(strstr(sk.why[1].msg, "checksum"));
+
+    /* NULL callback and outputs are allowed. */
+    assert_int_equal(gpt_snapshot_newest(dir, NULL, 0, NULL, NULL, NULL, &err), 0);
+
+    /* Nothing valid left: -ENOENT, every file reported. */
+    unlink(p1);
+    unlink(p2);
+    sk.n = 0;
+    assert_int_equal(gpt_snapshot_newest(dir, got, sizeof(got), &meta, on_skip, &sk, &err),
+                     -ENOENT);
+    assert_int_equal(sk.n, 2);
+    assert_non_null(strstr(err.msg, dir));
+}
+
+static void test_list_prune(void **state)
+{
+    (void)state;
+    char dir[300], path[512], other[600];
+    subdir(dir, sizeof(dir), "prune");
+    struct gpt_err err = {0};
+    for (int64_t s = 1; s <= 5; s++)
+        write_snap(dir, s * 100, 0, path, sizeof(path));
+    write_snap(dir, 1000000000000ll, 0, path, sizeof(path)); /* 13 digits: still newest */
+    snprintf(other, sizeof(other), "%s/keepme.txt", dir);
+    spit(other, "x", 1);
+
+    char **paths;
+    size_t n;
+    assert_int_equal(gpt_snapshot_list(dir, &paths, &n, &err), 0);
+    assert_int_equal(n, 6);
+    assert_string_equal(paths[0], path);
+    assert_non_null(strstr(paths[1], "snap-000000000500.gpts"));
+    assert_non_null(strstr(paths[5], "snap-000000000100.gpts"));
+    gpt_snapshot_list_free(paths, n);
+    gpt_snapshot_list_free(NULL, 0);
+
+    assert_int_equal(gpt_snapshot_prune(dir, 0, &err), 0);
+    assert_int_equal(count_entries(dir), 7);
+    assert_int_equal(gpt_snapshot_prune(dir, 3, &err), 0);
+    assert_int_equal(gpt_snapshot_list(dir, &paths, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(paths[0], path);
+    assert_non_null(strstr(paths[1], "snap-000000000500.gpts"));
+    assert_non_null(strstr(paths[2], "snap-000000000400.gpts"));
+    gpt_snapshot_list_free(paths, n);
+    assert_int_equal(access(other, F_OK), 0);
+    assert_int_equal(gpt_snapshot_prune(dir, 10, &err), 0);
+    assert_int_equal(count_entries(dir), 4);
+
+    snprintf(other, sizeof(other), "%s/absent", dir);
+    assert_int_equal(gpt_snapshot_list(other, &paths, &n, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, other));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_newest),
+        cmocka_unit_test(test_list_prune),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

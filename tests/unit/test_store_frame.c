@@ -1,0 +1,432 @@
+/*
+ * test_store_frame: the store's frame codec (proto/store.h). Round trips of
+ * every frame type, every truncation point of valid frames, malformed and
+ * oversized frames rejected at their header or field, and the incremental
+ * parser's buffering and sticky errors. Single-threaded, no I/O.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "store.h"
+
+static const char *const two_keys[] = {"alpha", "rank/1/addr"};
+
+/* One valid frame of every type, appended to o; returns how many. */
+static int encode_all(struct proto_store_out *o)
+{
+    uint8_t nonce[GPT_STORE_CHALLENGE_BYTES];
+    int n = 0;
+
+    for (size_t i = 0; i < sizeof(nonce); i++)
+        nonce[i] = (uint8_t)(i * 7 + 1);
+    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION), 0), n++;
+    assert_int_equal(proto_store_put_challenge(o, nonce), 0), n++;
+    assert_int_equal(proto_store_put_auth(o, nonce), 0), n++;
+    assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_SET, "k", 1, "value", 5), 0), n++;
+    assert_int_equal(proto_store_put_key(o, PROTO_STORE_GET, "key", 3), 0), n++;
+    assert_int_equal(proto_store_put_add(o, "ctr", 3, -42), 0), n++;
+    assert_int_equal(proto_store_put_compare_set(o, "cas", 3, "old", 3, "newer", 5), 0), n++;
+    assert_int_equal(proto_store_put_keys(o, PROTO_STORE_WAIT, 1500, two_keys, 2), 0), n++;
+    assert_int_equal(proto_store_put_keys(o, PROTO_STORE_CHECK, 0, two_keys, 2), 0), n++;
+    assert_int_equal(proto_store_put_key(o, PROTO_STORE_DELETE, "gone", 4), 0), n++;
+    assert_int_equal(proto_store_put_num_keys(o), 0), n++;
+    assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_APPEND, "log", 3, "", 0), 0), n++;
+    assert_int_equal(proto_store_put_ok(o), 0), n++;
+    assert_int_equal(proto_store_put_value(o, "\0bin\xff", 5), 0), n++;
+    assert_int_equal(proto_store_put_int(o, INT64_MIN), 0), n++;
+    assert_int_equal(proto_store_put_error(o, PROTO_STORE_STATUS_TIMEOUT, "late"), 0), n++;
+    return n;
+}
+
+static void check_keys(const struct proto_store_msg *m)
+{
+    size_t cursor = 0, len;
+    const char *k;
+
+    assert_int_equal(m->nkeys, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(proto_store_keys_next(m, &cursor, &k, &len), 1);
+        assert_int_equal(len, strlen(two_keys[i]));
+        assert_memory_equal(k, two_keys[i], len);
+    }
+    assert_int_equal(proto_store_keys_next(m, &cursor, &k, &len), 0);
+}
+
+static void test_round_trip(void **state)
+{
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    size_t off = 0, used;
+    int n, i;
+
+    (void)state;
+    proto_store_out_init(&o);
+    n = encode_all(&o);
+    for (i = 0; i < n; i++) {
+        assert_int_equal(
+            proto_store_decode(o.data + off, o.len - off, GPT_STORE_FRAME_MAX, &m, &used, NULL), 1);
+        off += used;
+        switch (m.type) {
+        case PROTO_STORE_HELLO:
+            assert_int_equal(m.version, GPT_STORE_PROTO_VERSION);
+            break;
+        case PROTO_STORE_CHALLENGE:
+        case PROTO_STORE_AUTH:
+            assert_int_equal(m.nonce[0], 1);
+            assert_int_equal(m.nonce[31], (uint8_t)(31 * 7 + 1));
+            break;
+        case PROTO_STORE_SET:
+            assert_int_equal(m.key_len, 1);
+            assert_memory_equal(m.key, "k", 1);
+            assert_int_equal(m.val_len, 5);
+            assert_memory_equal(m.val, "value", 5);
+            break;
+        case PROTO_STORE_GET:
+            assert_memory_equal(m.key, "key", 3);
+            break;
+        case PROTO_STORE_ADD:
+            assert_memory_equal(m.key, "ctr", 3);
+            assert_int_equal(m.num, -42);
+            break;
+        case PROTO_STORE_COMPARE_SET:
+            assert_memory_equal(m.val, "old", 3);
+            assert_int_equal(m.val2_len, 5);
+            assert_memory_equal(m.val2, "newer", 5);
+            break;
+        case PROTO_STORE_WAIT:
+            assert_int_equal(m.timeout_ms, 1500);
+            check_keys(&m);
+            break;
+        case PROTO_STORE_CHECK:
+            check_keys(&m);
+            break;
+        case PROTO_STORE_DELETE:
+            assert_int_equal(m.key_len, 4);
+            break;
+        case PROTO_STORE_APPEND:
+            assert_int_equal(m.val_len, 0);
+            break;
+        case PROTO_STORE_VALUE:
+            assert_int_equal(m.val_len, 5);
+            assert_memory_equal(m.val, "\0bin\xff", 5);
+            break;
+        case PROTO_STORE_INT:
+            assert_true(m.num == INT64_MIN);
+            break;
+        case PROTO_STORE_ERROR:
+            assert_int_equal(m.status, PROTO_STORE_STATUS_TIMEOUT);
+            assert_int_equal(m.val_len, 4);
+            assert_int_equal(proto_store_status_to_errno(m.status), -ETIMEDOUT);
+            break;
+        case PROTO_STORE_NUM_KEYS:
+        case PROTO_STORE_OK:
+            break;
+        }
+        assert_string_not_equal(proto_store_type_name(m.type), "?");
+    }
+    assert_int_equal(off, o.len);
+    proto_store_out_done(&o);
+}
+
+/* Every proper prefix of every valid frame is "need more", never a decode or
+ * an error, and once the header is in the total size is reported. */
+static void test_every_truncation_needs_more(void **state)
+{
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    size_t off = 0, used, full, cut;
+    int n, i;
+
+    (void)state;
+    proto_store_out_init(&o);
+    n = encode_all(&o);
+    for (i = 0; i < n; i++) {
+        assert_int_equal(
+            proto_store_decode(o.data + off, o.len - off, GPT_STORE_FRAME_MAX, &m, &full, NULL), 1);
+        for (cut = 0; cut < full; cut++) {
+            /* A copy of exactly `cut` bytes, so ASan sees any over-read. */
+            uint8_t *copy = malloc(cut ? cut : 1);
+            memcpy(copy, o.data + off, cut);
+            assert_int_equal(proto_store_decode(copy, cut, GPT_STORE_FRAME_MAX, &m, &used, NULL),
+                             0);
+            assert_int_equal(used, cut >= GPT_STORE_HEADER_BYTES ? full : 0);
+            free(copy);
+        }
+        off += full;
+    }
+    proto_store_out_done(&o);
+}
+
+/* The same frames fed one byte at a time through the parser. */
+static void test_parser_byte_by_byte(void **state)
+{
+    struct proto_store_parser p;
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    int n, got = 0, rc;
+
+    (void)state;
+    proto_store_out_init(&o);
+    n = encode_all(&o);
+    proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
+    for (size_t i = 0; i < o.len; i++) {
+        assert_int_equal(proto_store_parser_feed(&p, o.data + i, 1, NULL), 0);
+        while ((rc = proto_store_parser_next(&p, &m, NULL)) == 1)
+            got++;
+        assert_int_equal(rc, 0);
+    }
+    assert_int_equal(got, n);
+    assert_int_equal(proto_store_parser_pending(&p), 0);
+
+    /* And all at once: every frame comes out of one feed. */
+    got = 0;
+    assert_int_equal(proto_store_parser_feed(&p, o.data, o.len, NULL), 0);
+    while ((rc = proto_store_parser_next(&p, &m, NULL)) == 1)
+        got++;
+    assert_int_equal(rc, 0);
+    assert_int_equal(got, n);
+    proto_store_parser_done(&p);
+    proto_store_out_done(&o);
+}
+
+static void le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static int decode_raw(const uint8_t *buf, size_t len, size_t frame_max)
+{
+    struct proto_store_msg m;
+    struct gpt_err err;
+    size_t used;
+
+    return proto_store_decode(buf, len, frame_max, &m, &used, &err);
+}
+
+/* Headers that claim too much are refused from the 5 header bytes alone,
+ * before the body arrives (so nothing is buffered or allocated for it). */
+static void test_oversized_headers(void **state)
+{
+    uint8_t h[GPT_STORE_HEADER_BYTES];
+    const int types[] = {
+        PROTO_STORE_HELLO, PROTO_STORE_CHALLENGE, PROTO_STORE_AUTH,        PROTO_STORE_SET,
+        PROTO_STORE_GET,   PROTO_STORE_ADD,       PROTO_STORE_COMPARE_SET, PROTO_STORE_WAIT,
+        PROTO_STORE_CHECK, PROTO_STORE_DELETE,    PROTO_STORE_NUM_KEYS,    PROTO_STORE_APPEND,
+        PROTO_STORE_OK,    PROTO_STORE_VALUE,     PROTO_STORE_INT,         PROTO_STORE_ERROR};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        h[4] = (uint8_t)types[i];
+        le32(h, UINT32_MAX);
+        assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+        le32(h, GPT_STORE_BODY_MAX + 1);
+        assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    }
+    /* Fixed-size frames may not claim a byte more than their size. */
+    h[4] = PROTO_STORE_HELLO;
+    le32(h, 6);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    h[4] = PROTO_STORE_INT;
+    le32(h, 10);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    /* Before authentication a SET of modest size is already too large. */
+    h[4] = PROTO_STORE_SET;
+    le32(h, 100);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_HANDSHAKE_FRAME_MAX), -GPT_E_LIMIT);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), 0);
+    /* Unknown type and empty body. */
+    h[4] = 0x7f;
+    le32(h, 1);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    h[4] = PROTO_STORE_OK;
+    le32(h, 0);
+    assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+}
+
+/* Builds a frame of `type` from raw field bytes. */
+static size_t frame(uint8_t *out, int type, const uint8_t *fields, size_t n)
+{
+    le32(out, (uint32_t)(n + 1));
+    out[4] = (uint8_t)type;
+    memcpy(out + 5, fields, n);
+    return n + 5;
+}
+
+static void test_malformed_fields(void **state)
+{
+    uint8_t f[64], buf[128];
+    size_t n;
+
+    (void)state;
+    /* GET whose key length is over GPT_STORE_KEY_MAX. */
+    le32(f, GPT_STORE_KEY_MAX + 1);
+    n = frame(buf, PROTO_STORE_GET, f, 4);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    /* GET whose key length overruns the frame. */
+    le32(f, 10);
+    memcpy(f + 4, "abc", 3);
+    n = frame(buf, PROTO_STORE_GET, f, 7);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    /* Empty key, key with a NUL. */
+    le32(f, 0);
+    n = frame(buf, PROTO_STORE_GET, f, 4);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    le32(f, 3);
+    memcpy(f + 4, "a\0b", 3);
+    n = frame(buf, PROTO_STORE_GET, f, 7);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    /* SET whose value length is over GPT_STORE_VALUE_MAX. */
+    le32(f, 1);
+    f[4] = 'k';
+    le32(f + 5, GPT_STORE_VALUE_MAX + 1);
+    n = frame(buf, PROTO_STORE_SET, f, 9);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    /* WAIT with zero keys and with too many. */
+    le32(f, 100);
+    le32(f + 4, 0);
+    n = frame(buf, PROTO_STORE_WAIT, f, 8);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    le32(f + 4, GPT_STORE_WAIT_KEYS_MAX + 1);
+    n = frame(buf, PROTO_STORE_WAIT, f, 8);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    /* CHECK claiming more keys than the frame holds. */
+    le32(f, 3);
+    le32(f + 4, 1);
+    f[8] = 'a';
+    n = frame(buf, PROTO_STORE_CHECK, f, 9);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    /* Trailing bytes after a complete NUM_KEYS / HELLO. */
+    n = frame(buf, PROTO_STORE_HELLO, (const uint8_t *)"\1\0\0\0x", 5);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+    le32(f, 1);
+    f[4] = 'k';
+    f[5] = 'x';
+    n = frame(buf, PROTO_STORE_GET, f, 6);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    /* ERROR whose message is over GPT_STORE_ERRMSG_MAX. */
+    le32(f, 1);
+    le32(f + 4, GPT_STORE_ERRMSG_MAX + 1);
+    n = frame(buf, PROTO_STORE_ERROR, f, 8);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
+}
+
+/* The parser refuses a huge frame at its header and keeps its buffer small;
+ * the error is sticky. */
+static void test_parser_rejects_without_buffering(void **state)
+{
+    struct proto_store_parser p;
+    struct proto_store_msg m;
+    uint8_t h[GPT_STORE_HEADER_BYTES];
+    uint8_t junk[1024] = {0};
+    struct gpt_err err;
+
+    (void)state;
+    proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
+    le32(h, GPT_STORE_BODY_MAX);
+    h[4] = PROTO_STORE_SET; /* SET's own limit is below the compare-set maximum */
+    assert_int_equal(proto_store_parser_feed(&p, h, sizeof(h), &err), 0);
+    assert_int_equal(proto_store_parser_next(&p, &m, &err), -GPT_E_LIMIT);
+    assert_true(p.cap <= 4096);
+    assert_int_equal(proto_store_parser_feed(&p, junk, sizeof(junk), &err), -GPT_E_LIMIT);
+    assert_int_equal(proto_store_parser_next(&p, &m, &err), -GPT_E_LIMIT);
+    proto_store_parser_done(&p);
+
+    /* Before authentication the buffer is bounded by the handshake limit. */
+    proto_store_parser_init(&p, GPT_STORE_HANDSHAKE_FRAME_MAX);
+    le32(h, 1000);
+    h[4] = PROTO_STORE_SET;
+    assert_int_equal(proto_store_parser_feed(&p, h, sizeof(h), &err), 0);
+    assert_int_equal(proto_store_parser_next(&p, &m, &err), -GPT_E_LIMIT);
+    proto_store_parser_done(&p);
+
+    /* A single feed over GPT_STORE_FEED_MAX is refused outright. */
+    proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
+    assert_int_equal(proto_store_parser_feed(&p, junk, (size_t)GPT_STORE_FEED_MAX + 1, &err),
+                     -GPT_E_LIMIT);
+    proto_store_parser_done(&p);
+    proto_store_parser_done(&p); /* twice is harmless */
+}
+
+static void test_encoder_limits(void **state)
+{
+    struct proto_store_out o;
+    char key[GPT_STORE_KEY_MAX + 2];
+    const char *keys[1] = {key};
+    static const char *many[GPT_STORE_WAIT_KEYS_MAX + 1];
+
+    (void)state;
+    proto_store_out_init(&o);
+    memset(key, 'k', sizeof(key));
+    key[GPT_STORE_KEY_MAX + 1] = 0;
+    assert_int_equal(proto_store_put_key(&o, PROTO_STORE_GET, key, GPT_STORE_KEY_MAX + 1), -EINVAL);
+    assert_int_equal(proto_store_put_key(&o, PROTO_STORE_GET, key, 0), -EINVAL);
+    assert_int_equal(proto_store_put_key(&o, PROTO_STORE_SET, key, 1), -EINVAL);
+    assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_WAIT, 0, keys, 1), -EINVAL);
+    key[GPT_STORE_KEY_MAX] = 0;
+    assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_WAIT, 0, keys, 1), 0);
+    /* The value is never read when its length is over the limit. */
+    assert_int_equal(
+        proto_store_put_key_value(&o, PROTO_STORE_SET, "k", 1, "", GPT_STORE_VALUE_MAX + 1),
+        -GPT_E_LIMIT);
+    assert_int_equal(proto_store_put_value(&o, "", GPT_STORE_VALUE_MAX + 1), -GPT_E_LIMIT);
+    for (size_t i = 0; i <= GPT_STORE_WAIT_KEYS_MAX; i++)
+        many[i] = "x";
+    assert_int_equal(
+        proto_store_put_keys(&o, PROTO_STORE_CHECK, 0, many, GPT_STORE_WAIT_KEYS_MAX + 1),
+        -GPT_E_LIMIT);
+    assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_CHECK, 0, many, 0), -EINVAL);
+    assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_CHECK, 0, many, GPT_STORE_WAIT_KEYS_MAX),
+                     0);
+    proto_store_out_done(&o);
+}
+
+/* A maximal frame (COMPARE_SET with two full values) round-trips. */
+static void test_max_frame(void **state)
+{
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    char key[GPT_STORE_KEY_MAX + 1];
+    uint8_t *v = calloc(1, GPT_STORE_VALUE_MAX);
+    size_t used;
+
+    (void)state;
+    assert_non_null(v);
+    memset(key, 'q', GPT_STORE_KEY_MAX);
+    key[GPT_STORE_KEY_MAX] = 0;
+    proto_store_out_init(&o);
+    assert_int_equal(proto_store_put_compare_set(&o, key, GPT_STORE_KEY_MAX, v, GPT_STORE_VALUE_MAX,
+                                                 v, GPT_STORE_VALUE_MAX),
+                     0);
+    assert_int_equal(o.len, GPT_STORE_FRAME_MAX);
+    assert_int_equal(proto_store_decode(o.data, o.len, GPT_STORE_FRAME_MAX, &m, &used, NULL), 1);
+    assert_int_equal(m.val2_len, GPT_STORE_VALUE_MAX);
+    assert_int_equal(proto_store_decode(o.data, o.len, GPT_STORE_FRAME_MAX - 1, &m, &used, NULL),
+                     -GPT_E_LIMIT);
+    proto_store_out_done(&o);
+    free(v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_every_truncation_needs_more),
+        cmocka_unit_test(test_parser_byte_by_byte),
+        cmocka_unit_test(test_oversized_headers),
+        cmocka_unit_test(test_malformed_fields),
+        cmocka_unit_test(test_parser_rejects_without_buffering),
+        cmocka_unit_test(test_encoder_limits),
+        cmocka_unit_test(test_max_frame),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
