@@ -103,14 +103,76 @@ static size_t model_round_up(size_t x, size_t to)
     return (x + to - 1) / to * to;
 }
 
+/* The unit holding tensor `idx`: 0 embeddings, 1..L blocks, L+1 final LN. */
+static int model_unit_of(const struct gpt_model *m, size_t idx)
+{
+    int layer = m->tensors[idx].layer;
+    return layer < 0 ? 0 : layer + 1;
+}
+
+static size_t model_unit_first(const struct gpt_model *m, int unit)
+{
+    size_t L = (size_t)m->cfg.n_layer;
+    if (unit == 0)
+        return T_WTE;
+    return (size_t)unit <= L ? T_BLK(unit - 1, 0) : T_LNFW(L);
+}
+
+static size_t model_unit_last(const struct gpt_model *m, int unit)
+{
+    size_t L = (size_t)m->cfg.n_layer;
+    if (unit == 0)
+        return T_WPE;
+    return (size_t)unit <= L ? T_BLK(unit - 1, BLK_COUNT - 1) : T_LNFB(L);
+}
+
+/* Parameters of tensor idx: in the flat buffer, or in its unit's fetched
+ * copy under sharding. */
 static float *model_param(const struct gpt_model *m, size_t idx)
 {
-    return m->params + m->tensors[idx].offset;
+    if (!m->units)
+        return m->params + m->tensors[idx].offset;
+    int u = model_unit_of(m, idx);
+    size_t base = m->tensors[model_unit_first(m, u)].offset;
+    GPT_ASSERT(m->unit_p[u] != NULL);
+    return (float *)m->unit_p[u] + (m->tensors[idx].offset - base);
 }
 
 static float *model_grad(const struct gpt_model *m, size_t idx)
 {
-    return m->grads + m->tensors[idx].offset;
+    if (!m->units)
+        return m->grads + m->tensors[idx].offset;
+    int u = model_unit_of(m, idx);
+    size_t base = m->tensors[model_unit_first(m, u)].offset;
+    GPT_ASSERT(m->unit_g[u] != NULL);
+    return m->unit_g[u] + (m->tensors[idx].offset - base);
+}
+
+/* Makes unit u's parameters (and in backward its gradients) available.
+ * A no-op on flat buffers. */
+static int model_unit_acquire(struct gpt_model *m, int u, int pass)
+{
+    if (!m->units)
+        return 0;
+    m->unit_p[u] = m->units->fetch(m->units->ctx, u, pass);
+    if (!m->unit_p[u])
+        return -EIO;
+    if (pass == 1 && !m->unit_g[u]) {
+        m->unit_g[u] = m->units->grads(m->units->ctx, u);
+        if (!m->unit_g[u])
+            return -EIO;
+    }
+    return 0;
+}
+
+static int model_unit_release(struct gpt_model *m, int u, int pass)
+{
+    if (!m->units)
+        return 0;
+    m->unit_p[u] = NULL;
+    if (pass == 1)
+        m->unit_g[u] = NULL;
+    return m->units->release(m->units->ctx, u, pass);
 }
 
 static void model_add_tensor(struct gpt_model *m, const char *name, size_t count, int ndim,
@@ -217,11 +279,13 @@ static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_
     return off;
 }
 
-int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
-                   size_t max_B, struct gpt_err *err)
+static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
+                      struct gpt_backend *be, size_t max_B, const struct gpt_model_units *units,
+                      struct gpt_err *err)
 {
     GPT_ASSERT(m && cfg && be);
     memset(m, 0, sizeof(*m));
+    m->units = units;
     int rc = model_check_config(cfg, max_B, err);
     if (rc < 0)
         return rc;
@@ -243,9 +307,11 @@ int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, stru
     }
     m->acts = a;
     size_t pbytes = m->n_params * sizeof(float);
-    rc = gpt_backend_alloc(be, pbytes, (void **)&m->params);
-    if (rc == 0)
-        rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
+    if (!units) {
+        rc = gpt_backend_alloc(be, pbytes, (void **)&m->params);
+        if (rc == 0)
+            rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
+    }
     size_t nact = model_carve(a, NULL, max_B, T, C, L, NH, m->Vp);
     float *slab = NULL;
     if (rc == 0)
@@ -271,6 +337,34 @@ int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, stru
 fail:
     gpt_model_done(m);
     return rc;
+}
+
+int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
+                   size_t max_B, struct gpt_err *err)
+{
+    return model_init(m, cfg, be, max_B, NULL, err);
+}
+
+int gpt_model_init_sharded(struct gpt_model *m, const struct gpt_model_config *cfg,
+                           struct gpt_backend *be, size_t max_B,
+                           const struct gpt_model_units *units, struct gpt_err *err)
+{
+    GPT_ASSERT(units && units->fetch && units->grads && units->release);
+    return model_init(m, cfg, be, max_B, units, err);
+}
+
+int gpt_model_num_units(const struct gpt_model *m)
+{
+    return m->cfg.n_layer + 2;
+}
+
+void gpt_model_unit_span(const struct gpt_model *m, int unit, size_t *ret_off, size_t *ret_count)
+{
+    GPT_ASSERT(m && unit >= 0 && unit < gpt_model_num_units(m));
+    const struct gpt_tensor_info *first = &m->tensors[model_unit_first(m, unit)];
+    const struct gpt_tensor_info *last = &m->tensors[model_unit_last(m, unit)];
+    *ret_off = first->offset;
+    *ret_count = last->offset + last->count - first->offset;
 }
 
 void gpt_model_done(struct gpt_model *m)
@@ -318,6 +412,14 @@ void gpt_model_init_weights(struct gpt_model *m, uint64_t seed)
     GPT_ASSERT(m && m->params);
     float *host = calloc(m->n_params, sizeof(float));
     GPT_ASSERT(host != NULL); /* a few MB; failing here means the host is out of memory */
+    gpt_model_init_weights_host(m, seed, host);
+    gpt_backend_upload(m->be, m->params, host, m->n_params * sizeof(float));
+    free(host);
+}
+
+void gpt_model_init_weights_host(const struct gpt_model *m, uint64_t seed, float *host)
+{
+    memset(host, 0, m->n_params * sizeof(float));
     struct gpt_rng rng;
     gpt_rng_seed(&rng, seed);
     double resid_std = 0.02 / sqrt(2.0 * m->cfg.n_layer);
@@ -340,8 +442,6 @@ void gpt_model_init_weights(struct gpt_model *m, uint64_t seed)
                 p[j] = 1.0f;
         }
     }
-    gpt_backend_upload(m->be, m->params, host, m->n_params * sizeof(float));
-    free(host);
 }
 
 const float *gpt_model_logits(const struct gpt_model *m)
@@ -404,10 +504,16 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
     if (rc < 0)
         return rc;
 
+    if ((rc = model_unit_acquire(m, 0, 0)) < 0)
+        return rc;
     gpt_backend_encoder_forward(be, a->encoded, a->tokens, model_param(m, T_WTE),
                                 model_param(m, T_WPE), B, T, C);
+    if ((rc = model_unit_release(m, 0, 0)) < 0)
+        return rc;
     const float *residual = a->encoded; /* (B,T,C) */
     for (size_t l = 0; l < L; l++) {
+        if ((rc = model_unit_acquire(m, (int)l + 1, 0)) < 0)
+            return rc;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
         float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
         float *atty = a->atty + l * N * C, *att = a->att + l * B * NH * T * T;
@@ -437,11 +543,21 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
                                    model_param(m, T_BLK(l, BLK_FCPROJB)), N, 4 * C, C);
         gpt_backend_residual_forward(be, res3, res3, res2, N * C);
         residual = res3;
+        if ((rc = model_unit_release(m, (int)l + 1, 0)) < 0)
+            return rc;
     }
+    if ((rc = model_unit_acquire(m, (int)L + 1, 0)) < 0)
+        return rc;
     gpt_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                   model_param(m, T_LNFW(L)), model_param(m, T_LNFB(L)), N, C);
+    if ((rc = model_unit_release(m, (int)L + 1, 0)) < 0)
+        return rc;
     /* Tied LM head: logits = lnf @ wte^T; padded rows of wte are 0. */
+    if ((rc = model_unit_acquire(m, 0, 0)) < 0)
+        return rc;
     gpt_backend_matmul_forward(be, a->logits, a->lnf, model_param(m, T_WTE), NULL, N, C, Vp);
+    if ((rc = model_unit_release(m, 0, 0)) < 0)
+        return rc;
     if (!targets)
         return gpt_backend_sync(be);
 
@@ -484,18 +600,29 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     size_t B = a->B, T = a->T, N = B * T;
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
 
+    int rc;
     gpt_backend_softmax_xent(be, a->logits, NULL, a->targets, N, V, Vp, dscale, 1);
     float *dlogits = a->logits; /* (B,T,Vp) */
+    /* Unit 0 (the embeddings) stays acquired through the whole backward:
+     * the tied head writes its gradient first, the encoder last. */
+    if ((rc = model_unit_acquire(m, 0, 1)) < 0)
+        return rc;
     gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_WTE), NULL, dlogits, a->lnf,
                                 model_param(m, T_WTE), N, C, Vp);
     const float *res_last = a->residual3 + (L - 1) * N * C;
     gpt_backend_memzero(be, a->dres, N * C * sizeof(float));
+    if ((rc = model_unit_acquire(m, (int)L + 1, 1)) < 0)
+        return rc;
     gpt_backend_layernorm_backward(be, a->dres, model_grad(m, T_LNFW(L)), model_grad(m, T_LNFB(L)),
                                    a->dc, res_last, model_param(m, T_LNFW(L)), a->lnf_mean,
                                    a->lnf_rstd, N, C);
     model_span_ready(m, T_LNFW(L), T_LNFB(L));
+    if ((rc = model_unit_release(m, (int)L + 1, 1)) < 0)
+        return rc;
 
     for (size_t l = L; l-- > 0;) {
+        if ((rc = model_unit_acquire(m, (int)l + 1, 1)) < 0)
+            return rc;
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
         float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
@@ -528,9 +655,13 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
             be, a->dres, model_grad(m, T_BLK(l, BLK_LN1W)), model_grad(m, T_BLK(l, BLK_LN1B)),
             a->dc, residual, model_param(m, T_BLK(l, BLK_LN1W)), ln1_mean, ln1_rstd, N, C);
         model_span_ready(m, T_BLK(l, 0), T_BLK(l, BLK_COUNT - 1));
+        if ((rc = model_unit_release(m, (int)l + 1, 1)) < 0)
+            return rc;
     }
     gpt_backend_encoder_backward(be, model_grad(m, T_WTE), model_grad(m, T_WPE), a->dres, a->tokens,
                                  B, T, C);
     model_span_ready(m, T_WTE, T_WPE);
+    if ((rc = model_unit_release(m, 0, 1)) < 0)
+        return rc;
     return gpt_backend_sync(be);
 }

@@ -39,6 +39,29 @@ struct gpt_tensor_info {
 };
 
 #define GPT_MAX_TENSORS 512
+#define GPT_MAX_UNITS   64 /* embeddings + up to 42 blocks + final LN, rounded up */
+
+/* Sharded (FSDP-style) training: the model asks for each parameter unit
+ * just before it reads it and says when it is done, instead of reading the
+ * flat buffers. Units: 0 = embeddings (wte, wpe), 1..L = blocks 0..L-1,
+ * L+1 = final LayerNorm. A unit's buffers are laid out like its span of the
+ * flat buffer (gpt_model_unit_span). All callbacks run on the worker
+ * thread inside forward/backward. The order is fixed: forward uses units
+ * 0, 1..L, L+1, 0 (the tied LM head); backward uses 0 (LM head), L+1,
+ * L..1, then 0 again (embedding backward) before releasing it. */
+struct gpt_model_units {
+    void *ctx;
+    /* Full parameters of `unit` for this pass (0 forward, 1 backward),
+     * backend memory, valid until release. NULL = failure (forward or
+     * backward then returns -EIO). */
+    const float *(*fetch)(void *ctx, int unit, int pass);
+    /* Zeroed gradient buffer of `unit` for this backward (called once per
+     * unit per backward, before the first gradient is written). */
+    float *(*grads)(void *ctx, int unit);
+    /* The model is done with `unit` for this pass; in backward its
+     * gradients are final. Returns 0 or a negative error. */
+    int (*release)(void *ctx, int unit, int pass);
+};
 
 struct gpt_model {
     struct gpt_model_config cfg;
@@ -63,12 +86,33 @@ struct gpt_model {
 
     struct gpt_model_acts *acts; /* private to model.c */
     size_t act_bytes;            /* activation memory, for metrics */
+
+    /* NULL: parameters and gradients are the flat buffers above. Set by
+     * the owner for sharded training (gpt_model_init_sharded). */
+    const struct gpt_model_units *units;
+    const float *unit_p[GPT_MAX_UNITS]; /* private: current unit bases */
+    float *unit_g[GPT_MAX_UNITS];
 };
 
 /* Validates cfg (n_embd % n_head == 0, ...), computes the layout, allocates
  * params and grads (zeroed) and activations for batches up to max_B. */
 int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
                    size_t max_B, struct gpt_err *err);
+/* Like gpt_model_init, but allocates no flat params/grads (they stay NULL):
+ * parameters and gradients come through `units`, which must stay valid
+ * while the model is used. For FSDP-style sharding. */
+int gpt_model_init_sharded(struct gpt_model *m, const struct gpt_model_config *cfg,
+                           struct gpt_backend *be, size_t max_B,
+                           const struct gpt_model_units *units, struct gpt_err *err);
+
+/* Number of parameter units (L + 2) and the flat span of one. */
+int gpt_model_num_units(const struct gpt_model *m);
+void gpt_model_unit_span(const struct gpt_model *m, int unit, size_t *ret_off, size_t *ret_count);
+
+/* GPT-2 initialisation into a host buffer of n_params floats (the flat
+ * layout), for owners that keep parameters elsewhere. */
+void gpt_model_init_weights_host(const struct gpt_model *m, uint64_t seed, float *host);
+
 /* Frees everything; safe on a zeroed or half-initialised model. */
 void gpt_model_done(struct gpt_model *m);
 /* Allocates the AdamW moments (zeroed). */

@@ -29,6 +29,7 @@
 #include "optim.h"
 #include "peak.h"
 #include "rng.h"
+#include "shard.h"
 #include "snapshot.h"
 
 #define DDP_QUEUE_MAX (2 * GPT_MAX_TENSORS)
@@ -78,6 +79,7 @@ struct trainer {
     char snapdir[GPT_JOB_PATH_MAX];
     double peak_flops; /* per rank, FLOP/s */
     struct ddp ddp;
+    struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;
 };
 
@@ -267,11 +269,21 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     t->B = (size_t)micro;
     t->accum = global / (micro * t->world);
 
-    rc = gpt_model_init(&t->model, &cfg, t->be, t->B, err);
+    int sharding = job->distributed.sharding;
+    if (sharding != GPT_SHARD_NONE &&
+        (rc = gpt_shard_new(sharding, t->comm, t->be, &t->shard, err)) < 0)
+        return rc;
+    if (sharding == GPT_SHARD_FULL)
+        rc = gpt_model_init_sharded(&t->model, &cfg, t->be, t->B, gpt_shard_units(t->shard), err);
+    else
+        rc = gpt_model_init(&t->model, &cfg, t->be, t->B, err);
     if (rc < 0)
         return rc;
     t->model_ready = true;
-    rc = gpt_model_alloc_optim(&t->model, err);
+    if (t->shard)
+        rc = gpt_shard_attach(t->shard, &t->model, err);
+    else
+        rc = gpt_model_alloc_optim(&t->model, err);
     if (rc < 0)
         return rc;
 
@@ -306,19 +318,59 @@ static void fill_meta(const struct trainer *t, struct gpt_snapshot_meta *meta)
     meta->has_moments = 1;
 }
 
+/* Full-size state buffers for sharded runs, which keep only slices: used
+ * while a snapshot is gathered or the start state is scattered. */
+struct full_state {
+    float *params, *m, *v;
+};
+
+static int full_state_alloc(struct trainer *t, struct full_state *fs, struct gpt_err *err)
+{
+    size_t bytes = t->model.n_params * sizeof(float);
+    memset(fs, 0, sizeof(*fs));
+    if (gpt_backend_alloc(t->be, bytes, (void **)&fs->params) < 0 ||
+        gpt_backend_alloc(t->be, bytes, (void **)&fs->m) < 0 ||
+        gpt_backend_alloc(t->be, bytes, (void **)&fs->v) < 0)
+        return gpt_err_set(err, -ENOMEM, NULL,
+                           "out of memory for the full training state (%zu parameters)",
+                           t->model.n_params);
+    return 0;
+}
+
+static void full_state_free(struct trainer *t, struct full_state *fs)
+{
+    gpt_backend_mem_free(t->be, fs->params);
+    gpt_backend_mem_free(t->be, fs->m);
+    gpt_backend_mem_free(t->be, fs->v);
+}
+
+/* Writes a snapshot. Under sharding every rank first takes part in
+ * gathering the full state (each node then holds a complete copy, so any
+ * node can resume the job at any world size; the cost is three full-size
+ * buffers while the snapshot is taken). */
 static int write_snapshot(struct trainer *t, struct gpt_err *err)
 {
-    bool writer = t->opts->write_snapshots ? true : t->rank == 0;
-    if (!writer || !t->snapdir[0])
-        return 0;
+    bool writer = (t->opts->write_snapshots ? true : t->rank == 0) && t->snapdir[0];
+    struct full_state fs = {t->model.params, t->model.m, t->model.v};
+    int rc = 0;
+    if (t->shard) {
+        if ((rc = full_state_alloc(t, &fs, err)) < 0)
+            goto out;
+        if ((rc = gpt_shard_gather_full(t->shard, fs.params, fs.m, fs.v)) < 0) {
+            rc = gpt_err_set(err, rc, NULL, "gathering the sharded state failed: %s",
+                             gpt_strerror(rc));
+            goto out;
+        }
+    }
+    if (!writer)
+        goto out;
     struct gpt_snapshot_meta meta;
     fill_meta(t, &meta);
     char path[1024];
     double t0 = now_s();
-    int rc = gpt_snapshot_write(t->snapdir, &meta, t->model.params, t->model.m, t->model.v, path,
-                                sizeof(path), err);
+    rc = gpt_snapshot_write(t->snapdir, &meta, fs.params, fs.m, fs.v, path, sizeof(path), err);
     if (rc < 0)
-        return rc;
+        goto out;
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
     emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step, path,
                (now_s() - t0) * 1e3);
@@ -326,7 +378,10 @@ static int write_snapshot(struct trainer *t, struct gpt_err *err)
         struct gpt_err perr;
         (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &perr);
     }
-    return 0;
+out:
+    if (t->shard)
+        full_state_free(t, &fs);
+    return rc;
 }
 
 static void report_skipped(void *ctx, const char *path, const struct gpt_err *why)
@@ -335,8 +390,8 @@ static void report_skipped(void *ctx, const char *path, const struct gpt_err *wh
     emit_event(t, "snapshot_invalid", "skipped %s: %s", path, why->msg);
 }
 
-/* Rank 0 loads the snapshot to resume from (if any). */
-static int load_snapshot(struct trainer *t, struct gpt_err *err)
+/* Rank 0 loads the snapshot to resume from (if any) into fs. */
+static int load_snapshot(struct trainer *t, const struct full_state *fs, struct gpt_err *err)
 {
     char path[1024];
     struct gpt_snapshot_meta meta;
@@ -373,8 +428,8 @@ static int load_snapshot(struct trainer *t, struct gpt_err *err)
                            "snapshot %s was taken with a different vocabulary than data.path now "
                            "gives",
                            path);
-    rc = gpt_snapshot_read(path, &meta, t->model.params, meta.has_moments ? t->model.m : NULL,
-                           meta.has_moments ? t->model.v : NULL, err);
+    rc = gpt_snapshot_read(path, &meta, fs->params, meta.has_moments ? fs->m : NULL,
+                           meta.has_moments ? fs->v : NULL, err);
     if (rc < 0)
         return rc;
     t->st.step = meta.step;
@@ -388,46 +443,68 @@ static int load_snapshot(struct trainer *t, struct gpt_err *err)
     return 0;
 }
 
-/* Rank 0 initialises or resumes; everyone receives the same state. */
+/* Rank 0 initialises or resumes; everyone receives the same state. Under
+ * sharding the full state is built in temporary buffers and each rank
+ * keeps its slices, so a snapshot taken at any world size and sharding
+ * mode resumes in any other (re-sharding on load). */
 static int init_state(struct trainer *t, struct gpt_err *err)
 {
+    struct full_state fs = {t->model.params, t->model.m, t->model.v};
     int rc = 0;
     memset(&t->st, 0, sizeof(t->st));
+    if (t->shard && (rc = full_state_alloc(t, &fs, err)) < 0)
+        goto out;
     if (t->rank == 0) {
-        gpt_model_init_weights(&t->model, t->job->trainer.seed);
+        float *host = malloc(t->model.n_params * sizeof(float));
+        if (!host) {
+            rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the initial weights");
+        } else {
+            gpt_model_init_weights_host(&t->model, t->job->trainer.seed, host);
+            rc = gpt_backend_upload(t->be, fs.params, host, t->model.n_params * sizeof(float));
+            free(host);
+        }
         t->st.cursor.seed = t->job->trainer.seed;
         struct gpt_rng r;
         gpt_rng_seed(&r, t->job->trainer.seed ^ 0x5eedull);
         memcpy(t->st.rng, r.s, sizeof(t->st.rng));
-        if (t->opts->resume || t->opts->resume_path)
-            rc = load_snapshot(t, err);
+        if (rc == 0 && (t->opts->resume || t->opts->resume_path))
+            rc = load_snapshot(t, &fs, err);
     }
     if (t->world > 1) {
         /* A failure on rank 0 must not leave the others waiting in the
          * broadcast: the status travels with the state. */
         int64_t status[2] = {rc, 0};
+        size_t bytes = t->model.n_params * sizeof(float);
         int brc = gpt_comm_broadcast(t->comm, status, sizeof(status), 0);
-        if (brc < 0)
-            return rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
-        if (status[0] < 0)
-            return rc < 0 ? rc
-                          : gpt_err_set(err, (int)status[0], NULL,
-                                        "rank 0 failed to initialise the model: %s",
-                                        gpt_strerror((int)status[0]));
+        if (brc < 0) {
+            rc = rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
+            goto out;
+        }
+        if (status[0] < 0) {
+            rc = rc < 0 ? rc
+                        : gpt_err_set(err, (int)status[0], NULL,
+                                      "rank 0 failed to initialise the model: %s",
+                                      gpt_strerror((int)status[0]));
+            goto out;
+        }
         if ((brc = gpt_comm_broadcast(t->comm, &t->st, sizeof(t->st), 0)) < 0 ||
-            (brc = gpt_comm_broadcast(t->comm, t->model.params, t->model.n_params * sizeof(float),
-                                      0)) < 0 ||
-            (brc = gpt_comm_broadcast(t->comm, t->model.m, t->model.n_params * sizeof(float), 0)) <
-                0 ||
-            (brc = gpt_comm_broadcast(t->comm, t->model.v, t->model.n_params * sizeof(float), 0)) <
-                0)
-            return gpt_err_set(err, brc, NULL, "broadcast of the parameters failed: %s",
-                               gpt_strerror(brc));
+            (brc = gpt_comm_broadcast(t->comm, fs.params, bytes, 0)) < 0 ||
+            (brc = gpt_comm_broadcast(t->comm, fs.m, bytes, 0)) < 0 ||
+            (brc = gpt_comm_broadcast(t->comm, fs.v, bytes, 0)) < 0) {
+            rc = gpt_err_set(err, brc, NULL, "broadcast of the parameters failed: %s",
+                             gpt_strerror(brc));
+            goto out;
+        }
     }
     if (rc < 0)
-        return rc;
+        goto out;
+    if (t->shard)
+        gpt_shard_load_full(t->shard, fs.params, fs.m, fs.v);
     memcpy(t->rng.s, t->st.rng, sizeof(t->rng.s));
-    return 0;
+out:
+    if (t->shard)
+        full_state_free(t, &fs);
+    return rc;
 }
 
 /* ---- evaluation ---- */
@@ -442,11 +519,16 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
     size_t Vp = t->model.Vp, V = (size_t)t->model.cfg.vocab_size;
     int rc;
 
-    for (size_t first = (size_t)t->rank; first < n_problems; first += t->B * (size_t)t->world) {
-        size_t b_n = 0;
+    /* Every rank runs the same number of chunks: under full sharding each
+     * forward is a collective, so a rank without problems left runs a
+     * dummy chunk and discards it. */
+    size_t per_chunk = t->B < 64 ? t->B : 64;
+    size_t stride = per_chunk * (size_t)t->world;
+    size_t n_chunks = (n_problems + stride - 1) / stride;
+    for (size_t c = 0; c < n_chunks; c++) {
+        size_t b_n = 0, first = c * stride + (size_t)t->rank;
         int answers[64][GPT_VOCAB_MAX / 4];
-        for (size_t k = first; k < n_problems && b_n < t->B && b_n < 64;
-             k += (size_t)t->world, b_n++) {
+        for (size_t k = first; k < n_problems && b_n < per_chunk; k += (size_t)t->world, b_n++) {
             rc = gpt_dataset_val_problem(t->ds, k, prompt, &plen, answer, &alen);
             if (rc < 0)
                 return rc;
@@ -454,8 +536,15 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
             memcpy(&t->inputs[b_n * t->T], prompt, plen * sizeof(int));
             memcpy(answers[b_n], answer, alen * sizeof(int));
         }
-        if (b_n == 0)
-            break;
+        bool dummy = b_n == 0;
+        if (dummy && !t->shard)
+            continue;
+        if (dummy) {
+            if ((rc = gpt_dataset_val_problem(t->ds, 0, prompt, &plen, answer, &alen)) < 0)
+                return rc;
+            memcpy(t->inputs, prompt, plen * sizeof(int));
+            b_n = 1;
+        }
         /* Generate alen tokens; the sequence for step j has plen + j tokens. */
         for (size_t j = 0; j < alen; j++) {
             size_t len = plen + j;
@@ -480,7 +569,7 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
                 t->inputs[b * t->T + len] = (int)best;
             }
         }
-        for (size_t b = 0; b < b_n; b++) {
+        for (size_t b = 0; b < b_n && !dummy; b++) {
             *total += 1;
             if (memcmp(&t->inputs[b * t->T + plen], answers[b], alen * sizeof(int)) == 0)
                 *correct += 1;
@@ -494,16 +583,25 @@ static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
 {
     float sums[4] = {0, 0, 0, 0}; /* loss sum, batches, correct, total */
     int rc;
-    for (int i = t->rank; i < t->job->trainer.eval_batches; i += t->world) {
+    int n = t->job->trainer.eval_batches, rounds = (n + t->world - 1) / t->world;
+    for (int k = 0; k < rounds; k++) {
+        /* Batch i of this rank; past the end only full sharding runs one
+         * (discarded), to keep its collectives in step. */
+        int i = k * t->world + t->rank;
+        bool real = i < n;
+        if (!real && !t->shard)
+            continue;
         float loss;
-        rc = gpt_dataset_val_batch(t->ds, (uint64_t)i, t->B, t->inputs, t->targets);
+        rc = gpt_dataset_val_batch(t->ds, (uint64_t)(real ? i : 0), t->B, t->inputs, t->targets);
         if (rc < 0)
             return rc;
         rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
         if (rc < 0)
             return rc;
-        sums[0] += loss;
-        sums[1] += 1;
+        if (real) {
+            sums[0] += loss;
+            sums[1] += 1;
+        }
     }
     if (gpt_dataset_is_synthetic(t->ds)) {
         double correct = 0, total = 0;
@@ -513,6 +611,8 @@ static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
         sums[2] = (float)correct;
         sums[3] = (float)total;
     }
+    if (t->shard && (rc = gpt_shard_sync(t->shard)) < 0)
+        return rc;
     if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, sums, 4, GPT_REDUCE_SUM)) < 0)
         return rc;
     *ret_loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
@@ -529,7 +629,10 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
     double loss_sum = 0;
     int rc;
 
-    gpt_model_zero_grad(&t->model);
+    if (t->shard)
+        gpt_shard_zero_grad(t->shard);
+    else
+        gpt_model_zero_grad(&t->model);
     for (int micro = 0; micro < t->accum; micro++) {
         uint64_t first = (uint64_t)t->rank * share + (uint64_t)micro * t->B;
         float loss;
@@ -539,13 +642,13 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
         if (rc < 0)
             return rc;
-        if (t->world > 1 && micro == t->accum - 1) {
+        if (t->ddp.started && micro == t->accum - 1) {
             pthread_mutex_lock(&t->ddp.mu);
             t->ddp.armed = true;
             pthread_mutex_unlock(&t->ddp.mu);
         }
         rc = gpt_model_backward(&t->model, 1.0f / (float)t->accum);
-        if (t->world > 1 && micro == t->accum - 1) {
+        if (t->ddp.started && micro == t->accum - 1) {
             int wrc = ddp_wait(&t->ddp);
             if (rc >= 0)
                 rc = wrc;
@@ -555,15 +658,25 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         loss_sum += loss;
     }
 
+    /* Sharded gradients first: until they are reduced the shard's thread
+     * owns the communicator. */
+    if (t->shard && (rc = gpt_shard_reduce_grads(t->shard)) < 0)
+        return rc;
     float loss_mean = (float)(loss_sum / t->accum);
     if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_AVG)) < 0)
         return rc;
 
-    double norm = sqrt(gpt_grad_sumsq(&t->model, 0, t->model.n_params));
-    float scale = gpt_clip_scale(norm, t->job->trainer.grad_clip);
-    double lr = gpt_lr_at(&t->job->optimizer, t->st.step, t->max_steps);
-    gpt_adamw_update(&t->model, &t->job->optimizer, (float)lr, t->st.step + 1, scale, 0,
-                     t->model.n_params);
+    double norm, lr = gpt_lr_at(&t->job->optimizer, t->st.step, t->max_steps);
+    if (t->shard) {
+        if ((rc = gpt_shard_grad_norm(t->shard, &norm)) < 0 ||
+            (rc = gpt_shard_update(t->shard, &t->job->optimizer, (float)lr, t->st.step + 1,
+                                   gpt_clip_scale(norm, t->job->trainer.grad_clip))) < 0)
+            return rc;
+    } else {
+        norm = sqrt(gpt_grad_sumsq(&t->model, 0, t->model.n_params));
+        gpt_adamw_update(&t->model, &t->job->optimizer, (float)lr, t->st.step + 1,
+                         gpt_clip_scale(norm, t->job->trainer.grad_clip), 0, t->model.n_params);
+    }
 
     gpt_data_cursor_advance(t->ds, &t->st.cursor, (uint64_t)t->job->trainer.global_batch);
     t->st.step++;
@@ -610,9 +723,18 @@ static void fill_metric(struct trainer *t, struct gpt_metric *m, double loss, do
     m->tokens = t->st.tokens;
     m->world_size = t->world;
     m->run_id = t->opts->run_id;
-    m->mem_params_bytes = t->model.n_params * sizeof(float);
-    m->mem_grads_bytes = t->model.n_params * sizeof(float);
-    m->mem_optim_bytes = 2 * t->model.n_params * sizeof(float);
+    if (t->shard) {
+        struct gpt_shard_mem sm;
+        gpt_shard_mem(t->shard, &sm);
+        m->mem_params_bytes = sm.params;
+        m->mem_grads_bytes = sm.grads;
+        m->mem_optim_bytes = sm.optim;
+        m->mem_work_bytes = sm.work;
+    } else {
+        m->mem_params_bytes = t->model.n_params * sizeof(float);
+        m->mem_grads_bytes = t->model.n_params * sizeof(float);
+        m->mem_optim_bytes = 2 * t->model.n_params * sizeof(float);
+    }
     m->mem_acts_bytes = t->model.act_bytes;
     m->time = wall_s();
 }
@@ -694,6 +816,7 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
 static void trainer_done(struct trainer *t)
 {
     ddp_stop(&t->ddp);
+    gpt_shard_free(t->shard);
     if (t->model_ready)
         gpt_model_done(&t->model);
     gpt_dataset_free(t->ds);
@@ -733,7 +856,7 @@ int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
         goto out;
     if ((rc = init_state(&t, err)) < 0)
         goto out;
-    if (t.world > 1 && (rc = ddp_start(&t)) < 0) {
+    if (t.world > 1 && !t.shard && (rc = ddp_start(&t)) < 0) {
         rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");
         goto out;
     }

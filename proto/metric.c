@@ -48,6 +48,7 @@ json_t *gpt_metric_to_json(const struct gpt_metric *m)
     rc |= put_int(o, "mem_grads_bytes", (json_int_t)m->mem_grads_bytes);
     rc |= put_int(o, "mem_optim_bytes", (json_int_t)m->mem_optim_bytes);
     rc |= put_int(o, "mem_acts_bytes", (json_int_t)m->mem_acts_bytes);
+    rc |= put_int(o, "mem_work_bytes", (json_int_t)m->mem_work_bytes);
     rc |= put_real(o, "time", m->time);
     if (rc) {
         json_decref(o);
@@ -107,7 +108,7 @@ static int get_int(const json_t *o, const char *key, int64_t *ret, struct gpt_er
 int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err *err)
 {
     struct gpt_metric m;
-    int64_t epoch = 0, tokens = 0, world = 0, mp = 0, mg = 0, mo = 0, ma = 0;
+    int64_t epoch = 0, tokens = 0, world = 0, mp = 0, mg = 0, mo = 0, ma = 0, mw = 0;
     int rc;
     if (!json_is_object(o))
         return gpt_err_set(err, -EINVAL, "", "metric: expected an object");
@@ -119,6 +120,7 @@ int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err
         (rc = get_int(o, "mem_grads_bytes", &mg, err)) ||
         (rc = get_int(o, "mem_optim_bytes", &mo, err)) ||
         (rc = get_int(o, "mem_acts_bytes", &ma, err)) ||
+        (rc = get_int(o, "mem_work_bytes", &mw, err)) ||
         (rc = get_real(o, "loss", NAN, &m.loss, err)) ||
         (rc = get_real(o, "val_loss", NAN, &m.val_loss, err)) ||
         (rc = get_real(o, "accuracy", NAN, &m.accuracy, err)) ||
@@ -137,6 +139,7 @@ int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err
     m.mem_grads_bytes = (uint64_t)mg;
     m.mem_optim_bytes = (uint64_t)mo;
     m.mem_acts_bytes = (uint64_t)ma;
+    m.mem_work_bytes = (uint64_t)mw;
     *ret = m;
     return 0;
 }

@@ -7,7 +7,7 @@
  *   {"type":"metric","step","max_steps","epoch","loss","val_loss","accuracy",
  *    "lr","grad_norm","tokens_per_s","ms_per_step","mfu","eta_s","tokens",
  *    "world_size","run_id","mem_params_bytes","mem_grads_bytes",
- *    "mem_optim_bytes","mem_acts_bytes","time"}
+ *    "mem_optim_bytes","mem_acts_bytes","mem_work_bytes","time"}
  * where val_loss/accuracy are present only when evaluated at that step;
  * events are {"type":"event","kind","message","step","time", "run_id"}.
  */
@@ -36,6 +36,7 @@ struct gpt_metric {
     int32_t world_size;
     int64_t run_id;    /* set by the daemon; 0 in `gptd run` */
     uint64_t mem_params_bytes, mem_grads_bytes, mem_optim_bytes, mem_acts_bytes; /* per rank */
+    uint64_t mem_work_bytes; /* per rank: gathered units of full sharding */
     double time;       /* unix seconds */
 };
 

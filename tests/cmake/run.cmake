@@ -13,3 +13,9 @@ add_test(NAME ddp_resize COMMAND ${GPTD_IT}/ddp_resize.sh $<TARGET_FILE:gptd>
                                  $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
 set_tests_properties(run_resume run_corrupt run_learn ddp_equiv ddp_resize PROPERTIES
                      LABELS integration TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME shard_equiv COMMAND ${GPTD_IT}/shard_equiv.sh $<TARGET_FILE:gptd>
+                                  $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
+add_test(NAME shard_resume COMMAND ${GPTD_IT}/shard_resume.sh $<TARGET_FILE:gptd>
+                                   $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
+set_tests_properties(shard_equiv shard_resume PROPERTIES LABELS integration TIMEOUT 600
+                     ENVIRONMENT "OMP_NUM_THREADS=1")

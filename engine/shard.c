@@ -1,0 +1,511 @@
+/*
+ * shard: ZeRO-1 and FSDP-style sharded state (see shard.h).
+ *
+ * A rank's shard is a list of pieces of the flat parameter layout. ZeRO-1
+ * has one piece, the rank's gpt_comm_slice of the whole buffer; full
+ * sharding has one piece per parameter unit, the rank's slice of that unit,
+ * so that a unit is gathered with one all-gather of its span.
+ *
+ * Full sharding keeps, besides the shard, the embeddings unit gathered for
+ * the whole step (the tied LM head uses it at both ends of forward and
+ * backward) and two block-sized buffers for the unit in use and the next
+ * one being prefetched, plus two block-sized gradient buffers so that the
+ * reduce-scatter of one block overlaps the backward of the next. Gathered
+ * units stay valid until the optimizer step changes the parameters, so
+ * a unit used at the end of forward is not gathered again at the start of
+ * backward.
+ *
+ * Threads: the worker thread calls everything here; in full mode a
+ * communication thread owned by the shard runs every collective in the
+ * order the worker queued it (all ranks queue the same sequence), so the
+ * communicator is never used by two threads at once.
+ */
+#include "shard.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "model.h"
+
+struct shard_piece {
+    size_t flat_off; /* start in the flat layout */
+    size_t len;
+    size_t pos;      /* start in the shard buffers */
+    size_t unit_off, unit_count, slice_off; /* full mode: the unit and our slice of it */
+};
+
+enum shard_op_kind { SHARD_OP_GATHER, SHARD_OP_REDUCE };
+
+struct shard_op {
+    enum shard_op_kind kind;
+    int unit;
+    float *buf;
+    uint64_t seq;
+};
+
+#define SHARD_QUEUE 8
+
+struct gpt_shard {
+    int mode;
+    struct gpt_comm *comm;
+    struct gpt_backend *be;
+    struct gpt_model *model;
+    struct gpt_model_units units;
+
+    size_t n_pieces;
+    struct shard_piece pieces[GPT_MAX_UNITS];
+    size_t shard_len;
+    float *sp, *sg; /* full mode: shard params and grads (shard_len) */
+    float *sm, *sv; /* moments (shard_len) */
+
+    /* full mode buffers */
+    size_t max_unit; /* floats in the largest non-embedding unit */
+    float *emb_p, *emb_g;
+    bool emb_valid;
+    float *blk_p[2];
+    int blk_unit[2];          /* unit held (or being gathered), -1 = none */
+    uint64_t blk_seq[2];      /* op that fills it */
+    int blk_cur;              /* buffer of the unit in use */
+    float *blk_g[2];
+    uint64_t blk_g_seq[2];    /* reduce that reads it */
+    int g_next;
+    int g_unit_buf[GPT_MAX_UNITS]; /* grad buffer handed out per unit */
+
+    /* communication thread (full mode) */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct shard_op queue[SHARD_QUEUE];
+    size_t q_head, q_tail;
+    uint64_t issued, done;
+    int error;
+    bool quit;
+};
+
+static size_t shard_min(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+/* ---- communication thread ---- */
+
+static int shard_run_op(struct gpt_shard *sh, const struct shard_op *op)
+{
+    const struct shard_piece *p = &sh->pieces[op->unit];
+    int rc;
+    if (op->kind == SHARD_OP_GATHER) {
+        gpt_backend_copy(sh->be, op->buf + p->slice_off, sh->sp + p->pos, p->len * sizeof(float));
+        if ((rc = gpt_backend_sync(sh->be)) < 0)
+            return rc;
+        return gpt_comm_allgather(sh->comm, op->buf, p->unit_count);
+    }
+    if ((rc = gpt_comm_reduce_scatter(sh->comm, op->buf, p->unit_count, GPT_REDUCE_AVG)) < 0)
+        return rc;
+    gpt_backend_residual_forward(sh->be, sh->sg + p->pos, sh->sg + p->pos, op->buf + p->slice_off,
+                                 p->len);
+    return gpt_backend_sync(sh->be);
+}
+
+static void *shard_thread_main(void *arg)
+{
+    struct gpt_shard *sh = arg;
+    pthread_mutex_lock(&sh->mu);
+    for (;;) {
+        while (!sh->quit && sh->q_head == sh->q_tail)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        if (sh->quit)
+            break;
+        struct shard_op op = sh->queue[sh->q_head % SHARD_QUEUE];
+        pthread_mutex_unlock(&sh->mu);
+        int rc = sh->error ? sh->error : shard_run_op(sh, &op);
+        pthread_mutex_lock(&sh->mu);
+        if (rc < 0 && !sh->error)
+            sh->error = rc;
+        sh->q_head++;
+        sh->done = op.seq;
+        pthread_cond_broadcast(&sh->cv);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    return NULL;
+}
+
+static uint64_t shard_enqueue(struct gpt_shard *sh, enum shard_op_kind kind, int unit, float *buf)
+{
+    pthread_mutex_lock(&sh->mu);
+    while (sh->q_tail - sh->q_head >= SHARD_QUEUE)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    uint64_t seq = ++sh->issued;
+    sh->queue[sh->q_tail % SHARD_QUEUE] = (struct shard_op){kind, unit, buf, seq};
+    sh->q_tail++;
+    pthread_cond_broadcast(&sh->cv);
+    pthread_mutex_unlock(&sh->mu);
+    return seq;
+}
+
+/* Waits until op `seq` is done; returns the sticky error. */
+static int shard_wait(struct gpt_shard *sh, uint64_t seq)
+{
+    pthread_mutex_lock(&sh->mu);
+    while (sh->done < seq && !sh->error)
+        pthread_cond_wait(&sh->cv, &sh->mu);
+    int rc = sh->error;
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+/* ---- the model's unit hooks (full mode) ---- */
+
+/* The unit used after `unit` in this pass, to prefetch; -1 = none. */
+static int shard_next_unit(const struct gpt_shard *sh, int unit, int pass)
+{
+    int L = sh->model->cfg.n_layer;
+    if (unit == 0)
+        return -1;
+    if (pass == 0)
+        return unit <= L ? unit + 1 : -1;
+    return unit > 1 ? unit - 1 : -1;
+}
+
+/* Starts gathering `unit` into the block buffer that is not in use. */
+static void shard_prefetch(struct gpt_shard *sh, int unit)
+{
+    int i = 1 - sh->blk_cur;
+    if (unit < 0 || sh->blk_unit[0] == unit || sh->blk_unit[1] == unit)
+        return;
+    sh->blk_unit[i] = unit;
+    sh->blk_seq[i] = shard_enqueue(sh, SHARD_OP_GATHER, unit, sh->blk_p[i]);
+}
+
+static const float *shard_fetch(void *ctx, int unit, int pass)
+{
+    struct gpt_shard *sh = ctx;
+    if (unit == 0) {
+        if (!sh->emb_valid) {
+            if (shard_wait(sh, shard_enqueue(sh, SHARD_OP_GATHER, 0, sh->emb_p)) < 0)
+                return NULL;
+            sh->emb_valid = true;
+        }
+        return sh->emb_p;
+    }
+    int i = sh->blk_unit[0] == unit ? 0 : sh->blk_unit[1] == unit ? 1 : -1;
+    if (i < 0) {
+        i = 1 - sh->blk_cur;
+        sh->blk_unit[i] = unit;
+        sh->blk_seq[i] = shard_enqueue(sh, SHARD_OP_GATHER, unit, sh->blk_p[i]);
+    }
+    if (shard_wait(sh, sh->blk_seq[i]) < 0)
+        return NULL;
+    sh->blk_cur = i;
+    shard_prefetch(sh, shard_next_unit(sh, unit, pass));
+    return sh->blk_p[i];
+}
+
+static float *shard_grads(void *ctx, int unit)
+{
+    struct gpt_shard *sh = ctx;
+    size_t off, count;
+    gpt_model_unit_span(sh->model, unit, &off, &count);
+    float *g;
+    if (unit == 0) {
+        g = sh->emb_g;
+    } else {
+        int j = sh->g_next;
+        sh->g_next = 1 - j;
+        /* The buffer's previous reduce must have read it before reuse. */
+        if (shard_wait(sh, sh->blk_g_seq[j]) < 0)
+            return NULL;
+        sh->g_unit_buf[unit] = j;
+        g = sh->blk_g[j];
+    }
+    gpt_backend_memzero(sh->be, g, count * sizeof(float));
+    return g;
+}
+
+static int shard_release(void *ctx, int unit, int pass)
+{
+    struct gpt_shard *sh = ctx;
+    if (pass == 0)
+        return 0;
+    /* Backward finished this unit: reduce-scatter its gradients into the
+     * shard while backward goes on with the next one. */
+    if (gpt_backend_sync(sh->be) < 0)
+        return -EIO;
+    if (unit == 0) {
+        (void)shard_enqueue(sh, SHARD_OP_REDUCE, 0, sh->emb_g);
+        return 0;
+    }
+    int j = sh->g_unit_buf[unit];
+    sh->blk_g_seq[j] = shard_enqueue(sh, SHARD_OP_REDUCE, unit, sh->blk_g[j]);
+    return 0;
+}
+
+/* ---- set-up ---- */
+
+int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be,
+                  struct gpt_shard **ret, struct gpt_err *err)
+{
+    GPT_ASSERT(mode == GPT_SHARD_OPTIMIZER || mode == GPT_SHARD_FULL);
+    struct gpt_shard *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for the shard state");
+    sh->mode = mode;
+    sh->comm = comm;
+    sh->be = be;
+    sh->units = (struct gpt_model_units){
+        .ctx = sh, .fetch = shard_fetch, .grads = shard_grads, .release = shard_release};
+    sh->blk_unit[0] = sh->blk_unit[1] = -1;
+    pthread_mutex_init(&sh->mu, NULL);
+    pthread_cond_init(&sh->cv, NULL);
+    *ret = sh;
+    return 0;
+}
+
+const struct gpt_model_units *gpt_shard_units(struct gpt_shard *sh)
+{
+    return &sh->units;
+}
+
+static int shard_alloc(struct gpt_shard *sh, size_t n, float **ret)
+{
+    return gpt_backend_alloc(sh->be, (n ? n : 1) * sizeof(float), (void **)ret);
+}
+
+int gpt_shard_attach(struct gpt_shard *sh, struct gpt_model *m, struct gpt_err *err)
+{
+    int world = sh->comm->world, rank = sh->comm->rank, rc = 0;
+    sh->model = m;
+    if (sh->mode == GPT_SHARD_OPTIMIZER) {
+        size_t off, len;
+        gpt_comm_slice(m->n_params, world, rank, &off, &len);
+        sh->pieces[0] = (struct shard_piece){.flat_off = off, .len = len, .pos = 0};
+        sh->n_pieces = 1;
+        sh->shard_len = len;
+    } else {
+        int U = gpt_model_num_units(m);
+        for (int u = 0; u < U; u++) {
+            struct shard_piece *p = &sh->pieces[u];
+            gpt_model_unit_span(m, u, &p->unit_off, &p->unit_count);
+            gpt_comm_slice(p->unit_count, world, rank, &p->slice_off, &p->len);
+            p->flat_off = p->unit_off + p->slice_off;
+            p->pos = sh->shard_len;
+            sh->shard_len += p->len;
+            if (u > 0 && p->unit_count > sh->max_unit)
+                sh->max_unit = p->unit_count;
+        }
+        sh->n_pieces = (size_t)U;
+        size_t emb = sh->pieces[0].unit_count;
+        if ((rc = shard_alloc(sh, sh->shard_len, &sh->sp)) < 0 ||
+            (rc = shard_alloc(sh, sh->shard_len, &sh->sg)) < 0 ||
+            (rc = shard_alloc(sh, emb, &sh->emb_p)) < 0 ||
+            (rc = shard_alloc(sh, emb, &sh->emb_g)) < 0)
+            goto fail;
+        for (int i = 0; i < 2; i++)
+            if ((rc = shard_alloc(sh, sh->max_unit, &sh->blk_p[i])) < 0 ||
+                (rc = shard_alloc(sh, sh->max_unit, &sh->blk_g[i])) < 0)
+                goto fail;
+        if (pthread_create(&sh->thread, NULL, shard_thread_main, sh) != 0) {
+            rc = -EAGAIN;
+            goto fail;
+        }
+        sh->thread_started = true;
+    }
+    if ((rc = shard_alloc(sh, sh->shard_len, &sh->sm)) < 0 ||
+        (rc = shard_alloc(sh, sh->shard_len, &sh->sv)) < 0)
+        goto fail;
+    return 0;
+fail:
+    return gpt_err_set(err, rc, NULL, "cannot allocate the sharded training state (%zu floats)",
+                       sh->shard_len);
+}
+
+void gpt_shard_free(struct gpt_shard *sh)
+{
+    if (!sh)
+        return;
+    if (sh->thread_started) {
+        pthread_mutex_lock(&sh->mu);
+        sh->quit = true;
+        pthread_cond_broadcast(&sh->cv);
+        pthread_mutex_unlock(&sh->mu);
+        pthread_join(sh->thread, NULL);
+    }
+    float *bufs[] = {sh->sp, sh->sg, sh->sm, sh->sv, sh->emb_p, sh->emb_g,
+                     sh->blk_p[0], sh->blk_p[1], sh->blk_g[0], sh->blk_g[1]};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        gpt_backend_mem_free(sh->be, bufs[i]);
+    pthread_mutex_destroy(&sh->mu);
+    pthread_cond_destroy(&sh->cv);
+    free(sh);
+}
+
+/* ---- state transfer ---- */
+
+void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m, const float *v)
+{
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        size_t bytes = p->len * sizeof(float);
+        if (sh->mode == GPT_SHARD_FULL)
+            gpt_backend_copy(sh->be, sh->sp + p->pos, params + p->flat_off, bytes);
+        if (m)
+            gpt_backend_copy(sh->be, sh->sm + p->pos, m + p->flat_off, bytes);
+        else
+            gpt_backend_memzero(sh->be, sh->sm + p->pos, bytes);
+        if (v)
+            gpt_backend_copy(sh->be, sh->sv + p->pos, v + p->flat_off, bytes);
+        else
+            gpt_backend_memzero(sh->be, sh->sv + p->pos, bytes);
+    }
+    if (sh->mode == GPT_SHARD_OPTIMIZER && params != sh->model->params)
+        gpt_backend_copy(sh->be, sh->model->params, params,
+                         sh->model->n_params * sizeof(float));
+    sh->emb_valid = false;
+    sh->blk_unit[0] = sh->blk_unit[1] = -1;
+}
+
+/* Puts this rank's pieces of `src` (a shard buffer) into the full buffer
+ * `dst`, then all-gathers each piece's span. */
+static int shard_gather_one(struct gpt_shard *sh, float *dst, const float *src)
+{
+    int rc;
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        gpt_backend_copy(sh->be, dst + p->flat_off, src + p->pos, p->len * sizeof(float));
+    }
+    if ((rc = gpt_backend_sync(sh->be)) < 0)
+        return rc;
+    if (sh->mode == GPT_SHARD_OPTIMIZER)
+        return gpt_comm_allgather(sh->comm, dst, sh->model->n_params);
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        if ((rc = gpt_comm_allgather(sh->comm, dst + p->unit_off, p->unit_count)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int gpt_shard_gather_full(struct gpt_shard *sh, float *params, float *m, float *v)
+{
+    int rc = 0;
+    if (sh->mode == GPT_SHARD_FULL && (rc = shard_gather_one(sh, params, sh->sp)) < 0)
+        return rc;
+    if (sh->mode == GPT_SHARD_OPTIMIZER && params != sh->model->params)
+        gpt_backend_copy(sh->be, params, sh->model->params, sh->model->n_params * sizeof(float));
+    if (m && (rc = shard_gather_one(sh, m, sh->sm)) < 0)
+        return rc;
+    if (v && (rc = shard_gather_one(sh, v, sh->sv)) < 0)
+        return rc;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+void gpt_shard_zero_grad(struct gpt_shard *sh)
+{
+    if (sh->mode == GPT_SHARD_OPTIMIZER)
+        gpt_model_zero_grad(sh->model);
+    else
+        gpt_backend_memzero(sh->be, sh->sg, (sh->shard_len ? sh->shard_len : 1) * sizeof(float));
+}
+
+int gpt_shard_sync(struct gpt_shard *sh)
+{
+    if (!sh->thread_started)
+        return 0;
+    pthread_mutex_lock(&sh->mu);
+    uint64_t last = sh->issued;
+    pthread_mutex_unlock(&sh->mu);
+    return shard_wait(sh, last);
+}
+
+int gpt_shard_reduce_grads(struct gpt_shard *sh)
+{
+    if (sh->mode == GPT_SHARD_OPTIMIZER)
+        return gpt_comm_reduce_scatter(sh->comm, sh->model->grads, sh->model->n_params,
+                                       GPT_REDUCE_AVG);
+    return gpt_shard_sync(sh);
+}
+
+/* This rank's gradient slice of piece p. */
+static float *shard_piece_grads(const struct gpt_shard *sh, const struct shard_piece *p)
+{
+    return sh->mode == GPT_SHARD_OPTIMIZER ? sh->model->grads + p->flat_off : sh->sg + p->pos;
+}
+
+static float *shard_piece_params(const struct gpt_shard *sh, const struct shard_piece *p)
+{
+    return sh->mode == GPT_SHARD_OPTIMIZER ? sh->model->params + p->flat_off : sh->sp + p->pos;
+}
+
+int gpt_shard_grad_norm(struct gpt_shard *sh, double *ret_norm)
+{
+    double local = 0;
+    for (size_t i = 0; i < sh->n_pieces; i++)
+        if (sh->pieces[i].len)
+            local += gpt_backend_sumsq(sh->be, shard_piece_grads(sh, &sh->pieces[i]),
+                                       sh->pieces[i].len);
+    /* The collectives carry floats: split the double into a high and a low
+     * part so the sum keeps double precision. */
+    float parts[2] = {(float)local, (float)(local - (double)(float)local)};
+    int rc = gpt_comm_allreduce(sh->comm, parts, 2, GPT_REDUCE_SUM);
+    if (rc < 0)
+        return rc;
+    *ret_norm = sqrt((double)parts[0] + (double)parts[1]);
+    return 0;
+}
+
+int gpt_shard_update(struct gpt_shard *sh, const struct gpt_optim_spec *o, float lr, int64_t t,
+                     float grad_scale)
+{
+    const struct gpt_model *m = sh->model;
+    float bc1 = (float)(1.0 - pow(o->beta1, (double)t));
+    float bc2 = (float)(1.0 - pow(o->beta2, (double)t));
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        float *params = shard_piece_params(sh, p), *grads = shard_piece_grads(sh, p);
+        size_t end = p->flat_off + p->len;
+        /* Each tensor overlapping the piece gets its own decay rule. */
+        for (size_t k = 0; k < m->n_tensors; k++) {
+            const struct gpt_tensor_info *ti = &m->tensors[k];
+            size_t a = ti->offset > p->flat_off ? ti->offset : p->flat_off;
+            size_t b = shard_min(ti->offset + ti->count, end);
+            if (a >= b)
+                continue;
+            size_t rel = a - p->flat_off;
+            float wd = ti->ndim >= 2 ? (float)o->weight_decay : 0.0f;
+            gpt_backend_adamw(sh->be, params + rel, grads + rel, sh->sm + p->pos + rel,
+                              sh->sv + p->pos + rel, b - a, lr, (float)o->beta1, (float)o->beta2,
+                              (float)o->eps, wd, grad_scale, bc1, bc2);
+        }
+    }
+    /* Every gathered copy is stale now. */
+    sh->emb_valid = false;
+    sh->blk_unit[0] = sh->blk_unit[1] = -1;
+    int rc = gpt_backend_sync(sh->be);
+    if (rc < 0 || sh->mode != GPT_SHARD_OPTIMIZER)
+        return rc;
+    return gpt_comm_allgather(sh->comm, sh->model->params, sh->model->n_params);
+}
+
+void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret)
+{
+    uint64_t f = sizeof(float), n = sh->model->n_params;
+    if (sh->mode == GPT_SHARD_OPTIMIZER) {
+        ret->params = n * f;
+        ret->grads = n * f;
+        ret->work = 0;
+    } else {
+        ret->params = sh->shard_len * f;
+        ret->grads = sh->shard_len * f;
+        /* The gathered embeddings and two block buffers, for parameters
+         * and for gradients. */
+        ret->work = 2 * (sh->pieces[0].unit_count + 2 * sh->max_unit) * f;
+    }
+    ret->optim = 2 * sh->shard_len * f;
+}

@@ -1,0 +1,80 @@
+/*
+ * shard: sharded data parallelism for the trainer.
+ *
+ *   optimizer (ZeRO-1): every rank keeps full parameters and gradients; the
+ *     AdamW moments exist only for this rank's slice of the flat buffer.
+ *     Gradients are reduce-scattered, the slice is updated, parameters are
+ *     all-gathered.
+ *   full (FSDP-like): parameters, gradients and moments are all sharded.
+ *     The model fetches each parameter unit (embeddings, each block, final
+ *     LayerNorm) through struct gpt_model_units: the unit is all-gathered
+ *     just before use and released after; gradients of a unit are
+ *     reduce-scattered as soon as backward finishes it. A communication
+ *     thread runs every collective in issue order and prefetches the next
+ *     unit while the current one computes.
+ *
+ * Slices follow gpt_comm_slice (uneven shards allowed). One struct
+ * gpt_shard per rank, used by the worker thread that owns the model.
+ */
+#ifndef GPT_SHARD_H
+#define GPT_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "gpt_err.h"
+#include "jobspec.h"
+
+struct gpt_model;
+struct gpt_backend;
+struct gpt_shard;
+
+/* Per-rank memory of the training state, in bytes: the persistent state
+ * (params, grads, optim) and the transient working buffers full sharding
+ * adds (gathered units and unit gradients; 0 for optimizer sharding). */
+struct gpt_shard_mem {
+    uint64_t params, grads, optim, work;
+};
+
+/* Creates the shard state for `mode` (GPT_SHARD_OPTIMIZER or
+ * GPT_SHARD_FULL) over `comm` (borrowed). For full sharding, pass
+ * gpt_shard_units() to gpt_model_init_sharded, then call gpt_shard_attach;
+ * for optimizer sharding, init the model normally and attach. */
+int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be,
+                  struct gpt_shard **ret, struct gpt_err *err);
+const struct gpt_model_units *gpt_shard_units(struct gpt_shard *sh);
+/* Sizes the slices from the model's layout and allocates the shard
+ * buffers; starts the communication thread (full). */
+int gpt_shard_attach(struct gpt_shard *sh, struct gpt_model *m, struct gpt_err *err);
+/* NULL allowed. Stops the thread and frees every buffer. */
+void gpt_shard_free(struct gpt_shard *sh);
+
+/* Loads this rank's slices from full buffers (backend memory, n_params
+ * each; m and v may be NULL for zero moments). Every rank passes the
+ * same full state. */
+void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m,
+                         const float *v);
+/* Gathers the full state on every rank into the given buffers (n_params
+ * each; m and v may be NULL to skip). Collective. */
+int gpt_shard_gather_full(struct gpt_shard *sh, float *params, float *m, float *v);
+
+/* Before the first micro-batch of a step. */
+void gpt_shard_zero_grad(struct gpt_shard *sh);
+/* After the last micro-batch's backward: finishes the gradient reduction
+ * (reduce-scatter for optimizer sharding; waits for the per-unit
+ * reductions for full). Collective. */
+int gpt_shard_reduce_grads(struct gpt_shard *sh);
+/* Waits until the communication thread has run everything queued, so the
+ * caller may use the communicator itself. Returns the first error. */
+int gpt_shard_sync(struct gpt_shard *sh);
+/* Global gradient norm (before clipping). Collective. */
+int gpt_shard_grad_norm(struct gpt_shard *sh, double *ret_norm);
+/* AdamW on this rank's slices, then (optimizer sharding) the all-gather of
+ * the parameters. Collective. */
+int gpt_shard_update(struct gpt_shard *sh, const struct gpt_optim_spec *o, float lr, int64_t t,
+                     float grad_scale);
+
+void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
+
+#endif

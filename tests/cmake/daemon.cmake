@@ -1,0 +1,16 @@
+# The daemon's integration tests: bash scripts that start real gptd
+# processes (each with its own temporary state directory and socket) and
+# drive them with gptctl and tests/integration/itest_client.
+add_executable(itest_client ${CMAKE_CURRENT_SOURCE_DIR}/integration/itest_client.c)
+gptd_target(itest_client)
+target_link_libraries(itest_client PRIVATE SQLite::SQLite3)
+
+set(GPTD_DAEMON_TESTS daemon_flow daemon_restart daemon_malformed daemon_follower
+                      daemon_config)
+foreach(t ${GPTD_DAEMON_TESTS})
+  add_test(NAME ${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>
+                   $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()
