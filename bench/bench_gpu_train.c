@@ -61,8 +61,13 @@ static int bench_mode(int device, int tf32, size_t B, int steps, struct bench_ro
         goto out;
     }
     gpt_model_init_weights(&m, 1337);
-    struct gpt_optim_spec opt = {.lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 0, .weight_decay = 0.1,
-                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    struct gpt_optim_spec opt = {.lr = 3e-4,
+                                 .min_lr = 3e-5,
+                                 .warmup_steps = 0,
+                                 .weight_decay = 0.1,
+                                 .beta1 = 0.9,
+                                 .beta2 = 0.95,
+                                 .eps = 1e-8};
     size_t BT = B * T;
     int *x = malloc(BT * sizeof(int)), *y = malloc(BT * sizeof(int));
     if (!x || !y) {
@@ -86,8 +91,7 @@ static int bench_mode(int device, int tf32, size_t B, int steps, struct bench_ro
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
-        gpt_adamw_update(&m, &opt, 3e-4f, s + WARMUP + 1, gpt_clip_scale(norm, 1.0), 0,
-                         m.n_params);
+        gpt_adamw_update(&m, &opt, 3e-4f, s + WARMUP + 1, gpt_clip_scale(norm, 1.0), 0, m.n_params);
         rc = gpt_backend_sync(be);
         if (s >= 0)
             total += now_s() - t0;
@@ -141,8 +145,8 @@ int main(int argc, char **argv)
     for (int tf32 = 0; tf32 < 2; tf32++)
         ok += bench_mode(device, tf32, B, steps, &rows[tf32]) == 0;
     printf("\nGPT-2 124M, B=%zu, T=1024, %d timed steps, one GPU\n", B, steps);
-    printf("%-5s %10s %12s %9s %8s %10s %8s\n", "mode", "ms/step", "tokens/s", "TFLOP/s",
-           "MFU", "peak GiB", "loss");
+    printf("%-5s %10s %12s %9s %8s %10s %8s\n", "mode", "ms/step", "tokens/s", "TFLOP/s", "MFU",
+           "peak GiB", "loss");
     for (int i = 0; i < 2; i++)
         if (rows[i].mode)
             printf("%-5s %10.1f %12.0f %9.1f %7.2f%% %10.2f %8.4f\n", rows[i].mode, rows[i].ms,

@@ -40,6 +40,16 @@ if(GPTD_HAVE_CUDA)
     message(FATAL_ERROR "engine/ops/cuda has no sources")
   endif()
   add_library(gptcuda STATIC ${GPTD_CUDA_SRC})
+  # Directory-wide options (sanitizers, fuzzing, -march=native) are gcc/clang
+  # flags that nvcc rejects: keep them for the C sources only.
+  get_target_property(gptd_cuda_inherited gptcuda COMPILE_OPTIONS)
+  if(gptd_cuda_inherited)
+    set(gptd_cuda_wrapped "")
+    foreach(opt IN LISTS gptd_cuda_inherited)
+      list(APPEND gptd_cuda_wrapped "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${opt}>")
+    endforeach()
+    set_target_properties(gptcuda PROPERTIES COMPILE_OPTIONS "${gptd_cuda_wrapped}")
+  endif()
   target_include_directories(gptcuda PUBLIC ${CMAKE_SOURCE_DIR}/proto ${CMAKE_SOURCE_DIR}/engine
                                             ${CMAKE_SOURCE_DIR}/engine/ops
                                             ${CMAKE_SOURCE_DIR}/engine/ops/cuda ${NCCL_INCLUDE_DIR})

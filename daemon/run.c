@@ -176,7 +176,7 @@ int gptd_run_main(int argc, char **argv)
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over = 0;
     int resume = 0, json = 0;
-    int64_t workers = 1, stop_after = 0, sample_tokens = 0;
+    int64_t workers = 0, stop_after = 0, sample_tokens = 0;
     struct gpt_err err;
 
     for (int i = 1; i < argc; i++) {
@@ -247,7 +247,7 @@ int gptd_run_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((world > 0) != (rdzv != NULL) || (world > 0 && rank + workers > world)) {
+    if ((world > 0) != (rdzv != NULL) || (world > 0 && rank + (workers ? workers : 1) > world)) {
         fprintf(stderr, "gptd run: --world and --rdzv go together, and --rank + --workers must "
                         "not exceed --world\n");
         return 2;
@@ -265,6 +265,9 @@ int gptd_run_main(int argc, char **argv)
         return 1;
     }
 
+    /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
+    if (workers == 0)
+        workers = workers_default_count(&job, 1);
     char snapdir[GPT_JOB_PATH_MAX];
     if (snapdir_arg)
         snprintf(snapdir, sizeof(snapdir), "%s", snapdir_arg);
@@ -358,7 +361,7 @@ int gptd_run_main(int argc, char **argv)
             .temperature = 0.8,
             .top_k = 0,
             .seed = job.trainer.seed,
-            .threads = job.trainer.threads,
+            .threads = job.trainer.threads > 0 ? job.trainer.threads : 1,
         };
         char *text = NULL;
         rc = gpt_sample_snapshot(result.last_snapshot, &so, &text, &err);

@@ -8,6 +8,14 @@
  */
 #include "workers.h"
 
+#include "backend.h"
+
+#ifdef GPTD_HAVE_CUDA
+#include "comm_nccl.h"
+#include "cuda_backend.h"
+#include "cuda_probe.h"
+#endif
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -35,6 +43,7 @@ struct workers {
     char snapdir[GPT_JOB_PATH_MAX];
     char resume_path[GPT_JOB_PATH_MAX];
     char prefix[256];
+    char bind_host[64];
     int world;
     struct gpt_kv kv_local; /* in-process worlds; zeroed when unused */
     struct gpt_kv kv;
@@ -67,24 +76,75 @@ static void worker_event(void *ctx, const struct gpt_event *e)
         wk->ws->o.on_event(wk->ws->o.ctx, e);
 }
 
+/* How many GPUs this job may use here: 0 on CPU hosts, when CUDA is not
+ * built in, or when the job asks for a CPU collective backend. */
+static int workers_gpu_count(const struct gpt_job *job)
+{
+#ifdef GPTD_HAVE_CUDA
+    int kind = job->distributed.backend;
+    if (kind == GPT_COMM_AUTO || kind == GPT_COMM_NCCL)
+        return gpt_cuda_device_count();
+#else
+    (void)job;
+#endif
+    return 0;
+}
+
+int workers_default_count(const struct gpt_job *job, int cpu_default)
+{
+    if (job->distributed.workers_per_node > 0)
+        return job->distributed.workers_per_node;
+    int gpus = workers_gpu_count(job);
+    return gpus > 0 ? gpus : cpu_default;
+}
+
+/* The compute backend and communicator of one worker: CUDA + NCCL on GPU
+ * hosts (local worker i on GPU i), CPU + TCP ring (or local) elsewhere. */
+static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be,
+                       struct gpt_comm **ret_comm)
+{
+    struct workers *ws = wk->ws;
+    int gpus = workers_gpu_count(&ws->job);
+    struct gpt_comm_opts co = {
+        .rank = wk->rank,
+        .world = ws->world,
+        .prefix = ws->prefix,
+        .timeout_ms = ws->o.comm_timeout_ms,
+        .bind_host = ws->bind_host[0] ? ws->bind_host : NULL,
+    };
+    *ret_be = NULL;
+    if (gpus == 0 && ws->job.distributed.backend == GPT_COMM_NCCL)
+        return gpt_err_set(&wk->err, -GPT_E_NODEVICE, "distributed.backend",
+                           "distributed.backend is nccl but this host has no usable GPU");
+#ifdef GPTD_HAVE_CUDA
+    if (gpus > 0) {
+        int rc = gpt_backend_cuda_new(local % gpus, ret_be, &wk->err);
+        if (rc < 0)
+            return rc;
+        if (ws->world == 1)
+            return gpt_comm_local_new(ret_comm, &wk->err);
+        rc = gpt_comm_nccl_new(&co, &ws->kv, local % gpus, ret_comm, &wk->err);
+        if (rc < 0)
+            return rc;
+        return gpt_comm_nccl_bind_backend(*ret_comm, *ret_be);
+    }
+#else
+    (void)local;
+#endif
+    if (ws->world == 1)
+        return gpt_comm_local_new(ret_comm, &wk->err);
+    return gpt_comm_tcp_new(&co, &ws->kv, ret_comm, &wk->err);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
     struct workers *ws = wk->ws;
     struct gpt_comm *comm = NULL;
+    struct gpt_backend *be = NULL;
     int rc;
 
-    if (ws->world == 1) {
-        rc = gpt_comm_local_new(&comm, &wk->err);
-    } else {
-        struct gpt_comm_opts co = {
-            .rank = wk->rank,
-            .world = ws->world,
-            .prefix = ws->prefix,
-            .timeout_ms = ws->o.comm_timeout_ms,
-        };
-        rc = gpt_comm_tcp_new(&co, &ws->kv, &comm, &wk->err);
-    }
+    rc = worker_open(wk, (int)(wk - ws->w), &be, &comm);
     if (rc < 0)
         goto out;
     atomic_store(&wk->comm, comm);
@@ -97,7 +157,9 @@ static void *worker_main(void *arg)
         .snapshot_dir = ws->snapdir[0] ? ws->snapdir : NULL,
         .resume = ws->o.resume,
         .resume_path = ws->resume_path[0] ? ws->resume_path : NULL,
+        .write_snapshots = ws->o.write_snapshots && wk == &ws->w[0],
         .run_id = ws->o.run_id,
+        .backend = be,
         .hooks = {.ctx = wk,
                   .metric = worker_metric,
                   .event = worker_event,
@@ -110,6 +172,7 @@ out:
      * so the comm goes first and nothing of `wk` is touched afterwards. */
     atomic_store(&wk->comm, NULL);
     gpt_comm_free(comm);
+    gpt_backend_free(be);
     if (atomic_fetch_sub(&ws->running, 1) == 1) {
         atomic_store(&ws->finished, true);
         if (ws->o.on_exit)
@@ -133,6 +196,8 @@ int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt
     ws->o.snapshot_dir = NULL;
     ws->o.resume_path = NULL;
     ws->o.kv_prefix = NULL;
+    snprintf(ws->bind_host, sizeof(ws->bind_host), "%s", o->bind_host ? o->bind_host : "");
+    ws->o.bind_host = NULL;
     ws->world = o->world > 0 ? o->world : o->n_workers;
     if (o->rank_base < 0 || o->rank_base + o->n_workers > ws->world) {
         int world = ws->world;

@@ -37,6 +37,10 @@ struct workers_opts {
     const struct gpt_kv *kv; /* borrowed; must outlive the workers */
     const char *kv_prefix;   /* copied */
     int comm_timeout_ms;     /* 0 = default */
+    const char *bind_host;   /* address the ring listens on (copied); NULL = loopback */
+    /* The first local rank writes snapshots too (each node of an elastic
+     * world keeps its own copy), not only global rank 0. */
+    bool write_snapshots;
 
     /* Worker-thread callbacks (global rank 0 only for metric/event). */
     void *ctx;
@@ -48,6 +52,11 @@ struct workers_opts {
 };
 
 struct workers;
+
+/* Local workers for a job: distributed.workers_per_node when set, else one
+ * per visible GPU on a GPU host (when the job may use CUDA), else
+ * `cpu_default`. */
+int workers_default_count(const struct gpt_job *job, int cpu_default);
 
 /* Starts the threads. Returns 0 and a new handle, or an error (no threads
  * left running). Does not block on training. */

@@ -66,6 +66,7 @@ struct trainer {
     struct gpt_comm *own_comm;
     int rank, world;
     struct gpt_backend *be;
+    struct gpt_backend *own_be; /* created here when the caller gave none */
     struct gpt_dataset *ds;
     struct gpt_model model;
     bool model_ready;
@@ -238,9 +239,17 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     const struct gpt_job *job = t->job;
     int rc;
 
-    rc = gpt_backend_cpu_new(job->trainer.threads, &t->be, err);
-    if (rc < 0)
-        return rc;
+    if (t->opts->backend) {
+        t->be = t->opts->backend;
+    } else {
+        /* trainer.threads 0 (the default) means one BLAS/OpenMP thread per
+         * worker: workers already run in parallel, one per core. */
+        rc = gpt_backend_cpu_new(job->trainer.threads > 0 ? job->trainer.threads : 1,
+                                 &t->own_be, err);
+        if (rc < 0)
+            return rc;
+        t->be = t->own_be;
+    }
     rc =
         gpt_dataset_open(&job->data, (size_t)job->model.block_size, job->trainer.seed, &t->ds, err);
     if (rc < 0)
@@ -820,7 +829,7 @@ static void trainer_done(struct trainer *t)
     if (t->model_ready)
         gpt_model_done(&t->model);
     gpt_dataset_free(t->ds);
-    gpt_backend_free(t->be);
+    gpt_backend_free(t->own_be);
     gpt_comm_free(t->own_comm);
     free(t->inputs);
     free(t->targets);

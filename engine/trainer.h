@@ -50,6 +50,7 @@ struct gpt_trainer_opts {
     const char *resume_path;   /* a specific snapshot file (implies resume) */
     int write_snapshots;       /* 0: this rank never writes (default: rank 0 writes) */
     int64_t run_id;            /* copied into metrics and events */
+    struct gpt_backend *backend; /* borrowed; NULL = a CPU backend with trainer.threads */
     struct gpt_trainer_hooks hooks;
 };
 

@@ -175,8 +175,8 @@ static void *rank_main(void *p)
         printf("rank %d: backend: %s\n", a->rank, err.msg);
         goto out;
     }
-    struct gpt_comm_opts o = {.rank = a->rank, .world = a->world, .prefix = "w/",
-                              .timeout_ms = 60000};
+    struct gpt_comm_opts o = {
+        .rank = a->rank, .world = a->world, .prefix = "w/", .timeout_ms = 60000};
     if (gpt_comm_nccl_new(&o, a->kv, a->rank, &c, &err) < 0) {
         printf("rank %d: nccl: %s\n", a->rank, err.msg);
         goto out;
@@ -254,7 +254,9 @@ static void test_stuck(int use_abort)
     float *dev = NULL;
     if (gpt_kv_mem_new(&kv, &err) < 0 || gpt_backend_cuda_new(0, &be, &err) < 0)
         abort();
-    struct gpt_comm_opts o = {.rank = 0, .world = 1, .prefix = use_abort ? "a/" : "t/",
+    struct gpt_comm_opts o = {.rank = 0,
+                              .world = 1,
+                              .prefix = use_abort ? "a/" : "t/",
                               .timeout_ms = use_abort ? 60000 : 1500};
     int rc = gpt_comm_nccl_new(&o, &kv, 0, &c, &err);
     EXPECT(rc == 0, "nccl_new: %s", err.msg);
@@ -280,8 +282,7 @@ static void test_stuck(int use_abort)
                (long long)(t1 - aa.at_ms));
     } else {
         EXPECT(rc == -ETIMEDOUT, "timeout: got %d", rc);
-        EXPECT(t1 - t0 >= 1400 && t1 - t0 <= 3000, "timeout after %lld ms",
-               (long long)(t1 - t0));
+        EXPECT(t1 - t0 >= 1400 && t1 - t0 <= 3000, "timeout after %lld ms", (long long)(t1 - t0));
         printf("timeout: returned %d after %lld ms (timeout 1500)\n", rc, (long long)(t1 - t0));
     }
     /* Sticky: the communicator stays failed. */

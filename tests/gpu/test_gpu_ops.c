@@ -24,6 +24,7 @@ static const struct {
     const char *op;
     double tol;
 } tolerances[] = {
+    {"memory", 0.0},
     {"transfer", 0.0},
     {"copy", 0.0},
     {"memzero", 0.0},
@@ -154,8 +155,9 @@ struct shape {
 };
 
 static const struct shape shapes[] = {
-    {1, 1, 4, 1, 3, 3},          {2, 5, 12, 3, 17, 32},     {3, 33, 48, 4, 100, 128},
-    {4, 64, 64, 4, 257, 320},    {1, 129, 96, 6, 1000, 1024}, {2, 100, 36, 12, 65, 65},
+    {1, 1, 4, 1, 3, 3},       {2, 5, 12, 3, 17, 32},       {3, 33, 48, 4, 100, 128},
+    {4, 64, 64, 4, 257, 320}, {1, 129, 96, 6, 1000, 1024}, {2, 100, 36, 12, 65, 65},
+    {5, 17, 8, 2, 50, 64}, /* B > NH: batched over b */
 };
 
 static void test_memory(void)
@@ -363,6 +365,8 @@ int main(void)
         return 1;
     }
     gpt_rng_seed(&rng, 20261202);
+    size_t bytes0, bytes, peak;
+    gpt_cuda_backend_mem_stats(gpu, &bytes0, &peak);
     test_memory();
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const struct shape *s = &shapes[i];
@@ -375,7 +379,7 @@ int main(void)
     }
     test_layernorm(4096, 768, "N4096 C768 (split sums)");
     test_xent(64, 50257, 50304);
-    static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},     {66, 48, 144},
+    static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
         for (int bias = 0; bias < 2; bias++)
@@ -390,9 +394,9 @@ int main(void)
         fprintf(stderr, "sticky error: %s\n", gpt_cuda_backend_last_error(gpu));
         failures++;
     }
-    size_t bytes, peak;
     gpt_cuda_backend_mem_stats(gpu, &bytes, &peak);
-    printf("device memory: %zu bytes held, peak %zu\n", bytes, peak);
+    printf("device memory: %zu bytes held (%zu at start), peak %zu\n", bytes, bytes0, peak);
+    report("memory", "accounting: every buffer freed", (double)(bytes != bytes0));
     gpt_backend_free(gpu);
     gpt_backend_free(cpu);
     printf("%d of %d checks failed\n", failures, checks);

@@ -26,10 +26,15 @@
 /* Losses of STEPS steps and the final parameters (host copy, malloc'd). */
 static int train(struct gpt_backend *be, float *losses, float **ret_params, size_t *ret_n)
 {
-    struct gpt_model_config cfg = {.n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = T,
-                                   .vocab_size = 97};
-    struct gpt_optim_spec opt = {.lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 0,
-                                 .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    struct gpt_model_config cfg = {
+        .n_layer = 2, .n_head = 4, .n_embd = 64, .block_size = T, .vocab_size = 97};
+    struct gpt_optim_spec opt = {.lr = 1e-3,
+                                 .min_lr = 1e-4,
+                                 .warmup_steps = 0,
+                                 .weight_decay = 0.1,
+                                 .beta1 = 0.9,
+                                 .beta2 = 0.95,
+                                 .eps = 1e-8};
     struct gpt_model m;
     struct gpt_err err;
     memset(&m, 0, sizeof(m));

@@ -5,9 +5,11 @@
 # the slow one catch up from the database.
 source "$(dirname "$0")/daemon_common.sh"
 
-# Every step logged: about 500 bytes a step for the followers.
-tiny_job "$T/job.json" 3000 1 500
-start_gptd --client-output-max-bytes 65536
+# Every step logged: about 500 bytes a step for the followers (3 MB in all,
+# far beyond the 256 KiB bound plus socket buffers, so a stalled reader must
+# hit the bound while a reading one keeps up).
+tiny_job "$T/job.json" 6000 1 1000
+start_gptd --client-output-max-bytes 262144
 
 id=$("$GPTCTL" submit "$T/job.json")
 wait_for 60 job_is "$id" running
@@ -28,10 +30,10 @@ kill "$stalled" 2>/dev/null || true
 # Its queue was bounded: memory grew by far less than the stream it missed.
 ((rss1 - rss0 < 50000)) || fail "gptd grew from ${rss0} to ${rss1} KiB"
 
-# Catching up: everything from step 2000 on is in the database.
-"$GPTCTL" --json logs --since 2000 "$id" >"$T/catchup.json"
+# Catching up: everything from step 5000 on is in the database.
+"$GPTCTL" --json logs --since 5000 "$id" >"$T/catchup.json"
 steps=$(metric_steps "$T/catchup.json")
-[[ $(head -n1 <<<"$steps") -eq 2000 && $(tail -n1 <<<"$steps") -eq 3000 ]] ||
-    fail "logs --since did not return steps 2000..3000"
+[[ $(head -n1 <<<"$steps") -eq 5000 && $(tail -n1 <<<"$steps") -eq 6000 ]] ||
+    fail "logs --since did not return steps 5000..6000"
 [[ $(wc -l <<<"$steps") -eq 1001 ]] || fail "logs --since: $(wc -l <<<"$steps") metrics"
 echo "daemon_follower: ok (rss ${rss0} -> ${rss1} KiB)"

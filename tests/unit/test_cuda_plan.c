@@ -39,8 +39,7 @@ static void test_sumsq_blocks(void **state)
     assert_int_equal(gpt_cuda_plan_sumsq_blocks(1, 256), 1);
     assert_int_equal(gpt_cuda_plan_sumsq_blocks(2048, 256), 1);
     assert_int_equal(gpt_cuda_plan_sumsq_blocks(2049, 256), 2);
-    assert_int_equal(gpt_cuda_plan_sumsq_blocks((size_t)124 << 20, 256),
-                     GPT_CUDA_SUMSQ_MAX_BLOCKS);
+    assert_int_equal(gpt_cuda_plan_sumsq_blocks((size_t)124 << 20, 256), GPT_CUDA_SUMSQ_MAX_BLOCKS);
     /* The plan depends on n only, which is what makes the sum reproducible. */
     for (size_t n = 1; n < 100000; n = n * 3 + 1)
         assert_int_equal(gpt_cuda_plan_sumsq_blocks(n, 256), gpt_cuda_plan_sumsq_blocks(n, 256));
@@ -186,7 +185,7 @@ static void test_pad_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grid),    cmocka_unit_test(test_sumsq_blocks),
+        cmocka_unit_test(test_grid),          cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits), cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
     };

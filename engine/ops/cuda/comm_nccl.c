@@ -312,12 +312,12 @@ static int nccl_repack(struct comm_nccl *c, const struct gpt_cuda_pad_plan *p, f
         size_t rows = (size_t)p->world - extra;
         size_t fp = base * sizeof(float), pp = p->chunk * sizeof(float);
         float *pf = flat + head, *pd = padded + head;
-        rc = nccl_cuda(c,
-                       to_padded ? cudaMemcpy2DAsync(pd, pp, pf, fp, fp, rows,
-                                                     cudaMemcpyDeviceToDevice, c->stream)
-                                 : cudaMemcpy2DAsync(pf, fp, pd, pp, fp, rows,
-                                                     cudaMemcpyDeviceToDevice, c->stream),
-                       "repack 2d");
+        rc = nccl_cuda(
+            c,
+            to_padded
+                ? cudaMemcpy2DAsync(pd, pp, pf, fp, fp, rows, cudaMemcpyDeviceToDevice, c->stream)
+                : cudaMemcpy2DAsync(pf, fp, pd, pp, fp, rows, cudaMemcpyDeviceToDevice, c->stream),
+            "repack 2d");
     }
     return rc;
 }
@@ -345,10 +345,9 @@ static int nccl_reduce_scatter(struct gpt_comm *gc, float *buf, size_t n, enum g
             (rc = nccl_repack(c, &p, (float *)dev, work, 1)) < 0)
             return rc;
     }
-    rc = nccl_finish(c,
-                     ncclReduceScatter(work, work + poff, p.chunk, ncclFloat, nccl_op(op), c->nc,
-                                       c->stream),
-                     "reduce_scatter");
+    rc = nccl_finish(
+        c, ncclReduceScatter(work, work + poff, p.chunk, ncclFloat, nccl_op(op), c->nc, c->stream),
+        "reduce_scatter");
     if (rc == 0 && p.needs_pad && len > 0) {
         rc = nccl_cuda(c,
                        cudaMemcpyAsync((float *)dev + off, work + poff, len * sizeof(float),
@@ -462,8 +461,7 @@ static int nccl_exchange_id(const struct gpt_comm_opts *o, const struct gpt_kv *
                                ncclGetErrorString(r));
         int rc = kv->set(kv->ctx, key, id, sizeof(*id));
         if (rc < 0)
-            return gpt_err_set(err, rc, NULL, "nccl: cannot publish %s: %s", key,
-                               gpt_strerror(rc));
+            return gpt_err_set(err, rc, NULL, "nccl: cannot publish %s: %s", key, gpt_strerror(rc));
         return 0;
     }
     size_t len = 0;

@@ -309,8 +309,8 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOp
     int al_d = cu_align(D, (size_t)ldd * 4);
     if (al_a < 16 || al_b < 16 || al_d < 16 || (bias && cu_align(bias, 0) < 16))
         return 1;
-    int key[14] = {(int)ta, (int)tb, m,    n,    k,    lda,          ldb,
-                   ldd,     al_a,    al_b, al_d, bias != NULL, beta != 0.0f, cb->tf32};
+    int key[14] = {(int)ta,      (int)tb,      m,       n, k, lda, ldb, ldd, al_a, al_b, al_d,
+                   bias != NULL, beta != 0.0f, cb->tf32};
     cublasComputeType_t ct = cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -355,8 +355,8 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOp
                                                  &u_d, sizeof(u_d));
             cublasLtMatmulHeuristicResult_t res;
             int found = 0;
-            st = cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res,
-                                                &found);
+            st =
+                cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
             if (st != CUBLAS_STATUS_SUCCESS || found == 0)
                 goto out;
             hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
@@ -390,9 +390,9 @@ static void gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N,
                     const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
                     float beta, float *C, int ldc, long long sc, int batch)
 {
-    cublasStatus_t st = cublasSgemmStridedBatched(
-        cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-        B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
+    cublasStatus_t st = cublasSgemmStridedBatched(cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                                  B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
     cu_check_blas(cb, st, "cublasSgemmStridedBatched");
 }
 
@@ -499,8 +499,8 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         att_offsets(&g, o, C, &o0, &os, &a0, &as);
         const float *v = qkv + q0 + 2 * C;
         /* out (T,hs) = att (T,T) @ v (T,hs) */
-        gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3,
-                (long long)qs, 0.0f, out + o0, (int)C, (long long)os, batch);
+        gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3, (long long)qs,
+                0.0f, out + o0, (int)C, (long long)os, batch);
     }
 }
 
@@ -522,8 +522,8 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const float *v = qkv + q0 + 2 * C, *d = dout + d0;
         float *dv = dqkv + q0 + 2 * C;
         /* datt (T,T) = d (T,hs) @ v (T,hs)^T */
-        gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs,
-                0.0f, scratch + a0, t, (long long)as, batch);
+        gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs, 0.0f,
+                scratch + a0, t, (long long)as, batch);
         /* dv (T,hs) = att^T (T,T) @ d (T,hs) */
         gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc, (long long)ds,
                 0.0f, dv, ld3, (long long)qs, batch);
@@ -700,7 +700,6 @@ static const struct gpt_cuda_backend *cu_const(const struct gpt_backend *be)
     return (const struct gpt_cuda_backend *)be;
 }
 
-
 static int cu_fail_new(struct gpt_cuda_backend *cb, struct gpt_err *err, const char *what,
                        const char *detail)
 {
@@ -787,9 +786,9 @@ extern "C" void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
     cb->tf32 = on != 0;
-    cu_check_blas(cb,
-                  cublasSetMathMode(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-                  "cublasSetMathMode");
+    cu_check_blas(
+        cb, cublasSetMathMode(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
 }
 
 extern "C" void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be)

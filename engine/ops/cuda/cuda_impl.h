@@ -44,8 +44,7 @@ void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size
  * already scaled by 1/sqrt(hs); entries j > i are written as 0. */
 void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T);
 /* datt = att * (datt - rowsum(att * datt)) for j <= i, 0 above. */
-void cuk_att_softmax_backward(cudaStream_t s, float *datt, const float *att, size_t rows,
-                              size_t T);
+void cuk_att_softmax_backward(cudaStream_t s, float *datt, const float *att, size_t rows, size_t T);
 void cuk_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
 void cuk_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n);

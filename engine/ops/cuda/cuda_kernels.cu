@@ -129,8 +129,7 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 
 /* One warp per row; two passes for the variance, like the CPU backend. */
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *weight, const float *bias, size_t N,
-                                         size_t C)
+                                         const float *weight, const float *bias, size_t N, size_t C)
 {
     int lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
@@ -290,7 +289,9 @@ void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size
 __global__ void bias_broadcast_kernel(float *out, const float *bias, size_t OC, size_t n)
 {
     GRID_LOOP(i, n)
-    out[i] = bias[i % OC];
+    {
+        out[i] = bias[i % OC];
+    }
 }
 
 void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC)
@@ -331,8 +332,8 @@ __global__ void att_softmax_forward_kernel(float *att, size_t rows, size_t T)
 
 void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T)
 {
-    att_softmax_forward_kernel<<<gpt_cuda_plan_row_grid(rows, ROW_WARPS), ROW_WARPS * WARP, 0,
-                                 s>>>(att, rows, T);
+    att_softmax_forward_kernel<<<gpt_cuda_plan_row_grid(rows, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
+        att, rows, T);
 }
 
 __global__ void att_softmax_backward_kernel(float *datt, const float *att, size_t rows, size_t T)
@@ -398,7 +399,9 @@ void cuk_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const floa
 __global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
 {
     GRID_LOOP(i, n)
-    out[i] = a[i] + b[i];
+    {
+        out[i] = a[i] + b[i];
+    }
 }
 
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n)
@@ -409,7 +412,9 @@ void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const floa
 __global__ void scale_kernel(float *x, float sc, size_t n)
 {
     GRID_LOOP(i, n)
-    x[i] *= sc;
+    {
+        x[i] *= sc;
+    }
 }
 
 void cuk_scale(cudaStream_t s, float *x, float sc, size_t n)
@@ -510,8 +515,8 @@ void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *t
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
-    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(logits, losses, targets, V, Vp,
-                                                             dscale, write_dlogits);
+    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(logits, losses, targets, V, Vp, dscale,
+                                                             write_dlogits);
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */
