@@ -66,13 +66,19 @@ int main(int argc, char **argv)
     struct gpt_model_config cfg = {c->L, c->NH, c->C, c->T, c->V};
     struct gpt_model m;
     memset(&m, 0, sizeof(m));
-    if (gpt_model_init(&m, &cfg, be, (size_t)c->B, &err) < 0 || gpt_model_alloc_optim(&m, &err) < 0) {
+    if (gpt_model_init(&m, &cfg, be, (size_t)c->B, &err) < 0 ||
+        gpt_model_alloc_optim(&m, &err) < 0) {
         fprintf(stderr, "bench_train: %s\n", err.msg);
         return 1;
     }
     gpt_model_init_weights(&m, 1337);
-    struct gpt_optim_spec opt = {.lr = 3e-4, .min_lr = 3e-5, .warmup_steps = 0, .weight_decay = 0.1,
-                                 .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    struct gpt_optim_spec opt = {.lr = 3e-4,
+                                 .min_lr = 3e-5,
+                                 .warmup_steps = 0,
+                                 .weight_decay = 0.1,
+                                 .beta1 = 0.9,
+                                 .beta2 = 0.95,
+                                 .eps = 1e-8};
     size_t BT = (size_t)c->B * (size_t)c->T;
     int *x = malloc(BT * sizeof(int)), *y = malloc(BT * sizeof(int));
     struct gpt_rng rng;
@@ -113,9 +119,9 @@ int main(int argc, char **argv)
            "\"ms_per_step\":%.1f,\"best_ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
            "\"gflops\":%.1f,\"sgemm_ceiling_gflops\":%.1f,\"mfu\":%.3f,\"peak_rss_mb\":%.1f,"
            "\"loss\":%.4f}\n",
-           c->name, threads, openblas_get_corename(), m.n_params, c->B, c->T, steps, ms,
-           best * 1e3, (double)BT / (total / steps), flops_step / (total / steps) / 1e9,
-           peak / 1e9, flops_step / (total / steps) / peak, (double)ru.ru_maxrss / 1024.0, loss);
+           c->name, threads, openblas_get_corename(), m.n_params, c->B, c->T, steps, ms, best * 1e3,
+           (double)BT / (total / steps), flops_step / (total / steps) / 1e9, peak / 1e9,
+           flops_step / (total / steps) / peak, (double)ru.ru_maxrss / 1024.0, loss);
     gpt_model_done(&m);
     gpt_backend_free(be);
     free(x);

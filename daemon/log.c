@@ -45,8 +45,8 @@ void log_msg(int level, const char *fmt, ...)
         clock_gettime(CLOCK_REALTIME, &ts);
         localtime_r(&ts.tv_sec, &tm);
         n = strftime(line, sizeof(line), "%H:%M:%S", &tm);
-        n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ld gptd %s: ",
-                              ts.tv_nsec / 1000000, level_names[level & 7]);
+        n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ld gptd %s: ", ts.tv_nsec / 1000000,
+                              level_names[level & 7]);
     }
     va_list ap;
     va_start(ap, fmt);

@@ -7,8 +7,13 @@
 #ifndef GPTD_LOG_H
 #define GPTD_LOG_H
 
-enum log_level { LOG_LVL_ERR = 3, LOG_LVL_WARN = 4, LOG_LVL_NOTICE = 5, LOG_LVL_INFO = 6,
-                 LOG_LVL_DEBUG = 7 };
+enum log_level {
+    LOG_LVL_ERR = 3,
+    LOG_LVL_WARN = 4,
+    LOG_LVL_NOTICE = 5,
+    LOG_LVL_INFO = 6,
+    LOG_LVL_DEBUG = 7
+};
 
 /* Sets the highest level written (default info). */
 void log_set_level(int level);

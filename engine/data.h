@@ -55,8 +55,8 @@
 /* The tokenizer of text and synthetic data: token i <-> byte chars[i].
  * Saved in snapshots so sampling works without the data file. */
 struct gpt_vocab {
-    int kind;       /* enum gpt_tokenizer, or -1 for token ids (shards) */
-    int size;       /* number of tokens */
+    int kind; /* enum gpt_tokenizer, or -1 for token ids (shards) */
+    int size; /* number of tokens */
     unsigned char chars[GPT_VOCAB_MAX];
 };
 
@@ -106,8 +106,7 @@ void gpt_data_rank_range(uint64_t global, int world, int rank, uint64_t *ret_fir
 int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
                             uint64_t first, size_t B, int *inputs, int *targets);
 /* Moves the cursor n samples on, rolling epochs over. */
-void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur,
-                             uint64_t n);
+void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur, uint64_t n);
 /* Validation batch number `index` (deterministic; wraps around the val
  * split): samples index*B .. index*B+B-1 of it. Same errors as
  * gpt_dataset_train_batch. */

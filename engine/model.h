@@ -34,8 +34,8 @@ struct gpt_tensor_info {
     const char *name; /* "wte", "h.3.attn.qkvw", ... (static storage) */
     size_t offset;    /* in floats, into params/grads/m/v */
     size_t count;
-    int ndim;         /* 2 for matrices (weight decay applies), 1 otherwise */
-    int layer;        /* block index, -1 for embeddings, L for the final LN */
+    int ndim;  /* 2 for matrices (weight decay applies), 1 otherwise */
+    int layer; /* block index, -1 for embeddings, L for the final LN */
 };
 
 #define GPT_MAX_TENSORS 512
@@ -65,15 +65,15 @@ struct gpt_model_units {
 
 struct gpt_model {
     struct gpt_model_config cfg;
-    size_t Vp;     /* vocab padded (multiple of 64 when vocab > 64) */
-    size_t max_B;  /* activations are sized for (max_B, block_size) */
+    size_t Vp;              /* vocab padded (multiple of 64 when vocab > 64) */
+    size_t max_B;           /* activations are sized for (max_B, block_size) */
     struct gpt_backend *be; /* borrowed */
 
     size_t n_params;
     float *params; /* (n_params) each in backend memory, same layout */
     float *grads;
-    float *m;      /* AdamW first moment; NULL until gpt_model_alloc_optim */
-    float *v;      /* AdamW second moment */
+    float *m; /* AdamW first moment; NULL until gpt_model_alloc_optim */
+    float *v; /* AdamW second moment */
 
     size_t n_tensors;
     struct gpt_tensor_info tensors[GPT_MAX_TENSORS];

@@ -35,7 +35,7 @@
 struct shard_piece {
     size_t flat_off; /* start in the flat layout */
     size_t len;
-    size_t pos;      /* start in the shard buffers */
+    size_t pos;                             /* start in the shard buffers */
     size_t unit_off, unit_count, slice_off; /* full mode: the unit and our slice of it */
 };
 
@@ -68,11 +68,11 @@ struct gpt_shard {
     float *emb_p, *emb_g;
     bool emb_valid;
     float *blk_p[2];
-    int blk_unit[2];          /* unit held (or being gathered), -1 = none */
-    uint64_t blk_seq[2];      /* op that fills it */
-    int blk_cur;              /* buffer of the unit in use */
+    int blk_unit[2];     /* unit held (or being gathered), -1 = none */
+    uint64_t blk_seq[2]; /* op that fills it */
+    int blk_cur;         /* buffer of the unit in use */
     float *blk_g[2];
-    uint64_t blk_g_seq[2];    /* reduce that reads it */
+    uint64_t blk_g_seq[2]; /* reduce that reads it */
     int g_next;
     int g_unit_buf[GPT_MAX_UNITS]; /* grad buffer handed out per unit */
 
@@ -247,8 +247,8 @@ static int shard_release(void *ctx, int unit, int pass)
 
 /* ---- set-up ---- */
 
-int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be,
-                  struct gpt_shard **ret, struct gpt_err *err)
+int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,
+                  struct gpt_err *err)
 {
     GPT_ASSERT(mode == GPT_SHARD_OPTIMIZER || mode == GPT_SHARD_FULL);
     struct gpt_shard *sh = calloc(1, sizeof(*sh));
@@ -335,8 +335,8 @@ void gpt_shard_free(struct gpt_shard *sh)
         pthread_mutex_unlock(&sh->mu);
         pthread_join(sh->thread, NULL);
     }
-    float *bufs[] = {sh->sp, sh->sg, sh->sm, sh->sv, sh->emb_p, sh->emb_g,
-                     sh->blk_p[0], sh->blk_p[1], sh->blk_g[0], sh->blk_g[1]};
+    float *bufs[] = {sh->sp,    sh->sg,       sh->sm,       sh->sv,       sh->emb_p,
+                     sh->emb_g, sh->blk_p[0], sh->blk_p[1], sh->blk_g[0], sh->blk_g[1]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         gpt_backend_mem_free(sh->be, bufs[i]);
     pthread_mutex_destroy(&sh->mu);
@@ -363,8 +363,7 @@ void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float 
             gpt_backend_memzero(sh->be, sh->sv + p->pos, bytes);
     }
     if (sh->mode == GPT_SHARD_OPTIMIZER && params != sh->model->params)
-        gpt_backend_copy(sh->be, sh->model->params, params,
-                         sh->model->n_params * sizeof(float));
+        gpt_backend_copy(sh->be, sh->model->params, params, sh->model->n_params * sizeof(float));
     sh->emb_valid = false;
     sh->blk_unit[0] = sh->blk_unit[1] = -1;
 }
@@ -448,8 +447,8 @@ int gpt_shard_grad_norm(struct gpt_shard *sh, double *ret_norm)
     double local = 0;
     for (size_t i = 0; i < sh->n_pieces; i++)
         if (sh->pieces[i].len)
-            local += gpt_backend_sumsq(sh->be, shard_piece_grads(sh, &sh->pieces[i]),
-                                       sh->pieces[i].len);
+            local +=
+                gpt_backend_sumsq(sh->be, shard_piece_grads(sh, &sh->pieces[i]), sh->pieces[i].len);
     /* The collectives carry floats: split the double into a high and a low
      * part so the sum keeps double precision. */
     float parts[2] = {(float)local, (float)(local - (double)(float)local)};

@@ -41,8 +41,8 @@ struct gpt_shard_mem {
  * GPT_SHARD_FULL) over `comm` (borrowed). For full sharding, pass
  * gpt_shard_units() to gpt_model_init_sharded, then call gpt_shard_attach;
  * for optimizer sharding, init the model normally and attach. */
-int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be,
-                  struct gpt_shard **ret, struct gpt_err *err);
+int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,
+                  struct gpt_err *err);
 const struct gpt_model_units *gpt_shard_units(struct gpt_shard *sh);
 /* Sizes the slices from the model's layout and allocates the shard
  * buffers; starts the communication thread (full). */
@@ -53,8 +53,7 @@ void gpt_shard_free(struct gpt_shard *sh);
 /* Loads this rank's slices from full buffers (backend memory, n_params
  * each; m and v may be NULL for zero moments). Every rank passes the
  * same full state. */
-void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m,
-                         const float *v);
+void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m, const float *v);
 /* Gathers the full state on every rank into the given buffers (n_params
  * each; m and v may be NULL to skip). Collective. */
 int gpt_shard_gather_full(struct gpt_shard *sh, float *params, float *m, float *v);

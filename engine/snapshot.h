@@ -29,12 +29,12 @@ struct gpt_snapshot_meta {
     uint32_t version;
     struct gpt_model_config cfg;
     struct gpt_vocab vocab;
-    int64_t step;              /* optimizer steps completed */
+    int64_t step; /* optimizer steps completed */
     struct gpt_data_cursor cursor;
-    uint64_t rng[4];           /* trainer RNG state */
+    uint64_t rng[4]; /* trainer RNG state */
     uint64_t tokens_seen;
-    int32_t world_size;        /* at save time */
-    int32_t sharding;          /* enum gpt_sharding at save time */
+    int32_t world_size; /* at save time */
+    int32_t sharding;   /* enum gpt_sharding at save time */
     uint64_t n_params;
     int32_t has_moments;
 };
@@ -56,8 +56,8 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
  * -GPT_E_CORRUPT (truncated, bad checksum, bad sizes), -GPT_E_VERSION or
  * an errno; err->msg names the file. On failure the buffers' contents are
  * undefined and ret_meta is untouched. */
-int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params,
-                      float *m, float *v, struct gpt_err *err);
+int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params, float *m,
+                      float *v, struct gpt_err *err);
 
 /* Reads only the header: magic, version, the header's own checksum and
  * the file size are verified, the payload checksum is not. */

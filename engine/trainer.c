@@ -244,8 +244,8 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     } else {
         /* trainer.threads 0 (the default) means one BLAS/OpenMP thread per
          * worker: workers already run in parallel, one per core. */
-        rc = gpt_backend_cpu_new(job->trainer.threads > 0 ? job->trainer.threads : 1,
-                                 &t->own_be, err);
+        rc = gpt_backend_cpu_new(job->trainer.threads > 0 ? job->trainer.threads : 1, &t->own_be,
+                                 err);
         if (rc < 0)
             return rc;
         t->be = t->own_be;

@@ -43,23 +43,23 @@ struct gpt_trainer_hooks {
 };
 
 struct gpt_trainer_opts {
-    const struct gpt_job *job; /* borrowed, validated */
-    struct gpt_comm *comm;     /* borrowed; NULL = world of one */
-    const char *snapshot_dir;  /* overrides job->snapshot.dir when non-NULL */
-    int resume;                /* 1: continue from the newest valid snapshot if any */
-    const char *resume_path;   /* a specific snapshot file (implies resume) */
-    int write_snapshots;       /* 0: this rank never writes (default: rank 0 writes) */
-    int64_t run_id;            /* copied into metrics and events */
+    const struct gpt_job *job;   /* borrowed, validated */
+    struct gpt_comm *comm;       /* borrowed; NULL = world of one */
+    const char *snapshot_dir;    /* overrides job->snapshot.dir when non-NULL */
+    int resume;                  /* 1: continue from the newest valid snapshot if any */
+    const char *resume_path;     /* a specific snapshot file (implies resume) */
+    int write_snapshots;         /* 0: this rank never writes (default: rank 0 writes) */
+    int64_t run_id;              /* copied into metrics and events */
     struct gpt_backend *backend; /* borrowed; NULL = a CPU backend with trainer.threads */
     struct gpt_trainer_hooks hooks;
 };
 
 struct gpt_train_result {
-    int64_t step;              /* optimizer steps completed */
+    int64_t step; /* optimizer steps completed */
     double final_loss;
-    double final_val_loss;     /* NAN if never evaluated */
-    double final_accuracy;     /* NAN unless a synthetic task */
-    char last_snapshot[1024];  /* path of the newest snapshot written or resumed from */
+    double final_val_loss;    /* NAN if never evaluated */
+    double final_accuracy;    /* NAN unless a synthetic task */
+    char last_snapshot[1024]; /* path of the newest snapshot written or resumed from */
 };
 
 /* Trains. Returns GPT_TRAIN_DONE when max_steps/max_epochs is reached,
@@ -79,7 +79,7 @@ struct gpt_sample_opts {
 
 /* Loads the model of a snapshot and generates text. *ret_text is a new
  * malloc'd NUL-terminated string (prompt + generated). Blocks. */
-int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o,
-                        char **ret_text, struct gpt_err *err);
+int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
+                        struct gpt_err *err);
 
 #endif

@@ -78,8 +78,7 @@ json_t *gpt_event_to_json(const struct gpt_event *e)
 
 /* Reads an optional number; absent -> `dflt`; present but not a number ->
  * error naming the key. */
-static int get_real(const json_t *o, const char *key, double dflt, double *ret,
-                    struct gpt_err *err)
+static int get_real(const json_t *o, const char *key, double dflt, double *ret, struct gpt_err *err)
 {
     const json_t *v = json_object_get(o, key);
     if (!v) {
@@ -113,9 +112,11 @@ int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err
     if (!json_is_object(o))
         return gpt_err_set(err, -EINVAL, "", "metric: expected an object");
     memset(&m, 0, sizeof(m));
-    if ((rc = get_int(o, "step", &m.step, err)) || (rc = get_int(o, "max_steps", &m.max_steps, err)) ||
+    if ((rc = get_int(o, "step", &m.step, err)) ||
+        (rc = get_int(o, "max_steps", &m.max_steps, err)) ||
         (rc = get_int(o, "epoch", &epoch, err)) || (rc = get_int(o, "tokens", &tokens, err)) ||
-        (rc = get_int(o, "world_size", &world, err)) || (rc = get_int(o, "run_id", &m.run_id, err)) ||
+        (rc = get_int(o, "world_size", &world, err)) ||
+        (rc = get_int(o, "run_id", &m.run_id, err)) ||
         (rc = get_int(o, "mem_params_bytes", &mp, err)) ||
         (rc = get_int(o, "mem_grads_bytes", &mg, err)) ||
         (rc = get_int(o, "mem_optim_bytes", &mo, err)) ||

@@ -23,21 +23,21 @@ struct gpt_metric {
     int64_t step;      /* optimizer steps completed */
     int64_t max_steps; /* total planned, 0 if unknown */
     uint64_t epoch;
-    double loss;       /* mean train loss over the step's global batch */
-    double val_loss;   /* NAN when not evaluated at this step */
-    double accuracy;   /* NAN unless a synthetic task was evaluated */
+    double loss;     /* mean train loss over the step's global batch */
+    double val_loss; /* NAN when not evaluated at this step */
+    double accuracy; /* NAN unless a synthetic task was evaluated */
     double lr;
-    double grad_norm;  /* global, before clipping */
+    double grad_norm; /* global, before clipping */
     double tokens_per_s;
     double ms_per_step;
-    double mfu;        /* fraction of peak, 0..1 */
+    double mfu; /* fraction of peak, 0..1 */
     double eta_s;
-    uint64_t tokens;   /* tokens consumed so far */
+    uint64_t tokens; /* tokens consumed so far */
     int32_t world_size;
-    int64_t run_id;    /* set by the daemon; 0 in `gptd run` */
+    int64_t run_id; /* set by the daemon; 0 in `gptd run` */
     uint64_t mem_params_bytes, mem_grads_bytes, mem_optim_bytes, mem_acts_bytes; /* per rank */
     uint64_t mem_work_bytes; /* per rank: gathered units of full sharding */
-    double time;       /* unix seconds */
+    double time;             /* unix seconds */
 };
 
 #define GPT_EVENT_KIND_MAX 32

@@ -49,8 +49,8 @@ int main(int argc, char **argv)
     printf("b: step %lld epoch %llu position %llu world %d\n", (long long)mb.step,
            (unsigned long long)mb.cursor.epoch, (unsigned long long)mb.cursor.position,
            mb.world_size);
-    if (ma.n_params != mb.n_params || ma.step != mb.step ||
-        ma.cursor.epoch != mb.cursor.epoch || ma.cursor.position != mb.cursor.position) {
+    if (ma.n_params != mb.n_params || ma.step != mb.step || ma.cursor.epoch != mb.cursor.epoch ||
+        ma.cursor.position != mb.cursor.position) {
         printf("snapdiff: step, cursor or parameter count differ\n");
         return 1;
     }
