@@ -313,12 +313,85 @@ fail:
 
 /* Opens path and checks its header against the file size. On success *ret_fd
  * is positioned at the payload and ret_meta / *ret_hlen are filled. */
+/* The length a header declares, after checking magic and version: needs
+ * the first 16 bytes. */
+static int snap_header_length(const unsigned char *fixed, uint64_t file_size, const char *name,
+                              uint32_t *ret_hlen, struct gpt_err *err)
+{
+    if (memcmp(fixed, SNAP_MAGIC, 8) != 0)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: bad magic (not a gptd snapshot)", name);
+    struct snap_buf b = {(unsigned char *)fixed, 8};
+    uint32_t version = get_u32(&b), hlen = get_u32(&b);
+    if (version != GPT_SNAPSHOT_VERSION)
+        return gpt_err_set(err, -GPT_E_VERSION, NULL,
+                           "snapshot %s: format version %" PRIu32 ", this build reads version %d",
+                           name, version, GPT_SNAPSHOT_VERSION);
+    if (hlen < SNAP_HEADER_BYTES || hlen > SNAP_HEADER_MAX)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: impossible header length %" PRIu32, name, hlen);
+    if ((uint64_t)hlen + SNAP_TRAILER_BYTES > file_size)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: truncated (%" PRIu64 " bytes, the header alone is %" PRIu32
+                           ")",
+                           name, file_size, hlen);
+    *ret_hlen = hlen;
+    return 0;
+}
+
+int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
+                              struct gpt_snapshot_meta *ret_meta, size_t *ret_hlen,
+                              struct gpt_err *err)
+{
+    const unsigned char *h = buf;
+    struct gpt_snapshot_meta meta;
+    uint32_t hlen;
+    int rc;
+    if (len < 16 || file_size < 16)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: truncated (%" PRIu64 " bytes)",
+                           name, file_size);
+    if ((rc = snap_header_length(h, file_size, name, &hlen, err)) < 0)
+        return rc;
+    if (len < hlen)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: truncated header (%zu of %" PRIu32 " bytes)", name, len,
+                           hlen);
+    struct snap_buf b = {(unsigned char *)h, hlen - 4};
+    uint32_t hcrc = get_u32(&b);
+    if (hcrc != snap_crc(0, h, hlen - 4))
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: header checksum mismatch",
+                           name);
+    uint32_t flags = snap_decode_header(h, &meta);
+    if (flags & ~SNAP_FLAG_MOMENTS)
+        return gpt_err_set(err, -GPT_E_VERSION, NULL,
+                           "snapshot %s: unknown feature flags 0x%" PRIx32, name, flags);
+    if (meta.vocab.kind >= 0 && (meta.vocab.size < 0 || meta.vocab.size > GPT_VOCAB_MAX))
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", name,
+                           meta.vocab.size);
+    /* Sizes: header + arrays + trailer must be the file size exactly. */
+    uint64_t arrays = meta.has_moments ? 3 : 1, payload = file_size - hlen - SNAP_TRAILER_BYTES;
+    if (meta.n_params > payload / 4 / arrays || meta.n_params * 4 * arrays != payload)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: %s: %" PRIu64 " bytes, but %" PRIu64
+                           " parameters%s need %" PRIu64,
+                           name, meta.n_params > payload / 4 / arrays ? "truncated" : "bad size",
+                           file_size, meta.n_params, meta.has_moments ? " with moments" : "",
+                           meta.n_params > payload / 4 / arrays
+                               ? 0
+                               : hlen + SNAP_TRAILER_BYTES + meta.n_params * 4 * arrays);
+    *ret_meta = meta;
+    *ret_hlen = hlen;
+    return 0;
+}
+
 static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *ret_fd,
                      uint32_t *ret_crc, struct gpt_err *err)
 {
     unsigned char fixed[16], *h = NULL;
     struct gpt_snapshot_meta meta;
     struct stat st;
+    uint32_t hlen;
+    size_t parsed_hlen;
     int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
@@ -339,31 +412,9 @@ static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *
         gpt_err_set(err, rc, NULL, "snapshot %s: read: %s", path, gpt_strerror(rc));
         goto fail;
     }
-    if (memcmp(fixed, SNAP_MAGIC, 8) != 0) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: bad magic (not a gptd snapshot)",
-                         path);
+    /* Magic, version and length first: the length bounds the allocation. */
+    if ((rc = snap_header_length(fixed, size, path, &hlen, err)) < 0)
         goto fail;
-    }
-    struct snap_buf b = {fixed, 8};
-    uint32_t version = get_u32(&b), hlen = get_u32(&b);
-    if (version != GPT_SNAPSHOT_VERSION) {
-        rc = gpt_err_set(err, -GPT_E_VERSION, NULL,
-                         "snapshot %s: format version %" PRIu32 ", this build reads version %d",
-                         path, version, GPT_SNAPSHOT_VERSION);
-        goto fail;
-    }
-    if (hlen < SNAP_HEADER_BYTES || hlen > SNAP_HEADER_MAX) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "snapshot %s: impossible header length %" PRIu32, path, hlen);
-        goto fail;
-    }
-    if ((uint64_t)hlen + SNAP_TRAILER_BYTES > size) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "snapshot %s: truncated (%" PRIu64 " bytes, the header alone is %" PRIu32
-                         ")",
-                         path, size, hlen);
-        goto fail;
-    }
     if (!(h = malloc(hlen))) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", path);
         goto fail;
@@ -373,34 +424,8 @@ static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *
         gpt_err_set(err, rc, NULL, "snapshot %s: read: %s", path, gpt_strerror(rc));
         goto fail;
     }
-    b = (struct snap_buf){h, hlen - 4};
-    uint32_t hcrc = get_u32(&b);
-    if (hcrc != snap_crc(0, h, hlen - 4)) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: header checksum mismatch", path);
+    if ((rc = gpt_snapshot_parse_header(h, hlen, size, path, &meta, &parsed_hlen, err)) < 0)
         goto fail;
-    }
-    uint32_t flags = snap_decode_header(h, &meta);
-    if (flags & ~SNAP_FLAG_MOMENTS) {
-        rc = gpt_err_set(err, -GPT_E_VERSION, NULL, "snapshot %s: unknown feature flags 0x%" PRIx32,
-                         path, flags);
-        goto fail;
-    }
-    if (meta.vocab.kind >= 0 && (meta.vocab.size < 0 || meta.vocab.size > GPT_VOCAB_MAX)) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", path,
-                         meta.vocab.size);
-        goto fail;
-    }
-    /* Sizes: header + arrays + trailer must be the file size exactly. */
-    uint64_t arrays = meta.has_moments ? 3 : 1, payload = size - hlen - SNAP_TRAILER_BYTES;
-    if (meta.n_params > payload / 4 / arrays || meta.n_params * 4 * arrays != payload) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "snapshot %s: %s: %" PRIu64 " bytes, but %" PRIu64
-                         " parameters%s need %" PRIu64,
-                         path, meta.n_params * 4 * arrays > payload ? "truncated" : "bad size",
-                         size, meta.n_params, meta.has_moments ? " with moments" : "",
-                         hlen + SNAP_TRAILER_BYTES + meta.n_params * 4 * arrays);
-        goto fail;
-    }
     if (ret_crc)
         *ret_crc = snap_crc(0, h, hlen);
     free(h);

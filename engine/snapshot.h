@@ -59,6 +59,14 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
 int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params, float *m,
                       float *v, struct gpt_err *err);
 
+/* Parses and checks a snapshot header held in memory: `buf` has the first
+ * `len` bytes of a file of `file_size` bytes (`name` is used in messages).
+ * Checks magic, version, header length and checksum, flags, vocabulary
+ * and that the sizes add up to file_size. Pure; the fuzz target's entry. */
+int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, const char *name,
+                              struct gpt_snapshot_meta *ret_meta, size_t *ret_hlen,
+                              struct gpt_err *err);
+
 /* Reads only the header: magic, version, the header's own checksum and
  * the file size are verified, the payload checksum is not. */
 int gpt_snapshot_read_meta(const char *path, struct gpt_snapshot_meta *ret_meta,
