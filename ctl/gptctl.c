@@ -828,18 +828,30 @@ static int cmd_nodes(struct ctl *c, int argc, char **argv)
     if (rc || (rc = ctl_call(c, ctl_request(c, GPT_CTL_OP_NODES), &reply)))
         return rc;
     if (!c->json) {
-        struct table t = {.ncols = 5, .right = {false, false, true, true, false}};
-        table_row(&t, "NODE", "STATE", "WORKERS", "JOB", "VERSION");
+        /* A cluster's nodes carry a heartbeat age and their current ranks;
+         * a single gptd reports its job instead. */
+        struct table t = {.ncols = 6, .right = {false, false, true, true, true, false}};
+        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "VERSION");
         size_t i;
         json_t *n;
         json_array_foreach(json_object_get(reply, "nodes"), i, n)
         {
-            char w[32], j[32];
+            char w[32], j[32], hb[32];
+            const json_t *age = json_object_get(n, "heartbeat_age_s");
+            const char *ranks = json_string_value(json_object_get(n, "ranks"));
             int64_t job = json_integer_value(json_object_get(n, "job"));
+            snprintf(hb, sizeof(hb), "%s", "-");
+            if (json_is_number(age))
+                snprintf(hb, sizeof(hb), "%.1fs ago", json_number_value(age));
+            if (ranks)
+                snprintf(j, sizeof(j), "%s", ranks);
+            else if (job)
+                fmt_int(j, sizeof(j), json_object_get(n, "job"));
+            else
+                snprintf(j, sizeof(j), "-");
             table_row(&t, json_string_value(json_object_get(n, "node")),
-                      json_string_value(json_object_get(n, "state")),
-                      fmt_int(w, sizeof(w), json_object_get(n, "workers")),
-                      job ? fmt_int(j, sizeof(j), json_object_get(n, "job")) : "-",
+                      json_string_value(json_object_get(n, "state")), hb,
+                      fmt_int(w, sizeof(w), json_object_get(n, "workers")), j,
                       json_string_value(json_object_get(n, "version")));
         }
         table_print(&t);

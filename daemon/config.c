@@ -14,7 +14,15 @@
 #include "ctl.h"
 #include "log.h"
 
-enum config_type { CONFIG_T_STRING, CONFIG_T_INT, CONFIG_T_SIZE, CONFIG_T_MODE, CONFIG_T_LEVEL };
+enum config_type {
+    CONFIG_T_STRING,
+    CONFIG_T_INT,
+    CONFIG_T_SIZE,
+    CONFIG_T_MODE,
+    CONFIG_T_LEVEL,
+    CONFIG_T_BOOL,
+    CONFIG_T_DOUBLE
+};
 
 struct config_option {
     const char *name;
@@ -52,7 +60,8 @@ static const struct config_option config_options[] = {
             "Group that owns the control socket, so its members may use gptctl.\n"
             "Empty: gptd's own group."),
     OPT_STR(node_name, "", false,
-            "This node's id in `gptctl nodes` and in the snapshots table. Empty: the host name."),
+            "This node's id in `gptctl nodes`, in the rendezvous and in the snapshots\n"
+            "table (--node-id is the same option). Empty: the host name."),
     OPT_NUM(log_level, CONFIG_T_LEVEL, "info", 0, 7, true,
             "Highest log level written to stderr: error, warning, notice, info or debug."),
     OPT_NUM(workers, CONFIG_T_INT, "1", 1, 256, true,
@@ -70,6 +79,35 @@ static const struct config_option config_options[] = {
             "up with `gptctl logs --since STEP`."),
     OPT_NUM(sample_max_tokens, CONFIG_T_INT, "2048", 1, 1000000, true,
             "Most tokens one `gptctl sample` may ask for."),
+    OPT_STR(rdzv, "", false,
+            "The cluster's rendezvous store, HOST:PORT (numeric address). Empty, and not\n"
+            "coordinator: this gptd is a cluster of one and serves no store."),
+    OPT_NUM(coordinator, CONFIG_T_BOOL, "no", 0, 1, false,
+            "Serve the rendezvous store at `rdzv` and keep the cluster's job queue. The\n"
+            "other nodes submit through it and report to it. Without `rdzv` it serves\n"
+            "127.0.0.1:29400."),
+    OPT_STR(secret_file, "", false,
+            "File holding the cluster secret; a node without it cannot join. Must not be\n"
+            "readable by group or others. Empty: no secret (loopback clusters only)."),
+    OPT_STR(bind_host, "", false,
+            "Address this node's workers listen on for the ring collectives; other nodes\n"
+            "connect to it. Empty: the rdzv host when it is a loopback address, else\n"
+            "127.0.0.1."),
+    OPT_NUM(heartbeat_s, CONFIG_T_DOUBLE, "1", 0, 60, false,
+            "Seconds between a node's heartbeats to the coordinator."),
+    OPT_NUM(dead_after_s, CONFIG_T_DOUBLE, "3", 0, 3600, false,
+            "A node silent this long (seconds) is dead and the world re-forms without it;\n"
+            "a node whose store stops answering this long leaves its world."),
+    OPT_NUM(last_call_s, CONFIG_T_DOUBLE, "1", 0, 3600, false,
+            "How long (seconds) an open round waits for nodes beyond the job's minimum\n"
+            "when not every alive node has joined."),
+    OPT_NUM(admit_snapshot_steps, CONFIG_T_INT, "0", 0, 1000000000, false,
+            "Taking a waiting node into a running world snapshots first when the newest\n"
+            "snapshot is more than this many steps old; otherwise the world restarts\n"
+            "from that snapshot."),
+    OPT_NUM(comm_timeout_s, CONFIG_T_INT, "60", 1, 86400, false,
+            "Seconds a collective may make no progress before it fails (a dead peer is\n"
+            "normally noticed sooner, through heartbeats)."),
 };
 /* clang-format on */
 
@@ -78,7 +116,7 @@ static const struct config_option config_options[] = {
 static const char *const config_level_names[] = {"",        "",       "",     "error",
                                                  "warning", "notice", "info", "debug"};
 
-/* Finds an option by name, '-' and '_' alike. */
+/* Finds an option by name, '-' and '_' alike; node_id is node_name. */
 static const struct config_option *config_find(const char *key)
 {
     char norm[CONFIG_NAME_MAX];
@@ -87,6 +125,8 @@ static const struct config_option *config_find(const char *key)
         return NULL;
     for (size_t i = 0; i <= n; i++)
         norm[i] = key[i] == '-' ? '_' : key[i];
+    if (strcmp(norm, "node_id") == 0)
+        snprintf(norm, sizeof(norm), "node_name");
     for (size_t i = 0; i < CONFIG_N_OPTIONS; i++)
         if (strcmp(config_options[i].name, norm) == 0)
             return &config_options[i];
@@ -96,6 +136,12 @@ static const struct config_option *config_find(const char *key)
 bool config_is_option(const char *name)
 {
     return config_find(name) != NULL;
+}
+
+bool config_is_bool(const char *name)
+{
+    const struct config_option *o = config_find(name);
+    return o && o->type == CONFIG_T_BOOL;
 }
 
 /* Parses an integer with an optional k/M/G suffix (sizes only). */
@@ -146,6 +192,26 @@ int config_set(struct config *c, const char *key, const char *value, struct gpt_
                                "\"%s\" is not one of error, warning, notice, info, debug", value);
         *(int *)field = rc;
         return 0;
+    case CONFIG_T_BOOL:
+        if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1") ||
+            !strcmp(value, "on"))
+            *(int *)field = 1;
+        else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0") ||
+                 !strcmp(value, "off"))
+            *(int *)field = 0;
+        else
+            return gpt_err_set(err, -EINVAL, o->name, "\"%s\" is not yes or no", value);
+        return 0;
+    case CONFIG_T_DOUBLE: {
+        char *end;
+        errno = 0;
+        double d = strtod(value, &end);
+        if (end == value || *end || errno || !(d >= (double)o->min && d <= (double)o->max))
+            return gpt_err_set(err, -EINVAL, o->name, "\"%s\" is not a number in [%lld, %lld]",
+                               value, (long long)o->min, (long long)o->max);
+        *(double *)field = d;
+        return 0;
+    }
     case CONFIG_T_INT:
     case CONFIG_T_MODE:
     case CONFIG_T_SIZE:
@@ -252,6 +318,11 @@ int config_finish(struct config *c, struct gpt_err *err)
             snprintf(host, sizeof(host), "localhost");
         snprintf(c->node_name, sizeof(c->node_name), "%.*s", (int)sizeof(c->node_name) - 1, host);
     }
+    if (c->dead_after_s <= c->heartbeat_s)
+        return gpt_err_set(err, -EINVAL, "dead_after_s", "must be longer than heartbeat_s (%g)",
+                           c->heartbeat_s);
+    if (c->heartbeat_s <= 0)
+        return gpt_err_set(err, -EINVAL, "heartbeat_s", "must be positive");
     return 0;
 }
 
@@ -272,6 +343,12 @@ static void config_format(const struct config *c, const struct config_option *o,
         break;
     case CONFIG_T_SIZE:
         snprintf(buf, cap, "%lld", (long long)*(const int64_t *)field);
+        break;
+    case CONFIG_T_BOOL:
+        snprintf(buf, cap, "%s", *(const int *)field ? "yes" : "no");
+        break;
+    case CONFIG_T_DOUBLE:
+        snprintf(buf, cap, "%g", *(const double *)field);
         break;
     default:
         snprintf(buf, cap, "%d", *(const int *)field);

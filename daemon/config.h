@@ -37,6 +37,17 @@ struct config {
     int max_followers_per_job;
     int64_t client_output_max_bytes;
     int sample_max_tokens;
+
+    /* cluster (daemon/cluster.h); no rdzv and not coordinator: one node */
+    char rdzv[CONFIG_PATH_MAX];
+    int coordinator;
+    char secret_file[CONFIG_PATH_MAX];
+    char bind_host[CONFIG_NAME_MAX];
+    double heartbeat_s;
+    double dead_after_s;
+    double last_call_s;
+    int admit_snapshot_steps;
+    int comm_timeout_s;
 };
 
 /* Writes every default. */
@@ -69,5 +80,7 @@ void config_print(const struct config *c, FILE *f);
 void config_print_flags(FILE *f);
 /* True when `name` (without the leading "--") is an option. */
 bool config_is_option(const char *name);
+/* True when `name` is a yes/no option, which a bare flag sets to yes. */
+bool config_is_bool(const char *name);
 
 #endif

@@ -23,6 +23,9 @@
 #include "cli.h"
 #include "daemon.h"
 #include "log.h"
+#include "store_client.h"
+
+#define DAEMON_RDZV_DEFAULT "127.0.0.1:29400"
 
 struct daemon_args {
     const char *config_file; /* NULL: CONFIG_FILE_DEFAULT if it exists */
@@ -103,8 +106,8 @@ static void daemon_on_handle_closed(uv_handle_t *h)
     (void)h;
 }
 
-/* The job has stopped (or none ran): close everything so the loop ends. */
-static void daemon_on_jobs_stopped(void *ctx)
+/* Last step of a stop: close everything so the loop ends. */
+static void daemon_on_cluster_closed(void *ctx)
 {
     struct daemon_main *m = ctx;
     log_info("stopped; state saved in %s", m->d.cfg.state_dir);
@@ -115,6 +118,99 @@ static void daemon_on_jobs_stopped(void *ctx)
     uv_close((uv_handle_t *)&m->sig_term, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_int, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_hup, daemon_on_handle_closed);
+}
+
+static void daemon_on_agent_closed(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    m->d.agent = NULL;
+    if (m->d.cluster) {
+        struct cluster *c = m->d.cluster;
+        m->d.cluster = NULL;
+        cluster_close(c, daemon_on_cluster_closed, m);
+    } else {
+        daemon_on_cluster_closed(m);
+    }
+}
+
+/* The job has stopped (or none ran): this node's workers go, then the
+ * cluster connection, then everything else. */
+static void daemon_on_jobs_stopped(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    if (m->d.agent)
+        agent_close(m->d.agent, daemon_on_agent_closed, m);
+    else
+        daemon_on_agent_closed(m);
+}
+
+/* Joins the cluster when rdzv or coordinator is configured. */
+static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
+{
+    const struct config *cfg = &d->cfg;
+    if (!cfg->rdzv[0] && !cfg->coordinator)
+        return 0;
+    const char *ep = cfg->rdzv[0] ? cfg->rdzv : DAEMON_RDZV_DEFAULT;
+    char host[CLUSTER_HOST_MAX];
+    const char *colon = strrchr(ep, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == ep || (size_t)(colon - ep) >= sizeof(host) || !end || *end || port < 1 ||
+        port > 65535)
+        return gpt_err_set(err, -EINVAL, "rdzv", "expected HOST:PORT, got \"%s\"", ep);
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - ep), ep);
+    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+        memmove(host, host + 1, strlen(host));
+        host[strlen(host) - 1] = '\0';
+    }
+    uint8_t secret[STORE_SECRET_MAX]; /* copied by the cluster and the agent */
+    size_t secret_len = 0;
+    if (cfg->secret_file[0]) {
+        int rc = store_secret_load(cfg->secret_file, secret, sizeof(secret), &secret_len, err);
+        if (rc < 0)
+            return rc;
+    }
+    const char *bind = cfg->bind_host[0] ? cfg->bind_host : "127.0.0.1";
+    struct cluster_opts co = {
+        .node_id = cfg->node_name,
+        .host = host,
+        .port = (int)port,
+        .coordinator = cfg->coordinator != 0,
+        .secret = secret,
+        .secret_len = secret_len,
+        .heartbeat_s = cfg->heartbeat_s,
+        .dead_after_s = cfg->dead_after_s,
+        .last_call_s = cfg->last_call_s,
+        .admit_snapshot_steps = cfg->admit_snapshot_steps,
+        .addr = bind,
+        .workers = cfg->workers,
+        .version = GPTD_VERSION,
+    };
+    int rc = cluster_new(d->loop, &co, &d->cluster, err);
+    if (rc < 0)
+        return rc;
+    struct agent_opts ao = {
+        .node_id = cfg->node_name,
+        .state_dir = cfg->state_dir,
+        .host = host,
+        .port = (int)port,
+        .secret = secret,
+        .secret_len = secret_len,
+        .bind_host = bind,
+        .workers = cfg->workers,
+        .comm_timeout_ms = cfg->comm_timeout_s * 1000,
+    };
+    rc = agent_new(d->loop, d->cluster, &ao, &d->agent, err);
+    if (rc < 0) {
+        cluster_close(d->cluster, NULL, NULL);
+        d->cluster = NULL;
+        return rc;
+    }
+    if (co.coordinator)
+        jobs_set_cluster(d->jobs, d->cluster);
+    log_info("cluster: node %s, %s, store at %s:%ld", cfg->node_name,
+             co.coordinator ? "coordinator" : "member", host, port);
+    return 0;
 }
 
 static void daemon_on_stop_signal(uv_signal_t *h, int signum)
@@ -186,7 +282,7 @@ static void daemon_on_closed(void *ctx, struct control_client *cl)
  * else the exit status. */
 static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *print)
 {
-    a->argv = calloc((size_t)argc + 1, sizeof(char *));
+    a->argv = calloc(2 * (size_t)argc + 1, sizeof(char *));
     if (!a->argv)
         return 1;
     for (int i = 1; i < argc; i++) {
@@ -226,6 +322,10 @@ static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *
             return 2;
         }
         a->argv[a->argc++] = argv[i];
+        if (!eq && config_is_bool(key) && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            a->argv[a->argc++] = (char *)"yes"; /* a bare yes/no flag */
+            continue;
+        }
         if (!eq) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "gptd: %s needs a value\n", s);
@@ -290,6 +390,15 @@ int gptd_daemon_main(int argc, char **argv)
     if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, &err) < 0)
         goto fail;
     if (jobs_new(&m->loop, d->db, &d->cfg, d->ctl, d->cfg.state_dir, &d->jobs, &err) < 0) {
+        control_close(d->ctl);
+        d->ctl = NULL;
+        uv_run(&m->loop, UV_RUN_DEFAULT);
+        goto fail;
+    }
+    if (daemon_cluster_start(d, &err) < 0) {
+        jobs_shutdown(d->jobs, NULL, NULL);
+        jobs_free(d->jobs);
+        d->jobs = NULL;
         control_close(d->ctl);
         d->ctl = NULL;
         uv_run(&m->loop, UV_RUN_DEFAULT);

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "agent.h"
+#include "cluster.h"
 #include "config.h"
 #include "control.h"
 #include "ctl.h"
@@ -24,6 +26,8 @@ struct daemon_ctx {
     struct db *db;
     struct control *ctl;
     struct jobs *jobs;
+    struct cluster *cluster; /* NULL: a cluster of one (no rdzv, not coordinator) */
+    struct agent *agent;
     double started; /* unix seconds */
     bool stopping;
 };

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cluster.h"
 #include "log.h"
 #include "workers.h"
 
@@ -22,10 +23,12 @@
 
 enum jobs_msg_kind { JOBS_MSG_METRIC, JOBS_MSG_EVENT, JOBS_MSG_EXIT };
 
-/* One record from a worker; owned by the mailbox until the loop frees it. */
+/* One record from a worker (or, on a cluster's coordinator, from global
+ * rank 0 on some node); owned by the mailbox until the loop frees it. */
 struct jobs_msg {
     struct jobs_msg *next;
     int kind;
+    char node[64]; /* the node that reported it; empty: this one */
     union {
         struct gpt_metric m;
         struct gpt_event e;
@@ -44,7 +47,9 @@ struct jobs_run {
     int64_t job_id, run_id;
     struct gpt_job spec;
     struct workers *ws;
-    int stop; /* enum jobs_stop */
+    bool elastic;      /* runs on the cluster's world, not on local workers */
+    int64_t last_step; /* newest metric step seen */
+    int stop;          /* enum jobs_stop */
     uid_t cancelled_by;
 };
 
@@ -58,6 +63,7 @@ struct jobs {
     uv_timer_t sched;
     int handles;
     struct jobs_run *run;
+    struct cluster *cluster; /* coordinator of a cluster: jobs run on its world */
     bool shutting_down;
     int shutdown_calls;
     void (*done)(void *ctx);
@@ -88,7 +94,7 @@ static void jobs_post(struct jobs_mailbox *mb, struct jobs_msg *msg)
 
 static void jobs_post_metric(void *ctx, const struct gpt_metric *m)
 {
-    struct jobs_msg *msg = malloc(sizeof(*msg));
+    struct jobs_msg *msg = calloc(1, sizeof(*msg));
     if (!msg)
         return; /* a lost metric is better than a stalled trainer */
     msg->kind = JOBS_MSG_METRIC;
@@ -98,7 +104,7 @@ static void jobs_post_metric(void *ctx, const struct gpt_metric *m)
 
 static void jobs_post_event(void *ctx, const struct gpt_event *e)
 {
-    struct jobs_msg *msg = malloc(sizeof(*msg));
+    struct jobs_msg *msg = calloc(1, sizeof(*msg));
     if (!msg)
         return;
     msg->kind = JOBS_MSG_EVENT;
@@ -306,7 +312,8 @@ static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t ste
 
 /* The trainer reports "step N written to PATH in T ms"; the path goes into
  * the snapshots table (size from stat: one metadata call, no data I/O). */
-static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_event *e)
+static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_event *e,
+                                 const char *node)
 {
     const char *p = strstr(e->message, " written to ");
     if (!p)
@@ -322,9 +329,9 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
         return;
     memcpy(s.path, p, n);
     s.path[n] = '\0';
-    snprintf(s.node, sizeof(s.node), "%s", js->cfg->node_name);
+    snprintf(s.node, sizeof(s.node), "%s", node && node[0] ? node : js->cfg->node_name);
     struct stat st;
-    if (stat(s.path, &st) == 0)
+    if ((!node || !node[0]) && stat(s.path, &st) == 0)
         s.size = (int64_t)st.st_size;
     struct gpt_err err;
     if (db_snapshot_insert(js->db, &s, NULL, &err) < 0)
@@ -346,7 +353,15 @@ static void jobs_on_mail(uv_async_t *h)
     uv_mutex_unlock(&js->mb.mu);
     if (!list)
         return;
-    GPT_ASSERT(js->run);
+    if (!js->run) {
+        /* Late records of an elastic job that has ended. */
+        while (list) {
+            struct jobs_msg *m = list;
+            list = m->next;
+            free(m);
+        }
+        return;
+    }
     int64_t job = js->run->job_id;
     bool exited = false;
 
@@ -354,11 +369,13 @@ static void jobs_on_mail(uv_async_t *h)
     int rc = db_begin(js->db, &err);
     for (struct jobs_msg *m = list; rc == 0 && m; m = m->next) {
         if (m->kind == JOBS_MSG_METRIC) {
+            if (m->u.m.step > js->run->last_step)
+                js->run->last_step = m->u.m.step;
             rc = db_metric_insert(js->db, job, &m->u.m, &err);
         } else if (m->kind == JOBS_MSG_EVENT) {
             rc = db_event_insert(js->db, job, &m->u.e, &err);
             if (rc == 0 && strcmp(m->u.e.kind, "snapshot") == 0)
-                jobs_record_snapshot(js, job, &m->u.e);
+                jobs_record_snapshot(js, job, &m->u.e, m->node);
         }
     }
     if (rc == 0)
@@ -406,6 +423,41 @@ static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
     jobs_fanout_end(js, id);
 }
 
+/* A job on a cluster: the coordinator's rendezvous forms the worlds; a run
+ * row is written for each world (jobs_cluster_world). */
+static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struct db_job *j,
+                              struct gpt_err *err)
+{
+    const struct gpt_dist_spec *d = &run->spec.distributed;
+    double now = jobs_now();
+    int rc = db_begin(js->db, err);
+    if (rc == 0)
+        rc = db_job_set_state(js->db, j->id, DB_JOB_RUNNING, NULL, now, err);
+    if (rc == 0)
+        rc = db_job_set_resume(js->db, j->id, 0, 0, err);
+    if (rc == 0)
+        rc = db_commit(js->db, err);
+    else
+        db_rollback(js->db);
+    if (rc < 0)
+        return rc;
+    run->elastic = true;
+    run->last_step = j->step;
+    js->run = run;
+    rc = cluster_job_start(js->cluster, j->id, j->spec_json, d->nodes_min, d->nodes_max,
+                           d->max_restarts, d->wait_timeout_s, err);
+    if (rc < 0) {
+        js->run = NULL;
+        return rc;
+    }
+    log_info("job %lld (%s): running on the cluster, %d to %d node%s", (long long)j->id, j->name,
+             d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s");
+    jobs_event(js, j->id, 0, j->step, "run", "job started on the cluster: %d to %d node%s%s",
+               d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s",
+               j->resume ? " (resume from the newest snapshot)" : "");
+    return 0;
+}
+
 static int jobs_start(struct jobs *js, int64_t id)
 {
     struct gpt_err err;
@@ -437,6 +489,13 @@ static int jobs_start(struct jobs *js, int64_t id)
                         ? run->spec.distributed.workers_per_node
                         : js->cfg->workers;
     jobs_mkdirs(j.snapshot_dir);
+    if (js->cluster) {
+        rc = jobs_start_elastic(js, run, &j, &err);
+        if (rc < 0)
+            goto fail;
+        db_job_done(&j);
+        return 0;
+    }
 
     double now = jobs_now();
     rc = db_begin(js->db, &err);
@@ -491,6 +550,9 @@ fail:
 
 /* The workers have all returned: record the outcome, end the streams,
  * start the next job (or finish a shutdown). */
+static void jobs_finish_outcome(struct jobs *js, int rc, const struct gpt_train_result *res_in,
+                                const struct gpt_err *err_in);
+
 static void jobs_finish(struct jobs *js)
 {
     struct jobs_run *run = js->run;
@@ -498,8 +560,22 @@ static void jobs_finish(struct jobs *js)
     struct gpt_err err;
     gpt_err_clear(&err);
     memset(&res, 0, sizeof(res));
+    if (run->elastic)
+        return; /* the cluster reports the end (jobs_cluster_finished) */
     int rc = workers_join(run->ws, &res, &err);
     workers_free(run->ws);
+    run->ws = NULL;
+    jobs_finish_outcome(js, rc, &res, &err);
+}
+
+/* Records a job's end (rc: GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or an error
+ * described by err_in), ends the streams, schedules the next job. */
+static void jobs_finish_outcome(struct jobs *js, int rc, const struct gpt_train_result *res_in,
+                                const struct gpt_err *err_in)
+{
+    struct jobs_run *run = js->run;
+    struct gpt_train_result res = *res_in;
+    struct gpt_err err = *err_in;
     js->run = NULL;
 
     int state;
@@ -683,7 +759,10 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
         if (js->run->stop == JOBS_STOP_NONE) {
             js->run->stop = JOBS_STOP_CANCEL;
             js->run->cancelled_by = who;
-            workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+            if (js->run->elastic)
+                cluster_job_stop(js->cluster);
+            else
+                workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
             jobs_event(js, id, js->run->run_id, step, "cancel",
                        "cancel requested by uid %u; stopping at the next step", (unsigned)who);
         }
@@ -794,13 +873,26 @@ void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx)
     js->done_ctx = ctx;
     if (js->shutdown_calls > 1) {
         log_notice("job %lld: stopping now, without a snapshot", (long long)js->run->job_id);
-        workers_request_stop(js->run->ws, GPT_STOP_NOW);
+        if (js->run->elastic) {
+            /* The world goes on without this coordinator's answer; the job
+             * resumes from the newest snapshot when it is back. */
+            struct gpt_train_result res = {.step = js->run->last_step};
+            struct gpt_err err;
+            gpt_err_clear(&err);
+            js->run->stop = JOBS_STOP_SHUTDOWN;
+            jobs_finish_outcome(js, GPT_TRAIN_STOPPED, &res, &err);
+        } else {
+            workers_request_stop(js->run->ws, GPT_STOP_NOW);
+        }
         return;
     }
     if (js->run->stop == JOBS_STOP_NONE)
         js->run->stop = JOBS_STOP_SHUTDOWN;
     log_notice("job %lld: writing a snapshot before gptd stops", (long long)js->run->job_id);
-    workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+    if (js->run->elastic)
+        cluster_job_stop(js->cluster);
+    else
+        workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
 }
 
 static void jobs_on_handle_closed(uv_handle_t *h)
@@ -824,4 +916,120 @@ void jobs_free(struct jobs *js)
     GPT_ASSERT(!js->run);
     uv_close((uv_handle_t *)&js->mb.async, jobs_on_handle_closed);
     uv_close((uv_handle_t *)&js->sched, jobs_on_handle_closed);
+}
+
+/* --- the cluster (coordinator only) ------------------------------------- */
+
+static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int64_t priority,
+                               int64_t *ret_id, struct gpt_err *err)
+{
+    struct jobs *js = ctx;
+    struct gpt_job *job = malloc(sizeof(*job));
+    if (!job)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc = gpt_jobspec_parse(spec_json, strlen(spec_json), NULL, 0, job, err);
+    if (rc == 0)
+        rc = gpt_jobspec_check_paths(job, err);
+    if (rc == 0)
+        rc = jobs_submit(js, job, uid, priority, ret_id, err);
+    free(job);
+    return rc;
+}
+
+static bool jobs_cluster_current(const struct jobs *js, int64_t job)
+{
+    return js->run && js->run->elastic && js->run->job_id == job;
+}
+
+static void jobs_cluster_metric(void *ctx, int64_t job, const struct gpt_metric *m)
+{
+    struct jobs *js = ctx;
+    if (jobs_cluster_current(js, job))
+        jobs_post_metric(&js->mb, m);
+}
+
+static void jobs_cluster_event(void *ctx, int64_t job, const struct gpt_event *e, const char *node)
+{
+    struct jobs *js = ctx;
+    if (!jobs_cluster_current(js, job))
+        return;
+    struct jobs_msg *msg = calloc(1, sizeof(*msg));
+    if (!msg)
+        return;
+    msg->kind = JOBS_MSG_EVENT;
+    msg->u.e = *e;
+    if (msg->u.e.step < 0)
+        msg->u.e.step = js->run->last_step;
+    if (msg->u.e.run_id == 0)
+        msg->u.e.run_id = js->run->run_id;
+    snprintf(msg->node, sizeof(msg->node), "%s", node ? node : "");
+    jobs_post(&js->mb, msg);
+}
+
+static void jobs_cluster_world(void *ctx, int64_t job, int world_size, int nodes,
+                               int64_t *ret_run_id)
+{
+    struct jobs *js = ctx;
+    *ret_run_id = 0;
+    if (!jobs_cluster_current(js, job))
+        return;
+    struct gpt_err err;
+    double now = jobs_now();
+    int rc = db_begin(js->db, &err);
+    if (rc == 0 && js->run->run_id)
+        rc = db_run_end(js->db, js->run->run_id, "reformed", now, &err);
+    if (rc == 0)
+        rc = db_run_insert(js->db, job, world_size, NULL, now, &js->run->run_id, &err);
+    if (rc == 0)
+        rc = db_commit(js->db, &err);
+    else
+        db_rollback(js->db);
+    if (rc < 0) {
+        log_error("job %lld: cannot record the new world: %s", (long long)job, err.msg);
+        return;
+    }
+    *ret_run_id = js->run->run_id;
+    log_info("job %lld: run %lld on %d node%s, world size %d", (long long)job,
+             (long long)js->run->run_id, nodes, nodes == 1 ? "" : "s", world_size);
+}
+
+static void jobs_cluster_waiting(void *ctx, int64_t job, bool waiting)
+{
+    struct jobs *js = ctx;
+    if (!jobs_cluster_current(js, job))
+        return;
+    struct gpt_err err;
+    if (db_job_set_state(js->db, job, waiting ? DB_JOB_WAITING : DB_JOB_RUNNING, NULL, jobs_now(),
+                         &err) < 0)
+        log_error("job %lld: %s", (long long)job, err.msg);
+}
+
+static void jobs_cluster_finished(void *ctx, int64_t job, int rc, int64_t step, const char *error)
+{
+    struct jobs *js = ctx;
+    if (!jobs_cluster_current(js, job))
+        return;
+    /* Records still in the mailbox belong before the end. */
+    jobs_on_mail(&js->mb.async);
+    struct gpt_train_result res;
+    memset(&res, 0, sizeof(res));
+    res.step = step > js->run->last_step ? step : js->run->last_step;
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    if (rc < 0)
+        gpt_err_set(&err, rc, NULL, "%s", error && error[0] ? error : gpt_strerror(rc));
+    jobs_finish_outcome(js, rc, &res, &err);
+}
+
+void jobs_set_cluster(struct jobs *js, struct cluster *cl)
+{
+    js->cluster = cl;
+    struct cluster_jobs_hooks h = {js,
+                                   jobs_cluster_submit,
+                                   jobs_cluster_metric,
+                                   jobs_cluster_event,
+                                   jobs_cluster_world,
+                                   jobs_cluster_waiting,
+                                   jobs_cluster_finished};
+    cluster_set_jobs_hooks(cl, &h);
 }

@@ -69,6 +69,12 @@ void jobs_client_closed(struct jobs *js, struct control_client *cl);
  * it a second time stops the job at once, without a snapshot. */
 void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx);
 
+struct cluster;
+/* On a cluster's coordinator: every job runs on the cluster's world (the
+ * rendezvous of daemon/rdzv.h) instead of on local workers, and forwarded
+ * submits, metrics and events come in through the cluster. Borrows cl. */
+void jobs_set_cluster(struct jobs *js, struct cluster *cl);
+
 /* Frees (after jobs_shutdown's done). Closes the loop handles; NULL ok. */
 void jobs_free(struct jobs *js);
 

@@ -44,7 +44,8 @@ static json_t *ops_job_json(const struct db_job *j)
 }
 
 /* Parses and fully validates a spec object (as `gptd run` would). */
-static int ops_parse_spec(const json_t *spec, struct gpt_job *job, struct gpt_err *err)
+static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, struct gpt_job *job,
+                          struct gpt_err *err)
 {
     char *text = json_dumps(spec, JSON_COMPACT);
     if (!text)
@@ -53,11 +54,56 @@ static int ops_parse_spec(const json_t *spec, struct gpt_job *job, struct gpt_er
     free(text);
     if (rc == 0)
         rc = gpt_jobspec_check_paths(job, err);
-    if (rc == 0 && job->distributed.nodes_min > 1)
+    if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
         rc = gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
-                         "this gptd runs single-node jobs; nodes must be 1 (got min %d)",
+                         "this gptd is not in a cluster (no rdzv); nodes must be 1 (got min %d)",
                          job->distributed.nodes_min);
     return rc;
+}
+
+/* A submit on a node that is not the coordinator travels to the
+ * coordinator, whose queue is the one of record; the reply waits for its
+ * answer. */
+struct ops_forward {
+    struct control_client *cl;
+    json_t *id;
+};
+
+static void ops_submit_forwarded(void *arg, int rc, int64_t job, const struct gpt_err *err)
+{
+    struct ops_forward *f = arg;
+    struct control_client *cl = f->cl;
+    if (rc < 0)
+        control_reply_err(cl, f->id, rc, err);
+    else
+        control_reply_ok(cl, f->id,
+                         json_pack("{s:I, s:s, s:b}", "job", (json_int_t)job, "state", "queued",
+                                   "forwarded", 1));
+    cl->busy--;
+    control_client_idle_check(cl);
+    control_client_unref(cl);
+    json_decref(f->id);
+    free(f);
+}
+
+static int ops_submit_forward(struct daemon_ctx *d, struct control_client *cl,
+                              const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    struct ops_forward *f = calloc(1, sizeof(*f));
+    if (!f)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    f->cl = cl;
+    f->id = json_deep_copy(req->id);
+    int rc =
+        cluster_submit(d->cluster, req->spec, cl->uid, req->priority, ops_submit_forwarded, f, err);
+    if (rc < 0) {
+        json_decref(f->id);
+        free(f);
+        return rc;
+    }
+    control_client_ref(cl);
+    cl->busy++;
+    return 0;
 }
 
 static int op_submit(struct daemon_ctx *d, struct control_client *cl,
@@ -67,7 +113,11 @@ static int op_submit(struct daemon_ctx *d, struct control_client *cl,
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
-    int rc = ops_parse_spec(req->spec, job, err);
+    int rc = ops_parse_spec(d, req->spec, job, err);
+    if (rc == 0 && d->cluster && !cluster_is_coordinator(d->cluster)) {
+        free(job);
+        return ops_submit_forward(d, cl, req, err);
+    }
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, cl->uid, req->priority, &id, err);
     if (rc == 0)
@@ -81,11 +131,10 @@ static int op_submit(struct daemon_ctx *d, struct control_client *cl,
 static int op_validate(struct daemon_ctx *d, struct control_client *cl,
                        const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    (void)d;
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = ops_parse_spec(req->spec, job, err);
+    int rc = ops_parse_spec(d, req->spec, job, err);
     if (rc == 0) {
         char *canon = gpt_jobspec_to_json(job);
         json_t *spec = canon ? json_loads(canon, 0, NULL) : NULL;
@@ -318,6 +367,16 @@ static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
                     const struct gpt_ctl_request *req, struct gpt_err *err)
 {
     (void)err;
+    if (d->cluster) {
+        json_t *nodes = cluster_nodes_json(d->cluster);
+        if (!nodes)
+            return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        control_reply_ok(cl, req->id,
+                         json_pack("{s:o, s:s, s:b, s:s}", "nodes", nodes, "self", d->cfg.node_name,
+                                   "coordinator", cluster_is_coordinator(d->cluster), "agent",
+                                   agent_state(d->agent)));
+        return 0;
+    }
     int64_t running = jobs_running(d->jobs);
     json_t *node =
         json_pack("{s:s, s:s, s:i, s:s, s:I}", "node", d->cfg.node_name, "state",

@@ -1,0 +1,735 @@
+/*
+ * agent: one node's elastic agent (see agent.h). Owns the node's workers of
+ * the current round, their store client (through struct agent_kv) and the
+ * mailbox they post to. Everything but the worker callbacks and the kv runs
+ * on the loop thread; the snapshot scan runs on a libuv work thread and
+ * touches only its own fields.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "jobspec.h"
+#include "log.h"
+#include "rdzv.h"
+#include "snapshot.h"
+#include "store_client.h"
+#include "workers.h"
+
+#define AGENT_KV_CONNECT_MS 10000 /* the workers' store client: connect retries */
+#define AGENT_KV_POLL_MS    10
+
+enum agent_state {
+    AGENT_IDLE,
+    AGENT_STOPPING,
+    AGENT_JOINING,
+    AGENT_JOINED,
+    AGENT_RUNNING,
+    AGENT_EXITED,
+    AGENT_WAITING,
+};
+
+static const char *const agent_state_names[] = {"idle",    "stopping", "joining", "joined",
+                                                "running", "exited",   "waiting"};
+
+/* ---- the workers' key-value store (worker threads) ---- */
+
+struct agent_kv {
+    struct gpt_kv kv;
+    pthread_mutex_t mu;
+    struct store_client *client;
+    char host[CLUSTER_HOST_MAX];
+    int port;
+    uint8_t secret[STORE_SECRET_MAX];
+    size_t secret_len;
+    atomic_bool aborted;
+};
+
+static double agent_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void agent_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Connects on first use; called with k->mu held. */
+static int agent_kv_client(struct agent_kv *k)
+{
+    if (k->client)
+        return 0;
+    struct store_client_opts co = {.host = k->host,
+                                   .port = k->port,
+                                   .secret = k->secret,
+                                   .secret_len = k->secret_len,
+                                   .timeout_ms = 5000};
+    double deadline = agent_mono_s() + AGENT_KV_CONNECT_MS / 1e3;
+    for (;;) {
+        struct gpt_err err;
+        struct store_client *c = NULL;
+        int rc = store_client_connect(&co, &c, &err);
+        if (rc == 0) {
+            __atomic_store_n(&k->client, c, __ATOMIC_RELEASE);
+            return 0;
+        }
+        if (atomic_load(&k->aborted))
+            return -ECANCELED;
+        if (rc == -GPT_E_AUTH || agent_mono_s() > deadline)
+            return rc;
+        agent_sleep_ms(100);
+    }
+}
+
+static int agent_kv_set(void *ctx, const char *key, const void *val, size_t len)
+{
+    struct agent_kv *k = ctx;
+    if (atomic_load(&k->aborted))
+        return -ECANCELED;
+    pthread_mutex_lock(&k->mu);
+    int rc = agent_kv_client(k);
+    if (rc == 0)
+        rc = store_client_set(k->client, key, val, len, NULL);
+    pthread_mutex_unlock(&k->mu);
+    return rc;
+}
+
+/* Polls (CHECK, then GET) instead of a blocking WAIT so that an abort is
+ * seen within one poll and the mutex is never held while waiting. */
+static int agent_kv_get(void *ctx, const char *key, void *buf, size_t cap, size_t *ret_len,
+                        int timeout_ms)
+{
+    struct agent_kv *k = ctx;
+    double deadline = agent_mono_s() + timeout_ms / 1e3;
+    const char *keys[1] = {key};
+    for (;;) {
+        if (atomic_load(&k->aborted))
+            return -ECANCELED;
+        int all = 0, rc;
+        void *val = NULL;
+        size_t len = 0;
+        pthread_mutex_lock(&k->mu);
+        rc = agent_kv_client(k);
+        if (rc == 0)
+            rc = store_client_check(k->client, keys, 1, &all, NULL);
+        if (rc == 0 && all)
+            rc = store_client_get(k->client, key, &val, &len, NULL);
+        pthread_mutex_unlock(&k->mu);
+        if (rc < 0)
+            return rc;
+        if (all) {
+            if (len > cap) {
+                free(val);
+                return -EMSGSIZE;
+            }
+            memcpy(buf, val, len);
+            *ret_len = len;
+            free(val);
+            return 0;
+        }
+        if (agent_mono_s() > deadline)
+            return -ETIMEDOUT;
+        agent_sleep_ms(AGENT_KV_POLL_MS);
+    }
+}
+
+static struct agent_kv *agent_kv_new(const char *host, int port, const void *secret,
+                                     size_t secret_len)
+{
+    struct agent_kv *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    pthread_mutex_init(&k->mu, NULL);
+    snprintf(k->host, sizeof(k->host), "%s", host);
+    k->port = port;
+    if (secret_len > sizeof(k->secret))
+        secret_len = sizeof(k->secret);
+    if (secret_len)
+        memcpy(k->secret, secret, secret_len);
+    k->secret_len = secret_len;
+    atomic_init(&k->aborted, false);
+    k->kv.ctx = k;
+    k->kv.set = agent_kv_set;
+    k->kv.get = agent_kv_get;
+    return k;
+}
+
+/* Any thread: fail the kv's current and later calls. */
+static void agent_kv_abort(struct agent_kv *k)
+{
+    atomic_store(&k->aborted, true);
+    /* The client pointer is only written under the mutex by a worker; an
+     * abort of a call in progress must not wait for that mutex. */
+    struct store_client *c = __atomic_load_n(&k->client, __ATOMIC_ACQUIRE);
+    if (c)
+        store_client_abort(c);
+}
+
+/* Once no worker uses it. */
+static void agent_kv_free(struct agent_kv *k)
+{
+    if (!k)
+        return;
+    store_client_free(k->client);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+/* ---- the mailbox (worker threads post, the loop drains) ---- */
+
+enum agent_msg_kind { AGENT_MSG_METRIC, AGENT_MSG_EVENT, AGENT_MSG_EXIT };
+
+struct agent_msg {
+    struct agent_msg *next;
+    int kind;
+    union {
+        struct gpt_metric m;
+        struct gpt_event e;
+    } u;
+};
+
+struct agent {
+    uv_loop_t *loop;
+    struct cluster *cl;
+    char node_id[64];
+    char state_dir[1024];
+    char host[CLUSTER_HOST_MAX];
+    int port;
+    uint8_t secret[STORE_SECRET_MAX];
+    size_t secret_len;
+    char bind_host[64];
+    int workers_default;
+    int comm_timeout_ms;
+
+    uv_mutex_t mu;
+    struct agent_msg *head, *tail;
+    uv_async_t async;
+
+    /* the published round */
+    json_t *cur;
+    uint64_t gen;
+    int64_t round;
+    int phase; /* enum rdzv_phase */
+    int64_t job;
+    bool stop_snapshot;
+    bool lost;
+
+    /* the job's spec, parsed once per job */
+    int64_t spec_job;
+    bool spec_ok;
+    struct gpt_job spec;
+    char snapdir[GPT_JOB_PATH_MAX];
+
+    /* the workers of one round */
+    struct workers *ws;
+    struct agent_kv *kv;
+    uint64_t ws_gen;
+    int64_t ws_round, ws_job;
+    int ws_stop; /* 0, GPT_STOP_SNAPSHOT, or -1 aborted */
+
+    /* their exit, reported in heartbeats until the next round */
+    uint64_t exit_gen;
+    int64_t exit_round, exit_job;
+    int exit_rc;
+    int64_t exit_step;
+    char exit_msg[256];
+
+    /* the snapshot scan before a join */
+    bool scanning;
+    uv_work_t scan;
+    char scan_dir[GPT_JOB_PATH_MAX];
+    int64_t scan_step;
+    uint64_t scan_gen;
+    int64_t scan_round, scan_job;
+
+    uint64_t joined_gen;
+    int64_t joined_round, joined_snap;
+
+    int state;
+    bool closing;
+    int handles;
+    void (*done)(void *ctx);
+    void *done_ctx;
+};
+
+static void agent_post(struct agent *a, struct agent_msg *m)
+{
+    m->next = NULL;
+    uv_mutex_lock(&a->mu);
+    if (a->tail)
+        a->tail->next = m;
+    else
+        a->head = m;
+    a->tail = m;
+    uv_mutex_unlock(&a->mu);
+    uv_async_send(&a->async);
+}
+
+static void agent_post_metric(void *ctx, const struct gpt_metric *m)
+{
+    struct agent_msg *msg = malloc(sizeof(*msg));
+    if (!msg)
+        return;
+    msg->kind = AGENT_MSG_METRIC;
+    msg->u.m = *m;
+    agent_post(ctx, msg);
+}
+
+static void agent_post_event(void *ctx, const struct gpt_event *e)
+{
+    struct agent_msg *msg = malloc(sizeof(*msg));
+    if (!msg)
+        return;
+    msg->kind = AGENT_MSG_EVENT;
+    msg->u.e = *e;
+    agent_post(ctx, msg);
+}
+
+static void agent_post_exit(void *ctx)
+{
+    struct agent_msg *msg;
+    while (!(msg = calloc(1, sizeof(*msg))))
+        uv_sleep(10);
+    msg->kind = AGENT_MSG_EXIT;
+    agent_post(ctx, msg);
+}
+
+/* ---- state ---- */
+
+const char *agent_state(const struct agent *a)
+{
+    return agent_state_names[a->state];
+}
+
+int64_t agent_job(const struct agent *a)
+{
+    return a->job;
+}
+
+static void agent_set_state(struct agent *a, int state)
+{
+    if (a->state == state)
+        return;
+    log_debug("agent: %s -> %s", agent_state_names[a->state], agent_state_names[state]);
+    a->state = state;
+    cluster_heartbeat_soon(a->cl);
+}
+
+/* This node's assignment in the published world (the cluster adds it to
+ * the round as "me"), NULL when this process is not a member. */
+static const json_t *agent_me(const struct agent *a)
+{
+    char inc[32];
+    snprintf(inc, sizeof(inc), "%" PRIx64, cluster_incarnation(a->cl));
+    const json_t *n = json_object_get(a->cur, "me");
+    const char *id = json_string_value(json_object_get(n, "id"));
+    const char *ninc = json_string_value(json_object_get(n, "inc"));
+    if (id && ninc && strcmp(id, a->node_id) == 0 && strcmp(ninc, inc) == 0)
+        return n;
+    return NULL;
+}
+
+static int agent_workers_for(const struct agent *a)
+{
+    return a->spec_ok && a->spec.distributed.workers_per_node > 0
+               ? a->spec.distributed.workers_per_node
+               : a->workers_default;
+}
+
+/* Parses the published spec of a new job; false when it cannot run here. */
+static bool agent_load_spec(struct agent *a)
+{
+    if (a->spec_job == a->job)
+        return a->spec_ok;
+    a->spec_job = a->job;
+    a->spec_ok = false;
+    const char *spec = json_string_value(json_object_get(a->cur, "spec"));
+    struct gpt_err err;
+    if (!spec || gpt_jobspec_parse(spec, strlen(spec), NULL, 0, &a->spec, &err) < 0) {
+        log_error("agent: job %" PRId64 ": cannot use its spec: %s", a->job,
+                  spec ? err.msg : "missing");
+        return false;
+    }
+    int k;
+    if (a->spec.snapshot.dir[0])
+        k = snprintf(a->snapdir, sizeof(a->snapdir), "%s/%s", a->spec.snapshot.dir, a->node_id);
+    else
+        k = snprintf(a->snapdir, sizeof(a->snapdir), "%s/jobs/%" PRId64 "/snapshots", a->state_dir,
+                     a->job);
+    if (k < 0 || (size_t)k >= sizeof(a->snapdir)) {
+        log_error("agent: job %" PRId64 ": snapshot directory too long", a->job);
+        return false;
+    }
+    a->spec_ok = true;
+    return true;
+}
+
+static void agent_reconcile(struct agent *a);
+static void agent_on_async_closed(uv_handle_t *h);
+
+static void agent_scan_work(uv_work_t *w)
+{
+    struct agent *a = w->data;
+    struct gpt_snapshot_meta meta;
+    struct gpt_err err;
+    a->scan_step = -1;
+    if (gpt_snapshot_newest(a->scan_dir, NULL, 0, &meta, NULL, NULL, &err) == 0)
+        a->scan_step = meta.step;
+}
+
+static void agent_scan_done(uv_work_t *w, int status)
+{
+    struct agent *a = w->data;
+    a->scanning = false;
+    a->handles--;
+    if (a->closing) {
+        agent_reconcile(a);
+        return;
+    }
+    if (status == 0 && !a->lost && a->cur && a->phase == RDZV_FORMING && a->gen == a->scan_gen &&
+        a->round == a->scan_round && a->job == a->scan_job) {
+        a->joined_gen = a->gen;
+        a->joined_round = a->round;
+        a->joined_snap = a->scan_step;
+        log_info("agent: joining round %" PRId64 " of job %" PRId64 " (newest snapshot: %s%" PRId64
+                 ")",
+                 a->round, a->job, a->scan_step < 0 ? "none " : "step ",
+                 a->scan_step < 0 ? (int64_t)0 : a->scan_step);
+        a->state = AGENT_JOINED;
+        cluster_heartbeat_soon(a->cl);
+    }
+    agent_reconcile(a);
+}
+
+static void agent_start_workers(struct agent *a, const json_t *me)
+{
+    int base = (int)json_integer_value(json_object_get(me, "rank_base"));
+    int n = (int)json_integer_value(json_object_get(me, "workers"));
+    int world = (int)json_integer_value(json_object_get(a->cur, "world"));
+    const char *prefix = json_string_value(json_object_get(a->cur, "prefix"));
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    a->kv = agent_kv_new(a->host, a->port, a->secret, a->secret_len);
+    if (!a->kv) {
+        gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    struct workers_opts o = {
+        .job = &a->spec,
+        .n_workers = n,
+        .snapshot_dir = a->snapdir,
+        .resume = 1,
+        .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
+        .world = world,
+        .rank_base = base,
+        .kv = &a->kv->kv,
+        .kv_prefix = prefix,
+        .comm_timeout_ms = a->comm_timeout_ms,
+        .bind_host = a->bind_host,
+        .write_snapshots = true,
+        .ctx = a,
+        .on_metric = agent_post_metric,
+        .on_event = agent_post_event,
+        .on_exit = agent_post_exit,
+    };
+    int rc = n >= 1 && world >= n && prefix ? workers_start(&o, &a->ws, &err)
+                                            : gpt_err_set(&err, -EINVAL, NULL, "bad world");
+    if (rc < 0)
+        goto fail;
+    a->ws_gen = a->gen;
+    a->ws_round = a->round;
+    a->ws_job = a->job;
+    a->ws_stop = 0;
+    log_info("agent: round %" PRId64 " of job %" PRId64 ": ranks %d-%d of %d", a->round, a->job,
+             base, base + n - 1, world);
+    agent_set_state(a, AGENT_RUNNING);
+    return;
+fail:
+    log_error("agent: cannot start workers: %s", err.msg);
+    agent_kv_free(a->kv);
+    a->kv = NULL;
+    a->exit_gen = a->gen;
+    a->exit_round = a->round;
+    a->exit_job = a->job;
+    a->exit_rc = err.code < 0 ? err.code : -EIO;
+    a->exit_step = 0;
+    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.60s: %.180s", a->node_id, err.msg);
+    agent_set_state(a, AGENT_EXITED);
+    cluster_heartbeat_soon(a->cl);
+}
+
+static void agent_stop_workers(struct agent *a, int how)
+{
+    if (how < 0) {
+        if (a->ws_stop != -1) {
+            a->ws_stop = -1;
+            workers_abort(a->ws);
+            agent_kv_abort(a->kv);
+        }
+    } else if (a->ws_stop == 0) {
+        a->ws_stop = how;
+        workers_request_stop(a->ws, how);
+    }
+}
+
+/* Brings the workers and the state in line with the published round. */
+static void agent_reconcile(struct agent *a)
+{
+    if (a->closing) {
+        if (a->ws) {
+            agent_stop_workers(a, -1);
+            return;
+        }
+        if (!a->scanning && a->handles == 1) {
+            a->handles = 0;
+            uv_close((uv_handle_t *)&a->async, agent_on_async_closed);
+        }
+        return;
+    }
+    bool have = a->cur && !a->lost;
+    if (a->ws) {
+        bool same = have && a->ws_gen == a->gen && a->ws_round == a->round;
+        if (same && a->phase == RDZV_RUNNING && agent_me(a)) {
+            agent_set_state(a, AGENT_RUNNING);
+        } else if (same && a->phase == RDZV_STOPPING) {
+            agent_stop_workers(a, GPT_STOP_SNAPSHOT);
+        } else if (have && a->ws_gen == a->gen && a->phase == RDZV_FORMING && a->stop_snapshot &&
+                   a->ws_job == a->job) {
+            /* A planned re-formation: stop at the step boundary the whole
+             * world agrees on, each node writing its copy of the snapshot. */
+            agent_stop_workers(a, GPT_STOP_SNAPSHOT);
+            agent_set_state(a, AGENT_STOPPING);
+        } else {
+            agent_stop_workers(a, -1);
+            agent_set_state(a, AGENT_STOPPING);
+        }
+        return;
+    }
+    if (!have) {
+        agent_set_state(a, a->job ? AGENT_WAITING : AGENT_IDLE);
+        return;
+    }
+    if (a->job == 0 || a->phase == RDZV_IDLE) {
+        agent_set_state(a, AGENT_IDLE);
+        return;
+    }
+    if (!agent_load_spec(a)) {
+        agent_set_state(a, AGENT_IDLE);
+        return;
+    }
+    switch (a->phase) {
+    case RDZV_FORMING:
+        if (a->joined_gen == a->gen && a->joined_round == a->round) {
+            agent_set_state(a, AGENT_JOINED);
+        } else if (!a->scanning) {
+            a->scanning = true;
+            a->handles++;
+            snprintf(a->scan_dir, sizeof(a->scan_dir), "%s", a->snapdir);
+            a->scan_gen = a->gen;
+            a->scan_round = a->round;
+            a->scan_job = a->job;
+            a->scan.data = a;
+            if (uv_queue_work(a->loop, &a->scan, agent_scan_work, agent_scan_done) < 0) {
+                a->scanning = false;
+                a->handles--;
+            }
+            agent_set_state(a, AGENT_JOINING);
+        }
+        break;
+    case RDZV_RUNNING: {
+        const json_t *me = agent_me(a);
+        if (!me)
+            agent_set_state(a, AGENT_WAITING);
+        else if (a->exit_gen == a->gen && a->exit_round == a->round)
+            agent_set_state(a, AGENT_EXITED);
+        else
+            agent_start_workers(a, me);
+        break;
+    }
+    default:
+        agent_set_state(a, AGENT_WAITING);
+        break;
+    }
+}
+
+/* ---- inputs ---- */
+
+static void agent_on_mail(uv_async_t *h)
+{
+    struct agent *a = h->data;
+    uv_mutex_lock(&a->mu);
+    struct agent_msg *list = a->head;
+    a->head = a->tail = NULL;
+    uv_mutex_unlock(&a->mu);
+    bool exited = false;
+    while (list) {
+        struct agent_msg *m = list;
+        list = m->next;
+        if (m->kind == AGENT_MSG_METRIC)
+            cluster_send_metric(a->cl, a->ws_job, &m->u.m);
+        else if (m->kind == AGENT_MSG_EVENT)
+            cluster_send_event(a->cl, a->ws_job, &m->u.e);
+        else
+            exited = true;
+        free(m);
+    }
+    if (!exited || !a->ws)
+        return;
+    /* Every worker has returned: this join does not block. */
+    struct gpt_train_result res;
+    struct gpt_err err;
+    memset(&res, 0, sizeof(res));
+    gpt_err_clear(&err);
+    int rc = workers_join(a->ws, &res, &err);
+    workers_free(a->ws);
+    a->ws = NULL;
+    agent_kv_free(a->kv);
+    a->kv = NULL;
+    a->exit_gen = a->ws_gen;
+    a->exit_round = a->ws_round;
+    a->exit_job = a->ws_job;
+    a->exit_rc = rc;
+    a->exit_step = res.step;
+    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", rc < 0 ? err.msg : "");
+    if (rc < 0 && a->ws_stop != -1)
+        log_warn("agent: round %" PRId64 " workers failed: %s", a->ws_round, err.msg);
+    else
+        log_info("agent: round %" PRId64 " workers finished (%s)", a->ws_round,
+                 rc == GPT_TRAIN_DONE      ? "done"
+                 : rc == GPT_TRAIN_STOPPED ? "stopped"
+                                           : "aborted");
+    a->state = AGENT_EXITED;
+    cluster_heartbeat_soon(a->cl);
+    agent_reconcile(a);
+}
+
+static void agent_on_round(void *ctx, const json_t *cur)
+{
+    struct agent *a = ctx;
+    const char *gen = json_string_value(json_object_get(cur, "gen"));
+    const char *phase = json_string_value(json_object_get(cur, "phase"));
+    if (!gen || !phase)
+        return;
+    json_decref(a->cur);
+    a->cur = json_deep_copy(cur);
+    a->lost = false;
+    a->gen = strtoull(gen, NULL, 16);
+    a->round = json_integer_value(json_object_get(cur, "round"));
+    a->phase = rdzv_phase_parse(phase);
+    a->job = json_integer_value(json_object_get(cur, "job"));
+    const char *stop = json_string_value(json_object_get(cur, "stop"));
+    a->stop_snapshot = stop && strcmp(stop, "snapshot") == 0;
+    agent_reconcile(a);
+}
+
+static void agent_on_lost(void *ctx)
+{
+    struct agent *a = ctx;
+    a->lost = true;
+    json_decref(a->cur);
+    a->cur = NULL;
+    a->joined_gen = 0;
+    agent_reconcile(a);
+}
+
+static void agent_on_heartbeat(void *ctx, json_t *hb)
+{
+    struct agent *a = ctx;
+    char gen[32];
+    snprintf(gen, sizeof(gen), "%" PRIx64, a->gen);
+    int64_t round = a->state == AGENT_RUNNING  ? a->ws_round
+                    : a->state == AGENT_JOINED ? a->joined_round
+                                               : a->round;
+    json_object_set_new(hb, "state", json_string(agent_state_names[a->state]));
+    json_object_set_new(hb, "gen", json_string(gen));
+    json_object_set_new(hb, "round", json_integer(round));
+    json_object_set_new(hb, "job", json_integer(a->job));
+    if (a->job)
+        json_object_set_new(hb, "workers", json_integer(agent_workers_for(a)));
+    if (a->state == AGENT_JOINED)
+        json_object_set_new(hb, "snap", json_integer(a->joined_snap));
+    if (a->exit_gen == a->gen && a->exit_job == a->job) {
+        json_object_set_new(hb, "exit_round", json_integer(a->exit_round));
+        json_object_set_new(hb, "exit_rc", json_integer(a->exit_rc));
+        json_object_set_new(hb, "exit_step", json_integer(a->exit_step));
+        json_object_set_new(hb, "exit_msg", json_string(a->exit_msg));
+    }
+}
+
+/* ---- life cycle ---- */
+
+int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, struct agent **ret,
+              struct gpt_err *err)
+{
+    struct agent *a = calloc(1, sizeof(*a));
+    if (!a)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    a->loop = loop;
+    a->cl = cl;
+    snprintf(a->node_id, sizeof(a->node_id), "%s", o->node_id);
+    snprintf(a->state_dir, sizeof(a->state_dir), "%s", o->state_dir);
+    snprintf(a->host, sizeof(a->host), "%s", o->host);
+    a->port = o->port;
+    if (o->secret_len > sizeof(a->secret)) {
+        free(a);
+        return gpt_err_set(err, -EINVAL, NULL, "secret too long");
+    }
+    if (o->secret_len)
+        memcpy(a->secret, o->secret, o->secret_len);
+    a->secret_len = o->secret_len;
+    snprintf(a->bind_host, sizeof(a->bind_host), "%s", o->bind_host ? o->bind_host : "");
+    a->workers_default = o->workers > 0 ? o->workers : 1;
+    a->comm_timeout_ms = o->comm_timeout_ms;
+    a->joined_round = a->exit_round = a->ws_round = -1;
+    uv_mutex_init(&a->mu);
+    uv_async_init(loop, &a->async, agent_on_mail);
+    a->async.data = a;
+    a->handles = 1;
+    struct cluster_node_hooks h = {a, agent_on_round, agent_on_lost, agent_on_heartbeat};
+    cluster_set_node_hooks(cl, &h);
+    *ret = a;
+    return 0;
+}
+
+static void agent_on_async_closed(uv_handle_t *h)
+{
+    struct agent *a = h->data;
+    while (a->head) {
+        struct agent_msg *m = a->head;
+        a->head = m->next;
+        free(m);
+    }
+    uv_mutex_destroy(&a->mu);
+    json_decref(a->cur);
+    void (*done)(void *) = a->done;
+    void *ctx = a->done_ctx;
+    free(a);
+    if (done)
+        done(ctx);
+}
+
+void agent_close(struct agent *a, void (*done)(void *ctx), void *ctx)
+{
+    a->closing = true;
+    a->done = done;
+    a->done_ctx = ctx;
+    if (a->ws) {
+        agent_stop_workers(a, -1);
+        return; /* agent_on_mail finishes the close */
+    }
+    if (!a->scanning) {
+        a->handles = 0;
+        uv_close((uv_handle_t *)&a->async, agent_on_async_closed);
+    }
+}

@@ -1,0 +1,112 @@
+/*
+ * cluster: this gptd as a member of a cluster. Owns the node's identity
+ * (node id, incarnation), its connection to the rendezvous store (async
+ * client, reconnecting with backoff), heartbeats, the outbox of messages to
+ * the coordinator (one APPEND key, RDZV_KEY_INBOX), and the polling of the
+ * published round, which it hands to the elastic agent.
+ *
+ * On the coordinator it also serves the store, drains the inbox (GET, then
+ * COMPARE_SET to empty, so no append is lost), feeds heartbeats and joins
+ * to the round protocol (daemon/rdzv.h), and hands forwarded submits,
+ * global rank 0's metrics and events, and the job's life cycle to the job
+ * queue through struct cluster_jobs_hooks.
+ *
+ * Loop thread only.
+ */
+#ifndef GPTD_CLUSTER_H
+#define GPTD_CLUSTER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "gpt_err.h"
+#include "metric.h"
+
+#define CLUSTER_HOST_MAX 256
+
+struct cluster_opts {
+    const char *node_id;
+    const char *host; /* the store's address (numeric) */
+    int port;
+    bool coordinator;   /* serve the store at host:port */
+    const void *secret; /* copied */
+    size_t secret_len;
+    double heartbeat_s;
+    double dead_after_s;
+    double last_call_s;
+    int admit_snapshot_steps;
+    const char *addr; /* the address this node's workers listen on (advertised) */
+    int workers;
+    const char *version;
+};
+
+/* What the node side (the agent) provides. */
+struct cluster_node_hooks {
+    void *ctx;
+    /* The published round changed (borrowed object). */
+    void (*round)(void *ctx, const json_t *cur);
+    /* The connection to the store is lost (the coordinator is gone or this
+     * node is cut off): stop taking part in any world. */
+    void (*lost)(void *ctx);
+    /* Adds the agent's fields to a heartbeat. */
+    void (*heartbeat)(void *ctx, json_t *hb);
+};
+
+/* What the coordinator reports to the job queue. */
+struct cluster_jobs_hooks {
+    void *ctx;
+    /* A submit forwarded from another node; returns the job id. */
+    int (*submit)(void *ctx, const char *spec_json, uid_t uid, int64_t priority, int64_t *ret_id,
+                  struct gpt_err *err);
+    void (*metric)(void *ctx, int64_t job, const struct gpt_metric *m);
+    void (*event)(void *ctx, int64_t job, const struct gpt_event *e, const char *node);
+    void (*world)(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id);
+    void (*waiting)(void *ctx, int64_t job, bool waiting);
+    void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
+};
+
+struct cluster;
+
+/* Starts (serving the store first when coordinator; binding errors are
+ * returned). Borrows the hooks' contexts. */
+int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **ret,
+                struct gpt_err *err);
+void cluster_set_node_hooks(struct cluster *c, const struct cluster_node_hooks *h);
+void cluster_set_jobs_hooks(struct cluster *c, const struct cluster_jobs_hooks *h);
+
+/* Closes everything; done(ctx) runs once every handle is closed. */
+void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx);
+
+bool cluster_is_coordinator(const struct cluster *c);
+const char *cluster_node_id(const struct cluster *c);
+uint64_t cluster_incarnation(const struct cluster *c);
+/* Connected to the store now. */
+bool cluster_connected(const struct cluster *c);
+
+/* Node side: queue one message for the coordinator (takes `msg`). */
+void cluster_send(struct cluster *c, json_t *msg);
+/* Sends a heartbeat at the next loop iteration. */
+void cluster_heartbeat_soon(struct cluster *c);
+/* Forwards global rank 0's records to the coordinator. */
+void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
+void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e);
+
+/* Forwards a submit to the coordinator; cb(arg, rc, job, err) runs once
+ * (from the loop, never inside this call) with the coordinator's answer. */
+int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t priority,
+                   void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
+                   struct gpt_err *err);
+
+/* Coordinator: runs / stops a job on the cluster (see rdzv_coord_job_*). */
+int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
+                      int nodes_max, int max_restarts, int wait_timeout_s, struct gpt_err *err);
+void cluster_job_stop(struct cluster *c);
+
+/* The node table (a new JSON array): the coordinator's own view there, the
+ * last one the coordinator published elsewhere. */
+json_t *cluster_nodes_json(struct cluster *c);
+
+#endif

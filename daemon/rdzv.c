@@ -1,0 +1,704 @@
+/*
+ * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table
+ * and the round state; talks only through its hooks. Single-threaded.
+ */
+#include "rdzv.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+/* A previous member that neither joins nor dies holds a round open at most
+ * this long (its workers may be stuck in a collective that times out). */
+#define RDZV_JOIN_TIMEOUT_S 15.0
+
+struct rdzv_cnode {
+    char id[RDZV_NODE_ID_MAX];
+    uint64_t inc;
+    double last_hb;
+    bool alive;
+    int workers;
+    char addr[RDZV_ADDR_MAX];
+    char version[32];
+    char state[16]; /* as the node reported it */
+    uint64_t gen;   /* the generation and round the node last reported */
+    int64_t round;
+    int64_t job;
+    /* round bookkeeping */
+    int64_t joined_round; /* the round this node joined, -1 none */
+    int64_t snap_step;
+    bool member; /* in the current (or forming round's previous) world */
+    bool prev_member;
+    int rank_base;
+    int64_t exit_round; /* the last worker exit seen for the current job */
+    int exit_rc;
+    int64_t exit_step;
+    char exit_msg[256];
+};
+
+struct rdzv_coord {
+    uint64_t gen;
+    struct rdzv_opts o;
+    struct rdzv_hooks h;
+    struct rdzv_cnode *nodes;
+    size_t n, cap;
+
+    int phase;
+    int64_t round;
+    uint64_t version;
+    bool dirty;
+
+    /* the running job */
+    int64_t job;
+    char *spec_json;
+    int nodes_min, nodes_max, max_restarts, wait_timeout_s;
+    int restarts;
+    double opened_at, waiting_since;
+    bool stop_snapshot; /* how members stop their old workers for this round */
+    bool stop_requested;
+    int64_t run_id;
+    int world;
+    int64_t last_step, last_snap;
+    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
+    bool failure;             /* a member failed or died in the running world */
+    char failure_why[256];
+};
+
+static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
+
+const char *rdzv_phase_name(int phase)
+{
+    return phase >= 0 && phase <= RDZV_STOPPING ? rdzv_phase_names[phase] : "unknown";
+}
+
+int rdzv_phase_parse(const char *name)
+{
+    for (int i = 0; i <= RDZV_STOPPING; i++)
+        if (strcmp(name, rdzv_phase_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* ---- messages ---- */
+
+static void rdzv_copy_str(char *dst, size_t cap, const json_t *v)
+{
+    snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+static int64_t rdzv_int(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static uint64_t rdzv_u64(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_string(v) ? strtoull(json_string_value(v), NULL, 16) : 0;
+}
+
+int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret)
+{
+    if (!json_is_object(o))
+        return -EINVAL;
+    const char *t = json_string_value(json_object_get(o, "t"));
+    if (!t)
+        return -EINVAL;
+    memset(ret, 0, sizeof(*ret));
+    ret->type = strcmp(t, "hb") == 0     ? RDZV_MSG_HB
+                : strcmp(t, "join") == 0 ? RDZV_MSG_JOIN
+                                         : RDZV_MSG_OTHER;
+    if (ret->type == RDZV_MSG_OTHER)
+        return 0;
+    const json_t *node = json_object_get(o, "node");
+    if (!json_is_string(node) || json_string_length(node) == 0 ||
+        json_string_length(node) >= sizeof(ret->node))
+        return -EINVAL;
+    rdzv_copy_str(ret->node, sizeof(ret->node), node);
+    ret->inc = rdzv_u64(o, "inc");
+    ret->gen = rdzv_u64(o, "gen");
+    ret->round = rdzv_int(o, "round", -1);
+    ret->job = rdzv_int(o, "job", 0);
+    ret->snap_step = rdzv_int(o, "snap", -1);
+    ret->workers = (int)rdzv_int(o, "workers", 1);
+    if (ret->workers < 1 || ret->workers > 1024)
+        return -EINVAL;
+    rdzv_copy_str(ret->addr, sizeof(ret->addr), json_object_get(o, "addr"));
+    rdzv_copy_str(ret->version, sizeof(ret->version), json_object_get(o, "ver"));
+    rdzv_copy_str(ret->state, sizeof(ret->state), json_object_get(o, "state"));
+    ret->exit_round = rdzv_int(o, "exit_round", -1);
+    ret->exit_rc = (int)rdzv_int(o, "exit_rc", 0);
+    ret->exit_step = rdzv_int(o, "exit_step", 0);
+    rdzv_copy_str(ret->exit_msg, sizeof(ret->exit_msg), json_object_get(o, "exit_msg"));
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (c->h.event)
+        c->h.event(c->h.ctx, c->job, kind, msg);
+}
+
+static struct rdzv_cnode *rdzv_find(struct rdzv_coord *c, const char *id)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->nodes[i].id, id) == 0)
+            return &c->nodes[i];
+    return NULL;
+}
+
+static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
+{
+    if (c->n == c->cap) {
+        if (c->cap >= RDZV_NODES_MAX)
+            return NULL;
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        struct rdzv_cnode *p = realloc(c->nodes, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        c->nodes = p;
+        c->cap = cap;
+    }
+    struct rdzv_cnode *nd = &c->nodes[c->n++];
+    memset(nd, 0, sizeof(*nd));
+    snprintf(nd->id, sizeof(nd->id), "%s", id);
+    nd->joined_round = -1;
+    nd->snap_step = -1;
+    nd->exit_round = -1;
+    nd->round = -1;
+    return nd;
+}
+
+static int rdzv_alive_count(const struct rdzv_coord *c)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        n += c->nodes[i].alive;
+    return n;
+}
+
+static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (text)
+        c->h.publish(c->h.ctx, key, text);
+    free(text);
+}
+
+static json_t *rdzv_member_json(const struct rdzv_cnode *nd)
+{
+    char inc[32];
+    snprintf(inc, sizeof(inc), "%" PRIx64, nd->inc);
+    return json_pack("{s:s, s:s, s:i, s:i, s:s}", "id", nd->id, "inc", inc, "rank_base",
+                     nd->rank_base, "workers", nd->workers, "addr", nd->addr);
+}
+
+/* A closed round: each member's assignment, and the whole world. The
+ * previous round's keys go. */
+static void rdzv_publish_world(struct rdzv_coord *c, int64_t prev_round)
+{
+    if (!c->h.publish)
+        return;
+    char key[RDZV_NODE_ID_MAX + 64];
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        if (nd->prev_member && prev_round > 0) {
+            snprintf(key, sizeof(key), "rdzv/%" PRId64 "/node/%s", prev_round, nd->id);
+            c->h.publish(c->h.ctx, key, NULL);
+        }
+        if (nd->member) {
+            snprintf(key, sizeof(key), "rdzv/%" PRId64 "/node/%s", c->round, nd->id);
+            rdzv_publish_json(c, key, rdzv_member_json(nd));
+        }
+    }
+    if (prev_round > 0) {
+        snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", prev_round);
+        c->h.publish(c->h.ctx, key, NULL);
+    }
+    snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", c->round);
+    rdzv_publish_json(c, key, rdzv_coord_round_json(c, true));
+}
+
+static void rdzv_publish(struct rdzv_coord *c)
+{
+    c->version++;
+    c->dirty = false;
+    if (!c->h.publish)
+        return;
+    json_t *o = rdzv_coord_round_json(c, false);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!text)
+        return; /* republished on the next change; nodes keep polling */
+    c->h.publish(c->h.ctx, RDZV_KEY_CUR, text);
+    free(text);
+    char r[96];
+    snprintf(r, sizeof(r), "%" PRIx64 ":%" PRId64 ":%" PRIu64, c->gen, c->round, c->version);
+    c->h.publish(c->h.ctx, RDZV_KEY_ROUND, r);
+}
+
+static void rdzv_open_round(struct rdzv_coord *c, double now, bool snapshot, const char *why)
+{
+    c->round++;
+    c->phase = RDZV_FORMING;
+    c->opened_at = now;
+    c->stop_snapshot = snapshot;
+    c->failure = false;
+    for (size_t i = 0; i < c->n; i++) {
+        struct rdzv_cnode *nd = &c->nodes[i];
+        nd->prev_member = nd->member && nd->alive;
+        nd->member = false;
+        nd->joined_round = -1;
+    }
+    rdzv_event(c, "round", "round %" PRId64 " opened: %s", c->round, why);
+    rdzv_publish(c);
+}
+
+static void rdzv_finish(struct rdzv_coord *c, int rc, int64_t step, const char *error)
+{
+    int64_t job = c->job;
+    c->phase = RDZV_IDLE;
+    for (size_t i = 0; i < c->n; i++) {
+        c->nodes[i].member = c->nodes[i].prev_member = false;
+        c->nodes[i].joined_round = -1;
+    }
+    c->job = 0;
+    free(c->spec_json);
+    c->spec_json = NULL;
+    c->world = 0;
+    c->run_id = 0;
+    c->round++;
+    rdzv_publish(c);
+    if (c->h.finished)
+        c->h.finished(c->h.ctx, job, rc, step, error);
+}
+
+static int rdzv_cmp_rank(const void *a, const void *b)
+{
+    const struct rdzv_cnode *x = *(const struct rdzv_cnode *const *)a;
+    const struct rdzv_cnode *y = *(const struct rdzv_cnode *const *)b;
+    if (x->snap_step != y->snap_step)
+        return x->snap_step > y->snap_step ? -1 : 1;
+    return strcmp(x->id, y->id);
+}
+
+/* Closes the forming round with the joined nodes (at most nodes_max). */
+static void rdzv_close_round(struct rdzv_coord *c)
+{
+    struct rdzv_cnode **j = malloc(c->n * sizeof(*j));
+    if (!j)
+        return; /* tried again on the next tick */
+    size_t nj = 0;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].alive && c->nodes[i].joined_round == c->round)
+            j[nj++] = &c->nodes[i];
+    qsort(j, nj, sizeof(*j), rdzv_cmp_rank);
+    if (nj > (size_t)c->nodes_max)
+        nj = (size_t)c->nodes_max;
+    int base = 0;
+    char names[512] = "";
+    size_t off = 0;
+    for (size_t i = 0; i < nj; i++) {
+        j[i]->member = true;
+        j[i]->rank_base = base;
+        j[i]->exit_round = -1;
+        base += j[i]->workers;
+        if (off < sizeof(names))
+            off +=
+                (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", j[i]->id);
+    }
+    int64_t snap = nj ? j[0]->snap_step : -1;
+    c->world = base;
+    c->phase = RDZV_RUNNING;
+    c->run_id = 0;
+    int64_t prev = c->last_world_round;
+    c->last_world_round = c->round;
+    if (c->h.world)
+        c->h.world(c->h.ctx, c->job, c->world, (int)nj, &c->run_id);
+    if (snap >= 0)
+        rdzv_event(c, "world",
+                   "round %" PRId64 " closed: %zu node%s (%s), world size %d; resuming from the "
+                   "step %" PRId64 " snapshot on %s",
+                   c->round, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
+    else
+        rdzv_event(c, "world", "round %" PRId64 " closed: %zu node%s (%s), world size %d", c->round,
+                   nj, nj == 1 ? "" : "s", names, c->world);
+    free(j);
+    /* Assignments first: a node that sees the round closed reads its own. */
+    rdzv_publish_world(c, prev);
+    rdzv_publish(c);
+}
+
+/* ---- inputs ---- */
+
+static void rdzv_node_lost(struct rdzv_coord *c, struct rdzv_cnode *nd, const char *why)
+{
+    if (c->job && nd->member && (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING) &&
+        !c->failure) {
+        c->failure = true;
+        snprintf(c->failure_why, sizeof(c->failure_why), "node %.64s %.64s", nd->id, why);
+    }
+}
+
+void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m)
+{
+    if (m->type != RDZV_MSG_HB && m->type != RDZV_MSG_JOIN)
+        return;
+    struct rdzv_cnode *nd = rdzv_find(c, m->node);
+    if (!nd) {
+        if (!(nd = rdzv_add(c, m->node)))
+            return;
+        nd->inc = m->inc;
+        rdzv_event(c, "node", "node %s registered (%s, %d worker%s)", m->node,
+                   m->addr[0] ? m->addr : "?", m->workers, m->workers == 1 ? "" : "s");
+    } else if (nd->inc != m->inc) {
+        /* The node's process restarted: the old one is gone for good. */
+        if (nd->alive)
+            rdzv_event(c, "node", "node %s restarted", m->node);
+        else
+            rdzv_event(c, "node", "node %s is back", m->node);
+        rdzv_node_lost(c, nd, "restarted");
+        nd->inc = m->inc;
+        nd->member = nd->prev_member = false;
+        nd->joined_round = -1;
+        nd->exit_round = -1;
+    } else if (!nd->alive) {
+        rdzv_event(c, "node", "node %s is back", m->node);
+    }
+    nd->alive = true;
+    nd->last_hb = now;
+    nd->workers = m->workers;
+    if (m->addr[0])
+        snprintf(nd->addr, sizeof(nd->addr), "%s", m->addr);
+    if (m->version[0])
+        snprintf(nd->version, sizeof(nd->version), "%s", m->version);
+    if (m->state[0])
+        snprintf(nd->state, sizeof(nd->state), "%s", m->state);
+    nd->gen = m->gen;
+    nd->round = m->round;
+    nd->job = m->job;
+
+    if (m->type == RDZV_MSG_JOIN || strcmp(m->state, "joined") == 0) {
+        if (c->phase == RDZV_FORMING && m->gen == c->gen && m->round == c->round &&
+            m->job == c->job && nd->joined_round != c->round) {
+            nd->joined_round = c->round;
+            nd->snap_step = m->snap_step;
+        }
+        return;
+    }
+    /* A heartbeat carries the node's last worker exit until the next round. */
+    if (c->job && m->gen == c->gen && m->job == c->job && m->exit_round == c->round && nd->member &&
+        nd->exit_round != c->round) {
+        nd->exit_round = m->exit_round;
+        nd->exit_rc = m->exit_rc;
+        nd->exit_step = m->exit_step;
+        snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
+        if (c->phase == RDZV_RUNNING && m->exit_rc < 0 && !c->failure) {
+            c->failure = true;
+            snprintf(c->failure_why, sizeof(c->failure_why), "node %.60s failed: %.160s", nd->id,
+                     m->exit_msg[0] ? m->exit_msg : "error");
+        }
+    }
+}
+
+void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
+{
+    if (step > c->last_step)
+        c->last_step = step;
+    if (snapshot > c->last_snap)
+        c->last_snap = snapshot;
+}
+
+int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
+                         struct gpt_err *err)
+{
+    if (c->job)
+        return gpt_err_set(err, -EBUSY, NULL, "job %" PRId64 " is running", c->job);
+    char *spec = strdup(job->spec_json);
+    if (!spec)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    c->job = job->id;
+    c->spec_json = spec;
+    c->nodes_min = job->nodes_min > 0 ? job->nodes_min : 1;
+    c->nodes_max = job->nodes_max >= c->nodes_min ? job->nodes_max : c->nodes_min;
+    c->max_restarts = job->max_restarts;
+    c->wait_timeout_s = job->wait_timeout_s;
+    c->restarts = 0;
+    c->stop_requested = false;
+    c->last_step = 0;
+    c->last_snap = -1;
+    for (size_t i = 0; i < c->n; i++)
+        c->nodes[i].member = c->nodes[i].prev_member = false;
+    rdzv_open_round(c, now, false, "job started");
+    return 0;
+}
+
+void rdzv_coord_job_stop(struct rdzv_coord *c, double now)
+{
+    (void)now;
+    if (!c->job || c->stop_requested)
+        return;
+    c->stop_requested = true;
+    if (c->phase == RDZV_RUNNING) {
+        c->phase = RDZV_STOPPING;
+        rdzv_event(c, "stop", "stopping the world at the next step boundary");
+        rdzv_publish(c);
+    } else {
+        rdzv_finish(c, GPT_TRAIN_STOPPED, c->last_step, NULL);
+    }
+}
+
+int64_t rdzv_coord_job(const struct rdzv_coord *c)
+{
+    return c->job;
+}
+
+/* ---- decisions ---- */
+
+static void rdzv_tick_liveness(struct rdzv_coord *c, double now)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        struct rdzv_cnode *nd = &c->nodes[i];
+        if (!nd->alive || now - nd->last_hb <= c->o.dead_after_s)
+            continue;
+        nd->alive = false;
+        rdzv_event(c, "node_dead", "node %s silent for %.1f s: declared dead", nd->id,
+                   now - nd->last_hb);
+        rdzv_node_lost(c, nd, "died");
+    }
+}
+
+static void rdzv_tick_running(struct rdzv_coord *c, double now)
+{
+    int members = 0, done = 0, exited = 0, running = 0, waiting = 0;
+    int64_t done_step = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        struct rdzv_cnode *nd = &c->nodes[i];
+        if (nd->member) {
+            members++;
+            if (nd->exit_round == c->round) {
+                exited++;
+                if (nd->exit_rc == GPT_TRAIN_DONE) {
+                    done++;
+                    done_step = nd->exit_step;
+                }
+            } else if (nd->alive && nd->gen == c->gen && nd->round == c->round &&
+                       strcmp(nd->state, "running") == 0) {
+                running++;
+            }
+        } else if (nd->alive && nd->gen == c->gen && nd->job == c->job &&
+                   strcmp(nd->state, "waiting") == 0) {
+            waiting++;
+        }
+    }
+    if (done > 0) {
+        rdzv_finish(c, GPT_TRAIN_DONE, done_step, NULL);
+        return;
+    }
+    if (c->phase == RDZV_STOPPING) {
+        int pending = 0;
+        for (size_t i = 0; i < c->n; i++)
+            pending +=
+                c->nodes[i].member && c->nodes[i].alive && c->nodes[i].exit_round != c->round;
+        if (pending == 0)
+            rdzv_finish(c, GPT_TRAIN_STOPPED, c->last_step, NULL);
+        return;
+    }
+    if (c->failure || (exited > 0 && exited == members)) {
+        if (!c->failure)
+            snprintf(c->failure_why, sizeof(c->failure_why), "the world stopped unexpectedly");
+        c->restarts++;
+        if (c->restarts > c->max_restarts) {
+            char why[400];
+            snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",
+                     c->failure_why, c->max_restarts, c->max_restarts == 1 ? "" : "s");
+            rdzv_event(c, "failure", "%s", why);
+            rdzv_finish(c, -ECONNABORTED, c->last_step, why);
+            return;
+        }
+        rdzv_event(c, "failure", "%s: restart %d of %d from the newest snapshot", c->failure_why,
+                   c->restarts, c->max_restarts);
+        rdzv_open_round(c, now, false, c->failure_why);
+        return;
+    }
+    /* Take waiting nodes in once the whole world is up (stopping a world
+     * whose members are still connecting would strand the late ones). */
+    if (waiting > 0 && members < c->nodes_max && running == members) {
+        bool fresh =
+            c->last_snap >= 0 && c->last_step - c->last_snap <= (int64_t)c->o.admit_snapshot_steps;
+        rdzv_open_round(c, now, !fresh, "admitting waiting nodes");
+    }
+}
+
+static void rdzv_tick_forming(struct rdzv_coord *c, double now)
+{
+    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        if (!nd->alive)
+            continue;
+        if (nd->joined_round == c->round)
+            joined++;
+        else if (nd->prev_member)
+            pending_prev++;
+    }
+    double age = now - c->opened_at;
+    /* A coordinator that just started gives the nodes one last call to
+     * register before it calls the job short of nodes. */
+    if (alive < c->nodes_min && age < c->o.last_call_s)
+        return;
+    if (alive < c->nodes_min) {
+        c->phase = RDZV_WAITING;
+        c->waiting_since = now;
+        rdzv_event(c, "waiting", "waiting for nodes: %d of at least %d alive", alive, c->nodes_min);
+        if (c->h.waiting)
+            c->h.waiting(c->h.ctx, c->job, true);
+        rdzv_publish(c);
+        return;
+    }
+    if (pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S)
+        pending_prev = 0;
+    if (joined >= c->nodes_max || (joined >= c->nodes_min && pending_prev == 0 &&
+                                   (joined == alive || age >= c->o.last_call_s)))
+        rdzv_close_round(c);
+}
+
+static void rdzv_tick_waiting(struct rdzv_coord *c, double now)
+{
+    int alive = rdzv_alive_count(c);
+    if (alive >= c->nodes_min) {
+        if (c->h.waiting)
+            c->h.waiting(c->h.ctx, c->job, false);
+        rdzv_open_round(c, now, false, "enough nodes are alive again");
+        return;
+    }
+    if (c->wait_timeout_s > 0 && now - c->waiting_since > c->wait_timeout_s) {
+        char why[256];
+        snprintf(why, sizeof(why),
+                 "waiting for nodes: only %d of at least %d alive for %d s"
+                 " (distributed.wait_timeout_s)",
+                 alive, c->nodes_min, c->wait_timeout_s);
+        rdzv_event(c, "failure", "%s", why);
+        rdzv_finish(c, -ETIMEDOUT, c->last_step, why);
+    }
+}
+
+void rdzv_coord_tick(struct rdzv_coord *c, double now)
+{
+    rdzv_tick_liveness(c, now);
+    switch (c->phase) {
+    case RDZV_RUNNING:
+    case RDZV_STOPPING:
+        rdzv_tick_running(c, now);
+        break;
+    case RDZV_FORMING:
+        rdzv_tick_forming(c, now);
+        break;
+    case RDZV_WAITING:
+        rdzv_tick_waiting(c, now);
+        break;
+    default:
+        break;
+    }
+    if (c->dirty)
+        rdzv_publish(c);
+}
+
+void rdzv_coord_republish(struct rdzv_coord *c)
+{
+    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
+        rdzv_publish_world(c, 0);
+    rdzv_publish(c);
+}
+
+/* ---- life cycle and views ---- */
+
+struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
+                                  const struct rdzv_hooks *h)
+{
+    struct rdzv_coord *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->gen = gen;
+    c->o = *o;
+    c->h = *h;
+    c->phase = RDZV_IDLE;
+    c->last_snap = -1;
+    rdzv_publish(c);
+    return c;
+}
+
+void rdzv_coord_free(struct rdzv_coord *c)
+{
+    if (!c)
+        return;
+    free(c->spec_json);
+    free(c->nodes);
+    free(c);
+}
+
+json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
+{
+    char gen[32], prefix[128];
+    snprintf(gen, sizeof(gen), "%" PRIx64, c->gen);
+    snprintf(prefix, sizeof(prefix), "j%" PRId64 "/%s/r%" PRId64 "/", c->job, gen, c->round);
+    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:s, s:I, s:i, s:s}", "gen", gen, "round",
+                          (json_int_t)c->round, "phase", rdzv_phase_name(c->phase), "job",
+                          (json_int_t)c->job, "stop", c->stop_snapshot ? "snapshot" : "abort",
+                          "run_id", (json_int_t)c->run_id, "world", c->world, "prefix", prefix);
+    if (!o)
+        return NULL;
+    if (c->spec_json)
+        json_object_set_new(o, "spec", json_string(c->spec_json));
+    if (!with_nodes)
+        return o;
+    json_t *nodes = json_array();
+    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
+        for (size_t i = 0; i < c->n; i++)
+            if (c->nodes[i].member)
+                json_array_append_new(nodes, rdzv_member_json(&c->nodes[i]));
+    json_object_set_new(o, "nodes", nodes);
+    return o;
+}
+
+json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        const char *state = !nd->alive ? "dead" : nd->state[0] ? nd->state : "idle";
+        json_t *o = json_pack("{s:s, s:s, s:f, s:i, s:s, s:s, s:b}", "node", nd->id, "state", state,
+                              "heartbeat_age_s", now - nd->last_hb, "workers", nd->workers,
+                              "version", nd->version, "addr", nd->addr, "member", nd->member);
+        if (!o)
+            continue;
+        if (nd->member) {
+            char ranks[48];
+            snprintf(ranks, sizeof(ranks), "%d-%d", nd->rank_base, nd->rank_base + nd->workers - 1);
+            json_object_set_new(o, "ranks", json_string(ranks));
+        } else {
+            json_object_set_new(o, "ranks", json_null());
+        }
+        json_array_append_new(arr, o);
+    }
+    return arr;
+}

@@ -1,0 +1,153 @@
+/*
+ * rdzv: the coordinator's half of the elastic rendezvous (torchelastic's
+ * dynamic rendezvous, decided by one authority instead of by store races).
+ *
+ * The coordinator keeps a table of nodes (from their heartbeats), opens a
+ * round whenever the world must change (job start, a member died or failed,
+ * a waiting node can be taken in, nodes came back after waiting), collects
+ * the nodes' joins (each names the newest valid snapshot it holds), closes
+ * the round at `max` nodes, or at `min` or more once every alive member of
+ * the previous world has joined and either every alive node joined or the
+ * last-call window passed, and publishes the closed world: ranks assigned
+ * deterministically (the node holding the newest snapshot first, then by
+ * node id), each node's rank base, worker count and address.
+ *
+ * Store keys (the layout nodes and benchmarks rely on):
+ *   RDZV_KEY_INBOX      node -> coordinator messages, JSON lines (APPEND)
+ *   RDZV_KEY_ROUND      "GEN:ROUND:VERSION", changes with every publication
+ *   RDZV_KEY_CUR        the current round as JSON (rdzv_coord_round_json)
+ *   rdzv/<r>/world      the closed round r with every member, set when it closes
+ *   rdzv/<r>/node/<id>  one member's assignment {id, inc, rank_base, workers, addr}:
+ *                       a node reads its own, so a round costs O(nodes) bytes
+ *   RDZV_KEY_NODES      the node table as JSON, for `gptctl nodes` anywhere
+ *
+ * This module does no I/O: it is fed messages and the time, and reports
+ * through hooks. One thread (the daemon's loop thread, or a benchmark's).
+ */
+#ifndef GPTD_RDZV_H
+#define GPTD_RDZV_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+
+#define RDZV_NODE_ID_MAX 64
+#define RDZV_ADDR_MAX    64
+#define RDZV_NODES_MAX   4096 /* nodes the coordinator tracks; more are refused */
+#define RDZV_KEY_INBOX   "c/inbox"
+#define RDZV_KEY_ROUND   "rdzv/round"
+#define RDZV_KEY_CUR     "rdzv/cur"
+#define RDZV_KEY_NODES   "c/nodes"
+
+enum rdzv_phase {
+    RDZV_IDLE,     /* no job */
+    RDZV_FORMING,  /* a round is open: nodes stop their workers and join */
+    RDZV_RUNNING,  /* the round closed; its members train */
+    RDZV_WAITING,  /* fewer than `min` nodes alive */
+    RDZV_STOPPING, /* the world stops at the next step boundary (cancel, shutdown) */
+};
+
+/* The phase's name in JSON ("idle", "forming", ...), and back (-1 unknown). */
+const char *rdzv_phase_name(int phase);
+int rdzv_phase_parse(const char *name);
+
+struct rdzv_opts {
+    double dead_after_s;      /* a node silent this long is dead */
+    double last_call_s;       /* how long a round waits for more than `min` nodes */
+    int admit_snapshot_steps; /* growing the world snapshots first when the newest
+                               * snapshot is more than this many steps old */
+};
+
+/* What the coordinator tells its owner. All on the coordinator's thread. */
+struct rdzv_hooks {
+    void *ctx;
+    /* Set a store key (RDZV_KEY_ROUND, RDZV_KEY_CUR, rdzv/<r>/...); a NULL
+     * value deletes it. */
+    void (*publish)(void *ctx, const char *key, const char *value);
+    /* A membership change or failure worth an event in the job's history
+     * (job 0: no job runs). */
+    void (*event)(void *ctx, int64_t job, const char *kind, const char *msg);
+    /* A world closed: record a run of `world_size` ranks; *ret_run_id gets
+     * its id (0 when none is recorded). */
+    void (*world)(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id);
+    /* The job waits for nodes (true) or runs again (false). */
+    void (*waiting)(void *ctx, int64_t job, bool waiting);
+    /* The job ended: rc is GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or a negative
+     * error with `error` saying why. The coordinator is idle afterwards. */
+    void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
+};
+
+/* A job as the coordinator runs it. */
+struct rdzv_job {
+    int64_t id;
+    const char *spec_json; /* copied; travels to every node in the round */
+    int nodes_min, nodes_max;
+    int max_restarts;
+    int wait_timeout_s;
+};
+
+/* A node -> coordinator message, decoded (rdzv_msg_parse). */
+enum rdzv_msg_type { RDZV_MSG_HB, RDZV_MSG_JOIN, RDZV_MSG_OTHER };
+
+struct rdzv_msg {
+    int type; /* enum rdzv_msg_type */
+    char node[RDZV_NODE_ID_MAX];
+    uint64_t inc; /* the node process's incarnation (changes on restart) */
+    uint64_t gen; /* the coordinator generation the node saw */
+    int64_t round;
+    int64_t job;
+    int64_t snap_step; /* join: newest valid snapshot step held, -1 none */
+    int workers;
+    char addr[RDZV_ADDR_MAX];
+    char version[32];
+    char state[16];
+    /* heartbeat: the last local worker exit (round -1: none) */
+    int64_t exit_round;
+    int exit_rc;
+    int64_t exit_step;
+    char exit_msg[256];
+};
+
+/* Decodes one inbox line's fields that the coordinator needs ("t" hb/join
+ * become HB/JOIN, anything else OTHER). -EINVAL on a malformed message. */
+int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret);
+
+struct rdzv_coord;
+
+/* A new coordinator of generation `gen` (unique per coordinator start).
+ * Borrows hooks' ctx. Returns NULL on ENOMEM. */
+struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
+                                  const struct rdzv_hooks *h);
+/* NULL allowed. */
+void rdzv_coord_free(struct rdzv_coord *c);
+
+/* Feeds a heartbeat or join (other messages are ignored). */
+void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m);
+
+/* Global rank 0 reached `step`; `snapshot` (>= 0) when a snapshot was written. */
+void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);
+
+/* Starts running a job: opens round 1 of it. -EBUSY when a job runs. */
+int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
+                         struct gpt_err *err);
+/* Stops the running job at the next step boundary, with a snapshot; the
+ * finished hook reports GPT_TRAIN_STOPPED. Immediate when no world runs. */
+void rdzv_coord_job_stop(struct rdzv_coord *c, double now);
+/* The running job's id, 0 when idle. */
+int64_t rdzv_coord_job(const struct rdzv_coord *c);
+
+/* Liveness and round decisions; call every ~100 ms and after messages. */
+void rdzv_coord_tick(struct rdzv_coord *c, double now);
+
+/* Publishes the current round again (after the store connection came up). */
+void rdzv_coord_republish(struct rdzv_coord *c);
+
+/* The node table for `gptctl nodes`: a new JSON array. */
+json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now);
+/* The current round: a new JSON object; what RDZV_KEY_CUR holds without the
+ * members (with_nodes false), rdzv/<r>/world with them. */
+json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes);
+
+#endif

@@ -1,0 +1,23 @@
+# Elastic multi-node tests: whole clusters of gptd processes on loopback
+# (elastic_partition: in network namespaces; skipped, exit 77, without
+# them). Each starts its own nodes, state directories and sockets, and
+# kills everything it started on exit. elastic_chaos is also labelled slow
+# but fits the default suite (about a minute on two cores).
+set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos)
+set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
+set(GPTD_ELASTIC_TIMEOUT_elastic_coord 150)
+set(GPTD_ELASTIC_TIMEOUT_elastic_min 120)
+set(GPTD_ELASTIC_TIMEOUT_elastic_partition 180)
+set(GPTD_ELASTIC_TIMEOUT_elastic_chaos 360)
+foreach(t ${GPTD_ELASTIC_TESTS})
+  add_test(NAME ${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>
+                   $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+  set(labels integration)
+  if(t STREQUAL "elastic_chaos")
+    set(labels integration slow)
+  endif()
+  set_tests_properties(${t} PROPERTIES LABELS "${labels}" TIMEOUT ${GPTD_ELASTIC_TIMEOUT_${t}}
+                       SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# kill -9 the coordinator of a three-node world mid-training, then start it
+# again: it reloads the job from SQLite, the other nodes reconnect by
+# themselves, the world re-forms and the job resumes from the newest
+# snapshot and completes, with strictly increasing metric steps.
+source "$(dirname "$0")/elastic_common.sh"
+
+COORD=n1
+start_node n1 --coordinator
+start_node n2
+start_node n3
+elastic_job "$T/job.json" 5000 "2:3" 50
+id=$(ctl n2 submit "$T/job.json")
+wait_for 60 world_size_is "$id" 3
+wait_for 60 job_step_at_least n1 "$id" 400
+
+kill_node n1
+killed_at=$(db "SELECT max(step) FROM metrics WHERE job_id = $id")
+t0=$(now_ms)
+start_node n1 --coordinator
+wait_for 30 world_size_is_after "$id" 3 "$killed_at"
+echo "the world trained again $(($(now_ms) - t0)) ms after the coordinator restarted"
+wait_for 120 job_is n1 "$id" completed
+check_history "$id"
+runs=$(db "SELECT group_concat(status, ' ') FROM (SELECT status FROM runs WHERE job_id = $id
+           ORDER BY id)")
+[[ $runs == "lost completed" ]] || fail "runs of job $id: \"$runs\", want \"lost completed\""
+resumed=$(db "SELECT count(*) FROM events WHERE job_id = $id AND kind = 'resume'")
+((resumed >= 1)) || fail "no resume event after the coordinator restart"
+echo "elastic_coord: ok (coordinator killed near step $killed_at)"
