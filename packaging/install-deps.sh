@@ -15,6 +15,8 @@ pkgs=(
     clang-14 libclang-rt-14-dev libomp-14-dev
     fortunes
     iproute2 procps jq
+    slurm-wlm munge
+    systemd groff-base man-db
 )
 if [[ "${1:-}" == "--reference" ]]; then
     pkgs+=(python3 python3-torch python3-numpy)

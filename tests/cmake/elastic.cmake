@@ -3,7 +3,9 @@
 # them). Each starts its own nodes, state directories and sockets, and
 # kills everything it started on exit. elastic_chaos is also labelled slow
 # but fits the default suite (about a minute on two cores).
-set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos)
+set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
+    elastic_shard)
+set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_coord 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_min 120)
