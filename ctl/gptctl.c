@@ -830,8 +830,8 @@ static int cmd_nodes(struct ctl *c, int argc, char **argv)
     if (!c->json) {
         /* A cluster's nodes carry a heartbeat age and their current ranks;
          * a single gptd reports its job instead. */
-        struct table t = {.ncols = 6, .right = {false, false, true, true, true, false}};
-        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "VERSION");
+        struct table t = {.ncols = 7, .right = {false, false, true, true, true, false, false}};
+        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "DEVICES", "VERSION");
         size_t i;
         json_t *n;
         json_array_foreach(json_object_get(reply, "nodes"), i, n)
@@ -852,6 +852,7 @@ static int cmd_nodes(struct ctl *c, int argc, char **argv)
             table_row(&t, json_string_value(json_object_get(n, "node")),
                       json_string_value(json_object_get(n, "state")), hb,
                       fmt_int(w, sizeof(w), json_object_get(n, "workers")), j,
+                      json_string_value(json_object_get(n, "devices")),
                       json_string_value(json_object_get(n, "version")));
         }
         table_print(&t);

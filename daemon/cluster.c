@@ -12,6 +12,8 @@
  */
 #include "cluster.h"
 
+#include "devices.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -278,8 +280,11 @@ static void cluster_heartbeat(struct cluster *c)
 {
     char inc[32];
     snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
-    json_t *hb = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "t", "hb", "node", c->node_id, "inc",
-                           inc, "addr", c->addr, "ver", c->version, "workers", c->o.workers);
+    char dev[128];
+    devices_summary(dev, sizeof(dev));
+    json_t *hb = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "t", "hb", "node", c->node_id,
+                           "inc", inc, "addr", c->addr, "ver", c->version, "workers", c->o.workers,
+                           "dev", dev);
     if (!hb)
         return;
     if (c->nh.heartbeat)

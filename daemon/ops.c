@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "devices.h"
 #include "log.h"
 #include "snapshot.h"
 #include "trainer.h"
@@ -384,6 +385,12 @@ static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
                   : running   ? "running"
                               : "idle",
                   "workers", d->cfg.workers, "version", GPTD_VERSION, "job", (json_int_t)running);
+    char summary[128];
+    devices_summary(summary, sizeof(summary));
+    if (node) {
+        json_object_set_new(node, "devices", json_string(summary));
+        json_object_set_new(node, "hardware", devices_json());
+    }
     control_reply_ok(cl, req->id, json_pack("{s:[o]}", "nodes", node));
     return 0;
 }

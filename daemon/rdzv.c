@@ -25,6 +25,7 @@ struct rdzv_cnode {
     int workers;
     char addr[RDZV_ADDR_MAX];
     char version[32];
+    char devices[128]; /* backends and GPUs, as the node reported them */
     char state[16]; /* as the node reported it */
     uint64_t gen;   /* the generation and round the node last reported */
     int64_t round;
@@ -131,6 +132,7 @@ int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret)
         return -EINVAL;
     rdzv_copy_str(ret->addr, sizeof(ret->addr), json_object_get(o, "addr"));
     rdzv_copy_str(ret->version, sizeof(ret->version), json_object_get(o, "ver"));
+    rdzv_copy_str(ret->devices, sizeof(ret->devices), json_object_get(o, "dev"));
     rdzv_copy_str(ret->state, sizeof(ret->state), json_object_get(o, "state"));
     ret->exit_round = rdzv_int(o, "exit_round", -1);
     ret->exit_rc = (int)rdzv_int(o, "exit_rc", 0);
@@ -389,6 +391,8 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg 
         snprintf(nd->addr, sizeof(nd->addr), "%s", m->addr);
     if (m->version[0])
         snprintf(nd->version, sizeof(nd->version), "%s", m->version);
+    if (m->devices[0])
+        snprintf(nd->devices, sizeof(nd->devices), "%s", m->devices);
     if (m->state[0])
         snprintf(nd->state, sizeof(nd->state), "%s", m->state);
     nd->gen = m->gen;
@@ -689,6 +693,8 @@ json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
         json_t *o = json_pack("{s:s, s:s, s:f, s:i, s:s, s:s, s:b}", "node", nd->id, "state", state,
                               "heartbeat_age_s", now - nd->last_hb, "workers", nd->workers,
                               "version", nd->version, "addr", nd->addr, "member", nd->member);
+        if (o)
+            json_object_set_new(o, "devices", json_string(nd->devices[0] ? nd->devices : "cpu"));
         if (!o)
             continue;
         if (nd->member) {

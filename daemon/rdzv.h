@@ -102,6 +102,7 @@ struct rdzv_msg {
     int workers;
     char addr[RDZV_ADDR_MAX];
     char version[32];
+    char devices[128]; /* devices_summary() of the node */
     char state[16];
     /* heartbeat: the last local worker exit (round -1: none) */
     int64_t exit_round;

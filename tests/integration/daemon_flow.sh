@@ -65,6 +65,9 @@ diff "$T/logged_loss" "$T/db_loss" || fail "losses in the database differ from l
 "$GPTCTL" plot "$id" -o "$T/loss.svg" >/dev/null
 grep -q "<polyline" "$T/loss.svg" && grep -q ">step<" "$T/loss.svg" || fail "plot svg"
 "$GPTCTL" nodes | grep -q idle || fail "nodes"
+# Each node reports its compute backends and GPUs (none on a CPU host).
+"$GPTCTL" --json nodes | grep -q '"backends":\["cpu"' || fail "nodes: no backends"
+"$GPTCTL" nodes | head -n1 | grep -q DEVICES || fail "nodes: no DEVICES column"
 
 # --- two followers start mid-run: history, then live, then exit at the end.
 long=$("$GPTCTL" submit "$T/long.json" trainer.max_steps=600)

@@ -4,6 +4,8 @@
  * which we turn into "zero devices").
  */
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
 
 #include "cuda_probe.h"
 
@@ -13,4 +15,14 @@ int gpt_cuda_device_count(void)
     if (cudaGetDeviceCount(&n) != cudaSuccess)
         return 0;
     return n;
+}
+
+int gpt_cuda_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)
+{
+    struct cudaDeviceProp prop;
+    if (i < 0 || i >= gpt_cuda_device_count() || cudaGetDeviceProperties(&prop, i) != cudaSuccess)
+        return -ENODEV;
+    snprintf(name, cap, "%s", prop.name);
+    *ret_mem_bytes = prop.totalGlobalMem;
+    return 0;
 }

@@ -1,0 +1,20 @@
+/*
+ * devices: what this host can train on, for `gptctl nodes`: the compute
+ * backends built in and usable here, and each visible GPU's name and
+ * memory. Any thread; asks the CUDA runtime only (never the driver
+ * directly), so it is safe on hosts without a GPU.
+ */
+#ifndef GPTD_DEVICES_H
+#define GPTD_DEVICES_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* {"backends": ["cpu", "cuda"?], "gpus": [{"name", "memory_bytes"}]}; new
+ * reference, NULL on ENOMEM. */
+json_t *devices_json(void);
+
+/* One line for tables and heartbeats: "cpu" or "2x NVIDIA H200 141GiB". */
+void devices_summary(char *buf, size_t cap);
+
+#endif
