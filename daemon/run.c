@@ -67,6 +67,9 @@ static void usage(FILE *f)
                "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
                "  --sample N             print N sampled tokens from the final model\n"
                "  --prompt TEXT          prompt for --sample\n"
+            "  --temperature T        sampling temperature (default 0.8)\n"
+            "  --top-k K              sample among the K likeliest tokens (default: all)\n"
+            "  --seed N               sampling seed (default: trainer.seed)\n"
                "  --help-spec            print every job key with its type, range and default\n");
 }
 
@@ -172,7 +175,8 @@ int gptd_run_main(int argc, char **argv)
 {
     const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
     const char *rdzv = NULL, *secret_file = NULL;
-    int64_t world = 0, rank = 0;
+    int64_t world = 0, rank = 0, top_k = 0, sample_seed = -1;
+    double temperature = 0.8;
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over = 0;
     int resume = 0, json = 0;
@@ -202,6 +206,21 @@ int gptd_run_main(int argc, char **argv)
             resume_from = argv[++i];
         } else if (strcmp(a, "--prompt") == 0 && next) {
             prompt = argv[++i];
+        } else if (strcmp(a, "--temperature") == 0 && next) {
+            char *end;
+            temperature = strtod(argv[++i], &end);
+            if (*end || !(temperature > 0)) {
+                fprintf(stderr, "gptd run: --temperature needs a number > 0\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (parse_int_arg(a, next, 0, &top_k) < 0)
+                return 2;
+            i++;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (parse_int_arg(a, next, 0, &sample_seed) < 0)
+                return 2;
+            i++;
         } else if (strcmp(a, "--workers") == 0) {
             if (parse_int_arg(a, next, 1, &workers) < 0)
                 return 2;
@@ -358,9 +377,9 @@ int gptd_run_main(int argc, char **argv)
         struct gpt_sample_opts so = {
             .prompt = prompt,
             .tokens = (int)sample_tokens,
-            .temperature = 0.8,
-            .top_k = 0,
-            .seed = job.trainer.seed,
+            .temperature = temperature,
+            .top_k = (int)top_k,
+            .seed = sample_seed >= 0 ? (uint64_t)sample_seed : job.trainer.seed,
             .threads = job.trainer.threads > 0 ? job.trainer.threads : 1,
         };
         char *text = NULL;
@@ -373,8 +392,8 @@ int gptd_run_main(int argc, char **argv)
             json_t *o = json_pack("{s:s, s:s}", "type", "sample", "text", text);
             print_json(o);
         } else {
-            fprintf(stdout, "--- sample (%lld tokens, temperature 0.8) ---\n%s\n",
-                    (long long)sample_tokens, text);
+            fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n",
+                    (long long)sample_tokens, temperature, text);
         }
         free(text);
     }
