@@ -16,13 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef GPTD_HAVE_SYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "cli.h"
 #include "daemon.h"
 #include "log.h"
+#include "notify.h"
 #include "store_client.h"
 
 #define DAEMON_RDZV_DEFAULT "127.0.0.1:29400"
@@ -38,6 +35,8 @@ struct daemon_main {
     struct daemon_args args;
     uv_loop_t loop;
     uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t notify_timer; /* systemd watchdog and STATUS= line */
+    char status[NOTIFY_STATUS_MAX];
     int stop_signals;
 };
 
@@ -115,6 +114,7 @@ static void daemon_on_cluster_closed(void *ctx)
     m->d.ctl = NULL;
     jobs_free(m->d.jobs);
     m->d.jobs = NULL;
+    uv_close((uv_handle_t *)&m->notify_timer, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_term, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_int, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_hup, daemon_on_handle_closed);
@@ -219,9 +219,7 @@ static void daemon_on_stop_signal(uv_signal_t *h, int signum)
     m->stop_signals++;
     if (m->stop_signals == 1) {
         log_notice("%s: stopping", strsignal(signum));
-#ifdef GPTD_HAVE_SYSTEMD
-        sd_notify(0, "STOPPING=1");
-#endif
+        (void)notify_stopping();
         m->d.stopping = true;
         control_stop_listening(m->d.ctl);
     } else {
@@ -246,17 +244,39 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     struct config fresh;
     struct gpt_err err;
     log_notice("SIGHUP: reloading the configuration");
-#ifdef GPTD_HAVE_SYSTEMD
-    sd_notify(0, "RELOADING=1");
-#endif
+    (void)notify_reloading();
     if (daemon_build_config(&m->args, &fresh, &err) < 0)
         log_error("reload failed, keeping the current configuration: %s", err.msg);
     else
         config_reload(&m->d.cfg, &fresh, daemon_on_reload_key, NULL);
     log_set_level(m->d.cfg.log_level);
-#ifdef GPTD_HAVE_SYSTEMD
-    sd_notify(0, "READY=1");
-#endif
+    (void)notify_ready();
+}
+
+/* The loop's periodic tick for systemd: WATCHDOG=1 proves the loop turns,
+ * and STATUS= carries a one-line state when it changed. */
+static void daemon_on_notify_timer(uv_timer_t *h)
+{
+    struct daemon_main *m = h->data;
+    struct daemon_ctx *d = &m->d;
+    char status[NOTIFY_STATUS_MAX];
+    const char *role = !d->cluster                          ? "standalone"
+                       : cluster_is_coordinator(d->cluster) ? "coordinator"
+                                                            : "member";
+    int64_t job = d->jobs ? jobs_running(d->jobs) : 0;
+    if (d->stopping)
+        snprintf(status, sizeof(status), "%s %s: stopping", role, d->cfg.node_name);
+    else if (job)
+        snprintf(status, sizeof(status), "%s %s: job %lld running%s%s", role, d->cfg.node_name,
+                 (long long)job, d->agent ? ", agent " : "", d->agent ? agent_state(d->agent) : "");
+    else
+        snprintf(status, sizeof(status), "%s %s: idle%s%s", role, d->cfg.node_name,
+                 d->agent ? ", agent " : "", d->agent ? agent_state(d->agent) : "");
+    if (strcmp(status, m->status) != 0) {
+        snprintf(m->status, sizeof(m->status), "%s", status);
+        (void)notify_status("%s", status);
+    }
+    (void)notify_watchdog();
 }
 
 static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
@@ -413,9 +433,16 @@ int gptd_daemon_main(int argc, char **argv)
     uv_signal_start(&m->sig_hup, daemon_on_hup, SIGHUP);
 
     log_info("gptd %s listening on %s, state in %s", GPTD_VERSION, d->cfg.socket, d->cfg.state_dir);
-#ifdef GPTD_HAVE_SYSTEMD
-    sd_notify(0, "READY=1");
-#endif
+    /* READY=1 only now: configuration loaded, migrations run, the control
+     * socket (and on the coordinator the store) listening. */
+    (void)notify_ready();
+    uint64_t every_ms = notify_watchdog_interval_ms();
+    if (every_ms == 0 || every_ms > 2000)
+        every_ms = 2000; /* STATUS= stays fresh even without a watchdog */
+    uv_timer_init(&m->loop, &m->notify_timer);
+    m->notify_timer.data = m;
+    uv_timer_start(&m->notify_timer, daemon_on_notify_timer, 0, every_ms);
+    uv_unref((uv_handle_t *)&m->notify_timer);
     jobs_schedule(d->jobs);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     status = 0;
@@ -423,6 +450,7 @@ int gptd_daemon_main(int argc, char **argv)
 
 fail:
     log_error("%s", err.msg);
+    (void)notify_status("failed: %s", err.msg);
     status = 1;
 out:
     if (loop_ok && uv_loop_close(&m->loop) == UV_EBUSY)

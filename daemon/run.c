@@ -12,6 +12,8 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +34,12 @@ struct run_ctx {
     int tty;
     int64_t stop_after; /* stop with a snapshot once this step is reached; 0 = never */
     int64_t last_step;
-    struct workers *ws;
+    /* Set by the main thread once workers_start returns; a worker that
+     * reaches --stop-after first raises stop_wanted, which the main thread
+     * checks after publishing ws (sequentially consistent atomics, so one
+     * of the two sides always sees the other). */
+    _Atomic(struct workers *) ws;
+    atomic_bool stop_wanted;
     pthread_mutex_t out_mu;
 };
 
@@ -67,9 +74,9 @@ static void usage(FILE *f)
                "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
                "  --sample N             print N sampled tokens from the final model\n"
                "  --prompt TEXT          prompt for --sample\n"
-            "  --temperature T        sampling temperature (default 0.8)\n"
-            "  --top-k K              sample among the K likeliest tokens (default: all)\n"
-            "  --seed N               sampling seed (default: trainer.seed)\n"
+               "  --temperature T        sampling temperature (default 0.8)\n"
+               "  --top-k K              sample among the K likeliest tokens (default: all)\n"
+               "  --seed N               sampling seed (default: trainer.seed)\n"
                "  --help-spec            print every job key with its type, range and default\n");
 }
 
@@ -126,8 +133,12 @@ static void run_metric(void *ctx, const struct gpt_metric *m)
         fflush(stdout);
     }
     pthread_mutex_unlock(&rc->out_mu);
-    if (rc->stop_after > 0 && m->step >= rc->stop_after && rc->ws)
-        workers_request_stop(rc->ws, GPT_STOP_SNAPSHOT);
+    if (rc->stop_after > 0 && m->step >= rc->stop_after) {
+        atomic_store(&rc->stop_wanted, true);
+        struct workers *ws = atomic_load(&rc->ws);
+        if (ws)
+            workers_request_stop(ws, GPT_STOP_SNAPSHOT);
+    }
 }
 
 static void run_event(void *ctx, const struct gpt_event *e)
@@ -340,9 +351,13 @@ int gptd_run_main(int argc, char **argv)
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
-    rc = workers_start(&wo, &ctx.ws, &err);
+    struct workers *ws = NULL;
+    rc = workers_start(&wo, &ws, &err);
     if (rc == 0) {
-        run_signal_target = ctx.ws;
+        atomic_store(&ctx.ws, ws);
+        if (atomic_load(&ctx.stop_wanted))
+            workers_request_stop(ws, GPT_STOP_SNAPSHOT);
+        run_signal_target = ws;
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = run_on_signal;
@@ -358,9 +373,9 @@ int gptd_run_main(int argc, char **argv)
 
     struct gpt_train_result result;
     memset(&result, 0, sizeof(result));
-    rc = workers_join(ctx.ws, &result, &err);
+    rc = workers_join(ws, &result, &err);
     run_signal_target = NULL;
-    workers_free(ctx.ws);
+    workers_free(ws);
     static_rdzv_close(rdzv_h);
     if (ctx.tty)
         fputc('\n', stdout);

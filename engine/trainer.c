@@ -296,7 +296,9 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     if (rc < 0)
         return rc;
 
-    t->inputs = calloc(t->B * t->T, sizeof(int));
+    /* One extra token per row: evaluation of synthetic tasks lays out
+     * prompt + generated answer (T + 1 tokens) in it. */
+    t->inputs = calloc(t->B * (t->T + 1), sizeof(int));
     t->targets = calloc(t->B * t->T, sizeof(int));
     t->logits_host = calloc(t->B * t->T * t->model.Vp, sizeof(float));
     if (!t->inputs || !t->targets || !t->logits_host)
@@ -526,6 +528,7 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
     int prompt[GPT_VOCAB_MAX], answer[GPT_VOCAB_MAX];
     size_t plen = 0, alen = 0;
     size_t Vp = t->model.Vp, V = (size_t)t->model.cfg.vocab_size;
+    size_t S = t->T + 1; /* row stride: prompt + answer is one token longer than T */
     int rc;
 
     /* Every rank runs the same number of chunks: under full sharding each
@@ -542,7 +545,7 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
             if (rc < 0)
                 return rc;
             GPT_ASSERT(plen + alen <= t->T + 1 && alen <= GPT_VOCAB_MAX / 4);
-            memcpy(&t->inputs[b_n * t->T], prompt, plen * sizeof(int));
+            memcpy(&t->inputs[b_n * S], prompt, plen * sizeof(int));
             memcpy(answers[b_n], answer, alen * sizeof(int));
         }
         bool dummy = b_n == 0;
@@ -557,11 +560,11 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
         /* Generate alen tokens; the sequence for step j has plen + j tokens. */
         for (size_t j = 0; j < alen; j++) {
             size_t len = plen + j;
-            /* The batch is laid out with row stride T; forward wants (B, len)
+            /* The batch is laid out with row stride S; forward wants (B, len)
              * contiguous, so pack rows first. */
             int *packed = t->targets; /* free during eval */
             for (size_t b = 0; b < b_n; b++)
-                memcpy(&packed[b * len], &t->inputs[b * t->T], len * sizeof(int));
+                memcpy(&packed[b * len], &t->inputs[b * S], len * sizeof(int));
             rc = gpt_model_forward(&t->model, packed, NULL, b_n, len, NULL);
             if (rc < 0)
                 return rc;
@@ -575,12 +578,12 @@ static int eval_accuracy(struct trainer *t, double *correct, double *total)
                 for (size_t v = 1; v < V; v++)
                     if (row[v] > row[best])
                         best = v;
-                t->inputs[b * t->T + len] = (int)best;
+                t->inputs[b * S + len] = (int)best;
             }
         }
         for (size_t b = 0; b < b_n && !dummy; b++) {
             *total += 1;
-            if (memcmp(&t->inputs[b * t->T + plen], answers[b], alen * sizeof(int)) == 0)
+            if (memcmp(&t->inputs[b * S + plen], answers[b], alen * sizeof(int)) == 0)
                 *correct += 1;
         }
     }

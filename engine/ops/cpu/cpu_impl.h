@@ -13,9 +13,11 @@
 
 /* Element-wise kernels get an AVX2 clone picked at load time (ifunc), so a
  * generic -O2 build still runs 8-wide on the machines we train on. (Not
- * "arch=haswell": its resolver tests the CPU model and AMD never matches.) */
+ * "arch=haswell": its resolver tests the CPU model and AMD never matches.)
+ * Sanitizer builds go without: their instrumented ifunc resolvers run
+ * before the sanitizer runtime is ready. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define GPT_CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define GPT_CPU_CLONES
