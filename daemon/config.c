@@ -77,6 +77,13 @@ static const struct config_option config_options[] = {
             "Output queued for one client (bytes; suffixes k, M, G). A follower that\n"
             "stops reading is disconnected when its queue passes this; it can catch\n"
             "up with `gptctl logs --since STEP`."),
+    OPT_STR(data_roots, "/usr/share:/srv:/data:/mnt:/home:/tmp:/var/lib/gptd", true,
+            "Directories (':'-separated) under which a job's data.path and\n"
+            "data.val_path must lie, after symbolic links are resolved; a job naming\n"
+            "any other file is refused at submit. \"/\" allows every path."),
+    OPT_STR(snapshot_roots, "/srv:/data:/mnt:/tmp", true,
+            "Directories (':'-separated) under which a job's snapshot.dir must lie;\n"
+            "the state directory is always allowed. \"/\" allows every path."),
     OPT_NUM(sample_max_tokens, CONFIG_T_INT, "2048", 1, 1000000, true,
             "Most tokens one `gptctl sample` may ask for."),
     OPT_STR(rdzv, "", false,

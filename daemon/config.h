@@ -37,6 +37,10 @@ struct config {
     int max_followers_per_job;
     int64_t client_output_max_bytes;
     int sample_max_tokens;
+    /* Where jobs may read data and write snapshots (':'-separated roots;
+     * the state directory is always a snapshot root). */
+    char data_roots[CONFIG_PATH_MAX];
+    char snapshot_roots[CONFIG_PATH_MAX];
 
     /* cluster (daemon/cluster.h); no rdzv and not coordinator: one node */
     char rdzv[CONFIG_PATH_MAX];
