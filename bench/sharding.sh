@@ -37,7 +37,8 @@ for w in 2 4; do
     done
 done
 jq -s '
-  def get(w; m): map(select(.world == w and .sharding == m))[0];
+  . as $all |
+  def get(w; m): $all | map(select(.world == w and .sharding == m))[0];
   [2, 4] | map(. as $w | {summary: "sharding", world: $w,
      state_cut: (1 - get($w; "full").mem_state_bytes / get($w; "none").mem_state_bytes),
      state_cut_goal: (0.9 * (1 - 1 / $w)),

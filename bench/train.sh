@@ -13,9 +13,10 @@
 # summary line per goal with the measured ratio.
 set -euo pipefail
 build=${1:-build}
-envcmd=(env)
+# OMP_WAIT_POLICY=PASSIVE is what gptd sets for itself (daemon/main.c).
+envcmd=(env OMP_WAIT_POLICY=PASSIVE)
 if [[ "${2:-}" == "--native" ]]; then
-    envcmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    envcmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE)
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
