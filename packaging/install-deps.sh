@@ -14,7 +14,7 @@ pkgs=(
     libssl-dev libyaml-dev libcmocka-dev
     clang-14 libclang-rt-14-dev libomp-14-dev
     fortunes
-    iproute2 procps jq
+    iproute2 procps jq python3
     slurm-wlm munge
     systemd groff-base man-db
 )

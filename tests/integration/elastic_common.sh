@@ -34,25 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 100 ms until it succeeds.
-wait_for() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || fail "timed out waiting for: $*"
-        sleep 0.1
-    done
-}
 
-# A free TCP port on loopback for the store (bound once, then released).
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 PORT=$(free_port)
 RDZV=${RDZV:-127.0.0.1:$PORT}

@@ -43,20 +43,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 50 ms until it succeeds.
-wait_for() {
-    local deadline=$((SECONDS + $1))
-    shift
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS < deadline)) || fail "timed out waiting for: $*"
-        sleep 0.05
-    done
-}
 
 count() { grep -c -x "$1" "$NLOG" || true; }
 at_least() { (($(count "$1") >= $2)); }
