@@ -839,6 +839,9 @@ static void cluster_on_tick(uv_timer_t *t)
         cluster_heartbeat(c);
     }
     cluster_flush(c);
+    /* Sending may have found the connection gone (and closed it). */
+    if (c->nc_state != CONN_READY)
+        return;
     if (!c->poll_inflight && now >= c->next_poll) {
         c->next_poll = now + CLUSTER_POLL_S;
         int rc = store_client_async_get(c->nc, RDZV_KEY_ROUND, cluster_on_round, c);
@@ -850,7 +853,7 @@ static void cluster_on_tick(uv_timer_t *t)
             return;
         }
     }
-    if (!c->coord && now >= c->next_nodes) {
+    if (!c->coord && c->nc_state == CONN_READY && now >= c->next_nodes) {
         c->next_nodes = now + CLUSTER_NODES_S;
         if (store_client_async_get(c->nc, RDZV_KEY_NODES, cluster_on_nodes, c) == 0)
             c->inflight++;

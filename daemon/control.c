@@ -444,6 +444,9 @@ void control_close(struct control *srv)
     }
     while (srv->clients)
         control_client_close(srv->clients);
+    /* The listener may have been closed (and counted down) before, by
+     * control_stop_listening: then nothing is left to free srv later. */
+    control_maybe_free(srv);
 }
 
 void control_foreach(struct control *srv, void (*fn)(void *ctx, struct control_client *cl),

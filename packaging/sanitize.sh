@@ -43,7 +43,7 @@ run_asan() {
     configure_build build-asan address,undefined -fsanitize-recover=address
     local rep=$PWD/build-asan/sanitizer-reports rc=0
     rm -rf "$rep" && mkdir -p "$rep"
-    ASAN_OPTIONS=log_path=$rep/asan:halt_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+    GPTD_SANITIZED=1 ASAN_OPTIONS=log_path=$rep/asan:halt_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
         UBSAN_OPTIONS=log_path=$rep/ubsan:print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j"$jobs" -L 'unit|integration' \
         -E '^ops_deb$' "$@" || rc=$?
