@@ -282,9 +282,9 @@ static void cluster_heartbeat(struct cluster *c)
     snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
     char dev[128];
     devices_summary(dev, sizeof(dev));
-    json_t *hb = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "t", "hb", "node", c->node_id,
-                           "inc", inc, "addr", c->addr, "ver", c->version, "workers", c->o.workers,
-                           "dev", dev);
+    json_t *hb =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "t", "hb", "node", c->node_id, "inc", inc,
+                  "addr", c->addr, "ver", c->version, "workers", c->o.workers, "dev", dev);
     if (!hb)
         return;
     if (c->nh.heartbeat)
