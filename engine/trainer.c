@@ -250,6 +250,12 @@ static int open_all(struct trainer *t, struct gpt_err *err)
             return rc;
         t->be = t->own_be;
     }
+    /* bf16 is a GPU feature: a backend without it (cpu) computes in fp32,
+     * as the job spec's help for trainer.precision says. */
+    rc = gpt_backend_set_precision(t->be, job->trainer.precision, job->trainer.seed);
+    if (rc < 0 && rc != -ENOTSUP)
+        return gpt_err_set(err, rc, "trainer.precision", "backend %s: precision not supported",
+                           t->be->name);
     rc =
         gpt_dataset_open(&job->data, (size_t)job->model.block_size, job->trainer.seed, &t->ds, err);
     if (rc < 0)

@@ -5,6 +5,7 @@
  */
 #include "backend.h"
 
+#include <errno.h>
 #include <stdint.h>
 
 #define BE_CHECK(be, slot) GPT_ASSERT((be) != NULL && (be)->ops != NULL && (be)->ops->slot != NULL)
@@ -210,4 +211,12 @@ void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n)
         return;
     GPT_ASSERT(x);
     be->ops->scale(be, x, s, n);
+}
+
+int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
+{
+    GPT_ASSERT(be && be->ops);
+    if (!be->ops->set_precision)
+        return precision == 0 ? 0 : -ENOTSUP;
+    return be->ops->set_precision(be, precision, seed);
 }

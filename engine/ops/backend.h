@@ -26,6 +26,7 @@
 #define GPT_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpt_err.h"
 
@@ -126,6 +127,12 @@ struct gpt_backend_ops {
     double (*sumsq)(struct gpt_backend *be, const float *x, size_t n);
     /* x *= s. */
     void (*scale)(struct gpt_backend *be, float *x, float s, size_t n);
+
+    /* Optional (NULL = fp32 only). The arithmetic behind this fp32
+     * interface: 0 fp32, 1 bf16 (enum gpt_precision), `seed` for any
+     * stochastic rounding. Every buffer stays fp32; see the backend's
+     * header for what bf16 changes. Returns 0 or -EINVAL. */
+    int (*set_precision)(struct gpt_backend *be, int precision, uint64_t seed);
 };
 
 /* The common head of every backend; the implementation's state follows. */
@@ -188,5 +195,8 @@ void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads
                        float weight_decay, float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
+/* 0 when done; -ENOTSUP for bf16 on a backend without the slot (cpu),
+ * which then keeps computing in fp32. Owner thread, before the first op. */
+int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * cuda_plan: launch shapes, reduction splits, the NCCL padding plan and
- * bucket boundaries of the CUDA backend (see cuda_plan.h). Plain C with no
+ * bucket boundaries and the attention plan of the CUDA backend (see cuda_plan.h). Plain C with no
  * CUDA dependency, so it lives in the CPU engine and is tested there.
  */
 #include "cuda_plan.h"
@@ -65,4 +65,56 @@ size_t gpt_cuda_plan_buckets(size_t n, size_t max_bucket_elems, size_t *ret_buck
         b = 64;
     *ret_bucket_elems = b;
     return (n + b - 1) / b;
+}
+
+void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C, size_t NH,
+                             size_t smem_limit, enum gpt_cuda_attn_kind want)
+{
+    GPT_ASSERT(p && NH > 0 && C % NH == 0 && T > 0 && B > 0);
+    size_t hs = C / NH, br = GPT_CUDA_FLASH_BR, bc = GPT_CUDA_FLASH_BC;
+    /* Row stride of the float4 reads: an odd number of float4s, so the
+     * eight lanes of a 128-bit shared-memory phase hit distinct banks. */
+    size_t ld4 = (hs + 3) / 4 + 1;
+    if (ld4 % 2 == 0)
+        ld4++;
+    p->kind = GPT_CUDA_ATTN_GEMM;
+    p->why = "";
+    p->hs = hs;
+    p->ld = 4 * ld4;
+    p->q_tiles = (unsigned)((T + br - 1) / br);
+    p->k_tiles = p->q_tiles;
+    p->bh = (unsigned)(B * NH);
+    p->smem_fwd = (br + 2 * bc) * p->ld * sizeof(float);
+    p->smem_dq = (2 * br + 2 * bc) * p->ld * sizeof(float);
+    p->smem_dkv = ((2 * br + 2 * bc) * p->ld + 2 * bc) * sizeof(float);
+    p->lse_floats = B * NH * T;
+    if (want == GPT_CUDA_ATTN_GEMM)
+        p->why = "requested";
+    else if (hs % 4 != 0)
+        p->why = "head size not a multiple of 4";
+    else if (hs > GPT_CUDA_FLASH_MAX_HS)
+        p->why = "head size above the flash maximum";
+    else if (T <= hs)
+        p->why = "T <= head size: att cannot hold the saved state";
+    else if (B * NH > 65535u)
+        p->why = "B * NH exceeds a grid dimension";
+    else if (p->smem_fwd > smem_limit || p->smem_dq > smem_limit || p->smem_dkv > smem_limit)
+        p->why = "shared memory";
+    else
+        p->kind = GPT_CUDA_ATTN_FLASH;
+}
+
+void gpt_cuda_plan_flash_span(int own_is_query, size_t own0, size_t T, unsigned *ret_first,
+                              unsigned *ret_end)
+{
+    size_t bc = GPT_CUDA_FLASH_BC;
+    GPT_ASSERT(own0 < T);
+    if (own_is_query) {
+        size_t last = own0 + GPT_CUDA_FLASH_BR < T ? own0 + GPT_CUDA_FLASH_BR : T;
+        *ret_first = 0;
+        *ret_end = (unsigned)((last + bc - 1) / bc);
+    } else {
+        *ret_first = (unsigned)(own0 / bc);
+        *ret_end = (unsigned)((T + bc - 1) / bc);
+    }
 }

@@ -5,7 +5,8 @@
  * shapes for grid-stride kernels, the split of deterministic two-pass
  * reductions (sum of squares, column sums), the padding plan that maps the
  * uneven slices of gpt_comm_slice onto NCCL's equal-count reduce-scatter and
- * all-gather, and gradient bucket boundaries.
+ * all-gather, gradient bucket boundaries, and the choice and tiling of the
+ * fused (flash) attention kernels.
  *
  * Everything here is pure (no allocation, no globals) and callable from any
  * thread.
@@ -75,5 +76,60 @@ void gpt_cuda_pad_plan_slice(const struct gpt_cuda_pad_plan *p, int rank, size_t
  * rounded down to a multiple of 64 elements (256 bytes, NCCL's preferred
  * alignment), at least 64. Returns the number of buckets (0 for n == 0). */
 size_t gpt_cuda_plan_buckets(size_t n, size_t max_bucket_elems, size_t *ret_bucket_elems);
+
+/* ---- fused causal attention (flash) ------------------------------------ */
+
+/* Warps per block of the flash kernels, rows each warp owns, and the rows
+ * of one inner tile (one per lane). A block owns BR = WARPS * ROWS rows of
+ * one (b, h) pair (queries in the forward and dq kernels, keys in the dk/dv
+ * kernel) and streams the other side through shared memory BC rows at a
+ * time. */
+#define GPT_CUDA_FLASH_WARPS  8u
+#define GPT_CUDA_FLASH_ROWS   8u
+#define GPT_CUDA_FLASH_BR     (GPT_CUDA_FLASH_WARPS * GPT_CUDA_FLASH_ROWS)
+#define GPT_CUDA_FLASH_BC     32u
+#define GPT_CUDA_FLASH_MAX_HS 128u
+
+enum gpt_cuda_attn_kind {
+    GPT_CUDA_ATTN_GEMM = 0,  /* batched GEMMs around a fused softmax (T x T) */
+    GPT_CUDA_ATTN_FLASH = 1, /* fused kernels, nothing of size T x T */
+};
+
+/* How one attention call runs. With flash, the forward keeps in `att`
+ * (B*NH*T*T floats) the per-row logsumexp (B*NH*T floats) followed by a
+ * copy of its output (B*T*C floats), which fits when T > hs; the backward
+ * keeps the rows' dout . out in `scratch`. */
+struct gpt_cuda_attn_plan {
+    enum gpt_cuda_attn_kind kind;
+    const char *why;  /* static text: why the GEMM path was chosen, or "" */
+    size_t hs;        /* head size C / NH */
+    size_t ld;        /* floats per shared-memory row: hs + pad, ld / 4 odd */
+    unsigned q_tiles; /* BR-row tiles over T (grid x of forward and dq) */
+    unsigned k_tiles; /* BR-row key tiles over T (grid x of dk/dv) */
+    unsigned bh;      /* B * NH (grid y) */
+    size_t smem_fwd;  /* dynamic shared memory of each kernel, bytes */
+    size_t smem_dq;
+    size_t smem_dkv;
+    size_t lse_floats; /* B*NH*T: logsumexp at att[0], D at scratch[0] */
+};
+
+/* Plans attention for (B, T, C, NH) on a device whose blocks may use up
+ * to smem_limit bytes of shared memory (the opt-in limit). `want` is the
+ * caller's preference: GPT_CUDA_ATTN_GEMM forces the GEMM path; FLASH
+ * takes the fused kernels when they apply, i.e. when hs is a multiple of 4
+ * and at most GPT_CUDA_FLASH_MAX_HS, T > hs (the att buffer holds the
+ * saved state), B*NH fits a grid dimension and every kernel's shared
+ * memory fits. Fills *p either way. */
+void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C, size_t NH,
+                             size_t smem_limit, enum gpt_cuda_attn_kind want);
+
+/* Inner tiles (BC rows each) one block visits under the causal mask:
+ * [*ret_first, *ret_end). A query block owning rows [own0, own0 + BR)
+ * needs keys 0 .. min(T, own0 + BR) - 1; a key block owning keys
+ * [own0, own0 + BR) needs queries own0 .. T - 1. Tiles wholly above the
+ * diagonal are skipped; every visited tile holds at least one unmasked
+ * (query, key) pair. */
+void gpt_cuda_plan_flash_span(int own_is_query, size_t own0, size_t T, unsigned *ret_first,
+                              unsigned *ret_end);
 
 #endif

@@ -2,10 +2,16 @@
  * test_gpu_ops: every slot of the CUDA backend against the CPU backend on
  * the same seeded random inputs, over several shapes including sizes that
  * are not multiples of any block size (and odd widths that force the
- * cuBLAS fallback of the matrix products). The error of an op is
- * max |gpu - cpu| / max |cpu| over its outputs; the tolerances of all ops
- * are in the one table below. Prints one line per check; exits 77 without
- * a GPU.
+ * cuBLAS fallback of the matrix products). Attention runs both ways: the
+ * batched-GEMM path (whose att holds probabilities, compared too) and the
+ * fused flash kernels (out and dqkv), on shapes whose T is not a multiple
+ * of the tiles and head sizes from 4 to 128. Then the bf16 mode: matrix
+ * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
+ * a weight update written to the bf16 copy by stochastic rounding (and
+ * reproducible), and a bf16 copy made stale by an upload. The error of an
+ * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
+ * all ops and precisions are in the one table below. Prints one line per
+ * check; exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,44 +23,62 @@
 #include "cuda/cuda_probe.h"
 #include "rng.h"
 
-/* Normalised error bounds, one per op. GEMM-based ops sum up to C
- * products in a different order from OpenBLAS; element-wise ops differ
- * only in libm rounding. */
+/* Normalised error bounds, one per op and precision. GEMM-based ops sum up
+ * to C products in a different order from OpenBLAS; element-wise ops differ
+ * only in libm rounding. In bf16 the inputs of products and attention are
+ * rounded to 8 significant bits (relative 2^-9 each); outputs of the other
+ * ops stay fp32 and keep their fp32 bounds. */
 static const struct {
     const char *op;
+    const char *prec;
     double tol;
 } tolerances[] = {
-    {"memory", 0.0},
-    {"transfer", 0.0},
-    {"copy", 0.0},
-    {"memzero", 0.0},
-    {"encoder_forward", 1e-6},
-    {"encoder_backward", 1e-5},
-    {"layernorm_forward", 2e-5},
-    {"layernorm_backward", 1e-4},
-    {"matmul_forward", 1e-4},
-    {"matmul_backward", 1e-4},
-    {"attention_forward", 1e-4},
-    {"attention_backward", 2e-4},
-    {"gelu_forward", 1e-5},
-    {"gelu_backward", 1e-5},
-    {"residual_forward", 0.0},
-    {"softmax_xent", 2e-5},
-    {"adamw", 1e-5},
-    {"sumsq", 1e-9},
-    {"scale", 0.0},
+    {"memory", "bf16", 0.0},
+    {"layernorm_forward", "bf16", 2e-5},
+    {"layernorm_backward", "bf16", 1e-4},
+    {"matmul_forward", "bf16", 2e-2},
+    {"matmul_backward", "bf16", 2e-2},
+    {"flash_attention_forward", "bf16", 3e-2},
+    {"flash_attention_backward", "bf16", 5e-2},
+    {"gelu_forward", "bf16", 1e-5},
+    {"gelu_backward", "bf16", 1e-5},
+    {"adamw", "bf16", 1e-5},
+    {"bf16_sr", "bf16", 0.0},          /* the same seed twice: bit-identical */
+    {"bf16_invalidate", "bf16", 2e-2}, /* a product after an upload of its weight */
+    {"flash_attention_forward", "fp32", 1e-4},
+    {"flash_attention_backward", "fp32", 2e-4},
+    {"memory", "fp32", 0.0},
+    {"transfer", "fp32", 0.0},
+    {"copy", "fp32", 0.0},
+    {"memzero", "fp32", 0.0},
+    {"encoder_forward", "fp32", 1e-6},
+    {"encoder_backward", "fp32", 1e-5},
+    {"layernorm_forward", "fp32", 2e-5},
+    {"layernorm_backward", "fp32", 1e-4},
+    {"matmul_forward", "fp32", 1e-4},
+    {"matmul_backward", "fp32", 1e-4},
+    {"attention_forward", "fp32", 1e-4},
+    {"attention_backward", "fp32", 2e-4},
+    {"gelu_forward", "fp32", 1e-5},
+    {"gelu_backward", "fp32", 1e-5},
+    {"residual_forward", "fp32", 0.0},
+    {"softmax_xent", "fp32", 2e-5},
+    {"adamw", "fp32", 1e-5},
+    {"sumsq", "fp32", 1e-9},
+    {"scale", "fp32", 0.0},
 };
 
 static struct gpt_backend *cpu, *gpu;
 static struct gpt_rng rng;
 static int failures, checks;
+static const char *prec = "fp32"; /* the GPU backend's precision now */
 
 static double tol_of(const char *op)
 {
     for (size_t i = 0; i < sizeof(tolerances) / sizeof(tolerances[0]); i++)
-        if (strcmp(tolerances[i].op, op) == 0)
+        if (strcmp(tolerances[i].op, op) == 0 && strcmp(tolerances[i].prec, prec) == 0)
             return tolerances[i].tol;
-    fprintf(stderr, "no tolerance for %s\n", op);
+    fprintf(stderr, "no tolerance for %s in %s\n", op, prec);
     abort();
 }
 
@@ -64,7 +88,8 @@ static void report(const char *op, const char *what, double e)
     int ok = e <= tol && !isnan(e);
     checks++;
     failures += !ok;
-    printf("%-4s %-20s %-40s err %.3g (tol %.1g)\n", ok ? "ok" : "FAIL", op, what, e, tol);
+    printf("%-4s %-4s %-24s %-40s err %.3g (tol %.1g)\n", ok ? "ok" : "FAIL", prec, op, what, e,
+           tol);
 }
 
 /* A buffer that exists on both backends with the same contents. */
@@ -262,21 +287,106 @@ static int causal_mask(size_t idx, const void *ctx)
     return idx % T <= (idx / T) % T; /* j <= i */
 }
 
-static void test_attention(const struct shape *s, const char *tag)
+/* Attention the way `want` asks; with flash only out and dqkv are
+ * comparable (att holds the flash kernels' saved state). */
+static void test_attention_as(const struct shape *s, const char *tag, enum gpt_cuda_attn_kind want)
 {
     size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    struct gpt_cuda_attn_plan plan;
+    gpt_cuda_backend_set_attention(gpu, want);
+    gpt_cuda_backend_attention_plan(gpu, B, T, C, NH, &plan);
+    if (plan.kind != want) {
+        printf("skip %-4s attention %s: %s\n", prec, tag, plan.why);
+        return;
+    }
+    int flash = want == GPT_CUDA_ATTN_FLASH;
+    const char *fwd = flash ? "flash_attention_forward" : "attention_forward";
+    const char *bwd = flash ? "flash_attention_backward" : "attention_backward";
     struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
     struct pair att = pair_new(B * NH * T * T, 0, 0);
     gpt_backend_attention_forward(cpu, out.c, att.c, qkv.c, B, T, C, NH);
     gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
-    check("attention_forward", tag, &out);
-    report("attention_forward", tag, pair_err(&att, causal_mask, &T));
-    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 0, 0);
+    check(fwd, tag, &out);
+    if (!flash)
+        report(fwd, tag, pair_err(&att, causal_mask, &T));
+    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 7, 7);
     struct pair scratch = pair_new(B * NH * T * T, 0, 0);
     gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, qkv.c, att.c, B, T, C, NH);
     gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, qkv.g, att.g, B, T, C, NH);
-    check("attention_backward", tag, &dqkv);
+    check(bwd, tag, &dqkv); /* the 7s must all be overwritten */
     struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+    gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
+}
+
+static void test_attention(const struct shape *s, const char *tag)
+{
+    test_attention_as(s, tag, GPT_CUDA_ATTN_GEMM);
+    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+}
+
+/* Shapes for the flash kernels: T around and between the 64-row and
+ * 32-row tiles, head sizes 4..128 (128 needs the shared-memory opt-in). */
+static const struct shape flash_shapes[] = {
+    {2, 100, 256, 4, 0, 0}, {1, 1000, 768, 12, 0, 0}, {3, 37, 64, 4, 0, 0}, {2, 129, 512, 4, 0, 0},
+    {1, 65, 96, 3, 0, 0},   {4, 64, 48, 4, 0, 0},     {2, 31, 8, 2, 0, 0},  {1, 257, 384, 6, 0, 0},
+};
+
+/* bf16 mode: a weight that AdamW updates is written to its bf16 copy with
+ * stochastic rounding; the next product must see the new weights (within
+ * bf16 error), and the same seed must give the same bits. */
+static void test_bf16_weights(size_t N, size_t C, size_t OC)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu", N, C, OC);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair g = pair_new(OC * C, -1, 1), m = pair_new(OC * C, 0, 0), v = pair_new(OC * C, 0, 0);
+    struct pair out = pair_new(N * OC, 0, 0);
+    float *first = malloc(N * OC * sizeof(float) + 1), *again = malloc(N * OC * sizeof(float) + 1);
+    float *host_w = host_rand(OC * C, -0.5f, 0.5f);
+    if (!first || !again)
+        abort();
+    for (int round = 0; round < 2; round++) {
+        check_rc(gpt_backend_set_precision(gpu, 1, 4242), "set_precision");
+        check_rc(gpt_backend_upload(gpu, w.g, host_w, OC * C * sizeof(float)), "upload");
+        check_rc(gpt_backend_upload(cpu, w.c, host_w, OC * C * sizeof(float)), "upload");
+        gpt_backend_memzero(gpu, m.g, OC * C * sizeof(float));
+        gpt_backend_memzero(gpu, v.g, OC * C * sizeof(float));
+        gpt_backend_memzero(cpu, m.c, OC * C * sizeof(float));
+        gpt_backend_memzero(cpu, v.c, OC * C * sizeof(float));
+        /* The first product creates the weight's bf16 copy. */
+        gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, NULL, N, C, OC);
+        for (int t = 1; t <= 3; t++) {
+            float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
+            gpt_backend_adamw(cpu, w.c, g.c, m.c, v.c, OC * C, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                              1.0f, bc1, bc2);
+            gpt_backend_adamw(gpu, w.g, g.g, m.g, v.g, OC * C, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                              1.0f, bc1, bc2);
+        }
+        gpt_backend_matmul_forward(cpu, out.c, inp.c, w.c, NULL, N, C, OC);
+        gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, NULL, N, C, OC);
+        check("matmul_forward", "after AdamW (stochastic rounding)", &out);
+        check_rc(gpt_backend_download(gpu, round ? again : first, out.g, N * OC * sizeof(float)),
+                 "download");
+    }
+    double diff = 0.0;
+    for (size_t i = 0; i < N * OC; i++)
+        diff = fmax(diff, fabs((double)first[i] - (double)again[i]));
+    report("bf16_sr", tag, diff);
+    /* An upload makes the bf16 copy stale: the product must use the new
+     * values. */
+    float *h2 = host_rand(OC * C, -0.5f, 0.5f);
+    check_rc(gpt_backend_upload(gpu, w.g, h2, OC * C * sizeof(float)), "upload");
+    check_rc(gpt_backend_upload(cpu, w.c, h2, OC * C * sizeof(float)), "upload");
+    gpt_backend_matmul_forward(cpu, out.c, inp.c, w.c, NULL, N, C, OC);
+    gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, NULL, N, C, OC);
+    report("bf16_invalidate", tag, pair_err(&out, NULL, NULL));
+    free(h2);
+    free(host_w);
+    free(first);
+    free(again);
+    struct pair *all[] = {&inp, &w, &g, &m, &v, &out};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -377,6 +487,12 @@ int main(void)
         test_attention(s, tag);
         test_xent(s->B * s->T, s->V, s->Vp);
     }
+    for (size_t i = 0; i < sizeof(flash_shapes) / sizeof(flash_shapes[0]); i++) {
+        const struct shape *s = &flash_shapes[i];
+        char tag[64];
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
+        test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+    }
     test_layernorm(4096, 768, "N4096 C768 (split sums)");
     test_xent(64, 50257, 50304);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
@@ -389,6 +505,41 @@ int main(void)
         test_elementwise(ns[i]);
         test_adamw(ns[i]);
     }
+
+    /* bf16 mode: the same ops against the same fp32 CPU ops. */
+    check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
+    prec = "bf16";
+    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+        test_matmul(mm[i][0], mm[i][1], mm[i][2], (int)(i % 2), 1);
+    for (size_t i = 0; i < sizeof(flash_shapes) / sizeof(flash_shapes[0]); i++) {
+        const struct shape *s = &flash_shapes[i];
+        char tag[64];
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
+        test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+    }
+    test_layernorm(4096, 768, "N4096 C768");
+    test_layernorm(33, 48, "N33 C48");
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        char tag[64];
+        snprintf(tag, sizeof(tag), "n %zu", ns[i]);
+        struct pair x = pair_new(ns[i], -6, 6), y = pair_new(ns[i], 0, 0);
+        struct pair d = pair_new(ns[i], -1, 1);
+        gpt_backend_gelu_forward(cpu, y.c, x.c, ns[i]);
+        gpt_backend_gelu_forward(gpu, y.g, x.g, ns[i]);
+        check("gelu_forward", tag, &y);
+        gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, ns[i]);
+        gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, ns[i]);
+        check("gelu_backward", tag, &d);
+        pair_free(&x);
+        pair_free(&y);
+        pair_free(&d);
+        test_adamw(ns[i]);
+    }
+    test_bf16_weights(256, 64, 96);
+    test_bf16_weights(1024, 768, 3072);
+    check_rc(gpt_backend_set_precision(gpu, 0, 0), "set_precision fp32");
+    prec = "fp32";
+
     int rc = gpt_backend_sync(gpu);
     if (rc < 0) {
         fprintf(stderr, "sticky error: %s\n", gpt_cuda_backend_last_error(gpu));

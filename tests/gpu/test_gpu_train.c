@@ -3,9 +3,10 @@
  * width 64, block 32, vocab 97 padded to 128) through gpt_model_* and the
  * optimizer, once on the CPU backend and once on the CUDA backend, from
  * the same weights and the same batches (a learnable sequence with some
- * ignored targets). Every step's loss must agree within 1e-3 relative, the
- * loss must fall, and the final parameters must stay close. Exits 77
- * without a GPU.
+ * ignored targets). The CUDA backend runs twice: fp32 (every step's loss
+ * within 1e-3 relative of the CPU's) and bf16 (within 2e-2), both with the
+ * flash attention kernels (head size 16). The loss must fall and the final
+ * parameters must stay close. Exits 77 without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -82,6 +83,36 @@ static int train(struct gpt_backend *be, float *losses, float **ret_params, size
     return rc;
 }
 
+/* Compares one CUDA run with the CPU run; returns 1 on failure. */
+static int compare(const char *name, const float *lc, const float *lg, const float *pc,
+                   const float *pg, size_t nc, size_t ng, double loss_tol, double param_tol)
+{
+    int fail = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double rel = fabs((double)lg[s] - (double)lc[s]) / fabs((double)lc[s]);
+        int ok = rel <= loss_tol;
+        fail |= !ok;
+        printf("%s step %2d  cpu %.6f  cuda %.6f  rel %.2e (tol %.0e) %s\n", name, s, lc[s], lg[s],
+               rel, loss_tol, ok ? "" : "FAIL");
+    }
+    if (!(lg[STEPS - 1] < lg[0] - 0.1f)) {
+        printf("FAIL %s: the loss did not fall (%.4f -> %.4f)\n", name, lg[0], lg[STEPS - 1]);
+        fail = 1;
+    }
+    double maxdiff = 0, maxref = 0;
+    for (size_t i = 0; i < nc && nc == ng; i++) {
+        double d = fabs((double)pg[i] - (double)pc[i]);
+        maxdiff = d > maxdiff ? d : maxdiff;
+        maxref = fabs(pc[i]) > maxref ? fabs(pc[i]) : maxref;
+    }
+    printf("%s final parameters: max |cuda - cpu| %.3g (max |cpu| %.3g)\n", name, maxdiff, maxref);
+    if (nc != ng || maxdiff > param_tol * maxref) {
+        printf("FAIL %s: parameters diverged\n", name);
+        fail = 1;
+    }
+    return fail;
+}
+
 int main(void)
 {
     if (gpt_cuda_device_count() == 0) {
@@ -94,42 +125,26 @@ int main(void)
         fprintf(stderr, "backend: %s\n", err.msg);
         return 1;
     }
-    float lc[STEPS], lg[STEPS];
-    float *pc = NULL, *pg = NULL;
-    size_t nc = 0, ng = 0;
-    if (train(cpu, lc, &pc, &nc) < 0 || train(gpu, lg, &pg, &ng) < 0) {
+    float lc[STEPS], lg[STEPS], lb[STEPS];
+    float *pc = NULL, *pg = NULL, *pb = NULL;
+    size_t nc = 0, ng = 0, nb = 0;
+    struct gpt_cuda_attn_plan plan;
+    gpt_cuda_backend_attention_plan(gpu, B, T, 64, 4, &plan);
+    printf("attention: %s %s\n", plan.kind == GPT_CUDA_ATTN_FLASH ? "flash" : "gemm", plan.why);
+    if (train(cpu, lc, &pc, &nc) < 0 || train(gpu, lg, &pg, &ng) < 0 ||
+        gpt_backend_set_precision(gpu, 1, 1337) < 0 || train(gpu, lb, &pb, &nb) < 0) {
         if (gpt_backend_is_cuda(gpu))
             fprintf(stderr, "cuda: %s\n", gpt_cuda_backend_last_error(gpu));
         return 1;
     }
-    int fail = 0;
-    for (int s = 0; s < STEPS; s++) {
-        double rel = fabs((double)lg[s] - (double)lc[s]) / fabs((double)lc[s]);
-        int ok = rel <= 1e-3;
-        fail |= !ok;
-        printf("step %2d  cpu %.6f  cuda %.6f  rel %.2e %s\n", s, lc[s], lg[s], rel,
-               ok ? "" : "FAIL");
-    }
-    if (!(lg[STEPS - 1] < lg[0] - 0.1f)) {
-        printf("FAIL: the loss did not fall (%.4f -> %.4f)\n", lg[0], lg[STEPS - 1]);
-        fail = 1;
-    }
-    double maxdiff = 0, maxref = 0;
-    for (size_t i = 0; i < nc && nc == ng; i++) {
-        double d = fabs((double)pg[i] - (double)pc[i]);
-        maxdiff = d > maxdiff ? d : maxdiff;
-        maxref = fabs(pc[i]) > maxref ? fabs(pc[i]) : maxref;
-    }
-    printf("final parameters: max |cuda - cpu| %.3g (max |cpu| %.3g)\n", maxdiff, maxref);
-    if (nc != ng || maxdiff > 1e-2 * maxref) {
-        printf("FAIL: parameters diverged\n");
-        fail = 1;
-    }
+    int fail = compare("fp32", lc, lg, pc, pg, nc, ng, 1e-3, 1e-2);
+    fail |= compare("bf16", lc, lb, pc, pb, nc, nb, 2e-2, 5e-2);
     size_t bytes, peak;
     gpt_cuda_backend_mem_stats(gpu, &bytes, &peak);
     printf("cuda peak device memory %.1f MiB\n", (double)peak / (1 << 20));
     free(pc);
     free(pg);
+    free(pb);
     gpt_backend_free(gpu);
     gpt_backend_free(cpu);
     return fail;

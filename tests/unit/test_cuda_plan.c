@@ -4,7 +4,12 @@
  * grids, the deterministic reduction splits, bucket boundaries, and the
  * padding plan for uneven reduce-scatter/all-gather, checked by simulating
  * NCCL's equal-count collectives on host arrays for worlds 1-9 and sizes
- * around multiples of the world (including n < world).
+ * around multiples of the world (including n < world); the choice between
+ * fused (flash) and batched-GEMM attention and the flash kernels' causal
+ * tile spans (checked pair by pair against the mask); and the bf16
+ * conversions the kernels use (gpt_bf16.h, compiled here as plain C):
+ * round-to-nearest-even against a distance-based reference, NaN/Inf, and
+ * stochastic rounding that is exactly unbiased over its random bits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,8 +19,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 #include "comm.h"
+#include "cuda/gpt_bf16.h"
 #include "cuda_plan.h"
 
 static void test_grid(void **state)
@@ -182,12 +189,244 @@ static void test_pad_plan(void **state)
     check_world(1 << 20, 8);
 }
 
+/* ---- attention plan ------------------------------------------------------ */
+
+#define SMEM_H100 ((size_t)227 * 1024)
+
+static void test_attn_plan_gpt2(void **state)
+{
+    (void)state;
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, 16, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_string_equal(p.why, "");
+    assert_int_equal(p.hs, 64);
+    assert_int_equal(p.ld, 68);
+    assert_int_equal(p.q_tiles, 1024 / GPT_CUDA_FLASH_BR);
+    assert_int_equal(p.k_tiles, 1024 / GPT_CUDA_FLASH_BR);
+    assert_int_equal(p.bh, 16 * 12);
+    assert_int_equal(p.smem_fwd, (64 + 2 * 32) * 68 * 4);
+    assert_int_equal(p.smem_dq, (2 * 64 + 2 * 32) * 68 * 4);
+    assert_int_equal(p.smem_dkv, ((2 * 64 + 2 * 32) * 68 + 64) * 4);
+    assert_int_equal(p.lse_floats, 16 * 12 * 1024);
+    /* The same shape on request goes to the GEMMs. */
+    gpt_cuda_plan_attention(&p, 16, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_GEMM);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+    assert_string_equal(p.why, "requested");
+}
+
+static void test_attn_plan_limits(void **state)
+{
+    (void)state;
+    struct gpt_cuda_attn_plan p;
+    /* Head size 6: not a multiple of 4. */
+    gpt_cuda_plan_attention(&p, 2, 64, 12, 2, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+    /* Head size 256: above the maximum. */
+    gpt_cuda_plan_attention(&p, 1, 1024, 512, 2, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+    /* T must exceed hs (att holds lse and the output copy). */
+    gpt_cuda_plan_attention(&p, 2, 64, 256, 4, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+    gpt_cuda_plan_attention(&p, 2, 65, 256, 4, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    /* hs 128 needs ~100 KB in the backward: over the default 48 KB, within
+     * an H100's opt-in limit. */
+    gpt_cuda_plan_attention(&p, 1, 512, 1024, 8, 48 * 1024, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+    assert_string_equal(p.why, "shared memory");
+    gpt_cuda_plan_attention(&p, 1, 512, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_true(p.smem_dkv > 48 * 1024 && p.smem_dkv <= SMEM_H100);
+    /* B * NH past a grid dimension. */
+    gpt_cuda_plan_attention(&p, 65536, 128, 64, 1, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
+}
+
+/* Every accepted shape: the padded row stride suits the float4 reads, the
+ * saved state fits att, the grid covers T exactly. */
+static void test_attn_plan_invariants(void **state)
+{
+    (void)state;
+    static const size_t Ts[] = {1, 5, 31, 32, 33, 63, 64, 65, 100, 129, 1000, 1024, 2049};
+    for (size_t hs = 1; hs <= 160; hs++) {
+        for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+            size_t B = 3, NH = 2, T = Ts[ti], C = hs * NH;
+            struct gpt_cuda_attn_plan p;
+            gpt_cuda_plan_attention(&p, B, T, C, NH, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+            assert_int_equal(p.hs, hs);
+            if (p.kind != GPT_CUDA_ATTN_FLASH) {
+                assert_true(hs % 4 != 0 || hs > GPT_CUDA_FLASH_MAX_HS || T <= hs);
+                continue;
+            }
+            assert_int_equal(p.ld % 4, 0);
+            assert_int_equal((p.ld / 4) % 2, 1);
+            assert_true(p.ld >= hs + 4);
+            assert_true(p.lse_floats + B * T * C <= B * NH * T * T);
+            assert_true((size_t)p.q_tiles * GPT_CUDA_FLASH_BR >= T);
+            assert_true((size_t)(p.q_tiles - 1) * GPT_CUDA_FLASH_BR < T);
+            assert_int_equal(p.bh, B * NH);
+        }
+    }
+}
+
+/* The causal spans against the mask, pair by pair: every (i, j <= i) pair
+ * of a block's rows is in a visited tile, and every visited tile has one. */
+static void check_spans(size_t T)
+{
+    size_t br = GPT_CUDA_FLASH_BR, bc = GPT_CUDA_FLASH_BC;
+    for (size_t own0 = 0; own0 < T; own0 += br) {
+        size_t own1 = own0 + br < T ? own0 + br : T;
+        unsigned first, end;
+        /* Query block: rows own0..own1-1, key tiles streamed. */
+        gpt_cuda_plan_flash_span(1, own0, T, &first, &end);
+        for (size_t i = own0; i < own1; i++)
+            for (size_t j = 0; j <= i; j++)
+                assert_true(j / bc >= first && j / bc < end);
+        for (unsigned t = first; t < end; t++)
+            assert_true(t * bc < T && t * bc <= own1 - 1); /* key t*bc <= some i */
+        /* Key block: keys own0..own1-1, query tiles streamed. */
+        gpt_cuda_plan_flash_span(0, own0, T, &first, &end);
+        for (size_t j = own0; j < own1; j++)
+            for (size_t i = j; i < T; i++)
+                assert_true(i / bc >= first && i / bc < end);
+        for (unsigned t = first; t < end; t++) {
+            size_t last_q = (t + 1) * bc - 1 < T - 1 ? (t + 1) * bc - 1 : T - 1;
+            assert_true(t * bc < T && last_q >= own0); /* some query i >= key own0 */
+        }
+    }
+}
+
+static void test_flash_span(void **state)
+{
+    (void)state;
+    for (size_t T = 1; T <= 200; T++)
+        check_spans(T);
+    check_spans(1000);
+    check_spans(1024);
+}
+
+/* ---- bf16 conversions ----------------------------------------------------- */
+
+static float bits_f(uint32_t u)
+{
+    return gpt_bf16_u2f(u);
+}
+
+static int bf16_is_nan(uint16_t h)
+{
+    return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0;
+}
+
+/* Nearest bf16 to a finite f by distance in double, ties to even; beyond
+ * the largest finite value by half an ulp: Inf. */
+static uint16_t ref_rne(float f)
+{
+    uint32_t u = gpt_bf16_f2u(f);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1); /* magnitude up */
+    double a = fabs((double)gpt_bf16_to_float(lo));
+    double b = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128) : fabs((double)gpt_bf16_to_float(hi));
+    double x = fabs((double)f);
+    if (x - a < b - x)
+        return lo;
+    if (x - a > b - x)
+        return hi;
+    return (lo & 1u) ? hi : lo;
+}
+
+static void test_bf16_rne(void **state)
+{
+    (void)state;
+    /* Every bf16 value survives the round trip, in both roundings. */
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        if (bf16_is_nan((uint16_t)h))
+            continue;
+        float f = gpt_bf16_to_float((uint16_t)h);
+        assert_int_equal(gpt_bf16_from_float_rne(f), h);
+        assert_int_equal(gpt_bf16_from_float_sr(f, 0), h);
+        assert_int_equal(gpt_bf16_from_float_sr(f, 0xffffu), h);
+    }
+    assert_int_equal(gpt_bf16_from_float_rne(1.0f), 0x3f80);
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x3f808000u)), 0x3f80); /* tie, even down */
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x3f818000u)), 0x3f82); /* tie, odd up */
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x3f808001u)), 0x3f81);
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0xbf80ffffu)), 0xbf81);
+    assert_int_equal(gpt_bf16_from_float_rne(-0.0f), 0x8000);
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x00000001u)), 0x0000); /* denormal */
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x7f7f7fffu)), 0x7f7f);
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0x7f7fffffu)), 0x7f80); /* overflow */
+    assert_int_equal(gpt_bf16_from_float_rne(INFINITY), 0x7f80);
+    assert_int_equal(gpt_bf16_from_float_rne(-INFINITY), 0xff80);
+    /* NaN stays NaN, sign kept, even with a payload only in the low bits. */
+    assert_true(bf16_is_nan(gpt_bf16_from_float_rne(NAN)));
+    assert_true(bf16_is_nan(gpt_bf16_from_float_rne(bits_f(0x7f800001u))));
+    assert_true(bf16_is_nan(gpt_bf16_from_float_rne(bits_f(0x7fffffffu))));
+    assert_int_equal(gpt_bf16_from_float_rne(bits_f(0xff800001u)) & 0x8000u, 0x8000u);
+    /* Against the distance-based reference on pseudo-random finite floats. */
+    uint64_t x = 88172645463325252ull;
+    for (int n = 0; n < 2000000; n++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t u = (uint32_t)x;
+        if ((u & 0x7f800000u) == 0x7f800000u)
+            continue;
+        float f = bits_f(u);
+        assert_int_equal(gpt_bf16_from_float_rne(f), ref_rne(f));
+    }
+}
+
+static void test_bf16_sr(void **state)
+{
+    (void)state;
+    /* NaN and Inf whatever the random bits. */
+    for (uint32_t r = 0; r < 0x10000u; r += 257) {
+        assert_true(bf16_is_nan(gpt_bf16_from_float_sr(NAN, r)));
+        assert_int_equal(gpt_bf16_from_float_sr(INFINITY, r), 0x7f80);
+        assert_int_equal(gpt_bf16_from_float_sr(-INFINITY, r), 0xff80);
+    }
+    static const float vals[] = {
+        1.0f + 1.0f / 3.0f / 128.0f, -3.14159265f, 1e-30f, 65504.3f, -7.1e-3f, 2.5e37f};
+    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
+        float f = vals[k];
+        uint16_t lo = (uint16_t)(gpt_bf16_f2u(f) >> 16), hi = (uint16_t)(lo + 1);
+        double ulp = fabs((double)gpt_bf16_to_float(hi) - (double)gpt_bf16_to_float(lo));
+        /* Over all 2^16 values of the random bits the mean is exactly f. */
+        double sum = 0.0;
+        for (uint32_t r = 0; r < 0x10000u; r++) {
+            uint16_t h = gpt_bf16_from_float_sr(f, r);
+            assert_true(h == lo || h == hi);
+            sum += (double)gpt_bf16_to_float(h);
+        }
+        assert_true(fabs(sum / 65536.0 - (double)f) <= 1e-9 * ulp);
+        /* With the counter-based bits, the mean of 2^17 draws is within a
+         * hundredth of an ulp (its standard error is ~0.0014 ulp). */
+        sum = 0.0;
+        for (uint64_t i = 0; i < (1u << 17); i++)
+            sum += (double)gpt_bf16_to_float(gpt_bf16_from_float_sr(f, gpt_bf16_sr_bits(7, k, i)));
+        assert_true(fabs(sum / (double)(1u << 17) - (double)f) <= 0.01 * ulp);
+    }
+    /* Reproducible: the bits depend only on (seed, stream, index). */
+    assert_int_equal(gpt_bf16_sr_bits(1, 2, 3), gpt_bf16_sr_bits(1, 2, 3));
+    assert_true(gpt_bf16_sr_bits(1, 2, 3) != gpt_bf16_sr_bits(1, 2, 4));
+    assert_true(gpt_bf16_sr_bits(1, 2, 3) != gpt_bf16_sr_bits(1, 3, 3));
+    assert_true(gpt_bf16_sr_bits(1, 2, 3) != gpt_bf16_sr_bits(2, 2, 3));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grid),          cmocka_unit_test(test_sumsq_blocks),
-        cmocka_unit_test(test_colsum_splits), cmocka_unit_test(test_buckets),
+        cmocka_unit_test(test_grid),
+        cmocka_unit_test(test_sumsq_blocks),
+        cmocka_unit_test(test_colsum_splits),
+        cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
+        cmocka_unit_test(test_attn_plan_gpt2),
+        cmocka_unit_test(test_attn_plan_limits),
+        cmocka_unit_test(test_attn_plan_invariants),
+        cmocka_unit_test(test_flash_span),
+        cmocka_unit_test(test_bf16_rne),
+        cmocka_unit_test(test_bf16_sr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,7 @@ struct comm_nccl {
     cudaStream_t stream;     /* the stream collectives run on */
     cudaStream_t own_stream; /* created here; NULL once bound to a backend */
     cudaStream_t compute;    /* bound backend's compute stream, or NULL */
+    struct gpt_backend *be;  /* bound backend (told what collectives wrote), or NULL */
     cudaEvent_t ready;       /* compute -> comm ordering */
     void *stage;             /* device staging (host buffers, padding) */
     size_t stage_bytes;
@@ -263,6 +264,14 @@ static float *nccl_padded_area(struct comm_nccl *c, const void *dev, size_t n)
     return (float *)((char *)c->stage + lead);
 }
 
+/* A collective wrote the caller's buf: the bound backend's bf16 mirrors
+ * of it are stale from now on (a no-op outside bf16 mode). */
+static void nccl_wrote(struct comm_nccl *c, const void *buf, size_t bytes)
+{
+    if (c->be)
+        gpt_cuda_backend_note_write(c->be, buf, bytes);
+}
+
 static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op)
 {
     struct comm_nccl *c = (struct comm_nccl *)gc;
@@ -276,6 +285,7 @@ static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_re
                      "allreduce");
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, 0, n * sizeof(float));
+    nccl_wrote(c, buf, n * sizeof(float));
     return rc;
 }
 
@@ -292,6 +302,7 @@ static int nccl_broadcast(struct gpt_comm *gc, void *buf, size_t bytes, int root
                      "broadcast");
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, 0, bytes);
+    nccl_wrote(c, buf, bytes);
     return rc;
 }
 
@@ -358,6 +369,7 @@ static int nccl_reduce_scatter(struct gpt_comm *gc, float *buf, size_t n, enum g
     }
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, off * sizeof(float), len * sizeof(float));
+    nccl_wrote(c, buf, n * sizeof(float));
     return rc;
 }
 
@@ -394,6 +406,7 @@ static int nccl_allgather(struct gpt_comm *gc, float *buf, size_t n)
     }
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, 0, n * sizeof(float));
+    nccl_wrote(c, buf, n * sizeof(float));
     return rc;
 }
 
@@ -549,6 +562,7 @@ int gpt_comm_nccl_bind_backend(struct gpt_comm *gc, struct gpt_backend *be)
     if (!gpt_backend_is_cuda(be) || gpt_cuda_backend_device(be) != c->device)
         return -EINVAL;
     c->compute = (cudaStream_t)gpt_cuda_backend_compute_stream(be);
+    c->be = be;
     c->stream = (cudaStream_t)gpt_cuda_backend_comm_stream(be);
     return 0;
 }

@@ -10,7 +10,10 @@
  * pointer is 16-byte aligned and a heuristic algorithm exists (cached per
  * shape), else plain cuBLAS SGEMM (bias broadcast first, beta = 1). Row-
  * major products are computed as column-major ones on the transposes.
- * Attention: QK^T and att V (and the four backward products) are cuBLAS
+ * Attention: the fused flash kernels of cuda_attention.cu whenever
+ * gpt_cuda_plan_attention allows (then `att` holds the logsumexp and a copy
+ * of the output, not probabilities); otherwise, or when the GEMM path is
+ * requested, QK^T and att V (and the four backward products) are cuBLAS
  * strided-batched GEMMs straight on the strided views of qkv, batched over
  * heads (or batches, whichever is larger) and looped over the other, with
  * the causal softmax fused in one kernel; the full (T, T) product is
@@ -20,18 +23,27 @@
  * first error (sticky) and the rest of the ops still run on the stream;
  * sync, download and sumsq report it as -GPT_E_CUDA.
  *
- * bf16 design (not built yet; the vtable is fp32): a mode chosen at
- * creation in which alloc'd activation buffers are bf16 in the backend's
- * own arena while the vtable keeps float pointers as opaque handles; the
- * parameters keep an fp32 master copy plus a bf16 shadow refreshed by the
- * AdamW kernel (stochastic rounding), GEMMs run bf16 x bf16 -> fp32 accum
- * (CUBLAS_COMPUTE_32F, bf16 A/B/D), LayerNorm/softmax/loss reductions in
- * fp32 registers, gradients of parameters accumulated in fp32. This needs
- * a way for the model to say which buffers are activations, i.e. a new
- * optional slot (alloc_act) in backend.h, which belongs to its owner.
+ * bf16 mode (set_precision): the vtable and every buffer stay fp32 (the
+ * fp32 master weights, fp32 AdamW moments, fp32 gradients, LayerNorm
+ * statistics, softmax and loss), and the backend keeps bf16 MIRRORS of the
+ * fp32 ranges that matrix products read: a mirror is a bf16 copy of a
+ * range [p, p + n) of floats with the sub-range where it is current. The
+ * products read their operands from mirrors (cuBLASLt, bf16 A/B, fp32
+ * accumulation CUBLAS_COMPUTE_32F, fp32 D, bias epilogue), the fused
+ * attention reads q, k, v from the mirror of qkv. A reader that finds no
+ * current mirror converts (and the first time allocates the mirror, which
+ * is counted in the memory statistics); producers whose output has a
+ * mirror write the bf16 copy alongside (LayerNorm, GELU and its backward,
+ * attention and its backward), and AdamW writes the weights' bf16 copy
+ * with stochastic rounding (seeded counter-based bits: reproducible). Every
+ * other write to device memory (ops, upload, copy, memzero, collectives via
+ * gpt_cuda_backend_note_write) takes the written range out of the mirrors
+ * that cover it, so a stale bf16 value is never read. After the first step
+ * no mirror is allocated any more and no forward operand is converted.
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +62,22 @@ extern "C" {
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define SCRATCH_FLOATS     ((size_t)1 << 20)
 #define LT_CACHE_SIZE      64
+#define LT_KEY_INTS        15
 #define ERR_MSG_MAX        256
 
 /* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
 struct lt_cache_ent {
     int valid;
-    int key[14];
+    int key[LT_KEY_INTS];
     cublasLtMatmulAlgo_t algo;
+};
+
+/* bf16 copy of the floats [base, base + n); bf[vlo, vhi) is current. */
+struct mirror {
+    uintptr_t base;
+    size_t n;
+    uint16_t *bf;
+    size_t vlo, vhi;
 };
 
 struct alloc_ent {
@@ -83,6 +104,15 @@ struct gpt_cuda_backend {
     size_t bytes, peak;
     struct lt_cache_ent cache[LT_CACHE_SIZE];
     unsigned cache_next;
+    size_t smem_optin;                 /* shared memory a block may opt into */
+    enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
+    /* bf16 mode. The mirror table is also touched by the communication
+     * thread (note_write), hence the mutex; everything else is the owner's. */
+    int bf16;
+    uint64_t sr_seed, sr_stream;
+    pthread_mutex_t mir_mu;
+    struct mirror *mir;
+    size_t n_mir, cap_mir;
 };
 
 static struct gpt_cuda_backend *cu(struct gpt_backend *be)
@@ -178,11 +208,187 @@ static int cu_malloc(struct gpt_cuda_backend *cb, size_t bytes, void **ret_ptr)
     return 0;
 }
 
+/* ---- bf16 mirrors --------------------------------------------------------- */
+
+/* Elements of m that the bytes [p, p + bytes) touch, as [*lo, *hi). */
+static bool mir_overlap(const struct mirror *m, uintptr_t p, size_t bytes, size_t *lo, size_t *hi)
+{
+    uintptr_t me = m->base + m->n * sizeof(float);
+    uintptr_t pe = bytes > UINTPTR_MAX - p ? UINTPTR_MAX : p + bytes;
+    uintptr_t a = p > m->base ? p : m->base, b = pe < me ? pe : me;
+    if (a >= b)
+        return false;
+    *lo = (size_t)(a - m->base) / sizeof(float);
+    *hi = ((size_t)(b - m->base) + sizeof(float) - 1) / sizeof(float);
+    return true;
+}
+
+/* Takes [lo, hi) out of the current range, keeping the larger remainder. */
+static void mir_cut(struct mirror *m, size_t lo, size_t hi)
+{
+    if (hi <= m->vlo || lo >= m->vhi)
+        return;
+    size_t left = lo > m->vlo ? lo - m->vlo : 0, right = m->vhi > hi ? m->vhi - hi : 0;
+    if (left >= right)
+        m->vhi = m->vlo + left;
+    else
+        m->vlo = hi;
+}
+
+/* Adds [lo, hi) to the current range (the larger one if they are apart). */
+static void mir_add(struct mirror *m, size_t lo, size_t hi)
+{
+    bool empty = m->vlo >= m->vhi;
+    if (empty || hi < m->vlo || lo > m->vhi) {
+        if (empty || hi - lo >= m->vhi - m->vlo) {
+            m->vlo = lo;
+            m->vhi = hi;
+        }
+        return;
+    }
+    m->vlo = lo < m->vlo ? lo : m->vlo;
+    m->vhi = hi > m->vhi ? hi : m->vhi;
+}
+
+/* The bytes [p, p + bytes) were (or are about to be, in stream order)
+ * written: mirror `keep` (an index, or -1) got the bf16 copy of them, the
+ * others are stale there. Lock held. */
+static void mir_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t bytes, long keep)
+{
+    for (size_t i = 0; i < cb->n_mir; i++) {
+        size_t lo, hi;
+        if (!mir_overlap(&cb->mir[i], (uintptr_t)p, bytes, &lo, &hi))
+            continue;
+        if ((long)i == keep)
+            mir_add(&cb->mir[i], lo, hi);
+        else
+            mir_cut(&cb->mir[i], lo, hi);
+    }
+}
+
+/* A mirror holding all of the floats [p, p + n), preferring one current
+ * there; -1 when none. Lock held. */
+static long mir_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p, b = a + n * sizeof(float);
+    long found = -1;
+    for (size_t i = 0; i < cb->n_mir; i++) {
+        const struct mirror *m = &cb->mir[i];
+        if (a < m->base || b > m->base + m->n * sizeof(float) || (a - m->base) % sizeof(float))
+            continue;
+        size_t lo = (a - m->base) / sizeof(float);
+        if (m->vlo <= lo && lo + n <= m->vhi)
+            return (long)i;
+        if (found < 0)
+            found = (long)i;
+    }
+    return found;
+}
+
+static void mir_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
+{
+    cudaFree(cb->mir[i].bf);
+    (void)cudaGetLastError();
+    cb->bytes -= cb->mir[i].n * sizeof(uint16_t);
+    cb->mir[i] = cb->mir[--cb->n_mir];
+}
+
+/* Frees every mirror overlapping the bytes [p, p + bytes). */
+static void mir_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+{
+    pthread_mutex_lock(&cb->mir_mu);
+    for (size_t i = cb->n_mir; i-- > 0;) {
+        size_t lo, hi;
+        if (mir_overlap(&cb->mir[i], (uintptr_t)p, bytes, &lo, &hi))
+            mir_free_at_locked(cb, i);
+    }
+    pthread_mutex_unlock(&cb->mir_mu);
+}
+
+/* An op writes the bytes [p, p + bytes) without a bf16 copy. */
+static void mir_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+{
+    if (!cb->bf16 || !p || bytes == 0)
+        return;
+    pthread_mutex_lock(&cb->mir_mu);
+    mir_note_locked(cb, p, bytes, -1);
+    pthread_mutex_unlock(&cb->mir_mu);
+}
+
+/* An op writes the floats [p, p + n): returns where it should write their
+ * bf16 copy (NULL when no mirror holds them, or not in bf16 mode) and
+ * marks the mirrors accordingly; *ret_index (optional) receives the
+ * element offset of p in that mirror. */
+static uint16_t *mir_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *ret_index)
+{
+    if (!cb->bf16 || !p || n == 0)
+        return NULL;
+    pthread_mutex_lock(&cb->mir_mu);
+    long i = mir_find_locked(cb, p, n);
+    mir_note_locked(cb, p, n * sizeof(float), i);
+    uint16_t *r = NULL;
+    if (i >= 0) {
+        size_t off = ((uintptr_t)p - cb->mir[i].base) / sizeof(float);
+        r = cb->mir[i].bf + off;
+        if (ret_index)
+            *ret_index = off;
+    }
+    pthread_mutex_unlock(&cb->mir_mu);
+    return r;
+}
+
+/* A current bf16 view of the floats [p, p + n) for a reader: converts on a
+ * miss, allocating the mirror the first time. NULL when that allocation
+ * fails (the caller then computes from the fp32 data). */
+static const uint16_t *mir_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
+{
+    pthread_mutex_lock(&cb->mir_mu);
+    long i = mir_find_locked(cb, p, n);
+    if (i < 0 && cb->n_mir == cb->cap_mir) {
+        size_t cap = cb->cap_mir ? 2 * cb->cap_mir : 64;
+        struct mirror *t = (struct mirror *)realloc(cb->mir, cap * sizeof(*t));
+        if (t) {
+            cb->mir = t;
+            cb->cap_mir = cap;
+        }
+    }
+    if (i < 0 && cb->n_mir < cb->cap_mir) {
+        void *bf = NULL;
+        if (cudaMalloc(&bf, n * sizeof(uint16_t)) == cudaSuccess) {
+            struct mirror *m = &cb->mir[cb->n_mir];
+            m->base = (uintptr_t)p;
+            m->n = n;
+            m->bf = (uint16_t *)bf;
+            m->vlo = m->vhi = 0;
+            i = (long)cb->n_mir++;
+            cb->bytes += n * sizeof(uint16_t);
+            if (cb->bytes > cb->peak)
+                cb->peak = cb->bytes;
+        } else {
+            (void)cudaGetLastError();
+        }
+    }
+    const uint16_t *r = NULL;
+    if (i >= 0) {
+        struct mirror *m = &cb->mir[i];
+        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
+        if (!(m->vlo <= lo && lo + n <= m->vhi)) {
+            cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
+            cu_check(cb, "bf16 convert");
+            mir_add(m, lo, lo + n);
+        }
+        r = m->bf + lo;
+    }
+    pthread_mutex_unlock(&cb->mir_mu);
+    return r;
+}
+
 static void cu_untrack_free(struct gpt_cuda_backend *cb, void *ptr)
 {
     for (size_t i = cb->n_allocs; i-- > 0;) {
         if (cb->allocs[i].ptr == ptr) {
             cb->bytes -= cb->allocs[i].bytes;
+            mir_drop(cb, ptr, cb->allocs[i].bytes);
             cb->allocs[i] = cb->allocs[--cb->n_allocs];
             break;
         }
@@ -219,7 +425,11 @@ static void cuda_destroy(struct gpt_backend *be)
         cudaStreamDestroy(cb->compute);
     if (cb->comm)
         cudaStreamDestroy(cb->comm);
+    for (size_t i = 0; i < cb->n_mir; i++)
+        cudaFree(cb->mir[i].bf);
     (void)cudaGetLastError();
+    pthread_mutex_destroy(&cb->mir_mu);
+    free(cb->mir);
     free(cb->allocs);
     free(cb);
 }
@@ -243,6 +453,7 @@ static int cuda_upload(struct gpt_backend *be, void *dst, const void *host_src, 
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, dst, bytes);
     /* From pageable memory the runtime stages the data before returning, so
      * the caller may reuse host_src at once; the copy is ordered with the
      * ops on the compute stream. */
@@ -275,6 +486,7 @@ static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, dst, bytes);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "copy");
@@ -284,6 +496,7 @@ static void cuda_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, ptr, bytes);
     cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "memzero");
@@ -299,19 +512,24 @@ static int cu_align(const void *p, size_t ld_bytes)
     return (int)(a & (~a + 1));
 }
 
-/* Column-major D = A op B (+ bias over rows) + beta D with cuBLASLt.
+/* Column-major D = A op B (+ bias over rows) + beta D with cuBLASLt; A and
+ * B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D and bias fp32, and the
+ * accumulation is fp32 (TF32 tensor cores for fp32 inputs when allowed).
  * Returns 0 when done, 1 when no algorithm fits (the caller falls back). */
-static int lt_matmul(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb, int m,
-                     int n, int k, const float *A, int lda, const float *B, int ldb, float *D,
-                     int ldd, float beta, const float *bias)
+static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                     const void *B, int ldb, float *D, int ldd, float beta, const float *bias)
 {
-    int al_a = cu_align(A, (size_t)lda * 4), al_b = cu_align(B, (size_t)ldb * 4);
+    size_t es = ab == CUDA_R_16BF ? 2 : 4;
+    int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
     int al_d = cu_align(D, (size_t)ldd * 4);
     if (al_a < 16 || al_b < 16 || al_d < 16 || (bias && cu_align(bias, 0) < 16))
         return 1;
-    int key[14] = {(int)ta,      (int)tb,      m,       n, k, lda, ldb, ldd, al_a, al_b, al_d,
-                   bias != NULL, beta != 0.0f, cb->tf32};
-    cublasComputeType_t ct = cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    int key[LT_KEY_INTS] = {(int)ta,      (int)tb,  m,      n,    k,    lda,
+                            ldb,          ldd,      al_a,   al_b, al_d, bias != NULL,
+                            beta != 0.0f, cb->tf32, (int)ab};
+    cublasComputeType_t ct =
+        ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
@@ -326,11 +544,13 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOp
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof(bias));
+        cudaDataType_t bt = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
     }
-    if (cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k,
-                                   ta == CUBLAS_OP_N ? k : m, lda) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n,
-                                   tb == CUBLAS_OP_N ? n : k, ldb) != CUBLAS_STATUS_SUCCESS ||
+    if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
+                                   lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
+                                   ldb) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
         goto out;
     {
@@ -396,6 +616,28 @@ static void gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N,
     cu_check_blas(cb, st, "cublasSgemmStridedBatched");
 }
 
+/* Column-major D (m, n) = op(A) op(B) (+ bias over rows) + beta D with bf16
+ * A and B and fp32 D and accumulation: cuBLASLt, else cublasGemmEx with
+ * the bias broadcast first. */
+static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
+                      int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      float *D, int ldd, float beta, const float *bias)
+{
+    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, bias) == 0)
+        return;
+    if (bias) {
+        cuk_bias_broadcast(cb->compute, D, bias, (size_t)n, (size_t)m);
+        cu_check(cb, "bias_broadcast");
+        beta = 1.0f;
+    }
+    float alpha = 1.0f;
+    cu_check_blas(cb,
+                  cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                               CUDA_R_16BF, ldb, &beta, D, CUDA_R_32F, ldd, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx bf16");
+}
+
 static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
                                 const float *weight, const float *bias, size_t N, size_t C,
                                 size_t OC)
@@ -405,8 +647,16 @@ static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float 
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     int m = (int)OC, n = (int)N, k = (int)C;
-    if (lt_matmul(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m, 0.0f, bias) ==
-        0)
+    if (cb->bf16) {
+        const uint16_t *wb = mir_in(cb, weight, OC * C), *ib = mir_in(cb, inp, N * C);
+        mir_wrote(cb, out, N * OC * sizeof(float));
+        if (wb && ib) {
+            gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
+            return;
+        }
+    }
+    if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m,
+                  0.0f, bias) == 0)
         return;
     float beta = 0.0f;
     if (bias) {
@@ -424,12 +674,28 @@ static void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dwe
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     int n = (int)N, c = (int)C, oc = (int)OC;
+    const uint16_t *wb = NULL, *db = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = dinp ? mir_in(cb, weight, OC * C) : NULL;
+        db = mir_in(cb, dout, N * OC);
+        ib = mir_in(cb, inp, N * C);
+        if (dinp)
+            mir_wrote(cb, dinp, N * C * sizeof(float));
+        mir_wrote(cb, dweight, OC * C * sizeof(float));
+        if (dbias)
+            mir_wrote(cb, dbias, OC * sizeof(float));
+    }
     /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
-    if (dinp &&
-        lt_matmul(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc, dinp, c, 0.0f, NULL))
+    if (dinp && wb && db)
+        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, c, 0.0f, NULL);
+    else if (dinp && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout,
+                               oc, dinp, c, 0.0f, NULL))
         gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    if (lt_matmul(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc, dweight, c, 1.0f, NULL))
+    if (ib && db)
+        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
+    else if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc,
+                       dweight, c, 1.0f, NULL))
         gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0, 1);
     if (dbias) {
         cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
@@ -474,12 +740,32 @@ static void att_offsets(const struct att_geom *g, size_t o, size_t ld, size_t *r
     }
 }
 
+static void cu_attn_plan(const struct gpt_cuda_backend *cb, struct gpt_cuda_attn_plan *p, size_t B,
+                         size_t T, size_t C, size_t NH)
+{
+    gpt_cuda_plan_attention(p, B, T, C, NH, cb->smem_optin, cb->attn_want);
+}
+
 static void cuda_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
                                    size_t B, size_t T, size_t C, size_t NH)
 {
     /* out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) */
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    struct gpt_cuda_attn_plan plan;
+    cu_attn_plan(cb, &plan, B, T, C, NH);
+    if (plan.kind == GPT_CUDA_ATTN_FLASH) {
+        const uint16_t *qb = cb->bf16 ? mir_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *ob = mir_out(cb, out, B * T * C, NULL);
+        mir_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
+        cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
+        if (e != cudaSuccess)
+            (void)cu_ret(cb, e, "flash_forward smem");
+        cu_check(cb, "flash_forward");
+        return;
+    }
+    mir_wrote(cb, out, B * T * C * sizeof(float));
+    mir_wrote(cb, att, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -509,9 +795,25 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
                                     size_t T, size_t C, size_t NH)
 {
     /* Relies on the zeros this backend's forward wrote above the diagonal
-     * of att (the dv product runs over all T rows). */
+     * of att (the dv product runs over all T rows), or on the logsumexp and
+     * output copy the flash forward wrote there (the plan is the same). */
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    struct gpt_cuda_attn_plan plan;
+    cu_attn_plan(cb, &plan, B, T, C, NH);
+    if (plan.kind == GPT_CUDA_ATTN_FLASH) {
+        const uint16_t *qb = cb->bf16 ? mir_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *db = mir_out(cb, dqkv, B * T * 3 * C, NULL);
+        mir_wrote(cb, scratch, plan.lse_floats * sizeof(float));
+        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
+                                           att, B, T, C, NH);
+        if (e != cudaSuccess)
+            (void)cu_ret(cb, e, "flash_backward smem");
+        cu_check(cb, "flash_backward");
+        return;
+    }
+    mir_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
+    mir_wrote(cb, scratch, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), ldc = (int)C, batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -551,6 +853,7 @@ static void cuda_encoder_forward(struct gpt_backend *be, float *out, const int *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, out, B * T * C * sizeof(float));
     cuk_encoder_forward(cb->compute, out, inp, wte, wpe, B, T, C);
     cu_check(cb, "encoder_forward");
 }
@@ -560,6 +863,8 @@ static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dw
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
+    mir_wrote(cb, dwpe, T * C * sizeof(float));
     cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
     cu_check(cb, "encoder_backward");
 }
@@ -570,7 +875,10 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    cuk_layernorm_forward(cb->compute, out, mean, rstd, inp, weight, bias, N, C);
+    uint16_t *ob = mir_out(cb, out, N * C, NULL);
+    mir_wrote(cb, mean, N * sizeof(float));
+    mir_wrote(cb, rstd, N * sizeof(float));
+    cuk_layernorm_forward(cb->compute, out, ob, mean, rstd, inp, weight, bias, N, C);
     cu_check(cb, "layernorm_forward");
 }
 
@@ -581,6 +889,9 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, dinp, N * C * sizeof(float));
+    mir_wrote(cb, dweight, C * sizeof(float));
+    mir_wrote(cb, dbias, C * sizeof(float));
     cuk_layernorm_backward(cb->compute, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
                            cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
@@ -592,7 +903,8 @@ static void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *i
     if (n == 0)
         return;
     cu_enter(cb);
-    cuk_gelu_forward(cb->compute, out, inp, n);
+    uint16_t *ob = mir_out(cb, out, n, NULL);
+    cuk_gelu_forward(cb->compute, out, ob, inp, n);
     cu_check(cb, "gelu_forward");
 }
 
@@ -603,7 +915,8 @@ static void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float 
     if (n == 0)
         return;
     cu_enter(cb);
-    cuk_gelu_backward(cb->compute, dinp, inp, dout, n);
+    uint16_t *db = mir_out(cb, dinp, n, NULL);
+    cuk_gelu_backward(cb->compute, dinp, db, inp, dout, n);
     cu_check(cb, "gelu_backward");
 }
 
@@ -614,6 +927,7 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
     if (n == 0)
         return;
     cu_enter(cb);
+    mir_wrote(cb, out, n * sizeof(float));
     cuk_residual_forward(cb->compute, out, a, b, n);
     cu_check(cb, "residual_forward");
 }
@@ -624,6 +938,9 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    if (write_dlogits)
+        mir_wrote(cb, logits, N * Vp * sizeof(float));
+    mir_wrote(cb, losses, N * sizeof(float));
     cuk_softmax_xent(cb->compute, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
     cu_check(cb, "softmax_xent");
 }
@@ -636,8 +953,16 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
     if (n == 0)
         return;
     cu_enter(cb);
-    cuk_adamw(cb->compute, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale,
-              bc1, bc2);
+    /* In bf16 mode the weights' mirror (if a product has read them) gets
+     * the new values with stochastic rounding; one random stream per call,
+     * indexed by the element's place in the mirror. */
+    uint64_t index0 = 0;
+    uint16_t *pb = mir_out(cb, params, n, &index0);
+    mir_wrote(cb, m, n * sizeof(float));
+    mir_wrote(cb, v, n * sizeof(float));
+    uint64_t stream = cb->sr_stream++;
+    cuk_adamw(cb->compute, params, pb, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+              grad_scale, bc1, bc2, cb->sr_seed, stream, index0);
     cu_check(cb, "adamw");
 }
 
@@ -661,8 +986,28 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    mir_wrote(cb, x, n * sizeof(float));
     cuk_scale(cb->compute, x, s, n);
     cu_check(cb, "scale");
+}
+
+/* fp32 (0) or bf16 (1, enum gpt_precision). Leaving bf16 frees the
+ * mirrors; entering it starts the stochastic-rounding streams afresh. */
+static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (precision != 0 && precision != 1)
+        return -EINVAL;
+    cu_enter(cb);
+    pthread_mutex_lock(&cb->mir_mu);
+    if (!precision)
+        while (cb->n_mir > 0)
+            mir_free_at_locked(cb, cb->n_mir - 1);
+    cb->bf16 = precision;
+    cb->sr_seed = seed;
+    cb->sr_stream = 0;
+    pthread_mutex_unlock(&cb->mir_mu);
+    return 0;
 }
 
 static const struct gpt_backend_ops cuda_ops = {
@@ -690,6 +1035,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .adamw = */ cuda_adamw,
     /* .sumsq = */ cuda_sumsq,
     /* .scale = */ cuda_scale,
+    /* .set_precision = */ cuda_set_precision,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
@@ -728,6 +1074,13 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     cb->head.name = "cuda";
     cb->head.threads = 1;
     cb->device = device;
+    cb->attn_want = GPT_CUDA_ATTN_FLASH;
+    pthread_mutex_init(&cb->mir_mu, NULL);
+    int optin = 0;
+    if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
+        cudaSuccess)
+        return cu_fail_new(cb, err, "cudaDeviceGetAttribute", cudaGetErrorString(e));
+    cb->smem_optin = (size_t)optin;
     if ((e = cudaStreamCreateWithFlags(&cb->compute, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&cb->comm, cudaStreamNonBlocking)) != cudaSuccess)
         return cu_fail_new(cb, err, "cudaStreamCreate", cudaGetErrorString(e));
@@ -804,4 +1157,28 @@ extern "C" void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be)
 extern "C" const char *gpt_cuda_backend_last_error(const struct gpt_backend *be)
 {
     return cu_const(be)->err_msg;
+}
+
+extern "C" int gpt_cuda_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
+{
+    cu_const(be);
+    return cuda_set_precision(be, precision, seed);
+}
+
+extern "C" void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_kind want)
+{
+    struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
+    cb->attn_want = want;
+}
+
+extern "C" void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, size_t T,
+                                                size_t C, size_t NH, struct gpt_cuda_attn_plan *ret)
+{
+    cu_attn_plan(cu_const(be), ret, B, T, C, NH);
+}
+
+extern "C" void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes)
+{
+    struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
+    mir_wrote(cb, ptr, bytes);
 }

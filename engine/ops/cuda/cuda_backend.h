@@ -15,16 +15,29 @@
  *
  * Precision: fp32 storage and fp32 accumulation. Matrix products use full
  * fp32 by default; gpt_cuda_backend_set_tf32() allows TF32 tensor cores
- * (10-bit mantissa inputs, fp32 accumulation), which the benchmark uses.
- * bf16 storage (bf16 activations and weights, fp32 master weights and
- * moments) is designed in cuda_backend.cu's header comment but not built.
+ * (10-bit mantissa inputs, fp32 accumulation). In bf16 mode (the vtable's
+ * set_precision, i.e. trainer.precision: bf16) every buffer of the
+ * interface stays fp32 (master weights, moments, gradients, statistics,
+ * loss), and the backend keeps bf16 mirrors of the weights and of the
+ * activations that matrix products and attention read, which run on bf16
+ * tensor cores with fp32 accumulation; AdamW refreshes the weights' bf16
+ * copy with seeded stochastic rounding. cuda_backend.cu's header comment
+ * has the rules that keep the mirrors current.
+ *
+ * Attention: the fused flash kernels when gpt_cuda_plan_attention allows
+ * (the default), else batched GEMMs. With flash, the `att` buffer holds the
+ * per-row logsumexp and a copy of the output instead of probabilities, so
+ * the backward must get the att its own forward wrote (as the model does).
  */
 #ifndef GPT_CUDA_BACKEND_H
 #define GPT_CUDA_BACKEND_H
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "backend.h"
+#include "cuda_plan.h"
 #include "gpt_err.h"
 
 #ifdef __cplusplus
@@ -67,6 +80,26 @@ void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be);
  * the CUDA/cuBLAS message, for the detail of a -GPT_E_CUDA from sync.
  * Borrowed; valid until the backend is freed. Owner thread. */
 const char *gpt_cuda_backend_last_error(const struct gpt_backend *be);
+
+/* fp32 (0) or bf16 (1): the same as gpt_backend_set_precision on this
+ * backend. `seed` seeds the stochastic rounding of the bf16 weights. Call
+ * before the first op of a model. Returns 0 or -EINVAL. Owner thread. */
+int gpt_cuda_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed);
+
+/* GPT_CUDA_ATTN_FLASH (default: the fused kernels wherever the plan allows
+ * them) or GPT_CUDA_ATTN_GEMM (always the batched GEMMs, whose att holds
+ * the probabilities). Change it only between a backward and the next
+ * forward. Owner thread; does not block. */
+void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_kind want);
+
+/* The plan attention of this shape runs with now. Any thread. */
+void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, size_t T, size_t C,
+                                     size_t NH, struct gpt_cuda_attn_plan *ret);
+
+/* Device memory [ptr, ptr + bytes) was written other than by this
+ * backend's ops (a collective): its bf16 mirrors stop being current there.
+ * Any thread (the communication thread does this); does not block. */
+void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /*
  * cuda_impl: private declarations shared by the CUDA backend's translation
  * units (cuda_backend.cu: lifecycle, memory, GEMMs, the vtable;
- * cuda_kernels.cu: our own kernels). C++ (nvcc) only; not part of the
+ * cuda_kernels.cu: our own kernels; cuda_attention.cu: fused attention).
+ * C++ (nvcc) only; not part of the
  * engine API. Every launcher enqueues on the stream it is given and never
  * synchronises; the caller checks cudaGetLastError() afterwards.
  */
@@ -9,12 +10,32 @@
 #define GPT_CUDA_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime.h>
 
 /* The engine's headers are C; gpt_err.h spells the C11 _Noreturn. */
 #ifndef _Noreturn
 #define _Noreturn __attribute__((noreturn))
+
+/* --- cuda_attention.cu --------------------------------------------------- */
+
+/* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
+ * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
+ * else from qkv; writes out (and out_bf if non-NULL), and in att the
+ * logsumexp per row followed by a copy of out. The backward needs the att
+ * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
+ * non-NULL) and uses scratch[0 .. B*NH*T) for the rows' dout . out.
+ * Return the error of the shared-memory opt-in (launch errors are left for
+ * cudaGetLastError). */
+cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
+                              uint16_t *out_bf, float *att, const float *qkv,
+                              const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH);
+cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
+                               uint16_t *dqkv_bf, float *scratch, const float *dout,
+                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
+                               size_t T, size_t C, size_t NH);
+
 #endif
 extern "C" {
 #include "backend.h"
@@ -27,8 +48,12 @@ void cuk_encoder_forward(cudaStream_t s, float *out, const int *inp, const float
                          const float *wpe, size_t B, size_t T, size_t C);
 void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
                           const int *inp, size_t B, size_t T, size_t C);
-void cuk_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, size_t C);
+/* Every launcher taking a `uint16_t *..._bf` may be given NULL; otherwise
+ * it also writes that output as bf16 (round to nearest even) there, at the
+ * same element offsets. */
+void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
+                           const float *inp, const float *weight, const float *bias, size_t N,
+                           size_t C);
 /* `scratch` holds `scratch_floats` floats for the two-pass parameter
  * gradient sums. */
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
@@ -45,17 +70,42 @@ void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size
 void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T);
 /* datt = att * (datt - rowsum(att * datt)) for j <= i, 0 above. */
 void cuk_att_softmax_backward(cudaStream_t s, float *datt, const float *att, size_t rows, size_t T);
-void cuk_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n);
-void cuk_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n);
+void cuk_gelu_forward(cudaStream_t s, float *out, uint16_t *out_bf, const float *inp, size_t n);
+void cuk_gelu_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, const float *inp,
+                       const float *dout, size_t n);
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
 void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
                       size_t V, size_t Vp, float dscale, int write_dlogits);
-void cuk_adamw(cudaStream_t s, float *params, const float *grads, float *m, float *v, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-               float bc1, float bc2);
+/* With params_bf non-NULL the new parameters are also written there as
+ * bf16 with stochastic rounding, element i using the random bits
+ * gpt_bf16_sr_bits(seed, stream, index0 + i). */
+void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
+               float *v, size_t n, float lr, float beta1, float beta2, float eps,
+               float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
+               uint64_t stream, uint64_t index0);
+/* dst[i] = bf16(src[i]), round to nearest even. */
+void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 void cuk_scale(cudaStream_t s, float *x, float sc, size_t n);
 /* *result = sum of x^2 in double; `partials` holds
  * gpt_cuda_plan_sumsq_blocks(n, GPT_CUDA_BLOCK) doubles. */
 void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *result);
+
+/* --- cuda_attention.cu --------------------------------------------------- */
+
+/* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
+ * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
+ * else from qkv; writes out (and out_bf if non-NULL), and in att the
+ * logsumexp per row followed by a copy of out. The backward needs the att
+ * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
+ * non-NULL) and uses scratch[0 .. B*NH*T) for the rows' dout . out.
+ * Return the error of the shared-memory opt-in (launch errors are left for
+ * cudaGetLastError). */
+cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
+                              uint16_t *out_bf, float *att, const float *qkv,
+                              const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH);
+cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
+                               uint16_t *dqkv_bf, float *scratch, const float *dout,
+                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
+                               size_t T, size_t C, size_t NH);
 
 #endif

@@ -2,9 +2,12 @@
  * cuda_kernels: the CUDA backend's own kernels (everything that is not a
  * GEMM): encoder, LayerNorm, GELU, residual, the causal softmax of
  * attention, fused softmax + cross-entropy, AdamW, scale and the
- * deterministic sum of squares. fp32 storage, fp32 math (double for
- * sumsq), no fast-math intrinsics, so results track the CPU backend to a
- * few ulp. Launchers enqueue on the given stream and never synchronise.
+ * deterministic sum of squares, and the bf16 pieces of the bf16 mode
+ * (conversion, optional bf16 copies of the outputs that feed matrix
+ * products, stochastic rounding of the bf16 weights in AdamW). fp32
+ * storage, fp32 math (double for sumsq), no fast-math intrinsics, so
+ * results track the CPU backend to a few ulp. Launchers enqueue on the given stream and never
+ * synchronise.
  *
  * Determinism: every reduction has a fixed order that depends only on the
  * shapes (warp/block trees, two-pass column sums through scratch, sumsq
@@ -15,6 +18,7 @@
 #include <stdint.h>
 
 #include "cuda_impl.h"
+#include "gpt_bf16.h"
 
 #define WARP          32
 #define ROW_WARPS     8 /* warps per block of row kernels */
@@ -128,8 +132,9 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 /* ---- LayerNorm --------------------------------------------------------- */
 
 /* One warp per row; two passes for the variance, like the CPU backend. */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *weight, const float *bias, size_t N, size_t C)
+__global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *mean, float *rstd,
+                                         const float *inp, const float *weight, const float *bias,
+                                         size_t N, size_t C)
 {
     int lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
@@ -147,8 +152,12 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
         }
         float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
         float *o = out + r * C;
-        for (size_t c = lane; c < C; c += WARP)
-            o[c] = (x[c] - mu) * rs * weight[c] + bias[c];
+        for (size_t c = lane; c < C; c += WARP) {
+            float y = (x[c] - mu) * rs * weight[c] + bias[c];
+            o[c] = y;
+            if (out_bf)
+                out_bf[r * C + c] = gpt_bf16_from_float_rne(y);
+        }
         if (lane == 0) {
             mean[r] = mu;
             rstd[r] = rs;
@@ -156,11 +165,12 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
     }
 }
 
-void cuk_layernorm_forward(cudaStream_t s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, size_t C)
+void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
+                           const float *inp, const float *weight, const float *bias, size_t N,
+                           size_t C)
 {
     layernorm_forward_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
-        out, mean, rstd, inp, weight, bias, N, C);
+        out, out_bf, mean, rstd, inp, weight, bias, N, C);
 }
 
 /* dinp += for each row (one warp per row). */
@@ -362,23 +372,27 @@ void cuk_att_softmax_backward(cudaStream_t s, float *datt, const float *att, siz
 
 /* ---- element-wise -------------------------------------------------------- */
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
+__global__ void gelu_forward_kernel(float *out, uint16_t *out_bf, const float *inp, size_t n)
 {
     GRID_LOOP(i, n)
     {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        float y = 0.5f * x * (1.0f + tanhf(u));
+        out[i] = y;
+        if (out_bf)
+            out_bf[i] = gpt_bf16_from_float_rne(y);
     }
 }
 
-void cuk_gelu_forward(cudaStream_t s, float *out, const float *inp, size_t n)
+void cuk_gelu_forward(cudaStream_t s, float *out, uint16_t *out_bf, const float *inp, size_t n)
 {
-    gelu_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, inp, n);
+    gelu_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, out_bf, inp, n);
 }
 
 /* dinp may alias dout (each element is read before it is written). */
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n)
+__global__ void gelu_backward_kernel(float *dinp, uint16_t *dinp_bf, const float *inp,
+                                     const float *dout, size_t n)
 {
     GRID_LOOP(i, n)
     {
@@ -387,13 +401,30 @@ __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float 
         float t = tanhf(u);
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
         float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-        dinp[i] = g * dout[i];
+        float y = g * dout[i];
+        dinp[i] = y;
+        if (dinp_bf)
+            dinp_bf[i] = gpt_bf16_from_float_rne(y);
     }
 }
 
-void cuk_gelu_backward(cudaStream_t s, float *dinp, const float *inp, const float *dout, size_t n)
+void cuk_gelu_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, const float *inp,
+                       const float *dout, size_t n)
 {
-    gelu_backward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dinp, inp, dout, n);
+    gelu_backward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dinp, dinp_bf, inp, dout, n);
+}
+
+__global__ void f32_to_bf16_kernel(uint16_t *dst, const float *src, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        dst[i] = gpt_bf16_from_float_rne(src[i]);
+    }
+}
+
+void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n)
+{
+    f32_to_bf16_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dst, src, n);
 }
 
 __global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
@@ -423,9 +454,10 @@ void cuk_scale(cudaStream_t s, float *x, float sc, size_t n)
 }
 
 /* Same operation order as the CPU backend (torch.optim.AdamW, foreach off). */
-__global__ void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n,
-                             float beta1, float beta2, float eps, float decay, float step_size,
-                             float bc2_sqrt, float grad_scale)
+__global__ void adamw_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
+                             float *v, size_t n, float beta1, float beta2, float eps, float decay,
+                             float step_size, float bc2_sqrt, float grad_scale, uint64_t seed,
+                             uint64_t stream, uint64_t index0)
 {
     GRID_LOOP(i, n)
     {
@@ -435,17 +467,22 @@ __global__ void adamw_kernel(float *params, const float *grads, float *m, float 
         m[i] = mi;
         v[i] = vi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
-        params[i] = params[i] * decay - step_size * mi / denom;
+        float p = params[i] * decay - step_size * mi / denom;
+        params[i] = p;
+        if (params_bf)
+            params_bf[i] =
+                gpt_bf16_from_float_sr(p, gpt_bf16_sr_bits(seed, stream, index0 + (uint64_t)i));
     }
 }
 
-void cuk_adamw(cudaStream_t s, float *params, const float *grads, float *m, float *v, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-               float bc1, float bc2)
+void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
+               float *v, size_t n, float lr, float beta1, float beta2, float eps,
+               float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
+               uint64_t stream, uint64_t index0)
 {
-    adamw_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(params, grads, m, v, n, beta1, beta2, eps,
-                                                       1.0f - lr * weight_decay, lr / bc1,
-                                                       sqrtf(bc2), grad_scale);
+    adamw_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
+        params, params_bf, grads, m, v, n, beta1, beta2, eps, 1.0f - lr * weight_decay, lr / bc1,
+        sqrtf(bc2), grad_scale, seed, stream, index0);
 }
 
 /* ---- fused softmax + cross-entropy ---------------------------------------- */
