@@ -856,6 +856,15 @@ static int cmd_nodes(struct ctl *c, int argc, char **argv)
                       json_string_value(json_object_get(n, "version")));
         }
         table_print(&t);
+        /* Where the cluster meets and who keeps its queue. */
+        const char *rdzv = json_string_value(json_object_get(reply, "rdzv"));
+        json_array_foreach(json_object_get(reply, "nodes"), i, n)
+        {
+            const char *role = json_string_value(json_object_get(n, "role"));
+            if (rdzv && role && strcmp(role, "coordinator") == 0)
+                printf("coordinator: %s, store at %s\n",
+                       json_string_value(json_object_get(n, "node")), rdzv);
+        }
     }
     json_decref(reply);
     return 0;

@@ -211,6 +211,7 @@ struct agent {
     char bind_host[64];
     int workers_default;
     int comm_timeout_ms;
+    bool snapshot_dir_own;
 
     uv_mutex_t mu;
     struct agent_msg *head, *tail;
@@ -255,6 +256,12 @@ struct agent {
 
     uint64_t joined_gen;
     int64_t joined_round, joined_snap;
+
+    /* leaving: no new round; done once the workers are gone */
+    bool leaving;
+    uv_timer_t leave_timer;
+    void (*leave_done)(void *ctx);
+    void *leave_ctx;
 
     int state;
     bool closing;
@@ -362,7 +369,9 @@ static bool agent_load_spec(struct agent *a)
         return false;
     }
     int k;
-    if (a->spec.snapshot.dir[0])
+    if (a->spec.snapshot.dir[0] && a->snapshot_dir_own)
+        k = snprintf(a->snapdir, sizeof(a->snapdir), "%s", a->spec.snapshot.dir);
+    else if (a->spec.snapshot.dir[0])
         k = snprintf(a->snapdir, sizeof(a->snapdir), "%s/%s", a->spec.snapshot.dir, a->node_id);
     else
         k = snprintf(a->snapdir, sizeof(a->snapdir), "%s/jobs/%" PRId64 "/snapshots", a->state_dir,
@@ -377,6 +386,7 @@ static bool agent_load_spec(struct agent *a)
 
 static void agent_reconcile(struct agent *a);
 static void agent_on_async_closed(uv_handle_t *h);
+static void agent_leave_check(struct agent *a);
 
 static void agent_scan_work(uv_work_t *w)
 {
@@ -397,8 +407,8 @@ static void agent_scan_done(uv_work_t *w, int status)
         agent_reconcile(a);
         return;
     }
-    if (status == 0 && !a->lost && a->cur && a->phase == RDZV_FORMING && a->gen == a->scan_gen &&
-        a->round == a->scan_round && a->job == a->scan_job) {
+    if (status == 0 && !a->lost && !a->leaving && a->cur && a->phase == RDZV_FORMING &&
+        a->gen == a->scan_gen && a->round == a->scan_round && a->job == a->scan_job) {
         a->joined_gen = a->gen;
         a->joined_round = a->round;
         a->joined_snap = a->scan_step;
@@ -497,6 +507,11 @@ static void agent_reconcile(struct agent *a)
         }
         return;
     }
+    if (a->leaving) {
+        agent_leave_check(a);
+        if (!a->ws)
+            return;
+    }
     bool have = a->cur && !a->lost;
     if (a->ws) {
         bool same = have && a->ws_gen == a->gen && a->ws_round == a->round;
@@ -557,6 +572,23 @@ static void agent_reconcile(struct agent *a)
             agent_start_workers(a, me);
         break;
     }
+    case RDZV_STOPPING:
+        /* A member that never started this round's workers (it first saw
+         * the round already stopping) has nothing to stop: it says so, or
+         * the world would wait for it forever. */
+        if (agent_me(a) && !(a->exit_gen == a->gen && a->exit_round == a->round)) {
+            a->exit_gen = a->gen;
+            a->exit_round = a->round;
+            a->exit_job = a->job;
+            a->exit_rc = GPT_TRAIN_STOPPED;
+            a->exit_step = 0;
+            a->exit_msg[0] = '\0';
+            agent_set_state(a, AGENT_EXITED);
+            cluster_heartbeat_soon(a->cl);
+        } else {
+            agent_set_state(a, agent_me(a) ? AGENT_EXITED : AGENT_WAITING);
+        }
+        break;
     default:
         agent_set_state(a, AGENT_WAITING);
         break;
@@ -667,6 +699,56 @@ static void agent_on_heartbeat(void *ctx, json_t *hb)
     }
 }
 
+/* ---- leaving ---- */
+
+static void agent_on_leave_timer(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    if (a->ws) {
+        log_warn("agent: the world did not let this node go in time; aborting its workers");
+        agent_stop_workers(a, -1);
+    } else {
+        agent_leave_check(a);
+    }
+}
+
+/* Done leaving once no worker is left and no join is being prepared. */
+static void agent_leave_check(struct agent *a)
+{
+    if (!a->leaving || !a->leave_done || a->ws || a->scanning)
+        return;
+    void (*done)(void *) = a->leave_done;
+    a->leave_done = NULL;
+    uv_timer_stop(&a->leave_timer);
+    done(a->leave_ctx);
+}
+
+void agent_leave(struct agent *a, double timeout_s, void (*done)(void *ctx), void *ctx)
+{
+    if (a->closing)
+        return;
+    if (a->leaving || !done) {
+        if (a->ws)
+            agent_stop_workers(a, -1);
+        return;
+    }
+    a->leaving = true;
+    a->leave_done = done;
+    a->leave_ctx = ctx;
+    if (a->ws) {
+        log_notice("agent: leaving; the world stops at its next step boundary");
+        uv_timer_start(&a->leave_timer, agent_on_leave_timer, (uint64_t)(timeout_s * 1000), 0);
+        return;
+    }
+    uv_timer_start(&a->leave_timer, agent_on_leave_timer, 0, 0); /* never inside this call */
+}
+
+void agent_set_workers(struct agent *a, int workers)
+{
+    if (workers > 0)
+        a->workers_default = workers;
+}
+
 /* ---- life cycle ---- */
 
 int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, struct agent **ret,
@@ -691,15 +773,28 @@ int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, s
     snprintf(a->bind_host, sizeof(a->bind_host), "%s", o->bind_host ? o->bind_host : "");
     a->workers_default = o->workers > 0 ? o->workers : 1;
     a->comm_timeout_ms = o->comm_timeout_ms;
+    a->snapshot_dir_own = o->snapshot_dir_own;
     a->joined_round = a->exit_round = a->ws_round = -1;
     uv_mutex_init(&a->mu);
     uv_async_init(loop, &a->async, agent_on_mail);
     a->async.data = a;
+    uv_timer_init(loop, &a->leave_timer);
+    a->leave_timer.data = a;
     a->handles = 1;
     struct cluster_node_hooks h = {a, agent_on_round, agent_on_lost, agent_on_heartbeat};
     cluster_set_node_hooks(cl, &h);
     *ret = a;
     return 0;
+}
+
+static void agent_on_timer_closed(uv_handle_t *h)
+{
+    struct agent *a = h->data;
+    void (*done)(void *) = a->done;
+    void *ctx = a->done_ctx;
+    free(a);
+    if (done)
+        done(ctx);
 }
 
 static void agent_on_async_closed(uv_handle_t *h)
@@ -712,15 +807,14 @@ static void agent_on_async_closed(uv_handle_t *h)
     }
     uv_mutex_destroy(&a->mu);
     json_decref(a->cur);
-    void (*done)(void *) = a->done;
-    void *ctx = a->done_ctx;
-    free(a);
-    if (done)
-        done(ctx);
+    a->cur = NULL;
+    uv_close((uv_handle_t *)&a->leave_timer, agent_on_timer_closed);
 }
 
 void agent_close(struct agent *a, void (*done)(void *ctx), void *ctx)
 {
+    uv_timer_stop(&a->leave_timer);
+    a->leave_done = NULL;
     a->closing = true;
     a->done = done;
     a->done_ctx = ctx;

@@ -37,6 +37,10 @@ struct agent_opts {
     const char *bind_host; /* the workers' ring address */
     int workers;           /* when the job leaves workers_per_node at 0 */
     int comm_timeout_ms;
+    /* The coordinator's node writes a job's snapshot.dir itself (where its
+     * database says the snapshots are); other nodes a subdirectory named
+     * after their node id, so that a shared filesystem holds every copy. */
+    bool snapshot_dir_own;
 };
 
 struct agent;
@@ -48,6 +52,16 @@ int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, s
 /* Stops any workers (abort) and frees once they have returned and every
  * handle is closed; then done(ctx). */
 void agent_close(struct agent *a, void (*done)(void *ctx), void *ctx);
+
+/* The node is stopping on purpose (SIGTERM): it joins no further round, and
+ * workers of a running world stop at the step boundary the world agrees on
+ * (with a snapshot) once the coordinator re-forms it without this node, or
+ * are aborted after `timeout_s`. done(ctx) runs (from the loop) once no
+ * worker is left; agent_close follows. Called again: abort at once. */
+void agent_leave(struct agent *a, double timeout_s, void (*done)(void *ctx), void *ctx);
+
+/* The default worker count (after a reload). */
+void agent_set_workers(struct agent *a, int workers);
 
 /* For `gptctl nodes` / status: "idle", "joining", "running", ... */
 const char *agent_state(const struct agent *a);

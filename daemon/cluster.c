@@ -36,10 +36,18 @@
 #define CLUSTER_BACKOFF_MAX_MS 1000
 #define CLUSTER_OUTBOX_MAX     (4u << 20) /* queued bytes to the coordinator */
 #define CLUSTER_SUBMIT_TIMEOUT 15.0
+#define CLUSTER_READ_TIMEOUT   5.0 /* a read proxied to the coordinator */
 #define CLUSTER_SUBMITS_MAX    64
+#define CLUSTER_LEAVE_S        1.0  /* how long a leave waits to reach the store */
+#define CLUSTER_FEED_S         0.1  /* how often the feed is published/polled */
+#define CLUSTER_FEED_KEEP      64   /* feed chunks kept in the store */
+#define CLUSTER_FEED_CHUNK     256  /* records in one chunk at most */
+#define CLUSTER_FEED_PENDING   4096 /* unpublished records kept (oldest dropped) */
 
 enum cluster_conn { CONN_NONE, CONN_CONNECTING, CONN_READY };
 
+/* A request to the coordinator waiting for its answer: a submit (cb) or a
+ * read (rcb). */
 struct cluster_submit {
     struct cluster_submit *next;
     int64_t req;
@@ -47,6 +55,7 @@ struct cluster_submit {
     bool inflight;
     char key[128];
     void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err);
+    cluster_reply_fn rcb;
     void *arg;
 };
 
@@ -63,6 +72,9 @@ struct cluster {
     uv_timer_t timer;
     struct cluster_node_hooks nh;
     struct cluster_jobs_hooks jh;
+    struct cluster_feed_hooks fh;
+    cluster_read_fn read_fn;
+    void *read_ctx;
 
     /* the node's connection */
     struct store_client_async *nc;
@@ -84,6 +96,15 @@ struct cluster {
     struct cluster_submit *submits;
     int n_submits;
     int64_t next_req;
+    int leave_state; /* 0, 1 queued, 2 in the append in flight */
+    double leave_deadline;
+    void (*leave_done)(void *arg);
+    void *leave_arg;
+    /* the feed, as a member reads it */
+    double next_feed;
+    bool feed_inflight;
+    char feed_gen[24];
+    int64_t feed_next, feed_head;
 
     /* the coordinator */
     struct store_server *server;
@@ -95,6 +116,12 @@ struct cluster {
     char *drain_val;
     size_t drain_len;
     double next_drain, next_nodes_pub;
+    /* the feed the coordinator publishes: chunk n at c/feed/<n>, the newest
+     * named by RDZV_KEY_FEED_HEAD; records not yet in a chunk wait here */
+    json_t *feed_pending;
+    uint64_t feed_seq;
+    int64_t feed_chunk;
+    double next_feed_pub;
 
     int closing_handles;
     void (*done)(void *ctx);
@@ -129,6 +156,22 @@ bool cluster_connected(const struct cluster *c)
     return c->nc_state == CONN_READY;
 }
 
+const char *cluster_host(const struct cluster *c)
+{
+    return c->host;
+}
+
+int cluster_port(const struct cluster *c)
+{
+    return c->o.port;
+}
+
+void cluster_set_workers(struct cluster *c, int workers)
+{
+    if (workers > 0)
+        c->o.workers = workers;
+}
+
 /* ---- the node's connection ---- */
 
 static void cluster_conn_lost(struct cluster *c, const char *why)
@@ -150,6 +193,9 @@ static void cluster_conn_lost(struct cluster *c, const char *why)
         c->backoff_ms * 2 > CLUSTER_BACKOFF_MAX_MS ? CLUSTER_BACKOFF_MAX_MS : c->backoff_ms * 2;
     for (struct cluster_submit *s = c->submits; s; s = s->next)
         s->inflight = false;
+    c->feed_inflight = false;
+    if (c->leave_state)
+        c->leave_deadline = 0; /* nothing more can be sent: done at the next tick */
     if (!c->lost_reported && c->nh.lost) {
         c->lost_reported = true;
         c->nh.lost(c->nh.ctx);
@@ -214,6 +260,8 @@ static void cluster_on_append(void *arg, const struct store_reply *r)
 {
     struct cluster *c = arg;
     c->append_inflight = false;
+    if (c->leave_state == 2)
+        c->leave_deadline = 0; /* the leave reached the store (or never will) */
     if (!cluster_reply_ok(c, r))
         return;
     if (r->status < 0)
@@ -235,6 +283,8 @@ static void cluster_flush(struct cluster *c)
     c->append_inflight = true;
     c->inflight++;
     c->out_len = 0;
+    if (c->leave_state == 1)
+        c->leave_state = 2;
 }
 
 void cluster_send(struct cluster *c, json_t *msg)
@@ -292,8 +342,40 @@ static void cluster_heartbeat(struct cluster *c)
     cluster_send(c, hb);
 }
 
+void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
+{
+    char inc[32];
+    snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
+    c->leave_done = done;
+    c->leave_arg = arg;
+    c->leave_state = 1;
+    c->leave_deadline = c->nc_state == CONN_READY ? cluster_now() + CLUSTER_LEAVE_S : 0;
+    cluster_send(c, json_pack("{s:s, s:s, s:s}", "t", "leave", "node", c->node_id, "inc", inc));
+    if (!c->closing)
+        uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
+}
+
+static void cluster_leave_check(struct cluster *c, double now)
+{
+    if (!c->leave_state || now < c->leave_deadline)
+        return;
+    void (*done)(void *) = c->leave_done;
+    c->leave_state = 0;
+    c->leave_done = NULL;
+    if (done)
+        done(c->leave_arg);
+}
+
+static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
+static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
+                                   const char *node);
+
 void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric *m)
 {
+    if (c->coord) {
+        cluster_coord_metric(c, job, m);
+        return;
+    }
     json_t *o = gpt_metric_to_json(m);
     if (o)
         cluster_send(c, json_pack("{s:s, s:I, s:s, s:o}", "t", "metric", "job", (json_int_t)job,
@@ -302,6 +384,10 @@ void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric
 
 void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e)
 {
+    if (c->coord) {
+        cluster_coord_event_in(c, job, e, c->node_id);
+        return;
+    }
     json_t *o = gpt_event_to_json(e);
     if (o)
         cluster_send(c, json_pack("{s:s, s:I, s:s, s:o}", "t", "event", "job", (json_int_t)job,
@@ -420,7 +506,7 @@ static void cluster_on_publish(void *arg, const struct store_reply *r);
 /* ---- forwarded submits (node side) ---- */
 
 static void cluster_submit_end(struct cluster *c, struct cluster_submit *s, int rc, int64_t job,
-                               const struct gpt_err *err)
+                               const json_t *reply, const struct gpt_err *err)
 {
     for (struct cluster_submit **pp = &c->submits; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
@@ -429,7 +515,10 @@ static void cluster_submit_end(struct cluster *c, struct cluster_submit *s, int 
         }
     }
     c->n_submits--;
-    s->cb(s->arg, rc, job, err);
+    if (s->rcb)
+        s->rcb(s->arg, rc, reply, err);
+    else
+        s->cb(s->arg, rc, job, err);
     free(s);
 }
 
@@ -462,6 +551,8 @@ static void cluster_on_submit_reply(void *arg, const struct store_reply *r)
     if (json_is_true(json_object_get(o, "ok"))) {
         rc = 0;
         job = json_integer_value(json_object_get(o, "job"));
+        if (s->rcb && !json_is_object(json_object_get(o, "r")))
+            rc = gpt_err_set(&err, -EPROTO, NULL, "the coordinator's answer has no result");
     } else {
         rc = (int)json_integer_value(json_object_get(o, "code"));
         if (rc >= 0)
@@ -470,9 +561,9 @@ static void cluster_on_submit_reply(void *arg, const struct store_reply *r)
         const char *msg = json_string_value(json_object_get(o, "message"));
         gpt_err_set(&err, rc, path, "%s", msg ? msg : "the coordinator refused the job");
     }
-    json_decref(o);
     (void)store_client_async_delete(c->nc, s->key, cluster_on_publish, c);
-    cluster_submit_end(c, s, rc, job, &err);
+    cluster_submit_end(c, s, rc, job, json_object_get(o, "r"), &err);
+    json_decref(o);
 }
 
 static void cluster_poll_submits(struct cluster *c, double now)
@@ -483,8 +574,8 @@ static void cluster_poll_submits(struct cluster *c, double now)
         if (now > s->deadline) {
             struct gpt_err err;
             gpt_err_set(&err, -ETIMEDOUT, NULL, "the coordinator did not answer within %.0f s",
-                        CLUSTER_SUBMIT_TIMEOUT);
-            cluster_submit_end(c, s, -ETIMEDOUT, 0, &err);
+                        s->rcb ? CLUSTER_READ_TIMEOUT : CLUSTER_SUBMIT_TIMEOUT);
+            cluster_submit_end(c, s, -ETIMEDOUT, 0, NULL, &err);
         } else if (!s->inflight && c->nc_state == CONN_READY) {
             struct cluster_submit_poll *p = malloc(sizeof(*p));
             if (p) {
@@ -502,26 +593,35 @@ static void cluster_poll_submits(struct cluster *c, double now)
     }
 }
 
-int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t priority,
-                   void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
-                   struct gpt_err *err)
+/* Queues request `m` (taken; "node", "inc" and "req" are added) whose
+ * answer the coordinator publishes at c/reply/<node>/<inc>/<req>. */
+static int cluster_request(struct cluster *c, json_t *m, double timeout_s,
+                           void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err),
+                           cluster_reply_fn rcb, void *arg, struct gpt_err *err)
 {
-    if (c->n_submits >= CLUSTER_SUBMITS_MAX)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many submits in flight");
-    struct cluster_submit *s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!m)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (c->n_submits >= CLUSTER_SUBMITS_MAX) {
+        json_decref(m);
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many requests to the coordinator");
+    }
+    struct cluster_submit *s = calloc(1, sizeof(*s));
+    if (!s) {
+        json_decref(m);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
     s->req = ++c->next_req;
-    s->deadline = cluster_now() + CLUSTER_SUBMIT_TIMEOUT;
+    s->deadline = cluster_now() + timeout_s;
     s->cb = cb;
+    s->rcb = rcb;
     s->arg = arg;
     snprintf(s->key, sizeof(s->key), "c/reply/%s/%" PRIx64 "/%" PRId64, c->node_id, c->inc, s->req);
     char inc[32];
     snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
-    json_t *m = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:O}", "t", "submit", "node", c->node_id,
-                          "inc", inc, "req", (json_int_t)s->req, "uid", (json_int_t)uid, "prio",
-                          (json_int_t)priority, "spec", spec);
-    if (!m) {
+    if (json_object_set_new(m, "node", json_string(c->node_id)) < 0 ||
+        json_object_set_new(m, "inc", json_string(inc)) < 0 ||
+        json_object_set_new(m, "req", json_integer(s->req)) < 0) {
+        json_decref(m);
         free(s);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
@@ -530,6 +630,23 @@ int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t pri
     c->n_submits++;
     cluster_send(c, m);
     return 0;
+}
+
+int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t priority,
+                   void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
+                   struct gpt_err *err)
+{
+    json_t *m = json_pack("{s:s, s:I, s:I, s:O}", "t", "submit", "uid", (json_int_t)uid, "prio",
+                          (json_int_t)priority, "spec", spec);
+    return cluster_request(c, m, CLUSTER_SUBMIT_TIMEOUT, cb, NULL, arg, err);
+}
+
+int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
+                 struct gpt_err *err)
+{
+    json_t *m =
+        json_pack("{s:s, s:s, s:o}", "t", "read", "op", op, "args", args ? args : json_object());
+    return cluster_request(c, m, CLUSTER_READ_TIMEOUT, NULL, cb, arg, err);
 }
 
 /* ---- the coordinator ---- */
@@ -629,6 +746,75 @@ static void cluster_answer_submit(struct cluster *c, const json_t *o)
     }
 }
 
+static void cluster_coord_restarts(void *ctx, int64_t job, int restarts)
+{
+    struct cluster *c = ctx;
+    if (c->jh.restarts)
+        c->jh.restarts(c->jh.ctx, job, restarts);
+}
+
+/* Publishes an answer at the asking node's reply key (checked names). */
+static void cluster_answer(struct cluster *c, const json_t *o, json_t *reply)
+{
+    const char *node = json_string_value(json_object_get(o, "node"));
+    const char *inc = json_string_value(json_object_get(o, "inc"));
+    json_int_t req = json_integer_value(json_object_get(o, "req"));
+    char *r = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+    json_decref(reply);
+    if (r && node && inc && strlen(node) < RDZV_NODE_ID_MAX && strlen(inc) <= 16) {
+        char key[128];
+        snprintf(key, sizeof(key), "c/reply/%s/%s/%lld", node, inc, (long long)req);
+        cluster_publish(c, key, r);
+    }
+    free(r);
+}
+
+/* A read forwarded by a member: the same result its own socket would give. */
+static void cluster_answer_read(struct cluster *c, const json_t *o)
+{
+    const char *op = json_string_value(json_object_get(o, "op"));
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    json_t *result = NULL;
+    int rc;
+    if (!op)
+        rc = gpt_err_set(&err, -EINVAL, "op", "no op");
+    else if (!c->read_fn)
+        rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator answers no reads yet");
+    else
+        rc = c->read_fn(c->read_ctx, op, json_object_get(o, "args"), &result, &err);
+    if (rc == 0)
+        cluster_answer(c, o, json_pack("{s:b, s:o}", "ok", 1, "r", result));
+    else
+        cluster_answer(c, o,
+                       json_pack("{s:b, s:i, s:s, s:s}", "ok", 0, "code", rc, "message", err.msg,
+                                 "path", err.path));
+}
+
+/* Global rank 0's records, from the inbox or, on the coordinator's own
+ * node, directly (so they reach the database as soon as on a single gptd:
+ * a snapshot on disk is never newer than the metrics recorded before it by
+ * more than a loop iteration). */
+static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m)
+{
+    if (job != rdzv_coord_job(c->coord))
+        return;
+    rdzv_coord_progress(c->coord, m->step, -1);
+    if (c->jh.metric)
+        c->jh.metric(c->jh.ctx, job, m);
+}
+
+static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
+                                   const char *node)
+{
+    if (job != rdzv_coord_job(c->coord))
+        return;
+    if (strcmp(e->kind, "snapshot") == 0)
+        rdzv_coord_progress(c->coord, e->step, e->step);
+    if (c->jh.event)
+        c->jh.event(c->jh.ctx, job, e, node);
+}
+
 static void cluster_coord_line(struct cluster *c, double now, const char *line, size_t len)
 {
     json_t *o = json_loadb(line, len, 0, NULL);
@@ -647,23 +833,16 @@ static void cluster_coord_line(struct cluster *c, double now, const char *line, 
     struct gpt_err err;
     if (strcmp(t, "metric") == 0) {
         struct gpt_metric mm;
-        if (job == rdzv_coord_job(c->coord) &&
-            gpt_metric_from_json(json_object_get(o, "m"), &mm, &err) == 0) {
-            rdzv_coord_progress(c->coord, mm.step, -1);
-            if (c->jh.metric)
-                c->jh.metric(c->jh.ctx, job, &mm);
-        }
+        if (gpt_metric_from_json(json_object_get(o, "m"), &mm, &err) == 0)
+            cluster_coord_metric(c, job, &mm);
     } else if (strcmp(t, "event") == 0) {
         struct gpt_event e;
-        if (job == rdzv_coord_job(c->coord) &&
-            gpt_event_from_json(json_object_get(o, "e"), &e, &err) == 0) {
-            if (strcmp(e.kind, "snapshot") == 0)
-                rdzv_coord_progress(c->coord, e.step, e.step);
-            if (c->jh.event)
-                c->jh.event(c->jh.ctx, job, &e, node ? node : "");
-        }
+        if (gpt_event_from_json(json_object_get(o, "e"), &e, &err) == 0)
+            cluster_coord_event_in(c, job, &e, node ? node : "");
     } else if (strcmp(t, "submit") == 0) {
         cluster_answer_submit(c, o);
+    } else if (strcmp(t, "read") == 0) {
+        cluster_answer_read(c, o);
     }
 out:
     json_decref(o);
@@ -737,6 +916,8 @@ static void cluster_on_cc_connect(void *arg, int status)
 }
 
 static void cluster_on_cc_closed(void *arg);
+static void cluster_feed_publish(struct cluster *c);
+static json_t *cluster_mark_coordinator(struct cluster *c, json_t *nodes);
 
 static void cluster_coord_duty(struct cluster *c, double now)
 {
@@ -766,9 +947,13 @@ static void cluster_coord_duty(struct cluster *c, double now)
             c->drain_inflight = true;
         rdzv_coord_tick(c->coord, now);
     }
+    if (now >= c->next_feed_pub) {
+        c->next_feed_pub = now + CLUSTER_FEED_S;
+        cluster_feed_publish(c);
+    }
     if (now >= c->next_nodes_pub) {
         c->next_nodes_pub = now + CLUSTER_NODES_S;
-        json_t *n = rdzv_coord_nodes_json(c->coord, now);
+        json_t *n = cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, now));
         char *text = n ? json_dumps(n, JSON_COMPACT) : NULL;
         json_decref(n);
         if (text) {
@@ -778,8 +963,164 @@ static void cluster_coord_duty(struct cluster *c, double now)
     }
 }
 
+/* ---- the feed ---- */
+
+void cluster_feed_push(struct cluster *c, int64_t job, json_t *rec)
+{
+    if (!rec)
+        return;
+    if (!c->coord) {
+        json_decref(rec);
+        return;
+    }
+    if (!c->feed_pending && !(c->feed_pending = json_array())) {
+        json_decref(rec);
+        return;
+    }
+    /* A coordinator that cannot reach its own store keeps the newest records. */
+    if (json_array_size(c->feed_pending) >= CLUSTER_FEED_PENDING)
+        json_array_remove(c->feed_pending, 0);
+    json_t *e = json_pack("{s:I, s:I, s:o}", "s", (json_int_t)++c->feed_seq, "j", (json_int_t)job,
+                          "r", rec);
+    if (e)
+        json_array_append_new(c->feed_pending, e);
+}
+
+uint64_t cluster_feed_seq(const struct cluster *c)
+{
+    return c->feed_seq;
+}
+
+/* Writes the pending records as the next chunks, moves the head, and trims
+ * the chunk that fell out of the window. */
+static void cluster_feed_publish(struct cluster *c)
+{
+    char key[64], head[64], gen[24];
+    snprintf(gen, sizeof(gen), "%" PRIx64, c->inc);
+    while (c->feed_pending && json_array_size(c->feed_pending) > 0) {
+        json_t *recs = json_array();
+        if (!recs)
+            return;
+        while (json_array_size(c->feed_pending) > 0 && json_array_size(recs) < CLUSTER_FEED_CHUNK) {
+            json_array_append(recs, json_array_get(c->feed_pending, 0));
+            json_array_remove(c->feed_pending, 0);
+        }
+        json_t *chunk = json_pack("{s:o}", "recs", recs);
+        char *text = chunk ? json_dumps(chunk, JSON_COMPACT) : NULL;
+        json_decref(chunk);
+        if (!text)
+            return;
+        c->feed_chunk++;
+        snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64, c->feed_chunk);
+        cluster_publish(c, key, text);
+        free(text);
+        if (c->feed_chunk > CLUSTER_FEED_KEEP) {
+            snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64,
+                     c->feed_chunk - CLUSTER_FEED_KEEP);
+            cluster_publish(c, key, NULL);
+        }
+    }
+    snprintf(head, sizeof(head), "%s:%" PRId64, gen, c->feed_chunk);
+    cluster_publish(c, CLUSTER_KEY_FEED_HEAD, head);
+}
+
+static void cluster_on_feed_chunk(void *arg, const struct store_reply *r);
+
+/* Member: reads the next chunk the head names, one at a time. */
+static void cluster_feed_next(struct cluster *c)
+{
+    if (c->feed_next > c->feed_head || c->nc_state != CONN_READY) {
+        c->feed_inflight = false;
+        return;
+    }
+    char key[64];
+    snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64, c->feed_next);
+    if (store_client_async_get(c->nc, key, cluster_on_feed_chunk, c) == 0) {
+        c->feed_inflight = true;
+        c->inflight++;
+    } else {
+        c->feed_inflight = false;
+    }
+}
+
+static void cluster_on_feed_chunk(void *arg, const struct store_reply *r)
+{
+    struct cluster *c = arg;
+    if (!cluster_reply_ok(c, r))
+        return;
+    if (r->status < 0 && r->status != -ENOENT) {
+        c->feed_inflight = false;
+        return;
+    }
+    c->feed_next++; /* a trimmed chunk (-ENOENT) is skipped */
+    json_t *o = r->status == 0 ? json_loadb(r->data, r->len, 0, NULL) : NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(o, "recs"), i, e)
+    {
+        const json_t *rec = json_object_get(e, "r");
+        json_int_t seq = json_integer_value(json_object_get(e, "s"));
+        if (c->fh.record && json_is_object(rec) && seq > 0)
+            c->fh.record(c->fh.ctx, (uint64_t)seq, json_integer_value(json_object_get(e, "j")),
+                         rec);
+    }
+    json_decref(o);
+    cluster_feed_next(c);
+}
+
+static void cluster_on_feed_head(void *arg, const struct store_reply *r)
+{
+    struct cluster *c = arg;
+    if (!cluster_reply_ok(c, r))
+        return;
+    char text[64] = "";
+    if (r->status == 0 && r->len < sizeof(text)) {
+        memcpy(text, r->data, r->len);
+        text[r->len] = '\0';
+    }
+    char *colon = strchr(text, ':');
+    if (!colon || colon - text >= (ptrdiff_t)sizeof(c->feed_gen)) {
+        c->feed_inflight = false;
+        return;
+    }
+    *colon = '\0';
+    int64_t head = strtoll(colon + 1, NULL, 10);
+    if (strcmp(text, c->feed_gen) != 0) {
+        /* A new coordinator: its feed starts over. Only the newest chunks
+         * matter to a member (its followers have the rest as history). */
+        snprintf(c->feed_gen, sizeof(c->feed_gen), "%s", text);
+        c->feed_next = head > 4 ? head - 3 : 1;
+        if (c->fh.reset)
+            c->fh.reset(c->fh.ctx);
+    }
+    c->feed_head = head;
+    cluster_feed_next(c);
+}
+
+/* Marks the coordinator's own entry in a node table. */
+static json_t *cluster_mark_coordinator(struct cluster *c, json_t *nodes)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n)
+    {
+        const char *id = json_string_value(json_object_get(n, "node"));
+        json_object_set_new(
+            n, "role", json_string(id && strcmp(id, c->node_id) == 0 ? "coordinator" : "member"));
+    }
+    return nodes;
+}
+
 int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
                       int nodes_max, int max_restarts, int wait_timeout_s, struct gpt_err *err)
+{
+    return cluster_job_resume(c, job, spec_json, nodes_min, nodes_max, max_restarts, 0,
+                              wait_timeout_s, err);
+}
+
+int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
+                       int nodes_max, int max_restarts, int restarts, int wait_timeout_s,
+                       struct gpt_err *err)
 {
     if (!c->coord)
         return gpt_err_set(err, -EINVAL, NULL, "not the coordinator");
@@ -788,6 +1129,7 @@ int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int
                          .nodes_min = nodes_min,
                          .nodes_max = nodes_max,
                          .max_restarts = max_restarts,
+                         .restarts = restarts,
                          .wait_timeout_s = wait_timeout_s};
     return rdzv_coord_job_start(c->coord, cluster_coord_now(), &j, err);
 }
@@ -801,7 +1143,7 @@ void cluster_job_stop(struct cluster *c)
 json_t *cluster_nodes_json(struct cluster *c)
 {
     if (c->coord)
-        return rdzv_coord_nodes_json(c->coord, cluster_now());
+        return cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, cluster_now()));
     return c->nodes_cache ? json_deep_copy(c->nodes_cache) : json_array();
 }
 
@@ -815,6 +1157,7 @@ static void cluster_on_tick(uv_timer_t *t)
         return;
     if (c->coord)
         cluster_coord_duty(c, now);
+    cluster_leave_check(c, now);
 
     if (c->nc_state == CONN_NONE && now >= c->retry_at) {
         cluster_connect(c, now);
@@ -857,6 +1200,13 @@ static void cluster_on_tick(uv_timer_t *t)
         c->next_nodes = now + CLUSTER_NODES_S;
         if (store_client_async_get(c->nc, RDZV_KEY_NODES, cluster_on_nodes, c) == 0)
             c->inflight++;
+    }
+    if (!c->coord && c->fh.record && !c->feed_inflight && now >= c->next_feed) {
+        c->next_feed = now + CLUSTER_FEED_S;
+        if (store_client_async_get(c->nc, CLUSTER_KEY_FEED_HEAD, cluster_on_feed_head, c) == 0) {
+            c->feed_inflight = true;
+            c->inflight++;
+        }
     }
     cluster_poll_submits(c, now);
 }
@@ -902,7 +1252,7 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                                        .max_clients = 2 * RDZV_NODES_MAX + 64};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
-        if ((rc = store_server_start(c->server, c->host, o->port, NULL, err)) < 0) {
+        if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {
             store_server_close(c->server, NULL, NULL);
             c->server = NULL;
             goto fail;
@@ -915,7 +1265,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                                 cluster_coord_event,
                                 cluster_coord_world,
                                 cluster_coord_waiting,
-                                cluster_coord_finished};
+                                cluster_coord_finished,
+                                cluster_coord_restarts};
         uint64_t gen = c->inc ^ ((uint64_t)ts.tv_nsec << 32);
         c->coord = rdzv_coord_new(gen ? gen : 1, &ro, &rh);
         if (!c->coord) {
@@ -924,7 +1275,20 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
             c->server = NULL;
             goto fail;
         }
-        log_info("cluster: coordinator serving the store at %s:%d", c->host, o->port);
+        /* The coordinator lists itself at once, before its first heartbeat
+         * has gone round through its own store. */
+        struct rdzv_msg self = {.type = RDZV_MSG_HB,
+                                .inc = c->inc,
+                                .round = -1,
+                                .workers = o->workers > 0 ? o->workers : 1,
+                                .exit_round = -1};
+        snprintf(self.node, sizeof(self.node), "%s", c->node_id);
+        snprintf(self.addr, sizeof(self.addr), "%s", c->addr);
+        snprintf(self.version, sizeof(self.version), "%s", c->version);
+        snprintf(self.state, sizeof(self.state), "idle");
+        devices_summary(self.devices, sizeof(self.devices));
+        rdzv_coord_message(c->coord, cluster_now(), &self);
+        log_info("cluster: coordinator serving the store at %s:%d", c->host, c->o.port);
     }
     uv_timer_init(loop, &c->timer);
     c->timer.data = c;
@@ -947,6 +1311,17 @@ void cluster_set_jobs_hooks(struct cluster *c, const struct cluster_jobs_hooks *
     c->jh = *h;
 }
 
+void cluster_set_read_hook(struct cluster *c, cluster_read_fn fn, void *ctx)
+{
+    c->read_fn = fn;
+    c->read_ctx = ctx;
+}
+
+void cluster_set_feed_hooks(struct cluster *c, const struct cluster_feed_hooks *h)
+{
+    c->fh = *h;
+}
+
 static void cluster_maybe_done(struct cluster *c)
 {
     if (c->closing_handles > 0)
@@ -955,6 +1330,7 @@ static void cluster_maybe_done(struct cluster *c)
     void *ctx = c->done_ctx;
     rdzv_coord_free(c->coord);
     json_decref(c->nodes_cache);
+    json_decref(c->feed_pending);
     free(c->out);
     free(c->drain_val);
     free(c->secret);
@@ -995,7 +1371,7 @@ void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx)
     while (c->submits) {
         struct gpt_err err;
         gpt_err_set(&err, -ECANCELED, NULL, "gptd is stopping");
-        cluster_submit_end(c, c->submits, -ECANCELED, 0, &err);
+        cluster_submit_end(c, c->submits, -ECANCELED, 0, NULL, &err);
     }
     if (c->nc) {
         struct store_client_async *a = c->nc;

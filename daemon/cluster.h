@@ -27,10 +27,21 @@
 
 #define CLUSTER_HOST_MAX 256
 
+/* The coordinator's feed of job records (metrics, events, ends of jobs) for
+ * the members' followers: chunk n at "c/feed/<n>" ({"recs": [{"s": seq,
+ * "j": job, "r": record}, ...]}), the newest named by the head key as
+ * "GEN:N". Only the newest CLUSTER_FEED_KEEP chunks are kept. */
+#define CLUSTER_KEY_FEED_HEAD   "c/feed/head"
+#define CLUSTER_KEY_FEED_PREFIX "c/feed/"
+
+/* The coordinator's answer to a request: rc 0 and the result object
+ * (borrowed), or a negative rc with err. */
+typedef void (*cluster_reply_fn)(void *arg, int rc, const json_t *reply, const struct gpt_err *err);
+
 struct cluster_opts {
     const char *node_id;
-    const char *host; /* the store's address (numeric) */
-    int port;
+    const char *host;   /* the store's address (numeric) */
+    int port;           /* 0 (coordinator only): an ephemeral port, see cluster_port */
     bool coordinator;   /* serve the store at host:port */
     const void *secret; /* copied */
     size_t secret_len;
@@ -66,6 +77,21 @@ struct cluster_jobs_hooks {
     void (*world)(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id);
     void (*waiting)(void *ctx, int64_t job, bool waiting);
     void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
+    /* The job restarted from a failure, `restarts` in all (persist it). */
+    void (*restarts)(void *ctx, int64_t job, int restarts);
+};
+
+/* The coordinator answers a read forwarded by a member (op "list",
+ * "status", "snapshots", "history"): *ret gets the result object (new). */
+typedef int (*cluster_read_fn)(void *ctx, const char *op, const json_t *args, json_t **ret,
+                               struct gpt_err *err);
+
+/* A member receives the coordinator's feed: each record once, in order
+ * (borrowed); reset when a new coordinator generation starts its feed. */
+struct cluster_feed_hooks {
+    void *ctx;
+    void (*record)(void *ctx, uint64_t seq, int64_t job, const json_t *rec);
+    void (*reset)(void *ctx);
 };
 
 struct cluster;
@@ -76,6 +102,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                 struct gpt_err *err);
 void cluster_set_node_hooks(struct cluster *c, const struct cluster_node_hooks *h);
 void cluster_set_jobs_hooks(struct cluster *c, const struct cluster_jobs_hooks *h);
+void cluster_set_read_hook(struct cluster *c, cluster_read_fn fn, void *ctx);
+void cluster_set_feed_hooks(struct cluster *c, const struct cluster_feed_hooks *h);
 
 /* Closes everything; done(ctx) runs once every handle is closed. */
 void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx);
@@ -85,6 +113,17 @@ const char *cluster_node_id(const struct cluster *c);
 uint64_t cluster_incarnation(const struct cluster *c);
 /* Connected to the store now. */
 bool cluster_connected(const struct cluster *c);
+/* The store's endpoint: its host and port (the bound one when it was 0). */
+const char *cluster_host(const struct cluster *c);
+int cluster_port(const struct cluster *c);
+/* The worker count heartbeats advertise (after a reload). */
+void cluster_set_workers(struct cluster *c, int workers);
+
+/* Node side: tells the coordinator that this node is stopping on purpose
+ * (no failure); done(arg) runs once the message reached the store, or
+ * after CLUSTER_LEAVE_S, or at once when not connected (never inside this
+ * call). */
+void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg);
 
 /* Node side: queue one message for the coordinator (takes `msg`). */
 void cluster_send(struct cluster *c, json_t *msg);
@@ -100,13 +139,29 @@ int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t pri
                    void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
                    struct gpt_err *err);
 
+/* Node side: a read op run by the coordinator ("list", "status",
+ * "snapshots", "history"; `args` taken); cb runs once, from the loop. */
+int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
+                 struct gpt_err *err);
+
+/* Coordinator: appends a record of job `job` to the feed (takes `rec`);
+ * cluster_feed_seq is the newest record's sequence number. */
+void cluster_feed_push(struct cluster *c, int64_t job, json_t *rec);
+uint64_t cluster_feed_seq(const struct cluster *c);
+
 /* Coordinator: runs / stops a job on the cluster (see rdzv_coord_job_*). */
 int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
                       int nodes_max, int max_restarts, int wait_timeout_s, struct gpt_err *err);
+/* The same for a job that already restarted from `restarts` failures (under
+ * an earlier coordinator): they count against max_restarts. */
+int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
+                       int nodes_max, int max_restarts, int restarts, int wait_timeout_s,
+                       struct gpt_err *err);
 void cluster_job_stop(struct cluster *c);
 
 /* The node table (a new JSON array): the coordinator's own view there, the
- * last one the coordinator published elsewhere. */
+ * last one the coordinator published elsewhere. The coordinator's entry has
+ * "role": "coordinator". */
 json_t *cluster_nodes_json(struct cluster *c);
 
 #endif

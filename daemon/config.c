@@ -88,14 +88,20 @@ static const struct config_option config_options[] = {
             "Most tokens one `gptctl sample` may ask for."),
     OPT_STR(rdzv, "", false,
             "The cluster's rendezvous store, HOST:PORT (numeric address). Empty, and not\n"
-            "coordinator: this gptd is a cluster of one and serves no store."),
+            "coordinator: this gptd is the coordinator of its own cluster, serving the\n"
+            "store on 127.0.0.1 at a port the kernel picks (so that several gptd on one\n"
+            "host never collide); `gptctl nodes` and `gptctl status` show it, and another\n"
+            "gptd on this host joins with --rdzv 127.0.0.1:PORT --secret-file\n"
+            "STATE_DIR/cluster.secret."),
     OPT_NUM(coordinator, CONFIG_T_BOOL, "no", 0, 1, false,
             "Serve the rendezvous store at `rdzv` and keep the cluster's job queue. The\n"
             "other nodes submit through it and report to it. Without `rdzv` it serves\n"
             "127.0.0.1:29400."),
     OPT_STR(secret_file, "", false,
             "File holding the cluster secret; a node without it cannot join. Must not be\n"
-            "readable by group or others. Empty: no secret (loopback clusters only)."),
+            "readable by group or others. Empty: no secret (loopback clusters only),\n"
+            "except for the cluster of one without rdzv, which makes\n"
+            "STATE_DIR/cluster.secret (mode 0600) once and uses it."),
     OPT_STR(bind_host, "", false,
             "Address this node's workers listen on for the ring collectives; other nodes\n"
             "connect to it. Empty: the rdzv host when it is a loopback address, else\n"

@@ -32,6 +32,10 @@ struct control_logs {
     int64_t job;
     int64_t since; /* first step wanted */
     int64_t after; /* replay cursor: last metric step sent */
+    /* a member's stream of the coordinator's job (daemon/mirror.h) */
+    bool remote;
+    bool pending;      /* a history chunk is being fetched */
+    uint64_t feed_seq; /* live: feed records up to this one are sent */
 };
 
 struct control_client {

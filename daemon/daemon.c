@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +24,10 @@
 #include "notify.h"
 #include "store_client.h"
 
-#define DAEMON_RDZV_DEFAULT "127.0.0.1:29400"
+#define DAEMON_RDZV_DEFAULT    "127.0.0.1:29400"
+#define DAEMON_EMBEDDED_HOST   "127.0.0.1"
+#define DAEMON_EMBEDDED_KEY    "cluster.secret" /* in the state directory */
+#define DAEMON_LEAVE_TIMEOUT_S 15.0             /* a leaving member waits this long for its world */
 
 struct daemon_args {
     const char *config_file; /* NULL: CONFIG_FILE_DEFAULT if it exists */
@@ -100,6 +105,38 @@ static int daemon_mkdir(const char *path, struct gpt_err *err)
     return 0;
 }
 
+/* The embedded coordinator's secret: <state_dir>/cluster.secret, made once
+ * (32 random bytes, hex, mode 0600) so that only who may read the state
+ * directory can join or talk to its store. */
+static int daemon_embedded_secret(const char *state_dir, char *path, size_t cap,
+                                  struct gpt_err *err)
+{
+    int k = snprintf(path, cap, "%s/" DAEMON_EMBEDDED_KEY, state_dir);
+    if (k < 0 || (size_t)k >= cap)
+        return gpt_err_set(err, -ENAMETOOLONG, "state_dir", "state directory too long");
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno == EEXIST ? 0
+                               : gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
+    uint8_t raw[32];
+    char hex[2 * sizeof(raw) + 1];
+    int rc = 0;
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+        rc = gpt_err_set(err, -EIO, NULL, "getrandom: %s", strerror(errno));
+    } else {
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        hex[2 * sizeof(raw)] = '\n';
+        if (write(fd, hex, sizeof(hex)) != (ssize_t)sizeof(hex))
+            rc = gpt_err_set(err, -EIO, NULL, "%s: cannot write", path);
+    }
+    if (close(fd) < 0 && rc == 0)
+        rc = gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
+    if (rc < 0)
+        unlink(path);
+    return rc;
+}
+
 static void daemon_on_handle_closed(uv_handle_t *h)
 {
     (void)h;
@@ -112,6 +149,8 @@ static void daemon_on_cluster_closed(void *ctx)
     log_info("stopped; state saved in %s", m->d.cfg.state_dir);
     control_close(m->d.ctl);
     m->d.ctl = NULL;
+    mirror_free(m->d.mirror);
+    m->d.mirror = NULL;
     jobs_free(m->d.jobs);
     m->d.jobs = NULL;
     uv_close((uv_handle_t *)&m->notify_timer, daemon_on_handle_closed);
@@ -133,40 +172,68 @@ static void daemon_on_agent_closed(void *ctx)
     }
 }
 
+static void daemon_on_left(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    agent_close(m->d.agent, daemon_on_agent_closed, m);
+}
+
+static void daemon_on_leave_sent(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    agent_leave(m->d.agent, DAEMON_LEAVE_TIMEOUT_S, daemon_on_left, m);
+}
+
 /* The job has stopped (or none ran): this node's workers go, then the
- * cluster connection, then everything else. */
+ * cluster connection, then everything else. A member first says it is
+ * leaving, so that the world re-forms without it instead of counting a
+ * failure, and lets its workers stop with the world's snapshot. */
 static void daemon_on_jobs_stopped(void *ctx)
 {
     struct daemon_main *m = ctx;
-    if (m->d.agent)
+    if (m->d.agent && m->d.cluster && !cluster_is_coordinator(m->d.cluster))
+        cluster_leave(m->d.cluster, daemon_on_leave_sent, m);
+    else if (m->d.agent)
         agent_close(m->d.agent, daemon_on_agent_closed, m);
     else
         daemon_on_agent_closed(m);
 }
 
-/* Joins the cluster when rdzv or coordinator is configured. */
+/* Joins the cluster at `rdzv`, or serves it (coordinator). With neither,
+ * this gptd is the coordinator of its own cluster on loopback at an
+ * ephemeral port (the embedded default): `gptctl nodes` / `status` show the
+ * endpoint, and another gptd on this host joins it with --rdzv and the
+ * secret in the state directory. */
 static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
 {
     const struct config *cfg = &d->cfg;
-    if (!cfg->rdzv[0] && !cfg->coordinator)
-        return 0;
-    const char *ep = cfg->rdzv[0] ? cfg->rdzv : DAEMON_RDZV_DEFAULT;
+    bool embedded = !cfg->rdzv[0] && !cfg->coordinator;
+    const char *ep = cfg->rdzv[0] ? cfg->rdzv
+                     : embedded   ? DAEMON_EMBEDDED_HOST ":0"
+                                  : DAEMON_RDZV_DEFAULT;
     char host[CLUSTER_HOST_MAX];
     const char *colon = strrchr(ep, ':');
     char *end = NULL;
     long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!colon || colon == ep || (size_t)(colon - ep) >= sizeof(host) || !end || *end || port < 1 ||
-        port > 65535)
+    if (!colon || colon == ep || (size_t)(colon - ep) >= sizeof(host) || !end || *end ||
+        port < (embedded ? 0 : 1) || port > 65535)
         return gpt_err_set(err, -EINVAL, "rdzv", "expected HOST:PORT, got \"%s\"", ep);
     snprintf(host, sizeof(host), "%.*s", (int)(colon - ep), ep);
     if (host[0] == '[' && host[strlen(host) - 1] == ']') {
         memmove(host, host + 1, strlen(host));
         host[strlen(host) - 1] = '\0';
     }
+    char secret_path[CONFIG_PATH_MAX + 32];
+    snprintf(secret_path, sizeof(secret_path), "%s", cfg->secret_file);
+    if (embedded && !secret_path[0]) {
+        int rc = daemon_embedded_secret(cfg->state_dir, secret_path, sizeof(secret_path), err);
+        if (rc < 0)
+            return rc;
+    }
     uint8_t secret[STORE_SECRET_MAX]; /* copied by the cluster and the agent */
     size_t secret_len = 0;
-    if (cfg->secret_file[0]) {
-        int rc = store_secret_load(cfg->secret_file, secret, sizeof(secret), &secret_len, err);
+    if (secret_path[0]) {
+        int rc = store_secret_load(secret_path, secret, sizeof(secret), &secret_len, err);
         if (rc < 0)
             return rc;
     }
@@ -175,7 +242,7 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         .node_id = cfg->node_name,
         .host = host,
         .port = (int)port,
-        .coordinator = cfg->coordinator != 0,
+        .coordinator = cfg->coordinator != 0 || embedded,
         .secret = secret,
         .secret_len = secret_len,
         .heartbeat_s = cfg->heartbeat_s,
@@ -187,8 +254,12 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         .version = GPTD_VERSION,
     };
     int rc = cluster_new(d->loop, &co, &d->cluster, err);
-    if (rc < 0)
+    if (rc < 0) {
+        if (embedded && rc == -EADDRINUSE)
+            gpt_err_set(err, rc, "rdzv", "%s (set rdzv = HOST:PORT to serve elsewhere)", err->msg);
         return rc;
+    }
+    port = cluster_port(d->cluster);
     struct agent_opts ao = {
         .node_id = cfg->node_name,
         .state_dir = cfg->state_dir,
@@ -199,6 +270,7 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         .bind_host = bind,
         .workers = cfg->workers,
         .comm_timeout_ms = cfg->comm_timeout_s * 1000,
+        .snapshot_dir_own = co.coordinator,
     };
     rc = agent_new(d->loop, d->cluster, &ao, &d->agent, err);
     if (rc < 0) {
@@ -206,10 +278,19 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         d->cluster = NULL;
         return rc;
     }
-    if (co.coordinator)
+    if (co.coordinator) {
         jobs_set_cluster(d->jobs, d->cluster);
-    log_info("cluster: node %s, %s, store at %s:%ld", cfg->node_name,
-             co.coordinator ? "coordinator" : "member", host, port);
+        cluster_set_read_hook(d->cluster, ops_read, d);
+    } else if (!(d->mirror = mirror_new(d->cluster, d->ctl, &d->cfg))) {
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    if (embedded)
+        log_notice("cluster: node %s is the coordinator of its own cluster; store at %s:%ld"
+                   " (another gptd on this host joins with --rdzv %s:%ld --secret-file %s)",
+                   cfg->node_name, host, port, host, port, secret_path);
+    else
+        log_info("cluster: node %s, %s, store at %s:%ld", cfg->node_name,
+                 co.coordinator ? "coordinator" : "member", host, port);
     return 0;
 }
 
@@ -226,6 +307,8 @@ static void daemon_on_stop_signal(uv_signal_t *h, int signum)
         log_notice("%s again: stopping without waiting for a snapshot", strsignal(signum));
     }
     jobs_shutdown(m->d.jobs, m->stop_signals == 1 ? daemon_on_jobs_stopped : NULL, m);
+    if (m->stop_signals > 1 && m->d.agent)
+        agent_leave(m->d.agent, 0, NULL, NULL); /* leaving already: abort its workers */
 }
 
 static void daemon_on_reload_key(void *ctx, const char *key, bool applied)
@@ -250,6 +333,10 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     else
         config_reload(&m->d.cfg, &fresh, daemon_on_reload_key, NULL);
     log_set_level(m->d.cfg.log_level);
+    if (m->d.cluster)
+        cluster_set_workers(m->d.cluster, m->d.cfg.workers);
+    if (m->d.agent)
+        agent_set_workers(m->d.agent, m->d.cfg.workers);
     (void)notify_ready();
 }
 
@@ -287,15 +374,22 @@ static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_c
 static void daemon_on_drained(void *ctx, struct control_client *cl)
 {
     struct daemon_ctx *d = ctx;
-    if (d->jobs)
+    if (cl->logs.remote) {
+        if (d->mirror)
+            mirror_client_drained(d->mirror, cl);
+    } else if (d->jobs) {
         jobs_client_drained(d->jobs, cl);
+    }
 }
 
 static void daemon_on_closed(void *ctx, struct control_client *cl)
 {
-    struct daemon_ctx *d = ctx;
-    if (d->jobs)
-        jobs_client_closed(d->jobs, cl);
+    (void)ctx;
+    /* Drops the stream; a reply still in flight (mirror) holds a reference. */
+    if (cl->logs.active) {
+        json_decref(cl->logs.id);
+        memset(&cl->logs, 0, sizeof(cl->logs));
+    }
 }
 
 /* Splits argv into special flags and option flags. Returns -1 to continue,

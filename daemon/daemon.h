@@ -15,6 +15,7 @@
 #include "ctl.h"
 #include "db.h"
 #include "jobs.h"
+#include "mirror.h"
 
 #ifndef GPTD_VERSION
 #define GPTD_VERSION "0.1.0"
@@ -26,14 +27,19 @@ struct daemon_ctx {
     struct db *db;
     struct control *ctl;
     struct jobs *jobs;
-    struct cluster *cluster; /* NULL: a cluster of one (no rdzv, not coordinator) */
+    struct cluster *cluster; /* NULL only before it started */
     struct agent *agent;
-    double started; /* unix seconds */
+    struct mirror *mirror; /* a member's view of the coordinator's jobs */
+    double started;        /* unix seconds */
     bool stopping;
 };
 
 /* Handles one decoded request (ops.c): looks up the op's handler in a const
  * table and replies (or starts a stream). */
 void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req);
+
+/* The coordinator's answer to a read a member forwarded (cluster_read_fn;
+ * ctx is the daemon_ctx). */
+int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err);
 
 #endif

@@ -77,6 +77,9 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "  kind TEXT NOT NULL,"
     "  message TEXT NOT NULL);"
     "CREATE INDEX events_job ON events(job_id, step, id);",
+    /* 1 -> 2: failures an elastic job has restarted from (distributed.max_restarts),
+     * kept across coordinator restarts. */
+    "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;",
 };
 
 enum db_stmt {
@@ -85,6 +88,7 @@ enum db_stmt {
     DB_ST_JOB_SET_DIR,
     DB_ST_JOB_SET_STATE,
     DB_ST_JOB_SET_RESUME,
+    DB_ST_JOB_SET_RESTARTS,
     DB_ST_JOB_NEXT,
     DB_ST_JOB_COUNT,
     DB_ST_JOB_LIST,
@@ -104,7 +108,7 @@ enum db_stmt {
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss"
+    " max_steps, loss, restarts"
 
 #define DB_METRIC_COLS                                                                             \
     "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
@@ -122,6 +126,7 @@ static const char *const db_sql[DB_ST_COUNT] = {
         " finished = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN ?3 ELSE NULL END,"
         " error = ?2 WHERE id = ?4",
     [DB_ST_JOB_SET_RESUME] = "UPDATE jobs SET resume = ?, resume_snapshot = ? WHERE id = ?",
+    [DB_ST_JOB_SET_RESTARTS] = "UPDATE jobs SET restarts = ? WHERE id = ?",
     [DB_ST_JOB_NEXT] =
         "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1",
     [DB_ST_JOB_COUNT] = "SELECT count(*) FROM jobs WHERE state = ?",
@@ -423,6 +428,7 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     j->step = sqlite3_column_int64(s, 12);
     j->max_steps = sqlite3_column_int64(s, 13);
     j->loss = db_column_real(s, 14);
+    j->restarts = sqlite3_column_int(s, 15);
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -440,7 +446,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 15);
+        const unsigned char *spec = sqlite3_column_text(s, 16);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -488,6 +494,17 @@ int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id
     sqlite3_bind_int64(s, 2, snapshot_id);
     sqlite3_bind_int64(s, 3, id);
     return db_exec_stmt(db, s, err, "set job resume");
+}
+
+int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_RESTARTS, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int(s, 1, restarts);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set job restarts");
 }
 
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)

@@ -18,7 +18,7 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 1
+#define DB_SCHEMA_VERSION 2
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 
@@ -52,7 +52,8 @@ struct db_job {
     int64_t resume_snapshot; /* snapshots.id chosen for the next run; 0 = newest */
     int64_t step;            /* newest metric step */
     int64_t max_steps;
-    double loss; /* newest train loss, NAN if none */
+    double loss;  /* newest train loss, NAN if none */
+    int restarts; /* failures restarted from so far (distributed.max_restarts) */
 };
 
 /* Frees what db_job_get allocated (spec_json). NULL allowed. */
@@ -95,6 +96,8 @@ int db_job_set_state(struct db *db, int64_t id, int state, const char *error, do
 /* Marks the next run of a job as a resume (from snapshot id, 0 = newest). */
 int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
                       struct gpt_err *err);
+/* Records how many failures an elastic job has restarted from. */
+int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err *err);
 /* The next job to run: queued, highest priority, then lowest id.
  * -ENOENT when the queue is empty. */
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err);

@@ -17,6 +17,7 @@
 
 #include "cluster.h"
 #include "log.h"
+#include "paths.h"
 #include "workers.h"
 
 #define JOBS_REPLAY_CHUNK 256 /* metrics per history chunk sent to a follower */
@@ -253,7 +254,7 @@ struct jobs_fanout {
 static void jobs_fanout_one(void *ctx, struct control_client *cl)
 {
     struct jobs_fanout *f = ctx;
-    if (!cl->logs.active || cl->logs.replaying || cl->logs.job != f->job)
+    if (!cl->logs.active || cl->logs.remote || cl->logs.replaying || cl->logs.job != f->job)
         return;
     if (f->end) {
         jobs_send_end(cl, f->end);
@@ -269,6 +270,13 @@ static void jobs_fanout_msg(struct jobs *js, int64_t job, const struct jobs_msg 
 {
     struct jobs_fanout f = {job, msg, NULL};
     control_foreach(js->ctl, jobs_fanout_one, &f);
+    /* The members' followers get it through the cluster's feed. The record
+     * is in the database already, so a member that read the history up to
+     * cluster_feed_seq() misses nothing and gets nothing twice. */
+    if (js->cluster)
+        cluster_feed_push(js->cluster, job,
+                          msg->kind == JOBS_MSG_METRIC ? gpt_metric_to_json(&msg->u.m)
+                                                       : gpt_event_to_json(&msg->u.e));
 }
 
 /* Ends the streams of a job that reached a final state. */
@@ -281,6 +289,13 @@ static void jobs_fanout_end(struct jobs *js, int64_t job)
     if (db_job_state_final(j.state)) {
         struct jobs_fanout f = {job, NULL, &j};
         control_foreach(js->ctl, jobs_fanout_one, &f);
+        if (js->cluster) {
+            json_t *o = json_pack("{s:s, s:I, s:s}", "type", "end", "job", (json_int_t)j.id,
+                                  "state", db_job_state_name(j.state));
+            if (o && j.error[0])
+                json_object_set_new(o, "error", json_string(j.error));
+            cluster_feed_push(js->cluster, job, o);
+        }
     }
     db_job_done(&j);
 }
@@ -331,7 +346,7 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
     s.path[n] = '\0';
     snprintf(s.node, sizeof(s.node), "%s", node && node[0] ? node : js->cfg->node_name);
     struct stat st;
-    if ((!node || !node[0]) && stat(s.path, &st) == 0)
+    if ((!node || !node[0] || strcmp(node, js->cfg->node_name) == 0) && stat(s.path, &st) == 0)
         s.size = (int64_t)st.st_size;
     struct gpt_err err;
     if (db_snapshot_insert(js->db, &s, NULL, &err) < 0)
@@ -444,8 +459,8 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     run->elastic = true;
     run->last_step = j->step;
     js->run = run;
-    rc = cluster_job_start(js->cluster, j->id, j->spec_json, d->nodes_min, d->nodes_max,
-                           d->max_restarts, d->wait_timeout_s, err);
+    rc = cluster_job_resume(js->cluster, j->id, j->spec_json, d->nodes_min, d->nodes_max,
+                            d->max_restarts, j->restarts, d->wait_timeout_s, err);
     if (rc < 0) {
         js->run = NULL;
         return rc;
@@ -759,12 +774,13 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
         if (js->run->stop == JOBS_STOP_NONE) {
             js->run->stop = JOBS_STOP_CANCEL;
             js->run->cancelled_by = who;
+            jobs_event(js, id, js->run->run_id, step, "cancel",
+                       "cancel requested by uid %u; stopping at the next step", (unsigned)who);
+            /* An elastic job with no world yet ends inside this call. */
             if (js->run->elastic)
                 cluster_job_stop(js->cluster);
             else
                 workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
-            jobs_event(js, id, js->run->run_id, step, "cancel",
-                       "cancel requested by uid %u; stopping at the next step", (unsigned)who);
         }
         return 0;
     }
@@ -810,6 +826,8 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, str
         rc = db_job_set_state(js->db, id, DB_JOB_QUEUED, NULL, jobs_now(), err);
     if (rc == 0)
         rc = db_job_set_resume(js->db, id, 1, snapshot_id, err);
+    if (rc == 0)
+        rc = db_job_set_restarts(js->db, id, 0, err); /* a fresh budget of restarts */
     if (rc == 0)
         rc = db_commit(js->db, err);
     else
@@ -930,6 +948,9 @@ static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int6
     int rc = gpt_jobspec_parse(spec_json, strlen(spec_json), NULL, 0, job, err);
     if (rc == 0)
         rc = gpt_jobspec_check_paths(job, err);
+    /* The coordinator's roots bound what any node may submit. */
+    if (rc == 0)
+        rc = paths_check_job(job, js->cfg->data_roots, js->cfg->snapshot_roots, js->state_dir, err);
     if (rc == 0)
         rc = jobs_submit(js, job, uid, priority, ret_id, err);
     free(job);
@@ -1021,6 +1042,14 @@ static void jobs_cluster_finished(void *ctx, int64_t job, int rc, int64_t step, 
     jobs_finish_outcome(js, rc, &res, &err);
 }
 
+static void jobs_cluster_restarts(void *ctx, int64_t job, int restarts)
+{
+    struct jobs *js = ctx;
+    struct gpt_err err;
+    if (db_job_set_restarts(js->db, job, restarts, &err) < 0)
+        log_error("job %lld: cannot record its restarts: %s", (long long)job, err.msg);
+}
+
 void jobs_set_cluster(struct jobs *js, struct cluster *cl)
 {
     js->cluster = cl;
@@ -1030,6 +1059,7 @@ void jobs_set_cluster(struct jobs *js, struct cluster *cl)
                                    jobs_cluster_event,
                                    jobs_cluster_world,
                                    jobs_cluster_waiting,
-                                   jobs_cluster_finished};
+                                   jobs_cluster_finished,
+                                   jobs_cluster_restarts};
     cluster_set_jobs_hooks(cl, &h);
 }

@@ -18,7 +18,8 @@
 #include "snapshot.h"
 #include "trainer.h"
 
-#define OPS_LIST_MAX 1000 /* jobs in one `list` reply */
+#define OPS_LIST_MAX    1000 /* jobs in one `list` reply */
+#define OPS_HISTORY_MAX 1000 /* metrics in one history chunk for a member */
 
 typedef int (*ops_fn)(struct daemon_ctx *d, struct control_client *cl,
                       const struct gpt_ctl_request *req, struct gpt_err *err);
@@ -157,8 +158,9 @@ static void ops_list_add(void *ctx, const struct db_job *j)
     json_array_append_new(ctx, ops_job_json(j));
 }
 
-static int op_list(struct daemon_ctx *d, struct control_client *cl,
-                   const struct gpt_ctl_request *req, struct gpt_err *err)
+/* The results of the read ops, shared by this node's clients and the reads
+ * members forward to the coordinator (ops_read). */
+static int ops_list_result(struct daemon_ctx *d, json_t **ret, struct gpt_err *err)
 {
     json_t *arr = json_array();
     if (!arr)
@@ -168,44 +170,85 @@ static int op_list(struct daemon_ctx *d, struct control_client *cl,
         json_decref(arr);
         return rc;
     }
-    control_reply_ok(cl, req->id, json_pack("{s:o}", "jobs", arr));
+    *ret = json_pack("{s:o}", "jobs", arr);
     return 0;
+}
+
+static int ops_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct gpt_err *err)
+{
+    struct db_job j;
+    int rc = db_job_get(d->db, id, &j, err);
+    if (rc < 0)
+        return rc;
+    json_t *o = ops_job_json(&j);
+    if (o) {
+        json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
+        json_object_set_new(o, "restarts", json_integer(j.restarts));
+        json_object_set_new(o, "spec", json_loads(j.spec_json, 0, NULL));
+    }
+    db_job_done(&j);
+    *ret = json_pack("{s:o}", "job", o);
+    return 0;
+}
+
+/* A member (not the coordinator): job reads go to the coordinator. */
+static bool ops_is_member(const struct daemon_ctx *d)
+{
+    return d->cluster && !cluster_is_coordinator(d->cluster) && d->mirror;
+}
+
+static int op_list(struct daemon_ctx *d, struct control_client *cl,
+                   const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    if (ops_is_member(d))
+        return mirror_read(d->mirror, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_list_result(d, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
 }
 
 static int op_status(struct daemon_ctx *d, struct control_client *cl,
                      const struct gpt_ctl_request *req, struct gpt_err *err)
 {
     if (req->present & (1u << GPT_CTL_F_JOB)) {
-        struct db_job j;
-        int rc = db_job_get(d->db, req->job, &j, err);
-        if (rc < 0)
-            return rc;
-        json_t *o = ops_job_json(&j);
-        if (o) {
-            json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
-            json_object_set_new(o, "spec", json_loads(j.spec_json, 0, NULL));
-        }
-        db_job_done(&j);
-        control_reply_ok(cl, req->id, json_pack("{s:o}", "job", o));
-        return 0;
+        if (ops_is_member(d))
+            return mirror_read(d->mirror, cl, req, err);
+        json_t *r = NULL;
+        int rc = ops_job_result(d, req->job, &r, err);
+        if (rc == 0)
+            control_reply_ok(cl, req->id, r);
+        return rc;
     }
     int64_t queued = 0;
     int rc = db_job_count(d->db, DB_JOB_QUEUED, &queued, err);
     if (rc < 0)
         return rc;
-    control_reply_ok(cl, req->id,
-                     json_pack("{s:s, s:s, s:I, s:f, s:I, s:I, s:s, s:s, s:i}", "version",
-                               GPTD_VERSION, "node", d->cfg.node_name, "pid", (json_int_t)getpid(),
-                               "started", d->started, "running_job",
-                               (json_int_t)jobs_running(d->jobs), "queued", (json_int_t)queued,
-                               "state_dir", d->cfg.state_dir, "socket", d->cfg.socket, "clients",
-                               control_client_count(d->ctl)));
+    int64_t running = jobs_running(d->jobs);
+    if (!running && d->agent)
+        running = agent_job(d->agent);
+    json_t *o = json_pack("{s:s, s:s, s:I, s:f, s:I, s:I, s:s, s:s, s:i}", "version", GPTD_VERSION,
+                          "node", d->cfg.node_name, "pid", (json_int_t)getpid(), "started",
+                          d->started, "running_job", (json_int_t)running, "queued",
+                          (json_int_t)queued, "state_dir", d->cfg.state_dir, "socket",
+                          d->cfg.socket, "clients", control_client_count(d->ctl));
+    if (o && d->cluster) {
+        char ep[CLUSTER_HOST_MAX + 16];
+        snprintf(ep, sizeof(ep), "%s:%d", cluster_host(d->cluster), cluster_port(d->cluster));
+        json_object_set_new(o, "rdzv", json_string(ep));
+        json_object_set_new(
+            o, "role", json_string(cluster_is_coordinator(d->cluster) ? "coordinator" : "member"));
+    }
+    control_reply_ok(cl, req->id, o);
     return 0;
 }
 
 static int op_logs(struct daemon_ctx *d, struct control_client *cl,
                    const struct gpt_ctl_request *req, struct gpt_err *err)
 {
+    if (ops_is_member(d))
+        return mirror_follow(d->mirror, cl, req->id, req->job, req->since, req->follow, err);
     return jobs_follow(d->jobs, cl, req->id, req->job, req->since, req->follow, err);
 }
 
@@ -249,26 +292,105 @@ static void ops_snapshot_add(void *ctx, const struct db_snapshot *s)
     json_array_append_new(ctx, o);
 }
 
-static int op_snapshots(struct daemon_ctx *d, struct control_client *cl,
-                        const struct gpt_ctl_request *req, struct gpt_err *err)
+static int ops_snapshots_result(struct daemon_ctx *d, int64_t job, json_t **ret,
+                                struct gpt_err *err)
 {
     struct db_job j;
-    int rc = db_job_get(d->db, req->job, &j, err);
+    int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
         return rc;
     db_job_done(&j);
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    rc = db_snapshot_list(d->db, req->job, ops_snapshot_add, arr, err);
+    rc = db_snapshot_list(d->db, job, ops_snapshot_add, arr, err);
     if (rc < 0) {
         json_decref(arr);
         return rc;
     }
-    control_reply_ok(cl, req->id,
-                     json_pack("{s:I, s:s, s:o}", "job", (json_int_t)req->job, "snapshot_dir",
-                               j.snapshot_dir, "snapshots", arr));
+    *ret = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)job, "snapshot_dir", j.snapshot_dir,
+                     "snapshots", arr);
     return 0;
+}
+
+static int op_snapshots(struct daemon_ctx *d, struct control_client *cl,
+                        const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    if (ops_is_member(d))
+        return mirror_read(d->mirror, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_snapshots_result(d, req->job, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
+}
+
+/* A history chunk for a member's `logs` stream (mirror.h): the records,
+ * the cursor, whether more follow, the feed position it is complete up to,
+ * and the job's state. */
+static void ops_hist_metric(void *ctx, const struct gpt_metric *m)
+{
+    json_array_append_new(ctx, gpt_metric_to_json(m));
+}
+
+static void ops_hist_event(void *ctx, const struct gpt_event *e)
+{
+    json_array_append_new(ctx, gpt_event_to_json(e));
+}
+
+static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
+                              struct gpt_err *err)
+{
+    int64_t job = json_integer_value(json_object_get(args, "job"));
+    int64_t since = json_integer_value(json_object_get(args, "since"));
+    int64_t after = json_integer_value(json_object_get(args, "after"));
+    int limit = (int)json_integer_value(json_object_get(args, "limit"));
+    if (limit < 1 || limit > OPS_HISTORY_MAX)
+        limit = OPS_HISTORY_MAX;
+    struct db_job j;
+    int rc = db_job_get(d->db, job, &j, err);
+    if (rc < 0)
+        return rc;
+    json_t *recs = json_array();
+    struct db_history_cb cb = {recs, ops_hist_metric, ops_hist_event};
+    int64_t last = after;
+    int more = 0;
+    rc = recs ? db_history(d->db, job, since, after, limit, &cb, &last, &more, err)
+              : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (rc == 0) {
+        *ret = json_pack("{s:o, s:I, s:b, s:I, s:s, s:b}", "recs", recs, "last", (json_int_t)last,
+                         "more", more, "seq", (json_int_t)cluster_feed_seq(d->cluster), "state",
+                         db_job_state_name(j.state), "final", db_job_state_final(j.state));
+        if (*ret && j.error[0])
+            json_object_set_new(*ret, "error", json_string(j.error));
+    } else {
+        json_decref(recs);
+    }
+    db_job_done(&j);
+    return rc;
+}
+
+int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
+{
+    struct daemon_ctx *d = ctx;
+    int64_t job = json_integer_value(json_object_get(args, "job"));
+    json_t *r = NULL;
+    int rc;
+    if (strcmp(op, "list") == 0)
+        rc = ops_list_result(d, &r, err);
+    else if (strcmp(op, "status") == 0)
+        rc = ops_job_result(d, job, &r, err);
+    else if (strcmp(op, "snapshots") == 0)
+        rc = ops_snapshots_result(d, job, &r, err);
+    else if (strcmp(op, "history") == 0)
+        rc = ops_history_result(d, args, &r, err);
+    else
+        rc = gpt_err_set(err, -EINVAL, "op", "unknown read \"%.64s\"", op);
+    if (rc == 0 && !r)
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        *ret = r;
+    return rc;
 }
 
 /* A `sample` request on its way through a uv work thread. The work thread
@@ -279,6 +401,7 @@ struct ops_sample {
     json_t *id;
     char dir[DB_PATH_MAX];
     char path[DB_PATH_MAX];
+    char fallback[DB_PATH_MAX]; /* the newest recorded snapshot present here */
     char prompt[GPT_CTL_PROMPT_MAX + 1];
     struct gpt_sample_opts o;
     char *text;
@@ -292,6 +415,11 @@ static void ops_sample_work(uv_work_t *w)
     if (!s->path[0]) {
         struct gpt_snapshot_meta meta;
         s->rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
+        /* A cluster node keeps its copies in a directory of its own. */
+        if (s->rc < 0 && s->fallback[0]) {
+            snprintf(s->path, sizeof(s->path), "%s", s->fallback);
+            s->rc = 0;
+        }
         if (s->rc < 0)
             return;
     }
@@ -314,6 +442,20 @@ static void ops_sample_done(uv_work_t *w, int status)
     json_decref(s->id);
     free(s->text);
     free(s);
+}
+
+struct ops_newest {
+    char *path;
+    size_t cap;
+};
+
+/* The first (newest) listed snapshot whose file is on this node. */
+static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
+{
+    struct ops_newest *nw = ctx;
+    struct stat st;
+    if (!nw->path[0] && stat(sn->path, &st) == 0)
+        snprintf(nw->path, nw->cap, "%s", sn->path);
 }
 
 static int op_sample(struct daemon_ctx *d, struct control_client *cl,
@@ -346,6 +488,10 @@ static int op_sample(struct daemon_ctx *d, struct control_client *cl,
         }
         snprintf(s->path, sizeof(s->path), "%s", sn.path);
     }
+    if (!s->path[0]) {
+        struct ops_newest nw = {s->fallback, sizeof(s->fallback)};
+        (void)db_snapshot_list(d->db, req->job, ops_newest_here, &nw, NULL);
+    }
     snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
     s->o.prompt = s->prompt;
     s->o.tokens = (int)tokens;
@@ -375,10 +521,30 @@ static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
         json_t *nodes = cluster_nodes_json(d->cluster);
         if (!nodes)
             return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        /* This node's own entry carries its hardware in detail. */
+        size_t i;
+        json_t *n;
+        json_array_foreach(nodes, i, n)
+        {
+            const char *id = json_string_value(json_object_get(n, "node"));
+            if (!id || strcmp(id, d->cfg.node_name) != 0)
+                continue;
+            json_object_set_new(n, "hardware", devices_json());
+            /* Its own state is known now, not only as of its last heartbeat:
+             * with no job on the cluster, whatever its agent did is over. */
+            const char *st = agent_state(d->agent);
+            bool busy = strcmp(st, "running") == 0 || strcmp(st, "stopping") == 0;
+            if (cluster_is_coordinator(d->cluster) && !jobs_running(d->jobs) && !busy)
+                st = "idle";
+            json_object_set_new(n, "state", json_string(st));
+        }
+        char ep[CLUSTER_HOST_MAX + 16];
+        snprintf(ep, sizeof(ep), "%s:%d", cluster_host(d->cluster), cluster_port(d->cluster));
         control_reply_ok(cl, req->id,
-                         json_pack("{s:o, s:s, s:b, s:s}", "nodes", nodes, "self", d->cfg.node_name,
-                                   "coordinator", cluster_is_coordinator(d->cluster), "agent",
-                                   agent_state(d->agent)));
+                         json_pack("{s:o, s:s, s:b, s:s, s:s}", "nodes", nodes, "self",
+                                   d->cfg.node_name, "coordinator",
+                                   cluster_is_coordinator(d->cluster), "agent",
+                                   agent_state(d->agent), "rdzv", ep));
         return 0;
     }
     int64_t running = jobs_running(d->jobs);

@@ -33,6 +33,7 @@ struct rdzv_cnode {
     /* round bookkeeping */
     int64_t joined_round; /* the round this node joined, -1 none */
     int64_t snap_step;
+    bool left;   /* this incarnation announced it is stopping */
     bool member; /* in the current (or forming round's previous) world */
     bool prev_member;
     int rank_base;
@@ -112,9 +113,10 @@ int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret)
     if (!t)
         return -EINVAL;
     memset(ret, 0, sizeof(*ret));
-    ret->type = strcmp(t, "hb") == 0     ? RDZV_MSG_HB
-                : strcmp(t, "join") == 0 ? RDZV_MSG_JOIN
-                                         : RDZV_MSG_OTHER;
+    ret->type = strcmp(t, "hb") == 0      ? RDZV_MSG_HB
+                : strcmp(t, "join") == 0  ? RDZV_MSG_JOIN
+                : strcmp(t, "leave") == 0 ? RDZV_MSG_LEAVE
+                                          : RDZV_MSG_OTHER;
     if (ret->type == RDZV_MSG_OTHER)
         return 0;
     const json_t *node = json_object_get(o, "node");
@@ -359,11 +361,37 @@ static void rdzv_node_lost(struct rdzv_coord *c, struct rdzv_cnode *nd, const ch
     }
 }
 
+/* A node stopping on purpose: it is gone, and a world it was part of
+ * re-forms at an agreed step boundary (each node writing its snapshot, the
+ * leaving one included while it is still there). Not a failure, so no
+ * restart is counted. */
+static void rdzv_node_leave(struct rdzv_coord *c, double now, struct rdzv_cnode *nd)
+{
+    if (nd->left || !nd->alive)
+        return;
+    nd->left = true;
+    nd->alive = false;
+    rdzv_event(c, "node_left", "node %s is stopping and leaves the cluster", nd->id);
+    if (c->job && nd->member && c->phase == RDZV_RUNNING && !c->failure) {
+        char why[128];
+        snprintf(why, sizeof(why), "node %.64s left", nd->id);
+        rdzv_open_round(c, now, true, why);
+    }
+}
+
 void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m)
 {
-    if (m->type != RDZV_MSG_HB && m->type != RDZV_MSG_JOIN)
+    if (m->type != RDZV_MSG_HB && m->type != RDZV_MSG_JOIN && m->type != RDZV_MSG_LEAVE)
         return;
     struct rdzv_cnode *nd = rdzv_find(c, m->node);
+    if (m->type == RDZV_MSG_LEAVE) {
+        if (nd && nd->inc == m->inc)
+            rdzv_node_leave(c, now, nd);
+        return;
+    }
+    /* What a leaving node still says (its workers stopping) changes nothing. */
+    if (nd && nd->left && nd->inc == m->inc)
+        return;
     if (!nd) {
         if (!(nd = rdzv_add(c, m->node)))
             return;
@@ -378,6 +406,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg 
             rdzv_event(c, "node", "node %s is back", m->node);
         rdzv_node_lost(c, nd, "restarted");
         nd->inc = m->inc;
+        nd->left = false;
         nd->member = nd->prev_member = false;
         nd->joined_round = -1;
         nd->exit_round = -1;
@@ -444,7 +473,7 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
     c->nodes_max = job->nodes_max >= c->nodes_min ? job->nodes_max : c->nodes_min;
     c->max_restarts = job->max_restarts;
     c->wait_timeout_s = job->wait_timeout_s;
-    c->restarts = 0;
+    c->restarts = job->restarts > 0 ? job->restarts : 0;
     c->stop_requested = false;
     c->last_step = 0;
     c->last_snap = -1;
@@ -529,6 +558,8 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
         if (!c->failure)
             snprintf(c->failure_why, sizeof(c->failure_why), "the world stopped unexpectedly");
         c->restarts++;
+        if (c->h.restarts)
+            c->h.restarts(c->h.ctx, c->job, c->restarts);
         if (c->restarts > c->max_restarts) {
             char why[400];
             snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",
@@ -689,7 +720,10 @@ json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
         return NULL;
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
-        const char *state = !nd->alive ? "dead" : nd->state[0] ? nd->state : "idle";
+        const char *state = nd->left       ? "left"
+                            : !nd->alive   ? "dead"
+                            : nd->state[0] ? nd->state
+                                           : "idle";
         json_t *o = json_pack("{s:s, s:s, s:f, s:i, s:s, s:s, s:b}", "node", nd->id, "state", state,
                               "heartbeat_age_s", now - nd->last_hb, "workers", nd->workers,
                               "version", nd->version, "addr", nd->addr, "member", nd->member);

@@ -77,6 +77,9 @@ struct rdzv_hooks {
     /* The job ended: rc is GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or a negative
      * error with `error` saying why. The coordinator is idle afterwards. */
     void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
+    /* The job restarted from a failure; `restarts` counts them all, those
+     * of earlier coordinators included (optional). */
+    void (*restarts)(void *ctx, int64_t job, int restarts);
 };
 
 /* A job as the coordinator runs it. */
@@ -85,11 +88,14 @@ struct rdzv_job {
     const char *spec_json; /* copied; travels to every node in the round */
     int nodes_min, nodes_max;
     int max_restarts;
+    int restarts; /* failures already restarted from (a coordinator restart keeps them) */
     int wait_timeout_s;
 };
 
-/* A node -> coordinator message, decoded (rdzv_msg_parse). */
-enum rdzv_msg_type { RDZV_MSG_HB, RDZV_MSG_JOIN, RDZV_MSG_OTHER };
+/* A node -> coordinator message, decoded (rdzv_msg_parse). LEAVE: the node
+ * is stopping on purpose (SIGTERM); the world re-forms without it, with a
+ * snapshot, and that is no failure. */
+enum rdzv_msg_type { RDZV_MSG_HB, RDZV_MSG_JOIN, RDZV_MSG_LEAVE, RDZV_MSG_OTHER };
 
 struct rdzv_msg {
     int type; /* enum rdzv_msg_type */
@@ -111,8 +117,8 @@ struct rdzv_msg {
     char exit_msg[256];
 };
 
-/* Decodes one inbox line's fields that the coordinator needs ("t" hb/join
- * become HB/JOIN, anything else OTHER). -EINVAL on a malformed message. */
+/* Decodes one inbox line's fields that the coordinator needs ("t" hb/join/
+ * leave become HB/JOIN/LEAVE, anything else OTHER). -EINVAL on a malformed message. */
 int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret);
 
 struct rdzv_coord;
@@ -124,7 +130,7 @@ struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
 /* NULL allowed. */
 void rdzv_coord_free(struct rdzv_coord *c);
 
-/* Feeds a heartbeat or join (other messages are ignored). */
+/* Feeds a heartbeat, join or leave (other messages are ignored). */
 void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m);
 
 /* Global rank 0 reached `step`; `snapshot` (>= 0) when a snapshot was written. */

@@ -2,13 +2,16 @@
 # (elastic_partition: in network namespaces; skipped, exit 77, without
 # them). Each starts its own nodes, state directories and sockets, and
 # kills everything it started on exit. elastic_chaos is also labelled slow
-# but fits the default suite (about a minute on two cores).
+# but fits the default suite (about a minute on two cores). elastic_member
+# covers the embedded default (a gptd without an endpoint), what a member's
+# gptctl shows, and leaves that use up no restart.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
-    elastic_shard)
+    elastic_shard elastic_member)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_coord 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_min 120)
+set(GPTD_ELASTIC_TIMEOUT_elastic_member 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_partition 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_chaos 360)
 foreach(t ${GPTD_ELASTIC_TESTS})

@@ -1,7 +1,8 @@
 /*
  * Unit tests of daemon/db: schema creation and version, reopening, the job
  * queue order, state transitions, re-queue at start-up, metric upserts,
- * chunked history with events merged in, and snapshots.
+ * chunked history with events merged in, snapshots, and a job's count of
+ * restarts (kept across a reopen, and a version 1 file migrated to it).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <math.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "db.h"
 
@@ -244,6 +246,66 @@ static void test_snapshots_runs(void **state)
     assert_int_equal(db_runs_close_open(f->db, 3.0, &err), 0);
 }
 
+/* distributed.max_restarts counts failures across coordinator restarts:
+ * the count is stored with the job, survives a reopen, and a resume-less
+ * re-queue keeps it. */
+static void test_restarts_persist(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    int64_t id = add_job(f->db, "elastic", 0);
+    struct db_job j;
+    assert_int_equal(db_job_get(f->db, id, &j, &err), 0);
+    assert_int_equal(j.restarts, 0);
+    db_job_done(&j);
+    assert_int_equal(db_job_set_state(f->db, id, DB_JOB_RUNNING, NULL, 2.0, &err), 0);
+    assert_int_equal(db_job_set_restarts(f->db, id, 2, &err), 0);
+    db_close(f->db);
+    /* The coordinator dies while the job runs, and starts again. */
+    assert_int_equal(db_open(f->path, &f->db, &err), 0);
+    assert_int_equal(db_jobs_requeue_running(f->db, 3.0, &err), 1);
+    assert_int_equal(db_job_get(f->db, id, &j, &err), 0);
+    assert_int_equal(j.state, DB_JOB_QUEUED);
+    assert_int_equal(j.restarts, 2);
+    db_job_done(&j);
+}
+
+/* A database written by schema version 1 (before restarts were kept) opens,
+ * migrates, and its jobs read with no restarts used. */
+static void test_migrate_v1(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    db_close(f->db);
+    f->db = NULL;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/v1.db", f->dir);
+    sqlite3 *conn = NULL;
+    assert_int_equal(sqlite3_open(path, &conn), SQLITE_OK);
+    const char *v1 = "CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                     " owner_uid INTEGER NOT NULL, state TEXT NOT NULL,"
+                     " priority INTEGER NOT NULL DEFAULT 0, spec_json TEXT NOT NULL,"
+                     " created REAL NOT NULL, started REAL, finished REAL, error TEXT,"
+                     " snapshot_dir TEXT NOT NULL DEFAULT '', resume INTEGER NOT NULL DEFAULT 0,"
+                     " resume_snapshot INTEGER NOT NULL DEFAULT 0,"
+                     " step INTEGER NOT NULL DEFAULT 0, max_steps INTEGER NOT NULL DEFAULT 0,"
+                     " loss REAL);"
+                     "INSERT INTO jobs(name, owner_uid, state, spec_json, created)"
+                     " VALUES('old', 7, 'completed', '{}', 1.0);"
+                     "PRAGMA user_version = 1;";
+    assert_int_equal(sqlite3_exec(conn, v1, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(conn);
+    assert_int_equal(db_open(path, &f->db, &err), 0);
+    assert_int_equal(db_schema_version(f->db), DB_SCHEMA_VERSION);
+    struct db_job j;
+    assert_int_equal(db_job_get(f->db, 1, &j, &err), 0);
+    assert_string_equal(j.name, "old");
+    assert_int_equal(j.state, DB_JOB_COMPLETED);
+    assert_int_equal(j.restarts, 0);
+    db_job_done(&j);
+    assert_int_equal(db_job_set_restarts(f->db, 1, 1, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +313,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_queue_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshots_runs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restarts_persist, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

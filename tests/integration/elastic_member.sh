@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The embedded default and what members see:
+#  - a gptd with no endpoint is the coordinator of its own cluster on
+#    loopback (an ephemeral port), and lists itself as such;
+#  - other gptd join it through that endpoint and its state directory's
+#    secret;
+#  - on a member's socket, `list`, `status JOB` and `logs -f JOB` show the
+#    coordinator's job: metrics with increasing steps, then its completion;
+#  - a member stopped with SIGTERM leaves without using up a restart
+#    (distributed.max_restarts counts failures only), a kill -9 uses one,
+#    and the count is kept in the coordinator's database.
+source "$(dirname "$0")/elastic_common.sh"
+
+COORD=n1
+# --- n1: no --rdzv, no --coordinator.
+"$GPTD" --state-dir "$T/n1" --socket "$T/n1.sock" --node-id n1 --log-level debug \
+    >>"$T/n1.log" 2>&1 &
+NODE_PID[n1]=$!
+wait_for 20 ctl n1 status
+role=$(ctl n1 --json status | grep -o '"role":"[^"]*"' | cut -d'"' -f4)
+[[ $role == coordinator ]] || fail "a gptd without an endpoint is \"$role\", not coordinator"
+RDZV=$(ctl n1 --json status | grep -o '"rdzv":"[^"]*"' | cut -d'"' -f4)
+[[ $RDZV == 127.0.0.1:* && ${RDZV#*:} -gt 0 ]] || fail "no loopback endpoint: \"$RDZV\""
+ctl n1 --json nodes | grep -q '"node":"n1"[^}]*"role":"coordinator"' ||
+    ctl n1 --json nodes | grep -q '"role":"coordinator"[^}]*"node":"n1"' ||
+    fail "n1 does not list itself as the coordinator: $(ctl n1 --json nodes)"
+ctl n1 nodes | grep -q "^coordinator: n1, store at $RDZV" || fail "nodes: no coordinator line"
+cp "$T/n1/cluster.secret" "$T/secret"
+
+# --- two members join through the loopback endpoint.
+start_node n2
+start_node n3
+wait_for 20 node_is n1 n2 idle
+wait_for 20 node_is n1 n3 idle
+wait_for 20 node_is n2 n1 idle # the node table reaches members too
+
+# --- a job submitted and followed on a member.
+elastic_job "$T/job.json" 300 "1:3" 50 10
+id=$(ctl n2 submit "$T/job.json")
+ctl n3 --json logs -f "$id" >"$T/follow.json" &
+follower=$!
+wait_for 60 job_is n3 "$id" completed
+wait_for 20 bash -c "! kill -0 $follower 2>/dev/null"
+wait "$follower" || fail "logs -f on a member failed"
+grep -q '"type":"end".*"state":"completed"' "$T/follow.json" ||
+    fail "the member's stream did not end with the completion: $(tail -n3 "$T/follow.json")"
+grep '"type":"metric"' "$T/follow.json" | grep -o '"step":[0-9]*' | cut -d: -f2 >"$T/steps"
+(($(wc -l <"$T/steps") >= 10)) || fail "only $(wc -l <"$T/steps") metrics on the member"
+awk 'NR > 1 && $1 <= prev { exit 1 } { prev = $1 }' "$T/steps" ||
+    fail "metric steps on the member do not increase"
+[[ $(tail -n1 "$T/steps") == 300 ]] || fail "the member's last metric is step $(tail -n1 "$T/steps")"
+ctl n2 list | grep -q "completed" || fail "list on a member does not show the job"
+# The same history, replayed on a member after the end.
+ctl n2 --json logs "$id" | grep -c '"type":"metric"' >"$T/n_replay"
+[[ $(cat "$T/n_replay") == $(wc -l <"$T/steps") ]] ||
+    fail "replay on a member: $(cat "$T/n_replay") metrics, live: $(wc -l <"$T/steps")"
+
+# --- restarts: SIGTERM of a member is a leave, kill -9 a failure.
+elastic_job "$T/long.json" 100000 "1:3" 50 10
+sed -i 's/"max_restarts": 100/"max_restarts": 1/' "$T/long.json"
+id2=$(ctl n2 submit "$T/long.json")
+wait_for 60 world_size_is "$id2" 3
+ctl n2 --json logs -f "$id2" >"$T/follow2.json" &
+follower2=$!
+wait_for 60 job_step_at_least n1 "$id2" 100
+kill -TERM "${NODE_PID[n3]}"
+wait "${NODE_PID[n3]}" || fail "n3 did not stop cleanly on SIGTERM"
+unset "NODE_PID[n3]"
+wait_for 20 node_is n1 n3 left
+wait_for 30 world_size_is "$id2" 2
+[[ $(db "SELECT restarts FROM jobs WHERE id = $id2") == 0 ]] ||
+    fail "a SIGTERM of a member used up a restart"
+job_is n1 "$id2" running || fail "job $id2 is $(job_field n1 "$id2" state) after a leave"
+
+step=$(db "SELECT max(step) FROM metrics WHERE job_id = $id2")
+kill_node n2
+wait_for 30 world_size_is_after "$id2" 1 "$step"
+wait_for 10 bash -c "[[ \$(\"$ITEST\" sql \"$T/n1/gptd.db\" \
+    \"SELECT restarts FROM jobs WHERE id = $id2\") == 1 ]]"
+job_is n1 "$id2" running || fail "job $id2 is $(job_field n1 "$id2" state) after one failure"
+grep -q '"type":"metric"' "$T/follow2.json" || fail "no live metrics on n2 before it died"
+kill "$follower2" 2>/dev/null || true
+
+# The count survives a coordinator restart.
+ctl n1 cancel "$id2" >/dev/null
+wait_for 30 job_is n1 "$id2" cancelled
+kill_node n1
+"$GPTD" --state-dir "$T/n1" --socket "$T/n1.sock" --node-id n1 >>"$T/n1.log" 2>&1 &
+NODE_PID[n1]=$!
+wait_for 20 ctl n1 status
+[[ $(ctl n1 --json status "$id2" | grep -o '"restarts":[0-9]*' | cut -d: -f2) == 1 ]] ||
+    fail "the restart count did not survive the coordinator's restart"
+check_history "$id2"
+echo "elastic_member: ok (endpoint $RDZV)"
