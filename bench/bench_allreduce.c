@@ -1,15 +1,21 @@
 /*
  * bench_allreduce: algorithm bandwidth (bytes / time) of the tcp backend's
- * allreduce on loopback, ranks as forked processes that rendezvous through a
+ * allreduce on one host, ranks as forked processes that rendezvous through a
  * directory kv. One JSON line per (world, size) on stdout, from rank 0:
- *   {"bench":"allreduce","backend":"gptd-tcp","world":W,"bytes":N,
+ *   {"bench":"allreduce","backend":"gptd-shm","world":W,"bytes":N,
  *    "time_ms":T,"algbw_gbps":N/T}
- * Compare with bench_allreduce_gloo.py (same sizes and iteration counts).
+ * "gptd-shm" when the communicator chose shared memory (all ranks on this
+ * host, the default), "gptd-tcp" for the socket ring. Compare with
+ * bench_allreduce_gloo.py (same sizes and iteration counts).
  *
  * Usage: bench_allreduce [--worlds 2,4] [--min-bytes 4096]
  *                        [--max-bytes 268435456] [--chunk-bytes N]
+ *                        [--shm on|off|both]
+ * --shm off (or --no-shm) measures the ring alone; both: shm, then the
+ * ring, for each world.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +32,7 @@ struct bench_opts {
     int worlds[8];
     int n_worlds;
     size_t min_bytes, max_bytes, chunk_bytes;
+    bool shm, ring; /* which transports to measure */
 };
 
 static double bench_now_s(void)
@@ -44,7 +51,7 @@ static int bench_iters(size_t bytes)
 }
 
 /* One rank: every size in turn. Returns 0 or a negative error. */
-static int bench_rank(const struct bench_opts *o, const char *dir, int rank, int world)
+static int bench_rank(const struct bench_opts *o, const char *dir, int rank, int world, bool shm)
 {
     struct gpt_kv kv = {0};
     struct gpt_comm *c = NULL;
@@ -59,10 +66,12 @@ static int bench_rank(const struct bench_opts *o, const char *dir, int rank, int
         .prefix = "bench/",
         .timeout_ms = 60000,
         .chunk_bytes = o->chunk_bytes,
+        .shm = shm ? 0 : -1,
     };
     rc = gpt_comm_tcp_new(&co, &kv, &c, &err);
     if (rc)
         goto out;
+    const char *backend = strcmp(c->ops->name, "shm") == 0 ? "gptd-shm" : "gptd-tcp";
     buf = calloc(o->max_bytes / sizeof(float) + 1, sizeof(float));
     times = calloc((size_t)world, sizeof(float));
     if (!buf || !times) {
@@ -92,9 +101,9 @@ static int bench_rank(const struct bench_opts *o, const char *dir, int rank, int
             double worst = 0;
             for (int r = 0; r < world; r++)
                 worst = times[r] > worst ? times[r] : worst;
-            printf("{\"bench\":\"allreduce\",\"backend\":\"gptd-tcp\",\"world\":%d,"
+            printf("{\"bench\":\"allreduce\",\"backend\":\"%s\",\"world\":%d,"
                    "\"bytes\":%zu,\"time_ms\":%.4f,\"algbw_gbps\":%.4f}\n",
-                   world, bytes, worst * 1e3, (double)bytes / worst * 1e-9);
+                   backend, world, bytes, worst * 1e3, (double)bytes / worst * 1e-9);
             fflush(stdout);
         }
     }
@@ -108,7 +117,7 @@ out:
     return rc;
 }
 
-static int bench_world(const struct bench_opts *o, int world)
+static int bench_world(const struct bench_opts *o, int world, bool shm)
 {
     char dir[] = "/tmp/gptd-bench-XXXXXX", cmd[64];
     pid_t pid[BENCH_WORLD_MAX];
@@ -121,7 +130,7 @@ static int bench_world(const struct bench_opts *o, int world)
     for (int r = 0; r < world; r++) {
         pid[r] = fork();
         if (pid[r] == 0)
-            _exit(bench_rank(o, dir, r, world) ? 1 : 0);
+            _exit(bench_rank(o, dir, r, world, shm) ? 1 : 0);
         if (pid[r] < 0) {
             perror("fork");
             return 1;
@@ -145,10 +154,24 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         .n_worlds = 2,
         .min_bytes = 4096,
         .max_bytes = 256u << 20,
+        .shm = true,
     };
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const char *k = argv[i], *v = argv[i + 1];
-        if (strcmp(k, "--worlds") == 0) {
+    for (int i = 1; i < argc; i += 2) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(k, "--no-shm") == 0) {
+            o->shm = false;
+            o->ring = true;
+            i--; /* no value */
+            continue;
+        }
+        if (!v)
+            return -1;
+        if (strcmp(k, "--shm") == 0) {
+            o->shm = strcmp(v, "off") != 0;
+            o->ring = strcmp(v, "on") != 0;
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strcmp(v, "both") != 0)
+                return -1;
+        } else if (strcmp(k, "--worlds") == 0) {
             o->n_worlds = 0;
             for (char *end; *v && o->n_worlds < 8; v = *end ? end + 1 : end) {
                 long w = strtol(v, &end, 10);
@@ -166,8 +189,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             return -1;
         }
     }
-    return (argc % 2 == 1 && o->min_bytes >= sizeof(float) && o->min_bytes <= o->max_bytes) ? 0
-                                                                                            : -1;
+    return o->min_bytes >= sizeof(float) && o->min_bytes <= o->max_bytes ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -176,12 +198,16 @@ int main(int argc, char **argv)
     if (bench_parse(argc, argv, &o) != 0) {
         fprintf(stderr,
                 "usage: %s [--worlds 2,4] [--min-bytes N] [--max-bytes N] "
-                "[--chunk-bytes N]\n",
+                "[--chunk-bytes N] [--shm on|off|both] [--no-shm]\n",
                 argv[0]);
         return 2;
     }
     int failed = 0;
-    for (int i = 0; i < o.n_worlds; i++)
-        failed |= bench_world(&o, o.worlds[i]);
+    for (int i = 0; i < o.n_worlds; i++) {
+        if (o.shm)
+            failed |= bench_world(&o, o.worlds[i], true);
+        if (o.ring)
+            failed |= bench_world(&o, o.worlds[i], false);
+    }
     return failed ? 1 : 0;
 }

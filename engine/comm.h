@@ -8,7 +8,9 @@
  * After a failure the communicator is unusable except for free.
  *
  * Backends: local (world of one, no copies), tcp (ring over sockets,
- * addresses exchanged through a struct gpt_kv), nccl (GPU, optional build).
+ * addresses exchanged through a struct gpt_kv; when every rank is on this
+ * host, collectives go through shared memory instead and ops->name is
+ * "shm"), nccl (GPU, optional build).
  */
 #ifndef GPT_COMM_H
 #define GPT_COMM_H
@@ -36,7 +38,13 @@ struct gpt_comm_opts {
     const char *prefix;    /* key prefix, unique per world formation ("job7/r3/") */
     const char *bind_host; /* address peers connect to; NULL = 127.0.0.1 */
     int timeout_ms;        /* no-progress timeout of one collective; 0 = 300000 */
-    size_t chunk_bytes;    /* ring pipeline chunk; 0 = default */
+    size_t chunk_bytes;    /* ring pipeline chunk, and shm staging per rank; 0 = default */
+    /* tcp: shared memory when all ranks share this host (the same boot and
+     * network, mount and IPC namespaces); the sockets stay, for liveness.
+     * 0 = auto (on, unless the environment has GPTD_COMM_SHM=0), -1 = off,
+     * 1 = on whatever the environment says. If any rank has it off, or any
+     * step of its setup fails, the world uses the ring. */
+    int shm;
 };
 
 struct gpt_comm;

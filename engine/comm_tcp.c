@@ -7,17 +7,22 @@
  * forwards the part of a segment it has already reduced while it is still
  * receiving the rest, so every link is busy all the time.
  *
- * Owns: the two ring sockets, an eventfd that abort makes readable, and a
+ * When every rank is on this host, the collectives go through a shared
+ * memory segment instead (comm_shm.c) and the ring only carries the setup
+ * and tells a dead peer (its socket hangs up) from a slow one.
+ *
+ * Owns: the two ring sockets, an eventfd that abort makes readable, a
  * chunk-sized scratch buffer that incoming partial sums land in before they
- * are added to the caller's buffer.
+ * are added to the caller's buffer, and the shm transport if any.
  * Threads: every call from the owning worker thread, except gpt_comm_abort
- * (any thread). Collectives block in poll().
+ * (any thread). Collectives block in poll() (ring) or on a futex (shm).
  *
  * Also here: two small struct gpt_kv stores (threads of one process, and
  * processes sharing a directory) for in-process worlds, tests and benches.
  */
 #define _GNU_SOURCE
 #include "comm.h"
+#include "comm_shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +43,7 @@
 #include <unistd.h>
 
 #define COMM_TCP_MAGIC              0x47505443u /* "GPTC" */
-#define COMM_TCP_VERSION            1u
+#define COMM_TCP_VERSION            2u          /* 2: the shm round after the hello */
 #define COMM_TCP_HELLO_BYTES        24
 #define COMM_TCP_HDR_BYTES          24
 #define COMM_TCP_WORLD_MAX          4096
@@ -70,9 +75,10 @@ struct comm_tcp {
     int status; /* 0, or the first failure (sticky) */
     int timeout_ms;
     size_t chunk_bytes;
-    uint32_t seq;       /* collectives issued; the left peer must be at the same one */
-    float *scratch;     /* chunk_bytes + 4: partial sums from the left */
-    float *barrier_buf; /* world floats */
+    uint32_t seq;         /* collectives issued; the left peer must be at the same one */
+    float *scratch;       /* chunk_bytes + 4: partial sums from the left */
+    float *barrier_buf;   /* world floats */
+    struct comm_shm *shm; /* set: collectives go through shared memory */
 };
 
 /* One collective as a sequence of phases. In phase p a rank sends one byte
@@ -178,7 +184,8 @@ static int comm_tcp_fail(struct comm_tcp *t, int code)
     if (t->status == 0)
         t->status = code;
     /* Tell both neighbours at once, so a failure travels round the ring
-     * instead of leaving them to their timeouts. */
+     * instead of leaving them to their timeouts; on shm, every rank. */
+    comm_shm_fail(t->shm, t->status);
     if (t->fd_right >= 0)
         shutdown(t->fd_right, SHUT_RDWR);
     if (t->fd_left >= 0)
@@ -453,6 +460,7 @@ static void comm_tcp_abort(struct gpt_comm *c)
 {
     struct comm_tcp *t = (struct comm_tcp *)c;
     atomic_store(&t->aborted, true);
+    comm_shm_abort(t->shm);
     if (t->fd_abort >= 0) {
         uint64_t one = 1;
         ssize_t k = write(t->fd_abort, &one, sizeof(one));
@@ -463,6 +471,7 @@ static void comm_tcp_abort(struct gpt_comm *c)
 static void comm_tcp_free(struct gpt_comm *c)
 {
     struct comm_tcp *t = (struct comm_tcp *)c;
+    comm_shm_free(t->shm);
     if (t->fd_right >= 0)
         close(t->fd_right);
     if (t->fd_left >= 0)
@@ -484,6 +493,79 @@ static const struct gpt_comm_ops comm_tcp_ops = {
     .abort = comm_tcp_abort,
     .free = comm_tcp_free,
 };
+
+/* ---- the same collectives through shared memory ---- */
+
+static int comm_tcp_shm_done(struct comm_tcp *t, int rc)
+{
+    return rc ? comm_tcp_fail(t, rc) : 0;
+}
+
+static int comm_tcp_shm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    int rc = comm_tcp_check(t);
+    return rc ? rc : comm_tcp_shm_done(t, comm_shm_allreduce(t->shm, buf, n, op == GPT_REDUCE_AVG));
+}
+
+static int comm_tcp_shm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root)
+{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    int rc = comm_tcp_check(t);
+    return rc ? rc : comm_tcp_shm_done(t, comm_shm_broadcast(t->shm, buf, bytes, root));
+}
+
+static int comm_tcp_shm_reduce_scatter(struct gpt_comm *c, float *buf, size_t n,
+                                       enum gpt_reduce_op op)
+{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    int rc = comm_tcp_check(t);
+    return rc ? rc
+              : comm_tcp_shm_done(t, comm_shm_reduce_scatter(t->shm, buf, n, op == GPT_REDUCE_AVG));
+}
+
+static int comm_tcp_shm_allgather(struct gpt_comm *c, float *buf, size_t n)
+{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    int rc = comm_tcp_check(t);
+    return rc ? rc : comm_tcp_shm_done(t, comm_shm_allgather(t->shm, buf, n));
+}
+
+static int comm_tcp_shm_barrier(struct gpt_comm *c)
+{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    int rc = comm_tcp_check(t);
+    return rc ? rc : comm_tcp_shm_done(t, comm_shm_barrier(t->shm));
+}
+
+static const struct gpt_comm_ops comm_tcp_shm_ops = {
+    .name = "shm",
+    .allreduce = comm_tcp_shm_allreduce,
+    .broadcast = comm_tcp_shm_broadcast,
+    .reduce_scatter = comm_tcp_shm_reduce_scatter,
+    .allgather = comm_tcp_shm_allgather,
+    .barrier = comm_tcp_shm_barrier,
+    .abort = comm_tcp_abort,
+    .free = comm_tcp_free,
+};
+
+/* The shm setup's consistency round: a sum over the ring of one flag per
+ * rank. */
+static int comm_tcp_shm_confirm(void *ctx, bool ok, bool *ret_all_ok)
+{
+    struct comm_tcp *t = ctx;
+    struct gpt_comm *c = &t->base;
+    memset(t->barrier_buf, 0, (size_t)c->world * sizeof(float));
+    t->barrier_buf[c->rank] = ok ? 1.0f : 0.0f;
+    int rc = comm_tcp_ring(c, COMM_TCP_ALLREDUCE, t->barrier_buf, (size_t)c->world, 0, false);
+    if (rc)
+        return rc;
+    float sum = 0;
+    for (int r = 0; r < c->world; r++)
+        sum += t->barrier_buf[r];
+    *ret_all_ok = sum == (float)c->world;
+    return 0;
+}
 
 /* ---- ring setup ---- */
 
@@ -794,6 +876,23 @@ int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
         rc = comm_tcp_setup(t, opts, kv, err);
         if (rc)
             goto fail;
+        struct comm_shm_link link = {
+            .rank = opts->rank,
+            .world = opts->world,
+            .timeout_ms = t->timeout_ms,
+            .fd_left = t->fd_left,
+            .fd_right = t->fd_right,
+            .aborted = &t->aborted,
+        };
+        int64_t deadline = comm_tcp_now_ms() + t->timeout_ms;
+        rc = comm_shm_setup(&link, opts, kv, deadline, comm_tcp_shm_confirm, t, &t->shm);
+        if (rc) {
+            gpt_err_set(err, rc, NULL, "comm tcp: rank %d: shm round on the ring: %s", opts->rank,
+                        gpt_strerror(rc));
+            goto fail;
+        }
+        if (t->shm)
+            t->base.ops = &comm_tcp_shm_ops;
     }
     *ret = &t->base;
     return 0;

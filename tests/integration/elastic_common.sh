@@ -29,6 +29,10 @@ cleanup() {
             tail -n 25 "$f" >&2 || true
         done
     fi
+    # GPTD_TEST_KEEP=DIR keeps a failed test's state (logs, databases) there.
+    if [[ $rc -ne 0 && $rc -ne 77 && -n ${GPTD_TEST_KEEP:-} ]]; then
+        mkdir -p "$GPTD_TEST_KEEP" && cp -a "$T" "$GPTD_TEST_KEEP/" || true
+    fi
     rm -rf "$T"
     exit $rc
 }

@@ -6,9 +6,16 @@
  * so the reference sums in the same order); abort, timeout, a closed or
  * killed peer, a stray connection and mismatched calls.
  *
+ * Every test runs twice: over shared memory (all ranks are on this host,
+ * so the communicator must pick it: ops->name "shm") and over the socket
+ * ring (opts.shm = -1). Both must give the same bits. Then the ways shm is
+ * turned off: GPTD_COMM_SHM=0, one rank with it off, ranks that look like
+ * different hosts (network namespaces), and no segment left behind.
+ *
  * Rank code runs on its own thread or process and reports by return value;
  * only the main thread uses cmocka's asserts.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,12 +36,30 @@
 #include <cmocka.h>
 
 #include "comm.h"
+#include "comm_shm.h"
 
 #define WORLD_MAX  5
 #define BIG_N      (4u * 1024u * 1024u) /* 16 MiB of floats */
 #define TIMEOUT_MS 20000
 
-static const size_t small_counts[] = {0, 1, 7, 1023};
+/* 3: fewer elements than ranks; 70001 (prime): above the size where an
+ * allreduce reduces slices instead of the whole buffer. */
+static const size_t small_counts[] = {0, 1, 3, 7, 1023, 70001};
+
+/* The transport the current test asks for (opts.shm) and the
+ * communicator name it must get in a world of more than one. */
+static int shm_mode;
+static int mode_shm = 1, mode_ring = -1;
+
+static void set_mode(void **state)
+{
+    shm_mode = *(int *)*state;
+}
+
+static const char *want_name(int world)
+{
+    return world > 1 && shm_mode > 0 ? "shm" : "tcp";
+}
 
 static int64_t now_ms(void)
 {
@@ -245,11 +270,15 @@ static void world_opts(struct world *w, int rank, size_t chunk, int timeout_ms,
         .prefix = w->prefix,
         .timeout_ms = timeout_ms,
         .chunk_bytes = chunk,
+        .shm = shm_mode,
     };
 }
 
-/* Forms a world of `size` threads; asserts that it worked. */
-static void world_new(struct world *w, int size, size_t chunk, int timeout_ms)
+/* Forms a world of `size` threads, rank r with opts.shm = shm[r] (NULL:
+ * shm_mode for all); asserts that it worked and that every rank got the
+ * transport `want` (NULL: want_name()). */
+static void world_new_ex(struct world *w, int size, size_t chunk, int timeout_ms, const int *shm,
+                         const char *want)
 {
     struct rank_job jobs[WORLD_MAX];
     pthread_t th[WORLD_MAX];
@@ -260,6 +289,8 @@ static void world_new(struct world *w, int size, size_t chunk, int timeout_ms)
     for (int r = 0; r < size; r++) {
         jobs[r] = (struct rank_job){.w = w, .rank = r};
         world_opts(w, r, chunk, timeout_ms, &jobs[r].opts);
+        if (shm)
+            jobs[r].opts.shm = shm[r];
         assert_int_equal(pthread_create(&th[r], NULL, rank_new_thread, &jobs[r]), 0);
     }
     for (int r = 0; r < size; r++)
@@ -271,7 +302,13 @@ static void world_new(struct world *w, int size, size_t chunk, int timeout_ms)
         assert_non_null(w->c[r]);
         assert_int_equal(w->c[r]->rank, r);
         assert_int_equal(w->c[r]->world, size);
+        assert_string_equal(w->c[r]->ops->name, want ? want : want_name(size));
     }
+}
+
+static void world_new(struct world *w, int size, size_t chunk, int timeout_ms)
+{
+    world_new_ex(w, size, chunk, timeout_ms, NULL, NULL);
 }
 
 static void world_free(struct world *w)
@@ -311,7 +348,7 @@ static void world_run_all_ok(struct world *w, int (*fn)(struct gpt_comm *, const
 
 static void test_threads_small(void **state)
 {
-    (void)state;
+    set_mode(state);
     for (int size = 1; size <= WORLD_MAX; size++) {
         struct world w;
         world_new(&w, size, 0, TIMEOUT_MS);
@@ -325,24 +362,30 @@ static void test_threads_small(void **state)
     }
 }
 
-/* Tiny chunks: many pipeline steps per segment, partial floats on the wire. */
+/* Tiny chunks: many pipeline steps per segment, partial floats on the
+ * wire; on shm, many steps through small staging slots, for both ways of
+ * reducing. */
 static void test_threads_tiny_chunks(void **state)
 {
-    (void)state;
+    set_mode(state);
+    static const size_t chunks[] = {64, 4096};
+    static const size_t counts[] = {4099, 70001};
     for (int size = 2; size <= WORLD_MAX; size += 3) {
-        struct world w;
-        struct ref ref;
-        world_new(&w, size, 64, TIMEOUT_MS);
-        ref_init(&ref, size, 4099, 7);
-        world_run_all_ok(&w, rank_suite, &ref);
-        ref_done(&ref);
-        world_free(&w);
+        for (size_t k = 0; k < 2; k++) {
+            struct world w;
+            struct ref ref;
+            world_new(&w, size, chunks[k], TIMEOUT_MS);
+            ref_init(&ref, size, counts[k], 7);
+            world_run_all_ok(&w, rank_suite, &ref);
+            ref_done(&ref);
+            world_free(&w);
+        }
     }
 }
 
 static void test_threads_big(void **state)
 {
-    (void)state;
+    set_mode(state);
     for (int size = 2; size <= 4; size += 2) {
         struct world w;
         struct ref ref;
@@ -369,7 +412,7 @@ static int rank_allreduce_1m(struct gpt_comm *c, const struct ref *r)
 /* Rank 1 never joins the collective: abort must free rank 0 within 1 s. */
 static void test_threads_abort(void **state)
 {
-    (void)state;
+    set_mode(state);
     struct world w;
     struct rank_job jobs[WORLD_MAX];
     world_new(&w, 2, 0, TIMEOUT_MS);
@@ -406,7 +449,7 @@ static void test_threads_abort(void **state)
 
 static void test_threads_timeout(void **state)
 {
-    (void)state;
+    set_mode(state);
     struct world w;
     struct rank_job jobs[WORLD_MAX];
     world_new(&w, 3, 0, 300);
@@ -434,7 +477,7 @@ static void test_threads_timeout(void **state)
 /* A peer that goes away mid-collective: an error for the others, no hang. */
 static void test_threads_peer_closed(void **state)
 {
-    (void)state;
+    set_mode(state);
     struct world w;
     struct rank_job jobs[WORLD_MAX];
     world_new(&w, 3, 0, TIMEOUT_MS);
@@ -458,7 +501,7 @@ static int rank_n7(struct gpt_comm *c, const struct ref *r)
 /* Ranks that disagree on the call are told so instead of mixing streams. */
 static void test_threads_mismatch(void **state)
 {
-    (void)state;
+    set_mode(state);
     struct world w;
     struct rank_job jobs[WORLD_MAX];
     world_new(&w, 2, 0, TIMEOUT_MS);
@@ -472,7 +515,7 @@ static void test_threads_mismatch(void **state)
  * and the ring still forms. */
 static void test_threads_stray(void **state)
 {
-    (void)state;
+    set_mode(state);
     struct world w;
     struct rank_job jobs[2];
     pthread_t th;
@@ -559,6 +602,32 @@ static void proc_dir_done(struct proc_world *pw)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Unique per world: the segment's name is derived from it. */
+static void proc_prefix(const struct proc_world *pw, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "proc/%s/", strrchr(pw->dir, '/') + 1);
+}
+
+/* Segments in /dev/shm that a world with this prefix made (comm_shm.c:
+ * "gptd-" and the FNV-1a hash of the prefix): there must be none once
+ * setup is over, whatever happens to the ranks. */
+static int shm_leftovers(const char *prefix)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = prefix; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    char want[64];
+    snprintf(want, sizeof(want), "gptd-%016llx-", (unsigned long long)h);
+    int found = 0;
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        found += strncmp(e->d_name, want, strlen(want)) == 0;
+    closedir(d);
+    return found;
+}
+
 /* Child: forms the world, runs fn, exits 0 on success, 100 + line or
  * 200 - errno otherwise (kept in 0..255). */
 static void proc_child(struct proc_world *pw, int rank, int timeout_ms,
@@ -566,11 +635,18 @@ static void proc_child(struct proc_world *pw, int rank, int timeout_ms,
 {
     struct gpt_kv kv;
     struct gpt_comm *c = NULL;
+    char prefix[64];
     int rc = gpt_kv_dir_new(&kv, pw->dir, NULL);
-    struct gpt_comm_opts o = {
-        .rank = rank, .world = pw->size, .prefix = "proc/", .timeout_ms = timeout_ms};
+    proc_prefix(pw, prefix, sizeof(prefix));
+    struct gpt_comm_opts o = {.rank = rank,
+                              .world = pw->size,
+                              .prefix = prefix,
+                              .timeout_ms = timeout_ms,
+                              .shm = shm_mode};
     if (rc == 0)
         rc = gpt_comm_tcp_new(&o, &kv, &c, NULL);
+    if (rc == 0 && strcmp(c->ops->name, want_name(pw->size)) != 0)
+        rc = __LINE__;
     if (rc == 0)
         rc = fn(c, ref);
     gpt_comm_free(c);
@@ -624,10 +700,13 @@ static void proc_run_ok(int size, int (*fn)(struct gpt_comm *, const struct ref 
 {
     struct proc_world pw;
     int codes[WORLD_MAX];
+    char prefix[64];
     proc_dir_new(&pw, size);
+    proc_prefix(&pw, prefix, sizeof(prefix));
     proc_start(&pw, TIMEOUT_MS, fn, ref);
     proc_wait(&pw, 60000, codes);
     proc_dir_done(&pw);
+    assert_int_equal(shm_leftovers(prefix), 0);
     for (int r = 0; r < size; r++) {
         if (codes[r] != 0)
             print_error("world %d n %zu rank %d: exit %d\n", size, ref->n, r, codes[r]);
@@ -637,7 +716,7 @@ static void proc_run_ok(int size, int (*fn)(struct gpt_comm *, const struct ref 
 
 static void test_procs_small(void **state)
 {
-    (void)state;
+    set_mode(state);
     for (int size = 1; size <= WORLD_MAX; size++) {
         for (size_t k = 0; k < sizeof(small_counts) / sizeof(small_counts[0]); k++) {
             struct ref ref;
@@ -650,7 +729,7 @@ static void test_procs_small(void **state)
 
 static void test_procs_big(void **state)
 {
-    (void)state;
+    set_mode(state);
     for (int size = 2; size <= 4; size += 2) {
         struct ref ref;
         ref_init(&ref, size, BIG_N, 13);
@@ -683,55 +762,127 @@ static int rank_loop(struct gpt_comm *c, const struct ref *r)
 }
 
 /* kill -9 of one rank mid-allreduce: the others fail, none hangs. */
-static void test_procs_killed_peer(void **state)
+static void killed_peer(int size, int victim)
 {
-    (void)state;
     struct proc_world pw;
     int codes[WORLD_MAX], p[2];
+    char prefix[64];
     assert_int_equal(pipe(p), 0);
     kill_pipe_fd = p[1];
-    proc_dir_new(&pw, 4);
+    proc_dir_new(&pw, size);
+    proc_prefix(&pw, prefix, sizeof(prefix));
     proc_start(&pw, 60000, rank_loop, NULL);
     close(p[1]);
-    char b[4];
+    char b[WORLD_MAX];
     int got = 0;
-    while (got < 4) {
-        ssize_t k = read(p[0], b, sizeof(b) - (size_t)got);
+    while (got < size) {
+        ssize_t k = read(p[0], b, (size_t)(size - got));
         assert_true(k > 0);
         got += (int)k;
     }
     close(p[0]);
     sleep_ms(50);
     int64_t t0 = now_ms();
-    kill(pw.pid[1], SIGKILL);
+    kill(pw.pid[victim], SIGKILL);
     proc_wait(&pw, 10000, codes);
     int64_t took = now_ms() - t0;
     proc_dir_done(&pw);
-    assert_int_equal(codes[1], -1);
-    for (int r = 0; r < 4; r++) {
-        if (r == 1)
+    assert_int_equal(codes[victim], -1);
+    for (int r = 0; r < size; r++) {
+        if (r == victim)
             continue;
         /* 200 - errno: a comm error (EPIPE, ECONNRESET), not a timeout or a kill. */
+        if (!(codes[r] > 100 && codes[r] != 200 - ETIMEDOUT % 100))
+            print_error("world %d victim %d rank %d: exit %d\n", size, victim, r, codes[r]);
         assert_true(codes[r] > 100 && codes[r] != 200 - ETIMEDOUT % 100);
     }
     assert_true(took < 5000);
+    /* The segment was unlinked once every rank had mapped it. */
+    assert_int_equal(shm_leftovers(prefix), 0);
 }
+
+static void test_procs_killed_peer(void **state)
+{
+    set_mode(state);
+    killed_peer(4, 1);
+    killed_peer(2, 0); /* the rank that made the segment */
+}
+
+/* ---- when shared memory is not used ---- */
+
+static void fake_other_host(int rank, char *id, size_t cap)
+{
+    /* What a rank in another network namespace would publish. */
+    if (rank == 2)
+        snprintf(id + strlen(id), cap - strlen(id), "/elsewhere");
+}
+
+static void test_shm_off(void **state)
+{
+    (void)state;
+    shm_mode = 0; /* auto */
+    struct world w;
+    struct ref ref;
+    ref_init(&ref, 3, 1023, 5);
+
+    /* Auto, all on this host: shm. */
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, NULL, "shm");
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+
+    /* The environment turns auto off; 1 overrides it. */
+    assert_int_equal(setenv("GPTD_COMM_SHM", "0", 1), 0);
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, NULL, "tcp");
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+    static const int on[] = {1, 1, 1};
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, on, "shm");
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+    assert_int_equal(unsetenv("GPTD_COMM_SHM"), 0);
+
+    /* One rank with it off: the whole world uses the ring. */
+    static const int one_off[] = {1, 1, -1};
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, one_off, "tcp");
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+    static const int first_off[] = {-1, 0, 0};
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, first_off, "tcp");
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+
+    /* A rank that looks like another host (its own network namespace). */
+    gpt_comm_shm_test_host_hook = fake_other_host;
+    world_new_ex(&w, 3, 0, TIMEOUT_MS, on, "tcp");
+    gpt_comm_shm_test_host_hook = NULL;
+    world_run_all_ok(&w, rank_suite, &ref);
+    world_free(&w);
+    ref_done(&ref);
+}
+
+/* Each transport test twice, named after the transport. */
+#define TEST_IN(f, mode)                                                                           \
+    {                                                                                              \
+        .name = #f "/" #mode, .test_func = f, .initial_state = &mode_##mode                        \
+    }
+#define BOTH(f) TEST_IN(f, shm), TEST_IN(f, ring)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_args),
-        cmocka_unit_test(test_threads_small),
-        cmocka_unit_test(test_threads_tiny_chunks),
-        cmocka_unit_test(test_threads_big),
-        cmocka_unit_test(test_threads_abort),
-        cmocka_unit_test(test_threads_timeout),
-        cmocka_unit_test(test_threads_peer_closed),
-        cmocka_unit_test(test_threads_mismatch),
-        cmocka_unit_test(test_threads_stray),
-        cmocka_unit_test(test_procs_small),
-        cmocka_unit_test(test_procs_big),
-        cmocka_unit_test(test_procs_killed_peer),
+        BOTH(test_threads_small),
+        BOTH(test_threads_tiny_chunks),
+        BOTH(test_threads_big),
+        BOTH(test_threads_abort),
+        BOTH(test_threads_timeout),
+        BOTH(test_threads_peer_closed),
+        BOTH(test_threads_mismatch),
+        BOTH(test_threads_stray),
+        BOTH(test_procs_small),
+        BOTH(test_procs_big),
+        BOTH(test_procs_killed_peer),
+        cmocka_unit_test(test_shm_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
