@@ -225,6 +225,7 @@ struct agent {
     int64_t job;
     bool stop_snapshot;
     bool lost;
+    int64_t resume_step; /* the round's resume_step (rdzv.h), -1 none */
 
     /* the job's spec, parsed once per job */
     int64_t spec_job;
@@ -250,12 +251,15 @@ struct agent {
     bool scanning;
     uv_work_t scan;
     char scan_dir[GPT_JOB_PATH_MAX];
+    int64_t scan_pin; /* look for this step only (-1: the newest) */
+    char scan_path[GPT_JOB_PATH_MAX];
     int64_t scan_step;
     uint64_t scan_gen;
     int64_t scan_round, scan_job;
 
     uint64_t joined_gen;
     int64_t joined_round, joined_snap;
+    char joined_path[GPT_JOB_PATH_MAX]; /* the pinned snapshot's file here, "" none */
 
     /* leaving: no new round; done once the workers are gone */
     bool leaving;
@@ -394,8 +398,22 @@ static void agent_scan_work(uv_work_t *w)
     struct gpt_snapshot_meta meta;
     struct gpt_err err;
     a->scan_step = -1;
-    if (gpt_snapshot_newest(a->scan_dir, NULL, 0, &meta, NULL, NULL, &err) == 0)
+    a->scan_path[0] = '\0';
+    if (a->scan_pin < 0) {
+        if (gpt_snapshot_newest(a->scan_dir, NULL, 0, &meta, NULL, NULL, &err) == 0)
+            a->scan_step = meta.step;
+        return;
+    }
+    /* The round resumes from one step: only a complete file of that step
+     * counts (gpt_snapshot_write's name). */
+    int k = snprintf(a->scan_path, sizeof(a->scan_path), "%s/snap-%012" PRId64 "%s", a->scan_dir,
+                     a->scan_pin, GPT_SNAPSHOT_SUFFIX);
+    if (k > 0 && (size_t)k < sizeof(a->scan_path) &&
+        gpt_snapshot_read(a->scan_path, &meta, NULL, NULL, NULL, &err) == 0 &&
+        meta.step == a->scan_pin)
         a->scan_step = meta.step;
+    else
+        a->scan_path[0] = '\0';
 }
 
 static void agent_scan_done(uv_work_t *w, int status)
@@ -412,6 +430,12 @@ static void agent_scan_done(uv_work_t *w, int status)
         a->joined_gen = a->gen;
         a->joined_round = a->round;
         a->joined_snap = a->scan_step;
+        snprintf(a->joined_path, sizeof(a->joined_path), "%s", a->scan_path);
+        if (a->scan_pin >= 0)
+            log_info("agent: round %" PRId64 " of job %" PRId64 " resumes from the step %" PRId64
+                     " snapshot: %s",
+                     a->round, a->job, a->scan_pin,
+                     a->scan_path[0] ? a->scan_path : "not on this node");
         log_info("agent: joining round %" PRId64 " of job %" PRId64 " (newest snapshot: %s%" PRId64
                  ")",
                  a->round, a->job, a->scan_step < 0 ? "none " : "step ",
@@ -435,11 +459,24 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    /* Global rank 0 loads the snapshot and broadcasts the state; the round
+     * put a node holding the pinned step first. */
+    const char *resume_path = NULL;
+    if (a->resume_step >= 0 && base == 0) {
+        if (a->joined_gen != a->gen || a->joined_round != a->round || !a->joined_path[0]) {
+            gpt_err_set(&err, -ENOENT, NULL,
+                        "the step %" PRId64 " snapshot to resume from is not in %s on this node",
+                        a->resume_step, a->snapdir);
+            goto fail;
+        }
+        resume_path = a->joined_path;
+    }
     struct workers_opts o = {
         .job = &a->spec,
         .n_workers = n,
         .snapshot_dir = a->snapdir,
         .resume = 1,
+        .resume_path = resume_path,
         .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
         .world = world,
         .rank_base = base,
@@ -551,6 +588,7 @@ static void agent_reconcile(struct agent *a)
             a->scanning = true;
             a->handles++;
             snprintf(a->scan_dir, sizeof(a->scan_dir), "%s", a->snapdir);
+            a->scan_pin = a->resume_step;
             a->scan_gen = a->gen;
             a->scan_round = a->round;
             a->scan_job = a->job;
@@ -662,6 +700,8 @@ static void agent_on_round(void *ctx, const json_t *cur)
     a->job = json_integer_value(json_object_get(cur, "job"));
     const char *stop = json_string_value(json_object_get(cur, "stop"));
     a->stop_snapshot = stop && strcmp(stop, "snapshot") == 0;
+    const json_t *rs = json_object_get(cur, "resume_step");
+    a->resume_step = json_is_integer(rs) ? (int64_t)json_integer_value(rs) : -1;
     agent_reconcile(a);
 }
 
@@ -759,6 +799,7 @@ int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, s
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     a->loop = loop;
     a->cl = cl;
+    a->resume_step = -1;
     snprintf(a->node_id, sizeof(a->node_id), "%s", o->node_id);
     snprintf(a->state_dir, sizeof(a->state_dir), "%s", o->state_dir);
     snprintf(a->host, sizeof(a->host), "%s", o->host);

@@ -68,6 +68,13 @@ struct cluster {
     char version[32];
     uint8_t *secret;
     size_t secret_len;
+    char secret_file[1024];
+    char secret_hint[1024];
+    /* The store refused this node's secret: forwarded requests fail at once
+     * (with refused_msg) instead of waiting for a connection that will not
+     * come; the error is logged once per streak of refusals. */
+    bool refused;
+    char refused_msg[2600];
     uint64_t inc;
     uv_timer_t timer;
     struct cluster_node_hooks nh;
@@ -223,14 +230,35 @@ static void cluster_on_connect(void *arg, int status)
     if (!c->nc)
         return;
     if (status < 0) {
-        if (status == -GPT_E_AUTH)
-            log_error("cluster: the store at %s:%d refused this node (wrong secret?)", c->host,
-                      c->o.port);
+        if (status == -GPT_E_AUTH) {
+            if (!c->secret_len)
+                snprintf(c->refused_msg, sizeof(c->refused_msg),
+                         "the store at %s:%d refused this node: it has no cluster secret. Start "
+                         "gptd with --secret-file FILE (secret_file in gptd.conf), FILE a copy "
+                         "(mode 0600) of the coordinator's secret%s%s",
+                         c->host, c->o.port,
+                         c->secret_hint[0] ? ", "
+                                           : " (STATE_DIR/cluster.secret of a gptd "
+                                             "without an endpoint)",
+                         c->secret_hint);
+            else
+                snprintf(c->refused_msg, sizeof(c->refused_msg),
+                         "the store at %s:%d refused this node's secret (%s): it must hold the "
+                         "same bytes as the coordinator's (STATE_DIR/cluster.secret of a gptd "
+                         "without an endpoint)",
+                         c->host, c->o.port, c->secret_file[0] ? c->secret_file : "given");
+            if (!c->refused)
+                log_error("cluster: %s", c->refused_msg);
+            else
+                log_debug("cluster: refused again by %s:%d", c->host, c->o.port);
+            c->refused = true;
+        }
         c->nc_state = CONN_CONNECTING; /* reported as a loss below without the warning */
         cluster_conn_lost(c, gpt_strerror(status));
         return;
     }
     log_info("cluster: connected to the store at %s:%d as %s", c->host, c->o.port, c->node_id);
+    c->refused = false;
     c->nc_state = CONN_READY;
     c->backoff_ms = CLUSTER_BACKOFF_MIN_MS;
     c->last_progress = cluster_now();
@@ -601,6 +629,11 @@ static int cluster_request(struct cluster *c, json_t *m, double timeout_s,
 {
     if (!m)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (c->refused && c->nc_state != CONN_READY) {
+        json_decref(m);
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "this node is not in the cluster: %s",
+                           c->refused_msg);
+    }
     if (c->n_submits >= CLUSTER_SUBMITS_MAX) {
         json_decref(m);
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many requests to the coordinator");
@@ -1115,11 +1148,12 @@ int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int
                       int nodes_max, int max_restarts, int wait_timeout_s, struct gpt_err *err)
 {
     return cluster_job_resume(c, job, spec_json, nodes_min, nodes_max, max_restarts, 0,
-                              wait_timeout_s, err);
+                              wait_timeout_s, -1, NULL, -1, err);
 }
 
 int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
                        int nodes_max, int max_restarts, int restarts, int wait_timeout_s,
+                       int64_t resume_step, const char *resume_what, int64_t newest_snap,
                        struct gpt_err *err)
 {
     if (!c->coord)
@@ -1130,7 +1164,11 @@ int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, in
                          .nodes_max = nodes_max,
                          .max_restarts = max_restarts,
                          .restarts = restarts,
-                         .wait_timeout_s = wait_timeout_s};
+                         .wait_timeout_s = wait_timeout_s,
+                         .resume_chosen = resume_step >= 0,
+                         .resume_step = resume_step,
+                         .resume_what = resume_what,
+                         .newest_snap = resume_step >= 0 ? -1 : newest_snap};
     return rdzv_coord_job_start(c->coord, cluster_coord_now(), &j, err);
 }
 
@@ -1158,6 +1196,9 @@ static void cluster_on_tick(uv_timer_t *t)
     if (c->coord)
         cluster_coord_duty(c, now);
     cluster_leave_check(c, now);
+    /* Requests time out while no connection carries them too. */
+    if (c->nc_state != CONN_READY)
+        cluster_poll_submits(c, now);
 
     if (c->nc_state == CONN_NONE && now >= c->retry_at) {
         cluster_connect(c, now);
@@ -1230,6 +1271,10 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
     c->o.addr = c->addr;
     c->o.version = c->version;
     c->o.secret = NULL;
+    snprintf(c->secret_file, sizeof(c->secret_file), "%s", o->secret_file ? o->secret_file : "");
+    snprintf(c->secret_hint, sizeof(c->secret_hint), "%s", o->secret_hint ? o->secret_hint : "");
+    c->o.secret_file = c->secret_file;
+    c->o.secret_hint = c->secret_hint;
     if (o->secret_len) {
         c->secret = malloc(o->secret_len);
         if (!c->secret) {
@@ -1249,6 +1294,7 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
          * exchange ring addresses. */
         struct store_server_opts so = {.secret = c->secret,
                                        .secret_len = c->secret_len,
+                                       .secret_hint = c->secret_hint,
                                        .max_clients = 2 * RDZV_NODES_MAX + 64};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;

@@ -45,6 +45,11 @@ struct cluster_opts {
     bool coordinator;   /* serve the store at host:port */
     const void *secret; /* copied */
     size_t secret_len;
+    /* Where the secret came from ("" none), and where the coordinator's is
+     * (the embedded one's STATE_DIR/cluster.secret, "" unknown): named in
+     * the errors of a refused handshake. Copied. */
+    const char *secret_file;
+    const char *secret_hint;
     double heartbeat_s;
     double dead_after_s;
     double last_call_s;
@@ -153,9 +158,13 @@ uint64_t cluster_feed_seq(const struct cluster *c);
 int cluster_job_start(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
                       int nodes_max, int max_restarts, int wait_timeout_s, struct gpt_err *err);
 /* The same for a job that already restarted from `restarts` failures (under
- * an earlier coordinator): they count against max_restarts. */
+ * an earlier coordinator): they count against max_restarts. `resume_step`
+ * >= 0: the world resumes from the snapshot of that step, which
+ * `resume_what` names in errors (see rdzv_job); -1: from the newest, of
+ * which `newest_snap` is the step the job's history records (-1 none). */
 int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, int nodes_min,
                        int nodes_max, int max_restarts, int restarts, int wait_timeout_s,
+                       int64_t resume_step, const char *resume_what, int64_t newest_snap,
                        struct gpt_err *err);
 void cluster_job_stop(struct cluster *c);
 

@@ -238,13 +238,16 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
             return rc;
     }
     const char *bind = cfg->bind_host[0] ? cfg->bind_host : "127.0.0.1";
+    bool co_coordinator = cfg->coordinator != 0 || embedded;
     struct cluster_opts co = {
         .node_id = cfg->node_name,
         .host = host,
         .port = (int)port,
-        .coordinator = cfg->coordinator != 0 || embedded,
+        .coordinator = co_coordinator,
         .secret = secret,
         .secret_len = secret_len,
+        .secret_file = secret_path,
+        .secret_hint = co_coordinator && secret_path[0] ? secret_path : "",
         .heartbeat_s = cfg->heartbeat_s,
         .dead_after_s = cfg->dead_after_s,
         .last_call_s = cfg->last_call_s,

@@ -438,10 +438,17 @@ static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
     jobs_fanout_end(js, id);
 }
 
+static void jobs_newest_step(void *ctx, const struct db_snapshot *s)
+{
+    int64_t *step = ctx;
+    if (s->step > *step)
+        *step = s->step;
+}
+
 /* A job on a cluster: the coordinator's rendezvous forms the worlds; a run
  * row is written for each world (jobs_cluster_world). */
 static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struct db_job *j,
-                              struct gpt_err *err)
+                              const struct db_snapshot *chosen, struct gpt_err *err)
 {
     const struct gpt_dist_spec *d = &run->spec.distributed;
     double now = jobs_now();
@@ -459,17 +466,31 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     run->elastic = true;
     run->last_step = j->step;
     js->run = run;
+    /* A chosen snapshot travels as its step: each node keeps its own copy
+     * under its own directory, so the path recorded here means nothing on
+     * the others. */
+    char what[128] = "", how[192] = "";
+    if (chosen) {
+        snprintf(what, sizeof(what), "snapshot %lld (step %lld)", (long long)chosen->id,
+                 (long long)chosen->step);
+        snprintf(how, sizeof(how), " (resume from %s)", what);
+    } else if (j->resume) {
+        snprintf(how, sizeof(how), " (resume from the newest snapshot)");
+    }
+    int64_t newest = -1;
+    if (!chosen && j->resume)
+        (void)db_snapshot_list(js->db, j->id, jobs_newest_step, &newest, NULL);
     rc = cluster_job_resume(js->cluster, j->id, j->spec_json, d->nodes_min, d->nodes_max,
-                            d->max_restarts, j->restarts, d->wait_timeout_s, err);
+                            d->max_restarts, j->restarts, d->wait_timeout_s,
+                            chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
     if (rc < 0) {
         js->run = NULL;
         return rc;
     }
-    log_info("job %lld (%s): running on the cluster, %d to %d node%s", (long long)j->id, j->name,
-             d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s");
+    log_info("job %lld (%s): running on the cluster, %d to %d node%s%s", (long long)j->id, j->name,
+             d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s", how);
     jobs_event(js, j->id, 0, j->step, "run", "job started on the cluster: %d to %d node%s%s",
-               d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s",
-               j->resume ? " (resume from the newest snapshot)" : "");
+               d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s", how);
     return 0;
 }
 
@@ -485,6 +506,8 @@ static int jobs_start(struct jobs *js, int64_t id)
     }
     struct jobs_run *run = calloc(1, sizeof(*run));
     char resume_path[DB_PATH_MAX] = "";
+    struct db_snapshot chosen;
+    memset(&chosen, 0, sizeof(chosen));
     if (!run) {
         rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;
@@ -494,18 +517,17 @@ static int jobs_start(struct jobs *js, int64_t id)
     if (rc < 0)
         goto fail;
     if (j.resume_snapshot > 0) {
-        struct db_snapshot s;
-        rc = db_snapshot_get(js->db, j.resume_snapshot, &s, &err);
+        rc = db_snapshot_get(js->db, j.resume_snapshot, &chosen, &err);
         if (rc < 0)
             goto fail;
-        snprintf(resume_path, sizeof(resume_path), "%s", s.path);
+        snprintf(resume_path, sizeof(resume_path), "%s", chosen.path);
     }
     int n_workers = run->spec.distributed.workers_per_node > 0
                         ? run->spec.distributed.workers_per_node
                         : js->cfg->workers;
     jobs_mkdirs(j.snapshot_dir);
     if (js->cluster) {
-        rc = jobs_start_elastic(js, run, &j, &err);
+        rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
         if (rc < 0)
             goto fail;
         db_job_done(&j);

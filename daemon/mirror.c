@@ -74,8 +74,12 @@ int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ct
 {
     const char *op = req->op == GPT_CTL_OP_LIST     ? "list"
                      : req->op == GPT_CTL_OP_STATUS ? "status"
+                     : req->op == GPT_CTL_OP_CANCEL ? "cancel"
+                     : req->op == GPT_CTL_OP_RESUME ? "resume"
                                                     : "snapshots";
-    json_t *args = json_pack("{s:I}", "job", (json_int_t)req->job);
+    /* The coordinator checks the client's uid against the job's owner. */
+    json_t *args = json_pack("{s:I, s:I, s:I}", "job", (json_int_t)req->job, "uid",
+                             (json_int_t)cl->uid, "snapshot", (json_int_t)req->snapshot);
     struct mirror_req *q = args ? mirror_req_new(m, cl, req->id) : NULL;
     if (!q) {
         json_decref(args);

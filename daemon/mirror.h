@@ -4,7 +4,9 @@
  * record; nothing is copied into the member's own database.
  *
  * - `list`, `status JOB` and `snapshots JOB` are asked of the coordinator
- *   (cluster_read) and answered with its result.
+ *   (cluster_read) and answered with its result; so are `cancel JOB` and
+ *   `resume JOB`, which the coordinator does to its queue, checking the
+ *   client's uid as for its own clients.
  * - `logs JOB` replays the job's history from the coordinator's database in
  *   chunks (the next chunk only once the previous one is written to the
  *   client), then, with `follow`, the coordinator's feed (cluster.h) until
@@ -39,8 +41,8 @@ struct mirror *mirror_new(struct cluster *cl, struct control *ctl, const struct 
 /* After the cluster is closed. NULL allowed. */
 void mirror_free(struct mirror *m);
 
-/* list, status JOB or snapshots JOB through the coordinator; the reply comes
- * later. Returns 0 or an error to reply with now. */
+/* list, status JOB, snapshots JOB, cancel JOB or resume JOB through the
+ * coordinator; the reply comes later. Returns 0 or an error to reply with now. */
 int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ctl_request *req,
                 struct gpt_err *err);
 /* Starts a `logs` stream (validated request fields). */

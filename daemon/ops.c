@@ -252,34 +252,61 @@ static int op_logs(struct daemon_ctx *d, struct control_client *cl,
     return jobs_follow(d->jobs, cl, req->id, req->job, req->since, req->follow, err);
 }
 
-/* Replies with the job's state after a cancel/resume. */
-static int ops_reply_state(struct daemon_ctx *d, struct control_client *cl,
-                           const struct gpt_ctl_request *req, struct gpt_err *err)
+/* The job's state after a cancel/resume, as the reply's result. */
+static int ops_state_result(struct daemon_ctx *d, int64_t job, bool cancel, json_t **ret,
+                            struct gpt_err *err)
 {
     struct db_job j;
-    int rc = db_job_get(d->db, req->job, &j, err);
+    int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
         return rc;
     const char *state = db_job_state_name(j.state);
-    if (jobs_running(d->jobs) == j.id && req->op == GPT_CTL_OP_CANCEL)
+    if (jobs_running(d->jobs) == j.id && cancel)
         state = "cancelling";
-    control_reply_ok(cl, req->id, json_pack("{s:I, s:s}", "job", (json_int_t)j.id, "state", state));
+    *ret = json_pack("{s:I, s:s}", "job", (json_int_t)j.id, "state", state);
     db_job_done(&j);
     return 0;
+}
+
+/* Cancel and resume change the queue of record: on a member they are the
+ * coordinator's to do (mirror_read), with the client's uid checked there as
+ * it would be here. */
+static int ops_cancel_result(struct daemon_ctx *d, int64_t job, uid_t uid, json_t **ret,
+                             struct gpt_err *err)
+{
+    int rc = jobs_cancel(d->jobs, job, uid, err);
+    return rc < 0 ? rc : ops_state_result(d, job, true, ret, err);
+}
+
+static int ops_resume_result(struct daemon_ctx *d, int64_t job, int64_t snapshot, uid_t uid,
+                             json_t **ret, struct gpt_err *err)
+{
+    int rc = jobs_resume(d->jobs, job, snapshot, uid, err);
+    return rc < 0 ? rc : ops_state_result(d, job, false, ret, err);
 }
 
 static int op_cancel(struct daemon_ctx *d, struct control_client *cl,
                      const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    int rc = jobs_cancel(d->jobs, req->job, cl->uid, err);
-    return rc < 0 ? rc : ops_reply_state(d, cl, req, err);
+    if (ops_is_member(d))
+        return mirror_read(d->mirror, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_cancel_result(d, req->job, cl->uid, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
 }
 
 static int op_resume(struct daemon_ctx *d, struct control_client *cl,
                      const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    int rc = jobs_resume(d->jobs, req->job, req->snapshot, cl->uid, err);
-    return rc < 0 ? rc : ops_reply_state(d, cl, req, err);
+    if (ops_is_member(d))
+        return mirror_read(d->mirror, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_resume_result(d, req->job, req->snapshot, cl->uid, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
 }
 
 static void ops_snapshot_add(void *ctx, const struct db_snapshot *s)
@@ -370,13 +397,52 @@ static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t *
     return rc;
 }
 
+/* Where a member finds its copies of a job's snapshots: the spec's
+ * snapshot.dir ("" for the default) and, for a chosen snapshot, its step. */
+static int ops_locate_result(struct daemon_ctx *d, int64_t job, int64_t snapshot, json_t **ret,
+                             struct gpt_err *err)
+{
+    struct db_job j;
+    int rc = db_job_get(d->db, job, &j, err);
+    if (rc < 0)
+        return rc;
+    json_t *spec = json_loads(j.spec_json, 0, NULL);
+    const char *dir = json_string_value(json_object_get(json_object_get(spec, "snapshot"), "dir"));
+    int64_t step = -1;
+    if (snapshot > 0) {
+        struct db_snapshot sn;
+        rc = db_snapshot_get(d->db, snapshot, &sn, err);
+        if (rc == 0 && sn.job_id != job)
+            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
+                             (long long)snapshot, (long long)job);
+        if (rc == 0)
+            step = sn.step;
+    }
+    if (rc == 0)
+        *ret = json_pack("{s:s, s:I}", "dir", dir ? dir : "", "step", (json_int_t)step);
+    json_decref(spec);
+    db_job_done(&j);
+    return rc;
+}
+
 int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
 {
     struct daemon_ctx *d = ctx;
     int64_t job = json_integer_value(json_object_get(args, "job"));
+    int64_t snapshot = json_integer_value(json_object_get(args, "snapshot"));
+    const json_t *uid = json_object_get(args, "uid");
     json_t *r = NULL;
     int rc;
-    if (strcmp(op, "list") == 0)
+    if ((strcmp(op, "cancel") == 0 || strcmp(op, "resume") == 0) &&
+        (!json_is_integer(uid) || json_integer_value(uid) < 0))
+        rc = gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
+    else if (strcmp(op, "cancel") == 0)
+        rc = ops_cancel_result(d, job, (uid_t)json_integer_value(uid), &r, err);
+    else if (strcmp(op, "resume") == 0)
+        rc = ops_resume_result(d, job, snapshot, (uid_t)json_integer_value(uid), &r, err);
+    else if (strcmp(op, "locate") == 0)
+        rc = ops_locate_result(d, job, snapshot, &r, err);
+    else if (strcmp(op, "list") == 0)
         rc = ops_list_result(d, &r, err);
     else if (strcmp(op, "status") == 0)
         rc = ops_job_result(d, job, &r, err);
@@ -403,16 +469,50 @@ struct ops_sample {
     char path[DB_PATH_MAX];
     char fallback[DB_PATH_MAX]; /* the newest recorded snapshot present here */
     char prompt[GPT_CTL_PROMPT_MAX + 1];
+    /* a member: the job and snapshot are the coordinator's, the files this
+     * node's own copies (s->dir; s->path when one was chosen) */
+    bool member;
+    int64_t job, snapshot, step;
+    char node[CONFIG_NAME_MAX];
     struct gpt_sample_opts o;
     char *text;
     int rc;
     struct gpt_err err;
 };
 
+/* A member samples its own copy: members keep one of every snapshot
+ * written while they were in the world, the coordinator's own files are
+ * on another host. */
+static int ops_sample_member_path(struct ops_sample *s)
+{
+    struct stat st;
+    if (s->path[0]) {
+        if (stat(s->path, &st) == 0)
+            return 0;
+        return gpt_err_set(&s->err, -ENOENT, "snapshot",
+                           "snapshot %lld (step %lld) of job %lld is not on node %s (no %s); "
+                           "sample it on the coordinator or on a node that was in that world",
+                           (long long)s->snapshot, (long long)s->step, (long long)s->job, s->node,
+                           s->path);
+    }
+    struct gpt_snapshot_meta meta;
+    int rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
+    if (rc == -ENOENT)
+        rc = gpt_err_set(&s->err, -ENOENT, NULL,
+                         "job %lld has no snapshot on node %s (none valid in %s); sample it on "
+                         "the coordinator or on a node that was in its world",
+                         (long long)s->job, s->node, s->dir);
+    return rc;
+}
+
 static void ops_sample_work(uv_work_t *w)
 {
     struct ops_sample *s = w->data;
-    if (!s->path[0]) {
+    if (s->member) {
+        s->rc = ops_sample_member_path(s);
+        if (s->rc < 0)
+            return;
+    } else if (!s->path[0]) {
         struct gpt_snapshot_meta meta;
         s->rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
         /* A cluster node keeps its copies in a directory of its own. */
@@ -458,6 +558,13 @@ static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
         snprintf(nw->path, nw->cap, "%s", sn->path);
 }
 
+static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
+                            struct gpt_err *err);
+static int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                             const struct gpt_ctl_request *req, int64_t tokens,
+                             struct gpt_err *err);
+
 static int op_sample(struct daemon_ctx *d, struct control_client *cl,
                      const struct gpt_ctl_request *req, struct gpt_err *err)
 {
@@ -465,6 +572,8 @@ static int op_sample(struct daemon_ctx *d, struct control_client *cl,
     if (tokens > d->cfg.sample_max_tokens)
         return gpt_err_set(err, -GPT_E_LIMIT, "tokens", "at most %d tokens (sample_max_tokens)",
                            d->cfg.sample_max_tokens);
+    if (ops_is_member(d))
+        return ops_sample_member(d, cl, req, tokens, err);
     struct db_job j;
     int rc = db_job_get(d->db, req->job, &j, err);
     if (rc < 0)
@@ -492,7 +601,107 @@ static int op_sample(struct daemon_ctx *d, struct control_client *cl,
         struct ops_newest nw = {s->fallback, sizeof(s->fallback)};
         (void)db_snapshot_list(d->db, req->job, ops_newest_here, &nw, NULL);
     }
+    return ops_sample_queue(d, cl, req, tokens, s, err);
+}
+
+/* A member's sample: where the copies are comes from the coordinator. */
+struct ops_locating {
+    struct daemon_ctx *d;
+    struct control_client *cl;
+    struct ops_sample *s;
+    struct gpt_ctl_request req; /* what ops_sample_queue reads; prompt copied into s */
+    int64_t tokens;
+};
+
+static void ops_sample_located(void *arg, int rc, const json_t *reply, const struct gpt_err *err)
+{
+    struct ops_locating *q = arg;
+    struct ops_sample *s = q->s;
+    struct control_client *cl = q->cl;
+    struct gpt_err e;
+    gpt_err_clear(&e);
+    const char *dir = json_string_value(json_object_get(reply, "dir"));
+    const json_t *step = json_object_get(reply, "step");
+    if (rc < 0) {
+        e = *err;
+    } else if (!dir || !json_is_integer(step)) {
+        rc = gpt_err_set(&e, -GPT_E_PROTO, NULL, "the coordinator's answer has no snapshot dir");
+    } else {
+        /* The agent's layout: a spec's snapshot.dir holds one subdirectory
+         * per member; the default is under this node's state directory. */
+        int k = dir[0] ? snprintf(s->dir, sizeof(s->dir), "%s/%s", dir, s->node)
+                       : snprintf(s->dir, sizeof(s->dir), "%s/jobs/%lld/snapshots",
+                                  q->d->cfg.state_dir, (long long)s->job);
+        s->step = json_integer_value(step);
+        if (k > 0 && (size_t)k < sizeof(s->dir) && s->snapshot > 0)
+            k = snprintf(s->path, sizeof(s->path), "%s/snap-%012lld%s", s->dir, (long long)s->step,
+                         GPT_SNAPSHOT_SUFFIX);
+        if (k < 0 || (size_t)k >= sizeof(s->path))
+            rc = gpt_err_set(&e, -ENAMETOOLONG, NULL, "snapshot directory too long");
+    }
+    if (rc == 0 && cl->closing)
+        rc = -ECANCELED;
+    if (rc < 0)
+        free(s);
+    else
+        rc = ops_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
+    if (rc < 0 && !cl->closing)
+        control_reply_err(cl, q->req.id, rc, &e);
+    json_decref(q->req.id);
+    cl->busy--;
+    control_client_idle_check(cl);
+    control_client_unref(cl);
+    free(q);
+}
+
+static int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                             const struct gpt_ctl_request *req, int64_t tokens, struct gpt_err *err)
+{
+    struct ops_sample *s = calloc(1, sizeof(*s));
+    struct ops_locating *q = calloc(1, sizeof(*q));
+    bool chosen = req->present & (1u << GPT_CTL_F_SNAPSHOT);
+    json_t *args = json_pack("{s:I, s:I}", "job", (json_int_t)req->job, "snapshot",
+                             (json_int_t)(chosen ? req->snapshot : 0));
+    if (!s || !q || !args) {
+        free(s);
+        free(q);
+        json_decref(args);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    s->member = true;
+    s->job = req->job;
+    s->snapshot = chosen ? req->snapshot : 0;
+    snprintf(s->node, sizeof(s->node), "%s", d->cfg.node_name);
     snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
+    q->d = d;
+    q->cl = cl;
+    q->s = s;
+    q->req = *req;
+    q->req.id = json_deep_copy(req->id);
+    q->req.prompt = NULL; /* borrowed from the request; copied into s already */
+    q->req.root = NULL;
+    q->req.spec = NULL;
+    q->tokens = tokens;
+    int rc = cluster_read(d->cluster, "locate", args, ops_sample_located, q, err);
+    if (rc < 0) {
+        json_decref(q->req.id);
+        free(q);
+        free(s);
+        return rc;
+    }
+    control_client_ref(cl);
+    cl->busy++;
+    return 0;
+}
+
+/* Fills in the sampling options and runs it on a work thread (takes s). */
+static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
+                            struct gpt_err *err)
+{
+    int rc;
+    if (req->prompt)
+        snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
     s->o.prompt = s->prompt;
     s->o.tokens = (int)tokens;
     s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature : 1.0;

@@ -16,6 +16,9 @@
 /* A previous member that neither joins nor dies holds a round open at most
  * this long (its workers may be stuck in a collective that times out). */
 #define RDZV_JOIN_TIMEOUT_S 15.0
+/* How long a round waits for a node holding the newest recorded snapshot
+ * (rdzv_job.newest_snap) before it resumes from an older one. */
+#define RDZV_SNAP_WAIT_S 12.0
 
 struct rdzv_cnode {
     char id[RDZV_NODE_ID_MAX];
@@ -69,6 +72,11 @@ struct rdzv_coord {
     int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
     bool failure;             /* a member failed or died in the running world */
     char failure_why[256];
+    /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
+    int64_t pin_step;
+    bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
+    char pin_what[128];
+    int64_t want_snap; /* the newest snapshot step recorded, -1 none */
 };
 
 static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
@@ -284,6 +292,7 @@ static void rdzv_finish(struct rdzv_coord *c, int rc, int64_t step, const char *
         c->nodes[i].joined_round = -1;
     }
     c->job = 0;
+    c->pin_step = -1;
     free(c->spec_json);
     c->spec_json = NULL;
     c->world = 0;
@@ -316,6 +325,29 @@ static void rdzv_close_round(struct rdzv_coord *c)
     qsort(j, nj, sizeof(*j), rdzv_cmp_rank);
     if (nj > (size_t)c->nodes_max)
         nj = (size_t)c->nodes_max;
+    /* Joins name the pinned step when they hold it, so its holders rank
+     * first; global rank 0 must be one. */
+    if (c->pin_step >= 0 && (nj == 0 || j[0]->snap_step != c->pin_step)) {
+        free(j);
+        if (c->pin_chosen) {
+            char why[300];
+            snprintf(why, sizeof(why),
+                     "cannot resume from %s: no node of the world holds its file (step %" PRId64
+                     "); resume from another snapshot or bring back a node that has it",
+                     c->pin_what, c->pin_step);
+            rdzv_event(c, "failure", "%s", why);
+            rdzv_finish(c, -ENOENT, c->last_step, why);
+            return;
+        }
+        /* A snapshot of this run that nobody kept: the nodes join again,
+         * naming their newest snapshot. */
+        char why[200];
+        snprintf(why, sizeof(why), "no node holds %s; resuming from the newest snapshot",
+                 c->pin_what);
+        c->pin_step = -1;
+        rdzv_open_round(c, c->opened_at, c->stop_snapshot, why);
+        return;
+    }
     int base = 0;
     char names[512] = "";
     size_t off = 0;
@@ -457,6 +489,15 @@ void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
         c->last_step = step;
     if (snapshot > c->last_snap)
         c->last_snap = snapshot;
+    /* A resumed run's own snapshot is what its later worlds resume from,
+     * not a newer one left by the run before the chosen snapshot. */
+    if (snapshot >= 0 && c->pin_step >= 0 && snapshot != c->pin_step) {
+        c->pin_step = snapshot;
+        c->pin_chosen = false;
+        snprintf(c->pin_what, sizeof(c->pin_what), "the step %" PRId64 " snapshot", snapshot);
+    }
+    if (snapshot > c->want_snap)
+        c->want_snap = snapshot;
 }
 
 int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
@@ -477,6 +518,11 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
     c->stop_requested = false;
     c->last_step = 0;
     c->last_snap = -1;
+    c->pin_step = job->resume_chosen && job->resume_step >= 0 ? job->resume_step : -1;
+    c->pin_chosen = c->pin_step >= 0;
+    snprintf(c->pin_what, sizeof(c->pin_what), "%s",
+             job->resume_what ? job->resume_what : "the chosen snapshot");
+    c->want_snap = c->pin_chosen ? -1 : job->newest_snap;
     for (size_t i = 0; i < c->n; i++)
         c->nodes[i].member = c->nodes[i].prev_member = false;
     rdzv_open_round(c, now, false, "job started");
@@ -585,13 +631,15 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
 static void rdzv_tick_forming(struct rdzv_coord *c, double now)
 {
     int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0;
+    bool has_newest = c->want_snap < 0;
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
         if (!nd->alive)
             continue;
-        if (nd->joined_round == c->round)
+        if (nd->joined_round == c->round) {
             joined++;
-        else if (nd->prev_member)
+            has_newest |= nd->snap_step >= c->want_snap;
+        } else if (nd->prev_member)
             pending_prev++;
     }
     double age = now - c->opened_at;
@@ -610,6 +658,10 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
     }
     if (pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S)
         pending_prev = 0;
+    /* Resuming from an older snapshot than one the job recorded would redo
+     * steps (and their metrics): give its holders time to come back. */
+    if (!has_newest && age < RDZV_SNAP_WAIT_S && joined < c->nodes_max)
+        return;
     if (joined >= c->nodes_max || (joined >= c->nodes_min && pending_prev == 0 &&
                                    (joined == alive || age >= c->o.last_call_s)))
         rdzv_close_round(c);
@@ -676,6 +728,8 @@ struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
     c->h = *h;
     c->phase = RDZV_IDLE;
     c->last_snap = -1;
+    c->pin_step = -1;
+    c->want_snap = -1;
     rdzv_publish(c);
     return c;
 }
@@ -702,6 +756,8 @@ json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
         return NULL;
     if (c->spec_json)
         json_object_set_new(o, "spec", json_string(c->spec_json));
+    if (c->job && c->pin_step >= 0)
+        json_object_set_new(o, "resume_step", json_integer(c->pin_step));
     if (!with_nodes)
         return o;
     json_t *nodes = json_array();

@@ -90,6 +90,20 @@ struct rdzv_job {
     int max_restarts;
     int restarts; /* failures already restarted from (a coordinator restart keeps them) */
     int wait_timeout_s;
+    /* A snapshot the user chose to resume from (`gptctl resume --snapshot`):
+     * the world resumes from the file of step `resume_step` on a node that
+     * holds it (global rank 0 loads it and broadcasts the state), and fails
+     * naming `resume_what` when no node does. Once the run writes a snapshot,
+     * later worlds resume from that step. false: each world resumes from the
+     * newest snapshot its nodes hold. */
+    bool resume_chosen;
+    int64_t resume_step;
+    const char *resume_what; /* e.g. "snapshot 3 (step 20)"; copied */
+    /* The newest snapshot step the job's history records (-1 none). A
+     * round does not close at `min` nodes while no joined node holds it,
+     * for a grace (RDZV_SNAP_WAIT_S): after a coordinator restart the
+     * members that hold it reconnect later than the coordinator joins. */
+    int64_t newest_snap;
 };
 
 /* A node -> coordinator message, decoded (rdzv_msg_parse). LEAVE: the node
@@ -104,7 +118,8 @@ struct rdzv_msg {
     uint64_t gen; /* the coordinator generation the node saw */
     int64_t round;
     int64_t job;
-    int64_t snap_step; /* join: newest valid snapshot step held, -1 none */
+    int64_t snap_step; /* join: newest valid snapshot step held (with a published
+                        * resume_step: that step if held), -1 none */
     int workers;
     char addr[RDZV_ADDR_MAX];
     char version[32];

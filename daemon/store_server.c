@@ -130,6 +130,8 @@ struct store_server {
     void *close_arg;
     struct store_server_opts opts;
     uint8_t *secret;
+    char secret_hint[1024];
+    uint64_t auth_logged_ms; /* when a refused secret was last logged (uv_now) */
     struct entry **buckets;
     size_t nbuckets;
     struct link clients;
@@ -745,8 +747,21 @@ static void client_process(struct client *c)
         }
         if (c->state != CLIENT_READY) {
             if ((rc = handshake_step(c, &m)) < 0) {
-                log_notice("store: dropped %s in the handshake (%s, got %s)", c->peer,
-                           gpt_strerror(rc), proto_store_type_name(m.type));
+                /* A node retrying with a wrong or missing secret would
+                 * fill the log: say how to fix it once a minute. */
+                uint64_t now_ms = uv_now(s->loop);
+                if (rc == -GPT_E_AUTH && m.type == PROTO_STORE_AUTH && s->secret_hint[0] &&
+                    (!s->auth_logged_ms || now_ms - s->auth_logged_ms >= 60000)) {
+                    s->auth_logged_ms = now_ms;
+                    log_notice("store: refused %s: wrong or missing cluster secret (a member "
+                               "joins with --secret-file naming a copy of %s)",
+                               c->peer, s->secret_hint);
+                } else if (rc == -GPT_E_AUTH && m.type == PROTO_STORE_AUTH && s->secret_hint[0]) {
+                    log_debug("store: refused %s: wrong or missing cluster secret", c->peer);
+                } else {
+                    log_notice("store: dropped %s in the handshake (%s, got %s)", c->peer,
+                               gpt_strerror(rc), proto_store_type_name(m.type));
+                }
                 client_close(c, "handshake failed");
                 return;
             }
@@ -877,6 +892,9 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
     s->loop = loop;
     if (opts)
         s->opts = *opts;
+    snprintf(s->secret_hint, sizeof(s->secret_hint), "%s",
+             s->opts.secret_hint ? s->opts.secret_hint : "");
+    s->opts.secret_hint = s->secret_hint;
     if (!s->opts.max_keys)
         s->opts.max_keys = 65536;
     if (!s->opts.max_value_bytes || s->opts.max_value_bytes > GPT_STORE_VALUE_MAX)

@@ -31,6 +31,9 @@
 struct store_server_opts {
     const void *secret; /* copied; NULL or empty = loopback peers only */
     size_t secret_len;
+    /* The secret's file as members must name it (copied; NULL or ""
+     * unknown): the refusal of a wrong secret says so in the log. */
+    const char *secret_hint;
     size_t max_keys;               /* 65536; over it, creating a key gets ERROR(LIMIT) */
     size_t max_value_bytes;        /* GPT_STORE_VALUE_MAX (also caps APPEND's result) */
     size_t max_data_bytes;         /* 1 GiB of keys and values in total */

@@ -3,9 +3,14 @@
 #  - a gptd with no endpoint is the coordinator of its own cluster on
 #    loopback (an ephemeral port), and lists itself as such;
 #  - other gptd join it through that endpoint and its state directory's
-#    secret;
+#    secret; one without it is told (and the coordinator's log says) which
+#    file to pass with --secret-file;
 #  - on a member's socket, `list`, `status JOB` and `logs -f JOB` show the
 #    coordinator's job: metrics with increasing steps, then its completion;
+#  - `cancel` and `resume [--snapshot ID]` on a member act on the
+#    coordinator's queue (the world resumes from exactly the chosen
+#    snapshot); `sample` on a member uses the member's own copy, or fails
+#    naming the snapshot it lacks;
 #  - a member stopped with SIGTERM leaves without using up a restart
 #    (distributed.max_restarts counts failures only), a kill -9 uses one,
 #    and the count is kept in the coordinator's database.
@@ -34,6 +39,21 @@ wait_for 20 node_is n1 n2 idle
 wait_for 20 node_is n1 n3 idle
 wait_for 20 node_is n2 n1 idle # the node table reaches members too
 
+# --- a gptd joining without the secret: a clear error naming the file, at
+# once (a forwarded request does not wait), on both sides.
+"$GPTD" --state-dir "$T/n4" --socket "$T/n4.sock" --node-id n4 --rdzv "$RDZV" \
+    >>"$T/n4.log" 2>&1 &
+NODE_PID[n4]=$!
+wait_for 20 ctl n4 status
+wait_for 20 grep -q "refused this node: it has no cluster secret.*--secret-file" "$T/n4.log"
+set +e
+out=$(timeout 10 env GPTD_SOCKET="$T/n4.sock" "$GPTCTL" list 2>&1); rc=$?
+set -e
+[[ $rc -eq 1 && $out == *--secret-file* ]] || fail "list on a node without the secret: rc $rc: $out"
+grep -q "wrong or missing cluster secret.*--secret-file naming a copy of $T/n1/cluster.secret" \
+    "$T/n1.log" || fail "the coordinator's log does not name its secret file"
+kill_node n4
+
 # --- a job submitted and followed on a member.
 elastic_job "$T/job.json" 300 "1:3" 50 10
 id=$(ctl n2 submit "$T/job.json")
@@ -54,6 +74,45 @@ ctl n2 list | grep -q "completed" || fail "list on a member does not show the jo
 ctl n2 --json logs "$id" | grep -c '"type":"metric"' >"$T/n_replay"
 [[ $(cat "$T/n_replay") == $(wc -l <"$T/steps") ]] ||
     fail "replay on a member: $(cat "$T/n_replay") metrics, live: $(wc -l <"$T/steps")"
+
+# --- sample on a member uses its own copy of the job's snapshots.
+snap_of() { db "SELECT id FROM snapshots WHERE job_id = $id AND step = $1 LIMIT 1"; }
+s200=$(snap_of 200)
+s250=$(snap_of 250)
+[[ -n $s200 && -n $s250 ]] || fail "no step 200/250 snapshots: $(db "SELECT step FROM snapshots")"
+ctl n3 --json sample "$id" --prompt 12 --tokens 4 | grep -q '"snapshot":"'"$T"'/n3/' ||
+    fail "sample on n3 did not use n3's copy: $(ctl n3 --json sample "$id" --prompt 12 --tokens 4)"
+ctl n3 --json sample "$id" --snapshot "$s250" --prompt 12 --tokens 4 |
+    grep -q 'n3/jobs/'"$id"'/snapshots/snap-000000000250' || fail "sample --snapshot on n3"
+rm -f "$T/n3/jobs/$id/snapshots/snap-000000000200.gpts"
+set +e
+out=$(ctl n3 sample "$id" --snapshot "$s200" --prompt 12 --tokens 4 2>&1); rc=$?
+set -e
+[[ $rc -eq 1 && $out == *"snapshot $s200 (step 200)"*"not on node n3"* ]] ||
+    fail "sample of a snapshot n3 lacks: rc $rc: $out"
+
+# --- resume --snapshot on a member: queued on the coordinator, and the
+# world resumes from exactly that (older) snapshot.
+ctl n2 resume "$id" --snapshot "$s250" | grep -q queued || fail "resume on a member"
+[[ $("$ITEST" sql "$T/n2/gptd.db" "SELECT count(*) FROM jobs") == 0 ]] ||
+    fail "the member's own database got a job"
+wait_for 60 job_is n1 "$id" completed
+run=$(db "SELECT max(run_id) FROM metrics WHERE job_id = $id")
+first=$(db "SELECT min(step) FROM metrics WHERE job_id = $id AND run_id = $run")
+[[ $first == 260 ]] || fail "resume from the step 250 snapshot: first metric at step $first"
+db "SELECT message FROM events WHERE job_id = $id AND kind = 'resume' ORDER BY id DESC LIMIT 1" |
+    grep -q 'at step 250' || fail "no resume at step 250"
+
+# --- cancel on a member cancels the coordinator's job.
+elastic_job "$T/cancel.json" 100000 "1:3" 50 10
+idc=$(ctl n3 submit "$T/cancel.json")
+wait_for 60 job_step_at_least n1 "$idc" 20
+ctl n3 cancel "$idc" | grep -q cancel || fail "cancel on a member"
+wait_for 30 job_is n1 "$idc" cancelled
+set +e
+out=$(ctl n2 cancel "$idc" 2>&1); rc=$?
+set -e
+[[ $rc -eq 1 && $out == *"already cancelled"* ]] || fail "second cancel on a member: rc $rc: $out"
 
 # --- restarts: SIGTERM of a member is a leave, kill -9 a failure.
 elastic_job "$T/long.json" 100000 "1:3" 50 10

@@ -1,0 +1,274 @@
+/*
+ * Unit tests of daemon/rdzv's coordinator, a state machine driven by
+ * messages and a clock: rounds close at MAX at once and at MIN after the
+ * last call; ranks follow the newest snapshot; a round does not resume from
+ * an older snapshot than the job recorded while a holder may still come back
+ * (the coordinator-restart case), and does after the grace; a dead member
+ * re-forms the world and counts a restart.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "rdzv.h"
+
+#define GEN 0x42
+
+struct rec {
+    int worlds;          /* world hook calls */
+    int world_size, world_nodes;
+    int restarts;
+    int finished;
+    char last_event[512]; /* the newest "world" event */
+};
+
+static void h_publish(void *ctx, const char *key, const char *value)
+{
+    (void)ctx, (void)key, (void)value;
+}
+
+static void h_event(void *ctx, int64_t job, const char *kind, const char *msg)
+{
+    struct rec *r = ctx;
+    (void)job;
+    if (strcmp(kind, "world") == 0)
+        snprintf(r->last_event, sizeof(r->last_event), "%s", msg);
+}
+
+static void h_world(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id)
+{
+    struct rec *r = ctx;
+    (void)job;
+    r->worlds++;
+    r->world_size = world_size;
+    r->world_nodes = nodes;
+    *ret_run_id = r->worlds;
+}
+
+static void h_waiting(void *ctx, int64_t job, bool waiting)
+{
+    (void)ctx, (void)job, (void)waiting;
+}
+
+static void h_finished(void *ctx, int64_t job, int rc, int64_t step, const char *error)
+{
+    struct rec *r = ctx;
+    (void)job, (void)rc, (void)step, (void)error;
+    r->finished++;
+}
+
+static void h_restarts(void *ctx, int64_t job, int restarts)
+{
+    struct rec *r = ctx;
+    (void)job;
+    r->restarts = restarts;
+}
+
+struct fx {
+    struct rec rec;
+    struct rdzv_coord *c;
+};
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    struct rdzv_opts o = {.dead_after_s = 3, .last_call_s = 1, .admit_snapshot_steps = 100};
+    struct rdzv_hooks h = {&f->rec, h_publish, h_event, h_world, h_waiting, h_finished, h_restarts};
+    f->c = rdzv_coord_new(GEN, &o, &h);
+    assert_non_null(f->c);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    rdzv_coord_free(f->c);
+    free(f);
+    return 0;
+}
+
+static int64_t cur_round(struct rdzv_coord *c)
+{
+    json_t *o = rdzv_coord_round_json(c, false);
+    assert_non_null(o);
+    int64_t r = (int64_t)json_integer_value(json_object_get(o, "round"));
+    json_decref(o);
+    return r;
+}
+
+static const char *cur_phase(struct rdzv_coord *c)
+{
+    static char phase[16];
+    json_t *o = rdzv_coord_round_json(c, false);
+    assert_non_null(o);
+    snprintf(phase, sizeof(phase), "%s", json_string_value(json_object_get(o, "phase")));
+    json_decref(o);
+    return phase;
+}
+
+static void send(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap)
+{
+    struct rdzv_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    snprintf(m.node, sizeof(m.node), "%s", node);
+    m.inc = (uint64_t)node[0];
+    m.gen = GEN;
+    m.round = cur_round(c);
+    m.job = rdzv_coord_job(c);
+    m.snap_step = snap;
+    m.workers = 1;
+    m.exit_round = -1;
+    snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + node[0]);
+    snprintf(m.state, sizeof(m.state), "%s", type == RDZV_MSG_JOIN ? "joined" : "idle");
+    rdzv_coord_message(c, now, &m);
+    rdzv_coord_tick(c, now);
+}
+
+static void start(struct rdzv_coord *c, double now, int min, int max, int64_t newest)
+{
+    struct rdzv_job j = {.id = 7,
+                         .spec_json = "{}",
+                         .nodes_min = min,
+                         .nodes_max = max,
+                         .max_restarts = 3,
+                         .wait_timeout_s = 60,
+                         .resume_step = -1,
+                         .newest_snap = newest};
+    struct gpt_err err;
+    assert_int_equal(rdzv_coord_job_start(c, now, &j, &err), 0);
+}
+
+static void test_close_at_max(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    start(f->c, 0.1, 1, 2, -1);
+    assert_string_equal(cur_phase(f->c), "forming");
+    send(f->c, 0.2, RDZV_MSG_JOIN, "a", -1);
+    assert_string_equal(cur_phase(f->c), "forming"); /* b is alive, not joined yet */
+    send(f->c, 0.3, RDZV_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_int_equal(f->rec.worlds, 1);
+    assert_int_equal(f->rec.world_size, 2);
+}
+
+static void test_close_at_min_after_last_call(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    start(f->c, 0, 1, 3, -1);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "a", -1);
+    rdzv_coord_tick(f->c, 0.5);
+    assert_string_equal(cur_phase(f->c), "forming");
+    send(f->c, 0.6, RDZV_MSG_HB, "b", -1); /* alive, never joins */
+    rdzv_coord_tick(f->c, 1.2);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_int_equal(f->rec.world_size, 1);
+}
+
+/* The newest snapshot holder ranks first whatever the node ids. */
+static void test_rank0_holds_newest(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    start(f->c, 0, 2, 2, -1);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 100);
+    send(f->c, 0.2, RDZV_MSG_JOIN, "b", 150);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_non_null(strstr(f->rec.last_event, "step 150 snapshot on b"));
+    json_t *w = rdzv_coord_round_json(f->c, true);
+    json_t *nodes = json_object_get(w, "nodes");
+    assert_int_equal(json_array_size(nodes), 2);
+    json_decref(w);
+}
+
+/* A restarted coordinator: the job recorded a step 450 snapshot, the first
+ * node to join holds only 300. The round waits for the holder of 450 past
+ * the last call, and closes as soon as it joins. */
+static void test_waits_for_newest_holder(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    start(f->c, 0, 1, 3, 450);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 300);
+    for (double t = 0.2; t < 2.0; t += 0.1) {
+        send(f->c, t, RDZV_MSG_HB, "a", -1);
+        assert_string_equal(cur_phase(f->c), "forming");
+    }
+    send(f->c, 2.1, RDZV_MSG_HB, "b", -1);
+    send(f->c, 2.2, RDZV_MSG_JOIN, "b", 450);
+    rdzv_coord_tick(f->c, 2.3);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_int_equal(f->rec.world_size, 2);
+    assert_non_null(strstr(f->rec.last_event, "step 450 snapshot on b"));
+}
+
+/* ... but not forever: with no holder back, the older snapshot is used
+ * after the grace. */
+static void test_newest_holder_grace(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    start(f->c, 0, 1, 3, 450);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 300);
+    double t = 0.2;
+    for (; t < 30 && strcmp(cur_phase(f->c), "forming") == 0; t += 0.5)
+        send(f->c, t, RDZV_MSG_HB, "a", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_true(t > 10 && t < 15);
+    assert_non_null(strstr(f->rec.last_event, "step 300 snapshot on a"));
+}
+
+/* A newer snapshot written while the world runs moves the mark: a later
+ * round prefers its holders too. */
+static void test_progress_moves_newest(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    start(f->c, 0, 1, 2, -1);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, RDZV_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    rdzv_coord_progress(f->c, 50, 50);
+    /* b goes silent: dead after 3 s, the world re-forms */
+    double t = 0.2;
+    for (; t < 5 && strcmp(cur_phase(f->c), "running") == 0; t += 0.2)
+        send(f->c, t, RDZV_MSG_HB, "a", -1);
+    assert_string_equal(cur_phase(f->c), "forming");
+    assert_int_equal(f->rec.restarts, 1);
+    send(f->c, t, RDZV_MSG_JOIN, "a", 40); /* a lost its copy of step 50 */
+    rdzv_coord_tick(f->c, t + 2);
+    assert_string_equal(cur_phase(f->c), "forming");
+    send(f->c, t + 2.1, RDZV_MSG_HB, "b", -1);
+    send(f->c, t + 2.2, RDZV_MSG_JOIN, "b", 50);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_int_equal(f->rec.worlds, 2);
+    assert_non_null(strstr(f->rec.last_event, "step 50 snapshot on b"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_close_at_max, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_at_min_after_last_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rank0_holds_newest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waits_for_newest_holder, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newest_holder_grace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_progress_moves_newest, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
