@@ -6,7 +6,10 @@
  * block [i0, i1) only meets keys [0, i1), which skips most of the masked
  * upper triangle (about 1/2 - ATT_RB/(2T) of the work) without ever
  * materialising it. The softmax (scale, mask, normalise) is fused between
- * the two products. Runs on the thread that owns the backend.
+ * the two products. The (batch, head) pairs are split over the OpenMP
+ * threads with OpenBLAS held to one thread meanwhile: its own threads would
+ * otherwise pile onto the same cores for products far too small to share.
+ * Runs on the thread that owns the backend.
  */
 #include <math.h>
 
@@ -17,6 +20,19 @@
 /* Query rows per block: big enough for efficient sgemm, small enough to
  * skip most of the masked triangle. */
 #define ATT_RB 64
+
+/* OpenBLAS threads while `nt` OpenMP threads each call sgemm: one each. */
+static void att_blas_enter(const struct gpt_backend *be, int nt)
+{
+    if (nt > 1 && be->threads > 1)
+        openblas_set_num_threads(1);
+}
+
+static void att_blas_leave(const struct gpt_backend *be, int nt)
+{
+    if (nt > 1 && be->threads > 1)
+        openblas_set_num_threads(be->threads);
+}
 
 /* In-place causal softmax of rows [i0, i1) of one (T,T) score matrix; the
  * entries j in (i, i1) are set to 0 so block products may include them. */
@@ -52,6 +68,7 @@ void gpt_cpu_attention_forward(struct gpt_backend *be, float *out, float *att, c
     size_t hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int nt = B * NH >= 2 ? be->threads : 1;
+    att_blas_enter(be, nt);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t bh = 0; bh < B * NH; bh++) {
         size_t b = bh / NH, h = bh % NH;
@@ -72,6 +89,7 @@ void gpt_cpu_attention_forward(struct gpt_backend *be, float *out, float *att, c
                         a + i0 * T, (int)T, v, (int)(3 * C), 0.0f, o + i0 * C, (int)C);
         }
     }
+    att_blas_leave(be, nt);
 }
 
 /* Softmax backward of rows [i0, i1), in place on datt:
@@ -106,6 +124,7 @@ void gpt_cpu_attention_backward(struct gpt_backend *be, float *dqkv, float *scra
     float scale = 1.0f / sqrtf((float)hs);
     int ld3 = (int)(3 * C);
     int nt = B * NH >= 2 ? be->threads : 1;
+    att_blas_enter(be, nt);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
     for (size_t bh = 0; bh < B * NH; bh++) {
         size_t b = bh / NH, h = bh % NH;
@@ -141,4 +160,5 @@ void gpt_cpu_attention_backward(struct gpt_backend *be, float *dqkv, float *scra
                         da + i0 * T, (int)T, q + i0 * 3 * C, ld3, beta, dk, ld3);
         }
     }
+    att_blas_leave(be, nt);
 }

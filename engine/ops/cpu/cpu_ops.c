@@ -238,7 +238,11 @@ void gpt_cpu_gelu_forward(struct gpt_backend *be, float *out, const float *inp, 
         gelu_fwd_range(out, inp, i0, i0 + chunk < n ? i0 + chunk : n);
 }
 
-/* No restrict on dinp/dout: they may alias (element-wise, so it is safe). */
+/* Through the logistic function: with s = 1/(1 + e^(-2u)),
+ * 0.5 (1 + tanh(u)) = s and 1 - tanh(u)^2 = 4 s (1 - s), so
+ * gelu'(x) = s + 2 x s (1 - s) du/dx: one exponential, one division.
+ * e^(-2u) is clamped inside gpt_cpu_expf, so s is never NaN.
+ * No restrict on dinp/dout: they may alias (element-wise, so it is safe). */
 GPT_CPU_CLONES
 static void gelu_bwd_range(float *dinp, const float *restrict inp, const float *dout, size_t i0,
                            size_t i1)
@@ -247,9 +251,9 @@ static void gelu_bwd_range(float *dinp, const float *restrict inp, const float *
     for (size_t i = i0; i < i1; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-        float t = gpt_cpu_tanhf(u);
+        float sg = 1.0f / (1.0f + gpt_cpu_expf(-2.0f * u));
         float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-        float g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        float g = sg + 2.0f * x * sg * (1.0f - sg) * du;
         dinp[i] = g * dout[i];
     }
 }
