@@ -17,25 +17,6 @@
 /* The engine's headers are C; gpt_err.h spells the C11 _Noreturn. */
 #ifndef _Noreturn
 #define _Noreturn __attribute__((noreturn))
-
-/* --- cuda_attention.cu --------------------------------------------------- */
-
-/* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
- * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
- * else from qkv; writes out (and out_bf if non-NULL), and in att the
- * logsumexp per row followed by a copy of out. The backward needs the att
- * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
- * non-NULL) and uses scratch[0 .. B*NH*T) for the rows' dout . out.
- * Return the error of the shared-memory opt-in (launch errors are left for
- * cudaGetLastError). */
-cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
-                              uint16_t *out_bf, float *att, const float *qkv,
-                              const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH);
-cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, float *scratch, const float *dout,
-                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
-                               size_t T, size_t C, size_t NH);
-
 #endif
 extern "C" {
 #include "backend.h"
