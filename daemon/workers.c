@@ -98,6 +98,13 @@ int workers_default_count(const struct gpt_job *job, int cpu_default)
     return gpus > 0 ? gpus : cpu_default;
 }
 
+/* gpt_comm_opts.cancelled: an abort before the communicator exists. */
+static int worker_cancelled(void *ctx)
+{
+    struct workers *ws = ctx;
+    return atomic_load(&ws->aborted);
+}
+
 /* The compute backend and communicator of one worker: CUDA + NCCL on GPU
  * hosts (local worker i on GPU i), CPU + TCP ring (or local) elsewhere. */
 static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be,
@@ -111,6 +118,8 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
         .prefix = ws->prefix,
         .timeout_ms = ws->o.comm_timeout_ms,
         .bind_host = ws->bind_host[0] ? ws->bind_host : NULL,
+        .cancelled = worker_cancelled,
+        .cancel_ctx = ws,
     };
     *ret_be = NULL;
     if (gpus == 0 && ws->job.distributed.backend == GPT_COMM_NCCL)

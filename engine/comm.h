@@ -45,7 +45,17 @@ struct gpt_comm_opts {
      * 1 = on whatever the environment says. If any rank has it off, or any
      * step of its setup fails, the world uses the ring. */
     int shm;
+    /* Optional. Until gpt_comm_*_new returns, gpt_comm_abort cannot reach
+     * the communicator: while it connects to its peers, a non-zero
+     * cancelled(cancel_ctx) (polled from the calling thread) makes it give
+     * up with -ECANCELED within about COMM_CANCEL_POLL_MS, so a world whose
+     * peer died during set-up is left at once, not after timeout_ms. */
+    int (*cancelled)(void *cancel_ctx);
+    void *cancel_ctx;
 };
+
+/* How often set-up polls gpt_comm_opts.cancelled. */
+#define COMM_CANCEL_POLL_MS 100
 
 struct gpt_comm;
 
@@ -96,8 +106,8 @@ void gpt_comm_free(struct gpt_comm *c);
 /* World of one: collectives are no-ops (AVG of one is the identity). */
 int gpt_comm_local_new(struct gpt_comm **ret, struct gpt_err *err);
 
-/* TCP ring. Blocks until all `world` ranks have connected (bounded by
- * opts->timeout_ms) or abort is impossible yet, so callers bound it. */
+/* TCP ring. Blocks until all `world` ranks have connected, bounded by
+ * opts->timeout_ms and ended early by opts->cancelled. */
 int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
                      struct gpt_comm **ret, struct gpt_err *err);
 

@@ -764,13 +764,27 @@ static int comm_shm_key(char *key, size_t cap, const char *prefix, const char *w
     return k > 0 && (size_t)k < cap ? 0 : -EINVAL;
 }
 
-static int comm_shm_kv_get(const struct gpt_kv *kv, const char *key, char *buf, size_t cap,
-                           int64_t deadline_ms)
+/* Waits in slices so that the owner's cancel (gpt_comm_opts.cancelled) is
+ * seen within COMM_CANCEL_POLL_MS. */
+static int comm_shm_kv_get(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
+                           const char *key, char *buf, size_t cap, int64_t deadline_ms)
 {
-    int64_t left = deadline_ms - comm_shm_now_ms();
-    int wait = left <= 0 ? 0 : left > COMM_SHM_KV_MS ? COMM_SHM_KV_MS : (int)left;
+    int64_t now = comm_shm_now_ms(), end = now + COMM_SHM_KV_MS;
+    if (end > deadline_ms)
+        end = deadline_ms;
     size_t len = 0;
-    int rc = kv->get(kv->ctx, key, buf, cap - 1, &len, wait);
+    int rc = -ETIMEDOUT;
+    while (rc == -ETIMEDOUT) {
+        if (opts->cancelled && opts->cancelled(opts->cancel_ctx)) {
+            rc = -ECANCELED;
+            break;
+        }
+        int64_t left = end - comm_shm_now_ms();
+        int wait = left <= 0 ? 0 : left > COMM_CANCEL_POLL_MS ? COMM_CANCEL_POLL_MS : (int)left;
+        rc = kv->get(kv->ctx, key, buf, cap - 1, &len, wait);
+        if (wait == 0)
+            break;
+    }
     buf[rc == 0 ? len : 0] = '\0';
     return rc;
 }
@@ -801,7 +815,7 @@ int comm_shm_setup(const struct comm_shm_link *link, const struct gpt_comm_opts 
         bool same = s && host[0] != '-';
         for (int q = 1; q < world && same; q++)
             same = comm_shm_key(key, sizeof(key), opts->prefix, "host", q) == 0 &&
-                   comm_shm_kv_get(kv, key, other, sizeof(other), deadline_ms) == 0 &&
+                   comm_shm_kv_get(opts, kv, key, other, sizeof(other), deadline_ms) == 0 &&
                    strcmp(host, other) == 0;
         long cpus = comm_shm_cpus();
         size_t slot = opts->chunk_bytes          ? opts->chunk_bytes
@@ -821,8 +835,8 @@ int comm_shm_setup(const struct comm_shm_link *link, const struct gpt_comm_opts 
         if (comm_shm_key(key, sizeof(key), opts->prefix, "name", -1) == 0)
             kv->set(kv->ctx, key, name, strlen(name));
     } else if (comm_shm_key(key, sizeof(key), opts->prefix, "name", -1) == 0 &&
-               comm_shm_kv_get(kv, key, name, sizeof(name), deadline_ms) == 0 && name[0] == '/' &&
-               s) {
+               comm_shm_kv_get(opts, kv, key, name, sizeof(name), deadline_ms) == 0 &&
+               name[0] == '/' && s) {
         ok = comm_shm_attach(s, name) == 0;
     }
 

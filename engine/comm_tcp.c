@@ -79,6 +79,9 @@ struct comm_tcp {
     float *scratch;       /* chunk_bytes + 4: partial sums from the left */
     float *barrier_buf;   /* world floats */
     struct comm_shm *shm; /* set: collectives go through shared memory */
+    /* gpt_comm_opts.cancelled, during set-up only */
+    int (*cancelled)(void *ctx);
+    void *cancel_ctx;
 };
 
 /* One collective as a sequence of phases. In phase p a rank sends one byte
@@ -193,9 +196,16 @@ static int comm_tcp_fail(struct comm_tcp *t, int code)
     return t->status;
 }
 
+/* Aborted, or (during set-up) cancelled by the owner. */
+static bool comm_tcp_stopped(struct comm_tcp *t)
+{
+    return atomic_load_explicit(&t->aborted, memory_order_relaxed) ||
+           (t->cancelled && t->cancelled(t->cancel_ctx));
+}
+
 static int comm_tcp_check(struct comm_tcp *t)
 {
-    if (t->status == 0 && atomic_load_explicit(&t->aborted, memory_order_relaxed))
+    if (t->status == 0 && comm_tcp_stopped(t))
         return comm_tcp_fail(t, -ECANCELED);
     return t->status;
 }
@@ -300,7 +310,7 @@ static int comm_tcp_run(struct comm_tcp *t, const struct comm_tcp_plan *pl)
         comm_tcp_dir_next(t, pl, &s, true);
         if (s.p >= pl->phases && r.p >= pl->phases)
             return 0;
-        if (atomic_load_explicit(&t->aborted, memory_order_relaxed))
+        if (comm_tcp_stopped(t))
             return comm_tcp_fail(t, -ECANCELED);
 
         bool progress = false, want_out = false, want_in = false;
@@ -575,6 +585,23 @@ static int comm_tcp_remaining_ms(int64_t deadline)
     return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
+/* How long one set-up wait may poll: up to the deadline, in slices short
+ * enough to notice a cancel. Sets *ret_rc (-ECANCELED, -ETIMEDOUT) and
+ * returns -1 when the wait must end. */
+static int comm_tcp_setup_slice(struct comm_tcp *t, int64_t deadline, int *ret_rc)
+{
+    if (comm_tcp_stopped(t)) {
+        *ret_rc = -ECANCELED;
+        return -1;
+    }
+    int wait = comm_tcp_remaining_ms(deadline);
+    if (wait == 0) {
+        *ret_rc = -ETIMEDOUT;
+        return -1;
+    }
+    return wait > COMM_CANCEL_POLL_MS ? COMM_CANCEL_POLL_MS : wait;
+}
+
 /* Latency matters (one small segment per ring step), and big buffers keep
  * the pipeline full on fast links. */
 static void comm_tcp_sockopts(int fd)
@@ -586,7 +613,8 @@ static void comm_tcp_sockopts(int fd)
 }
 
 /* Moves exactly len bytes on a non-blocking socket by the deadline. */
-static int comm_tcp_io_all(int fd, void *buf, size_t len, bool send_dir, int64_t deadline)
+static int comm_tcp_io_all(struct comm_tcp *t, int fd, void *buf, size_t len, bool send_dir,
+                           int64_t deadline)
 {
     size_t done = 0;
     while (done < len) {
@@ -602,9 +630,9 @@ static int comm_tcp_io_all(int fd, void *buf, size_t len, bool send_dir, int64_t
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -errno;
-        int wait = comm_tcp_remaining_ms(deadline);
-        if (wait == 0)
-            return -ETIMEDOUT;
+        int rc, wait = comm_tcp_setup_slice(t, deadline, &rc);
+        if (wait < 0)
+            return rc;
         struct pollfd pfd = {.fd = fd, .events = send_dir ? POLLOUT : POLLIN};
         if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
             return -errno;
@@ -683,7 +711,7 @@ static int comm_tcp_split_addr(char *addr, char **ret_host, char **ret_port)
     return 0;
 }
 
-static int comm_tcp_connect(char *addr, int64_t deadline, int *ret_fd)
+static int comm_tcp_connect(struct comm_tcp *t, char *addr, int64_t deadline, int *ret_fd)
 {
     char *host, *port;
     struct addrinfo *ai = NULL;
@@ -701,17 +729,21 @@ static int comm_tcp_connect(char *addr, int64_t deadline, int *ret_fd)
             break;
         if (errno == EINPROGRESS) {
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            int so = 0;
+            int so = 0, k = 0;
             socklen_t sl = sizeof(so);
-            int k = poll(&pfd, 1, comm_tcp_remaining_ms(deadline));
-            if (k < 0 && errno != EINTR) {
-                rc = -errno;
-                break;
+            while (k == 0) {
+                int wait = comm_tcp_setup_slice(t, deadline, &rc);
+                if (wait < 0)
+                    break;
+                k = poll(&pfd, 1, wait);
+                if (k < 0 && errno != EINTR) {
+                    rc = -errno;
+                    break;
+                }
+                k = k < 0 ? 0 : k;
             }
-            if (k == 0) {
-                rc = -ETIMEDOUT;
+            if (rc)
                 break;
-            }
             if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) == 0 && so == 0)
                 break;
             errno = so ? so : ECONNREFUSED;
@@ -720,7 +752,7 @@ static int comm_tcp_connect(char *addr, int64_t deadline, int *ret_fd)
         close(fd);
         fd = -1;
         /* A refused connection may be a listener not yet up: retry. */
-        if (rc != -ECONNREFUSED || comm_tcp_remaining_ms(deadline) == 0)
+        if (rc != -ECONNREFUSED || comm_tcp_setup_slice(t, deadline, &rc) < 0)
             break;
         rc = 0;
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
@@ -747,13 +779,13 @@ static void comm_tcp_hello_encode(unsigned char *h, uint64_t prefix_hash, int ra
 
 /* Accepts until the left neighbour shows up with the right hello; anything
  * else that connects to the published port is closed. */
-static int comm_tcp_accept_left(int lfd, uint64_t prefix_hash, int left, int world,
-                                int64_t deadline, int *ret_fd)
+static int comm_tcp_accept_left(struct comm_tcp *t, int lfd, uint64_t prefix_hash, int left,
+                                int world, int64_t deadline, int *ret_fd)
 {
     for (;;) {
-        int wait = comm_tcp_remaining_ms(deadline);
-        if (wait == 0)
-            return -ETIMEDOUT;
+        int rc, wait = comm_tcp_setup_slice(t, deadline, &rc);
+        if (wait < 0)
+            return rc;
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
         if (poll(&pfd, 1, wait) < 0 && errno != EINTR)
             return -errno;
@@ -768,7 +800,7 @@ static int comm_tcp_accept_left(int lfd, uint64_t prefix_hash, int left, int wor
         if (hello_deadline > deadline)
             hello_deadline = deadline;
         comm_tcp_hello_encode(want, prefix_hash, left, world);
-        if (comm_tcp_io_all(fd, got, sizeof(got), false, hello_deadline) == 0 &&
+        if (comm_tcp_io_all(t, fd, got, sizeof(got), false, hello_deadline) == 0 &&
             memcmp(got, want, sizeof(got)) == 0) {
             *ret_fd = fd;
             return 0;
@@ -803,7 +835,12 @@ static int comm_tcp_setup(struct comm_tcp *t, const struct gpt_comm_opts *opts,
         goto out;
     }
     comm_tcp_key(key, sizeof(key), opts->prefix, right);
-    rc = kv->get(kv->ctx, key, addr, sizeof(addr) - 1, &len, comm_tcp_remaining_ms(deadline));
+    do {
+        int wait = comm_tcp_setup_slice(t, deadline, &rc);
+        if (wait < 0)
+            break;
+        rc = kv->get(kv->ctx, key, addr, sizeof(addr) - 1, &len, wait);
+    } while (rc == -ETIMEDOUT);
     if (rc) {
         gpt_err_set(err, rc, NULL, "comm tcp: waiting for %s: %s", key, gpt_strerror(rc));
         goto out;
@@ -811,7 +848,7 @@ static int comm_tcp_setup(struct comm_tcp *t, const struct gpt_comm_opts *opts,
     addr[len] = '\0';
     char shown[COMM_TCP_ADDR_MAX];
     memcpy(shown, addr, len + 1);
-    rc = comm_tcp_connect(addr, deadline, &t->fd_right);
+    rc = comm_tcp_connect(t, addr, deadline, &t->fd_right);
     if (rc) {
         gpt_err_set(err, rc, NULL, "comm tcp: rank %d connecting to rank %d at '%s': %s", rank,
                     right, shown, gpt_strerror(rc));
@@ -819,12 +856,12 @@ static int comm_tcp_setup(struct comm_tcp *t, const struct gpt_comm_opts *opts,
     }
     unsigned char hello[COMM_TCP_HELLO_BYTES];
     comm_tcp_hello_encode(hello, hash, rank, world);
-    rc = comm_tcp_io_all(t->fd_right, hello, sizeof(hello), true, deadline);
+    rc = comm_tcp_io_all(t, t->fd_right, hello, sizeof(hello), true, deadline);
     if (rc) {
         gpt_err_set(err, rc, NULL, "comm tcp: hello to rank %d: %s", right, gpt_strerror(rc));
         goto out;
     }
-    rc = comm_tcp_accept_left(lfd, hash, left, world, deadline, &t->fd_left);
+    rc = comm_tcp_accept_left(t, lfd, hash, left, world, deadline, &t->fd_left);
     if (rc)
         gpt_err_set(err, rc, NULL, "comm tcp: rank %d waiting for rank %d: %s", rank, left,
                     gpt_strerror(rc));
@@ -854,6 +891,8 @@ int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
     t->base.world = opts->world;
     t->fd_right = t->fd_left = t->fd_abort = -1;
     atomic_init(&t->aborted, false);
+    t->cancelled = opts->cancelled;
+    t->cancel_ctx = opts->cancel_ctx;
     t->timeout_ms = opts->timeout_ms ? opts->timeout_ms : COMM_TCP_DEFAULT_TIMEOUT_MS;
     size_t chunk = opts->chunk_bytes ? opts->chunk_bytes : COMM_TCP_DEFAULT_CHUNK;
     chunk = chunk < COMM_TCP_CHUNK_MIN ? COMM_TCP_CHUNK_MIN : chunk;
@@ -894,6 +933,9 @@ int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
         if (t->shm)
             t->base.ops = &comm_tcp_shm_ops;
     }
+    /* From here on the owner aborts with gpt_comm_abort. */
+    t->cancelled = NULL;
+    t->cancel_ctx = NULL;
     *ret = &t->base;
     return 0;
 fail:

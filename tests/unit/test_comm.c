@@ -4,7 +4,8 @@
  * every op at world sizes 1-5 and odd element counts, 16 MiB at worlds 2
  * and 4, results compared bit for bit (the ring's summation order is fixed,
  * so the reference sums in the same order); abort, timeout, a closed or
- * killed peer, a stray connection and mismatched calls.
+ * killed peer, a stray connection, mismatched calls, and a set-up that
+ * its owner cancels.
  *
  * Every test runs twice: over shared memory (all ranks are on this host,
  * so the communicator must pick it: ops->name "shm") and over the socket
@@ -17,7 +18,9 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -474,6 +477,78 @@ static void test_threads_timeout(void **state)
     gpt_kv_mem_free(&kv);
 }
 
+/* Set-up cancelled by its owner (a peer died before the world formed):
+ * rank 0 waits for a rank that never comes, first for its address in the
+ * kv, then (a listener that never answers stands in for rank 1) for its
+ * connection; both end with -ECANCELED well before the timeout. */
+struct cancel_job {
+    struct gpt_comm_opts opts;
+    struct gpt_kv *kv;
+    atomic_int flag;
+    int rc;
+    int64_t done_ms;
+};
+
+static int cancel_flag(void *ctx)
+{
+    return atomic_load(&((struct cancel_job *)ctx)->flag);
+}
+
+static void *cancel_thread(void *arg)
+{
+    struct cancel_job *j = arg;
+    struct gpt_comm *c = NULL;
+    j->rc = gpt_comm_tcp_new(&j->opts, j->kv, &c, NULL);
+    j->done_ms = now_ms();
+    gpt_comm_free(c);
+    return NULL;
+}
+
+static void cancel_run(struct gpt_kv *kv, const char *prefix)
+{
+    struct cancel_job j = {.kv = kv};
+    atomic_init(&j.flag, 0);
+    j.opts = (struct gpt_comm_opts){.rank = 0,
+                                    .world = 2,
+                                    .prefix = prefix,
+                                    .timeout_ms = TIMEOUT_MS,
+                                    .shm = shm_mode,
+                                    .cancelled = cancel_flag,
+                                    .cancel_ctx = &j};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, cancel_thread, &j), 0);
+    sleep_ms(300);
+    int64_t t0 = now_ms();
+    atomic_store(&j.flag, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(j.rc, -ECANCELED);
+    assert_true(j.done_ms - t0 < 1000);
+}
+
+static void test_threads_cancel_setup(void **state)
+{
+    set_mode(state);
+    struct gpt_kv kv;
+    assert_int_equal(gpt_kv_mem_new(&kv, NULL), 0);
+    cancel_run(&kv, "cancel-kv/");
+
+    /* Rank 1's "address": a listener whose backlog takes the connection
+     * and the hello, and that never connects to rank 0. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", ntohs(sa.sin_port));
+    assert_int_equal(kv.set(kv.ctx, "cancel-accept/addr/1", addr, strlen(addr)), 0);
+    cancel_run(&kv, "cancel-accept/");
+    close(lfd);
+    gpt_kv_mem_free(&kv);
+}
+
 /* A peer that goes away mid-collective: an error for the others, no hang. */
 static void test_threads_peer_closed(void **state)
 {
@@ -876,6 +951,7 @@ int main(void)
         BOTH(test_threads_big),
         BOTH(test_threads_abort),
         BOTH(test_threads_timeout),
+        BOTH(test_threads_cancel_setup),
         BOTH(test_threads_peer_closed),
         BOTH(test_threads_mismatch),
         BOTH(test_threads_stray),

@@ -22,7 +22,7 @@
 #define GEN 0x42
 
 struct rec {
-    int worlds;          /* world hook calls */
+    int worlds; /* world hook calls */
     int world_size, world_nodes;
     int restarts;
     int finished;

@@ -58,6 +58,8 @@ struct comm_nccl {
     void *stage;             /* device staging (host buffers, padding) */
     size_t stage_bytes;
     atomic_bool abort_req;
+    int (*cancelled)(void *ctx); /* gpt_comm_opts.cancelled, during init only */
+    void *cancel_ctx;
     int dead;    /* sticky failure, 0 while usable */
     int aborted; /* ncclCommAbort done */
     char msg[NCCL_MSG_MAX];
@@ -108,7 +110,7 @@ static int nccl_wait(struct comm_nccl *c, int stream, int64_t deadline_ms, const
 {
     long ns = 20000;
     for (;;) {
-        if (atomic_load(&c->abort_req)) {
+        if (atomic_load(&c->abort_req) || (c->cancelled && c->cancelled(c->cancel_ctx))) {
             nccl_abort_now(c);
             return nccl_fail(c, -ECANCELED, what, "aborted");
         }
@@ -520,6 +522,8 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
     c->device = device;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
     atomic_init(&c->abort_req, false);
+    c->cancelled = o->cancelled; /* until init is done; then gpt_comm_abort */
+    c->cancel_ctx = o->cancel_ctx;
     if ((e = cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming)) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -544,6 +548,8 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
         gpt_err_set(err, rc, NULL, "nccl: world %d did not form: %s", o->world, c->msg);
         goto fail;
     }
+    c->cancelled = NULL;
+    c->cancel_ctx = NULL;
     *ret = &c->base;
     return 0;
 fail:
