@@ -16,6 +16,8 @@ wait_for 60 job_step_at_least n1 "$id" 400
 
 kill_node n1
 killed_at=$(db "SELECT max(step) FROM metrics WHERE job_id = $id")
+snap_before=$(db "SELECT coalesce(max(step), -1) FROM snapshots WHERE job_id = $id")
+event_before=$(db "SELECT max(id) FROM events")
 t0=$(now_ms)
 start_node n1 --coordinator
 wait_for 30 world_size_is_after "$id" 3 "$killed_at"
@@ -27,4 +29,11 @@ runs=$(db "SELECT group_concat(status, ' ') FROM (SELECT status FROM runs WHERE 
 [[ $runs == "lost completed" ]] || fail "runs of job $id: \"$runs\", want \"lost completed\""
 resumed=$(db "SELECT count(*) FROM events WHERE job_id = $id AND kind = 'resume'")
 ((resumed >= 1)) || fail "no resume event after the coordinator restart"
-echo "elastic_coord: ok (coordinator killed near step $killed_at)"
+# Whichever node came back first, the world resumed from the newest
+# snapshot recorded before the kill (the members hold it), never an older one.
+first=$(db "SELECT min(step) FROM events WHERE job_id = $id AND kind = 'resume'
+            AND id > $event_before")
+((first >= snap_before)) ||
+    fail "resumed at step $first after the coordinator restart; step $snap_before was recorded"
+echo "elastic_coord: ok (coordinator killed near step $killed_at, resumed at $first," \
+    "newest snapshot $snap_before)"
