@@ -16,9 +16,13 @@ import socket
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError:
+    sys.exit("bench_allreduce_gloo.py: Debian's PyTorch is missing (python3-torch); "
+             "packaging/install-deps.sh --reference installs it")
 
 
 def iters_for(nbytes):

@@ -18,6 +18,13 @@ envcmd=(env OMP_WAIT_POLICY=PASSIVE)
 if [[ "${2:-}" == "--native" ]]; then
     envcmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=PASSIVE)
 fi
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "bench/train.sh: Debian's PyTorch is missing (python3-torch);" \
+        "packaging/install-deps.sh --reference installs it" >&2
+    exit 2
+fi
+[[ -x "$build/bench/bench_train" ]] ||
+    { echo "bench/train.sh: no $build/bench/bench_train: build gptd first" >&2; exit 2; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 gptd_bench() { "${envcmd[@]}" OMP_NUM_THREADS="$3" "$build/bench/bench_train" "$1" "$2" "$3" | tee -a "$out"; }
