@@ -945,20 +945,13 @@ static void test_shm_off(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_args),
-        BOTH(test_threads_small),
-        BOTH(test_threads_tiny_chunks),
-        BOTH(test_threads_big),
-        BOTH(test_threads_abort),
-        BOTH(test_threads_timeout),
-        BOTH(test_threads_cancel_setup),
-        BOTH(test_threads_peer_closed),
-        BOTH(test_threads_mismatch),
-        BOTH(test_threads_stray),
-        BOTH(test_procs_small),
-        BOTH(test_procs_big),
-        BOTH(test_procs_killed_peer),
-        cmocka_unit_test(test_shm_off),
+        cmocka_unit_test(test_bad_args), BOTH(test_threads_small),
+        BOTH(test_threads_tiny_chunks),  BOTH(test_threads_big),
+        BOTH(test_threads_abort),        BOTH(test_threads_timeout),
+        BOTH(test_threads_cancel_setup), BOTH(test_threads_peer_closed),
+        BOTH(test_threads_mismatch),     BOTH(test_threads_stray),
+        BOTH(test_procs_small),          BOTH(test_procs_big),
+        BOTH(test_procs_killed_peer),    cmocka_unit_test(test_shm_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
