@@ -84,8 +84,13 @@ struct gpt_backend_ops {
                             const float *weight /* (OC,C) */, size_t N, size_t C, size_t OC);
 
     /* Causal multi-head attention. qkv rows are [q | k | v], head h using
-     * channels h*hs..(h+1)*hs of each. att keeps the softmax probabilities
-     * (only entries j <= i are defined) for backward. */
+     * channels h*hs..(h+1)*hs of each. att is the backend's own record of
+     * the forward for backward, in a buffer the model sizes (B,NH,T,T)
+     * floats: the CPU backend and the CUDA GEMM path keep the softmax
+     * probabilities there (only entries j <= i are defined); the CUDA flash
+     * kernels never form them and keep the per-row log-sum-exp (B,NH,T) and
+     * a copy of out in its first floats instead. Only the same backend's attention_backward may
+     * read it. */
     void (*attention_forward)(struct gpt_backend *be, float *out /* (B,T,C) */,
                               float *att /* (B,NH,T,T) */, const float *qkv /* (B,T,3C) */,
                               size_t B, size_t T, size_t C, size_t NH);

@@ -1159,12 +1159,6 @@ extern "C" const char *gpt_cuda_backend_last_error(const struct gpt_backend *be)
     return cu_const(be)->err_msg;
 }
 
-extern "C" int gpt_cuda_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
-{
-    cu_const(be);
-    return cuda_set_precision(be, precision, seed);
-}
-
 extern "C" void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_kind want)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);

@@ -81,11 +81,6 @@ void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be);
  * Borrowed; valid until the backend is freed. Owner thread. */
 const char *gpt_cuda_backend_last_error(const struct gpt_backend *be);
 
-/* fp32 (0) or bf16 (1): the same as gpt_backend_set_precision on this
- * backend. `seed` seeds the stochastic rounding of the bf16 weights. Call
- * before the first op of a model. Returns 0 or -EINVAL. Owner thread. */
-int gpt_cuda_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed);
-
 /* GPT_CUDA_ATTN_FLASH (default: the fused kernels wherever the plan allows
  * them) or GPT_CUDA_ATTN_GEMM (always the batched GEMMs, whose att holds
  * the probabilities). Change it only between a backward and the next
