@@ -266,7 +266,7 @@ static float *nccl_padded_area(struct comm_nccl *c, const void *dev, size_t n)
     return (float *)((char *)c->stage + lead);
 }
 
-/* A collective wrote the caller's buf: the bound backend's bf16 mirrors
+/* A collective wrote the caller's buf: the bound backend's bf16 shadows
  * of it are stale from now on (a no-op outside bf16 mode). */
 static void nccl_wrote(struct comm_nccl *c, const void *buf, size_t bytes)
 {

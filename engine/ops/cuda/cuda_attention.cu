@@ -24,7 +24,7 @@
  * Two backward kernels instead of atomics keep the result deterministic
  * (each output element is written once, by one thread, in a fixed order).
  * Inputs q, k, v are fp32 or bf16 (template BF; the backend passes its bf16
- * mirror of qkv in bf16 mode); all arithmetic and accumulation is fp32 and
+ * shadow of qkv in bf16 mode); all arithmetic and accumulation is fp32 and
  * the outputs are fp32, with an optional bf16 copy written alongside.
  * Tiles wholly above the diagonal are skipped; inside a tile the mask is
  * j <= i (and rows past T are zero-padded, never written).

@@ -25,21 +25,21 @@
  *
  * bf16 mode (set_precision): the vtable and every buffer stay fp32 (the
  * fp32 master weights, fp32 AdamW moments, fp32 gradients, LayerNorm
- * statistics, softmax and loss), and the backend keeps bf16 MIRRORS of the
- * fp32 ranges that matrix products read: a mirror is a bf16 copy of a
+ * statistics, softmax and loss), and the backend keeps bf16 SHADOWS of the
+ * fp32 ranges that matrix products read: a shadow is a bf16 copy of a
  * range [p, p + n) of floats with the sub-range where it is current. The
- * products read their operands from mirrors (cuBLASLt, bf16 A/B, fp32
+ * products read their operands from shadows (cuBLASLt, bf16 A/B, fp32
  * accumulation CUBLAS_COMPUTE_32F, fp32 D, bias epilogue), the fused
- * attention reads q, k, v from the mirror of qkv. A reader that finds no
- * current mirror converts (and the first time allocates the mirror, which
+ * attention reads q, k, v from the shadow of qkv. A reader that finds no
+ * current shadow converts (and the first time allocates the shadow, which
  * is counted in the memory statistics); producers whose output has a
- * mirror write the bf16 copy alongside (LayerNorm, GELU and its backward,
+ * shadow write the bf16 copy alongside (LayerNorm, GELU and its backward,
  * attention and its backward), and AdamW writes the weights' bf16 copy
  * with stochastic rounding (seeded counter-based bits: reproducible). Every
  * other write to device memory (ops, upload, copy, memzero, collectives via
- * gpt_cuda_backend_note_write) takes the written range out of the mirrors
+ * gpt_cuda_backend_note_write) takes the written range out of the shadows
  * that cover it, so a stale bf16 value is never read. After the first step
- * no mirror is allocated any more and no forward operand is converted.
+ * no shadow is allocated any more and no forward operand is converted.
  */
 #include <errno.h>
 #include <math.h>
@@ -73,7 +73,7 @@ struct lt_cache_ent {
 };
 
 /* bf16 copy of the floats [base, base + n); bf[vlo, vhi) is current. */
-struct mirror {
+struct shadow {
     uintptr_t base;
     size_t n;
     uint16_t *bf;
@@ -106,13 +106,13 @@ struct gpt_cuda_backend {
     unsigned cache_next;
     size_t smem_optin;                 /* shared memory a block may opt into */
     enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
-    /* bf16 mode. The mirror table is also touched by the communication
+    /* bf16 mode. The shadow table is also touched by the communication
      * thread (note_write), hence the mutex; everything else is the owner's. */
     int bf16;
     uint64_t sr_seed, sr_stream;
-    pthread_mutex_t mir_mu;
-    struct mirror *mir;
-    size_t n_mir, cap_mir;
+    pthread_mutex_t shd_mu;
+    struct shadow *shd;
+    size_t n_shd, cap_shd;
 };
 
 static struct gpt_cuda_backend *cu(struct gpt_backend *be)
@@ -208,10 +208,10 @@ static int cu_malloc(struct gpt_cuda_backend *cb, size_t bytes, void **ret_ptr)
     return 0;
 }
 
-/* ---- bf16 mirrors --------------------------------------------------------- */
+/* ---- bf16 shadows --------------------------------------------------------- */
 
 /* Elements of m that the bytes [p, p + bytes) touch, as [*lo, *hi). */
-static bool mir_overlap(const struct mirror *m, uintptr_t p, size_t bytes, size_t *lo, size_t *hi)
+static bool shd_overlap(const struct shadow *m, uintptr_t p, size_t bytes, size_t *lo, size_t *hi)
 {
     uintptr_t me = m->base + m->n * sizeof(float);
     uintptr_t pe = bytes > UINTPTR_MAX - p ? UINTPTR_MAX : p + bytes;
@@ -224,7 +224,7 @@ static bool mir_overlap(const struct mirror *m, uintptr_t p, size_t bytes, size_
 }
 
 /* Takes [lo, hi) out of the current range, keeping the larger remainder. */
-static void mir_cut(struct mirror *m, size_t lo, size_t hi)
+static void shd_cut(struct shadow *m, size_t lo, size_t hi)
 {
     if (hi <= m->vlo || lo >= m->vhi)
         return;
@@ -236,7 +236,7 @@ static void mir_cut(struct mirror *m, size_t lo, size_t hi)
 }
 
 /* Adds [lo, hi) to the current range (the larger one if they are apart). */
-static void mir_add(struct mirror *m, size_t lo, size_t hi)
+static void shd_add(struct shadow *m, size_t lo, size_t hi)
 {
     bool empty = m->vlo >= m->vhi;
     if (empty || hi < m->vlo || lo > m->vhi) {
@@ -251,29 +251,29 @@ static void mir_add(struct mirror *m, size_t lo, size_t hi)
 }
 
 /* The bytes [p, p + bytes) were (or are about to be, in stream order)
- * written: mirror `keep` (an index, or -1) got the bf16 copy of them, the
+ * written: shadow `keep` (an index, or -1) got the bf16 copy of them, the
  * others are stale there. Lock held. */
-static void mir_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t bytes, long keep)
+static void shd_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t bytes, long keep)
 {
-    for (size_t i = 0; i < cb->n_mir; i++) {
+    for (size_t i = 0; i < cb->n_shd; i++) {
         size_t lo, hi;
-        if (!mir_overlap(&cb->mir[i], (uintptr_t)p, bytes, &lo, &hi))
+        if (!shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
             continue;
         if ((long)i == keep)
-            mir_add(&cb->mir[i], lo, hi);
+            shd_add(&cb->shd[i], lo, hi);
         else
-            mir_cut(&cb->mir[i], lo, hi);
+            shd_cut(&cb->shd[i], lo, hi);
     }
 }
 
-/* A mirror holding all of the floats [p, p + n), preferring one current
+/* A shadow holding all of the floats [p, p + n), preferring one current
  * there; -1 when none. Lock held. */
-static long mir_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t n)
+static long shd_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
     uintptr_t a = (uintptr_t)p, b = a + n * sizeof(float);
     long found = -1;
-    for (size_t i = 0; i < cb->n_mir; i++) {
-        const struct mirror *m = &cb->mir[i];
+    for (size_t i = 0; i < cb->n_shd; i++) {
+        const struct shadow *m = &cb->shd[i];
         if (a < m->base || b > m->base + m->n * sizeof(float) || (a - m->base) % sizeof(float))
             continue;
         size_t lo = (a - m->base) / sizeof(float);
@@ -285,82 +285,82 @@ static long mir_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t 
     return found;
 }
 
-static void mir_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
+static void shd_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
 {
-    cudaFree(cb->mir[i].bf);
+    cudaFree(cb->shd[i].bf);
     (void)cudaGetLastError();
-    cb->bytes -= cb->mir[i].n * sizeof(uint16_t);
-    cb->mir[i] = cb->mir[--cb->n_mir];
+    cb->bytes -= cb->shd[i].n * sizeof(uint16_t);
+    cb->shd[i] = cb->shd[--cb->n_shd];
 }
 
-/* Frees every mirror overlapping the bytes [p, p + bytes). */
-static void mir_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+/* Frees every shadow overlapping the bytes [p, p + bytes). */
+static void shd_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
-    pthread_mutex_lock(&cb->mir_mu);
-    for (size_t i = cb->n_mir; i-- > 0;) {
+    pthread_mutex_lock(&cb->shd_mu);
+    for (size_t i = cb->n_shd; i-- > 0;) {
         size_t lo, hi;
-        if (mir_overlap(&cb->mir[i], (uintptr_t)p, bytes, &lo, &hi))
-            mir_free_at_locked(cb, i);
+        if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
+            shd_free_at_locked(cb, i);
     }
-    pthread_mutex_unlock(&cb->mir_mu);
+    pthread_mutex_unlock(&cb->shd_mu);
 }
 
 /* An op writes the bytes [p, p + bytes) without a bf16 copy. */
-static void mir_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+static void shd_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
     if (!cb->bf16 || !p || bytes == 0)
         return;
-    pthread_mutex_lock(&cb->mir_mu);
-    mir_note_locked(cb, p, bytes, -1);
-    pthread_mutex_unlock(&cb->mir_mu);
+    pthread_mutex_lock(&cb->shd_mu);
+    shd_note_locked(cb, p, bytes, -1);
+    pthread_mutex_unlock(&cb->shd_mu);
 }
 
 /* An op writes the floats [p, p + n): returns where it should write their
- * bf16 copy (NULL when no mirror holds them, or not in bf16 mode) and
- * marks the mirrors accordingly; *ret_index (optional) receives the
- * element offset of p in that mirror. */
-static uint16_t *mir_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *ret_index)
+ * bf16 copy (NULL when no shadow holds them, or not in bf16 mode) and
+ * marks the shadows accordingly; *ret_index (optional) receives the
+ * element offset of p in that shadow. */
+static uint16_t *shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *ret_index)
 {
     if (!cb->bf16 || !p || n == 0)
         return NULL;
-    pthread_mutex_lock(&cb->mir_mu);
-    long i = mir_find_locked(cb, p, n);
-    mir_note_locked(cb, p, n * sizeof(float), i);
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    shd_note_locked(cb, p, n * sizeof(float), i);
     uint16_t *r = NULL;
     if (i >= 0) {
-        size_t off = ((uintptr_t)p - cb->mir[i].base) / sizeof(float);
-        r = cb->mir[i].bf + off;
+        size_t off = ((uintptr_t)p - cb->shd[i].base) / sizeof(float);
+        r = cb->shd[i].bf + off;
         if (ret_index)
             *ret_index = off;
     }
-    pthread_mutex_unlock(&cb->mir_mu);
+    pthread_mutex_unlock(&cb->shd_mu);
     return r;
 }
 
 /* A current bf16 view of the floats [p, p + n) for a reader: converts on a
- * miss, allocating the mirror the first time. NULL when that allocation
+ * miss, allocating the shadow the first time. NULL when that allocation
  * fails (the caller then computes from the fp32 data). */
-static const uint16_t *mir_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
+static const uint16_t *shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
-    pthread_mutex_lock(&cb->mir_mu);
-    long i = mir_find_locked(cb, p, n);
-    if (i < 0 && cb->n_mir == cb->cap_mir) {
-        size_t cap = cb->cap_mir ? 2 * cb->cap_mir : 64;
-        struct mirror *t = (struct mirror *)realloc(cb->mir, cap * sizeof(*t));
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    if (i < 0 && cb->n_shd == cb->cap_shd) {
+        size_t cap = cb->cap_shd ? 2 * cb->cap_shd : 64;
+        struct shadow *t = (struct shadow *)realloc(cb->shd, cap * sizeof(*t));
         if (t) {
-            cb->mir = t;
-            cb->cap_mir = cap;
+            cb->shd = t;
+            cb->cap_shd = cap;
         }
     }
-    if (i < 0 && cb->n_mir < cb->cap_mir) {
+    if (i < 0 && cb->n_shd < cb->cap_shd) {
         void *bf = NULL;
         if (cudaMalloc(&bf, n * sizeof(uint16_t)) == cudaSuccess) {
-            struct mirror *m = &cb->mir[cb->n_mir];
+            struct shadow *m = &cb->shd[cb->n_shd];
             m->base = (uintptr_t)p;
             m->n = n;
             m->bf = (uint16_t *)bf;
             m->vlo = m->vhi = 0;
-            i = (long)cb->n_mir++;
+            i = (long)cb->n_shd++;
             cb->bytes += n * sizeof(uint16_t);
             if (cb->bytes > cb->peak)
                 cb->peak = cb->bytes;
@@ -370,16 +370,16 @@ static const uint16_t *mir_in(struct gpt_cuda_backend *cb, const float *p, size_
     }
     const uint16_t *r = NULL;
     if (i >= 0) {
-        struct mirror *m = &cb->mir[i];
+        struct shadow *m = &cb->shd[i];
         size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
         if (!(m->vlo <= lo && lo + n <= m->vhi)) {
             cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
             cu_check(cb, "bf16 convert");
-            mir_add(m, lo, lo + n);
+            shd_add(m, lo, lo + n);
         }
         r = m->bf + lo;
     }
-    pthread_mutex_unlock(&cb->mir_mu);
+    pthread_mutex_unlock(&cb->shd_mu);
     return r;
 }
 
@@ -388,7 +388,7 @@ static void cu_untrack_free(struct gpt_cuda_backend *cb, void *ptr)
     for (size_t i = cb->n_allocs; i-- > 0;) {
         if (cb->allocs[i].ptr == ptr) {
             cb->bytes -= cb->allocs[i].bytes;
-            mir_drop(cb, ptr, cb->allocs[i].bytes);
+            shd_drop(cb, ptr, cb->allocs[i].bytes);
             cb->allocs[i] = cb->allocs[--cb->n_allocs];
             break;
         }
@@ -425,11 +425,11 @@ static void cuda_destroy(struct gpt_backend *be)
         cudaStreamDestroy(cb->compute);
     if (cb->comm)
         cudaStreamDestroy(cb->comm);
-    for (size_t i = 0; i < cb->n_mir; i++)
-        cudaFree(cb->mir[i].bf);
+    for (size_t i = 0; i < cb->n_shd; i++)
+        cudaFree(cb->shd[i].bf);
     (void)cudaGetLastError();
-    pthread_mutex_destroy(&cb->mir_mu);
-    free(cb->mir);
+    pthread_mutex_destroy(&cb->shd_mu);
+    free(cb->shd);
     free(cb->allocs);
     free(cb);
 }
@@ -453,7 +453,7 @@ static int cuda_upload(struct gpt_backend *be, void *dst, const void *host_src, 
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, dst, bytes);
+    shd_wrote(cb, dst, bytes);
     /* From pageable memory the runtime stages the data before returning, so
      * the caller may reuse host_src at once; the copy is ordered with the
      * ops on the compute stream. */
@@ -486,7 +486,7 @@ static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, dst, bytes);
+    shd_wrote(cb, dst, bytes);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "copy");
@@ -496,7 +496,7 @@ static void cuda_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, ptr, bytes);
+    shd_wrote(cb, ptr, bytes);
     cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "memzero");
@@ -648,8 +648,8 @@ static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float 
     cu_enter(cb);
     int m = (int)OC, n = (int)N, k = (int)C;
     if (cb->bf16) {
-        const uint16_t *wb = mir_in(cb, weight, OC * C), *ib = mir_in(cb, inp, N * C);
-        mir_wrote(cb, out, N * OC * sizeof(float));
+        const uint16_t *wb = shd_in(cb, weight, OC * C), *ib = shd_in(cb, inp, N * C);
+        shd_wrote(cb, out, N * OC * sizeof(float));
         if (wb && ib) {
             gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
             return;
@@ -676,14 +676,14 @@ static void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dwe
     int n = (int)N, c = (int)C, oc = (int)OC;
     const uint16_t *wb = NULL, *db = NULL, *ib = NULL;
     if (cb->bf16) {
-        wb = dinp ? mir_in(cb, weight, OC * C) : NULL;
-        db = mir_in(cb, dout, N * OC);
-        ib = mir_in(cb, inp, N * C);
+        wb = dinp ? shd_in(cb, weight, OC * C) : NULL;
+        db = shd_in(cb, dout, N * OC);
+        ib = shd_in(cb, inp, N * C);
         if (dinp)
-            mir_wrote(cb, dinp, N * C * sizeof(float));
-        mir_wrote(cb, dweight, OC * C * sizeof(float));
+            shd_wrote(cb, dinp, N * C * sizeof(float));
+        shd_wrote(cb, dweight, OC * C * sizeof(float));
         if (dbias)
-            mir_wrote(cb, dbias, OC * sizeof(float));
+            shd_wrote(cb, dbias, OC * sizeof(float));
     }
     /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
     if (dinp && wb && db)
@@ -755,17 +755,17 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
-        const uint16_t *qb = cb->bf16 ? mir_in(cb, qkv, B * T * 3 * C) : NULL;
-        uint16_t *ob = mir_out(cb, out, B * T * C, NULL);
-        mir_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
+        const uint16_t *qb = cb->bf16 ? shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *ob = shd_out(cb, out, B * T * C, NULL);
+        shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
         cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_forward smem");
         cu_check(cb, "flash_forward");
         return;
     }
-    mir_wrote(cb, out, B * T * C * sizeof(float));
-    mir_wrote(cb, att, B * NH * T * T * sizeof(float));
+    shd_wrote(cb, out, B * T * C * sizeof(float));
+    shd_wrote(cb, att, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -802,9 +802,9 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
-        const uint16_t *qb = cb->bf16 ? mir_in(cb, qkv, B * T * 3 * C) : NULL;
-        uint16_t *db = mir_out(cb, dqkv, B * T * 3 * C, NULL);
-        mir_wrote(cb, scratch, plan.lse_floats * sizeof(float));
+        const uint16_t *qb = cb->bf16 ? shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *db = shd_out(cb, dqkv, B * T * 3 * C, NULL);
+        shd_wrote(cb, scratch, plan.lse_floats * sizeof(float));
         cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
                                            att, B, T, C, NH);
         if (e != cudaSuccess)
@@ -812,8 +812,8 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         cu_check(cb, "flash_backward");
         return;
     }
-    mir_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
-    mir_wrote(cb, scratch, B * NH * T * T * sizeof(float));
+    shd_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
+    shd_wrote(cb, scratch, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), ldc = (int)C, batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -853,7 +853,7 @@ static void cuda_encoder_forward(struct gpt_backend *be, float *out, const int *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, out, B * T * C * sizeof(float));
+    shd_wrote(cb, out, B * T * C * sizeof(float));
     cuk_encoder_forward(cb->compute, out, inp, wte, wpe, B, T, C);
     cu_check(cb, "encoder_forward");
 }
@@ -863,8 +863,8 @@ static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dw
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
-    mir_wrote(cb, dwpe, T * C * sizeof(float));
+    shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
+    shd_wrote(cb, dwpe, T * C * sizeof(float));
     cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
     cu_check(cb, "encoder_backward");
 }
@@ -875,9 +875,9 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    uint16_t *ob = mir_out(cb, out, N * C, NULL);
-    mir_wrote(cb, mean, N * sizeof(float));
-    mir_wrote(cb, rstd, N * sizeof(float));
+    uint16_t *ob = shd_out(cb, out, N * C, NULL);
+    shd_wrote(cb, mean, N * sizeof(float));
+    shd_wrote(cb, rstd, N * sizeof(float));
     cuk_layernorm_forward(cb->compute, out, ob, mean, rstd, inp, weight, bias, N, C);
     cu_check(cb, "layernorm_forward");
 }
@@ -889,9 +889,9 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, dinp, N * C * sizeof(float));
-    mir_wrote(cb, dweight, C * sizeof(float));
-    mir_wrote(cb, dbias, C * sizeof(float));
+    shd_wrote(cb, dinp, N * C * sizeof(float));
+    shd_wrote(cb, dweight, C * sizeof(float));
+    shd_wrote(cb, dbias, C * sizeof(float));
     cuk_layernorm_backward(cb->compute, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
                            cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
@@ -903,7 +903,7 @@ static void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *i
     if (n == 0)
         return;
     cu_enter(cb);
-    uint16_t *ob = mir_out(cb, out, n, NULL);
+    uint16_t *ob = shd_out(cb, out, n, NULL);
     cuk_gelu_forward(cb->compute, out, ob, inp, n);
     cu_check(cb, "gelu_forward");
 }
@@ -915,7 +915,7 @@ static void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float 
     if (n == 0)
         return;
     cu_enter(cb);
-    uint16_t *db = mir_out(cb, dinp, n, NULL);
+    uint16_t *db = shd_out(cb, dinp, n, NULL);
     cuk_gelu_backward(cb->compute, dinp, db, inp, dout, n);
     cu_check(cb, "gelu_backward");
 }
@@ -927,7 +927,7 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
     if (n == 0)
         return;
     cu_enter(cb);
-    mir_wrote(cb, out, n * sizeof(float));
+    shd_wrote(cb, out, n * sizeof(float));
     cuk_residual_forward(cb->compute, out, a, b, n);
     cu_check(cb, "residual_forward");
 }
@@ -939,8 +939,8 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     if (write_dlogits)
-        mir_wrote(cb, logits, N * Vp * sizeof(float));
-    mir_wrote(cb, losses, N * sizeof(float));
+        shd_wrote(cb, logits, N * Vp * sizeof(float));
+    shd_wrote(cb, losses, N * sizeof(float));
     cuk_softmax_xent(cb->compute, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
     cu_check(cb, "softmax_xent");
 }
@@ -953,13 +953,13 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
     if (n == 0)
         return;
     cu_enter(cb);
-    /* In bf16 mode the weights' mirror (if a product has read them) gets
+    /* In bf16 mode the weights' shadow (if a product has read them) gets
      * the new values with stochastic rounding; one random stream per call,
-     * indexed by the element's place in the mirror. */
+     * indexed by the element's place in the shadow. */
     uint64_t index0 = 0;
-    uint16_t *pb = mir_out(cb, params, n, &index0);
-    mir_wrote(cb, m, n * sizeof(float));
-    mir_wrote(cb, v, n * sizeof(float));
+    uint16_t *pb = shd_out(cb, params, n, &index0);
+    shd_wrote(cb, m, n * sizeof(float));
+    shd_wrote(cb, v, n * sizeof(float));
     uint64_t stream = cb->sr_stream++;
     cuk_adamw(cb->compute, params, pb, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
               grad_scale, bc1, bc2, cb->sr_seed, stream, index0);
@@ -986,27 +986,27 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    mir_wrote(cb, x, n * sizeof(float));
+    shd_wrote(cb, x, n * sizeof(float));
     cuk_scale(cb->compute, x, s, n);
     cu_check(cb, "scale");
 }
 
 /* fp32 (0) or bf16 (1, enum gpt_precision). Leaving bf16 frees the
- * mirrors; entering it starts the stochastic-rounding streams afresh. */
+ * shadows; entering it starts the stochastic-rounding streams afresh. */
 static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
 {
     struct gpt_cuda_backend *cb = cu(be);
     if (precision != 0 && precision != 1)
         return -EINVAL;
     cu_enter(cb);
-    pthread_mutex_lock(&cb->mir_mu);
+    pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
-        while (cb->n_mir > 0)
-            mir_free_at_locked(cb, cb->n_mir - 1);
+        while (cb->n_shd > 0)
+            shd_free_at_locked(cb, cb->n_shd - 1);
     cb->bf16 = precision;
     cb->sr_seed = seed;
     cb->sr_stream = 0;
-    pthread_mutex_unlock(&cb->mir_mu);
+    pthread_mutex_unlock(&cb->shd_mu);
     return 0;
 }
 
@@ -1075,7 +1075,7 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     cb->head.threads = 1;
     cb->device = device;
     cb->attn_want = GPT_CUDA_ATTN_FLASH;
-    pthread_mutex_init(&cb->mir_mu, NULL);
+    pthread_mutex_init(&cb->shd_mu, NULL);
     int optin = 0;
     if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
         cudaSuccess)
@@ -1174,5 +1174,5 @@ extern "C" void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, si
 extern "C" void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
-    mir_wrote(cb, ptr, bytes);
+    shd_wrote(cb, ptr, bytes);
 }

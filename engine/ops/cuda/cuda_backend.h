@@ -18,11 +18,11 @@
  * (10-bit mantissa inputs, fp32 accumulation). In bf16 mode (the vtable's
  * set_precision, i.e. trainer.precision: bf16) every buffer of the
  * interface stays fp32 (master weights, moments, gradients, statistics,
- * loss), and the backend keeps bf16 mirrors of the weights and of the
+ * loss), and the backend keeps bf16 shadows of the weights and of the
  * activations that matrix products and attention read, which run on bf16
  * tensor cores with fp32 accumulation; AdamW refreshes the weights' bf16
  * copy with seeded stochastic rounding. cuda_backend.cu's header comment
- * has the rules that keep the mirrors current.
+ * has the rules that keep the shadows current.
  *
  * Attention: the fused flash kernels when gpt_cuda_plan_attention allows
  * (the default), else batched GEMMs. With flash, the `att` buffer holds the
@@ -92,7 +92,7 @@ void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, siz
                                      size_t NH, struct gpt_cuda_attn_plan *ret);
 
 /* Device memory [ptr, ptr + bytes) was written other than by this
- * backend's ops (a collective): its bf16 mirrors stop being current there.
+ * backend's ops (a collective): its bf16 shadows stop being current there.
  * Any thread (the communication thread does this); does not block. */
 void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes);
 
