@@ -11,13 +11,11 @@
  * Loop thread only.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
-
-#include <stddef.h>
 
 #include "devices.h"
 #include "log.h"
@@ -624,9 +622,13 @@ int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct
     if (missing)
         return gpt_err_set(err, -EINVAL, gpt_ctl_field_info(__builtin_ctz(missing))->name,
                            "%s without it", op);
-    if (!json_is_integer(uid) || json_integer_value(uid) < 0 ||
-        json_integer_value(uid) > (json_int_t)UINT32_MAX - 1)
+    /* The client's uid matters to owner-only ops, which need it. */
+    bool uid_ok = json_is_integer(uid) && json_integer_value(uid) >= 0 &&
+                  json_integer_value(uid) < (json_int_t)UINT32_MAX;
+    if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
         return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
     int rc = ops_admit(d, &req, err);
-    return rc < 0 ? rc : ops_answer(d, &req, (uid_t)json_integer_value(uid), ret, err);
+    return rc < 0 ? rc
+                  : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret,
+                               err);
 }
