@@ -78,7 +78,8 @@ int ctl_recv(struct ctl *c, json_t **ret, bool echo)
             json_t *o = json_loadb(line, len, 0, &jerr);
             if (!json_is_object(o)) {
                 json_decref(o);
-                fprintf(stderr, "%s: gptd sent a malformed line: %s\n", ctl_prog, jerr.text);
+                fprintf(stderr, "%s: gptd sent a malformed line: %s\n", ctl_prog,
+                        out_esc(jerr.text, 0));
                 return EXIT_FAIL;
             }
             if (echo && c->json) {

@@ -494,7 +494,9 @@ static bool ops_forwarded(const struct gpt_ctl_request *req)
 }
 
 /* What every op is checked for before its handler, wherever the request
- * came from: refused while stopping, and the configuration limit. */
+ * came from: refused while stopping, and the configuration limit. (A
+ * stream op is also refused on a connection that already streams: that is
+ * the client's, checked in ops_dispatch.) */
 static int ops_admit(const struct daemon_ctx *d, const struct gpt_ctl_request *req,
                      struct gpt_err *err)
 {
@@ -548,31 +550,41 @@ static int ops_answer(struct daemon_ctx *d, const struct gpt_ctl_request *req, u
     return rc;
 }
 
+/* Runs an admitted request where the tables say: the coordinator, the
+ * op's member path, or this node. */
+static int ops_route(struct daemon_ctx *d, struct control_client *cl,
+                     const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    const struct ops_entry *e = &ops_table[req->op];
+    if (ops_is_member(d) && ops_forwarded(req))
+        return mirror_read(d->mirror, cl, req, err); /* the coordinator checks the owner */
+    if (ops_is_member(d) && e->member)
+        return e->member(d, cl, req, err);
+    if (!e->result)
+        return e->run(d, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_answer(d, req, cl->uid, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
+}
+
 void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req)
 {
     GPT_ASSERT(req->op >= 0 && req->op < GPT_CTL_OP_COUNT);
-    const struct ops_entry *e = &ops_table[req->op];
-    GPT_ASSERT(e->result || e->run);
+    GPT_ASSERT(ops_table[req->op].result || ops_table[req->op].run);
     struct gpt_err err;
     gpt_err_clear(&err);
     int rc = ops_admit(d, req, &err);
-    if (rc < 0) {
-        /* not logged: refused before anything was done */
-    } else if (ops_is_member(d) && ops_forwarded(req)) {
-        rc = mirror_read(d->mirror, cl, req, &err); /* the coordinator checks the owner */
-    } else if (ops_is_member(d) && e->member) {
-        rc = e->member(d, cl, req, &err);
-    } else if (e->result) {
-        json_t *r = NULL;
-        rc = ops_answer(d, req, cl->uid, &r, &err);
-        if (rc == 0)
-            control_reply_ok(cl, req->id, r);
-    } else {
-        rc = e->run(d, cl, req, &err);
+    if (rc == 0 && gpt_ctl_op_has(req->op, GPT_CTL_OPF_STREAM) && cl->logs.active)
+        rc = gpt_err_set(&err, -EBUSY, NULL, "this connection already streams logs");
+    if (rc < 0) { /* refused before anything was done: not worth a log line */
+        control_reply_err(cl, req->id, rc, &err);
+        return;
     }
+    rc = ops_route(d, cl, req, &err);
     if (rc < 0) {
-        if (rc != -GPT_E_SPEC && rc != -ENOENT && rc != -EPERM && rc != -EALREADY &&
-            rc != -EAGAIN && rc != -GPT_E_LIMIT)
+        if (rc != -GPT_E_SPEC && rc != -ENOENT && rc != -EPERM && rc != -EALREADY)
             log_info("request %s from uid %u failed: %s", gpt_ctl_op_name(req->op),
                      (unsigned)cl->uid, err.msg);
         control_reply_err(cl, req->id, rc, &err);

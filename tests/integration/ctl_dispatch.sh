@@ -37,4 +37,15 @@ rc=0
 "$GPTCTL" sample 1 --prompt 1 --tokens 9 2>"$T/err" || rc=$?
 ((rc == 1)) || fail "gptctl sample over the limit: exit $rc"
 grep -q 'limit at tokens: at most 8 tokens (sample_max_tokens)' "$T/err" || fail "gptctl: $(cat "$T/err")"
+# One stream per connection: a second `logs` while the first follows is
+# refused, and the first still ends with the job.
+tiny_job "$T/job.json" 300 5 1000
+job=$("$GPTCTL" submit "$T/job.json")
+wait_for 30 job_is "$job" running
+out=$(printf '%s\n' "{\"id\":1,\"op\":\"logs\",\"job\":$job,\"follow\":true}" \
+    "{\"id\":2,\"op\":\"logs\",\"job\":$job}" | reply)
+grep '"id":2,' <<<"$out" | grep -q '"code":"busy".*already streams logs' ||
+    fail "a second stream on one connection was not refused: $(tail -n 3 <<<"$out")"
+grep '"id":1,' <<<"$out" | grep -q '"type":"end",.*"state":"completed"' ||
+    fail "the first stream did not end with the job: $(tail -n 3 <<<"$out")"
 echo "ok"
