@@ -66,9 +66,9 @@ static int logs_stream(struct ctl *c, bool follow)
             const char *err = json_string_value(json_object_get(o, "error"));
             if (!c->json) {
                 logs_clear_bar(&v);
-                printf("job %lld %s%s%s\n",
-                       (long long)json_integer_value(json_object_get(o, "job")),
-                       state ? out_esc(state, 0) : "?", err ? ": " : "", err ? out_esc(err, 0) : "");
+                printf(
+                    "job %lld %s%s%s\n", (long long)json_integer_value(json_object_get(o, "job")),
+                    state ? out_esc(state, 0) : "?", err ? ": " : "", err ? out_esc(err, 0) : "");
             }
             rc = follow && state && strcmp(state, "completed") != 0 ? EXIT_FAIL : 0;
             json_decref(o);

@@ -114,7 +114,8 @@ int ctl_print_error(const json_t *reply)
     const char *msg = json_string_value(json_object_get(e, "message"));
     const char *path = json_string_value(json_object_get(e, "path"));
     fprintf(stderr, "%s: %s%s%s: %s\n", ctl_prog, code ? out_esc(code, 0) : "error",
-            path ? " at " : "", path ? out_esc(path, 0) : "", msg ? out_esc(msg, 0) : "(no message)");
+            path ? " at " : "", path ? out_esc(path, 0) : "",
+            msg ? out_esc(msg, 0) : "(no message)");
     return EXIT_FAIL;
 }
 

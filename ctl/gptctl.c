@@ -43,7 +43,7 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"help", "", "this text", cmd_help, -1},
 };
 
-#define CTL_N_CMDS (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
+#define CTL_N_CMDS    (sizeof(ctl_cmds) / sizeof(ctl_cmds[0]))
 #define CTL_USAGE_COL 30 /* the help column */
 
 static void ctl_usage(FILE *f)

@@ -174,8 +174,8 @@ static void ops_list_add(void *ctx, const struct db_job *j)
     json_array_append_new(ctx, ops_job_json(j));
 }
 
-static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                   json_t **ret, struct gpt_err *err)
+static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
+                   struct gpt_err *err)
 {
     (void)req, (void)uid;
     json_t *arr = json_array();
@@ -386,7 +386,6 @@ static int ops_locate_result(struct daemon_ctx *d, const json_t *args, json_t **
     return rc;
 }
 
-
 static int op_nodes(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
                     json_t **ret, struct gpt_err *err)
 {
@@ -436,8 +435,8 @@ static int op_nodes(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid
     return 0;
 }
 
-static int op_ping(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                   json_t **ret, struct gpt_err *err)
+static int op_ping(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
+                   struct gpt_err *err)
 {
     (void)d, (void)req, (void)err;
     *ret = json_pack("{s:s, s:I}", "version", GPTD_VERSION, "uid", (json_int_t)uid);
@@ -640,7 +639,7 @@ int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct
     if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
         return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
     int rc = ops_admit(d, &req, err);
-    return rc < 0 ? rc
-                  : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret,
-                               err);
+    return rc < 0
+               ? rc
+               : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret, err);
 }

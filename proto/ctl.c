@@ -29,7 +29,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
 
 #undef SLOT
 
-#define F(x) (1u << GPT_CTL_F_##x)
+#define F(x)     (1u << GPT_CTL_F_##x)
 #define FWD      GPT_CTL_OPF_FORWARD
 #define FWD_JOB  GPT_CTL_OPF_FORWARD_JOB
 #define OWNER    GPT_CTL_OPF_OWNER

@@ -68,8 +68,8 @@ static int yaml_check_depth(const char *yaml, size_t len, struct gpt_err *err)
         if (type == YAML_SCALAR_EVENT && depth > 0 && is_map[depth] && want_key[depth]) {
             /* a key: the path of what follows is the enclosing one plus it */
             size_t n = base[depth];
-            snprintf(path + n, sizeof(path) - n, "%s%.*s", n ? "." : "",
-                     (int)ev.data.scalar.length, (const char *)ev.data.scalar.value);
+            snprintf(path + n, sizeof(path) - n, "%s%.*s", n ? "." : "", (int)ev.data.scalar.length,
+                     (const char *)ev.data.scalar.value);
         }
         yaml_event_delete(&ev);
         if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {

@@ -208,7 +208,6 @@ static void test_linebuf(void **state)
     gpt_ctl_linebuf_done(&lb);
 }
 
-
 /* The op table: names round-trip, required fields are allowed ones, and the
  * flags the dispatcher relies on are where they must be. */
 static void test_op_table(void **state)
@@ -377,10 +376,16 @@ static void test_str_escape(void **state)
     ESC("a\\nb", "a\\\\nb");
     /* valid UTF-8 passes; C1 controls, line separators and bidi marks do not */
     ESC("caf\xc3\xa9 \xe6\x97\xa5", "caf\xc3\xa9 \xe6\x97\xa5");
-    ESC("\xc2\x9b" "31m", "\\u009b31m"); /* CSI as a C1 control */
+    ESC("\xc2\x9b"
+        "31m",
+        "\\u009b31m"); /* CSI as a C1 control */
     ESC("\xc2\x85", "\\u0085");
-    ESC("a\xe2\x80\xa8" "b", "a\\u2028b");
-    ESC("\xe2\x80\xae" "cod", "\\u202ecod");
+    ESC("a\xe2\x80\xa8"
+        "b",
+        "a\\u2028b");
+    ESC("\xe2\x80\xae"
+        "cod",
+        "\\u202ecod");
     ESC("\xe2\x81\xa6", "\\u2066");
     /* invalid UTF-8: stray continuation, overlong, surrogate, too big,
      * truncated, a lone lead byte */
@@ -426,8 +431,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_ok),       cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_decode_too_long), cmocka_unit_test(test_reply_encoding),
-        cmocka_unit_test(test_linebuf),          cmocka_unit_test(test_op_table),
-        cmocka_unit_test(test_field_table),      cmocka_unit_test(test_str_escape),
+        cmocka_unit_test(test_linebuf),         cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_field_table),     cmocka_unit_test(test_str_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
