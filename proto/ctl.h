@@ -11,7 +11,10 @@
  * ID is a non-negative integer or a short string; it is echoed as given
  * (null when the request had none). Fields are checked against one const
  * table of ops: unknown fields, missing required fields and wrong types are
- * errors that name the field in `path`.
+ * errors that name the field in `path`. Each field's row names the slot of
+ * struct gpt_ctl_request it fills (offsetof); each op's row carries the
+ * flags (enum gpt_ctl_op_flag) that gptd's one dispatcher, daemon/ops.c,
+ * applies before any op runs.
  *
  * Pure: bytes in, structs out. No sockets, threads, clocks or globals other
  * than the const tables. Safe from any thread.
