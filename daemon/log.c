@@ -1,5 +1,8 @@
 /*
- * log: see log.h.
+ * log: see log.h. Every message is escaped (proto/str_escape.h) after it is
+ * formatted, so a job name, a path or an error that quotes user bytes can
+ * neither start a forged line (newline, CR, a "<0>" journald prefix) nor
+ * send terminal escapes to whoever reads the log.
  */
 #include "log.h"
 
@@ -10,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "str_escape.h"
 
 static atomic_int log_max_level = LOG_LVL_INFO;
 
@@ -35,7 +40,7 @@ void log_msg(int level, const char *fmt, ...)
 {
     if (level > atomic_load(&log_max_level))
         return;
-    char line[2048];
+    char line[GPT_STR_ESCAPE_SIZE(2048) + 64];
     size_t n;
     if (getenv("JOURNAL_STREAM")) {
         n = (size_t)snprintf(line, sizeof(line), "<%d>", level);
@@ -48,13 +53,16 @@ void log_msg(int level, const char *fmt, ...)
         n += (size_t)snprintf(line + n, sizeof(line) - n, ".%03ld gptd %s: ", ts.tv_nsec / 1000000,
                               level_names[level & 7]);
     }
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+    int k = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (k < 0)
         return;
-    n += (size_t)k < sizeof(line) - n - 1 ? (size_t)k : sizeof(line) - n - 2;
+    size_t m = (size_t)k < sizeof(msg) ? (size_t)k : sizeof(msg) - 1;
+    size_t e = gpt_str_escape(line + n, sizeof(line) - n - 1, msg, m, 0);
+    n += e < sizeof(line) - n - 1 ? e : strlen(line + n);
     line[n++] = '\n';
     (void)!write(STDERR_FILENO, line, n);
 }

@@ -2,7 +2,10 @@
  * log: gptd's logging to stderr. Under systemd (JOURNAL_STREAM set) each
  * line starts with a "<N>" syslog priority prefix so journald files it at
  * the right level; otherwise lines carry a timestamp and the level name.
- * Any thread may log; a line is written with one write(2).
+ * The message is escaped (control characters, invalid UTF-8: see
+ * proto/str_escape.h), so one call is always exactly one line whatever user
+ * strings it quotes. Any thread may log; a line is written with one
+ * write(2).
  */
 #ifndef GPTD_LOG_H
 #define GPTD_LOG_H

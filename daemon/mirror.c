@@ -72,11 +72,7 @@ static void mirror_on_read(void *arg, int rc, const json_t *reply, const struct 
 int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ctl_request *req,
                 struct gpt_err *err)
 {
-    const char *op = req->op == GPT_CTL_OP_LIST     ? "list"
-                     : req->op == GPT_CTL_OP_STATUS ? "status"
-                     : req->op == GPT_CTL_OP_CANCEL ? "cancel"
-                     : req->op == GPT_CTL_OP_RESUME ? "resume"
-                                                    : "snapshots";
+    const char *op = gpt_ctl_op_name(req->op);
     /* The coordinator checks the client's uid against the job's owner. */
     json_t *args = json_pack("{s:I, s:I, s:I}", "job", (json_int_t)req->job, "uid",
                              (json_int_t)cl->uid, "snapshot", (json_int_t)req->snapshot);

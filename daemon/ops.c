@@ -1,28 +1,35 @@
 /*
- * ops: one small handler per control op, looked up in a const table by the
- * op number proto/ctl decoded. Handlers validate what only the daemon can
- * (job exists, owner, state), call into jobs/db, and reply. `sample` runs
- * the model on a uv work thread; everything else is loop thread.
+ * ops: the one dispatcher of control ops (see ops.h), its table of
+ * handlers, and the handlers of every op but `sample` (ops_sample.c).
+ *
+ * Most ops are a `result` function: the answer from the queue of record,
+ * used both for this node's clients and, on the coordinator, for the reads
+ * members forward (ops_read), so the owner check, the stopping check and
+ * the answer are the same code either way. The others (`logs`, `sample`)
+ * reply themselves, and have a member path of their own.
+ *
+ * Loop thread only.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "devices.h"
 #include "log.h"
+#include "ops.h"
 #include "paths.h"
 #include "snapshot.h"
-#include "trainer.h"
 
 #define OPS_LIST_MAX    1000 /* jobs in one `list` reply */
 #define OPS_HISTORY_MAX 1000 /* metrics in one history chunk for a member */
 
-typedef int (*ops_fn)(struct daemon_ctx *d, struct control_client *cl,
-                      const struct gpt_ctl_request *req, struct gpt_err *err);
+/* The answer of an op from this node's own queue and state, for a client
+ * with `uid`: a new result object (merged into the reply), or an error. */
+typedef int (*ops_result_fn)(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                             json_t **ret, struct gpt_err *err);
 
 static json_t *ops_real_or_null(double v)
 {
@@ -111,31 +118,40 @@ static int ops_submit_forward(struct daemon_ctx *d, struct control_client *cl,
     return 0;
 }
 
-static int op_submit(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
+static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                     json_t **ret, struct gpt_err *err)
 {
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
     int rc = ops_parse_spec(d, req->spec, job, err);
-    if (rc == 0 && d->cluster && !cluster_is_coordinator(d->cluster)) {
-        free(job);
-        return ops_submit_forward(d, cl, req, err);
-    }
     if (rc == 0)
-        rc = jobs_submit(d->jobs, job, cl->uid, req->priority, &id, err);
+        rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
     if (rc == 0)
-        control_reply_ok(cl, req->id,
-                         json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
-                                   job->name[0] ? job->name : "job", "state", "queued"));
+        *ret = json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
+                         job->name[0] ? job->name : "job", "state", "queued");
     free(job);
     return rc;
 }
 
-static int op_validate(struct daemon_ctx *d, struct control_client *cl,
-                       const struct gpt_ctl_request *req, struct gpt_err *err)
+/* A member checks the spec as fully as the coordinator would (its own
+ * data_roots and paths), then forwards it. */
+static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, struct gpt_err *err)
 {
+    struct gpt_job *job = malloc(sizeof(*job));
+    if (!job)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc = ops_parse_spec(d, req->spec, job, err);
+    free(job);
+    return rc < 0 ? rc : ops_submit_forward(d, cl, req, err);
+}
+
+static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                       json_t **ret, struct gpt_err *err)
+{
+    (void)uid;
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -147,7 +163,7 @@ static int op_validate(struct daemon_ctx *d, struct control_client *cl,
         if (!spec)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         else
-            control_reply_ok(cl, req->id, json_pack("{s:b, s:o}", "valid", 1, "spec", spec));
+            *ret = json_pack("{s:b, s:o}", "valid", 1, "spec", spec);
     }
     free(job);
     return rc;
@@ -158,10 +174,10 @@ static void ops_list_add(void *ctx, const struct db_job *j)
     json_array_append_new(ctx, ops_job_json(j));
 }
 
-/* The results of the read ops, shared by this node's clients and the reads
- * members forward to the coordinator (ops_read). */
-static int ops_list_result(struct daemon_ctx *d, json_t **ret, struct gpt_err *err)
+static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
+                   struct gpt_err *err)
 {
+    (void)req, (void)uid;
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -174,6 +190,7 @@ static int ops_list_result(struct daemon_ctx *d, json_t **ret, struct gpt_err *e
     return 0;
 }
 
+/* status JOB: one job in full. */
 static int ops_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct gpt_err *err)
 {
     struct db_job j;
@@ -191,36 +208,13 @@ static int ops_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct
     return 0;
 }
 
-/* A member (not the coordinator): job reads go to the coordinator. */
-static bool ops_is_member(const struct daemon_ctx *d)
+/* status JOB, or without a job this daemon's own state (never forwarded). */
+static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                     json_t **ret, struct gpt_err *err)
 {
-    return d->cluster && !cluster_is_coordinator(d->cluster) && d->mirror;
-}
-
-static int op_list(struct daemon_ctx *d, struct control_client *cl,
-                   const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    if (ops_is_member(d))
-        return mirror_read(d->mirror, cl, req, err);
-    json_t *r = NULL;
-    int rc = ops_list_result(d, &r, err);
-    if (rc == 0)
-        control_reply_ok(cl, req->id, r);
-    return rc;
-}
-
-static int op_status(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    if (req->present & (1u << GPT_CTL_F_JOB)) {
-        if (ops_is_member(d))
-            return mirror_read(d->mirror, cl, req, err);
-        json_t *r = NULL;
-        int rc = ops_job_result(d, req->job, &r, err);
-        if (rc == 0)
-            control_reply_ok(cl, req->id, r);
-        return rc;
-    }
+    (void)uid;
+    if (req->present & (1u << GPT_CTL_F_JOB))
+        return ops_job_result(d, req->job, ret, err);
     int64_t queued = 0;
     int rc = db_job_count(d->db, DB_JOB_QUEUED, &queued, err);
     if (rc < 0)
@@ -240,16 +234,20 @@ static int op_status(struct daemon_ctx *d, struct control_client *cl,
         json_object_set_new(
             o, "role", json_string(cluster_is_coordinator(d->cluster) ? "coordinator" : "member"));
     }
-    control_reply_ok(cl, req->id, o);
+    *ret = o;
     return 0;
 }
 
 static int op_logs(struct daemon_ctx *d, struct control_client *cl,
                    const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    if (ops_is_member(d))
-        return mirror_follow(d->mirror, cl, req->id, req->job, req->since, req->follow, err);
     return jobs_follow(d->jobs, cl, req->id, req->job, req->since, req->follow, err);
+}
+
+static int op_logs_member(struct daemon_ctx *d, struct control_client *cl,
+                          const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    return mirror_follow(d->mirror, cl, req->id, req->job, req->since, req->follow, err);
 }
 
 /* The job's state after a cancel/resume, as the reply's result. */
@@ -268,45 +266,19 @@ static int ops_state_result(struct daemon_ctx *d, int64_t job, bool cancel, json
     return 0;
 }
 
-/* Cancel and resume change the queue of record: on a member they are the
- * coordinator's to do (mirror_read), with the client's uid checked there as
- * it would be here. */
-static int ops_cancel_result(struct daemon_ctx *d, int64_t job, uid_t uid, json_t **ret,
-                             struct gpt_err *err)
+static int op_cancel(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                     json_t **ret, struct gpt_err *err)
 {
-    int rc = jobs_cancel(d->jobs, job, uid, err);
-    return rc < 0 ? rc : ops_state_result(d, job, true, ret, err);
+    int rc = jobs_cancel(d->jobs, req->job, uid, err);
+    return rc < 0 ? rc : ops_state_result(d, req->job, true, ret, err);
 }
 
-static int ops_resume_result(struct daemon_ctx *d, int64_t job, int64_t snapshot, uid_t uid,
-                             json_t **ret, struct gpt_err *err)
+static int op_resume(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                     json_t **ret, struct gpt_err *err)
 {
-    int rc = jobs_resume(d->jobs, job, snapshot, uid, err);
-    return rc < 0 ? rc : ops_state_result(d, job, false, ret, err);
-}
-
-static int op_cancel(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    if (ops_is_member(d))
-        return mirror_read(d->mirror, cl, req, err);
-    json_t *r = NULL;
-    int rc = ops_cancel_result(d, req->job, cl->uid, &r, err);
-    if (rc == 0)
-        control_reply_ok(cl, req->id, r);
-    return rc;
-}
-
-static int op_resume(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    if (ops_is_member(d))
-        return mirror_read(d->mirror, cl, req, err);
-    json_t *r = NULL;
-    int rc = ops_resume_result(d, req->job, req->snapshot, cl->uid, &r, err);
-    if (rc == 0)
-        control_reply_ok(cl, req->id, r);
-    return rc;
+    int64_t snapshot = req->present & (1u << GPT_CTL_F_SNAPSHOT) ? req->snapshot : 0;
+    int rc = jobs_resume(d->jobs, req->job, snapshot, uid, err);
+    return rc < 0 ? rc : ops_state_result(d, req->job, false, ret, err);
 }
 
 static void ops_snapshot_add(void *ctx, const struct db_snapshot *s)
@@ -319,36 +291,23 @@ static void ops_snapshot_add(void *ctx, const struct db_snapshot *s)
     json_array_append_new(ctx, o);
 }
 
-static int ops_snapshots_result(struct daemon_ctx *d, int64_t job, json_t **ret,
-                                struct gpt_err *err)
+static int op_snapshots(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                        json_t **ret, struct gpt_err *err)
 {
+    (void)uid;
     struct db_job j;
-    int rc = db_job_get(d->db, job, &j, err);
+    int rc = db_job_get(d->db, req->job, &j, err);
     if (rc < 0)
         return rc;
-    db_job_done(&j);
     json_t *arr = json_array();
-    if (!arr)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    rc = db_snapshot_list(d->db, job, ops_snapshot_add, arr, err);
-    if (rc < 0) {
-        json_decref(arr);
-        return rc;
-    }
-    *ret = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)job, "snapshot_dir", j.snapshot_dir,
-                     "snapshots", arr);
-    return 0;
-}
-
-static int op_snapshots(struct daemon_ctx *d, struct control_client *cl,
-                        const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    if (ops_is_member(d))
-        return mirror_read(d->mirror, cl, req, err);
-    json_t *r = NULL;
-    int rc = ops_snapshots_result(d, req->job, &r, err);
+    rc = arr ? db_snapshot_list(d->db, req->job, ops_snapshot_add, arr, err)
+             : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     if (rc == 0)
-        control_reply_ok(cl, req->id, r);
+        *ret = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)req->job, "snapshot_dir",
+                         j.snapshot_dir, "snapshots", arr);
+    else
+        json_decref(arr);
+    db_job_done(&j);
     return rc;
 }
 
@@ -399,9 +358,11 @@ static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t *
 
 /* Where a member finds its copies of a job's snapshots: the spec's
  * snapshot.dir ("" for the default) and, for a chosen snapshot, its step. */
-static int ops_locate_result(struct daemon_ctx *d, int64_t job, int64_t snapshot, json_t **ret,
+static int ops_locate_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
                              struct gpt_err *err)
 {
+    int64_t job = json_integer_value(json_object_get(args, "job"));
+    int64_t snapshot = json_integer_value(json_object_get(args, "snapshot"));
     struct db_job j;
     int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
@@ -425,307 +386,10 @@ static int ops_locate_result(struct daemon_ctx *d, int64_t job, int64_t snapshot
     return rc;
 }
 
-int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
+static int op_nodes(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                    json_t **ret, struct gpt_err *err)
 {
-    struct daemon_ctx *d = ctx;
-    int64_t job = json_integer_value(json_object_get(args, "job"));
-    int64_t snapshot = json_integer_value(json_object_get(args, "snapshot"));
-    const json_t *uid = json_object_get(args, "uid");
-    json_t *r = NULL;
-    int rc;
-    if ((strcmp(op, "cancel") == 0 || strcmp(op, "resume") == 0) &&
-        (!json_is_integer(uid) || json_integer_value(uid) < 0))
-        rc = gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
-    else if (strcmp(op, "cancel") == 0)
-        rc = ops_cancel_result(d, job, (uid_t)json_integer_value(uid), &r, err);
-    else if (strcmp(op, "resume") == 0)
-        rc = ops_resume_result(d, job, snapshot, (uid_t)json_integer_value(uid), &r, err);
-    else if (strcmp(op, "locate") == 0)
-        rc = ops_locate_result(d, job, snapshot, &r, err);
-    else if (strcmp(op, "list") == 0)
-        rc = ops_list_result(d, &r, err);
-    else if (strcmp(op, "status") == 0)
-        rc = ops_job_result(d, job, &r, err);
-    else if (strcmp(op, "snapshots") == 0)
-        rc = ops_snapshots_result(d, job, &r, err);
-    else if (strcmp(op, "history") == 0)
-        rc = ops_history_result(d, args, &r, err);
-    else
-        rc = gpt_err_set(err, -EINVAL, "op", "unknown read \"%.64s\"", op);
-    if (rc == 0 && !r)
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    if (rc == 0)
-        *ret = r;
-    return rc;
-}
-
-/* A `sample` request on its way through a uv work thread. The work thread
- * touches only this struct; the client is referenced, not used, there. */
-struct ops_sample {
-    uv_work_t work;
-    struct control_client *cl;
-    json_t *id;
-    char dir[DB_PATH_MAX];
-    char path[DB_PATH_MAX];
-    char fallback[DB_PATH_MAX]; /* the newest recorded snapshot present here */
-    char prompt[GPT_CTL_PROMPT_MAX + 1];
-    /* a member: the job and snapshot are the coordinator's, the files this
-     * node's own copies (s->dir; s->path when one was chosen) */
-    bool member;
-    int64_t job, snapshot, step;
-    char node[CONFIG_NAME_MAX];
-    struct gpt_sample_opts o;
-    char *text;
-    int rc;
-    struct gpt_err err;
-};
-
-/* A member samples its own copy: members keep one of every snapshot
- * written while they were in the world, the coordinator's own files are
- * on another host. */
-static int ops_sample_member_path(struct ops_sample *s)
-{
-    struct stat st;
-    if (s->path[0]) {
-        if (stat(s->path, &st) == 0)
-            return 0;
-        return gpt_err_set(&s->err, -ENOENT, "snapshot",
-                           "snapshot %lld (step %lld) of job %lld is not on node %s (no %s); "
-                           "sample it on the coordinator or on a node that was in that world",
-                           (long long)s->snapshot, (long long)s->step, (long long)s->job, s->node,
-                           s->path);
-    }
-    struct gpt_snapshot_meta meta;
-    int rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
-    if (rc == -ENOENT)
-        rc = gpt_err_set(&s->err, -ENOENT, NULL,
-                         "job %lld has no snapshot on node %s (none valid in %s); sample it on "
-                         "the coordinator or on a node that was in its world",
-                         (long long)s->job, s->node, s->dir);
-    return rc;
-}
-
-static void ops_sample_work(uv_work_t *w)
-{
-    struct ops_sample *s = w->data;
-    if (s->member) {
-        s->rc = ops_sample_member_path(s);
-        if (s->rc < 0)
-            return;
-    } else if (!s->path[0]) {
-        struct gpt_snapshot_meta meta;
-        s->rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
-        /* A cluster node keeps its copies in a directory of its own. */
-        if (s->rc < 0 && s->fallback[0]) {
-            snprintf(s->path, sizeof(s->path), "%s", s->fallback);
-            s->rc = 0;
-        }
-        if (s->rc < 0)
-            return;
-    }
-    s->rc = gpt_sample_snapshot(s->path, &s->o, &s->text, &s->err);
-}
-
-static void ops_sample_done(uv_work_t *w, int status)
-{
-    struct ops_sample *s = w->data;
-    struct control_client *cl = s->cl;
-    if (status < 0)
-        s->rc = gpt_err_set(&s->err, -ECANCELED, NULL, "cancelled");
-    if (s->rc < 0)
-        control_reply_err(cl, s->id, s->rc, &s->err);
-    else
-        control_reply_ok(cl, s->id, json_pack("{s:s, s:s?}", "snapshot", s->path, "text", s->text));
-    cl->busy--;
-    control_client_idle_check(cl);
-    control_client_unref(cl);
-    json_decref(s->id);
-    free(s->text);
-    free(s);
-}
-
-struct ops_newest {
-    char *path;
-    size_t cap;
-};
-
-/* The first (newest) listed snapshot whose file is on this node. */
-static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
-{
-    struct ops_newest *nw = ctx;
-    struct stat st;
-    if (!nw->path[0] && stat(sn->path, &st) == 0)
-        snprintf(nw->path, nw->cap, "%s", sn->path);
-}
-
-static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
-                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
-                            struct gpt_err *err);
-static int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
-                             const struct gpt_ctl_request *req, int64_t tokens,
-                             struct gpt_err *err);
-
-static int op_sample(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    int64_t tokens = req->present & (1u << GPT_CTL_F_TOKENS) ? req->tokens : 64;
-    if (tokens > d->cfg.sample_max_tokens)
-        return gpt_err_set(err, -GPT_E_LIMIT, "tokens", "at most %d tokens (sample_max_tokens)",
-                           d->cfg.sample_max_tokens);
-    if (ops_is_member(d))
-        return ops_sample_member(d, cl, req, tokens, err);
-    struct db_job j;
-    int rc = db_job_get(d->db, req->job, &j, err);
-    if (rc < 0)
-        return rc;
-    struct ops_sample *s = calloc(1, sizeof(*s));
-    if (!s) {
-        db_job_done(&j);
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    }
-    snprintf(s->dir, sizeof(s->dir), "%s", j.snapshot_dir);
-    db_job_done(&j);
-    if (req->present & (1u << GPT_CTL_F_SNAPSHOT)) {
-        struct db_snapshot sn;
-        rc = db_snapshot_get(d->db, req->snapshot, &sn, err);
-        if (rc == 0 && sn.job_id != req->job)
-            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                             (long long)req->snapshot, (long long)req->job);
-        if (rc < 0) {
-            free(s);
-            return rc;
-        }
-        snprintf(s->path, sizeof(s->path), "%s", sn.path);
-    }
-    if (!s->path[0]) {
-        struct ops_newest nw = {s->fallback, sizeof(s->fallback)};
-        (void)db_snapshot_list(d->db, req->job, ops_newest_here, &nw, NULL);
-    }
-    return ops_sample_queue(d, cl, req, tokens, s, err);
-}
-
-/* A member's sample: where the copies are comes from the coordinator. */
-struct ops_locating {
-    struct daemon_ctx *d;
-    struct control_client *cl;
-    struct ops_sample *s;
-    struct gpt_ctl_request req; /* what ops_sample_queue reads; prompt copied into s */
-    int64_t tokens;
-};
-
-static void ops_sample_located(void *arg, int rc, const json_t *reply, const struct gpt_err *err)
-{
-    struct ops_locating *q = arg;
-    struct ops_sample *s = q->s;
-    struct control_client *cl = q->cl;
-    struct gpt_err e;
-    gpt_err_clear(&e);
-    const char *dir = json_string_value(json_object_get(reply, "dir"));
-    const json_t *step = json_object_get(reply, "step");
-    if (rc < 0) {
-        e = *err;
-    } else if (!dir || !json_is_integer(step)) {
-        rc = gpt_err_set(&e, -GPT_E_PROTO, NULL, "the coordinator's answer has no snapshot dir");
-    } else {
-        /* The agent's layout: a spec's snapshot.dir holds one subdirectory
-         * per member; the default is under this node's state directory. */
-        int k = dir[0] ? snprintf(s->dir, sizeof(s->dir), "%s/%s", dir, s->node)
-                       : snprintf(s->dir, sizeof(s->dir), "%s/jobs/%lld/snapshots",
-                                  q->d->cfg.state_dir, (long long)s->job);
-        s->step = json_integer_value(step);
-        if (k > 0 && (size_t)k < sizeof(s->dir) && s->snapshot > 0)
-            k = snprintf(s->path, sizeof(s->path), "%s/snap-%012lld%s", s->dir, (long long)s->step,
-                         GPT_SNAPSHOT_SUFFIX);
-        if (k < 0 || (size_t)k >= sizeof(s->path))
-            rc = gpt_err_set(&e, -ENAMETOOLONG, NULL, "snapshot directory too long");
-    }
-    if (rc == 0 && cl->closing)
-        rc = -ECANCELED;
-    if (rc < 0)
-        free(s);
-    else
-        rc = ops_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
-    if (rc < 0 && !cl->closing)
-        control_reply_err(cl, q->req.id, rc, &e);
-    json_decref(q->req.id);
-    cl->busy--;
-    control_client_idle_check(cl);
-    control_client_unref(cl);
-    free(q);
-}
-
-static int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
-                             const struct gpt_ctl_request *req, int64_t tokens, struct gpt_err *err)
-{
-    struct ops_sample *s = calloc(1, sizeof(*s));
-    struct ops_locating *q = calloc(1, sizeof(*q));
-    bool chosen = req->present & (1u << GPT_CTL_F_SNAPSHOT);
-    json_t *args = json_pack("{s:I, s:I}", "job", (json_int_t)req->job, "snapshot",
-                             (json_int_t)(chosen ? req->snapshot : 0));
-    if (!s || !q || !args) {
-        free(s);
-        free(q);
-        json_decref(args);
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    }
-    s->member = true;
-    s->job = req->job;
-    s->snapshot = chosen ? req->snapshot : 0;
-    snprintf(s->node, sizeof(s->node), "%s", d->cfg.node_name);
-    snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
-    q->d = d;
-    q->cl = cl;
-    q->s = s;
-    q->req = *req;
-    q->req.id = json_deep_copy(req->id);
-    q->req.prompt = NULL; /* borrowed from the request; copied into s already */
-    q->req.root = NULL;
-    q->req.spec = NULL;
-    q->tokens = tokens;
-    int rc = cluster_read(d->cluster, "locate", args, ops_sample_located, q, err);
-    if (rc < 0) {
-        json_decref(q->req.id);
-        free(q);
-        free(s);
-        return rc;
-    }
-    control_client_ref(cl);
-    cl->busy++;
-    return 0;
-}
-
-/* Fills in the sampling options and runs it on a work thread (takes s). */
-static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
-                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
-                            struct gpt_err *err)
-{
-    int rc;
-    if (req->prompt)
-        snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
-    s->o.prompt = s->prompt;
-    s->o.tokens = (int)tokens;
-    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature : 1.0;
-    s->o.top_k = (int)req->top_k;
-    s->o.seed = (uint64_t)time(NULL);
-    s->o.threads = 1;
-    s->cl = cl;
-    s->id = json_deep_copy(req->id);
-    s->work.data = s;
-    rc = uv_queue_work(d->loop, &s->work, ops_sample_work, ops_sample_done);
-    if (rc < 0) {
-        json_decref(s->id);
-        free(s);
-        return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
-    }
-    control_client_ref(cl);
-    cl->busy++;
-    return 0;
-}
-
-static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
-                    const struct gpt_ctl_request *req, struct gpt_err *err)
-{
-    (void)err;
+    (void)req, (void)uid;
     if (d->cluster) {
         json_t *nodes = cluster_nodes_json(d->cluster);
         if (!nodes)
@@ -749,11 +413,9 @@ static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
         }
         char ep[CLUSTER_HOST_MAX + 16];
         snprintf(ep, sizeof(ep), "%s:%d", cluster_host(d->cluster), cluster_port(d->cluster));
-        control_reply_ok(cl, req->id,
-                         json_pack("{s:o, s:s, s:b, s:s, s:s}", "nodes", nodes, "self",
-                                   d->cfg.node_name, "coordinator",
-                                   cluster_is_coordinator(d->cluster), "agent",
-                                   agent_state(d->agent), "rdzv", ep));
+        *ret = json_pack("{s:o, s:s, s:b, s:s, s:s}", "nodes", nodes, "self", d->cfg.node_name,
+                         "coordinator", cluster_is_coordinator(d->cluster), "agent",
+                         agent_state(d->agent), "rdzv", ep);
         return 0;
     }
     int64_t running = jobs_running(d->jobs);
@@ -769,44 +431,215 @@ static int op_nodes(struct daemon_ctx *d, struct control_client *cl,
         json_object_set_new(node, "devices", json_string(summary));
         json_object_set_new(node, "hardware", devices_json());
     }
-    control_reply_ok(cl, req->id, json_pack("{s:[o]}", "nodes", node));
+    *ret = json_pack("{s:[o]}", "nodes", node);
     return 0;
 }
 
-static int op_ping(struct daemon_ctx *d, struct control_client *cl,
-                   const struct gpt_ctl_request *req, struct gpt_err *err)
+static int op_ping(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
+                   struct gpt_err *err)
 {
-    (void)d;
-    (void)err;
-    control_reply_ok(cl, req->id,
-                     json_pack("{s:s, s:I}", "version", GPTD_VERSION, "uid", (json_int_t)cl->uid));
+    (void)d, (void)req, (void)err;
+    *ret = json_pack("{s:s, s:I}", "version", GPTD_VERSION, "uid", (json_int_t)uid);
     return 0;
 }
 
-static const ops_fn ops_table[GPT_CTL_OP_COUNT] = {
-    [GPT_CTL_OP_SUBMIT] = op_submit, [GPT_CTL_OP_VALIDATE] = op_validate,
-    [GPT_CTL_OP_LIST] = op_list,     [GPT_CTL_OP_STATUS] = op_status,
-    [GPT_CTL_OP_LOGS] = op_logs,     [GPT_CTL_OP_CANCEL] = op_cancel,
-    [GPT_CTL_OP_RESUME] = op_resume, [GPT_CTL_OP_SNAPSHOTS] = op_snapshots,
-    [GPT_CTL_OP_SAMPLE] = op_sample, [GPT_CTL_OP_NODES] = op_nodes,
-    [GPT_CTL_OP_PING] = op_ping,
+/* ---- the tables and the dispatcher ---- */
+
+/* One row per control op (indexed like proto's op table). `result` answers
+ * from this node's queue; `run` replies itself. On a member, ops flagged
+ * GPT_CTL_OPF_FORWARD(_JOB) go to the coordinator as reads (mirror_read)
+ * and `member`, when set, replaces `run`/`result` for the others. */
+static const struct ops_entry {
+    ops_result_fn result;
+    ops_run_fn run;
+    ops_run_fn member;
+    /* A request field checked against a configuration limit (an int of
+     * struct config at `limit_offset`); `limit_default` when absent. */
+    int limit_field; /* enum gpt_ctl_field; 0 with limit_key NULL: none */
+    size_t limit_offset;
+    const char *limit_key;
+    int64_t limit_default;
+} ops_table[GPT_CTL_OP_COUNT] = {
+    [GPT_CTL_OP_SUBMIT] = {.result = op_submit, .member = op_submit_member},
+    [GPT_CTL_OP_VALIDATE] = {.result = op_validate},
+    [GPT_CTL_OP_LIST] = {.result = op_list},
+    [GPT_CTL_OP_STATUS] = {.result = op_status},
+    [GPT_CTL_OP_LOGS] = {.run = op_logs, .member = op_logs_member},
+    [GPT_CTL_OP_CANCEL] = {.result = op_cancel},
+    [GPT_CTL_OP_RESUME] = {.result = op_resume},
+    [GPT_CTL_OP_SNAPSHOTS] = {.result = op_snapshots},
+    [GPT_CTL_OP_SAMPLE] = {.run = ops_sample_run,
+                           .member = ops_sample_member,
+                           .limit_field = GPT_CTL_F_TOKENS,
+                           .limit_offset = offsetof(struct config, sample_max_tokens),
+                           .limit_key = "sample_max_tokens",
+                           .limit_default = OPS_SAMPLE_TOKENS_DEFAULT},
+    [GPT_CTL_OP_NODES] = {.result = op_nodes},
+    [GPT_CTL_OP_PING] = {.result = op_ping},
 };
+
+/* A member (not the coordinator): the queue of record is elsewhere. */
+static bool ops_is_member(const struct daemon_ctx *d)
+{
+    return d->cluster && !cluster_is_coordinator(d->cluster) && d->mirror;
+}
+
+/* Whether a member hands this request to the coordinator as a read. */
+static bool ops_forwarded(const struct gpt_ctl_request *req)
+{
+    return gpt_ctl_op_has(req->op, GPT_CTL_OPF_FORWARD) ||
+           (gpt_ctl_op_has(req->op, GPT_CTL_OPF_FORWARD_JOB) &&
+            (req->present & (1u << GPT_CTL_F_JOB)));
+}
+
+/* What every op is checked for before its handler, wherever the request
+ * came from: refused while stopping, and the configuration limit. (A
+ * stream op is also refused on a connection that already streams: that is
+ * the client's, checked in ops_dispatch.) */
+static int ops_admit(const struct daemon_ctx *d, const struct gpt_ctl_request *req,
+                     struct gpt_err *err)
+{
+    const struct ops_entry *e = &ops_table[req->op];
+    if (d->stopping && gpt_ctl_op_has(req->op, GPT_CTL_OPF_NOT_STOPPING))
+        return gpt_err_set(err, -EAGAIN, NULL, "gptd is stopping");
+    if (e->limit_key) {
+        const struct gpt_ctl_field_info *fi = gpt_ctl_field_info(e->limit_field);
+        int64_t v = req->present & (1u << e->limit_field)
+                        ? *(const int64_t *)(const void *)((const char *)req + fi->offset)
+                        : e->limit_default;
+        int limit = *(const int *)(const void *)((const char *)&d->cfg + e->limit_offset);
+        if (v > limit)
+            return gpt_err_set(err, -GPT_E_LIMIT, fi->name, "at most %d %s (%s)", limit, fi->name,
+                               e->limit_key);
+    }
+    return 0;
+}
+
+/* The owner check of ops that change a job, on the node with the queue of
+ * record: only the owner, or uid 0. */
+static int ops_check_owner(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                           struct gpt_err *err)
+{
+    if (!gpt_ctl_op_has(req->op, GPT_CTL_OPF_OWNER) || uid == 0)
+        return 0;
+    struct db_job j;
+    int rc = db_job_get(d->db, req->job, &j, err);
+    if (rc < 0)
+        return rc;
+    uid_t owner = j.owner_uid;
+    db_job_done(&j);
+    if (owner != uid)
+        return gpt_err_set(err, -EPERM, "job", "job %lld belongs to uid %u", (long long)req->job,
+                           (unsigned)owner);
+    return 0;
+}
+
+/* The answer of a `result` op for a client with `uid`, local or forwarded. */
+static int ops_answer(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                      json_t **ret, struct gpt_err *err)
+{
+    json_t *r = NULL;
+    int rc = ops_check_owner(d, req, uid, err);
+    if (rc == 0)
+        rc = ops_table[req->op].result(d, req, uid, &r, err);
+    if (rc == 0 && !r)
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        *ret = r;
+    return rc;
+}
+
+/* Runs an admitted request where the tables say: the coordinator, the
+ * op's member path, or this node. */
+static int ops_route(struct daemon_ctx *d, struct control_client *cl,
+                     const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    const struct ops_entry *e = &ops_table[req->op];
+    if (ops_is_member(d) && ops_forwarded(req))
+        return mirror_read(d->mirror, cl, req, err); /* the coordinator checks the owner */
+    if (ops_is_member(d) && e->member)
+        return e->member(d, cl, req, err);
+    if (!e->result)
+        return e->run(d, cl, req, err);
+    json_t *r = NULL;
+    int rc = ops_answer(d, req, cl->uid, &r, err);
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
+    return rc;
+}
 
 void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req)
 {
-    GPT_ASSERT(req->op >= 0 && req->op < GPT_CTL_OP_COUNT && ops_table[req->op]);
+    GPT_ASSERT(req->op >= 0 && req->op < GPT_CTL_OP_COUNT);
+    GPT_ASSERT(ops_table[req->op].result || ops_table[req->op].run);
     struct gpt_err err;
     gpt_err_clear(&err);
-    if (d->stopping && (req->op == GPT_CTL_OP_SUBMIT || req->op == GPT_CTL_OP_RESUME)) {
-        gpt_err_set(&err, -EAGAIN, NULL, "gptd is stopping");
-        control_reply_err(cl, req->id, -EAGAIN, &err);
+    int rc = ops_admit(d, req, &err);
+    if (rc == 0 && gpt_ctl_op_has(req->op, GPT_CTL_OPF_STREAM) && cl->logs.active)
+        rc = gpt_err_set(&err, -EBUSY, NULL, "this connection already streams logs");
+    if (rc < 0) { /* refused before anything was done: not worth a log line */
+        control_reply_err(cl, req->id, rc, &err);
         return;
     }
-    int rc = ops_table[req->op](d, cl, req, &err);
+    rc = ops_route(d, cl, req, &err);
     if (rc < 0) {
         if (rc != -GPT_E_SPEC && rc != -ENOENT && rc != -EPERM && rc != -EALREADY)
             log_info("request %s from uid %u failed: %s", gpt_ctl_op_name(req->op),
                      (unsigned)cl->uid, err.msg);
         control_reply_err(cl, req->id, rc, &err);
     }
+}
+
+/* Reads only members ask for, which are no control op of their own. */
+static const struct {
+    const char *name;
+    int (*fn)(struct daemon_ctx *d, const json_t *args, json_t **ret, struct gpt_err *err);
+} ops_internal_reads[] = {
+    {"history", ops_history_result},
+    {"locate", ops_locate_result},
+};
+
+int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
+{
+    struct daemon_ctx *d = ctx;
+    for (size_t i = 0; i < sizeof(ops_internal_reads) / sizeof(ops_internal_reads[0]); i++)
+        if (strcmp(op, ops_internal_reads[i].name) == 0) {
+            json_t *r = NULL;
+            int rc = ops_internal_reads[i].fn(d, args, &r, err);
+            if (rc == 0 && !r)
+                rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+            if (rc == 0)
+                *ret = r;
+            return rc;
+        }
+    /* A control op a member forwarded (mirror_read): the same admission,
+     * owner check and answer as for this node's own clients. */
+    struct gpt_ctl_request req = {.op = gpt_ctl_op_lookup(op)};
+    if (req.op < 0 || (!gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD) &&
+                       !gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD_JOB)))
+        return gpt_err_set(err, -EINVAL, "op", "unknown read \"%.64s\"", op);
+    const json_t *job = json_object_get(args, "job");
+    const json_t *snapshot = json_object_get(args, "snapshot");
+    const json_t *uid = json_object_get(args, "uid");
+    if (json_is_integer(job) && json_integer_value(job) > 0) {
+        req.job = json_integer_value(job);
+        req.present |= 1u << GPT_CTL_F_JOB;
+    }
+    if (json_is_integer(snapshot) && json_integer_value(snapshot) > 0) {
+        req.snapshot = json_integer_value(snapshot);
+        req.present |= 1u << GPT_CTL_F_SNAPSHOT;
+    }
+    uint32_t missing = gpt_ctl_op_info(req.op)->required & ~req.present;
+    if (missing)
+        return gpt_err_set(err, -EINVAL, gpt_ctl_field_info(__builtin_ctz(missing))->name,
+                           "%s without it", op);
+    /* The client's uid matters to owner-only ops, which need it. */
+    bool uid_ok = json_is_integer(uid) && json_integer_value(uid) >= 0 &&
+                  json_integer_value(uid) < (json_int_t)UINT32_MAX;
+    if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
+        return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
+    int rc = ops_admit(d, &req, err);
+    return rc < 0
+               ? rc
+               : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret, err);
 }

@@ -8,51 +8,73 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum ctl_type { CTL_T_OBJECT, CTL_T_INT, CTL_T_BOOL, CTL_T_NUMBER, CTL_T_STRING };
+#define SLOT(x) offsetof(struct gpt_ctl_request, x)
 
-static const struct ctl_field_info {
-    const char *name;
-    int type;         /* enum ctl_type */
-    int64_t min, max; /* integers: inclusive range; strings: byte length range */
-} ctl_fields[GPT_CTL_F_COUNT] = {
-    [GPT_CTL_F_SPEC] = {"spec", CTL_T_OBJECT, 0, 0},
-    [GPT_CTL_F_JOB] = {"job", CTL_T_INT, 1, INT64_MAX},
-    [GPT_CTL_F_PRIORITY] = {"priority", CTL_T_INT, -1000000, 1000000},
-    [GPT_CTL_F_FOLLOW] = {"follow", CTL_T_BOOL, 0, 0},
-    [GPT_CTL_F_SINCE] = {"since", CTL_T_INT, 0, INT64_MAX},
-    [GPT_CTL_F_SNAPSHOT] = {"snapshot", CTL_T_INT, 1, INT64_MAX},
-    [GPT_CTL_F_PROMPT] = {"prompt", CTL_T_STRING, 0, GPT_CTL_PROMPT_MAX},
-    [GPT_CTL_F_TOKENS] = {"tokens", CTL_T_INT, 1, 1000000},
-    [GPT_CTL_F_TEMPERATURE] = {"temperature", CTL_T_NUMBER, 0, 0},
-    [GPT_CTL_F_TOP_K] = {"top_k", CTL_T_INT, 0, 1000000},
+static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
+    [GPT_CTL_F_SPEC] = {"spec", GPT_CTL_T_OBJECT, 0, 0, SLOT(spec)},
+    [GPT_CTL_F_JOB] = {"job", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(job)},
+    [GPT_CTL_F_PRIORITY] = {"priority", GPT_CTL_T_INT, -1000000, 1000000, SLOT(priority)},
+    [GPT_CTL_F_FOLLOW] = {"follow", GPT_CTL_T_BOOL, 0, 0, SLOT(follow)},
+    [GPT_CTL_F_SINCE] = {"since", GPT_CTL_T_INT, 0, INT64_MAX, SLOT(since)},
+    [GPT_CTL_F_SNAPSHOT] = {"snapshot", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(snapshot)},
+    [GPT_CTL_F_PROMPT] = {"prompt", GPT_CTL_T_STRING, 0, GPT_CTL_PROMPT_MAX, SLOT(prompt)},
+    [GPT_CTL_F_TOKENS] = {"tokens", GPT_CTL_T_INT, 1, 1000000, SLOT(tokens)},
+    [GPT_CTL_F_TEMPERATURE] = {"temperature", GPT_CTL_T_NUMBER, 0, 100, SLOT(temperature)},
+    [GPT_CTL_F_TOP_K] = {"top_k", GPT_CTL_T_INT, 0, 1000000, SLOT(top_k)},
 };
 
-#define F(x) (1u << GPT_CTL_F_##x)
+#undef SLOT
 
-static const struct ctl_op_info {
-    const char *name;
-    uint32_t allowed;
-    uint32_t required;
-} ctl_ops[GPT_CTL_OP_COUNT] = {
-    [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY), F(SPEC)},
-    [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC)},
-    [GPT_CTL_OP_LIST] = {"list", 0, 0},
-    [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0},
-    [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB)},
-    [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB)},
-    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT), F(JOB)},
-    [GPT_CTL_OP_SNAPSHOTS] = {"snapshots", F(JOB), F(JOB)},
+#define F(x)     (1u << GPT_CTL_F_##x)
+#define FWD      GPT_CTL_OPF_FORWARD
+#define FWD_JOB  GPT_CTL_OPF_FORWARD_JOB
+#define OWNER    GPT_CTL_OPF_OWNER
+#define STREAM   GPT_CTL_OPF_STREAM
+#define NOT_STOP GPT_CTL_OPF_NOT_STOPPING
+
+/* submit, logs and sample are forwarded too, but not as plain reads: their
+ * handlers have member paths of their own (daemon/ops.c). */
+static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
+    [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY), F(SPEC), NOT_STOP},
+    [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
+    [GPT_CTL_OP_LIST] = {"list", 0, 0, FWD},
+    [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},
+    [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB), STREAM},
+    [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB), FWD | OWNER},
+    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT), F(JOB), FWD | OWNER | NOT_STOP},
+    [GPT_CTL_OP_SNAPSHOTS] = {"snapshots", F(JOB), F(JOB), FWD},
     [GPT_CTL_OP_SAMPLE] = {"sample",
                            F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(TOKENS) | F(TEMPERATURE) | F(TOP_K),
-                           F(JOB) | F(PROMPT)},
-    [GPT_CTL_OP_NODES] = {"nodes", 0, 0},
-    [GPT_CTL_OP_PING] = {"ping", 0, 0},
+                           F(JOB) | F(PROMPT), 0},
+    [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
+    [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
 };
 
 #undef F
+#undef FWD
+#undef FWD_JOB
+#undef OWNER
+#undef STREAM
+#undef NOT_STOP
+
+const struct gpt_ctl_op_info *gpt_ctl_op_info(int op)
+{
+    return op >= 0 && op < GPT_CTL_OP_COUNT ? &ctl_ops[op] : NULL;
+}
+
+const struct gpt_ctl_field_info *gpt_ctl_field_info(int field)
+{
+    return field >= 0 && field < GPT_CTL_F_COUNT ? &ctl_fields[field] : NULL;
+}
+
+bool gpt_ctl_op_has(int op, uint32_t flags)
+{
+    return op >= 0 && op < GPT_CTL_OP_COUNT && (ctl_ops[op].flags & flags) == flags;
+}
 
 const char *gpt_ctl_op_name(int op)
 {
@@ -69,7 +91,7 @@ int gpt_ctl_op_lookup(const char *name)
     return -1;
 }
 
-static int ctl_field_lookup(const char *name)
+int gpt_ctl_field_lookup(const char *name)
 {
     for (int i = 0; i < GPT_CTL_F_COUNT; i++)
         if (strcmp(ctl_fields[i].name, name) == 0)
@@ -77,32 +99,33 @@ static int ctl_field_lookup(const char *name)
     return -1;
 }
 
-/* Stores one field's value into the request after checking its type. */
+/* Stores one field's value into its slot after checking type and range. */
 static int ctl_field_decode(struct gpt_ctl_request *req, int f, json_t *v, struct gpt_err *err)
 {
-    const struct ctl_field_info *fi = &ctl_fields[f];
-    int64_t i = 0;
+    const struct gpt_ctl_field_info *fi = &ctl_fields[f];
+    char *slot = (char *)req + fi->offset;
     switch (fi->type) {
-    case CTL_T_OBJECT:
+    case GPT_CTL_T_OBJECT:
         if (!json_is_object(v))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be an object");
-        req->spec = v;
+        *(json_t **)(void *)slot = v;
         break;
-    case CTL_T_BOOL:
+    case GPT_CTL_T_BOOL:
         if (!json_is_boolean(v))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be true or false");
-        req->follow = json_is_true(v);
+        *(bool *)(void *)slot = json_is_true(v);
         break;
-    case CTL_T_NUMBER: {
+    case GPT_CTL_T_NUMBER: {
         if (!json_is_number(v))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be a number");
         double d = json_number_value(v);
-        if (!isfinite(d) || d <= 0 || d > 100)
-            return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be in (0, 100]");
-        req->temperature = d;
+        if (!isfinite(d) || d <= (double)fi->min || d > (double)fi->max)
+            return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be in (%lld, %lld]",
+                               (long long)fi->min, (long long)fi->max);
+        *(double *)(void *)slot = d;
         break;
     }
-    case CTL_T_STRING: {
+    case GPT_CTL_T_STRING: {
         if (!json_is_string(v))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be a string");
         size_t n = json_string_length(v);
@@ -111,39 +134,19 @@ static int ctl_field_decode(struct gpt_ctl_request *req, int f, json_t *v, struc
                                (long long)fi->max);
         if (strlen(json_string_value(v)) != n)
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "contains a NUL byte");
-        req->prompt = json_string_value(v);
+        *(const char **)(void *)slot = json_string_value(v);
         break;
     }
-    case CTL_T_INT:
+    case GPT_CTL_T_INT: {
         if (!json_is_integer(v))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be an integer");
-        i = json_integer_value(v);
+        int64_t i = json_integer_value(v);
         if (i < fi->min || i > fi->max)
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, fi->name, "must be between %lld and %lld",
                                (long long)fi->min, (long long)fi->max);
-        switch (f) {
-        case GPT_CTL_F_JOB:
-            req->job = i;
-            break;
-        case GPT_CTL_F_PRIORITY:
-            req->priority = i;
-            break;
-        case GPT_CTL_F_SINCE:
-            req->since = i;
-            break;
-        case GPT_CTL_F_SNAPSHOT:
-            req->snapshot = i;
-            break;
-        case GPT_CTL_F_TOKENS:
-            req->tokens = i;
-            break;
-        case GPT_CTL_F_TOP_K:
-            req->top_k = i;
-            break;
-        default:
-            GPT_ASSERT(!"integer field without a slot");
-        }
+        *(int64_t *)(void *)slot = i;
         break;
+    }
     default:
         GPT_ASSERT(!"bad field type");
     }
@@ -205,7 +208,7 @@ int gpt_ctl_request_decode(const char *line, size_t len, struct gpt_ctl_request 
     if (ret->op < 0)
         return gpt_err_set(err, GPT_CTL_E_UNKNOWN_OP, "op", "unknown op \"%.64s\"",
                            json_string_value(op));
-    const struct ctl_op_info *oi = &ctl_ops[ret->op];
+    const struct gpt_ctl_op_info *oi = &ctl_ops[ret->op];
 
     const char *key;
     json_t *v;
@@ -213,7 +216,7 @@ int gpt_ctl_request_decode(const char *line, size_t len, struct gpt_ctl_request 
     {
         if (strcmp(key, "id") == 0 || strcmp(key, "op") == 0)
             continue;
-        int f = ctl_field_lookup(key);
+        int f = gpt_ctl_field_lookup(key);
         if (f < 0 || !(oi->allowed & (1u << f)))
             return gpt_err_set(err, GPT_CTL_E_BAD_FIELD, key, "unknown field for op %s", oi->name);
         rc = ctl_field_decode(ret, f, v, err);

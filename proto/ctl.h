@@ -11,7 +11,10 @@
  * ID is a non-negative integer or a short string; it is echoed as given
  * (null when the request had none). Fields are checked against one const
  * table of ops: unknown fields, missing required fields and wrong types are
- * errors that name the field in `path`.
+ * errors that name the field in `path`. Each field's row names the slot of
+ * struct gpt_ctl_request it fills (offsetof); each op's row carries the
+ * flags (enum gpt_ctl_op_flag) that gptd's one dispatcher, daemon/ops.c,
+ * applies before any op runs.
  *
  * Pure: bytes in, structs out. No sockets, threads, clocks or globals other
  * than the const tables. Safe from any thread.
@@ -70,7 +73,9 @@ enum gpt_ctl_field {
     GPT_CTL_F_COUNT
 };
 
-/* A decoded request. `spec` and `prompt` borrow from `root`. */
+/* A decoded request. `spec` and `prompt` borrow from `root`. Each field's
+ * slot is named by its row in the field table (offsetof), so adding a field
+ * is one enum value, one slot here and one table row. */
 struct gpt_ctl_request {
     json_t *id;       /* owned; json null when absent */
     json_t *root;     /* owned; the whole request object, NULL if undecodable */
@@ -83,10 +88,59 @@ struct gpt_ctl_request {
     const char *prompt;
 };
 
+/* The JSON type of a field, and so the C type of its slot in the request. */
+enum gpt_ctl_type {
+    GPT_CTL_T_OBJECT, /* json_t * (borrowed from root) */
+    GPT_CTL_T_INT,    /* int64_t, in [min, max] */
+    GPT_CTL_T_BOOL,   /* bool */
+    GPT_CTL_T_NUMBER, /* double, in (min, max] and finite */
+    GPT_CTL_T_STRING, /* const char * (borrowed), at most max bytes, no NUL */
+};
+
+/* One row of the field table. */
+struct gpt_ctl_field_info {
+    const char *name;
+    int type;         /* enum gpt_ctl_type */
+    int64_t min, max; /* see enum gpt_ctl_type */
+    size_t offset;    /* of the slot in struct gpt_ctl_request */
+};
+
+/* What the daemon's one dispatcher (daemon/ops.c) applies to an op before
+ * its handler runs, so no handler repeats it. */
+enum gpt_ctl_op_flag {
+    /* On a cluster member the coordinator holds the queue of record and
+     * answers this op (the member forwards it with the client's uid). */
+    GPT_CTL_OPF_FORWARD = 1u << 0,
+    /* Like FORWARD, but only when the request names a job (status). */
+    GPT_CTL_OPF_FORWARD_JOB = 1u << 1,
+    /* Changes a job: only the job's owner, or uid 0, may. */
+    GPT_CTL_OPF_OWNER = 1u << 2,
+    /* Replies are a stream of lines ending with {"type": "end"}. */
+    GPT_CTL_OPF_STREAM = 1u << 3,
+    /* Refused with -EAGAIN while gptd is stopping (it would start work). */
+    GPT_CTL_OPF_NOT_STOPPING = 1u << 4,
+};
+
+/* One row of the op table. */
+struct gpt_ctl_op_info {
+    const char *name;
+    uint32_t allowed;  /* 1u << enum gpt_ctl_field for each field it takes */
+    uint32_t required; /* ... and for each it needs */
+    uint32_t flags;    /* enum gpt_ctl_op_flag */
+};
+
+/* The table rows; NULL if out of range. Borrowed, static. */
+const struct gpt_ctl_op_info *gpt_ctl_op_info(int op);
+const struct gpt_ctl_field_info *gpt_ctl_field_info(int field);
+
 /* Name of an op ("submit"), NULL if out of range. */
 const char *gpt_ctl_op_name(int op);
 /* Op of a name, -1 if unknown. */
 int gpt_ctl_op_lookup(const char *name);
+/* Field of a name, -1 if unknown. */
+int gpt_ctl_field_lookup(const char *name);
+/* True when the op's row carries every flag in `flags`. */
+bool gpt_ctl_op_has(int op, uint32_t flags);
 
 /* Decodes one line (`len` bytes, without the '\n', need not be NUL
  * terminated). Always initialises *ret (id is json null when it could not be

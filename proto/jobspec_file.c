@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,82 @@
 /* Nodes converted from one YAML document at most: aliases can make a small
  * document expand exponentially ("billion laughs"). */
 #define JOBSPEC_YAML_NODES_MAX 4096
+
+/* Collections open at once that the event pass allows: the top mapping
+ * plus GPT_JOB_DEPTH_MAX levels below it, as yaml_to_json allows. */
+#define JOBSPEC_YAML_DEPTH_MAX (GPT_JOB_DEPTH_MAX + 1)
+
+/*
+ * libyaml's loader builds the whole document before we see it, and its
+ * scanner rechecks every pending simple key at each token: on deeply
+ * nested input ("[[[[...", "{a: {a: ...") that is quadratic in the depth
+ * (100,000 levels took 30 s and more). So the text first goes through the
+ * event parser, which stops at the first collection nested deeper than the
+ * limit; the scanner's stacks never hold more than the limit, and the
+ * document is loaded only when its depth is known to be small.
+ */
+static int yaml_check_depth(const char *yaml, size_t len, struct gpt_err *err)
+{
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    int depth = 0, rc = 0;
+    /* Per open collection: a mapping?, its next node is a key?, and the
+     * length of the JSON path where it opened (the path names the error
+     * the same way yaml_to_json would). */
+    bool is_map[JOBSPEC_YAML_DEPTH_MAX + 1] = {false};
+    bool want_key[JOBSPEC_YAML_DEPTH_MAX + 1] = {false};
+    size_t base[JOBSPEC_YAML_DEPTH_MAX + 1] = {0};
+    char path[GPT_ERR_PATH_MAX] = "";
+
+    if (!yaml_parser_initialize(&parser))
+        return gpt_err_set(err, -ENOMEM, "", "out of memory");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    for (;;) {
+        if (!yaml_parser_parse(&parser, &ev)) {
+            rc = gpt_err_set(
+                err, parser.error == YAML_MEMORY_ERROR ? -ENOMEM : -GPT_E_SPEC, "",
+                "invalid YAML at line %zu column %zu: %s", (size_t)parser.problem_mark.line + 1,
+                (size_t)parser.problem_mark.column + 1, parser.problem ? parser.problem : "error");
+            break;
+        }
+        yaml_event_type_t type = ev.type;
+        size_t line = ev.start_mark.line + 1, col = ev.start_mark.column + 1;
+        bool node = type == YAML_SCALAR_EVENT || type == YAML_ALIAS_EVENT;
+        if (type == YAML_SCALAR_EVENT && depth > 0 && is_map[depth] && want_key[depth]) {
+            /* a key: the path of what follows is the enclosing one plus it */
+            size_t n = base[depth];
+            snprintf(path + n, sizeof(path) - n, "%s%.*s", n ? "." : "", (int)ev.data.scalar.length,
+                     (const char *)ev.data.scalar.value);
+        }
+        yaml_event_delete(&ev);
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (depth + 1 > JOBSPEC_YAML_DEPTH_MAX) {
+                rc = gpt_err_set(err, -GPT_E_SPEC, path,
+                                 "YAML nested deeper than %d levels (the limit) at line %zu "
+                                 "column %zu",
+                                 GPT_JOB_DEPTH_MAX, line, col);
+                break;
+            }
+            depth++;
+            is_map[depth] = type == YAML_MAPPING_START_EVENT;
+            want_key[depth] = true;
+            base[depth] = strlen(path);
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            path[base[depth]] = '\0';
+            depth--;
+            node = true; /* the collection was one node of its parent */
+        } else if (type == YAML_DOCUMENT_END_EVENT || type == YAML_STREAM_END_EVENT) {
+            break; /* only the first document is loaded */
+        }
+        if (node && depth > 0 && is_map[depth]) {
+            want_key[depth] = !want_key[depth];
+            if (want_key[depth])
+                path[base[depth]] = '\0';
+        }
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
 
 struct yaml_conv {
     yaml_document_t *doc;
@@ -140,6 +217,8 @@ int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *over
     if (len > GPT_JOB_JSON_MAX)
         return gpt_err_set(err, -GPT_E_SPEC, "", "job spec is %zu bytes; at most %u are allowed",
                            len, GPT_JOB_JSON_MAX);
+    if ((rc = yaml_check_depth(yaml, len, err)) < 0)
+        return rc;
     if (!yaml_parser_initialize(&parser))
         return gpt_err_set(err, -ENOMEM, "", "out of memory");
     yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);

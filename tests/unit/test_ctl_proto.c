@@ -1,6 +1,8 @@
 /*
  * Unit tests of proto/ctl: request decoding (every op, field type and range
- * checks with paths), reply encoding, and the bounded line splitter.
+ * checks with paths), reply encoding, the bounded line splitter, the op and
+ * field tables (flags the daemon's dispatcher applies, offsetof slots), and
+ * proto/str_escape (what gptctl and gptd's log print of user strings).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 #include <cmocka.h>
 
 #include "ctl.h"
+#include "str_escape.h"
 
 static int decode(const char *s, struct gpt_ctl_request *req, struct gpt_err *err)
 {
@@ -205,12 +208,231 @@ static void test_linebuf(void **state)
     gpt_ctl_linebuf_done(&lb);
 }
 
+/* The op table: names round-trip, required fields are allowed ones, and the
+ * flags the dispatcher relies on are where they must be. */
+static void test_op_table(void **state)
+{
+    (void)state;
+    for (int op = 0; op < GPT_CTL_OP_COUNT; op++) {
+        const struct gpt_ctl_op_info *oi = gpt_ctl_op_info(op);
+        assert_non_null(oi);
+        assert_non_null(oi->name);
+        assert_string_equal(gpt_ctl_op_name(op), oi->name);
+        assert_int_equal(gpt_ctl_op_lookup(oi->name), op);
+        assert_int_equal(oi->required & ~oi->allowed, 0);
+        assert_int_equal(oi->allowed >> GPT_CTL_F_COUNT, 0);
+        /* an op a member forwards with a job names it in a job field */
+        if (oi->flags & (GPT_CTL_OPF_OWNER | GPT_CTL_OPF_FORWARD_JOB))
+            assert_true(oi->allowed & (1u << GPT_CTL_F_JOB));
+        if (oi->flags & GPT_CTL_OPF_OWNER)
+            assert_true(oi->required & (1u << GPT_CTL_F_JOB));
+    }
+    assert_null(gpt_ctl_op_info(-1));
+    assert_null(gpt_ctl_op_info(GPT_CTL_OP_COUNT));
+    assert_null(gpt_ctl_op_name(GPT_CTL_OP_COUNT));
+    assert_int_equal(gpt_ctl_op_lookup("nope"), -1);
+
+    /* Only the owner (or root) changes a job; reads are anyone's. */
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_CANCEL, GPT_CTL_OPF_OWNER | GPT_CTL_OPF_FORWARD));
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_RESUME, GPT_CTL_OPF_OWNER | GPT_CTL_OPF_FORWARD));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_LIST, GPT_CTL_OPF_OWNER));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_SNAPSHOTS, GPT_CTL_OPF_OWNER));
+    /* What starts work is refused while stopping. */
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_SUBMIT, GPT_CTL_OPF_NOT_STOPPING));
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_RESUME, GPT_CTL_OPF_NOT_STOPPING));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_CANCEL, GPT_CTL_OPF_NOT_STOPPING));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_STATUS, GPT_CTL_OPF_NOT_STOPPING));
+    /* The queue of record answers list, snapshots; status only for a job. */
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_LIST, GPT_CTL_OPF_FORWARD));
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_SNAPSHOTS, GPT_CTL_OPF_FORWARD));
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_STATUS, GPT_CTL_OPF_FORWARD_JOB));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_STATUS, GPT_CTL_OPF_FORWARD));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_PING, GPT_CTL_OPF_FORWARD));
+    assert_true(gpt_ctl_op_has(GPT_CTL_OP_LOGS, GPT_CTL_OPF_STREAM));
+    assert_false(gpt_ctl_op_has(GPT_CTL_OP_STATUS, GPT_CTL_OPF_STREAM));
+    assert_false(gpt_ctl_op_has(-1, 0));
+}
+
+/* The field table: each row's offsetof names the slot decode writes. */
+static void test_field_table(void **state)
+{
+    (void)state;
+    size_t seen[GPT_CTL_F_COUNT];
+    for (int f = 0; f < GPT_CTL_F_COUNT; f++) {
+        const struct gpt_ctl_field_info *fi = gpt_ctl_field_info(f);
+        assert_non_null(fi);
+        assert_int_equal(gpt_ctl_field_lookup(fi->name), f);
+        assert_true(fi->offset < sizeof(struct gpt_ctl_request));
+        for (int g = 0; g < f; g++)
+            assert_true(seen[g] != fi->offset); /* no two fields share a slot */
+        seen[f] = fi->offset;
+
+        /* Find an op that takes the field, then decode its largest legal
+         * value (a typed value for the others) and read it back through
+         * the offset. */
+        int op = -1;
+        for (int o = 0; o < GPT_CTL_OP_COUNT && op < 0; o++)
+            if (gpt_ctl_op_info(o)->allowed & (1u << f))
+                op = o;
+        assert_true(op >= 0);
+        char line[512], extra[128] = "";
+        uint32_t req_f = gpt_ctl_op_info(op)->required & ~(1u << f);
+        for (int g = 0; g < GPT_CTL_F_COUNT; g++) {
+            if (!(req_f & (1u << g)))
+                continue;
+            const struct gpt_ctl_field_info *gi = gpt_ctl_field_info(g);
+            size_t n = strlen(extra);
+            snprintf(extra + n, sizeof(extra) - n, ",\"%s\":%s", gi->name,
+                     gi->type == GPT_CTL_T_STRING   ? "\"p\""
+                     : gi->type == GPT_CTL_T_OBJECT ? "{}"
+                                                    : "1");
+        }
+        const char *val = "";
+        char num[32];
+        switch (fi->type) {
+        case GPT_CTL_T_INT:
+            snprintf(num, sizeof(num), "%lld", (long long)fi->max);
+            val = num;
+            break;
+        case GPT_CTL_T_NUMBER:
+            snprintf(num, sizeof(num), "%lld", (long long)fi->max);
+            val = num;
+            break;
+        case GPT_CTL_T_BOOL:
+            val = "true";
+            break;
+        case GPT_CTL_T_STRING:
+            val = "\"slot\"";
+            break;
+        case GPT_CTL_T_OBJECT:
+            val = "{\"k\":1}";
+            break;
+        default:
+            fail_msg("field %s has no type", fi->name);
+        }
+        snprintf(line, sizeof(line), "{\"id\":1,\"op\":\"%s\",\"%s\":%s%s}", gpt_ctl_op_name(op),
+                 fi->name, val, extra);
+        struct gpt_ctl_request req;
+        struct gpt_err err;
+        if (decode(line, &req, &err) != 0)
+            fail_msg("%s: %s: %s", line, err.path, err.msg);
+        assert_true(req.present & (1u << f));
+        const char *slot = (const char *)&req + fi->offset;
+        switch (fi->type) {
+        case GPT_CTL_T_INT:
+            assert_int_equal(*(const int64_t *)(const void *)slot, fi->max);
+            break;
+        case GPT_CTL_T_NUMBER:
+            assert_true(*(const double *)(const void *)slot == (double)fi->max);
+            break;
+        case GPT_CTL_T_BOOL:
+            assert_true(*(const bool *)(const void *)slot);
+            break;
+        case GPT_CTL_T_STRING:
+            assert_string_equal(*(const char *const *)(const void *)slot, "slot");
+            break;
+        case GPT_CTL_T_OBJECT:
+            assert_int_equal(
+                json_integer_value(json_object_get(*(json_t *const *)(const void *)slot, "k")), 1);
+            break;
+        }
+        gpt_ctl_request_done(&req);
+
+        /* One past the range is refused, naming the field. */
+        if (fi->type == GPT_CTL_T_INT && fi->max < INT64_MAX) {
+            snprintf(line, sizeof(line), "{\"id\":1,\"op\":\"%s\",\"%s\":%lld%s}",
+                     gpt_ctl_op_name(op), fi->name, (long long)fi->max + 1, extra);
+            assert_int_equal(decode(line, &req, &err), GPT_CTL_E_BAD_FIELD);
+            assert_string_equal(err.path, fi->name);
+            gpt_ctl_request_done(&req);
+        }
+    }
+    assert_null(gpt_ctl_field_info(GPT_CTL_F_COUNT));
+    assert_int_equal(gpt_ctl_field_lookup("nope"), -1);
+    assert_int_equal(gpt_ctl_field_info(GPT_CTL_F_JOB)->offset,
+                     offsetof(struct gpt_ctl_request, job));
+}
+
+static void esc_is(const char *in, size_t len, unsigned flags, const char *want)
+{
+    char out[256];
+    size_t n = gpt_str_escape(out, sizeof(out), in, len, flags);
+    if (strcmp(out, want) != 0 || n != strlen(want))
+        fail_msg("escape of %zu bytes: got \"%s\" (%zu), want \"%s\"", len, out, n, want);
+}
+
+#define ESC(in, want) esc_is(in, sizeof(in) - 1, 0, want)
+
+static void test_str_escape(void **state)
+{
+    (void)state;
+    ESC("plain name-1.0", "plain name-1.0");
+    ESC("", "");
+    /* terminal escapes, CR, newline, tab, DEL, other C0 */
+    ESC("\x1b[2J\x1b]0;title\a", "\\e[2J\\e]0;title\\x07");
+    ESC("a\rb\nc\td", "a\\rb\\nc\\td");
+    ESC("x\x7fy\x01", "x\\x7fy\\x01");
+    /* a backslash is escaped, so "\\n" typed by a user is not a newline */
+    ESC("a\\nb", "a\\\\nb");
+    /* valid UTF-8 passes; C1 controls, line separators and bidi marks do not */
+    ESC("caf\xc3\xa9 \xe6\x97\xa5", "caf\xc3\xa9 \xe6\x97\xa5");
+    ESC("\xc2\x9b"
+        "31m",
+        "\\u009b31m"); /* CSI as a C1 control */
+    ESC("\xc2\x85", "\\u0085");
+    ESC("a\xe2\x80\xa8"
+        "b",
+        "a\\u2028b");
+    ESC("\xe2\x80\xae"
+        "cod",
+        "\\u202ecod");
+    ESC("\xe2\x81\xa6", "\\u2066");
+    /* invalid UTF-8: stray continuation, overlong, surrogate, too big,
+     * truncated, a lone lead byte */
+    ESC("\x80", "\\x80");
+    ESC("\xc0\xaf", "\\xc0\\xaf");
+    ESC("\xed\xa0\x80", "\\xed\\xa0\\x80");
+    ESC("\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80");
+    ESC("\xe6\x97", "\\xe6\\x97");
+    ESC("\xffok", "\\xffok");
+    /* the KEEP_NEWLINE flag keeps newline and tab only */
+    esc_is("l1\nl2\t\r\x1b", 8, GPT_STR_ESCAPE_KEEP_NEWLINE, "l1\nl2\t\\r\\e");
+
+    /* A buffer too small: cut at an escape boundary, the full length returned. */
+    char small[6];
+    assert_int_equal(gpt_str_escape(small, sizeof(small), "ab\x1b[c", 5, 0), 6);
+    assert_string_equal(small, "ab\\e[");
+    assert_int_equal(gpt_str_escape(small, 5, "abc\x1b", 4, 0), 5);
+    assert_string_equal(small, "abc"); /* "\e" would not fit whole */
+    assert_int_equal(gpt_str_escape(NULL, 0, "\x01", 1, 0), 4);
+
+    /* The worst case fits GPT_STR_ESCAPE_SIZE, and the output is clean. */
+    char in[256], *out;
+    for (int i = 0; i < 256; i++)
+        in[i] = (char)(i == 0 ? 0xff : i);
+    out = malloc(GPT_STR_ESCAPE_SIZE(sizeof(in)));
+    assert_non_null(out);
+    size_t n = gpt_str_escape(out, GPT_STR_ESCAPE_SIZE(sizeof(in)), in, sizeof(in), 0);
+    assert_true(n < GPT_STR_ESCAPE_SIZE(sizeof(in)));
+    for (size_t i = 0; i < n; i++)
+        assert_true((unsigned char)out[i] >= 0x20 && (unsigned char)out[i] < 0x7f);
+    free(out);
+
+    char *d = gpt_str_escape_dup("job\nname", 0);
+    assert_string_equal(d, "job\\nname");
+    free(d);
+    d = gpt_str_escape_dup(NULL, 0);
+    assert_string_equal(d, "");
+    free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_ok),       cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_decode_too_long), cmocka_unit_test(test_reply_encoding),
-        cmocka_unit_test(test_linebuf),
+        cmocka_unit_test(test_linebuf),         cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_field_table),     cmocka_unit_test(test_str_escape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,119 @@
+/*
+ * gptctl: private header of the command-line client (every file of ctl/).
+ *
+ *   gptctl.c  main: global options and the command table (dispatch, usage)
+ *   cmds.c    the commands: parse their flags, build one request, print
+ *   conn.c    the connection to gptd: one request out, reply lines in
+ *   output.c  tables, number/time formats, the logs view, escaping
+ *   plot.c    `plot`: a job's loss curve as SVG
+ *
+ * Calls run one way: gptctl.c -> cmds.c / plot.c -> conn.c, output.c.
+ * Single-threaded; blocking I/O. Exit status: 0 ok, 1 the request failed,
+ * 2 usage, 3 cannot reach gptd.
+ */
+#ifndef GPTCTL_H
+#define GPTCTL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ctl.h"
+
+#define EXIT_FAIL    1
+#define EXIT_USAGE   2
+#define EXIT_NOREACH 3
+
+#define CTL_REPLY_MAX    (64u << 20) /* longest reply line accepted */
+#define CTL_OVERRIDE_MAX 64
+#define CTL_PLOT_MAX     1000000 /* points kept for a plot */
+
+extern const char *const ctl_prog; /* "gptctl", the prefix of messages */
+
+struct ctl {
+    const char *socket;
+    bool json;
+    int fd;
+    int64_t next_id;
+    struct gpt_ctl_linebuf lb;
+};
+
+/* One command: a row of the table in gptctl.c. `synopsis` and `help` make
+ * the usage text; `op` is the control op it sends (a hint for commands
+ * that serve several ops). Returns the exit status. */
+struct ctl_cmd {
+    const char *name;
+    const char *synopsis; /* after the name */
+    const char *help;
+    int (*run)(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+    int op; /* enum gpt_ctl_op */
+};
+
+/* gptctl.c: a usage error on stderr; returns EXIT_USAGE. */
+int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* conn.c. Each returns 0 or an exit status, the error already printed. */
+int ctl_connect(struct ctl *c);
+/* Sends a request (takes `req`). */
+int ctl_send(struct ctl *c, json_t *req);
+/* Reads the next reply line into a new object; with --json and `echo` the
+ * raw line is printed too. */
+int ctl_recv(struct ctl *c, json_t **ret, bool echo);
+/* Sends `req` (taken) and waits for its one reply; 0 with an ok reply. */
+int ctl_call(struct ctl *c, json_t *req, json_t **ret);
+/* A new request object for `op` with the next id (NULL on ENOMEM). */
+json_t *ctl_request(struct ctl *c, int op);
+/* Prints an error reply (escaped); returns EXIT_FAIL. */
+int ctl_print_error(const json_t *reply);
+
+/* output.c */
+/* `s` (NULL: "-") with control characters and invalid UTF-8 escaped
+ * (proto/str_escape.h); `flags` GPT_STR_ESCAPE_*. Returns a buffer owned
+ * by output.c, valid until the OUT_ESC_SLOTS-th next call. */
+#define OUT_ESC_SLOTS 8
+const char *out_esc(const char *s, unsigned flags);
+
+#define TABLE_COLS 10
+/* A table printed with each column as wide as its widest cell. Cells are
+ * escaped as they are added. */
+struct table {
+    int ncols, nrows, cap;
+    char *(*cells)[TABLE_COLS];
+    bool right[TABLE_COLS];
+};
+void table_row(struct table *t, ...);
+/* Prints and frees the rows. */
+void table_print(struct table *t);
+
+const char *fmt_int(char *buf, size_t cap, const json_t *v);
+/* A number with `prec` decimals, or with 3 significant digits when prec < 0. */
+const char *fmt_real(char *buf, size_t cap, const json_t *v, int prec);
+const char *fmt_time(char *buf, size_t cap, const json_t *v);
+const char *fmt_duration(char *buf, size_t cap, double s);
+const char *fmt_rate(char *buf, size_t cap, double v);
+
+/* The logs view: a progress bar on a terminal, plain lines otherwise. */
+struct logs_view {
+    bool tty;
+    bool bar_shown;
+};
+void logs_clear_bar(struct logs_view *v);
+void logs_print_metric(struct logs_view *v, const json_t *o);
+void logs_print_event(struct logs_view *v, const json_t *o);
+
+/* cmds.c: the commands of the table. */
+int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* Parses a JOB argument (>= 1); false after printing a usage error. */
+bool ctl_parse_job(const char *s, int64_t *ret);
+
+/* plot.c */
+int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+
+#endif

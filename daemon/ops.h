@@ -1,0 +1,31 @@
+/*
+ * ops: the control ops behind the one dispatcher (ops.c). The dispatcher
+ * applies what the op tables say (proto/ctl.c: forwarding to the
+ * coordinator, owner checks, refusal while stopping; ops.c: limits from the
+ * configuration) and then calls the op's handler; handlers that live in
+ * files of their own are declared here. Private to daemon/ops*.c.
+ *
+ * Loop thread only.
+ */
+#ifndef GPTD_OPS_H
+#define GPTD_OPS_H
+
+#include "daemon.h"
+
+#define OPS_SAMPLE_TOKENS_DEFAULT 64 /* sample: tokens when the request names none */
+
+/* A handler that replies itself (now, later or as a stream). Returns 0, or
+ * an error the dispatcher replies with (and `err` says why). */
+typedef int (*ops_run_fn)(struct daemon_ctx *d, struct control_client *cl,
+                          const struct gpt_ctl_request *req, struct gpt_err *err);
+
+/* sample on the node that holds the job (ops_sample.c): queues the model
+ * run on a uv work thread; the reply comes from its done callback. */
+int ops_sample_run(struct daemon_ctx *d, struct control_client *cl,
+                   const struct gpt_ctl_request *req, struct gpt_err *err);
+/* sample on a cluster member: asks the coordinator where this node's copy
+ * of the snapshot is, then samples that copy here. */
+int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                      const struct gpt_ctl_request *req, struct gpt_err *err);
+
+#endif

@@ -1,0 +1,278 @@
+/*
+ * ops_sample: the `sample` control op (see ops.h). Owns the request's state
+ * on its way through a uv work thread, which loads a snapshot and runs the
+ * model; on a cluster member it first asks the coordinator where this
+ * node's copy of the snapshot is. Loop thread, except ops_sample_work.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "ops.h"
+#include "snapshot.h"
+#include "trainer.h"
+
+/* A `sample` request on its way through a uv work thread. The work thread
+ * touches only this struct; the client is referenced, not used, there. */
+struct ops_sample {
+    uv_work_t work;
+    struct control_client *cl;
+    json_t *id;
+    char dir[DB_PATH_MAX];
+    char path[DB_PATH_MAX];
+    char fallback[DB_PATH_MAX]; /* the newest recorded snapshot present here */
+    char prompt[GPT_CTL_PROMPT_MAX + 1];
+    /* a member: the job and snapshot are the coordinator's, the files this
+     * node's own copies (s->dir; s->path when one was chosen) */
+    bool member;
+    int64_t job, snapshot, step;
+    char node[CONFIG_NAME_MAX];
+    struct gpt_sample_opts o;
+    char *text;
+    int rc;
+    struct gpt_err err;
+};
+
+/* A member samples its own copy: members keep one of every snapshot
+ * written while they were in the world, the coordinator's own files are
+ * on another host. */
+static int ops_sample_member_path(struct ops_sample *s)
+{
+    struct stat st;
+    if (s->path[0]) {
+        if (stat(s->path, &st) == 0)
+            return 0;
+        return gpt_err_set(&s->err, -ENOENT, "snapshot",
+                           "snapshot %lld (step %lld) of job %lld is not on node %s (no %s); "
+                           "sample it on the coordinator or on a node that was in that world",
+                           (long long)s->snapshot, (long long)s->step, (long long)s->job, s->node,
+                           s->path);
+    }
+    struct gpt_snapshot_meta meta;
+    int rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
+    if (rc == -ENOENT)
+        rc = gpt_err_set(&s->err, -ENOENT, NULL,
+                         "job %lld has no snapshot on node %s (none valid in %s); sample it on "
+                         "the coordinator or on a node that was in its world",
+                         (long long)s->job, s->node, s->dir);
+    return rc;
+}
+
+static void ops_sample_work(uv_work_t *w)
+{
+    struct ops_sample *s = w->data;
+    if (s->member) {
+        s->rc = ops_sample_member_path(s);
+        if (s->rc < 0)
+            return;
+    } else if (!s->path[0]) {
+        struct gpt_snapshot_meta meta;
+        s->rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
+        /* A cluster node keeps its copies in a directory of its own. */
+        if (s->rc < 0 && s->fallback[0]) {
+            snprintf(s->path, sizeof(s->path), "%s", s->fallback);
+            s->rc = 0;
+        }
+        if (s->rc < 0)
+            return;
+    }
+    s->rc = gpt_sample_snapshot(s->path, &s->o, &s->text, &s->err);
+}
+
+static void ops_sample_done(uv_work_t *w, int status)
+{
+    struct ops_sample *s = w->data;
+    struct control_client *cl = s->cl;
+    if (status < 0)
+        s->rc = gpt_err_set(&s->err, -ECANCELED, NULL, "cancelled");
+    if (s->rc < 0)
+        control_reply_err(cl, s->id, s->rc, &s->err);
+    else
+        control_reply_ok(cl, s->id, json_pack("{s:s, s:s?}", "snapshot", s->path, "text", s->text));
+    cl->busy--;
+    control_client_idle_check(cl);
+    control_client_unref(cl);
+    json_decref(s->id);
+    free(s->text);
+    free(s);
+}
+
+struct ops_newest {
+    char *path;
+    size_t cap;
+};
+
+/* The first (newest) listed snapshot whose file is on this node. */
+static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
+{
+    struct ops_newest *nw = ctx;
+    struct stat st;
+    if (!nw->path[0] && stat(sn->path, &st) == 0)
+        snprintf(nw->path, nw->cap, "%s", sn->path);
+}
+
+static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
+                            struct gpt_err *err);
+
+/* The tokens asked for; the dispatcher checked them against
+ * sample_max_tokens. */
+static int64_t ops_sample_tokens(const struct gpt_ctl_request *req)
+{
+    return req->present & (1u << GPT_CTL_F_TOKENS) ? req->tokens : OPS_SAMPLE_TOKENS_DEFAULT;
+}
+
+int ops_sample_run(struct daemon_ctx *d, struct control_client *cl,
+                   const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    int64_t tokens = ops_sample_tokens(req);
+    struct db_job j;
+    int rc = db_job_get(d->db, req->job, &j, err);
+    if (rc < 0)
+        return rc;
+    struct ops_sample *s = calloc(1, sizeof(*s));
+    if (!s) {
+        db_job_done(&j);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    snprintf(s->dir, sizeof(s->dir), "%s", j.snapshot_dir);
+    db_job_done(&j);
+    if (req->present & (1u << GPT_CTL_F_SNAPSHOT)) {
+        struct db_snapshot sn;
+        rc = db_snapshot_get(d->db, req->snapshot, &sn, err);
+        if (rc == 0 && sn.job_id != req->job)
+            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
+                             (long long)req->snapshot, (long long)req->job);
+        if (rc < 0) {
+            free(s);
+            return rc;
+        }
+        snprintf(s->path, sizeof(s->path), "%s", sn.path);
+    }
+    if (!s->path[0]) {
+        struct ops_newest nw = {s->fallback, sizeof(s->fallback)};
+        (void)db_snapshot_list(d->db, req->job, ops_newest_here, &nw, NULL);
+    }
+    return ops_sample_queue(d, cl, req, tokens, s, err);
+}
+
+/* A member's sample: where the copies are comes from the coordinator. */
+struct ops_locating {
+    struct daemon_ctx *d;
+    struct control_client *cl;
+    struct ops_sample *s;
+    struct gpt_ctl_request req; /* what ops_sample_queue reads; prompt copied into s */
+    int64_t tokens;
+};
+
+static void ops_sample_located(void *arg, int rc, const json_t *reply, const struct gpt_err *err)
+{
+    struct ops_locating *q = arg;
+    struct ops_sample *s = q->s;
+    struct control_client *cl = q->cl;
+    struct gpt_err e;
+    gpt_err_clear(&e);
+    const char *dir = json_string_value(json_object_get(reply, "dir"));
+    const json_t *step = json_object_get(reply, "step");
+    if (rc < 0) {
+        e = *err;
+    } else if (!dir || !json_is_integer(step)) {
+        rc = gpt_err_set(&e, -GPT_E_PROTO, NULL, "the coordinator's answer has no snapshot dir");
+    } else {
+        /* The agent's layout: a spec's snapshot.dir holds one subdirectory
+         * per member; the default is under this node's state directory. */
+        int k = dir[0] ? snprintf(s->dir, sizeof(s->dir), "%s/%s", dir, s->node)
+                       : snprintf(s->dir, sizeof(s->dir), "%s/jobs/%lld/snapshots",
+                                  q->d->cfg.state_dir, (long long)s->job);
+        s->step = json_integer_value(step);
+        if (k > 0 && (size_t)k < sizeof(s->dir) && s->snapshot > 0)
+            k = snprintf(s->path, sizeof(s->path), "%s/snap-%012lld%s", s->dir, (long long)s->step,
+                         GPT_SNAPSHOT_SUFFIX);
+        if (k < 0 || (size_t)k >= sizeof(s->path))
+            rc = gpt_err_set(&e, -ENAMETOOLONG, NULL, "snapshot directory too long");
+    }
+    if (rc == 0 && cl->closing)
+        rc = -ECANCELED;
+    if (rc < 0)
+        free(s);
+    else
+        rc = ops_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
+    if (rc < 0 && !cl->closing)
+        control_reply_err(cl, q->req.id, rc, &e);
+    json_decref(q->req.id);
+    cl->busy--;
+    control_client_idle_check(cl);
+    control_client_unref(cl);
+    free(q);
+}
+
+int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                      const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    int64_t tokens = ops_sample_tokens(req);
+    struct ops_sample *s = calloc(1, sizeof(*s));
+    struct ops_locating *q = calloc(1, sizeof(*q));
+    bool chosen = req->present & (1u << GPT_CTL_F_SNAPSHOT);
+    json_t *args = json_pack("{s:I, s:I}", "job", (json_int_t)req->job, "snapshot",
+                             (json_int_t)(chosen ? req->snapshot : 0));
+    if (!s || !q || !args) {
+        free(s);
+        free(q);
+        json_decref(args);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    s->member = true;
+    s->job = req->job;
+    s->snapshot = chosen ? req->snapshot : 0;
+    snprintf(s->node, sizeof(s->node), "%s", d->cfg.node_name);
+    snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
+    q->d = d;
+    q->cl = cl;
+    q->s = s;
+    q->req = *req;
+    q->req.id = json_deep_copy(req->id);
+    q->req.prompt = NULL; /* borrowed from the request; copied into s already */
+    q->req.root = NULL;
+    q->req.spec = NULL;
+    q->tokens = tokens;
+    int rc = cluster_read(d->cluster, "locate", args, ops_sample_located, q, err);
+    if (rc < 0) {
+        json_decref(q->req.id);
+        free(q);
+        free(s);
+        return rc;
+    }
+    control_client_ref(cl);
+    cl->busy++;
+    return 0;
+}
+
+/* Fills in the sampling options and runs it on a work thread (takes s). */
+static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
+                            struct gpt_err *err)
+{
+    int rc;
+    if (req->prompt)
+        snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
+    s->o.prompt = s->prompt;
+    s->o.tokens = (int)tokens;
+    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature : 1.0;
+    s->o.top_k = (int)req->top_k;
+    s->o.seed = (uint64_t)time(NULL);
+    s->o.threads = 1;
+    s->cl = cl;
+    s->id = json_deep_copy(req->id);
+    s->work.data = s;
+    rc = uv_queue_work(d->loop, &s->work, ops_sample_work, ops_sample_done);
+    if (rc < 0) {
+        json_decref(s->id);
+        free(s);
+        return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
+    }
+    control_client_ref(cl);
+    cl->busy++;
+    return 0;
+}

@@ -1,0 +1,12 @@
+# gptctl and the control dispatcher: what gptctl prints of user strings (escaped
+# in tables, plain output and gptd's log; exact with --json), and its job
+# file parser's bound on YAML nesting, and the limits the one dispatcher of
+# control ops applies. Same arguments as the daemon tests.
+set(GPTD_CTL_TESTS ctl_escape ctl_yaml_depth ctl_dispatch)
+foreach(t ${GPTD_CTL_TESTS})
+  add_test(NAME ${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>
+                   $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 120
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()
