@@ -2,8 +2,10 @@
  * store_client: see store_client.h. The blocking client owns one socket and
  * runs on whichever thread calls it (one call at a time, under its mutex);
  * the asynchronous client owns a uv_tcp_t and a FIFO of pending callbacks and
- * runs on its loop's thread. Both speak proto/store.h and authenticate with
- * store_auth_mac().
+ * runs on its loop's thread. Both speak proto/store.h: the mutual handshake,
+ * then sealed frames both ways (store_auth.h), so a reply that was not sent
+ * by a server holding the secret, in this session, in this order, fails the
+ * connection.
  */
 #include "store_client.h"
 
@@ -23,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/crypto.h>
+
+#include "log.h"
 
 #define POLL_SLICE_MS    100 /* how often a blocked call looks at the abort flag */
 #define READ_CHUNK_BYTES 65536
@@ -55,8 +58,11 @@ int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len, 
         goto out;
     }
     if (st.st_size <= 0 || (size_t)st.st_size > cap) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "store secret %s: size %lld not in 1..%zu", path,
-                         (long long)st.st_size, cap);
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "store secret %s: size %lld not in %d..%zu bytes (make one with: "
+                         "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > FILE; "
+                         "chmod 600 FILE)",
+                         path, (long long)st.st_size, STORE_SECRET_MIN, cap);
         goto out;
     }
     while (got < (size_t)st.st_size) {
@@ -71,32 +77,18 @@ int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len, 
     }
     if (got > 0 && ((char *)buf)[got - 1] == '\n')
         got--;
-    if (got == 0) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "store secret %s: empty", path);
+    if (got < STORE_SECRET_MIN) {
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "store secret %s: %zu bytes, shorter than the minimum of %d bytes "
+                         "(make one with: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' "
+                         "> FILE; chmod 600 FILE)",
+                         path, got, STORE_SECRET_MIN);
         goto out;
     }
     *ret_len = got;
 out:
     close(fd);
     return rc;
-}
-
-int store_auth_mac(const void *secret, size_t secret_len,
-                   const uint8_t challenge[GPT_STORE_CHALLENGE_BYTES],
-                   uint8_t ret_mac[GPT_STORE_MAC_BYTES])
-{
-    static const char ctx[] = GPT_STORE_AUTH_CONTEXT;
-    uint8_t msg[GPT_STORE_CHALLENGE_BYTES + sizeof(ctx) - 1];
-    static const uint8_t empty[1];
-    unsigned int len = 0;
-
-    memcpy(msg, challenge, GPT_STORE_CHALLENGE_BYTES);
-    memcpy(msg + GPT_STORE_CHALLENGE_BYTES, ctx, sizeof(ctx) - 1);
-    if (!HMAC(EVP_sha256(), secret_len ? secret : empty, (int)secret_len, msg, sizeof(msg), ret_mac,
-              &len) ||
-        len != GPT_STORE_MAC_BYTES)
-        return -GPT_E_AUTH;
-    return 0;
 }
 
 /* ---- blocking client ---- */
@@ -109,6 +101,7 @@ struct store_client {
     pthread_mutex_t lock;
     struct proto_store_out out;
     struct proto_store_parser parser;
+    struct store_auth_session session; /* ready once the handshake is done */
     uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
@@ -153,6 +146,10 @@ static int exchange(struct store_client *c, int64_t deadline, struct proto_store
         c->out.len = 0;
         return gpt_err_set(err, atomic_load(&c->aborted) ? -ECANCELED : -EPIPE, NULL,
                            "store client: connection unusable after an earlier failure");
+    }
+    if (store_auth_session_ready(&c->session) && store_auth_seal(&c->session, &c->out, 0) < 0) {
+        rc = gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: cannot seal the request");
+        goto fail;
     }
     while (sent < c->out.len) {
         ssize_t n = send(c->fd, c->out.data + sent, c->out.len - sent, MSG_NOSIGNAL);
@@ -242,29 +239,45 @@ static int connect_addr(struct store_client *c, const struct addrinfo *ai, int64
     return rc;
 }
 
+/* HELLO(Nc) -> CHALLENGE(Ns) -> AUTH(client proof) -> PROOF(server proof),
+ * then the session keys (proto/store.h). */
 static int client_handshake(struct store_client *c, const struct store_client_opts *opts,
                             int64_t deadline, struct gpt_err *err)
 {
-    uint8_t mac[GPT_STORE_MAC_BYTES];
+    uint8_t nc[GPT_STORE_NONCE_BYTES], ns[GPT_STORE_NONCE_BYTES], mac[GPT_STORE_MAC_BYTES];
     struct proto_store_msg m;
     int rc;
 
-    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION)) < 0)
+    if (store_auth_random(nc, sizeof(nc)) < 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: no random bytes");
+    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION, nc)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
     if (m.type != PROTO_STORE_CHALLENGE)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected CHALLENGE",
                            proto_store_type_name(m.type));
-    if ((rc = store_auth_mac(opts->secret, opts->secret ? opts->secret_len : 0, m.nonce, mac)) < 0)
-        return gpt_err_set(err, rc, NULL, "store client: HMAC failed");
+    memcpy(ns, m.nonce, sizeof(ns));
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_CLIENT, nc, ns, mac) < 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
     if ((rc = proto_store_put_auth(&c->out, mac)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
-    if (m.type != PROTO_STORE_OK)
-        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected OK",
+    if (m.type != PROTO_STORE_PROOF)
+        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected PROOF",
                            proto_store_type_name(m.type));
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_SERVER, nc, ns, mac) < 0 ||
+        CRYPTO_memcmp(mac, m.nonce, sizeof(mac)) != 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL,
+                           "store client: the server at %s:%d does not prove it holds the cluster "
+                           "secret (an impostor, or another cluster's store)",
+                           opts->host, opts->port);
+    if ((rc = store_auth_session_init(&c->session, false, opts->secret, opts->secret_len, nc,
+                                      ns)) < 0)
+        return gpt_err_set(err, rc, NULL, "store client: cannot derive the session keys");
+    proto_store_parser_seal(&c->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &c->session);
+    c->out.tag_bytes = GPT_STORE_TAG_BYTES;
     c->parser.frame_max = GPT_STORE_FRAME_MAX;
     return 0;
 dropped:
@@ -284,6 +297,10 @@ int store_client_connect(const struct store_client_opts *opts, struct store_clie
     int64_t deadline;
     int rc;
 
+    if (!opts->secret || opts->secret_len < STORE_SECRET_MIN)
+        return gpt_err_set(err, -EINVAL, NULL,
+                           "store client: a cluster secret of at least %d bytes is required",
+                           STORE_SECRET_MIN);
     c = calloc(1, sizeof(*c));
     if (!c)
         return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
@@ -323,6 +340,7 @@ void store_client_free(struct store_client *c)
         close(c->fd);
     proto_store_out_done(&c->out);
     proto_store_parser_done(&c->parser);
+    store_auth_session_done(&c->session);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -551,7 +569,7 @@ struct gpt_kv store_client_kv(struct store_client *c)
 enum async_state {
     ASYNC_CONNECTING,
     ASYNC_HELLO, /* HELLO sent, waiting for CHALLENGE */
-    ASYNC_AUTH,  /* AUTH sent, waiting for OK */
+    ASYNC_AUTH,  /* AUTH sent, waiting for PROOF */
     ASYNC_READY,
     ASYNC_FAILED,
     ASYNC_CLOSING,
@@ -581,9 +599,14 @@ struct store_client_async {
     void *connect_arg;
     void (*close_cb)(void *arg);
     void *close_arg;
-    struct proto_store_out queued; /* requests not yet written */
+    struct proto_store_out queued; /* requests not yet written; sealed once READY */
     struct proto_store_parser parser;
     struct async_pending *head, *tail;
+    uint8_t nc[GPT_STORE_NONCE_BYTES]; /* our handshake nonce */
+    uint8_t ns[GPT_STORE_NONCE_BYTES]; /* the server's */
+    struct store_auth_session session;
+    uint64_t tag_logged_ms; /* when a bad tag was last logged (uv_now) */
+    char peer[64];
     uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
@@ -610,6 +633,7 @@ static int async_write(struct store_client_async *a, struct proto_store_out *o)
         return -ENOMEM;
     w->buf = *o;
     proto_store_out_init(o);
+    o->tag_bytes = w->buf.tag_bytes; /* later frames are sealed like these */
     b = uv_buf_init((char *)w->buf.data, (unsigned)w->buf.len);
     rc = uv_write(&w->req, (uv_stream_t *)&a->tcp, &b, 1, async_write_done);
     if (rc < 0) {
@@ -671,7 +695,13 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
     case ASYNC_HELLO:
         if (m->type != PROTO_STORE_CHALLENGE)
             return -GPT_E_PROTO;
-        if ((rc = store_auth_mac(a->secret, a->secret_len, m->nonce, mac)) < 0)
+        memcpy(a->ns, m->nonce, sizeof(a->ns));
+        /* Without a secret the AUTH is all zeros: the server refuses it and
+         * its log says which secret file a member needs. */
+        memset(mac, 0, sizeof(mac));
+        if (a->secret_len >= STORE_SECRET_MIN &&
+            (rc = store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_CLIENT, a->nc, a->ns,
+                                   mac)) < 0)
             return rc;
         proto_store_out_init(&o);
         if ((rc = proto_store_put_auth(&o, mac)) < 0 || (rc = async_write(a, &o)) < 0) {
@@ -681,8 +711,21 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
         a->state = ASYNC_AUTH;
         return 0;
     case ASYNC_AUTH:
-        if (m->type != PROTO_STORE_OK)
+        if (m->type != PROTO_STORE_PROOF)
             return -GPT_E_PROTO;
+        if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns, mac) <
+                0 ||
+            CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0) {
+            log_warn("store: %s does not prove it holds the cluster secret; not using it",
+                     a->peer);
+            return -GPT_E_AUTH;
+        }
+        if ((rc = store_auth_session_init(&a->session, false, a->secret, a->secret_len, a->nc,
+                                          a->ns)) < 0)
+            return rc;
+        proto_store_parser_seal(&a->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &a->session);
+        if ((rc = store_auth_seal(&a->session, &a->queued, 0)) < 0)
+            return rc;
         a->state = ASYNC_READY;
         a->parser.frame_max = GPT_STORE_FRAME_MAX;
         if ((rc = async_write(a, &a->queued)) < 0)
@@ -734,6 +777,19 @@ static void async_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     while ((a->state == ASYNC_HELLO || a->state == ASYNC_AUTH || a->state == ASYNC_READY) &&
            (rc = proto_store_parser_next(&a->parser, &m, NULL)) != 0) {
+        if (rc == -GPT_E_AUTH && a->state == ASYNC_READY) {
+            /* A reply that fails its tag was forged, replayed or reordered
+             * on the way: the connection is lost (and redone by the
+             * caller), not the secret. Logged at most every 10 s. */
+            uint64_t now = uv_now(a->loop);
+            if (!a->tag_logged_ms || now - a->tag_logged_ms >= 10000) {
+                a->tag_logged_ms = now;
+                log_warn("store: dropped a frame from %s with a bad tag (forged, replayed or "
+                         "reordered); connection closed",
+                         a->peer);
+            }
+            rc = -GPT_E_PROTO;
+        }
         if (rc < 0 || (rc = async_frame(a, &m)) < 0) {
             async_fail(a, rc);
             return;
@@ -755,7 +811,8 @@ static void async_connected(uv_connect_t *req, int status)
     }
     a->state = ASYNC_HELLO;
     proto_store_out_init(&o);
-    if ((rc = proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION)) < 0 ||
+    if ((rc = store_auth_random(a->nc, sizeof(a->nc))) < 0 ||
+        (rc = proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, a->nc)) < 0 ||
         (rc = async_write(a, &o)) < 0 ||
         (rc = uv_read_start((uv_stream_t *)&a->tcp, async_alloc, async_read)) < 0) {
         proto_store_out_done(&o);
@@ -790,7 +847,9 @@ int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts
     a->loop = loop;
     a->connect_cb = connect_cb;
     a->connect_arg = arg;
+    snprintf(a->peer, sizeof(a->peer), "%s:%d", opts->host, opts->port);
     proto_store_out_init(&a->queued);
+    a->queued.tag_bytes = GPT_STORE_TAG_BYTES;
     proto_store_parser_init(&a->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
     GPT_ASSERT(uv_tcp_init(loop, &a->tcp) == 0);
     a->tcp.data = a;
@@ -815,6 +874,7 @@ static void async_closed(uv_handle_t *h)
 
     proto_store_out_done(&a->queued);
     proto_store_parser_done(&a->parser);
+    store_auth_session_done(&a->session);
     free(a->secret);
     free(a);
     if (cb)
@@ -854,7 +914,8 @@ static int async_submit(struct store_client_async *a, size_t mark, int enc_rc, i
     else
         a->head = p;
     a->tail = p;
-    if (a->state == ASYNC_READY && (rc = async_write(a, &a->queued)) < 0) {
+    if (a->state == ASYNC_READY && ((rc = store_auth_seal(&a->session, &a->queued, mark)) < 0 ||
+                                    (rc = async_write(a, &a->queued)) < 0)) {
         async_fail(a, rc);
         return 0; /* the callback reports the failure */
     }
