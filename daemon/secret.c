@@ -1,6 +1,7 @@
 /*
  * secret: see secret.h. Owns nothing beyond the files it makes; no state.
  */
+#define _GNU_SOURCE /* mkostemp */
 #include "secret.h"
 
 #include <errno.h>
@@ -49,9 +50,10 @@ int secret_file_ensure(const char *path, struct gpt_err *err)
 
     if (access(path, F_OK) == 0)
         return 0;
-    if (snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof(tmp))
+    if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: path too long", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* mkostemp: O_CREAT|O_EXCL, mode 0600, a name no other creator uses. */
+    fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
         return gpt_err_set(err, -errno, NULL, "cannot create the cluster secret %s: %s", tmp,
                            strerror(errno));

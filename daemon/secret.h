@@ -15,7 +15,7 @@
 #include "gpt_err.h"
 
 /* Makes `path` a new secret unless it exists: the content is written to a
- * private temporary file (O_CREAT|O_EXCL, 0600) in the same folder and
+ * private temporary file (mkostemp: O_CREAT|O_EXCL, 0600) in the same folder and
  * linked to `path` in one step, so a concurrent reader (another rank
  * starting at the same moment) sees either no file or the whole secret, and
  * of two racing creators exactly one wins. Returns 0 (created or already
