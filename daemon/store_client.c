@@ -27,7 +27,6 @@
 
 #include <openssl/crypto.h>
 
-
 #define POLL_SLICE_MS    100 /* how often a blocked call looks at the abort flag */
 #define READ_CHUNK_BYTES 65536
 
