@@ -32,6 +32,7 @@
 #include "log.h"
 #include "store.h"
 #include "store_auth.h"
+#include "store_table.h"
 
 #define READ_CHUNK_BYTES 65536
 
@@ -69,15 +70,6 @@ static void link_remove(struct link *l)
 }
 
 /* ---- objects ---- */
-
-struct entry {
-    struct entry *next; /* hash chain */
-    uint64_t hash;
-    uint8_t *val;
-    size_t val_len;
-    size_t key_len;
-    char key[]; /* NUL-terminated */
-};
 
 struct wait_key {
     const char *key; /* into the wait's own copy */
@@ -137,8 +129,7 @@ struct store_server {
     uint64_t auth_logged_ms; /* when a refused secret was last logged (uv_now) */
     uint64_t tag_logged_ms;  /* when a bad frame tag was last logged (uv_now) */
     uint64_t tag_unlogged;   /* bad tags since then not logged */
-    struct entry **buckets;
-    size_t nbuckets;
+    struct store_table table;
     struct link clients;
     struct link waits;
     struct link resume;
@@ -166,134 +157,13 @@ void store_server_stats(struct store_server *s, struct store_server_stats *ret)
     pthread_mutex_unlock(&s->st_lock);
 }
 
-/* ---- key table ---- */
-
-static uint64_t key_hash(const char *key, size_t len)
+/* The table's counts, for other threads to read: after every command. */
+static void server_sync_counts(struct store_server *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-
-    for (i = 0; i < len; i++) {
-        h ^= (uint8_t)key[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static struct entry *table_find(struct store_server *s, const char *key, size_t len, uint64_t hash)
-{
-    struct entry *e;
-
-    for (e = s->buckets[hash & (s->nbuckets - 1)]; e; e = e->next)
-        if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
-            return e;
-    return NULL;
-}
-
-static int table_grow(struct store_server *s)
-{
-    size_t n = s->nbuckets * 2, i;
-    struct entry **nb = calloc(n, sizeof(*nb));
-
-    if (!nb)
-        return -ENOMEM;
-    for (i = 0; i < s->nbuckets; i++) {
-        struct entry *e = s->buckets[i], *next;
-        for (; e; e = next) {
-            next = e->next;
-            e->next = nb[e->hash & (n - 1)];
-            nb[e->hash & (n - 1)] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = nb;
-    s->nbuckets = n;
-    return 0;
-}
-
-/* Creates an empty entry for a key known to be absent. -GPT_E_LIMIT or
- * -ENOMEM on failure. */
-static int table_create(struct store_server *s, const char *key, size_t len, uint64_t hash,
-                        struct entry **ret)
-{
-    struct entry *e;
-
-    if (s->st.keys >= s->opts.max_keys || s->st.data_bytes + len > s->opts.max_data_bytes)
-        return -GPT_E_LIMIT;
-    if (s->st.keys >= s->nbuckets && table_grow(s) < 0)
-        return -ENOMEM;
-    e = calloc(1, sizeof(*e) + len + 1);
-    if (!e)
-        return -ENOMEM;
-    memcpy(e->key, key, len);
-    e->key_len = len;
-    e->hash = hash;
-    e->next = s->buckets[hash & (s->nbuckets - 1)];
-    s->buckets[hash & (s->nbuckets - 1)] = e;
     pthread_mutex_lock(&s->st_lock);
-    s->st.keys++;
-    s->st.data_bytes += len;
+    s->st.keys = s->table.keys;
+    s->st.data_bytes = s->table.data_bytes;
     pthread_mutex_unlock(&s->st_lock);
-    *ret = e;
-    return 0;
-}
-
-static void table_remove(struct store_server *s, struct entry *e)
-{
-    struct entry **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
-
-    while (*pp != e)
-        pp = &(*pp)->next;
-    *pp = e->next;
-    pthread_mutex_lock(&s->st_lock);
-    s->st.keys--;
-    s->st.data_bytes -= e->key_len + e->val_len;
-    pthread_mutex_unlock(&s->st_lock);
-    free(e->val);
-    free(e);
-}
-
-/* Replaces (append=false) or extends the value of e. A failed call leaves
- * e unchanged. */
-static int entry_store(struct store_server *s, struct entry *e, const void *val, size_t len,
-                       bool append)
-{
-    size_t old = append ? e->val_len : 0, total = old + len;
-    uint8_t *nv;
-
-    if (total > s->opts.max_value_bytes ||
-        s->st.data_bytes - e->val_len + total > s->opts.max_data_bytes)
-        return -GPT_E_LIMIT;
-    nv = malloc(total ? total : 1);
-    if (!nv)
-        return -ENOMEM;
-    if (old)
-        memcpy(nv, e->val, old);
-    if (len)
-        memcpy(nv + old, val, len);
-    pthread_mutex_lock(&s->st_lock);
-    s->st.data_bytes = s->st.data_bytes - e->val_len + total;
-    pthread_mutex_unlock(&s->st_lock);
-    free(e->val);
-    e->val = nv;
-    e->val_len = total;
-    return 0;
-}
-
-static void table_free(struct store_server *s)
-{
-    size_t i;
-
-    for (i = 0; s->buckets && i < s->nbuckets; i++) {
-        struct entry *e = s->buckets[i], *next;
-        for (; e; e = next) {
-            next = e->next;
-            free(e->val);
-            free(e);
-        }
-    }
-    free(s->buckets);
-    s->buckets = NULL;
 }
 
 /* ---- server lifetime ---- */
@@ -305,7 +175,7 @@ static void server_maybe_finish(struct store_server *s)
 
     if (!s->closing || s->open_handles > 0)
         return;
-    table_free(s);
+    store_table_done(&s->table);
     OPENSSL_cleanse(s->secret, s->opts.secret_len);
     free(s->secret);
     pthread_mutex_destroy(&s->st_lock);
@@ -350,14 +220,14 @@ static bool wait_advance(struct store_server *s, struct wait *w)
 {
     while (w->cur < w->nkeys) {
         const struct wait_key *k = &w->keys[w->cur];
-        if (!table_find(s, k->key, k->len, k->hash))
+        if (!store_table_find(&s->table, k->key, k->len, k->hash))
             return false;
         w->cur++;
     }
     /* A key passed earlier may have been deleted since: check them all. */
     for (w->cur = 0; w->cur < w->nkeys; w->cur++) {
         const struct wait_key *k = &w->keys[w->cur];
-        if (!table_find(s, k->key, k->len, k->hash))
+        if (!store_table_find(&s->table, k->key, k->len, k->hash))
             return false;
     }
     return true;
@@ -439,7 +309,7 @@ static int wait_start(struct client *c, const struct proto_store_msg *m)
     while (proto_store_keys_next(m, &cursor, &k, &klen)) {
         w->keys[i].key = copy + (k - (const char *)m->keys_raw);
         w->keys[i].len = klen;
-        w->keys[i].hash = key_hash(k, klen);
+        w->keys[i].hash = store_table_hash(k, klen);
         i++;
     }
     w->nkeys = m->nkeys;
@@ -483,7 +353,7 @@ static int keys_all_exist(struct store_server *s, const struct proto_store_msg *
     const char *k;
 
     while (proto_store_keys_next(m, &cursor, &k, &klen))
-        if (!table_find(s, k, klen, key_hash(k, klen)))
+        if (!store_table_find(&s->table, k, klen, store_table_hash(k, klen)))
             return 0;
     return 1;
 }
@@ -494,8 +364,8 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
 {
     struct store_server *s = c->srv;
     struct proto_store_out *o = &c->out;
-    uint64_t h = m->key ? key_hash(m->key, m->key_len) : 0;
-    struct entry *e = m->key ? table_find(s, m->key, m->key_len, h) : NULL;
+    uint64_t h = m->key ? store_table_hash(m->key, m->key_len) : 0;
+    struct store_entry *e = m->key ? store_table_find(&s->table, m->key, m->key_len, h) : NULL;
     bool created = false;
     int64_t num;
     char text[24];
@@ -510,11 +380,11 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -GPT_E_LIMIT;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
         }
-        rc = entry_store(s, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+        rc = store_table_store(&s->table, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
         if (rc == 0)
             rc = proto_store_put_ok(o);
         break;
@@ -534,12 +404,12 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -EINVAL;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
         }
         snprintf(text, sizeof(text), "%" PRId64, num);
-        rc = entry_store(s, e, text, strlen(text), false);
+        rc = store_table_store(&s->table, e, text, strlen(text), false);
         if (rc == 0)
             rc = proto_store_put_int(o, num);
         break;
@@ -551,12 +421,12 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -GPT_E_LIMIT;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
-            rc = entry_store(s, e, m->val2, m->val2_len, false);
+            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
         } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
-            rc = entry_store(s, e, m->val2, m->val2_len, false);
+            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
         }
         if (rc == 0)
             rc = proto_store_put_value(o, e->val, e->val_len);
@@ -572,17 +442,17 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         break;
     case PROTO_STORE_DELETE:
         if (e)
-            table_remove(s, e);
+            store_table_remove(&s->table, e);
         rc = proto_store_put_int(o, e ? 1 : 0);
         break;
     case PROTO_STORE_NUM_KEYS:
-        rc = proto_store_put_int(o, (int64_t)s->st.keys);
+        rc = proto_store_put_int(o, (int64_t)s->table.keys);
         break;
     default:
         GPT_ASSERT(0);
     }
     if (rc < 0 && created)
-        table_remove(s, e); /* a key that failed to get its value is not kept */
+        store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
     else if (created)
         waits_key_created(s, m->key, m->key_len, h);
     if (rc == -GPT_E_LIMIT && !*ret_why)
@@ -766,8 +636,8 @@ static void server_log_bad_tag(struct store_server *s, struct client *c)
         return;
     }
     log_warn("store: dropped a frame from %s with a bad tag (forged, injected, replayed or "
-             "reordered); connection closed%s",
-             c->peer, s->tag_unlogged ? " (and earlier ones not logged)" : "");
+             "reordered); connection closed (%" PRIu64 " more such drops not logged before)",
+             c->peer, s->tag_unlogged);
     s->tag_logged_ms = now_ms;
     s->tag_unlogged = 0;
 }
@@ -825,6 +695,7 @@ static void client_process(struct client *c)
         }
         ST_ADD(s, requests, 1);
         rc = command_run(c, &m, &why);
+        server_sync_counts(s);
         if (rc == -ENOMEM) {
             client_close(c, "out of memory");
             return;
@@ -951,9 +822,8 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
         return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
     }
     memcpy(s->secret, opts->secret, opts->secret_len);
-    s->nbuckets = 64;
-    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-    if (!s->buckets) {
+    if (store_table_init(&s->table, s->opts.max_keys, s->opts.max_value_bytes,
+                         s->opts.max_data_bytes) < 0) {
         free(s->secret);
         free(s);
         return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
