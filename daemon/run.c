@@ -324,9 +324,8 @@ int gptd_run_main(int argc, char **argv)
         /* The store always has a secret: without --secret-file, this user's
          * own (made once, 0600), which every rank of the user on this host
          * finds. */
-        if (!secret_file &&
-            ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
-             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
+        if (!secret_file && ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
+                             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
             fprintf(stderr, "gptd run: %s\n", err.msg);
             return 1;
         }

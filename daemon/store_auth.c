@@ -122,8 +122,8 @@ int store_auth_seal(struct store_auth_session *s, struct proto_store_out *o, siz
     int rc;
 
     GPT_ASSERT(s->tx && o->tag_bytes == GPT_STORE_TAG_BYTES);
-    while ((rc = proto_store_sealed_next(o->data, o->len, o->tag_bytes, &off, &frame, &len, &tag)) ==
-           1) {
+    while ((rc = proto_store_sealed_next(o->data, o->len, o->tag_bytes, &off, &frame, &len,
+                                         &tag)) == 1) {
         if (frame_mac(s->tx, s->tx_seq, frame, len, mac) < 0)
             return -GPT_E_AUTH;
         memcpy(tag, mac, GPT_STORE_TAG_BYTES);

@@ -271,8 +271,8 @@ static int client_handshake(struct store_client *c, const struct store_client_op
                            "store client: the server at %s:%d does not prove it holds the cluster "
                            "secret (an impostor, or another cluster's store)",
                            opts->host, opts->port);
-    if ((rc = store_auth_session_init(&c->session, false, opts->secret, opts->secret_len, nc,
-                                      ns)) < 0)
+    if ((rc = store_auth_session_init(&c->session, false, opts->secret, opts->secret_len, nc, ns)) <
+        0)
         return gpt_err_set(err, rc, NULL, "store client: cannot derive the session keys");
     proto_store_parser_seal(&c->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &c->session);
     c->out.tag_bytes = GPT_STORE_TAG_BYTES;

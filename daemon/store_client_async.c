@@ -172,8 +172,7 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
         if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns, mac) <
                 0 ||
             CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0) {
-            log_warn("store: %s does not prove it holds the cluster secret; not using it",
-                     a->peer);
+            log_warn("store: %s does not prove it holds the cluster secret; not using it", a->peer);
             return -GPT_E_AUTH;
         }
         if ((rc = store_auth_session_init(&a->session, false, a->secret, a->secret_len, a->nc,

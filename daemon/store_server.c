@@ -485,8 +485,8 @@ static int handshake_step(struct client *c, const struct proto_store_msg *m)
     }
     if (m->type != PROTO_STORE_AUTH)
         return -GPT_E_AUTH;
-    if (store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_CLIENT, c->nc, c->ns,
-                         mac) < 0 ||
+    if (store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_CLIENT, c->nc, c->ns, mac) <
+            0 ||
         CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0)
         return -GPT_E_AUTH;
     if ((rc = store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_SERVER, c->nc, c->ns,

@@ -597,8 +597,7 @@ static int put_nonce(struct proto_store_out *o, int type, const uint8_t *nonce)
     return 0;
 }
 
-int proto_store_put_challenge(struct proto_store_out *o,
-                              const uint8_t nonce[GPT_STORE_NONCE_BYTES])
+int proto_store_put_challenge(struct proto_store_out *o, const uint8_t nonce[GPT_STORE_NONCE_BYTES])
 {
     return put_nonce(o, PROTO_STORE_CHALLENGE, nonce);
 }

@@ -123,12 +123,12 @@ enum proto_store_status {
  * Fields not used by `type` are zero. */
 struct proto_store_msg {
     enum proto_store_type type;
-    uint32_t version;                         /* HELLO */
-    uint32_t timeout_ms;                      /* WAIT */
-    uint32_t status;                          /* ERROR: enum proto_store_status */
-    int64_t num;                              /* ADD delta, INT value */
+    uint32_t version;                     /* HELLO */
+    uint32_t timeout_ms;                  /* WAIT */
+    uint32_t status;                      /* ERROR: enum proto_store_status */
+    int64_t num;                          /* ADD delta, INT value */
     uint8_t nonce[GPT_STORE_NONCE_BYTES]; /* HELLO, CHALLENGE nonce; AUTH, PROOF mac */
-    const char *key;                          /* not NUL-terminated */
+    const char *key;                      /* not NUL-terminated */
     size_t key_len;
     const uint8_t *val; /* SET/APPEND value, COMPARE_SET expected, VALUE, ERROR message */
     size_t val_len;

@@ -644,9 +644,8 @@ static void test_pipelined_order(void **state)
                 assert_int_equal(store_auth_proof(SECRET, strlen(SECRET), GPT_STORE_LABEL_CLIENT,
                                                   nc, m.nonce, mac),
                                  0);
-                assert_int_equal(store_auth_session_init(&sess, false, SECRET, strlen(SECRET), nc,
-                                                         m.nonce),
-                                 0);
+                assert_int_equal(
+                    store_auth_session_init(&sess, false, SECRET, strlen(SECRET), nc, m.nonce), 0);
                 assert_int_equal(proto_store_put_auth(&o, mac), 0);
                 mark = o.len;
                 o.tag_bytes = GPT_STORE_TAG_BYTES;

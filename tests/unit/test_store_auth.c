@@ -226,13 +226,13 @@ static void forge_once(struct harness *h, int forge)
     if (forge == 0)
         empty_key_proof(nc, m.nonce, mac);
     assert_int_equal(proto_store_put_auth(&o, mac), 0);
-    assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_APPEND, "cluster/inbox", 13, msg,
-                                               strlen(msg)),
-                     0);
+    assert_int_equal(
+        proto_store_put_key_value(&o, PROTO_STORE_APPEND, "cluster/inbox", 13, msg, strlen(msg)),
+        0);
     o.tag_bytes = GPT_STORE_TAG_BYTES;
-    assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_APPEND, "cluster/inbox", 13, msg,
-                                               strlen(msg)),
-                     0);
+    assert_int_equal(
+        proto_store_put_key_value(&o, PROTO_STORE_APPEND, "cluster/inbox", 13, msg, strlen(msg)),
+        0);
     send_all(fd, o.data, o.len);
     /* Nothing comes back but the close: no PROOF, no reply. */
     assert_int_equal(raw_next(fd, &p, &m), 0);
@@ -491,8 +491,9 @@ static size_t relay_first_sealed(struct relay *r, uint8_t *buf, size_t cap)
 
     pthread_mutex_lock(&r->mu);
     assert_true(r->c2s_len > hs + 4);
-    n = 4 + (size_t)(r->c2s[hs] | r->c2s[hs + 1] << 8 | r->c2s[hs + 2] << 16 |
-                     (uint32_t)r->c2s[hs + 3] << 24) +
+    n = 4 +
+        (size_t)(r->c2s[hs] | r->c2s[hs + 1] << 8 | r->c2s[hs + 2] << 16 |
+                 (uint32_t)r->c2s[hs + 3] << 24) +
         GPT_STORE_TAG_BYTES;
     assert_true(n <= cap && r->c2s_len >= hs + n);
     memcpy(buf, r->c2s + hs, n);
@@ -640,12 +641,9 @@ static void test_replay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_forged_empty_key_refused),
-        cmocka_unit_test(test_short_secret_file),
-        cmocka_unit_test(test_generated_secret),
-        cmocka_unit_test(test_relay_injection),
-        cmocka_unit_test(test_relay_forged_reply),
-        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_forged_empty_key_refused), cmocka_unit_test(test_short_secret_file),
+        cmocka_unit_test(test_generated_secret),         cmocka_unit_test(test_relay_injection),
+        cmocka_unit_test(test_relay_forged_reply),       cmocka_unit_test(test_replay),
     };
 
     alarm(120); /* a hang fails the run instead of stalling ctest */

@@ -444,12 +444,10 @@ static void pair_init(struct pair *p, uint8_t seed, const char *cli_secret)
         p->nc[i] = (uint8_t)(seed + i);
         p->ns[i] = (uint8_t)(seed * 3 + i * 5);
     }
-    assert_int_equal(store_auth_session_init(&p->cli, false, cli_secret, strlen(cli_secret), p->nc,
-                                             p->ns),
-                     0);
-    assert_int_equal(store_auth_session_init(&p->srv, true, SEAL_SECRET, strlen(SEAL_SECRET), p->nc,
-                                             p->ns),
-                     0);
+    assert_int_equal(
+        store_auth_session_init(&p->cli, false, cli_secret, strlen(cli_secret), p->nc, p->ns), 0);
+    assert_int_equal(
+        store_auth_session_init(&p->srv, true, SEAL_SECRET, strlen(SEAL_SECRET), p->nc, p->ns), 0);
 }
 
 static void pair_done(struct pair *p)
@@ -509,14 +507,18 @@ static void test_proof_and_keys(void **state)
     assert_int_equal(store_auth_session_init(&sess, true, "short", 5, nc, ns), -GPT_E_AUTH);
     assert_false(store_auth_session_ready(&sess));
     store_auth_session_done(&sess);
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, a), 0);
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_SERVER, nc, ns, b), 0);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, a),
+                     0);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_SERVER, nc, ns, b),
+                     0);
     assert_memory_not_equal(a, b, sizeof(a)); /* a client proof is no server proof */
     /* Swapping the nonces (a reflected handshake) changes the proof. */
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, ns, nc, c), 0);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, ns, nc, c),
+                     0);
     assert_memory_not_equal(a, c, sizeof(a));
     /* Deterministic: both sides compute the same value. */
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, c), 0);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, c),
+                     0);
     assert_memory_equal(a, c, sizeof(a));
 }
 
@@ -593,12 +595,10 @@ static void test_sealed_tampering(void **state)
     (void)state;
     pair_init(&p, 1, SEAL_SECRET);
     sealed_requests(&p.cli, &o);
-    assert_int_equal(proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f0, &len0,
-                                             &t0),
-                     1);
-    assert_int_equal(proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f1, &len1,
-                                             &t1),
-                     1);
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f0, &len0, &t0), 1);
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f1, &len1, &t1), 1);
     size_t s0 = len0 + GPT_STORE_TAG_BYTES, s1 = len1 + GPT_STORE_TAG_BYTES;
 
     /* A flipped bit in the value, in the length field's type, in the tag. */
