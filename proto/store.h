@@ -34,6 +34,9 @@
  * the tag. This module only frames and finds tags (parser: tag_bytes and a
  * verify callback; encoders: tag_bytes reserved after each frame); the MACs
  * are computed by the caller (daemon/store_auth.c).
+ * Limits: frames are authenticated, not encrypted (a peer on the path reads
+ * keys and values, and can cut the connection, but not change, add, replay
+ * or reorder a frame); whoever holds K is a member and fully trusted.
  *
  * After the handshake: requests, each answered by exactly one reply, in
  * order (a WAIT holds back the replies to later requests).
