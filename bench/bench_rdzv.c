@@ -29,6 +29,9 @@
 #include "rdzv.h"
 #include "store_client.h"
 
+/* Every store has a secret; the benchmark's nodes share this one. */
+#define BENCH_SECRET "bench-rdzv-secret-0123456789abcdef"
+
 #define SIM_POLL_MS 100
 
 static double mono_s(void)
@@ -268,7 +271,9 @@ static int trial(int n)
                              .last_call_s = 1,
                              .addr = "127.0.0.1",
                              .workers = 1,
-                             .version = "bench"};
+                             .version = "bench",
+                             .secret = BENCH_SECRET,
+                             .secret_len = sizeof(BENCH_SECRET) - 1};
     struct gpt_err err;
     if (cluster_new(&co.loop, &o, &co.cl, &err) < 0) {
         fprintf(stderr, "bench_rdzv: %s\n", err.msg);
@@ -289,7 +294,10 @@ static int trial(int n)
         nd->s = &s;
         nd->idx = i;
         snprintf(nd->id, sizeof(nd->id), "sim-%05d", i);
-        struct store_client_async_opts ao = {.host = "127.0.0.1", .port = co.port};
+        struct store_client_async_opts ao = {.host = "127.0.0.1",
+                                             .port = co.port,
+                                             .secret = BENCH_SECRET,
+                                             .secret_len = sizeof(BENCH_SECRET) - 1};
         if (store_client_async_new(&s.loop, &ao, NULL, NULL, &nd->a, &err) < 0) {
             fprintf(stderr, "bench_rdzv: node %d: %s\n", i, err.msg);
             return 1;

@@ -98,10 +98,12 @@ static const struct config_option config_options[] = {
             "other nodes submit through it and report to it. Without `rdzv` it serves\n"
             "127.0.0.1:29400."),
     OPT_STR(secret_file, "", false,
-            "File holding the cluster secret; a node without it cannot join. Must not be\n"
-            "readable by group or others. Empty: no secret (loopback clusters only),\n"
-            "except for the cluster of one without rdzv, which makes\n"
-            "STATE_DIR/cluster.secret (mode 0600) once and uses it."),
+            "File holding the cluster secret (at least 16 bytes); a node without it\n"
+            "cannot join. Must not be readable by group or others. Empty on a\n"
+            "coordinator (with or without rdzv): it makes STATE_DIR/cluster.secret (32\n"
+            "random bytes as hex, mode 0600) once and uses it; members then name a copy\n"
+            "of that file. A cluster always has a secret: every store connection proves\n"
+            "it both ways and every frame carries a MAC under session keys."),
     OPT_STR(bind_host, "", false,
             "Address this node's workers listen on for the ring collectives; other nodes\n"
             "connect to it. Empty: the rdzv host when it is a loopback address, else\n"

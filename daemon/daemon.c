@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "notify.h"
+#include "secret.h"
 #include "store_client.h"
 
 #define DAEMON_RDZV_DEFAULT    "127.0.0.1:29400"
@@ -105,36 +106,16 @@ static int daemon_mkdir(const char *path, struct gpt_err *err)
     return 0;
 }
 
-/* The embedded coordinator's secret: <state_dir>/cluster.secret, made once
- * (32 random bytes, hex, mode 0600) so that only who may read the state
- * directory can join or talk to its store. */
+/* A coordinator's secret when none is named: <state_dir>/cluster.secret,
+ * made once (32 random bytes, hex, mode 0600) so that only who may read the
+ * state directory can join or talk to its store. A cluster always has one. */
 static int daemon_embedded_secret(const char *state_dir, char *path, size_t cap,
                                   struct gpt_err *err)
 {
     int k = snprintf(path, cap, "%s/" DAEMON_EMBEDDED_KEY, state_dir);
     if (k < 0 || (size_t)k >= cap)
         return gpt_err_set(err, -ENAMETOOLONG, "state_dir", "state directory too long");
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return errno == EEXIST ? 0
-                               : gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
-    uint8_t raw[32];
-    char hex[2 * sizeof(raw) + 1];
-    int rc = 0;
-    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
-        rc = gpt_err_set(err, -EIO, NULL, "getrandom: %s", strerror(errno));
-    } else {
-        for (size_t i = 0; i < sizeof(raw); i++)
-            snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-        hex[2 * sizeof(raw)] = '\n';
-        if (write(fd, hex, sizeof(hex)) != (ssize_t)sizeof(hex))
-            rc = gpt_err_set(err, -EIO, NULL, "%s: cannot write", path);
-    }
-    if (close(fd) < 0 && rc == 0)
-        rc = gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
-    if (rc < 0)
-        unlink(path);
-    return rc;
+    return secret_file_ensure(path, err);
 }
 
 static void daemon_on_handle_closed(uv_handle_t *h)
@@ -225,7 +206,7 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
     }
     char secret_path[CONFIG_PATH_MAX + 32];
     snprintf(secret_path, sizeof(secret_path), "%s", cfg->secret_file);
-    if (embedded && !secret_path[0]) {
+    if ((embedded || cfg->coordinator) && !secret_path[0]) {
         int rc = daemon_embedded_secret(cfg->state_dir, secret_path, sizeof(secret_path), err);
         if (rc < 0)
             return rc;

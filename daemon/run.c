@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "jobspec.h"
 #include "snapshot.h"
+#include "secret.h"
 #include "static_rdzv.h"
 #include "store_client.h"
 #include "trainer.h"
@@ -69,7 +70,9 @@ static void usage(FILE *f)
                "  --world N --rank R --rdzv HOST:PORT\n"
                "                         join a world of N ranks across processes as ranks\n"
                "                         R..R+K-1; the process with rank 0 serves the store\n"
-               "  --secret-file FILE     cluster secret for the store (default: loopback only)\n"
+               "  --secret-file FILE     cluster secret of the store (at least 16 bytes, mode\n"
+               "                         0600); default: ~/.cache/gptd/run.secret, made once\n"
+               "                         per user, so ranks of one user on one host agree\n"
                "  --json                 print every metric and event as one JSON object per line\n"
                "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
                "  --sample N             print N sampled tokens from the final model\n"
@@ -316,14 +319,23 @@ int gptd_run_main(int argc, char **argv)
     struct static_rdzv *rdzv_h = NULL;
     if (rdzv) {
         unsigned char secret[STORE_SECRET_MAX];
+        char user_secret[4096];
         size_t secret_len = 0;
-        if (secret_file &&
-            (rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
+        /* The store always has a secret: without --secret-file, this user's
+         * own (made once, 0600), which every rank of the user on this host
+         * finds. */
+        if (!secret_file && ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
+                             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
             fprintf(stderr, "gptd run: %s\n", err.msg);
             return 1;
         }
-        rc = static_rdzv_open(rdzv, rank == 0, secret_file ? secret : NULL, secret_len, 300000,
-                              &rdzv_h, &err);
+        if (!secret_file)
+            secret_file = user_secret;
+        if ((rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
+            fprintf(stderr, "gptd run: %s\n", err.msg);
+            return 1;
+        }
+        rc = static_rdzv_open(rdzv, rank == 0, secret, secret_len, 300000, &rdzv_h, &err);
         if (rc < 0) {
             fprintf(stderr, "gptd run: rendezvous at %s: %s\n", rdzv, err.msg);
             return 1;

@@ -15,7 +15,11 @@
 struct static_rdzv;
 
 /* Serves the store at HOST:PORT when host_store is set, then connects to
- * it, retrying for up to timeout_ms while it is not up yet. Blocks. */
+ * it, retrying for up to timeout_ms while it is not up yet. The secret (at
+ * least STORE_SECRET_MIN bytes; every rank the same) authenticates the
+ * ranks and the store to each other and keys the MAC of every frame; a
+ * missing or short one fails with -EINVAL, a different one with
+ * -GPT_E_AUTH at once (not retried). Blocks. */
 int static_rdzv_open(const char *hostport, int host_store, const void *secret, size_t secret_len,
                      int timeout_ms, struct static_rdzv **ret, struct gpt_err *err);
 

@@ -1,9 +1,11 @@
 /*
- * store_client: see store_client.h. The blocking client owns one socket and
- * runs on whichever thread calls it (one call at a time, under its mutex);
- * the asynchronous client owns a uv_tcp_t and a FIFO of pending callbacks and
- * runs on its loop's thread. Both speak proto/store.h and authenticate with
- * store_auth_mac().
+ * store_client: see store_client.h. The secret file and the blocking
+ * client, which owns one socket and runs on whichever thread calls it (one
+ * call at a time, under its mutex); the asynchronous client is in
+ * store_client_async.c. Both speak proto/store.h: the mutual handshake,
+ * then sealed frames both ways (store_auth.h), so a reply that was not sent
+ * by a server holding the secret, in this session, in this order, fails the
+ * connection.
  */
 #include "store_client.h"
 
@@ -23,8 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/crypto.h>
 
 #define POLL_SLICE_MS    100 /* how often a blocked call looks at the abort flag */
 #define READ_CHUNK_BYTES 65536
@@ -55,8 +56,11 @@ int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len, 
         goto out;
     }
     if (st.st_size <= 0 || (size_t)st.st_size > cap) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "store secret %s: size %lld not in 1..%zu", path,
-                         (long long)st.st_size, cap);
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "store secret %s: size %lld not in %d..%zu bytes (make one with: "
+                         "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > FILE; "
+                         "chmod 600 FILE)",
+                         path, (long long)st.st_size, STORE_SECRET_MIN, cap);
         goto out;
     }
     while (got < (size_t)st.st_size) {
@@ -71,32 +75,18 @@ int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len, 
     }
     if (got > 0 && ((char *)buf)[got - 1] == '\n')
         got--;
-    if (got == 0) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "store secret %s: empty", path);
+    if (got < STORE_SECRET_MIN) {
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "store secret %s: %zu bytes, shorter than the minimum of %d bytes "
+                         "(make one with: head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' "
+                         "> FILE; chmod 600 FILE)",
+                         path, got, STORE_SECRET_MIN);
         goto out;
     }
     *ret_len = got;
 out:
     close(fd);
     return rc;
-}
-
-int store_auth_mac(const void *secret, size_t secret_len,
-                   const uint8_t challenge[GPT_STORE_CHALLENGE_BYTES],
-                   uint8_t ret_mac[GPT_STORE_MAC_BYTES])
-{
-    static const char ctx[] = GPT_STORE_AUTH_CONTEXT;
-    uint8_t msg[GPT_STORE_CHALLENGE_BYTES + sizeof(ctx) - 1];
-    static const uint8_t empty[1];
-    unsigned int len = 0;
-
-    memcpy(msg, challenge, GPT_STORE_CHALLENGE_BYTES);
-    memcpy(msg + GPT_STORE_CHALLENGE_BYTES, ctx, sizeof(ctx) - 1);
-    if (!HMAC(EVP_sha256(), secret_len ? secret : empty, (int)secret_len, msg, sizeof(msg), ret_mac,
-              &len) ||
-        len != GPT_STORE_MAC_BYTES)
-        return -GPT_E_AUTH;
-    return 0;
 }
 
 /* ---- blocking client ---- */
@@ -109,6 +99,7 @@ struct store_client {
     pthread_mutex_t lock;
     struct proto_store_out out;
     struct proto_store_parser parser;
+    struct store_auth_session session; /* ready once the handshake is done */
     uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
@@ -153,6 +144,10 @@ static int exchange(struct store_client *c, int64_t deadline, struct proto_store
         c->out.len = 0;
         return gpt_err_set(err, atomic_load(&c->aborted) ? -ECANCELED : -EPIPE, NULL,
                            "store client: connection unusable after an earlier failure");
+    }
+    if (store_auth_session_ready(&c->session) && store_auth_seal(&c->session, &c->out, 0) < 0) {
+        rc = gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: cannot seal the request");
+        goto fail;
     }
     while (sent < c->out.len) {
         ssize_t n = send(c->fd, c->out.data + sent, c->out.len - sent, MSG_NOSIGNAL);
@@ -242,29 +237,45 @@ static int connect_addr(struct store_client *c, const struct addrinfo *ai, int64
     return rc;
 }
 
+/* HELLO(Nc) -> CHALLENGE(Ns) -> AUTH(client proof) -> PROOF(server proof),
+ * then the session keys (proto/store.h). */
 static int client_handshake(struct store_client *c, const struct store_client_opts *opts,
                             int64_t deadline, struct gpt_err *err)
 {
-    uint8_t mac[GPT_STORE_MAC_BYTES];
+    uint8_t nc[GPT_STORE_NONCE_BYTES], ns[GPT_STORE_NONCE_BYTES], mac[GPT_STORE_MAC_BYTES];
     struct proto_store_msg m;
     int rc;
 
-    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION)) < 0)
+    if (store_auth_random(nc, sizeof(nc)) < 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: no random bytes");
+    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION, nc)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
     if (m.type != PROTO_STORE_CHALLENGE)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected CHALLENGE",
                            proto_store_type_name(m.type));
-    if ((rc = store_auth_mac(opts->secret, opts->secret ? opts->secret_len : 0, m.nonce, mac)) < 0)
-        return gpt_err_set(err, rc, NULL, "store client: HMAC failed");
+    memcpy(ns, m.nonce, sizeof(ns));
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_CLIENT, nc, ns, mac) < 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
     if ((rc = proto_store_put_auth(&c->out, mac)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
-    if (m.type != PROTO_STORE_OK)
-        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected OK",
+    if (m.type != PROTO_STORE_PROOF)
+        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected PROOF",
                            proto_store_type_name(m.type));
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_SERVER, nc, ns, mac) < 0 ||
+        CRYPTO_memcmp(mac, m.nonce, sizeof(mac)) != 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL,
+                           "store client: the server at %s:%d does not prove it holds the cluster "
+                           "secret (an impostor, or another cluster's store)",
+                           opts->host, opts->port);
+    if ((rc = store_auth_session_init(&c->session, false, opts->secret, opts->secret_len, nc, ns)) <
+        0)
+        return gpt_err_set(err, rc, NULL, "store client: cannot derive the session keys");
+    proto_store_parser_seal(&c->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &c->session);
+    c->out.tag_bytes = GPT_STORE_TAG_BYTES;
     c->parser.frame_max = GPT_STORE_FRAME_MAX;
     return 0;
 dropped:
@@ -284,6 +295,10 @@ int store_client_connect(const struct store_client_opts *opts, struct store_clie
     int64_t deadline;
     int rc;
 
+    if (!opts->secret || opts->secret_len < STORE_SECRET_MIN)
+        return gpt_err_set(err, -EINVAL, NULL,
+                           "store client: a cluster secret of at least %d bytes is required",
+                           STORE_SECRET_MIN);
     c = calloc(1, sizeof(*c));
     if (!c)
         return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
@@ -323,6 +338,7 @@ void store_client_free(struct store_client *c)
         close(c->fd);
     proto_store_out_done(&c->out);
     proto_store_parser_done(&c->parser);
+    store_auth_session_done(&c->session);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -544,434 +560,4 @@ struct gpt_kv store_client_kv(struct store_client *c)
     struct gpt_kv kv = {.ctx = c, .set = kv_set, .get = kv_get};
 
     return kv;
-}
-
-/* ---- asynchronous client ---- */
-
-enum async_state {
-    ASYNC_CONNECTING,
-    ASYNC_HELLO, /* HELLO sent, waiting for CHALLENGE */
-    ASYNC_AUTH,  /* AUTH sent, waiting for OK */
-    ASYNC_READY,
-    ASYNC_FAILED,
-    ASYNC_CLOSING,
-};
-
-struct async_pending {
-    struct async_pending *next;
-    int expect; /* reply type on success */
-    void (*cb)(void *arg, const struct store_reply *r);
-    void *arg;
-};
-
-struct async_write {
-    uv_write_t req;
-    struct proto_store_out buf;
-};
-
-struct store_client_async {
-    uv_loop_t *loop;
-    uv_tcp_t tcp;
-    uv_connect_t connect_req;
-    enum async_state state;
-    int fail_status;
-    uint8_t *secret;
-    size_t secret_len;
-    void (*connect_cb)(void *arg, int status);
-    void *connect_arg;
-    void (*close_cb)(void *arg);
-    void *close_arg;
-    struct proto_store_out queued; /* requests not yet written */
-    struct proto_store_parser parser;
-    struct async_pending *head, *tail;
-    uint8_t rbuf[READ_CHUNK_BYTES];
-};
-
-static void async_write_done(uv_write_t *req, int status)
-{
-    struct async_write *w = (struct async_write *)req;
-
-    (void)status; /* a failed write also fails the read side, which reports it */
-    proto_store_out_done(&w->buf);
-    free(w);
-}
-
-/* Writes `o` (taking its buffer). */
-static int async_write(struct store_client_async *a, struct proto_store_out *o)
-{
-    struct async_write *w;
-    uv_buf_t b;
-    int rc;
-
-    if (o->len == 0)
-        return 0;
-    w = calloc(1, sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    w->buf = *o;
-    proto_store_out_init(o);
-    b = uv_buf_init((char *)w->buf.data, (unsigned)w->buf.len);
-    rc = uv_write(&w->req, (uv_stream_t *)&a->tcp, &b, 1, async_write_done);
-    if (rc < 0) {
-        proto_store_out_done(&w->buf);
-        free(w);
-    }
-    return rc;
-}
-
-/* Fails every pending request with `status`, oldest first. Callbacks may
- * close the client (the struct stays valid until the handle is closed). */
-static void async_fail_pending(struct store_client_async *a, int status)
-{
-    struct store_reply r = {.status = status};
-
-    while (a->head) {
-        struct async_pending *p = a->head;
-        a->head = p->next;
-        if (!a->head)
-            a->tail = NULL;
-        p->cb(p->arg, &r);
-        free(p);
-    }
-}
-
-static void async_fail(struct store_client_async *a, int status)
-{
-    enum async_state was = a->state;
-
-    if (was == ASYNC_FAILED || was == ASYNC_CLOSING)
-        return;
-    a->state = ASYNC_FAILED;
-    a->fail_status = status;
-    uv_read_stop((uv_stream_t *)&a->tcp);
-    if (was != ASYNC_READY && a->connect_cb)
-        a->connect_cb(a->connect_arg, status);
-    if (a->state == ASYNC_FAILED)
-        async_fail_pending(a, status);
-}
-
-static void async_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    struct store_client_async *a = h->data;
-
-    (void)suggested;
-    *buf = uv_buf_init((char *)a->rbuf, sizeof(a->rbuf));
-}
-
-/* Handles one frame; returns 0 or a negative error that fails the client. */
-static int async_frame(struct store_client_async *a, const struct proto_store_msg *m)
-{
-    uint8_t mac[GPT_STORE_MAC_BYTES];
-    struct proto_store_out o;
-    struct async_pending *p;
-    struct store_reply r;
-    int rc;
-
-    switch (a->state) {
-    case ASYNC_HELLO:
-        if (m->type != PROTO_STORE_CHALLENGE)
-            return -GPT_E_PROTO;
-        if ((rc = store_auth_mac(a->secret, a->secret_len, m->nonce, mac)) < 0)
-            return rc;
-        proto_store_out_init(&o);
-        if ((rc = proto_store_put_auth(&o, mac)) < 0 || (rc = async_write(a, &o)) < 0) {
-            proto_store_out_done(&o);
-            return rc;
-        }
-        a->state = ASYNC_AUTH;
-        return 0;
-    case ASYNC_AUTH:
-        if (m->type != PROTO_STORE_OK)
-            return -GPT_E_PROTO;
-        a->state = ASYNC_READY;
-        a->parser.frame_max = GPT_STORE_FRAME_MAX;
-        if ((rc = async_write(a, &a->queued)) < 0)
-            return rc;
-        if (a->connect_cb)
-            a->connect_cb(a->connect_arg, 0);
-        return 0;
-    case ASYNC_READY:
-        p = a->head;
-        if (!p)
-            return -GPT_E_PROTO; /* a reply nobody asked for */
-        memset(&r, 0, sizeof(r));
-        if (m->type == PROTO_STORE_ERROR)
-            r.status = proto_store_status_to_errno(m->status);
-        else if ((int)m->type != p->expect)
-            return -GPT_E_PROTO;
-        r.num = m->num;
-        if (m->type == PROTO_STORE_VALUE) {
-            r.data = m->val;
-            r.len = m->val_len;
-        }
-        a->head = p->next;
-        if (!a->head)
-            a->tail = NULL;
-        p->cb(p->arg, &r);
-        free(p);
-        return 0;
-    default:
-        return 0;
-    }
-}
-
-static void async_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
-{
-    struct store_client_async *a = stream->data;
-    struct proto_store_msg m;
-    int rc;
-
-    if (nread == 0)
-        return;
-    if (nread < 0) {
-        /* Dropped before the handshake finished means we were refused. */
-        async_fail(a, a->state == ASYNC_READY ? -ECONNRESET : -GPT_E_AUTH);
-        return;
-    }
-    if ((rc = proto_store_parser_feed(&a->parser, buf->base, (size_t)nread, NULL)) < 0) {
-        async_fail(a, rc);
-        return;
-    }
-    while ((a->state == ASYNC_HELLO || a->state == ASYNC_AUTH || a->state == ASYNC_READY) &&
-           (rc = proto_store_parser_next(&a->parser, &m, NULL)) != 0) {
-        if (rc < 0 || (rc = async_frame(a, &m)) < 0) {
-            async_fail(a, rc);
-            return;
-        }
-    }
-}
-
-static void async_connected(uv_connect_t *req, int status)
-{
-    struct store_client_async *a = req->data;
-    struct proto_store_out o;
-    int rc;
-
-    if (a->state != ASYNC_CONNECTING)
-        return; /* closed meanwhile: status is UV_ECANCELED */
-    if (status < 0) {
-        async_fail(a, status);
-        return;
-    }
-    a->state = ASYNC_HELLO;
-    proto_store_out_init(&o);
-    if ((rc = proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION)) < 0 ||
-        (rc = async_write(a, &o)) < 0 ||
-        (rc = uv_read_start((uv_stream_t *)&a->tcp, async_alloc, async_read)) < 0) {
-        proto_store_out_done(&o);
-        async_fail(a, rc);
-    }
-}
-
-int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts *opts,
-                           void (*connect_cb)(void *arg, int status), void *arg,
-                           struct store_client_async **ret, struct gpt_err *err)
-{
-    struct sockaddr_storage ss;
-    struct store_client_async *a;
-    int rc;
-
-    if (uv_ip4_addr(opts->host, opts->port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&ss) != 0)
-        return gpt_err_set(err, -EINVAL, NULL, "store client: '%s' is not a numeric address",
-                           opts->host);
-    a = calloc(1, sizeof(*a));
-    if (!a)
-        return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
-    if (opts->secret && opts->secret_len > 0) {
-        a->secret = malloc(opts->secret_len);
-        if (!a->secret) {
-            free(a);
-            return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
-        }
-        memcpy(a->secret, opts->secret, opts->secret_len);
-        a->secret_len = opts->secret_len;
-    }
-    a->loop = loop;
-    a->connect_cb = connect_cb;
-    a->connect_arg = arg;
-    proto_store_out_init(&a->queued);
-    proto_store_parser_init(&a->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
-    GPT_ASSERT(uv_tcp_init(loop, &a->tcp) == 0);
-    a->tcp.data = a;
-    a->connect_req.data = a;
-    uv_tcp_nodelay(&a->tcp, 1);
-    rc = uv_tcp_connect(&a->connect_req, &a->tcp, (const struct sockaddr *)&ss, async_connected);
-    if (rc < 0) {
-        /* The handle is initialised, so it must go through uv_close. */
-        a->connect_cb = NULL;
-        store_client_async_close(a, NULL, NULL);
-        return gpt_err_set(err, rc, NULL, "store client: connect: %s", uv_strerror(rc));
-    }
-    *ret = a;
-    return 0;
-}
-
-static void async_closed(uv_handle_t *h)
-{
-    struct store_client_async *a = h->data;
-    void (*cb)(void *) = a->close_cb;
-    void *arg = a->close_arg;
-
-    proto_store_out_done(&a->queued);
-    proto_store_parser_done(&a->parser);
-    free(a->secret);
-    free(a);
-    if (cb)
-        cb(arg);
-}
-
-void store_client_async_close(struct store_client_async *a, void (*close_cb)(void *arg), void *arg)
-{
-    GPT_ASSERT(a->state != ASYNC_CLOSING);
-    a->state = ASYNC_CLOSING;
-    a->close_cb = close_cb;
-    a->close_arg = arg;
-    async_fail_pending(a, -ECANCELED);
-    uv_close((uv_handle_t *)&a->tcp, async_closed);
-}
-
-/* Queues the request just encoded into a->queued after `mark` (enc_rc: the
- * encoder's result) with its callback, and writes it when the handshake is done. */
-static int async_submit(struct store_client_async *a, size_t mark, int enc_rc, int expect,
-                        void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    struct async_pending *p;
-    int rc;
-
-    if (enc_rc < 0)
-        return enc_rc;
-    p = calloc(1, sizeof(*p));
-    if (!p) {
-        a->queued.len = mark; /* drop the frame that has no callback */
-        return -ENOMEM;
-    }
-    p->expect = expect;
-    p->cb = cb;
-    p->arg = arg;
-    if (a->tail)
-        a->tail->next = p;
-    else
-        a->head = p;
-    a->tail = p;
-    if (a->state == ASYNC_READY && (rc = async_write(a, &a->queued)) < 0) {
-        async_fail(a, rc);
-        return 0; /* the callback reports the failure */
-    }
-    return 0;
-}
-
-/* Requests on a failed or closing client are refused before encoding. */
-static int async_usable(const struct store_client_async *a)
-{
-    if (a->state == ASYNC_FAILED)
-        return -EPIPE;
-    if (a->state == ASYNC_CLOSING)
-        return -ECANCELED;
-    return 0;
-}
-
-int store_client_async_set(struct store_client_async *a, const char *key, const void *val,
-                           size_t len, void (*cb)(void *arg, const struct store_reply *r),
-                           void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_key_value(&a->queued, PROTO_STORE_SET, key, strlen(key), val, len);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_OK, cb, arg);
-}
-
-int store_client_async_append(struct store_client_async *a, const char *key, const void *val,
-                              size_t len, void (*cb)(void *arg, const struct store_reply *r),
-                              void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_key_value(&a->queued, PROTO_STORE_APPEND, key, strlen(key), val, len);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_OK, cb, arg);
-}
-
-int store_client_async_get(struct store_client_async *a, const char *key,
-                           void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_key(&a->queued, PROTO_STORE_GET, key, strlen(key));
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_VALUE, cb, arg);
-}
-
-int store_client_async_add(struct store_client_async *a, const char *key, int64_t delta,
-                           void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_add(&a->queued, key, strlen(key), delta);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_INT, cb, arg);
-}
-
-int store_client_async_compare_set(struct store_client_async *a, const char *key,
-                                   const void *expected, size_t expected_len, const void *desired,
-                                   size_t desired_len,
-                                   void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_compare_set(&a->queued, key, strlen(key), expected, expected_len,
-                                         desired, desired_len);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_VALUE, cb, arg);
-}
-
-int store_client_async_wait(struct store_client_async *a, const char *const *keys, size_t nkeys,
-                            uint32_t timeout_ms, void (*cb)(void *arg, const struct store_reply *r),
-                            void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_keys(&a->queued, PROTO_STORE_WAIT, timeout_ms, keys, nkeys);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_OK, cb, arg);
-}
-
-int store_client_async_check(struct store_client_async *a, const char *const *keys, size_t nkeys,
-                             void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_keys(&a->queued, PROTO_STORE_CHECK, 0, keys, nkeys);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_INT, cb, arg);
-}
-
-int store_client_async_delete(struct store_client_async *a, const char *key,
-                              void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_key(&a->queued, PROTO_STORE_DELETE, key, strlen(key));
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_INT, cb, arg);
-}
-
-int store_client_async_num_keys(struct store_client_async *a,
-                                void (*cb)(void *arg, const struct store_reply *r), void *arg)
-{
-    size_t mark = a->queued.len;
-    int rc = async_usable(a);
-
-    if (rc == 0)
-        rc = proto_store_put_num_keys(&a->queued);
-    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_INT, cb, arg);
 }

@@ -26,41 +26,40 @@
 #include "comm.h"
 #include "gpt_err.h"
 #include "store.h"
+#include "store_auth.h"
 
 #define STORE_SECRET_MAX 4096
 
 /* ---- secret ---- */
 
 /* Reads the cluster secret from `path` into buf (cap bytes): a regular file
- * of 1..cap bytes; one trailing newline is dropped. Refuses a file that its
- * group or others may read or write (-EPERM), as ssh does for keys. Any
- * thread, blocks on file I/O. Returns 0 with *ret_len set, or a negative
- * errno. */
+ * of STORE_SECRET_MIN..cap bytes once one trailing newline is dropped (a
+ * shorter one is refused with -EINVAL and an error naming the file and the
+ * minimum). Refuses a file that its group or others may read or write
+ * (-EPERM), as ssh does for keys. Any thread, blocks on file I/O. Returns 0
+ * with *ret_len set, or a negative errno. */
 int store_secret_load(const char *path, void *buf, size_t cap, size_t *ret_len,
                       struct gpt_err *err);
-
-/* mac = HMAC-SHA256(secret, challenge || GPT_STORE_AUTH_CONTEXT). An empty
- * secret is allowed (loopback-only stores). Any thread. Returns 0 or
- * -GPT_E_AUTH if libcrypto fails. */
-int store_auth_mac(const void *secret, size_t secret_len,
-                   const uint8_t challenge[GPT_STORE_CHALLENGE_BYTES],
-                   uint8_t ret_mac[GPT_STORE_MAC_BYTES]);
 
 /* ---- blocking client ---- */
 
 struct store_client_opts {
     const char *host; /* numeric IPv4/IPv6 address or name */
     int port;
-    const void *secret; /* borrowed during connect; NULL = empty secret */
+    const void *secret; /* borrowed during connect; at least STORE_SECRET_MIN bytes */
     size_t secret_len;
     int timeout_ms; /* per request and for connect+handshake; 0 = 30000 */
 };
 
 struct store_client;
 
-/* Connects and authenticates. Blocks up to opts->timeout_ms. Returns 0 with
- * a new client in *ret, -ETIMEDOUT, -ECONNREFUSED, -GPT_E_AUTH (dropped in
- * the handshake), -GPT_E_PROTO or another negative errno. */
+/* Connects and authenticates (mutually: a server that cannot prove it holds
+ * the secret is refused too). Blocks up to opts->timeout_ms. Returns 0 with
+ * a new client in *ret, -EINVAL (no secret, or one shorter than
+ * STORE_SECRET_MIN), -ETIMEDOUT, -ECONNREFUSED, -GPT_E_AUTH (dropped in the
+ * handshake, or the server's proof is wrong), -GPT_E_PROTO or another
+ * negative errno. After the handshake every frame is sealed; a reply with a
+ * bad tag fails the call with -GPT_E_AUTH and breaks the connection. */
 int store_client_connect(const struct store_client_opts *opts, struct store_client **ret,
                          struct gpt_err *err);
 /* Closes and frees; NULL allowed. No call may be in progress. */
@@ -107,7 +106,8 @@ struct gpt_kv store_client_kv(struct store_client *c);
 /* What a request's callback receives. status: 0, or a negative error (the
  * reply's ERROR mapped by proto_store_status_to_errno(), -ECANCELED when the
  * client closed first, -ECONNRESET / -GPT_E_AUTH / ... when the connection
- * failed). num: ADD's new value, CHECK's 0/1, DELETE's 0/1, NUM_KEYS's count.
+ * failed; -GPT_E_PROTO when a reply failed its tag, logged, as a lost
+ * connection). num: ADD's new value, CHECK's 0/1, DELETE's 0/1, NUM_KEYS's count.
  * data/len: GET's or COMPARE_SET's value, borrowed for the callback only. */
 struct store_reply {
     int status;
@@ -119,7 +119,8 @@ struct store_reply {
 struct store_client_async_opts {
     const char *host; /* numeric IPv4 or IPv6 address */
     int port;
-    const void *secret; /* copied; NULL = empty secret */
+    const void *secret; /* copied; shorter than STORE_SECRET_MIN (or NULL): the
+                         * server refuses the handshake (-GPT_E_AUTH) */
     size_t secret_len;
 };
 

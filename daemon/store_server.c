@@ -4,9 +4,10 @@
  * Everything runs on the loop thread; only the counters in `st` are shared,
  * under `st_lock`.
  *
- * Flow of one connection: accept -> (loopback check when no secret) ->
- * HELLO -> CHALLENGE -> AUTH -> OK -> requests. Replies are staged in the
- * client's `out` buffer and written once per batch of frames. A client whose
+ * Flow of one connection: accept -> HELLO(Nc) -> CHALLENGE(Ns) -> AUTH
+ * (client proof) -> PROOF (server proof) -> sealed requests and replies
+ * (store_auth.h). Replies are staged in the client's `out` buffer, sealed
+ * and written once per batch of frames. A client whose
  * WAIT is pending, or whose unsent replies pass out_high_bytes, is paused:
  * its frames are buffered but not run (and past the parser's cap it is
  * dropped). Waits that complete because of
@@ -27,11 +28,11 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <openssl/rand.h>
 
 #include "log.h"
 #include "store.h"
-#include "store_client.h"
+#include "store_auth.h"
+#include "store_table.h"
 
 #define READ_CHUNK_BYTES 65536
 
@@ -70,15 +71,6 @@ static void link_remove(struct link *l)
 
 /* ---- objects ---- */
 
-struct entry {
-    struct entry *next; /* hash chain */
-    uint64_t hash;
-    uint8_t *val;
-    size_t val_len;
-    size_t key_len;
-    char key[]; /* NUL-terminated */
-};
-
 struct wait_key {
     const char *key; /* into the wait's own copy */
     size_t len;
@@ -106,9 +98,12 @@ struct client {
     enum client_state state;
     bool closing;
     int open_handles;
-    uint8_t nonce[GPT_STORE_CHALLENGE_BYTES];
+    uint8_t nc[GPT_STORE_NONCE_BYTES]; /* the client's handshake nonce */
+    uint8_t ns[GPT_STORE_NONCE_BYTES]; /* ours */
+    struct store_auth_session session; /* ready in CLIENT_READY */
     struct proto_store_parser parser;
     struct proto_store_out out; /* replies not yet handed to uv_write */
+    size_t seal_from;           /* out's bytes before this are sealed or handshake */
     struct wait *wait;
     char peer[64];
     uint8_t rbuf[READ_CHUNK_BYTES];
@@ -132,8 +127,9 @@ struct store_server {
     uint8_t *secret;
     char secret_hint[1024];
     uint64_t auth_logged_ms; /* when a refused secret was last logged (uv_now) */
-    struct entry **buckets;
-    size_t nbuckets;
+    uint64_t tag_logged_ms;  /* when a bad frame tag was last logged (uv_now) */
+    uint64_t tag_unlogged;   /* bad tags since then not logged */
+    struct store_table table;
     struct link clients;
     struct link waits;
     struct link resume;
@@ -161,134 +157,13 @@ void store_server_stats(struct store_server *s, struct store_server_stats *ret)
     pthread_mutex_unlock(&s->st_lock);
 }
 
-/* ---- key table ---- */
-
-static uint64_t key_hash(const char *key, size_t len)
+/* The table's counts, for other threads to read: after every command. */
+static void server_sync_counts(struct store_server *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    size_t i;
-
-    for (i = 0; i < len; i++) {
-        h ^= (uint8_t)key[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static struct entry *table_find(struct store_server *s, const char *key, size_t len, uint64_t hash)
-{
-    struct entry *e;
-
-    for (e = s->buckets[hash & (s->nbuckets - 1)]; e; e = e->next)
-        if (e->hash == hash && e->key_len == len && memcmp(e->key, key, len) == 0)
-            return e;
-    return NULL;
-}
-
-static int table_grow(struct store_server *s)
-{
-    size_t n = s->nbuckets * 2, i;
-    struct entry **nb = calloc(n, sizeof(*nb));
-
-    if (!nb)
-        return -ENOMEM;
-    for (i = 0; i < s->nbuckets; i++) {
-        struct entry *e = s->buckets[i], *next;
-        for (; e; e = next) {
-            next = e->next;
-            e->next = nb[e->hash & (n - 1)];
-            nb[e->hash & (n - 1)] = e;
-        }
-    }
-    free(s->buckets);
-    s->buckets = nb;
-    s->nbuckets = n;
-    return 0;
-}
-
-/* Creates an empty entry for a key known to be absent. -GPT_E_LIMIT or
- * -ENOMEM on failure. */
-static int table_create(struct store_server *s, const char *key, size_t len, uint64_t hash,
-                        struct entry **ret)
-{
-    struct entry *e;
-
-    if (s->st.keys >= s->opts.max_keys || s->st.data_bytes + len > s->opts.max_data_bytes)
-        return -GPT_E_LIMIT;
-    if (s->st.keys >= s->nbuckets && table_grow(s) < 0)
-        return -ENOMEM;
-    e = calloc(1, sizeof(*e) + len + 1);
-    if (!e)
-        return -ENOMEM;
-    memcpy(e->key, key, len);
-    e->key_len = len;
-    e->hash = hash;
-    e->next = s->buckets[hash & (s->nbuckets - 1)];
-    s->buckets[hash & (s->nbuckets - 1)] = e;
     pthread_mutex_lock(&s->st_lock);
-    s->st.keys++;
-    s->st.data_bytes += len;
+    s->st.keys = s->table.keys;
+    s->st.data_bytes = s->table.data_bytes;
     pthread_mutex_unlock(&s->st_lock);
-    *ret = e;
-    return 0;
-}
-
-static void table_remove(struct store_server *s, struct entry *e)
-{
-    struct entry **pp = &s->buckets[e->hash & (s->nbuckets - 1)];
-
-    while (*pp != e)
-        pp = &(*pp)->next;
-    *pp = e->next;
-    pthread_mutex_lock(&s->st_lock);
-    s->st.keys--;
-    s->st.data_bytes -= e->key_len + e->val_len;
-    pthread_mutex_unlock(&s->st_lock);
-    free(e->val);
-    free(e);
-}
-
-/* Replaces (append=false) or extends the value of e. A failed call leaves
- * e unchanged. */
-static int entry_store(struct store_server *s, struct entry *e, const void *val, size_t len,
-                       bool append)
-{
-    size_t old = append ? e->val_len : 0, total = old + len;
-    uint8_t *nv;
-
-    if (total > s->opts.max_value_bytes ||
-        s->st.data_bytes - e->val_len + total > s->opts.max_data_bytes)
-        return -GPT_E_LIMIT;
-    nv = malloc(total ? total : 1);
-    if (!nv)
-        return -ENOMEM;
-    if (old)
-        memcpy(nv, e->val, old);
-    if (len)
-        memcpy(nv + old, val, len);
-    pthread_mutex_lock(&s->st_lock);
-    s->st.data_bytes = s->st.data_bytes - e->val_len + total;
-    pthread_mutex_unlock(&s->st_lock);
-    free(e->val);
-    e->val = nv;
-    e->val_len = total;
-    return 0;
-}
-
-static void table_free(struct store_server *s)
-{
-    size_t i;
-
-    for (i = 0; s->buckets && i < s->nbuckets; i++) {
-        struct entry *e = s->buckets[i], *next;
-        for (; e; e = next) {
-            next = e->next;
-            free(e->val);
-            free(e);
-        }
-    }
-    free(s->buckets);
-    s->buckets = NULL;
 }
 
 /* ---- server lifetime ---- */
@@ -300,7 +175,8 @@ static void server_maybe_finish(struct store_server *s)
 
     if (!s->closing || s->open_handles > 0)
         return;
-    table_free(s);
+    store_table_done(&s->table);
+    OPENSSL_cleanse(s->secret, s->opts.secret_len);
     free(s->secret);
     pthread_mutex_destroy(&s->st_lock);
     free(s);
@@ -344,14 +220,14 @@ static bool wait_advance(struct store_server *s, struct wait *w)
 {
     while (w->cur < w->nkeys) {
         const struct wait_key *k = &w->keys[w->cur];
-        if (!table_find(s, k->key, k->len, k->hash))
+        if (!store_table_find(&s->table, k->key, k->len, k->hash))
             return false;
         w->cur++;
     }
     /* A key passed earlier may have been deleted since: check them all. */
     for (w->cur = 0; w->cur < w->nkeys; w->cur++) {
         const struct wait_key *k = &w->keys[w->cur];
-        if (!table_find(s, k->key, k->len, k->hash))
+        if (!store_table_find(&s->table, k->key, k->len, k->hash))
             return false;
     }
     return true;
@@ -433,7 +309,7 @@ static int wait_start(struct client *c, const struct proto_store_msg *m)
     while (proto_store_keys_next(m, &cursor, &k, &klen)) {
         w->keys[i].key = copy + (k - (const char *)m->keys_raw);
         w->keys[i].len = klen;
-        w->keys[i].hash = key_hash(k, klen);
+        w->keys[i].hash = store_table_hash(k, klen);
         i++;
     }
     w->nkeys = m->nkeys;
@@ -477,7 +353,7 @@ static int keys_all_exist(struct store_server *s, const struct proto_store_msg *
     const char *k;
 
     while (proto_store_keys_next(m, &cursor, &k, &klen))
-        if (!table_find(s, k, klen, key_hash(k, klen)))
+        if (!store_table_find(&s->table, k, klen, store_table_hash(k, klen)))
             return 0;
     return 1;
 }
@@ -488,8 +364,8 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
 {
     struct store_server *s = c->srv;
     struct proto_store_out *o = &c->out;
-    uint64_t h = m->key ? key_hash(m->key, m->key_len) : 0;
-    struct entry *e = m->key ? table_find(s, m->key, m->key_len, h) : NULL;
+    uint64_t h = m->key ? store_table_hash(m->key, m->key_len) : 0;
+    struct store_entry *e = m->key ? store_table_find(&s->table, m->key, m->key_len, h) : NULL;
     bool created = false;
     int64_t num;
     char text[24];
@@ -504,11 +380,11 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -GPT_E_LIMIT;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
         }
-        rc = entry_store(s, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+        rc = store_table_store(&s->table, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
         if (rc == 0)
             rc = proto_store_put_ok(o);
         break;
@@ -528,12 +404,12 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -EINVAL;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
         }
         snprintf(text, sizeof(text), "%" PRId64, num);
-        rc = entry_store(s, e, text, strlen(text), false);
+        rc = store_table_store(&s->table, e, text, strlen(text), false);
         if (rc == 0)
             rc = proto_store_put_int(o, num);
         break;
@@ -545,12 +421,12 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             return -GPT_E_LIMIT;
         }
         if (!e) {
-            if ((rc = table_create(s, m->key, m->key_len, h, &e)) < 0)
+            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
                 break;
             created = true;
-            rc = entry_store(s, e, m->val2, m->val2_len, false);
+            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
         } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
-            rc = entry_store(s, e, m->val2, m->val2_len, false);
+            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
         }
         if (rc == 0)
             rc = proto_store_put_value(o, e->val, e->val_len);
@@ -566,17 +442,17 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         break;
     case PROTO_STORE_DELETE:
         if (e)
-            table_remove(s, e);
+            store_table_remove(&s->table, e);
         rc = proto_store_put_int(o, e ? 1 : 0);
         break;
     case PROTO_STORE_NUM_KEYS:
-        rc = proto_store_put_int(o, (int64_t)s->st.keys);
+        rc = proto_store_put_int(o, (int64_t)s->table.keys);
         break;
     default:
         GPT_ASSERT(0);
     }
     if (rc < 0 && created)
-        table_remove(s, e); /* a key that failed to get its value is not kept */
+        store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
     else if (created)
         waits_key_created(s, m->key, m->key_len, h);
     if (rc == -GPT_E_LIMIT && !*ret_why)
@@ -586,28 +462,45 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
 
 /* ---- handshake ---- */
 
+/* HELLO(Nc) -> CHALLENGE(Ns); AUTH(client proof) -> PROOF(server proof),
+ * then both directions are sealed with the session's keys. The server only
+ * proves itself to a client that proved itself first, so a stranger learns
+ * nothing keyed by the secret. */
 static int handshake_step(struct client *c, const struct proto_store_msg *m)
 {
     struct store_server *s = c->srv;
     uint8_t mac[GPT_STORE_MAC_BYTES];
+    int rc;
 
     if (c->state == CLIENT_HELLO) {
         if (m->type != PROTO_STORE_HELLO || m->version != GPT_STORE_PROTO_VERSION)
             return -GPT_E_AUTH;
-        if (RAND_bytes(c->nonce, sizeof(c->nonce)) != 1)
+        memcpy(c->nc, m->nonce, sizeof(c->nc));
+        if (store_auth_random(c->ns, sizeof(c->ns)) < 0)
             return -GPT_E_AUTH;
-        if (proto_store_put_challenge(&c->out, c->nonce) < 0)
+        if (proto_store_put_challenge(&c->out, c->ns) < 0)
             return -ENOMEM;
         c->state = CLIENT_AUTH;
         return 0;
     }
     if (m->type != PROTO_STORE_AUTH)
         return -GPT_E_AUTH;
-    if (store_auth_mac(s->secret, s->opts.secret_len, c->nonce, mac) < 0 ||
+    if (store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_CLIENT, c->nc, c->ns, mac) <
+            0 ||
         CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0)
         return -GPT_E_AUTH;
-    if (proto_store_put_ok(&c->out) < 0)
+    if ((rc = store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_SERVER, c->nc, c->ns,
+                               mac)) < 0 ||
+        (rc = store_auth_session_init(&c->session, true, s->secret, s->opts.secret_len, c->nc,
+                                      c->ns)) < 0)
+        return rc;
+    if (proto_store_put_proof(&c->out, mac) < 0)
         return -ENOMEM;
+    /* Everything after PROOF is sealed, both ways: bytes the client already
+     * pipelined behind its AUTH are read as sealed frames too. */
+    c->seal_from = c->out.len;
+    c->out.tag_bytes = GPT_STORE_TAG_BYTES;
+    proto_store_parser_seal(&c->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &c->session);
     c->state = CLIENT_READY;
     c->parser.frame_max = GPT_STORE_FRAME_MAX;
     uv_timer_stop(&c->hs_timer);
@@ -624,6 +517,7 @@ static void client_handle_closed(uv_handle_t *h)
     if (--c->open_handles == 0) {
         proto_store_parser_done(&c->parser);
         proto_store_out_done(&c->out);
+        store_auth_session_done(&c->session);
         free(c);
     }
     server_handle_closed(s);
@@ -676,12 +570,16 @@ static int client_flush(struct client *c)
 
     if (c->out.len == 0 || c->closing)
         return 0;
+    if (c->state == CLIENT_READY && store_auth_seal(&c->session, &c->out, c->seal_from) < 0)
+        return UV_EPROTO;
     w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
     w->client = c;
     w->buf = c->out;
     proto_store_out_init(&c->out);
+    c->out.tag_bytes = w->buf.tag_bytes;
+    c->seal_from = 0;
     b = uv_buf_init((char *)w->buf.data, (unsigned)w->buf.len);
     rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, write_done);
     if (rc < 0) {
@@ -725,6 +623,25 @@ static void client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     server_drain(c->srv);
 }
 
+/* A frame of an authenticated connection failed its tag: forged, injected
+ * by a relay, replayed or reordered. Nothing of it ran. Logged naming the
+ * peer, at most once every 10 s (with the count of those not logged). */
+static void server_log_bad_tag(struct store_server *s, struct client *c)
+{
+    uint64_t now_ms = uv_now(s->loop);
+
+    ST_ADD(s, tag_failures, 1);
+    if (s->tag_logged_ms && now_ms - s->tag_logged_ms < 10000) {
+        s->tag_unlogged++;
+        return;
+    }
+    log_warn("store: dropped a frame from %s with a bad tag (forged, injected, replayed or "
+             "reordered); connection closed (%" PRIu64 " more such drops not logged before)",
+             c->peer, s->tag_unlogged);
+    s->tag_logged_ms = now_ms;
+    s->tag_unlogged = 0;
+}
+
 /* Runs the client's buffered frames until it needs more bytes or is paused,
  * and writes the replies. A paused client is still read (so a disconnect is
  * seen at once); its frames pile up in the parser, whose cap of one maximal
@@ -741,6 +658,11 @@ static void client_process(struct client *c)
         rc = proto_store_parser_next(&c->parser, &m, &err);
         if (rc == 0)
             break;
+        if (rc == -GPT_E_AUTH && c->state == CLIENT_READY) {
+            server_log_bad_tag(s, c);
+            client_close(c, err.msg);
+            return;
+        }
         if (rc < 0) {
             client_close(c, err.msg);
             return;
@@ -773,6 +695,7 @@ static void client_process(struct client *c)
         }
         ST_ADD(s, requests, 1);
         rc = command_run(c, &m, &why);
+        server_sync_counts(s);
         if (rc == -ENOMEM) {
             client_close(c, "out of memory");
             return;
@@ -794,21 +717,6 @@ static void handshake_timeout(uv_timer_t *t)
     struct client *c = t->data;
 
     client_close(c, "handshake timed out");
-}
-
-static bool peer_is_loopback(const struct sockaddr_storage *ss)
-{
-    if (ss->ss_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-    }
-    if (ss->ss_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a))
-            return true;
-        return IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127;
-    }
-    return false;
 }
 
 static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t cap)
@@ -864,11 +772,6 @@ static void server_accept(uv_stream_t *listener, int status)
     memset(&ss, 0, sizeof(ss));
     uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len);
     peer_name(&ss, c->peer, sizeof(c->peer));
-    if (s->opts.secret_len == 0 && !peer_is_loopback(&ss)) {
-        log_notice("store: refused %s: no secret configured, loopback peers only", c->peer);
-        client_close(c, "not loopback");
-        return;
-    }
     if (s->st.clients > s->opts.max_clients) {
         log_warn("store: refused %s: %zu clients connected", c->peer, s->opts.max_clients);
         client_close(c, NULL);
@@ -885,13 +788,16 @@ static void server_accept(uv_stream_t *listener, int status)
 int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
                      struct store_server **ret, struct gpt_err *err)
 {
-    struct store_server *s = calloc(1, sizeof(*s));
+    struct store_server *s;
 
-    if (!s)
+    if (!opts || !opts->secret || opts->secret_len < STORE_SECRET_MIN)
+        return gpt_err_set(err, -EINVAL, NULL,
+                           "store server: a cluster secret of at least %d bytes is required",
+                           STORE_SECRET_MIN);
+    if (!(s = calloc(1, sizeof(*s))))
         return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
     s->loop = loop;
-    if (opts)
-        s->opts = *opts;
+    s->opts = *opts;
     snprintf(s->secret_hint, sizeof(s->secret_hint), "%s",
              s->opts.secret_hint ? s->opts.secret_hint : "");
     s->opts.secret_hint = s->secret_hint;
@@ -910,19 +816,14 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
     if (!s->opts.handshake_timeout_ms)
         s->opts.handshake_timeout_ms = 10000;
     s->opts.secret = NULL;
-    if (opts && opts->secret_len > 0) {
-        s->secret = malloc(opts->secret_len);
-        if (!s->secret) {
-            free(s);
-            return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
-        }
-        memcpy(s->secret, opts->secret, opts->secret_len);
-    } else {
-        s->opts.secret_len = 0;
+    s->secret = malloc(opts->secret_len);
+    if (!s->secret) {
+        free(s);
+        return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
     }
-    s->nbuckets = 64;
-    s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
-    if (!s->buckets) {
+    memcpy(s->secret, opts->secret, opts->secret_len);
+    if (store_table_init(&s->table, s->opts.max_keys, s->opts.max_value_bytes,
+                         s->opts.max_data_bytes) < 0) {
         free(s->secret);
         free(s);
         return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
@@ -959,8 +860,6 @@ int store_server_start(struct store_server *s, const char *host, int port, int *
                                           : ((struct sockaddr_in *)&ss)->sin_port);
     if (ret_port)
         *ret_port = port;
-    if (s->opts.secret_len == 0)
-        log_notice("store: no secret configured; accepting loopback peers only");
     log_info("store: listening on %s:%d", host, port);
     return 0;
 }

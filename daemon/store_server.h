@@ -4,12 +4,16 @@
  * to a loop the caller owns and runs; every function here must be called on
  * that loop's thread, except store_server_stats(), which any thread may call.
  *
- * Wire format and semantics: proto/store.h. Every connection must complete
- * the HELLO / CHALLENGE / AUTH handshake (HMAC-SHA256 over the cluster
- * secret; an empty secret when none is configured) before any command runs;
+ * Wire format and semantics: proto/store.h. A server always has a secret
+ * (at least STORE_SECRET_MIN bytes). Every connection must complete the
+ * mutual HELLO / CHALLENGE / AUTH / PROOF handshake before any command runs;
  * a peer that fails it, speaks a wrong version or sends anything else first
- * is dropped. Without a secret only loopback peers (127.0.0.0/8, ::1) are
- * accepted.
+ * is dropped. After it, every frame both ways carries a tag over the
+ * direction's session key and sequence number: a frame that fails it
+ * (injected by a relay, replayed, reordered) is not run, the connection is
+ * closed and the drop logged naming the peer (at most every 10 s). So a
+ * request that runs here was sent, in this order, by a process holding the
+ * cluster secret: a member daemon (or a rank of `gptd run`).
  *
  * Replies go out in request order, so while a client's WAIT is pending its
  * later requests are buffered, not run (one pending wait per client by
@@ -26,10 +30,11 @@
 #include <uv.h>
 
 #include "gpt_err.h"
+#include "store_auth.h"
 
 /* Limits; a zero field takes the default shown. */
 struct store_server_opts {
-    const void *secret; /* copied; NULL or empty = loopback peers only */
+    const void *secret; /* copied; required, at least STORE_SECRET_MIN bytes */
     size_t secret_len;
     /* The secret's file as members must name it (copied; NULL or ""
      * unknown): the refusal of a wrong secret says so in the log. */
@@ -51,12 +56,14 @@ struct store_server_stats {
     size_t waits;           /* WAITs pending now */
     uint64_t requests;      /* commands run */
     uint64_t auth_failures; /* peers dropped in or before the handshake */
+    uint64_t tag_failures;  /* authenticated connections dropped for a bad frame tag */
 };
 
 struct store_server;
 
 /* Returns a new server attached to `loop` (not yet listening) in *ret.
- * Loop thread. Returns 0, -EINVAL or -ENOMEM. */
+ * Loop thread. Returns 0, -EINVAL (no secret, or one shorter than
+ * STORE_SECRET_MIN) or -ENOMEM. */
 int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
                      struct store_server **ret, struct gpt_err *err);
 

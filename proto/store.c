@@ -45,10 +45,11 @@ static size_t body_max(int type)
 
     switch (type) {
     case PROTO_STORE_HELLO:
-        return 1 + 4;
+        return 1 + 4 + GPT_STORE_NONCE_BYTES;
     case PROTO_STORE_CHALLENGE:
     case PROTO_STORE_AUTH:
-        return 1 + GPT_STORE_CHALLENGE_BYTES;
+    case PROTO_STORE_PROOF:
+        return 1 + GPT_STORE_NONCE_BYTES;
     case PROTO_STORE_SET:
     case PROTO_STORE_APPEND:
         return 1 + key + val;
@@ -91,6 +92,8 @@ const char *proto_store_type_name(int type)
         return "CHALLENGE";
     case PROTO_STORE_AUTH:
         return "AUTH";
+    case PROTO_STORE_PROOF:
+        return "PROOF";
     case PROTO_STORE_SET:
         return "SET";
     case PROTO_STORE_GET:
@@ -250,6 +253,16 @@ static int rd_keys(struct reader *r, struct proto_store_msg *m, struct gpt_err *
     return 0;
 }
 
+static int rd_nonce(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
+{
+    if (rd_left(r) < GPT_STORE_NONCE_BYTES)
+        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: short %s",
+                           proto_store_type_name(m->type));
+    memcpy(m->nonce, r->p, GPT_STORE_NONCE_BYTES);
+    r->p += GPT_STORE_NONCE_BYTES;
+    return 0;
+}
+
 static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
 {
     uint64_t u64 = 0;
@@ -259,14 +272,13 @@ static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt
     switch (m->type) {
     case PROTO_STORE_HELLO:
         rc = rd_u32(r, &m->version, err);
+        if (rc == 0)
+            rc = rd_nonce(r, m, err);
         break;
     case PROTO_STORE_CHALLENGE:
     case PROTO_STORE_AUTH:
-        if (rd_left(r) < GPT_STORE_CHALLENGE_BYTES)
-            return gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: short %s",
-                               proto_store_type_name(m->type));
-        memcpy(m->nonce, r->p, GPT_STORE_CHALLENGE_BYTES);
-        r->p += GPT_STORE_CHALLENGE_BYTES;
+    case PROTO_STORE_PROOF:
+        rc = rd_nonce(r, m, err);
         break;
     case PROTO_STORE_SET:
     case PROTO_STORE_APPEND:
@@ -321,21 +333,15 @@ static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt
     return rc;
 }
 
-int proto_store_decode(const uint8_t *buf, size_t len, size_t frame_max,
-                       struct proto_store_msg *ret_msg, size_t *ret_used, struct gpt_err *err)
+/* Checks a frame's 5-byte header (len >= GPT_STORE_HEADER_BYTES): returns
+ * 0 with the whole frame's size in *ret_size, or a negative error. */
+static int decode_header(const uint8_t *buf, size_t frame_max, size_t *ret_size,
+                         struct gpt_err *err)
 {
-    struct proto_store_msg m;
-    struct reader r;
-    uint32_t body;
-    size_t max;
-    int type, rc;
+    uint32_t body = le32_get(buf);
+    int type = buf[4];
+    size_t max = body_max(type);
 
-    *ret_used = 0;
-    if (len < GPT_STORE_HEADER_BYTES)
-        return 0;
-    body = le32_get(buf);
-    type = buf[4];
-    max = body_max(type);
     if (max == 0)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: unknown type 0x%02x", type);
     if (body < 1)
@@ -343,20 +349,44 @@ int proto_store_decode(const uint8_t *buf, size_t len, size_t frame_max,
     if (body > max || (size_t)body + 4 > frame_max)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "store frame: %s of %u bytes over limit %zu",
                            proto_store_type_name(type), body, max < frame_max ? max : frame_max);
-    if (len - 4 < body) {
-        *ret_used = (size_t)body + 4;
-        return 0;
-    }
+    *ret_size = (size_t)body + 4;
+    return 0;
+}
+
+/* Decodes the fields of a whole frame buf[0..size) whose header was checked. */
+static int decode_body(const uint8_t *buf, size_t size, struct proto_store_msg *ret_msg,
+                       struct gpt_err *err)
+{
+    struct proto_store_msg m;
+    struct reader r;
+    int rc;
+
     memset(&m, 0, sizeof(m));
-    m.type = (enum proto_store_type)type;
+    m.type = (enum proto_store_type)buf[4];
     r.p = buf + GPT_STORE_HEADER_BYTES;
-    r.end = buf + 4 + body;
+    r.end = buf + size;
     rc = decode_fields(&r, &m, err);
     if (rc < 0)
         return rc;
     *ret_msg = m;
-    *ret_used = (size_t)body + 4;
     return 1;
+}
+
+int proto_store_decode(const uint8_t *buf, size_t len, size_t frame_max,
+                       struct proto_store_msg *ret_msg, size_t *ret_used, struct gpt_err *err)
+{
+    size_t size;
+    int rc;
+
+    *ret_used = 0;
+    if (len < GPT_STORE_HEADER_BYTES)
+        return 0;
+    if ((rc = decode_header(buf, frame_max, &size, err)) < 0)
+        return rc;
+    *ret_used = size;
+    if (len < size)
+        return 0;
+    return decode_body(buf, size, ret_msg, err);
 }
 
 int proto_store_keys_next(const struct proto_store_msg *m, size_t *cursor, const char **ret_key,
@@ -394,10 +424,19 @@ size_t proto_store_parser_pending(const struct proto_store_parser *p)
     return p->len - p->off;
 }
 
+void proto_store_parser_seal(struct proto_store_parser *p, size_t tag_bytes,
+                             proto_store_verify_fn verify, void *arg)
+{
+    GPT_ASSERT(tag_bytes >= 1 && tag_bytes <= GPT_STORE_MAC_BYTES && verify);
+    p->tag_bytes = tag_bytes;
+    p->verify = verify;
+    p->verify_arg = arg;
+}
+
 int proto_store_parser_feed(struct proto_store_parser *p, const void *data, size_t n,
                             struct gpt_err *err)
 {
-    size_t need, limit = p->frame_max + GPT_STORE_FEED_MAX;
+    size_t need, limit = p->frame_max + p->tag_bytes + GPT_STORE_FEED_MAX;
 
     if (p->error)
         return gpt_err_set(err, p->error, NULL, "store parser: stream already failed");
@@ -434,16 +473,30 @@ int proto_store_parser_feed(struct proto_store_parser *p, const void *data, size
 int proto_store_parser_next(struct proto_store_parser *p, struct proto_store_msg *ret_msg,
                             struct gpt_err *err)
 {
-    size_t used;
+    const uint8_t *frame = p->buf + p->off;
+    size_t have = p->len - p->off, size;
     int rc;
 
     if (p->error)
         return gpt_err_set(err, p->error, NULL, "store parser: stream already failed");
-    rc = proto_store_decode(p->buf + p->off, p->len - p->off, p->frame_max, ret_msg, &used, err);
-    if (rc < 0)
-        p->error = rc;
-    else if (rc == 1)
-        p->off += used;
+    if (have < GPT_STORE_HEADER_BYTES)
+        return 0;
+    if ((rc = decode_header(frame, p->frame_max, &size, err)) < 0)
+        goto fail;
+    if (have < size + p->tag_bytes)
+        return 0;
+    /* A sealed frame is authenticated before any of its fields is read. */
+    if (p->tag_bytes && (rc = p->verify(p->verify_arg, frame, size, frame + size)) < 0) {
+        gpt_err_set(err, rc, NULL, "store frame: %s with a bad tag (forged, replayed or reordered)",
+                    proto_store_type_name(frame[4]));
+        goto fail;
+    }
+    if ((rc = decode_body(frame, size, ret_msg, err)) < 0)
+        goto fail;
+    p->off += size + p->tag_bytes;
+    return 1;
+fail:
+    p->error = rc;
     return rc;
 }
 
@@ -467,11 +520,30 @@ void proto_store_out_consume(struct proto_store_out *o, size_t n)
     o->len -= n;
 }
 
+int proto_store_sealed_next(uint8_t *buf, size_t len, size_t tag_bytes, size_t *off,
+                            uint8_t **ret_frame, size_t *ret_len, uint8_t **ret_tag)
+{
+    size_t size;
+
+    if (*off >= len)
+        return 0;
+    if (len - *off < GPT_STORE_HEADER_BYTES)
+        return -GPT_E_PROTO;
+    size = 4 + (size_t)le32_get(buf + *off);
+    if (size < GPT_STORE_HEADER_BYTES || len - *off < size || len - *off - size < tag_bytes)
+        return -GPT_E_PROTO;
+    *ret_frame = buf + *off;
+    *ret_len = size;
+    *ret_tag = buf + *off + size;
+    *off += size + tag_bytes;
+    return 1;
+}
+
 /* Reserves a frame of `body` bytes (type included) and writes its header;
  * returns where the fields go, or NULL on -ENOMEM. */
 static uint8_t *out_frame(struct proto_store_out *o, int type, size_t body)
 {
-    size_t need = o->len + 4 + body;
+    size_t need = o->len + 4 + body + o->tag_bytes;
     uint8_t *p;
 
     GPT_ASSERT(body >= 1 && body <= body_max(type));
@@ -489,6 +561,8 @@ static uint8_t *out_frame(struct proto_store_out *o, int type, size_t body)
     p = o->data + o->len;
     le32_put(p, (uint32_t)body);
     p[4] = (uint8_t)type;
+    if (o->tag_bytes)
+        memset(p + 4 + body, 0, o->tag_bytes);
     o->len = need;
     return p + GPT_STORE_HEADER_BYTES;
 }
@@ -501,28 +575,29 @@ static uint8_t *wr_bytes(uint8_t *p, const void *data, size_t n)
     return p + 4 + n;
 }
 
-int proto_store_put_hello(struct proto_store_out *o, uint32_t version)
+int proto_store_put_hello(struct proto_store_out *o, uint32_t version,
+                          const uint8_t nonce[GPT_STORE_NONCE_BYTES])
 {
-    uint8_t *p = out_frame(o, PROTO_STORE_HELLO, 1 + 4);
+    uint8_t *p = out_frame(o, PROTO_STORE_HELLO, 1 + 4 + GPT_STORE_NONCE_BYTES);
 
     if (!p)
         return -ENOMEM;
     le32_put(p, version);
+    memcpy(p + 4, nonce, GPT_STORE_NONCE_BYTES);
     return 0;
 }
 
 static int put_nonce(struct proto_store_out *o, int type, const uint8_t *nonce)
 {
-    uint8_t *p = out_frame(o, type, 1 + GPT_STORE_CHALLENGE_BYTES);
+    uint8_t *p = out_frame(o, type, 1 + GPT_STORE_NONCE_BYTES);
 
     if (!p)
         return -ENOMEM;
-    memcpy(p, nonce, GPT_STORE_CHALLENGE_BYTES);
+    memcpy(p, nonce, GPT_STORE_NONCE_BYTES);
     return 0;
 }
 
-int proto_store_put_challenge(struct proto_store_out *o,
-                              const uint8_t nonce[GPT_STORE_CHALLENGE_BYTES])
+int proto_store_put_challenge(struct proto_store_out *o, const uint8_t nonce[GPT_STORE_NONCE_BYTES])
 {
     return put_nonce(o, PROTO_STORE_CHALLENGE, nonce);
 }
@@ -530,6 +605,11 @@ int proto_store_put_challenge(struct proto_store_out *o,
 int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES])
 {
     return put_nonce(o, PROTO_STORE_AUTH, mac);
+}
+
+int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES])
+{
+    return put_nonce(o, PROTO_STORE_PROOF, mac);
 }
 
 int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,

@@ -10,11 +10,36 @@
  * below before anything is allocated, and a frame whose declared length is
  * over the limit of its type is rejected as soon as its 5-byte header is in.
  *
- * Conversation: the client's first frame is HELLO(version); the server
- * answers CHALLENGE(32 random bytes); the client answers
- * AUTH(HMAC-SHA256(secret, challenge || GPT_STORE_AUTH_CONTEXT)); the server
- * answers OK or drops the connection. Then requests, each answered by exactly
- * one reply, in order (a WAIT holds back the replies to later requests).
+ * Handshake (mutual; version 2). Nc, Ns: 32 random bytes each, chosen
+ * afresh per connection by the client and the server. K: the cluster secret
+ * (at least 16 bytes; an empty or short key is refused on both sides).
+ *   client -> HELLO(u32 version, Nc)
+ *   server -> CHALLENGE(Ns)
+ *   client -> AUTH(HMAC-SHA256(K, GPT_STORE_LABEL_CLIENT || Nc || Ns))
+ *   server -> PROOF(HMAC-SHA256(K, GPT_STORE_LABEL_SERVER || Nc || Ns))
+ * The server drops a client whose AUTH is wrong; the client drops a server
+ * whose PROOF is wrong. Each side then derives one key per direction,
+ *   Kc2s = HMAC-SHA256(K, GPT_STORE_LABEL_KEY_C2S || Nc || Ns)
+ *   Ks2c = HMAC-SHA256(K, GPT_STORE_LABEL_KEY_S2C || Nc || Ns)
+ * (labels distinct, so no proof or key is ever another's value).
+ *
+ * Sealed frames. Every frame after PROOF, in both directions, is followed by
+ * a GPT_STORE_TAG_BYTES tag:
+ *   frame || HMAC-SHA256(Kdir, u64le seq || frame)[0..16)
+ * where `frame` is the whole frame (length, type, fields) and seq counts the
+ * sealed frames sent in that direction on this connection, from 0. seq is
+ * not on the wire: a replayed, dropped, reordered or injected frame, or one
+ * from another connection (other nonces, other keys), fails its tag, and the
+ * receiver closes the connection. The frame's length field does not count
+ * the tag. This module only frames and finds tags (parser: tag_bytes and a
+ * verify callback; encoders: tag_bytes reserved after each frame); the MACs
+ * are computed by the caller (daemon/store_auth.c).
+ * Limits: frames are authenticated, not encrypted (a peer on the path reads
+ * keys and values, and can cut the connection, but not change, add, replay
+ * or reorder a frame); whoever holds K is a member and fully trusted.
+ *
+ * After the handshake: requests, each answered by exactly one reply, in
+ * order (a WAIT holds back the replies to later requests).
  *
  *   request                       fields                        reply
  *   SET          key, value                                     OK
@@ -38,10 +63,16 @@
 
 #include "gpt_err.h"
 
-#define GPT_STORE_PROTO_VERSION   1u
-#define GPT_STORE_AUTH_CONTEXT    "gptd-store-v1"
-#define GPT_STORE_CHALLENGE_BYTES 32
-#define GPT_STORE_MAC_BYTES       32 /* HMAC-SHA256 */
+#define GPT_STORE_PROTO_VERSION   2u
+#define GPT_STORE_NONCE_BYTES     32
+#define GPT_STORE_CHALLENGE_BYTES GPT_STORE_NONCE_BYTES
+#define GPT_STORE_MAC_BYTES       32 /* HMAC-SHA256: proofs and derived keys */
+#define GPT_STORE_TAG_BYTES       16 /* per-frame tag: HMAC-SHA256 cut to 128 bits */
+/* Labels of the handshake's HMACs (see above); the NUL is not hashed. */
+#define GPT_STORE_LABEL_CLIENT  "gptd-store-v2 client proof"
+#define GPT_STORE_LABEL_SERVER  "gptd-store-v2 server proof"
+#define GPT_STORE_LABEL_KEY_C2S "gptd-store-v2 key client->server"
+#define GPT_STORE_LABEL_KEY_S2C "gptd-store-v2 key server->client"
 
 /* Wire limits. A key is 1..GPT_STORE_KEY_MAX bytes with no NUL byte. */
 #define GPT_STORE_KEY_MAX       512u
@@ -63,6 +94,7 @@ enum proto_store_type {
     PROTO_STORE_HELLO = 0x01,
     PROTO_STORE_CHALLENGE = 0x02,
     PROTO_STORE_AUTH = 0x03,
+    PROTO_STORE_PROOF = 0x04,
     /* requests */
     PROTO_STORE_SET = 0x10,
     PROTO_STORE_GET = 0x11,
@@ -94,12 +126,12 @@ enum proto_store_status {
  * Fields not used by `type` are zero. */
 struct proto_store_msg {
     enum proto_store_type type;
-    uint32_t version;                         /* HELLO */
-    uint32_t timeout_ms;                      /* WAIT */
-    uint32_t status;                          /* ERROR: enum proto_store_status */
-    int64_t num;                              /* ADD delta, INT value */
-    uint8_t nonce[GPT_STORE_CHALLENGE_BYTES]; /* CHALLENGE nonce, AUTH mac */
-    const char *key;                          /* not NUL-terminated */
+    uint32_t version;                     /* HELLO */
+    uint32_t timeout_ms;                  /* WAIT */
+    uint32_t status;                      /* ERROR: enum proto_store_status */
+    int64_t num;                          /* ADD delta, INT value */
+    uint8_t nonce[GPT_STORE_NONCE_BYTES]; /* HELLO, CHALLENGE nonce; AUTH, PROOF mac */
+    const char *key;                      /* not NUL-terminated */
     size_t key_len;
     const uint8_t *val; /* SET/APPEND value, COMPARE_SET expected, VALUE, ERROR message */
     size_t val_len;
@@ -133,11 +165,18 @@ const char *proto_store_type_name(int type);
 int proto_store_status_to_errno(uint32_t status);
 uint32_t proto_store_status_from_errno(int code);
 
+/* Checks the tag of one sealed frame: frame[0..len) is the whole frame,
+ * tag its GPT_STORE_TAG_BYTES tag. Returns 0 if it is genuine, else a
+ * negative error (the parser then fails, sticky). Called before the frame's
+ * fields are decoded, in stream order, once per frame. */
+typedef int (*proto_store_verify_fn)(void *arg, const uint8_t *frame, size_t len,
+                                     const uint8_t *tag);
+
 /* Incremental parser: owns a byte buffer the caller feeds with what it
  * reads. A caller that drains proto_store_parser_next() until it returns 0
  * after every feed holds at most one partial frame plus one feed; one that
  * holds frames back (a paused connection) gets -GPT_E_LIMIT from feed once
- * more than frame_max + GPT_STORE_FEED_MAX bytes are buffered. */
+ * more than frame_max + tag_bytes + GPT_STORE_FEED_MAX bytes are buffered. */
 struct proto_store_parser {
     uint8_t *buf;
     size_t len; /* bytes held */
@@ -145,6 +184,9 @@ struct proto_store_parser {
     size_t cap;
     size_t frame_max; /* frames over this are rejected at their header */
     int error;        /* sticky: once a frame was bad the stream is lost */
+    size_t tag_bytes; /* sealed: each frame is followed by a tag (0: none) */
+    proto_store_verify_fn verify;
+    void *verify_arg;
 };
 
 /* frame_max: e.g. GPT_STORE_HANDSHAKE_FRAME_MAX before authentication,
@@ -163,12 +205,22 @@ int proto_store_parser_next(struct proto_store_parser *p, struct proto_store_msg
                             struct gpt_err *err);
 /* Bytes fed but not yet returned as frames. */
 size_t proto_store_parser_pending(const struct proto_store_parser *p);
+/* From the next frame on, every frame is followed by a tag of tag_bytes
+ * (1..GPT_STORE_MAC_BYTES) that verify(arg, ...) must accept before the
+ * frame is decoded. Bytes already fed but not returned are read as sealed
+ * too (a peer may pipeline its first sealed frames behind the handshake). */
+void proto_store_parser_seal(struct proto_store_parser *p, size_t tag_bytes,
+                             proto_store_verify_fn verify, void *arg);
 
-/* Growable output buffer the encoders append whole frames to. */
+/* Growable output buffer the encoders append whole frames to. With
+ * tag_bytes set, each encoder reserves that many zero bytes after its frame
+ * for the caller to fill with the frame's tag (proto_store_sealed_next()
+ * walks such a buffer). */
 struct proto_store_out {
     uint8_t *data;
     size_t len;
     size_t cap;
+    size_t tag_bytes;
 };
 
 void proto_store_out_init(struct proto_store_out *o);
@@ -176,15 +228,23 @@ void proto_store_out_init(struct proto_store_out *o);
 void proto_store_out_done(struct proto_store_out *o);
 /* Drops the first n bytes (n <= len). */
 void proto_store_out_consume(struct proto_store_out *o, size_t n);
+/* Walks frames written with tag_bytes: given buf[*off..len) starting at a
+ * frame, returns 1 with *ret_frame, *ret_len (the frame) and *ret_tag (its
+ * tag_bytes slot) and advances *off past the tag; 0 at the end; -GPT_E_PROTO
+ * if the bytes are not whole frames with their tags. */
+int proto_store_sealed_next(uint8_t *buf, size_t len, size_t tag_bytes, size_t *off,
+                            uint8_t **ret_frame, size_t *ret_len, uint8_t **ret_tag);
 
 /* Encoders: each appends one frame, or nothing on error. Keys must be
  * 1..GPT_STORE_KEY_MAX bytes without NUL (-EINVAL otherwise), values at most
  * GPT_STORE_VALUE_MAX bytes (-GPT_E_LIMIT). Return 0, -EINVAL,
  * -GPT_E_LIMIT or -ENOMEM. */
-int proto_store_put_hello(struct proto_store_out *o, uint32_t version);
+int proto_store_put_hello(struct proto_store_out *o, uint32_t version,
+                          const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
 int proto_store_put_challenge(struct proto_store_out *o,
-                              const uint8_t nonce[GPT_STORE_CHALLENGE_BYTES]);
+                              const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
 int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
+int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
 /* SET or APPEND. */
 int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,
                               const char *key, size_t key_len, const void *val, size_t val_len);

@@ -13,7 +13,7 @@ db "SELECT kind FROM events WHERE job_id = $id" | grep -qx waiting ||
     fail "no waiting event"
 
 # --- a node with the wrong secret is refused.
-printf 'not-the-secret\n' >"$T/bad-secret"
+printf 'not-the-cluster-secret\n' >"$T/bad-secret"
 chmod 600 "$T/bad-secret"
 start_node bad --secret-file "$T/bad-secret"
 wait_for 10 grep -q "refused this node" "$T/bad.log"

@@ -30,6 +30,8 @@
 #include "store_server.h"
 
 #define TIMEOUT_MS 10000
+/* The secret of every harness that names none (a store always has one). */
+#define SECRET "test-store-secret-0123456789"
 
 /* ---- a server on a loop in a thread ---- */
 
@@ -57,10 +59,17 @@ static void *harness_run(void *arg)
     return NULL;
 }
 
-static struct harness *harness_start(const struct store_server_opts *opts)
+static struct harness *harness_start(const struct store_server_opts *in)
 {
     struct harness *h = calloc(1, sizeof(*h));
+    struct store_server_opts o = in ? *in : (struct store_server_opts){0};
+    const struct store_server_opts *opts = &o;
     struct gpt_err err;
+
+    if (!o.secret) {
+        o.secret = SECRET;
+        o.secret_len = strlen(SECRET);
+    }
 
     assert_non_null(h);
     assert_int_equal(uv_loop_init(&h->loop), 0);
@@ -113,8 +122,8 @@ static struct store_client *client_connect(struct harness *h, const char *secret
 {
     struct store_client_opts o = {.host = "127.0.0.1",
                                   .port = h->port,
-                                  .secret = secret,
-                                  .secret_len = secret ? strlen(secret) : 0,
+                                  .secret = secret ? secret : SECRET,
+                                  .secret_len = strlen(secret ? secret : SECRET),
                                   .timeout_ms = TIMEOUT_MS};
     struct store_client *c = NULL;
     struct gpt_err err;
@@ -394,12 +403,12 @@ static void test_concurrent_clients(void **state)
 
 static void test_wrong_secret_dropped(void **state)
 {
-    struct store_server_opts o = {.secret = "s3cret", .secret_len = 6};
+    struct store_server_opts o = {.secret = "s3cret-s3cret-s3cret", .secret_len = 20};
     struct harness *h = harness_start(&o);
     struct store_client_opts co = {.host = "127.0.0.1",
                                    .port = h->port,
-                                   .secret = "wrong",
-                                   .secret_len = 5,
+                                   .secret = "wrong-wrong-wrong-wrong",
+                                   .secret_len = 23,
                                    .timeout_ms = TIMEOUT_MS};
     struct store_client *c = NULL;
     struct gpt_err err;
@@ -408,11 +417,16 @@ static void test_wrong_secret_dropped(void **state)
     (void)state;
     assert_int_equal(store_client_connect(&co, &c, &err), -GPT_E_AUTH);
     assert_null(c);
-    co.secret = NULL; /* no secret at all */
+    assert_true(harness_stats(h).auth_failures >= 1);
+    co.secret = NULL; /* no secret at all: refused before connecting */
     co.secret_len = 0;
-    assert_int_equal(store_client_connect(&co, &c, &err), -GPT_E_AUTH);
-    assert_true(harness_stats(h).auth_failures >= 2);
-    c = client_connect(h, "s3cret");
+    assert_int_equal(store_client_connect(&co, &c, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "at least 16 bytes"));
+    co.secret = "s3cret-s3cret-s"; /* 15 bytes: the right prefix, still too short */
+    co.secret_len = 15;
+    assert_int_equal(store_client_connect(&co, &c, &err), -EINVAL);
+    assert_null(c);
+    c = client_connect(h, "s3cret-s3cret-s3cret");
     assert_int_equal(store_client_num_keys(c, &n, &err), 0);
     assert_int_equal(n, 0);
     store_client_free(c);
@@ -456,6 +470,7 @@ static void raw_send(int fd, const struct proto_store_out *o)
 static void test_no_handshake_dropped(void **state)
 {
     struct harness *h = harness_start(NULL);
+    uint8_t nonce[GPT_STORE_NONCE_BYTES] = {1};
     struct proto_store_out o;
     struct store_client *c;
     struct gpt_err err;
@@ -473,14 +488,14 @@ static void test_no_handshake_dropped(void **state)
     /* A wrong protocol version. */
     o.len = 0;
     fd = raw_connect(h->port);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION + 1), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION + 1, nonce), 0);
     raw_send(fd, &o);
     assert_int_equal(raw_closed_by_peer(fd, TIMEOUT_MS), 1);
     close(fd);
     /* HELLO, then a command instead of AUTH. */
     o.len = 0;
     fd = raw_connect(h->port);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce), 0);
     assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_SET, "evil", 4, "1", 1), 0);
     raw_send(fd, &o);
     assert_int_equal(raw_closed_by_peer(fd, TIMEOUT_MS), 1);
@@ -518,7 +533,11 @@ static void test_client_limit(void **state)
     struct store_server_opts o = {.max_clients = 2};
     struct harness *h = harness_start(&o);
     struct store_client *a = client_connect(h, NULL), *b = client_connect(h, NULL), *c = NULL;
-    struct store_client_opts co = {.host = "127.0.0.1", .port = h->port, .timeout_ms = 2000};
+    struct store_client_opts co = {.host = "127.0.0.1",
+                                   .port = h->port,
+                                   .secret = SECRET,
+                                   .secret_len = strlen(SECRET),
+                                   .timeout_ms = 2000};
     struct gpt_err err;
 
     (void)state;
@@ -592,7 +611,8 @@ static void test_pipelined_order(void **state)
 {
     struct harness *h = harness_start(NULL);
     struct store_client *c = client_connect(h, NULL);
-    uint8_t mac[GPT_STORE_MAC_BYTES];
+    uint8_t mac[GPT_STORE_MAC_BYTES], nc[GPT_STORE_NONCE_BYTES] = {7};
+    struct store_auth_session sess = {0};
     const char *keys[] = {"gate"};
     struct proto_store_parser p;
     struct proto_store_out o;
@@ -600,12 +620,12 @@ static void test_pipelined_order(void **state)
     struct gpt_err err;
     int fd = raw_connect(h->port), got = 0, rc;
     char buf[4096];
-    int want[] = {PROTO_STORE_CHALLENGE, PROTO_STORE_OK, PROTO_STORE_OK, PROTO_STORE_INT};
+    int want[] = {PROTO_STORE_CHALLENGE, PROTO_STORE_PROOF, PROTO_STORE_OK, PROTO_STORE_INT};
 
     (void)state;
     proto_store_out_init(&o);
     proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nc), 0);
     raw_send(fd, &o);
     o.len = 0;
     while (got < 4) {
@@ -618,14 +638,25 @@ static void test_pipelined_order(void **state)
         while ((rc = proto_store_parser_next(&p, &m, &err)) == 1) {
             assert_int_equal(m.type, want[got]);
             if (got == 0) {
-                /* Answer the challenge, then pipeline WAIT + NUM_KEYS. */
-                assert_int_equal(store_auth_mac(NULL, 0, m.nonce, mac), 0);
+                /* Answer the challenge, then pipeline WAIT + NUM_KEYS,
+                 * sealed, behind the AUTH (before the server's PROOF). */
+                size_t mark;
+                assert_int_equal(store_auth_proof(SECRET, strlen(SECRET), GPT_STORE_LABEL_CLIENT,
+                                                  nc, m.nonce, mac),
+                                 0);
+                assert_int_equal(
+                    store_auth_session_init(&sess, false, SECRET, strlen(SECRET), nc, m.nonce), 0);
                 assert_int_equal(proto_store_put_auth(&o, mac), 0);
+                mark = o.len;
+                o.tag_bytes = GPT_STORE_TAG_BYTES;
                 assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_WAIT, 0, keys, 1), 0);
                 assert_int_equal(proto_store_put_num_keys(&o), 0);
+                assert_int_equal(store_auth_seal(&sess, &o, mark), 0);
                 raw_send(fd, &o);
                 o.len = 0;
             } else if (got == 1) {
+                /* The server's replies are sealed from here on. */
+                proto_store_parser_seal(&p, GPT_STORE_TAG_BYTES, store_auth_verify, &sess);
                 await_waits(h, 1);
                 assert_int_equal(store_client_set(c, "gate", "", 0, &err), 0);
             } else if (got == 3) {
@@ -638,6 +669,7 @@ static void test_pipelined_order(void **state)
     close(fd);
     proto_store_parser_done(&p);
     proto_store_out_done(&o);
+    store_auth_session_done(&sess);
     store_client_free(c);
     harness_stop(h);
 }
@@ -690,10 +722,10 @@ static void run_until(uv_loop_t *loop, int *flag, int want)
 
 static void test_async_client(void **state)
 {
-    struct store_server_opts so = {.secret = "k", .secret_len = 1};
+    struct store_server_opts so = {0};
     struct harness *h = harness_start(&so);
     struct store_client_async_opts o = {
-        .host = "127.0.0.1", .port = h->port, .secret = "k", .secret_len = 1};
+        .host = "127.0.0.1", .port = h->port, .secret = SECRET, .secret_len = strlen(SECRET)};
     struct store_client_async *a;
     const char *keys[] = {"x", "c"};
     struct async_log l = {0};
@@ -736,8 +768,8 @@ static void test_async_client(void **state)
 
     /* A wrong secret: the connect callback and pending requests fail. */
     memset(&l, 0, sizeof(l));
-    o.secret = "bad";
-    o.secret_len = 3;
+    o.secret = "bad-bad-bad-bad-bad";
+    o.secret_len = 19;
     assert_int_equal(store_client_async_new(&loop, &o, on_connect, &l, &a, &err), 0);
     assert_int_equal(store_client_async_get(a, "x", on_reply, &l), 0);
     run_until(&loop, &l.n, 1);
@@ -762,12 +794,12 @@ static void test_secret_load(void **state)
 
     (void)state;
     assert_true(fd >= 0);
-    assert_int_equal(write(fd, "topsecret\n", 10), 10);
+    assert_int_equal(write(fd, "topsecret-16bytes\n", 18), 18);
     close(fd);
     assert_int_equal(chmod(path, 0600), 0);
     assert_int_equal(store_secret_load(path, buf, sizeof(buf), &len, &err), 0);
-    assert_int_equal(len, 9);
-    assert_memory_equal(buf, "topsecret", 9);
+    assert_int_equal(len, 17);
+    assert_memory_equal(buf, "topsecret-16bytes", 17);
     assert_int_equal(chmod(path, 0644), 0);
     assert_int_equal(store_secret_load(path, buf, sizeof(buf), &len, &err), -EPERM);
     assert_int_equal(chmod(path, 0600), 0);

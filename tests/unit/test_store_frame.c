@@ -2,7 +2,10 @@
  * test_store_frame: the store's frame codec (proto/store.h). Round trips of
  * every frame type, every truncation point of valid frames, malformed and
  * oversized frames rejected at their header or field, and the incremental
- * parser's buffering and sticky errors. Single-threaded, no I/O.
+ * parser's buffering and sticky errors; and the sealed-frame layer
+ * (store_auth.h): proofs, per-direction session keys, per-frame tags with
+ * sequence numbers, and every way a forged, injected, replayed, reordered
+ * or cross-session frame is refused. Single-threaded, no I/O.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -15,6 +18,7 @@
 #include <cmocka.h>
 
 #include "store.h"
+#include "store_auth.h"
 
 static const char *const two_keys[] = {"alpha", "rank/1/addr"};
 
@@ -26,9 +30,10 @@ static int encode_all(struct proto_store_out *o)
 
     for (size_t i = 0; i < sizeof(nonce); i++)
         nonce[i] = (uint8_t)(i * 7 + 1);
-    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION), 0), n++;
+    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce), 0), n++;
     assert_int_equal(proto_store_put_challenge(o, nonce), 0), n++;
     assert_int_equal(proto_store_put_auth(o, nonce), 0), n++;
+    assert_int_equal(proto_store_put_proof(o, nonce), 0), n++;
     assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_SET, "k", 1, "value", 5), 0), n++;
     assert_int_equal(proto_store_put_key(o, PROTO_STORE_GET, "key", 3), 0), n++;
     assert_int_equal(proto_store_put_add(o, "ctr", 3, -42), 0), n++;
@@ -76,9 +81,12 @@ static void test_round_trip(void **state)
         switch (m.type) {
         case PROTO_STORE_HELLO:
             assert_int_equal(m.version, GPT_STORE_PROTO_VERSION);
+            assert_int_equal(m.nonce[0], 1);
+            assert_int_equal(m.nonce[31], (uint8_t)(31 * 7 + 1));
             break;
         case PROTO_STORE_CHALLENGE:
         case PROTO_STORE_AUTH:
+        case PROTO_STORE_PROOF:
             assert_int_equal(m.nonce[0], 1);
             assert_int_equal(m.nonce[31], (uint8_t)(31 * 7 + 1));
             break;
@@ -234,7 +242,7 @@ static void test_oversized_headers(void **state)
     }
     /* Fixed-size frames may not claim a byte more than their size. */
     h[4] = PROTO_STORE_HELLO;
-    le32(h, 6);
+    le32(h, 1 + 4 + GPT_STORE_NONCE_BYTES + 1);
     assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
     h[4] = PROTO_STORE_INT;
     le32(h, 10);
@@ -305,8 +313,12 @@ static void test_malformed_fields(void **state)
     f[8] = 'a';
     n = frame(buf, PROTO_STORE_CHECK, f, 9);
     assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
-    /* Trailing bytes after a complete NUM_KEYS / HELLO. */
-    n = frame(buf, PROTO_STORE_HELLO, (const uint8_t *)"\1\0\0\0x", 5);
+    /* A version-1 HELLO (no nonce) is short; one byte past a full HELLO is
+     * over its type's limit. */
+    n = frame(buf, PROTO_STORE_HELLO, (const uint8_t *)"\1\0\0\0", 4);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    memset(f, 0, sizeof(f));
+    n = frame(buf, PROTO_STORE_HELLO, f, 4 + GPT_STORE_NONCE_BYTES + 1);
     assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
     le32(f, 1);
     f[4] = 'k';
@@ -416,6 +428,285 @@ static void test_max_frame(void **state)
     free(v);
 }
 
+/* ---- sealed frames (store_auth.h) ---- */
+
+#define SEAL_SECRET "sealed-frame-secret-0123456789"
+
+/* A client and a server session over one handshake's nonces. */
+struct pair {
+    struct store_auth_session cli, srv;
+    uint8_t nc[GPT_STORE_NONCE_BYTES], ns[GPT_STORE_NONCE_BYTES];
+};
+
+static void pair_init(struct pair *p, uint8_t seed, const char *cli_secret)
+{
+    for (size_t i = 0; i < GPT_STORE_NONCE_BYTES; i++) {
+        p->nc[i] = (uint8_t)(seed + i);
+        p->ns[i] = (uint8_t)(seed * 3 + i * 5);
+    }
+    assert_int_equal(
+        store_auth_session_init(&p->cli, false, cli_secret, strlen(cli_secret), p->nc, p->ns), 0);
+    assert_int_equal(
+        store_auth_session_init(&p->srv, true, SEAL_SECRET, strlen(SEAL_SECRET), p->nc, p->ns), 0);
+}
+
+static void pair_done(struct pair *p)
+{
+    store_auth_session_done(&p->cli);
+    store_auth_session_done(&p->srv);
+}
+
+/* Requests as a client writes them: SET a=1, ADD ctr 5, NUM_KEYS, sealed. */
+static void sealed_requests(struct store_auth_session *tx, struct proto_store_out *o)
+{
+    proto_store_out_init(o);
+    o->tag_bytes = GPT_STORE_TAG_BYTES;
+    assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_SET, "a", 1, "1", 1), 0);
+    assert_int_equal(proto_store_put_add(o, "ctr", 3, 5), 0);
+    assert_int_equal(proto_store_put_num_keys(o), 0);
+    assert_int_equal(store_auth_seal(tx, o, 0), 0);
+}
+
+/* Feeds buf to a fresh parser sealed with `rx`; returns how many frames came
+ * out before the first error (in *ret_rc) or the end. */
+static int feed_sealed(struct store_auth_session *rx, const uint8_t *buf, size_t len, int *ret_rc)
+{
+    struct proto_store_parser p;
+    struct proto_store_msg m;
+    struct gpt_err err;
+    int n = 0, rc;
+
+    proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
+    proto_store_parser_seal(&p, GPT_STORE_TAG_BYTES, store_auth_verify, rx);
+    assert_int_equal(proto_store_parser_feed(&p, buf, len, &err), 0);
+    while ((rc = proto_store_parser_next(&p, &m, &err)) == 1)
+        n++;
+    if (rc < 0) {
+        assert_non_null(strstr(err.msg, "bad tag"));
+        /* Sticky: the stream is lost. */
+        assert_int_equal(proto_store_parser_next(&p, &m, NULL), rc);
+    }
+    *ret_rc = rc;
+    proto_store_parser_done(&p);
+    return n;
+}
+
+/* Proofs: no key shorter than STORE_SECRET_MIN (the empty key included) is
+ * ever used, and the four labels give four unrelated values. */
+static void test_proof_and_keys(void **state)
+{
+    uint8_t nc[GPT_STORE_NONCE_BYTES] = {1}, ns[GPT_STORE_NONCE_BYTES] = {2};
+    uint8_t a[GPT_STORE_MAC_BYTES], b[GPT_STORE_MAC_BYTES], c[GPT_STORE_MAC_BYTES];
+    struct store_auth_session sess;
+
+    (void)state;
+    assert_int_equal(store_auth_proof(NULL, 0, GPT_STORE_LABEL_CLIENT, nc, ns, a), -GPT_E_AUTH);
+    assert_int_equal(store_auth_proof("", 0, GPT_STORE_LABEL_CLIENT, nc, ns, a), -GPT_E_AUTH);
+    assert_int_equal(store_auth_proof("0123456789abcde", 15, GPT_STORE_LABEL_CLIENT, nc, ns, a),
+                     -GPT_E_AUTH);
+    assert_int_equal(store_auth_session_init(&sess, true, "short", 5, nc, ns), -GPT_E_AUTH);
+    assert_false(store_auth_session_ready(&sess));
+    store_auth_session_done(&sess);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, a),
+                     0);
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_SERVER, nc, ns, b),
+                     0);
+    assert_memory_not_equal(a, b, sizeof(a)); /* a client proof is no server proof */
+    /* Swapping the nonces (a reflected handshake) changes the proof. */
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, ns, nc, c),
+                     0);
+    assert_memory_not_equal(a, c, sizeof(a));
+    /* Deterministic: both sides compute the same value. */
+    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, c),
+                     0);
+    assert_memory_equal(a, c, sizeof(a));
+}
+
+/* Sealed frames both ways between two sessions of one handshake decode to
+ * the same messages; each tag is the HMAC of the sequence number and the
+ * frame, so the same frame sent twice has two tags. */
+static void test_sealed_round_trip(void **state)
+{
+    struct proto_store_out o, r;
+    struct pair p;
+    uint8_t *frame, *tag, *tag0 = NULL;
+    size_t off = 0, len;
+    int rc;
+
+    (void)state;
+    pair_init(&p, 9, SEAL_SECRET);
+    sealed_requests(&p.cli, &o);
+    assert_int_equal(p.cli.tx_seq, 3);
+    assert_int_equal(feed_sealed(&p.srv, o.data, o.len, &rc), 3);
+    assert_int_equal(rc, 0);
+    assert_int_equal(p.srv.rx_seq, 3);
+    /* The frame layout: each frame then its 16-byte tag. */
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &frame, &len, &tag), 1);
+    assert_true(frame == o.data && tag == o.data + len);
+    /* Server to client: two identical OK frames get different tags. */
+    proto_store_out_init(&r);
+    r.tag_bytes = GPT_STORE_TAG_BYTES;
+    assert_int_equal(proto_store_put_ok(&r), 0);
+    assert_int_equal(proto_store_put_ok(&r), 0);
+    assert_int_equal(store_auth_seal(&p.srv, &r, 0), 0);
+    off = 0;
+    while (proto_store_sealed_next(r.data, r.len, GPT_STORE_TAG_BYTES, &off, &frame, &len, &tag) ==
+           1) {
+        if (tag0)
+            assert_memory_not_equal(tag0, tag, GPT_STORE_TAG_BYTES);
+        tag0 = tag;
+    }
+    assert_int_equal(feed_sealed(&p.cli, r.data, r.len, &rc), 2);
+    assert_int_equal(rc, 0);
+    /* A client's frame is not valid server to client (one key per way). */
+    {
+        struct pair q;
+        pair_init(&q, 9, SEAL_SECRET);
+        assert_int_equal(feed_sealed(&q.cli, o.data, o.len, &rc), 0);
+        assert_int_equal(rc, -GPT_E_AUTH);
+        pair_done(&q);
+    }
+    /* Not whole sealed frames: a programming error reported, not a crash. */
+    off = 0;
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len - 1, GPT_STORE_TAG_BYTES, &off, &frame, &len, &tag),
+        1);
+    off = 0;
+    assert_int_equal(
+        proto_store_sealed_next(o.data, 10, GPT_STORE_TAG_BYTES, &off, &frame, &len, &tag),
+        -GPT_E_PROTO);
+    proto_store_out_done(&o);
+    proto_store_out_done(&r);
+    pair_done(&p);
+}
+
+/* Every tampering is refused at the frame it hits, before that frame's
+ * fields are decoded, and the frames before it are kept. */
+static void test_sealed_tampering(void **state)
+{
+    struct proto_store_out o, other;
+    size_t off = 0, len0, len1;
+    uint8_t *f0, *t0, *f1, *t1;
+    uint8_t buf[1024];
+    struct pair p, q;
+    int rc;
+
+    (void)state;
+    pair_init(&p, 1, SEAL_SECRET);
+    sealed_requests(&p.cli, &o);
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f0, &len0, &t0), 1);
+    assert_int_equal(
+        proto_store_sealed_next(o.data, o.len, GPT_STORE_TAG_BYTES, &off, &f1, &len1, &t1), 1);
+    size_t s0 = len0 + GPT_STORE_TAG_BYTES, s1 = len1 + GPT_STORE_TAG_BYTES;
+
+    /* A flipped bit in the value, in the length field's type, in the tag. */
+    for (size_t at = 0; at < s0; at++) {
+        struct pair fresh;
+        if (at < GPT_STORE_HEADER_BYTES)
+            continue; /* header damage is a framing error, checked elsewhere */
+        memcpy(buf, o.data, o.len);
+        buf[at] ^= 0x01;
+        pair_init(&fresh, 1, SEAL_SECRET);
+        assert_int_equal(feed_sealed(&fresh.srv, buf, o.len, &rc), 0);
+        assert_int_equal(rc, -GPT_E_AUTH);
+        pair_done(&fresh);
+    }
+    /* Replay: frame 0 again after frame 0 (same session). */
+    memcpy(buf, o.data, s0);
+    memcpy(buf + s0, o.data, s0);
+    assert_int_equal(feed_sealed(&p.srv, buf, 2 * s0, &rc), 1);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    /* Reorder: frame 1 before frame 0. */
+    pair_done(&p);
+    pair_init(&p, 1, SEAL_SECRET);
+    memcpy(buf, o.data + s0, s1);
+    memcpy(buf + s1, o.data, s0);
+    assert_int_equal(feed_sealed(&p.srv, buf, s0 + s1, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    /* Drop: frame 1 alone (frame 0 lost on the way). */
+    pair_done(&p);
+    pair_init(&p, 1, SEAL_SECRET);
+    assert_int_equal(feed_sealed(&p.srv, o.data + s0, s1, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    /* Injection: an unsealed frame of a peer without the keys, between two
+     * genuine ones; its "tag" is the next frame's first bytes. */
+    pair_done(&p);
+    pair_init(&p, 1, SEAL_SECRET);
+    proto_store_out_init(&other);
+    assert_int_equal(proto_store_put_key_value(&other, PROTO_STORE_SET, "evil", 4, "0", 1), 0);
+    memcpy(buf, o.data, s0);
+    memcpy(buf + s0, other.data, other.len);
+    memcpy(buf + s0 + other.len, o.data + s0, s1);
+    assert_int_equal(feed_sealed(&p.srv, buf, s0 + other.len + s1, &rc), 1);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    /* Injection with a made-up tag (all zeros, and the genuine frame 0's). */
+    pair_done(&p);
+    pair_init(&p, 1, SEAL_SECRET);
+    other.len = 0;
+    other.tag_bytes = GPT_STORE_TAG_BYTES;
+    assert_int_equal(proto_store_put_key_value(&other, PROTO_STORE_SET, "evil", 4, "0", 1), 0);
+    assert_int_equal(feed_sealed(&p.srv, other.data, other.len, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    memcpy(other.data + other.len - GPT_STORE_TAG_BYTES, t0, GPT_STORE_TAG_BYTES);
+    assert_int_equal(feed_sealed(&p.srv, other.data, other.len, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    /* Cross-session replay: frame 0, sealed with sequence number 0, into
+     * another connection (other nonces) at its sequence number 0. */
+    pair_init(&q, 2, SEAL_SECRET);
+    assert_int_equal(feed_sealed(&q.srv, o.data, s0, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    pair_done(&q);
+    /* A client whose secret differs (same nonces) seals nothing the server
+     * accepts. */
+    pair_init(&q, 1, "another-secret-of-the-right-size");
+    proto_store_out_done(&other);
+    sealed_requests(&q.cli, &other);
+    assert_int_equal(feed_sealed(&q.srv, other.data, other.len, &rc), 0);
+    assert_int_equal(rc, -GPT_E_AUTH);
+    pair_done(&q);
+    /* The genuine stream still passes. */
+    pair_done(&p);
+    pair_init(&p, 1, SEAL_SECRET);
+    assert_int_equal(feed_sealed(&p.srv, o.data, o.len, &rc), 3);
+    assert_int_equal(rc, 0);
+    pair_done(&p);
+    proto_store_out_done(&other);
+    proto_store_out_done(&o);
+}
+
+/* The parser waits for the tag: a sealed frame fed byte by byte comes out
+ * only once its last tag byte is in. */
+static void test_sealed_byte_by_byte(void **state)
+{
+    struct proto_store_parser p;
+    struct proto_store_msg m;
+    struct proto_store_out o;
+    struct pair pr;
+    int got = 0, rc;
+
+    (void)state;
+    pair_init(&pr, 5, SEAL_SECRET);
+    sealed_requests(&pr.cli, &o);
+    proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
+    proto_store_parser_seal(&p, GPT_STORE_TAG_BYTES, store_auth_verify, &pr.srv);
+    for (size_t i = 0; i < o.len; i++) {
+        assert_int_equal(proto_store_parser_feed(&p, o.data + i, 1, NULL), 0);
+        while ((rc = proto_store_parser_next(&p, &m, NULL)) == 1)
+            got++;
+        assert_int_equal(rc, 0);
+        if (i == 0)
+            assert_int_equal(got, 0);
+    }
+    assert_int_equal(got, 3);
+    assert_int_equal(m.type, PROTO_STORE_NUM_KEYS);
+    assert_int_equal(proto_store_parser_pending(&p), 0);
+    proto_store_parser_done(&p);
+    proto_store_out_done(&o);
+    pair_done(&pr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -427,6 +718,10 @@ int main(void)
         cmocka_unit_test(test_parser_rejects_without_buffering),
         cmocka_unit_test(test_encoder_limits),
         cmocka_unit_test(test_max_frame),
+        cmocka_unit_test(test_proof_and_keys),
+        cmocka_unit_test(test_sealed_round_trip),
+        cmocka_unit_test(test_sealed_tampering),
+        cmocka_unit_test(test_sealed_byte_by_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
