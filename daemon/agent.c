@@ -715,27 +715,32 @@ static void agent_on_lost(void *ctx)
     agent_reconcile(a);
 }
 
-static void agent_on_heartbeat(void *ctx, json_t *hb)
+static void agent_on_heartbeat(void *ctx, struct cluster_msg *hb)
 {
     struct agent *a = ctx;
-    char gen[32];
-    snprintf(gen, sizeof(gen), "%" PRIx64, a->gen);
-    int64_t round = a->state == AGENT_RUNNING  ? a->ws_round
-                    : a->state == AGENT_JOINED ? a->joined_round
-                                               : a->round;
-    json_object_set_new(hb, "state", json_string(agent_state_names[a->state]));
-    json_object_set_new(hb, "gen", json_string(gen));
-    json_object_set_new(hb, "round", json_integer(round));
-    json_object_set_new(hb, "job", json_integer(a->job));
-    if (a->job)
-        json_object_set_new(hb, "workers", json_integer(agent_workers_for(a)));
-    if (a->state == AGENT_JOINED)
-        json_object_set_new(hb, "snap", json_integer(a->joined_snap));
+    snprintf(hb->state, sizeof(hb->state), "%s", agent_state_names[a->state]);
+    hb->gen = a->gen;
+    hb->round = a->state == AGENT_RUNNING  ? a->ws_round
+                : a->state == AGENT_JOINED ? a->joined_round
+                                           : a->round;
+    hb->job = a->job;
+    hb->present |= CLUSTER_MSG_BIT(STATE) | CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) |
+                   CLUSTER_MSG_BIT(JOB);
+    if (a->job) {
+        hb->workers = agent_workers_for(a);
+        hb->present |= CLUSTER_MSG_BIT(WORKERS);
+    }
+    if (a->state == AGENT_JOINED) {
+        hb->snap_step = a->joined_snap;
+        hb->present |= CLUSTER_MSG_BIT(SNAP);
+    }
     if (a->exit_gen == a->gen && a->exit_job == a->job) {
-        json_object_set_new(hb, "exit_round", json_integer(a->exit_round));
-        json_object_set_new(hb, "exit_rc", json_integer(a->exit_rc));
-        json_object_set_new(hb, "exit_step", json_integer(a->exit_step));
-        json_object_set_new(hb, "exit_msg", json_string(a->exit_msg));
+        hb->exit_round = a->exit_round;
+        hb->exit_rc = a->exit_rc;
+        hb->exit_step = a->exit_step;
+        snprintf(hb->exit_msg, sizeof(hb->exit_msg), "%s", a->exit_msg);
+        hb->present |= CLUSTER_MSG_BIT(EXIT_ROUND) | CLUSTER_MSG_BIT(EXIT_RC) |
+                       CLUSTER_MSG_BIT(EXIT_STEP) | CLUSTER_MSG_BIT(EXIT_MSG);
     }
 }
 

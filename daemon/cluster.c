@@ -22,27 +22,28 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_msg.h"
 #include "log.h"
 #include "rdzv.h"
 #include "store_client.h"
 #include "store_server.h"
 
-#define CLUSTER_TICK_MS        25
-#define CLUSTER_POLL_S         0.1  /* how often the round key is read */
-#define CLUSTER_DRAIN_S        0.05 /* how often the coordinator drains its inbox */
-#define CLUSTER_NODES_S        1.0  /* how often the node table is published/read */
-#define CLUSTER_CONNECT_S      2.0  /* a connect (and handshake) slower than this is retried */
-#define CLUSTER_BACKOFF_MIN_MS 100
-#define CLUSTER_BACKOFF_MAX_MS 1000
-#define CLUSTER_OUTBOX_MAX     (4u << 20) /* queued bytes to the coordinator */
-#define CLUSTER_SUBMIT_TIMEOUT 15.0
-#define CLUSTER_READ_TIMEOUT   5.0 /* a read proxied to the coordinator */
-#define CLUSTER_SUBMITS_MAX    64
-#define CLUSTER_LEAVE_S        1.0  /* how long a leave waits to reach the store */
-#define CLUSTER_FEED_S         0.1  /* how often the feed is published/polled */
-#define CLUSTER_FEED_KEEP      64   /* feed chunks kept in the store */
-#define CLUSTER_FEED_CHUNK     256  /* records in one chunk at most */
-#define CLUSTER_FEED_PENDING   4096 /* unpublished records kept (oldest dropped) */
+#define CLUSTER_TICK_MS          25
+#define CLUSTER_POLL_S           0.1  /* how often the round key is read */
+#define CLUSTER_DRAIN_S          0.05 /* how often the coordinator drains its inbox */
+#define CLUSTER_NODES_S          1.0  /* how often the node table is published/read */
+#define CLUSTER_CONNECT_S        2.0  /* a connect (and handshake) slower than this is retried */
+#define CLUSTER_BACKOFF_MIN_MS   100
+#define CLUSTER_BACKOFF_MAX_MS   1000
+#define CLUSTER_OUTBOX_MAX       (4u << 20) /* queued bytes to the coordinator */
+#define CLUSTER_SUBMIT_TIMEOUT_S 15.0
+#define CLUSTER_READ_TIMEOUT_S   5.0 /* a read proxied to the coordinator */
+#define CLUSTER_SUBMITS_MAX      64
+#define CLUSTER_LEAVE_S          1.0  /* how long a leave waits to reach the store */
+#define CLUSTER_FEED_S           0.1  /* how often the feed is published/polled */
+#define CLUSTER_FEED_KEEP        64   /* feed chunks kept in the store */
+#define CLUSTER_FEED_CHUNK       256  /* records in one chunk at most */
+#define CLUSTER_FEED_PENDING     4096 /* unpublished records kept (oldest dropped) */
 
 enum cluster_conn { CONN_NONE, CONN_CONNECTING, CONN_READY };
 
@@ -110,7 +111,8 @@ struct cluster {
     /* the feed, as a member reads it */
     double next_feed;
     bool feed_inflight;
-    char feed_gen[24];
+    uint64_t feed_gen;
+    bool feed_gen_known;
     int64_t feed_next, feed_head;
 
     /* the coordinator */
@@ -148,19 +150,9 @@ bool cluster_is_coordinator(const struct cluster *c)
     return c->o.coordinator;
 }
 
-const char *cluster_node_id(const struct cluster *c)
-{
-    return c->node_id;
-}
-
 uint64_t cluster_incarnation(const struct cluster *c)
 {
     return c->inc;
-}
-
-bool cluster_connected(const struct cluster *c)
-{
-    return c->nc_state == CONN_READY;
 }
 
 const char *cluster_host(const struct cluster *c)
@@ -315,13 +307,9 @@ static void cluster_flush(struct cluster *c)
         c->leave_state = 2;
 }
 
-void cluster_send(struct cluster *c, json_t *msg)
+/* Appends one encoded line (taken) to the outbox. */
+static void cluster_outbox_push(struct cluster *c, char *line, size_t n)
 {
-    char *line = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
-    json_decref(msg);
-    if (!line)
-        return;
-    size_t n = strlen(line);
     if (c->out_len + n + 1 > CLUSTER_OUTBOX_MAX) {
         free(line);
         return; /* the coordinator is unreachable: stale news is worthless */
@@ -345,6 +333,18 @@ void cluster_send(struct cluster *c, json_t *msg)
     cluster_flush(c);
 }
 
+void cluster_send(struct cluster *c, const struct cluster_msg *msg)
+{
+    char *line = NULL;
+    size_t n = 0;
+    struct gpt_err err;
+    if (cluster_msg_encode(msg, &line, &n, &err) < 0) {
+        log_warn("cluster: a %s message not sent: %s", cluster_msg_type_name(msg->type), err.msg);
+        return;
+    }
+    cluster_outbox_push(c, line, n);
+}
+
 static void cluster_on_tick(uv_timer_t *t);
 
 void cluster_heartbeat_soon(struct cluster *c)
@@ -354,31 +354,38 @@ void cluster_heartbeat_soon(struct cluster *c)
         uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
 }
 
+/* Starts message `m` of `type` from this node. */
+static void cluster_msg_start(struct cluster *c, struct cluster_msg *m, int type)
+{
+    cluster_msg_init(m, type);
+    snprintf(m->node, sizeof(m->node), "%s", c->node_id);
+    m->inc = c->inc;
+}
+
 static void cluster_heartbeat(struct cluster *c)
 {
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
-    char dev[128];
-    devices_summary(dev, sizeof(dev));
-    json_t *hb =
-        json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "t", "hb", "node", c->node_id, "inc", inc,
-                  "addr", c->addr, "ver", c->version, "workers", c->o.workers, "dev", dev);
-    if (!hb)
-        return;
+    struct cluster_msg hb;
+    cluster_msg_start(c, &hb, CLUSTER_MSG_HB);
+    snprintf(hb.addr, sizeof(hb.addr), "%s", c->addr);
+    snprintf(hb.version, sizeof(hb.version), "%s", c->version);
+    devices_summary(hb.devices, sizeof(hb.devices));
+    hb.workers = c->o.workers;
+    hb.present |= CLUSTER_MSG_BIT(ADDR) | CLUSTER_MSG_BIT(VER) | CLUSTER_MSG_BIT(WORKERS) |
+                  CLUSTER_MSG_BIT(DEV);
     if (c->nh.heartbeat)
-        c->nh.heartbeat(c->nh.ctx, hb);
-    cluster_send(c, hb);
+        c->nh.heartbeat(c->nh.ctx, &hb);
+    cluster_send(c, &hb);
 }
 
 void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
 {
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
     c->leave_done = done;
     c->leave_arg = arg;
     c->leave_state = 1;
     c->leave_deadline = c->nc_state == CONN_READY ? cluster_now() + CLUSTER_LEAVE_S : 0;
-    cluster_send(c, json_pack("{s:s, s:s, s:s}", "t", "leave", "node", c->node_id, "inc", inc));
+    struct cluster_msg m;
+    cluster_msg_start(c, &m, CLUSTER_MSG_LEAVE);
+    cluster_send(c, &m);
     if (!c->closing)
         uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
 }
@@ -404,10 +411,11 @@ void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric
         cluster_coord_metric(c, job, m);
         return;
     }
-    json_t *o = gpt_metric_to_json(m);
-    if (o)
-        cluster_send(c, json_pack("{s:s, s:I, s:s, s:o}", "t", "metric", "job", (json_int_t)job,
-                                  "node", c->node_id, "m", o));
+    struct cluster_msg msg;
+    cluster_msg_start(c, &msg, CLUSTER_MSG_METRIC);
+    msg.job = job;
+    msg.metric = *m;
+    cluster_send(c, &msg);
 }
 
 void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e)
@@ -416,10 +424,11 @@ void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *
         cluster_coord_event_in(c, job, e, c->node_id);
         return;
     }
-    json_t *o = gpt_event_to_json(e);
-    if (o)
-        cluster_send(c, json_pack("{s:s, s:I, s:s, s:o}", "t", "event", "job", (json_int_t)job,
-                                  "node", c->node_id, "e", o));
+    struct cluster_msg msg;
+    cluster_msg_start(c, &msg, CLUSTER_MSG_EVENT);
+    msg.job = job;
+    msg.event = *e;
+    cluster_send(c, &msg);
 }
 
 /* A round with a world: this node's assignment, if it is a member. */
@@ -571,27 +580,24 @@ static void cluster_on_submit_reply(void *arg, const struct store_reply *r)
     s->inflight = false;
     if (r->status < 0)
         return; /* not answered yet */
-    json_t *o = json_loadb(r->data, r->len, 0, NULL);
+    struct cluster_msg_reply o;
     struct gpt_err err;
     gpt_err_clear(&err);
-    int rc;
-    int64_t job = 0;
-    if (json_is_true(json_object_get(o, "ok"))) {
-        rc = 0;
-        job = json_integer_value(json_object_get(o, "job"));
-        if (s->rcb && !json_is_object(json_object_get(o, "r")))
+    int rc = cluster_msg_reply_decode(r->data, r->len, &o, &err);
+    if (rc < 0) {
+        rc = gpt_err_set(&err, -EPROTO, err.path, "the coordinator's answer is malformed: %s",
+                         err.msg);
+    } else if (o.ok) {
+        if (s->rcb && !o.result)
             rc = gpt_err_set(&err, -EPROTO, NULL, "the coordinator's answer has no result");
     } else {
-        rc = (int)json_integer_value(json_object_get(o, "code"));
-        if (rc >= 0)
-            rc = -EPROTO;
-        const char *path = json_string_value(json_object_get(o, "path"));
-        const char *msg = json_string_value(json_object_get(o, "message"));
-        gpt_err_set(&err, rc, path, "%s", msg ? msg : "the coordinator refused the job");
+        rc = o.code;
+        gpt_err_set(&err, rc, o.path, "%s",
+                    o.message[0] ? o.message : "the coordinator refused the job");
     }
     (void)store_client_async_delete(c->nc, s->key, cluster_on_publish, c);
-    cluster_submit_end(c, s, rc, job, json_object_get(o, "r"), &err);
-    json_decref(o);
+    cluster_submit_end(c, s, rc, o.job, o.result, &err);
+    cluster_msg_reply_done(&o);
 }
 
 static void cluster_poll_submits(struct cluster *c, double now)
@@ -602,7 +608,7 @@ static void cluster_poll_submits(struct cluster *c, double now)
         if (now > s->deadline) {
             struct gpt_err err;
             gpt_err_set(&err, -ETIMEDOUT, NULL, "the coordinator did not answer within %.0f s",
-                        s->rcb ? CLUSTER_READ_TIMEOUT : CLUSTER_SUBMIT_TIMEOUT);
+                        s->rcb ? CLUSTER_READ_TIMEOUT_S : CLUSTER_SUBMIT_TIMEOUT_S);
             cluster_submit_end(c, s, -ETIMEDOUT, 0, NULL, &err);
         } else if (!s->inflight && c->nc_state == CONN_READY) {
             struct cluster_submit_poll *p = malloc(sizeof(*p));
@@ -621,47 +627,42 @@ static void cluster_poll_submits(struct cluster *c, double now)
     }
 }
 
-/* Queues request `m` (taken; "node", "inc" and "req" are added) whose
- * answer the coordinator publishes at c/reply/<node>/<inc>/<req>. */
-static int cluster_request(struct cluster *c, json_t *m, double timeout_s,
+/* Queues request `m` (borrowed; its "req" is set here) whose answer the
+ * coordinator publishes at its reply key (cluster_msg_reply_key). */
+static int cluster_request(struct cluster *c, struct cluster_msg *m, double timeout_s,
                            void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err),
                            cluster_reply_fn rcb, void *arg, struct gpt_err *err)
 {
-    if (!m)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    if (c->refused && c->nc_state != CONN_READY) {
-        json_decref(m);
+    if (c->refused && c->nc_state != CONN_READY)
         return gpt_err_set(err, -GPT_E_AUTH, NULL, "this node is not in the cluster: %s",
                            c->refused_msg);
-    }
-    if (c->n_submits >= CLUSTER_SUBMITS_MAX) {
-        json_decref(m);
+    if (c->n_submits >= CLUSTER_SUBMITS_MAX)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many requests to the coordinator");
-    }
     struct cluster_submit *s = calloc(1, sizeof(*s));
-    if (!s) {
-        json_decref(m);
+    if (!s)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    }
     s->req = ++c->next_req;
     s->deadline = cluster_now() + timeout_s;
     s->cb = cb;
     s->rcb = rcb;
     s->arg = arg;
-    snprintf(s->key, sizeof(s->key), "c/reply/%s/%" PRIx64 "/%" PRId64, c->node_id, c->inc, s->req);
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, c->inc);
-    if (json_object_set_new(m, "node", json_string(c->node_id)) < 0 ||
-        json_object_set_new(m, "inc", json_string(inc)) < 0 ||
-        json_object_set_new(m, "req", json_integer(s->req)) < 0) {
-        json_decref(m);
+    m->req = s->req;
+    if (cluster_msg_reply_key(s->key, sizeof(s->key), c->node_id, c->inc, s->req) < 0) {
         free(s);
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        return gpt_err_set(err, -EINVAL, NULL, "node id \"%s\" cannot name a reply key",
+                           c->node_id);
+    }
+    char *line = NULL;
+    size_t n = 0;
+    int rc = cluster_msg_encode(m, &line, &n, err);
+    if (rc < 0) {
+        free(s);
+        return rc;
     }
     s->next = c->submits;
     c->submits = s;
     c->n_submits++;
-    cluster_send(c, m);
+    cluster_outbox_push(c, line, n);
     return 0;
 }
 
@@ -669,17 +670,39 @@ int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t pri
                    void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
                    struct gpt_err *err)
 {
-    json_t *m = json_pack("{s:s, s:I, s:I, s:O}", "t", "submit", "uid", (json_int_t)uid, "prio",
-                          (json_int_t)priority, "spec", spec);
-    return cluster_request(c, m, CLUSTER_SUBMIT_TIMEOUT, cb, NULL, arg, err);
+    struct cluster_msg m;
+    cluster_msg_start(c, &m, CLUSTER_MSG_SUBMIT);
+    m.uid = uid;
+    m.priority = priority;
+    m.spec = (json_t *)spec;
+    m.present |= CLUSTER_MSG_BIT(PRIO);
+    return cluster_request(c, &m, CLUSTER_SUBMIT_TIMEOUT_S, cb, NULL, arg, err);
+}
+
+int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_args *args,
+                    cluster_reply_fn cb, void *arg, struct gpt_err *err)
+{
+    struct cluster_msg m;
+    cluster_msg_start(c, &m, CLUSTER_MSG_READ);
+    m.op = op;
+    if (args) {
+        m.args = *args;
+        m.present |= CLUSTER_MSG_BIT(ARGS);
+    }
+    return cluster_request(c, &m, CLUSTER_READ_TIMEOUT_S, NULL, cb, arg, err);
 }
 
 int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
                  struct gpt_err *err)
 {
-    json_t *m =
-        json_pack("{s:s, s:s, s:o}", "t", "read", "op", op, "args", args ? args : json_object());
-    return cluster_request(c, m, CLUSTER_READ_TIMEOUT, NULL, cb, arg, err);
+    struct cluster_msg_read_args a;
+    int ctl_op = cluster_msg_read_op(op);
+    int rc = ctl_op < 0 ? gpt_err_set(err, -EINVAL, "op", "unknown forwarded read \"%.64s\"", op)
+                        : cluster_msg_read_args_decode(args, &a, err);
+    json_decref(args);
+    if (rc < 0)
+        return rc;
+    return cluster_read_op(c, ctl_op, &a, cb, arg, err);
 }
 
 /* ---- the coordinator ---- */
@@ -745,40 +768,6 @@ static void cluster_coord_finished(void *ctx, int64_t job, int rc, int64_t step,
         c->jh.finished(c->jh.ctx, job, rc, step, error);
 }
 
-static void cluster_answer_submit(struct cluster *c, const json_t *o)
-{
-    const char *node = json_string_value(json_object_get(o, "node"));
-    const char *inc = json_string_value(json_object_get(o, "inc"));
-    json_int_t req = json_integer_value(json_object_get(o, "req"));
-    const json_t *spec = json_object_get(o, "spec");
-    if (!node || !inc || strlen(node) >= RDZV_NODE_ID_MAX || strlen(inc) > 16)
-        return;
-    struct gpt_err err;
-    gpt_err_clear(&err);
-    int64_t id = 0;
-    int rc;
-    char *text = json_is_object(spec) ? json_dumps(spec, JSON_COMPACT) : NULL;
-    if (!text)
-        rc = gpt_err_set(&err, -EINVAL, "spec", "no job spec");
-    else if (!c->jh.submit)
-        rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator takes no jobs yet");
-    else
-        rc = c->jh.submit(c->jh.ctx, text, (uid_t)json_integer_value(json_object_get(o, "uid")),
-                          json_integer_value(json_object_get(o, "prio")), &id, &err);
-    free(text);
-    json_t *reply = rc == 0 ? json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)id)
-                            : json_pack("{s:b, s:i, s:s, s:s}", "ok", 0, "code", rc, "message",
-                                        err.msg, "path", err.path);
-    char *r = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    json_decref(reply);
-    if (r) {
-        char key[128];
-        snprintf(key, sizeof(key), "c/reply/%s/%s/%lld", node, inc, (long long)req);
-        cluster_publish(c, key, r);
-        free(r);
-    }
-}
-
 static void cluster_coord_restarts(void *ctx, int64_t job, int restarts)
 {
     struct cluster *c = ctx;
@@ -786,42 +775,61 @@ static void cluster_coord_restarts(void *ctx, int64_t job, int restarts)
         c->jh.restarts(c->jh.ctx, job, restarts);
 }
 
-/* Publishes an answer at the asking node's reply key (checked names). */
-static void cluster_answer(struct cluster *c, const json_t *o, json_t *reply)
+/* Publishes the answer to request `m` at the asking node's reply key: rc
+ * 0 with `job` or `result` (taken), or rc < 0 with err. */
+static void cluster_answer(struct cluster *c, const struct cluster_msg *m, int rc, int64_t job,
+                           json_t *result, const struct gpt_err *err)
 {
-    const char *node = json_string_value(json_object_get(o, "node"));
-    const char *inc = json_string_value(json_object_get(o, "inc"));
-    json_int_t req = json_integer_value(json_object_get(o, "req"));
-    char *r = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
-    json_decref(reply);
-    if (r && node && inc && strlen(node) < RDZV_NODE_ID_MAX && strlen(inc) <= 16) {
-        char key[128];
-        snprintf(key, sizeof(key), "c/reply/%s/%s/%lld", node, inc, (long long)req);
-        cluster_publish(c, key, r);
+    struct cluster_msg_reply r = {.ok = rc == 0, .job = job, .result = result, .code = rc};
+    if (rc < 0) {
+        snprintf(r.message, sizeof(r.message), "%s", err->msg);
+        snprintf(r.path, sizeof(r.path), "%s", err->path);
     }
-    free(r);
+    char key[CLUSTER_MSG_KEY_MAX];
+    char *text = NULL;
+    size_t n = 0;
+    struct gpt_err e;
+    if (cluster_msg_reply_key(key, sizeof(key), m->node, m->inc, m->req) == 0 &&
+        cluster_msg_reply_encode(&r, &text, &n, &e) == 0)
+        cluster_publish(c, key, text);
+    free(text);
+    json_decref(result);
+}
+
+/* A submit forwarded by a member. */
+static void cluster_answer_submit(struct cluster *c, const struct cluster_msg *m)
+{
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    int64_t id = 0;
+    int rc;
+    char *text = json_dumps(m->spec, JSON_COMPACT);
+    if (!text)
+        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
+    else if (!c->jh.submit)
+        rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator takes no jobs yet");
+    else
+        rc = c->jh.submit(c->jh.ctx, text, (uid_t)m->uid, m->priority, &id, &err);
+    free(text);
+    cluster_answer(c, m, rc, id, NULL, &err);
 }
 
 /* A read forwarded by a member: the same result its own socket would give. */
-static void cluster_answer_read(struct cluster *c, const json_t *o)
+static void cluster_answer_read(struct cluster *c, const struct cluster_msg *m)
 {
-    const char *op = json_string_value(json_object_get(o, "op"));
     struct gpt_err err;
     gpt_err_clear(&err);
     json_t *result = NULL;
+    json_t *args = cluster_msg_read_args_to_json(&m->args);
     int rc;
-    if (!op)
-        rc = gpt_err_set(&err, -EINVAL, "op", "no op");
+    if (!args)
+        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
     else if (!c->read_fn)
         rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator answers no reads yet");
     else
-        rc = c->read_fn(c->read_ctx, op, json_object_get(o, "args"), &result, &err);
-    if (rc == 0)
-        cluster_answer(c, o, json_pack("{s:b, s:o}", "ok", 1, "r", result));
-    else
-        cluster_answer(c, o,
-                       json_pack("{s:b, s:i, s:s, s:s}", "ok", 0, "code", rc, "message", err.msg,
-                                 "path", err.path));
+        rc = c->read_fn(c->read_ctx, cluster_msg_read_name(m->op), args, &result, &err);
+    json_decref(args);
+    cluster_answer(c, m, rc, 0, rc == 0 ? result : NULL, &err);
 }
 
 /* Global rank 0's records, from the inbox or, on the coordinator's own
@@ -850,35 +858,33 @@ static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct 
 
 static void cluster_coord_line(struct cluster *c, double now, const char *line, size_t len)
 {
-    json_t *o = json_loadb(line, len, 0, NULL);
-    if (!o)
-        return;
-    struct rdzv_msg m;
-    if (rdzv_msg_parse(o, &m) < 0)
-        goto out;
-    if (m.type != RDZV_MSG_OTHER) {
-        rdzv_coord_message(c->coord, now, &m);
+    struct cluster_msg m;
+    struct gpt_err err;
+    if (cluster_msg_decode(line, len, &m, &err) < 0) {
+        log_debug("cluster: inbox message dropped: %s", err.msg);
         goto out;
     }
-    const char *t = json_string_value(json_object_get(o, "t"));
-    int64_t job = json_integer_value(json_object_get(o, "job"));
-    const char *node = json_string_value(json_object_get(o, "node"));
-    struct gpt_err err;
-    if (strcmp(t, "metric") == 0) {
-        struct gpt_metric mm;
-        if (gpt_metric_from_json(json_object_get(o, "m"), &mm, &err) == 0)
-            cluster_coord_metric(c, job, &mm);
-    } else if (strcmp(t, "event") == 0) {
-        struct gpt_event e;
-        if (gpt_event_from_json(json_object_get(o, "e"), &e, &err) == 0)
-            cluster_coord_event_in(c, job, &e, node ? node : "");
-    } else if (strcmp(t, "submit") == 0) {
-        cluster_answer_submit(c, o);
-    } else if (strcmp(t, "read") == 0) {
-        cluster_answer_read(c, o);
+    switch (m.type) {
+    case CLUSTER_MSG_HB:
+    case CLUSTER_MSG_JOIN:
+    case CLUSTER_MSG_LEAVE:
+        rdzv_coord_message(c->coord, now, &m);
+        break;
+    case CLUSTER_MSG_METRIC:
+        cluster_coord_metric(c, m.job, &m.metric);
+        break;
+    case CLUSTER_MSG_EVENT:
+        cluster_coord_event_in(c, m.job, &m.event, m.node);
+        break;
+    case CLUSTER_MSG_SUBMIT:
+        cluster_answer_submit(c, &m);
+        break;
+    case CLUSTER_MSG_READ:
+        cluster_answer_read(c, &m);
+        break;
     }
 out:
-    json_decref(o);
+    cluster_msg_done(&m);
 }
 
 static void cluster_on_drain_cas(void *arg, const struct store_reply *r)
@@ -1013,8 +1019,7 @@ void cluster_feed_push(struct cluster *c, int64_t job, json_t *rec)
     /* A coordinator that cannot reach its own store keeps the newest records. */
     if (json_array_size(c->feed_pending) >= CLUSTER_FEED_PENDING)
         json_array_remove(c->feed_pending, 0);
-    json_t *e = json_pack("{s:I, s:I, s:o}", "s", (json_int_t)++c->feed_seq, "j", (json_int_t)job,
-                          "r", rec);
+    json_t *e = cluster_msg_feed_rec_new(++c->feed_seq, job, rec);
     if (e)
         json_array_append_new(c->feed_pending, e);
 }
@@ -1028,8 +1033,7 @@ uint64_t cluster_feed_seq(const struct cluster *c)
  * the chunk that fell out of the window. */
 static void cluster_feed_publish(struct cluster *c)
 {
-    char key[64], head[64], gen[24];
-    snprintf(gen, sizeof(gen), "%" PRIx64, c->inc);
+    char key[64], head[64];
     while (c->feed_pending && json_array_size(c->feed_pending) > 0) {
         json_t *recs = json_array();
         if (!recs)
@@ -1038,10 +1042,11 @@ static void cluster_feed_publish(struct cluster *c)
             json_array_append(recs, json_array_get(c->feed_pending, 0));
             json_array_remove(c->feed_pending, 0);
         }
-        json_t *chunk = json_pack("{s:o}", "recs", recs);
-        char *text = chunk ? json_dumps(chunk, JSON_COMPACT) : NULL;
-        json_decref(chunk);
-        if (!text)
+        char *text = NULL;
+        size_t n = 0;
+        int rc = cluster_msg_feed_encode(recs, &text, &n, NULL);
+        json_decref(recs);
+        if (rc < 0)
             return;
         c->feed_chunk++;
         snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64, c->feed_chunk);
@@ -1053,8 +1058,8 @@ static void cluster_feed_publish(struct cluster *c)
             cluster_publish(c, key, NULL);
         }
     }
-    snprintf(head, sizeof(head), "%s:%" PRId64, gen, c->feed_chunk);
-    cluster_publish(c, CLUSTER_KEY_FEED_HEAD, head);
+    if (cluster_msg_feed_head_encode(head, sizeof(head), c->inc, c->feed_chunk) == 0)
+        cluster_publish(c, CLUSTER_KEY_FEED_HEAD, head);
 }
 
 static void cluster_on_feed_chunk(void *arg, const struct store_reply *r);
@@ -1086,18 +1091,19 @@ static void cluster_on_feed_chunk(void *arg, const struct store_reply *r)
         return;
     }
     c->feed_next++; /* a trimmed chunk (-ENOENT) is skipped */
-    json_t *o = r->status == 0 ? json_loadb(r->data, r->len, 0, NULL) : NULL;
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(o, "recs"), i, e)
-    {
-        const json_t *rec = json_object_get(e, "r");
-        json_int_t seq = json_integer_value(json_object_get(e, "s"));
-        if (c->fh.record && json_is_object(rec) && seq > 0)
-            c->fh.record(c->fh.ctx, (uint64_t)seq, json_integer_value(json_object_get(e, "j")),
-                         rec);
+    if (r->status == 0) {
+        struct cluster_msg_feed *f = malloc(sizeof(*f));
+        struct gpt_err err;
+        if (f && cluster_msg_feed_decode(r->data, r->len, f, &err) == 0) {
+            for (size_t i = 0; i < f->n; i++)
+                if (c->fh.record)
+                    c->fh.record(c->fh.ctx, f->recs[i].seq, f->recs[i].job, f->recs[i].rec);
+            cluster_msg_feed_done(f);
+        } else if (f) {
+            log_debug("cluster: feed chunk %" PRId64 " skipped: %s", c->feed_next - 1, err.msg);
+        }
+        free(f);
     }
-    json_decref(o);
     cluster_feed_next(c);
 }
 
@@ -1106,22 +1112,17 @@ static void cluster_on_feed_head(void *arg, const struct store_reply *r)
     struct cluster *c = arg;
     if (!cluster_reply_ok(c, r))
         return;
-    char text[64] = "";
-    if (r->status == 0 && r->len < sizeof(text)) {
-        memcpy(text, r->data, r->len);
-        text[r->len] = '\0';
-    }
-    char *colon = strchr(text, ':');
-    if (!colon || colon - text >= (ptrdiff_t)sizeof(c->feed_gen)) {
+    uint64_t gen = 0;
+    int64_t head = 0;
+    if (r->status < 0 || cluster_msg_feed_head_decode(r->data, r->len, &gen, &head, NULL) < 0) {
         c->feed_inflight = false;
         return;
     }
-    *colon = '\0';
-    int64_t head = strtoll(colon + 1, NULL, 10);
-    if (strcmp(text, c->feed_gen) != 0) {
+    if (!c->feed_gen_known || gen != c->feed_gen) {
         /* A new coordinator: its feed starts over. Only the newest chunks
          * matter to a member (its followers have the rest as history). */
-        snprintf(c->feed_gen, sizeof(c->feed_gen), "%s", text);
+        c->feed_gen = gen;
+        c->feed_gen_known = true;
         c->feed_next = head > 4 ? head - 3 : 1;
         if (c->fh.reset)
             c->fh.reset(c->fh.ctx);
@@ -1323,11 +1324,10 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         }
         /* The coordinator lists itself at once, before its first heartbeat
          * has gone round through its own store. */
-        struct rdzv_msg self = {.type = RDZV_MSG_HB,
-                                .inc = c->inc,
-                                .round = -1,
-                                .workers = o->workers > 0 ? o->workers : 1,
-                                .exit_round = -1};
+        struct cluster_msg self;
+        cluster_msg_init(&self, CLUSTER_MSG_HB);
+        self.inc = c->inc;
+        self.workers = o->workers > 0 ? o->workers : 1;
         snprintf(self.node, sizeof(self.node), "%s", c->node_id);
         snprintf(self.addr, sizeof(self.addr), "%s", c->addr);
         snprintf(self.version, sizeof(self.version), "%s", c->version);

@@ -72,20 +72,13 @@ static void mirror_on_read(void *arg, int rc, const json_t *reply, const struct 
 int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ctl_request *req,
                 struct gpt_err *err)
 {
-    const char *op = req->op == GPT_CTL_OP_LIST     ? "list"
-                     : req->op == GPT_CTL_OP_STATUS ? "status"
-                     : req->op == GPT_CTL_OP_CANCEL ? "cancel"
-                     : req->op == GPT_CTL_OP_RESUME ? "resume"
-                                                    : "snapshots";
     /* The coordinator checks the client's uid against the job's owner. */
-    json_t *args = json_pack("{s:I, s:I, s:I}", "job", (json_int_t)req->job, "uid",
-                             (json_int_t)cl->uid, "snapshot", (json_int_t)req->snapshot);
-    struct mirror_req *q = args ? mirror_req_new(m, cl, req->id) : NULL;
-    if (!q) {
-        json_decref(args);
+    struct cluster_msg_read_args args = {
+        .job = req->job, .uid = cl->uid, .snapshot = req->snapshot, .limit = 0};
+    struct mirror_req *q = mirror_req_new(m, cl, req->id);
+    if (!q)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    }
-    int rc = cluster_read(m->cl, op, args, mirror_on_read, q, err);
+    int rc = cluster_read_op(m->cl, req->op, &args, mirror_on_read, q, err);
     if (rc < 0) {
         mirror_req_free(q);
         return rc;
@@ -193,19 +186,20 @@ static void mirror_pump(struct mirror *m, struct control_client *cl)
         cl->writes_pending > 0)
         return;
     struct gpt_err err;
-    json_t *args = json_pack("{s:I, s:I, s:I, s:i}", "job", (json_int_t)cl->logs.job, "since",
-                             (json_int_t)cl->logs.since, "after", (json_int_t)cl->logs.after,
-                             "limit", MIRROR_HIST_CHUNK);
-    struct mirror_req *q = args ? mirror_req_new(m, cl, cl->logs.id) : NULL;
+    struct cluster_msg_read_args args = {.job = cl->logs.job,
+                                         .uid = -1,
+                                         .since = cl->logs.since,
+                                         .after = cl->logs.after,
+                                         .limit = MIRROR_HIST_CHUNK};
+    struct mirror_req *q = mirror_req_new(m, cl, cl->logs.id);
     if (!q) {
-        json_decref(args);
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         control_reply_err(cl, cl->logs.id, -ENOMEM, &err);
         mirror_detach(cl);
         return;
     }
     cl->logs.pending = true;
-    int rc = cluster_read(m->cl, "history", args, mirror_on_history, q, &err);
+    int rc = cluster_read_op(m->cl, GPT_CTL_OP_LOGS, &args, mirror_on_history, q, &err);
     if (rc < 0) {
         cl->logs.pending = false;
         mirror_req_free(q);
