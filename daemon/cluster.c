@@ -1,7 +1,9 @@
 /*
- * cluster: node identity, the store connection, heartbeats, the outbox to
- * the coordinator and, on the coordinator, the store server, the inbox
- * drain and the round protocol (see cluster.h). One periodic timer drives
+ * cluster: node identity, the store connections, heartbeats, leaving, the
+ * polling of the published round and node table and, on the coordinator,
+ * the store server and the round protocol's hooks (see cluster.h). The
+ * outbox, requests and inbox are in cluster_inbox.c, the feed in
+ * cluster_feed.c (see cluster_impl.h). One periodic timer drives
  * everything, redis-cron style, with sub-periods per duty.
  *
  * Every store callback gets the cluster itself as its argument: the
@@ -10,7 +12,7 @@
  *
  * Loop thread only.
  */
-#include "cluster.h"
+#include "cluster_impl.h"
 
 #include "devices.h"
 
@@ -22,123 +24,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster_msg.h"
 #include "log.h"
-#include "rdzv.h"
-#include "store_client.h"
 #include "store_server.h"
 
-#define CLUSTER_TICK_MS          25
-#define CLUSTER_POLL_S           0.1  /* how often the round key is read */
-#define CLUSTER_DRAIN_S          0.05 /* how often the coordinator drains its inbox */
-#define CLUSTER_NODES_S          1.0  /* how often the node table is published/read */
-#define CLUSTER_CONNECT_S        2.0  /* a connect (and handshake) slower than this is retried */
-#define CLUSTER_BACKOFF_MIN_MS   100
-#define CLUSTER_BACKOFF_MAX_MS   1000
-#define CLUSTER_OUTBOX_MAX       (4u << 20) /* queued bytes to the coordinator */
-#define CLUSTER_SUBMIT_TIMEOUT_S 15.0
-#define CLUSTER_READ_TIMEOUT_S   5.0 /* a read proxied to the coordinator */
-#define CLUSTER_SUBMITS_MAX      64
-#define CLUSTER_LEAVE_S          1.0  /* how long a leave waits to reach the store */
-#define CLUSTER_FEED_S           0.1  /* how often the feed is published/polled */
-#define CLUSTER_FEED_KEEP        64   /* feed chunks kept in the store */
-#define CLUSTER_FEED_CHUNK       256  /* records in one chunk at most */
-#define CLUSTER_FEED_PENDING     4096 /* unpublished records kept (oldest dropped) */
+#define CLUSTER_POLL_S    0.1 /* how often the round key is read */
+#define CLUSTER_NODES_S   1.0 /* how often the node table is published/read */
+#define CLUSTER_CONNECT_S 2.0 /* a connect (and handshake) slower than this is retried */
+#define CLUSTER_LEAVE_S   1.0 /* how long a leave waits to reach the store */
 
-enum cluster_conn { CONN_NONE, CONN_CONNECTING, CONN_READY };
-
-/* A request to the coordinator waiting for its answer: a submit (cb) or a
- * read (rcb). */
-struct cluster_submit {
-    struct cluster_submit *next;
-    int64_t req;
-    double deadline;
-    bool inflight;
-    char key[128];
-    void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err);
-    cluster_reply_fn rcb;
-    void *arg;
-};
-
-struct cluster {
-    uv_loop_t *loop;
-    struct cluster_opts o;
-    char node_id[RDZV_NODE_ID_MAX];
-    char host[CLUSTER_HOST_MAX];
-    char addr[RDZV_ADDR_MAX];
-    char version[32];
-    uint8_t *secret;
-    size_t secret_len;
-    char secret_file[1024];
-    char secret_hint[1024];
-    /* The store refused this node's secret: forwarded requests fail at once
-     * (with refused_msg) instead of waiting for a connection that will not
-     * come; the error is logged once per streak of refusals. */
-    bool refused;
-    char refused_msg[2600];
-    uint64_t inc;
-    uv_timer_t timer;
-    struct cluster_node_hooks nh;
-    struct cluster_jobs_hooks jh;
-    struct cluster_feed_hooks fh;
-    cluster_read_fn read_fn;
-    void *read_ctx;
-
-    /* the node's connection */
-    struct store_client_async *nc;
-    int nc_state;
-    double nc_since, last_progress, retry_at;
-    int backoff_ms;
-    int inflight;
-    bool lost_reported;
-    double next_hb;
-    bool hb_soon;
-    double next_poll;
-    bool poll_inflight;
-    char round_seen[96];
-    double next_nodes;
-    json_t *nodes_cache;
-    char *out;
-    size_t out_len, out_cap;
-    bool append_inflight;
-    struct cluster_submit *submits;
-    int n_submits;
-    int64_t next_req;
-    int leave_state; /* 0, 1 queued, 2 in the append in flight */
-    double leave_deadline;
-    void (*leave_done)(void *arg);
-    void *leave_arg;
-    /* the feed, as a member reads it */
-    double next_feed;
-    bool feed_inflight;
-    uint64_t feed_gen;
-    bool feed_gen_known;
-    int64_t feed_next, feed_head;
-
-    /* the coordinator */
-    struct store_server *server;
-    struct store_client_async *cc;
-    int cc_state;
-    double cc_retry_at;
-    struct rdzv_coord *coord;
-    bool drain_inflight;
-    char *drain_val;
-    size_t drain_len;
-    double next_drain, next_nodes_pub;
-    /* the feed the coordinator publishes: chunk n at c/feed/<n>, the newest
-     * named by RDZV_KEY_FEED_HEAD; records not yet in a chunk wait here */
-    json_t *feed_pending;
-    uint64_t feed_seq;
-    int64_t feed_chunk;
-    double next_feed_pub;
-
-    int closing_handles;
-    void (*done)(void *ctx);
-    void *done_ctx;
-    bool closing;
-};
-
-static double cluster_now(void)
+double cluster_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -173,7 +67,7 @@ void cluster_set_workers(struct cluster *c, int workers)
 
 /* ---- the node's connection ---- */
 
-static void cluster_conn_lost(struct cluster *c, const char *why)
+void cluster_conn_lost(struct cluster *c, const char *why)
 {
     if (c->nc) {
         struct store_client_async *a = c->nc;
@@ -185,14 +79,13 @@ static void cluster_conn_lost(struct cluster *c, const char *why)
     c->nc_state = CONN_NONE;
     c->inflight = 0;
     c->poll_inflight = false;
-    c->append_inflight = false;
+    c->ob.append_inflight = false;
     c->round_seen[0] = '\0';
     c->retry_at = cluster_now() + c->backoff_ms / 1e3;
     c->backoff_ms =
         c->backoff_ms * 2 > CLUSTER_BACKOFF_MAX_MS ? CLUSTER_BACKOFF_MAX_MS : c->backoff_ms * 2;
-    for (struct cluster_submit *s = c->submits; s; s = s->next)
-        s->inflight = false;
-    c->feed_inflight = false;
+    cluster_requests_disconnected(c);
+    cluster_feed_disconnected(c);
     if (c->leave_state)
         c->leave_deadline = 0; /* nothing more can be sent: done at the next tick */
     if (!c->lost_reported && c->nh.lost) {
@@ -201,8 +94,7 @@ static void cluster_conn_lost(struct cluster *c, const char *why)
     }
 }
 
-/* Every reply (or failure) of the node's client comes through here first. */
-static bool cluster_reply_ok(struct cluster *c, const struct store_reply *r)
+bool cluster_reply_ok(struct cluster *c, const struct store_reply *r)
 {
     if (r->status == -ECANCELED || !c->nc)
         return false; /* the connection is being torn down */
@@ -274,77 +166,6 @@ static void cluster_connect(struct cluster *c, double now)
     }
 }
 
-/* ---- outbox, heartbeats, polling ---- */
-
-static void cluster_on_append(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    c->append_inflight = false;
-    if (c->leave_state == 2)
-        c->leave_deadline = 0; /* the leave reached the store (or never will) */
-    if (!cluster_reply_ok(c, r))
-        return;
-    if (r->status < 0)
-        log_warn("cluster: message to the coordinator dropped: %s", gpt_strerror(r->status));
-}
-
-static void cluster_flush(struct cluster *c)
-{
-    if (c->nc_state != CONN_READY || c->append_inflight || c->out_len == 0)
-        return;
-    int rc =
-        store_client_async_append(c->nc, RDZV_KEY_INBOX, c->out, c->out_len, cluster_on_append, c);
-    if (rc < 0) {
-        /* -EPIPE: the connection failed while nothing was pending. */
-        if (rc == -EPIPE)
-            cluster_conn_lost(c, "connection closed");
-        return;
-    }
-    c->append_inflight = true;
-    c->inflight++;
-    c->out_len = 0;
-    if (c->leave_state == 1)
-        c->leave_state = 2;
-}
-
-/* Appends one encoded line (taken) to the outbox. */
-static void cluster_outbox_push(struct cluster *c, char *line, size_t n)
-{
-    if (c->out_len + n + 1 > CLUSTER_OUTBOX_MAX) {
-        free(line);
-        return; /* the coordinator is unreachable: stale news is worthless */
-    }
-    if (c->out_len + n + 1 > c->out_cap) {
-        size_t cap = c->out_cap ? c->out_cap : 4096;
-        while (cap < c->out_len + n + 1)
-            cap *= 2;
-        char *p = realloc(c->out, cap);
-        if (!p) {
-            free(line);
-            return;
-        }
-        c->out = p;
-        c->out_cap = cap;
-    }
-    memcpy(c->out + c->out_len, line, n);
-    c->out[c->out_len + n] = '\n';
-    c->out_len += n + 1;
-    free(line);
-    cluster_flush(c);
-}
-
-void cluster_send(struct cluster *c, const struct cluster_msg *msg)
-{
-    char *line = NULL;
-    size_t n = 0;
-    struct gpt_err err;
-    if (cluster_msg_encode(msg, &line, &n, &err) < 0) {
-        log_warn("cluster: a %s message not sent: %s", cluster_msg_type_name(msg->type), err.msg);
-        return;
-    }
-    cluster_outbox_push(c, line, n);
-}
-
 static void cluster_on_tick(uv_timer_t *t);
 
 void cluster_heartbeat_soon(struct cluster *c)
@@ -354,8 +175,7 @@ void cluster_heartbeat_soon(struct cluster *c)
         uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
 }
 
-/* Starts message `m` of `type` from this node. */
-static void cluster_msg_start(struct cluster *c, struct cluster_msg *m, int type)
+void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type)
 {
     cluster_msg_init(m, type);
     snprintf(m->node, sizeof(m->node), "%s", c->node_id);
@@ -365,7 +185,7 @@ static void cluster_msg_start(struct cluster *c, struct cluster_msg *m, int type
 static void cluster_heartbeat(struct cluster *c)
 {
     struct cluster_msg hb;
-    cluster_msg_start(c, &hb, CLUSTER_MSG_HB);
+    cluster_start_msg(c, &hb, CLUSTER_MSG_HB);
     snprintf(hb.addr, sizeof(hb.addr), "%s", c->addr);
     snprintf(hb.version, sizeof(hb.version), "%s", c->version);
     devices_summary(hb.devices, sizeof(hb.devices));
@@ -384,7 +204,7 @@ void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
     c->leave_state = 1;
     c->leave_deadline = c->nc_state == CONN_READY ? cluster_now() + CLUSTER_LEAVE_S : 0;
     struct cluster_msg m;
-    cluster_msg_start(c, &m, CLUSTER_MSG_LEAVE);
+    cluster_start_msg(c, &m, CLUSTER_MSG_LEAVE);
     cluster_send(c, &m);
     if (!c->closing)
         uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
@@ -399,36 +219,6 @@ static void cluster_leave_check(struct cluster *c, double now)
     c->leave_done = NULL;
     if (done)
         done(c->leave_arg);
-}
-
-static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
-static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
-                                   const char *node);
-
-void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric *m)
-{
-    if (c->coord) {
-        cluster_coord_metric(c, job, m);
-        return;
-    }
-    struct cluster_msg msg;
-    cluster_msg_start(c, &msg, CLUSTER_MSG_METRIC);
-    msg.job = job;
-    msg.metric = *m;
-    cluster_send(c, &msg);
-}
-
-void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e)
-{
-    if (c->coord) {
-        cluster_coord_event_in(c, job, e, c->node_id);
-        return;
-    }
-    struct cluster_msg msg;
-    cluster_msg_start(c, &msg, CLUSTER_MSG_EVENT);
-    msg.job = job;
-    msg.event = *e;
-    cluster_send(c, &msg);
 }
 
 /* A round with a world: this node's assignment, if it is a member. */
@@ -538,173 +328,6 @@ static void cluster_on_nodes(void *arg, const struct store_reply *r)
     }
 }
 
-static void cluster_on_publish(void *arg, const struct store_reply *r);
-
-/* ---- forwarded submits (node side) ---- */
-
-static void cluster_submit_end(struct cluster *c, struct cluster_submit *s, int rc, int64_t job,
-                               const json_t *reply, const struct gpt_err *err)
-{
-    for (struct cluster_submit **pp = &c->submits; *pp; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    }
-    c->n_submits--;
-    if (s->rcb)
-        s->rcb(s->arg, rc, reply, err);
-    else
-        s->cb(s->arg, rc, job, err);
-    free(s);
-}
-
-struct cluster_submit_poll {
-    struct cluster *c;
-    int64_t req;
-};
-
-static void cluster_on_submit_reply(void *arg, const struct store_reply *r)
-{
-    struct cluster_submit_poll *p = arg;
-    struct cluster *c = p->c;
-    int64_t req = p->req;
-    free(p);
-    if (!cluster_reply_ok(c, r))
-        return;
-    struct cluster_submit *s = c->submits;
-    while (s && s->req != req)
-        s = s->next;
-    if (!s)
-        return;
-    s->inflight = false;
-    if (r->status < 0)
-        return; /* not answered yet */
-    struct cluster_msg_reply o;
-    struct gpt_err err;
-    gpt_err_clear(&err);
-    int rc = cluster_msg_reply_decode(r->data, r->len, &o, &err);
-    if (rc < 0) {
-        rc = gpt_err_set(&err, -EPROTO, err.path, "the coordinator's answer is malformed: %s",
-                         err.msg);
-    } else if (o.ok) {
-        if (s->rcb && !o.result)
-            rc = gpt_err_set(&err, -EPROTO, NULL, "the coordinator's answer has no result");
-    } else {
-        rc = o.code;
-        gpt_err_set(&err, rc, o.path, "%s",
-                    o.message[0] ? o.message : "the coordinator refused the job");
-    }
-    (void)store_client_async_delete(c->nc, s->key, cluster_on_publish, c);
-    cluster_submit_end(c, s, rc, o.job, o.result, &err);
-    cluster_msg_reply_done(&o);
-}
-
-static void cluster_poll_submits(struct cluster *c, double now)
-{
-    struct cluster_submit *s = c->submits;
-    while (s) {
-        struct cluster_submit *next = s->next;
-        if (now > s->deadline) {
-            struct gpt_err err;
-            gpt_err_set(&err, -ETIMEDOUT, NULL, "the coordinator did not answer within %.0f s",
-                        s->rcb ? CLUSTER_READ_TIMEOUT_S : CLUSTER_SUBMIT_TIMEOUT_S);
-            cluster_submit_end(c, s, -ETIMEDOUT, 0, NULL, &err);
-        } else if (!s->inflight && c->nc_state == CONN_READY) {
-            struct cluster_submit_poll *p = malloc(sizeof(*p));
-            if (p) {
-                p->c = c;
-                p->req = s->req;
-                if (store_client_async_get(c->nc, s->key, cluster_on_submit_reply, p) == 0) {
-                    s->inflight = true;
-                    c->inflight++;
-                } else {
-                    free(p);
-                }
-            }
-        }
-        s = next;
-    }
-}
-
-/* Queues request `m` (borrowed; its "req" is set here) whose answer the
- * coordinator publishes at its reply key (cluster_msg_reply_key). */
-static int cluster_request(struct cluster *c, struct cluster_msg *m, double timeout_s,
-                           void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err),
-                           cluster_reply_fn rcb, void *arg, struct gpt_err *err)
-{
-    if (c->refused && c->nc_state != CONN_READY)
-        return gpt_err_set(err, -GPT_E_AUTH, NULL, "this node is not in the cluster: %s",
-                           c->refused_msg);
-    if (c->n_submits >= CLUSTER_SUBMITS_MAX)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many requests to the coordinator");
-    struct cluster_submit *s = calloc(1, sizeof(*s));
-    if (!s)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    s->req = ++c->next_req;
-    s->deadline = cluster_now() + timeout_s;
-    s->cb = cb;
-    s->rcb = rcb;
-    s->arg = arg;
-    m->req = s->req;
-    if (cluster_msg_reply_key(s->key, sizeof(s->key), c->node_id, c->inc, s->req) < 0) {
-        free(s);
-        return gpt_err_set(err, -EINVAL, NULL, "node id \"%s\" cannot name a reply key",
-                           c->node_id);
-    }
-    char *line = NULL;
-    size_t n = 0;
-    int rc = cluster_msg_encode(m, &line, &n, err);
-    if (rc < 0) {
-        free(s);
-        return rc;
-    }
-    s->next = c->submits;
-    c->submits = s;
-    c->n_submits++;
-    cluster_outbox_push(c, line, n);
-    return 0;
-}
-
-int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t priority,
-                   void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
-                   struct gpt_err *err)
-{
-    struct cluster_msg m;
-    cluster_msg_start(c, &m, CLUSTER_MSG_SUBMIT);
-    m.uid = uid;
-    m.priority = priority;
-    m.spec = (json_t *)spec;
-    m.present |= CLUSTER_MSG_BIT(PRIO);
-    return cluster_request(c, &m, CLUSTER_SUBMIT_TIMEOUT_S, cb, NULL, arg, err);
-}
-
-int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_args *args,
-                    cluster_reply_fn cb, void *arg, struct gpt_err *err)
-{
-    struct cluster_msg m;
-    cluster_msg_start(c, &m, CLUSTER_MSG_READ);
-    m.op = op;
-    if (args) {
-        m.args = *args;
-        m.present |= CLUSTER_MSG_BIT(ARGS);
-    }
-    return cluster_request(c, &m, CLUSTER_READ_TIMEOUT_S, NULL, cb, arg, err);
-}
-
-int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
-                 struct gpt_err *err)
-{
-    struct cluster_msg_read_args a;
-    int ctl_op = cluster_msg_read_op(op);
-    int rc = ctl_op < 0 ? gpt_err_set(err, -EINVAL, "op", "unknown forwarded read \"%.64s\"", op)
-                        : cluster_msg_read_args_decode(args, &a, err);
-    json_decref(args);
-    if (rc < 0)
-        return rc;
-    return cluster_read_op(c, ctl_op, &a, cb, arg, err);
-}
-
 /* ---- the coordinator ---- */
 
 static double cluster_coord_now(void)
@@ -712,13 +335,13 @@ static double cluster_coord_now(void)
     return cluster_now();
 }
 
-static void cluster_on_publish(void *arg, const struct store_reply *r)
+void cluster_on_publish(void *arg, const struct store_reply *r)
 {
     (void)arg;
     (void)r;
 }
 
-static void cluster_publish(void *ctx, const char *key, const char *value)
+void cluster_publish(void *ctx, const char *key, const char *value)
 {
     struct cluster *c = ctx;
     if (c->cc_state != CONN_READY)
@@ -775,169 +398,6 @@ static void cluster_coord_restarts(void *ctx, int64_t job, int restarts)
         c->jh.restarts(c->jh.ctx, job, restarts);
 }
 
-/* Publishes the answer to request `m` at the asking node's reply key: rc
- * 0 with `job` or `result` (taken), or rc < 0 with err. */
-static void cluster_answer(struct cluster *c, const struct cluster_msg *m, int rc, int64_t job,
-                           json_t *result, const struct gpt_err *err)
-{
-    struct cluster_msg_reply r = {.ok = rc == 0, .job = job, .result = result, .code = rc};
-    if (rc < 0) {
-        snprintf(r.message, sizeof(r.message), "%s", err->msg);
-        snprintf(r.path, sizeof(r.path), "%s", err->path);
-    }
-    char key[CLUSTER_MSG_KEY_MAX];
-    char *text = NULL;
-    size_t n = 0;
-    struct gpt_err e;
-    if (cluster_msg_reply_key(key, sizeof(key), m->node, m->inc, m->req) == 0 &&
-        cluster_msg_reply_encode(&r, &text, &n, &e) == 0)
-        cluster_publish(c, key, text);
-    free(text);
-    json_decref(result);
-}
-
-/* A submit forwarded by a member. */
-static void cluster_answer_submit(struct cluster *c, const struct cluster_msg *m)
-{
-    struct gpt_err err;
-    gpt_err_clear(&err);
-    int64_t id = 0;
-    int rc;
-    char *text = json_dumps(m->spec, JSON_COMPACT);
-    if (!text)
-        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
-    else if (!c->jh.submit)
-        rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator takes no jobs yet");
-    else
-        rc = c->jh.submit(c->jh.ctx, text, (uid_t)m->uid, m->priority, &id, &err);
-    free(text);
-    cluster_answer(c, m, rc, id, NULL, &err);
-}
-
-/* A read forwarded by a member: the same result its own socket would give. */
-static void cluster_answer_read(struct cluster *c, const struct cluster_msg *m)
-{
-    struct gpt_err err;
-    gpt_err_clear(&err);
-    json_t *result = NULL;
-    json_t *args = cluster_msg_read_args_to_json(&m->args);
-    int rc;
-    if (!args)
-        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
-    else if (!c->read_fn)
-        rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator answers no reads yet");
-    else
-        rc = c->read_fn(c->read_ctx, cluster_msg_read_name(m->op), args, &result, &err);
-    json_decref(args);
-    cluster_answer(c, m, rc, 0, rc == 0 ? result : NULL, &err);
-}
-
-/* Global rank 0's records, from the inbox or, on the coordinator's own
- * node, directly (so they reach the database as soon as on a single gptd:
- * a snapshot on disk is never newer than the metrics recorded before it by
- * more than a loop iteration). */
-static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m)
-{
-    if (job != rdzv_coord_job(c->coord))
-        return;
-    rdzv_coord_progress(c->coord, m->step, -1);
-    if (c->jh.metric)
-        c->jh.metric(c->jh.ctx, job, m);
-}
-
-static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
-                                   const char *node)
-{
-    if (job != rdzv_coord_job(c->coord))
-        return;
-    if (strcmp(e->kind, "snapshot") == 0)
-        rdzv_coord_progress(c->coord, e->step, e->step);
-    if (c->jh.event)
-        c->jh.event(c->jh.ctx, job, e, node);
-}
-
-static void cluster_coord_line(struct cluster *c, double now, const char *line, size_t len)
-{
-    struct cluster_msg m;
-    struct gpt_err err;
-    if (cluster_msg_decode(line, len, &m, &err) < 0) {
-        log_debug("cluster: inbox message dropped: %s", err.msg);
-        goto out;
-    }
-    switch (m.type) {
-    case CLUSTER_MSG_HB:
-    case CLUSTER_MSG_JOIN:
-    case CLUSTER_MSG_LEAVE:
-        rdzv_coord_message(c->coord, now, &m);
-        break;
-    case CLUSTER_MSG_METRIC:
-        cluster_coord_metric(c, m.job, &m.metric);
-        break;
-    case CLUSTER_MSG_EVENT:
-        cluster_coord_event_in(c, m.job, &m.event, m.node);
-        break;
-    case CLUSTER_MSG_SUBMIT:
-        cluster_answer_submit(c, &m);
-        break;
-    case CLUSTER_MSG_READ:
-        cluster_answer_read(c, &m);
-        break;
-    }
-out:
-    cluster_msg_done(&m);
-}
-
-static void cluster_on_drain_cas(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    char *val = c->drain_val;
-    size_t len = c->drain_len;
-    c->drain_val = NULL;
-    c->drain_inflight = false;
-    if (r->status == 0 && r->len == 0 && val) {
-        /* The inbox was emptied exactly as read: the lines are ours. */
-        double now = cluster_now();
-        size_t start = 0;
-        for (size_t i = 0; i < len; i++) {
-            if (val[i] == '\n') {
-                if (i > start)
-                    cluster_coord_line(c, now, val + start, i - start);
-                start = i + 1;
-            }
-        }
-        rdzv_coord_tick(c->coord, now);
-    } else if (r->status == 0) {
-        c->next_drain = 0; /* appended meanwhile: read again at once */
-    }
-    free(val);
-}
-
-static void cluster_on_drain_get(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
-        c->cc_state = CONN_NONE; /* reconnected by cluster_coord_duty */
-        c->cc_retry_at = cluster_now();
-    }
-    if (r->status < 0 || r->len == 0 || c->cc_state != CONN_READY) {
-        c->drain_inflight = false;
-        return;
-    }
-    c->drain_val = malloc(r->len);
-    if (!c->drain_val) {
-        c->drain_inflight = false;
-        return;
-    }
-    memcpy(c->drain_val, r->data, r->len);
-    c->drain_len = r->len;
-    if (store_client_async_compare_set(c->cc, RDZV_KEY_INBOX, c->drain_val, c->drain_len, "", 0,
-                                       cluster_on_drain_cas, c) < 0) {
-        free(c->drain_val);
-        c->drain_val = NULL;
-        c->drain_inflight = false;
-    }
-}
-
 static void cluster_on_cc_connect(void *arg, int status)
 {
     struct cluster *c = arg;
@@ -955,7 +415,6 @@ static void cluster_on_cc_connect(void *arg, int status)
 }
 
 static void cluster_on_cc_closed(void *arg);
-static void cluster_feed_publish(struct cluster *c);
 static json_t *cluster_mark_coordinator(struct cluster *c, json_t *nodes);
 
 static void cluster_coord_duty(struct cluster *c, double now)
@@ -980,16 +439,8 @@ static void cluster_coord_duty(struct cluster *c, double now)
     }
     if (c->cc_state != CONN_READY)
         return;
-    if (!c->drain_inflight && now >= c->next_drain) {
-        c->next_drain = now + CLUSTER_DRAIN_S;
-        if (store_client_async_get(c->cc, RDZV_KEY_INBOX, cluster_on_drain_get, c) == 0)
-            c->drain_inflight = true;
-        rdzv_coord_tick(c->coord, now);
-    }
-    if (now >= c->next_feed_pub) {
-        c->next_feed_pub = now + CLUSTER_FEED_S;
-        cluster_feed_publish(c);
-    }
+    cluster_inbox_drain(c, now);
+    cluster_feed_duty(c, now);
     if (now >= c->next_nodes_pub) {
         c->next_nodes_pub = now + CLUSTER_NODES_S;
         json_t *n = cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, now));
@@ -1000,135 +451,6 @@ static void cluster_coord_duty(struct cluster *c, double now)
             free(text);
         }
     }
-}
-
-/* ---- the feed ---- */
-
-void cluster_feed_push(struct cluster *c, int64_t job, json_t *rec)
-{
-    if (!rec)
-        return;
-    if (!c->coord) {
-        json_decref(rec);
-        return;
-    }
-    if (!c->feed_pending && !(c->feed_pending = json_array())) {
-        json_decref(rec);
-        return;
-    }
-    /* A coordinator that cannot reach its own store keeps the newest records. */
-    if (json_array_size(c->feed_pending) >= CLUSTER_FEED_PENDING)
-        json_array_remove(c->feed_pending, 0);
-    json_t *e = cluster_msg_feed_rec_new(++c->feed_seq, job, rec);
-    if (e)
-        json_array_append_new(c->feed_pending, e);
-}
-
-uint64_t cluster_feed_seq(const struct cluster *c)
-{
-    return c->feed_seq;
-}
-
-/* Writes the pending records as the next chunks, moves the head, and trims
- * the chunk that fell out of the window. */
-static void cluster_feed_publish(struct cluster *c)
-{
-    char key[64], head[64];
-    while (c->feed_pending && json_array_size(c->feed_pending) > 0) {
-        json_t *recs = json_array();
-        if (!recs)
-            return;
-        while (json_array_size(c->feed_pending) > 0 && json_array_size(recs) < CLUSTER_FEED_CHUNK) {
-            json_array_append(recs, json_array_get(c->feed_pending, 0));
-            json_array_remove(c->feed_pending, 0);
-        }
-        char *text = NULL;
-        size_t n = 0;
-        int rc = cluster_msg_feed_encode(recs, &text, &n, NULL);
-        json_decref(recs);
-        if (rc < 0)
-            return;
-        c->feed_chunk++;
-        snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64, c->feed_chunk);
-        cluster_publish(c, key, text);
-        free(text);
-        if (c->feed_chunk > CLUSTER_FEED_KEEP) {
-            snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64,
-                     c->feed_chunk - CLUSTER_FEED_KEEP);
-            cluster_publish(c, key, NULL);
-        }
-    }
-    if (cluster_msg_feed_head_encode(head, sizeof(head), c->inc, c->feed_chunk) == 0)
-        cluster_publish(c, CLUSTER_KEY_FEED_HEAD, head);
-}
-
-static void cluster_on_feed_chunk(void *arg, const struct store_reply *r);
-
-/* Member: reads the next chunk the head names, one at a time. */
-static void cluster_feed_next(struct cluster *c)
-{
-    if (c->feed_next > c->feed_head || c->nc_state != CONN_READY) {
-        c->feed_inflight = false;
-        return;
-    }
-    char key[64];
-    snprintf(key, sizeof(key), CLUSTER_KEY_FEED_PREFIX "%" PRId64, c->feed_next);
-    if (store_client_async_get(c->nc, key, cluster_on_feed_chunk, c) == 0) {
-        c->feed_inflight = true;
-        c->inflight++;
-    } else {
-        c->feed_inflight = false;
-    }
-}
-
-static void cluster_on_feed_chunk(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r))
-        return;
-    if (r->status < 0 && r->status != -ENOENT) {
-        c->feed_inflight = false;
-        return;
-    }
-    c->feed_next++; /* a trimmed chunk (-ENOENT) is skipped */
-    if (r->status == 0) {
-        struct cluster_msg_feed *f = malloc(sizeof(*f));
-        struct gpt_err err;
-        if (f && cluster_msg_feed_decode(r->data, r->len, f, &err) == 0) {
-            for (size_t i = 0; i < f->n; i++)
-                if (c->fh.record)
-                    c->fh.record(c->fh.ctx, f->recs[i].seq, f->recs[i].job, f->recs[i].rec);
-            cluster_msg_feed_done(f);
-        } else if (f) {
-            log_debug("cluster: feed chunk %" PRId64 " skipped: %s", c->feed_next - 1, err.msg);
-        }
-        free(f);
-    }
-    cluster_feed_next(c);
-}
-
-static void cluster_on_feed_head(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r))
-        return;
-    uint64_t gen = 0;
-    int64_t head = 0;
-    if (r->status < 0 || cluster_msg_feed_head_decode(r->data, r->len, &gen, &head, NULL) < 0) {
-        c->feed_inflight = false;
-        return;
-    }
-    if (!c->feed_gen_known || gen != c->feed_gen) {
-        /* A new coordinator: its feed starts over. Only the newest chunks
-         * matter to a member (its followers have the rest as history). */
-        c->feed_gen = gen;
-        c->feed_gen_known = true;
-        c->feed_next = head > 4 ? head - 3 : 1;
-        if (c->fh.reset)
-            c->fh.reset(c->fh.ctx);
-    }
-    c->feed_head = head;
-    cluster_feed_next(c);
 }
 
 /* Marks the coordinator's own entry in a node table. */
@@ -1243,13 +565,7 @@ static void cluster_on_tick(uv_timer_t *t)
         if (store_client_async_get(c->nc, RDZV_KEY_NODES, cluster_on_nodes, c) == 0)
             c->inflight++;
     }
-    if (!c->coord && c->fh.record && !c->feed_inflight && now >= c->next_feed) {
-        c->next_feed = now + CLUSTER_FEED_S;
-        if (store_client_async_get(c->nc, CLUSTER_KEY_FEED_HEAD, cluster_on_feed_head, c) == 0) {
-            c->feed_inflight = true;
-            c->inflight++;
-        }
-    }
+    cluster_feed_poll(c, now);
     cluster_poll_submits(c, now);
 }
 
@@ -1365,7 +681,7 @@ void cluster_set_read_hook(struct cluster *c, cluster_read_fn fn, void *ctx)
 
 void cluster_set_feed_hooks(struct cluster *c, const struct cluster_feed_hooks *h)
 {
-    c->fh = *h;
+    c->feed.h = *h;
 }
 
 static void cluster_maybe_done(struct cluster *c)
@@ -1376,9 +692,8 @@ static void cluster_maybe_done(struct cluster *c)
     void *ctx = c->done_ctx;
     rdzv_coord_free(c->coord);
     json_decref(c->nodes_cache);
-    json_decref(c->feed_pending);
-    free(c->out);
-    free(c->drain_val);
+    cluster_feed_done(c);
+    cluster_inbox_done(c);
     free(c->secret);
     free(c);
     if (done)
@@ -1414,11 +729,7 @@ void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx)
     c->done_ctx = ctx;
     c->nh.lost = NULL;
     c->nh.round = NULL;
-    while (c->submits) {
-        struct gpt_err err;
-        gpt_err_set(&err, -ECANCELED, NULL, "gptd is stopping");
-        cluster_submit_end(c, c->submits, -ECANCELED, 0, NULL, &err);
-    }
+    cluster_requests_cancel(c);
     if (c->nc) {
         struct store_client_async *a = c->nc;
         c->nc = NULL;
