@@ -18,6 +18,7 @@
 
 #include "jobspec.h"
 #include "log.h"
+#include "monotime.h"
 #include "rdzv.h"
 #include "snapshot.h"
 #include "store_client.h"
@@ -52,19 +53,6 @@ struct agent_kv {
     atomic_bool aborted;
 };
 
-static double agent_mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void agent_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Connects on first use; called with k->mu held. */
 static int agent_kv_client(struct agent_kv *k)
 {
@@ -75,7 +63,7 @@ static int agent_kv_client(struct agent_kv *k)
                                    .secret = k->secret,
                                    .secret_len = k->secret_len,
                                    .timeout_ms = 5000};
-    double deadline = agent_mono_s() + AGENT_KV_CONNECT_MS / 1e3;
+    double deadline = monotime_s() + AGENT_KV_CONNECT_MS / 1e3;
     for (;;) {
         struct gpt_err err;
         struct store_client *c = NULL;
@@ -86,9 +74,9 @@ static int agent_kv_client(struct agent_kv *k)
         }
         if (atomic_load(&k->aborted))
             return -ECANCELED;
-        if (rc == -GPT_E_AUTH || agent_mono_s() > deadline)
+        if (rc == -GPT_E_AUTH || monotime_s() > deadline)
             return rc;
-        agent_sleep_ms(100);
+        monotime_sleep_ms(100);
     }
 }
 
@@ -111,7 +99,7 @@ static int agent_kv_get(void *ctx, const char *key, void *buf, size_t cap, size_
                         int timeout_ms)
 {
     struct agent_kv *k = ctx;
-    double deadline = agent_mono_s() + timeout_ms / 1e3;
+    double deadline = monotime_s() + timeout_ms / 1e3;
     const char *keys[1] = {key};
     for (;;) {
         if (atomic_load(&k->aborted))
@@ -138,9 +126,9 @@ static int agent_kv_get(void *ctx, const char *key, void *buf, size_t cap, size_
             free(val);
             return 0;
         }
-        if (agent_mono_s() > deadline)
+        if (monotime_s() > deadline)
             return -ETIMEDOUT;
-        agent_sleep_ms(AGENT_KV_POLL_MS);
+        monotime_sleep_ms(AGENT_KV_POLL_MS);
     }
 }
 

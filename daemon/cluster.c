@@ -25,19 +25,13 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "monotime.h"
 #include "store_server.h"
 
 #define CLUSTER_POLL_S    0.1 /* how often the round key is read */
 #define CLUSTER_NODES_S   1.0 /* how often the node table is published/read */
 #define CLUSTER_CONNECT_S 2.0 /* a connect (and handshake) slower than this is retried */
 #define CLUSTER_LEAVE_S   1.0 /* how long a leave waits to reach the store */
-
-double cluster_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 bool cluster_is_coordinator(const struct cluster *c)
 {
@@ -81,7 +75,7 @@ void cluster_conn_lost(struct cluster *c, const char *why)
     c->poll_inflight = false;
     c->ob.append_inflight = false;
     c->round_seen[0] = '\0';
-    c->retry_at = cluster_now() + c->backoff_ms / 1e3;
+    c->retry_at = monotime_s() + c->backoff_ms / 1e3;
     c->backoff_ms =
         c->backoff_ms * 2 > CLUSTER_BACKOFF_MAX_MS ? CLUSTER_BACKOFF_MAX_MS : c->backoff_ms * 2;
     cluster_requests_disconnected(c);
@@ -100,7 +94,7 @@ bool cluster_reply_ok(struct cluster *c, const struct store_reply *r)
         return false; /* the connection is being torn down */
     if (c->inflight > 0)
         c->inflight--;
-    c->last_progress = cluster_now();
+    c->last_progress = monotime_s();
     if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
         cluster_conn_lost(c, gpt_strerror(r->status));
         return false;
@@ -145,7 +139,7 @@ static void cluster_on_connect(void *arg, int status)
     c->refused = false;
     c->nc_state = CONN_READY;
     c->backoff_ms = CLUSTER_BACKOFF_MIN_MS;
-    c->last_progress = cluster_now();
+    c->last_progress = monotime_s();
     c->lost_reported = false;
     c->hb_soon = true;
     c->next_poll = 0;
@@ -202,7 +196,7 @@ void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
     c->leave_done = done;
     c->leave_arg = arg;
     c->leave_state = 1;
-    c->leave_deadline = c->nc_state == CONN_READY ? cluster_now() + CLUSTER_LEAVE_S : 0;
+    c->leave_deadline = c->nc_state == CONN_READY ? monotime_s() + CLUSTER_LEAVE_S : 0;
     struct cluster_msg m;
     cluster_start_msg(c, &m, CLUSTER_MSG_LEAVE);
     cluster_send(c, &m);
@@ -330,11 +324,6 @@ static void cluster_on_nodes(void *arg, const struct store_reply *r)
 
 /* ---- the coordinator ---- */
 
-static double cluster_coord_now(void)
-{
-    return cluster_now();
-}
-
 void cluster_on_publish(void *arg, const struct store_reply *r)
 {
     (void)arg;
@@ -404,14 +393,14 @@ static void cluster_on_cc_connect(void *arg, int status)
     if (status < 0) {
         log_error("cluster: the coordinator cannot reach its own store: %s", gpt_strerror(status));
         c->cc_state = CONN_NONE;
-        c->cc_retry_at = cluster_now() + 1.0;
+        c->cc_retry_at = monotime_s() + 1.0;
         return;
     }
     c->cc_state = CONN_READY;
     /* What was decided before the connection was up (the generation, a job
      * reloaded from the database) reaches the store now. */
     rdzv_coord_republish(c->coord);
-    rdzv_coord_tick(c->coord, cluster_now());
+    rdzv_coord_tick(c->coord, monotime_s());
 }
 
 static void cluster_on_cc_closed(void *arg);
@@ -492,19 +481,19 @@ int cluster_job_resume(struct cluster *c, int64_t job, const char *spec_json, in
                          .resume_step = resume_step,
                          .resume_what = resume_what,
                          .newest_snap = resume_step >= 0 ? -1 : newest_snap};
-    return rdzv_coord_job_start(c->coord, cluster_coord_now(), &j, err);
+    return rdzv_coord_job_start(c->coord, monotime_s(), &j, err);
 }
 
 void cluster_job_stop(struct cluster *c)
 {
     if (c->coord)
-        rdzv_coord_job_stop(c->coord, cluster_coord_now());
+        rdzv_coord_job_stop(c->coord, monotime_s());
 }
 
 json_t *cluster_nodes_json(struct cluster *c)
 {
     if (c->coord)
-        return cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, cluster_now()));
+        return cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, monotime_s()));
     return c->nodes_cache ? json_deep_copy(c->nodes_cache) : json_array();
 }
 
@@ -513,7 +502,7 @@ json_t *cluster_nodes_json(struct cluster *c)
 static void cluster_on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
-    double now = cluster_now();
+    double now = monotime_s();
     if (c->closing)
         return;
     if (c->coord)
@@ -649,7 +638,7 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         snprintf(self.version, sizeof(self.version), "%s", c->version);
         snprintf(self.state, sizeof(self.state), "idle");
         devices_summary(self.devices, sizeof(self.devices));
-        rdzv_coord_message(c->coord, cluster_now(), &self);
+        rdzv_coord_message(c->coord, monotime_s(), &self);
         log_info("cluster: coordinator serving the store at %s:%d", c->host, c->o.port);
     }
     uv_timer_init(loop, &c->timer);

@@ -142,7 +142,6 @@ struct cluster {
 };
 
 /* cluster.c */
-double cluster_now(void);
 /* Every reply (or failure) of the node's client comes through here first:
  * false when the reply is to be ignored (the connection is gone). */
 bool cluster_reply_ok(struct cluster *c, const struct store_reply *r);

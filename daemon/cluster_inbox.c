@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "monotime.h"
 
 #define CLUSTER_OUTBOX_MAX       (4u << 20) /* queued bytes to the coordinator */
 #define CLUSTER_SUBMIT_TIMEOUT_S 15.0
@@ -229,7 +230,7 @@ static int cluster_request(struct cluster *c, struct cluster_msg *m, double time
     if (!s)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     s->req = ++c->ob.next_req;
-    s->deadline = cluster_now() + timeout_s;
+    s->deadline = monotime_s() + timeout_s;
     s->cb = cb;
     s->rcb = rcb;
     s->arg = arg;
@@ -430,7 +431,7 @@ static void cluster_on_drain_cas(void *arg, const struct store_reply *r)
     c->ib.inflight = false;
     if (r->status == 0 && r->len == 0 && val) {
         /* The inbox was emptied exactly as read: the lines are ours. */
-        double now = cluster_now();
+        double now = monotime_s();
         size_t start = 0;
         for (size_t i = 0; i < len; i++) {
             if (val[i] == '\n') {
@@ -451,7 +452,7 @@ static void cluster_on_drain_get(void *arg, const struct store_reply *r)
     struct cluster *c = arg;
     if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
         c->cc_state = CONN_NONE; /* reconnected by cluster_coord_duty */
-        c->cc_retry_at = cluster_now();
+        c->cc_retry_at = monotime_s();
     }
     if (r->status < 0 || r->len == 0 || c->cc_state != CONN_READY) {
         c->ib.inflight = false;
