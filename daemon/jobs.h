@@ -60,9 +60,8 @@ int64_t jobs_running(const struct jobs *js);
 /* Starts a `logs` stream on a client (validated request fields). */
 int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, int64_t job,
                 int64_t since, bool follow, struct gpt_err *err);
-/* Control hooks: the client's output drained / the client is closing. */
+/* Control hook: the client's output drained. */
 void jobs_client_drained(struct jobs *js, struct control_client *cl);
-void jobs_client_closed(struct jobs *js, struct control_client *cl);
 
 /* Graceful stop: a running job writes a snapshot and stops, and is queued
  * to resume on the next start; then done(ctx) runs (on the loop). Calling
