@@ -1,6 +1,6 @@
 /*
  * agent: one node's elastic agent (see agent.h). Owns the node's workers of
- * the current round, their store client (through struct agent_kv) and the
+ * the current round, their store client (through struct store_kv) and the
  * mailbox they post to. Everything but the worker callbacks and the kv runs
  * on the loop thread; the snapshot scan runs on a libuv work thread and
  * touches only its own fields.
@@ -18,13 +18,13 @@
 
 #include "jobspec.h"
 #include "log.h"
+#include "mailbox.h"
+#include "monotime.h"
 #include "rdzv.h"
 #include "snapshot.h"
 #include "store_client.h"
+#include "store_kv.h"
 #include "workers.h"
-
-#define AGENT_KV_CONNECT_MS 10000 /* the workers' store client: connect retries */
-#define AGENT_KV_POLL_MS    10
 
 enum agent_state {
     AGENT_IDLE,
@@ -38,166 +38,6 @@ enum agent_state {
 
 static const char *const agent_state_names[] = {"idle",    "stopping", "joining", "joined",
                                                 "running", "exited",   "waiting"};
-
-/* ---- the workers' key-value store (worker threads) ---- */
-
-struct agent_kv {
-    struct gpt_kv kv;
-    pthread_mutex_t mu;
-    struct store_client *client;
-    char host[CLUSTER_HOST_MAX];
-    int port;
-    uint8_t secret[STORE_SECRET_MAX];
-    size_t secret_len;
-    atomic_bool aborted;
-};
-
-static double agent_mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void agent_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* Connects on first use; called with k->mu held. */
-static int agent_kv_client(struct agent_kv *k)
-{
-    if (k->client)
-        return 0;
-    struct store_client_opts co = {.host = k->host,
-                                   .port = k->port,
-                                   .secret = k->secret,
-                                   .secret_len = k->secret_len,
-                                   .timeout_ms = 5000};
-    double deadline = agent_mono_s() + AGENT_KV_CONNECT_MS / 1e3;
-    for (;;) {
-        struct gpt_err err;
-        struct store_client *c = NULL;
-        int rc = store_client_connect(&co, &c, &err);
-        if (rc == 0) {
-            __atomic_store_n(&k->client, c, __ATOMIC_RELEASE);
-            return 0;
-        }
-        if (atomic_load(&k->aborted))
-            return -ECANCELED;
-        if (rc == -GPT_E_AUTH || agent_mono_s() > deadline)
-            return rc;
-        agent_sleep_ms(100);
-    }
-}
-
-static int agent_kv_set(void *ctx, const char *key, const void *val, size_t len)
-{
-    struct agent_kv *k = ctx;
-    if (atomic_load(&k->aborted))
-        return -ECANCELED;
-    pthread_mutex_lock(&k->mu);
-    int rc = agent_kv_client(k);
-    if (rc == 0)
-        rc = store_client_set(k->client, key, val, len, NULL);
-    pthread_mutex_unlock(&k->mu);
-    return rc;
-}
-
-/* Polls (CHECK, then GET) instead of a blocking WAIT so that an abort is
- * seen within one poll and the mutex is never held while waiting. */
-static int agent_kv_get(void *ctx, const char *key, void *buf, size_t cap, size_t *ret_len,
-                        int timeout_ms)
-{
-    struct agent_kv *k = ctx;
-    double deadline = agent_mono_s() + timeout_ms / 1e3;
-    const char *keys[1] = {key};
-    for (;;) {
-        if (atomic_load(&k->aborted))
-            return -ECANCELED;
-        int all = 0, rc;
-        void *val = NULL;
-        size_t len = 0;
-        pthread_mutex_lock(&k->mu);
-        rc = agent_kv_client(k);
-        if (rc == 0)
-            rc = store_client_check(k->client, keys, 1, &all, NULL);
-        if (rc == 0 && all)
-            rc = store_client_get(k->client, key, &val, &len, NULL);
-        pthread_mutex_unlock(&k->mu);
-        if (rc < 0)
-            return rc;
-        if (all) {
-            if (len > cap) {
-                free(val);
-                return -EMSGSIZE;
-            }
-            memcpy(buf, val, len);
-            *ret_len = len;
-            free(val);
-            return 0;
-        }
-        if (agent_mono_s() > deadline)
-            return -ETIMEDOUT;
-        agent_sleep_ms(AGENT_KV_POLL_MS);
-    }
-}
-
-static struct agent_kv *agent_kv_new(const char *host, int port, const void *secret,
-                                     size_t secret_len)
-{
-    struct agent_kv *k = calloc(1, sizeof(*k));
-    if (!k)
-        return NULL;
-    pthread_mutex_init(&k->mu, NULL);
-    snprintf(k->host, sizeof(k->host), "%s", host);
-    k->port = port;
-    if (secret_len > sizeof(k->secret))
-        secret_len = sizeof(k->secret);
-    if (secret_len)
-        memcpy(k->secret, secret, secret_len);
-    k->secret_len = secret_len;
-    atomic_init(&k->aborted, false);
-    k->kv.ctx = k;
-    k->kv.set = agent_kv_set;
-    k->kv.get = agent_kv_get;
-    return k;
-}
-
-/* Any thread: fail the kv's current and later calls. */
-static void agent_kv_abort(struct agent_kv *k)
-{
-    atomic_store(&k->aborted, true);
-    /* The client pointer is only written under the mutex by a worker; an
-     * abort of a call in progress must not wait for that mutex. */
-    struct store_client *c = __atomic_load_n(&k->client, __ATOMIC_ACQUIRE);
-    if (c)
-        store_client_abort(c);
-}
-
-/* Once no worker uses it. */
-static void agent_kv_free(struct agent_kv *k)
-{
-    if (!k)
-        return;
-    store_client_free(k->client);
-    pthread_mutex_destroy(&k->mu);
-    free(k);
-}
-
-/* ---- the mailbox (worker threads post, the loop drains) ---- */
-
-enum agent_msg_kind { AGENT_MSG_METRIC, AGENT_MSG_EVENT, AGENT_MSG_EXIT };
-
-struct agent_msg {
-    struct agent_msg *next;
-    int kind;
-    union {
-        struct gpt_metric m;
-        struct gpt_event e;
-    } u;
-};
 
 struct agent {
     uv_loop_t *loop;
@@ -213,9 +53,7 @@ struct agent {
     int comm_timeout_ms;
     bool snapshot_dir_own;
 
-    uv_mutex_t mu;
-    struct agent_msg *head, *tail;
-    uv_async_t async;
+    struct mailbox mb; /* the workers' records (worker threads post, the loop drains) */
 
     /* the published round */
     json_t *cur;
@@ -235,7 +73,7 @@ struct agent {
 
     /* the workers of one round */
     struct workers *ws;
-    struct agent_kv *kv;
+    struct store_kv *kv;
     uint64_t ws_gen;
     int64_t ws_round, ws_job;
     int ws_stop; /* 0, GPT_STOP_SNAPSHOT, or -1 aborted */
@@ -273,48 +111,6 @@ struct agent {
     void (*done)(void *ctx);
     void *done_ctx;
 };
-
-static void agent_post(struct agent *a, struct agent_msg *m)
-{
-    m->next = NULL;
-    uv_mutex_lock(&a->mu);
-    if (a->tail)
-        a->tail->next = m;
-    else
-        a->head = m;
-    a->tail = m;
-    uv_mutex_unlock(&a->mu);
-    uv_async_send(&a->async);
-}
-
-static void agent_post_metric(void *ctx, const struct gpt_metric *m)
-{
-    struct agent_msg *msg = malloc(sizeof(*msg));
-    if (!msg)
-        return;
-    msg->kind = AGENT_MSG_METRIC;
-    msg->u.m = *m;
-    agent_post(ctx, msg);
-}
-
-static void agent_post_event(void *ctx, const struct gpt_event *e)
-{
-    struct agent_msg *msg = malloc(sizeof(*msg));
-    if (!msg)
-        return;
-    msg->kind = AGENT_MSG_EVENT;
-    msg->u.e = *e;
-    agent_post(ctx, msg);
-}
-
-static void agent_post_exit(void *ctx)
-{
-    struct agent_msg *msg;
-    while (!(msg = calloc(1, sizeof(*msg))))
-        uv_sleep(10);
-    msg->kind = AGENT_MSG_EXIT;
-    agent_post(ctx, msg);
-}
 
 /* ---- state ---- */
 
@@ -389,7 +185,7 @@ static bool agent_load_spec(struct agent *a)
 }
 
 static void agent_reconcile(struct agent *a);
-static void agent_on_async_closed(uv_handle_t *h);
+static void agent_on_mailbox_closed(void *ctx);
 static void agent_leave_check(struct agent *a);
 
 static void agent_scan_work(uv_work_t *w)
@@ -454,7 +250,7 @@ static void agent_start_workers(struct agent *a, const json_t *me)
     const char *prefix = json_string_value(json_object_get(a->cur, "prefix"));
     struct gpt_err err;
     gpt_err_clear(&err);
-    a->kv = agent_kv_new(a->host, a->port, a->secret, a->secret_len);
+    a->kv = store_kv_new(a->host, a->port, a->secret, a->secret_len);
     if (!a->kv) {
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;
@@ -480,15 +276,15 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
         .world = world,
         .rank_base = base,
-        .kv = &a->kv->kv,
+        .kv = store_kv_gpt(a->kv),
         .kv_prefix = prefix,
         .comm_timeout_ms = a->comm_timeout_ms,
         .bind_host = a->bind_host,
         .write_snapshots = true,
-        .ctx = a,
-        .on_metric = agent_post_metric,
-        .on_event = agent_post_event,
-        .on_exit = agent_post_exit,
+        .ctx = &a->mb,
+        .on_metric = mailbox_post_metric,
+        .on_event = mailbox_post_event,
+        .on_exit = mailbox_post_exit,
     };
     int rc = n >= 1 && world >= n && prefix ? workers_start(&o, &a->ws, &err)
                                             : gpt_err_set(&err, -EINVAL, NULL, "bad world");
@@ -504,7 +300,7 @@ static void agent_start_workers(struct agent *a, const json_t *me)
     return;
 fail:
     log_error("agent: cannot start workers: %s", err.msg);
-    agent_kv_free(a->kv);
+    store_kv_free(a->kv);
     a->kv = NULL;
     a->exit_gen = a->gen;
     a->exit_round = a->round;
@@ -522,7 +318,7 @@ static void agent_stop_workers(struct agent *a, int how)
         if (a->ws_stop != -1) {
             a->ws_stop = -1;
             workers_abort(a->ws);
-            agent_kv_abort(a->kv);
+            store_kv_abort(a->kv);
         }
     } else if (a->ws_stop == 0) {
         a->ws_stop = how;
@@ -540,7 +336,7 @@ static void agent_reconcile(struct agent *a)
         }
         if (!a->scanning && a->handles == 1) {
             a->handles = 0;
-            uv_close((uv_handle_t *)&a->async, agent_on_async_closed);
+            mailbox_close(&a->mb, agent_on_mailbox_closed);
         }
         return;
     }
@@ -635,20 +431,16 @@ static void agent_reconcile(struct agent *a)
 
 /* ---- inputs ---- */
 
-static void agent_on_mail(uv_async_t *h)
+static void agent_on_mail(void *ctx, struct mailbox_msg *list)
 {
-    struct agent *a = h->data;
-    uv_mutex_lock(&a->mu);
-    struct agent_msg *list = a->head;
-    a->head = a->tail = NULL;
-    uv_mutex_unlock(&a->mu);
+    struct agent *a = ctx;
     bool exited = false;
     while (list) {
-        struct agent_msg *m = list;
+        struct mailbox_msg *m = list;
         list = m->next;
-        if (m->kind == AGENT_MSG_METRIC)
+        if (m->kind == MAILBOX_METRIC)
             cluster_send_metric(a->cl, a->ws_job, &m->u.m);
-        else if (m->kind == AGENT_MSG_EVENT)
+        else if (m->kind == MAILBOX_EVENT)
             cluster_send_event(a->cl, a->ws_job, &m->u.e);
         else
             exited = true;
@@ -664,7 +456,7 @@ static void agent_on_mail(uv_async_t *h)
     int rc = workers_join(a->ws, &res, &err);
     workers_free(a->ws);
     a->ws = NULL;
-    agent_kv_free(a->kv);
+    store_kv_free(a->kv);
     a->kv = NULL;
     a->exit_gen = a->ws_gen;
     a->exit_round = a->ws_round;
@@ -715,27 +507,32 @@ static void agent_on_lost(void *ctx)
     agent_reconcile(a);
 }
 
-static void agent_on_heartbeat(void *ctx, json_t *hb)
+static void agent_on_heartbeat(void *ctx, struct cluster_msg *hb)
 {
     struct agent *a = ctx;
-    char gen[32];
-    snprintf(gen, sizeof(gen), "%" PRIx64, a->gen);
-    int64_t round = a->state == AGENT_RUNNING  ? a->ws_round
-                    : a->state == AGENT_JOINED ? a->joined_round
-                                               : a->round;
-    json_object_set_new(hb, "state", json_string(agent_state_names[a->state]));
-    json_object_set_new(hb, "gen", json_string(gen));
-    json_object_set_new(hb, "round", json_integer(round));
-    json_object_set_new(hb, "job", json_integer(a->job));
-    if (a->job)
-        json_object_set_new(hb, "workers", json_integer(agent_workers_for(a)));
-    if (a->state == AGENT_JOINED)
-        json_object_set_new(hb, "snap", json_integer(a->joined_snap));
+    snprintf(hb->state, sizeof(hb->state), "%s", agent_state_names[a->state]);
+    hb->gen = a->gen;
+    hb->round = a->state == AGENT_RUNNING  ? a->ws_round
+                : a->state == AGENT_JOINED ? a->joined_round
+                                           : a->round;
+    hb->job = a->job;
+    hb->present |= CLUSTER_MSG_BIT(STATE) | CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) |
+                   CLUSTER_MSG_BIT(JOB);
+    if (a->job) {
+        hb->workers = agent_workers_for(a);
+        hb->present |= CLUSTER_MSG_BIT(WORKERS);
+    }
+    if (a->state == AGENT_JOINED) {
+        hb->snap_step = a->joined_snap;
+        hb->present |= CLUSTER_MSG_BIT(SNAP);
+    }
     if (a->exit_gen == a->gen && a->exit_job == a->job) {
-        json_object_set_new(hb, "exit_round", json_integer(a->exit_round));
-        json_object_set_new(hb, "exit_rc", json_integer(a->exit_rc));
-        json_object_set_new(hb, "exit_step", json_integer(a->exit_step));
-        json_object_set_new(hb, "exit_msg", json_string(a->exit_msg));
+        hb->exit_round = a->exit_round;
+        hb->exit_rc = a->exit_rc;
+        hb->exit_step = a->exit_step;
+        snprintf(hb->exit_msg, sizeof(hb->exit_msg), "%s", a->exit_msg);
+        hb->present |= CLUSTER_MSG_BIT(EXIT_ROUND) | CLUSTER_MSG_BIT(EXIT_RC) |
+                       CLUSTER_MSG_BIT(EXIT_STEP) | CLUSTER_MSG_BIT(EXIT_MSG);
     }
 }
 
@@ -816,9 +613,11 @@ int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, s
     a->comm_timeout_ms = o->comm_timeout_ms;
     a->snapshot_dir_own = o->snapshot_dir_own;
     a->joined_round = a->exit_round = a->ws_round = -1;
-    uv_mutex_init(&a->mu);
-    uv_async_init(loop, &a->async, agent_on_mail);
-    a->async.data = a;
+    int rc = mailbox_init(&a->mb, loop, agent_on_mail, a);
+    if (rc < 0) {
+        free(a);
+        return gpt_err_set(err, rc, NULL, "cannot set up the mailbox: %s", uv_strerror(rc));
+    }
     uv_timer_init(loop, &a->leave_timer);
     a->leave_timer.data = a;
     a->handles = 1;
@@ -838,15 +637,9 @@ static void agent_on_timer_closed(uv_handle_t *h)
         done(ctx);
 }
 
-static void agent_on_async_closed(uv_handle_t *h)
+static void agent_on_mailbox_closed(void *ctx)
 {
-    struct agent *a = h->data;
-    while (a->head) {
-        struct agent_msg *m = a->head;
-        a->head = m->next;
-        free(m);
-    }
-    uv_mutex_destroy(&a->mu);
+    struct agent *a = ctx;
     json_decref(a->cur);
     a->cur = NULL;
     uv_close((uv_handle_t *)&a->leave_timer, agent_on_timer_closed);
@@ -865,6 +658,6 @@ void agent_close(struct agent *a, void (*done)(void *ctx), void *ctx)
     }
     if (!a->scanning) {
         a->handles = 0;
-        uv_close((uv_handle_t *)&a->async, agent_on_async_closed);
+        mailbox_close(&a->mb, agent_on_mailbox_closed);
     }
 }

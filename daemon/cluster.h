@@ -22,6 +22,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "cluster_msg.h"
 #include "gpt_err.h"
 #include "metric.h"
 
@@ -67,8 +68,9 @@ struct cluster_node_hooks {
     /* The connection to the store is lost (the coordinator is gone or this
      * node is cut off): stop taking part in any world. */
     void (*lost)(void *ctx);
-    /* Adds the agent's fields to a heartbeat. */
-    void (*heartbeat)(void *ctx, json_t *hb);
+    /* Adds the agent's fields to a heartbeat (setting their bits in
+     * hb->present). */
+    void (*heartbeat)(void *ctx, struct cluster_msg *hb);
 };
 
 /* What the coordinator reports to the job queue. */
@@ -86,8 +88,10 @@ struct cluster_jobs_hooks {
     void (*restarts)(void *ctx, int64_t job, int restarts);
 };
 
-/* The coordinator answers a read forwarded by a member (op "list",
- * "status", "snapshots", "history"): *ret gets the result object (new). */
+/* The coordinator answers a read forwarded by a member: `op` is its wire
+ * name (cluster_msg_read_name), `args` the validated arguments (only the
+ * non-default ones, see cluster_msg_read_args_to_json); *ret gets the
+ * result object (new). */
 typedef int (*cluster_read_fn)(void *ctx, const char *op, const json_t *args, json_t **ret,
                                struct gpt_err *err);
 
@@ -114,10 +118,7 @@ void cluster_set_feed_hooks(struct cluster *c, const struct cluster_feed_hooks *
 void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx);
 
 bool cluster_is_coordinator(const struct cluster *c);
-const char *cluster_node_id(const struct cluster *c);
 uint64_t cluster_incarnation(const struct cluster *c);
-/* Connected to the store now. */
-bool cluster_connected(const struct cluster *c);
 /* The store's endpoint: its host and port (the bound one when it was 0). */
 const char *cluster_host(const struct cluster *c);
 int cluster_port(const struct cluster *c);
@@ -130,8 +131,9 @@ void cluster_set_workers(struct cluster *c, int workers);
  * call). */
 void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg);
 
-/* Node side: queue one message for the coordinator (takes `msg`). */
-void cluster_send(struct cluster *c, json_t *msg);
+/* Node side: queue one message for the coordinator (borrowed; encoded
+ * here, dropped with a warning when it does not encode). */
+void cluster_send(struct cluster *c, const struct cluster_msg *msg);
 /* Sends a heartbeat at the next loop iteration. */
 void cluster_heartbeat_soon(struct cluster *c);
 /* Forwards global rank 0's records to the coordinator. */
@@ -144,8 +146,15 @@ int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t pri
                    void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err), void *arg,
                    struct gpt_err *err);
 
-/* Node side: a read op run by the coordinator ("list", "status",
- * "snapshots", "history"; `args` taken); cb runs once, from the loop. */
+/* Node side: the coordinator computes the answer of control op `op` (enum
+ * gpt_ctl_op, one cluster_msg_read_name() names) with `args` (borrowed;
+ * NULL: defaults); cb runs once, from the loop. -EINVAL naming the field
+ * when the request would not encode. */
+int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_args *args,
+                    cluster_reply_fn cb, void *arg, struct gpt_err *err);
+/* The same with the read's wire name ("list", "history", "locate", ...)
+ * and its arguments as JSON (taken), checked as the coordinator checks
+ * them. */
 int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
                  struct gpt_err *err);
 

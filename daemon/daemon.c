@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "daemon.h"
+#include "hostport.h"
 #include "log.h"
 #include "notify.h"
 #include "secret.h"
@@ -193,17 +194,11 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
                      : embedded   ? DAEMON_EMBEDDED_HOST ":0"
                                   : DAEMON_RDZV_DEFAULT;
     char host[CLUSTER_HOST_MAX];
-    const char *colon = strrchr(ep, ':');
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!colon || colon == ep || (size_t)(colon - ep) >= sizeof(host) || !end || *end ||
-        port < (embedded ? 0 : 1) || port > 65535)
-        return gpt_err_set(err, -EINVAL, "rdzv", "expected HOST:PORT, got \"%s\"", ep);
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - ep), ep);
-    if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-        memmove(host, host + 1, strlen(host));
-        host[strlen(host) - 1] = '\0';
-    }
+    int port_i = 0;
+    int rc0 = hostport_parse(ep, embedded ? 0 : 1, "rdzv", host, sizeof(host), &port_i, err);
+    if (rc0 < 0)
+        return rc0;
+    long port = port_i;
     char secret_path[CONFIG_PATH_MAX + 32];
     snprintf(secret_path, sizeof(secret_path), "%s", cfg->secret_file);
     if ((embedded || cfg->coordinator) && !secret_path[0]) {

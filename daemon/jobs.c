@@ -1,8 +1,8 @@
 /*
  * jobs: queue, scheduler, the running job and its followers (see jobs.h).
- * Owns the mailbox (the only state shared with worker threads) and the
- * running job's workers handle. Loop thread, except jobs_post_* which run
- * on worker threads and only append to the mailbox.
+ * Owns the mailbox (daemon/mailbox.h: the only state shared with worker
+ * threads, which only post to it) and the running job's workers handle.
+ * Loop thread.
  */
 #include "jobs.h"
 
@@ -16,39 +16,17 @@
 #include <time.h>
 
 #include "cluster.h"
+#include "follow.h"
 #include "log.h"
+#include "mailbox.h"
 #include "paths.h"
-#include "workers.h"
-
-#define JOBS_REPLAY_CHUNK 256 /* metrics per history chunk sent to a follower */
-
-enum jobs_msg_kind { JOBS_MSG_METRIC, JOBS_MSG_EVENT, JOBS_MSG_EXIT };
-
-/* One record from a worker (or, on a cluster's coordinator, from global
- * rank 0 on some node); owned by the mailbox until the loop frees it. */
-struct jobs_msg {
-    struct jobs_msg *next;
-    int kind;
-    char node[64]; /* the node that reported it; empty: this one */
-    union {
-        struct gpt_metric m;
-        struct gpt_event e;
-    } u;
-};
-
-struct jobs_mailbox {
-    uv_mutex_t mu;
-    struct jobs_msg *head, *tail;
-    uv_async_t async;
-};
+#include "trainer.h"
 
 enum jobs_stop { JOBS_STOP_NONE, JOBS_STOP_CANCEL, JOBS_STOP_SHUTDOWN };
 
 struct jobs_run {
     int64_t job_id, run_id;
     struct gpt_job spec;
-    struct workers *ws;
-    bool elastic;      /* runs on the cluster's world, not on local workers */
     int64_t last_step; /* newest metric step seen */
     int stop;          /* enum jobs_stop */
     uid_t cancelled_by;
@@ -60,7 +38,7 @@ struct jobs {
     const struct config *cfg;
     struct control *ctl;
     char state_dir[CONFIG_PATH_MAX];
-    struct jobs_mailbox mb;
+    struct mailbox mb; /* records of the running job, from workers or the cluster */
     uv_timer_t sched;
     int handles;
     struct jobs_run *run;
@@ -78,205 +56,31 @@ static double jobs_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* --- worker side: append to the mailbox and wake the loop -------------- */
-
-static void jobs_post(struct jobs_mailbox *mb, struct jobs_msg *msg)
-{
-    msg->next = NULL;
-    uv_mutex_lock(&mb->mu);
-    if (mb->tail)
-        mb->tail->next = msg;
-    else
-        mb->head = msg;
-    mb->tail = msg;
-    uv_mutex_unlock(&mb->mu);
-    uv_async_send(&mb->async);
-}
-
-static void jobs_post_metric(void *ctx, const struct gpt_metric *m)
-{
-    struct jobs_msg *msg = calloc(1, sizeof(*msg));
-    if (!msg)
-        return; /* a lost metric is better than a stalled trainer */
-    msg->kind = JOBS_MSG_METRIC;
-    msg->u.m = *m;
-    jobs_post(ctx, msg);
-}
-
-static void jobs_post_event(void *ctx, const struct gpt_event *e)
-{
-    struct jobs_msg *msg = calloc(1, sizeof(*msg));
-    if (!msg)
-        return;
-    msg->kind = JOBS_MSG_EVENT;
-    msg->u.e = *e;
-    jobs_post(ctx, msg);
-}
-
-static void jobs_post_exit(void *ctx)
-{
-    /* The exit must arrive: without it the job would look running forever. */
-    struct jobs_msg *msg;
-    while (!(msg = calloc(1, sizeof(*msg))))
-        uv_sleep(10);
-    msg->kind = JOBS_MSG_EXIT;
-    jobs_post(ctx, msg);
-}
-
-/* --- followers ----------------------------------------------------------- */
-
-static void jobs_follow_detach(struct control_client *cl)
-{
-    json_decref(cl->logs.id);
-    memset(&cl->logs, 0, sizeof(cl->logs));
-    control_client_idle_check(cl);
-}
-
-static void jobs_send_end(struct control_client *cl, const struct db_job *j)
-{
-    json_t *o = json_pack("{s:s, s:I, s:s}", "type", "end", "job", (json_int_t)j->id, "state",
-                          db_job_state_name(j->state));
-    if (o && j->error[0])
-        json_object_set_new(o, "error", json_string(j->error));
-    control_reply_ok(cl, cl->logs.id, o);
-    jobs_follow_detach(cl);
-}
-
-static void jobs_send_metric(void *ctx, const struct gpt_metric *m)
-{
-    struct control_client *cl = ctx;
-    control_reply_ok(cl, cl->logs.id, gpt_metric_to_json(m));
-}
-
-static void jobs_send_event(void *ctx, const struct gpt_event *e)
-{
-    struct control_client *cl = ctx;
-    control_reply_ok(cl, cl->logs.id, gpt_event_to_json(e));
-}
-
-/* Sends the next history chunk, or switches to live/ends when the history
- * is exhausted. The next chunk waits until this one has been written. */
-static void jobs_follow_pump(struct jobs *js, struct control_client *cl)
-{
-    struct gpt_err err;
-    while (cl->logs.active && cl->logs.replaying && !cl->closing) {
-        if (cl->writes_pending > 0)
-            return; /* jobs_client_drained calls again */
-        struct db_history_cb cb = {cl, jobs_send_metric, jobs_send_event};
-        int64_t last;
-        int more;
-        int rc = db_history(js->db, cl->logs.job, cl->logs.since, cl->logs.after, JOBS_REPLAY_CHUNK,
-                            &cb, &last, &more, &err);
-        if (rc < 0) {
-            log_error("logs: job %lld: %s", (long long)cl->logs.job, err.msg);
-            control_reply_err(cl, cl->logs.id, rc, &err);
-            jobs_follow_detach(cl);
-            return;
-        }
-        cl->logs.after = last;
-        if (!more)
-            cl->logs.replaying = false;
-    }
-    if (!cl->logs.active || cl->closing)
-        return;
-    struct db_job j;
-    if (db_job_get(js->db, cl->logs.job, &j, &err) < 0) {
-        control_reply_err(cl, cl->logs.id, -ENOENT, &err);
-        jobs_follow_detach(cl);
-        return;
-    }
-    if (!cl->logs.follow || db_job_state_final(j.state))
-        jobs_send_end(cl, &j);
-    db_job_done(&j);
-}
-
-struct jobs_count {
-    int64_t job;
-    int n;
-};
-
-static void jobs_count_follower(void *ctx, struct control_client *cl)
-{
-    struct jobs_count *cc = ctx;
-    if (cl->logs.active && cl->logs.follow && cl->logs.job == cc->job)
-        cc->n++;
-}
+/* --- followers: the local source of `logs` (daemon/follow.h) ----------- */
 
 int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, int64_t job,
                 int64_t since, bool follow, struct gpt_err *err)
 {
-    if (cl->logs.active)
-        return gpt_err_set(err, -EBUSY, NULL, "this connection already streams logs");
-    struct db_job j;
-    int rc = db_job_get(js->db, job, &j, err);
-    if (rc < 0)
-        return rc;
-    db_job_done(&j);
-    struct jobs_count cc = {job, 0};
-    control_foreach(js->ctl, jobs_count_follower, &cc);
-    if (follow && cc.n >= js->cfg->max_followers_per_job)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL,
-                           "job %lld already has %d followers (max_followers_per_job)",
-                           (long long)job, cc.n);
-    cl->logs.active = true;
-    cl->logs.follow = follow;
-    cl->logs.replaying = true;
-    cl->logs.id = json_deep_copy(id);
-    cl->logs.job = job;
-    cl->logs.since = since;
-    cl->logs.after = -1;
-    jobs_follow_pump(js, cl);
-    return 0;
+    return follow_local_start(js->db, js->ctl, js->cfg->max_followers_per_job, cl, id, job, since,
+                              follow, err);
 }
 
 void jobs_client_drained(struct jobs *js, struct control_client *cl)
 {
-    if (cl->logs.active && cl->logs.replaying)
-        jobs_follow_pump(js, cl);
+    if (cl->logs.active && !cl->logs.remote && cl->logs.replaying)
+        follow_local_pump(js->db, cl);
 }
 
-void jobs_client_closed(struct jobs *js, struct control_client *cl)
+static void jobs_fanout_msg(struct jobs *js, int64_t job, const struct mailbox_msg *msg)
 {
-    (void)js;
-    if (cl->logs.active) {
-        json_decref(cl->logs.id);
-        memset(&cl->logs, 0, sizeof(cl->logs));
-    }
-}
-
-/* Live fan-out of one record to the job's followers that are past replay. */
-struct jobs_fanout {
-    int64_t job;
-    const struct jobs_msg *msg;
-    const struct db_job *end; /* set: send the end of the stream instead */
-};
-
-static void jobs_fanout_one(void *ctx, struct control_client *cl)
-{
-    struct jobs_fanout *f = ctx;
-    if (!cl->logs.active || cl->logs.remote || cl->logs.replaying || cl->logs.job != f->job)
-        return;
-    if (f->end) {
-        jobs_send_end(cl, f->end);
-    } else if (f->msg->kind == JOBS_MSG_METRIC) {
-        if (f->msg->u.m.step >= cl->logs.since)
-            jobs_send_metric(cl, &f->msg->u.m);
-    } else if (f->msg->u.e.step >= cl->logs.since) {
-        jobs_send_event(cl, &f->msg->u.e);
-    }
-}
-
-static void jobs_fanout_msg(struct jobs *js, int64_t job, const struct jobs_msg *msg)
-{
-    struct jobs_fanout f = {job, msg, NULL};
-    control_foreach(js->ctl, jobs_fanout_one, &f);
+    follow_local_record(js->ctl, job, msg);
     /* The members' followers get it through the cluster's feed. The record
      * is in the database already, so a member that read the history up to
      * cluster_feed_seq() misses nothing and gets nothing twice. */
     if (js->cluster)
         cluster_feed_push(js->cluster, job,
-                          msg->kind == JOBS_MSG_METRIC ? gpt_metric_to_json(&msg->u.m)
-                                                       : gpt_event_to_json(&msg->u.e));
+                          msg->kind == MAILBOX_METRIC ? gpt_metric_to_json(&msg->u.m)
+                                                      : gpt_event_to_json(&msg->u.e));
 }
 
 /* Ends the streams of a job that reached a final state. */
@@ -287,15 +91,9 @@ static void jobs_fanout_end(struct jobs *js, int64_t job)
     if (db_job_get(js->db, job, &j, &err) < 0)
         return;
     if (db_job_state_final(j.state)) {
-        struct jobs_fanout f = {job, NULL, &j};
-        control_foreach(js->ctl, jobs_fanout_one, &f);
-        if (js->cluster) {
-            json_t *o = json_pack("{s:s, s:I, s:s}", "type", "end", "job", (json_int_t)j.id,
-                                  "state", db_job_state_name(j.state));
-            if (o && j.error[0])
-                json_object_set_new(o, "error", json_string(j.error));
-            cluster_feed_push(js->cluster, job, o);
-        }
+        follow_local_end(js->ctl, &j);
+        if (js->cluster)
+            cluster_feed_push(js->cluster, job, follow_job_end_json(&j));
     }
     db_job_done(&j);
 }
@@ -307,7 +105,7 @@ static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t ste
 static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, const char *kind,
                        const char *fmt, ...)
 {
-    struct jobs_msg msg = {.kind = JOBS_MSG_EVENT};
+    struct mailbox_msg msg = {.kind = MAILBOX_EVENT};
     struct gpt_event *e = &msg.u.e;
     snprintf(e->kind, sizeof(e->kind), "%s", kind);
     va_list ap;
@@ -355,39 +153,26 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
 
 /* --- the running job ---------------------------------------------------- */
 
-static void jobs_finish(struct jobs *js);
-
 /* Drains the whole mailbox: wakeups coalesce, so one wakeup may stand for
  * many records. One transaction for all of them, then the followers. */
-static void jobs_on_mail(uv_async_t *h)
+static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
 {
-    struct jobs *js = h->data;
-    uv_mutex_lock(&js->mb.mu);
-    struct jobs_msg *list = js->mb.head;
-    js->mb.head = js->mb.tail = NULL;
-    uv_mutex_unlock(&js->mb.mu);
-    if (!list)
-        return;
+    struct jobs *js = ctx;
     if (!js->run) {
-        /* Late records of an elastic job that has ended. */
-        while (list) {
-            struct jobs_msg *m = list;
-            list = m->next;
-            free(m);
-        }
+        /* Late records of a job that has ended. */
+        mailbox_free_list(list);
         return;
     }
     int64_t job = js->run->job_id;
-    bool exited = false;
 
     struct gpt_err err;
     int rc = db_begin(js->db, &err);
-    for (struct jobs_msg *m = list; rc == 0 && m; m = m->next) {
-        if (m->kind == JOBS_MSG_METRIC) {
+    for (struct mailbox_msg *m = list; rc == 0 && m; m = m->next) {
+        if (m->kind == MAILBOX_METRIC) {
             if (m->u.m.step > js->run->last_step)
                 js->run->last_step = m->u.m.step;
             rc = db_metric_insert(js->db, job, &m->u.m, &err);
-        } else if (m->kind == JOBS_MSG_EVENT) {
+        } else if (m->kind == MAILBOX_EVENT) {
             rc = db_event_insert(js->db, job, &m->u.e, &err);
             if (rc == 0 && strcmp(m->u.e.kind, "snapshot") == 0)
                 jobs_record_snapshot(js, job, &m->u.e, m->node);
@@ -400,17 +185,12 @@ static void jobs_on_mail(uv_async_t *h)
     if (rc < 0)
         log_error("job %lld: cannot store metrics: %s", (long long)job, err.msg);
 
-    while (list) {
-        struct jobs_msg *m = list;
-        list = m->next;
-        if (m->kind == JOBS_MSG_EXIT)
-            exited = true;
-        else
+    /* No MAILBOX_EXIT comes here: the cluster reports a job's end
+     * (jobs_cluster_finished). */
+    for (struct mailbox_msg *m = list; m; m = m->next)
+        if (m->kind != MAILBOX_EXIT)
             jobs_fanout_msg(js, job, m);
-        free(m);
-    }
-    if (exited)
-        jobs_finish(js);
+    mailbox_free_list(list);
 }
 
 static void jobs_mkdirs(const char *path)
@@ -463,7 +243,6 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
         db_rollback(js->db);
     if (rc < 0)
         return rc;
-    run->elastic = true;
     run->last_step = j->step;
     js->run = run;
     /* A chosen snapshot travels as its step: each node keeps its own copy
@@ -505,7 +284,6 @@ static int jobs_start(struct jobs *js, int64_t id)
         return rc;
     }
     struct jobs_run *run = calloc(1, sizeof(*run));
-    char resume_path[DB_PATH_MAX] = "";
     struct db_snapshot chosen;
     memset(&chosen, 0, sizeof(chosen));
     if (!run) {
@@ -520,62 +298,11 @@ static int jobs_start(struct jobs *js, int64_t id)
         rc = db_snapshot_get(js->db, j.resume_snapshot, &chosen, &err);
         if (rc < 0)
             goto fail;
-        snprintf(resume_path, sizeof(resume_path), "%s", chosen.path);
     }
-    int n_workers = run->spec.distributed.workers_per_node > 0
-                        ? run->spec.distributed.workers_per_node
-                        : js->cfg->workers;
     jobs_mkdirs(j.snapshot_dir);
-    if (js->cluster) {
-        rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
-        if (rc < 0)
-            goto fail;
-        db_job_done(&j);
-        return 0;
-    }
-
-    double now = jobs_now();
-    rc = db_begin(js->db, &err);
-    if (rc == 0)
-        rc = db_run_insert(js->db, id, n_workers, resume_path[0] ? resume_path : NULL, now,
-                           &run->run_id, &err);
-    if (rc == 0)
-        rc = db_job_set_state(js->db, id, DB_JOB_RUNNING, NULL, now, &err);
-    if (rc == 0)
-        rc = db_job_set_resume(js->db, id, 0, 0, &err);
-    if (rc == 0)
-        rc = db_commit(js->db, &err);
-    else
-        db_rollback(js->db);
+    rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
     if (rc < 0)
         goto fail;
-
-    struct workers_opts o = {
-        .job = &run->spec,
-        .n_workers = n_workers,
-        .snapshot_dir = j.snapshot_dir,
-        .resume = j.resume || resume_path[0],
-        .resume_path = resume_path[0] ? resume_path : NULL,
-        .run_id = run->run_id,
-        .ctx = &js->mb,
-        .on_metric = jobs_post_metric,
-        .on_event = jobs_post_event,
-        .on_exit = jobs_post_exit,
-    };
-    js->run = run;
-    rc = workers_start(&o, &run->ws, &err);
-    if (rc < 0) {
-        js->run = NULL;
-        db_run_end(js->db, run->run_id, "failed", jobs_now(), NULL);
-        goto fail;
-    }
-    log_info("job %lld (%s): run %lld started on %d worker%s%s%s", (long long)id, j.name,
-             (long long)run->run_id, n_workers, n_workers == 1 ? "" : "s",
-             o.resume ? ", resuming from " : "",
-             o.resume ? (resume_path[0] ? resume_path : "the newest snapshot") : "");
-    jobs_event(js, id, run->run_id, j.step, "run", "run %lld started on %s with %d worker%s%s",
-               (long long)run->run_id, js->cfg->node_name, n_workers, n_workers == 1 ? "" : "s",
-               o.resume ? " (resume)" : "");
     db_job_done(&j);
     return 0;
 fail:
@@ -583,26 +310,6 @@ fail:
     free(run);
     db_job_done(&j);
     return rc;
-}
-
-/* The workers have all returned: record the outcome, end the streams,
- * start the next job (or finish a shutdown). */
-static void jobs_finish_outcome(struct jobs *js, int rc, const struct gpt_train_result *res_in,
-                                const struct gpt_err *err_in);
-
-static void jobs_finish(struct jobs *js)
-{
-    struct jobs_run *run = js->run;
-    struct gpt_train_result res;
-    struct gpt_err err;
-    gpt_err_clear(&err);
-    memset(&res, 0, sizeof(res));
-    if (run->elastic)
-        return; /* the cluster reports the end (jobs_cluster_finished) */
-    int rc = workers_join(run->ws, &res, &err);
-    workers_free(run->ws);
-    run->ws = NULL;
-    jobs_finish_outcome(js, rc, &res, &err);
 }
 
 /* Records a job's end (rc: GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or an error
@@ -694,7 +401,11 @@ static void jobs_on_sched(uv_timer_t *t)
 
 void jobs_schedule(struct jobs *js)
 {
-    if (!js->run && !js->shutting_down)
+    /* Jobs run on the cluster's worlds, which only the coordinator forms:
+     * a member (no cluster attached) starts none. Its own queue is empty
+     * (its clients' submits go to the coordinator) unless it was once its
+     * own coordinator; such jobs wait here until it is again. */
+    if (js->cluster && !js->run && !js->shutting_down)
         uv_timer_start(&js->sched, jobs_on_sched, 0, 0);
 }
 
@@ -798,11 +509,8 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
             js->run->cancelled_by = who;
             jobs_event(js, id, js->run->run_id, step, "cancel",
                        "cancel requested by uid %u; stopping at the next step", (unsigned)who);
-            /* An elastic job with no world yet ends inside this call. */
-            if (js->run->elastic)
-                cluster_job_stop(js->cluster);
-            else
-                workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+            /* A job with no world yet ends inside this call. */
+            cluster_job_stop(js->cluster);
         }
         return 0;
     }
@@ -889,9 +597,10 @@ int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct co
     if (rc > 0)
         log_notice("%d job%s that %s running when gptd stopped will resume", rc, rc == 1 ? "" : "s",
                    rc == 1 ? "was" : "were");
-    uv_mutex_init(&js->mb.mu);
-    uv_async_init(loop, &js->mb.async, jobs_on_mail);
-    js->mb.async.data = js;
+    if ((rc = mailbox_init(&js->mb, loop, jobs_on_mail, js)) < 0) {
+        free(js);
+        return gpt_err_set(err, rc, NULL, "cannot set up the mailbox: %s", uv_strerror(rc));
+    }
     uv_timer_init(loop, &js->sched);
     js->sched.data = js;
     js->handles = 2;
@@ -913,40 +622,31 @@ void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx)
     js->done_ctx = ctx;
     if (js->shutdown_calls > 1) {
         log_notice("job %lld: stopping now, without a snapshot", (long long)js->run->job_id);
-        if (js->run->elastic) {
-            /* The world goes on without this coordinator's answer; the job
-             * resumes from the newest snapshot when it is back. */
-            struct gpt_train_result res = {.step = js->run->last_step};
-            struct gpt_err err;
-            gpt_err_clear(&err);
-            js->run->stop = JOBS_STOP_SHUTDOWN;
-            jobs_finish_outcome(js, GPT_TRAIN_STOPPED, &res, &err);
-        } else {
-            workers_request_stop(js->run->ws, GPT_STOP_NOW);
-        }
+        /* The world goes on without this coordinator's answer; the job
+         * resumes from the newest snapshot when it is back. */
+        struct gpt_train_result res = {.step = js->run->last_step};
+        struct gpt_err err;
+        gpt_err_clear(&err);
+        js->run->stop = JOBS_STOP_SHUTDOWN;
+        jobs_finish_outcome(js, GPT_TRAIN_STOPPED, &res, &err);
         return;
     }
     if (js->run->stop == JOBS_STOP_NONE)
         js->run->stop = JOBS_STOP_SHUTDOWN;
     log_notice("job %lld: writing a snapshot before gptd stops", (long long)js->run->job_id);
-    if (js->run->elastic)
-        cluster_job_stop(js->cluster);
-    else
-        workers_request_stop(js->run->ws, GPT_STOP_SNAPSHOT);
+    cluster_job_stop(js->cluster);
+}
+
+static void jobs_on_mailbox_closed(void *ctx)
+{
+    struct jobs *js = ctx;
+    if (--js->handles == 0)
+        free(js);
 }
 
 static void jobs_on_handle_closed(uv_handle_t *h)
 {
-    struct jobs *js = h->data;
-    if (--js->handles > 0)
-        return;
-    uv_mutex_destroy(&js->mb.mu);
-    while (js->mb.head) {
-        struct jobs_msg *m = js->mb.head;
-        js->mb.head = m->next;
-        free(m);
-    }
-    free(js);
+    jobs_on_mailbox_closed(h->data);
 }
 
 void jobs_free(struct jobs *js)
@@ -954,7 +654,7 @@ void jobs_free(struct jobs *js)
     if (!js)
         return;
     GPT_ASSERT(!js->run);
-    uv_close((uv_handle_t *)&js->mb.async, jobs_on_handle_closed);
+    mailbox_close(&js->mb, jobs_on_mailbox_closed);
     uv_close((uv_handle_t *)&js->sched, jobs_on_handle_closed);
 }
 
@@ -981,14 +681,14 @@ static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int6
 
 static bool jobs_cluster_current(const struct jobs *js, int64_t job)
 {
-    return js->run && js->run->elastic && js->run->job_id == job;
+    return js->run && js->run->job_id == job;
 }
 
 static void jobs_cluster_metric(void *ctx, int64_t job, const struct gpt_metric *m)
 {
     struct jobs *js = ctx;
     if (jobs_cluster_current(js, job))
-        jobs_post_metric(&js->mb, m);
+        mailbox_post_metric(&js->mb, m);
 }
 
 static void jobs_cluster_event(void *ctx, int64_t job, const struct gpt_event *e, const char *node)
@@ -996,17 +696,17 @@ static void jobs_cluster_event(void *ctx, int64_t job, const struct gpt_event *e
     struct jobs *js = ctx;
     if (!jobs_cluster_current(js, job))
         return;
-    struct jobs_msg *msg = calloc(1, sizeof(*msg));
+    struct mailbox_msg *msg = calloc(1, sizeof(*msg));
     if (!msg)
         return;
-    msg->kind = JOBS_MSG_EVENT;
+    msg->kind = MAILBOX_EVENT;
     msg->u.e = *e;
     if (msg->u.e.step < 0)
         msg->u.e.step = js->run->last_step;
     if (msg->u.e.run_id == 0)
         msg->u.e.run_id = js->run->run_id;
     snprintf(msg->node, sizeof(msg->node), "%s", node ? node : "");
-    jobs_post(&js->mb, msg);
+    mailbox_post(&js->mb, msg);
 }
 
 static void jobs_cluster_world(void *ctx, int64_t job, int world_size, int nodes,
@@ -1053,7 +753,7 @@ static void jobs_cluster_finished(void *ctx, int64_t job, int rc, int64_t step, 
     if (!jobs_cluster_current(js, job))
         return;
     /* Records still in the mailbox belong before the end. */
-    jobs_on_mail(&js->mb.async);
+    mailbox_drain_now(&js->mb);
     struct gpt_train_result res;
     memset(&res, 0, sizeof(res));
     res.step = step > js->run->last_step ? step : js->run->last_step;

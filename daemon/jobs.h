@@ -7,16 +7,19 @@
  * runs at a time; the queue is ordered by priority (higher first), then
  * FIFO.
  *
- * A job runs on worker threads (daemon/workers.h). Their metrics, events
- * and exit come back through the mailbox: a mutex-protected list plus a
- * uv_async. Wakeups coalesce, so each wakeup drains the whole list, writes
- * it to SQLite in one transaction and then sends it to every follower.
+ * Jobs run on the cluster's worlds (daemon/cluster.h, daemon/rdzv.h): on
+ * the coordinator (every gptd is one, of its own loopback cluster, unless
+ * it joins another) the scheduler hands the next job to the round
+ * protocol; the nodes' agents run the workers. A member starts no job.
+ * Global rank 0's metrics and events come back through the cluster into
+ * the mailbox (daemon/mailbox.h); each drain writes them to SQLite in one
+ * transaction and then sends them to every follower and to the feed.
  *
- * Followers (`logs`): history is replayed from SQLite in chunks, the next
- * chunk only once the previous one has been written to the socket; then
- * live records follow until the job ends.
+ * Followers (`logs`, daemon/follow.h): history is replayed from SQLite in
+ * chunks, the next chunk only once the previous one has been written to
+ * the socket; then live records follow until the job ends.
  *
- * Loop thread only, except the worker callbacks inside jobs.c.
+ * Loop thread only.
  */
 #ifndef GPTD_JOBS_H
 #define GPTD_JOBS_H
@@ -60,9 +63,8 @@ int64_t jobs_running(const struct jobs *js);
 /* Starts a `logs` stream on a client (validated request fields). */
 int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, int64_t job,
                 int64_t since, bool follow, struct gpt_err *err);
-/* Control hooks: the client's output drained / the client is closing. */
+/* Control hook: the client's output drained. */
 void jobs_client_drained(struct jobs *js, struct control_client *cl);
-void jobs_client_closed(struct jobs *js, struct control_client *cl);
 
 /* Graceful stop: a running job writes a snapshot and stops, and is queued
  * to resume on the next start; then done(ctx) runs (on the loop). Calling

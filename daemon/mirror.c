@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "follow.h"
 #include "log.h"
 
 struct mirror_rec {
@@ -72,16 +73,13 @@ static void mirror_on_read(void *arg, int rc, const json_t *reply, const struct 
 int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ctl_request *req,
                 struct gpt_err *err)
 {
-    const char *op = gpt_ctl_op_name(req->op);
     /* The coordinator checks the client's uid against the job's owner. */
-    json_t *args = json_pack("{s:I, s:I, s:I}", "job", (json_int_t)req->job, "uid",
-                             (json_int_t)cl->uid, "snapshot", (json_int_t)req->snapshot);
-    struct mirror_req *q = args ? mirror_req_new(m, cl, req->id) : NULL;
-    if (!q) {
-        json_decref(args);
+    struct cluster_msg_read_args args = {
+        .job = req->job, .uid = cl->uid, .snapshot = req->snapshot, .limit = 0};
+    struct mirror_req *q = mirror_req_new(m, cl, req->id);
+    if (!q)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    }
-    int rc = cluster_read(m->cl, op, args, mirror_on_read, q, err);
+    int rc = cluster_read_op(m->cl, req->op, &args, mirror_on_read, q, err);
     if (rc < 0) {
         mirror_req_free(q);
         return rc;
@@ -90,36 +88,23 @@ int mirror_read(struct mirror *m, struct control_client *cl, const struct gpt_ct
     return 0;
 }
 
-/* ---- streams ---- */
-
-static void mirror_detach(struct control_client *cl)
-{
-    json_decref(cl->logs.id);
-    memset(&cl->logs, 0, sizeof(cl->logs));
-    control_client_idle_check(cl);
-}
+/* ---- streams: the remote source of `logs` (daemon/follow.h) ---- */
 
 /* Sends one record of the stream's job; false when the stream ended. */
 static bool mirror_send(struct control_client *cl, const json_t *rec)
 {
     const char *type = json_string_value(json_object_get(rec, "type"));
     int64_t step = json_integer_value(json_object_get(rec, "step"));
-    if (!type)
-        return true;
-    if (strcmp(type, "end") == 0) {
-        control_reply_ok(cl, cl->logs.id, json_deep_copy(rec));
-        mirror_detach(cl);
+    switch (follow_filter(&cl->logs, type, step, true)) {
+    case FOLLOW_END:
+        follow_end(cl, json_deep_copy(rec));
         return false;
-    }
-    if (strcmp(type, "metric") == 0) {
-        if (step < cl->logs.since || step <= cl->logs.after)
-            return true;
-        cl->logs.after = step;
-    } else if (step < cl->logs.since) {
+    case FOLLOW_SEND:
+        follow_send(cl, json_deep_copy(rec));
+        return true;
+    default:
         return true;
     }
-    control_reply_ok(cl, cl->logs.id, json_deep_copy(rec));
-    return true;
 }
 
 /* Live: the ring's records of the job past the stream's feed position. */
@@ -151,7 +136,7 @@ static void mirror_on_history(void *arg, int rc, const json_t *reply, const stru
     }
     if (rc < 0) {
         control_reply_err(cl, cl->logs.id, rc, err);
-        mirror_detach(cl);
+        follow_detach(cl);
         mirror_req_free(q);
         return;
     }
@@ -169,13 +154,9 @@ static void mirror_on_history(void *arg, int rc, const json_t *reply, const stru
     cl->logs.replaying = false;
     cl->logs.feed_seq = (uint64_t)json_integer_value(json_object_get(reply, "seq"));
     if (!cl->logs.follow || json_is_true(json_object_get(reply, "final"))) {
-        json_t *end = json_pack("{s:s, s:I, s:s}", "type", "end", "job", (json_int_t)cl->logs.job,
-                                "state", json_string_value(json_object_get(reply, "state")));
-        const char *error = json_string_value(json_object_get(reply, "error"));
-        if (end && error && error[0])
-            json_object_set_new(end, "error", json_string(error));
-        control_reply_ok(cl, cl->logs.id, end);
-        mirror_detach(cl);
+        follow_end(cl,
+                   follow_end_json(cl->logs.job, json_string_value(json_object_get(reply, "state")),
+                                   json_string_value(json_object_get(reply, "error"))));
     } else {
         mirror_catch_up(m, cl);
     }
@@ -189,58 +170,35 @@ static void mirror_pump(struct mirror *m, struct control_client *cl)
         cl->writes_pending > 0)
         return;
     struct gpt_err err;
-    json_t *args = json_pack("{s:I, s:I, s:I, s:i}", "job", (json_int_t)cl->logs.job, "since",
-                             (json_int_t)cl->logs.since, "after", (json_int_t)cl->logs.after,
-                             "limit", MIRROR_HIST_CHUNK);
-    struct mirror_req *q = args ? mirror_req_new(m, cl, cl->logs.id) : NULL;
+    struct cluster_msg_read_args args = {.job = cl->logs.job,
+                                         .uid = -1,
+                                         .since = cl->logs.since,
+                                         .after = cl->logs.after,
+                                         .limit = MIRROR_HIST_CHUNK};
+    struct mirror_req *q = mirror_req_new(m, cl, cl->logs.id);
     if (!q) {
-        json_decref(args);
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         control_reply_err(cl, cl->logs.id, -ENOMEM, &err);
-        mirror_detach(cl);
+        follow_detach(cl);
         return;
     }
     cl->logs.pending = true;
-    int rc = cluster_read(m->cl, "history", args, mirror_on_history, q, &err);
+    int rc = cluster_read_op(m->cl, GPT_CTL_OP_LOGS, &args, mirror_on_history, q, &err);
     if (rc < 0) {
         cl->logs.pending = false;
         mirror_req_free(q);
         control_reply_err(cl, cl->logs.id, rc, &err);
-        mirror_detach(cl);
+        follow_detach(cl);
     }
-}
-
-struct mirror_count {
-    int64_t job;
-    int n;
-};
-
-static void mirror_count_follower(void *ctx, struct control_client *cl)
-{
-    struct mirror_count *mc = ctx;
-    if (cl->logs.active && cl->logs.follow && cl->logs.job == mc->job)
-        mc->n++;
 }
 
 int mirror_follow(struct mirror *m, struct control_client *cl, const json_t *id, int64_t job,
                   int64_t since, bool follow, struct gpt_err *err)
 {
-    if (cl->logs.active)
-        return gpt_err_set(err, -EBUSY, NULL, "this connection already streams logs");
-    struct mirror_count mc = {job, 0};
-    control_foreach(m->ctl, mirror_count_follower, &mc);
-    if (follow && mc.n >= m->cfg->max_followers_per_job)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL,
-                           "job %lld already has %d followers (max_followers_per_job)",
-                           (long long)job, mc.n);
-    cl->logs.active = true;
-    cl->logs.remote = true;
-    cl->logs.follow = follow;
-    cl->logs.replaying = true;
-    cl->logs.id = json_deep_copy(id);
-    cl->logs.job = job;
-    cl->logs.since = since;
-    cl->logs.after = -1;
+    int rc =
+        follow_begin(m->ctl, m->cfg->max_followers_per_job, cl, id, job, since, follow, true, err);
+    if (rc < 0)
+        return rc;
     mirror_pump(m, cl);
     return 0;
 }

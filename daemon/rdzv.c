@@ -94,63 +94,6 @@ int rdzv_phase_parse(const char *name)
     return -1;
 }
 
-/* ---- messages ---- */
-
-static void rdzv_copy_str(char *dst, size_t cap, const json_t *v)
-{
-    snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
-}
-
-static int64_t rdzv_int(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
-static uint64_t rdzv_u64(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_string(v) ? strtoull(json_string_value(v), NULL, 16) : 0;
-}
-
-int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret)
-{
-    if (!json_is_object(o))
-        return -EINVAL;
-    const char *t = json_string_value(json_object_get(o, "t"));
-    if (!t)
-        return -EINVAL;
-    memset(ret, 0, sizeof(*ret));
-    ret->type = strcmp(t, "hb") == 0      ? RDZV_MSG_HB
-                : strcmp(t, "join") == 0  ? RDZV_MSG_JOIN
-                : strcmp(t, "leave") == 0 ? RDZV_MSG_LEAVE
-                                          : RDZV_MSG_OTHER;
-    if (ret->type == RDZV_MSG_OTHER)
-        return 0;
-    const json_t *node = json_object_get(o, "node");
-    if (!json_is_string(node) || json_string_length(node) == 0 ||
-        json_string_length(node) >= sizeof(ret->node))
-        return -EINVAL;
-    rdzv_copy_str(ret->node, sizeof(ret->node), node);
-    ret->inc = rdzv_u64(o, "inc");
-    ret->gen = rdzv_u64(o, "gen");
-    ret->round = rdzv_int(o, "round", -1);
-    ret->job = rdzv_int(o, "job", 0);
-    ret->snap_step = rdzv_int(o, "snap", -1);
-    ret->workers = (int)rdzv_int(o, "workers", 1);
-    if (ret->workers < 1 || ret->workers > 1024)
-        return -EINVAL;
-    rdzv_copy_str(ret->addr, sizeof(ret->addr), json_object_get(o, "addr"));
-    rdzv_copy_str(ret->version, sizeof(ret->version), json_object_get(o, "ver"));
-    rdzv_copy_str(ret->devices, sizeof(ret->devices), json_object_get(o, "dev"));
-    rdzv_copy_str(ret->state, sizeof(ret->state), json_object_get(o, "state"));
-    ret->exit_round = rdzv_int(o, "exit_round", -1);
-    ret->exit_rc = (int)rdzv_int(o, "exit_rc", 0);
-    ret->exit_step = rdzv_int(o, "exit_step", 0);
-    rdzv_copy_str(ret->exit_msg, sizeof(ret->exit_msg), json_object_get(o, "exit_msg"));
-    return 0;
-}
-
 /* ---- helpers ---- */
 
 static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, ...)
@@ -411,12 +354,12 @@ static void rdzv_node_leave(struct rdzv_coord *c, double now, struct rdzv_cnode 
     }
 }
 
-void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m)
+void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_msg *m)
 {
-    if (m->type != RDZV_MSG_HB && m->type != RDZV_MSG_JOIN && m->type != RDZV_MSG_LEAVE)
+    if (m->type != CLUSTER_MSG_HB && m->type != CLUSTER_MSG_JOIN && m->type != CLUSTER_MSG_LEAVE)
         return;
     struct rdzv_cnode *nd = rdzv_find(c, m->node);
-    if (m->type == RDZV_MSG_LEAVE) {
+    if (m->type == CLUSTER_MSG_LEAVE) {
         if (nd && nd->inc == m->inc)
             rdzv_node_leave(c, now, nd);
         return;
@@ -460,7 +403,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg 
     nd->round = m->round;
     nd->job = m->job;
 
-    if (m->type == RDZV_MSG_JOIN || strcmp(m->state, "joined") == 0) {
+    if (m->type == CLUSTER_MSG_JOIN || strcmp(m->state, "joined") == 0) {
         if (c->phase == RDZV_FORMING && m->gen == c->gen && m->round == c->round &&
             m->job == c->job && nd->joined_round != c->round) {
             nd->joined_round = c->round;

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cluster_msg.h"
 #include "gpt_err.h"
 
 #define RDZV_NODE_ID_MAX 64
@@ -106,35 +107,12 @@ struct rdzv_job {
     int64_t newest_snap;
 };
 
-/* A node -> coordinator message, decoded (rdzv_msg_parse). LEAVE: the node
- * is stopping on purpose (SIGTERM); the world re-forms without it, with a
+/* Node -> coordinator messages are struct cluster_msg (proto/cluster_msg.h):
+ * heartbeats, joins and leaves feed the round protocol. LEAVE: the node is
+ * stopping on purpose (SIGTERM); the world re-forms without it, with a
  * snapshot, and that is no failure. */
-enum rdzv_msg_type { RDZV_MSG_HB, RDZV_MSG_JOIN, RDZV_MSG_LEAVE, RDZV_MSG_OTHER };
-
-struct rdzv_msg {
-    int type; /* enum rdzv_msg_type */
-    char node[RDZV_NODE_ID_MAX];
-    uint64_t inc; /* the node process's incarnation (changes on restart) */
-    uint64_t gen; /* the coordinator generation the node saw */
-    int64_t round;
-    int64_t job;
-    int64_t snap_step; /* join: newest valid snapshot step held (with a published
-                        * resume_step: that step if held), -1 none */
-    int workers;
-    char addr[RDZV_ADDR_MAX];
-    char version[32];
-    char devices[128]; /* devices_summary() of the node */
-    char state[16];
-    /* heartbeat: the last local worker exit (round -1: none) */
-    int64_t exit_round;
-    int exit_rc;
-    int64_t exit_step;
-    char exit_msg[256];
-};
-
-/* Decodes one inbox line's fields that the coordinator needs ("t" hb/join/
- * leave become HB/JOIN/LEAVE, anything else OTHER). -EINVAL on a malformed message. */
-int rdzv_msg_parse(const json_t *o, struct rdzv_msg *ret);
+_Static_assert(RDZV_NODE_ID_MAX == CLUSTER_MSG_NODE_MAX, "node ids have one limit");
+_Static_assert(RDZV_ADDR_MAX == CLUSTER_MSG_ADDR_MAX, "addresses have one limit");
 
 struct rdzv_coord;
 
@@ -146,7 +124,7 @@ struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
 void rdzv_coord_free(struct rdzv_coord *c);
 
 /* Feeds a heartbeat, join or leave (other messages are ignored). */
-void rdzv_coord_message(struct rdzv_coord *c, double now, const struct rdzv_msg *m);
+void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_msg *m);
 
 /* Global rank 0 reached `step`; `snapshot` (>= 0) when a snapshot was written. */
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);

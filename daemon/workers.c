@@ -276,11 +276,6 @@ void workers_abort(struct workers *ws)
     }
 }
 
-bool workers_finished(const struct workers *ws)
-{
-    return atomic_load(&((struct workers *)ws)->finished);
-}
-
 int workers_join(struct workers *ws, struct gpt_train_result *ret, struct gpt_err *err)
 {
     int rc = GPT_TRAIN_DONE;

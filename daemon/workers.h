@@ -70,9 +70,6 @@ void workers_request_stop(struct workers *w, int how);
  * -ECANCELED without a snapshot. */
 void workers_abort(struct workers *w);
 
-/* True once every worker has returned. Any thread. */
-bool workers_finished(const struct workers *w);
-
 /* Joins the threads (blocks until they return). Returns the job's outcome:
  * GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or the first worker's error (err
  * filled). *ret gets global rank 0's result when this process has it. */

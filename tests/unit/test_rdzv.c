@@ -117,9 +117,8 @@ static const char *cur_phase(struct rdzv_coord *c)
 
 static void send(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap)
 {
-    struct rdzv_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = type;
+    struct cluster_msg m;
+    cluster_msg_init(&m, type);
     snprintf(m.node, sizeof(m.node), "%s", node);
     m.inc = (uint64_t)node[0];
     m.gen = GEN;
@@ -129,8 +128,20 @@ static void send(struct rdzv_coord *c, double now, int type, const char *node, i
     m.workers = 1;
     m.exit_round = -1;
     snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + node[0]);
-    snprintf(m.state, sizeof(m.state), "%s", type == RDZV_MSG_JOIN ? "joined" : "idle");
-    rdzv_coord_message(c, now, &m);
+    snprintf(m.state, sizeof(m.state), "%s", type == CLUSTER_MSG_JOIN ? "joined" : "idle");
+    m.present = CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) | CLUSTER_MSG_BIT(JOB) |
+                CLUSTER_MSG_BIT(SNAP) | CLUSTER_MSG_BIT(WORKERS) | CLUSTER_MSG_BIT(ADDR) |
+                CLUSTER_MSG_BIT(STATE);
+    /* Through the wire, as the coordinator receives it. */
+    char *line = NULL;
+    size_t len = 0;
+    struct gpt_err err;
+    assert_int_equal(cluster_msg_encode(&m, &line, &len, &err), 0);
+    struct cluster_msg d;
+    assert_int_equal(cluster_msg_decode(line, len, &d, &err), 0);
+    free(line);
+    rdzv_coord_message(c, now, &d);
+    cluster_msg_done(&d);
     rdzv_coord_tick(c, now);
 }
 
@@ -151,13 +162,13 @@ static void start(struct rdzv_coord *c, double now, int min, int max, int64_t ne
 static void test_close_at_max(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
-    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
     start(f->c, 0.1, 1, 2, -1);
     assert_string_equal(cur_phase(f->c), "forming");
-    send(f->c, 0.2, RDZV_MSG_JOIN, "a", -1);
+    send(f->c, 0.2, CLUSTER_MSG_JOIN, "a", -1);
     assert_string_equal(cur_phase(f->c), "forming"); /* b is alive, not joined yet */
-    send(f->c, 0.3, RDZV_MSG_JOIN, "b", -1);
+    send(f->c, 0.3, CLUSTER_MSG_JOIN, "b", -1);
     assert_string_equal(cur_phase(f->c), "running");
     assert_int_equal(f->rec.worlds, 1);
     assert_int_equal(f->rec.world_size, 2);
@@ -166,13 +177,13 @@ static void test_close_at_max(void **state)
 static void test_close_at_min_after_last_call(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
-    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
     start(f->c, 0, 1, 3, -1);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
     rdzv_coord_tick(f->c, 0.5);
     assert_string_equal(cur_phase(f->c), "forming");
-    send(f->c, 0.6, RDZV_MSG_HB, "b", -1); /* alive, never joins */
+    send(f->c, 0.6, CLUSTER_MSG_HB, "b", -1); /* alive, never joins */
     rdzv_coord_tick(f->c, 1.2);
     assert_string_equal(cur_phase(f->c), "running");
     assert_int_equal(f->rec.world_size, 1);
@@ -182,11 +193,11 @@ static void test_close_at_min_after_last_call(void **state)
 static void test_rank0_holds_newest(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
-    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
     start(f->c, 0, 2, 2, -1);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 100);
-    send(f->c, 0.2, RDZV_MSG_JOIN, "b", 150);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", 100);
+    send(f->c, 0.2, CLUSTER_MSG_JOIN, "b", 150);
     assert_string_equal(cur_phase(f->c), "running");
     assert_non_null(strstr(f->rec.last_event, "step 150 snapshot on b"));
     json_t *w = rdzv_coord_round_json(f->c, true);
@@ -201,15 +212,15 @@ static void test_rank0_holds_newest(void **state)
 static void test_waits_for_newest_holder(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
     start(f->c, 0, 1, 3, 450);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 300);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", 300);
     for (double t = 0.2; t < 2.0; t += 0.1) {
-        send(f->c, t, RDZV_MSG_HB, "a", -1);
+        send(f->c, t, CLUSTER_MSG_HB, "a", -1);
         assert_string_equal(cur_phase(f->c), "forming");
     }
-    send(f->c, 2.1, RDZV_MSG_HB, "b", -1);
-    send(f->c, 2.2, RDZV_MSG_JOIN, "b", 450);
+    send(f->c, 2.1, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 2.2, CLUSTER_MSG_JOIN, "b", 450);
     rdzv_coord_tick(f->c, 2.3);
     assert_string_equal(cur_phase(f->c), "running");
     assert_int_equal(f->rec.world_size, 2);
@@ -221,12 +232,12 @@ static void test_waits_for_newest_holder(void **state)
 static void test_newest_holder_grace(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
     start(f->c, 0, 1, 3, 450);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "a", 300);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", 300);
     double t = 0.2;
     for (; t < 30 && strcmp(cur_phase(f->c), "forming") == 0; t += 0.5)
-        send(f->c, t, RDZV_MSG_HB, "a", -1);
+        send(f->c, t, CLUSTER_MSG_HB, "a", -1);
     assert_string_equal(cur_phase(f->c), "running");
     assert_true(t > 10 && t < 15);
     assert_non_null(strstr(f->rec.last_event, "step 300 snapshot on a"));
@@ -237,24 +248,24 @@ static void test_newest_holder_grace(void **state)
 static void test_progress_moves_newest(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, RDZV_MSG_HB, "a", -1);
-    send(f->c, 0, RDZV_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
     start(f->c, 0, 1, 2, -1);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "a", -1);
-    send(f->c, 0.1, RDZV_MSG_JOIN, "b", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
     assert_string_equal(cur_phase(f->c), "running");
     rdzv_coord_progress(f->c, 50, 50);
     /* b goes silent: dead after 3 s, the world re-forms */
     double t = 0.2;
     for (; t < 5 && strcmp(cur_phase(f->c), "running") == 0; t += 0.2)
-        send(f->c, t, RDZV_MSG_HB, "a", -1);
+        send(f->c, t, CLUSTER_MSG_HB, "a", -1);
     assert_string_equal(cur_phase(f->c), "forming");
     assert_int_equal(f->rec.restarts, 1);
-    send(f->c, t, RDZV_MSG_JOIN, "a", 40); /* a lost its copy of step 50 */
+    send(f->c, t, CLUSTER_MSG_JOIN, "a", 40); /* a lost its copy of step 50 */
     rdzv_coord_tick(f->c, t + 2);
     assert_string_equal(cur_phase(f->c), "forming");
-    send(f->c, t + 2.1, RDZV_MSG_HB, "b", -1);
-    send(f->c, t + 2.2, RDZV_MSG_JOIN, "b", 50);
+    send(f->c, t + 2.1, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, t + 2.2, CLUSTER_MSG_JOIN, "b", 50);
     assert_string_equal(cur_phase(f->c), "running");
     assert_int_equal(f->rec.worlds, 2);
     assert_non_null(strstr(f->rec.last_event, "step 50 snapshot on b"));

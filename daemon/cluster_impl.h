@@ -1,0 +1,176 @@
+/*
+ * cluster_impl: the state of struct cluster, private to the cluster's
+ * files, and the few functions they share. The cluster is one object,
+ * split along its duties:
+ *
+ *   cluster.c        identity, the store connections, heartbeats, leave,
+ *                    the round and node-table polling, the coordinator's
+ *                    rdzv hooks, the timer and the life cycle; it calls
+ *                    into the other two once per tick
+ *   cluster_inbox.c  the member's outbox (one APPEND key) and its
+ *                    requests to the coordinator (forwarded submits and
+ *                    reads), and the coordinator's inbox drain that answers
+ *                    them and feeds the round protocol
+ *   cluster_feed.c   the coordinator's feed of job records and the
+ *                    members' reading of it
+ *
+ * Each part owns its sub-struct (ob, ib, feed) and touches the others'
+ * state only through the functions below. Loop thread only.
+ */
+#ifndef GPTD_CLUSTER_IMPL_H
+#define GPTD_CLUSTER_IMPL_H
+
+#include "cluster.h"
+
+#include "cluster_msg.h"
+#include "rdzv.h"
+#include "store_client.h"
+
+#define CLUSTER_TICK_MS        25
+#define CLUSTER_BACKOFF_MIN_MS 100
+#define CLUSTER_BACKOFF_MAX_MS 1000
+
+enum cluster_conn { CONN_NONE, CONN_CONNECTING, CONN_READY };
+
+/* A request to the coordinator waiting for its answer: a submit (cb) or a
+ * read (rcb). */
+struct cluster_submit {
+    struct cluster_submit *next;
+    int64_t req;
+    double deadline;
+    bool inflight;
+    char key[CLUSTER_MSG_KEY_MAX];
+    void (*cb)(void *arg, int rc, int64_t job, const struct gpt_err *err);
+    cluster_reply_fn rcb;
+    void *arg;
+};
+
+/* The member's outbox and requests (cluster_inbox.c). */
+struct cluster_outbox {
+    char *buf; /* JSON lines not yet appended to RDZV_KEY_INBOX */
+    size_t len, cap;
+    bool append_inflight;
+    struct cluster_submit *submits;
+    int n_submits;
+    int64_t next_req;
+};
+
+/* The coordinator's inbox drain (cluster_inbox.c): the value read, held
+ * until the COMPARE_SET that empties the key says the lines are ours. */
+struct cluster_inbox {
+    bool inflight;
+    char *val;
+    size_t len;
+    double next;
+};
+
+/* The feed (cluster_feed.c). */
+struct cluster_feed {
+    struct cluster_feed_hooks h;
+    /* as a member reads it */
+    double next_poll;
+    bool inflight;
+    uint64_t gen; /* the coordinator generation whose feed is read */
+    bool gen_known;
+    int64_t next, head; /* the next chunk to read, the newest published */
+    /* as the coordinator publishes it: chunk n at c/feed/<n>, the newest
+     * named by CLUSTER_KEY_FEED_HEAD; records not yet in a chunk wait in
+     * `pending` */
+    json_t *pending;
+    uint64_t seq;
+    int64_t chunk;
+    double next_pub;
+};
+
+struct cluster {
+    uv_loop_t *loop;
+    struct cluster_opts o;
+    char node_id[RDZV_NODE_ID_MAX];
+    char host[CLUSTER_HOST_MAX];
+    char addr[RDZV_ADDR_MAX];
+    char version[32];
+    uint8_t *secret;
+    size_t secret_len;
+    char secret_file[1024];
+    char secret_hint[1024];
+    /* The store refused this node's secret: forwarded requests fail at once
+     * (with refused_msg) instead of waiting for a connection that will not
+     * come; the error is logged once per streak of refusals. */
+    bool refused;
+    char refused_msg[2600];
+    uint64_t inc;
+    uv_timer_t timer;
+    struct cluster_node_hooks nh;
+    struct cluster_jobs_hooks jh;
+    cluster_read_fn read_fn;
+    void *read_ctx;
+
+    /* the node's connection */
+    struct store_client_async *nc;
+    int nc_state;
+    double nc_since, last_progress, retry_at;
+    int backoff_ms;
+    int inflight;
+    bool lost_reported;
+    double next_hb;
+    bool hb_soon;
+    double next_poll;
+    bool poll_inflight;
+    char round_seen[96];
+    double next_nodes;
+    json_t *nodes_cache;
+    struct cluster_outbox ob;
+    int leave_state; /* 0, 1 queued, 2 in the append in flight */
+    double leave_deadline;
+    void (*leave_done)(void *arg);
+    void *leave_arg;
+    struct cluster_feed feed;
+
+    /* the coordinator */
+    struct store_server *server;
+    struct store_client_async *cc;
+    int cc_state;
+    double cc_retry_at;
+    struct rdzv_coord *coord;
+    struct cluster_inbox ib;
+    double next_nodes_pub;
+
+    int closing_handles;
+    void (*done)(void *ctx);
+    void *done_ctx;
+    bool closing;
+};
+
+/* cluster.c */
+/* Every reply (or failure) of the node's client comes through here first:
+ * false when the reply is to be ignored (the connection is gone). */
+bool cluster_reply_ok(struct cluster *c, const struct store_reply *r);
+void cluster_conn_lost(struct cluster *c, const char *why);
+/* Coordinator: sets (value) or deletes (NULL) a store key, fire and forget. */
+void cluster_publish(void *ctx, const char *key, const char *value);
+void cluster_on_publish(void *arg, const struct store_reply *r);
+/* Starts message `m` of `type` from this node (node id, incarnation). */
+void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type);
+
+/* cluster_inbox.c */
+/* Appends the outbox when connected and no append is in flight. */
+void cluster_flush(struct cluster *c);
+/* Requests: time-outs, and polls of their reply keys when connected. */
+void cluster_poll_submits(struct cluster *c, double now);
+/* The connection is gone: no request poll is in flight any more. */
+void cluster_requests_disconnected(struct cluster *c);
+/* Ends every request with -ECANCELED (cluster_close). */
+void cluster_requests_cancel(struct cluster *c);
+/* Coordinator: reads and empties the inbox when it is time. */
+void cluster_inbox_drain(struct cluster *c, double now);
+void cluster_inbox_done(struct cluster *c);
+
+/* cluster_feed.c */
+/* Coordinator: publishes the pending records when it is time. */
+void cluster_feed_duty(struct cluster *c, double now);
+/* Member: polls the feed head when it is time. */
+void cluster_feed_poll(struct cluster *c, double now);
+void cluster_feed_disconnected(struct cluster *c);
+void cluster_feed_done(struct cluster *c);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * monotime: the monotonic clock (see monotime.h). No state.
+ */
+#include "monotime.h"
+
+#include <time.h>
+
+double monotime_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int64_t monotime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void monotime_sleep_ms(int ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}

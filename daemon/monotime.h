@@ -1,0 +1,20 @@
+/*
+ * monotime: the daemon's one monotonic clock (CLOCK_MONOTONIC), for
+ * deadlines, timeouts and periods; never for timestamps a user sees
+ * (those are CLOCK_REALTIME). Any thread; never blocks.
+ */
+#ifndef GPTD_MONOTIME_H
+#define GPTD_MONOTIME_H
+
+#include <stdint.h>
+
+/* Seconds since an arbitrary fixed point, with nanosecond resolution. */
+double monotime_s(void);
+/* Milliseconds since the same point. */
+int64_t monotime_ms(void);
+/* Sleeps `ms` milliseconds (0 or less: returns at once; a signal may end
+ * it early, so callers that poll re-check their deadline). Blocks the
+ * calling thread: never on the loop thread. */
+void monotime_sleep_ms(int ms);
+
+#endif

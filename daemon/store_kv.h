@@ -1,0 +1,32 @@
+/*
+ * store_kv: an abortable gpt_kv (engine/comm.h) over the rendezvous store
+ * (daemon/store_client.h), for the workers of one world: set is a SET, get
+ * polls (CHECK, then GET) until the key exists, so an abort is seen within
+ * one poll and no lock is held while waiting. The store client connects
+ * on the first call, retrying for up to 10 s (not after -GPT_E_AUTH).
+ *
+ * Any thread may call set/get and store_kv_abort; new and free belong to
+ * the owner (the agent, on the loop thread), free only once no thread
+ * uses the kv.
+ */
+#ifndef GPTD_STORE_KV_H
+#define GPTD_STORE_KV_H
+
+#include <stddef.h>
+
+#include "comm.h"
+
+struct store_kv;
+
+/* A kv on the store at host:port with `secret` (copied; at most
+ * STORE_SECRET_MAX bytes are kept). NULL on ENOMEM. Does not connect. */
+struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len);
+/* The gpt_kv to hand to gpt_comm (borrowed; valid until store_kv_free). */
+struct gpt_kv *store_kv_gpt(struct store_kv *k);
+/* Any thread: the call in progress and every later one fail with
+ * -ECANCELED (or the aborted client's error). */
+void store_kv_abort(struct store_kv *k);
+/* NULL allowed. */
+void store_kv_free(struct store_kv *k);
+
+#endif

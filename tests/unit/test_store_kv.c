@@ -1,0 +1,185 @@
+/*
+ * Unit tests of daemon/store_kv, the workers' abortable gpt_kv over the
+ * rendezvous store, against a real store server on a loop in a thread:
+ * set/get, a get that waits for a later set, time-outs and size limits, a
+ * refused secret that fails at once, and an abort from another thread that
+ * ends a waiting get and every later call.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "monotime.h"
+#include "store_kv.h"
+#include "store_server.h"
+
+static const char secret[] = "0123456789abcdef0123456789abcdef";
+
+struct harness {
+    uv_loop_t loop;
+    uv_async_t stop;
+    struct store_server *srv;
+    pthread_t thread;
+    int port;
+};
+
+static void harness_stop_cb(uv_async_t *a)
+{
+    struct harness *h = a->data;
+    store_server_close(h->srv, NULL, NULL);
+    uv_close((uv_handle_t *)&h->stop, NULL);
+}
+
+static void *harness_run(void *arg)
+{
+    struct harness *h = arg;
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static struct harness *harness_start(void)
+{
+    struct harness *h = calloc(1, sizeof(*h));
+    struct gpt_err err;
+    assert_non_null(h);
+    assert_int_equal(uv_loop_init(&h->loop), 0);
+    assert_int_equal(uv_async_init(&h->loop, &h->stop, harness_stop_cb), 0);
+    h->stop.data = h;
+    struct store_server_opts so = {.secret = secret, .secret_len = sizeof(secret) - 1};
+    assert_int_equal(store_server_new(&h->loop, &so, &h->srv, &err), 0);
+    assert_int_equal(store_server_start(h->srv, "127.0.0.1", 0, &h->port, &err), 0);
+    assert_int_equal(pthread_create(&h->thread, NULL, harness_run, h), 0);
+    return h;
+}
+
+static void harness_stop(struct harness *h)
+{
+    uv_async_send(&h->stop);
+    pthread_join(h->thread, NULL);
+    assert_int_equal(uv_loop_close(&h->loop), 0);
+    free(h);
+}
+
+static void test_set_get(void **state)
+{
+    (void)state;
+    struct harness *h = harness_start();
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    assert_non_null(k);
+    struct gpt_kv *kv = store_kv_gpt(k);
+    assert_int_equal(kv->set(kv->ctx, "w/0", "addr-0", 6), 0);
+    char buf[16];
+    size_t n = 0;
+    assert_int_equal(kv->get(kv->ctx, "w/0", buf, sizeof(buf), &n, 5000), 0);
+    assert_int_equal(n, 6);
+    assert_memory_equal(buf, "addr-0", 6);
+    /* A value larger than the caller's buffer is refused, not cut. */
+    assert_int_equal(kv->get(kv->ctx, "w/0", buf, 3, &n, 5000), -EMSGSIZE);
+    /* A key nobody sets: the get gives up at its time-out. */
+    double t0 = monotime_s();
+    assert_int_equal(kv->get(kv->ctx, "w/missing", buf, sizeof(buf), &n, 100), -ETIMEDOUT);
+    assert_true(monotime_s() - t0 >= 0.09);
+    store_kv_free(k);
+    harness_stop(h);
+}
+
+struct setter {
+    struct gpt_kv *kv;
+    int delay_ms;
+};
+
+static void *setter_run(void *arg)
+{
+    struct setter *s = arg;
+    monotime_sleep_ms(s->delay_ms);
+    s->kv->set(s->kv->ctx, "w/late", "x", 1);
+    return NULL;
+}
+
+static void test_get_waits(void **state)
+{
+    (void)state;
+    struct harness *h = harness_start();
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    struct gpt_kv *kv = store_kv_gpt(k);
+    struct setter s = {kv, 100};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, setter_run, &s), 0);
+    char buf[4];
+    size_t n = 0;
+    assert_int_equal(kv->get(kv->ctx, "w/late", buf, sizeof(buf), &n, 5000), 0);
+    assert_int_equal(n, 1);
+    pthread_join(t, NULL);
+    store_kv_free(k);
+    harness_stop(h);
+}
+
+static void test_wrong_secret(void **state)
+{
+    (void)state;
+    struct harness *h = harness_start();
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, "another secret of 32 bytes.....", 31);
+    struct gpt_kv *kv = store_kv_gpt(k);
+    double t0 = monotime_s();
+    assert_int_equal(kv->set(kv->ctx, "w/0", "x", 1), -GPT_E_AUTH);
+    assert_true(monotime_s() - t0 < 5.0); /* no retries after a refusal */
+    store_kv_free(k);
+    harness_stop(h);
+}
+
+struct getter {
+    struct gpt_kv *kv;
+    int rc;
+    double took_s;
+};
+
+static void *getter_run(void *arg)
+{
+    struct getter *g = arg;
+    char buf[4];
+    size_t n;
+    double t0 = monotime_s();
+    g->rc = g->kv->get(g->kv->ctx, "w/never", buf, sizeof(buf), &n, 20000);
+    g->took_s = monotime_s() - t0;
+    return NULL;
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    struct harness *h = harness_start();
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    struct gpt_kv *kv = store_kv_gpt(k);
+    struct getter g = {kv, 0, 0};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, getter_run, &g), 0);
+    monotime_sleep_ms(200);
+    store_kv_abort(k);
+    pthread_join(t, NULL);
+    assert_int_equal(g.rc, -ECANCELED);
+    assert_true(g.took_s < 5.0);
+    /* Every later call fails too. */
+    assert_int_equal(kv->set(kv->ctx, "w/0", "x", 1), -ECANCELED);
+    store_kv_free(k);
+    store_kv_free(NULL);
+    harness_stop(h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_set_get),
+        cmocka_unit_test(test_get_waits),
+        cmocka_unit_test(test_wrong_secret),
+        cmocka_unit_test(test_abort),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
