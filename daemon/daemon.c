@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "control_limits.h"
 #include "daemon.h"
 #include "log.h"
 #include "notify.h"
@@ -411,8 +412,9 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     (void)notify_ready();
 }
 
-/* The loop's periodic tick for systemd: WATCHDOG=1 proves the loop turns,
- * and STATUS= carries a one-line state when it changed. */
+/* The loop's periodic tick (at most 1 s): for systemd, WATCHDOG=1 proves
+ * the loop turns and STATUS= carries a one-line state when it changed; idle
+ * control clients are closed (control_limits_sweep). */
 static void daemon_on_notify_timer(uv_timer_t *h)
 {
     struct daemon_main *m = h->data;
@@ -435,6 +437,7 @@ static void daemon_on_notify_timer(uv_timer_t *h)
         (void)notify_status("%s", status);
     }
     (void)notify_watchdog();
+    control_limits_sweep(d->ctl, &d->cfg, uv_now(&m->loop));
 }
 
 static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
@@ -604,8 +607,8 @@ int gptd_daemon_main(int argc, char **argv)
      * socket (and on the coordinator the store) listening. */
     (void)notify_ready();
     uint64_t every_ms = notify_watchdog_interval_ms();
-    if (every_ms == 0 || every_ms > 2000)
-        every_ms = 2000; /* STATUS= stays fresh even without a watchdog */
+    if (every_ms == 0 || every_ms > 1000)
+        every_ms = 1000; /* STATUS= stays fresh without a watchdog; idle clients go in time */
     uv_timer_init(&m->loop, &m->notify_timer);
     m->notify_timer.data = m;
     uv_timer_start(&m->notify_timer, daemon_on_notify_timer, 0, every_ms);
