@@ -60,13 +60,34 @@ refused "shards below their vocabulary" data.kind=shards "data.path=$T/one.txt" 
     model.vocab_size=1000 -- "model.vocab_size" "50257"
 "$GPTCTL" --json list | grep -qF '"jobs":[]' || fail "a refused job was queued: $("$GPTCTL" list)"
 
+# --- a data error at run time (the file shrank after submit) fails the job
+# at once instead of restarting it distributed.max_restarts times.
+tiny_job "$T/long.json" 1000000
+blocker=$("$GPTCTL" submit "$T/long.json")
+wait_for 30 job_is "$blocker" running
+cat >"$T/text.json" <<EOT
+{"model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 64},
+ "data": {"kind": "text", "path": "$T/text.txt"},
+ "trainer": {"max_steps": 50, "micro_batch": 2, "global_batch": 2, "threads": 1},
+ "distributed": {"max_restarts": 3}}
+EOT
+head -c 5000 /dev/urandom >"$T/text.txt"
+shrunk=$("$GPTCTL" submit "$T/text.json")
+head -c 1 /dev/urandom >"$T/text.txt"
+"$GPTCTL" cancel "$blocker" >/dev/null
+wait_for 60 job_is "$shrunk" failed
+"$GPTCTL" --json logs "$shrunk" >"$T/shrunk.json"
+grep -q "not restarted" "$T/shrunk.json" || fail "no final failure event: $(cat "$T/shrunk.json")"
+grep -q "restart 1 of" "$T/shrunk.json" && fail "a data error was retried: $(cat "$T/shrunk.json")"
+echo "data error at run time: $(job_field "$shrunk" error)"
+
 # --- cancel during a slow set-up (~0.5 GB model: seconds of zeroing and
 # drawing initial weights before the first step).
 id=$("$GPTCTL" submit "$T/job.json" model.n_embd=768 model.n_layer=4 model.n_head=8 \
     trainer.micro_batch=1 trainer.global_batch=1 trainer.max_steps=1000 snapshot.every=0)
 # The set-up starts when this node's agent starts its workers for the
 # world (its log line "ranks 0-0 of 1"), not yet when the world is formed.
-workers_started() { grep -q "round 1 of job $1: ranks 0-0 of 1" "$T"/gptd.*.log; }
+workers_started() { grep -Eq "round [0-9]+ of job $1: ranks 0-0 of 1" "$T"/gptd.*.log; }
 wait_for 30 workers_started "$id"
 t0=$SECONDS
 "$GPTCTL" cancel "$id" >/dev/null
