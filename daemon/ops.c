@@ -13,7 +13,7 @@
 
 #include "daemon.h"
 #include "devices.h"
-#include "limits.h"
+#include "job_limits.h"
 #include "log.h"
 #include "paths.h"
 #include "snapshot.h"
@@ -61,7 +61,7 @@ static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, struct
     if (rc == 0)
         rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
     if (rc == 0)
-        rc = limits_check_job(job, &d->cfg, err); /* memory and data sizes, before queueing */
+        rc = job_limits_check(job, &d->cfg, err); /* memory and data sizes, before queueing */
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
         rc = gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
                          "this gptd is not in a cluster (no rdzv); nodes must be 1 (got min %d)",

@@ -1,5 +1,5 @@
 /*
- * limits: what a job needs against what this node has, checked when a spec
+ * job_limits: what a job needs against what this node has, checked when a spec
  * is submitted or validated, before anything is queued or allocated (issue
  * 14): the memory the engine will allocate (engine/model_mem.h) against the
  * node's physical memory, its GPUs' memory and max_job_memory; and what the
@@ -8,8 +8,8 @@
  *
  * Loop thread (stat() of the data files, no reads); does not log.
  */
-#ifndef GPTD_LIMITS_H
-#define GPTD_LIMITS_H
+#ifndef GPTD_JOB_LIMITS_H
+#define GPTD_JOB_LIMITS_H
 
 #include "config.h"
 #include "gpt_err.h"
@@ -18,6 +18,6 @@
 /* Returns 0, or -GPT_E_LIMIT (memory) / -GPT_E_SPEC / -GPT_E_DATA with err
  * naming the job key, the estimate and the limit. `job` is validated
  * (gpt_jobspec_validate). */
-int limits_check_job(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err);
+int job_limits_check(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err);
 
 #endif

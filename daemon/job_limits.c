@@ -1,5 +1,5 @@
 /*
- * limits: submit-time checks of a job against this node (see limits.h).
+ * job_limits: submit-time checks of a job against this node (see limits.h).
  *
  * The node is the one that takes the submit (a member checks before it
  * forwards to the coordinator); a cluster of unequal nodes is checked
@@ -7,7 +7,7 @@
  * smallest world the job may run in (sharding divides by the world), times
  * the workers the job runs on one node.
  */
-#include "limits.h"
+#include "job_limits.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -189,7 +189,7 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
                        job->trainer.micro_batch, gpt_sharding_name(job->distributed.sharding));
 }
 
-int limits_check_job(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
+int job_limits_check(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
 {
     int rc = limits_data(job, err);
     if (rc == 0)
