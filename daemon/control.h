@@ -46,10 +46,10 @@ struct control_client {
     pid_t pid;
     unsigned refs;
     bool closing;
-    bool eof;              /* the peer finished sending */
-    unsigned busy;         /* requests still being worked on (sample) */
-    size_t writes_pending; /* uv_write requests not yet completed */
-    size_t bytes_pending;  /* their bytes */
+    bool eof;                /* the peer finished sending */
+    unsigned busy;           /* requests still being worked on (sample) */
+    size_t writes_pending;   /* uv_write requests not yet completed */
+    size_t bytes_pending;    /* their bytes */
     uint64_t last_active_ms; /* uv_now of the last complete request or output taken */
     struct control_logs logs;
     struct control_client *prev, *next;

@@ -76,8 +76,8 @@ static int limits_gpus(const struct gpt_job *job, uint64_t *ret_min_bytes)
  * (engine/data.c: data_split_run, data_check_run); a token is a byte. Only
  * the size is looked at; a path that is not a regular file is left to the
  * checks that open it. */
-static int limits_text_file(const char *key, const char *file, const struct gpt_job *job,
-                            int split, struct gpt_err *err)
+static int limits_text_file(const char *key, const char *file, const struct gpt_job *job, int split,
+                            struct gpt_err *err)
 {
     struct stat st;
     if (stat(file, &st) < 0 || !S_ISREG(st.st_mode))
@@ -88,8 +88,8 @@ static int limits_text_file(const char *key, const char *file, const struct gpt_
     if (!split) {
         if (n < need)
             return gpt_err_set(err, -GPT_E_DATA, key,
-                               "%s holds %llu tokens, fewer than model.block_size + 1 = %llu",
-                               file, (unsigned long long)n, (unsigned long long)need);
+                               "%s holds %llu tokens, fewer than model.block_size + 1 = %llu", file,
+                               (unsigned long long)n, (unsigned long long)need);
         return 0;
     }
     uint64_t n_train = (uint64_t)((double)n * job->data.train_split);
@@ -137,10 +137,10 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
                            gpus > 0, job->trainer.precision == GPT_PREC_BF16, &m);
 
     /* What the node must hold: every worker's share, host and device. */
-    uint64_t node = m.total >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE
-                                                                 : m.total * (uint64_t)workers;
-    uint64_t host = m.host >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE
-                                                                : m.host * (uint64_t)workers;
+    uint64_t node =
+        m.total >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE : m.total * (uint64_t)workers;
+    uint64_t host =
+        m.host >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE : m.host * (uint64_t)workers;
     int per_gpu = gpus > 0 ? (workers + gpus - 1) / gpus : 0;
     uint64_t device = m.device >= GPT_MEM_HUGE / 64 ? GPT_MEM_HUGE : m.device * (uint64_t)per_gpu;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -185,8 +185,8 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
                        "vocab_size=%d, trainer.micro_batch=%d, distributed.sharding=%s",
                        s_need, s_limit, what, workers, workers == 1 ? "" : "s",
                        (double)m.n_params / 1e9, s_p, s_g, s_o, s_a, bf16, s_t, mc.n_layer,
-                       mc.n_embd, mc.n_head, mc.block_size, mc.vocab_size,
-                       job->trainer.micro_batch, gpt_sharding_name(job->distributed.sharding));
+                       mc.n_embd, mc.n_head, mc.block_size, mc.vocab_size, job->trainer.micro_batch,
+                       gpt_sharding_name(job->distributed.sharding));
 }
 
 int job_limits_check(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)

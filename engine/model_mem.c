@@ -35,8 +35,8 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
 
     /* model_carve, buffer by buffer (each rounded to 16 floats). */
     double BT = B * T, att = B * NH * T * T;
-    double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C, att, BT * C, BT * C,
-                          BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
+    double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
+                          BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
     double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, att};
     double acts = 0;
     for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)

@@ -21,17 +21,17 @@
 #define GPT_MEM_HUGE (UINT64_C(1) << 62)
 
 struct gpt_model_mem {
-    uint64_t n_params;    /* the whole model's parameters */
-    uint64_t params;      /* this rank's parameter buffers (after sharding) */
-    uint64_t grads;       /* gradient buffers */
-    uint64_t optim;       /* the two AdamW moments */
-    uint64_t acts;        /* activations and backward workspace for micro_batch x block_size */
-    uint64_t bf16;        /* bf16 mirrors (GPU backend with trainer.precision bf16), else 0 */
-    uint64_t transient;   /* set-up and snapshots: the host copy of the initial weights, and
-                           * under sharding the full state gathered on every rank */
-    uint64_t device;      /* what lives in backend memory at the peak */
-    uint64_t host;        /* host memory beside it (all of it on the CPU backend) */
-    uint64_t total;       /* device + host */
+    uint64_t n_params;  /* the whole model's parameters */
+    uint64_t params;    /* this rank's parameter buffers (after sharding) */
+    uint64_t grads;     /* gradient buffers */
+    uint64_t optim;     /* the two AdamW moments */
+    uint64_t acts;      /* activations and backward workspace for micro_batch x block_size */
+    uint64_t bf16;      /* bf16 mirrors (GPU backend with trainer.precision bf16), else 0 */
+    uint64_t transient; /* set-up and snapshots: the host copy of the initial weights, and
+                         * under sharding the full state gathered on every rank */
+    uint64_t device;    /* what lives in backend memory at the peak */
+    uint64_t host;      /* host memory beside it (all of it on the CPU backend) */
+    uint64_t total;     /* device + host */
 };
 
 /* Estimates one worker's memory for model `cfg` (vocab_size already

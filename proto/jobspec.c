@@ -655,8 +655,9 @@ static int jobspec_validate_engine(const struct gpt_job *job, struct gpt_err *er
     const struct gpt_model_config *m = &job->model;
     const struct gpt_data_spec *d = &job->data;
     if (m->vocab_size == 1)
-        return gpt_err_set(err, -GPT_E_SPEC, "model.vocab_size",
-                           "1 leaves nothing to predict; use 0 (taken from the data) or at least 2");
+        return gpt_err_set(
+            err, -GPT_E_SPEC, "model.vocab_size",
+            "1 leaves nothing to predict; use 0 (taken from the data) or at least 2");
     if (d->kind == GPT_DATA_SYNTHETIC && m->block_size < 3 * d->digits)
         return gpt_err_set(err, -GPT_E_SPEC, "model.block_size",
                            "addition with data.digits = %d needs model.block_size >= %d, got %d",

@@ -53,7 +53,7 @@ static void test_refusals(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
         const struct refusal *r = &refusals[i];
-        const char *text = !r->spec                    ? base_text
+        const char *text = !r->spec                       ? base_text
                            : strcmp(r->spec, "wide") == 0 ? base_wide
                                                           : base_synth;
         const char *over[3] = {r->override1, r->override2, r->override3};
@@ -62,8 +62,8 @@ static void test_refusals(void **state)
         struct gpt_err err;
         gpt_err_clear(&err);
         int rc = gpt_jobspec_parse(text, strlen(text), over, n_over, &job, &err);
-        print_message("%s %s: %s: %s\n", r->override1, r->override2 ? r->override2 : "",
-                      err.path, err.msg);
+        print_message("%s %s: %s: %s\n", r->override1, r->override2 ? r->override2 : "", err.path,
+                      err.msg);
         assert_int_equal(rc, -GPT_E_SPEC);
         assert_string_equal(err.path, r->path);
         if (r->msg)
