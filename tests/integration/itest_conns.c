@@ -3,8 +3,9 @@
  * asking for anything, for the limits tests (issue 14).
  *
  *   itest_conns hold SOCKET N SECONDS
- *       opens N connections and sends nothing. After 500 ms prints
- *       "open=A refused=R" (refused: gptd answered or closed at once) and
+ *       opens N connections and sends nothing. Once refusals stop coming
+ *       (1 s without one) prints "open=A refused=R" (refused: gptd
+ *       answered or closed at once) and
  *       the first refusal line; then holds the rest for SECONDS and prints
  *       "closed=C" (closed by gptd meanwhile) and the first line it sent.
  *   itest_conns slow SOCKET SECONDS
@@ -72,11 +73,22 @@ static int conns_hold(const char *path, int n, double seconds)
     for (int i = 0; i < n; i++)
         if ((fds[i] = conns_connect(path)) < 0)
             return 3;
-    usleep(500 * 1000);
-    int refused = 0;
-    for (int i = 0; i < n; i++) {
-        open_[i] = !conns_poked(fds[i], msg, sizeof(msg));
-        refused += !open_[i];
+    /* gptd accepts (and refuses) at its own pace: count until the number
+     * of refusals has not changed for a second (at most 10 s). */
+    int refused = 0, last = -1;
+    memset(open_, 1, (size_t)n);
+    double t0 = conns_now(), stable_since = t0;
+    while (conns_now() - stable_since < 1.0 && conns_now() - t0 < 10.0) {
+        usleep(100 * 1000);
+        for (int i = 0; i < n; i++)
+            if (open_[i] && conns_poked(fds[i], msg, sizeof(msg))) {
+                open_[i] = 0;
+                refused++;
+            }
+        if (refused != last) {
+            last = refused;
+            stable_since = conns_now();
+        }
     }
     printf("open=%d refused=%d\n%s\n", n - refused, refused, msg);
     fflush(stdout);
