@@ -166,6 +166,12 @@ static void daemon_on_cluster_closed(void *ctx)
     uv_close((uv_handle_t *)&m->sig_int, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_hup, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->force_timer, daemon_on_handle_closed);
+    /* Closing the last handle of a signal restores its default action,
+     * which would kill gptd now, with the state already saved, with a
+     * status that says otherwise (128 + signal): ignore what comes late. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
 }
 
 static void daemon_on_agent_closed(void *ctx)
