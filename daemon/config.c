@@ -77,6 +77,19 @@ static const struct config_option config_options[] = {
             "Output queued for one client (bytes; suffixes k, M, G). A follower that\n"
             "stops reading is disconnected when its queue passes this; it can catch\n"
             "up with `gptctl logs --since STEP`."),
+    OPT_NUM(max_clients_per_uid, CONFIG_T_INT, "16", 1, 100000, true,
+            "Control connections one user (uid) may hold at once, so that one user\n"
+            "cannot take every connection of max_clients; one more is refused."),
+    OPT_NUM(client_idle_timeout_s, CONFIG_T_INT, "60", 0, 86400, true,
+            "Seconds a control connection may go without a complete request and\n"
+            "without output to read before it is closed, unless it waits for\n"
+            "something (`gptctl logs -f`, `gptctl sample`). A writer too slow to\n"
+            "finish its request line in this time is closed too. 0: never."),
+    OPT_NUM(max_job_memory, CONFIG_T_SIZE, "0", 0, INT64_C(1) << 50, true,
+            "Most memory (bytes; suffixes k, M, G) one job may need on one node, as\n"
+            "estimated at submit from its spec (parameters, gradients, AdamW moments,\n"
+            "activations, per sharding mode). 0: no cap but the node's own memory\n"
+            "(physical memory, and GPU memory when it reports devices)."),
     OPT_STR(data_roots, "/usr/share:/srv:/data:/mnt:/home:/tmp:/var/lib/gptd", true,
             "Directories (':'-separated) under which a job's data.path and\n"
             "data.val_path must lie, after symbolic links are resolved; a job naming\n"

@@ -36,6 +36,9 @@ struct config {
     int max_queued_jobs;
     int max_followers_per_job;
     int64_t client_output_max_bytes;
+    int max_clients_per_uid;   /* control connections one uid may hold */
+    int client_idle_timeout_s; /* 0: an idle control connection is never closed */
+    int64_t max_job_memory;    /* bytes one job may need on a node; 0: the node's memory */
     int sample_max_tokens;
     /* Where jobs may read data and write snapshots (':'-separated roots;
      * the state directory is always a snapshot root). */

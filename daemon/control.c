@@ -20,6 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "control_limits.h"
 #include "log.h"
 
 #define CONTROL_READ_CHUNK 65536
@@ -105,6 +106,11 @@ static void control_client_close(struct control_client *cl)
     uv_close((uv_handle_t *)&cl->pipe, control_on_client_closed);
 }
 
+void control_client_drop(struct control_client *cl)
+{
+    control_client_close(cl);
+}
+
 static void control_on_shutdown(uv_shutdown_t *req, int status)
 {
     struct control_client *cl = req->data;
@@ -139,6 +145,8 @@ static void control_on_write(uv_write_t *req, int status)
     free(w);
     if (status < 0 && status != UV_ECANCELED)
         log_debug("control: write to client (uid %u): %s", (unsigned)cl->uid, uv_strerror(status));
+    if (status == 0)
+        cl->last_active_ms = uv_now(cl->srv->loop); /* the peer takes its output */
     if (status < 0)
         control_client_close(cl);
     else if (cl->writes_pending == 0 && !cl->closing && cl->srv->hooks.drained)
@@ -227,6 +235,7 @@ static void control_process_lines(struct control_client *cl)
             control_client_shutdown(cl);
             break;
         }
+        cl->last_active_ms = uv_now(srv->loop);
         rc = gpt_ctl_request_decode(line, len, &req, &err);
         if (rc < 0)
             control_reply_err(cl, req.id, rc, &err);
@@ -326,6 +335,14 @@ static void control_on_connection(uv_stream_t *server, int status)
         control_client_shutdown(cl);
         return;
     }
+    struct gpt_err lerr;
+    if (control_limits_admit(srv, cl, srv->cfg, &lerr) < 0) {
+        log_warn("control: client pid %d refused: %s", (int)cl->pid, lerr.msg);
+        control_reply_err(cl, NULL, -GPT_E_LIMIT, &lerr);
+        control_client_shutdown(cl);
+        return;
+    }
+    cl->last_active_ms = uv_now(srv->loop);
     log_debug("control: client pid %d uid %u connected", (int)cl->pid, (unsigned)cl->uid);
     uv_read_start((uv_stream_t *)&cl->pipe, control_on_alloc, control_on_read);
 }

@@ -46,10 +46,11 @@ struct control_client {
     pid_t pid;
     unsigned refs;
     bool closing;
-    bool eof;              /* the peer finished sending */
-    unsigned busy;         /* requests still being worked on (sample) */
-    size_t writes_pending; /* uv_write requests not yet completed */
-    size_t bytes_pending;  /* their bytes */
+    bool eof;                /* the peer finished sending */
+    unsigned busy;           /* requests still being worked on (sample) */
+    size_t writes_pending;   /* uv_write requests not yet completed */
+    size_t bytes_pending;    /* their bytes */
+    uint64_t last_active_ms; /* uv_now of the last complete request or output taken */
     struct control_logs logs;
     struct control_client *prev, *next;
 };
@@ -87,6 +88,8 @@ int control_reply_ok(struct control_client *cl, const json_t *id, json_t *result
 int control_reply_err(struct control_client *cl, const json_t *id, int rc,
                       const struct gpt_err *err);
 
+/* Closes a client at once; queued output is dropped. */
+void control_client_drop(struct control_client *cl);
 /* Closes a client after its queued output is written. */
 void control_client_shutdown(struct control_client *cl);
 /* Once the peer has finished sending and nothing is left to answer (no

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "control_limits.h"
 #include "daemon.h"
 #include "hostport.h"
 #include "log.h"
@@ -30,6 +31,7 @@
 #define DAEMON_EMBEDDED_HOST   "127.0.0.1"
 #define DAEMON_EMBEDDED_KEY    "cluster.secret" /* in the state directory */
 #define DAEMON_LEAVE_TIMEOUT_S 15.0             /* a leaving member waits this long for its world */
+#define DAEMON_FORCE_GRACE_S   10.0 /* a third stop signal waits at most this for the snapshot */
 
 struct daemon_args {
     const char *config_file; /* NULL: CONFIG_FILE_DEFAULT if it exists */
@@ -44,7 +46,13 @@ struct daemon_main {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t notify_timer; /* systemd watchdog and STATUS= line */
     char status[NOTIFY_STATUS_MAX];
+    /* Stop signals (SIGTERM, SIGINT) received; see daemon_on_stop_signal. */
     int stop_signals;
+    bool jobs_stopped;      /* the running job has stopped (with its snapshot) */
+    bool member_left;       /* a member's world went on without it (or it had none) */
+    bool force_armed;       /* a third signal: exit once the snapshot attempt ended */
+    bool forced;            /* the loop was stopped without closing its handles */
+    uv_timer_t force_timer; /* bounds the wait of a forced exit (DAEMON_FORCE_GRACE_S) */
 };
 
 static void daemon_usage(FILE *f)
@@ -139,6 +147,13 @@ static void daemon_on_cluster_closed(void *ctx)
     uv_close((uv_handle_t *)&m->sig_term, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_int, daemon_on_handle_closed);
     uv_close((uv_handle_t *)&m->sig_hup, daemon_on_handle_closed);
+    uv_close((uv_handle_t *)&m->force_timer, daemon_on_handle_closed);
+    /* Closing the last handle of a signal restores its default action,
+     * which would kill gptd now, with the state already saved, with a
+     * status that says otherwise (128 + signal): ignore what comes late. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
 }
 
 static void daemon_on_agent_closed(void *ctx)
@@ -154,9 +169,41 @@ static void daemon_on_agent_closed(void *ctx)
     }
 }
 
+/* A forced exit (third stop signal): the snapshot attempt has ended, or
+ * DAEMON_FORCE_GRACE_S passed. The loop stops with handles open and
+ * gptd_daemon_main returns GPTD_EXIT_FORCED, so that main() exits without
+ * running exit handlers under worker threads that may still be running. The
+ * job's state is recorded already (requeued) or, if the grace ran out, it
+ * is recovered on the next start like after a crash. */
+static void daemon_force_exit(struct daemon_main *m, const char *why)
+{
+    if (m->forced)
+        return;
+    m->forced = true;
+    log_notice("exiting now (%s)", why);
+    control_stop_listening(m->d.ctl);
+    uv_stop(&m->loop);
+}
+
+static void daemon_force_check(struct daemon_main *m)
+{
+    bool member = m->d.agent && m->d.cluster && !cluster_is_coordinator(m->d.cluster);
+    if (m->force_armed && m->jobs_stopped && (!member || m->member_left))
+        daemon_force_exit(m, "third stop signal; the snapshot attempt has ended");
+}
+
+static void daemon_on_force_timer(uv_timer_t *h)
+{
+    daemon_force_exit(h->data, "third stop signal; the snapshot did not end in time");
+}
+
 static void daemon_on_left(void *ctx)
 {
     struct daemon_main *m = ctx;
+    m->member_left = true;
+    daemon_force_check(m);
+    if (m->forced)
+        return;
     agent_close(m->d.agent, daemon_on_agent_closed, m);
 }
 
@@ -173,6 +220,10 @@ static void daemon_on_leave_sent(void *ctx)
 static void daemon_on_jobs_stopped(void *ctx)
 {
     struct daemon_main *m = ctx;
+    m->jobs_stopped = true;
+    daemon_force_check(m);
+    if (m->forced)
+        return;
     if (m->d.agent && m->d.cluster && !cluster_is_coordinator(m->d.cluster))
         cluster_leave(m->d.cluster, daemon_on_leave_sent, m);
     else if (m->d.agent)
@@ -273,6 +324,17 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
     return 0;
 }
 
+/* Stop signals, in any mix of SIGTERM and SIGINT and at any spacing:
+ *  1st: a clean stop. The running job writes a snapshot at its next step
+ *       boundary and is requeued; a member first leaves its world; then
+ *       the cluster, the agent and the control socket close in order.
+ *  2nd: acknowledged only. The snapshot of the first is kept (stopping the
+ *       job without it would lose the steps since the last one).
+ *  3rd and later: gptd exits as soon as the snapshot attempt has ended
+ *       (the job stopped; a member's world went on without it), skipping
+ *       the orderly close of the cluster connections, and at the latest
+ *       DAEMON_FORCE_GRACE_S after this signal.
+ * Every path ends with the socket removed and the process gone. */
 static void daemon_on_stop_signal(uv_signal_t *h, int signum)
 {
     struct daemon_main *m = h->data;
@@ -282,12 +344,19 @@ static void daemon_on_stop_signal(uv_signal_t *h, int signum)
         (void)notify_stopping();
         m->d.stopping = true;
         control_stop_listening(m->d.ctl);
-    } else {
-        log_notice("%s again: stopping without waiting for a snapshot", strsignal(signum));
+        jobs_shutdown(m->d.jobs, daemon_on_jobs_stopped, m);
+    } else if (m->stop_signals == 2) {
+        log_notice("%s again: already stopping, after the snapshot; a third signal exits as soon"
+                   " as the snapshot is written (at most %.0f s later)",
+                   strsignal(signum), DAEMON_FORCE_GRACE_S);
+    } else if (!m->force_armed) {
+        log_notice("%s a third time: exiting once the snapshot attempt has ended",
+                   strsignal(signum));
+        m->force_armed = true;
+        uv_timer_start(&m->force_timer, daemon_on_force_timer,
+                       (uint64_t)(DAEMON_FORCE_GRACE_S * 1000), 0);
+        daemon_force_check(m);
     }
-    jobs_shutdown(m->d.jobs, m->stop_signals == 1 ? daemon_on_jobs_stopped : NULL, m);
-    if (m->stop_signals > 1 && m->d.agent)
-        agent_leave(m->d.agent, 0, NULL, NULL); /* leaving already: abort its workers */
 }
 
 static void daemon_on_reload_key(void *ctx, const char *key, bool applied)
@@ -305,6 +374,12 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     struct daemon_main *m = h->data;
     struct config fresh;
     struct gpt_err err;
+    if (m->d.stopping) {
+        /* The agent and the cluster may be half closed; and READY=1 must not
+         * follow STOPPING=1. */
+        log_notice("SIGHUP while stopping: ignored");
+        return;
+    }
     log_notice("SIGHUP: reloading the configuration");
     (void)notify_reloading();
     if (daemon_build_config(&m->args, &fresh, &err) < 0)
@@ -319,8 +394,9 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     (void)notify_ready();
 }
 
-/* The loop's periodic tick for systemd: WATCHDOG=1 proves the loop turns,
- * and STATUS= carries a one-line state when it changed. */
+/* The loop's periodic tick (at most 1 s): for systemd, WATCHDOG=1 proves
+ * the loop turns and STATUS= carries a one-line state when it changed; idle
+ * control clients are closed (control_limits_sweep). */
 static void daemon_on_notify_timer(uv_timer_t *h)
 {
     struct daemon_main *m = h->data;
@@ -343,6 +419,7 @@ static void daemon_on_notify_timer(uv_timer_t *h)
         (void)notify_status("%s", status);
     }
     (void)notify_watchdog();
+    control_limits_sweep(d->ctl, &d->cfg, uv_now(&m->loop));
 }
 
 static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
@@ -504,20 +581,29 @@ int gptd_daemon_main(int argc, char **argv)
     uv_signal_start(&m->sig_term, daemon_on_stop_signal, SIGTERM);
     uv_signal_start(&m->sig_int, daemon_on_stop_signal, SIGINT);
     uv_signal_start(&m->sig_hup, daemon_on_hup, SIGHUP);
+    uv_timer_init(&m->loop, &m->force_timer);
+    m->force_timer.data = m;
 
     log_info("gptd %s listening on %s, state in %s", GPTD_VERSION, d->cfg.socket, d->cfg.state_dir);
     /* READY=1 only now: configuration loaded, migrations run, the control
      * socket (and on the coordinator the store) listening. */
     (void)notify_ready();
     uint64_t every_ms = notify_watchdog_interval_ms();
-    if (every_ms == 0 || every_ms > 2000)
-        every_ms = 2000; /* STATUS= stays fresh even without a watchdog */
+    if (every_ms == 0 || every_ms > 1000)
+        every_ms = 1000; /* STATUS= stays fresh without a watchdog; idle clients go in time */
     uv_timer_init(&m->loop, &m->notify_timer);
     m->notify_timer.data = m;
     uv_timer_start(&m->notify_timer, daemon_on_notify_timer, 0, every_ms);
     uv_unref((uv_handle_t *)&m->notify_timer);
     jobs_schedule(d->jobs);
     uv_run(&m->loop, UV_RUN_DEFAULT);
+    if (m->forced) {
+        /* Handles are still open and worker threads may hold pointers into
+         * m: nothing is closed or freed; main() exits at once. */
+        log_info("stopped (forced); state in %s", d->cfg.state_dir);
+        free(m->args.argv);
+        return GPTD_EXIT_FORCED | (m->jobs_stopped ? 0 : 1);
+    }
     status = 0;
     goto out;
 

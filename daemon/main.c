@@ -2,6 +2,7 @@
  * gptd: main() only chooses between the foreground trainer (`gptd run`)
  * and the daemon; both live in their own files.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,5 +29,10 @@ int main(int argc, char **argv)
     main_set_omp_wait_policy(argv);
     if (argc > 1 && strcmp(argv[1], "run") == 0)
         return gptd_run_main(argc - 1, argv + 1);
-    return gptd_daemon_main(argc, argv);
+    int status = gptd_daemon_main(argc, argv);
+    if (status & GPTD_EXIT_FORCED) {
+        fflush(NULL);
+        _exit(status & 0xff);
+    }
+    return status;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "devices.h"
+#include "job_limits.h"
 #include "log.h"
 #include "ops.h"
 #include "paths.h"
@@ -66,6 +67,8 @@ static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, struct
         rc = gpt_jobspec_check_paths(job, err);
     if (rc == 0)
         rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
+    if (rc == 0)
+        rc = job_limits_check(job, &d->cfg, err); /* memory and data sizes, before queueing */
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
         rc = gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
                          "this gptd is not in a cluster (no rdzv); nodes must be 1 (got min %d)",

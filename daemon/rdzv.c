@@ -71,6 +71,7 @@ struct rdzv_coord {
     int64_t last_step, last_snap;
     int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
     bool failure;             /* a member failed or died in the running world */
+    bool failure_final; /* ...with an error of the spec or the data: a restart cannot heal it */
     char failure_why[256];
     /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
     int64_t pin_step;
@@ -216,6 +217,7 @@ static void rdzv_open_round(struct rdzv_coord *c, double now, bool snapshot, con
     c->opened_at = now;
     c->stop_snapshot = snapshot;
     c->failure = false;
+    c->failure_final = false;
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
         nd->prev_member = nd->member && nd->alive;
@@ -420,6 +422,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
         if (c->phase == RDZV_RUNNING && m->exit_rc < 0 && !c->failure) {
             c->failure = true;
+            c->failure_final = m->exit_rc == -GPT_E_SPEC || m->exit_rc == -GPT_E_DATA;
             snprintf(c->failure_why, sizeof(c->failure_why), "node %.60s failed: %.160s", nd->id,
                      m->exit_msg[0] ? m->exit_msg : "error");
         }
@@ -549,10 +552,14 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
         c->restarts++;
         if (c->h.restarts)
             c->h.restarts(c->h.ctx, c->job, c->restarts);
-        if (c->restarts > c->max_restarts) {
+        if (c->restarts > c->max_restarts || c->failure_final) {
             char why[400];
-            snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",
-                     c->failure_why, c->max_restarts, c->max_restarts == 1 ? "" : "s");
+            if (c->failure_final)
+                snprintf(why, sizeof(why), "%s; not restarted (the spec or its data is wrong)",
+                         c->failure_why);
+            else
+                snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",
+                         c->failure_why, c->max_restarts, c->max_restarts == 1 ? "" : "s");
             rdzv_event(c, "failure", "%s", why);
             rdzv_finish(c, -ECONNABORTED, c->last_step, why);
             return;

@@ -41,6 +41,7 @@ enum model_blk {
 #define T_LNFW(L)        (2 + (size_t)(L)*BLK_COUNT)
 #define T_LNFB(L)        (3 + (size_t)(L)*BLK_COUNT)
 #define MODEL_MAX_LAYERS ((GPT_MAX_TENSORS - 4) / BLK_COUNT) /* 42 */
+_Static_assert(MODEL_MAX_LAYERS == GPT_JOB_N_LAYER_MAX, "jobspec.h's layer limit is the model's");
 
 /* Tensor names live in static storage, so the table is spelled out for every
  * layer the tensor table can hold. */
@@ -279,13 +280,22 @@ static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_
     return off;
 }
 
+/* A set-up stage may take seconds for a large model (each allocation is
+ * zeroed): the owner's cancel hook is polled between them. */
+static int model_cancelled(const struct gpt_model *m)
+{
+    return m->init_cancelled && m->init_cancelled(m->init_cancelled_ctx);
+}
+
 static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
                       struct gpt_backend *be, size_t max_B, const struct gpt_model_units *units,
-                      struct gpt_err *err)
+                      int (*cancelled)(void *ctx), void *cancel_ctx, struct gpt_err *err)
 {
     GPT_ASSERT(m && cfg && be);
     memset(m, 0, sizeof(*m));
     m->units = units;
+    m->init_cancelled = cancelled;
+    m->init_cancelled_ctx = cancel_ctx;
     int rc = model_check_config(cfg, max_B, err);
     if (rc < 0)
         return rc;
@@ -309,21 +319,25 @@ static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
     size_t pbytes = m->n_params * sizeof(float);
     if (!units) {
         rc = gpt_backend_alloc(be, pbytes, (void **)&m->params);
-        if (rc == 0)
+        if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
             rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
     }
     size_t nact = model_carve(a, NULL, max_B, T, C, L, NH, m->Vp);
     float *slab = NULL;
-    if (rc == 0)
+    if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
         rc = gpt_backend_alloc(be, nact * sizeof(float), (void **)&slab);
     if (rc == 0)
         rc = gpt_backend_alloc(be, max_B * T * sizeof(int), (void **)&a->tokens);
     if (rc == 0)
         rc = gpt_backend_alloc(be, max_B * T * sizeof(int), (void **)&a->targets);
     if (rc < 0) {
-        gpt_err_set(err, rc, NULL,
-                    "model: cannot allocate %zu parameters and %zu activation floats", m->n_params,
-                    nact);
+        gpt_backend_mem_free(be, slab);
+        if (rc == -ECANCELED)
+            gpt_err_set(err, rc, NULL, "model: set-up cancelled");
+        else
+            gpt_err_set(err, rc, NULL,
+                        "model: cannot allocate %zu parameters and %zu activation floats",
+                        m->n_params, nact);
         goto fail;
     }
     a->slab = slab;
@@ -342,7 +356,7 @@ fail:
 int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_backend *be,
                    size_t max_B, struct gpt_err *err)
 {
-    return model_init(m, cfg, be, max_B, NULL, err);
+    return model_init(m, cfg, be, max_B, NULL, NULL, NULL, err);
 }
 
 int gpt_model_init_sharded(struct gpt_model *m, const struct gpt_model_config *cfg,
@@ -350,7 +364,16 @@ int gpt_model_init_sharded(struct gpt_model *m, const struct gpt_model_config *c
                            const struct gpt_model_units *units, struct gpt_err *err)
 {
     GPT_ASSERT(units && units->fetch && units->grads && units->release);
-    return model_init(m, cfg, be, max_B, units, err);
+    return model_init(m, cfg, be, max_B, units, NULL, NULL, err);
+}
+
+int gpt_model_init_cancellable(struct gpt_model *m, const struct gpt_model_config *cfg,
+                               struct gpt_backend *be, size_t max_B,
+                               const struct gpt_model_units *units, int (*cancelled)(void *ctx),
+                               void *ctx, struct gpt_err *err)
+{
+    GPT_ASSERT(!units || (units->fetch && units->grads && units->release));
+    return model_init(m, cfg, be, max_B, units, cancelled, ctx, err);
 }
 
 int gpt_model_num_units(const struct gpt_model *m)
@@ -399,6 +422,8 @@ int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err)
     int rc = 0;
     if (!m->m)
         rc = gpt_backend_alloc(m->be, bytes, (void **)&m->m);
+    if (rc == 0 && model_cancelled(m))
+        return gpt_err_set(err, -ECANCELED, NULL, "model: set-up cancelled");
     if (rc == 0 && !m->v)
         rc = gpt_backend_alloc(m->be, bytes, (void **)&m->v);
     if (rc < 0)
@@ -432,10 +457,16 @@ void gpt_model_init_weights_host(const struct gpt_model *m, uint64_t seed, float
             count = (size_t)m->cfg.vocab_size * C; /* padded rows stay 0 */
         const char *dot = strrchr(t->name, '.');
         const char *leaf = dot ? dot + 1 : t->name;
+        if (model_cancelled(m))
+            return;
         if (t->ndim == 2) {
             double sd = strcmp(leaf, "projw") == 0 ? resid_std : 0.02;
-            for (size_t j = 0; j < count; j++)
+            for (size_t j = 0; j < count; j++) {
+                /* A large matrix takes seconds: a cancel is heard within one chunk. */
+                if ((j & ((1u << 22) - 1)) == (1u << 22) - 1 && model_cancelled(m))
+                    return;
                 p[j] = (float)(sd * gpt_rng_normal(&rng));
+            }
         } else if (strcmp(leaf, "ln1w") == 0 || strcmp(leaf, "ln2w") == 0 ||
                    strcmp(leaf, "lnfw") == 0) {
             for (size_t j = 0; j < count; j++)

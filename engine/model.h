@@ -84,6 +84,13 @@ struct gpt_model {
     void (*grads_ready)(void *ctx, size_t offset, size_t count);
     void *grads_ready_ctx;
 
+    /* Optional (gpt_model_init_cancellable): polled between the set-up's
+     * allocations and by gpt_model_init_weights_host between chunks of
+     * values; nonzero stops them early (-ECANCELED; initial weights are
+     * then incomplete and must be discarded). Worker thread. */
+    int (*init_cancelled)(void *ctx);
+    void *init_cancelled_ctx;
+
     struct gpt_model_acts *acts; /* private to model.c */
     size_t act_bytes;            /* activation memory, for metrics */
 
@@ -104,6 +111,15 @@ int gpt_model_init(struct gpt_model *m, const struct gpt_model_config *cfg, stru
 int gpt_model_init_sharded(struct gpt_model *m, const struct gpt_model_config *cfg,
                            struct gpt_backend *be, size_t max_B,
                            const struct gpt_model_units *units, struct gpt_err *err);
+
+/* As gpt_model_init (units NULL) or gpt_model_init_sharded, polling
+ * cancelled(ctx) between allocations (each is zeroed: seconds for a large
+ * model) and later in gpt_model_init_weights_host; returns -ECANCELED, with
+ * nothing left allocated, when it answers nonzero. */
+int gpt_model_init_cancellable(struct gpt_model *m, const struct gpt_model_config *cfg,
+                               struct gpt_backend *be, size_t max_B,
+                               const struct gpt_model_units *units, int (*cancelled)(void *ctx),
+                               void *ctx, struct gpt_err *err);
 
 /* Number of parameter units (L + 2) and the flat span of one. */
 int gpt_model_num_units(const struct gpt_model *m);

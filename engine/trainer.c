@@ -70,6 +70,7 @@ struct trainer {
     struct gpt_dataset *ds;
     struct gpt_model model;
     bool model_ready;
+    bool setup_stop_told; /* the "stop" event of a stop during set-up went out */
     size_t B, T;
     int accum;
     int *inputs, *targets; /* (B, T) host */
@@ -234,6 +235,25 @@ static double measure_peak(struct trainer *t)
                                 4 * (size_t)t->model.cfg.n_embd, 0.1);
 }
 
+/* Set-up of a large model takes long (every allocation is zeroed, the
+ * initial weights are drawn one by one): a stop asked meanwhile (cancel,
+ * gptd stopping) is honoured between its stages rather than after it, and
+ * gpt_train returns GPT_TRAIN_STOPPED before the first step (nothing to
+ * snapshot). A world of one only: a larger world agrees on stopping at step
+ * boundaries (agree_stop), and the comm abort cuts its set-up short. */
+static int setup_stopped(void *ctx)
+{
+    struct trainer *t = ctx;
+    if (t->world != 1 || !t->opts->hooks.should_stop ||
+        t->opts->hooks.should_stop(t->opts->hooks.ctx) == GPT_STOP_NO)
+        return 0;
+    if (!t->setup_stop_told) {
+        t->setup_stop_told = true;
+        emit_event(t, "stop", "stopped on request during set-up, before training");
+    }
+    return 1;
+}
+
 static int open_all(struct trainer *t, struct gpt_err *err)
 {
     const struct gpt_job *job = t->job;
@@ -260,6 +280,8 @@ static int open_all(struct trainer *t, struct gpt_err *err)
         gpt_dataset_open(&job->data, (size_t)job->model.block_size, job->trainer.seed, &t->ds, err);
     if (rc < 0)
         return rc;
+    if (setup_stopped(t))
+        return GPT_TRAIN_STOPPED;
 
     struct gpt_model_config cfg = job->model;
     int data_vocab = gpt_dataset_vocab_size(t->ds);
@@ -288,17 +310,22 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     if (sharding != GPT_SHARD_NONE &&
         (rc = gpt_shard_new(sharding, t->comm, t->be, &t->shard, err)) < 0)
         return rc;
-    if (sharding == GPT_SHARD_FULL)
-        rc = gpt_model_init_sharded(&t->model, &cfg, t->be, t->B, gpt_shard_units(t->shard), err);
-    else
-        rc = gpt_model_init(&t->model, &cfg, t->be, t->B, err);
+    rc = gpt_model_init_cancellable(&t->model, &cfg, t->be, t->B,
+                                    sharding == GPT_SHARD_FULL ? gpt_shard_units(t->shard) : NULL,
+                                    setup_stopped, t, err);
+    if (rc == -ECANCELED)
+        return GPT_TRAIN_STOPPED;
     if (rc < 0)
         return rc;
     t->model_ready = true;
+    if (setup_stopped(t))
+        return GPT_TRAIN_STOPPED;
     if (t->shard)
         rc = gpt_shard_attach(t->shard, &t->model, err);
     else
         rc = gpt_model_alloc_optim(&t->model, err);
+    if (rc == -ECANCELED || (rc == 0 && setup_stopped(t)))
+        return GPT_TRAIN_STOPPED;
     if (rc < 0)
         return rc;
 
@@ -477,7 +504,9 @@ static int init_state(struct trainer *t, struct gpt_err *err)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the initial weights");
         } else {
             gpt_model_init_weights_host(&t->model, t->job->trainer.seed, host);
-            rc = gpt_backend_upload(t->be, fs.params, host, t->model.n_params * sizeof(float));
+            rc = setup_stopped(t) ? GPT_TRAIN_STOPPED
+                                  : gpt_backend_upload(t->be, fs.params, host,
+                                                       t->model.n_params * sizeof(float));
             free(host);
         }
         t->st.cursor.seed = t->job->trainer.seed;
@@ -513,7 +542,7 @@ static int init_state(struct trainer *t, struct gpt_err *err)
             goto out;
         }
     }
-    if (rc < 0)
+    if (rc != 0) /* an error, or GPT_TRAIN_STOPPED during set-up */
         goto out;
     if (t->shard)
         gpt_shard_load_full(t->shard, fs.params, fs.m, fs.v);
@@ -870,9 +899,9 @@ int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
     t.rank = t.comm->rank;
     t.world = t.comm->world;
 
-    if ((rc = open_all(&t, err)) < 0)
+    if ((rc = open_all(&t, err)) != 0) /* or GPT_TRAIN_STOPPED during set-up */
         goto out;
-    if ((rc = init_state(&t, err)) < 0)
+    if ((rc = init_state(&t, err)) != 0)
         goto out;
     if (t.world > 1 && !t.shard && (rc = ddp_start(&t)) < 0) {
         rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");

@@ -646,6 +646,36 @@ int gpt_jobspec_override(struct gpt_job *job, const char *assignment, struct gpt
     return rc;
 }
 
+/* What the engine would refuse at run time (data.c, model.c, trainer.c),
+ * refused here instead with the key named, so that such a job fails at
+ * submit rather than after it was queued, started and retried. Checks that
+ * need the data files (their length) are the daemon's (daemon/limits.c). */
+static int jobspec_validate_engine(const struct gpt_job *job, struct gpt_err *err)
+{
+    const struct gpt_model_config *m = &job->model;
+    const struct gpt_data_spec *d = &job->data;
+    if (m->vocab_size == 1)
+        return gpt_err_set(
+            err, -GPT_E_SPEC, "model.vocab_size",
+            "1 leaves nothing to predict; use 0 (taken from the data) or at least 2");
+    if (d->kind == GPT_DATA_SYNTHETIC && m->block_size < 3 * d->digits)
+        return gpt_err_set(err, -GPT_E_SPEC, "model.block_size",
+                           "addition with data.digits = %d needs model.block_size >= %d, got %d",
+                           d->digits, 3 * d->digits, m->block_size);
+    if (d->kind == GPT_DATA_TEXT && d->val_path[0] == '\0' && !(d->train_split < 1.0))
+        return gpt_err_set(err, -GPT_E_SPEC, "data.train_split",
+                           "must be below 1 to leave a validation split of data.path (or set "
+                           "data.val_path), got %g",
+                           d->train_split);
+    uint64_t rows = (uint64_t)job->trainer.micro_batch * (uint64_t)m->block_size;
+    if (rows * 4 * (uint64_t)m->n_embd > GPT_JOB_GEMM_MAX)
+        return gpt_err_set(err, -GPT_E_SPEC, "trainer.micro_batch",
+                           "trainer.micro_batch (%d) x model.block_size (%d) x 4 model.n_embd (%d) "
+                           "exceeds the matrix size limit 2^40",
+                           job->trainer.micro_batch, m->block_size, 4 * m->n_embd);
+    return 0;
+}
+
 int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
 {
     const struct gpt_model_config *m = &job->model;
@@ -690,7 +720,7 @@ int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
     if (d->kind == GPT_DATA_SYNTHETIC && m->vocab_size != 0 && m->vocab_size < 10)
         return gpt_err_set(err, -GPT_E_SPEC, "model.vocab_size",
                            "must be 0 or at least 10 for the addition task, got %d", m->vocab_size);
-    return 0;
+    return jobspec_validate_engine(job, err);
 }
 
 /* Refuses nesting deeper than GPT_JOB_DEPTH_MAX before jansson recurses into it. */

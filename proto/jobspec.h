@@ -19,6 +19,11 @@
 #define GPT_JOB_NAME_MAX  128
 #define GPT_JOB_JSON_MAX  (1u << 20) /* a job file larger than 1 MiB is refused */
 #define GPT_JOB_DEPTH_MAX 16         /* deeper nesting of arrays/objects is refused */
+/* Limits of the engine that a spec must meet; engine/model.c asserts that
+ * they match its own (its tensor table holds 42 blocks; sgemm takes int
+ * dimensions). Checked at validate/submit, so no job fails on them later. */
+#define GPT_JOB_N_LAYER_MAX 42
+#define GPT_JOB_GEMM_MAX    ((uint64_t)1 << 40) /* micro_batch x block_size x 4 n_embd */
 
 enum gpt_data_kind { GPT_DATA_TEXT, GPT_DATA_SHARDS, GPT_DATA_SYNTHETIC };
 enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE };

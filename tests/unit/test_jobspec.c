@@ -154,7 +154,7 @@ static const struct bad_case bad_cases[] = {
     {"{\"trainer\": {\"seed\": -1}}", NULL, "trainer.seed", "non-negative"},
     {"{\"trainer\": {\"seed\": \"12x\"}}", NULL, "trainer.seed", "non-negative"},
     /* ranges and enums */
-    {"{\"model\": {\"n_layer\": 0}}", NULL, "model.n_layer", "must be in 1..256, got 0"},
+    {"{\"model\": {\"n_layer\": 0}}", NULL, "model.n_layer", "must be in 1..42, got 0"},
     {"{\"model\": {\"n_embd\": 99999999999}}", NULL, "model.n_embd", "must be in"},
     {"{\"trainer\": {\"max_steps\": -1}}", NULL, "trainer.max_steps", "must be in"},
     {"{\"optimizer\": {\"lr\": 0}}", NULL, "optimizer.lr", "(0, 10]"},

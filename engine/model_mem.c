@@ -1,0 +1,96 @@
+/*
+ * model_mem: the memory estimate of a job (see model_mem.h). Doubles carry
+ * the arithmetic so that no product of spec values can wrap; the result is
+ * saturated at GPT_MEM_HUGE.
+ */
+#include "model_mem.h"
+
+#include <string.h>
+
+/* model.c pads every activation buffer to 16 floats and the vocabulary to
+ * 64 (16 for vocabularies up to 64). */
+static double mem_round_up(double x, double to)
+{
+    double q = x / to;
+    double r = (double)(uint64_t)q;
+    return (r < q ? r + 1 : r) * to;
+}
+
+static uint64_t mem_bytes(double x)
+{
+    return x >= (double)GPT_MEM_HUGE ? GPT_MEM_HUGE : (uint64_t)x;
+}
+
+void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch, int sharding,
+                            int world, int gpu, int bf16, struct gpt_model_mem *ret)
+{
+    double L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, T = cfg->block_size;
+    double V = cfg->vocab_size > 0 ? cfg->vocab_size : 1, B = micro_batch > 0 ? micro_batch : 1;
+    double W = world > 0 ? world : 1, f = sizeof(float);
+    double Vp = V > 64 ? mem_round_up(V, 64) : mem_round_up(V, 16);
+
+    /* model_layout: wte, wpe, L blocks of 12 C^2 + 13 C, the final LN. */
+    double emb = Vp * C + T * C, block = 12 * C * C + 13 * C;
+    double P = emb + L * block + 2 * C;
+
+    /* model_carve, buffer by buffer (each rounded to 16 floats). */
+    double BT = B * T, att = B * NH * T * T;
+    double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
+                          BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
+    double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, att};
+    double acts = 0;
+    for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)
+        acts += mem_round_up(L * per_layer[i], 16);
+    for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
+        acts += mem_round_up(once[i], 16);
+    acts = acts * f + 2 * BT * sizeof(int); /* tokens, targets */
+
+    /* trainer.c: host batch buffers, the host copy of the logits, the
+     * model's host losses. */
+    double host_batch = (B * (T + 1) + BT) * sizeof(int) + BT * Vp * f + BT * f;
+
+    /* Per-rank parameter state (shard.c: a slice is P / W rounded up). */
+    double slice = mem_round_up(P / W, 1);
+    double params, grads, optim;
+    if (sharding == GPT_SHARD_FULL) {
+        /* The shard, plus the embeddings and two block buffers gathered. */
+        params = slice + emb + 2 * block;
+        grads = slice + emb + 2 * block;
+        optim = 2 * slice;
+    } else {
+        params = P;
+        grads = P;
+        optim = sharding == GPT_SHARD_OPTIMIZER ? 2 * slice : 2 * P;
+    }
+    params *= f;
+    grads *= f;
+    optim *= f;
+
+    /* Rank 0 draws the initial weights into a host buffer of P floats;
+     * sharded ranks hold the full state (params, m, v) while they start
+     * and while a snapshot is taken. */
+    double full_state = sharding != GPT_SHARD_NONE ? 3 * P * f : 0;
+    double init_host = P * f;
+
+    /* bf16 mirrors: the weights read by matrix products and about half the
+     * activations (cuda_backend.h), 2 bytes each. */
+    double mirrors = gpu && bf16 ? params / 2 + acts / 4 : 0;
+
+    double device = params + grads + optim + acts + mirrors + full_state;
+    double host = host_batch + init_host;
+    memset(ret, 0, sizeof(*ret));
+    ret->n_params = mem_bytes(P);
+    ret->params = mem_bytes(params);
+    ret->grads = mem_bytes(grads);
+    ret->optim = mem_bytes(optim);
+    ret->acts = mem_bytes(acts + host_batch);
+    ret->bf16 = mem_bytes(mirrors);
+    ret->transient = mem_bytes(full_state + init_host);
+    if (!gpu) {
+        host += device;
+        device = 0;
+    }
+    ret->device = mem_bytes(device);
+    ret->host = mem_bytes(host);
+    ret->total = mem_bytes(device + host);
+}

@@ -1,0 +1,19 @@
+# Issue 14's "no fault hangs gptd" and "resource limits before allocation":
+# stop signals in any mix, idle and greedy clients, limits checked at submit.
+set(GPTD_LIMITS_TESTS daemon_signals daemon_limits)
+foreach(t ${GPTD_LIMITS_TESTS})
+  add_test(NAME ${t}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>
+                   $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 300
+                       ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+endforeach()
+
+add_executable(itest_conns ${CMAKE_CURRENT_SOURCE_DIR}/integration/itest_conns.c)
+gptd_target(itest_conns)
+add_test(NAME daemon_clients
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_clients.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:itest_conns>)
+set_tests_properties(daemon_clients PROPERTIES LABELS integration TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

@@ -1,0 +1,113 @@
+/*
+ * test_model_mem: the memory estimate a submit is checked with (engine/
+ * model_mem.c) against what the engine really allocates: gpt_model_init and
+ * gpt_model_alloc_optim on the CPU backend for a few shapes; the sharding
+ * modes divide what they should; absurd specs saturate instead of wrapping.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "model.h"
+#include "model_mem.h"
+
+static void check_shape(int L, int NH, int C, int T, int V, int B)
+{
+    struct gpt_model_config cfg = {
+        .n_layer = L, .n_head = NH, .n_embd = C, .block_size = T, .vocab_size = V};
+    struct gpt_backend *be = NULL;
+    struct gpt_err err;
+    struct gpt_model m;
+    assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
+    assert_int_equal(gpt_model_init(&m, &cfg, be, (size_t)B, &err), 0);
+    assert_int_equal(gpt_model_alloc_optim(&m, &err), 0);
+
+    struct gpt_model_mem est;
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 0, 0, &est);
+    assert_int_equal(est.n_params, m.n_params);
+    /* parameters, gradients and both AdamW moments: four buffers */
+    double real = 4.0 * (double)m.n_params * sizeof(float);
+    double mine = (double)(est.params + est.grads + est.optim);
+    printf("L=%d NH=%d C=%d T=%d V=%d B=%d: params+optim %.0f (engine %.0f), acts %llu (engine "
+           "%zu), total %llu\n",
+           L, NH, C, T, V, B, mine, real, (unsigned long long)est.acts, m.act_bytes,
+           (unsigned long long)est.total);
+    assert_true(mine >= real * 0.9 && mine <= real * 1.1);
+    /* activations: at least what the model carves, at most 10% more plus
+     * the trainer's host copies of a batch (tokens and logits) */
+    double host_batch = (double)B * T * (2 + m.Vp + 1) * 4.0 + B * 4.0;
+    assert_true((double)est.acts >= (double)m.act_bytes);
+    assert_true((double)est.acts <= (double)m.act_bytes * 1.1 + host_batch);
+    /* on the CPU backend everything is host memory, including the initial
+     * weights' host copy */
+    assert_int_equal(est.device, 0);
+    assert_true(est.total >= (uint64_t)(real + m.act_bytes + m.n_params * sizeof(float)));
+    gpt_model_done(&m);
+    gpt_backend_free(be);
+}
+
+static void test_matches_engine(void **state)
+{
+    (void)state;
+    check_shape(2, 2, 32, 6, 10, 16);
+    check_shape(4, 4, 128, 64, 65, 4);
+    check_shape(1, 8, 256, 128, 256, 2);
+    check_shape(3, 6, 96, 33, 50257, 1);
+}
+
+static void test_sharding(void **state)
+{
+    (void)state;
+    struct gpt_model_config cfg = {
+        .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257};
+    struct gpt_model_mem none, opt, full, gpu, bf16;
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 0, 0, &none);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_OPTIMIZER, 8, 0, 0, &opt);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_FULL, 8, 0, 0, &full);
+    /* GPT-2 124M (with wpe and padded vocabulary) */
+    assert_true(none.n_params > 124000000 && none.n_params < 125000000);
+    assert_int_equal(opt.params, none.params);
+    assert_true(opt.optim * 8 >= none.optim && opt.optim * 8 <= none.optim + 64);
+    /* full: the shard plus the gathered embeddings (which dominate GPT-2) and two blocks */
+    assert_true(full.params < none.params * 6 / 10 && full.grads == full.params);
+    assert_int_equal(full.optim, opt.optim);
+    /* sharded ranks gather the full state (3 P) for the start and snapshots */
+    assert_true(full.transient >= 3 * none.params);
+    /* GPU: the training state lives on the device; bf16 adds mirrors */
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 1, 0, &gpu);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 1, 1, &bf16);
+    assert_true(gpu.device > 4 * none.params && gpu.host < gpu.device);
+    assert_int_equal(gpu.bf16, 0);
+    assert_true(bf16.bf16 >= none.params / 2 && bf16.device > gpu.device);
+}
+
+static void test_saturates(void **state)
+{
+    (void)state;
+    /* issue 14's OOM loop, and absurd shapes that would wrap 64 bits */
+    struct gpt_model_config big = {
+        .n_layer = 1, .n_head = 256, .n_embd = 16384, .block_size = 128, .vocab_size = 65};
+    struct gpt_model_mem m;
+    gpt_model_mem_estimate(&big, 32, GPT_SHARD_NONE, 1, 0, 0, &m);
+    assert_true(m.total > (UINT64_C(50) << 30)); /* 3.2e9 params x 4 buffers x 4 bytes */
+    struct gpt_model_config absurd = {
+        .n_layer = 256, .n_head = 256, .n_embd = 16384, .block_size = 65536, .vocab_size = 1048576};
+    gpt_model_mem_estimate(&absurd, 65536, GPT_SHARD_NONE, 1, 0, 0, &m);
+    assert_int_equal(m.total, GPT_MEM_HUGE);
+    assert_int_equal(m.acts, GPT_MEM_HUGE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_engine),
+        cmocka_unit_test(test_sharding),
+        cmocka_unit_test(test_saturates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
