@@ -926,8 +926,32 @@ int gpt_snapshot_owner_load(const char *dir, struct gpt_snapshot_owner *ret, str
         return rc;
     }
     close(fd);
-    if ((rc = gpt_snapshot_owner_parse(buf, (size_t)n, ret, err)) < 0)
-        gpt_err_set(err, rc, NULL, "%s: %s", path, err ? err->msg : "corrupt");
+    struct gpt_err why;
+    if ((rc = gpt_snapshot_owner_parse(buf, (size_t)n, ret, &why)) < 0)
+        gpt_err_set(err, rc, NULL, "%s: %s", path, why.msg);
+    return rc;
+}
+
+int gpt_snapshot_owner_recorded(const char *dir, struct gpt_snapshot_owner *ret,
+                                struct gpt_err *err)
+{
+    char **paths;
+    size_t n;
+    int rc = gpt_snapshot_list(dir, &paths, &n, err);
+    if (rc < 0)
+        return rc;
+    rc = gpt_err_set(err, -ENOENT, NULL, "no snapshot in %s records its owner", dir);
+    for (size_t i = 0; i < n; i++) {
+        struct gpt_snapshot_meta m;
+        struct gpt_err ignored;
+        if (gpt_snapshot_read_meta(paths[i], &m, &ignored) == 0 && m.owner.token != 0) {
+            *ret = m.owner;
+            gpt_err_clear(err);
+            rc = 0;
+            break;
+        }
+    }
+    gpt_snapshot_list_free(paths, n);
     return rc;
 }
 

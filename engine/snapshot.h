@@ -147,6 +147,11 @@ int gpt_snapshot_owner_parse(const char *buf, size_t len, struct gpt_snapshot_ow
 /* Reads dir's marker. -ENOENT when there is none. */
 int gpt_snapshot_owner_load(const char *dir, struct gpt_snapshot_owner *ret, struct gpt_err *err);
 
+/* The owner recorded in the newest snapshot of dir that records one (a
+ * folder whose marker was lost). -ENOENT when none does. */
+int gpt_snapshot_owner_recorded(const char *dir, struct gpt_snapshot_owner *ret,
+                                struct gpt_err *err);
+
 #define GPT_OWNER_ADOPT   1u /* a folder without a marker may hold snapshots: they become ours */
 #define GPT_OWNER_DRY_RUN 2u /* check only: create neither the folder nor the marker */
 

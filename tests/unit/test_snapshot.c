@@ -584,6 +584,16 @@ static void test_foreign(void **state)
     assert_non_null(strstr(err.msg, "belongs to job 8"));
     assert_int_equal(gpt_snapshot_read_meta(bpath, &meta, &err), 0);
     assert_int_equal(meta.owner.token, OWNER_B.token);
+
+    /* The newest snapshot that records an owner speaks for a folder whose
+     * marker was lost; a folder of unowned snapshots has none. */
+    struct gpt_snapshot_owner rec;
+    assert_int_equal(gpt_snapshot_owner_recorded(dir, &rec, &err), 0);
+    assert_int_equal(rec.token, OWNER_B.token);
+    char plain[300];
+    subdir(plain, sizeof(plain), "plain");
+    write_snap(plain, 1, 0, got, sizeof(got));
+    assert_int_equal(gpt_snapshot_owner_recorded(plain, &rec, &err), -ENOENT);
 }
 
 static void test_owner_marker(void **state)
