@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Schema migrations: migrations[v] takes a database from user_version v to
  * v + 1. Append only; never edit a migration that has shipped. */
@@ -80,6 +82,11 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     /* 1 -> 2: failures an elastic job has restarted from (distributed.max_restarts),
      * kept across coordinator restarts. */
     "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;",
+    /* 2 -> 3: a random token per job (who owns a snapshot folder: ids repeat
+     * in a new database), and a cancel acknowledged while the job ran. */
+    "ALTER TABLE jobs ADD COLUMN token TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN cancel_uid INTEGER;"
+    "UPDATE jobs SET token = lower(hex(randomblob(8)));",
 };
 
 enum db_stmt {
@@ -89,6 +96,7 @@ enum db_stmt {
     DB_ST_JOB_SET_STATE,
     DB_ST_JOB_SET_RESUME,
     DB_ST_JOB_SET_RESTARTS,
+    DB_ST_JOB_CANCEL,
     DB_ST_JOB_NEXT,
     DB_ST_JOB_COUNT,
     DB_ST_JOB_LIST,
@@ -108,7 +116,7 @@ enum db_stmt {
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts"
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1)"
 
 #define DB_METRIC_COLS                                                                             \
     "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
@@ -117,7 +125,8 @@ enum db_stmt {
 
 static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_INSERT] = "INSERT INTO jobs(name, owner_uid, state, priority, spec_json, created,"
-                         " snapshot_dir, max_steps) VALUES(?, ?, 'queued', ?, ?, ?, ?, ?)",
+                         " snapshot_dir, max_steps, token)"
+                         " VALUES(?, ?, 'queued', ?, ?, ?, ?, ?, lower(hex(randomblob(8))))",
     [DB_ST_JOB_GET] = "SELECT " DB_JOB_COLS ", spec_json FROM jobs WHERE id = ?",
     [DB_ST_JOB_SET_DIR] = "UPDATE jobs SET snapshot_dir = ? WHERE id = ?",
     [DB_ST_JOB_SET_STATE] =
@@ -125,7 +134,9 @@ static const char *const db_sql[DB_ST_COUNT] = {
         " started = CASE WHEN ?1 = 'running' THEN ?3 WHEN ?1 = 'queued' THEN NULL ELSE started END,"
         " finished = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN ?3 ELSE NULL END,"
         " error = ?2 WHERE id = ?4",
-    [DB_ST_JOB_SET_RESUME] = "UPDATE jobs SET resume = ?, resume_snapshot = ? WHERE id = ?",
+    [DB_ST_JOB_SET_RESUME] =
+        "UPDATE jobs SET resume = ?, resume_snapshot = ?, cancel_uid = NULL WHERE id = ?",
+    [DB_ST_JOB_CANCEL] = "UPDATE jobs SET cancel_uid = ? WHERE id = ?",
     [DB_ST_JOB_SET_RESTARTS] = "UPDATE jobs SET restarts = ? WHERE id = ?",
     [DB_ST_JOB_NEXT] =
         "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1",
@@ -297,12 +308,51 @@ static int db_migrate(struct db *db, struct gpt_err *err)
     return 0;
 }
 
+#define DB_WHAT_TO_DO                                                                              \
+    "; stop here and restore it from a backup, or move it away (with its -wal and -shm files)"  \
+    " to start with an empty database"
+
+static void db_column_text(sqlite3_stmt *s, int i, char *dst, size_t cap);
+
+/* An existing file must be a sound database: a zero-length or damaged one
+ * would otherwise become a new, empty database without a word. */
+static int db_check(struct db *db, const char *path, struct gpt_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    char first[256] = "";
+    int src = sqlite3_prepare_v2(db->conn, "PRAGMA quick_check", -1, &s, NULL), rows = 0;
+    if (src == SQLITE_OK) {
+        while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+            if (rows++ == 0)
+                db_column_text(s, 0, first, sizeof(first));
+        }
+    }
+    if (src == SQLITE_DONE && rows == 1 && strcmp(first, "ok") == 0)
+        src = SQLITE_OK;
+    else if (src == SQLITE_DONE)
+        src = SQLITE_CORRUPT;
+    int rc = 0;
+    if (src != SQLITE_OK)
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "database %s is damaged (quick_check: %s)" DB_WHAT_TO_DO, path,
+                         first[0] ? first : sqlite3_errmsg(db->conn));
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int db_open(const char *path, struct db **ret, struct gpt_err *err)
 {
     struct db *db = calloc(1, sizeof(*db));
     if (!db)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int rc;
+    struct stat st;
+    bool existed = stat(path, &st) == 0;
+    if (existed && S_ISREG(st.st_mode) && st.st_size == 0) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "database %s is empty (0 bytes): its jobs are lost" DB_WHAT_TO_DO, path);
+        goto fail;
+    }
     int src = sqlite3_open_v2(
         path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
@@ -311,6 +361,8 @@ int db_open(const char *path, struct db **ret, struct gpt_err *err)
         goto fail;
     }
     sqlite3_busy_timeout(db->conn, 5000);
+    if (existed && (rc = db_check(db, path, err)) < 0)
+        goto fail;
     /* WAL with synchronous=NORMAL: a commit is durable against a crash of
      * gptd (the WAL is in the page cache) and loses at most the last batch
      * on power loss, never consistency. */
@@ -429,6 +481,9 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     j->max_steps = sqlite3_column_int64(s, 13);
     j->loss = db_column_real(s, 14);
     j->restarts = sqlite3_column_int(s, 15);
+    const unsigned char *tok = sqlite3_column_text(s, 16);
+    j->token = tok ? strtoull((const char *)tok, NULL, 16) : 0;
+    j->cancel_uid = sqlite3_column_int64(s, 17);
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -446,7 +501,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 16);
+        const unsigned char *spec = sqlite3_column_text(s, 18);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -494,6 +549,17 @@ int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id
     sqlite3_bind_int64(s, 2, snapshot_id);
     sqlite3_bind_int64(s, 3, id);
     return db_exec_stmt(db, s, err, "set job resume");
+}
+
+int db_job_request_cancel(struct db *db, int64_t id, uid_t who, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_CANCEL, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, (int64_t)who);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "record cancel");
 }
 
 int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err *err)
@@ -562,14 +628,30 @@ int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_
 
 int db_jobs_requeue_running(struct db *db, double now, struct gpt_err *err)
 {
-    (void)now;
-    int rc = db_exec(db,
+    char sql[640];
+    /* A cancel acknowledged before gptd died is honoured, not resumed. */
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO events(job_id, run_id, time, step, kind, message)"
+             " SELECT id, 0, %.3f, step, 'state', 'cancelled by uid ' || cancel_uid ||"
+             " ' (acknowledged before gptd stopped)' FROM jobs"
+             " WHERE state IN ('running', 'waiting') AND cancel_uid IS NOT NULL;"
+             "UPDATE jobs SET state = 'cancelled', finished = %.3f, cancel_uid = NULL"
+             " WHERE state IN ('running', 'waiting') AND cancel_uid IS NOT NULL;",
+             now, now);
+    int rc = db_begin(db, err);
+    if (rc == 0)
+        rc = db_exec(db, sql, err);
+    if (rc == 0)
+        rc = db_exec(db,
                      "UPDATE jobs SET state = 'queued', resume = 1, resume_snapshot = 0,"
                      " started = NULL WHERE state IN ('running', 'waiting')",
                      err);
-    if (rc < 0)
-        return rc;
-    return sqlite3_changes(db->conn);
+    int n = rc == 0 ? sqlite3_changes(db->conn) : 0;
+    if (rc == 0)
+        rc = db_commit(db, err);
+    else
+        db_rollback(db);
+    return rc < 0 ? rc : n;
 }
 
 int db_run_insert(struct db *db, int64_t job_id, int world_size, const char *resumed_from,
