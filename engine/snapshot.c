@@ -648,40 +648,51 @@ static size_t snap_count_quarantined(const char *dir)
         return 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
+        size_t len = strlen(de->d_name), csuf = strlen(GPT_SNAPSHOT_CORRUPT);
         if (len > suf && strncmp(de->d_name, SNAP_PREFIX, strlen(SNAP_PREFIX)) == 0 &&
-            strcmp(de->d_name + len - suf, GPT_SNAPSHOT_SUFFIX GPT_SNAPSHOT_CORRUPT) == 0)
+            strstr(de->d_name, GPT_SNAPSHOT_SUFFIX ".") &&
+            strcmp(de->d_name + len - csuf, GPT_SNAPSHOT_CORRUPT) == 0)
             n++;
     }
     closedir(d);
     return n;
 }
 
-int gpt_snapshot_quarantine(const char *path, struct gpt_err *err)
+int gpt_snapshot_quarantine(const char *path, char *ret_to, size_t to_cap, struct gpt_err *err)
 {
     char to[GPT_JOB_PATH_MAX + 96];
-    int k = snprintf(to, sizeof(to), "%s" GPT_SNAPSHOT_CORRUPT, path);
-    if (k < 0 || (size_t)k >= sizeof(to))
-        return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: name too long to quarantine", path);
-    if (rename(path, to) < 0) {
-        int rc = -errno;
-        return gpt_err_set(err, rc, NULL, "rename %s -> %s: %s", path, to, strerror(-rc));
+    /* NAME.corrupt, or NAME.2.corrupt ... when an earlier one of the same
+     * name is kept there: a quarantined file is evidence, never replaced. */
+    for (int i = 1; i <= 9; i++) {
+        int k = i == 1 ? snprintf(to, sizeof(to), "%s" GPT_SNAPSHOT_CORRUPT, path)
+                       : snprintf(to, sizeof(to), "%s.%d" GPT_SNAPSHOT_CORRUPT, path, i);
+        if (k < 0 || (size_t)k >= sizeof(to))
+            return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: name too long to quarantine", path);
+        if (renameat2(AT_FDCWD, path, AT_FDCWD, to, i < 9 ? RENAME_NOREPLACE : 0) == 0) {
+            if (ret_to)
+                snprintf(ret_to, to_cap, "%s", to);
+            return 0;
+        }
+        if (errno != EEXIST) {
+            int rc = -errno;
+            return gpt_err_set(err, rc, NULL, "rename %s -> %s: %s", path, to, strerror(-rc));
+        }
     }
-    return 0;
+    return gpt_err_set(err, -EEXIST, NULL, "%s: cannot quarantine", path);
 }
 
-/* Reports a skipped file; `why` is rewritten when it was quarantined. */
-static void snap_skip(const struct gpt_snapshot_find_opts *o, const char *path, int quarantined,
-                      const struct gpt_err *why)
+/* Reports a skipped file; `why` gets the new name when it was quarantined. */
+static void snap_skip(const struct gpt_snapshot_find_opts *o, const char *path,
+                      const char *quarantined_as, const struct gpt_err *why)
 {
     if (!o->skip)
         return;
-    if (!quarantined) {
+    if (!quarantined_as) {
         o->skip(o->ctx, path, why);
         return;
     }
     struct gpt_err q;
-    gpt_err_set(&q, why->code, NULL, "%s; quarantined as %s" GPT_SNAPSHOT_CORRUPT, why->msg, path);
+    gpt_err_set(&q, why->code, NULL, "%s; quarantined as %s", why->msg, quarantined_as);
     o->skip(o->ctx, path, &q);
 }
 
@@ -709,7 +720,7 @@ int gpt_snapshot_find(const char *dir, const struct gpt_snapshot_find_opts *o, c
             gpt_err_set(&why, -EEXIST, NULL,
                         "snapshot %s belongs to job %" PRId64 " (uid %" PRIu32 "), not to this one",
                         paths[i], meta.owner.job, meta.owner.uid);
-            snap_skip(o, paths[i], 0, &why);
+            snap_skip(o, paths[i], NULL, &why);
             continue;
         }
         if (rc == 0) {
@@ -734,9 +745,10 @@ int gpt_snapshot_find(const char *dir, const struct gpt_snapshot_find_opts *o, c
         /* Only a file that is certainly damaged is moved: a newer format
          * or a file we may not read is skipped and left alone. */
         struct gpt_err qerr;
+        char to[GPT_JOB_PATH_MAX + 96];
         int quarantined = o->quarantine && rc == -GPT_E_CORRUPT &&
-                          gpt_snapshot_quarantine(paths[i], &qerr) == 0;
-        snap_skip(o, paths[i], quarantined, &why);
+                          gpt_snapshot_quarantine(paths[i], to, sizeof(to), &qerr) == 0;
+        snap_skip(o, paths[i], quarantined ? to : NULL, &why);
     }
     st.quarantined = snap_count_quarantined(dir);
     if (ret_stats)
@@ -776,7 +788,7 @@ int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owne
         struct gpt_err why;
         int mrc = gpt_snapshot_read_meta(paths[i], &meta, &why);
         if (mrc == -GPT_E_CORRUPT) {
-            (void)gpt_snapshot_quarantine(paths[i], &why);
+            (void)gpt_snapshot_quarantine(paths[i], NULL, 0, &why);
             continue;
         }
         if (mrc < 0 || !snap_owned(&meta, owner))

@@ -128,9 +128,11 @@ int gpt_snapshot_find(const char *dir, const struct gpt_snapshot_find_opts *o, c
 int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owner *owner,
                        struct gpt_err *err);
 
-/* Renames a corrupt snapshot to NAME.corrupt so that no scan, resume or
- * prune counts it again. 0 or an errno. */
-int gpt_snapshot_quarantine(const char *path, struct gpt_err *err);
+/* Renames a corrupt snapshot to NAME.corrupt (NAME.2.corrupt ... when an
+ * earlier quarantined file has that name: none is replaced) so that no
+ * scan, resume or prune counts it again. The new name goes to ret_to (may
+ * be NULL). 0 or an errno. */
+int gpt_snapshot_quarantine(const char *path, char *ret_to, size_t to_cap, struct gpt_err *err);
 
 /* Removes the temporary files of writers that died in dir: only regular
  * files named like gpt_snapshot_write's own ".snap-<step>.gpts.XXXXXX"

@@ -545,6 +545,19 @@ static void test_quarantine(void **state)
     assert_true(exists(q));
     assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), 0);
     assert_int_equal(meta.step, 20);
+
+    /* A second corrupt file of a name already quarantined keeps both. */
+    char again[700], got[700];
+    snprintf(again, sizeof(again), "%s/snap-000000000200.gpts", dir);
+    spit(again, "junk", 4);
+    assert_int_equal(gpt_snapshot_quarantine(again, got, sizeof(got), &err), 0);
+    snprintf(q, sizeof(q), "%s/snap-000000000200.gpts.2" GPT_SNAPSHOT_CORRUPT, dir);
+    assert_string_equal(got, q);
+    assert_true(exists(q));
+    snprintf(q, sizeof(q), "%s" GPT_SNAPSHOT_CORRUPT, p2);
+    assert_true(exists(q)); /* the first one is still there */
+    assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), 0);
+    assert_int_equal(st.quarantined, 4);
 }
 
 /* Another owner's snapshots are skipped by a scan, neither counted nor
