@@ -128,8 +128,8 @@ int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
     struct gpt_err why;
     if (me.token == 0)
         return gpt_err_set(err, -EINVAL, NULL, "job %" PRId64 " has no token", j->id);
-    int rc = gpt_snapshot_owner_claim(j->snapshot_dir, &me, j->resume ? GPT_OWNER_ADOPT : 0, NULL,
-                                      &why);
+    int rc =
+        gpt_snapshot_owner_claim(j->snapshot_dir, &me, j->resume ? GPT_OWNER_ADOPT : 0, NULL, &why);
     if (rc == -EEXIST)
         return gpt_err_set(err, rc, "snapshot.dir",
                            "%s: job %" PRId64 " does not use another job's snapshots; submit it "

@@ -852,8 +852,8 @@ int gpt_snapshot_clean_tmp(const char *dir, int *ret_removed, struct gpt_err *er
     struct dirent *de;
     while ((de = readdir(d))) {
         struct stat st;
-        if (!snap_tmp_name(de->d_name) ||
-            fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+        if (!snap_tmp_name(de->d_name) || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode))
             continue;
         if (unlinkat(dfd, de->d_name, 0) == 0)
             removed++;
@@ -908,8 +908,7 @@ int gpt_snapshot_owner_parse(const char *buf, size_t len, struct gpt_snapshot_ow
             o.uid = (uint32_t)v;
             seen |= 4;
         } else {
-            return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "owner marker: bad key or value %s",
-                               key);
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "owner marker: bad key or value %s", key);
         }
     }
     if (seen != 7)
@@ -1021,14 +1020,13 @@ int gpt_snapshot_owner_claim(const char *dir, const struct gpt_snapshot_owner *m
         if (flags & GPT_OWNER_DRY_RUN)
             return 0;
         if ((rc = snap_mkdirs(dir)) < 0)
-            return gpt_err_set(err, rc, "snapshot.dir", "snapshot.dir %s: %s", dir,
-                               strerror(-rc));
+            return gpt_err_set(err, rc, "snapshot.dir", "snapshot.dir %s: %s", dir, strerror(-rc));
         snprintf(path, sizeof(path), "%s/" GPT_SNAPSHOT_OWNER_FILE, dir);
         snprintf(tmp, sizeof(tmp), "%s/" GPT_SNAPSHOT_OWNER_FILE ".XXXXXX", dir);
-        int n = snprintf(text, sizeof(text),
-                         SNAP_OWNER_MAGIC "\ntoken %016" PRIx64 "\njob %" PRId64 "\nuid %" PRIu32
-                                          "\n",
-                         me->token, me->job, me->uid);
+        int n =
+            snprintf(text, sizeof(text),
+                     SNAP_OWNER_MAGIC "\ntoken %016" PRIx64 "\njob %" PRId64 "\nuid %" PRIu32 "\n",
+                     me->token, me->job, me->uid);
         int fd = mkostemp(tmp, O_CLOEXEC);
         if (fd < 0) {
             rc = -errno;
@@ -1062,8 +1060,8 @@ static uint64_t snap_fnv(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg,
-                                  const struct gpt_vocab *vocab, const struct gpt_data_spec *data)
+uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg, const struct gpt_vocab *vocab,
+                                  const struct gpt_data_spec *data)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     int32_t shape[5] = {cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->block_size, cfg->vocab_size};

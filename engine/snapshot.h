@@ -24,11 +24,11 @@
 #include "gpt_err.h"
 #include "jobspec.h"
 
-#define GPT_SNAPSHOT_VERSION     2 /* 1 (no owner fields) is still read */
-#define GPT_SNAPSHOT_SUFFIX      ".gpts"
-#define GPT_SNAPSHOT_CORRUPT     ".corrupt"     /* appended to a quarantined file's name */
-#define GPT_SNAPSHOT_OWNER_FILE  ".gptd-owner"  /* the folder's owner marker */
-#define GPT_SNAPSHOT_OWNER_MAX   4096           /* a longer marker is corrupt */
+#define GPT_SNAPSHOT_VERSION    2 /* 1 (no owner fields) is still read */
+#define GPT_SNAPSHOT_SUFFIX     ".gpts"
+#define GPT_SNAPSHOT_CORRUPT    ".corrupt"    /* appended to a quarantined file's name */
+#define GPT_SNAPSHOT_OWNER_FILE ".gptd-owner" /* the folder's owner marker */
+#define GPT_SNAPSHOT_OWNER_MAX  4096          /* a longer marker is corrupt */
 
 /* Who a snapshot folder and its snapshots belong to. The token is random,
  * made once per daemon job (stored in its database row) or per fresh
@@ -104,7 +104,7 @@ int gpt_snapshot_newest(const char *dir, char *ret_path, size_t path_cap,
 /* What gpt_snapshot_find considers and what it found. */
 struct gpt_snapshot_find_opts {
     const struct gpt_snapshot_owner *owner; /* skip other owners' snapshots; NULL: take any */
-    int quarantine; /* rename corrupt files to NAME.corrupt (never read again) */
+    int quarantine;            /* rename corrupt files to NAME.corrupt (never read again) */
     gpt_snapshot_skip_fn skip; /* each skipped file and why; may be NULL */
     void *ctx;
 };
@@ -167,8 +167,8 @@ int gpt_snapshot_owner_claim(const char *dir, const struct gpt_snapshot_owner *m
 
 /* A fingerprint of what a snapshot's weights mean: the model shape, the
  * vocabulary and the data's identity (kind and path). Pure. */
-uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg,
-                                  const struct gpt_vocab *vocab, const struct gpt_data_spec *data);
+uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg, const struct gpt_vocab *vocab,
+                                  const struct gpt_data_spec *data);
 
 /* Lists snapshot file paths in dir ("snap-<digits>.gpts"), newest (highest
  * step) first. *ret_paths is a malloc'd array of malloc'd strings; free

@@ -347,8 +347,8 @@ static int snapdir_prepare(struct trainer *t, struct gpt_err *err)
     int removed = 0;
     if (snapshot_writer(t) && gpt_snapshot_clean_tmp(t->snapdir, &removed, &lerr) == 0 &&
         removed > 0)
-        emit_event(t, "snapshot_tmp", "removed %d stale temporary snapshot file%s from %s",
-                   removed, removed == 1 ? "" : "s", t->snapdir);
+        emit_event(t, "snapshot_tmp", "removed %d stale temporary snapshot file%s from %s", removed,
+                   removed == 1 ? "" : "s", t->snapdir);
     return 0;
 }
 
@@ -468,13 +468,13 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
              * are all unusable is not, and starting over silently would
              * throw the job's progress away. */
             if (bad > 0 && t->opts->resume != GPT_RESUME_START_OVER)
-                return gpt_err_set(err, -GPT_E_CORRUPT, "snapshot.dir",
-                                   "no valid snapshot to resume from in %s: %zu invalid, %zu of "
-                                   "another job, %zu quarantined (*" GPT_SNAPSHOT_SUFFIX
-                                   GPT_SNAPSHOT_CORRUPT "); start over from step 0 only on "
-                                   "request (gptd run --start-over, or a new job)",
-                                   t->snapdir, fs_stats.invalid, fs_stats.foreign,
-                                   fs_stats.quarantined);
+                return gpt_err_set(
+                    err, -GPT_E_CORRUPT, "snapshot.dir",
+                    "no valid snapshot to resume from in %s: %zu invalid, %zu of "
+                    "another job, %zu quarantined (*" GPT_SNAPSHOT_SUFFIX GPT_SNAPSHOT_CORRUPT
+                    "); start over from step 0 only on "
+                    "request (gptd run --start-over, or a new job)",
+                    t->snapdir, fs_stats.invalid, fs_stats.foreign, fs_stats.quarantined);
             if (bad > 0)
                 emit_event(t, "start_over",
                            "no valid snapshot in %s (%zu invalid, %zu quarantined): starting over "

@@ -673,10 +673,10 @@ static void test_clean_tmp(void **state)
     subdir(dir, sizeof(dir), "tmpclean");
     write_snap(dir, 4, 0, snap, sizeof(snap));
     snprintf(a, sizeof(a), "%s/.snap-000000000010.gpts.AbC123", dir);
-    snprintf(b, sizeof(b), "%s/.snap-000000000010.gpts.AbC12", dir);   /* 5 letters */
-    snprintf(c, sizeof(c), "%s/.snap-x.gpts.AbC123", dir);             /* no step */
-    snprintf(d, sizeof(d), "%s/.snap-000000000011.gpts.link01", dir);  /* a symlink */
-    snprintf(e, sizeof(e), "%s/.snap-000000000012.gpts.dir001", dir);  /* a directory */
+    snprintf(b, sizeof(b), "%s/.snap-000000000010.gpts.AbC12", dir);  /* 5 letters */
+    snprintf(c, sizeof(c), "%s/.snap-x.gpts.AbC123", dir);            /* no step */
+    snprintf(d, sizeof(d), "%s/.snap-000000000011.gpts.link01", dir); /* a symlink */
+    snprintf(e, sizeof(e), "%s/.snap-000000000012.gpts.dir001", dir); /* a directory */
     spit(a, "x", 1);
     spit(b, "x", 1);
     spit(c, "x", 1);
@@ -698,14 +698,10 @@ static void test_clean_tmp(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_corruption),
-        cmocka_unit_test(test_newest),
-        cmocka_unit_test(test_list_prune),
-        cmocka_unit_test(test_owner_header),
-        cmocka_unit_test(test_quarantine),
-        cmocka_unit_test(test_foreign),
-        cmocka_unit_test(test_owner_marker),
+        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_newest),       cmocka_unit_test(test_list_prune),
+        cmocka_unit_test(test_owner_header), cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_foreign),      cmocka_unit_test(test_owner_marker),
         cmocka_unit_test(test_clean_tmp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
