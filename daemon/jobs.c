@@ -754,7 +754,7 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
         else
             rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
         if (rc == 0)
-            rc = statedir_snapdir_free(j.snapshot_dir, err);
+            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], err);
     }
     if (rc == 0)
         rc = db_commit(js->db, err);

@@ -106,12 +106,17 @@ int statedir_clean_tmp(const char *state_dir)
     return total;
 }
 
-int statedir_snapdir_free(const char *dir, struct gpt_err *err)
+int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
 {
     /* A token no job has: any marker is another's. */
     struct gpt_snapshot_owner nobody = {UINT64_MAX, 0, 0};
     struct gpt_err why;
     int rc = gpt_snapshot_owner_claim(dir, &nobody, GPT_OWNER_DRY_RUN, NULL, &why);
+    if (rc == -EEXIST && own_folder)
+        return gpt_err_set(err, rc, "snapshot.dir",
+                           "%s: this job id was used before the database was made; move that "
+                           "folder away (or the whole jobs folder of the state directory)",
+                           why.msg);
     if (rc == -EEXIST)
         return gpt_err_set(err, rc, "snapshot.dir",
                            "%s: a new job never shares another job's snapshot folder; choose "

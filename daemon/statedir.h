@@ -11,6 +11,8 @@
 #ifndef GPTD_STATEDIR_H
 #define GPTD_STATEDIR_H
 
+#include <stdbool.h>
+
 #include "db.h"
 #include "gpt_err.h"
 
@@ -32,8 +34,10 @@ int statedir_check_db(const char *state_dir, const char *db_path, struct gpt_err
 int statedir_clean_tmp(const char *state_dir);
 
 /* At submit: the folder a new job names must be free: no owner marker and
- * no snapshots. -EEXIST naming snapshot.dir and the owning job. */
-int statedir_snapdir_free(const char *dir, struct gpt_err *err);
+ * no snapshots. -EEXIST naming snapshot.dir and the owning job; own_folder:
+ * dir is the job's default folder in the state directory (whose id an old
+ * job had), which changes the advice. */
+int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err);
 
 /* When a job starts: claims its snapshot folder (creates it and the owner
  * marker at first use; a resume adopts a folder without a marker). -EEXIST

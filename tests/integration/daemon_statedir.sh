@@ -8,7 +8,9 @@
 #  - temporary snapshot files of killed writers are removed at start (only
 #    our own name pattern, only regular files);
 #  - an empty, missing-but-expected or damaged gptd.db stops gptd with the
-#    file named and what to do; nothing is created in its place.
+#    file named and what to do; nothing is created in its place;
+#  - a new job whose id an older database used does not take that job's
+#    snapshot folder.
 source "$(dirname "$0")/daemon_common.sh"
 DB=$T/state/gptd.db
 
@@ -103,4 +105,19 @@ refused_start "is damaged" "move it away"
 cp "$T/good.db" "$DB"
 start_gptd
 job_is "$id" cancelled || fail "after the restore job $id is $(job_state "$id")"
+
+# --- a new job id whose default folder an older job (of an older database)
+# still owns: refused, never resumed from or pruned.
+next=$((id + 1))
+mkdir -p "$T/state/jobs/$next/snapshots"
+printf 'gptd-snapshot-owner 1\ntoken 1234abcd\njob %d\nuid 0\n' "$next" \
+    >"$T/state/jobs/$next/snapshots/.gptd-owner"
+tiny_job "$T/tiny.json" 20
+set +e
+out=$("$GPTCTL" submit "$T/tiny.json" 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 ]] || fail "a new job took an old job's folder"
+[[ $out == *"belongs to job $next (uid 0)"*"this job id was used before the database"* ]] ||
+    fail "the refusal does not explain: $out"
 echo "daemon_statedir: ok"
