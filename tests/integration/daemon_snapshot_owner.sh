@@ -16,7 +16,8 @@ source "$(dirname "$0")/daemon_common.sh"
 
 U=gptdown$$
 useradd --no-create-home --shell /usr/sbin/nologin "$U"
-trap 'rc=$?; userdel "$U" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+# The user goes first, then daemon_common's cleanup (which reads $?).
+trap 'rc=$?; set +e; userdel "$U" 2>/dev/null; (exit $rc); cleanup' EXIT
 chmod 755 "$T"
 
 # job FILE DIR STEPS: the tiny job writing its snapshots to DIR.
@@ -60,7 +61,7 @@ err=$(job_field "$e" error)
     fail "job $e failed for another reason: $err"
 "$GPTCTL" --json logs "$e" >"$T/e.json"
 ! grep -q '"kind":"resume"\|"type":"metric"' "$T/e.json" || fail "job $e ran in job $d's folder"
-ls "$T/race" | grep -q 'snap-0*60\.gpts' || fail "job $d's final snapshot is gone: $(ls "$T/race")"
+ls "$T/race" | grep 'snap-0*60\.gpts' >/dev/null || fail "job $d's final snapshot is gone: $(ls "$T/race")"
 
 # --- another user.
 cat "$T/a.json" >"$T/theirs.json"
@@ -79,7 +80,8 @@ for f in "$T"/shared/snap-*.gpts; do truncate -s 600 "$f"; done
 wait_for 60 job_is "$a" failed
 err=$(job_field "$a" error)
 [[ $err == *"no valid snapshot to resume from in $T/shared"* ]] || fail "resume error: $err"
-ls "$T/shared" | grep -q '\.gpts\.corrupt$' || fail "nothing quarantined: $(ls "$T/shared")"
-! ls "$T/shared" | grep -q '\.gpts$' || fail "a corrupt snapshot kept its name: $(ls "$T/shared")"
-"$GPTCTL" --json logs "$a" | grep -q 'quarantined as' || fail "quarantine not reported"
+ls "$T/shared" | grep '\.gpts\.corrupt$' >/dev/null || fail "nothing quarantined: $(ls "$T/shared")"
+! ls "$T/shared" | grep '\.gpts$' >/dev/null || fail "a corrupt snapshot kept its name: $(ls "$T/shared")"
+"$GPTCTL" --json logs "$a" >"$T/a.logs.json"
+grep -q 'quarantined as' "$T/a.logs.json" || fail "quarantine not reported"
 echo "daemon_snapshot_owner: ok"
