@@ -25,6 +25,7 @@
 #include "log.h"
 #include "notify.h"
 #include "secret.h"
+#include "statedir.h"
 #include "store_client.h"
 
 #define DAEMON_RDZV_DEFAULT    "127.0.0.1:29400"
@@ -542,12 +543,23 @@ int gptd_daemon_main(int argc, char **argv)
     char path[CONFIG_PATH_MAX + 32];
     if (daemon_mkdir(d->cfg.state_dir, &err) < 0)
         goto fail;
+    /* One gptd per state directory; a missing, empty or damaged database
+     * stops gptd instead of starting empty (statedir.h, db.h). */
+    if (statedir_lock(d->cfg.state_dir, &err) < 0)
+        goto fail;
+    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
+    if (statedir_check_db(d->cfg.state_dir, path, &err) < 0)
+        goto fail;
     snprintf(path, sizeof(path), "%s/jobs", d->cfg.state_dir);
     if (daemon_mkdir(path, &err) < 0)
         goto fail;
     snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
     if (db_open(path, &d->db, &err) < 0)
         goto fail;
+    int stale = statedir_clean_tmp(d->cfg.state_dir);
+    if (stale > 0)
+        log_notice("removed %d stale temporary snapshot file%s left by killed writers", stale,
+                   stale == 1 ? "" : "s");
 
     uv_loop_init(&m->loop);
     loop_ok = 1;

@@ -1,16 +1,21 @@
 /*
  * db: the SQLite store of jobs, runs, metrics, snapshots and events (see
  * db.h). Owns one connection and its prepared statements, which are
- * compiled once on first use and kept. Loop thread only.
+ * compiled once on first use and kept; the file checks at open and the
+ * schema migrations; jobs, runs and snapshots. Metrics, events and their
+ * merged history are in db_history.c. Loop thread only.
  */
 #include "db.h"
+#include "db_int.h"
 
 #include <errno.h>
 #include <math.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Schema migrations: migrations[v] takes a database from user_version v to
  * v + 1. Append only; never edit a migration that has shipped. */
@@ -80,35 +85,17 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     /* 1 -> 2: failures an elastic job has restarted from (distributed.max_restarts),
      * kept across coordinator restarts. */
     "ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;",
-};
-
-enum db_stmt {
-    DB_ST_JOB_INSERT,
-    DB_ST_JOB_GET,
-    DB_ST_JOB_SET_DIR,
-    DB_ST_JOB_SET_STATE,
-    DB_ST_JOB_SET_RESUME,
-    DB_ST_JOB_SET_RESTARTS,
-    DB_ST_JOB_NEXT,
-    DB_ST_JOB_COUNT,
-    DB_ST_JOB_LIST,
-    DB_ST_JOB_PROGRESS,
-    DB_ST_RUN_INSERT,
-    DB_ST_RUN_END,
-    DB_ST_METRIC_INSERT,
-    DB_ST_EVENT_INSERT,
-    DB_ST_HIST_METRICS,
-    DB_ST_HIST_EVENTS,
-    DB_ST_SNAP_INSERT,
-    DB_ST_SNAP_GET,
-    DB_ST_SNAP_LIST,
-    DB_ST_COUNT
+    /* 2 -> 3: a random token per job (who owns a snapshot folder: ids repeat
+     * in a new database), and a cancel acknowledged while the job ran. */
+    "ALTER TABLE jobs ADD COLUMN token TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE jobs ADD COLUMN cancel_uid INTEGER;"
+    "UPDATE jobs SET token = lower(hex(randomblob(8)));",
 };
 
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts"
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1)"
 
 #define DB_METRIC_COLS                                                                             \
     "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
@@ -117,7 +104,8 @@ enum db_stmt {
 
 static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_INSERT] = "INSERT INTO jobs(name, owner_uid, state, priority, spec_json, created,"
-                         " snapshot_dir, max_steps) VALUES(?, ?, 'queued', ?, ?, ?, ?, ?)",
+                         " snapshot_dir, max_steps, token)"
+                         " VALUES(?, ?, 'queued', ?, ?, ?, ?, ?, lower(hex(randomblob(8))))",
     [DB_ST_JOB_GET] = "SELECT " DB_JOB_COLS ", spec_json FROM jobs WHERE id = ?",
     [DB_ST_JOB_SET_DIR] = "UPDATE jobs SET snapshot_dir = ? WHERE id = ?",
     [DB_ST_JOB_SET_STATE] =
@@ -125,7 +113,9 @@ static const char *const db_sql[DB_ST_COUNT] = {
         " started = CASE WHEN ?1 = 'running' THEN ?3 WHEN ?1 = 'queued' THEN NULL ELSE started END,"
         " finished = CASE WHEN ?1 IN ('completed', 'failed', 'cancelled') THEN ?3 ELSE NULL END,"
         " error = ?2 WHERE id = ?4",
-    [DB_ST_JOB_SET_RESUME] = "UPDATE jobs SET resume = ?, resume_snapshot = ? WHERE id = ?",
+    [DB_ST_JOB_SET_RESUME] =
+        "UPDATE jobs SET resume = ?, resume_snapshot = ?, cancel_uid = NULL WHERE id = ?",
+    [DB_ST_JOB_CANCEL] = "UPDATE jobs SET cancel_uid = ? WHERE id = ?",
     [DB_ST_JOB_SET_RESTARTS] = "UPDATE jobs SET restarts = ? WHERE id = ?",
     [DB_ST_JOB_NEXT] =
         "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1",
@@ -168,12 +158,6 @@ static const char *const db_sql[DB_ST_COUNT] = {
                         " ORDER BY step DESC, id DESC",
 };
 
-struct db {
-    sqlite3 *conn;
-    sqlite3_stmt *st[DB_ST_COUNT];
-    bool in_tx;
-};
-
 static const char *const db_state_names[DB_JOB_STATE_COUNT] = {
     [DB_JOB_QUEUED] = "queued", [DB_JOB_RUNNING] = "running",     [DB_JOB_COMPLETED] = "completed",
     [DB_JOB_FAILED] = "failed", [DB_JOB_CANCELLED] = "cancelled", [DB_JOB_WAITING] = "waiting",
@@ -208,7 +192,7 @@ void db_job_done(struct db_job *j)
 }
 
 /* Maps an SQLite failure to -EIO (or -EBUSY/-ENOMEM) with its message. */
-static int db_fail(struct db *db, struct gpt_err *err, int src, const char *what)
+int db_fail(struct db *db, struct gpt_err *err, int src, const char *what)
 {
     int code = src == SQLITE_NOMEM                            ? -ENOMEM
                : (src == SQLITE_BUSY || src == SQLITE_LOCKED) ? -EBUSY
@@ -218,7 +202,7 @@ static int db_fail(struct db *db, struct gpt_err *err, int src, const char *what
 }
 
 /* The prepared statement, reset and unbound, compiled on first use. */
-static sqlite3_stmt *db_stmt(struct db *db, int which, struct gpt_err *err, int *rc)
+sqlite3_stmt *db_stmt(struct db *db, int which, struct gpt_err *err, int *rc)
 {
     sqlite3_stmt *s = db->st[which];
     if (!s) {
@@ -236,7 +220,7 @@ static sqlite3_stmt *db_stmt(struct db *db, int which, struct gpt_err *err, int 
 }
 
 /* Runs a statement that returns no rows. */
-static int db_exec_stmt(struct db *db, sqlite3_stmt *s, struct gpt_err *err, const char *what)
+int db_exec_stmt(struct db *db, sqlite3_stmt *s, struct gpt_err *err, const char *what)
 {
     int src = sqlite3_step(s);
     int rc = src == SQLITE_DONE ? 0 : db_fail(db, err, src, what);
@@ -297,12 +281,49 @@ static int db_migrate(struct db *db, struct gpt_err *err)
     return 0;
 }
 
+#define DB_WHAT_TO_DO                                                                              \
+    "; stop here and restore it from a backup, or move it away (with its -wal and -shm files)"     \
+    " to start with an empty database"
+
+/* An existing file must be a sound database: a zero-length or damaged one
+ * would otherwise become a new, empty database without a word. */
+static int db_check(struct db *db, const char *path, struct gpt_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    char first[256] = "";
+    int src = sqlite3_prepare_v2(db->conn, "PRAGMA quick_check", -1, &s, NULL), rows = 0;
+    if (src == SQLITE_OK) {
+        while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+            if (rows++ == 0)
+                db_column_text(s, 0, first, sizeof(first));
+        }
+    }
+    if (src == SQLITE_DONE && rows == 1 && strcmp(first, "ok") == 0)
+        src = SQLITE_OK;
+    else if (src == SQLITE_DONE)
+        src = SQLITE_CORRUPT;
+    int rc = 0;
+    if (src != SQLITE_OK)
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "database %s is damaged (quick_check: %s)" DB_WHAT_TO_DO, path,
+                         first[0] ? first : sqlite3_errmsg(db->conn));
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int db_open(const char *path, struct db **ret, struct gpt_err *err)
 {
     struct db *db = calloc(1, sizeof(*db));
     if (!db)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int rc;
+    struct stat st;
+    bool existed = stat(path, &st) == 0;
+    if (existed && S_ISREG(st.st_mode) && st.st_size == 0) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "database %s is empty (0 bytes): its jobs are lost" DB_WHAT_TO_DO, path);
+        goto fail;
+    }
     int src = sqlite3_open_v2(
         path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
@@ -311,6 +332,8 @@ int db_open(const char *path, struct db **ret, struct gpt_err *err)
         goto fail;
     }
     sqlite3_busy_timeout(db->conn, 5000);
+    if (existed && (rc = db_check(db, path, err)) < 0)
+        goto fail;
     /* WAL with synchronous=NORMAL: a commit is durable against a crash of
      * gptd (the WAL is in the page cache) and loses at most the last batch
      * on power loss, never consistency. */
@@ -371,7 +394,7 @@ void db_rollback(struct db *db)
 }
 
 /* Binds a double, or NULL when it is not finite (SQL has no NaN either). */
-static void db_bind_real(sqlite3_stmt *s, int i, double v)
+void db_bind_real(sqlite3_stmt *s, int i, double v)
 {
     if (isfinite(v))
         sqlite3_bind_double(s, i, v);
@@ -379,12 +402,12 @@ static void db_bind_real(sqlite3_stmt *s, int i, double v)
         sqlite3_bind_null(s, i);
 }
 
-static double db_column_real(sqlite3_stmt *s, int i)
+double db_column_real(sqlite3_stmt *s, int i)
 {
     return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
 
-static void db_column_text(sqlite3_stmt *s, int i, char *dst, size_t cap)
+void db_column_text(sqlite3_stmt *s, int i, char *dst, size_t cap)
 {
     const unsigned char *t = sqlite3_column_text(s, i);
     snprintf(dst, cap, "%s", t ? (const char *)t : "");
@@ -429,6 +452,9 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     j->max_steps = sqlite3_column_int64(s, 13);
     j->loss = db_column_real(s, 14);
     j->restarts = sqlite3_column_int(s, 15);
+    const unsigned char *tok = sqlite3_column_text(s, 16);
+    j->token = tok ? strtoull((const char *)tok, NULL, 16) : 0;
+    j->cancel_uid = sqlite3_column_int64(s, 17);
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -446,7 +472,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 16);
+        const unsigned char *spec = sqlite3_column_text(s, 18);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -494,6 +520,17 @@ int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id
     sqlite3_bind_int64(s, 2, snapshot_id);
     sqlite3_bind_int64(s, 3, id);
     return db_exec_stmt(db, s, err, "set job resume");
+}
+
+int db_job_request_cancel(struct db *db, int64_t id, uid_t who, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_CANCEL, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, (int64_t)who);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "record cancel");
 }
 
 int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err *err)
@@ -562,14 +599,30 @@ int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_
 
 int db_jobs_requeue_running(struct db *db, double now, struct gpt_err *err)
 {
-    (void)now;
-    int rc = db_exec(db,
+    char sql[640];
+    /* A cancel acknowledged before gptd died is honoured, not resumed. */
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO events(job_id, run_id, time, step, kind, message)"
+             " SELECT id, 0, %.3f, step, 'state', 'cancelled by uid ' || cancel_uid ||"
+             " ' (acknowledged before gptd stopped)' FROM jobs"
+             " WHERE state IN ('running', 'waiting') AND cancel_uid IS NOT NULL;"
+             "UPDATE jobs SET state = 'cancelled', finished = %.3f, cancel_uid = NULL"
+             " WHERE state IN ('running', 'waiting') AND cancel_uid IS NOT NULL;",
+             now, now);
+    int rc = db_begin(db, err);
+    if (rc == 0)
+        rc = db_exec(db, sql, err);
+    if (rc == 0)
+        rc = db_exec(db,
                      "UPDATE jobs SET state = 'queued', resume = 1, resume_snapshot = 0,"
                      " started = NULL WHERE state IN ('running', 'waiting')",
                      err);
-    if (rc < 0)
-        return rc;
-    return sqlite3_changes(db->conn);
+    int n = rc == 0 ? sqlite3_changes(db->conn) : 0;
+    if (rc == 0)
+        rc = db_commit(db, err);
+    else
+        db_rollback(db);
+    return rc < 0 ? rc : n;
 }
 
 int db_run_insert(struct db *db, int64_t job_id, int world_size, const char *resumed_from,
@@ -608,160 +661,6 @@ int db_runs_close_open(struct db *db, double now, struct gpt_err *err)
     snprintf(sql, sizeof(sql),
              "UPDATE runs SET status = 'lost', ended = %.3f WHERE status = 'running'", now);
     return db_exec(db, sql, err);
-}
-
-int db_metric_insert(struct db *db, int64_t job_id, const struct gpt_metric *m, struct gpt_err *err)
-{
-    int rc = 0;
-    sqlite3_stmt *s = db_stmt(db, DB_ST_METRIC_INSERT, err, &rc);
-    if (!s)
-        return rc;
-    int i = 1;
-    sqlite3_bind_int64(s, i++, job_id);
-    sqlite3_bind_int64(s, i++, m->run_id);
-    sqlite3_bind_int64(s, i++, m->step);
-    sqlite3_bind_int64(s, i++, m->max_steps);
-    sqlite3_bind_int64(s, i++, (int64_t)m->epoch);
-    db_bind_real(s, i++, m->loss);
-    db_bind_real(s, i++, m->val_loss);
-    db_bind_real(s, i++, m->accuracy);
-    db_bind_real(s, i++, m->lr);
-    db_bind_real(s, i++, m->grad_norm);
-    db_bind_real(s, i++, m->tokens_per_s);
-    db_bind_real(s, i++, m->ms_per_step);
-    db_bind_real(s, i++, m->mfu);
-    db_bind_real(s, i++, m->eta_s);
-    sqlite3_bind_int64(s, i++, (int64_t)m->tokens);
-    sqlite3_bind_int(s, i++, m->world_size);
-    sqlite3_bind_int64(s, i++, (int64_t)m->mem_params_bytes);
-    sqlite3_bind_int64(s, i++, (int64_t)m->mem_grads_bytes);
-    sqlite3_bind_int64(s, i++, (int64_t)m->mem_optim_bytes);
-    sqlite3_bind_int64(s, i++, (int64_t)m->mem_acts_bytes);
-    sqlite3_bind_double(s, i++, m->time);
-    rc = db_exec_stmt(db, s, err, "insert metric");
-    if (rc < 0)
-        return rc;
-
-    /* Keep the job row's progress current for `list` and `status`. */
-    s = db_stmt(db, DB_ST_JOB_PROGRESS, err, &rc);
-    if (!s)
-        return rc;
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, m->step);
-    sqlite3_bind_int64(s, 3, m->max_steps);
-    db_bind_real(s, 4, m->loss);
-    return db_exec_stmt(db, s, err, "update job progress");
-}
-
-int db_event_insert(struct db *db, int64_t job_id, const struct gpt_event *e, struct gpt_err *err)
-{
-    int rc = 0;
-    sqlite3_stmt *s = db_stmt(db, DB_ST_EVENT_INSERT, err, &rc);
-    if (!s)
-        return rc;
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, e->run_id);
-    sqlite3_bind_double(s, 3, e->time);
-    sqlite3_bind_int64(s, 4, e->step);
-    sqlite3_bind_text(s, 5, e->kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 6, e->message, -1, SQLITE_STATIC);
-    return db_exec_stmt(db, s, err, "insert event");
-}
-
-static void db_metric_row(sqlite3_stmt *s, struct gpt_metric *m)
-{
-    int i = 0;
-    memset(m, 0, sizeof(*m));
-    m->run_id = sqlite3_column_int64(s, i++);
-    m->step = sqlite3_column_int64(s, i++);
-    m->max_steps = sqlite3_column_int64(s, i++);
-    m->epoch = (uint64_t)sqlite3_column_int64(s, i++);
-    m->loss = db_column_real(s, i++);
-    m->val_loss = db_column_real(s, i++);
-    m->accuracy = db_column_real(s, i++);
-    m->lr = db_column_real(s, i++);
-    m->grad_norm = db_column_real(s, i++);
-    m->tokens_per_s = db_column_real(s, i++);
-    m->ms_per_step = db_column_real(s, i++);
-    m->mfu = db_column_real(s, i++);
-    m->eta_s = db_column_real(s, i++);
-    m->tokens = (uint64_t)sqlite3_column_int64(s, i++);
-    m->world_size = sqlite3_column_int(s, i++);
-    m->mem_params_bytes = (uint64_t)sqlite3_column_int64(s, i++);
-    m->mem_grads_bytes = (uint64_t)sqlite3_column_int64(s, i++);
-    m->mem_optim_bytes = (uint64_t)sqlite3_column_int64(s, i++);
-    m->mem_acts_bytes = (uint64_t)sqlite3_column_int64(s, i++);
-    m->time = sqlite3_column_double(s, i++);
-}
-
-static void db_event_row(sqlite3_stmt *s, struct gpt_event *e)
-{
-    memset(e, 0, sizeof(*e));
-    e->run_id = sqlite3_column_int64(s, 0);
-    e->time = sqlite3_column_double(s, 1);
-    e->step = sqlite3_column_int64(s, 2);
-    db_column_text(s, 3, e->kind, sizeof(e->kind));
-    db_column_text(s, 4, e->message, sizeof(e->message));
-}
-
-int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
-               const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
-               struct gpt_err *err)
-{
-    int rc = 0;
-    struct gpt_metric *ms = calloc((size_t)limit, sizeof(*ms));
-    if (!ms)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-
-    /* Metrics of this chunk first, so the events' upper bound is known. */
-    int n = 0, src = SQLITE_DONE;
-    sqlite3_stmt *s = db_stmt(db, DB_ST_HIST_METRICS, err, &rc);
-    if (!s)
-        goto out;
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, since);
-    sqlite3_bind_int64(s, 3, after);
-    sqlite3_bind_int(s, 4, limit);
-    while (n < limit && (src = sqlite3_step(s)) == SQLITE_ROW)
-        db_metric_row(s, &ms[n++]);
-    if (n < limit && src != SQLITE_DONE) {
-        rc = db_fail(db, err, src, "read metrics");
-        sqlite3_reset(s);
-        goto out;
-    }
-    sqlite3_reset(s);
-    int more = n == limit;
-    int64_t upto = more ? ms[n - 1].step : INT64_MAX;
-
-    s = db_stmt(db, DB_ST_HIST_EVENTS, err, &rc);
-    if (!s)
-        goto out;
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, since);
-    sqlite3_bind_int64(s, 3, after);
-    sqlite3_bind_int64(s, 4, upto);
-    int k = 0;
-    /* Merge: at equal steps an event goes before the metric when it is
-     * older (the "start" of a run before its first metric). */
-    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
-        struct gpt_event e;
-        db_event_row(s, &e);
-        while (k < n && (ms[k].step < e.step || (ms[k].step == e.step && ms[k].time <= e.time)))
-            cb->metric(cb->ctx, &ms[k++]);
-        cb->event(cb->ctx, &e);
-    }
-    if (src != SQLITE_DONE)
-        rc = db_fail(db, err, src, "read events");
-    sqlite3_reset(s);
-    if (rc < 0)
-        goto out;
-    while (k < n)
-        cb->metric(cb->ctx, &ms[k++]);
-    *ret_last = n ? ms[n - 1].step : after;
-    *ret_more = more;
-out:
-    free(ms);
-    return rc;
 }
 
 int db_snapshot_insert(struct db *db, const struct db_snapshot *sn, int64_t *ret_id,

@@ -1,7 +1,9 @@
 /*
  * db: gptd's SQLite database: jobs, runs, metrics, snapshots, events.
  * One connection in WAL mode, schema version in PRAGMA user_version with
- * migrations from version 0 (empty file) upward.
+ * migrations from version 0 (a new file) upward. An existing file that is
+ * empty, not a database or fails PRAGMA quick_check is refused at open,
+ * never silently replaced by an empty database.
  *
  * Loop thread only: the connection is not shared with any other thread.
  * Calls block on disk I/O for the time of one small statement; the caller
@@ -18,7 +20,7 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 
@@ -54,6 +56,8 @@ struct db_job {
     int64_t max_steps;
     double loss;  /* newest train loss, NAN if none */
     int restarts; /* failures restarted from so far (distributed.max_restarts) */
+    uint64_t token;     /* random identity (snapshot ownership); made at insert, never 0 */
+    int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
 };
 
 /* Frees what db_job_get allocated (spec_json). NULL allowed. */
@@ -70,8 +74,10 @@ struct db_snapshot {
 
 struct db;
 
-/* Opens (creating if needed) the database file, sets WAL and migrates the
- * schema. Returns 0 and a new handle. Blocks (file I/O). */
+/* Opens (creating if missing) the database file, checks an existing one
+ * (not empty, a database, PRAGMA quick_check ok), sets WAL and migrates the
+ * schema. Returns 0 and a new handle; -GPT_E_CORRUPT (err names the file
+ * and what to do) for a damaged file. Blocks (file I/O). */
 int db_open(const char *path, struct db **ret, struct gpt_err *err);
 /* NULL allowed. Finalises statements and closes the connection. */
 void db_close(struct db *db);
@@ -93,7 +99,11 @@ int db_job_set_snapshot_dir(struct db *db, int64_t id, const char *dir, struct g
  * running sets started, final states set finished, queued clears both. */
 int db_job_set_state(struct db *db, int64_t id, int state, const char *error, double now,
                      struct gpt_err *err);
-/* Marks the next run of a job as a resume (from snapshot id, 0 = newest). */
+/* Records a cancel of a running job before it is acknowledged: a restart
+ * of gptd then ends the job cancelled instead of resuming it. */
+int db_job_request_cancel(struct db *db, int64_t id, uid_t who, struct gpt_err *err);
+/* Marks the next run of a job as a resume (from snapshot id, 0 = newest);
+ * clears a recorded cancel request. */
 int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
                       struct gpt_err *err);
 /* Records how many failures an elastic job has restarted from. */
@@ -106,8 +116,9 @@ int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err);
 /* Calls fn for each job (newest first, at most `limit`), spec_json NULL. */
 int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_job *j), void *ctx,
                 struct gpt_err *err);
-/* Jobs found running at start-up go back to the queue, marked to resume.
- * Returns how many were re-queued (>= 0) or an error. */
+/* Jobs found running at start-up go back to the queue, marked to resume,
+ * except those whose cancel was acknowledged (db_job_request_cancel): they
+ * end cancelled, with an event. Returns how many were re-queued (>= 0). */
 int db_jobs_requeue_running(struct db *db, double now, struct gpt_err *err);
 
 /* Runs: one per world formed for a job. */

@@ -21,6 +21,7 @@
 #include "mailbox.h"
 #include "paths.h"
 #include "trainer.h"
+#include "statedir.h"
 
 enum jobs_stop { JOBS_STOP_NONE, JOBS_STOP_CANCEL, JOBS_STOP_SHUTDOWN };
 
@@ -300,6 +301,8 @@ static int jobs_start(struct jobs *js, int64_t id)
             goto fail;
     }
     jobs_mkdirs(j.snapshot_dir);
+    if ((rc = statedir_snapdir_claim(&j, &err)) < 0) /* the folder is this job's */
+        goto fail;
     rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
     if (rc < 0)
         goto fail;
@@ -461,6 +464,8 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
             rc = gpt_err_set(err, -ENAMETOOLONG, "snapshot.dir", "snapshot directory too long");
         else
             rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
+        if (rc == 0)
+            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], err);
     }
     if (rc == 0)
         rc = db_commit(js->db, err);
@@ -504,6 +509,9 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
     int64_t step = j.step;
     db_job_done(&j);
     if (js->run && js->run->job_id == id) {
+        /* Durable before it is acknowledged: a restart ends the job cancelled. */
+        if ((rc = db_job_request_cancel(js->db, id, who, err)) < 0)
+            return rc;
         if (js->run->stop == JOBS_STOP_NONE) {
             js->run->stop = JOBS_STOP_CANCEL;
             js->run->cancelled_by = who;

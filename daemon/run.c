@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -62,7 +63,11 @@ static void usage(FILE *f)
                "Trains one job in the foreground.\n"
                "\n"
                "options:\n"
-               "  --resume               continue from the newest valid snapshot\n"
+               "  --resume               continue from the newest valid snapshot of this run\n"
+               "                         (corrupt ones are renamed NAME.corrupt; when none is\n"
+               "                         valid the run fails instead of starting over)\n"
+               "  --start-over           with --resume: start from step 0 when the folder holds\n"
+               "                         only invalid snapshots\n"
                "  --snapshot-dir DIR     where snapshots go (default: the job's snapshot.dir,\n"
                "                         else ./gptd-snapshots/NAME)\n"
                "  --resume-from FILE     continue from this snapshot file\n"
@@ -156,6 +161,42 @@ static void run_event(void *ctx, const struct gpt_event *e)
     pthread_mutex_unlock(&rc->out_mu);
 }
 
+/* Claims the snapshot folder for this run (its owner marker). A fresh run
+ * takes an empty folder or a new one, never one holding another run's or
+ * job's snapshots; --resume continues as the folder's owner when this user
+ * (or root) is that owner, and adopts a folder without a marker (as the
+ * owner its snapshots record, when that is this user). */
+static int run_claim_snapdir(const char *dir, int resume, struct gpt_err *err)
+{
+    struct gpt_snapshot_owner me = {0, 0, (uint32_t)getuid()}, found;
+    if (resume) {
+        int rc = gpt_snapshot_owner_load(dir, &found, err);
+        if (rc == 0 && found.uid != me.uid && me.uid != 0)
+            return gpt_err_set(err, -EPERM, "snapshot.dir",
+                               "snapshot.dir %s belongs to uid %u, not to you", dir,
+                               (unsigned)found.uid);
+        if (rc == 0)
+            return 0;
+        if (rc != -ENOENT && rc != -ENOTDIR)
+            return rc;
+        struct gpt_err ignored;
+        if (gpt_snapshot_owner_recorded(dir, &found, &ignored) == 0 &&
+            (found.uid == me.uid || me.uid == 0))
+            me = found;
+    }
+    while (me.token == 0)
+        if (getrandom(&me.token, sizeof(me.token), 0) != (ssize_t)sizeof(me.token))
+            return gpt_err_set(err, -EIO, NULL, "getrandom: %s", strerror(errno));
+    int rc = gpt_snapshot_owner_claim(dir, &me, resume ? GPT_OWNER_ADOPT : 0, &found, err);
+    if (rc == -EEXIST) {
+        struct gpt_err why = *err;
+        gpt_err_set(err, rc, "snapshot.dir",
+                    "%s; continue it with --resume, or write elsewhere with --snapshot-dir DIR",
+                    why.msg);
+    }
+    return rc;
+}
+
 /* The default snapshot directory: ./gptd-snapshots/<job name or file stem>. */
 static void default_snapdir(const struct gpt_job *job, const char *file, char *buf, size_t cap)
 {
@@ -211,7 +252,9 @@ int gptd_run_main(int argc, char **argv)
             free(help);
             return 0;
         } else if (strcmp(a, "--resume") == 0) {
-            resume = 1;
+            resume = resume ? resume : 1;
+        } else if (strcmp(a, "--start-over") == 0) {
+            resume = GPT_RESUME_START_OVER;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
         } else if (strcmp(a, "--snapshot-dir") == 0 && next) {
@@ -308,6 +351,12 @@ int gptd_run_main(int argc, char **argv)
         snprintf(snapdir, sizeof(snapdir), "%s", job.snapshot.dir);
     else
         default_snapdir(&job, file, snapdir, sizeof(snapdir));
+
+    /* Only the process of global rank 0 writes (and resumes from) snapshots. */
+    if (rank == 0 && (rc = run_claim_snapdir(snapdir, resume || resume_from, &err)) < 0) {
+        fprintf(stderr, "gptd run: %s\n", err.msg);
+        return 1;
+    }
 
     struct run_ctx ctx = {
         .json = json,

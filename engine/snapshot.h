@@ -2,7 +2,9 @@
  * snapshot: the on-disk training state. One file per snapshot:
  *   header  magic "GPTDSNAP", format version, header length, model config,
  *           vocabulary, step, epoch and data cursor, RNG state, world size,
- *           sharding, parameter count, flags, tokens seen;
+ *           sharding, parameter count, flags, tokens seen, and (version 2)
+ *           the owner: the job's random token, job id, uid, and a
+ *           fingerprint of the model and data identity;
  *   params  (n_params) float32 little-endian;
  *   m, v    AdamW moments (n_params each), when present;
  *   trailer checksum over everything before it.
@@ -22,8 +24,22 @@
 #include "gpt_err.h"
 #include "jobspec.h"
 
-#define GPT_SNAPSHOT_VERSION 1
-#define GPT_SNAPSHOT_SUFFIX  ".gpts"
+#define GPT_SNAPSHOT_VERSION    2 /* 1 (no owner fields) is still read */
+#define GPT_SNAPSHOT_SUFFIX     ".gpts"
+#define GPT_SNAPSHOT_CORRUPT    ".corrupt"    /* appended to a quarantined file's name */
+#define GPT_SNAPSHOT_OWNER_FILE ".gptd-owner" /* the folder's owner marker */
+#define GPT_SNAPSHOT_OWNER_MAX  4096          /* a longer marker is corrupt */
+
+/* Who a snapshot folder and its snapshots belong to. The token is random,
+ * made once per daemon job (stored in its database row) or per fresh
+ * `gptd run`; ids alone repeat (a new database numbers from 1 again).
+ * token 0 means "no owner recorded" (a version 1 snapshot, or a folder
+ * without a marker): such a snapshot counts as the folder owner's. */
+struct gpt_snapshot_owner {
+    uint64_t token;
+    int64_t job;  /* daemon job id; 0 for `gptd run` */
+    uint32_t uid; /* the submitting user */
+};
 
 struct gpt_snapshot_meta {
     uint32_t version;
@@ -37,6 +53,8 @@ struct gpt_snapshot_meta {
     int32_t sharding;   /* enum gpt_sharding at save time */
     uint64_t n_params;
     int32_t has_moments;
+    struct gpt_snapshot_owner owner; /* zero in version 1 files */
+    uint64_t fingerprint;            /* model and data identity; 0 in version 1 files */
 };
 
 /* Writes dir/snap-<step>.gpts atomically (creates dir if missing). m and v
@@ -83,9 +101,74 @@ int gpt_snapshot_newest(const char *dir, char *ret_path, size_t path_cap,
                         struct gpt_snapshot_meta *ret_meta, gpt_snapshot_skip_fn skip, void *ctx,
                         struct gpt_err *err);
 
-/* Deletes all but the newest `keep` snapshots (keep <= 0: none deleted).
- * Newest means highest step in the name; files are not verified. */
-int gpt_snapshot_prune(const char *dir, int keep, struct gpt_err *err);
+/* What gpt_snapshot_find considers and what it found. */
+struct gpt_snapshot_find_opts {
+    const struct gpt_snapshot_owner *owner; /* skip other owners' snapshots; NULL: take any */
+    int quarantine;            /* rename corrupt files to NAME.corrupt (never read again) */
+    gpt_snapshot_skip_fn skip; /* each skipped file and why; may be NULL */
+    void *ctx;
+};
+struct gpt_snapshot_find_stats {
+    size_t invalid;     /* corrupt or unreadable candidates (quarantined when asked) */
+    size_t foreign;     /* valid files of another owner, skipped */
+    size_t quarantined; /* NAME.corrupt files in the folder after the scan */
+};
+
+/* As gpt_snapshot_newest, with an owner filter and quarantine. ret_stats
+ * (may be NULL) is filled on success and on -ENOENT. Blocks. */
+int gpt_snapshot_find(const char *dir, const struct gpt_snapshot_find_opts *o, char *ret_path,
+                      size_t path_cap, struct gpt_snapshot_meta *ret_meta,
+                      struct gpt_snapshot_find_stats *ret_stats, struct gpt_err *err);
+
+/* Deletes all but the newest `keep` snapshots of `owner` (keep <= 0: none
+ * deleted; owner NULL or token 0: any owner). Newest means highest step
+ * in the name. Each header is read (not the payload): a file whose header
+ * is corrupt is quarantined (NAME.corrupt) and not counted, a file of
+ * another owner is neither counted nor deleted. */
+int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owner *owner,
+                       struct gpt_err *err);
+
+/* Renames a corrupt snapshot to NAME.corrupt (NAME.2.corrupt ... when an
+ * earlier quarantined file has that name: none is replaced) so that no
+ * scan, resume or prune counts it again. The new name goes to ret_to (may
+ * be NULL). 0 or an errno. */
+int gpt_snapshot_quarantine(const char *path, char *ret_to, size_t to_cap, struct gpt_err *err);
+
+/* Removes the temporary files of writers that died in dir: only regular
+ * files named like gpt_snapshot_write's own ".snap-<step>.gpts.XXXXXX"
+ * (no symlink, nothing else). *ret_removed (may be NULL) gets the count.
+ * A missing dir is 0. Call only when no writer of this folder runs. */
+int gpt_snapshot_clean_tmp(const char *dir, int *ret_removed, struct gpt_err *err);
+
+/* ---- the folder's owner marker (dir/.gptd-owner) ---- */
+
+/* Parses a marker's text (pure; the fuzz target's second entry). */
+int gpt_snapshot_owner_parse(const char *buf, size_t len, struct gpt_snapshot_owner *ret,
+                             struct gpt_err *err);
+
+/* Reads dir's marker. -ENOENT when there is none. */
+int gpt_snapshot_owner_load(const char *dir, struct gpt_snapshot_owner *ret, struct gpt_err *err);
+
+/* The owner recorded in the newest snapshot of dir that records one (a
+ * folder whose marker was lost). -ENOENT when none does. */
+int gpt_snapshot_owner_recorded(const char *dir, struct gpt_snapshot_owner *ret,
+                                struct gpt_err *err);
+
+#define GPT_OWNER_ADOPT   1u /* a folder without a marker may hold snapshots: they become ours */
+#define GPT_OWNER_DRY_RUN 2u /* check only: create neither the folder nor the marker */
+
+/* Claims dir for `me` (token != 0): creates the folder and the marker at
+ * first use, or checks that the marker names me. -EEXIST (ret_found, may
+ * be NULL, gets the marker's owner; token 0 when there is no marker but
+ * the folder holds snapshots and GPT_OWNER_ADOPT is not given) when the
+ * folder is another's. err names the folder and the owner. Blocks. */
+int gpt_snapshot_owner_claim(const char *dir, const struct gpt_snapshot_owner *me, unsigned flags,
+                             struct gpt_snapshot_owner *ret_found, struct gpt_err *err);
+
+/* A fingerprint of what a snapshot's weights mean: the model shape, the
+ * vocabulary and the data's identity (kind and path). Pure. */
+uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg, const struct gpt_vocab *vocab,
+                                  const struct gpt_data_spec *data);
 
 /* Lists snapshot file paths in dir ("snap-<digits>.gpts"), newest (highest
  * step) first. *ret_paths is a malloc'd array of malloc'd strings; free

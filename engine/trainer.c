@@ -79,6 +79,7 @@ struct trainer {
     struct train_state st;
     struct gpt_rng rng;
     char snapdir[GPT_JOB_PATH_MAX];
+    struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
     double peak_flops; /* per rank, FLOP/s */
     struct ddp ddp;
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
@@ -254,6 +255,8 @@ static int setup_stopped(void *ctx)
     return 1;
 }
 
+static int snapdir_prepare(struct trainer *t, struct gpt_err *err);
+
 static int open_all(struct trainer *t, struct gpt_err *err)
 {
     const struct gpt_job *job = t->job;
@@ -339,12 +342,42 @@ static int open_all(struct trainer *t, struct gpt_err *err)
 
     const char *dir = t->opts->snapshot_dir ? t->opts->snapshot_dir : job->snapshot.dir;
     snprintf(t->snapdir, sizeof(t->snapdir), "%s", dir ? dir : "");
+    if ((rc = snapdir_prepare(t, err)) < 0)
+        return rc;
     t->max_steps = plan_max_steps(t);
     t->peak_flops = measure_peak(t);
     return 0;
 }
 
 /* ---- snapshots ---- */
+
+static bool snapshot_writer(const struct trainer *t)
+{
+    return (t->opts->write_snapshots ? true : t->rank == 0) && t->snapdir[0];
+}
+
+/* The folder's owner (its marker, written by whoever started the job: the
+ * daemon or `gptd run`) stamps every snapshot written and filters what a
+ * resume and pruning see. A writer removes the temporary files of writers
+ * that died here before it writes its own. */
+static int snapdir_prepare(struct trainer *t, struct gpt_err *err)
+{
+    struct gpt_err lerr;
+    memset(&t->owner, 0, sizeof(t->owner));
+    if (!t->snapdir[0])
+        return 0;
+    int rc = gpt_snapshot_owner_load(t->snapdir, &t->owner, &lerr);
+    if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
+        return gpt_err_set(err, rc, "snapshot.dir", "%s", lerr.msg);
+    if (rc < 0)
+        memset(&t->owner, 0, sizeof(t->owner));
+    int removed = 0;
+    if (snapshot_writer(t) && gpt_snapshot_clean_tmp(t->snapdir, &removed, &lerr) == 0 &&
+        removed > 0)
+        emit_event(t, "snapshot_tmp", "removed %d stale temporary snapshot file%s from %s", removed,
+                   removed == 1 ? "" : "s", t->snapdir);
+    return 0;
+}
 
 static void fill_meta(const struct trainer *t, struct gpt_snapshot_meta *meta)
 {
@@ -360,6 +393,9 @@ static void fill_meta(const struct trainer *t, struct gpt_snapshot_meta *meta)
     meta->sharding = t->job->distributed.sharding;
     meta->n_params = t->model.n_params;
     meta->has_moments = 1;
+    meta->owner = t->owner;
+    meta->fingerprint =
+        gpt_snapshot_fingerprint(&t->model.cfg, gpt_dataset_vocab(t->ds), &t->job->data);
 }
 
 /* Full-size state buffers for sharded runs, which keep only slices: used
@@ -394,7 +430,7 @@ static void full_state_free(struct trainer *t, struct full_state *fs)
  * buffers while the snapshot is taken). */
 static int write_snapshot(struct trainer *t, struct gpt_err *err)
 {
-    bool writer = (t->opts->write_snapshots ? true : t->rank == 0) && t->snapdir[0];
+    bool writer = snapshot_writer(t);
     struct full_state fs = {t->model.params, t->model.m, t->model.v};
     int rc = 0;
     if (t->shard) {
@@ -420,7 +456,7 @@ static int write_snapshot(struct trainer *t, struct gpt_err *err)
                (now_s() - t0) * 1e3);
     if (t->job->snapshot.keep > 0) {
         struct gpt_err perr;
-        (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &perr);
+        (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);
     }
 out:
     if (t->shard)
@@ -449,8 +485,28 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
     } else {
         if (!t->snapdir[0])
             return 0;
-        rc = gpt_snapshot_newest(t->snapdir, path, sizeof(path), &meta, report_skipped, t, err);
+        struct gpt_snapshot_find_opts fo = {
+            .owner = &t->owner, .quarantine = 1, .skip = report_skipped, .ctx = t};
+        struct gpt_snapshot_find_stats fs_stats;
+        rc = gpt_snapshot_find(t->snapdir, &fo, path, sizeof(path), &meta, &fs_stats, err);
         if (rc == -ENOENT) {
+            size_t bad = fs_stats.invalid + fs_stats.foreign + fs_stats.quarantined;
+            /* An empty folder is a first start; a folder whose snapshots
+             * are all unusable is not, and starting over silently would
+             * throw the job's progress away. */
+            if (bad > 0 && t->opts->resume != GPT_RESUME_START_OVER)
+                return gpt_err_set(
+                    err, -GPT_E_CORRUPT, "snapshot.dir",
+                    "no valid snapshot to resume from in %s: %zu invalid, %zu of "
+                    "another job, %zu quarantined (*" GPT_SNAPSHOT_SUFFIX GPT_SNAPSHOT_CORRUPT
+                    "); start over from step 0 only on "
+                    "request (gptd run --start-over, or a new job)",
+                    t->snapdir, fs_stats.invalid, fs_stats.foreign, fs_stats.quarantined);
+            if (bad > 0)
+                emit_event(t, "start_over",
+                           "no valid snapshot in %s (%zu invalid, %zu quarantined): starting over "
+                           "from step 0 as asked",
+                           t->snapdir, fs_stats.invalid, fs_stats.quarantined);
             gpt_err_clear(err);
             return 0;
         }
@@ -471,6 +527,13 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
         return gpt_err_set(err, -GPT_E_DATA, "data",
                            "snapshot %s was taken with a different vocabulary than data.path now "
                            "gives",
+                           path);
+    /* Found in the folder (not named by the user): its data must be this job's too. */
+    if (!t->opts->resume_path && meta.fingerprint != 0 &&
+        meta.fingerprint != gpt_snapshot_fingerprint(&t->model.cfg, dv, &t->job->data))
+        return gpt_err_set(err, -GPT_E_DATA, "data",
+                           "snapshot %s was taken with other data (data.kind, data.path or "
+                           "data.task differ)",
                            path);
     rc = gpt_snapshot_read(path, &meta, fs->params, meta.has_moments ? fs->m : NULL,
                            meta.has_moments ? fs->v : NULL, err);

@@ -26,6 +26,8 @@ enum gpt_stop {
     GPT_STOP_NOW = 2,      /* return GPT_TRAIN_STOPPED without a snapshot */
 };
 
+#define GPT_RESUME_START_OVER 2 /* gpt_trainer_opts.resume */
+
 /* Positive results of gpt_train (negative values are errors). */
 #define GPT_TRAIN_DONE    0
 #define GPT_TRAIN_STOPPED 1
@@ -46,7 +48,10 @@ struct gpt_trainer_opts {
     const struct gpt_job *job;   /* borrowed, validated */
     struct gpt_comm *comm;       /* borrowed; NULL = world of one */
     const char *snapshot_dir;    /* overrides job->snapshot.dir when non-NULL */
-    int resume;                  /* 1: continue from the newest valid snapshot if any */
+    int resume;                  /* 1: continue from the newest valid snapshot of the folder's
+                                  * owner (an empty folder starts at step 0; a folder with only
+                                  * invalid snapshots fails); GPT_RESUME_START_OVER: the same,
+                                  * but that last case starts at step 0 */
     const char *resume_path;     /* a specific snapshot file (implies resume) */
     int write_snapshots;         /* 0: this rank never writes (default: rank 0 writes) */
     int64_t run_id;              /* copied into metrics and events */

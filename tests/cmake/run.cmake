@@ -5,13 +5,15 @@ add_test(NAME run_resume COMMAND ${GPTD_IT}/run_resume.sh $<TARGET_FILE:gptd>
                                  $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
 add_test(NAME run_corrupt COMMAND ${GPTD_IT}/run_corrupt.sh $<TARGET_FILE:gptd>
                                   ${GPTD_JOBS}/tiny_adder.json)
+add_test(NAME run_snapshot_safety COMMAND ${GPTD_IT}/run_snapshot_safety.sh $<TARGET_FILE:gptd>
+                                          ${GPTD_JOBS}/tiny_adder.json)
 add_test(NAME run_learn COMMAND ${GPTD_IT}/run_learn.sh $<TARGET_FILE:gptd>
                                 ${GPTD_JOBS}/learn_adder.json)
 add_test(NAME ddp_equiv COMMAND ${GPTD_IT}/ddp_equiv.sh $<TARGET_FILE:gptd>
                                 $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
 add_test(NAME ddp_resize COMMAND ${GPTD_IT}/ddp_resize.sh $<TARGET_FILE:gptd>
                                  $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
-set_tests_properties(run_resume run_corrupt run_learn ddp_equiv ddp_resize PROPERTIES
+set_tests_properties(run_resume run_corrupt run_snapshot_safety run_learn ddp_equiv ddp_resize PROPERTIES
                      LABELS integration TIMEOUT 600 ENVIRONMENT "OMP_NUM_THREADS=1")
 add_test(NAME shard_equiv COMMAND ${GPTD_IT}/shard_equiv.sh $<TARGET_FILE:gptd>
                                   $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)

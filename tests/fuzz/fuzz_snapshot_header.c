@@ -3,7 +3,8 @@
  * (gpt_snapshot_parse_header). The input is a whole snapshot file. For
  * inputs of odd length the header checksum is recomputed first, so the
  * fuzzer also reaches the field checks behind it instead of stopping at
- * the checksum every time.
+ * the checksum every time. The same bytes also go to the parser of a
+ * snapshot folder's owner marker (gpt_snapshot_owner_parse).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (err.msg[0] == '\0') {
         abort(); /* every failure names what was wrong */
     }
+    /* The owner marker: what parses names a real owner, and every
+     * failure says what was wrong. */
+    struct gpt_snapshot_owner owner;
+    rc = gpt_snapshot_owner_parse((const char *)data, size, &owner, &err);
+    if (rc == 0 && owner.token == 0)
+        abort();
+    if (rc < 0 && err.msg[0] == '\0')
+        abort();
     free(buf);
     return 0;
 }

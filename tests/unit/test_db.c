@@ -2,7 +2,10 @@
  * Unit tests of daemon/db: schema creation and version, reopening, the job
  * queue order, state transitions, re-queue at start-up, metric upserts,
  * chunked history with events merged in, snapshots, and a job's count of
- * restarts (kept across a reopen, and a version 1 file migrated to it).
+ * restarts (kept across a reopen, and a version 1 file migrated to it);
+ * job tokens, a cancel recorded before its acknowledgement and honoured by
+ * the re-queue at start-up, and files refused at open (empty, not a
+ * database, damaged in the middle) with the file named.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -302,8 +305,128 @@ static void test_migrate_v1(void **state)
     assert_string_equal(j.name, "old");
     assert_int_equal(j.state, DB_JOB_COMPLETED);
     assert_int_equal(j.restarts, 0);
+    assert_true(j.token != 0); /* the migration gave old jobs a token */
+    assert_int_equal(j.cancel_uid, -1);
     db_job_done(&j);
     assert_int_equal(db_job_set_restarts(f->db, 1, 1, &err), 0);
+}
+
+struct msgs {
+    int n_events;
+    char last_event[GPT_EVENT_MSG_MAX];
+};
+
+static void msgs_metric(void *ctx, const struct gpt_metric *m)
+{
+    (void)ctx;
+    (void)m;
+}
+
+static void msgs_event(void *ctx, const struct gpt_event *e)
+{
+    struct msgs *h = ctx;
+    h->n_events++;
+    snprintf(h->last_event, sizeof(h->last_event), "%s", e->message);
+}
+
+/* Every job gets its own random token; a cancel recorded while the job ran
+ * survives the daemon's death: the re-queue ends the job cancelled (with an
+ * event) instead of resuming it. A resume clears the request. */
+static void test_token_cancel(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    int64_t a = add_job(f->db, "a", 0), b = add_job(f->db, "b", 0);
+    struct db_job ja, jb;
+    assert_int_equal(db_job_get(f->db, a, &ja, &err), 0);
+    assert_int_equal(db_job_get(f->db, b, &jb, &err), 0);
+    assert_true(ja.token != 0 && jb.token != 0 && ja.token != jb.token);
+    assert_int_equal(ja.cancel_uid, -1);
+    uint64_t token_a = ja.token;
+    db_job_done(&ja);
+    db_job_done(&jb);
+    assert_int_equal(db_job_set_state(f->db, a, DB_JOB_RUNNING, NULL, 2.0, &err), 0);
+    assert_int_equal(db_job_set_state(f->db, b, DB_JOB_RUNNING, NULL, 2.0, &err), 0);
+    assert_int_equal(db_job_request_cancel(f->db, a, 1000, &err), 0);
+    /* gptd dies before the step boundary; the next one opens the file. */
+    db_close(f->db);
+    assert_int_equal(db_open(f->path, &f->db, &err), 0);
+    assert_int_equal(db_jobs_requeue_running(f->db, 3.0, &err), 1);
+    assert_int_equal(db_job_get(f->db, a, &ja, &err), 0);
+    assert_int_equal(ja.state, DB_JOB_CANCELLED);
+    assert_int_equal(ja.resume, 0);
+    assert_int_equal(ja.cancel_uid, -1);
+    assert_int_equal(ja.token, token_a); /* the token never changes */
+    assert_true(ja.finished == 3.0);
+    db_job_done(&ja);
+    assert_int_equal(db_job_get(f->db, b, &jb, &err), 0);
+    assert_int_equal(jb.state, DB_JOB_QUEUED);
+    assert_int_equal(jb.resume, 1);
+    db_job_done(&jb);
+    struct msgs h = {0};
+    struct db_history_cb cb = {&h, msgs_metric, msgs_event};
+    int64_t last;
+    int more;
+    assert_int_equal(db_history(f->db, a, 0, -1, 10, &cb, &last, &more, &err), 0);
+    assert_int_equal(h.n_events, 1);
+    assert_non_null(strstr(h.last_event, "cancelled by uid 1000"));
+    /* A resume clears a recorded cancel. */
+    assert_int_equal(db_job_request_cancel(f->db, b, 0, &err), 0);
+    assert_int_equal(db_job_set_resume(f->db, b, 1, 0, &err), 0);
+    assert_int_equal(db_job_get(f->db, b, &jb, &err), 0);
+    assert_int_equal(jb.cancel_uid, -1);
+    db_job_done(&jb);
+}
+
+static void write_file(const char *path, const void *p, size_t n, long off)
+{
+    FILE *fp = fopen(path, off < 0 ? "wb" : "r+b");
+    assert_non_null(fp);
+    if (off >= 0)
+        assert_int_equal(fseek(fp, off, SEEK_SET), 0);
+    assert_int_equal(fwrite(p, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* An existing file that is empty, not a database or damaged is refused,
+ * naming the file and what to do; nothing is created in its place. */
+static void test_refuse_damaged(void **state)
+{
+    struct fixture *f = *state;
+    struct gpt_err err;
+    struct db *db = NULL;
+    char path[160];
+
+    snprintf(path, sizeof(path), "%s/empty.db", f->dir);
+    write_file(path, "", 0, -1);
+    assert_int_equal(db_open(path, &db, &err), -GPT_E_CORRUPT);
+    assert_null(db);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "empty"));
+    assert_non_null(strstr(err.msg, "move it away"));
+
+    snprintf(path, sizeof(path), "%s/text.db", f->dir);
+    write_file(path, "this is not a database, it is a text file long enough", 53, -1);
+    assert_int_equal(db_open(path, &db, &err), -GPT_E_CORRUPT);
+    assert_non_null(strstr(err.msg, path));
+
+    /* Damaged in the middle: many pages, one of them overwritten. */
+    for (int i = 0; i < 400; i++)
+        add_job(f->db, "a job with a name long enough to fill the pages of the table", i % 7);
+    db_close(f->db);
+    f->db = NULL;
+    unsigned char junk[4096];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (unsigned char)(i * 37 + 11);
+    write_file(f->path, junk, sizeof(junk), 3 * 4096);
+    assert_int_equal(db_open(f->path, &db, &err), -GPT_E_CORRUPT);
+    assert_non_null(strstr(err.msg, f->path));
+    assert_non_null(strstr(err.msg, "damaged"));
+
+    /* A file that does not exist is a first start. */
+    snprintf(path, sizeof(path), "%s/new.db", f->dir);
+    assert_int_equal(db_open(path, &db, &err), 0);
+    db_close(db);
 }
 
 int main(void)
@@ -315,6 +438,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_snapshots_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_persist, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refuse_damaged, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

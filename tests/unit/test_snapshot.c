@@ -1,7 +1,9 @@
 /*
  * test_snapshot: snapshot round trip, detection of truncated, bit-flipped,
  * wrong-magic and wrong-version files, newest-valid lookup with skip
- * reports, pruning, and atomic writes (no temporary left behind).
+ * reports, pruning, and atomic writes (no temporary left behind); owners
+ * (header version 2, version 1 still read), quarantine of corrupt files,
+ * the folder's owner marker and the cleaning of dead writers' temporaries.
  */
 #define _GNU_SOURCE /* nftw */
 #include <dirent.h>
@@ -9,6 +11,7 @@
 #include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -271,10 +274,10 @@ static void test_corruption(void **state)
     /* Wrong version, even with a consistent header checksum. */
     unsigned char *h = malloc(n);
     memcpy(h, b, n);
-    put32(h + 8, 2);
+    put32(h + 8, 3);
     put32(h + 508, (uint32_t)crc32(0, h, 508));
     spit(bad, h, n);
-    expect_bad(bad, -GPT_E_VERSION, "version 2");
+    expect_bad(bad, -GPT_E_VERSION, "version 3");
     assert_int_equal(gpt_snapshot_read_meta(bad, &got, &err), -GPT_E_VERSION);
 
     /* A lying parameter count with a valid header checksum: caught by size. */
@@ -398,9 +401,9 @@ static void test_list_prune(void **state)
     gpt_snapshot_list_free(paths, n);
     gpt_snapshot_list_free(NULL, 0);
 
-    assert_int_equal(gpt_snapshot_prune(dir, 0, &err), 0);
+    assert_int_equal(gpt_snapshot_prune(dir, 0, NULL, &err), 0);
     assert_int_equal(count_entries(dir), 7);
-    assert_int_equal(gpt_snapshot_prune(dir, 3, &err), 0);
+    assert_int_equal(gpt_snapshot_prune(dir, 3, NULL, &err), 0);
     assert_int_equal(gpt_snapshot_list(dir, &paths, &n, &err), 0);
     assert_int_equal(n, 3);
     assert_string_equal(paths[0], path);
@@ -408,7 +411,7 @@ static void test_list_prune(void **state)
     assert_non_null(strstr(paths[2], "snap-000000000400.gpts"));
     gpt_snapshot_list_free(paths, n);
     assert_int_equal(access(other, F_OK), 0);
-    assert_int_equal(gpt_snapshot_prune(dir, 10, &err), 0);
+    assert_int_equal(gpt_snapshot_prune(dir, 10, NULL, &err), 0);
     assert_int_equal(count_entries(dir), 4);
 
     snprintf(other, sizeof(other), "%s/absent", dir);
@@ -416,13 +419,290 @@ static void test_list_prune(void **state)
     assert_non_null(strstr(err.msg, other));
 }
 
+static const struct gpt_snapshot_owner OWNER_A = {0xa11ce, 7, 1000};
+static const struct gpt_snapshot_owner OWNER_B = {0xb0b, 8, 1001};
+
+static void write_owned(const char *dir, int64_t step, const struct gpt_snapshot_owner *o,
+                        char *path, size_t cap)
+{
+    struct gpt_snapshot_meta m;
+    float p[NP];
+    struct gpt_err err = {0};
+    fill_meta(&m, step, 0);
+    m.owner = *o;
+    m.fingerprint = 0x1234;
+    fill_floats(p, NP, (uint32_t)step);
+    assert_int_equal(gpt_snapshot_write(dir, &m, p, NULL, NULL, path, cap, &err), 0);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Version 2 carries the owner; a version 1 file (zero padding there) still
+ * reads, as "no owner recorded". */
+static void test_owner_header(void **state)
+{
+    (void)state;
+    char dir[300], path[512];
+    subdir(dir, sizeof(dir), "owner");
+    struct gpt_snapshot_meta got;
+    struct gpt_err err = {0};
+    write_owned(dir, 3, &OWNER_A, path, sizeof(path));
+    assert_int_equal(gpt_snapshot_read_meta(path, &got, &err), 0);
+    assert_int_equal(got.version, 2);
+    assert_int_equal(got.owner.token, OWNER_A.token);
+    assert_int_equal(got.owner.job, 7);
+    assert_int_equal(got.owner.uid, 1000);
+    assert_int_equal(got.fingerprint, 0x1234);
+
+    size_t n;
+    unsigned char *b = slurp(path, &n);
+    put32(b + 8, 1);
+    memset(b + 392, 0, 28);
+    put32(b + 508, (uint32_t)crc32(0, b, 508));
+    uint32_t crc = (uint32_t)crc32(0, b, (uInt)(n - 4));
+    put32(b + n - 4, crc);
+    spit(path, b, n);
+    free(b);
+    float p[NP];
+    assert_int_equal(gpt_snapshot_read(path, &got, p, NULL, NULL, &err), 0);
+    assert_int_equal(got.version, 1);
+    assert_int_equal(got.owner.token, 0);
+    assert_int_equal(got.fingerprint, 0);
+
+    /* The fingerprint changes with the model, the vocabulary and the data. */
+    struct gpt_snapshot_meta m;
+    fill_meta(&m, 1, 0);
+    struct gpt_data_spec d = {.kind = GPT_DATA_TEXT};
+    snprintf(d.path, sizeof(d.path), "/data/a.txt");
+    uint64_t f0 = gpt_snapshot_fingerprint(&m.cfg, &m.vocab, &d);
+    assert_int_not_equal(f0, 0);
+    assert_int_equal(f0, gpt_snapshot_fingerprint(&m.cfg, &m.vocab, &d));
+    snprintf(d.path, sizeof(d.path), "/data/b.txt");
+    assert_int_not_equal(f0, gpt_snapshot_fingerprint(&m.cfg, &m.vocab, &d));
+    snprintf(d.path, sizeof(d.path), "/data/a.txt");
+    m.cfg.n_layer++;
+    assert_int_not_equal(f0, gpt_snapshot_fingerprint(&m.cfg, &m.vocab, &d));
+    m.cfg.n_layer--;
+    m.vocab.chars[3] ^= 1;
+    assert_int_not_equal(f0, gpt_snapshot_fingerprint(&m.cfg, &m.vocab, &d));
+}
+
+/* Every snapshot corrupt: a scan quarantines them all and finds nothing;
+ * pruning then keeps the new valid snapshots, never counting corrupt
+ * high-step files. */
+static void test_quarantine(void **state)
+{
+    (void)state;
+    char dir[300], p1[512], p2[512], q[700], fresh[512];
+    subdir(dir, sizeof(dir), "quarantine");
+    struct gpt_err err = {0};
+    struct gpt_snapshot_meta meta;
+    write_owned(dir, 100, &OWNER_A, p1, sizeof(p1));
+    write_owned(dir, 200, &OWNER_A, p2, sizeof(p2));
+    size_t n;
+    unsigned char *b = slurp(p1, &n);
+    b[600] ^= 1; /* payload */
+    spit(p1, b, n);
+    free(b);
+    truncate(p2, 100);
+
+    struct skips sk = {0};
+    struct gpt_snapshot_find_opts fo = {
+        .owner = &OWNER_A, .quarantine = 1, .skip = on_skip, .ctx = &sk};
+    struct gpt_snapshot_find_stats st;
+    assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), -ENOENT);
+    assert_int_equal(st.invalid, 2);
+    assert_int_equal(st.quarantined, 2);
+    assert_int_equal(sk.n, 2);
+    assert_non_null(strstr(sk.why[0].msg, "quarantined as"));
+    assert_non_null(strstr(sk.why[0].msg, p2));
+    assert_false(exists(p1));
+    assert_false(exists(p2));
+    snprintf(q, sizeof(q), "%s" GPT_SNAPSHOT_CORRUPT, p2);
+    assert_true(exists(q));
+    /* Quarantined files are not candidates again, but they are counted. */
+    sk.n = 0;
+    assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), -ENOENT);
+    assert_int_equal(st.invalid, 0);
+    assert_int_equal(st.quarantined, 2);
+    assert_int_equal(sk.n, 0);
+
+    /* A corrupt header at a high step is not counted by pruning either. */
+    char high[520];
+    snprintf(high, sizeof(high), "%s/snap-000000009999.gpts", dir);
+    spit(high, "not a snapshot: garbage", 23);
+    write_owned(dir, 10, &OWNER_A, fresh, sizeof(fresh));
+    write_owned(dir, 20, &OWNER_A, p1, sizeof(p1));
+    assert_int_equal(gpt_snapshot_prune(dir, 1, &OWNER_A, &err), 0);
+    assert_true(exists(p1)); /* the newest valid one is kept */
+    assert_false(exists(fresh));
+    assert_false(exists(high));
+    snprintf(q, sizeof(q), "%s" GPT_SNAPSHOT_CORRUPT, high);
+    assert_true(exists(q));
+    assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), 0);
+    assert_int_equal(meta.step, 20);
+
+    /* A second corrupt file of a name already quarantined keeps both. */
+    char again[700], got[700];
+    snprintf(again, sizeof(again), "%s/snap-000000000200.gpts", dir);
+    spit(again, "junk", 4);
+    assert_int_equal(gpt_snapshot_quarantine(again, got, sizeof(got), &err), 0);
+    snprintf(q, sizeof(q), "%s/snap-000000000200.gpts.2" GPT_SNAPSHOT_CORRUPT, dir);
+    assert_string_equal(got, q);
+    assert_true(exists(q));
+    snprintf(q, sizeof(q), "%s" GPT_SNAPSHOT_CORRUPT, p2);
+    assert_true(exists(q)); /* the first one is still there */
+    assert_int_equal(gpt_snapshot_find(dir, &fo, NULL, 0, &meta, &st, &err), 0);
+    assert_int_equal(st.quarantined, 4);
+}
+
+/* Another owner's snapshots are skipped by a scan, neither counted nor
+ * deleted by pruning, and never overwritten. */
+static void test_foreign(void **state)
+{
+    (void)state;
+    char dir[300], a[512], bpath[512], got[512];
+    subdir(dir, sizeof(dir), "foreign");
+    struct gpt_err err = {0};
+    struct gpt_snapshot_meta meta;
+    write_owned(dir, 10, &OWNER_A, a, sizeof(a));
+    write_owned(dir, 50, &OWNER_B, bpath, sizeof(bpath));
+    write_owned(dir, 60, &OWNER_B, got, sizeof(got));
+    struct skips sk = {0};
+    struct gpt_snapshot_find_opts fo = {.owner = &OWNER_A, .skip = on_skip, .ctx = &sk};
+    struct gpt_snapshot_find_stats st;
+    assert_int_equal(gpt_snapshot_find(dir, &fo, got, sizeof(got), &meta, &st, &err), 0);
+    assert_string_equal(got, a);
+    assert_int_equal(st.foreign, 2);
+    assert_non_null(strstr(sk.why[0].msg, "belongs to job 8 (uid 1001)"));
+    /* Without an owner every valid file counts (the old behaviour). */
+    assert_int_equal(gpt_snapshot_newest(dir, NULL, 0, &meta, NULL, NULL, &err), 0);
+    assert_int_equal(meta.step, 60);
+
+    write_owned(dir, 20, &OWNER_A, got, sizeof(got));
+    assert_int_equal(gpt_snapshot_prune(dir, 1, &OWNER_A, &err), 0);
+    assert_false(exists(a));
+    assert_true(exists(bpath));
+    assert_true(exists(got));
+
+    struct gpt_snapshot_meta m;
+    float p[NP] = {0};
+    fill_meta(&m, 50, 0);
+    m.owner = OWNER_A;
+    assert_int_equal(gpt_snapshot_write(dir, &m, p, NULL, NULL, NULL, 0, &err), -EEXIST);
+    assert_non_null(strstr(err.msg, "belongs to job 8"));
+    assert_int_equal(gpt_snapshot_read_meta(bpath, &meta, &err), 0);
+    assert_int_equal(meta.owner.token, OWNER_B.token);
+
+    /* The newest snapshot that records an owner speaks for a folder whose
+     * marker was lost; a folder of unowned snapshots has none. */
+    struct gpt_snapshot_owner rec;
+    assert_int_equal(gpt_snapshot_owner_recorded(dir, &rec, &err), 0);
+    assert_int_equal(rec.token, OWNER_B.token);
+    char plain[300];
+    subdir(plain, sizeof(plain), "plain");
+    write_snap(plain, 1, 0, got, sizeof(got));
+    assert_int_equal(gpt_snapshot_owner_recorded(plain, &rec, &err), -ENOENT);
+}
+
+static void test_owner_marker(void **state)
+{
+    (void)state;
+    char dir[300], other[300], path[512];
+    subdir(dir, sizeof(dir), "marked/deeper");
+    subdir(other, sizeof(other), "unmarked");
+    struct gpt_err err = {0};
+    struct gpt_snapshot_owner found;
+
+    assert_int_equal(gpt_snapshot_owner_load(dir, &found, &err), -ENOENT);
+    assert_int_equal(gpt_snapshot_owner_claim(dir, &OWNER_A, GPT_OWNER_DRY_RUN, &found, &err), 0);
+    assert_false(exists(dir));
+    assert_int_equal(gpt_snapshot_owner_claim(dir, &OWNER_A, 0, &found, &err), 0);
+    assert_int_equal(gpt_snapshot_owner_load(dir, &found, &err), 0);
+    assert_int_equal(found.token, OWNER_A.token);
+    assert_int_equal(found.job, 7);
+    assert_int_equal(found.uid, 1000);
+    assert_int_equal(gpt_snapshot_owner_claim(dir, &OWNER_A, 0, NULL, &err), 0); /* again */
+    memset(&found, 0, sizeof(found));
+    assert_int_equal(gpt_snapshot_owner_claim(dir, &OWNER_B, GPT_OWNER_ADOPT, &found, &err),
+                     -EEXIST);
+    assert_int_equal(found.job, 7);
+    assert_string_equal(err.path, "snapshot.dir");
+    assert_non_null(strstr(err.msg, dir));
+    assert_non_null(strstr(err.msg, "belongs to job 7 (uid 1000)"));
+    struct gpt_snapshot_owner run = {0x77, 0, 0};
+    assert_int_equal(gpt_snapshot_owner_claim(dir, &run, GPT_OWNER_DRY_RUN, NULL, &err), -EEXIST);
+
+    /* A folder holding snapshots without a marker: refused for a fresh
+     * start, adopted by a resume. */
+    write_snap(other, 5, 0, path, sizeof(path));
+    assert_int_equal(gpt_snapshot_owner_claim(other, &OWNER_B, 0, &found, &err), -EEXIST);
+    assert_int_equal(found.token, 0);
+    assert_non_null(strstr(err.msg, "no owner recorded"));
+    assert_int_equal(gpt_snapshot_owner_claim(other, &OWNER_B, GPT_OWNER_ADOPT, NULL, &err), 0);
+    assert_int_equal(gpt_snapshot_owner_load(other, &found, &err), 0);
+    assert_int_equal(found.token, OWNER_B.token);
+
+    /* The parser refuses what it did not write. */
+    const char *bad[] = {"",
+                         "gptd-snapshot-owner 2\ntoken 1\njob 1\nuid 1\n",
+                         "gptd-snapshot-owner 1\ntoken 1\njob 1\n",
+                         "gptd-snapshot-owner 1\ntoken 0\njob 1\nuid 1\n",
+                         "gptd-snapshot-owner 1\ntoken zz\njob 1\nuid 1\n",
+                         "gptd-snapshot-owner 1\ntoken 1\njob -1\nuid 1\n",
+                         "gptd-snapshot-owner 1\ntoken 1\njob 1\nuid 99999999999\n",
+                         "gptd-snapshot-owner 1\ntoken 1\njob 1\nuid 1\nmore 2\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(gpt_snapshot_owner_parse(bad[i], strlen(bad[i]), &found, &err),
+                         -GPT_E_CORRUPT);
+    const char *ok = "gptd-snapshot-owner 1\ntoken 00ff\njob 12\nuid 0\n";
+    assert_int_equal(gpt_snapshot_owner_parse(ok, strlen(ok), &found, &err), 0);
+    assert_int_equal(found.token, 255);
+    assert_int_equal(found.job, 12);
+}
+
+/* Only regular files named like our own temporaries go. */
+static void test_clean_tmp(void **state)
+{
+    (void)state;
+    char dir[300], a[600], b[600], c[600], d[600], e[600], snap[512];
+    subdir(dir, sizeof(dir), "tmpclean");
+    write_snap(dir, 4, 0, snap, sizeof(snap));
+    snprintf(a, sizeof(a), "%s/.snap-000000000010.gpts.AbC123", dir);
+    snprintf(b, sizeof(b), "%s/.snap-000000000010.gpts.AbC12", dir);  /* 5 letters */
+    snprintf(c, sizeof(c), "%s/.snap-x.gpts.AbC123", dir);            /* no step */
+    snprintf(d, sizeof(d), "%s/.snap-000000000011.gpts.link01", dir); /* a symlink */
+    snprintf(e, sizeof(e), "%s/.snap-000000000012.gpts.dir001", dir); /* a directory */
+    spit(a, "x", 1);
+    spit(b, "x", 1);
+    spit(c, "x", 1);
+    assert_int_equal(symlink(snap, d), 0);
+    assert_int_equal(mkdir(e, 0755), 0);
+    int removed = -1;
+    struct gpt_err err = {0};
+    assert_int_equal(gpt_snapshot_clean_tmp(dir, &removed, &err), 0);
+    assert_int_equal(removed, 1);
+    assert_false(exists(a));
+    assert_true(exists(b) && exists(c) && exists(d) && exists(e) && exists(snap));
+    assert_int_equal(rmdir(e), 0);
+    char missing[400];
+    snprintf(missing, sizeof(missing), "%s/none", dir);
+    assert_int_equal(gpt_snapshot_clean_tmp(missing, &removed, &err), 0);
+    assert_int_equal(removed, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_corruption),
-        cmocka_unit_test(test_newest),
-        cmocka_unit_test(test_list_prune),
+        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_newest),       cmocka_unit_test(test_list_prune),
+        cmocka_unit_test(test_owner_header), cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_foreign),      cmocka_unit_test(test_owner_marker),
+        cmocka_unit_test(test_clean_tmp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

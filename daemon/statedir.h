@@ -1,0 +1,47 @@
+/*
+ * statedir: what guards gptd's state directory: one gptd per directory (a
+ * lock held for the process lifetime), a database that is expected but
+ * missing refused at start, dead writers' temporary snapshot files removed
+ * at start, and the owner marker of each job's snapshot folder (checked at
+ * submit, claimed when the job starts).
+ *
+ * Loop thread (or main before the loop); each call blocks on a few small
+ * file operations.
+ */
+#ifndef GPTD_STATEDIR_H
+#define GPTD_STATEDIR_H
+
+#include <stdbool.h>
+
+#include "db.h"
+#include "gpt_err.h"
+
+#define STATEDIR_LOCK_FILE "gptd.lock"
+
+/* Takes an exclusive flock on STATE_DIR/gptd.lock and writes this pid into
+ * it. The descriptor stays open (close-on-exec) until the process exits,
+ * which releases the lock, kill -9 included. -EBUSY naming the holder's pid
+ * when another gptd has it. */
+int statedir_lock(const char *state_dir, struct gpt_err *err);
+
+/* Before db_open: a database that does not exist while STATE_DIR/jobs
+ * holds job folders is refused (the jobs would be forgotten and their ids,
+ * with their folders, used again). -ENOENT naming the file and what to do. */
+int statedir_check_db(const char *state_dir, const char *db_path, struct gpt_err *err);
+
+/* Removes stale temporary snapshot files (gpt_snapshot_clean_tmp) from
+ * every STATE_DIR/jobs/<id>/snapshots. Returns how many were removed. */
+int statedir_clean_tmp(const char *state_dir);
+
+/* At submit: the folder a new job names must be free: no owner marker and
+ * no snapshots. -EEXIST naming snapshot.dir and the owning job; own_folder:
+ * dir is the job's default folder in the state directory (whose id an old
+ * job had), which changes the advice. */
+int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err);
+
+/* When a job starts: claims its snapshot folder (creates it and the owner
+ * marker at first use; a resume adopts a folder without a marker). -EEXIST
+ * naming snapshot.dir and the owning job when the folder is another's. */
+int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err);
+
+#endif
