@@ -431,6 +431,46 @@ int gpt_tok_encode(struct gpt_tok_enc *e, const void *text, size_t len, unsigned
     return 0;
 }
 
+/* JavaScript's \s as code points (TOK_WS). */
+static int tok_is_ws(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+           cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
+}
+
+/* Is the character at s[p] (if after) or ending at s[p] (if !after) a
+ * valid non-space character? */
+static int tok_solid(const unsigned char *s, size_t len, size_t p, int after)
+{
+    uint32_t cp;
+    if (after)
+        return p < len && tok_utf8_char(s + p, len - p, &cp) > 0 && !tok_is_ws(cp);
+    for (size_t k = 1; k <= 4 && k <= p; k++) {
+        if ((s[p - k] & 0xC0) == 0x80)
+            continue;
+        return tok_utf8_char(s + p - k, k, &cp) == (int)k && !tok_is_ws(cp);
+    }
+    return 0;
+}
+
+/* A match of the pattern never spans such a cut, and no match ending
+ * there looked past it: the match before ends in a non-space character
+ * or is the newline alone (a single newline before a non-space is matched
+ * by the last alternative both when the text goes on and when it ends),
+ * and the pattern has no lookbehind. */
+size_t gpt_tok_safe_cut(const void *text, size_t len, size_t from)
+{
+    const unsigned char *s = text;
+    for (size_t i = from > 1 ? from : 1; i < len; i++) {
+        if (s[i] == ' ' && tok_solid(s, len, i, 0) && tok_solid(s, len, i + 1, 1))
+            return i;
+        if (s[i - 1] == '\n' && i >= 2 && tok_solid(s, len, i - 1, 0) && tok_solid(s, len, i, 1))
+            return i;
+    }
+    return len;
+}
+
 int gpt_tok_encode_str(const struct gpt_tok *t, const char *text, unsigned flags, int32_t *out,
                        size_t cap, size_t *ret_n, struct gpt_err *err)
 {

@@ -87,6 +87,13 @@ void gpt_tok_enc_free(struct gpt_tok_enc *e);
 int gpt_tok_encode(struct gpt_tok_enc *e, const void *text, size_t len, unsigned flags,
                    struct gpt_tok_ids *out, struct gpt_err *err);
 
+/* The first offset c >= from (c <= len) at which text[0, len) can be cut
+ * without changing its tokens: encode(text[0, c)) ++ encode(text[c, len))
+ * == encode(text). Cuts are made after a newline or before a space that
+ * sit between two non-space characters; len when there is none. For
+ * splitting a large text among threads. Pure; any thread. */
+size_t gpt_tok_safe_cut(const void *text, size_t len, size_t from);
+
 /* Convenience for one short text (a prompt): encodes NUL-terminated `text`
  * into out[0, cap) with a temporary encoder; -EMSGSIZE when the ids do not
  * fit. */

@@ -232,6 +232,60 @@ static void test_long_pieces(void **state)
     free(s);
 }
 
+/* gpt_tok_safe_cut: encoding the two sides of any cut it returns gives
+ * the ids of the whole text, on mixed text and on random bytes. */
+static void assert_cut_ok(const char *text, size_t len, size_t c)
+{
+    struct gpt_tok_ids all = encode(text, len, 0), a = encode(text, c, 0),
+                       b = encode(text + c, len - c, 0);
+    if (all.n != a.n + b.n || memcmp(all.v, a.v, a.n * sizeof(int32_t)) != 0 ||
+        memcmp(all.v + a.n, b.v, b.n * sizeof(int32_t)) != 0)
+        fail_msg("cut at %zu of %zu changes the tokens", c, len);
+    gpt_tok_ids_done(&all);
+    gpt_tok_ids_done(&a);
+    gpt_tok_ids_done(&b);
+}
+
+static void test_safe_cut(void **state)
+{
+    (void)state;
+    static const char mixed[] =
+        "Hello  world.\nIt's\n\nthree  \n spaces\t\ttab\r\nCRLF x\n\xe4\xb8\xad\xe6\x96\x87\n"
+        "\xe3\x80\x82\n\xe4\xb8\xad \xe6\x96\x87\xc2\xa0nbsp \xc2\xa0x\xe3\x80\x80y "
+        "\xe3\x80\x80\n's 're\n'll 1 2  3\n\n\n \xf0\x9f\x98\x80 \xf0\x9f\x98\x80\n\xcc\x81 a\xcc\x81 "
+        "end\xff x\n\xff\n\x80 y  ";
+    size_t len = sizeof(mixed) - 1, cuts = 0;
+    for (size_t k = 0; k <= len; k++) {
+        size_t c = gpt_tok_safe_cut(mixed, len, k);
+        assert_true(c >= k || (k == 0 && c >= 1));
+        assert_true(c <= len);
+        if (c < len) {
+            assert_cut_ok(mixed, len, c);
+            cuts++;
+        }
+    }
+    assert_true(cuts > len / 2); /* cuts exist all along this text */
+    /* after a newline that follows a space, or before a double space: none */
+    assert_int_equal(gpt_tok_safe_cut("a \nb", 4, 1), 4);
+    assert_int_equal(gpt_tok_safe_cut("a  b", 4, 1), 4);
+    assert_int_equal(gpt_tok_safe_cut("a b", 3, 0), 1);
+    assert_int_equal(gpt_tok_safe_cut("a\nb", 3, 0), 2);
+    unsigned char rnd[1024];
+    uint64_t s = 99;
+    for (int round = 0; round < 20; round++) {
+        for (size_t i = 0; i < sizeof(rnd); i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned v = (unsigned)(s >> 56);
+            rnd[i] = (unsigned char)(v < 64 ? ' ' : v < 96 ? '\n' : v < 128 ? 'a' + v % 26 : v);
+        }
+        for (size_t k = 0; k < sizeof(rnd); k += 7) {
+            size_t c = gpt_tok_safe_cut(rnd, sizeof(rnd), k);
+            if (c < sizeof(rnd))
+                assert_cut_ok((const char *)rnd, sizeof(rnd), c);
+        }
+    }
+}
+
 static void test_decode_errors(void **state)
 {
     (void)state;
@@ -412,7 +466,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_special),
         cmocka_unit_test(test_long_pieces),  cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_hf_names),     cmocka_unit_test(test_mini_vocab),
-        cmocka_unit_test(test_hostile_vocab),
+        cmocka_unit_test(test_hostile_vocab), cmocka_unit_test(test_safe_cut),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
