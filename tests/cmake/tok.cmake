@@ -9,3 +9,8 @@ endif()
 add_test(NAME tok_reference COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tok/tok_reference.sh
                                     $<TARGET_FILE:tok_ids> ${GPTD_NPM})
 set_tests_properties(tok_reference PROPERTIES LABELS reference TIMEOUT 300)
+add_test(NAME tokenize_train COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/tokenize_train.sh
+                                     $<TARGET_FILE:gptd> $<TARGET_FILE:tok_ids> ${GPTD_NPM}
+                                     ${CMAKE_CURRENT_SOURCE_DIR}/tok/corpus)
+set_tests_properties(tokenize_train PROPERTIES LABELS integration TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
