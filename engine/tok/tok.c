@@ -32,12 +32,6 @@ struct tok_cache_slot {
     int32_t ids[TOK_CACHE_IDS];
 };
 
-/* A candidate merge of the heap path: nodes left and right (adjacent when
- * pushed) holding tokens a and b. */
-struct tok_cand {
-    int32_t rank, left, right, a, b, merged;
-};
-
 struct gpt_tok_enc {
     const struct gpt_tok *t;
     pcre2_match_data *md;
@@ -46,12 +40,12 @@ struct gpt_tok_enc {
     struct tok_cache_slot *cache;
     size_t cap;         /* capacity of the scratch arrays below, in bytes of piece */
     int32_t *tok;       /* token per node (-1 dead) */
-    int32_t *rank;      /* small path: rank of pair (i, i + 1) */
-    int32_t *merged;    /* small path: its merged token */
+    int32_t *rank;      /* rank of the pair at node i (INT32_MAX: none) */
+    int32_t *merged;    /* its merged token */
     int32_t *next;      /* heap path: linked list of nodes */
     int32_t *prev;
-    struct tok_cand *heap;
-    size_t heap_cap;
+    int32_t *heap;      /* heap path: nodes with a pair, by (rank, node) */
+    int32_t *pos;       /* heap path: node -> index in heap, -1 if absent */
 };
 
 int tok_compile_pattern(struct gpt_tok *t, struct gpt_err *err)
@@ -131,6 +125,7 @@ void gpt_tok_enc_free(struct gpt_tok_enc *e)
     free(e->next);
     free(e->prev);
     free(e->heap);
+    free(e->pos);
     free(e);
 }
 
@@ -144,7 +139,7 @@ static int tok_scratch(struct gpt_tok_enc *e, size_t n)
             return -ENOMEM;
         cap *= 2;
     }
-    int32_t **arr[] = {&e->tok, &e->rank, &e->merged, &e->next, &e->prev};
+    int32_t **arr[] = {&e->tok, &e->rank, &e->merged, &e->next, &e->prev, &e->heap, &e->pos};
     for (size_t i = 0; i < sizeof(arr) / sizeof(arr[0]); i++) {
         int32_t *p = realloc(*arr[i], cap * sizeof(int32_t));
         if (!p)
@@ -191,93 +186,120 @@ static size_t tok_merge_small(struct gpt_tok_enc *e, size_t n)
     return n;
 }
 
-static int tok_cand_less(const struct tok_cand *x, const struct tok_cand *y)
+/* The heap path keeps one entry per node that has a pair with its next
+ * node, keyed by (rank, node): node order is text order, so the top is the
+ * lowest rank, leftmost among equals, exactly as tok_merge_small picks. */
+static int tok_heap_less(const struct gpt_tok_enc *e, int32_t x, int32_t y)
 {
-    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
+    return e->rank[x] < e->rank[y] || (e->rank[x] == e->rank[y] && x < y);
 }
 
-static void tok_heap_push(struct gpt_tok_enc *e, size_t *hn, struct tok_cand c)
+static void tok_heap_up(struct gpt_tok_enc *e, size_t k)
 {
-    struct tok_cand *h = e->heap;
-    size_t i = (*hn)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!tok_cand_less(&c, &h[p]))
+    int32_t *h = e->heap, x = h[k];
+    while (k > 0) {
+        size_t p = (k - 1) / 2;
+        if (!tok_heap_less(e, x, h[p]))
             break;
-        h[i] = h[p];
-        i = p;
+        h[k] = h[p];
+        e->pos[h[k]] = (int32_t)k;
+        k = p;
     }
-    h[i] = c;
+    h[k] = x;
+    e->pos[x] = (int32_t)k;
 }
 
-static struct tok_cand tok_heap_pop(struct gpt_tok_enc *e, size_t *hn)
+static void tok_heap_down(struct gpt_tok_enc *e, size_t hn, size_t k)
 {
-    struct tok_cand *h = e->heap, top = h[0], last = h[--*hn];
-    size_t i = 0, n = *hn;
+    int32_t *h = e->heap, x = h[k];
     for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n)
+        size_t c = 2 * k + 1;
+        if (c >= hn)
             break;
-        if (c + 1 < n && tok_cand_less(&h[c + 1], &h[c]))
+        if (c + 1 < hn && tok_heap_less(e, h[c + 1], h[c]))
             c++;
-        if (!tok_cand_less(&h[c], &last))
+        if (!tok_heap_less(e, h[c], x))
             break;
-        h[i] = h[c];
-        i = c;
+        h[k] = h[c];
+        e->pos[h[k]] = (int32_t)k;
+        k = c;
     }
-    if (n > 0)
-        h[i] = last;
-    return top;
+    h[k] = x;
+    e->pos[x] = (int32_t)k;
 }
 
-static void tok_heap_offer(struct gpt_tok_enc *e, size_t *hn, int32_t left, int32_t right)
+static void tok_heap_remove(struct gpt_tok_enc *e, size_t *hn, int32_t node)
 {
-    if (left < 0 || right < 0)
+    size_t k = (size_t)e->pos[node];
+    int32_t last = e->heap[--*hn];
+    e->pos[node] = -1;
+    if (k == *hn)
         return;
-    struct tok_cand c = {.left = left, .right = right, .a = e->tok[left], .b = e->tok[right]};
-    tok_pair(e->t, c.a, c.b, &c.rank, &c.merged);
-    if (c.merged >= 0)
-        tok_heap_push(e, hn, c);
+    e->heap[k] = last;
+    e->pos[last] = (int32_t)k;
+    tok_heap_down(e, *hn, k);
+    tok_heap_up(e, (size_t)e->pos[last]);
 }
 
-/* The same merge order as tok_merge_small in O(n log n): candidates in a
- * heap ordered by (rank, left node), stale ones skipped when popped.
- * Compacts the survivors into e->tok[0, ret). */
-static int tok_merge_large(struct gpt_tok_enc *e, size_t n, size_t *ret_n)
+/* Recomputes the pair at `node` (with its next node) and its heap entry. */
+static void tok_heap_refresh(struct gpt_tok_enc *e, size_t *hn, int32_t node)
 {
-    size_t need = 3 * n;
-    if (need > e->heap_cap) {
-        struct tok_cand *h = realloc(e->heap, need * sizeof(*h));
-        if (!h)
-            return -ENOMEM;
-        e->heap = h;
-        e->heap_cap = need;
+    int32_t nx = e->next[node];
+    if (nx >= 0)
+        tok_pair(e->t, e->tok[node], e->tok[nx], &e->rank[node], &e->merged[node]);
+    else
+        e->rank[node] = INT32_MAX;
+    if (e->rank[node] == INT32_MAX) {
+        if (e->pos[node] >= 0)
+            tok_heap_remove(e, hn, node);
+    } else if (e->pos[node] >= 0) {
+        tok_heap_up(e, (size_t)e->pos[node]);
+        tok_heap_down(e, *hn, (size_t)e->pos[node]);
+    } else {
+        e->heap[*hn] = node;
+        tok_heap_up(e, (*hn)++);
     }
+}
+
+/* The same merge order as tok_merge_small in O(n log n) time and 28 bytes
+ * of scratch per byte of the piece. Compacts the survivors into
+ * e->tok[0, ret). */
+static size_t tok_merge_large(struct gpt_tok_enc *e, size_t n)
+{
     int32_t *tok = e->tok, *next = e->next, *prev = e->prev;
+    size_t hn = 0;
     for (size_t i = 0; i < n; i++) {
         next[i] = i + 1 < n ? (int32_t)(i + 1) : -1;
         prev[i] = (int32_t)i - 1;
+        e->pos[i] = -1;
+        if (i + 1 < n)
+            tok_pair(e->t, tok[i], tok[i + 1], &e->rank[i], &e->merged[i]);
+        else
+            e->rank[i] = INT32_MAX;
+        if (e->rank[i] != INT32_MAX) {
+            e->heap[hn] = (int32_t)i;
+            e->pos[i] = (int32_t)hn++;
+        }
     }
-    size_t hn = 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        tok_heap_offer(e, &hn, (int32_t)i, (int32_t)(i + 1));
+    for (size_t k = hn / 2; k-- > 0;)
+        tok_heap_down(e, hn, k);
     while (hn > 0) {
-        struct tok_cand c = tok_heap_pop(e, &hn);
-        if (tok[c.left] != c.a || next[c.left] != c.right || tok[c.right] != c.b)
-            continue; /* stale: one side merged since */
-        tok[c.left] = c.merged;
-        tok[c.right] = -1;
-        next[c.left] = next[c.right];
-        if (next[c.right] >= 0)
-            prev[next[c.right]] = c.left;
-        tok_heap_offer(e, &hn, prev[c.left], c.left);
-        tok_heap_offer(e, &hn, c.left, next[c.left]);
+        int32_t i = e->heap[0], j = next[i];
+        tok[i] = e->merged[i];
+        if (e->pos[j] >= 0)
+            tok_heap_remove(e, &hn, j);
+        tok[j] = -1;
+        next[i] = next[j];
+        if (next[j] >= 0)
+            prev[next[j]] = i;
+        tok_heap_refresh(e, &hn, i);
+        if (prev[i] >= 0)
+            tok_heap_refresh(e, &hn, prev[i]);
     }
     size_t m = 0;
     for (int32_t i = 0; i >= 0; i = next[i])
         tok[m++] = tok[i];
-    *ret_n = m;
-    return 0;
+    return m;
 }
 
 static uint64_t tok_piece_hash(const unsigned char *p, size_t n)
@@ -317,8 +339,8 @@ static int tok_piece(struct gpt_tok_enc *e, const unsigned char *p, size_t n,
     size_t m;
     if (n <= TOK_SMALL_PIECE)
         m = tok_merge_small(e, n);
-    else if (tok_merge_large(e, n, &m) < 0)
-        return -ENOMEM;
+    else
+        m = tok_merge_large(e, n);
     memcpy(out->v + out->n, e->tok, m * sizeof(int32_t));
     out->n += m;
     if (slot && m <= TOK_CACHE_IDS) {

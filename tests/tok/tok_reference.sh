@@ -3,7 +3,8 @@
 # js-tiktoken's "gpt2" encoding and gpt-3-encoder's on every corpus file
 # (tests/tok/corpus: prose, code, numbers and dates, contractions, long
 # whitespace runs with \r\n and tabs, emoji and ZWJ sequences, CJK,
-# combining marks, right-to-left text) and on random valid UTF-8 made with
+# combining marks, right-to-left text, pieces longer than 64 bytes that
+# take the heap merge path) and on random valid UTF-8 made with
 # a fixed seed; with the special token allowed, equal to js-tiktoken's
 # encode(text, "all") on tests/tok/special. tok_ids also checks that
 # decoding gives every file back byte for byte. The first differing
