@@ -94,6 +94,19 @@ int gpt_tok_encode(struct gpt_tok_enc *e, const void *text, size_t len, unsigned
  * splitting a large text among threads. Pure; any thread. */
 size_t gpt_tok_safe_cut(const void *text, size_t len, size_t from);
 
+/* gpt_tok_encode on `threads` threads (1..256): the text is cut at
+ * gpt_tok_safe_cut points, so the ids appended to `out` are exactly
+ * gpt_tok_encode's. Starts and joins its own threads; blocks. For
+ * tokenizing a whole training text on load. */
+int gpt_tok_encode_parallel(const struct gpt_tok *t, const void *text, size_t len, unsigned flags,
+                            int threads, struct gpt_tok_ids *out, struct gpt_err *err);
+
+/* A 64-bit hash of the vocabulary (every token's bytes and every merge
+ * with its rank): equal for the same content under either file naming,
+ * for keying caches of encoded text and for recording which vocabulary a
+ * model was trained with. */
+uint64_t gpt_tok_fingerprint(const struct gpt_tok *t);
+
 /* Convenience for one short text (a prompt): encodes NUL-terminated `text`
  * into out[0, cap) with a temporary encoder; -EMSGSIZE when the ids do not
  * fit. */

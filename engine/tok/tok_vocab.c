@@ -404,3 +404,18 @@ const unsigned char *gpt_tok_token_bytes(const struct gpt_tok *t, int32_t id, si
     *ret_len = t->off[id + 1] - t->off[id];
     return t->bytes + t->off[id];
 }
+
+uint64_t gpt_tok_fingerprint(const struct gpt_tok *t)
+{
+    uint64_t h = tok_hash_bytes(t->bytes, t->off[t->n_vocab]) ^ (uint64_t)t->n_vocab;
+    for (int i = 0; i <= t->n_vocab; i++)
+        h = (h ^ t->off[i]) * 0x100000001b3ull;
+    /* merges: order-independent over the table (slots depend only on keys) */
+    uint64_t m = (uint64_t)t->n_merges;
+    for (size_t i = 0; i <= t->merges_mask; i++) {
+        const struct tok_merge *g = &t->merges[i];
+        if (g->key != TOK_KEY_EMPTY)
+            m += (g->key * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)g->rank << 32 | (uint32_t)g->merged);
+    }
+    return h ^ (m * 0xff51afd7ed558ccdull);
+}

@@ -286,6 +286,40 @@ static void test_safe_cut(void **state)
     }
 }
 
+/* gpt_tok_encode_parallel gives gpt_tok_encode's ids for any thread count. */
+static void test_parallel(void **state)
+{
+    (void)state;
+    size_t len = 3u << 20, n = 0;
+    char *text = malloc(len);
+    static const char *words[] = {"the ", "quick\n", "brown  ", "fox's ", "\xe4\xb8\xad\xe6\x96\x87 ",
+                                  "1234 ", "\r\n", "\t", "emoji\xf0\x9f\x98\x80 ", "\xff "};
+    uint64_t s = 7;
+    while (n < len) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        const char *w = words[(s >> 33) % 10];
+        size_t k = strlen(w);
+        if (n + k > len)
+            k = len - n;
+        memcpy(text + n, w, k);
+        n += k;
+    }
+    struct gpt_tok_ids one = encode(text, len, 0);
+    for (int threads = 1; threads <= 5; threads += 2) {
+        struct gpt_tok_ids par = {0};
+        struct gpt_err err = {0};
+        assert_int_equal(gpt_tok_encode_parallel(gpt2, text, len, 0, threads, &par, &err), 0);
+        assert_int_equal(par.n, one.n);
+        assert_memory_equal(par.v, one.v, one.n * sizeof(int32_t));
+        gpt_tok_ids_done(&par);
+    }
+    struct gpt_tok_ids par = {0};
+    struct gpt_err err = {0};
+    assert_int_equal(gpt_tok_encode_parallel(gpt2, text, len, 0, 0, &par, &err), -EINVAL);
+    gpt_tok_ids_done(&one);
+    free(text);
+}
+
 static void test_decode_errors(void **state)
 {
     (void)state;
@@ -312,6 +346,7 @@ static void test_hf_names(void **state)
     struct gpt_tok *hf;
     struct gpt_err err = {0};
     assert_int_equal(gpt_tok_load(dir, &hf, &err), 0);
+    assert_true(gpt_tok_fingerprint(hf) == gpt_tok_fingerprint(gpt2));
     int32_t a[16], b[16];
     size_t na, nb;
     const char *t = "Hugging Face's files, same content.";
@@ -385,6 +420,19 @@ static void test_mini_vocab(void **state)
     const char *m = "#version: 0.2\na b\nab c\n";
     assert_int_equal(gpt_tok_load_mem(j, strlen(j), m, strlen(m), &t, &err), 0);
     assert_int_equal(gpt_tok_vocab_size(t), 259);
+    /* another vocabulary, or the same with the merges in another order */
+    assert_true(gpt_tok_fingerprint(t) != gpt_tok_fingerprint(gpt2));
+    struct gpt_tok *t2;
+    const char *m2 = "a b\nb c\n";
+    char *j2 = mini_json(", \"bc\": 259", -1);
+    assert_int_equal(gpt_tok_load_mem(j2, strlen(j2), m2, strlen(m2), &t2, &err), 0);
+    uint64_t f1 = gpt_tok_fingerprint(t2);
+    gpt_tok_free(t2);
+    m2 = "b c\na b\n";
+    assert_int_equal(gpt_tok_load_mem(j2, strlen(j2), m2, strlen(m2), &t2, &err), 0);
+    assert_true(gpt_tok_fingerprint(t2) != f1);
+    gpt_tok_free(t2);
+    free(j2);
     assert_int_equal(gpt_tok_eot(t), 258);
     int32_t ids[8];
     size_t n;
@@ -467,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_long_pieces),  cmocka_unit_test(test_decode_errors),
         cmocka_unit_test(test_hf_names),     cmocka_unit_test(test_mini_vocab),
         cmocka_unit_test(test_hostile_vocab), cmocka_unit_test(test_safe_cut),
+        cmocka_unit_test(test_parallel),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
