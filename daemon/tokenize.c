@@ -45,12 +45,12 @@
 #include "tok.h"
 #include "tokenize.h"
 
-#define TZ_CHUNK_BYTES       (1u << 20)
-#define TZ_THREADS_MAX       256
-#define TZ_FILES_MAX         100000
-#define TZ_SHARDS_MAX        1000000 /* six-digit shard numbers */
-#define TZ_SHARD_TOKENS_DEF  100000000
-#define TZ_VAL_FRACTION_DEF  0.1
+#define TZ_CHUNK_BYTES      (1u << 20)
+#define TZ_THREADS_MAX      256
+#define TZ_FILES_MAX        100000
+#define TZ_SHARDS_MAX       1000000 /* six-digit shard numbers */
+#define TZ_SHARD_TOKENS_DEF 100000000
+#define TZ_VAL_FRACTION_DEF 0.1
 
 struct tz_file {
     const char *path;
@@ -193,8 +193,8 @@ static int tz_writer_open(struct tz_writer *w)
                 TZ_SHARDS_MAX, w->split);
         return -EFBIG;
     }
-    int n = snprintf(w->tmp, sizeof(w->tmp), "%s_%s_%06d.bin.tmpXXXXXX", w->prefix, w->split,
-                     w->index);
+    int n =
+        snprintf(w->tmp, sizeof(w->tmp), "%s_%s_%06d.bin.tmpXXXXXX", w->prefix, w->split, w->index);
     if (n < 0 || (size_t)n >= sizeof(w->tmp)) {
         fprintf(stderr, "gptd tokenize: output prefix too long\n");
         return -ENAMETOOLONG;
@@ -330,8 +330,8 @@ static int tz_chunk_add(struct tz_chunk **ch, size_t *n, size_t *cap, struct tz_
 /* Cuts every file into chunks of about TZ_CHUNK_BYTES at safe cuts, and
  * once at the first safe cut at or after the validation share of the
  * input bytes (returns a new array in *ret). */
-static int tz_plan(const struct tz_file *files, int nf, double val_fraction,
-                   struct tz_chunk **ret, size_t *ret_n)
+static int tz_plan(const struct tz_file *files, int nf, double val_fraction, struct tz_chunk **ret,
+                   size_t *ret_n)
 {
     uint64_t total = 0;
     for (int i = 0; i < nf; i++)
@@ -381,11 +381,14 @@ static int tz_plan(const struct tz_file *files, int nf, double val_fraction,
 int gptd_tokenize_main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"tokenizer", required_argument, NULL, 't'}, {"vocab", required_argument, NULL, 'v'},
+        {"tokenizer", required_argument, NULL, 't'},
+        {"vocab", required_argument, NULL, 'v'},
         {"val-fraction", required_argument, NULL, 'f'},
         {"shard-tokens", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 'j'},  {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"threads", required_argument, NULL, 'j'},
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *tokenizer = NULL, *vocab = NULL, *prefix = NULL;
     double val_fraction = TZ_VAL_FRACTION_DEF;

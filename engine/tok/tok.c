@@ -38,14 +38,14 @@ struct gpt_tok_enc {
     pcre2_match_context *mc;
     pcre2_jit_stack *js;
     struct tok_cache_slot *cache;
-    size_t cap;         /* capacity of the scratch arrays below, in bytes of piece */
-    int32_t *tok;       /* token per node (-1 dead) */
-    int32_t *rank;      /* rank of the pair at node i (INT32_MAX: none) */
-    int32_t *merged;    /* its merged token */
-    int32_t *next;      /* heap path: linked list of nodes */
+    size_t cap;      /* capacity of the scratch arrays below, in bytes of piece */
+    int32_t *tok;    /* token per node (-1 dead) */
+    int32_t *rank;   /* rank of the pair at node i (INT32_MAX: none) */
+    int32_t *merged; /* its merged token */
+    int32_t *next;   /* heap path: linked list of nodes */
     int32_t *prev;
-    int32_t *heap;      /* heap path: nodes with a pair, by (rank, node) */
-    int32_t *pos;       /* heap path: node -> index in heap, -1 if absent */
+    int32_t *heap; /* heap path: nodes with a pair, by (rank, node) */
+    int32_t *pos;  /* heap path: node -> index in heap, -1 if absent */
 };
 
 int tok_compile_pattern(struct gpt_tok *t, struct gpt_err *err)
@@ -503,8 +503,7 @@ int gpt_tok_encode_str(const struct gpt_tok *t, const char *text, unsigned flags
     if (rc == 0)
         rc = gpt_tok_encode(e, text, strlen(text), flags, &ids, err);
     if (rc == 0 && ids.n > cap)
-        rc = gpt_err_set(err, -EMSGSIZE, NULL, "the text is %zu tokens, more than %zu", ids.n,
-                         cap);
+        rc = gpt_err_set(err, -EMSGSIZE, NULL, "the text is %zu tokens, more than %zu", ids.n, cap);
     if (rc == 0) {
         if (ids.n)
             memcpy(out, ids.v, ids.n * sizeof(*out));
@@ -522,8 +521,10 @@ int gpt_tok_decode(const struct gpt_tok *t, const int32_t *ids, size_t n, char *
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab)
-            return gpt_err_set(err, -EINVAL, NULL, "token id %d at %zu is outside the vocabulary "
-                               "(0..%d)", ids[i], i, t->n_vocab - 1);
+            return gpt_err_set(err, -EINVAL, NULL,
+                               "token id %d at %zu is outside the vocabulary "
+                               "(0..%d)",
+                               ids[i], i, t->n_vocab - 1);
         size_t k = t->off[ids[i] + 1] - t->off[ids[i]];
         if (len < cap)
             memcpy(out + len, t->bytes + t->off[ids[i]], k < cap - len ? k : cap - len);

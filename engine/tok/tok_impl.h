@@ -21,15 +21,15 @@ struct tok_merge {
 struct gpt_tok {
     int n_vocab;
     int32_t eot;
-    int32_t byte_tok[256];     /* the token of each single byte */
-    uint32_t *off;             /* (n_vocab + 1) offsets into bytes */
-    unsigned char *bytes;      /* every token's bytes, by id */
-    int32_t *map;              /* bytes -> id, open addressing, -1 free */
+    int32_t byte_tok[256]; /* the token of each single byte */
+    uint32_t *off;         /* (n_vocab + 1) offsets into bytes */
+    unsigned char *bytes;  /* every token's bytes, by id */
+    int32_t *map;          /* bytes -> id, open addressing, -1 free */
     size_t map_mask;
-    struct tok_merge *merges;  /* pair -> merge, open addressing */
+    struct tok_merge *merges; /* pair -> merge, open addressing */
     size_t merges_mask;
     int n_merges;
-    pcre2_code *re;            /* GPT-2's pattern, JIT-compiled when possible */
+    pcre2_code *re; /* GPT-2's pattern, JIT-compiled when possible */
     int jit;
 };
 

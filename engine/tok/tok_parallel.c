@@ -13,7 +13,7 @@
 
 #include "tok.h"
 
-#define TOK_PAR_CHUNK_MIN (256u << 10)
+#define TOK_PAR_CHUNK_MIN   (256u << 10)
 #define TOK_PAR_THREADS_MAX 256
 
 struct tok_par_chunk {

@@ -35,8 +35,8 @@ static void tok_alphabet(int byte_of_cp[TOK_ALPHABET_CPS])
 /* Token string (alphabet characters, UTF-8) -> bytes; returns the byte
  * count or a negative error with err filled. */
 static int tok_string_bytes(const int byte_of_cp[TOK_ALPHABET_CPS], const char *s, size_t len,
-                            unsigned char out[GPT_TOK_TOKEN_BYTES_MAX], const char *file,
-                            long line, struct gpt_err *err)
+                            unsigned char out[GPT_TOK_TOKEN_BYTES_MAX], const char *file, long line,
+                            struct gpt_err *err)
 {
     size_t n = 0;
     char where[64] = "";
@@ -48,8 +48,8 @@ static int tok_string_bytes(const int byte_of_cp[TOK_ALPHABET_CPS], const char *
         uint32_t cp;
         int k = tok_utf8_char((const unsigned char *)s + i, len - i, &cp);
         if (k < 0)
-            return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s:%s invalid UTF-8 at byte %zu of a token",
-                               file, where, i);
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                               "%s:%s invalid UTF-8 at byte %zu of a token", file, where, i);
         if (cp >= TOK_ALPHABET_CPS || byte_of_cp[cp] < 0)
             return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
                                "%s:%s token '%.*s' has U+%04X, outside GPT-2's byte alphabet", file,
@@ -143,8 +143,8 @@ static int tok_parse_encoder(struct gpt_tok *t, const int byte_of_cp[TOK_ALPHABE
             goto out;
         }
         if (t->off[id + 1] != 0) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: id %lld is given to two tokens",
-                             file, (long long)id);
+            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: id %lld is given to two tokens", file,
+                             (long long)id);
             goto out;
         }
         t->off[id + 1] = (uint32_t)k;
@@ -230,8 +230,7 @@ static int tok_parse_merges(struct gpt_tok *t, const int byte_of_cp[TOK_ALPHABET
         int na = tok_string_bytes(byte_of_cp, s, (size_t)(sp - s), a, file, line, err);
         if (na < 0)
             return na;
-        int nb = tok_string_bytes(byte_of_cp, sp + 1, (size_t)(s + n - sp - 1), b, file, line,
-                                  err);
+        int nb = tok_string_bytes(byte_of_cp, sp + 1, (size_t)(s + n - sp - 1), b, file, line, err);
         if (nb < 0)
             return nb;
         memcpy(ab, a, (size_t)na);
@@ -241,8 +240,12 @@ static int tok_parse_merges(struct gpt_tok *t, const int byte_of_cp[TOK_ALPHABET
         if (ia < 0 || ib < 0 || im < 0)
             return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
                                "%s: line %ld: '%.*s' is not in the vocabulary", file, line,
-                               ia < 0 ? (int)(sp - s) : ib < 0 ? (int)(s + n - sp - 1) : (int)n,
-                               ia < 0 ? s : ib < 0 ? sp + 1 : s);
+                               ia < 0   ? (int)(sp - s)
+                               : ib < 0 ? (int)(s + n - sp - 1)
+                                        : (int)n,
+                               ia < 0   ? s
+                               : ib < 0 ? sp + 1
+                                        : s);
         uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
         size_t i = tok_pair_slot(key, t->merges_mask);
         while (t->merges[i].key != TOK_KEY_EMPTY) {
@@ -257,9 +260,9 @@ static int tok_parse_merges(struct gpt_tok *t, const int byte_of_cp[TOK_ALPHABET
     return 0;
 }
 
-static int tok_build(const char *json, size_t json_len, const char *json_name,
-                     const char *merges, size_t merges_len, const char *merges_name,
-                     struct gpt_tok **ret, struct gpt_err *err)
+static int tok_build(const char *json, size_t json_len, const char *json_name, const char *merges,
+                     size_t merges_len, const char *merges_name, struct gpt_tok **ret,
+                     struct gpt_err *err)
 {
     int byte_of_cp[TOK_ALPHABET_CPS];
     tok_alphabet(byte_of_cp);
@@ -415,7 +418,8 @@ uint64_t gpt_tok_fingerprint(const struct gpt_tok *t)
     for (size_t i = 0; i <= t->merges_mask; i++) {
         const struct tok_merge *g = &t->merges[i];
         if (g->key != TOK_KEY_EMPTY)
-            m += (g->key * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(uint32_t)g->rank << 32 | (uint32_t)g->merged);
+            m += (g->key * 0x9E3779B97F4A7C15ull) ^
+                 ((uint64_t)(uint32_t)g->rank << 32 | (uint32_t)g->merged);
     }
     return h ^ (m * 0xff51afd7ed558ccdull);
 }

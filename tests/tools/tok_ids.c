@@ -71,8 +71,10 @@ int main(int argc, char **argv)
             size_t at = 0;
             while (at < len && at < blen && back[at] == text[at])
                 at++;
-            fprintf(stderr, "tok_ids: %s: decode(encode(text)) differs at byte %zu (%zu bytes "
-                    "back, %zu in)\n", argv[i], at, blen, len);
+            fprintf(stderr,
+                    "tok_ids: %s: decode(encode(text)) differs at byte %zu (%zu bytes "
+                    "back, %zu in)\n",
+                    argv[i], at, blen, len);
             status = 1;
         }
         const char *base = strrchr(argv[i], '/');

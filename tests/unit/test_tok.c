@@ -101,8 +101,13 @@ static void test_round_trip_valid(void **state)
 {
     (void)state;
     static const char *texts[] = {
-        "", " ", "\n", "a", "It's 2026-12-03, isn't it?\r\n\tYes.",
-        "caf\xc3\xa9 cafe\xcc\x81 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9",
+        "",
+        " ",
+        "\n",
+        "a",
+        "It's 2026-12-03, isn't it?\r\n\tYes.",
+        "caf\xc3\xa9 cafe\xcc\x81 \xe4\xb8\xad\xe6\x96\x87 "
+        "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9",
         "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d \xd8\xa7\xd9\x84\xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a\xd8\xa9",
         "\xef\xbb\xbf BOM and \xc2\x85 NEL and \xe2\x80\xa8 LS",
     };
@@ -142,8 +147,9 @@ static void test_invalid_utf8(void **state)
     (void)state;
     /* Each run of invalid bytes is a piece of its own, merged byte-level:
      * "abc" ++ tokens(0xFF) ++ " def" equals encoding the parts alone. */
-    static const char *bad[] = {"\xff", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82",
-                                "\x80\x80\x80", "\xf8\x88\x80\x80\x80"};
+    static const char *bad[] = {
+        "\xff",     "\xc0\xaf",     "\xed\xa0\x80",        "\xf4\x90\x80\x80",
+        "\xe2\x82", "\x80\x80\x80", "\xf8\x88\x80\x80\x80"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char text[64];
         int n = snprintf(text, sizeof(text), "abc%s def", bad[i]);
@@ -252,7 +258,8 @@ static void test_safe_cut(void **state)
     static const char mixed[] =
         "Hello  world.\nIt's\n\nthree  \n spaces\t\ttab\r\nCRLF x\n\xe4\xb8\xad\xe6\x96\x87\n"
         "\xe3\x80\x82\n\xe4\xb8\xad \xe6\x96\x87\xc2\xa0nbsp \xc2\xa0x\xe3\x80\x80y "
-        "\xe3\x80\x80\n's 're\n'll 1 2  3\n\n\n \xf0\x9f\x98\x80 \xf0\x9f\x98\x80\n\xcc\x81 a\xcc\x81 "
+        "\xe3\x80\x80\n's 're\n'll 1 2  3\n\n\n \xf0\x9f\x98\x80 \xf0\x9f\x98\x80\n\xcc\x81 "
+        "a\xcc\x81 "
         "end\xff x\n\xff\n\x80 y  ";
     size_t len = sizeof(mixed) - 1, cuts = 0;
     for (size_t k = 0; k <= len; k++) {
@@ -292,8 +299,16 @@ static void test_parallel(void **state)
     (void)state;
     size_t len = 3u << 20, n = 0;
     char *text = malloc(len);
-    static const char *words[] = {"the ", "quick\n", "brown  ", "fox's ", "\xe4\xb8\xad\xe6\x96\x87 ",
-                                  "1234 ", "\r\n", "\t", "emoji\xf0\x9f\x98\x80 ", "\xff "};
+    static const char *words[] = {"the ",
+                                  "quick\n",
+                                  "brown  ",
+                                  "fox's ",
+                                  "\xe4\xb8\xad\xe6\x96\x87 ",
+                                  "1234 ",
+                                  "\r\n",
+                                  "\t",
+                                  "emoji\xf0\x9f\x98\x80 ",
+                                  "\xff "};
     uint64_t s = 7;
     while (n < len) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -398,8 +413,8 @@ static char *mini_json(const char *extra, int skip_byte)
         const char *esc = (c[0] == '"' || c[0] == '\\') ? "\\" : "";
         n += (size_t)snprintf(j + n, cap - n, "\"%s%s\": %d, ", esc, c, b);
     }
-    n += (size_t)snprintf(j + n, cap - n,
-                          "\"ab\": 256, \"abc\": 257, \"<|endoftext|>\": 258%s}", extra);
+    n += (size_t)snprintf(j + n, cap - n, "\"ab\": 256, \"abc\": 257, \"<|endoftext|>\": 258%s}",
+                          extra);
     return j;
 }
 
@@ -479,8 +494,8 @@ static void test_hostile_vocab(void **state)
         struct gpt_err err = {0};
         int rc = load_mini(j, cases[i].merges, &err);
         if (rc != cases[i].code || !strstr(err.msg, cases[i].msg))
-            fail_msg("case %zu: rc %d, '%s'; expected %d with '%s'", i, rc, err.msg,
-                     cases[i].code, cases[i].msg);
+            fail_msg("case %zu: rc %d, '%s'; expected %d with '%s'", i, rc, err.msg, cases[i].code,
+                     cases[i].msg);
         free(j);
     }
     struct gpt_err err = {0};
@@ -510,10 +525,10 @@ static void test_hostile_vocab(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_known_ids),    cmocka_unit_test(test_round_trip_valid),
-        cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_special),
-        cmocka_unit_test(test_long_pieces),  cmocka_unit_test(test_decode_errors),
-        cmocka_unit_test(test_hf_names),     cmocka_unit_test(test_mini_vocab),
+        cmocka_unit_test(test_known_ids),     cmocka_unit_test(test_round_trip_valid),
+        cmocka_unit_test(test_invalid_utf8),  cmocka_unit_test(test_special),
+        cmocka_unit_test(test_long_pieces),   cmocka_unit_test(test_decode_errors),
+        cmocka_unit_test(test_hf_names),      cmocka_unit_test(test_mini_vocab),
         cmocka_unit_test(test_hostile_vocab), cmocka_unit_test(test_safe_cut),
         cmocka_unit_test(test_parallel),
     };
