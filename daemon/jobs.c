@@ -413,20 +413,6 @@ static void jobs_on_mail(uv_async_t *h)
         jobs_finish(js);
 }
 
-static void jobs_mkdirs(const char *path)
-{
-    char tmp[DB_PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    }
-    mkdir(tmp, 0755);
-}
-
 /* Marks a job failed before it ran (bad stored spec, workers not started). */
 static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
 {
@@ -525,7 +511,9 @@ static int jobs_start(struct jobs *js, int64_t id)
     int n_workers = run->spec.distributed.workers_per_node > 0
                         ? run->spec.distributed.workers_per_node
                         : js->cfg->workers;
-    jobs_mkdirs(j.snapshot_dir);
+    if (!js->cluster &&
+        (rc = paths_snapshot_dir_prepare(js->state_dir, j.snapshot_dir, j.owner_uid, &err)) < 0)
+        goto fail;
     if (js->cluster) {
         rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
         if (rc < 0)
@@ -561,6 +549,10 @@ static int jobs_start(struct jobs *js, int64_t id)
         .on_metric = jobs_post_metric,
         .on_event = jobs_post_event,
         .on_exit = jobs_post_exit,
+        .access = &(struct workers_access){.uid = j.owner_uid,
+                                           .data_roots = js->cfg->data_roots,
+                                           .snapshot_roots = js->cfg->snapshot_roots,
+                                           .state_dir = js->state_dir},
     };
     js->run = run;
     rc = workers_start(&o, &run->ws, &err);
