@@ -19,6 +19,13 @@
 int fsid_user_lookup(uid_t uid, struct fsid_user *ret, struct gpt_err *err)
 {
     GPT_ASSERT(ret);
+    if (uid == geteuid()) {
+        /* gptd's own uid needs no switch (and may have no passwd entry). */
+        ret->uid = uid;
+        ret->gid = getegid();
+        ret->n_groups = 0;
+        return 0;
+    }
     struct passwd pw, *found = NULL;
     char buf[4096];
     int e = getpwuid_r(uid, &pw, buf, sizeof(buf), &found);

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# A job acts only with its submitting user's rights, at the time of use.
+# gptd runs as root here; a second user, created by this test, submits
+# jobs through the socket (SO_PEERCRED gives gptd its uid). Checked:
+#  - a root-only 0600 data.path fails with data.path named, and its bytes
+#    never come back through `gptctl sample`;
+#  - a snapshot.dir the user cannot create is refused and not created;
+#  - a data file swapped, after submit, for a symlink to a root-only file
+#    is not read; one swapped for a symlink out of the data roots (to a
+#    file the user may read) is refused by the roots check on the opened
+#    descriptor;
+#  - a snapshot.dir swapped for a symlink out of the snapshot roots after
+#    submit is not written;
+#  - a shard glob over a folder the user cannot list reveals no name;
+#  - validate with a deep glob does not hold up another client;
+#  - snapshots of the user's job belong to the user, 0600 in a 0700
+#    folder, in the default folder and in a snapshot.dir;
+#  - a FIFO as data.path fails the job with a clear error while gptd stays
+#    responsive, and gptd still stops on SIGTERM.
+source "$(dirname "$0")/daemon_common.sh"
+
+[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
+U=gptdid$$
+useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
+trap 'rc=$?; userdel "$U" 2>/dev/null || true; groupdel "$U" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+UID_U=$(id -u "$U")
+
+# The user reaches the socket and the data through $T (search only) and
+# runs a copy of gptctl (the build tree may be closed to it).
+chmod 0711 "$T"
+mkdir -p "$T/bin" "$T/data/hidden" "$T/data/deep" "$T/snaps/user" "$T/outside"
+cp "$GPTCTL" "$T/bin/gptctl"
+chmod 0755 "$T/bin" "$T/bin/gptctl" "$T/data" "$T/snaps"
+chown "$U" "$T/snaps/user" "$T/outside"
+as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
+
+text() { printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..40}; }
+text >"$T/data/good.txt"
+text >"$T/data/swap.txt"
+text >"$T/data/swap2.txt"
+text >"$T/outside/other.txt"
+printf 'ZQXJ%.0s' {1..400} >"$T/data/secret.txt"
+chmod 0644 "$T/data/"*.txt "$T/outside/other.txt"
+chmod 0600 "$T/data/secret.txt"
+mkfifo "$T/data/fifo"
+chmod 0666 "$T/data/fifo"
+: >"$T/data/hidden/hidden-name-4242.bin"
+chmod 0711 "$T/data/hidden"
+mkdir -p "$T"/data/deep/{a,b,c,d,e,f}/{a,b,c,d,e,f}/{a,b,c,d,e,f}
+chmod -R a+rX "$T/data/deep"
+
+start_gptd --data-roots "$T/data" --snapshot-roots "$T/snaps" --socket-mode 0666
+
+cat >"$T/job.json" <<JOB
+{"model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16},
+ "data": {"kind": "text", "path": "$T/data/good.txt"},
+ "trainer": {"max_steps": 4, "micro_batch": 2, "global_batch": 2, "eval_every": 0,
+             "eval_batches": 1, "threads": 1},
+ "distributed": {"max_restarts": 0},
+ "snapshot": {"every": 2}}
+JOB
+chmod 0644 "$T/job.json"
+tiny_job "$T/block.json" 1000000 5 0
+$GPTCTL status >/dev/null
+
+job_json() { "$GPTCTL" --json status "$1"; }
+job_error() { job_json "$1" | grep -o '"error":"[^"]*"' || true; }
+job_done() { [[ $(job_state "$1") =~ ^(completed|failed|cancelled)$ ]]; }
+# expect_failed JOB PATTERN...: the job failed and its error matches each.
+expect_failed() {
+    local id=$1 e
+    shift
+    wait_for 60 job_done "$id"
+    job_is "$id" failed || fail "job $id: $(job_state "$id"), expected failed"
+    e=$(job_error "$id")
+    for p in "$@"; do
+        grep -q -- "$p" <<<"$e" || fail "job $id: error does not say '$p': $e"
+    done
+    echo "job $id failed as expected: $e"
+}
+# A root job that holds the queue while a path is swapped.
+hold() { BLOCK=$("$GPTCTL" submit "$T/block.json"); wait_for 30 job_is "$BLOCK" running; }
+release() { "$GPTCTL" cancel "$BLOCK" >/dev/null; wait_for 60 job_done "$BLOCK"; }
+
+# --- a root-only data file --------------------------------------------------
+id=$(as_user submit "$T/job.json" data.path="$T/data/secret.txt")
+expect_failed "$id" data.path "Permission denied"
+out=$(as_user sample "$id" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
+out+=$("$GPTCTL" sample "$id" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
+grep -q ZQXJ <<<"$out" && fail "the root-only file came back through sample: $out"
+ls "$T/state/jobs/$id/snapshots" 2>/dev/null | grep -q . && fail "job $id wrote a snapshot"
+
+# --- a snapshot folder the user cannot create ------------------------------
+id=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/rootonly")
+expect_failed "$id" snapshot.dir "Permission denied"
+[[ -e $T/snaps/rootonly ]] && fail "gptd created $T/snaps/rootonly for uid $UID_U"
+
+# --- swaps after submit ----------------------------------------------------
+hold
+a=$(as_user submit "$T/job.json" data.path="$T/data/swap.txt")
+b=$(as_user submit "$T/job.json" data.path="$T/data/swap2.txt")
+c=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/user/run")
+ln -sfn "$T/data/secret.txt" "$T/data/swap.txt"
+ln -sfn "$T/outside/other.txt" "$T/data/swap2.txt"
+runuser -u "$U" -- ln -sfn "$T/outside" "$T/snaps/user/run"
+release
+expect_failed "$a" data.path "Permission denied"
+expect_failed "$b" data.path "outside the allowed roots"
+expect_failed "$c" snapshot.dir "outside the state directory and the snapshot roots"
+ls "$T/outside" | grep -q '\.gpts' && fail "a snapshot was written outside the roots"
+out=$(as_user sample "$a" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
+grep -q ZQXJ <<<"$out" && fail "the swapped root-only file came back through sample: $out"
+
+# --- a glob over a folder the user cannot list -----------------------------
+out=$(as_user validate "$T/job.json" data.kind=shards data.path="$T/data/hidden/*.bin" 2>&1 || true)
+grep -q hidden-name-4242 <<<"$out" && fail "validate revealed a hidden name: $out"
+id=$(as_user submit "$T/job.json" data.kind=shards data.path="$T/data/hidden/*.bin")
+expect_failed "$id" data.path "cannot read a directory"
+job_json "$id" | grep -q hidden-name-4242 && fail "the job's error revealed a hidden name"
+"$GPTCTL" logs "$id" 2>&1 | grep -q hidden-name-4242 && fail "the job's events revealed a hidden name"
+grep -q hidden-name-4242 "$T"/gptd*.log && fail "gptd's log revealed a hidden name"
+
+# --- validate with a deep glob does not block the loop ----------------------
+pat="$T/data/deep/*/*/*/*/*/*/*.bin"
+as_user validate "$T/job.json" data.kind=shards data.path="$pat" >/dev/null 2>&1 &
+vpid=$!
+start=$SECONDS
+timeout 5 "$GPTCTL" status >/dev/null || fail "status did not answer while validate ran"
+wait "$vpid" || true
+((SECONDS - start <= 5)) || fail "validate with a deep glob took $((SECONDS - start)) s"
+
+# --- snapshots belong to the user ------------------------------------------
+check_owned() { # DIR
+    local d=$1 f
+    [[ $(stat -c %u "$d") == "$UID_U" ]] || fail "$d is owned by uid $(stat -c %u "$d")"
+    [[ $(stat -c %a "$d") == 700 ]] || fail "$d has mode $(stat -c %a "$d"), expected 700"
+    ls "$d" | grep -q '\.gpts$' || fail "no snapshot in $d"
+    for f in "$d"/*.gpts; do
+        [[ $(stat -c %u "$f") == "$UID_U" ]] || fail "$f is owned by uid $(stat -c %u "$f")"
+        [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f"), expected 600"
+    done
+    runuser -u nobody -- ls "$d" >/dev/null 2>&1 && fail "another user can list $d"
+    echo "$d: owned by uid $UID_U, 0700, snapshots 0600"
+}
+id=$(as_user submit "$T/job.json")
+wait_for 60 job_is "$id" completed
+check_owned "$T/state/jobs/$id/snapshots"
+as_user sample "$id" --prompt the --tokens 8 >/dev/null || fail "the owner cannot sample its own job"
+id=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/user/ok")
+wait_for 60 job_is "$id" completed
+check_owned "$T/snaps/user/ok"
+
+# --- a FIFO as data.path ---------------------------------------------------
+id=$(as_user submit "$T/job.json" data.path="$T/data/fifo")
+expect_failed "$id" data.path "is a FIFO, not a regular file"
+timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO job"
+kill -TERM "$GPTD_PID"
+deadline=$((SECONDS + 20))
+while kill -0 "$GPTD_PID" 2>/dev/null; do
+    ((SECONDS < deadline)) || fail "gptd did not stop on SIGTERM"
+    sleep 0.05
+done
+echo "daemon_identity: ok"
