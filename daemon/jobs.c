@@ -14,8 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster.h"
+#include "fsid.h"
 #include "log.h"
 #include "paths.h"
 #include "workers.h"
@@ -715,6 +717,11 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
     int rc = jobs_queue_room(js, err);
     if (rc < 0)
         return rc;
+    if (!fsid_can_act_as(owner)) /* the job's files are opened as `owner` (fsid.h) */
+        return gpt_err_set(err, -EPERM, NULL,
+                           "gptd runs as uid %u without CAP_SETUID and CAP_SETGID, so it cannot "
+                           "open files as uid %u; only uid %u may submit to it",
+                           (unsigned)geteuid(), (unsigned)owner, (unsigned)geteuid());
     char *spec = gpt_jobspec_to_json(job);
     if (!spec)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");

@@ -14,7 +14,10 @@
 #  - a shard glob over a folder the user cannot list reveals no name;
 #  - validate with a deep glob does not hold up another client;
 #  - snapshots of the user's job belong to the user, 0600 in a 0700
-#    folder, in the default folder and in a snapshot.dir;
+#    folder, in the default folder and in a snapshot.dir; the owner may
+#    sample the job, another user may not (sample reads as the client);
+#  - a gptd without CAP_SETUID/CAP_SETGID, run as the user, runs that
+#    user's job and refuses root's at submit;
 #  - a FIFO as data.path fails the job with a clear error while gptd stays
 #    responsive, and gptd still stops on SIGTERM.
 source "$(dirname "$0")/daemon_common.sh"
@@ -22,7 +25,15 @@ source "$(dirname "$0")/daemon_common.sh"
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
 U=gptdid$$
 useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
-trap 'rc=$?; userdel "$U" 2>/dev/null || true; groupdel "$U" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+# The user goes once no process of it is left (userdel refuses otherwise).
+drop_user() {
+    for p in "${PIDS[@]}"; do
+        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    userdel "$U" 2>/dev/null || true
+    groupdel "$U" 2>/dev/null || true
+}
+trap 'rc=$?; drop_user; (exit $rc); cleanup' EXIT
 UID_U=$(id -u "$U")
 
 # The user reaches the socket and the data through $T (search only) and
@@ -146,9 +157,37 @@ id=$(as_user submit "$T/job.json")
 wait_for 60 job_is "$id" completed
 check_owned "$T/state/jobs/$id/snapshots"
 as_user sample "$id" --prompt the --tokens 8 >/dev/null || fail "the owner cannot sample its own job"
+out=$(runuser -u nobody -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" sample "$id" --prompt the \
+    --tokens 8 2>&1) && fail "another user sampled uid $UID_U's job: $out"
+grep -q "Permission denied" <<<"$out" || fail "another user's sample: unclear error: $out"
 id=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/user/ok")
 wait_for 60 job_is "$id" completed
 check_owned "$T/snaps/user/ok"
+
+# --- a gptd without the privilege (as under Slurm) ----------------------------
+# It runs as the user: the user's own jobs work unchanged, anyone else's are
+# refused at submit with the reason.
+mkdir -p "$T/ustate"
+chown "$U" "$T/ustate"
+USOCK=$T/ustate/gptd.sock
+cp "$GPTD" "$T/bin/gptd"
+chmod 0755 "$T/bin/gptd"
+setpriv --reuid "$U" --regid "$U" --init-groups -- "$T/bin/gptd" --state-dir "$T/ustate" --socket "$USOCK" --socket-mode 0666 \
+    --data-roots "$T/data" --snapshot-roots "$T/snaps" 2>>"$T/gptd.user.log" &
+PIDS+=($!)
+wait_for 20 "$GPTCTL" --socket "$USOCK" status
+out=$("$GPTCTL" --socket "$USOCK" submit "$T/job.json" 2>&1) &&
+    fail "an unprivileged gptd of uid $UID_U took root's job: $out"
+grep -q "without CAP_SETUID" <<<"$out" || fail "unclear refusal: $out"
+id=$(runuser -u "$U" -- "$T/bin/gptctl" --socket "$USOCK" submit "$T/job.json")
+ok_user_job() {
+    runuser -u "$U" -- "$T/bin/gptctl" --socket "$USOCK" --json status "$id" |
+        grep -q '"state":"completed"'
+}
+wait_for 60 ok_user_job
+kill -TERM "${PIDS[-1]}"
+wait "${PIDS[-1]}" || fail "the unprivileged gptd did not stop cleanly on SIGTERM"
+echo "an unprivileged gptd ran its own user's job and refused root's"
 
 # --- a FIFO as data.path ---------------------------------------------------
 id=$(as_user submit "$T/job.json" data.path="$T/data/fifo")
