@@ -396,10 +396,10 @@ static bool agent_load_spec(struct agent *a)
         return false;
     }
     a->owner_uid = (uid_t)json_integer_value(uid);
-    if (paths_snapshot_dir_prepare(a->state_dir, a->snapdir, a->owner_uid, &err) < 0) {
-        log_error("agent: job %" PRId64 ": %s", a->job, err.msg);
-        return false;
-    }
+    /* On failure the workers, opening the folder as the owner, fail the
+     * job with the reason. */
+    if (paths_snapshot_dir_prepare(a->state_dir, a->snapdir, a->owner_uid, &err) < 0)
+        log_warn("agent: job %" PRId64 ": %s", a->job, err.msg);
     a->spec_ok = true;
     return true;
 }

@@ -296,8 +296,12 @@ int paths_snapshot_dir_prepare(const char *state_dir, const char *dir, uid_t own
         (rc = paths_allow_search(at = job)) < 0)
         return gpt_err_set(err, rc, "snapshot.dir", "cannot let uid %u reach %s: %s",
                            (unsigned)owner, at, strerror(-rc));
+    /* The mode first: once the owner's, gptd (without CAP_FOWNER) could
+     * not change it. A folder already the owner's is left alone. */
+    struct stat st;
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || fchown(fd, owner, (gid_t)-1) < 0 || fchmod(fd, 0700) < 0) {
+    if (fd < 0 || fstat(fd, &st) < 0 ||
+        (st.st_uid != owner && (fchmod(fd, 0700) < 0 || fchown(fd, owner, (gid_t)-1) < 0))) {
         rc = -errno;
         gpt_err_set(err, rc, "snapshot.dir", "cannot give %s to uid %u: %s", dir, (unsigned)owner,
                     strerror(-rc));
