@@ -967,11 +967,11 @@ static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int6
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int rc = gpt_jobspec_parse(spec_json, strlen(spec_json), NULL, 0, job, err);
-    if (rc == 0)
-        rc = gpt_jobspec_check_paths(job, err);
     /* The coordinator's roots bound what any node may submit. */
     if (rc == 0)
         rc = paths_check_job(job, js->cfg->data_roots, js->cfg->snapshot_roots, js->state_dir, err);
+    if (rc == 0)
+        rc = paths_check_access(job, uid, err);
     if (rc == 0)
         rc = jobs_submit(js, job, uid, priority, ret_id, err);
     free(job);

@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "paths.h"
 
+#include "fsid.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -308,5 +310,70 @@ int paths_snapshot_dir_prepare(const char *state_dir, const char *dir, uid_t own
     }
     if (fd >= 0)
         close(fd);
+    return rc;
+}
+
+/* One plain data file, opened and closed with the caller's identity. */
+static int paths_open_probe(const char *key, const char *file, struct gpt_err *err)
+{
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return gpt_err_set(err, -GPT_E_SPEC, key, "%s: %s: %s", key, file, strerror(e));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        rc = gpt_err_set(err, -GPT_E_SPEC, key, "%s: %s is %s, not a regular file", key, file,
+                         S_ISFIFO(st.st_mode)  ? "a FIFO"
+                         : S_ISDIR(st.st_mode) ? "a directory"
+                                               : "not a plain file");
+    close(fd);
+    return rc;
+}
+
+/* data.path / data.val_path: the file, or for a glob the folder before its
+ * first wildcard (nothing is expanded here). */
+static int paths_probe_data(const char *key, const char *pattern, struct gpt_err *err)
+{
+    size_t wild = strcspn(pattern, "*?[");
+    if (!pattern[wild])
+        return paths_open_probe(key, pattern, err);
+    char fixed[PATH_MAX];
+    snprintf(fixed, sizeof(fixed), "%.*s", (int)wild, pattern);
+    char *slash = strrchr(fixed, '/');
+    if (!slash)
+        snprintf(fixed, sizeof(fixed), ".");
+    else if (slash == fixed)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(fixed, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return gpt_err_set(err, -GPT_E_SPEC, key, "%s: '%s': cannot open %s: %s", key, pattern,
+                           fixed, strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+int paths_check_access(const struct gpt_job *job, uid_t uid, struct gpt_err *err)
+{
+    if (job->data.kind == GPT_DATA_SYNTHETIC)
+        return 0;
+    if (job->data.path[0] == '\0')
+        return gpt_err_set(err, -GPT_E_SPEC, "data.path", "is empty");
+    struct fsid_user u;
+    struct fsid_saved saved;
+    int rc = fsid_user_lookup(uid, &u, err);
+    if (rc == 0)
+        rc = fsid_enter(&u, &saved, err);
+    if (rc < 0)
+        return rc;
+    rc = paths_probe_data("data.path", job->data.path, err);
+    if (rc == 0 && job->data.val_path[0])
+        rc = paths_probe_data("data.val_path", job->data.val_path, err);
+    fsid_leave(&saved);
     return rc;
 }

@@ -26,6 +26,14 @@
 int paths_check_job(const struct gpt_job *job, const char *data_roots, const char *snapshot_roots,
                     const char *state_dir, struct gpt_err *err);
 
+/* Submit time, loop thread: with `uid`'s file-system identity for the
+ * moment of the check, each data path can be opened as that user (a plain
+ * file is opened without blocking and must be regular; for a glob the
+ * folder before the first wildcard is opened, nothing is expanded). The
+ * errors are the ones the user would get, naming the key. A few open(2)
+ * calls and one user-database lookup. */
+int paths_check_access(const struct gpt_job *job, uid_t uid, struct gpt_err *err);
+
 /* 0 when `path` (resolved) lies under one of the ':'-separated `roots`
  * (each resolved too), -EACCES otherwise. A path that does not exist yet
  * is resolved through its nearest existing parent. */

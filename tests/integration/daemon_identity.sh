@@ -16,6 +16,9 @@
 #  - snapshots of the user's job belong to the user, 0600 in a 0700
 #    folder, in the default folder and in a snapshot.dir; the owner may
 #    sample the job, another user may not (sample reads as the client);
+#  - a gptd run as a system user with the unit's capabilities trains on the
+#    user's own 0600 file (which gptd's user cannot read) and the snapshots
+#    are the user's;
 #  - a gptd without CAP_SETUID/CAP_SETGID, run as the user, runs that
 #    user's job and refuses root's at submit;
 #  - a FIFO as data.path fails the job with a clear error while gptd stays
@@ -24,14 +27,18 @@ source "$(dirname "$0")/daemon_common.sh"
 
 [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
 U=gptdid$$
+G=gptdsv$$ # a gptd of its own, as under systemd: not root, CAP_SETUID/SETGID/CHOWN
 useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
+useradd -M -U -s /usr/sbin/nologin "$G" || { userdel "$U"; fail "useradd $G"; }
 # The user goes once no process of it is left (userdel refuses otherwise).
 drop_user() {
     for p in "${PIDS[@]}"; do
         { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
     done
-    userdel "$U" 2>/dev/null || true
-    groupdel "$U" 2>/dev/null || true
+    for u in "$U" "$G"; do
+        userdel "$u" 2>/dev/null || true
+        groupdel "$u" 2>/dev/null || true
+    done
 }
 trap 'rc=$?; drop_user; (exit $rc); cleanup' EXIT
 UID_U=$(id -u "$U")
@@ -49,6 +56,7 @@ text() { printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..40}; }
 text >"$T/data/good.txt"
 text >"$T/data/swap.txt"
 text >"$T/data/swap2.txt"
+text >"$T/data/swap3.txt"
 text >"$T/outside/other.txt"
 printf 'ZQXJ%.0s' {1..400} >"$T/data/secret.txt"
 chmod 0644 "$T/data/"*.txt "$T/outside/other.txt"
@@ -93,13 +101,20 @@ expect_failed() {
 hold() { BLOCK=$("$GPTCTL" submit "$T/block.json"); wait_for 30 job_is "$BLOCK" running; }
 release() { "$GPTCTL" cancel "$BLOCK" >/dev/null; wait_for 60 job_done "$BLOCK"; }
 
-# --- a root-only data file --------------------------------------------------
-id=$(as_user submit "$T/job.json" data.path="$T/data/secret.txt")
-expect_failed "$id" data.path "Permission denied"
-out=$(as_user sample "$id" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
-out+=$("$GPTCTL" sample "$id" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
-grep -q ZQXJ <<<"$out" && fail "the root-only file came back through sample: $out"
-ls "$T/state/jobs/$id/snapshots" 2>/dev/null | grep -q . && fail "job $id wrote a snapshot"
+# refused_submit PATTERN OVERRIDE...: submit as the user fails, saying PATTERN.
+refused_submit() {
+    local want=$1 out rc=0
+    shift
+    out=$(as_user submit "$T/job.json" "$@" 2>&1) || rc=$?
+    [[ $rc -eq 1 ]] || fail "submit $*: exit $rc, expected 1 ($out)"
+    grep -q -- "$want" <<<"$out" || fail "submit $*: error does not say '$want': $out"
+    echo "submit refused as expected: $out"
+}
+
+# --- a root-only data file: refused at submit, checked as the user ------------
+refused_submit "data.path.*Permission denied" data.path="$T/data/secret.txt"
+out=$(as_user validate "$T/job.json" data.path="$T/data/secret.txt" 2>&1) &&
+    fail "validate accepted a root-only file: $out"
 
 # --- a snapshot folder the user cannot create ------------------------------
 id=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/rootonly")
@@ -107,17 +122,29 @@ expect_failed "$id" snapshot.dir "Permission denied"
 [[ -e $T/snaps/rootonly ]] && fail "gptd created $T/snaps/rootonly for uid $UID_U"
 
 # --- swaps after submit ----------------------------------------------------
+mkdir -p "$T/data/hsw"
+cp "$T/data/good.txt" "$T/data/hsw/hidden-name-4343.bin"
+chmod 0755 "$T/data/hsw"
 hold
 a=$(as_user submit "$T/job.json" data.path="$T/data/swap.txt")
+f=$(as_user submit "$T/job.json" data.path="$T/data/swap3.txt")
+h=$(as_user submit "$T/job.json" data.kind=shards data.path="$T/data/hsw/*.bin")
 b=$(as_user submit "$T/job.json" data.path="$T/data/swap2.txt")
 c=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/user/run")
 ln -sfn "$T/data/secret.txt" "$T/data/swap.txt"
 ln -sfn "$T/outside/other.txt" "$T/data/swap2.txt"
 runuser -u "$U" -- ln -sfn "$T/outside" "$T/snaps/user/run"
+rm "$T/data/swap3.txt"
+mkfifo -m 0666 "$T/data/swap3.txt"
+chmod 0711 "$T/data/hsw"
 release
 expect_failed "$a" data.path "Permission denied"
 expect_failed "$b" data.path "outside the allowed roots"
 expect_failed "$c" snapshot.dir "outside the state directory and the snapshot roots"
+expect_failed "$f" data.path "is a FIFO, not a regular file"
+expect_failed "$h" data.path "cannot read a directory"
+job_json "$h" | grep -q hidden-name-4343 && fail "the job's error revealed a hidden name"
+timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO job"
 ls "$T/outside" | grep -q '\.gpts' && fail "a snapshot was written outside the roots"
 out=$(as_user sample "$a" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
 grep -q ZQXJ <<<"$out" && fail "the swapped root-only file came back through sample: $out"
@@ -125,11 +152,11 @@ grep -q ZQXJ <<<"$out" && fail "the swapped root-only file came back through sam
 # --- a glob over a folder the user cannot list -----------------------------
 out=$(as_user validate "$T/job.json" data.kind=shards data.path="$T/data/hidden/*.bin" 2>&1 || true)
 grep -q hidden-name-4242 <<<"$out" && fail "validate revealed a hidden name: $out"
-id=$(as_user submit "$T/job.json" data.kind=shards data.path="$T/data/hidden/*.bin")
-expect_failed "$id" data.path "cannot read a directory"
-job_json "$id" | grep -q hidden-name-4242 && fail "the job's error revealed a hidden name"
-"$GPTCTL" logs "$id" 2>&1 | grep -q hidden-name-4242 && fail "the job's events revealed a hidden name"
-grep -q hidden-name-4242 "$T"/gptd*.log && fail "gptd's log revealed a hidden name"
+out=$(as_user submit "$T/job.json" data.kind=shards data.path="$T/data/hidden/*.bin" 2>&1) &&
+    fail "a glob over a folder the user cannot list was accepted: $out"
+grep -q "Permission denied" <<<"$out" || fail "unclear refusal of the hidden glob: $out"
+grep -q hidden-name-4242 <<<"$out" && fail "submit revealed a hidden name: $out"
+grep -q -e hidden-name-4242 -e hidden-name-4343 "$T"/gptd*.log && fail "gptd's log revealed a hidden name"
 
 # --- validate with a deep glob does not block the loop ----------------------
 pat="$T/data/deep/*/*/*/*/*/*/*.bin"
@@ -189,10 +216,37 @@ kill -TERM "${PIDS[-1]}"
 wait "${PIDS[-1]}" || fail "the unprivileged gptd did not stop cleanly on SIGTERM"
 echo "an unprivileged gptd ran its own user's job and refused root's"
 
-# --- a FIFO as data.path ---------------------------------------------------
-id=$(as_user submit "$T/job.json" data.path="$T/data/fifo")
-expect_failed "$id" data.path "is a FIFO, not a regular file"
-timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO job"
+# --- a gptd that is not root, with the unit's capabilities --------------------
+# The user's own 0600 file, which gptd's user cannot read, trains; the
+# snapshots are the user's and the user can sample them.
+install -d -o "$G" -g "$G" -m 0750 "$T/gstate" # as StateDirectory=, before the o+x
+install -d -o "$G" -g "$G" -m 0755 "$T/grun"   # as RuntimeDirectory=
+GSOCK=$T/grun/gptd.sock
+text >"$T/data/mine.txt"
+chown "$U" "$T/data/mine.txt"
+chmod 0600 "$T/data/mine.txt"
+caps=+setuid,+setgid,+chown
+setpriv --reuid "$G" --regid "$G" --init-groups --bounding-set=-all,$caps --inh-caps=$caps \
+    --ambient-caps=$caps -- "$T/bin/gptd" --state-dir "$T/gstate" --socket "$GSOCK" \
+    --socket-mode 0666 --data-roots "$T/data" --snapshot-roots "$T/snaps" \
+    2>>"$T/gptd.sys.log" &
+PIDS+=($!)
+wait_for 20 "$GPTCTL" --socket "$GSOCK" status
+gctl() { runuser -u "$U" -- "$T/bin/gptctl" --socket "$GSOCK" "$@"; }
+id=$(gctl submit "$T/job.json" data.path="$T/data/mine.txt")
+g_done() { gctl --json status "$id" | grep -q '"state":"\(completed\|failed\)"'; }
+wait_for 60 g_done
+gctl --json status "$id" | grep -q '"state":"completed"' ||
+    fail "the user's job on a non-root gptd: $(gctl --json status "$id")"
+check_owned "$T/gstate/jobs/$id/snapshots"
+gctl sample "$id" --prompt the --tokens 8 >/dev/null || fail "the owner cannot sample on a non-root gptd"
+kill -TERM "${PIDS[-1]}"
+wait "${PIDS[-1]}" || fail "the non-root gptd did not stop cleanly on SIGTERM"
+echo "a non-root gptd with CAP_SETUID/SETGID/CHOWN ran the user's job on the user's own file"
+
+# --- a FIFO as data.path: refused at submit (swapped in later: see above) ----
+refused_submit "is a FIFO, not a regular file" data.path="$T/data/fifo"
+timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO submit"
 kill -TERM "$GPTD_PID"
 deadline=$((SECONDS + 20))
 while kill -0 "$GPTD_PID" 2>/dev/null; do
