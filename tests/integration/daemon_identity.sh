@@ -40,7 +40,8 @@ drop_user() {
         groupdel "$u" 2>/dev/null || true
     done
 }
-trap 'rc=$?; drop_user; (exit $rc); cleanup' EXIT
+# set +e: `(exit $rc)` must hand the status to cleanup, not end the trap.
+trap 'rc=$?; set +e; drop_user; (exit $rc); cleanup' EXIT
 UID_U=$(id -u "$U")
 
 # The user reaches the socket and the data through $T (search only) and
