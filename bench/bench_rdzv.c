@@ -61,7 +61,7 @@ static void coord_on_cmd(uv_async_t *h)
     pthread_mutex_unlock(&co->mu);
     if (cmd == 1) {
         struct gpt_err err;
-        if (cluster_job_start(co->cl, 1, "{}", co->n, co->n, 0, 600, &err) < 0)
+        if (cluster_job_start(co->cl, 1, geteuid(), "{}", co->n, co->n, 0, 600, &err) < 0)
             fprintf(stderr, "bench_rdzv: job start: %s\n", err.msg);
     } else if (cmd == 2) {
         cluster_close(co->cl, NULL, NULL);

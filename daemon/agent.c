@@ -16,10 +16,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "fsid.h"
 #include "jobspec.h"
 #include "log.h"
 #include "mailbox.h"
 #include "monotime.h"
+#include "paths.h"
 #include "rdzv.h"
 #include "snapshot.h"
 #include "store_client.h"
@@ -52,6 +54,7 @@ struct agent {
     int workers_default;
     int comm_timeout_ms;
     bool snapshot_dir_own;
+    const char *data_roots, *snapshot_roots; /* borrowed from the daemon's config */
 
     struct mailbox mb; /* the workers' records (worker threads post, the loop drains) */
 
@@ -70,6 +73,7 @@ struct agent {
     bool spec_ok;
     struct gpt_job spec;
     char snapdir[GPT_JOB_PATH_MAX];
+    uid_t owner_uid; /* the round's "uid": the job's files are opened as it */
 
     /* the workers of one round */
     struct workers *ws;
@@ -90,6 +94,7 @@ struct agent {
     uv_work_t scan;
     char scan_dir[GPT_JOB_PATH_MAX];
     int64_t scan_pin; /* look for this step only (-1: the newest) */
+    uid_t scan_uid;   /* the scan reads the folder as the job's owner */
     char scan_path[GPT_JOB_PATH_MAX];
     int64_t scan_step;
     uint64_t scan_gen;
@@ -180,6 +185,17 @@ static bool agent_load_spec(struct agent *a)
         log_error("agent: job %" PRId64 ": snapshot directory too long", a->job);
         return false;
     }
+    /* Whose job it is travels with the round; without it nothing is opened. */
+    const json_t *uid = json_object_get(a->cur, "uid");
+    if (!json_is_integer(uid) || json_integer_value(uid) < 0) {
+        log_error("agent: job %" PRId64 ": the round does not say whose job it is", a->job);
+        return false;
+    }
+    a->owner_uid = (uid_t)json_integer_value(uid);
+    /* On failure the workers, opening the folder as the owner, fail the
+     * job with the reason. */
+    if (paths_snapshot_dir_prepare(a->state_dir, a->snapdir, a->owner_uid, &err) < 0)
+        log_warn("agent: job %" PRId64 ": %s", a->job, err.msg);
     a->spec_ok = true;
     return true;
 }
@@ -188,13 +204,11 @@ static void agent_reconcile(struct agent *a);
 static void agent_on_mailbox_closed(void *ctx);
 static void agent_leave_check(struct agent *a);
 
-static void agent_scan_work(uv_work_t *w)
+/* agent_scan_work's part with the owner's file-system identity. */
+static void agent_scan_as_owner(struct agent *a)
 {
-    struct agent *a = w->data;
     struct gpt_snapshot_meta meta;
     struct gpt_err err;
-    a->scan_step = -1;
-    a->scan_path[0] = '\0';
     if (a->scan_pin < 0) {
         if (gpt_snapshot_newest(a->scan_dir, NULL, 0, &meta, NULL, NULL, &err) == 0)
             a->scan_step = meta.step;
@@ -210,6 +224,20 @@ static void agent_scan_work(uv_work_t *w)
         a->scan_step = meta.step;
     else
         a->scan_path[0] = '\0';
+}
+
+static void agent_scan_work(uv_work_t *w)
+{
+    struct agent *a = w->data;
+    struct gpt_err err;
+    a->scan_step = -1;
+    a->scan_path[0] = '\0';
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    if (fsid_user_lookup(a->scan_uid, &u, &err) < 0 || fsid_enter(&u, &saved, &err) < 0)
+        return; /* the workers fail with the reason */
+    agent_scan_as_owner(a);
+    fsid_leave(&saved);
 }
 
 static void agent_scan_done(uv_work_t *w, int status)
@@ -285,6 +313,10 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         .on_metric = mailbox_post_metric,
         .on_event = mailbox_post_event,
         .on_exit = mailbox_post_exit,
+        .access = &(struct workers_access){.uid = a->owner_uid,
+                                           .data_roots = a->data_roots,
+                                           .snapshot_roots = a->snapshot_roots,
+                                           .state_dir = a->state_dir},
     };
     int rc = n >= 1 && world >= n && prefix ? workers_start(&o, &a->ws, &err)
                                             : gpt_err_set(&err, -EINVAL, NULL, "bad world");
@@ -385,6 +417,7 @@ static void agent_reconcile(struct agent *a)
             a->handles++;
             snprintf(a->scan_dir, sizeof(a->scan_dir), "%s", a->snapdir);
             a->scan_pin = a->resume_step;
+            a->scan_uid = a->owner_uid;
             a->scan_gen = a->gen;
             a->scan_round = a->round;
             a->scan_job = a->job;
@@ -612,6 +645,8 @@ int agent_new(uv_loop_t *loop, struct cluster *cl, const struct agent_opts *o, s
     a->workers_default = o->workers > 0 ? o->workers : 1;
     a->comm_timeout_ms = o->comm_timeout_ms;
     a->snapshot_dir_own = o->snapshot_dir_own;
+    a->data_roots = o->data_roots ? o->data_roots : "/";
+    a->snapshot_roots = o->snapshot_roots ? o->snapshot_roots : "/";
     a->joined_round = a->exit_round = a->ws_round = -1;
     int rc = mailbox_init(&a->mb, loop, agent_on_mail, a);
     if (rc < 0) {

@@ -41,6 +41,10 @@ struct agent_opts {
      * database says the snapshots are); other nodes a subdirectory named
      * after their node id, so that a shared filesystem holds every copy. */
     bool snapshot_dir_own;
+    /* Where a job's files must lie at the time of use (borrowed: the
+     * daemon's configuration, which outlives the agent). */
+    const char *data_roots;
+    const char *snapshot_roots;
 };
 
 struct agent;

@@ -302,6 +302,8 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         .workers = cfg->workers,
         .comm_timeout_ms = cfg->comm_timeout_s * 1000,
         .snapshot_dir_own = co.coordinator,
+        .data_roots = cfg->data_roots,
+        .snapshot_roots = cfg->snapshot_roots,
     };
     rc = agent_new(d->loop, d->cluster, &ao, &d->agent, err);
     if (rc < 0) {

@@ -14,9 +14,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cluster.h"
 #include "follow.h"
+#include "fsid.h"
 #include "log.h"
 #include "mailbox.h"
 #include "paths.h"
@@ -194,20 +196,6 @@ static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
     mailbox_free_list(list);
 }
 
-static void jobs_mkdirs(const char *path)
-{
-    char tmp[DB_PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    }
-    mkdir(tmp, 0755);
-}
-
 /* Marks a job failed before it ran (bad stored spec, workers not started). */
 static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
 {
@@ -260,8 +248,8 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     int64_t newest = -1;
     if (!chosen && j->resume)
         (void)db_snapshot_list(js->db, j->id, jobs_newest_step, &newest, NULL);
-    rc = cluster_job_resume(js->cluster, j->id, j->spec_json, d->nodes_min, d->nodes_max,
-                            d->max_restarts, j->restarts, d->wait_timeout_s,
+    rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->spec_json, d->nodes_min,
+                            d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
                             chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
     if (rc < 0) {
         js->run = NULL;
@@ -272,6 +260,22 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     jobs_event(js, j->id, 0, j->step, "run", "job started on the cluster: %d to %d node%s%s",
                d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s", how);
     return 0;
+}
+
+/* Claims the job's snapshot folder (statedir_snapdir_claim) with the
+ * owner's file-system identity: the folder is the owner's (0700), and gptd
+ * writes nothing into a path a user named with its own rights (fsid.h).
+ * Loop thread; the user lookup may block briefly on NSS. */
+static int jobs_claim_snapdir(const struct db_job *j, struct gpt_err *err)
+{
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    int rc = fsid_user_lookup(j->owner_uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = statedir_snapdir_claim(j, err);
+        fsid_leave(&saved);
+    }
+    return rc;
 }
 
 static int jobs_start(struct jobs *js, int64_t id)
@@ -300,8 +304,8 @@ static int jobs_start(struct jobs *js, int64_t id)
         if (rc < 0)
             goto fail;
     }
-    jobs_mkdirs(j.snapshot_dir);
-    if ((rc = statedir_snapdir_claim(&j, &err)) < 0) /* the folder is this job's */
+    if ((rc = paths_snapshot_dir_prepare(js->state_dir, j.snapshot_dir, j.owner_uid, &err)) < 0 ||
+        (rc = jobs_claim_snapdir(&j, &err)) < 0) /* the folder is this job's */
         goto fail;
     rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
     if (rc < 0)
@@ -437,6 +441,11 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
     int rc = jobs_queue_room(js, err);
     if (rc < 0)
         return rc;
+    if (!fsid_can_act_as(owner)) /* the job's files are opened as `owner` (fsid.h) */
+        return gpt_err_set(err, -EPERM, NULL,
+                           "gptd runs as uid %u without CAP_SETUID and CAP_SETGID, so it cannot "
+                           "open files as uid %u; only uid %u may submit to it",
+                           (unsigned)geteuid(), (unsigned)owner, (unsigned)geteuid());
     char *spec = gpt_jobspec_to_json(job);
     if (!spec)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -676,11 +685,11 @@ static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int6
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int rc = gpt_jobspec_parse(spec_json, strlen(spec_json), NULL, 0, job, err);
-    if (rc == 0)
-        rc = gpt_jobspec_check_paths(job, err);
     /* The coordinator's roots bound what any node may submit. */
     if (rc == 0)
         rc = paths_check_job(job, js->cfg->data_roots, js->cfg->snapshot_roots, js->state_dir, err);
+    if (rc == 0)
+        rc = paths_check_access(job, uid, err);
     if (rc == 0)
         rc = jobs_submit(js, job, uid, priority, ret_id, err);
     free(job);

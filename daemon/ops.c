@@ -55,8 +55,8 @@ static json_t *ops_job_json(const struct db_job *j)
 }
 
 /* Parses and fully validates a spec object (as `gptd run` would). */
-static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, struct gpt_job *job,
-                          struct gpt_err *err)
+static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
+                          struct gpt_job *job, struct gpt_err *err)
 {
     char *text = json_dumps(spec, JSON_COMPACT);
     if (!text)
@@ -64,11 +64,11 @@ static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, struct
     int rc = gpt_jobspec_parse(text, strlen(text), NULL, 0, job, err);
     free(text);
     if (rc == 0)
-        rc = gpt_jobspec_check_paths(job, err);
-    if (rc == 0)
         rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
-    if (rc == 0)
-        rc = job_limits_check(job, &d->cfg, err); /* memory and data sizes, before queueing */
+    if (rc == 0) /* as the client: gptd's own rights prove nothing (paths.h) */
+        rc = paths_check_access(job, uid, err);
+    if (rc == 0) /* memory and data sizes (of files the client may open), before queueing */
+        rc = job_limits_check(job, &d->cfg, err);
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
         rc = gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
                          "this gptd is not in a cluster (no rdzv); nodes must be 1 (got min %d)",
@@ -128,7 +128,7 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
-    int rc = ops_parse_spec(d, req->spec, job, err);
+    int rc = ops_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
     if (rc == 0)
@@ -146,7 +146,7 @@ static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = ops_parse_spec(d, req->spec, job, err);
+    int rc = ops_parse_spec(d, req->spec, cl->uid, job, err);
     free(job);
     return rc < 0 ? rc : ops_submit_forward(d, cl, req, err);
 }
@@ -154,11 +154,10 @@ static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
 static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
                        json_t **ret, struct gpt_err *err)
 {
-    (void)uid;
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = ops_parse_spec(d, req->spec, job, err);
+    int rc = ops_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0) {
         char *canon = gpt_jobspec_to_json(job);
         json_t *spec = canon ? json_loads(canon, 0, NULL) : NULL;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "fsid.h"
 #include "ops.h"
 #include "snapshot.h"
 #include "trainer.h"
@@ -33,6 +34,7 @@ struct ops_sample {
     char *text;
     int rc;
     struct gpt_err err;
+    uid_t uid; /* the client: the snapshot is read with its rights */
 };
 
 /* A member samples its own copy: members keep one of every snapshot
@@ -60,9 +62,8 @@ static int ops_sample_member_path(struct ops_sample *s)
     return rc;
 }
 
-static void ops_sample_work(uv_work_t *w)
+static void ops_sample_read(struct ops_sample *s)
 {
-    struct ops_sample *s = w->data;
     if (s->member) {
         s->rc = ops_sample_member_path(s);
         if (s->rc < 0)
@@ -79,6 +80,20 @@ static void ops_sample_work(uv_work_t *w)
             return;
     }
     s->rc = gpt_sample_snapshot(s->path, &s->o, &s->text, &s->err);
+}
+
+/* A user samples what that user may read (a job's snapshots are its
+ * owner's, 0600): the thread takes the client's file-system identity. */
+static void ops_sample_work(uv_work_t *w)
+{
+    struct ops_sample *s = w->data;
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    if ((s->rc = fsid_user_lookup(s->uid, &u, &s->err)) < 0 ||
+        (s->rc = fsid_enter(&u, &saved, &s->err)) < 0)
+        return;
+    ops_sample_read(s);
+    fsid_leave(&saved);
 }
 
 static void ops_sample_done(uv_work_t *w, int status)
@@ -264,6 +279,7 @@ static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     s->o.seed = (uint64_t)time(NULL);
     s->o.threads = 1;
     s->cl = cl;
+    s->uid = cl->uid;
     s->id = json_deep_copy(req->id);
     s->work.data = s;
     rc = uv_queue_work(d->loop, &s->work, ops_sample_work, ops_sample_done);

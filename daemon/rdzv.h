@@ -30,6 +30,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cluster_msg.h"
 #include "gpt_err.h"
@@ -86,6 +87,7 @@ struct rdzv_hooks {
 /* A job as the coordinator runs it. */
 struct rdzv_job {
     int64_t id;
+    uid_t owner_uid;       /* the submitter: every node opens the job's files as this uid */
     const char *spec_json; /* copied; travels to every node in the round */
     int nodes_min, nodes_max;
     int max_restarts;

@@ -9,6 +9,9 @@
 #include "workers.h"
 
 #include "backend.h"
+#include "data.h"
+#include "fsid.h"
+#include "paths.h"
 
 #ifdef GPTD_HAVE_CUDA
 #include "comm_nccl.h"
@@ -17,6 +20,7 @@
 #endif
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,6 +48,10 @@ struct workers {
     char resume_path[GPT_JOB_PATH_MAX];
     char prefix[256];
     char bind_host[64];
+    /* access: the job owner's identity and the roots (when has_access) */
+    bool has_access;
+    uid_t uid;
+    char data_roots[PATH_MAX], snapshot_roots[PATH_MAX], state_dir[PATH_MAX];
     int world;
     struct gpt_kv kv_local; /* in-process worlds; zeroed when unused */
     struct gpt_kv kv;
@@ -145,6 +153,26 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
     return gpt_comm_tcp_new(&co, &ws->kv, ret_comm, &wk->err);
 }
 
+/* Takes the job owner's file-system identity for this thread and opens
+ * the snapshot folder as the owner (its resolved path goes to ret_snapdir).
+ * From here on every file of the job is opened with the owner's rights. */
+static int worker_enter_owner(struct worker *wk, struct fsid_saved *saved, char *ret_snapdir,
+                              size_t cap)
+{
+    struct workers *ws = wk->ws;
+    struct fsid_user u;
+    int rc = fsid_user_lookup(ws->uid, &u, &wk->err);
+    if (rc == 0)
+        rc = fsid_enter(&u, saved, &wk->err);
+    if (rc < 0)
+        return rc;
+    const char *dir = ws->snapdir[0] ? ws->snapdir : ws->job.snapshot.dir;
+    if (dir[0])
+        rc = paths_snapshot_dir_open(dir, ws->snapshot_roots, ws->state_dir, ret_snapdir, cap,
+                                     &wk->err);
+    return rc;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
@@ -153,17 +181,26 @@ static void *worker_main(void *arg)
     struct gpt_backend *be = NULL;
     int rc;
 
+    struct fsid_saved saved = {0};
+    char snapdir[PATH_MAX] = "";
+    struct gpt_data_policy policy = {.ctx = ws->data_roots, .check = paths_data_check};
+
     rc = worker_open(wk, (int)(wk - ws->w), &be, &comm);
     if (rc < 0)
         goto out;
     atomic_store(&wk->comm, comm);
     if (atomic_load(&ws->aborted))
         gpt_comm_abort(comm);
+    if (ws->has_access && (rc = worker_enter_owner(wk, &saved, snapdir, sizeof(snapdir))) < 0)
+        goto out;
 
     struct gpt_trainer_opts to = {
         .job = &ws->job,
         .comm = comm,
-        .snapshot_dir = ws->snapdir[0] ? ws->snapdir : NULL,
+        .data_policy = ws->has_access ? &policy : NULL,
+        .snapshot_dir = snapdir[0]       ? snapdir
+                        : ws->snapdir[0] ? ws->snapdir
+                                         : NULL,
         .resume = ws->o.resume,
         .resume_path = ws->resume_path[0] ? ws->resume_path : NULL,
         .write_snapshots = ws->o.write_snapshots && wk == &ws->w[0],
@@ -176,6 +213,7 @@ static void *worker_main(void *arg)
     };
     rc = gpt_train(&to, &wk->result, &wk->err);
 out:
+    fsid_leave(&saved);
     wk->rc = rc;
     /* The owner may free everything once `finished` is set and on_exit ran,
      * so the comm goes first and nothing of `wk` is touched afterwards. */
@@ -207,6 +245,14 @@ int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt
     ws->o.kv_prefix = NULL;
     snprintf(ws->bind_host, sizeof(ws->bind_host), "%s", o->bind_host ? o->bind_host : "");
     ws->o.bind_host = NULL;
+    if (o->access) {
+        ws->has_access = true;
+        ws->uid = o->access->uid;
+        snprintf(ws->data_roots, sizeof(ws->data_roots), "%s", o->access->data_roots);
+        snprintf(ws->snapshot_roots, sizeof(ws->snapshot_roots), "%s", o->access->snapshot_roots);
+        snprintf(ws->state_dir, sizeof(ws->state_dir), "%s", o->access->state_dir);
+    }
+    ws->o.access = NULL;
     ws->world = o->world > 0 ? o->world : o->n_workers;
     if (o->rank_base < 0 || o->rank_base + o->n_workers > ws->world) {
         int world = ws->world;

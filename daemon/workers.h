@@ -13,12 +13,22 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "comm.h"
 #include "gpt_err.h"
 #include "jobspec.h"
 #include "metric.h"
 #include "trainer.h"
+
+/* Whose rights a daemon job's files are opened with and where they must
+ * lie at the time of use (see fsid.h, paths.h). */
+struct workers_access {
+    uid_t uid;                  /* the job's owner */
+    const char *data_roots;     /* ':'-separated; copied */
+    const char *snapshot_roots; /* copied */
+    const char *state_dir;      /* copied */
+};
 
 struct workers_opts {
     const struct gpt_job *job; /* copied at start */
@@ -41,6 +51,11 @@ struct workers_opts {
     /* The first local rank writes snapshots too (each node of an elastic
      * world keeps its own copy), not only global rank 0. */
     bool write_snapshots;
+    /* NULL (gptd run, the Slurm launcher): the process's own rights and no
+     * roots. Otherwise each worker thread takes access->uid's file-system
+     * identity before it opens anything of the job, and checks the data
+     * files and the snapshot folder it really opened against the roots. */
+    const struct workers_access *access; /* copied */
 
     /* Worker-thread callbacks (global rank 0 only for metric/event). */
     void *ctx;

@@ -11,6 +11,7 @@
  */
 #include "data.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rng.h"
@@ -64,6 +66,7 @@ struct gpt_dataset {
     int digits;
     uint64_t pow10; /* 10^digits */
     uint64_t n_problems, n_holdout;
+    const struct gpt_data_policy *policy; /* borrowed during open only */
 };
 
 /* ---- the stateless shuffle ---------------------------------------------- */
@@ -331,15 +334,33 @@ void gpt_dataset_free(struct gpt_dataset *ds)
     free(ds);
 }
 
+/* What a file that is not a regular file is, for the error. */
+static const char *data_file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a plain file";
+}
+
 /* Maps a whole file read-only into ds->maps[ds->n_maps++] (the array has
- * room). An empty file is an error: there is nothing to map. */
+ * room). An empty file is an error: there is nothing to map. The open
+ * never blocks (O_NONBLOCK: a FIFO with no writer would wait forever) and
+ * never takes a terminal; only a regular file gets past fstat. */
 static int data_map_file(struct gpt_dataset *ds, const char *file, const char *json_path,
                          struct data_map **ret, struct gpt_err *err)
 {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        return gpt_err_set(err, -e, json_path, "%s: %s", file, strerror(e));
+        return gpt_err_set(err, -e, json_path, "%s: %s: %s", json_path, file, strerror(e));
     }
     struct stat st;
     int rc = 0;
@@ -349,9 +370,12 @@ static int data_map_file(struct gpt_dataset *ds, const char *file, const char *j
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: not a regular file", file);
+        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: %s is %s, not a regular file", json_path,
+                         file, data_file_kind(st.st_mode));
         goto out;
     }
+    if (ds->policy && (rc = ds->policy->check(ds->policy->ctx, fd, file, json_path, err)) < 0)
+        goto out;
     if (st.st_size == 0) {
         rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: file is empty", file);
         goto out;
@@ -527,15 +551,95 @@ static int data_open_shard(struct gpt_dataset *ds, const char *file, const char 
     return 0;
 }
 
+/* The bounds of the glob running on this thread: glob(3) takes no
+ * context, so its directory callbacks find theirs here. */
+struct data_glob_limit {
+    long entries;
+    struct timespec deadline;
+    int hit; /* 1: too many entries, 2: too slow */
+};
+
+static _Thread_local struct data_glob_limit *data_glob_cur;
+
+static void *data_glob_opendir(const char *name)
+{
+    return opendir(name);
+}
+
+static void data_glob_closedir(void *dir)
+{
+    closedir(dir);
+}
+
+/* Reads one entry; pretends the directory ended (and records why) once
+ * the glob has read too many entries or run too long. */
+static int data_glob_lstat(const char *restrict path, void *restrict st)
+{
+    return lstat(path, st);
+}
+
+static int data_glob_stat(const char *restrict path, void *restrict st)
+{
+    return stat(path, st);
+}
+
+static void *data_glob_readdir(void *dir)
+{
+    struct data_glob_limit *l = data_glob_cur;
+    if (l->hit)
+        return NULL;
+    if (++l->entries > GPT_GLOB_ENTRIES_MAX) {
+        l->hit = 1;
+        return NULL;
+    }
+    if ((l->entries & 255) == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > l->deadline.tv_sec ||
+            (now.tv_sec == l->deadline.tv_sec && now.tv_nsec >= l->deadline.tv_nsec)) {
+            l->hit = 2;
+            return NULL;
+        }
+    }
+    return readdir(dir);
+}
+
+/* Expands `pattern` with the calling thread's file-system identity. Errors
+ * name the pattern only: a file of a directory the caller cannot read is
+ * never named (GLOB_ERR stops at the first such directory). */
 static int data_glob(const char *pattern, const char *json_path, glob_t *g, struct gpt_err *err)
 {
-    int rc = glob(pattern, GLOB_ERR, NULL, g);
+    struct data_glob_limit limit = {0};
+    clock_gettime(CLOCK_MONOTONIC, &limit.deadline);
+    limit.deadline.tv_sec += GPT_GLOB_SECONDS_MAX;
+    memset(g, 0, sizeof(*g));
+    g->gl_opendir = data_glob_opendir;
+    g->gl_readdir = data_glob_readdir;
+    g->gl_closedir = data_glob_closedir;
+    g->gl_lstat = data_glob_lstat;
+    g->gl_stat = data_glob_stat;
+    data_glob_cur = &limit;
+    int rc = glob(pattern, GLOB_ERR | GLOB_ALTDIRFUNC, NULL, g);
+    data_glob_cur = NULL;
+    if (limit.hit == 1)
+        return gpt_err_set(err, -GPT_E_LIMIT, json_path,
+                           "%s: expanding '%s' reads more than %d directory entries; name the "
+                           "shards with a narrower glob",
+                           json_path, pattern, GPT_GLOB_ENTRIES_MAX);
+    if (limit.hit == 2)
+        return gpt_err_set(err, -GPT_E_LIMIT, json_path,
+                           "%s: expanding '%s' took more than %d s; name the shards with a "
+                           "narrower glob",
+                           json_path, pattern, GPT_GLOB_SECONDS_MAX);
     if (rc == GLOB_NOMATCH)
         return gpt_err_set(err, -ENOENT, json_path, "no file matches '%s'", pattern);
     if (rc == GLOB_NOSPACE)
         return gpt_err_set(err, -ENOMEM, json_path, "out of memory expanding '%s'", pattern);
     if (rc != 0)
-        return gpt_err_set(err, -EIO, json_path, "cannot read the directories of '%s'", pattern);
+        return gpt_err_set(err, -EACCES, json_path,
+                           "%s: cannot read a directory '%s' passes through (no permission, or "
+                           "not a directory)",
+                           json_path, pattern);
     if (g->gl_pathc > GPT_SHARD_FILES_MAX)
         return gpt_err_set(err, -GPT_E_LIMIT, json_path, "'%s' matches %zu files (at most %d)",
                            pattern, (size_t)g->gl_pathc, GPT_SHARD_FILES_MAX);
@@ -639,10 +743,18 @@ static int data_open_synthetic(struct gpt_dataset *ds, const struct gpt_data_spe
 int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
                      struct gpt_dataset **ret, struct gpt_err *err)
 {
+    return gpt_dataset_open_checked(spec, T, seed, NULL, ret, err);
+}
+
+int gpt_dataset_open_checked(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
+                             const struct gpt_data_policy *policy, struct gpt_dataset **ret,
+                             struct gpt_err *err)
+{
     GPT_ASSERT(spec && ret);
     struct gpt_dataset *ds = calloc(1, sizeof(*ds));
     if (!ds)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    ds->policy = policy;
     ds->kind = spec->kind;
     ds->T = T;
     ds->seed = seed;
@@ -677,6 +789,7 @@ int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
             goto fail;
         }
     }
+    ds->policy = NULL;
     *ret = ds;
     return 0;
 fail:

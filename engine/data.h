@@ -48,9 +48,11 @@
 #define GPT_SHARD_MAGIC         20240520
 #define GPT_SHARD_VERSION       1
 #define GPT_SHARD_HEADER_BYTES  1024
-#define GPT_SHARD_VOCAB         50257 /* GPT-2's vocabulary; larger tokens are corrupt */
-#define GPT_SHARD_FILES_MAX     4096  /* files one glob may name */
-#define GPT_ADDITION_DIGITS_MAX 9     /* 10^(2*9) problems still fit a uint64_t */
+#define GPT_SHARD_VOCAB         50257  /* GPT-2's vocabulary; larger tokens are corrupt */
+#define GPT_SHARD_FILES_MAX     4096   /* files one glob may name */
+#define GPT_ADDITION_DIGITS_MAX 9      /* 10^(2*9) problems still fit a uint64_t */
+#define GPT_GLOB_ENTRIES_MAX    100000 /* directory entries one glob may read */
+#define GPT_GLOB_SECONDS_MAX    10     /* wall time one glob may take */
 
 /* The tokenizer of text and synthetic data: token i <-> byte chars[i].
  * Saved in snapshots so sampling works without the data file. */
@@ -70,12 +72,30 @@ struct gpt_data_cursor {
 
 struct gpt_dataset;
 
+/* A caller's policy on each data file, run on the opened descriptor (a
+ * regular file) before it is mapped: the daemon checks there that the file
+ * it really opened lies under its data roots. Returns 0 or a negative
+ * error with err filled (err->path = json_path). */
+struct gpt_data_policy {
+    void *ctx;
+    int (*check)(void *ctx, int fd, const char *file, const char *json_path, struct gpt_err *err);
+};
+
 /* Opens and validates the data of a job spec for sequences of length T
  * (the model's block_size; synthetic tasks use their own fixed length,
  * see gpt_dataset_seq_len). Errors name the file and, for spec problems,
- * the JSON path ("data.path"). */
+ * the JSON path ("data.path"). Files are opened without blocking (a FIFO
+ * or a device is refused as "not a regular file", never waited on) with
+ * the calling thread's file-system identity; a shard glob reads at most
+ * GPT_GLOB_ENTRIES_MAX directory entries in GPT_GLOB_SECONDS_MAX seconds,
+ * and its errors name the pattern, never a file of a directory it could
+ * not read. Blocks on file I/O; worker thread. */
 int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
                      struct gpt_dataset **ret, struct gpt_err *err);
+/* The same, with `policy` (borrowed; NULL = none) run on every file. */
+int gpt_dataset_open_checked(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
+                             const struct gpt_data_policy *policy, struct gpt_dataset **ret,
+                             struct gpt_err *err);
 void gpt_dataset_free(struct gpt_dataset *ds);
 
 const struct gpt_vocab *gpt_dataset_vocab(const struct gpt_dataset *ds);

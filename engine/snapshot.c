@@ -234,7 +234,7 @@ static int snap_mkdirs(const char *dir)
             continue;
         char c = path[i];
         path[i] = '\0';
-        if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        if (mkdir(path, 0700) < 0 && errno != EEXIST) /* the job's owner only */
             return -errno;
         path[i] = c;
     }
@@ -281,7 +281,7 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "%s: %s", tmp, strerror(-rc));
     }
-    (void)fchmod(fd, 0644);
+    (void)fchmod(fd, 0600); /* a job's weights are its owner's alone */
 
     uint32_t crc = 0;
     size_t bytes = (size_t)meta->n_params * sizeof(float);

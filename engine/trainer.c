@@ -279,8 +279,8 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     if (rc < 0 && rc != -ENOTSUP)
         return gpt_err_set(err, rc, "trainer.precision", "backend %s: precision not supported",
                            t->be->name);
-    rc =
-        gpt_dataset_open(&job->data, (size_t)job->model.block_size, job->trainer.seed, &t->ds, err);
+    rc = gpt_dataset_open_checked(&job->data, (size_t)job->model.block_size, job->trainer.seed,
+                                  t->opts->data_policy, &t->ds, err);
     if (rc < 0)
         return rc;
     if (setup_stopped(t))

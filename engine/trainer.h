@@ -44,6 +44,8 @@ struct gpt_trainer_hooks {
     int (*should_stop)(void *ctx);
 };
 
+struct gpt_data_policy;
+
 struct gpt_trainer_opts {
     const struct gpt_job *job;   /* borrowed, validated */
     struct gpt_comm *comm;       /* borrowed; NULL = world of one */
@@ -57,6 +59,7 @@ struct gpt_trainer_opts {
     int64_t run_id;              /* copied into metrics and events */
     struct gpt_backend *backend; /* borrowed; NULL = a CPU backend with trainer.threads */
     struct gpt_trainer_hooks hooks;
+    const struct gpt_data_policy *data_policy; /* borrowed; NULL = none (see data.h) */
 };
 
 struct gpt_train_result {

@@ -105,8 +105,12 @@ bash -n /usr/share/bash-completion/completions/gptctl || fail "the completion sc
 # /etc/gptd/gptd.conf read; only the state directory is private.
 install -d -o gptd -g gptd -m 0750 "$T/run" "$T/state"
 # setpriv execs gptd itself (runuser would stay as its parent), so the
-# signals below reach gptd as systemd's would.
-setpriv --reuid=gptd --regid=gptd --init-groups -- env RUNTIME_DIRECTORY="$T/run" \
+# signals below reach gptd as systemd's would; the capabilities are the
+# unit's (CapabilityBoundingSet=, AmbientCapabilities=): root's job below is
+# run with root's file-system identity.
+caps=+setuid,+setgid,+chown
+setpriv --reuid=gptd --regid=gptd --init-groups --bounding-set=-all,$caps --inh-caps=$caps \
+    --ambient-caps=$caps -- env RUNTIME_DIRECTORY="$T/run" \
     /usr/sbin/gptd --state-dir "$T/state" --log-level debug 2>"$T/gptd.log" &
 GPTD_PID=$!
 PIDS+=("$GPTD_PID")

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE /* nftw */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -414,6 +416,97 @@ static void test_shard_errors(void **state)
     assert_non_null(strstr(err.msg, "badmagic.bin"));
 }
 
+/* A FIFO or a folder as data.path is refused at once (the open never waits
+ * for a writer), naming the key and what the file is. */
+static void test_not_regular(void **state)
+{
+    (void)state;
+    char path[512];
+    path_in(path, sizeof(path), "fifo");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    path_in(path, sizeof(path), "folder");
+    assert_int_equal(mkdir(path, 0700), 0);
+    const char *names[] = {"fifo", "folder"}, *kinds[] = {"is a FIFO", "is a directory"};
+    for (int i = 0; i < 2; i++) {
+        struct gpt_data_spec s;
+        struct gpt_err err = {0};
+        struct gpt_dataset *ds = NULL;
+        text_spec(&s, names[i], GPT_TOK_CHAR, 0.5);
+        assert_int_equal(gpt_dataset_open(&s, 4, 1, &ds, &err), -GPT_E_DATA);
+        assert_null(ds);
+        assert_string_equal(err.path, "data.path");
+        assert_non_null(strstr(err.msg, kinds[i]));
+        assert_non_null(strstr(err.msg, "not a regular file"));
+    }
+}
+
+/* The caller's policy sees every file on its descriptor, and its refusal
+ * is the open's error. */
+struct seen {
+    int calls;
+    char refuse[64];
+};
+
+static int policy_check(void *ctx, int fd, const char *file, const char *json_path,
+                        struct gpt_err *err)
+{
+    struct seen *seen = ctx;
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    seen->calls++;
+    if (strstr(file, seen->refuse))
+        return gpt_err_set(err, -EACCES, json_path, "%s: refused by policy", file);
+    return 0;
+}
+
+static void test_policy(void **state)
+{
+    (void)state;
+    write_shard("pol_000.bin", 20240520, 1, 100, 100, 1000);
+    write_shard("pol_001.bin", 20240520, 1, 100, 100, 2000);
+    write_shard("pol_val.bin", 20240520, 1, 40, 40, 3000);
+    struct seen seen = {0, "nothing"};
+    struct gpt_data_policy policy = {.ctx = &seen, .check = policy_check};
+    struct gpt_data_spec s;
+    struct gpt_err err = {0};
+    struct gpt_dataset *ds = NULL;
+    shard_spec(&s, "pol_0*.bin", "pol_val.bin");
+    assert_int_equal(gpt_dataset_open_checked(&s, 8, 1, &policy, &ds, &err), 0);
+    assert_int_equal(seen.calls, 3);
+    gpt_dataset_free(ds);
+    ds = NULL;
+    snprintf(seen.refuse, sizeof(seen.refuse), "pol_001");
+    assert_int_equal(gpt_dataset_open_checked(&s, 8, 1, &policy, &ds, &err), -EACCES);
+    assert_null(ds);
+    assert_string_equal(err.path, "data.path");
+    assert_non_null(strstr(err.msg, "refused by policy"));
+}
+
+/* A glob that would read more than GPT_GLOB_ENTRIES_MAX directory entries
+ * stops there with a limit error naming the pattern. */
+static void test_glob_limit(void **state)
+{
+    (void)state;
+    char dir[512], path[600];
+    path_in(dir, sizeof(dir), "many");
+    assert_int_equal(mkdir(dir, 0700), 0);
+    for (int i = 0; i < GPT_GLOB_ENTRIES_MAX; i++) {
+        snprintf(path, sizeof(path), "%s/%06d", dir, i);
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    struct gpt_data_spec s;
+    struct gpt_err err = {0};
+    struct gpt_dataset *ds = NULL;
+    shard_spec(&s, "many/*.bin", NULL);
+    assert_int_equal(gpt_dataset_open(&s, 8, 1, &ds, &err), -GPT_E_LIMIT);
+    assert_string_equal(err.path, "data.path");
+    assert_non_null(strstr(err.msg, "directory entries"));
+    assert_non_null(strstr(err.msg, "many/*.bin"));
+}
+
 /* The global stream does not depend on how many ranks read it. */
 static void test_sampler_world_sizes(void **state)
 {
@@ -677,6 +770,8 @@ int main(void)
         cmocka_unit_test(test_shard_errors),    cmocka_unit_test(test_sampler_world_sizes),
         cmocka_unit_test(test_epochs),          cmocka_unit_test(test_addition),
         cmocka_unit_test(test_addition_errors), cmocka_unit_test(test_rank_range),
+        cmocka_unit_test(test_not_regular),     cmocka_unit_test(test_policy),
+        cmocka_unit_test(test_glob_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
