@@ -352,6 +352,26 @@ int gptd_run_main(int argc, char **argv)
     else
         default_snapdir(&job, file, snapdir, sizeof(snapdir));
 
+    /* The store always has a secret: without --secret-file, this user's own
+     * (made once, 0600), which every rank of the user on this host finds.
+     * Loaded before anything is claimed, so a bad secret changes nothing. */
+    unsigned char secret[STORE_SECRET_MAX];
+    char user_secret[4096];
+    size_t secret_len = 0;
+    if (rdzv) {
+        if (!secret_file && ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
+                             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
+            fprintf(stderr, "gptd run: %s\n", err.msg);
+            return 1;
+        }
+        if (!secret_file)
+            secret_file = user_secret;
+        if ((rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
+            fprintf(stderr, "gptd run: %s\n", err.msg);
+            return 1;
+        }
+    }
+
     /* Only the process of global rank 0 writes (and resumes from) snapshots. */
     if (rank == 0 && (rc = run_claim_snapdir(snapdir, resume || resume_from, &err)) < 0) {
         fprintf(stderr, "gptd run: %s\n", err.msg);
@@ -367,23 +387,6 @@ int gptd_run_main(int argc, char **argv)
 
     struct static_rdzv *rdzv_h = NULL;
     if (rdzv) {
-        unsigned char secret[STORE_SECRET_MAX];
-        char user_secret[4096];
-        size_t secret_len = 0;
-        /* The store always has a secret: without --secret-file, this user's
-         * own (made once, 0600), which every rank of the user on this host
-         * finds. */
-        if (!secret_file && ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
-                             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
-            fprintf(stderr, "gptd run: %s\n", err.msg);
-            return 1;
-        }
-        if (!secret_file)
-            secret_file = user_secret;
-        if ((rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
-            fprintf(stderr, "gptd run: %s\n", err.msg);
-            return 1;
-        }
         rc = static_rdzv_open(rdzv, rank == 0, secret, secret_len, 300000, &rdzv_h, &err);
         if (rc < 0) {
             fprintf(stderr, "gptd run: rendezvous at %s: %s\n", rdzv, err.msg);

@@ -39,7 +39,8 @@ port=$(free_port)
 printf 'abc\n' >"$T/short"
 chmod 600 "$T/short"
 set +e
-"$GPTD" run "$JOB" --world 1 --rank 0 --rdzv 127.0.0.1:$port --secret-file "$T/short" \
+"$GPTD" run "$JOB" --snapshot-dir "$T/short-run" --world 1 --rank 0 --rdzv 127.0.0.1:$port \
+    --secret-file "$T/short" \
     "${over[@]}" >/dev/null 2>"$T/short.err"
 rc=$?
 set -e
