@@ -299,7 +299,10 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         .job = &a->spec,
         .n_workers = n,
         .snapshot_dir = a->snapdir,
-        .resume = 1,
+        /* snapshot.on_invalid=restart: no usable snapshot starts over. */
+        .resume = a->spec.snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART
+                      ? GPT_RESUME_START_OVER
+                      : 1,
         .resume_path = resume_path,
         .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
         .world = world,
