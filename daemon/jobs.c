@@ -278,6 +278,25 @@ static int jobs_claim_snapdir(const struct db_job *j, struct gpt_err *err)
     return rc;
 }
 
+/* The submit-time check (statedir_snapdir_free) of a folder the user
+ * named, with the submitting user's file-system identity: gptd's own rights
+ * reveal nothing about a folder the user cannot read. The job's own folder
+ * in the state directory (which the user cannot reach) is gptd's to check.
+ * Loop thread; the lookup may block briefly on NSS. */
+static int jobs_snapdir_free(const struct db_job *j, bool own_folder, struct gpt_err *err)
+{
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    if (own_folder)
+        return statedir_snapdir_free(j->snapshot_dir, true, err);
+    int rc = fsid_user_lookup(j->owner_uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = statedir_snapdir_free(j->snapshot_dir, own_folder, err);
+        fsid_leave(&saved);
+    }
+    return rc;
+}
+
 static int jobs_start(struct jobs *js, int64_t id)
 {
     struct gpt_err err;
@@ -474,7 +493,7 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
         else
             rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
         if (rc == 0)
-            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], err);
+            rc = jobs_snapdir_free(&j, !job->snapshot.dir[0], err);
     }
     if (rc == 0)
         rc = db_commit(js->db, err);

@@ -30,8 +30,12 @@ int statedir_lock(const char *state_dir, struct gpt_err *err);
 int statedir_check_db(const char *state_dir, const char *db_path, struct gpt_err *err);
 
 /* Removes stale temporary snapshot files (gpt_snapshot_clean_tmp) from
- * every STATE_DIR/jobs/<id>/snapshots. Returns how many were removed. */
-int statedir_clean_tmp(const char *state_dir);
+ * the snapshot folder of every job in the database, each with its owner's
+ * file-system identity (fsid.h): the folders are the owners' (0700), and
+ * gptd under its unit has no CAP_DAC_OVERRIDE. Returns how many were
+ * removed; what cannot be cleaned is logged. After db_open, before the
+ * loop (the user lookups block on NSS). */
+int statedir_clean_tmp(struct db *db);
 
 /* At submit: the folder a new job names must be free: no owner marker and
  * no snapshots. -EEXIST naming snapshot.dir and the owning job; own_folder:
