@@ -248,7 +248,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     int64_t newest = -1;
     if (!chosen && j->resume)
         (void)db_snapshot_list(js->db, j->id, jobs_newest_step, &newest, NULL);
-    rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->spec_json, d->nodes_min,
+    rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->token, j->spec_json, d->nodes_min,
                             d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
                             chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
     if (rc < 0) {
