@@ -12,8 +12,9 @@
 #  - every snapshot of a job corrupt: its resume fails loudly, naming the
 #    folder, and the files are quarantined (NAME.corrupt), not used;
 #  - snapshot.on_invalid=restart: the same resume starts over from step 0
-#    instead (event start_over), the bad files stay quarantined; a bad value
-#    is refused at submit naming the key.
+#    instead (event start_over), the bad files stay quarantined and pruning
+#    keeps the new valid snapshots; a bad value is refused at submit naming
+#    the key.
 source "$(dirname "$0")/daemon_common.sh"
 [[ $(id -u) -eq 0 ]] || { echo "daemon_snapshot_owner: needs root (useradd)"; exit 77; }
 
@@ -109,6 +110,20 @@ started_over() { "$GPTCTL" --json logs "$r" >"$T/r.logs.json" && grep -q '"kind"
 wait_for 60 started_over
 ! grep -q '"kind":"resume"' "$T/r.logs.json" || fail "job $r resumed from a corrupt snapshot"
 ls "$T/restart" | grep '\.gpts\.corrupt$' >/dev/null || fail "nothing quarantined: $(ls "$T/restart")"
+corrupt=$(ls "$T/restart" | grep -c '\.gpts\.corrupt$')
+# Pruning (keep 2) counts only the new valid snapshots: once step 60 is
+# written (and the job is stopped), two are kept, and no quarantined file
+# is deleted.
+newest_at_least() {
+    local f
+    f=$(ls "$T/restart" | grep '^snap-[0-9]*\.gpts$' | tail -n1)
+    [[ -n $f ]] && ((10#$(tr -dc 0-9 <<<"$f") >= $1))
+}
+wait_for 60 newest_at_least 60
 "$GPTCTL" cancel "$r" >/dev/null
 wait_for 60 job_is "$r" cancelled
+n=$(ls "$T/restart" | grep -c '^snap-[0-9]*\.gpts$')
+[[ $n == 2 ]] || fail "pruning kept $n snapshots: $(ls "$T/restart")"
+[[ $(ls "$T/restart" | grep -c '\.gpts\.corrupt$') == "$corrupt" ]] ||
+    fail "pruning deleted quarantined files: $(ls "$T/restart")"
 echo "daemon_snapshot_owner: ok"
