@@ -223,9 +223,8 @@ static void agent_claim_as_owner(struct agent *a)
     char real[GPT_JOB_PATH_MAX];
     struct gpt_err err;
     a->scan_claim_rc = 0;
-    if (!a->scan_token ||
-        paths_snapshot_dir_open(a->scan_dir, a->snapshot_roots, a->state_dir, real, sizeof(real),
-                                &err) < 0)
+    if (!a->scan_token || paths_snapshot_dir_open(a->scan_dir, a->snapshot_roots, a->state_dir,
+                                                  real, sizeof(real), &err) < 0)
         return;
     struct gpt_snapshot_owner me = {a->scan_token, a->scan_job, (uint32_t)a->scan_uid};
     int rc = gpt_snapshot_owner_claim(real, &me, GPT_OWNER_ADOPT, NULL, &err);

@@ -465,10 +465,9 @@ int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *s
 }
 
 int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t token,
-                       const char *spec_json,
-                       int nodes_min, int nodes_max, int max_restarts, int restarts,
-                       int wait_timeout_s, int64_t resume_step, const char *resume_what,
-                       int64_t newest_snap, struct gpt_err *err)
+                       const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
+                       int restarts, int wait_timeout_s, int64_t resume_step,
+                       const char *resume_what, int64_t newest_snap, struct gpt_err *err)
 {
     if (!c->coord)
         return gpt_err_set(err, -EINVAL, NULL, "not the coordinator");
