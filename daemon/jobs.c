@@ -262,41 +262,6 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     return 0;
 }
 
-/* Claims the job's snapshot folder (statedir_snapdir_claim) with the
- * owner's file-system identity: the folder is the owner's (0700), and gptd
- * writes nothing into a path a user named with its own rights (fsid.h).
- * Loop thread; the user lookup may block briefly on NSS. */
-static int jobs_claim_snapdir(const struct db_job *j, struct gpt_err *err)
-{
-    struct fsid_user u;
-    struct fsid_saved saved = {0};
-    int rc = fsid_user_lookup(j->owner_uid, &u, err);
-    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
-        rc = statedir_snapdir_claim(j, err);
-        fsid_leave(&saved);
-    }
-    return rc;
-}
-
-/* The submit-time check (statedir_snapdir_free) of a folder the user
- * named, with the submitting user's file-system identity: gptd's own rights
- * reveal nothing about a folder the user cannot read. The job's own folder
- * in the state directory (which the user cannot reach) is gptd's to check.
- * Loop thread; the lookup may block briefly on NSS. */
-static int jobs_snapdir_free(const struct db_job *j, bool own_folder, struct gpt_err *err)
-{
-    struct fsid_user u;
-    struct fsid_saved saved = {0};
-    if (own_folder)
-        return statedir_snapdir_free(j->snapshot_dir, true, err);
-    int rc = fsid_user_lookup(j->owner_uid, &u, err);
-    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
-        rc = statedir_snapdir_free(j->snapshot_dir, own_folder, err);
-        fsid_leave(&saved);
-    }
-    return rc;
-}
-
 static int jobs_start(struct jobs *js, int64_t id)
 {
     struct gpt_err err;
@@ -324,7 +289,7 @@ static int jobs_start(struct jobs *js, int64_t id)
             goto fail;
     }
     if ((rc = paths_snapshot_dir_prepare(js->state_dir, j.snapshot_dir, j.owner_uid, &err)) < 0 ||
-        (rc = jobs_claim_snapdir(&j, &err)) < 0) /* the folder is this job's */
+        (rc = statedir_snapdir_claim(&j, &err)) < 0) /* the folder is this job's */
         goto fail;
     rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
     if (rc < 0)
@@ -493,7 +458,7 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
         else
             rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
         if (rc == 0)
-            rc = jobs_snapdir_free(&j, !job->snapshot.dir[0], err);
+            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], owner, err);
     }
     if (rc == 0)
         rc = db_commit(js->db, err);

@@ -157,7 +157,7 @@ out:
     return total;
 }
 
-int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
+static int snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
 {
     /* A token no job has: any marker is another's. */
     struct gpt_snapshot_owner nobody = {UINT64_MAX, 0, 0};
@@ -178,7 +178,7 @@ int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
     return 0;
 }
 
-int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
+static int snapdir_claim(const struct db_job *j, struct gpt_err *err)
 {
     struct gpt_snapshot_owner me = {j->token, j->id, (uint32_t)j->owner_uid};
     struct gpt_err why;
@@ -194,4 +194,30 @@ int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
     if (rc < 0)
         return gpt_err_set(err, rc, "snapshot.dir", "%s", why.msg);
     return 0;
+}
+
+int statedir_snapdir_free(const char *dir, bool own_folder, uid_t uid, struct gpt_err *err)
+{
+    if (own_folder) /* in the state directory, which the user cannot reach */
+        return snapdir_free(dir, true, err);
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    int rc = fsid_user_lookup(uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = snapdir_free(dir, false, err);
+        fsid_leave(&saved);
+    }
+    return rc;
+}
+
+int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
+{
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    int rc = fsid_user_lookup(j->owner_uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = snapdir_claim(j, err);
+        fsid_leave(&saved);
+    }
+    return rc;
 }
