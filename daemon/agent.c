@@ -74,6 +74,7 @@ struct agent {
     struct gpt_job spec;
     char snapdir[GPT_JOB_PATH_MAX];
     uid_t owner_uid; /* the round's "uid": the job's files are opened as it */
+    uint64_t token;  /* the round's "token": this node's snapshot folder is claimed with it */
 
     /* the workers of one round */
     struct workers *ws;
@@ -95,6 +96,11 @@ struct agent {
     char scan_dir[GPT_JOB_PATH_MAX];
     int64_t scan_pin; /* look for this step only (-1: the newest) */
     uid_t scan_uid;   /* the scan reads the folder as the job's owner */
+    uint64_t scan_token;
+    int scan_claim_rc; /* the scan's claim of the folder (0, or why it is another's) */
+    struct gpt_err scan_claim_err;
+    int joined_claim_rc; /* scan_claim_rc of the joined round */
+    struct gpt_err joined_claim_err;
     char scan_path[GPT_JOB_PATH_MAX];
     int64_t scan_step;
     uint64_t scan_gen;
@@ -192,6 +198,8 @@ static bool agent_load_spec(struct agent *a)
         return false;
     }
     a->owner_uid = (uid_t)json_integer_value(uid);
+    const char *tok = json_string_value(json_object_get(a->cur, "token"));
+    a->token = tok ? strtoull(tok, NULL, 16) : 0; /* 0: an older coordinator, no claim */
     /* On failure the workers, opening the folder as the owner, fail the
      * job with the reason. */
     if (paths_snapshot_dir_prepare(a->state_dir, a->snapdir, a->owner_uid, &err) < 0)
@@ -204,11 +212,34 @@ static void agent_reconcile(struct agent *a);
 static void agent_on_mailbox_closed(void *ctx);
 static void agent_leave_check(struct agent *a);
 
+/* Claims this node's snapshot folder for the job (the owner marker names
+ * the job's token, as on the coordinator), so the snapshots written here
+ * record their owner and no other job's folder is used. A folder without a
+ * marker is adopted (a member may hold copies from before the marker). A
+ * folder that cannot be opened is left to the workers, which fail with
+ * the reason. Scan thread, with the owner's file-system identity. */
+static void agent_claim_as_owner(struct agent *a)
+{
+    char real[GPT_JOB_PATH_MAX];
+    struct gpt_err err;
+    a->scan_claim_rc = 0;
+    if (!a->scan_token || paths_snapshot_dir_open(a->scan_dir, a->snapshot_roots, a->state_dir,
+                                                  real, sizeof(real), &err) < 0)
+        return;
+    struct gpt_snapshot_owner me = {a->scan_token, a->scan_job, (uint32_t)a->scan_uid};
+    int rc = gpt_snapshot_owner_claim(real, &me, GPT_OWNER_ADOPT, NULL, &err);
+    if (rc < 0) {
+        a->scan_claim_rc = rc;
+        gpt_err_set(&a->scan_claim_err, rc, "snapshot.dir", "%s", err.msg);
+    }
+}
+
 /* agent_scan_work's part with the owner's file-system identity. */
 static void agent_scan_as_owner(struct agent *a)
 {
     struct gpt_snapshot_meta meta;
     struct gpt_err err;
+    agent_claim_as_owner(a);
     if (a->scan_pin < 0) {
         if (gpt_snapshot_newest(a->scan_dir, NULL, 0, &meta, NULL, NULL, &err) == 0)
             a->scan_step = meta.step;
@@ -254,6 +285,8 @@ static void agent_scan_done(uv_work_t *w, int status)
         a->joined_gen = a->gen;
         a->joined_round = a->round;
         a->joined_snap = a->scan_step;
+        a->joined_claim_rc = a->scan_claim_rc;
+        a->joined_claim_err = a->scan_claim_err;
         snprintf(a->joined_path, sizeof(a->joined_path), "%s", a->scan_path);
         if (a->scan_pin >= 0)
             log_info("agent: round %" PRId64 " of job %" PRId64 " resumes from the step %" PRId64
@@ -283,6 +316,11 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    /* This node's folder is another job's: nothing is read or written. */
+    if (a->joined_gen == a->gen && a->joined_round == a->round && a->joined_claim_rc < 0) {
+        err = a->joined_claim_err;
+        goto fail;
+    }
     /* Global rank 0 loads the snapshot and broadcasts the state; the round
      * put a node holding the pinned step first. */
     const char *resume_path = NULL;
@@ -299,7 +337,10 @@ static void agent_start_workers(struct agent *a, const json_t *me)
         .job = &a->spec,
         .n_workers = n,
         .snapshot_dir = a->snapdir,
-        .resume = 1,
+        /* snapshot.on_invalid=restart: no usable snapshot starts over. */
+        .resume = a->spec.snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART
+                      ? GPT_RESUME_START_OVER
+                      : 1,
         .resume_path = resume_path,
         .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
         .world = world,
@@ -418,6 +459,8 @@ static void agent_reconcile(struct agent *a)
             snprintf(a->scan_dir, sizeof(a->scan_dir), "%s", a->snapdir);
             a->scan_pin = a->resume_step;
             a->scan_uid = a->owner_uid;
+            a->scan_token = a->token;
+            a->scan_claim_rc = 0;
             a->scan_gen = a->gen;
             a->scan_round = a->round;
             a->scan_job = a->job;

@@ -460,19 +460,20 @@ int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *s
                       int nodes_min, int nodes_max, int max_restarts, int wait_timeout_s,
                       struct gpt_err *err)
 {
-    return cluster_job_resume(c, job, owner, spec_json, nodes_min, nodes_max, max_restarts, 0,
+    return cluster_job_resume(c, job, owner, 0, spec_json, nodes_min, nodes_max, max_restarts, 0,
                               wait_timeout_s, -1, NULL, -1, err);
 }
 
-int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, const char *spec_json,
-                       int nodes_min, int nodes_max, int max_restarts, int restarts,
-                       int wait_timeout_s, int64_t resume_step, const char *resume_what,
-                       int64_t newest_snap, struct gpt_err *err)
+int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t token,
+                       const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
+                       int restarts, int wait_timeout_s, int64_t resume_step,
+                       const char *resume_what, int64_t newest_snap, struct gpt_err *err)
 {
     if (!c->coord)
         return gpt_err_set(err, -EINVAL, NULL, "not the coordinator");
     struct rdzv_job j = {.id = job,
                          .owner_uid = owner,
+                         .token = token,
                          .spec_json = spec_json,
                          .nodes_min = nodes_min,
                          .nodes_max = nodes_max,

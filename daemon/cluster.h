@@ -168,14 +168,16 @@ int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *s
                       int nodes_min, int nodes_max, int max_restarts, int wait_timeout_s,
                       struct gpt_err *err);
 /* The same for a job that already restarted from `restarts` failures (under
- * an earlier coordinator): they count against max_restarts. `resume_step`
+ * an earlier coordinator): they count against max_restarts; `token` is the
+ * job's snapshot-owner token, published with the round (cluster_job_start
+ * publishes none). `resume_step`
  * >= 0: the world resumes from the snapshot of that step, which
  * `resume_what` names in errors (see rdzv_job); -1: from the newest, of
  * which `newest_snap` is the step the job's history records (-1 none). */
-int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, const char *spec_json,
-                       int nodes_min, int nodes_max, int max_restarts, int restarts,
-                       int wait_timeout_s, int64_t resume_step, const char *resume_what,
-                       int64_t newest_snap, struct gpt_err *err);
+int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t token,
+                       const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
+                       int restarts, int wait_timeout_s, int64_t resume_step,
+                       const char *resume_what, int64_t newest_snap, struct gpt_err *err);
 void cluster_job_stop(struct cluster *c);
 
 /* The node table (a new JSON array): the coordinator's own view there, the

@@ -558,7 +558,7 @@ int gptd_daemon_main(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
     if (db_open(path, &d->db, &err) < 0)
         goto fail;
-    int stale = statedir_clean_tmp(d->cfg.state_dir);
+    int stale = statedir_clean_tmp(d->db);
     if (stale > 0)
         log_notice("removed %d stale temporary snapshot file%s left by killed writers", stale,
                    stale == 1 ? "" : "s");

@@ -248,7 +248,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     int64_t newest = -1;
     if (!chosen && j->resume)
         (void)db_snapshot_list(js->db, j->id, jobs_newest_step, &newest, NULL);
-    rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->spec_json, d->nodes_min,
+    rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->token, j->spec_json, d->nodes_min,
                             d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
                             chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
     if (rc < 0) {
@@ -260,22 +260,6 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     jobs_event(js, j->id, 0, j->step, "run", "job started on the cluster: %d to %d node%s%s",
                d->nodes_min, d->nodes_max, d->nodes_max == 1 ? "" : "s", how);
     return 0;
-}
-
-/* Claims the job's snapshot folder (statedir_snapdir_claim) with the
- * owner's file-system identity: the folder is the owner's (0700), and gptd
- * writes nothing into a path a user named with its own rights (fsid.h).
- * Loop thread; the user lookup may block briefly on NSS. */
-static int jobs_claim_snapdir(const struct db_job *j, struct gpt_err *err)
-{
-    struct fsid_user u;
-    struct fsid_saved saved = {0};
-    int rc = fsid_user_lookup(j->owner_uid, &u, err);
-    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
-        rc = statedir_snapdir_claim(j, err);
-        fsid_leave(&saved);
-    }
-    return rc;
 }
 
 static int jobs_start(struct jobs *js, int64_t id)
@@ -305,7 +289,7 @@ static int jobs_start(struct jobs *js, int64_t id)
             goto fail;
     }
     if ((rc = paths_snapshot_dir_prepare(js->state_dir, j.snapshot_dir, j.owner_uid, &err)) < 0 ||
-        (rc = jobs_claim_snapdir(&j, &err)) < 0) /* the folder is this job's */
+        (rc = statedir_snapdir_claim(&j, &err)) < 0) /* the folder is this job's */
         goto fail;
     rc = jobs_start_elastic(js, run, &j, j.resume_snapshot > 0 ? &chosen : NULL, &err);
     if (rc < 0)
@@ -474,7 +458,7 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
         else
             rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
         if (rc == 0)
-            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], err);
+            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], owner, err);
     }
     if (rc == 0)
         rc = db_commit(js->db, err);

@@ -23,7 +23,8 @@ struct ops_sample {
     json_t *id;
     char dir[DB_PATH_MAX];
     char path[DB_PATH_MAX];
-    char fallback[DB_PATH_MAX]; /* the newest recorded snapshot present here */
+    char fallback[8][DB_PATH_MAX]; /* the newest recorded snapshots, newest first; the work
+                                    * thread takes the first present here (as the client) */
     char prompt[GPT_CTL_PROMPT_MAX + 1];
     /* a member: the job and snapshot are the coordinator's, the files this
      * node's own copies (s->dir; s->path when one was chosen) */
@@ -72,10 +73,12 @@ static void ops_sample_read(struct ops_sample *s)
         struct gpt_snapshot_meta meta;
         s->rc = gpt_snapshot_newest(s->dir, s->path, sizeof(s->path), &meta, NULL, NULL, &s->err);
         /* A cluster node keeps its copies in a directory of its own. */
-        if (s->rc < 0 && s->fallback[0]) {
-            snprintf(s->path, sizeof(s->path), "%s", s->fallback);
-            s->rc = 0;
-        }
+        struct stat st;
+        for (size_t i = 0; s->rc < 0 && i < 8 && s->fallback[i][0]; i++)
+            if (stat(s->fallback[i], &st) == 0) {
+                snprintf(s->path, sizeof(s->path), "%s", s->fallback[i]);
+                s->rc = 0;
+            }
         if (s->rc < 0)
             return;
     }
@@ -114,18 +117,16 @@ static void ops_sample_done(uv_work_t *w, int status)
     free(s);
 }
 
-struct ops_newest {
-    char *path;
-    size_t cap;
-};
-
-/* The first (newest) listed snapshot whose file is on this node. */
+/* The newest listed snapshots; which is on this node is for the work
+ * thread to find, as the client (the loop never touches a job's files). */
 static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
 {
-    struct ops_newest *nw = ctx;
-    struct stat st;
-    if (!nw->path[0] && stat(sn->path, &st) == 0)
-        snprintf(nw->path, nw->cap, "%s", sn->path);
+    struct ops_sample *s = ctx;
+    for (size_t i = 0; i < 8; i++)
+        if (!s->fallback[i][0]) {
+            snprintf(s->fallback[i], sizeof(s->fallback[i]), "%s", sn->path);
+            return;
+        }
 }
 
 static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
@@ -167,8 +168,7 @@ int ops_sample_run(struct daemon_ctx *d, struct control_client *cl,
         snprintf(s->path, sizeof(s->path), "%s", sn.path);
     }
     if (!s->path[0]) {
-        struct ops_newest nw = {s->fallback, sizeof(s->fallback)};
-        (void)db_snapshot_list(d->db, req->job, ops_newest_here, &nw, NULL);
+        (void)db_snapshot_list(d->db, req->job, ops_newest_here, s, NULL);
     }
     return ops_sample_queue(d, cl, req, tokens, s, err);
 }

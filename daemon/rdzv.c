@@ -61,6 +61,7 @@ struct rdzv_coord {
     /* the running job */
     int64_t job;
     uid_t owner_uid;
+    uint64_t token;
     char *spec_json;
     int nodes_min, nodes_max, max_restarts, wait_timeout_s;
     int restarts;
@@ -457,6 +458,7 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     c->job = job->id;
     c->owner_uid = job->owner_uid;
+    c->token = job->token;
     c->spec_json = spec;
     c->nodes_min = job->nodes_min > 0 ? job->nodes_min : 1;
     c->nodes_max = job->nodes_max >= c->nodes_min ? job->nodes_max : c->nodes_min;
@@ -710,6 +712,11 @@ json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
         json_object_set_new(o, "spec", json_string(c->spec_json));
     if (c->spec_json)
         json_object_set_new(o, "uid", json_integer((json_int_t)c->owner_uid));
+    if (c->spec_json && c->token) { /* hex: a JSON integer cannot hold 64 bits */
+        char tok[17];
+        snprintf(tok, sizeof(tok), "%016" PRIx64, c->token);
+        json_object_set_new(o, "token", json_string(tok));
+    }
     if (c->job && c->pin_step >= 0)
         json_object_set_new(o, "resume_step", json_integer(c->pin_step));
     if (!with_nodes)

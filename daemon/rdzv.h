@@ -88,6 +88,8 @@ struct rdzv_hooks {
 struct rdzv_job {
     int64_t id;
     uid_t owner_uid;       /* the submitter: every node opens the job's files as this uid */
+    uint64_t token;        /* the job's snapshot-owner token (db.h); 0: none. Every node
+                            * claims its snapshot folder with it (in the round, "token") */
     const char *spec_json; /* copied; travels to every node in the round */
     int nodes_min, nodes_max;
     int max_restarts;

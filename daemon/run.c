@@ -67,7 +67,8 @@ static void usage(FILE *f)
                "                         (corrupt ones are renamed NAME.corrupt; when none is\n"
                "                         valid the run fails instead of starting over)\n"
                "  --start-over           with --resume: start from step 0 when the folder holds\n"
-               "                         only invalid snapshots\n"
+               "                         only invalid snapshots (the job key\n"
+               "                         snapshot.on_invalid=restart does the same)\n"
                "  --snapshot-dir DIR     where snapshots go (default: the job's snapshot.dir,\n"
                "                         else ./gptd-snapshots/NAME)\n"
                "  --resume-from FILE     continue from this snapshot file\n"
@@ -341,6 +342,9 @@ int gptd_run_main(int argc, char **argv)
         return 1;
     }
 
+    /* snapshot.on_invalid: restart is the job's standing --start-over. */
+    if (resume == 1 && job.snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART)
+        resume = GPT_RESUME_START_OVER;
     /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
     if (workers == 0)
         workers = workers_default_count(&job, 1);

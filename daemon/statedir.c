@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fsid.h"
+#include "log.h"
 #include "snapshot.h"
 
 static int statedir_lock_fd = -1; /* held until exit */
@@ -84,29 +86,78 @@ int statedir_check_db(const char *state_dir, const char *db_path, struct gpt_err
                        db_path, jobs, n, n == 1 ? "" : "s", jobs);
 }
 
-int statedir_clean_tmp(const char *state_dir)
+/* One job's folder to clean, collected before any file is touched (no
+ * file operation runs with a switched identity while SQLite reads). */
+struct clean_item {
+    uid_t owner;
+    char dir[DB_PATH_MAX];
+};
+
+struct clean_list {
+    struct clean_item *v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void clean_collect(void *ctx, const struct db_job *j)
 {
-    char jobs[DB_PATH_MAX + 16], dir[DB_PATH_MAX + 300];
-    snprintf(jobs, sizeof(jobs), "%s/jobs", state_dir);
-    DIR *d = opendir(jobs);
-    int total = 0;
-    if (!d)
-        return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.')
-            continue;
-        int removed = 0;
-        struct gpt_err ignored;
-        snprintf(dir, sizeof(dir), "%s/%s/snapshots", jobs, de->d_name);
-        if (gpt_snapshot_clean_tmp(dir, &removed, &ignored) == 0)
-            total += removed;
+    struct clean_list *l = ctx;
+    if (!j->snapshot_dir[0] || l->oom)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct clean_item *v = realloc(l->v, cap * sizeof(*v));
+        if (!v) {
+            l->oom = true;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
     }
-    closedir(d);
+    l->v[l->n].owner = j->owner_uid;
+    snprintf(l->v[l->n].dir, sizeof(l->v[l->n].dir), "%s", j->snapshot_dir);
+    l->n++;
+}
+
+int statedir_clean_tmp(struct db *db)
+{
+    struct clean_list l = {0};
+    struct gpt_err err;
+    int total = 0;
+    if (db_job_list(db, -1, clean_collect, &l, &err) < 0) {
+        log_warn("stale temporary snapshot files are not removed: %s", err.msg);
+        goto out;
+    }
+    if (l.oom)
+        log_warn("stale temporary snapshot files are not removed from every job: out of memory");
+    struct fsid_user u = {.uid = (uid_t)-1};
+    for (size_t i = 0; i < l.n; i++) {
+        /* The folder is its owner's (0700): listed and cleaned with the
+         * owner's identity, so gptd needs no CAP_DAC_OVERRIDE and removes
+         * nothing the owner could not. */
+        struct fsid_saved saved = {0};
+        int removed = 0;
+        if (u.uid != l.v[i].owner && fsid_user_lookup(l.v[i].owner, &u, &err) < 0) {
+            u.uid = (uid_t)-1;
+            log_warn("%s: not cleaned: %s", l.v[i].dir, err.msg);
+            continue;
+        }
+        if (fsid_enter(&u, &saved, &err) < 0) {
+            log_warn("%s: not cleaned: %s", l.v[i].dir, err.msg);
+            continue;
+        }
+        int rc = gpt_snapshot_clean_tmp(l.v[i].dir, &removed, &err);
+        fsid_leave(&saved);
+        if (rc < 0 && rc != -ENOENT && rc != -EACCES)
+            log_warn("%s: stale temporary files not removed: %s", l.v[i].dir, err.msg);
+        total += removed;
+    }
+out:
+    free(l.v);
     return total;
 }
 
-int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
+static int snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
 {
     /* A token no job has: any marker is another's. */
     struct gpt_snapshot_owner nobody = {UINT64_MAX, 0, 0};
@@ -127,7 +178,7 @@ int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err)
     return 0;
 }
 
-int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
+static int snapdir_claim(const struct db_job *j, struct gpt_err *err)
 {
     struct gpt_snapshot_owner me = {j->token, j->id, (uint32_t)j->owner_uid};
     struct gpt_err why;
@@ -143,4 +194,30 @@ int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
     if (rc < 0)
         return gpt_err_set(err, rc, "snapshot.dir", "%s", why.msg);
     return 0;
+}
+
+int statedir_snapdir_free(const char *dir, bool own_folder, uid_t uid, struct gpt_err *err)
+{
+    if (own_folder) /* in the state directory, which the user cannot reach */
+        return snapdir_free(dir, true, err);
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    int rc = fsid_user_lookup(uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = snapdir_free(dir, false, err);
+        fsid_leave(&saved);
+    }
+    return rc;
+}
+
+int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err)
+{
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    int rc = fsid_user_lookup(j->owner_uid, &u, err);
+    if (rc == 0 && (rc = fsid_enter(&u, &saved, err)) == 0) {
+        rc = snapdir_claim(j, err);
+        fsid_leave(&saved);
+    }
+    return rc;
 }

@@ -6,7 +6,8 @@
  * submit, claimed when the job starts).
  *
  * Loop thread (or main before the loop); each call blocks on a few small
- * file operations.
+ * file operations and, where it takes a user's identity, on one user
+ * lookup (NSS).
  */
 #ifndef GPTD_STATEDIR_H
 #define GPTD_STATEDIR_H
@@ -30,17 +31,26 @@ int statedir_lock(const char *state_dir, struct gpt_err *err);
 int statedir_check_db(const char *state_dir, const char *db_path, struct gpt_err *err);
 
 /* Removes stale temporary snapshot files (gpt_snapshot_clean_tmp) from
- * every STATE_DIR/jobs/<id>/snapshots. Returns how many were removed. */
-int statedir_clean_tmp(const char *state_dir);
+ * the snapshot folder of every job in the database, each with its owner's
+ * file-system identity (fsid.h): the folders are the owners' (0700), and
+ * gptd under its unit has no CAP_DAC_OVERRIDE. Returns how many were
+ * removed; what cannot be cleaned is logged. After db_open, before the
+ * loop (the user lookups block on NSS). */
+int statedir_clean_tmp(struct db *db);
 
 /* At submit: the folder a new job names must be free: no owner marker and
  * no snapshots. -EEXIST naming snapshot.dir and the owning job; own_folder:
  * dir is the job's default folder in the state directory (whose id an old
- * job had), which changes the advice. */
-int statedir_snapdir_free(const char *dir, bool own_folder, struct gpt_err *err);
+ * job had), which changes the advice. A folder the user named is read with
+ * the submitting user's (`uid`) file-system identity (fsid.h), so gptd's
+ * own rights reveal nothing about a folder the user cannot read; the
+ * default folder, which the user cannot reach, is gptd's to check. */
+int statedir_snapdir_free(const char *dir, bool own_folder, uid_t uid, struct gpt_err *err);
 
 /* When a job starts: claims its snapshot folder (creates it and the owner
- * marker at first use; a resume adopts a folder without a marker). -EEXIST
+ * marker at first use; a resume adopts a folder without a marker), with the
+ * owner's file-system identity: the folder is the owner's (0700), and gptd
+ * writes nothing into a path a user named with its own rights. -EEXIST
  * naming snapshot.dir and the owning job when the folder is another's. */
 int statedir_snapdir_claim(const struct db_job *j, struct gpt_err *err);
 

@@ -500,7 +500,7 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
                     "no valid snapshot to resume from in %s: %zu invalid, %zu of "
                     "another job, %zu quarantined (*" GPT_SNAPSHOT_SUFFIX GPT_SNAPSHOT_CORRUPT
                     "); start over from step 0 only on "
-                    "request (gptd run --start-over, or a new job)",
+                    "request (gptd run --start-over, or snapshot.on_invalid=restart)",
                     t->snapdir, fs_stats.invalid, fs_stats.foreign, fs_stats.quarantined);
             if (bad > 0)
                 emit_event(t, "start_over",

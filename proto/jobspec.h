@@ -85,10 +85,18 @@ struct gpt_dist_spec {
     int wait_timeout_s;
 };
 
+/* snapshot.on_invalid: what a resume does when the folder holds
+ * snapshots but none is usable. */
+enum gpt_snapshot_on_invalid {
+    GPT_SNAPSHOT_ON_INVALID_FAIL = 0,    /* the resume fails, naming the folder */
+    GPT_SNAPSHOT_ON_INVALID_RESTART = 1, /* start over from step 0 */
+};
+
 struct gpt_snapshot_spec {
     char dir[GPT_JOB_PATH_MAX]; /* empty = the daemon's or runner's default */
     int every;                  /* steps between snapshots; 0 = only at the end/stop */
     int keep;                   /* newest snapshots kept; 0 = keep all */
+    int on_invalid;             /* enum gpt_snapshot_on_invalid */
 };
 
 struct gpt_job {

@@ -19,6 +19,7 @@ static const char *const schedule_names[] = {"cosine", "constant", NULL};
 static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
 static const char *const task_names[] = {"addition", NULL};
+static const char *const on_invalid_names[] = {"fail", "restart", NULL};
 
 /*
  * The one table. Defaults follow minGPT's trainer (lr 3e-4, betas 0.9/0.95,
@@ -339,6 +340,14 @@ const struct jobspec_entry jobspec_entries[] = {
      .max = 1000000,
      .def_i = 3,
      .help = "Newest snapshots kept; 0 = keep all."},
+    {.path = "snapshot.on_invalid",
+     .type = JOBSPEC_ENUM,
+     .off = OFF(snapshot.on_invalid),
+     .names = on_invalid_names,
+     .def_i = GPT_SNAPSHOT_ON_INVALID_FAIL,
+     .help = "When a resume finds snapshots but none is usable (corrupt, quarantined or "
+             "of another job): fail (the job fails and names the folder) or restart "
+             "(start over from step 0; the bad files stay quarantined)."},
 };
 
 const size_t jobspec_n_entries = sizeof(jobspec_entries) / sizeof(jobspec_entries[0]);

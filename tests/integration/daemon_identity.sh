@@ -5,6 +5,8 @@
 #  - a root-only 0600 data.path fails with data.path named, and its bytes
 #    never come back through `gptctl sample`;
 #  - a snapshot.dir the user cannot create is refused and not created;
+#  - the submit-time check of a snapshot.dir reads its owner marker as the
+#    user: a root-only folder's marker is not revealed (Permission denied);
 #  - a data file swapped, after submit, for a symlink to a root-only file
 #    is not read; one swapped for a symlink out of the data roots (to a
 #    file the user may read) is refused by the roots check on the opened
@@ -18,7 +20,8 @@
 #    sample the job, another user may not (sample reads as the client);
 #  - a gptd run as a system user with the unit's capabilities trains on the
 #    user's own 0600 file (which gptd's user cannot read) and the snapshots
-#    are the user's;
+#    are the user's; restarted, it removes a killed writer's temporary
+#    from the user's 0700 snapshot folder (as the owner: no DAC override);
 #  - a gptd without CAP_SETUID/CAP_SETGID, run as the user, runs that
 #    user's job and refuses root's at submit;
 #  - a FIFO as data.path fails the job with a clear error while gptd stays
@@ -121,6 +124,17 @@ out=$(as_user validate "$T/job.json" data.path="$T/data/secret.txt" 2>&1) &&
 id=$(as_user submit "$T/job.json" snapshot.dir="$T/snaps/rootonly")
 expect_failed "$id" snapshot.dir "Permission denied"
 [[ -e $T/snaps/rootonly ]] && fail "gptd created $T/snaps/rootonly for uid $UID_U"
+
+# --- a folder of root's the user cannot read: the submit-time check reads
+# its owner marker as the user, so the refusal reveals no job or uid.
+install -d -m 0700 "$T/snaps/rootjob"
+printf 'gptd-snapshot-owner 1\ntoken %016x\njob 4711\nuid 0\n' 12345 >"$T/snaps/rootjob/.gptd-owner"
+out=$(refused_submit "snapshot.dir.*Permission denied" snapshot.dir="$T/snaps/rootjob")
+echo "$out"
+! grep -q 4711 <<<"$out" || fail "the refusal names root's job: $out"
+out=$("$GPTCTL" submit "$T/job.json" snapshot.dir="$T/snaps/rootjob" 2>&1) &&
+    fail "root's submit into job 4711's folder was accepted: $out"
+grep -q "belongs to job 4711 (uid 0)" <<<"$out" || fail "the marker was not read for root: $out"
 
 # --- swaps after submit ----------------------------------------------------
 mkdir -p "$T/data/hsw"
@@ -244,6 +258,25 @@ gctl sample "$id" --prompt the --tokens 8 >/dev/null || fail "the owner cannot s
 kill -TERM "${PIDS[-1]}"
 wait "${PIDS[-1]}" || fail "the non-root gptd did not stop cleanly on SIGTERM"
 echo "a non-root gptd with CAP_SETUID/SETGID/CHOWN ran the user's job on the user's own file"
+
+# --- the same gptd, restarted: a killed writer's temporary in the user's
+# 0700 folder (which gptd's user cannot list) is removed at start, as the owner.
+stale="$T/gstate/jobs/$id/snapshots/.snap-000000000003.gpts.Ab12Cd"
+echo junk >"$stale"
+chown "$U" "$stale"
+setpriv --reuid "$G" --regid "$G" --init-groups --bounding-set=-all,$caps --inh-caps=$caps \
+    --ambient-caps=$caps -- "$T/bin/gptd" --state-dir "$T/gstate" --socket "$GSOCK" \
+    --socket-mode 0666 --data-roots "$T/data" --snapshot-roots "$T/snaps" \
+    2>>"$T/gptd.sys2.log" &
+PIDS+=($!)
+wait_for 20 "$GPTCTL" --socket "$GSOCK" status
+[[ ! -e $stale ]] || fail "the non-root gptd left the stale temporary $stale: $(cat "$T/gptd.sys2.log")"
+grep -q "removed 1 stale temporary snapshot file" "$T/gptd.sys2.log" ||
+    fail "the cleaning was not logged: $(cat "$T/gptd.sys2.log")"
+check_owned "$T/gstate/jobs/$id/snapshots"
+kill -TERM "${PIDS[-1]}"
+wait "${PIDS[-1]}" || fail "the restarted non-root gptd did not stop cleanly on SIGTERM"
+echo "a non-root gptd removed a killed writer's temporary from the user's 0700 folder"
 
 # --- a FIFO as data.path: refused at submit (swapped in later: see above) ----
 refused_submit "is a FIFO, not a regular file" data.path="$T/data/fifo"

@@ -10,7 +10,11 @@
 #  - another user (made here with useradd) is refused the same way, and the
 #    owner's folder is left exactly as it was;
 #  - every snapshot of a job corrupt: its resume fails loudly, naming the
-#    folder, and the files are quarantined (NAME.corrupt), not used.
+#    folder, and the files are quarantined (NAME.corrupt), not used;
+#  - snapshot.on_invalid=restart: the same resume starts over from step 0
+#    instead (event start_over), the bad files stay quarantined and pruning
+#    keeps the new valid snapshots; a bad value is refused at submit naming
+#    the key.
 source "$(dirname "$0")/daemon_common.sh"
 [[ $(id -u) -eq 0 ]] || { echo "daemon_snapshot_owner: needs root (useradd)"; exit 77; }
 
@@ -84,4 +88,42 @@ ls "$T/shared" | grep '\.gpts\.corrupt$' >/dev/null || fail "nothing quarantined
 ! ls "$T/shared" | grep '\.gpts$' >/dev/null || fail "a corrupt snapshot kept its name: $(ls "$T/shared")"
 "$GPTCTL" --json logs "$a" >"$T/a.logs.json"
 grep -q 'quarantined as' "$T/a.logs.json" || fail "quarantine not reported"
+
+# --- snapshot.on_invalid: a bad value is refused at submit, naming the key.
+job "$T/r.json" "$T/restart" 100000
+sed -i 's|"keep": 2|"keep": 2, "on_invalid": "sometimes"|' "$T/r.json"
+set +e
+out=$("$GPTCTL" submit "$T/r.json" 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 && $out == *snapshot.on_invalid* ]] || fail "a bad snapshot.on_invalid: $out"
+# --- restart: every snapshot corrupt, the resume starts over from step 0.
+sed -i 's|"on_invalid": "sometimes"|"on_invalid": "restart"|' "$T/r.json"
+r=$("$GPTCTL" submit "$T/r.json")
+wait_for 60 job_step_at_least "$r" 45
+"$GPTCTL" cancel "$r" >/dev/null
+wait_for 60 job_is "$r" cancelled
+ls "$T"/restart/snap-*.gpts >/dev/null || fail "job $r wrote no snapshot: $(ls "$T/restart")"
+for f in "$T"/restart/snap-*.gpts; do truncate -s 600 "$f"; done
+"$GPTCTL" resume "$r" >/dev/null
+started_over() { "$GPTCTL" --json logs "$r" >"$T/r.logs.json" && grep -q '"kind":"start_over"' "$T/r.logs.json"; }
+wait_for 60 started_over
+! grep -q '"kind":"resume"' "$T/r.logs.json" || fail "job $r resumed from a corrupt snapshot"
+ls "$T/restart" | grep '\.gpts\.corrupt$' >/dev/null || fail "nothing quarantined: $(ls "$T/restart")"
+corrupt=$(ls "$T/restart" | grep -c '\.gpts\.corrupt$')
+# Pruning (keep 2) counts only the new valid snapshots: once step 60 is
+# written (and the job is stopped), two are kept, and no quarantined file
+# is deleted.
+newest_at_least() {
+    local f
+    f=$(ls "$T/restart" | grep '^snap-[0-9]*\.gpts$' | tail -n1)
+    [[ -n $f ]] && ((10#$(tr -dc 0-9 <<<"$f") >= $1))
+}
+wait_for 60 newest_at_least 60
+"$GPTCTL" cancel "$r" >/dev/null
+wait_for 60 job_is "$r" cancelled
+n=$(ls "$T/restart" | grep -c '^snap-[0-9]*\.gpts$')
+[[ $n == 2 ]] || fail "pruning kept $n snapshots: $(ls "$T/restart")"
+[[ $(ls "$T/restart" | grep -c '\.gpts\.corrupt$') == "$corrupt" ]] ||
+    fail "pruning deleted quarantined files: $(ls "$T/restart")"
 echo "daemon_snapshot_owner: ok"

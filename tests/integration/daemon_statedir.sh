@@ -5,7 +5,8 @@
 #    of the one that holds it, which goes on serving;
 #  - a cancel acknowledged to the client survives kill -9 before the step
 #    boundary: after the restart the job is cancelled, not resumed;
-#  - temporary snapshot files of killed writers are removed at start (only
+#  - temporary snapshot files of killed writers are removed at start, in
+#    every job's folder (the default one and a snapshot.dir) (only
 #    our own name pattern, only regular files);
 #  - an empty, missing-but-expected or damaged gptd.db stops gptd with the
 #    file named and what to do; nothing is created in its place;
@@ -44,6 +45,8 @@ grep -q "state directory $T/state is in use by another gptd (pid $first holds" "
 # --- cancel, acknowledged, then kill -9 at once.
 id=$("$GPTCTL" submit "$T/slow.json")
 wait_for 60 job_step_at_least "$id" 2
+# A queued job with a snapshot.dir of its own: its folder is cleaned too.
+other=$("$GPTCTL" submit "$T/slow.json" snapshot.dir="$T/custom")
 "$GPTCTL" cancel "$id" >/dev/null || fail "cancel was not acknowledged"
 kill -9 "$GPTD_PID"
 wait "$GPTD_PID" 2>/dev/null || true
@@ -54,6 +57,8 @@ mkdir -p "$snaps"
 echo junk >"$snaps/.snap-000000000007.gpts.Zz9Yy8"
 echo keep >"$snaps/.snap-keep.txt"
 ln -s "$T/text.txt" "$snaps/.snap-000000000008.gpts.Ln12Ab"
+mkdir -p "$T/custom"
+echo junk >"$T/custom/.snap-000000000009.gpts.Qq1Ww2"
 
 start_gptd
 job_is "$id" cancelled || fail "the acknowledged cancel was lost: job $id is $(job_state "$id")"
@@ -67,7 +72,11 @@ job_is "$id" cancelled || fail "the cancelled job was resumed"
 [[ ! -e $snaps/.snap-000000000007.gpts.Zz9Yy8 ]] || fail "the stale temporary was not removed"
 [[ -f $snaps/.snap-keep.txt && -L $snaps/.snap-000000000008.gpts.Ln12Ab ]] ||
     fail "cleaning removed what is not ours"
-grep -q "removed 1 stale temporary snapshot file" "$T"/gptd.*.log || fail "cleaning not logged"
+[[ ! -e $T/custom/.snap-000000000009.gpts.Qq1Ww2 ]] ||
+    fail "the stale temporary in job $other's snapshot.dir was not removed"
+grep -q "removed 2 stale temporary snapshot files" "$T"/gptd.*.log || fail "cleaning not logged"
+"$GPTCTL" cancel "$other" >/dev/null
+wait_for 60 job_is "$other" cancelled
 kill -TERM "$GPTD_PID"
 wait "$GPTD_PID" || fail "gptd did not stop cleanly"
 
@@ -108,7 +117,7 @@ job_is "$id" cancelled || fail "after the restore job $id is $(job_state "$id")"
 
 # --- a new job id whose default folder an older job (of an older database)
 # still owns: refused, never resumed from or pruned.
-next=$((id + 1))
+next=$((other + 1)) # the newest job so far is $other
 mkdir -p "$T/state/jobs/$next/snapshots"
 printf 'gptd-snapshot-owner 1\ntoken 1234abcd\njob %d\nuid 0\n' "$next" \
     >"$T/state/jobs/$next/snapshots/.gptd-owner"

@@ -5,7 +5,8 @@
 #  - every snapshot corrupt: --resume quarantines each (NAME.corrupt, an
 #    event naming the file and the reason) and fails loudly, again on a
 #    second try; --resume --start-over starts from step 0, and pruning keeps
-#    the new valid snapshots, never counting the quarantined ones;
+#    the new valid snapshots, never counting the quarantined ones; the job
+#    key snapshot.on_invalid=restart with --resume does the same;
 #  - a dead writer's temporary file in the folder is removed before the
 #    run writes, other files are left alone;
 #  - a fresh run (no --resume) into a folder another run owns is refused,
@@ -55,6 +56,16 @@ rc=$?
 set -e
 [[ $rc -ne 0 ]] && grep -q "2 quarantined" "$T/resume2.err" ||
     fail "second resume: rc $rc, $(cat "$T/resume2.err")"
+
+# The job key snapshot.on_invalid=restart is a standing --start-over.
+cp -a "$S" "$T/keyed"
+"$GPTD" run "$JOB" --json --snapshot-dir "$T/keyed" trainer.max_steps=40 snapshot.keep=2 \
+    snapshot.on_invalid=restart --resume >"$T/keyed.log" 2>"$T/keyed.err" ||
+    fail "snapshot.on_invalid=restart failed: $(cat "$T/keyed.err")"
+jq -r 'select(.type=="event") | .kind' "$T/keyed.log" | grep -x start_over >/dev/null ||
+    fail "snapshot.on_invalid=restart: no start_over event"
+[[ $(jq -r 'select(.type=="metric") | .step' "$T/keyed.log" | head -n1) -eq 1 ]] ||
+    fail "snapshot.on_invalid=restart did not start at step 1"
 
 # A dead writer's temporary, and files that only look like one.
 stale=$S/.snap-000000000015.gpts.Ab12Cd

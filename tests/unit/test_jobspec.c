@@ -88,6 +88,7 @@ static void test_defaults(void **state)
     assert_int_equal(job.distributed.workers_per_node, 0);
     assert_int_equal(job.distributed.backend, GPT_COMM_AUTO);
     assert_string_equal(job.name, "");
+    assert_int_equal(job.snapshot.on_invalid, GPT_SNAPSHOT_ON_INVALID_FAIL);
 
     /* The defaults are valid once there is data. */
     assert_int_equal(gpt_jobspec_validate(&job, &err), -GPT_E_SPEC);
@@ -171,6 +172,8 @@ static const struct bad_case bad_cases[] = {
     {"{\"distributed\": {\"workers_per_node\": \"many\"}}", NULL, "distributed.workers_per_node",
      "an integer or \"auto\""},
     {"{\"snapshot\": {\"every\": -5}}", NULL, "snapshot.every", "must be in"},
+    {"{\"snapshot\": {\"on_invalid\": \"maybe\"}}", NULL, "snapshot.on_invalid",
+     "expected one of fail|restart, got \"maybe\""},
     {"{\"name\": "
      "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}",
@@ -355,6 +358,8 @@ static void test_overrides(void **state)
     assert_true(job.optimizer.beta1 == 0.7 && job.optimizer.beta2 == 0.75);
     assert_int_equal(gpt_jobspec_override(&job, "distributed.nodes=2:6", &err), 0);
     assert_int_equal(job.distributed.nodes_max, 6);
+    assert_int_equal(gpt_jobspec_override(&job, "snapshot.on_invalid=restart", &err), 0);
+    assert_int_equal(job.snapshot.on_invalid, GPT_SNAPSHOT_ON_INVALID_RESTART);
     assert_int_equal(gpt_jobspec_override(&job, "data.kind=synthetic", &err), 0);
     assert_int_equal(job.data.kind, GPT_DATA_SYNTHETIC);
     assert_int_equal(gpt_jobspec_override(&job, "model.n_head=3", &err), 0);
