@@ -40,6 +40,6 @@ void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ct
 
 /* The coordinator's answer to a read a member forwarded (cluster_read_fn;
  * ctx is the daemon_ctx). */
-int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err);
+int ops_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err);
 
 #endif

@@ -326,13 +326,13 @@ static void ops_hist_event(void *ctx, const struct gpt_event *e)
     json_array_append_new(ctx, gpt_event_to_json(e));
 }
 
-static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
-                              struct gpt_err *err)
+static int ops_history_result(struct daemon_ctx *d, const struct cluster_msg_read_args *args,
+                              json_t **ret, struct gpt_err *err)
 {
-    int64_t job = json_integer_value(json_object_get(args, "job"));
-    int64_t since = json_integer_value(json_object_get(args, "since"));
-    int64_t after = json_integer_value(json_object_get(args, "after"));
-    int limit = (int)json_integer_value(json_object_get(args, "limit"));
+    int64_t job = args->job;
+    int64_t since = args->since;
+    int64_t after = args->after;
+    int limit = (int)args->limit;
     if (limit < 1 || limit > OPS_HISTORY_MAX)
         limit = OPS_HISTORY_MAX;
     struct db_job j;
@@ -360,11 +360,11 @@ static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t *
 
 /* Where a member finds its copies of a job's snapshots: the spec's
  * snapshot.dir ("" for the default) and, for a chosen snapshot, its step. */
-static int ops_locate_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
-                             struct gpt_err *err)
+static int ops_locate_result(struct daemon_ctx *d, const struct cluster_msg_read_args *args,
+                             json_t **ret, struct gpt_err *err)
 {
-    int64_t job = json_integer_value(json_object_get(args, "job"));
-    int64_t snapshot = json_integer_value(json_object_get(args, "snapshot"));
+    int64_t job = args->job;
+    int64_t snapshot = args->snapshot;
     struct db_job j;
     int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
@@ -592,20 +592,23 @@ void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ct
     }
 }
 
-/* Reads only members ask for, which are no control op of their own. */
+/* Reads only members ask for, with no control op of their own: they
+ * travel as the control op whose member path needs them. */
 static const struct {
-    const char *name;
-    int (*fn)(struct daemon_ctx *d, const json_t *args, json_t **ret, struct gpt_err *err);
+    int op; /* enum gpt_ctl_op */
+    int (*fn)(struct daemon_ctx *d, const struct cluster_msg_read_args *args, json_t **ret,
+              struct gpt_err *err);
 } ops_internal_reads[] = {
-    {"history", ops_history_result},
-    {"locate", ops_locate_result},
+    {GPT_CTL_OP_LOGS, ops_history_result},  /* "history": a chunk of a member's logs stream */
+    {GPT_CTL_OP_SAMPLE, ops_locate_result}, /* "locate": where a member's copy lies */
 };
 
-int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
+int ops_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err)
 {
     struct daemon_ctx *d = ctx;
+    const struct cluster_msg_read_args *args = &m->args;
     for (size_t i = 0; i < sizeof(ops_internal_reads) / sizeof(ops_internal_reads[0]); i++)
-        if (strcmp(op, ops_internal_reads[i].name) == 0) {
+        if (m->op == ops_internal_reads[i].op) {
             json_t *r = NULL;
             int rc = ops_internal_reads[i].fn(d, args, &r, err);
             if (rc == 0 && !r)
@@ -616,32 +619,30 @@ int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct
         }
     /* A control op a member forwarded (mirror_read): the same admission,
      * owner check and answer as for this node's own clients. */
-    struct gpt_ctl_request req = {.op = gpt_ctl_op_lookup(op)};
-    if (req.op < 0 || (!gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD) &&
-                       !gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD_JOB)))
-        return gpt_err_set(err, -EINVAL, "op", "unknown read \"%.64s\"", op);
-    const json_t *job = json_object_get(args, "job");
-    const json_t *snapshot = json_object_get(args, "snapshot");
-    const json_t *uid = json_object_get(args, "uid");
-    if (json_is_integer(job) && json_integer_value(job) > 0) {
-        req.job = json_integer_value(job);
+    struct gpt_ctl_request req = {.op = m->op};
+    if (req.op < 0 || req.op >= GPT_CTL_OP_COUNT ||
+        (!gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD) &&
+         !gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD_JOB)))
+        return gpt_err_set(err, -EINVAL, "op", "unknown read %d", m->op);
+    const char *name = gpt_ctl_op_name(req.op);
+    if (args->job > 0) {
+        req.job = args->job;
         req.present |= 1u << GPT_CTL_F_JOB;
     }
-    if (json_is_integer(snapshot) && json_integer_value(snapshot) > 0) {
-        req.snapshot = json_integer_value(snapshot);
+    if (args->snapshot > 0) {
+        req.snapshot = args->snapshot;
         req.present |= 1u << GPT_CTL_F_SNAPSHOT;
     }
     uint32_t missing = gpt_ctl_op_info(req.op)->required & ~req.present;
     if (missing)
         return gpt_err_set(err, -EINVAL, gpt_ctl_field_info(__builtin_ctz(missing))->name,
-                           "%s without it", op);
+                           "%s without it", name);
     /* The client's uid matters to owner-only ops, which need it. */
-    bool uid_ok = json_is_integer(uid) && json_integer_value(uid) >= 0 &&
-                  json_integer_value(uid) < (json_int_t)UINT32_MAX;
+    bool uid_ok = args->uid >= 0 && args->uid < (int64_t)UINT32_MAX;
     if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
-        return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
+        return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", name);
     int rc = ops_admit(d, &req, err);
     return rc < 0
                ? rc
-               : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret, err);
+               : ops_answer(d, &req, uid_ok ? (uid_t)args->uid : (uid_t)-1, ret, err);
 }

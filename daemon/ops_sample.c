@@ -230,12 +230,11 @@ int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
     struct ops_sample *s = calloc(1, sizeof(*s));
     struct ops_locating *q = calloc(1, sizeof(*q));
     bool chosen = req->present & (1u << GPT_CTL_F_SNAPSHOT);
-    json_t *args = json_pack("{s:I, s:I}", "job", (json_int_t)req->job, "snapshot",
-                             (json_int_t)(chosen ? req->snapshot : 0));
-    if (!s || !q || !args) {
+    struct cluster_msg_read_args args = {
+        .job = req->job, .uid = -1, .snapshot = chosen ? req->snapshot : 0};
+    if (!s || !q) {
         free(s);
         free(q);
-        json_decref(args);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
     s->member = true;
@@ -252,7 +251,7 @@ int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
     q->req.root = NULL;
     q->req.spec = NULL;
     q->tokens = tokens;
-    int rc = cluster_read(d->cluster, "locate", args, ops_sample_located, q, err);
+    int rc = cluster_read_op(d->cluster, GPT_CTL_OP_SAMPLE, &args, ops_sample_located, q, err);
     if (rc < 0) {
         json_decref(q->req.id);
         free(q);
