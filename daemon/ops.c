@@ -642,7 +642,5 @@ int ops_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_er
     if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
         return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", name);
     int rc = ops_admit(d, &req, err);
-    return rc < 0
-               ? rc
-               : ops_answer(d, &req, uid_ok ? (uid_t)args->uid : (uid_t)-1, ret, err);
+    return rc < 0 ? rc : ops_answer(d, &req, uid_ok ? (uid_t)args->uid : (uid_t)-1, ret, err);
 }

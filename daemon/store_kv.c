@@ -26,7 +26,7 @@ struct store_kv {
     pthread_mutex_t mu;
     struct store_client *client;
     bool owns_client; /* false for store_kv_over: the caller frees it */
-    char host[256]; /* as CLUSTER_HOST_MAX */
+    char host[256];   /* as CLUSTER_HOST_MAX */
     int port;
     uint8_t secret[STORE_SECRET_MAX];
     size_t secret_len;
