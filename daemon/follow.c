@@ -55,7 +55,7 @@ int follow_begin(struct control *ctl, int max_followers, struct control_client *
                  struct gpt_err *err)
 {
     /* One stream per connection: the dispatcher refused a second one
-     * (ops_dispatch, the op's GPT_CTL_OPF_STREAM flag). */
+     * (handler_dispatch, the op's GPT_CTL_OPF_STREAM flag). */
     GPT_ASSERT(!cl->logs.active);
     struct follow_count fc = {job, 0};
     control_foreach(ctl, follow_count_one, &fc);

@@ -495,7 +495,7 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
 int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
 {
     struct db_job j;
-    int rc = db_job_get(js->db, id, &j, err); /* ops_dispatch checked the owner */
+    int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)
         return rc;
     int state = j.state;
@@ -530,7 +530,7 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
 int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, struct gpt_err *err)
 {
     struct db_job j;
-    int rc = db_job_get(js->db, id, &j, err); /* ops_dispatch checked the owner */
+    int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)
         return rc;
     int state = j.state;
