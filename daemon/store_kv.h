@@ -31,7 +31,8 @@ struct store_kv *store_kv_over(struct store_client *client);
 /* The gpt_kv to hand to gpt_comm (borrowed; valid until store_kv_free). */
 struct gpt_kv *store_kv_gpt(struct store_kv *k);
 /* Any thread: the call in progress and every later one fail with
- * -ECANCELED (or the aborted client's error). */
+ * -ECANCELED (or the aborted client's error). A borrowed client is
+ * aborted too (store_client_abort): its owner only frees it after. */
 void store_kv_abort(struct store_kv *k);
 /* NULL allowed. */
 void store_kv_free(struct store_kv *k);
