@@ -88,11 +88,11 @@ struct cluster_jobs_hooks {
     void (*restarts)(void *ctx, int64_t job, int restarts);
 };
 
-/* The coordinator answers a read forwarded by a member: `op` is its wire
- * name (cluster_msg_read_name), `args` the validated arguments (only the
- * non-default ones, see cluster_msg_read_args_to_json); *ret gets the
- * result object (new). */
-typedef int (*cluster_read_fn)(void *ctx, const char *op, const json_t *args, json_t **ret,
+/* The coordinator answers a read forwarded by a member: `m` is the
+ * decoded read message (borrowed): m->op its control op (enum gpt_ctl_op,
+ * one cluster_msg_read_name() names), m->args its validated arguments;
+ * *ret gets the result object (new). */
+typedef int (*cluster_read_fn)(void *ctx, const struct cluster_msg *m, json_t **ret,
                                struct gpt_err *err);
 
 /* A member receives the coordinator's feed: each record once, in order
@@ -152,11 +152,6 @@ int cluster_submit(struct cluster *c, const json_t *spec, uid_t uid, int64_t pri
  * when the request would not encode. */
 int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_args *args,
                     cluster_reply_fn cb, void *arg, struct gpt_err *err);
-/* The same with the read's wire name ("list", "history", "locate", ...)
- * and its arguments as JSON (taken), checked as the coordinator checks
- * them. */
-int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
-                 struct gpt_err *err);
 
 /* Coordinator: appends a record of job `job` to the feed (takes `rec`);
  * cluster_feed_seq is the newest record's sequence number. */

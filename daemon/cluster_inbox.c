@@ -280,19 +280,6 @@ int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_arg
     return cluster_request(c, &m, CLUSTER_READ_TIMEOUT_S, NULL, cb, arg, err);
 }
 
-int cluster_read(struct cluster *c, const char *op, json_t *args, cluster_reply_fn cb, void *arg,
-                 struct gpt_err *err)
-{
-    struct cluster_msg_read_args a;
-    int ctl_op = cluster_msg_read_op(op);
-    int rc = ctl_op < 0 ? gpt_err_set(err, -EINVAL, "op", "unknown forwarded read \"%.64s\"", op)
-                        : cluster_msg_read_args_decode(args, &a, err);
-    json_decref(args);
-    if (rc < 0)
-        return rc;
-    return cluster_read_op(c, ctl_op, &a, cb, arg, err);
-}
-
 void cluster_requests_disconnected(struct cluster *c)
 {
     for (struct cluster_submit *s = c->ob.submits; s; s = s->next)
@@ -355,15 +342,11 @@ static void cluster_answer_read(struct cluster *c, const struct cluster_msg *m)
     struct gpt_err err;
     gpt_err_clear(&err);
     json_t *result = NULL;
-    json_t *args = cluster_msg_read_args_to_json(&m->args);
     int rc;
-    if (!args)
-        rc = gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
-    else if (!c->read_fn)
+    if (!c->read_fn)
         rc = gpt_err_set(&err, -EAGAIN, NULL, "the coordinator answers no reads yet");
     else
-        rc = c->read_fn(c->read_ctx, cluster_msg_read_name(m->op), args, &result, &err);
-    json_decref(args);
+        rc = c->read_fn(c->read_ctx, m, &result, &err);
     cluster_answer(c, m, rc, 0, rc == 0 ? result : NULL, &err);
 }
 

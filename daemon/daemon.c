@@ -313,7 +313,7 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
     }
     if (co.coordinator) {
         jobs_set_cluster(d->jobs, d->cluster);
-        cluster_set_read_hook(d->cluster, ops_read, d);
+        cluster_set_read_hook(d->cluster, handler_read, d);
     } else if (!(d->mirror = mirror_new(d->cluster, d->ctl, &d->cfg))) {
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
@@ -427,7 +427,7 @@ static void daemon_on_notify_timer(uv_timer_t *h)
 
 static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
 {
-    ops_dispatch(ctx, cl, req);
+    handler_dispatch(ctx, cl, req);
 }
 
 static void daemon_on_drained(void *ctx, struct control_client *cl)

@@ -34,12 +34,12 @@ struct daemon_ctx {
     bool stopping;
 };
 
-/* Handles one decoded request (ops.c): looks up the op's handler in a const
+/* Handles one decoded request (handlers.c): looks up the op's handler in a const
  * table and replies (or starts a stream). */
-void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req);
+void handler_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req);
 
 /* The coordinator's answer to a read a member forwarded (cluster_read_fn;
  * ctx is the daemon_ctx). */
-int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err);
+int handler_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err);
 
 #endif

@@ -54,8 +54,9 @@ int follow_begin(struct control *ctl, int max_followers, struct control_client *
                  const json_t *id, int64_t job, int64_t since, bool follow, bool remote,
                  struct gpt_err *err)
 {
-    if (cl->logs.active)
-        return gpt_err_set(err, -EBUSY, NULL, "this connection already streams logs");
+    /* One stream per connection: the dispatcher refused a second one
+     * (handler_dispatch, the op's GPT_CTL_OPF_STREAM flag). */
+    GPT_ASSERT(!cl->logs.active);
     struct follow_count fc = {job, 0};
     control_foreach(ctl, follow_count_one, &fc);
     if (follow && fc.n >= max_followers)
@@ -150,8 +151,6 @@ int follow_local_start(struct db *db, struct control *ctl, int max_followers,
                        struct control_client *cl, const json_t *id, int64_t job, int64_t since,
                        bool follow, struct gpt_err *err)
 {
-    if (cl->logs.active)
-        return gpt_err_set(err, -EBUSY, NULL, "this connection already streams logs");
     struct db_job j;
     int rc = db_job_get(db, job, &j, err);
     if (rc < 0)

@@ -10,8 +10,9 @@
  *                      the coordinator's feed.
  *
  * Both keep the stream's state in the client's `logs` (control.h), start
- * it with follow_begin (one stream per connection, at most
- * max_followers_per_job following streams per job), filter records with
+ * it with follow_begin (at most max_followers_per_job following streams
+ * per job; a connection that already streams never gets here: the
+ * dispatcher refuses it), filter records with
  * follow_filter and end it with an "end" record (follow_end_json). The
  * source only fetches.
  *

@@ -50,11 +50,13 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
                 int64_t *ret_id, struct gpt_err *err);
 
 /* Cancels a queued or running job (a running one stops at the next step
- * boundary, writing a snapshot). Only the owner or root. */
+ * boundary, writing a snapshot). The caller (handler_dispatch) has checked
+ * that `who` is the owner or root. */
 int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err);
 
 /* Queues a finished job again, to continue from snapshot `snapshot_id`
- * (0 = its newest valid snapshot). Only the owner or root. */
+ * (0 = its newest valid snapshot). The caller (handler_dispatch) has checked
+ * that `who` is the owner or root. */
 int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, struct gpt_err *err);
 
 /* The running job's id, 0 when idle. */

@@ -4,7 +4,7 @@
  * record; nothing is copied into the member's own database.
  *
  * - `list`, `status JOB` and `snapshots JOB` are asked of the coordinator
- *   (cluster_read) and answered with its result; so are `cancel JOB` and
+ *   (cluster_read_op) and answered with its result; so are `cancel JOB` and
  *   `resume JOB`, which the coordinator does to its queue, checking the
  *   client's uid as for its own clients.
  * - `logs JOB` replays the job's history from the coordinator's database in

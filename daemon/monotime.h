@@ -12,6 +12,8 @@
 double monotime_s(void);
 /* Milliseconds since the same point. */
 int64_t monotime_ms(void);
+/* Microseconds since the same point (sd_notify's MONOTONIC_USEC). */
+int64_t monotime_us(void);
 /* Sleeps `ms` milliseconds (0 or less: returns at once; a signal may end
  * it early, so callers that poll re-check their deadline). Blocks the
  * calling thread: never on the loop thread. */

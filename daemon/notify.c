@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "monotime.h"
 
 #ifdef GPTD_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -103,11 +104,8 @@ int notify_watchdog(void)
 
 int notify_reloading(void)
 {
-    struct timespec ts;
     char msg[64];
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
-             (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%lld", (long long)monotime_us());
     return notify_send(msg);
 }
 

@@ -22,10 +22,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
+
+#include "monotime.h"
 
 #define POLL_SLICE_MS    100 /* how often a blocked call looks at the abort flag */
 #define READ_CHUNK_BYTES 65536
@@ -103,21 +104,13 @@ struct store_client {
     uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for `events` on fd up to the deadline, in slices so an abort is seen
  * quickly. Returns 0, -ETIMEDOUT, -ECANCELED or a negative errno. */
 static int wait_fd(struct store_client *c, short events, int64_t deadline, struct gpt_err *err)
 {
     for (;;) {
         struct pollfd pfd = {.fd = c->fd, .events = events};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - monotime_ms();
         int rc;
 
         if (atomic_load(&c->aborted))
@@ -307,7 +300,7 @@ int store_client_connect(const struct store_client_opts *opts, struct store_clie
     pthread_mutex_init(&c->lock, NULL);
     proto_store_out_init(&c->out);
     proto_store_parser_init(&c->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
-    deadline = now_ms() + c->timeout_ms;
+    deadline = monotime_ms() + c->timeout_ms;
     snprintf(port, sizeof(port), "%d", opts->port);
     rc = getaddrinfo(opts->host, port, &hints, &res);
     if (rc != 0) {
@@ -361,7 +354,7 @@ static int call_begin(struct store_client *c, int rc_enc, int64_t timeout_ms, in
         return gpt_err_set(err, rc_enc, NULL, "store client: cannot encode request: %s",
                            gpt_strerror(rc_enc));
     }
-    rc = exchange(c, now_ms() + timeout_ms, m, err);
+    rc = exchange(c, monotime_ms() + timeout_ms, m, err);
     if (rc == 0)
         rc = reply_check(c, m, expect, err);
     return rc;
@@ -523,41 +516,4 @@ int store_client_num_keys(struct store_client *c, int64_t *ret_n, struct gpt_err
         *ret_n = m.num;
     pthread_mutex_unlock(&c->lock);
     return rc;
-}
-
-/* ---- struct gpt_kv adapter ---- */
-
-static int kv_set(void *ctx, const char *key, const void *val, size_t len)
-{
-    return store_client_set(ctx, key, val, len, NULL);
-}
-
-static int kv_get(void *ctx, const char *key, void *buf, size_t cap, size_t *ret_len,
-                  int timeout_ms)
-{
-    struct store_client *c = ctx;
-    const char *keys[1] = {key};
-    void *val = NULL;
-    size_t len = 0;
-    int rc;
-
-    if ((rc = store_client_wait(c, keys, 1, timeout_ms, NULL)) < 0)
-        return rc;
-    if ((rc = store_client_get(c, key, &val, &len, NULL)) < 0)
-        return rc;
-    if (len > cap) {
-        free(val);
-        return -EMSGSIZE;
-    }
-    memcpy(buf, val, len);
-    *ret_len = len;
-    free(val);
-    return 0;
-}
-
-struct gpt_kv store_client_kv(struct store_client *c)
-{
-    struct gpt_kv kv = {.ctx = c, .set = kv_set, .get = kv_get};
-
-    return kv;
 }

@@ -23,7 +23,6 @@
 
 #include <uv.h>
 
-#include "comm.h"
 #include "gpt_err.h"
 #include "store.h"
 #include "store_auth.h"
@@ -95,11 +94,6 @@ int store_client_delete(struct store_client *c, const char *key, int *ret_delete
 int store_client_num_keys(struct store_client *c, int64_t *ret_n, struct gpt_err *err);
 int store_client_append(struct store_client *c, const char *key, const void *val, size_t len,
                         struct gpt_err *err);
-
-/* A struct gpt_kv backed by `c` (borrowed; must outlive the kv). Its get
- * waits for the key (timeout_ms <= 0: the client's timeout), then fetches
- * it; a value longer than `cap` fails with -EMSGSIZE rather than being cut. */
-struct gpt_kv store_client_kv(struct store_client *c);
 
 /* ---- asynchronous client ---- */
 

@@ -1,8 +1,8 @@
 /*
  * store_kv: the abortable gpt_kv (engine/comm.h) the workers' rings use
  * to exchange addresses through the rendezvous store (see store_kv.h).
- * One blocking store client, connected on first use and shared by the
- * threads of one world under a mutex; an abort from any thread fails the
+ * One blocking store client, connected on first use (or borrowed) and
+ * shared by the threads of one world under a mutex; an abort from any thread fails the
  * call in progress (store_client_abort) and every later one.
  */
 #include "store_kv.h"
@@ -25,7 +25,8 @@ struct store_kv {
     struct gpt_kv kv;
     pthread_mutex_t mu;
     struct store_client *client;
-    char host[256]; /* as CLUSTER_HOST_MAX */
+    bool owns_client; /* false for store_kv_over: the caller frees it */
+    char host[256];   /* as CLUSTER_HOST_MAX */
     int port;
     uint8_t secret[STORE_SECRET_MAX];
     size_t secret_len;
@@ -111,12 +112,25 @@ static int store_kv_get(void *ctx, const char *key, void *buf, size_t cap, size_
     }
 }
 
-struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len)
+static struct store_kv *store_kv_alloc(void)
 {
     struct store_kv *k = calloc(1, sizeof(*k));
     if (!k)
         return NULL;
     pthread_mutex_init(&k->mu, NULL);
+    atomic_init(&k->aborted, false);
+    k->kv.ctx = k;
+    k->kv.set = store_kv_set;
+    k->kv.get = store_kv_get;
+    return k;
+}
+
+struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len)
+{
+    struct store_kv *k = store_kv_alloc();
+    if (!k)
+        return NULL;
+    k->owns_client = true;
     snprintf(k->host, sizeof(k->host), "%s", host);
     k->port = port;
     if (secret_len > sizeof(k->secret))
@@ -124,10 +138,14 @@ struct store_kv *store_kv_new(const char *host, int port, const void *secret, si
     if (secret_len)
         memcpy(k->secret, secret, secret_len);
     k->secret_len = secret_len;
-    atomic_init(&k->aborted, false);
-    k->kv.ctx = k;
-    k->kv.set = store_kv_set;
-    k->kv.get = store_kv_get;
+    return k;
+}
+
+struct store_kv *store_kv_over(struct store_client *client)
+{
+    struct store_kv *k = store_kv_alloc();
+    if (k)
+        k->client = client;
     return k;
 }
 
@@ -145,7 +163,8 @@ void store_kv_free(struct store_kv *k)
 {
     if (!k)
         return;
-    store_client_free(k->client);
+    if (k->owns_client)
+        store_client_free(k->client);
     pthread_mutex_destroy(&k->mu);
     free(k);
 }

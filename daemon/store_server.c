@@ -1,7 +1,8 @@
 /*
  * store_server: see store_server.h. Owns the key table, the connections,
- * their parsers and reply buffers, and the pending WAITs with their timers.
- * Everything runs on the loop thread; only the counters in `st` are shared,
+ * their parsers and reply buffers; the pending WAITs with their timers and
+ * the resume queue are in store_server_waits.c (objects shared through
+ * store_server_impl.h). Everything runs on the loop thread; only the counters in `st` are shared,
  * under `st_lock`.
  *
  * Flow of one connection: accept -> HELLO(Nc) -> CHALLENGE(Ns) -> AUTH
@@ -30,84 +31,7 @@
 #include <openssl/crypto.h>
 
 #include "log.h"
-#include "store.h"
-#include "store_auth.h"
-#include "store_table.h"
-
-#define READ_CHUNK_BYTES 65536
-
-/* ---- intrusive circular lists ---- */
-
-struct link {
-    struct link *prev, *next;
-};
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-static void link_init(struct link *l)
-{
-    l->prev = l->next = l;
-}
-
-static bool link_linked(const struct link *l)
-{
-    return l->next != l;
-}
-
-static void link_insert_tail(struct link *head, struct link *l)
-{
-    l->prev = head->prev;
-    l->next = head;
-    head->prev->next = l;
-    head->prev = l;
-}
-
-static void link_remove(struct link *l)
-{
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    link_init(l);
-}
-
-/* ---- objects ---- */
-
-struct wait_key {
-    const char *key; /* into the wait's own copy */
-    size_t len;
-    uint64_t hash;
-};
-
-struct wait {
-    uv_timer_t timer; /* always initialised; the wait is freed in its close callback */
-    struct link link; /* in server->waits */
-    struct store_server *srv;
-    struct client *client; /* NULL once finished (the client may be freed first) */
-    uint32_t nkeys;
-    uint32_t cur; /* first key not yet known to exist */
-    struct wait_key keys[];
-};
-
-enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY };
-
-struct client {
-    uv_tcp_t tcp;
-    uv_timer_t hs_timer; /* handshake deadline */
-    struct store_server *srv;
-    struct link link;        /* in server->clients */
-    struct link resume_link; /* in server->resume when queued */
-    enum client_state state;
-    bool closing;
-    int open_handles;
-    uint8_t nc[GPT_STORE_NONCE_BYTES]; /* the client's handshake nonce */
-    uint8_t ns[GPT_STORE_NONCE_BYTES]; /* ours */
-    struct store_auth_session session; /* ready in CLIENT_READY */
-    struct proto_store_parser parser;
-    struct proto_store_out out; /* replies not yet handed to uv_write */
-    size_t seal_from;           /* out's bytes before this are sealed or handshake */
-    struct wait *wait;
-    char peer[64];
-    uint8_t rbuf[READ_CHUNK_BYTES];
-};
+#include "store_server_impl.h"
 
 struct write_req {
     uv_write_t req;
@@ -115,40 +39,7 @@ struct write_req {
     struct proto_store_out buf;
 };
 
-struct store_server {
-    uv_loop_t *loop;
-    uv_tcp_t listener;
-    bool listening;
-    bool closing;
-    int open_handles; /* listener + every client and wait handle not yet closed */
-    void (*close_cb)(void *arg);
-    void *close_arg;
-    struct store_server_opts opts;
-    uint8_t *secret;
-    char secret_hint[1024];
-    uint64_t auth_logged_ms; /* when a refused secret was last logged (uv_now) */
-    uint64_t tag_logged_ms;  /* when a bad frame tag was last logged (uv_now) */
-    uint64_t tag_unlogged;   /* bad tags since then not logged */
-    struct store_table table;
-    struct link clients;
-    struct link waits;
-    struct link resume;
-    bool draining;
-    pthread_mutex_t st_lock;
-    struct store_server_stats st;
-};
-
-static void client_close(struct client *c, const char *why);
-static void client_process(struct client *c);
-
 /* ---- counters ---- */
-
-#define ST_ADD(s, field, delta)                                                                    \
-    do {                                                                                           \
-        pthread_mutex_lock(&(s)->st_lock);                                                         \
-        (s)->st.field += (delta);                                                                  \
-        pthread_mutex_unlock(&(s)->st_lock);                                                       \
-    } while (0)
 
 void store_server_stats(struct store_server *s, struct store_server_stats *ret)
 {
@@ -184,146 +75,10 @@ static void server_maybe_finish(struct store_server *s)
         cb(arg);
 }
 
-static void server_handle_closed(struct store_server *s)
+void store_server_handle_closed(struct store_server *s)
 {
     s->open_handles--;
     server_maybe_finish(s);
-}
-
-/* ---- waits ---- */
-
-static void wait_timer_closed(uv_handle_t *h)
-{
-    struct wait *w = container_of((uv_timer_t *)h, struct wait, timer);
-    struct store_server *s = w->srv;
-
-    free(w);
-    server_handle_closed(s);
-}
-
-/* Unlinks w from its client and the server and closes its timer (the wait
- * is freed in the close callback). */
-static void wait_finish(struct wait *w)
-{
-    struct store_server *s = w->srv;
-
-    link_remove(&w->link);
-    w->client->wait = NULL;
-    w->client = NULL;
-    ST_ADD(s, waits, -1);
-    uv_timer_stop(&w->timer);
-    uv_close((uv_handle_t *)&w->timer, wait_timer_closed);
-}
-
-/* Advances w->cur past keys that exist; true when all exist. */
-static bool wait_advance(struct store_server *s, struct wait *w)
-{
-    while (w->cur < w->nkeys) {
-        const struct wait_key *k = &w->keys[w->cur];
-        if (!store_table_find(&s->table, k->key, k->len, k->hash))
-            return false;
-        w->cur++;
-    }
-    /* A key passed earlier may have been deleted since: check them all. */
-    for (w->cur = 0; w->cur < w->nkeys; w->cur++) {
-        const struct wait_key *k = &w->keys[w->cur];
-        if (!store_table_find(&s->table, k->key, k->len, k->hash))
-            return false;
-    }
-    return true;
-}
-
-static void client_queue_resume(struct client *c)
-{
-    if (!c->closing && !link_linked(&c->resume_link))
-        link_insert_tail(&c->srv->resume, &c->resume_link);
-}
-
-/* Runs queued clients until none is left. Re-entrant calls return at once:
- * the outermost one picks up what they queued. */
-static void server_drain(struct store_server *s)
-{
-    if (s->draining)
-        return;
-    s->draining = true;
-    while (link_linked(&s->resume)) {
-        struct client *c = container_of(s->resume.next, struct client, resume_link);
-        link_remove(&c->resume_link);
-        client_process(c);
-    }
-    s->draining = false;
-}
-
-/* A key was created: complete the waits it was the missing key of. */
-static void waits_key_created(struct store_server *s, const char *key, size_t len, uint64_t hash)
-{
-    struct link *l, *next;
-
-    for (l = s->waits.next; l != &s->waits; l = next) {
-        struct wait *w = container_of(l, struct wait, link);
-        const struct wait_key *k = &w->keys[w->cur];
-        next = l->next;
-        if (k->hash != hash || k->len != len || memcmp(k->key, key, len) != 0)
-            continue;
-        if (!wait_advance(s, w))
-            continue;
-        /* The reply is staged now; the client runs its next frames later. */
-        struct client *c = w->client;
-        proto_store_put_ok(&c->out);
-        client_queue_resume(c);
-        wait_finish(w);
-    }
-}
-
-static void wait_timeout(uv_timer_t *t)
-{
-    struct wait *w = container_of(t, struct wait, timer);
-    struct client *c = w->client;
-    struct store_server *s = c->srv;
-
-    if (proto_store_put_error(&c->out, PROTO_STORE_STATUS_TIMEOUT, "wait timed out") < 0) {
-        client_close(c, "out of memory");
-        return;
-    }
-    wait_finish(w);
-    client_queue_resume(c);
-    server_drain(s);
-}
-
-/* Starts a WAIT for the keys of m that are not all present. */
-static int wait_start(struct client *c, const struct proto_store_msg *m)
-{
-    struct store_server *s = c->srv;
-    size_t cursor = 0, i = 0, klen;
-    const char *k;
-    struct wait *w;
-    char *copy;
-
-    if (s->st.waits >= s->opts.max_waits)
-        return -GPT_E_LIMIT;
-    w = calloc(1, sizeof(*w) + m->nkeys * sizeof(w->keys[0]) + m->keys_raw_len);
-    if (!w)
-        return -ENOMEM;
-    copy = (char *)&w->keys[m->nkeys];
-    memcpy(copy, m->keys_raw, m->keys_raw_len);
-    while (proto_store_keys_next(m, &cursor, &k, &klen)) {
-        w->keys[i].key = copy + (k - (const char *)m->keys_raw);
-        w->keys[i].len = klen;
-        w->keys[i].hash = store_table_hash(k, klen);
-        i++;
-    }
-    w->nkeys = m->nkeys;
-    w->client = c;
-    w->srv = s;
-    GPT_ASSERT(uv_timer_init(s->loop, &w->timer) == 0);
-    s->open_handles++;
-    link_insert_tail(&s->waits, &w->link);
-    c->wait = w;
-    ST_ADD(s, waits, 1);
-    wait_advance(s, w); /* positions cur on a missing key */
-    if (m->timeout_ms > 0)
-        uv_timer_start(&w->timer, wait_timeout, m->timeout_ms, 0);
-    return 0;
 }
 
 /* ---- commands ---- */
@@ -434,7 +189,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     case PROTO_STORE_WAIT:
         if (keys_all_exist(s, m))
             rc = proto_store_put_ok(o);
-        else if ((rc = wait_start(c, m)) == -GPT_E_LIMIT)
+        else if ((rc = store_server_wait_start(c, m)) == -GPT_E_LIMIT)
             *ret_why = "too many pending waits";
         break;
     case PROTO_STORE_CHECK:
@@ -454,7 +209,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     if (rc < 0 && created)
         store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
     else if (created)
-        waits_key_created(s, m->key, m->key_len, h);
+        store_server_key_created(s, m->key, m->key_len, h);
     if (rc == -GPT_E_LIMIT && !*ret_why)
         *ret_why = "store limit reached (keys or bytes)";
     return rc;
@@ -520,10 +275,10 @@ static void client_handle_closed(uv_handle_t *h)
         store_auth_session_done(&c->session);
         free(c);
     }
-    server_handle_closed(s);
+    store_server_handle_closed(s);
 }
 
-static void client_close(struct client *c, const char *why)
+void store_server_client_close(struct client *c, const char *why)
 {
     struct store_server *s = c->srv;
 
@@ -535,7 +290,7 @@ static void client_close(struct client *c, const char *why)
     if (c->state != CLIENT_READY && why)
         ST_ADD(s, auth_failures, 1);
     if (c->wait)
-        wait_finish(c->wait);
+        store_server_wait_finish(c->wait);
     if (link_linked(&c->resume_link))
         link_remove(&c->resume_link);
     link_remove(&c->link);
@@ -554,11 +309,11 @@ static void write_done(uv_write_t *req, int status)
     if (c->closing)
         return;
     if (status < 0) {
-        client_close(c, uv_strerror(status));
+        store_server_client_close(c, uv_strerror(status));
         return;
     }
-    client_queue_resume(c);
-    server_drain(c->srv);
+    store_server_resume(c);
+    store_server_drain(c->srv);
 }
 
 /* Hands the staged replies to libuv. */
@@ -609,18 +364,18 @@ static void client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     struct gpt_err err;
 
     if (nread < 0) {
-        client_close(c, nread == UV_EOF ? NULL : uv_strerror((int)nread));
-        server_drain(c->srv);
+        store_server_client_close(c, nread == UV_EOF ? NULL : uv_strerror((int)nread));
+        store_server_drain(c->srv);
         return;
     }
     if (nread == 0)
         return;
     if (proto_store_parser_feed(&c->parser, buf->base, (size_t)nread, &err) < 0) {
-        client_close(c, err.msg);
+        store_server_client_close(c, err.msg);
         return;
     }
-    client_process(c);
-    server_drain(c->srv);
+    store_server_client_process(c);
+    store_server_drain(c->srv);
 }
 
 /* A frame of an authenticated connection failed its tag: forged, injected
@@ -646,7 +401,7 @@ static void server_log_bad_tag(struct store_server *s, struct client *c)
  * and writes the replies. A paused client is still read (so a disconnect is
  * seen at once); its frames pile up in the parser, whose cap of one maximal
  * frame plus one read then disconnects a client that keeps sending. */
-static void client_process(struct client *c)
+void store_server_client_process(struct client *c)
 {
     struct store_server *s = c->srv;
     struct proto_store_msg m;
@@ -660,11 +415,11 @@ static void client_process(struct client *c)
             break;
         if (rc == -GPT_E_AUTH && c->state == CLIENT_READY) {
             server_log_bad_tag(s, c);
-            client_close(c, err.msg);
+            store_server_client_close(c, err.msg);
             return;
         }
         if (rc < 0) {
-            client_close(c, err.msg);
+            store_server_client_close(c, err.msg);
             return;
         }
         if (c->state != CLIENT_READY) {
@@ -684,39 +439,39 @@ static void client_process(struct client *c)
                     log_notice("store: dropped %s in the handshake (%s, got %s)", c->peer,
                                gpt_strerror(rc), proto_store_type_name(m.type));
                 }
-                client_close(c, "handshake failed");
+                store_server_client_close(c, "handshake failed");
                 return;
             }
             continue;
         }
         if (!proto_store_type_is_request(m.type)) {
-            client_close(c, "not a request");
+            store_server_client_close(c, "not a request");
             return;
         }
         ST_ADD(s, requests, 1);
         rc = command_run(c, &m, &why);
         server_sync_counts(s);
         if (rc == -ENOMEM) {
-            client_close(c, "out of memory");
+            store_server_client_close(c, "out of memory");
             return;
         }
         if (rc < 0 && proto_store_put_error(&c->out, proto_store_status_from_errno(rc),
                                             why ? why : gpt_strerror(rc)) < 0) {
-            client_close(c, "out of memory");
+            store_server_client_close(c, "out of memory");
             return;
         }
     }
     if (c->closing)
         return;
     if ((rc = client_flush(c)) < 0)
-        client_close(c, uv_strerror(rc));
+        store_server_client_close(c, uv_strerror(rc));
 }
 
 static void handshake_timeout(uv_timer_t *t)
 {
     struct client *c = t->data;
 
-    client_close(c, "handshake timed out");
+    store_server_client_close(c, "handshake timed out");
 }
 
 static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t cap)
@@ -766,7 +521,7 @@ static void server_accept(uv_stream_t *listener, int status)
     ST_ADD(s, clients, 1);
     snprintf(c->peer, sizeof(c->peer), "?");
     if ((rc = uv_accept(listener, (uv_stream_t *)&c->tcp)) < 0) {
-        client_close(c, uv_strerror(rc));
+        store_server_client_close(c, uv_strerror(rc));
         return;
     }
     memset(&ss, 0, sizeof(ss));
@@ -774,13 +529,13 @@ static void server_accept(uv_stream_t *listener, int status)
     peer_name(&ss, c->peer, sizeof(c->peer));
     if (s->st.clients > s->opts.max_clients) {
         log_warn("store: refused %s: %zu clients connected", c->peer, s->opts.max_clients);
-        client_close(c, NULL);
+        store_server_client_close(c, NULL);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     uv_timer_start(&c->hs_timer, handshake_timeout, s->opts.handshake_timeout_ms, 0);
     if ((rc = uv_read_start((uv_stream_t *)&c->tcp, client_alloc, client_read)) < 0)
-        client_close(c, uv_strerror(rc));
+        store_server_client_close(c, uv_strerror(rc));
 }
 
 /* ---- public ---- */
@@ -866,7 +621,7 @@ int store_server_start(struct store_server *s, const char *host, int port, int *
 
 static void listener_closed(uv_handle_t *h)
 {
-    server_handle_closed(h->data);
+    store_server_handle_closed(h->data);
 }
 
 void store_server_close(struct store_server *s, void (*close_cb)(void *arg), void *arg)
@@ -876,6 +631,6 @@ void store_server_close(struct store_server *s, void (*close_cb)(void *arg), voi
     s->close_cb = close_cb;
     s->close_arg = arg;
     while (link_linked(&s->clients))
-        client_close(container_of(s->clients.next, struct client, link), NULL);
+        store_server_client_close(container_of(s->clients.next, struct client, link), NULL);
     uv_close((uv_handle_t *)&s->listener, listener_closed);
 }

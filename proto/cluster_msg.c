@@ -477,21 +477,6 @@ out:
     return rc;
 }
 
-int cluster_msg_read_args_decode(const json_t *o, struct cluster_msg_read_args *ret,
-                                 struct gpt_err *err)
-{
-    struct cluster_msg m;
-    cluster_msg_init(&m, CLUSTER_MSG_READ);
-    *ret = m.args;
-    return o ? cm_args_decode(o, ret, err) : 0;
-}
-
-json_t *cluster_msg_read_args_to_json(const struct cluster_msg_read_args *a)
-{
-    json_t *o = NULL;
-    return cm_args_encode(a, &o, NULL) == 0 ? o : NULL;
-}
-
 /* ---- replies ---- */
 
 void cluster_msg_reply_done(struct cluster_msg_reply *r)

@@ -159,15 +159,6 @@ const char *cluster_msg_field_name(int field);
 const char *cluster_msg_read_name(int op);
 int cluster_msg_read_op(const char *name);
 
-/* A forwarded read's arguments from / to their JSON object (the "args"
- * of a read message): decode checks each as cluster_msg_decode does (NULL:
- * every argument at its default);
- * to_json returns a new object holding the non-default ones (NULL on
- * ENOMEM). */
-int cluster_msg_read_args_decode(const json_t *o, struct cluster_msg_read_args *ret,
-                                 struct gpt_err *err);
-json_t *cluster_msg_read_args_to_json(const struct cluster_msg_read_args *a);
-
 /* Decodes one line (`len` bytes, no '\n', need not be NUL terminated).
  * Always initialises *ret; release with cluster_msg_done. 0, or -EMSGSIZE
  * (longer than CLUSTER_MSG_LINE_MAX), -EBADMSG (not a JSON object),

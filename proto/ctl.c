@@ -37,7 +37,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
 #define NOT_STOP GPT_CTL_OPF_NOT_STOPPING
 
 /* submit, logs and sample are forwarded too, but not as plain reads: their
- * handlers have member paths of their own (daemon/ops.c). */
+ * handlers have member paths of their own (daemon/handlers.c). */
 static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY), F(SPEC), NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},

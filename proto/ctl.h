@@ -13,7 +13,7 @@
  * table of ops: unknown fields, missing required fields and wrong types are
  * errors that name the field in `path`. Each field's row names the slot of
  * struct gpt_ctl_request it fills (offsetof); each op's row carries the
- * flags (enum gpt_ctl_op_flag) that gptd's one dispatcher, daemon/ops.c,
+ * flags (enum gpt_ctl_op_flag) that gptd's one dispatcher, daemon/handlers.c,
  * applies before any op runs.
  *
  * Pure: bytes in, structs out. No sockets, threads, clocks or globals other
@@ -105,7 +105,7 @@ struct gpt_ctl_field_info {
     size_t offset;    /* of the slot in struct gpt_ctl_request */
 };
 
-/* What the daemon's one dispatcher (daemon/ops.c) applies to an op before
+/* What the daemon's one dispatcher (daemon/handlers.c) applies to an op before
  * its handler runs, so no handler repeats it. */
 enum gpt_ctl_op_flag {
     /* On a cluster member the coordinator holds the queue of record and

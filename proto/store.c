@@ -513,13 +513,6 @@ void proto_store_out_done(struct proto_store_out *o)
     memset(o, 0, sizeof(*o));
 }
 
-void proto_store_out_consume(struct proto_store_out *o, size_t n)
-{
-    GPT_ASSERT(n <= o->len);
-    memmove(o->data, o->data + n, o->len - n);
-    o->len -= n;
-}
-
 int proto_store_sealed_next(uint8_t *buf, size_t len, size_t tag_bytes, size_t *off,
                             uint8_t **ret_frame, size_t *ret_len, uint8_t **ret_tag)
 {

@@ -226,8 +226,6 @@ struct proto_store_out {
 void proto_store_out_init(struct proto_store_out *o);
 /* Frees the buffer; safe on a zeroed or already-done buffer. */
 void proto_store_out_done(struct proto_store_out *o);
-/* Drops the first n bytes (n <= len). */
-void proto_store_out_consume(struct proto_store_out *o, size_t n);
 /* Walks frames written with tag_bytes: given buf[*off..len) starting at a
  * frame, returns 1 with *ret_frame, *ret_len (the frame) and *ret_tag (its
  * tag_bytes slot) and advances *off past the tag; 0 at the end; -GPT_E_PROTO

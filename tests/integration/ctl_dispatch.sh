@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one dispatcher of control ops (daemon/ops.c) applies the op tables:
+# The one dispatcher of control ops (daemon/handlers.c) applies the op tables:
 # a configuration limit (sample's tokens against sample_max_tokens, given
 # or defaulted) is refused before the op runs, naming the field and the
 # option; an owner-only op on a job that does not exist is not_found; ops

@@ -27,6 +27,7 @@
 
 #include "store.h"
 #include "store_client.h"
+#include "store_kv.h"
 #include "store_server.h"
 
 #define TIMEOUT_MS 10000
@@ -262,7 +263,8 @@ static void test_kv_adapter(void **state)
 {
     struct harness *h = harness_start(NULL);
     struct store_client *c = client_connect(h, NULL);
-    struct gpt_kv kv = store_client_kv(c);
+    struct store_kv *k = store_kv_over(c);
+    struct gpt_kv kv = *store_kv_gpt(k);
     struct setter_arg sa = {h, "job/r1/addr", 100};
     char buf[64];
     size_t len = 0;
@@ -280,6 +282,9 @@ static void test_kv_adapter(void **state)
     pthread_join(t, NULL);
     assert_int_equal(kv.get(kv.ctx, "job/r1/addr", buf, 4, &len, 1000), -EMSGSIZE);
     assert_int_equal(kv.get(kv.ctx, "job/none", buf, sizeof(buf), &len, 50), -ETIMEDOUT);
+    /* The borrowed client outlives the kv and still works after it. */
+    store_kv_free(k);
+    assert_int_equal(store_client_set(c, "after", "x", 1, NULL), 0);
     store_client_free(c);
     harness_stop(h);
 }

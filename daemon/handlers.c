@@ -1,10 +1,10 @@
 /*
- * ops: the one dispatcher of control ops (see ops.h), its table of
- * handlers, and the handlers of every op but `sample` (ops_sample.c).
+ * handlers: the one dispatcher of control ops (see handlers.h), its table of
+ * handlers, and the handlers of every op but `sample` (handlers_sample.c).
  *
  * Most ops are a `result` function: the answer from the queue of record,
  * used both for this node's clients and, on the coordinator, for the reads
- * members forward (ops_read), so the owner check, the stopping check and
+ * members forward (handler_read), so the owner check, the stopping check and
  * the answer are the same code either way. The others (`logs`, `sample`)
  * reply themselves, and have a member path of their own.
  *
@@ -20,24 +20,24 @@
 #include "devices.h"
 #include "job_limits.h"
 #include "log.h"
-#include "ops.h"
+#include "handlers.h"
 #include "paths.h"
 #include "snapshot.h"
 
-#define OPS_LIST_MAX    1000 /* jobs in one `list` reply */
-#define OPS_HISTORY_MAX 1000 /* metrics in one history chunk for a member */
+#define HANDLER_LIST_MAX    1000 /* jobs in one `list` reply */
+#define HANDLER_HISTORY_MAX 1000 /* metrics in one history chunk for a member */
 
 /* The answer of an op from this node's own queue and state, for a client
  * with `uid`: a new result object (merged into the reply), or an error. */
-typedef int (*ops_result_fn)(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                             json_t **ret, struct gpt_err *err);
+typedef int (*handler_result_fn)(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                                 json_t **ret, struct gpt_err *err);
 
-static json_t *ops_real_or_null(double v)
+static json_t *handler_real_or_null(double v)
 {
     return v == v ? json_real(v) : json_null();
 }
 
-static json_t *ops_job_json(const struct db_job *j)
+static json_t *handler_job_json(const struct db_job *j)
 {
     json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:I, s:I, s:f}", "id", (json_int_t)j->id,
                           "name", j->name, "owner_uid", (json_int_t)j->owner_uid, "state",
@@ -46,7 +46,7 @@ static json_t *ops_job_json(const struct db_job *j)
                           j->created);
     if (!o)
         return NULL;
-    json_object_set_new(o, "loss", ops_real_or_null(j->loss));
+    json_object_set_new(o, "loss", handler_real_or_null(j->loss));
     json_object_set_new(o, "started", j->started > 0 ? json_real(j->started) : json_null());
     json_object_set_new(o, "finished", j->finished > 0 ? json_real(j->finished) : json_null());
     if (j->error[0])
@@ -55,8 +55,8 @@ static json_t *ops_job_json(const struct db_job *j)
 }
 
 /* Parses and fully validates a spec object (as `gptd run` would). */
-static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
-                          struct gpt_job *job, struct gpt_err *err)
+static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
+                              struct gpt_job *job, struct gpt_err *err)
 {
     char *text = json_dumps(spec, JSON_COMPACT);
     if (!text)
@@ -79,14 +79,14 @@ static int ops_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t 
 /* A submit on a node that is not the coordinator travels to the
  * coordinator, whose queue is the one of record; the reply waits for its
  * answer. */
-struct ops_forward {
+struct handler_forward {
     struct control_client *cl;
     json_t *id;
 };
 
-static void ops_submit_forwarded(void *arg, int rc, int64_t job, const struct gpt_err *err)
+static void handler_submit_forwarded(void *arg, int rc, int64_t job, const struct gpt_err *err)
 {
-    struct ops_forward *f = arg;
+    struct handler_forward *f = arg;
     struct control_client *cl = f->cl;
     if (rc < 0)
         control_reply_err(cl, f->id, rc, err);
@@ -101,16 +101,16 @@ static void ops_submit_forwarded(void *arg, int rc, int64_t job, const struct gp
     free(f);
 }
 
-static int ops_submit_forward(struct daemon_ctx *d, struct control_client *cl,
-                              const struct gpt_ctl_request *req, struct gpt_err *err)
+static int handler_submit_forward(struct daemon_ctx *d, struct control_client *cl,
+                                  const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    struct ops_forward *f = calloc(1, sizeof(*f));
+    struct handler_forward *f = calloc(1, sizeof(*f));
     if (!f)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     f->cl = cl;
     f->id = json_deep_copy(req->id);
-    int rc =
-        cluster_submit(d->cluster, req->spec, cl->uid, req->priority, ops_submit_forwarded, f, err);
+    int rc = cluster_submit(d->cluster, req->spec, cl->uid, req->priority, handler_submit_forwarded,
+                            f, err);
     if (rc < 0) {
         json_decref(f->id);
         free(f);
@@ -128,7 +128,7 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
-    int rc = ops_parse_spec(d, req->spec, uid, job, err);
+    int rc = handler_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
     if (rc == 0)
@@ -146,9 +146,9 @@ static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = ops_parse_spec(d, req->spec, cl->uid, job, err);
+    int rc = handler_parse_spec(d, req->spec, cl->uid, job, err);
     free(job);
-    return rc < 0 ? rc : ops_submit_forward(d, cl, req, err);
+    return rc < 0 ? rc : handler_submit_forward(d, cl, req, err);
 }
 
 static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
@@ -157,7 +157,7 @@ static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, 
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = ops_parse_spec(d, req->spec, uid, job, err);
+    int rc = handler_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0) {
         char *canon = gpt_jobspec_to_json(job);
         json_t *spec = canon ? json_loads(canon, 0, NULL) : NULL;
@@ -171,9 +171,9 @@ static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, 
     return rc;
 }
 
-static void ops_list_add(void *ctx, const struct db_job *j)
+static void handler_list_add(void *ctx, const struct db_job *j)
 {
-    json_array_append_new(ctx, ops_job_json(j));
+    json_array_append_new(ctx, handler_job_json(j));
 }
 
 static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
@@ -183,7 +183,7 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = db_job_list(d->db, OPS_LIST_MAX, ops_list_add, arr, err);
+    int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, arr, err);
     if (rc < 0) {
         json_decref(arr);
         return rc;
@@ -193,13 +193,13 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
 }
 
 /* status JOB: one job in full. */
-static int ops_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct gpt_err *err)
+static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct gpt_err *err)
 {
     struct db_job j;
     int rc = db_job_get(d->db, id, &j, err);
     if (rc < 0)
         return rc;
-    json_t *o = ops_job_json(&j);
+    json_t *o = handler_job_json(&j);
     if (o) {
         json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
         json_object_set_new(o, "restarts", json_integer(j.restarts));
@@ -216,7 +216,7 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
 {
     (void)uid;
     if (req->present & (1u << GPT_CTL_F_JOB))
-        return ops_job_result(d, req->job, ret, err);
+        return handler_job_result(d, req->job, ret, err);
     int64_t queued = 0;
     int rc = db_job_count(d->db, DB_JOB_QUEUED, &queued, err);
     if (rc < 0)
@@ -253,8 +253,8 @@ static int op_logs_member(struct daemon_ctx *d, struct control_client *cl,
 }
 
 /* The job's state after a cancel/resume, as the reply's result. */
-static int ops_state_result(struct daemon_ctx *d, int64_t job, bool cancel, json_t **ret,
-                            struct gpt_err *err)
+static int handler_state_result(struct daemon_ctx *d, int64_t job, bool cancel, json_t **ret,
+                                struct gpt_err *err)
 {
     struct db_job j;
     int rc = db_job_get(d->db, job, &j, err);
@@ -272,7 +272,7 @@ static int op_cancel(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
                      json_t **ret, struct gpt_err *err)
 {
     int rc = jobs_cancel(d->jobs, req->job, uid, err);
-    return rc < 0 ? rc : ops_state_result(d, req->job, true, ret, err);
+    return rc < 0 ? rc : handler_state_result(d, req->job, true, ret, err);
 }
 
 static int op_resume(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
@@ -280,10 +280,10 @@ static int op_resume(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
 {
     int64_t snapshot = req->present & (1u << GPT_CTL_F_SNAPSHOT) ? req->snapshot : 0;
     int rc = jobs_resume(d->jobs, req->job, snapshot, uid, err);
-    return rc < 0 ? rc : ops_state_result(d, req->job, false, ret, err);
+    return rc < 0 ? rc : handler_state_result(d, req->job, false, ret, err);
 }
 
-static void ops_snapshot_add(void *ctx, const struct db_snapshot *s)
+static void handler_snapshot_add(void *ctx, const struct db_snapshot *s)
 {
     struct stat st;
     json_t *o = json_pack("{s:I, s:I, s:I, s:s, s:s, s:I, s:f, s:b}", "id", (json_int_t)s->id,
@@ -302,7 +302,7 @@ static int op_snapshots(struct daemon_ctx *d, const struct gpt_ctl_request *req,
     if (rc < 0)
         return rc;
     json_t *arr = json_array();
-    rc = arr ? db_snapshot_list(d->db, req->job, ops_snapshot_add, arr, err)
+    rc = arr ? db_snapshot_list(d->db, req->job, handler_snapshot_add, arr, err)
              : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     if (rc == 0)
         *ret = json_pack("{s:I, s:s, s:o}", "job", (json_int_t)req->job, "snapshot_dir",
@@ -316,31 +316,31 @@ static int op_snapshots(struct daemon_ctx *d, const struct gpt_ctl_request *req,
 /* A history chunk for a member's `logs` stream (mirror.h): the records,
  * the cursor, whether more follow, the feed position it is complete up to,
  * and the job's state. */
-static void ops_hist_metric(void *ctx, const struct gpt_metric *m)
+static void handler_hist_metric(void *ctx, const struct gpt_metric *m)
 {
     json_array_append_new(ctx, gpt_metric_to_json(m));
 }
 
-static void ops_hist_event(void *ctx, const struct gpt_event *e)
+static void handler_hist_event(void *ctx, const struct gpt_event *e)
 {
     json_array_append_new(ctx, gpt_event_to_json(e));
 }
 
-static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
-                              struct gpt_err *err)
+static int handler_history_result(struct daemon_ctx *d, const struct cluster_msg_read_args *args,
+                                  json_t **ret, struct gpt_err *err)
 {
-    int64_t job = json_integer_value(json_object_get(args, "job"));
-    int64_t since = json_integer_value(json_object_get(args, "since"));
-    int64_t after = json_integer_value(json_object_get(args, "after"));
-    int limit = (int)json_integer_value(json_object_get(args, "limit"));
-    if (limit < 1 || limit > OPS_HISTORY_MAX)
-        limit = OPS_HISTORY_MAX;
+    int64_t job = args->job;
+    int64_t since = args->since;
+    int64_t after = args->after;
+    int limit = (int)args->limit;
+    if (limit < 1 || limit > HANDLER_HISTORY_MAX)
+        limit = HANDLER_HISTORY_MAX;
     struct db_job j;
     int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
         return rc;
     json_t *recs = json_array();
-    struct db_history_cb cb = {recs, ops_hist_metric, ops_hist_event};
+    struct db_history_cb cb = {recs, handler_hist_metric, handler_hist_event};
     int64_t last = after;
     int more = 0;
     rc = recs ? db_history(d->db, job, since, after, limit, &cb, &last, &more, err)
@@ -360,11 +360,11 @@ static int ops_history_result(struct daemon_ctx *d, const json_t *args, json_t *
 
 /* Where a member finds its copies of a job's snapshots: the spec's
  * snapshot.dir ("" for the default) and, for a chosen snapshot, its step. */
-static int ops_locate_result(struct daemon_ctx *d, const json_t *args, json_t **ret,
-                             struct gpt_err *err)
+static int handler_locate_result(struct daemon_ctx *d, const struct cluster_msg_read_args *args,
+                                 json_t **ret, struct gpt_err *err)
 {
-    int64_t job = json_integer_value(json_object_get(args, "job"));
-    int64_t snapshot = json_integer_value(json_object_get(args, "snapshot"));
+    int64_t job = args->job;
+    int64_t snapshot = args->snapshot;
     struct db_job j;
     int rc = db_job_get(d->db, job, &j, err);
     if (rc < 0)
@@ -451,17 +451,17 @@ static int op_ping(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
  * from this node's queue; `run` replies itself. On a member, ops flagged
  * GPT_CTL_OPF_FORWARD(_JOB) go to the coordinator as reads (mirror_read)
  * and `member`, when set, replaces `run`/`result` for the others. */
-static const struct ops_entry {
-    ops_result_fn result;
-    ops_run_fn run;
-    ops_run_fn member;
+static const struct handler_entry {
+    handler_result_fn result;
+    handler_run_fn run;
+    handler_run_fn member;
     /* A request field checked against a configuration limit (an int of
      * struct config at `limit_offset`); `limit_default` when absent. */
     int limit_field; /* enum gpt_ctl_field; 0 with limit_key NULL: none */
     size_t limit_offset;
     const char *limit_key;
     int64_t limit_default;
-} ops_table[GPT_CTL_OP_COUNT] = {
+} handler_table[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_SUBMIT] = {.result = op_submit, .member = op_submit_member},
     [GPT_CTL_OP_VALIDATE] = {.result = op_validate},
     [GPT_CTL_OP_LIST] = {.result = op_list},
@@ -470,24 +470,24 @@ static const struct ops_entry {
     [GPT_CTL_OP_CANCEL] = {.result = op_cancel},
     [GPT_CTL_OP_RESUME] = {.result = op_resume},
     [GPT_CTL_OP_SNAPSHOTS] = {.result = op_snapshots},
-    [GPT_CTL_OP_SAMPLE] = {.run = ops_sample_run,
-                           .member = ops_sample_member,
+    [GPT_CTL_OP_SAMPLE] = {.run = handler_sample_run,
+                           .member = handler_sample_member,
                            .limit_field = GPT_CTL_F_TOKENS,
                            .limit_offset = offsetof(struct config, sample_max_tokens),
                            .limit_key = "sample_max_tokens",
-                           .limit_default = OPS_SAMPLE_TOKENS_DEFAULT},
+                           .limit_default = HANDLER_SAMPLE_TOKENS_DEFAULT},
     [GPT_CTL_OP_NODES] = {.result = op_nodes},
     [GPT_CTL_OP_PING] = {.result = op_ping},
 };
 
 /* A member (not the coordinator): the queue of record is elsewhere. */
-static bool ops_is_member(const struct daemon_ctx *d)
+static bool handler_is_member(const struct daemon_ctx *d)
 {
     return d->cluster && !cluster_is_coordinator(d->cluster) && d->mirror;
 }
 
 /* Whether a member hands this request to the coordinator as a read. */
-static bool ops_forwarded(const struct gpt_ctl_request *req)
+static bool handler_forwarded(const struct gpt_ctl_request *req)
 {
     return gpt_ctl_op_has(req->op, GPT_CTL_OPF_FORWARD) ||
            (gpt_ctl_op_has(req->op, GPT_CTL_OPF_FORWARD_JOB) &&
@@ -497,11 +497,11 @@ static bool ops_forwarded(const struct gpt_ctl_request *req)
 /* What every op is checked for before its handler, wherever the request
  * came from: refused while stopping, and the configuration limit. (A
  * stream op is also refused on a connection that already streams: that is
- * the client's, checked in ops_dispatch.) */
-static int ops_admit(const struct daemon_ctx *d, const struct gpt_ctl_request *req,
-                     struct gpt_err *err)
+ * the client's, checked in handler_dispatch.) */
+static int handler_admit(const struct daemon_ctx *d, const struct gpt_ctl_request *req,
+                         struct gpt_err *err)
 {
-    const struct ops_entry *e = &ops_table[req->op];
+    const struct handler_entry *e = &handler_table[req->op];
     if (d->stopping && gpt_ctl_op_has(req->op, GPT_CTL_OPF_NOT_STOPPING))
         return gpt_err_set(err, -EAGAIN, NULL, "gptd is stopping");
     if (e->limit_key) {
@@ -519,8 +519,8 @@ static int ops_admit(const struct daemon_ctx *d, const struct gpt_ctl_request *r
 
 /* The owner check of ops that change a job, on the node with the queue of
  * record: only the owner, or uid 0. */
-static int ops_check_owner(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                           struct gpt_err *err)
+static int handler_check_owner(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                               struct gpt_err *err)
 {
     if (!gpt_ctl_op_has(req->op, GPT_CTL_OPF_OWNER) || uid == 0)
         return 0;
@@ -537,13 +537,13 @@ static int ops_check_owner(struct daemon_ctx *d, const struct gpt_ctl_request *r
 }
 
 /* The answer of a `result` op for a client with `uid`, local or forwarded. */
-static int ops_answer(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                      json_t **ret, struct gpt_err *err)
+static int handler_answer(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                          json_t **ret, struct gpt_err *err)
 {
     json_t *r = NULL;
-    int rc = ops_check_owner(d, req, uid, err);
+    int rc = handler_check_owner(d, req, uid, err);
     if (rc == 0)
-        rc = ops_table[req->op].result(d, req, uid, &r, err);
+        rc = handler_table[req->op].result(d, req, uid, &r, err);
     if (rc == 0 && !r)
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     if (rc == 0)
@@ -553,37 +553,37 @@ static int ops_answer(struct daemon_ctx *d, const struct gpt_ctl_request *req, u
 
 /* Runs an admitted request where the tables say: the coordinator, the
  * op's member path, or this node. */
-static int ops_route(struct daemon_ctx *d, struct control_client *cl,
-                     const struct gpt_ctl_request *req, struct gpt_err *err)
+static int handler_route(struct daemon_ctx *d, struct control_client *cl,
+                         const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    const struct ops_entry *e = &ops_table[req->op];
-    if (ops_is_member(d) && ops_forwarded(req))
+    const struct handler_entry *e = &handler_table[req->op];
+    if (handler_is_member(d) && handler_forwarded(req))
         return mirror_read(d->mirror, cl, req, err); /* the coordinator checks the owner */
-    if (ops_is_member(d) && e->member)
+    if (handler_is_member(d) && e->member)
         return e->member(d, cl, req, err);
     if (!e->result)
         return e->run(d, cl, req, err);
     json_t *r = NULL;
-    int rc = ops_answer(d, req, cl->uid, &r, err);
+    int rc = handler_answer(d, req, cl->uid, &r, err);
     if (rc == 0)
         control_reply_ok(cl, req->id, r);
     return rc;
 }
 
-void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req)
+void handler_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ctl_request *req)
 {
     GPT_ASSERT(req->op >= 0 && req->op < GPT_CTL_OP_COUNT);
-    GPT_ASSERT(ops_table[req->op].result || ops_table[req->op].run);
+    GPT_ASSERT(handler_table[req->op].result || handler_table[req->op].run);
     struct gpt_err err;
     gpt_err_clear(&err);
-    int rc = ops_admit(d, req, &err);
+    int rc = handler_admit(d, req, &err);
     if (rc == 0 && gpt_ctl_op_has(req->op, GPT_CTL_OPF_STREAM) && cl->logs.active)
         rc = gpt_err_set(&err, -EBUSY, NULL, "this connection already streams logs");
     if (rc < 0) { /* refused before anything was done: not worth a log line */
         control_reply_err(cl, req->id, rc, &err);
         return;
     }
-    rc = ops_route(d, cl, req, &err);
+    rc = handler_route(d, cl, req, &err);
     if (rc < 0) {
         if (rc != -GPT_E_SPEC && rc != -ENOENT && rc != -EPERM && rc != -EALREADY)
             log_info("request %s from uid %u failed: %s", gpt_ctl_op_name(req->op),
@@ -592,22 +592,25 @@ void ops_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gpt_ct
     }
 }
 
-/* Reads only members ask for, which are no control op of their own. */
+/* Reads only members ask for, with no control op of their own: they
+ * travel as the control op whose member path needs them. */
 static const struct {
-    const char *name;
-    int (*fn)(struct daemon_ctx *d, const json_t *args, json_t **ret, struct gpt_err *err);
-} ops_internal_reads[] = {
-    {"history", ops_history_result},
-    {"locate", ops_locate_result},
+    int op; /* enum gpt_ctl_op */
+    int (*fn)(struct daemon_ctx *d, const struct cluster_msg_read_args *args, json_t **ret,
+              struct gpt_err *err);
+} handler_internal_reads[] = {
+    {GPT_CTL_OP_LOGS, handler_history_result},  /* "history": a chunk of a member's logs stream */
+    {GPT_CTL_OP_SAMPLE, handler_locate_result}, /* "locate": where a member's copy lies */
 };
 
-int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct gpt_err *err)
+int handler_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err)
 {
     struct daemon_ctx *d = ctx;
-    for (size_t i = 0; i < sizeof(ops_internal_reads) / sizeof(ops_internal_reads[0]); i++)
-        if (strcmp(op, ops_internal_reads[i].name) == 0) {
+    const struct cluster_msg_read_args *args = &m->args;
+    for (size_t i = 0; i < sizeof(handler_internal_reads) / sizeof(handler_internal_reads[0]); i++)
+        if (m->op == handler_internal_reads[i].op) {
             json_t *r = NULL;
-            int rc = ops_internal_reads[i].fn(d, args, &r, err);
+            int rc = handler_internal_reads[i].fn(d, args, &r, err);
             if (rc == 0 && !r)
                 rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
             if (rc == 0)
@@ -616,32 +619,28 @@ int ops_read(void *ctx, const char *op, const json_t *args, json_t **ret, struct
         }
     /* A control op a member forwarded (mirror_read): the same admission,
      * owner check and answer as for this node's own clients. */
-    struct gpt_ctl_request req = {.op = gpt_ctl_op_lookup(op)};
-    if (req.op < 0 || (!gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD) &&
-                       !gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD_JOB)))
-        return gpt_err_set(err, -EINVAL, "op", "unknown read \"%.64s\"", op);
-    const json_t *job = json_object_get(args, "job");
-    const json_t *snapshot = json_object_get(args, "snapshot");
-    const json_t *uid = json_object_get(args, "uid");
-    if (json_is_integer(job) && json_integer_value(job) > 0) {
-        req.job = json_integer_value(job);
+    struct gpt_ctl_request req = {.op = m->op};
+    if (req.op < 0 || req.op >= GPT_CTL_OP_COUNT ||
+        (!gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD) &&
+         !gpt_ctl_op_has(req.op, GPT_CTL_OPF_FORWARD_JOB)))
+        return gpt_err_set(err, -EINVAL, "op", "unknown read %d", m->op);
+    const char *name = gpt_ctl_op_name(req.op);
+    if (args->job > 0) {
+        req.job = args->job;
         req.present |= 1u << GPT_CTL_F_JOB;
     }
-    if (json_is_integer(snapshot) && json_integer_value(snapshot) > 0) {
-        req.snapshot = json_integer_value(snapshot);
+    if (args->snapshot > 0) {
+        req.snapshot = args->snapshot;
         req.present |= 1u << GPT_CTL_F_SNAPSHOT;
     }
     uint32_t missing = gpt_ctl_op_info(req.op)->required & ~req.present;
     if (missing)
         return gpt_err_set(err, -EINVAL, gpt_ctl_field_info(__builtin_ctz(missing))->name,
-                           "%s without it", op);
+                           "%s without it", name);
     /* The client's uid matters to owner-only ops, which need it. */
-    bool uid_ok = json_is_integer(uid) && json_integer_value(uid) >= 0 &&
-                  json_integer_value(uid) < (json_int_t)UINT32_MAX;
+    bool uid_ok = args->uid >= 0 && args->uid < (int64_t)UINT32_MAX;
     if (!uid_ok && gpt_ctl_op_has(req.op, GPT_CTL_OPF_OWNER))
-        return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", op);
-    int rc = ops_admit(d, &req, err);
-    return rc < 0
-               ? rc
-               : ops_answer(d, &req, uid_ok ? (uid_t)json_integer_value(uid) : (uid_t)-1, ret, err);
+        return gpt_err_set(err, -EINVAL, "uid", "%s without the client's uid", name);
+    int rc = handler_admit(d, &req, err);
+    return rc < 0 ? rc : handler_answer(d, &req, uid_ok ? (uid_t)args->uid : (uid_t)-1, ret, err);
 }

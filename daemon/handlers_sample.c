@@ -1,8 +1,8 @@
 /*
- * ops_sample: the `sample` control op (see ops.h). Owns the request's state
- * on its way through a uv work thread, which loads a snapshot and runs the
- * model; on a cluster member it first asks the coordinator where this
- * node's copy of the snapshot is. Loop thread, except ops_sample_work.
+ * handlers_sample: the `sample` control op (see handlers.h). Owns the
+ * request's state on its way through a uv work thread, which loads a
+ * snapshot and runs the model; on a cluster member it first asks the coordinator where this
+ * node's copy of the snapshot is. Loop thread, except handler_sample_work.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,13 +11,13 @@
 #include <time.h>
 
 #include "fsid.h"
-#include "ops.h"
+#include "handlers.h"
 #include "snapshot.h"
 #include "trainer.h"
 
 /* A `sample` request on its way through a uv work thread. The work thread
  * touches only this struct; the client is referenced, not used, there. */
-struct ops_sample {
+struct handler_sample {
     uv_work_t work;
     struct control_client *cl;
     json_t *id;
@@ -41,7 +41,7 @@ struct ops_sample {
 /* A member samples its own copy: members keep one of every snapshot
  * written while they were in the world, the coordinator's own files are
  * on another host. */
-static int ops_sample_member_path(struct ops_sample *s)
+static int handler_sample_member_path(struct handler_sample *s)
 {
     struct stat st;
     if (s->path[0]) {
@@ -63,10 +63,10 @@ static int ops_sample_member_path(struct ops_sample *s)
     return rc;
 }
 
-static void ops_sample_read(struct ops_sample *s)
+static void handler_sample_read(struct handler_sample *s)
 {
     if (s->member) {
-        s->rc = ops_sample_member_path(s);
+        s->rc = handler_sample_member_path(s);
         if (s->rc < 0)
             return;
     } else if (!s->path[0]) {
@@ -87,21 +87,21 @@ static void ops_sample_read(struct ops_sample *s)
 
 /* A user samples what that user may read (a job's snapshots are its
  * owner's, 0600): the thread takes the client's file-system identity. */
-static void ops_sample_work(uv_work_t *w)
+static void handler_sample_work(uv_work_t *w)
 {
-    struct ops_sample *s = w->data;
+    struct handler_sample *s = w->data;
     struct fsid_user u;
     struct fsid_saved saved = {0};
     if ((s->rc = fsid_user_lookup(s->uid, &u, &s->err)) < 0 ||
         (s->rc = fsid_enter(&u, &saved, &s->err)) < 0)
         return;
-    ops_sample_read(s);
+    handler_sample_read(s);
     fsid_leave(&saved);
 }
 
-static void ops_sample_done(uv_work_t *w, int status)
+static void handler_sample_done(uv_work_t *w, int status)
 {
-    struct ops_sample *s = w->data;
+    struct handler_sample *s = w->data;
     struct control_client *cl = s->cl;
     if (status < 0)
         s->rc = gpt_err_set(&s->err, -ECANCELED, NULL, "cancelled");
@@ -119,9 +119,9 @@ static void ops_sample_done(uv_work_t *w, int status)
 
 /* The newest listed snapshots; which is on this node is for the work
  * thread to find, as the client (the loop never touches a job's files). */
-static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
+static void handler_newest_here(void *ctx, const struct db_snapshot *sn)
 {
-    struct ops_sample *s = ctx;
+    struct handler_sample *s = ctx;
     for (size_t i = 0; i < 8; i++)
         if (!s->fallback[i][0]) {
             snprintf(s->fallback[i], sizeof(s->fallback[i]), "%s", sn->path);
@@ -129,26 +129,26 @@ static void ops_newest_here(void *ctx, const struct db_snapshot *sn)
         }
 }
 
-static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
-                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
-                            struct gpt_err *err);
+static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                                const struct gpt_ctl_request *req, int64_t tokens,
+                                struct handler_sample *s, struct gpt_err *err);
 
 /* The tokens asked for; the dispatcher checked them against
  * sample_max_tokens. */
-static int64_t ops_sample_tokens(const struct gpt_ctl_request *req)
+static int64_t handler_sample_tokens(const struct gpt_ctl_request *req)
 {
-    return req->present & (1u << GPT_CTL_F_TOKENS) ? req->tokens : OPS_SAMPLE_TOKENS_DEFAULT;
+    return req->present & (1u << GPT_CTL_F_TOKENS) ? req->tokens : HANDLER_SAMPLE_TOKENS_DEFAULT;
 }
 
-int ops_sample_run(struct daemon_ctx *d, struct control_client *cl,
-                   const struct gpt_ctl_request *req, struct gpt_err *err)
+int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
+                       const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    int64_t tokens = ops_sample_tokens(req);
+    int64_t tokens = handler_sample_tokens(req);
     struct db_job j;
     int rc = db_job_get(d->db, req->job, &j, err);
     if (rc < 0)
         return rc;
-    struct ops_sample *s = calloc(1, sizeof(*s));
+    struct handler_sample *s = calloc(1, sizeof(*s));
     if (!s) {
         db_job_done(&j);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -168,24 +168,25 @@ int ops_sample_run(struct daemon_ctx *d, struct control_client *cl,
         snprintf(s->path, sizeof(s->path), "%s", sn.path);
     }
     if (!s->path[0]) {
-        (void)db_snapshot_list(d->db, req->job, ops_newest_here, s, NULL);
+        (void)db_snapshot_list(d->db, req->job, handler_newest_here, s, NULL);
     }
-    return ops_sample_queue(d, cl, req, tokens, s, err);
+    return handler_sample_queue(d, cl, req, tokens, s, err);
 }
 
 /* A member's sample: where the copies are comes from the coordinator. */
-struct ops_locating {
+struct handler_locating {
     struct daemon_ctx *d;
     struct control_client *cl;
-    struct ops_sample *s;
-    struct gpt_ctl_request req; /* what ops_sample_queue reads; prompt copied into s */
+    struct handler_sample *s;
+    struct gpt_ctl_request req; /* what handler_sample_queue reads; prompt copied into s */
     int64_t tokens;
 };
 
-static void ops_sample_located(void *arg, int rc, const json_t *reply, const struct gpt_err *err)
+static void handler_sample_located(void *arg, int rc, const json_t *reply,
+                                   const struct gpt_err *err)
 {
-    struct ops_locating *q = arg;
-    struct ops_sample *s = q->s;
+    struct handler_locating *q = arg;
+    struct handler_sample *s = q->s;
     struct control_client *cl = q->cl;
     struct gpt_err e;
     gpt_err_clear(&e);
@@ -213,7 +214,7 @@ static void ops_sample_located(void *arg, int rc, const json_t *reply, const str
     if (rc < 0)
         free(s);
     else
-        rc = ops_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
+        rc = handler_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
     if (rc < 0 && !cl->closing)
         control_reply_err(cl, q->req.id, rc, &e);
     json_decref(q->req.id);
@@ -223,19 +224,18 @@ static void ops_sample_located(void *arg, int rc, const json_t *reply, const str
     free(q);
 }
 
-int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
-                      const struct gpt_ctl_request *req, struct gpt_err *err)
+int handler_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                          const struct gpt_ctl_request *req, struct gpt_err *err)
 {
-    int64_t tokens = ops_sample_tokens(req);
-    struct ops_sample *s = calloc(1, sizeof(*s));
-    struct ops_locating *q = calloc(1, sizeof(*q));
+    int64_t tokens = handler_sample_tokens(req);
+    struct handler_sample *s = calloc(1, sizeof(*s));
+    struct handler_locating *q = calloc(1, sizeof(*q));
     bool chosen = req->present & (1u << GPT_CTL_F_SNAPSHOT);
-    json_t *args = json_pack("{s:I, s:I}", "job", (json_int_t)req->job, "snapshot",
-                             (json_int_t)(chosen ? req->snapshot : 0));
-    if (!s || !q || !args) {
+    struct cluster_msg_read_args args = {
+        .job = req->job, .uid = -1, .snapshot = chosen ? req->snapshot : 0};
+    if (!s || !q) {
         free(s);
         free(q);
-        json_decref(args);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
     s->member = true;
@@ -252,7 +252,7 @@ int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
     q->req.root = NULL;
     q->req.spec = NULL;
     q->tokens = tokens;
-    int rc = cluster_read(d->cluster, "locate", args, ops_sample_located, q, err);
+    int rc = cluster_read_op(d->cluster, GPT_CTL_OP_SAMPLE, &args, handler_sample_located, q, err);
     if (rc < 0) {
         json_decref(q->req.id);
         free(q);
@@ -265,9 +265,9 @@ int ops_sample_member(struct daemon_ctx *d, struct control_client *cl,
 }
 
 /* Fills in the sampling options and runs it on a work thread (takes s). */
-static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
-                            const struct gpt_ctl_request *req, int64_t tokens, struct ops_sample *s,
-                            struct gpt_err *err)
+static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
+                                const struct gpt_ctl_request *req, int64_t tokens,
+                                struct handler_sample *s, struct gpt_err *err)
 {
     int rc;
     if (req->prompt)
@@ -282,7 +282,7 @@ static int ops_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     s->uid = cl->uid;
     s->id = json_deep_copy(req->id);
     s->work.data = s;
-    rc = uv_queue_work(d->loop, &s->work, ops_sample_work, ops_sample_done);
+    rc = uv_queue_work(d->loop, &s->work, handler_sample_work, handler_sample_done);
     if (rc < 0) {
         json_decref(s->id);
         free(s);

@@ -1,0 +1,33 @@
+/*
+ * handlers: the control-request handlers behind the one dispatcher
+ * (handlers.c). The dispatcher applies what the op tables say
+ * (proto/ctl.c: forwarding to the coordinator, owner checks, refusal while
+ * stopping; handlers.c: limits from the configuration) and then calls the
+ * op's handler; handlers that live in files of their own are declared
+ * here. Private to daemon/handlers*.c. (Not engine/ops/: those are the
+ * engine's compute ops.)
+ *
+ * Loop thread only.
+ */
+#ifndef GPTD_HANDLERS_H
+#define GPTD_HANDLERS_H
+
+#include "daemon.h"
+
+#define HANDLER_SAMPLE_TOKENS_DEFAULT 64 /* sample: tokens when the request names none */
+
+/* A handler that replies itself (now, later or as a stream). Returns 0, or
+ * an error the dispatcher replies with (and `err` says why). */
+typedef int (*handler_run_fn)(struct daemon_ctx *d, struct control_client *cl,
+                              const struct gpt_ctl_request *req, struct gpt_err *err);
+
+/* sample on the node that holds the job (handlers_sample.c): queues the model
+ * run on a uv work thread; the reply comes from its done callback. */
+int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
+                       const struct gpt_ctl_request *req, struct gpt_err *err);
+/* sample on a cluster member: asks the coordinator where this node's copy
+ * of the snapshot is, then samples that copy here. */
+int handler_sample_member(struct daemon_ctx *d, struct control_client *cl,
+                          const struct gpt_ctl_request *req, struct gpt_err *err);
+
+#endif

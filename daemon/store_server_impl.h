@@ -1,0 +1,157 @@
+/*
+ * store_server_impl: the store server's objects, shared by its two files
+ * (private to daemon/store_server*.c): store_server.c (the server, the
+ * connections, the handshake and the commands) and store_server_waits.c
+ * (pending WAITs, their timers and the resume queue). Loop thread only,
+ * except the counters in `st`, under `st_lock`.
+ */
+#ifndef GPTD_STORE_SERVER_IMPL_H
+#define GPTD_STORE_SERVER_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "store.h"
+#include "store_auth.h"
+#include "store_server.h"
+#include "store_table.h"
+
+#define READ_CHUNK_BYTES 65536
+
+/* ---- intrusive circular lists ---- */
+
+struct link {
+    struct link *prev, *next;
+};
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+static inline void link_init(struct link *l)
+{
+    l->prev = l->next = l;
+}
+
+static inline bool link_linked(const struct link *l)
+{
+    return l->next != l;
+}
+
+static inline void link_insert_tail(struct link *head, struct link *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static inline void link_remove(struct link *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    link_init(l);
+}
+
+/* ---- objects ---- */
+
+struct wait_key {
+    const char *key; /* into the wait's own copy */
+    size_t len;
+    uint64_t hash;
+};
+
+struct wait {
+    uv_timer_t timer; /* always initialised; the wait is freed in its close callback */
+    struct link link; /* in server->waits */
+    struct store_server *srv;
+    struct client *client; /* NULL once finished (the client may be freed first) */
+    uint32_t nkeys;
+    uint32_t cur; /* first key not yet known to exist */
+    struct wait_key keys[];
+};
+
+enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY };
+
+struct client {
+    uv_tcp_t tcp;
+    uv_timer_t hs_timer; /* handshake deadline */
+    struct store_server *srv;
+    struct link link;        /* in server->clients */
+    struct link resume_link; /* in server->resume when queued */
+    enum client_state state;
+    bool closing;
+    int open_handles;
+    uint8_t nc[GPT_STORE_NONCE_BYTES]; /* the client's handshake nonce */
+    uint8_t ns[GPT_STORE_NONCE_BYTES]; /* ours */
+    struct store_auth_session session; /* ready in CLIENT_READY */
+    struct proto_store_parser parser;
+    struct proto_store_out out; /* replies not yet handed to uv_write */
+    size_t seal_from;           /* out's bytes before this are sealed or handshake */
+    struct wait *wait;
+    char peer[64];
+    uint8_t rbuf[READ_CHUNK_BYTES];
+};
+
+struct store_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    bool listening;
+    bool closing;
+    int open_handles; /* listener + every client and wait handle not yet closed */
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    struct store_server_opts opts;
+    uint8_t *secret;
+    char secret_hint[1024];
+    uint64_t auth_logged_ms; /* when a refused secret was last logged (uv_now) */
+    uint64_t tag_logged_ms;  /* when a bad frame tag was last logged (uv_now) */
+    uint64_t tag_unlogged;   /* bad tags since then not logged */
+    struct store_table table;
+    struct link clients;
+    struct link waits;
+    struct link resume;
+    bool draining;
+    pthread_mutex_t st_lock;
+    struct store_server_stats st;
+};
+
+/* ---- counters ---- */
+
+#define ST_ADD(s, field, delta)                                                                    \
+    do {                                                                                           \
+        pthread_mutex_lock(&(s)->st_lock);                                                         \
+        (s)->st.field += (delta);                                                                  \
+        pthread_mutex_unlock(&(s)->st_lock);                                                       \
+    } while (0)
+
+/* ---- store_server.c ---- */
+
+/* One of the server's handles finished closing; frees the server after
+ * the last once store_server_close was called. */
+void store_server_handle_closed(struct store_server *s);
+/* Drops a connection (why: logged when not NULL); its wait ends. */
+void store_server_client_close(struct client *c, const char *why);
+/* Runs the client's buffered frames while it is not paused. */
+void store_server_client_process(struct client *c);
+
+/* ---- store_server_waits.c ---- */
+
+/* Starts a WAIT for the keys of m that are not all present: 0, or
+ * -GPT_E_LIMIT (max_waits) or -ENOMEM. */
+int store_server_wait_start(struct client *c, const struct proto_store_msg *m);
+/* Unlinks w from its client and the server and closes its timer (the wait
+ * is freed in the close callback). */
+void store_server_wait_finish(struct wait *w);
+/* A key was created: completes the waits it was the missing key of (their
+ * replies are staged, their clients queued to resume). */
+void store_server_key_created(struct store_server *s, const char *key, size_t len, uint64_t hash);
+/* Queues c to run its buffered frames at the next drain. */
+void store_server_resume(struct client *c);
+/* Runs queued clients until none is left. Re-entrant calls return at
+ * once: the outermost one picks up what they queued. */
+void store_server_drain(struct store_server *s);
+
+#endif
