@@ -143,6 +143,40 @@ static void test_nvml_absent(void **state)
     nvml_close(NULL);
 }
 
+/* The dlopen path end to end, through a stand-in library with NVML's
+ * entry points (tests/unit/fake_nvml.c): two GPUs, the second without
+ * power readings. */
+static void test_nvml_fake(void **state)
+{
+    (void)state;
+    struct nvml *n = NULL;
+    struct gpt_err err;
+    assert_int_equal(nvml_open(GPTD_FAKE_NVML, &n, &err), 0);
+    struct nvml_gpu g[NVML_GPUS_MAX];
+    assert_int_equal(nvml_sample(n, g, NVML_GPUS_MAX), 2);
+    assert_int_equal(nvml_sample(n, g, 1), 1); /* capped at cap */
+    assert_int_equal(nvml_sample(n, g, NVML_GPUS_MAX), 2);
+    assert_string_equal(g[0].name, "Fake \"GPU\" 1");
+    assert_string_equal(g[1].uuid, "GPU-fake-2");
+    assert_true(g[0].has_util && g[0].has_mem && g[0].has_temp && g[0].has_power);
+    assert_true(g[0].util_ratio == 0.38);
+    assert_true(g[0].mem_total_bytes == 80ull << 30);
+    assert_true(g[0].power_watts == 123.456);
+    assert_false(g[1].has_power);
+    struct metrics_buf b = {0};
+    metrics_text_render_gpus(&b, "n1", g, 2);
+    assert_int_equal(b.err, 0);
+    assert_non_null(strstr(b.p, "gptd_gpu_utilization_ratio{node=\"n1\",gpu=\"0\","
+                                "gpu_name=\"Fake \\\"GPU\\\" 1\",uuid=\"GPU-fake-1\"} 0.38\n"));
+    assert_non_null(strstr(b.p, "gptd_gpu_memory_total_bytes{node=\"n1\",gpu=\"1\""));
+    assert_non_null(strstr(b.p, "gptd_gpu_temperature_celsius{node=\"n1\",gpu=\"1\""));
+    assert_non_null(strstr(b.p, "gptd_gpu_power_watts{node=\"n1\",gpu=\"0\""));
+    assert_null(strstr(b.p, "gptd_gpu_power_watts{node=\"n1\",gpu=\"1\""));
+    assert_int_equal(count_of(b.p, "# TYPE gptd_gpu_power_watts gauge\n"), 1);
+    metrics_buf_done(&b);
+    nvml_close(n);
+}
+
 static void test_addr_check(void **state)
 {
     (void)state;
@@ -169,7 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_escape),      cmocka_unit_test(test_jobs),
         cmocka_unit_test(test_gpus),        cmocka_unit_test(test_nvml_absent),
-        cmocka_unit_test(test_addr_check),
+        cmocka_unit_test(test_nvml_fake),   cmocka_unit_test(test_addr_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
