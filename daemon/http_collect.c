@@ -14,7 +14,11 @@
 
 struct http_job_cache {
     struct metrics_job mj;
-    int64_t after; /* the newest metric step read; -1: none yet */
+    int64_t after;   /* the newest metric step read; -1: none yet */
+    int64_t db_step; /* the job's newest step as its row said at the last read */
+    bool was_final;  /* final at the last tick too */
+    bool caught_up;  /* the last read reached the newest record */
+    bool skip;       /* this tick: nothing new to read */
 };
 
 struct http_collect {
@@ -71,6 +75,12 @@ static void http_on_job(void *ctx, const struct db_job *j)
     snprintf(c->mj.name, sizeof(c->mj.name), "%s", j->name);
     c->mj.state = db_job_state_name(j->state);
     c->mj.restarts = j->restarts;
+    /* A finished job whose records were all read after it finished has no
+     * new ones (until a resume, which makes it queued again). */
+    bool final = db_job_state_final(j->state);
+    c->skip = final && c->was_final && c->caught_up && c->db_step == j->step;
+    c->was_final = final;
+    c->db_step = j->step;
 }
 
 static void http_on_metric(void *ctx, const struct gpt_metric *m)
@@ -135,6 +145,7 @@ static void http_job_refresh(struct db *db, struct http_job_cache *c)
     }
     if (last > c->after)
         c->after = last;
+    c->caught_up = !more;
 }
 
 static void http_collect_jobs(struct http_collect *hc, struct daemon_ctx *d)
@@ -150,7 +161,8 @@ static void http_collect_jobs(struct http_collect *hc, struct daemon_ctx *d)
         return;
     }
     for (size_t i = 0; i < lc.n; i++)
-        http_job_refresh(d->db, &fresh[i]);
+        if (!fresh[i].skip)
+            http_job_refresh(d->db, &fresh[i]);
     free(hc->jobs);
     hc->jobs = fresh;
     hc->n_jobs = lc.n;
