@@ -493,6 +493,11 @@ void cluster_job_stop(struct cluster *c)
         rdzv_coord_job_stop(c->coord, monotime_s());
 }
 
+struct store_server *cluster_store_server(const struct cluster *c)
+{
+    return c->server;
+}
+
 json_t *cluster_nodes_json(struct cluster *c)
 {
     if (c->coord)

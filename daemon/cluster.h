@@ -180,4 +180,8 @@ void cluster_job_stop(struct cluster *c);
  * "role": "coordinator". */
 json_t *cluster_nodes_json(struct cluster *c);
 
+struct store_server;
+/* The store this coordinator serves (for its counters); NULL on a member. */
+struct store_server *cluster_store_server(const struct cluster *c);
+
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "http.h"
 #include "log.h"
 
 enum config_type {
@@ -33,16 +34,18 @@ struct config_option {
     int64_t min, max;
     bool reloadable;
     const char *help;
+    /* The value the packaged gptd.conf sets (uncommented); NULL: the default. */
+    const char *pkg;
 };
 
 #define OPT_STR(n, d, r, h)                                                                        \
     {                                                                                              \
 #n, CONFIG_T_STRING, offsetof(struct config, n), sizeof(((struct config *)0)->n), d, 0, 0, \
-            r, h                                                                                   \
+            r, h, NULL                                                                             \
     }
 #define OPT_NUM(n, t, d, lo, hi, r, h)                                                             \
     {                                                                                              \
-#n, t, offsetof(struct config, n), sizeof(((struct config *)0)->n), d, lo, hi, r, h        \
+#n, t, offsetof(struct config, n), sizeof(((struct config *)0)->n), d, lo, hi, r, h, NULL  \
     }
 
 /* clang-format off */
@@ -136,6 +139,29 @@ static const struct config_option config_options[] = {
     OPT_NUM(comm_timeout_s, CONFIG_T_INT, "60", 1, 86400, false,
             "Seconds a collective may make no progress before it fails (a dead peer is\n"
             "normally noticed sooner, through heartbeats)."),
+    {"http", CONFIG_T_STRING, offsetof(struct config, http), sizeof(((struct config *)0)->http),
+     "", 0, 0, false,
+     "Read-only HTTP listener, ADDR:PORT (numeric address; port 0: the kernel\n"
+     "picks, and the log names it): GET /metrics in Prometheus text format.\n"
+     "Nothing over HTTP can submit, cancel or change anything. Empty: off (gptd's\n"
+     "built-in default); the packaged gptd.conf turns it on for loopback only.\n"
+     "A non-loopback address requires http_token_file.",
+     "127.0.0.1:29480"},
+    OPT_STR(http_token_file, "", false,
+            "File holding the bearer token HTTP clients must send (\"Authorization:\n"
+            "Bearer TOKEN\"; requests without it get 401). Checked like secret_file: a\n"
+            "regular file, no access for group or others, 16 to 4096 bytes of\n"
+            "printable ASCII (one trailing newline is dropped). Required when `http` is\n"
+            "not a loopback address; when set, required on loopback too."),
+    OPT_NUM(http_max_connections, CONFIG_T_INT, "16", 1, 10000, false,
+            "HTTP connections served at once; further ones are refused."),
+    OPT_NUM(http_timeout_s, CONFIG_T_INT, "10", 1, 3600, false,
+            "Seconds an HTTP connection may stay idle before it is closed."),
+    OPT_NUM(http_request_max_bytes, CONFIG_T_SIZE, "16384", 4096, INT64_C(1) << 20, false,
+            "Memory one HTTP connection may use for its request (request line and\n"
+            "headers; bytes, suffixes k, M). A larger request is refused (431 or 414);\n"
+            "a request with a body is refused (413); a method other than GET or HEAD\n"
+            "is refused (405)."),
 };
 /* clang-format on */
 
@@ -351,6 +377,10 @@ int config_finish(struct config *c, struct gpt_err *err)
                            c->heartbeat_s);
     if (c->heartbeat_s <= 0)
         return gpt_err_set(err, -EINVAL, "heartbeat_s", "must be positive");
+    bool loopback;
+    int rc = c->http[0] ? http_addr_check(c->http, c->http_token_file, &loopback, err) : 0;
+    if (rc < 0)
+        return rc;
     return 0;
 }
 
@@ -427,7 +457,10 @@ void config_print_defaults(FILE *f)
         }
         if (o->reloadable)
             fprintf(f, "# [reloadable]\n");
-        fprintf(f, "#%s = %s\n", o->name, v);
+        if (o->pkg)
+            fprintf(f, "%s = %s\n", o->name, o->pkg);
+        else
+            fprintf(f, "#%s = %s\n", o->name, v);
     }
 }
 

@@ -55,6 +55,13 @@ struct config {
     double last_call_s;
     int admit_snapshot_steps;
     int comm_timeout_s;
+
+    /* read-only HTTP listener (daemon/http.h); empty http: none */
+    char http[CONFIG_NAME_MAX];
+    char http_token_file[CONFIG_PATH_MAX];
+    int http_max_connections;
+    int http_timeout_s;
+    int64_t http_request_max_bytes;
 };
 
 /* Writes every default. */

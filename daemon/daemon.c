@@ -22,6 +22,8 @@
 #include "control_limits.h"
 #include "daemon.h"
 #include "hostport.h"
+#include "http.h"
+#include "http_collect.h"
 #include "log.h"
 #include "notify.h"
 #include "secret.h"
@@ -54,6 +56,8 @@ struct daemon_main {
     bool force_armed;       /* a third signal: exit once the snapshot attempt ended */
     bool forced;            /* the loop was stopped without closing its handles */
     uv_timer_t force_timer; /* bounds the wait of a forced exit (DAEMON_FORCE_GRACE_S) */
+    struct http *http;            /* the HTTP listener (its own thread); NULL: off */
+    struct http_collect *collect; /* loop side of /metrics */
 };
 
 static void daemon_usage(FILE *f)
@@ -138,6 +142,10 @@ static void daemon_on_cluster_closed(void *ctx)
 {
     struct daemon_main *m = ctx;
     log_info("stopped; state saved in %s", m->d.cfg.state_dir);
+    http_stop(m->http); /* joins the HTTP thread; it holds no loop object */
+    m->http = NULL;
+    http_collect_free(m->collect);
+    m->collect = NULL;
     control_close(m->d.ctl);
     m->d.ctl = NULL;
     mirror_free(m->d.mirror);
@@ -397,6 +405,54 @@ static void daemon_on_hup(uv_signal_t *h, int signum)
     (void)notify_ready();
 }
 
+/* Renders /metrics from the loop's state and hands the text to the HTTP
+ * thread (http.h): the only way data crosses to it. */
+static void daemon_http_publish(struct daemon_main *m)
+{
+    if (!m->http || m->d.stopping)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct metrics_buf b = {0};
+    http_collect_render(m->collect, &m->d, (double)ts.tv_sec + ts.tv_nsec * 1e-9, &b);
+    if (b.err)
+        log_warn("metrics: cannot render: %s", strerror(-b.err));
+    else
+        http_publish(m->http, &b);
+    metrics_buf_done(&b);
+}
+
+/* Starts the HTTP listener when `http` is set. */
+static int daemon_http_start(struct daemon_main *m, struct gpt_err *err)
+{
+    const struct config *cfg = &m->d.cfg;
+    if (!cfg->http[0])
+        return 0;
+    struct http_opts ho = {
+        .addr = cfg->http,
+        .token_file = cfg->http_token_file,
+        .max_connections = cfg->http_max_connections,
+        .timeout_s = cfg->http_timeout_s,
+        .request_max_bytes = (size_t)cfg->http_request_max_bytes,
+        .node = cfg->node_name,
+    };
+    int port = 0;
+    if (!(m->collect = http_collect_new()))
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc = http_start(&ho, &m->http, &port, err);
+    if (rc < 0)
+        return rc;
+    char host[64];
+    int ignored;
+    if (hostport_parse(cfg->http, 0, "http", host, sizeof(host), &ignored, NULL) < 0)
+        snprintf(host, sizeof(host), "?");
+    log_notice("http: serving /metrics on %s%s%s:%d%s%s", strchr(host, ':') ? "[" : "", host,
+               strchr(host, ':') ? "]" : "", port,
+               cfg->http_token_file[0] ? " (bearer token required)" : "",
+               http_has_gpus(m->http) ? ", with GPU telemetry" : "");
+    return 0;
+}
+
 /* The loop's periodic tick (at most 1 s): for systemd, WATCHDOG=1 proves
  * the loop turns and STATUS= carries a one-line state when it changed; idle
  * control clients are closed (control_limits_sweep). */
@@ -423,6 +479,7 @@ static void daemon_on_notify_timer(uv_timer_t *h)
     }
     (void)notify_watchdog();
     control_limits_sweep(d->ctl, &d->cfg, uv_now(&m->loop));
+    daemon_http_publish(m);
 }
 
 static void daemon_on_request(void *ctx, struct control_client *cl, struct gpt_ctl_request *req)
@@ -570,6 +627,10 @@ int gptd_daemon_main(int argc, char **argv)
     clock_gettime(CLOCK_REALTIME, &ts);
     d->started = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 
+    /* Before the control socket: a listener that cannot bind stops gptd
+     * before anything runs. */
+    if (daemon_http_start(m, &err) < 0)
+        goto fail;
     struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed};
     if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, &err) < 0)
         goto fail;
@@ -628,6 +689,8 @@ fail:
 out:
     if (loop_ok && uv_loop_close(&m->loop) == UV_EBUSY)
         log_warn("loop closed with handles still open");
+    http_stop(m->http);
+    http_collect_free(m->collect);
     db_close(d->db);
     free(m->args.argv);
     free(m);

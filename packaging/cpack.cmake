@@ -95,7 +95,7 @@ set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
 set(GPTD_DEB_DEPENDS
     "libc6 (>= 2.34)" "libuv1 (>= 1.44)" "libjansson4 (>= 2.14)" "libsqlite3-0 (>= 3.35)"
     "libopenblas0 | libopenblas0-pthread | libopenblas0-openmp | libopenblas0-serial"
-    "libssl3" "libgomp1" "zlib1g")
+    "libssl3" "libgomp1" "zlib1g" "libmicrohttpd12")
 if(YAML_FOUND)
   list(APPEND GPTD_DEB_DEPENDS "libyaml-0-2")
 endif()

@@ -23,6 +23,7 @@ pkgs=(
     slurm-wlm munge
     systemd groff-base man-db
     libpcre2-dev nodejs
+    libmicrohttpd-dev prometheus curl
 )
 # Debian's nodejs has no npm (NodeSource's has): add the npm package when
 # the command is missing.

@@ -1,0 +1,269 @@
+/*
+ * http: the libmicrohttpd listener (see http.h). State shared between the
+ * loop and the HTTP thread is only `text` under `mu`; the token and the
+ * options are written before the thread starts and only read after.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "hostport.h"
+#include "store_client.h"
+
+#define HTTP_TOKEN_MAX 4096
+
+struct http {
+    struct MHD_Daemon *mhd;
+    char node[64];
+    char token[HTTP_TOKEN_MAX + 1];
+    size_t token_len; /* 0: no token required */
+    pthread_mutex_t mu;
+    struct metrics_buf text; /* under mu: the loop's newest rendering */
+    pthread_mutex_t nvml_mu;
+    struct nvml *nvml; /* NULL: no GPU library; used under nvml_mu */
+};
+
+static int http_parse_addr(const char *addr, struct sockaddr_storage *ss, bool *ret_loopback,
+                           struct gpt_err *err)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    int port = 0;
+    int rc = hostport_parse(addr, 0, "http", host, sizeof(host), &port, err);
+    if (rc < 0)
+        return rc;
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)port);
+        *ret_loopback = (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)port);
+        *ret_loopback = IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+    } else {
+        return gpt_err_set(err, -EINVAL, "http",
+                           "http = %s: \"%s\" is not a numeric IPv4 or IPv6 address", addr, host);
+    }
+    return 0;
+}
+
+int http_addr_check(const char *addr, const char *token_file, bool *ret_loopback,
+                    struct gpt_err *err)
+{
+    struct sockaddr_storage ss;
+    bool loopback = false;
+    int rc = http_parse_addr(addr, &ss, &loopback, err);
+    if (rc < 0)
+        return rc;
+    if (!loopback && !(token_file && token_file[0]))
+        return gpt_err_set(err, -EINVAL, "http_token_file",
+                           "http = %s is not a loopback address: set http_token_file (a bearer "
+                           "token, mode 0600) or listen on 127.0.0.1",
+                           addr);
+    *ret_loopback = loopback;
+    return 0;
+}
+
+static int http_load_token(struct http *h, const char *path, struct gpt_err *err)
+{
+    struct gpt_err e2;
+    size_t n = 0;
+    int rc = store_secret_load(path, h->token, HTTP_TOKEN_MAX, &n, &e2);
+    if (rc < 0)
+        return gpt_err_set(err, rc, "http_token_file", "http_token_file: %s", e2.msg);
+    for (size_t i = 0; i < n; i++)
+        if (h->token[i] < 0x21 || h->token[i] > 0x7e)
+            return gpt_err_set(err, -EINVAL, "http_token_file",
+                               "http_token_file %s: byte %zu is not printable ASCII (a bearer "
+                               "token is one word)",
+                               path, i);
+    h->token[n] = '\0';
+    h->token_len = n;
+    return 0;
+}
+
+/* Constant time in the token's length: a wrong guess learns nothing from
+ * how long the comparison took. */
+static bool http_authorized(const struct http *h, struct MHD_Connection *c)
+{
+    if (!h->token_len)
+        return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!v || strncmp(v, "Bearer ", 7) != 0)
+        return false;
+    v += 7;
+    if (strlen(v) != h->token_len)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < h->token_len; i++)
+        diff |= (unsigned char)(v[i] ^ h->token[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, const char *type,
+                                  char *body, size_t len, const char *hdr, const char *hdr_value)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, body, body ? MHD_RESPMEM_MUST_FREE
+                                                        : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (hdr)
+        MHD_add_response_header(r, hdr, hdr_value);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result http_text(struct MHD_Connection *c, unsigned status, const char *msg,
+                                 const char *hdr, const char *hdr_value)
+{
+    char *body = strdup(msg);
+    return http_reply(c, status, "text/plain; charset=utf-8", body, body ? strlen(body) : 0, hdr,
+                      hdr_value);
+}
+
+/* /metrics: the loop's text, then this thread's GPU families. */
+static enum MHD_Result http_metrics(struct http *h, struct MHD_Connection *c)
+{
+    struct metrics_buf out = {0};
+    pthread_mutex_lock(&h->mu);
+    if (h->text.len)
+        metrics_buf_printf(&out, "%s", h->text.p);
+    pthread_mutex_unlock(&h->mu);
+    pthread_mutex_lock(&h->nvml_mu);
+    if (h->nvml) {
+        struct nvml_gpu gpus[NVML_GPUS_MAX];
+        int n = nvml_sample(h->nvml, gpus, NVML_GPUS_MAX);
+        if (n > 0)
+            metrics_text_render_gpus(&out, h->node, gpus, (size_t)n);
+    }
+    pthread_mutex_unlock(&h->nvml_mu);
+    if (out.err) {
+        metrics_buf_done(&out);
+        return http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL, NULL);
+    }
+    if (!out.p)
+        return http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no metrics yet\n", NULL, NULL);
+    return http_reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", out.p, out.len,
+                      NULL, NULL);
+}
+
+/* The access handler (HTTP thread). Answers on the first call, before any
+ * body is read: nothing here takes input beyond the request line and the
+ * headers. */
+static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                       const char *method, const char *version,
+                                       const char *upload_data, size_t *upload_data_size,
+                                       void **con_cls)
+{
+    struct http *h = cls;
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "gptd serves GET and HEAD only\n",
+                         MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (!http_authorized(h, c))
+        return http_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n",
+                         MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gptd\"");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (te || (cl && strcmp(cl, "0") != 0))
+        return http_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "a request body is not accepted\n", NULL,
+                         NULL);
+    if (strcmp(url, "/metrics") == 0)
+        return http_metrics(h, c);
+    if (strcmp(url, "/") == 0)
+        return http_text(c, MHD_HTTP_OK, "gptd: GET /metrics (Prometheus text format)\n", NULL,
+                         NULL);
+    return http_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL, NULL);
+}
+
+int http_start(const struct http_opts *o, struct http **ret, int *ret_port, struct gpt_err *err)
+{
+    struct sockaddr_storage ss;
+    bool loopback = false;
+    int rc = http_addr_check(o->addr, o->token_file, &loopback, err);
+    if (rc < 0)
+        return rc;
+    (void)http_parse_addr(o->addr, &ss, &loopback, err);
+    struct http *h = calloc(1, sizeof(*h));
+    if (!h)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->nvml_mu, NULL);
+    snprintf(h->node, sizeof(h->node), "%s", o->node ? o->node : "");
+    if (o->token_file && o->token_file[0] && (rc = http_load_token(h, o->token_file, err)) < 0)
+        goto fail;
+    struct gpt_err nerr;
+    if (nvml_open(o->nvml_library, &h->nvml, &nerr) < 0)
+        h->nvml = NULL; /* no driver: no GPU series (the normal case on a CPU host) */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, http_on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)o->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->request_max_bytes,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+    if (!h->mhd) {
+        rc = gpt_err_set(err, -EADDRNOTAVAIL, "http", "http: cannot listen on %s", o->addr);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    *ret_port = info ? info->port : 0;
+    *ret = h;
+    return 0;
+fail:
+    nvml_close(h->nvml);
+    pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->nvml_mu);
+    free(h);
+    return rc;
+}
+
+void http_publish(struct http *h, struct metrics_buf *b)
+{
+    pthread_mutex_lock(&h->mu);
+    struct metrics_buf old = h->text;
+    h->text = *b;
+    pthread_mutex_unlock(&h->mu);
+    memset(b, 0, sizeof(*b));
+    metrics_buf_done(&old);
+}
+
+bool http_has_gpus(const struct http *h)
+{
+    return h->nvml != NULL;
+}
+
+void http_stop(struct http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->mhd);
+    nvml_close(h->nvml);
+    metrics_buf_done(&h->text);
+    pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->nvml_mu);
+    explicit_bzero(h->token, sizeof(h->token));
+    free(h);
+}

@@ -1,0 +1,32 @@
+/*
+ * http_collect: the loop's side of /metrics. Once a second (the daemon's
+ * tick) it gathers what the metrics show from loop-owned objects (the
+ * database's newest jobs and their newest metric records, the cluster's
+ * node table, control and store counters) into a struct metrics_view and
+ * renders it (metrics_text.h); the caller publishes the text to the HTTP
+ * thread (http_publish). It keeps, per job, the newest values read so far
+ * so that each tick reads only the metric records that arrived since.
+ *
+ * Loop thread only.
+ */
+#ifndef GPTD_HTTP_COLLECT_H
+#define GPTD_HTTP_COLLECT_H
+
+#include "daemon.h"
+#include "metrics_text.h"
+
+#define HTTP_COLLECT_JOBS_MAX  64   /* the newest jobs exported */
+#define HTTP_COLLECT_NODES_MAX 1024
+#define HTTP_COLLECT_READ_MAX  2000 /* metric records read per job per tick (catch-up) */
+
+struct http_collect;
+
+/* New, empty; NULL on ENOMEM. */
+struct http_collect *http_collect_new(void);
+void http_collect_free(struct http_collect *hc);
+
+/* Renders the current state into b (appended). `now`: unix seconds. */
+void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double now,
+                         struct metrics_buf *b);
+
+#endif

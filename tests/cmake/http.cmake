@@ -1,0 +1,13 @@
+# The HTTP listener (daemon/http.c) scraped by a real Prometheus.
+add_test(NAME http_prometheus
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_prometheus.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(http_prometheus PROPERTIES LABELS integration TIMEOUT 180
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+# A stand-in libnvidia-ml.so.1 for the dlopen path (daemon/nvml.c) on hosts
+# without a GPU: test_metrics_text loads it by path.
+add_library(fake_nvml SHARED ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_nvml.c)
+target_compile_options(fake_nvml PRIVATE -Wall -Wextra -Werror)
+target_compile_definitions(test_metrics_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
+add_dependencies(test_metrics_text fake_nvml)
