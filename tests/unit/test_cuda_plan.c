@@ -543,6 +543,56 @@ static void test_spans(void **state)
     assert_true(gpt_cuda_spans_covers(&s, 0, 100));
 }
 
+/* ---- cost model ------------------------------------------------------------ */
+
+static void test_roofline(void **state)
+{
+    (void)state;
+    /* A GEMM of GPT-2's MLP (bf16, tensor cores) is compute-bound. */
+    struct gpt_cuda_kernel k = {.name = "gemm", .cls = GPT_KC_GEMM, .unit = GPT_KU_TC_BF16};
+    k.flops = 2.0 * 3072 * 16384 * 768;
+    k.bytes = 2.0 * (3072.0 * 768 + 16384.0 * 768) + 4.0 * 3072 * 16384;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 700e12) < 1e-12);
+    /* The same FLOPs on TF32 take twice as long, on CUDA cores 700/60. */
+    k.unit = GPT_KU_TC_TF32;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 350e12) < 1e-12);
+    k.unit = GPT_KU_FP32;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 60e12) < 1e-12);
+    /* An element-wise kernel is memory-bound at 4 TB/s. */
+    struct gpt_cuda_kernel e = {.name = "gelu", .cls = GPT_KC_ELT, .unit = GPT_KU_FP32};
+    e.flops = 1e6;
+    e.bytes = 4e9;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&e) - 1e-3) < 1e-12);
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_GEMM), "gemm");
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_ATTN), "attn");
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_COUNT), "?");
+    /* llm.c's model FLOPs: 6N + 6LCT per token. */
+    assert_true(gpt_cuda_model_flops_per_token(1e8, 12, 768, 1024) == 6e8 + 6.0 * 12 * 768 * 1024);
+}
+
+static void test_flash_pairs(void **state)
+{
+    (void)state;
+    /* Causal: the visited tiles cover the lower triangle and its diagonal
+     * tiles, so between T^2/2 and T^2/2 plus a tile row per tile. */
+    size_t Ts[] = {64, 100, 1024, 4096};
+    for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
+        double T = (double)Ts[i];
+        double q = gpt_cuda_plan_flash_pairs(Ts[i], 1), kk = gpt_cuda_plan_flash_pairs(Ts[i], 0);
+        assert_true(q >= T * (T + 1) / 2);
+        assert_true(kk >= T * (T + 1) / 2);
+        double tile = (double)GPT_CUDA_FLASH_BR * GPT_CUDA_FLASH_BC;
+        double ntiles = ceil(T / GPT_CUDA_FLASH_BR);
+        assert_true(q <= T * T / 2 + ntiles * (GPT_CUDA_FLASH_BR / GPT_CUDA_FLASH_BC + 1) * tile);
+        assert_true(kk <= T * T / 2 + ntiles * (GPT_CUDA_FLASH_BR / GPT_CUDA_FLASH_BC + 1) * tile);
+    }
+    /* T = 1024: query tiles of 64 visit (own0 + 64) / 32 key tiles. */
+    double want = 0;
+    for (size_t t = 0; t < 16; t++)
+        want += (double)((t * 64 + 64) / 32) * 32 * 64;
+    assert_true(gpt_cuda_plan_flash_pairs(1024, 1) == want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -560,6 +610,8 @@ int main(void)
         cmocka_unit_test(test_bf16_sr),
         cmocka_unit_test(test_shadow_index),
         cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_roofline),
+        cmocka_unit_test(test_flash_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
