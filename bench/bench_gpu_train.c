@@ -4,6 +4,7 @@
  *
  *   bench_gpu_train [batch=16] [steps=10] [device=0] [modes=bf16,tf32]
  *   bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]
+ *   bench_gpu_train --probe       (CUDA's view of this host, one line)
  *
  * --plan needs no GPU (any build): the cost model of one training step,
  * described below at plan_main's section.
@@ -34,6 +35,7 @@
 #include "rng.h"
 
 static int gpu_main(int argc, char **argv);
+static int probe_main(void);
 
 /* ---- --plan: one training step's launches, recorded, not executed --------
  *
@@ -719,6 +721,8 @@ int main(int argc, char **argv)
         }
         return plan_main((size_t)B, (size_t)T, mode);
     }
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0)
+        return probe_main();
     return gpu_main(argc, argv);
 }
 
@@ -839,6 +843,22 @@ out:
     return rc;
 }
 
+/* --probe: what CUDA says about this host, in one line; 0 with a GPU, 77
+ * without one, 1 when GPUs exist but CUDA cannot use them. */
+static int probe_main(void)
+{
+    char msg[512];
+    int n = gpt_cuda_probe(msg, sizeof(msg));
+    printf("cuda probe: %s\n", msg);
+    for (int i = 0; i < n; i++) {
+        char name[256];
+        size_t mem = 0;
+        if (gpt_cuda_device_info(i, name, sizeof(name), &mem) == 0)
+            printf("gpu %d: %s, %.1f GiB\n", i, name, (double)mem / (double)(1ull << 30));
+    }
+    return n > 0 ? 0 : n == 0 ? 77 : 1;
+}
+
 static int gpu_main(int argc, char **argv)
 {
     size_t B = argc > 1 ? (size_t)atoi(argv[1]) : 16;
@@ -890,6 +910,12 @@ static int gpu_main(int argc, char **argv)
 }
 
 #else
+
+static int probe_main(void)
+{
+    printf("cuda probe: built without CUDA\n");
+    return 77;
+}
 
 static int gpu_main(int argc, char **argv)
 {

@@ -23,8 +23,14 @@ int gpt_cuda_probe(char *msg, size_t cap)
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e == cudaSuccess && n > 0) {
-        if (msg && cap)
-            snprintf(msg, cap, "%d GPU(s)", n);
+        if (msg && cap) {
+            int drv = 0, rt = 0;
+            cudaDriverGetVersion(&drv);
+            cudaRuntimeGetVersion(&rt);
+            (void)cudaGetLastError();
+            snprintf(msg, cap, "%d GPU(s); driver supports CUDA %d.%d, runtime %d.%d", n,
+                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        }
         return n;
     }
     (void)cudaGetLastError();
