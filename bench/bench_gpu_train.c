@@ -3,6 +3,11 @@
  * 12 heads, width 768, vocab 50257, T 1024) on the CUDA backend.
  *
  *   bench_gpu_train [batch=16] [steps=10] [device=0] [modes=bf16,tf32]
+ *   bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]
+ *   bench_gpu_train --probe       (CUDA's view of this host, one line)
+ *
+ * --plan needs no GPU (any build): the cost model of one training step,
+ * described below at plan_main's section.
  *
  * Runs the steps once per mode, after two warm-up steps each: bf16 (bf16
  * products and attention inputs, fp32 master weights; the trainer's
@@ -14,16 +19,712 @@
  * a short table. Exits 77 when there is no GPU (or when built without
  * CUDA).
  */
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "backend.h"
+#include "cuda_plan.h"
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
+
+static int gpu_main(int argc, char **argv);
+static int probe_main(void);
+
+/* ---- --plan: one training step's launches, recorded, not executed --------
+ *
+ * A recording backend stands in for the CUDA backend under the real model
+ * code (engine/model.c, the trainer's AdamW and grad-norm calls), so the
+ * sequence of ops and their shapes is the code's own. Each op records the
+ * kernels and GEMMs that engine/ops/cuda/cuda_backend.cu's implementation
+ * of that op launches, with the same decisions: the attention plan is
+ * gpt_cuda_plan_attention (shared), and the bf16 operand conversions
+ * follow the backend's shadow rules (one shadow per allocation, current
+ * spans in gpt_cuda_spans; a reader converts on a miss; LayerNorm, GELU,
+ * attention and AdamW write the bf16 copy alongside, every other write
+ * makes it stale). Device memory is never touched: allocations are
+ * addresses in an unmapped range, so a host dereference would crash the
+ * plan instead of hiding. Two steps run; the second (steady state) is the
+ * one reported. The per-op kernel lists below must change with the
+ * launchers in cuda_backend.cu. */
+
+#define REC_SMEM_OPTIN ((size_t)227 * 1024) /* H100/H200 opt-in shared memory per block */
+#define REC_MAX_ALLOCS 64
+#define REC_BASE       ((uintptr_t)0x7e0000000000ull) /* never mapped: fake device addresses */
+
+struct rec_alloc {
+    uintptr_t base;
+    size_t bytes;
+    struct gpt_cuda_spans *cur; /* the shadow's current spans; NULL = no shadow yet */
+};
+
+struct rec_be {
+    struct gpt_backend head; /* must stay first */
+    int bf16, tf32;
+    struct gpt_cuda_kernel *k;
+    size_t n, cap;
+    int oom;
+    struct rec_alloc allocs[REC_MAX_ALLOCS];
+    size_t n_allocs;
+    uintptr_t next;
+};
+
+static struct rec_be *rec(struct gpt_backend *be)
+{
+    return (struct rec_be *)be;
+}
+
+static void rec_add(struct rec_be *r, const char *name, enum gpt_cuda_kclass cls,
+                    enum gpt_cuda_kunit unit, double flops, double bytes, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+static void rec_add(struct rec_be *r, const char *name, enum gpt_cuda_kclass cls,
+                    enum gpt_cuda_kunit unit, double flops, double bytes, const char *fmt, ...)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 1024;
+        struct gpt_cuda_kernel *t = realloc(r->k, cap * sizeof(*t));
+        if (!t) {
+            r->oom = 1;
+            return;
+        }
+        r->k = t;
+        r->cap = cap;
+    }
+    struct gpt_cuda_kernel *k = &r->k[r->n++];
+    k->name = name;
+    k->cls = cls;
+    k->unit = unit;
+    k->dtype = unit == GPT_KU_TC_BF16 ? "bf16" : unit == GPT_KU_TC_TF32 ? "tf32" : "fp32";
+    k->flops = flops;
+    k->bytes = bytes;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->shape, sizeof(k->shape), fmt, ap);
+    va_end(ap);
+}
+
+static struct rec_alloc *rec_find(struct rec_be *r, const void *p, size_t n)
+{
+    size_t off;
+    for (size_t i = 0; i < r->n_allocs; i++)
+        if (gpt_cuda_shadow_index(r->allocs[i].base, r->allocs[i].bytes, (uintptr_t)p, n, &off))
+            return &r->allocs[i];
+    return NULL;
+}
+
+/* shd_in: a reader of the floats [p, p + n); 1 = read as bf16. */
+static int rec_in(struct rec_be *r, const float *p, size_t n)
+{
+    if (!r->bf16)
+        return 0;
+    struct rec_alloc *a = rec_find(r, p, n);
+    if (!a)
+        return 0;
+    if (!a->cur && !(a->cur = calloc(1, sizeof(*a->cur)))) {
+        r->oom = 1;
+        return 0;
+    }
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    if (!gpt_cuda_spans_covers(a->cur, lo, lo + n)) {
+        rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * (double)n, "n=%zu", n);
+        gpt_cuda_spans_add(a->cur, lo, lo + n);
+    }
+    return 1;
+}
+
+/* shd_out: a producer that writes the bf16 copy when a shadow exists. */
+static int rec_out(struct rec_be *r, const float *p, size_t n)
+{
+    if (!r->bf16)
+        return 0;
+    struct rec_alloc *a = rec_find(r, p, n);
+    if (!a || !a->cur)
+        return 0;
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    gpt_cuda_spans_add(a->cur, lo, lo + n);
+    return 1;
+}
+
+/* shd_wrote: any other write makes the covered bf16 values stale. */
+static void rec_wrote(struct rec_be *r, const void *p, size_t bytes)
+{
+    if (!r->bf16 || !p)
+        return;
+    for (size_t i = 0; i < r->n_allocs; i++) {
+        struct rec_alloc *a = &r->allocs[i];
+        uintptr_t q = (uintptr_t)p;
+        if (!a->cur || q < a->base || q >= a->base + a->bytes)
+            continue;
+        size_t lo = (q - a->base) / sizeof(float);
+        size_t room = a->base + a->bytes - q;
+        size_t hi = lo + ((bytes < room ? bytes : room) + sizeof(float) - 1) / sizeof(float);
+        gpt_cuda_spans_cut(a->cur, lo, hi);
+    }
+}
+
+static enum gpt_cuda_kunit rec_f32_gemm_unit(const struct rec_be *r)
+{
+    return r->tf32 ? GPT_KU_TC_TF32 : GPT_KU_FP32;
+}
+
+static void rec_destroy(struct gpt_backend *be)
+{
+    struct rec_be *r = rec(be);
+    for (size_t i = 0; i < r->n_allocs; i++)
+        free(r->allocs[i].cur);
+    free(r->k);
+    free(r);
+}
+
+static int rec_alloc(struct gpt_backend *be, size_t bytes, void **ret)
+{
+    struct rec_be *r = rec(be);
+    if (r->n_allocs == REC_MAX_ALLOCS)
+        return -ENOMEM;
+    struct rec_alloc *a = &r->allocs[r->n_allocs++];
+    a->base = r->next;
+    a->bytes = bytes;
+    a->cur = NULL;
+    r->next += (bytes + 4095) & ~(size_t)4095;
+    *ret = (void *)a->base;
+    return 0;
+}
+
+static void rec_mem_free(struct gpt_backend *be, void *ptr)
+{
+    struct rec_be *r = rec(be);
+    for (size_t i = 0; i < r->n_allocs; i++)
+        if (r->allocs[i].base == (uintptr_t)ptr) {
+            free(r->allocs[i].cur);
+            r->allocs[i] = r->allocs[--r->n_allocs];
+            return;
+        }
+}
+
+static int rec_upload(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)src;
+    rec_wrote(rec(be), dst, bytes);
+    return 0;
+}
+
+static int rec_download(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    (void)src;
+    memset(dst, 0, bytes);
+    return 0;
+}
+
+static void rec_copy(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)src;
+    rec_wrote(rec(be), dst, bytes);
+    rec_add(rec(be), "memcpy_d2d", GPT_KC_MEM, GPT_KU_FP32, 0, 2.0 * (double)bytes, "bytes=%zu",
+            bytes);
+}
+
+static void rec_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
+{
+    rec_wrote(rec(be), ptr, bytes);
+    rec_add(rec(be), "memset", GPT_KC_MEM, GPT_KU_FP32, 0, (double)bytes, "bytes=%zu", bytes);
+}
+
+static void rec_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
+                                const float *wte, const float *wpe, size_t B, size_t T, size_t C)
+{
+    (void)inp;
+    (void)wte;
+    (void)wpe;
+    struct rec_be *r = rec(be);
+    double btc = (double)(B * T * C);
+    rec_wrote(r, out, B * T * C * sizeof(float));
+    rec_add(r, "encoder_forward", GPT_KC_EMBED, GPT_KU_FP32, btc, 12.0 * btc + 4.0 * B * T,
+            "B=%zu T=%zu C=%zu", B, T, C);
+}
+
+static void rec_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
+                                 const float *dout, const int *inp, size_t B, size_t T, size_t C)
+{
+    (void)dout;
+    (void)inp;
+    struct rec_be *r = rec(be);
+    double btc = (double)(B * T * C), bt = (double)(B * T);
+    rec_wrote(r, dwte, SIZE_MAX);
+    rec_wrote(r, dwpe, T * C * sizeof(float));
+    rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, 4.0 * btc + 8.0 * T * C,
+            "B=%zu T=%zu C=%zu", B, T, C);
+    /* Deterministic: first-occurrence scan over the tokens, then each
+     * token's rows summed in order (dout read once, dwte rows once). */
+    rec_add(r, "encoder_backward_wte", GPT_KC_EMBED, GPT_KU_FP32, btc + bt * bt / 2,
+            4.0 * btc + 8.0 * btc + 4.0 * bt, "B=%zu T=%zu C=%zu", B, T, C);
+}
+
+static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *w, const float *b, size_t N,
+                                  size_t C)
+{
+    (void)inp;
+    (void)w;
+    (void)b;
+    struct rec_be *r = rec(be);
+    int ob = rec_out(r, out, N * C);
+    rec_wrote(r, mean, N * sizeof(float));
+    rec_wrote(r, rstd, N * sizeof(float));
+    double nc = (double)(N * C);
+    rec_add(r, "layernorm_forward", GPT_KC_NORM, GPT_KU_FP32, 8.0 * nc,
+            8.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
+}
+
+static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
+                                   float *dbias, const float *dout, const float *inp,
+                                   const float *weight, const float *mean, const float *rstd,
+                                   size_t N, size_t C)
+{
+    (void)dout;
+    (void)inp;
+    (void)weight;
+    (void)mean;
+    (void)rstd;
+    struct rec_be *r = rec(be);
+    rec_wrote(r, dinp, N * C * sizeof(float));
+    rec_wrote(r, dweight, C * sizeof(float));
+    rec_wrote(r, dbias, C * sizeof(float));
+    double nc = (double)(N * C);
+    /* dout, inp read; dinp read and written (it accumulates); the two-pass
+     * column sums read dout and inp again. */
+    rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 12.0 * nc, 24.0 * nc + 8.0 * N,
+            "N=%zu C=%zu", N, C);
+}
+
+static void rec_gemm(struct rec_be *r, const char *name, int bf, size_t M, size_t N, size_t K,
+                     double extra_bytes)
+{
+    double es = bf ? 2.0 : 4.0;
+    rec_add(r, name, GPT_KC_GEMM, bf ? GPT_KU_TC_BF16 : rec_f32_gemm_unit(r),
+            2.0 * (double)M * (double)N * (double)K,
+            es * ((double)M * K + (double)N * K) + 4.0 * (double)M * N + extra_bytes,
+            "M=%zu N=%zu K=%zu", M, N, K);
+}
+
+static void rec_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
+                               const float *weight, const float *bias, size_t N, size_t C,
+                               size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
+        rec_wrote(r, out, N * OC * sizeof(float));
+        bf = wb && ib;
+    }
+    rec_gemm(r, bias ? "gemm_fwd+bias" : "gemm_fwd", bf, OC, N, C, bias ? 4.0 * OC : 0);
+}
+
+static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight, size_t N,
+                                size_t C, size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int wb = 0, db = 0, ib = 0;
+    if (r->bf16) {
+        wb = dinp ? rec_in(r, weight, OC * C) : 0;
+        db = rec_in(r, dout, N * OC);
+        ib = rec_in(r, inp, N * C);
+        if (dinp)
+            rec_wrote(r, dinp, N * C * sizeof(float));
+        rec_wrote(r, dweight, OC * C * sizeof(float));
+        if (dbias)
+            rec_wrote(r, dbias, OC * sizeof(float));
+    }
+    if (dinp)
+        rec_gemm(r, "gemm_bwd_dinp", wb && db, C, N, OC, 0);
+    /* dweight accumulates (beta 1): read once more. */
+    rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
+    if (dbias)
+        rec_add(r, "colsum_dbias", GPT_KC_ELT, GPT_KU_FP32, (double)(N * OC),
+                4.0 * (double)(N * OC) + 8.0 * OC, "N=%zu OC=%zu", N, OC);
+}
+
+static void rec_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
+                                  size_t B, size_t T, size_t C, size_t NH)
+{
+    struct rec_be *r = rec(be);
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, B, T, C, NH, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+    double bh = (double)(B * NH), hs = (double)p.hs, btc = (double)(B * T * C);
+    if (p.kind == GPT_CUDA_ATTN_FLASH) {
+        int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
+        int ob = rec_out(r, out, B * T * C);
+        rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
+        double es = qb ? 2.0 : 4.0, pairs = gpt_cuda_plan_flash_pairs(T, 1);
+        /* S = q k^T and o += p v (2 hs each), exp and rescale per pair;
+         * K and V re-read once per query tile. */
+        rec_add(r, "flash_forward", GPT_KC_ATTN, GPT_KU_FP32, bh * pairs * (4.0 * hs + 6.0),
+                es * btc + bh * pairs / GPT_CUDA_FLASH_BR * hs * 2.0 * es + 8.0 * btc +
+                    (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+        return;
+    }
+    rec_wrote(r, out, B * T * C * sizeof(float));
+    rec_wrote(r, att, B * NH * T * T * sizeof(float));
+    double tt = bh * (double)T * (double)T;
+    rec_add(r, "gemm_att_qk", GPT_KC_ATTN, rec_f32_gemm_unit(r), 2.0 * tt * hs,
+            8.0 * bh * T * hs + 4.0 * tt, "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+    rec_add(r, "att_softmax_forward", GPT_KC_ATTN, GPT_KU_FP32, 5.0 * tt, 8.0 * tt,
+            "rows=%zu T=%zu", B * NH * T, T);
+    rec_add(r, "gemm_att_v", GPT_KC_ATTN, rec_f32_gemm_unit(r), 2.0 * tt * hs,
+            4.0 * tt + 8.0 * bh * T * hs, "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+}
+
+static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
+                                   const float *dout, const float *qkv, const float *att, size_t B,
+                                   size_t T, size_t C, size_t NH)
+{
+    (void)dout;
+    (void)att;
+    struct rec_be *r = rec(be);
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, B, T, C, NH, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+    double bh = (double)(B * NH), hs = (double)p.hs, btc = (double)(B * T * C);
+    if (p.kind == GPT_CUDA_ATTN_FLASH) {
+        int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
+        int db = rec_out(r, dqkv, B * T * 3 * C);
+        rec_wrote(r, scratch, p.lse_floats * sizeof(float));
+        double es = qb ? 2.0 : 4.0;
+        double pq = gpt_cuda_plan_flash_pairs(T, 1), pk = gpt_cuda_plan_flash_pairs(T, 0);
+        rec_add(r, "flash_d", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc, 8.0 * btc + 4.0 * p.lse_floats,
+                "rows=%zu hs=%zu", p.lse_floats, p.hs);
+        /* dq: S = q k^T, dP = dO v^T, dq += dS k (2 hs each). */
+        rec_add(r, "flash_dq", GPT_KC_ATTN, GPT_KU_FP32, bh * pq * (6.0 * hs + 8.0),
+                es * btc + 4.0 * btc + bh * pq / GPT_CUDA_FLASH_BR * hs * 2.0 * es + 4.0 * btc +
+                    (db ? 2.0 * btc : 0),
+                "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+        /* dk, dv: S, dP, dv += P^T dO, dk += dS^T q (2 hs each); q and dO
+         * re-read once per key tile. */
+        rec_add(r, "flash_dkv", GPT_KC_ATTN, GPT_KU_FP32, bh * pk * (8.0 * hs + 8.0),
+                2.0 * es * btc + bh * pk / GPT_CUDA_FLASH_BR * hs * (es + 4.0) + 8.0 * btc +
+                    (db ? 4.0 * btc : 0),
+                "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+        return;
+    }
+    rec_wrote(r, dqkv, B * T * 3 * C * sizeof(float));
+    rec_wrote(r, scratch, B * NH * T * T * sizeof(float));
+    double tt = bh * (double)T * (double)T;
+    rec_add(r, "gemm_att_bwd", GPT_KC_ATTN, rec_f32_gemm_unit(r), 8.0 * tt * hs,
+            16.0 * tt + 32.0 * bh * T * hs, "B=%zu NH=%zu T=%zu hs=%zu (4 GEMMs)", B, NH, T, p.hs);
+    rec_add(r, "att_softmax_backward", GPT_KC_ATTN, GPT_KU_FP32, 4.0 * tt, 12.0 * tt,
+            "rows=%zu T=%zu", B * NH * T, T);
+}
+
+static void rec_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
+{
+    (void)inp;
+    struct rec_be *r = rec(be);
+    int ob = rec_out(r, out, n);
+    rec_add(r, "gelu_forward", GPT_KC_ELT, GPT_KU_FP32, 12.0 * n, (8.0 + (ob ? 2.0 : 0)) * n,
+            "n=%zu", n);
+}
+
+static void rec_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
+                              const float *dout, size_t n)
+{
+    (void)inp;
+    (void)dout;
+    struct rec_be *r = rec(be);
+    int db = rec_out(r, dinp, n);
+    rec_add(r, "gelu_backward", GPT_KC_ELT, GPT_KU_FP32, 20.0 * n, (12.0 + (db ? 2.0 : 0)) * n,
+            "n=%zu", n);
+}
+
+static void rec_residual_forward(struct gpt_backend *be, float *out, const float *a, const float *b,
+                                 size_t n)
+{
+    (void)a;
+    (void)b;
+    struct rec_be *r = rec(be);
+    rec_wrote(r, out, n * sizeof(float));
+    rec_add(r, "residual_forward", GPT_KC_ELT, GPT_KU_FP32, (double)n, 12.0 * n, "n=%zu", n);
+}
+
+static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
+                             const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                             int write_dlogits)
+{
+    (void)targets;
+    (void)dscale;
+    struct rec_be *r = rec(be);
+    if (write_dlogits)
+        rec_wrote(r, logits, N * Vp * sizeof(float));
+    rec_wrote(r, losses, N * sizeof(float));
+    double nv = (double)N * (double)Vp;
+    /* One pass for max and sum, one to write dlogits (reads again). */
+    rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32, 6.0 * (double)N * V,
+            (write_dlogits ? 12.0 : 4.0) * nv, "N=%zu V=%zu", N, V);
+}
+
+static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
+                      size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, float bc1, float bc2)
+{
+    (void)grads;
+    (void)lr;
+    (void)beta1;
+    (void)beta2;
+    (void)eps;
+    (void)weight_decay;
+    (void)grad_scale;
+    (void)bc1;
+    (void)bc2;
+    struct rec_be *r = rec(be);
+    if (n == 0)
+        return;
+    int pb = rec_out(r, params, n);
+    rec_wrote(r, m, n * sizeof(float));
+    rec_wrote(r, v, n * sizeof(float));
+    rec_add(r, "adamw", GPT_KC_OPTIM, GPT_KU_FP32, 15.0 * n, (28.0 + (pb ? 2.0 : 0)) * n, "n=%zu",
+            n);
+}
+
+static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
+{
+    (void)x;
+    rec_add(rec(be), "sumsq", GPT_KC_OPTIM, GPT_KU_FP32, 2.0 * n, 4.0 * n, "n=%zu", n);
+    return 1.0;
+}
+
+static void rec_scale(struct gpt_backend *be, float *x, float s, size_t n)
+{
+    (void)s;
+    rec_wrote(rec(be), x, n * sizeof(float));
+    rec_add(rec(be), "scale", GPT_KC_ELT, GPT_KU_FP32, (double)n, 8.0 * n, "n=%zu", n);
+}
+
+static int rec_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
+{
+    (void)seed;
+    struct rec_be *r = rec(be);
+    int p = precision & GPT_BACKEND_PREC_MASK;
+    if (p != 0 && p != 1 && p != 2)
+        return -EINVAL;
+    r->bf16 = p != 0;
+    r->tf32 = !(precision & GPT_BACKEND_PREC_NO_TF32);
+    return 0;
+}
+
+static size_t rec_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                             int scratch)
+{
+    (void)be;
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, B, T, C, NH, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+    return gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
+}
+
+static const struct gpt_backend_ops rec_ops = {
+    .name = "cuda-plan",
+    .destroy = rec_destroy,
+    .alloc = rec_alloc,
+    .mem_free = rec_mem_free,
+    .upload = rec_upload,
+    .download = rec_download,
+    .copy = rec_copy,
+    .memzero = rec_memzero,
+    .encoder_forward = rec_encoder_forward,
+    .encoder_backward = rec_encoder_backward,
+    .layernorm_forward = rec_layernorm_forward,
+    .layernorm_backward = rec_layernorm_backward,
+    .matmul_forward = rec_matmul_forward,
+    .matmul_backward = rec_matmul_backward,
+    .attention_forward = rec_attention_forward,
+    .attention_backward = rec_attention_backward,
+    .gelu_forward = rec_gelu_forward,
+    .gelu_backward = rec_gelu_backward,
+    .residual_forward = rec_residual_forward,
+    .softmax_xent = rec_softmax_xent,
+    .adamw = rec_adamw,
+    .sumsq = rec_sumsq,
+    .scale = rec_scale,
+    .set_precision = rec_set_precision,
+    .att_floats = rec_att_floats,
+};
+
+/* Kernels with the same name and shape, summed. */
+struct plan_row {
+    const struct gpt_cuda_kernel *k;
+    int calls;
+    double flops, bytes, s;
+};
+
+static int plan_main(size_t B, size_t T, const char *mode)
+{
+    struct rec_be *r = calloc(1, sizeof(*r));
+    if (!r)
+        return 1;
+    r->head.ops = &rec_ops;
+    r->head.name = rec_ops.name;
+    r->head.threads = 1;
+    r->next = REC_BASE;
+    struct gpt_backend *be = &r->head;
+    int bf16 = strcmp(mode, "bf16") == 0, tf32 = strcmp(mode, "tf32") == 0;
+    gpt_backend_set_precision(be, bf16 ? 1 : tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32, 1337);
+    struct gpt_model m;
+    memset(&m, 0, sizeof(m));
+    struct gpt_err err;
+    struct gpt_model_config cfg = {12, 12, 768, (int)T, 50257};
+    int rc = gpt_model_init(&m, &cfg, be, B, &err);
+    if (rc == 0)
+        rc = gpt_model_alloc_optim(&m, &err);
+    if (rc < 0) {
+        fprintf(stderr, "bench_gpu_train --plan: %s\n", err.msg);
+        gpt_model_done(&m);
+        gpt_backend_free(be);
+        return 1;
+    }
+    struct gpt_optim_spec opt = {
+        .lr = 3e-4, .min_lr = 3e-5, .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+    size_t BT = B * T;
+    int *x = calloc(BT, sizeof(int)), *y = calloc(BT, sizeof(int));
+    for (size_t i = 0; x && y && i < BT; i++) {
+        x[i] = (int)((i * 7919u) % 50257u);
+        y[i] = (int)((i * 104729u + 1u) % 50257u);
+    }
+    float loss = 0;
+    for (int s = 0; s < 2 && rc == 0 && x && y; s++) {
+        r->n = 0; /* keep only the last (steady-state) step */
+        gpt_model_zero_grad(&m);
+        if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||
+            (rc = gpt_model_backward(&m, 1.0f)) < 0)
+            break;
+        double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
+        gpt_adamw_update(&m, &opt, 3e-4f, s + 1, gpt_clip_scale(norm, 1.0), 0, m.n_params);
+    }
+    free(x);
+    free(y);
+    /* Model FLOPs per step, llm.c's count. */
+    /* N as the model counts it (no wpe, no vocabulary padding): its
+     * nanoGPT estimate is 6 N + 12 L C T. */
+    double n_params = (gpt_model_flops_per_token(&m, T) - 12.0 * 12 * 768 * (double)T) / 6.0;
+    double model_flops = gpt_cuda_model_flops_per_token(n_params, 12, 768, T) * (double)BT;
+    gpt_model_done(&m);
+    if (rc < 0 || r->oom || r->n == 0) {
+        fprintf(stderr, "bench_gpu_train --plan: the step did not record (%s)\n",
+                rc < 0   ? gpt_strerror(rc)
+                : r->oom ? "out of memory"
+                         : "no launches");
+        gpt_backend_free(be);
+        return 1;
+    }
+
+    struct plan_row *rows = calloc(r->n, sizeof(*rows));
+    size_t n_rows = 0;
+    double total = 0, by_class[GPT_KC_COUNT] = {0}, gemm_flops = 0, attn_flops = 0;
+    int broken = rows == NULL;
+    for (size_t i = 0; rows && i < r->n; i++) {
+        const struct gpt_cuda_kernel *k = &r->k[i];
+        double s = gpt_cuda_kernel_seconds(k);
+        if (!(s >= 0) || !isfinite(s))
+            broken = 1;
+        total += s;
+        by_class[k->cls] += s;
+        if (k->cls == GPT_KC_GEMM)
+            gemm_flops += k->flops;
+        if (k->cls == GPT_KC_ATTN)
+            attn_flops += k->flops;
+        size_t j = 0;
+        while (j < n_rows &&
+               !(strcmp(rows[j].k->name, k->name) == 0 && strcmp(rows[j].k->shape, k->shape) == 0 &&
+                 rows[j].k->unit == k->unit))
+            j++;
+        if (j == n_rows)
+            rows[n_rows++].k = k;
+        rows[j].calls++;
+        rows[j].flops += k->flops;
+        rows[j].bytes += k->bytes;
+        rows[j].s += s;
+    }
+    printf("GPT-2 124M, B=%zu, T=%zu, %s: one training step as the CUDA backend launches it\n", B,
+           T, mode);
+    printf("(recorded, not executed; roofline on one H200: bf16 tensor cores %.0f TFLOP/s, tf32 "
+           "%.0f, CUDA-core fp32 %.0f, memory %.1f TB/s)\n",
+           GPT_H200_TC_BF16_FLOPS / 1e12, GPT_H200_TC_TF32_FLOPS / 1e12, GPT_H200_FP32_FLOPS / 1e12,
+           GPT_H200_MEM_BPS / 1e12);
+    printf("%-22s %-8s %-5s %-3s %-34s %5s %10s %10s %9s %6s\n", "kernel", "class", "dtype", "TC",
+           "shape", "calls", "GFLOP", "MB", "pred ms", "share");
+    for (size_t j = 0; j < n_rows; j++) {
+        const struct gpt_cuda_kernel *k = rows[j].k;
+        printf("%-22s %-8s %-5s %-3s %-34s %5d %10.2f %10.1f %9.3f %5.1f%%\n", k->name,
+               gpt_cuda_kclass_name(k->cls), k->dtype, k->unit == GPT_KU_FP32 ? "no" : "yes",
+               k->shape, rows[j].calls, rows[j].flops / 1e9, rows[j].bytes / 1e6, rows[j].s * 1e3,
+               total > 0 ? 100.0 * rows[j].s / total : 0.0);
+    }
+    double mfu = total > 0 ? model_flops / total / GPT_H200_PEAK_FLOPS : 0;
+    printf("\nby class:");
+    for (int c = 0; c < GPT_KC_COUNT; c++)
+        if (by_class[c] > 0)
+            printf(" %s %.2f ms (%.1f%%)", gpt_cuda_kclass_name((enum gpt_cuda_kclass)c),
+                   by_class[c] * 1e3, 100.0 * by_class[c] / total);
+    printf("\npredicted: %.2f ms/step, %.0f tokens/s, model %.2f TFLOP/step (6N + 6LCT), "
+           "MFU %.1f%% of %.0f TFLOP/s\n",
+           total * 1e3, (double)BT / total, model_flops / 1e12, 100.0 * mfu,
+           GPT_H200_PEAK_FLOPS / 1e12);
+    /* The plan is broken when the matrix products do not add up to the
+     * model's 6 N FLOPs per token (forward 2N, backward 4N) or attention
+     * is missing. */
+    double want = 6.0 * n_params * (double)BT;
+    if (!(gemm_flops > 0.97 * want && gemm_flops < 1.03 * want)) {
+        fprintf(stderr, "plan broken: GEMM FLOPs %.4g, expected %.4g (6N per token)\n", gemm_flops,
+                want);
+        broken = 1;
+    }
+    if (!(attn_flops > 0)) {
+        fprintf(stderr, "plan broken: no attention kernels\n");
+        broken = 1;
+    }
+    printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"
+           "\"T\":%zu,\"kernels\":%zu,\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"
+           "\"model_tflop_per_step\":%.3f,\"share\":{",
+           mode, B, T, r->n, total * 1e3, mfu, model_flops / 1e12);
+    for (int c = 0, first = 1; c < GPT_KC_COUNT; c++) {
+        printf("%s\"%s\":%.4f", first ? "" : ",", gpt_cuda_kclass_name((enum gpt_cuda_kclass)c),
+               total > 0 ? by_class[c] / total : 0.0);
+        first = 0;
+    }
+    printf("},\"ms_by_class\":{");
+    for (int c = 0, first = 1; c < GPT_KC_COUNT; c++) {
+        printf("%s\"%s\":%.3f", first ? "" : ",", gpt_cuda_kclass_name((enum gpt_cuda_kclass)c),
+               by_class[c] * 1e3);
+        first = 0;
+    }
+    printf("},\"plan_ok\":%s}\n", broken ? "false" : "true");
+    free(rows);
+    gpt_backend_free(be);
+    return broken ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--plan") == 0) {
+        long B = argc > 2 ? atol(argv[2]) : 16, T = argc > 3 ? atol(argv[3]) : 1024;
+        const char *mode = argc > 4 ? argv[4] : "bf16";
+        if (B < 1 || B > 4096 || T < 2 || T > 65536 ||
+            (strcmp(mode, "bf16") && strcmp(mode, "tf32") && strcmp(mode, "fp32"))) {
+            fprintf(stderr, "usage: bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]\n");
+            return 2;
+        }
+        return plan_main((size_t)B, (size_t)T, mode);
+    }
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0)
+        return probe_main();
+    return gpu_main(argc, argv);
+}
 
 #ifdef GPTD_HAVE_CUDA
 #include "cuda/cuda_backend.h"
@@ -61,8 +762,8 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         fprintf(stderr, "bench_gpu_train: %s\n", err.msg);
         return rc;
     }
-    gpt_cuda_backend_set_tf32(be, tf32);
-    if ((rc = gpt_backend_set_precision(be, bf16, 1337)) < 0) {
+    if ((rc = gpt_backend_set_precision(be, bf16 | (tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32), 1337)) <
+        0) {
         fprintf(stderr, "bench_gpu_train: set_precision: %s\n", gpt_strerror(rc));
         goto out;
     }
@@ -142,7 +843,23 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* --probe: what CUDA says about this host, in one line; 0 with a GPU, 77
+ * without one, 1 when GPUs exist but CUDA cannot use them. */
+static int probe_main(void)
+{
+    char msg[512];
+    int n = gpt_cuda_probe(msg, sizeof(msg));
+    printf("cuda probe: %s\n", msg);
+    for (int i = 0; i < n; i++) {
+        char name[256];
+        size_t mem = 0;
+        if (gpt_cuda_device_info(i, name, sizeof(name), &mem) == 0)
+            printf("gpu %d: %s, %.1f GiB\n", i, name, (double)mem / (double)(1ull << 30));
+    }
+    return n > 0 ? 0 : n == 0 ? 77 : 1;
+}
+
+static int gpu_main(int argc, char **argv)
 {
     size_t B = argc > 1 ? (size_t)atoi(argv[1]) : 16;
     int steps = argc > 2 ? atoi(argv[2]) : 10;
@@ -165,8 +882,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_gpu_train [batch] [steps] [device] [bf16,tf32,fp32]\n");
         return 2;
     }
-    if (gpt_cuda_device_count() == 0) {
-        printf("bench_gpu_train: no GPU, skipped\n");
+    char probe[512];
+    int probed = gpt_cuda_probe(probe, sizeof(probe));
+    if (probed < 0) {
+        fprintf(stderr, "FAIL: %s\n", probe);
+        return 1;
+    }
+    if (probed == 0) {
+        printf("%s: skipped\n", probe);
         return 77;
     }
     struct bench_row rows[MAX_MODES];
@@ -188,8 +911,16 @@ int main(int argc, char **argv)
 
 #else
 
-int main(void)
+static int probe_main(void)
 {
+    printf("cuda probe: built without CUDA\n");
+    return 77;
+}
+
+static int gpu_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
     printf("bench_gpu_train: built without CUDA, skipped\n");
     return 77;
 }

@@ -134,7 +134,7 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
     int world = (job->distributed.nodes_min > 0 ? job->distributed.nodes_min : 1) * workers;
     struct gpt_model_mem m;
     gpt_model_mem_estimate(&mc, job->trainer.micro_batch, job->distributed.sharding, world,
-                           gpus > 0, job->trainer.precision == GPT_PREC_BF16, &m);
+                           gpus > 0, job->trainer.precision != GPT_PREC_FP32, &m);
 
     /* What the node must hold: every worker's share, host and device. */
     uint64_t node =

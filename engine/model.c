@@ -243,8 +243,8 @@ static int model_check_config(const struct gpt_model_config *cfg, size_t max_B, 
 }
 
 /* Carves the activation slab; with `base` NULL only counts floats. */
-static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_t T, size_t C,
-                          size_t L, size_t NH, size_t Vp)
+static size_t model_carve(struct gpt_model_acts *a, float *base, struct gpt_backend *be, size_t B,
+                          size_t T, size_t C, size_t L, size_t NH, size_t Vp)
 {
     size_t off = 0;
     size_t BT = B * T;
@@ -259,7 +259,7 @@ static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_
     CARVE(ln1_rstd, L * BT);
     CARVE(qkv, L * BT * 3 * C);
     CARVE(atty, L * BT * C);
-    CARVE(att, L * B * NH * T * T);
+    CARVE(att, L * gpt_backend_att_floats(be, B, T, C, NH, 0)); /* backend-owned */
     CARVE(residual2, L * BT * C);
     CARVE(ln2, L * BT * C);
     CARVE(ln2_mean, L * BT);
@@ -275,7 +275,7 @@ static size_t model_carve(struct gpt_model_acts *a, float *base, size_t B, size_
     CARVE(dres, BT * C);
     CARVE(dc, BT * C);
     CARVE(d4c, BT * 4 * C);
-    CARVE(datt, B * NH * T * T);
+    CARVE(datt, gpt_backend_att_floats(be, B, T, C, NH, 1));
 #undef CARVE
     return off;
 }
@@ -322,7 +322,7 @@ static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
         if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
             rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
     }
-    size_t nact = model_carve(a, NULL, max_B, T, C, L, NH, m->Vp);
+    size_t nact = model_carve(a, NULL, be, max_B, T, C, L, NH, m->Vp);
     float *slab = NULL;
     if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
         rc = gpt_backend_alloc(be, nact * sizeof(float), (void **)&slab);
@@ -528,7 +528,7 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
     }
     a->have_targets = 0;
     /* Re-carve for this (B, T) so each layer's slice is packed. */
-    model_carve(a, a->slab, B, T, C, L, NH, Vp);
+    model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
     a->B = B;
     a->T = T;
     int rc = gpt_backend_upload(be, a->tokens, inputs, N * sizeof(int));
@@ -547,7 +547,8 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
             return rc;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
         float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
-        float *atty = a->atty + l * N * C, *att = a->att + l * B * NH * T * T;
+        float *atty = a->atty + l * N * C,
+              *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
         float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
         float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
         float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
@@ -657,7 +658,8 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
         float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
-        float *atty = a->atty + l * N * C, *att = a->att + l * B * NH * T * T;
+        float *atty = a->atty + l * N * C,
+              *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
         float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
         float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
         float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;

@@ -27,7 +27,8 @@
 
 enum gpt_data_kind { GPT_DATA_TEXT, GPT_DATA_SHARDS, GPT_DATA_SYNTHETIC };
 enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE };
-enum gpt_precision { GPT_PREC_FP32, GPT_PREC_BF16 };
+/* AUTO (the default): bf16 on the CUDA backend, fp32 on the CPU backend. */
+enum gpt_precision { GPT_PREC_FP32, GPT_PREC_BF16, GPT_PREC_AUTO };
 enum gpt_schedule { GPT_SCHED_COSINE, GPT_SCHED_CONSTANT };
 enum gpt_backend_kind { GPT_BACKEND_AUTO, GPT_BACKEND_CPU, GPT_BACKEND_CUDA };
 enum gpt_comm_kind { GPT_COMM_AUTO, GPT_COMM_LOCAL, GPT_COMM_TCP, GPT_COMM_NCCL };
@@ -62,6 +63,7 @@ struct gpt_trainer_spec {
     int eval_batches;
     uint64_t seed;
     int precision;      /* enum gpt_precision */
+    int tf32;           /* fp32 matmuls on CUDA may use TF32 tensor cores (default 1) */
     int threads;        /* BLAS/OpenMP threads per worker */
     double peak_gflops; /* 0 = measure at start-up (for MFU) */
 };

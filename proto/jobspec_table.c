@@ -14,7 +14,7 @@
 
 static const char *const data_kind_names[] = {"text", "shards", "synthetic", NULL};
 static const char *const tokenizer_names[] = {"char", "byte", NULL};
-static const char *const precision_names[] = {"fp32", "bf16", NULL};
+static const char *const precision_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const schedule_names[] = {"cosine", "constant", NULL};
 static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
@@ -196,9 +196,17 @@ const struct jobspec_entry jobspec_entries[] = {
      .type = JOBSPEC_ENUM,
      .off = OFF(trainer.precision),
      .names = precision_names,
-     .def_i = GPT_PREC_FP32,
-     .help = "Activation precision. bf16 keeps fp32 master weights and needs the CUDA "
-             "backend; the CPU backend runs fp32."},
+     .def_i = GPT_PREC_AUTO,
+     .help = "Activation precision: auto (bf16 on the CUDA backend, fp32 on the CPU "
+             "backend), fp32 or bf16. bf16 keeps fp32 master weights, fp32 AdamW moments and "
+             "fp32 gradients and needs the CUDA backend; the CPU backend runs fp32."},
+    {.path = "trainer.tf32",
+     .type = JOBSPEC_BOOL,
+     .off = OFF(trainer.tf32),
+     .def_i = 1,
+     .help = "With fp32 precision on the CUDA backend, run matrix products on TF32 tensor "
+             "cores (10-bit mantissa inputs, fp32 accumulation); false keeps them strict "
+             "fp32. No effect on bf16 or on the CPU backend."},
     {.path = "trainer.threads",
      .type = JOBSPEC_INT,
      .off = OFF(trainer.threads),

@@ -217,6 +217,15 @@ int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t se
 {
     GPT_ASSERT(be && be->ops);
     if (!be->ops->set_precision)
-        return precision == 0 ? 0 : -ENOTSUP;
+        return (precision & GPT_BACKEND_PREC_MASK) == 0 ? 0 : -ENOTSUP;
     return be->ops->set_precision(be, precision, seed);
+}
+
+size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                              int scratch)
+{
+    GPT_ASSERT(be && be->ops);
+    if (!be->ops->att_floats)
+        return B * NH * T * T;
+    return be->ops->att_floats(be, B, T, C, NH, scratch);
 }

@@ -134,11 +134,27 @@ struct gpt_backend_ops {
     void (*scale)(struct gpt_backend *be, float *x, float s, size_t n);
 
     /* Optional (NULL = fp32 only). The arithmetic behind this fp32
-     * interface: 0 fp32, 1 bf16 (enum gpt_precision), `seed` for any
-     * stochastic rounding. Every buffer stays fp32; see the backend's
-     * header for what bf16 changes. Returns 0 or -EINVAL. */
+     * interface: 0 fp32, 1 bf16, 2 auto (the backend's fast default: bf16
+     * on CUDA), as enum gpt_precision, optionally or'd with
+     * GPT_BACKEND_PREC_NO_TF32; `seed` for any stochastic rounding. Every
+     * buffer stays fp32; see the backend's header for what bf16 changes.
+     * Returns 0 or -EINVAL. */
     int (*set_precision)(struct gpt_backend *be, int precision, uint64_t seed);
+
+    /* Optional (NULL = the full (B,NH,T,T) for both). Floats of the `att`
+     * buffer one attention_forward call at (B, T, C, NH) needs (scratch 0),
+     * or of attention_backward's `scratch` (scratch 1). `att` is
+     * backend-owned state between a forward and its backward: the model
+     * only sizes and places it by this answer, never reads it. The answer
+     * never grows when B shrinks. Any thread. */
+    size_t (*att_floats)(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                         int scratch);
 };
+
+/* Or'd into set_precision's argument: fp32 matrix products stay strict
+ * fp32 (trainer.tf32 false); without it a backend may use TF32. */
+#define GPT_BACKEND_PREC_NO_TF32 0x100
+#define GPT_BACKEND_PREC_MASK    0xff
 
 /* The common head of every backend; the implementation's state follows. */
 struct gpt_backend {
@@ -200,8 +216,13 @@ void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads
                        float weight_decay, float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
-/* 0 when done; -ENOTSUP for bf16 on a backend without the slot (cpu),
- * which then keeps computing in fp32. Owner thread, before the first op. */
+/* 0 when done; -ENOTSUP for bf16 or auto on a backend without the slot
+ * (cpu), which then keeps computing in fp32. Owner thread, before the
+ * first op. */
 int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed);
+/* Size of attention's att (scratch 0) or backward scratch (1), in floats:
+ * ops->att_floats, or B*NH*T*T without the slot. */
+size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                              int scratch);
 
 #endif

@@ -118,3 +118,154 @@ void gpt_cuda_plan_flash_span(int own_is_query, size_t own0, size_t T, unsigned 
         *ret_end = (unsigned)((T + bc - 1) / bc);
     }
 }
+
+/* ---- bf16 shadows ---------------------------------------------------------- */
+
+int gpt_cuda_shadow_index(uintptr_t base, size_t bytes, uintptr_t p, size_t n, size_t *ret_off)
+{
+    if (p < base || (p - base) % sizeof(float) != 0)
+        return 0;
+    size_t off = (p - base) / sizeof(float), elems = bytes / sizeof(float);
+    if (off >= elems || n > elems - off)
+        return 0;
+    *ret_off = off;
+    return 1;
+}
+
+void gpt_cuda_spans_clear(struct gpt_cuda_spans *s)
+{
+    s->n = 0;
+}
+
+int gpt_cuda_spans_covers(const struct gpt_cuda_spans *s, size_t lo, size_t hi)
+{
+    if (lo >= hi)
+        return 1;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->lo[i] <= lo && hi <= s->hi[i])
+            return 1;
+    return 0;
+}
+
+/* Removes span i, keeping the order. */
+static void spans_remove(struct gpt_cuda_spans *s, size_t i)
+{
+    for (size_t j = i + 1; j < s->n; j++) {
+        s->lo[j - 1] = s->lo[j];
+        s->hi[j - 1] = s->hi[j];
+    }
+    s->n--;
+}
+
+/* Inserts [lo, hi) at index i (the caller keeps the order), dropping the
+ * smallest span first when the set is full; a new span smaller than every
+ * other one is the one left out. */
+static void spans_insert(struct gpt_cuda_spans *s, size_t i, size_t lo, size_t hi)
+{
+    if (s->n == GPT_CUDA_SPANS_MAX) {
+        size_t small = 0;
+        for (size_t j = 1; j < s->n; j++)
+            if (s->hi[j] - s->lo[j] < s->hi[small] - s->lo[small])
+                small = j;
+        if (hi - lo <= s->hi[small] - s->lo[small])
+            return;
+        spans_remove(s, small);
+        if (small < i)
+            i--;
+    }
+    for (size_t j = s->n; j > i; j--) {
+        s->lo[j] = s->lo[j - 1];
+        s->hi[j] = s->hi[j - 1];
+    }
+    s->lo[i] = lo;
+    s->hi[i] = hi;
+    s->n++;
+}
+
+void gpt_cuda_spans_add(struct gpt_cuda_spans *s, size_t lo, size_t hi)
+{
+    if (lo >= hi)
+        return;
+    /* Absorb every span that overlaps or touches [lo, hi), then insert. */
+    size_t i = 0;
+    while (i < s->n && s->hi[i] < lo)
+        i++;
+    while (i < s->n && s->lo[i] <= hi) {
+        if (s->lo[i] < lo)
+            lo = s->lo[i];
+        if (s->hi[i] > hi)
+            hi = s->hi[i];
+        spans_remove(s, i);
+    }
+    spans_insert(s, i, lo, hi);
+}
+
+void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi)
+{
+    if (lo >= hi)
+        return;
+    for (size_t i = 0; i < s->n;) {
+        size_t a = s->lo[i], b = s->hi[i];
+        if (b <= lo || a >= hi) {
+            i++;
+            continue;
+        }
+        if (a < lo && b > hi) { /* split in two */
+            s->hi[i] = lo;
+            spans_insert(s, i + 1, hi, b);
+            return;
+        }
+        if (a < lo) {
+            s->hi[i] = lo;
+            i++;
+        } else if (b > hi) {
+            s->lo[i] = hi;
+            i++;
+        } else {
+            spans_remove(s, i);
+        }
+    }
+}
+
+size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
+                                size_t NH, int scratch)
+{
+    if (p->kind != GPT_CUDA_ATTN_FLASH)
+        return B * NH * T * T;
+    return scratch ? p->lse_floats : p->lse_floats + B * T * C;
+}
+
+/* ---- step cost model ---------------------------------------------------------- */
+
+const char *gpt_cuda_kclass_name(enum gpt_cuda_kclass c)
+{
+    static const char *const names[GPT_KC_COUNT] = {
+        "gemm", "attn", "norm", "eltwise", "xent", "embed", "optim", "convert", "mem",
+    };
+    return (unsigned)c < GPT_KC_COUNT ? names[c] : "?";
+}
+
+double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k)
+{
+    double rate = k->unit == GPT_KU_TC_BF16   ? GPT_H200_TC_BF16_FLOPS
+                  : k->unit == GPT_KU_TC_TF32 ? GPT_H200_TC_TF32_FLOPS
+                                              : GPT_H200_FP32_FLOPS;
+    double tc = k->flops / rate, tm = k->bytes / GPT_H200_MEM_BPS;
+    return tc > tm ? tc : tm;
+}
+
+double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query)
+{
+    double pairs = 0;
+    for (size_t own0 = 0; own0 < T; own0 += GPT_CUDA_FLASH_BR) {
+        unsigned first, end;
+        gpt_cuda_plan_flash_span(own_is_query, own0, T, &first, &end);
+        pairs += (double)(end - first) * GPT_CUDA_FLASH_BC * GPT_CUDA_FLASH_BR;
+    }
+    return pairs;
+}
+
+double gpt_cuda_model_flops_per_token(double n_params, size_t L, size_t C, size_t T)
+{
+    return 6.0 * n_params + 6.0 * (double)L * (double)C * (double)T;
+}

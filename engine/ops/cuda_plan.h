@@ -15,6 +15,7 @@
 #define GPT_CUDA_PLAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Threads per block of the element-wise kernels. */
 #define GPT_CUDA_BLOCK 256
@@ -123,6 +124,14 @@ struct gpt_cuda_attn_plan {
 void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C, size_t NH,
                              size_t smem_limit, enum gpt_cuda_attn_kind want);
 
+/* Floats the attention buffers need under plan p (from
+ * gpt_cuda_plan_attention for the same shape): the forward's `att`
+ * (scratch 0) and the backward's scratch (scratch 1). GEMM: B*NH*T*T for
+ * both. FLASH: the logsumexp and the output copy (lse_floats + B*T*C) and
+ * the rows' dout . out (lse_floats), nothing of size T x T. */
+size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
+                                size_t NH, int scratch);
+
 /* Inner tiles (BC rows each) one block visits under the causal mask:
  * [*ret_first, *ret_end). A query block owning rows [own0, own0 + BR)
  * needs keys 0 .. min(T, own0 + BR) - 1; a key block owning keys
@@ -131,5 +140,98 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
  * (query, key) pair. */
 void gpt_cuda_plan_flash_span(int own_is_query, size_t own0, size_t T, unsigned *ret_first,
                               unsigned *ret_end);
+
+/* ---- bf16 shadows: one per allocation, indexed by offset ---------------- */
+
+/* The bf16 shadow of a device allocation covers the whole allocation
+ * (bytes / 4 elements) and is created once, at its first reader, so a
+ * product at another batch shape reads a sub-range of the same shadow and
+ * nothing is allocated after the first step. Which elements of it are
+ * current is a set of disjoint spans [lo, hi) in element offsets, sorted,
+ * never touching (adjacent spans are merged). Dropping a span is always
+ * safe (a reader converts again), so when the set is full the smallest
+ * span is dropped; a span is never widened past what was written. */
+#define GPT_CUDA_SPANS_MAX 256u
+
+struct gpt_cuda_spans {
+    size_t n;
+    size_t lo[GPT_CUDA_SPANS_MAX];
+    size_t hi[GPT_CUDA_SPANS_MAX];
+};
+
+/* Element offset of the floats [p, p + n) in an allocation at `base` of
+ * `bytes` bytes: returns 1 and sets *ret_off when they lie wholly inside
+ * it at a float boundary (n may be 0 only when p is inside), else 0. */
+int gpt_cuda_shadow_index(uintptr_t base, size_t bytes, uintptr_t p, size_t n, size_t *ret_off);
+
+void gpt_cuda_spans_clear(struct gpt_cuda_spans *s);
+/* 1 when [lo, hi) lies wholly inside one current span (empty ranges: 1). */
+int gpt_cuda_spans_covers(const struct gpt_cuda_spans *s, size_t lo, size_t hi);
+/* Marks [lo, hi) current (union with the set). */
+void gpt_cuda_spans_add(struct gpt_cuda_spans *s, size_t lo, size_t hi);
+/* Marks [lo, hi) stale (difference). */
+void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
+
+/* ---- step cost model (bench_gpu_train --plan) ---------------------------- */
+
+/* The roofline of one H200 SXM, the only place these numbers live. A
+ * kernel takes max(flops / rate, bytes / GPT_H200_MEM_BPS), rate by where
+ * it runs. Achievable rates, not datasheet peaks, except GPT_H200_PEAK:
+ *  - GEMMs on tensor cores, bf16 inputs, fp32 accumulate: 700 TFLOP/s
+ *    (~70% of the 989 dense peak, what cuBLASLt reaches at GPT-2 shapes);
+ *  - GEMMs on tensor cores, TF32 inputs: 350 TFLOP/s (half of bf16, as in
+ *    the datasheet's 494 vs 989);
+ *  - CUDA-core fp32 arithmetic (flash attention, element-wise): 60 TFLOP/s;
+ *  - HBM3e: 4.0 TB/s (of 4.8 peak).
+ * Launch overheads are not modelled (steps are tens of ms, launches a few
+ * microseconds, a few hundred per step). */
+#define GPT_H200_TC_BF16_FLOPS 700e12
+#define GPT_H200_TC_TF32_FLOPS 350e12
+#define GPT_H200_FP32_FLOPS    60e12
+#define GPT_H200_MEM_BPS       4.0e12
+#define GPT_H200_PEAK_FLOPS    989e12 /* dense bf16, the MFU denominator */
+
+enum gpt_cuda_kclass {
+    GPT_KC_GEMM,    /* cuBLAS(Lt) matrix products */
+    GPT_KC_ATTN,    /* attention kernels (flash, or softmax of the GEMM path) */
+    GPT_KC_NORM,    /* LayerNorm forward and backward */
+    GPT_KC_ELT,     /* GELU, residual, scale, bias column sums */
+    GPT_KC_XENT,    /* fused softmax + cross-entropy */
+    GPT_KC_EMBED,   /* token/position embedding forward and backward */
+    GPT_KC_OPTIM,   /* AdamW, gradient norm */
+    GPT_KC_CONVERT, /* fp32 -> bf16 operand conversions */
+    GPT_KC_MEM,     /* memset / copies on the device */
+    GPT_KC_COUNT
+};
+
+enum gpt_cuda_kunit {
+    GPT_KU_TC_BF16, /* tensor cores, bf16 */
+    GPT_KU_TC_TF32, /* tensor cores, tf32 */
+    GPT_KU_FP32,    /* CUDA cores, fp32 */
+};
+
+/* One kernel or GEMM launch as the cost model sees it. */
+struct gpt_cuda_kernel {
+    const char *name; /* static: the kernel or GEMM's name in the backend */
+    enum gpt_cuda_kclass cls;
+    enum gpt_cuda_kunit unit;
+    const char *dtype; /* static: "bf16", "tf32", "fp32" */
+    char shape[48];    /* e.g. "M=2304 N=16384 K=768" */
+    double flops;
+    double bytes; /* read + written */
+};
+
+/* Static name of a class ("gemm", "attn", ...). */
+const char *gpt_cuda_kclass_name(enum gpt_cuda_kclass c);
+/* Predicted seconds of k on the H200 roofline above. */
+double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k);
+/* Query-key pairs one causal flash pass computes for T and tile
+ * sizes as planned (visited tiles times BR * BC, per (b, h)): what the
+ * flash kernels do, including the masked half of the diagonal tiles.
+ * own_is_query as in gpt_cuda_plan_flash_span. */
+double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query);
+/* Model FLOPs per token as llm.c counts them: 6 N + 6 L C T, with N the
+ * parameters without the position table and the vocabulary padding. */
+double gpt_cuda_model_flops_per_token(double n_params, size_t L, size_t C, size_t T);
 
 #endif

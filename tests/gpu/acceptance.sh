@@ -1,51 +1,237 @@
 #!/bin/sh
-# acceptance.sh: the GPU acceptance run of the CUDA backend, for a machine
-# with (at least) one H200. Builds with CUDA in its own build directory,
-# runs every ctest labelled gpu (ops vs CPU, 20-step training vs CPU, NCCL
-# collectives and failure handling), then benchmarks GPT-2 124M training
-# (B=16, T=1024) in bf16 with the fused flash attention (and TF32 for
-# comparison) and prints the benchmark's table last: tokens/s, ms/step,
-# peak memory and MFU against the H200's dense bf16 rate (989 TFLOP/s). Bounded to 8
-# minutes in all: every phase's limit is its own cap or what is left of the
-# 8 minutes, whichever is smaller.
+# acceptance.sh: the first-GPU acceptance run of the CUDA backend (issue 16),
+# for a machine with one H200. One command, at most 9 minutes of GPU time,
+# everything written under an output folder, a short table printed last,
+# exit status non-zero on any failure.
 #
-#   tests/gpu/acceptance.sh [BUILD_DIR]      (default: build-gpu)
+#   tests/gpu/acceptance.sh [--build] [--build-dir DIR] [--out DIR]
 #
-# Exit status: 0 all passed, 1 a phase failed, 77 no GPU on this host.
+#   --build-dir DIR  a build directory configured with -DGPTD_CUDA=ON and
+#                    built beforehand (on a CPU host with nvcc, so no GPU time
+#                    goes to the compiler); default: build
+#   --build          configure and build DIR here first (not counted in the
+#                    9 minutes)
+#   --out DIR        where logs, JSON lines and the table go; default:
+#                    gpu-acceptance-YYYYmmdd-HHMMSS
+#
+# Phases, in order, each under its own time cap (and never past the 9
+# minutes): preflight (nvidia-smi driver and GPU, CUDA driver/runtime
+# versions and the real cudaGetDeviceCount error); ops against the CPU
+# backend (test_gpu_ops); 20 training steps against CPU (test_gpu_train);
+# benchmark of GPT-2 124M at B=16 and B=32 in bf16 (ms/step, tokens/s, MFU,
+# peak memory) beside the cost model's prediction (bench_gpu_train --plan);
+# 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
+# text in ../shared/data (final losses within 2%); compute-sanitizer
+# memcheck and racecheck on a tiny model for 2 steps; NCCL world-1
+# collectives and the abort/timeout test (test_gpu_nccl).
+#
+# Exit status: 0 every phase passed; 1 a phase failed; 77 this host has no
+# GPU at all (no nvidia-smi GPU and no /dev/nvidia*); 2 bad usage or no
+# build.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${1:-$ROOT/build-gpu}
-JOBS=$(nproc 2>/dev/null || echo 4)
-START=$(date +%s)
+BUILD=$ROOT/build
+OUT=""
+DO_BUILD=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build) DO_BUILD=1 ;;
+    --build-dir) BUILD=${2:?--build-dir needs a directory}; shift ;;
+    --out) OUT=${2:?--out needs a directory}; shift ;;
+    *) echo "usage: $0 [--build] [--build-dir DIR] [--out DIR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -n "$OUT" ] || OUT=$PWD/gpu-acceptance-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+TABLE=$OUT/table.txt
+: >"$TABLE"
+DATA=$ROOT/../shared/data/tinyshakespeare.txt
 
-DEADLINE=$((START + 470)) # 8 minutes, less a margin for the last lines
-phase() { echo "== $* ($(($(date +%s) - START)) s)"; }
-# budget CAP: seconds a phase may take (at least 1).
+if [ "$DO_BUILD" = 1 ]; then
+    echo "== build in $BUILD (not counted in the 9 minutes)"
+    cmake -S "$ROOT" -B "$BUILD" -DGPTD_CUDA=ON -DGPTD_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+        >"$OUT/build.log" 2>&1 &&
+        cmake --build "$BUILD" -j"$(nproc 2>/dev/null || echo 4)" >>"$OUT/build.log" 2>&1 ||
+        { tail -40 "$OUT/build.log"; echo "acceptance: build failed ($OUT/build.log)"; exit 1; }
+fi
+BENCH=$BUILD/bench/bench_gpu_train
+GPTD=$BUILD/gptd
+for f in "$BENCH" "$GPTD" "$BUILD/tests/test_gpu_ops" "$BUILD/tests/test_gpu_train" \
+    "$BUILD/tests/test_gpu_nccl"; do
+    if [ ! -x "$f" ]; then
+        echo "acceptance: $f missing: build with -DGPTD_CUDA=ON first, or pass --build" >&2
+        exit 2
+    fi
+done
+
+START=$(date +%s)
+DEADLINE=$((START + 530)) # 9 minutes, less a margin for the table
+FAILED=0
+# budget CAP: the phase's cap, or what is left of the 9 minutes (>= 1 s).
 budget() {
     left=$((DEADLINE - $(date +%s)))
-    [ "$left" -lt "$1" ] && set -- "$left"
-    [ "$1" -lt 1 ] && set -- 1
-    echo "$1"
+    b=$1
+    [ "$left" -lt "$b" ] && b=$left
+    [ "$b" -lt 1 ] && b=1
+    echo "$b"
+}
+# row NAME STATUS SECONDS NOTE: one line of the final table.
+row() {
+    printf '%-14s %-5s %5ss  %s\n' "$1" "$2" "$3" "$4" >>"$TABLE"
+    [ "$2" = PASS ] || FAILED=1
+}
+# run NAME CAP LOG CMD...: runs CMD under the phase's cap, output to LOG;
+# sets RC and SECS.
+run() {
+    name=$1 cap=$(budget "$2") log=$3
+    shift 3
+    echo "== $name (cap ${cap}s, at $(($(date +%s) - START))s)"
+    t0=$(date +%s)
+    timeout --kill-after=5 "$cap" "$@" >"$log" 2>&1
+    RC=$?
+    SECS=$(($(date +%s) - t0))
+    [ "$RC" = 124 ] || [ "$RC" = 137 ] && echo "   timed out after ${cap}s" >>"$log"
+    tail -3 "$log" | sed 's/^/   /'
 }
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "acceptance: no GPU (nvidia-smi finds none): skipped"
-    exit 77
+# ---- preflight -----------------------------------------------------------
+{
+    echo "date: $(date -u)"
+    echo "host: $(uname -a)"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv 2>&1
+        nvidia-smi 2>&1 | head -4
+    else
+        echo "nvidia-smi: not found"
+    fi
+    ls -l /dev/nvidia* 2>&1
+} >"$OUT/preflight.log"
+run preflight 15 "$OUT/probe.log" "$BENCH" --probe
+cat "$OUT/probe.log" >>"$OUT/preflight.log"
+PROBE=$(head -1 "$OUT/probe.log")
+if [ "$RC" = 77 ]; then
+    if ls /dev/nvidia0 >/dev/null 2>&1 || nvidia-smi -L >/dev/null 2>&1; then
+        row preflight FAIL "$SECS" "GPU present but CUDA sees none: $PROBE"
+    else
+        echo "acceptance: no GPU on this host: skipped ($PROBE)"
+        exit 77
+    fi
+elif [ "$RC" = 0 ]; then
+    row preflight PASS "$SECS" "$PROBE"
+else
+    row preflight FAIL "$SECS" "$PROBE"
 fi
-nvidia-smi -L
+if [ "$FAILED" = 1 ]; then
+    cat "$OUT/preflight.log"
+    echo
+    cat "$TABLE"
+    exit 1
+fi
 
-phase "configure + build"
-timeout "$(budget 60)" cmake -S "$ROOT" -B "$BUILD" -DGPTD_CUDA=ON -DGPTD_WERROR=ON \
-    -DCMAKE_BUILD_TYPE=Release >"$BUILD.cmake.log" 2>&1 || { cat "$BUILD.cmake.log"; exit 1; }
-timeout "$(budget 200)" cmake --build "$BUILD" -j"$JOBS" --target test_gpu_ops test_gpu_train \
-    test_gpu_nccl bench_gpu_train >"$BUILD.build.log" 2>&1 || { tail -50 "$BUILD.build.log"; exit 1; }
+# ---- ops and training against the CPU backend ------------------------------
+run ops 70 "$OUT/ops.log" env OMP_NUM_THREADS=4 "$BUILD/tests/test_gpu_ops"
+if [ "$RC" = 0 ]; then
+    row ops PASS "$SECS" "test_gpu_ops"
+else
+    row ops FAIL "$SECS" "test_gpu_ops rc $RC ($OUT/ops.log)"
+fi
 
-phase "ctest -L gpu"
-status=0
-timeout "$(budget 120)" ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 100 || status=1
+run train 50 "$OUT/train.log" env OMP_NUM_THREADS=4 "$BUILD/tests/test_gpu_train"
+if [ "$RC" = 0 ]; then
+    row train PASS "$SECS" "20 steps vs CPU"
+else
+    row train FAIL "$SECS" "test_gpu_train rc $RC ($OUT/train.log)"
+fi
 
-phase "bench GPT-2 124M"
-timeout "$(budget 150)" "$BUILD/bench_gpu_train" 16 10 0 bf16,tf32 || status=1
+# ---- benchmark beside the cost model ----------------------------------------
+for B in 16 32; do
+    "$BENCH" --plan "$B" 1024 bf16 >"$OUT/plan_b$B.log" 2>&1
+    PLAN=$(grep '^{' "$OUT/plan_b$B.log" | tail -1)
+    run "bench_b$B" 70 "$OUT/bench_b$B.log" "$BENCH" "$B" 10 0 bf16
+    MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/bench_b$B.log" | tail -1)
+    echo "$MEAS" >>"$OUT/bench.jsonl"
+    echo "$PLAN" >>"$OUT/plan.jsonl"
+    ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
+    mfu=$(echo "$MEAS" | sed -n 's/.*"mfu_vs_989":\([0-9.]*\).*/\1/p')
+    gib=$(echo "$MEAS" | sed -n 's/.*"peak_mem_gib":\([0-9.]*\).*/\1/p')
+    pms=$(echo "$PLAN" | sed -n 's/.*"predicted_ms_per_step":\([0-9.]*\).*/\1/p')
+    pmfu=$(echo "$PLAN" | sed -n 's/.*"predicted_mfu":\([0-9.]*\).*/\1/p')
+    if [ "$RC" = 0 ] && [ -n "$ms" ]; then
+        row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB; predicted ${pms} ms, MFU ${pmfu}"
+    else
+        row "bench_b$B" FAIL "$SECS" "rc $RC ($OUT/bench_b$B.log)"
+    fi
+done
 
-phase "done, status $status"
-exit $status
+# ---- loss curves: bf16 against fp32 + TF32 ----------------------------------
+if [ -r "$DATA" ]; then
+    cat >"$OUT/curve.json" <<EOF
+{"name": "acceptance-curve",
+ "data": {"path": "$DATA"},
+ "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
+ "trainer": {"max_steps": 200, "micro_batch": 32, "global_batch": 32, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1, "seed": 1337},
+ "optimizer": {"lr": 1e-3, "warmup_steps": 20}}
+EOF
+    run curve_bf16 50 "$OUT/curve_bf16.jsonl" "$GPTD" run "$OUT/curve.json" \
+        trainer.precision=bf16 --json --snapshot-dir "$OUT/snap_bf16"
+    RC_bf16=$RC SECS_bf16=$SECS
+    run curve_tf32 50 "$OUT/curve_fp32.jsonl" "$GPTD" run "$OUT/curve.json" \
+        trainer.precision=fp32 trainer.tf32=true --json --snapshot-dir "$OUT/snap_fp32"
+    RC_fp32=$RC SECS_fp32=$SECS
+    # Mean loss of the last 20 steps of each run.
+    last20() {
+        grep '"type":"metric"' "$1" | sed -n 's/.*"loss":\([0-9.eE+-]*\).*/\1/p' |
+            tail -20 | awk '{s += $1; n++} END {if (n == 20) printf "%.6f", s / n}'
+    }
+    LB=$(last20 "$OUT/curve_bf16.jsonl")
+    LF=$(last20 "$OUT/curve_fp32.jsonl")
+    if [ "$RC_bf16" = 0 ] && [ "$RC_fp32" = 0 ] && [ -n "$LB" ] && [ -n "$LF" ]; then
+        if awk -v b="$LB" -v f="$LF" 'BEGIN {d = b - f; if (d < 0) d = -d; exit !(d <= 0.02 * f)}'; then
+            row curves PASS $((SECS_bf16 + SECS_fp32)) "last-20 loss bf16 $LB, tf32 $LF (within 2%)"
+        else
+            row curves FAIL $((SECS_bf16 + SECS_fp32)) "last-20 loss bf16 $LB, tf32 $LF (over 2%)"
+        fi
+    else
+        row curves FAIL $((SECS_bf16 + SECS_fp32)) "runs rc $RC_bf16/$RC_fp32 ($OUT/curve_*.jsonl)"
+    fi
+else
+    row curves FAIL 0 "no $DATA"
+fi
+
+# ---- compute-sanitizer on a tiny model -----------------------------------------
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$SAN" ] && [ -r "$DATA" ]; then
+    cat >"$OUT/tiny.json" <<EOF
+{"name": "acceptance-tiny", "data": {"path": "$DATA"},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64},
+ "trainer": {"max_steps": 2, "micro_batch": 4, "global_batch": 4, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1}}
+EOF
+    for TOOL in memcheck racecheck; do
+        run "$TOOL" 35 "$OUT/$TOOL.log" "$SAN" --tool "$TOOL" --error-exitcode 3 \
+            "$GPTD" run "$OUT/tiny.json" --snapshot-dir "$OUT/snap_$TOOL"
+        if [ "$RC" = 0 ]; then
+            row "$TOOL" PASS "$SECS" "tiny model, 2 steps, no errors"
+        else
+            row "$TOOL" FAIL "$SECS" "rc $RC ($OUT/$TOOL.log)"
+        fi
+    done
+else
+    row memcheck FAIL 0 "compute-sanitizer or data missing"
+fi
+
+# ---- NCCL -------------------------------------------------------------------
+run nccl 60 "$OUT/nccl.log" "$BUILD/tests/test_gpu_nccl"
+if [ "$RC" = 0 ]; then
+    row nccl PASS "$SECS" "world-1 collectives, abort, timeout"
+else
+    row nccl FAIL "$SECS" "test_gpu_nccl rc $RC ($OUT/nccl.log)"
+fi
+
+echo
+echo "GPU acceptance, $(($(date +%s) - START)) s, output in $OUT"
+cat "$TABLE"
+exit "$FAILED"

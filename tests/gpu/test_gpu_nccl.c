@@ -387,9 +387,14 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--peer") == 0)
         return peer_main(atoi(argv[2]), argv[3]);
-    int n = gpt_cuda_device_count();
+    char probe[512];
+    int n = gpt_cuda_probe(probe, sizeof(probe));
+    if (n < 0) {
+        fprintf(stderr, "FAIL: %s\n", probe);
+        return 1;
+    }
     if (n == 0) {
-        printf("no GPU: skipped\n");
+        printf("%s: skipped\n", probe);
         return 77;
     }
     static const size_t sizes[] = {1, 7, 1000003};

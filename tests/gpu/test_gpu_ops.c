@@ -465,8 +465,14 @@ static void test_xent(size_t N, size_t V, size_t Vp)
 
 int main(void)
 {
-    if (gpt_cuda_device_count() == 0) {
-        printf("no GPU: skipped\n");
+    char probe[512];
+    int probed = gpt_cuda_probe(probe, sizeof(probe));
+    if (probed < 0) {
+        fprintf(stderr, "FAIL: %s\n", probe);
+        return 1;
+    }
+    if (probed == 0) {
+        printf("%s: skipped\n", probe);
         return 77;
     }
     struct gpt_err err;
@@ -537,7 +543,7 @@ int main(void)
     }
     test_bf16_weights(256, 64, 96);
     test_bf16_weights(1024, 768, 3072);
-    check_rc(gpt_backend_set_precision(gpu, 0, 0), "set_precision fp32");
+    check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 
     int rc = gpt_backend_sync(gpu);

@@ -115,8 +115,14 @@ static int compare(const char *name, const float *lc, const float *lg, const flo
 
 int main(void)
 {
-    if (gpt_cuda_device_count() == 0) {
-        printf("no GPU: skipped\n");
+    char probe[512];
+    int probed = gpt_cuda_probe(probe, sizeof(probe));
+    if (probed < 0) {
+        fprintf(stderr, "FAIL: %s\n", probe);
+        return 1;
+    }
+    if (probed == 0) {
+        printf("%s: skipped\n", probe);
         return 77;
     }
     struct gpt_backend *cpu = NULL, *gpu = NULL;

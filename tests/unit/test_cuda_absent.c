@@ -50,6 +50,18 @@ static void test_nccl_absent(void **state)
     gpt_kv_mem_free(&kv);
 }
 
+/* This host has no GPU: the probe says "no GPU", not "CUDA failed", so
+ * GPU tests skip here instead of failing. */
+static void test_probe_no_gpu(void **state)
+{
+    (void)state;
+    char msg[512] = "";
+    assert_int_equal(gpt_cuda_host_has_gpu_nodes(), 0);
+    assert_int_equal(gpt_cuda_probe(msg, sizeof(msg)), 0);
+    assert_non_null(strstr(msg, "no GPU"));
+    assert_int_equal(gpt_cuda_probe(NULL, 0), 0);
+}
+
 static void test_cpu_still_works(void **state)
 {
     (void)state;
@@ -67,13 +79,14 @@ static void test_cpu_still_works(void **state)
 
 int main(void)
 {
-    if (gpt_cuda_device_count() > 0) {
+    if (gpt_cuda_device_count() > 0 || gpt_cuda_host_has_gpu_nodes()) {
         printf("a GPU is present: covered by the gpu tests\n");
         return 77;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_absent),
         cmocka_unit_test(test_nccl_absent),
+        cmocka_unit_test(test_probe_no_gpu),
         cmocka_unit_test(test_cpu_still_works),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

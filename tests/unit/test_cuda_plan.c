@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include <math.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "cuda/gpt_bf16.h"
 #include "cuda_plan.h"
@@ -213,6 +214,34 @@ static void test_attn_plan_gpt2(void **state)
     gpt_cuda_plan_attention(&p, 16, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_GEMM);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_GEMM);
     assert_string_equal(p.why, "requested");
+}
+
+/* With flash, att and the backward scratch hold per-row state only, not
+ * the (B,NH,T,T) scores: 0.2 GB instead of 1.6 GB per layer at B=16. */
+static void test_att_floats(void **state)
+{
+    (void)state;
+    struct gpt_cuda_attn_plan p;
+    size_t prev = 0;
+    for (size_t B = 1; B <= 32; B *= 2) {
+        gpt_cuda_plan_attention(&p, B, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+        assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+        size_t att = gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0);
+        assert_int_equal(att, B * 12 * 1024 + B * 1024 * 768);
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024);
+        assert_true(att * 8 < B * 12 * 1024 * 1024);
+        assert_true(att > prev); /* never grows when B shrinks */
+        prev = att;
+        gpt_cuda_plan_attention(&p, B, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_GEMM);
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0), B * 12 * 1024 * 1024);
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024 * 1024);
+    }
+    /* The CPU backend keeps the full probabilities (no att_floats slot). */
+    struct gpt_backend *cpu = NULL;
+    assert_int_equal(gpt_backend_cpu_new(1, &cpu, NULL), 0);
+    assert_int_equal(gpt_backend_att_floats(cpu, 2, 64, 32, 4, 0), 2 * 4 * 64 * 64);
+    assert_int_equal(gpt_backend_att_floats(cpu, 2, 64, 32, 4, 1), 2 * 4 * 64 * 64);
+    gpt_backend_free(cpu);
 }
 
 static void test_attn_plan_limits(void **state)
@@ -413,6 +442,157 @@ static void test_bf16_sr(void **state)
     assert_true(gpt_bf16_sr_bits(1, 2, 3) != gpt_bf16_sr_bits(2, 2, 3));
 }
 
+/* ---- bf16 shadows: indexing and current spans ------------------------- */
+
+static void test_shadow_index(void **state)
+{
+    (void)state;
+    size_t off = 99;
+    uintptr_t base = 0x10000;
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base, 1024, &off), 1);
+    assert_int_equal(off, 0);
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 400, 924, &off), 1);
+    assert_int_equal(off, 100);
+    /* Another batch shape: a shorter range of the same allocation maps to
+     * the same shadow at the same offset. */
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 400, 10, &off), 1);
+    assert_int_equal(off, 100);
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 400, 925, &off), 0); /* past end */
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base - 4, 1, &off), 0);     /* before */
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 2, 1, &off), 0);     /* unaligned */
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 4096, 0, &off), 0);  /* outside */
+    assert_int_equal(gpt_cuda_shadow_index(base, 4096, base + 4092, 1, &off), 1);
+    assert_int_equal(off, 1023);
+}
+
+/* The spans against a bitmap: never more current than the reference (a
+ * stale value is never read), exactly the reference while the set does not
+ * overflow, sorted, disjoint and never touching. */
+#define SPAN_N 1200
+
+static void spans_check(const struct gpt_cuda_spans *s, const unsigned char *ref, int exact)
+{
+    unsigned char got[SPAN_N] = {0};
+    for (size_t i = 0; i < s->n; i++) {
+        assert_true(s->lo[i] < s->hi[i] && s->hi[i] <= SPAN_N);
+        if (i > 0)
+            assert_true(s->hi[i - 1] < s->lo[i]);
+        for (size_t k = s->lo[i]; k < s->hi[i]; k++)
+            got[k] = 1;
+    }
+    for (size_t k = 0; k < SPAN_N; k++) {
+        assert_true(!got[k] || ref[k]);
+        if (exact)
+            assert_int_equal(got[k], ref[k]);
+    }
+}
+
+static void test_spans(void **state)
+{
+    (void)state;
+    static struct gpt_cuda_spans s;
+    unsigned char ref[SPAN_N];
+    for (int round = 0; round < 2; round++) {
+        /* round 0: wide ranges (few spans, exact); round 1: narrow ranges
+         * that overflow GPT_CUDA_SPANS_MAX (subset only). */
+        gpt_cuda_spans_clear(&s);
+        memset(ref, 0, sizeof(ref));
+        uint32_t x = 12345u + (uint32_t)round;
+        int overflowed = 0;
+        for (int it = 0; it < 20000; it++) {
+            x = x * 1664525u + 1013904223u;
+            /* round 1: single elements 3 apart, so spans never merge. */
+            size_t lo = round == 0 ? (x >> 8) % SPAN_N : ((x >> 8) % (SPAN_N / 3)) * 3;
+            size_t len = round == 0 ? (x >> 20) % 200 : 1;
+            size_t hi = lo + len > SPAN_N ? SPAN_N : lo + len;
+            int add = round == 0 ? (x >> 3) & 1 : ((x >> 3) & 7) != 0;
+            if (add)
+                gpt_cuda_spans_add(&s, lo, hi);
+            else
+                gpt_cuda_spans_cut(&s, lo, hi);
+            for (size_t k = lo; k < hi; k++)
+                ref[k] = (unsigned char)add;
+            if (s.n == GPT_CUDA_SPANS_MAX)
+                overflowed = 1;
+            spans_check(&s, ref, !overflowed);
+            /* covers agrees with the spans. */
+            size_t a = (x >> 4) % SPAN_N, b = a + (x >> 12) % 8;
+            if (b > SPAN_N)
+                b = SPAN_N;
+            int all = 1;
+            for (size_t k = a; k < b; k++)
+                all &= ref[k];
+            int cov = gpt_cuda_spans_covers(&s, a, b);
+            if (!overflowed)
+                assert_int_equal(cov, all); /* maximal spans: exact */
+            else if (cov)
+                assert_true(all);
+        }
+        if (round == 1)
+            assert_true(overflowed);
+    }
+    /* Cut in the middle splits; add over the gap merges back. */
+    gpt_cuda_spans_clear(&s);
+    gpt_cuda_spans_add(&s, 0, 100);
+    gpt_cuda_spans_cut(&s, 40, 60);
+    assert_int_equal(s.n, 2);
+    assert_true(gpt_cuda_spans_covers(&s, 0, 40) && gpt_cuda_spans_covers(&s, 60, 100));
+    assert_false(gpt_cuda_spans_covers(&s, 39, 41));
+    gpt_cuda_spans_add(&s, 40, 60);
+    assert_int_equal(s.n, 1);
+    assert_true(gpt_cuda_spans_covers(&s, 0, 100));
+}
+
+/* ---- cost model ------------------------------------------------------------ */
+
+static void test_roofline(void **state)
+{
+    (void)state;
+    /* A GEMM of GPT-2's MLP (bf16, tensor cores) is compute-bound. */
+    struct gpt_cuda_kernel k = {.name = "gemm", .cls = GPT_KC_GEMM, .unit = GPT_KU_TC_BF16};
+    k.flops = 2.0 * 3072 * 16384 * 768;
+    k.bytes = 2.0 * (3072.0 * 768 + 16384.0 * 768) + 4.0 * 3072 * 16384;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 700e12) < 1e-12);
+    /* The same FLOPs on TF32 take twice as long, on CUDA cores 700/60. */
+    k.unit = GPT_KU_TC_TF32;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 350e12) < 1e-12);
+    k.unit = GPT_KU_FP32;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 60e12) < 1e-12);
+    /* An element-wise kernel is memory-bound at 4 TB/s. */
+    struct gpt_cuda_kernel e = {.name = "gelu", .cls = GPT_KC_ELT, .unit = GPT_KU_FP32};
+    e.flops = 1e6;
+    e.bytes = 4e9;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&e) - 1e-3) < 1e-12);
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_GEMM), "gemm");
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_ATTN), "attn");
+    assert_string_equal(gpt_cuda_kclass_name(GPT_KC_COUNT), "?");
+    /* llm.c's model FLOPs: 6N + 6LCT per token. */
+    assert_true(gpt_cuda_model_flops_per_token(1e8, 12, 768, 1024) == 6e8 + 6.0 * 12 * 768 * 1024);
+}
+
+static void test_flash_pairs(void **state)
+{
+    (void)state;
+    /* Causal: the visited tiles cover the lower triangle and its diagonal
+     * tiles, so between T^2/2 and T^2/2 plus a tile row per tile. */
+    size_t Ts[] = {64, 100, 1024, 4096};
+    for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
+        double T = (double)Ts[i];
+        double q = gpt_cuda_plan_flash_pairs(Ts[i], 1), kk = gpt_cuda_plan_flash_pairs(Ts[i], 0);
+        assert_true(q >= T * (T + 1) / 2);
+        assert_true(kk >= T * (T + 1) / 2);
+        double tile = (double)GPT_CUDA_FLASH_BR * GPT_CUDA_FLASH_BC;
+        double ntiles = ceil(T / GPT_CUDA_FLASH_BR);
+        assert_true(q <= T * T / 2 + ntiles * (GPT_CUDA_FLASH_BR / GPT_CUDA_FLASH_BC + 1) * tile);
+        assert_true(kk <= T * T / 2 + ntiles * (GPT_CUDA_FLASH_BR / GPT_CUDA_FLASH_BC + 1) * tile);
+    }
+    /* T = 1024: query tiles of 64 visit (own0 + 64) / 32 key tiles. */
+    double want = 0;
+    for (size_t t = 0; t < 16; t++)
+        want += (double)((t * 64 + 64) / 32) * 32 * 64;
+    assert_true(gpt_cuda_plan_flash_pairs(1024, 1) == want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,11 +602,16 @@ int main(void)
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
         cmocka_unit_test(test_attn_plan_gpt2),
+        cmocka_unit_test(test_att_floats),
         cmocka_unit_test(test_attn_plan_limits),
         cmocka_unit_test(test_attn_plan_invariants),
         cmocka_unit_test(test_flash_span),
         cmocka_unit_test(test_bf16_rne),
         cmocka_unit_test(test_bf16_sr),
+        cmocka_unit_test(test_shadow_index),
+        cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_roofline),
+        cmocka_unit_test(test_flash_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,9 @@ static void test_defaults(void **state)
     assert_int_equal(job.distributed.backend, GPT_COMM_AUTO);
     assert_string_equal(job.name, "");
     assert_int_equal(job.snapshot.on_invalid, GPT_SNAPSHOT_ON_INVALID_FAIL);
+    /* bf16 on CUDA, fp32 on CPU; fp32 on CUDA uses TF32 unless told not to. */
+    assert_int_equal(job.trainer.precision, GPT_PREC_AUTO);
+    assert_int_equal(job.trainer.tf32, 1);
 
     /* The defaults are valid once there is data. */
     assert_int_equal(gpt_jobspec_validate(&job, &err), -GPT_E_SPEC);
@@ -163,7 +166,9 @@ static const struct bad_case bad_cases[] = {
     {"{\"data\": {\"path\": \"x\", \"train_split\": 0}}", NULL, "data.train_split", "(0, 1]"},
     {"{\"data\": {\"path\": \"x\", \"digits\": 10}}", NULL, "data.digits", "1..9"},
     {"{\"trainer\": {\"precision\": \"fp16\"}}", NULL, "trainer.precision",
-     "expected one of fp32|bf16, got \"fp16\""},
+     "expected one of fp32|bf16|auto, got \"fp16\""},
+    {"{\"trainer\": {\"tf32\": \"yes\"}}", NULL, "trainer.tf32", "true or false"},
+    {"{\"trainer\": {\"tf32\": 1}}", NULL, "trainer.tf32", "true or false"},
     {"{\"data\": {\"kind\": \"csv\"}}", NULL, "data.kind", "text|shards|synthetic"},
     {"{\"data\": {\"path\": \"x\", \"tokenizer\": \"bpe\"}}", NULL, "data.tokenizer", "char|byte"},
     {"{\"data\": {\"task\": \"multiply\"}}", NULL, "data.task", "one of addition"},
@@ -227,7 +232,8 @@ static const struct bad_case bad_cases[] = {
     {"{" PATH_OK "}", "trainer.max_steps=-3", "trainer.max_steps", "must be in"},
     {"{" PATH_OK "}", "optimizer.lr=1e-3x", "optimizer.lr", "expected a number"},
     {"{" PATH_OK "}", "optimizer.betas=0.9", "optimizer.betas", "two numbers"},
-    {"{" PATH_OK "}", "trainer.precision=fp16", "trainer.precision", "fp32|bf16"},
+    {"{" PATH_OK "}", "trainer.precision=fp16", "trainer.precision", "fp32|bf16|auto"},
+    {"{" PATH_OK "}", "trainer.tf32=maybe", "trainer.tf32", "true or false"},
     {"{" PATH_OK "}", "distributed.nodes=3:1", "distributed.nodes", "MIN <= MAX"},
     {"{" PATH_OK "}", "distributed.nodes=x", "distributed.nodes", "\"MIN:MAX\""},
     {"{" PATH_OK "}", "optimizer.min_lr=1", "optimizer.min_lr", "at most optimizer.lr"},
@@ -367,6 +373,19 @@ static void test_overrides(void **state)
     assert_string_equal(err.path, "model.n_embd");
     assert_int_equal(gpt_jobspec_override(&job, "trainer.max_steps=x", &err), -GPT_E_SPEC);
     assert_string_equal(err.path, "trainer.max_steps");
+    /* The precision keys. */
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.tf32=false", &err), 0);
+    assert_int_equal(job.trainer.tf32, 0);
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.tf32=true", &err), 0);
+    assert_int_equal(job.trainer.tf32, 1);
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.precision=fp32", &err), 0);
+    assert_int_equal(job.trainer.precision, GPT_PREC_FP32);
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.precision=auto", &err), 0);
+    assert_int_equal(job.trainer.precision, GPT_PREC_AUTO);
+    const char *spec = "{" PATH_OK ", \"trainer\": {\"precision\": \"fp32\", \"tf32\": false}}";
+    assert_int_equal(gpt_jobspec_parse(spec, strlen(spec), NULL, 0, &job, &err), 0);
+    assert_int_equal(job.trainer.precision, GPT_PREC_FP32);
+    assert_int_equal(job.trainer.tf32, 0);
 }
 
 static void test_kind_inference(void **state)

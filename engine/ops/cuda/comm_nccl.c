@@ -25,6 +25,7 @@
 #include "comm_nccl.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,6 +45,24 @@
 #define NCCL_KEY_MAX            256
 #define NCCL_POLL_MAX_NS        1000000L /* poll at least every millisecond */
 #define NCCL_MSG_MAX            256
+/* How long the abort path waits for ncclCommAbort before it returns
+ * anyway (well inside gpt_comm_abort's one-second bound). */
+#define NCCL_ABORT_WAIT_MS 500
+
+/* One ncclCommAbort run on its own thread: it can block behind unrelated
+ * work on the compute stream (its frees synchronise the device), and the
+ * abort path must return within gpt_comm_abort's bound. Shared by the
+ * owner thread and the abort thread under `mu`; the owner joins the thread
+ * in nccl_free. */
+struct nccl_aborter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ncclComm_t nc;
+    int device;
+    int done;    /* ncclCommAbort returned */
+    int started; /* the thread exists and must be joined */
+    pthread_t th;
+};
 
 struct comm_nccl {
     struct gpt_comm base; /* must stay first */
@@ -61,7 +80,8 @@ struct comm_nccl {
     int (*cancelled)(void *ctx); /* gpt_comm_opts.cancelled, during init only */
     void *cancel_ctx;
     int dead;    /* sticky failure, 0 while usable */
-    int aborted; /* ncclCommAbort done */
+    int aborted; /* ncclCommAbort issued (maybe still running on ab.th) */
+    struct nccl_aborter ab;
     char msg[NCCL_MSG_MAX];
 };
 
@@ -89,11 +109,60 @@ static int nccl_fail(struct comm_nccl *c, int code, const char *what, const char
     return c->dead;
 }
 
+static void *nccl_abort_main(void *arg)
+{
+    struct nccl_aborter *a = arg;
+    cudaSetDevice(a->device);
+    ncclCommAbort(a->nc);
+    (void)cudaGetLastError();
+    pthread_mutex_lock(&a->mu);
+    a->done = 1;
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* Aborts the communicator: ncclCommAbort runs on a helper thread and this
+ * waits for it at most NCCL_ABORT_WAIT_MS, so it returns in bounded time
+ * even when the abort is stuck behind the compute stream; nccl_free joins
+ * the helper. Owner thread. */
 static void nccl_abort_now(struct comm_nccl *c)
 {
-    if (c->nc && !c->aborted) {
-        ncclCommAbort(c->nc);
-        c->aborted = 1;
+    if (!c->nc || c->aborted)
+        return;
+    c->aborted = 1;
+    struct nccl_aborter *a = &c->ab;
+    a->nc = c->nc;
+    a->device = c->device;
+    a->done = 0;
+    if (pthread_create(&a->th, NULL, nccl_abort_main, a) != 0) {
+        ncclCommAbort(c->nc); /* no thread: abort inline, unbounded */
+        a->done = 1;
+        return;
+    }
+    a->started = 1;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += NCCL_ABORT_WAIT_MS / 1000;
+    until.tv_nsec += (long)(NCCL_ABORT_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&a->mu);
+    while (!a->done) {
+        if (pthread_cond_timedwait(&a->cv, &a->mu, &until) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Waits for a helper thread started by nccl_abort_now. Owner thread. */
+static void nccl_abort_join(struct comm_nccl *c)
+{
+    if (c->ab.started) {
+        pthread_join(c->ab.th, NULL);
+        c->ab.started = 0;
     }
 }
 
@@ -427,19 +496,36 @@ static void nccl_abort(struct gpt_comm *gc)
     atomic_store(&((struct comm_nccl *)gc)->abort_req, true);
 }
 
+/* Tears the communicator down. A healthy one is finalized: with a
+ * non-blocking communicator ncclCommFinalize returns ncclInProgress while
+ * it flushes, so both that and ncclSuccess are waited on (nccl_wait polls
+ * the async error until it leaves ncclInProgress), then destroyed. Any
+ * error, an abort request or a timeout aborts instead. This file never
+ * opens an NCCL group (no ncclGroupStart), so no path leaves the thread
+ * inside one. */
 static void nccl_free(struct gpt_comm *gc)
 {
     struct comm_nccl *c = (struct comm_nccl *)gc;
     cudaSetDevice(c->device);
     if (c->nc && !c->aborted) {
         int ok = !c->dead && !atomic_load(&c->abort_req);
-        if (ok && ncclCommFinalize(c->nc) == ncclSuccess)
-            ok = nccl_wait(c, 0, nccl_now_ms() + c->timeout_ms, "finalize") == 0;
-        if (ok)
-            ncclCommDestroy(c->nc);
-        else
-            nccl_abort_now(c);
+        if (ok) {
+            ncclResult_t r = ncclCommFinalize(c->nc);
+            ok = r == ncclSuccess || r == ncclInProgress;
+            if (ok)
+                ok = nccl_wait(c, 0, nccl_now_ms() + c->timeout_ms, "finalize") == 0;
+        }
+        if (ok && !c->aborted) {
+            ncclResult_t r = ncclCommDestroy(c->nc);
+            if (r != ncclSuccess && r != ncclInProgress)
+                nccl_abort_now(c);
+        } else {
+            nccl_abort_now(c); /* no-op when nccl_wait already aborted */
+        }
     }
+    nccl_abort_join(c);
+    pthread_cond_destroy(&c->ab.cv);
+    pthread_mutex_destroy(&c->ab.mu);
     if (c->stage)
         cudaFree(c->stage);
     if (c->ready)
@@ -496,7 +582,10 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
     GPT_ASSERT(o && kv && ret);
     if (o->world < 1 || o->rank < 0 || o->rank >= o->world)
         return gpt_err_set(err, -EINVAL, NULL, "nccl: rank %d of world %d", o->rank, o->world);
-    int count = gpt_cuda_device_count();
+    char probe[512];
+    int count = gpt_cuda_probe(probe, sizeof(probe));
+    if (count < 0)
+        return gpt_err_set(err, -GPT_E_CUDA, NULL, "nccl: %s", probe);
     if (count == 0)
         return gpt_err_set(err, -GPT_E_NODEVICE, NULL, "nccl: no GPU or no driver");
     if (device < 0 || device >= count)
@@ -522,6 +611,8 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
     c->device = device;
     c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
     atomic_init(&c->abort_req, false);
+    pthread_mutex_init(&c->ab.mu, NULL);
+    pthread_cond_init(&c->ab.cv, NULL);
     c->cancelled = o->cancelled; /* until init is done; then gpt_comm_abort */
     c->cancel_ctx = o->cancel_ctx;
     if ((e = cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -553,6 +644,9 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
     *ret = &c->base;
     return 0;
 fail:
+    nccl_abort_join(c);
+    pthread_cond_destroy(&c->ab.cv);
+    pthread_mutex_destroy(&c->ab.mu);
     if (c->ready)
         cudaEventDestroy(c->ready);
     if (c->own_stream)

@@ -38,8 +38,12 @@
  * with stochastic rounding (seeded counter-based bits: reproducible). Every
  * other write to device memory (ops, upload, copy, memzero, collectives via
  * gpt_cuda_backend_note_write) takes the written range out of the shadows
- * that cover it, so a stale bf16 value is never read. After the first step
- * no shadow is allocated any more and no forward operand is converted.
+ * that cover it, so a stale bf16 value is never read. A shadow covers one
+ * whole device allocation and is indexed by element offset (the plan and
+ * its current-span set are engine/ops/cuda_plan.c, unit-tested): it is
+ * created once, at the first read of its allocation, so after the first
+ * step nothing is allocated whatever the batch shape, and no forward
+ * operand is converted.
  */
 #include <errno.h>
 #include <math.h>
@@ -72,12 +76,13 @@ struct lt_cache_ent {
     cublasLtMatmulAlgo_t algo;
 };
 
-/* bf16 copy of the floats [base, base + n); bf[vlo, vhi) is current. */
+/* bf16 copy of one whole device allocation, the floats [base, base + n);
+ * `cur` holds the element spans where it is current. */
 struct shadow {
     uintptr_t base;
     size_t n;
     uint16_t *bf;
-    size_t vlo, vhi;
+    struct gpt_cuda_spans cur;
 };
 
 struct alloc_ent {
@@ -223,33 +228,6 @@ static bool shd_overlap(const struct shadow *m, uintptr_t p, size_t bytes, size_
     return true;
 }
 
-/* Takes [lo, hi) out of the current range, keeping the larger remainder. */
-static void shd_cut(struct shadow *m, size_t lo, size_t hi)
-{
-    if (hi <= m->vlo || lo >= m->vhi)
-        return;
-    size_t left = lo > m->vlo ? lo - m->vlo : 0, right = m->vhi > hi ? m->vhi - hi : 0;
-    if (left >= right)
-        m->vhi = m->vlo + left;
-    else
-        m->vlo = hi;
-}
-
-/* Adds [lo, hi) to the current range (the larger one if they are apart). */
-static void shd_add(struct shadow *m, size_t lo, size_t hi)
-{
-    bool empty = m->vlo >= m->vhi;
-    if (empty || hi < m->vlo || lo > m->vhi) {
-        if (empty || hi - lo >= m->vhi - m->vlo) {
-            m->vlo = lo;
-            m->vhi = hi;
-        }
-        return;
-    }
-    m->vlo = lo < m->vlo ? lo : m->vlo;
-    m->vhi = hi > m->vhi ? hi : m->vhi;
-}
-
 /* The bytes [p, p + bytes) were (or are about to be, in stream order)
  * written: shadow `keep` (an index, or -1) got the bf16 copy of them, the
  * others are stale there. Lock held. */
@@ -260,29 +238,22 @@ static void shd_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t b
         if (!shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
             continue;
         if ((long)i == keep)
-            shd_add(&cb->shd[i], lo, hi);
+            gpt_cuda_spans_add(&cb->shd[i].cur, lo, hi);
         else
-            shd_cut(&cb->shd[i], lo, hi);
+            gpt_cuda_spans_cut(&cb->shd[i].cur, lo, hi);
     }
 }
 
-/* A shadow holding all of the floats [p, p + n), preferring one current
- * there; -1 when none. Lock held. */
+/* The shadow of the allocation holding all of the floats [p, p + n), or
+ * -1 when that allocation has none yet. Lock held. */
 static long shd_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
-    uintptr_t a = (uintptr_t)p, b = a + n * sizeof(float);
-    long found = -1;
-    for (size_t i = 0; i < cb->n_shd; i++) {
-        const struct shadow *m = &cb->shd[i];
-        if (a < m->base || b > m->base + m->n * sizeof(float) || (a - m->base) % sizeof(float))
-            continue;
-        size_t lo = (a - m->base) / sizeof(float);
-        if (m->vlo <= lo && lo + n <= m->vhi)
+    size_t off;
+    for (size_t i = 0; i < cb->n_shd; i++)
+        if (gpt_cuda_shadow_index(cb->shd[i].base, cb->shd[i].n * sizeof(float), (uintptr_t)p, n,
+                                  &off))
             return (long)i;
-        if (found < 0)
-            found = (long)i;
-    }
-    return found;
+    return -1;
 }
 
 static void shd_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
@@ -338,44 +309,54 @@ static uint16_t *shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64
 }
 
 /* A current bf16 view of the floats [p, p + n) for a reader: converts on a
- * miss, allocating the shadow the first time. NULL when that allocation
- * fails (the caller then computes from the fp32 data). */
+ * miss. The first reader of an allocation creates the shadow of the whole
+ * allocation, so a later range of it at any other shape (eval, sample)
+ * reuses that shadow and no device memory is allocated after the first
+ * step. NULL when [p, p + n) is not inside one tracked allocation or the
+ * shadow cannot be allocated (the caller then computes from the fp32
+ * data). Owner thread (reads cb->allocs). */
 static const uint16_t *shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
     pthread_mutex_lock(&cb->shd_mu);
     long i = shd_find_locked(cb, p, n);
     if (i < 0 && cb->n_shd == cb->cap_shd) {
-        size_t cap = cb->cap_shd ? 2 * cb->cap_shd : 64;
+        size_t cap = cb->cap_shd ? 2 * cb->cap_shd : 16;
         struct shadow *t = (struct shadow *)realloc(cb->shd, cap * sizeof(*t));
         if (t) {
             cb->shd = t;
             cb->cap_shd = cap;
         }
     }
-    if (i < 0 && cb->n_shd < cb->cap_shd) {
+    size_t off;
+    for (size_t a = 0; i < 0 && cb->n_shd < cb->cap_shd && a < cb->n_allocs; a++) {
+        const struct alloc_ent *ae = &cb->allocs[a];
+        if (!gpt_cuda_shadow_index((uintptr_t)ae->ptr, ae->bytes, (uintptr_t)p, n, &off))
+            continue;
+        size_t elems = ae->bytes / sizeof(float);
         void *bf = NULL;
-        if (cudaMalloc(&bf, n * sizeof(uint16_t)) == cudaSuccess) {
+        if (cudaMalloc(&bf, elems * sizeof(uint16_t)) == cudaSuccess) {
             struct shadow *m = &cb->shd[cb->n_shd];
-            m->base = (uintptr_t)p;
-            m->n = n;
+            m->base = (uintptr_t)ae->ptr;
+            m->n = elems;
             m->bf = (uint16_t *)bf;
-            m->vlo = m->vhi = 0;
+            gpt_cuda_spans_clear(&m->cur);
             i = (long)cb->n_shd++;
-            cb->bytes += n * sizeof(uint16_t);
+            cb->bytes += elems * sizeof(uint16_t);
             if (cb->bytes > cb->peak)
                 cb->peak = cb->bytes;
         } else {
             (void)cudaGetLastError();
         }
+        break;
     }
     const uint16_t *r = NULL;
     if (i >= 0) {
         struct shadow *m = &cb->shd[i];
         size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
-        if (!(m->vlo <= lo && lo + n <= m->vhi)) {
+        if (!gpt_cuda_spans_covers(&m->cur, lo, lo + n)) {
             cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
             cu_check(cb, "bf16 convert");
-            shd_add(m, lo, lo + n);
+            gpt_cuda_spans_add(&m->cur, lo, lo + n);
         }
         r = m->bf + lo;
     }
@@ -790,6 +771,16 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
     }
 }
 
+/* The same plan as the attention calls, so the model sizes att and the
+ * backward scratch for what the kernels write. */
+static size_t cuda_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                              int scratch)
+{
+    struct gpt_cuda_attn_plan plan;
+    cu_attn_plan(cu(be), &plan, B, T, C, NH);
+    return gpt_cuda_plan_att_floats(&plan, B, T, C, NH, scratch);
+}
+
 static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
                                     const float *dout, const float *qkv, const float *att, size_t B,
                                     size_t T, size_t C, size_t NH)
@@ -991,13 +982,23 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
     cu_check(cb, "scale");
 }
 
-/* fp32 (0) or bf16 (1, enum gpt_precision). Leaving bf16 frees the
- * shadows; entering it starts the stochastic-rounding streams afresh. */
+/* fp32 (0), bf16 (1) or auto (2, = bf16), enum gpt_precision, with
+ * GPT_BACKEND_PREC_NO_TF32 or'd in to keep fp32 products strict; without
+ * it fp32 products run on TF32 tensor cores (trainer.tf32, default true).
+ * Leaving bf16 frees the shadows; entering it starts the
+ * stochastic-rounding streams afresh. */
 static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
 {
     struct gpt_cuda_backend *cb = cu(be);
+    int tf32 = !(precision & GPT_BACKEND_PREC_NO_TF32);
+    if (precision & ~(GPT_BACKEND_PREC_MASK | GPT_BACKEND_PREC_NO_TF32))
+        return -EINVAL;
+    precision &= GPT_BACKEND_PREC_MASK;
+    if (precision == 2)
+        precision = 1; /* auto: bf16 is this backend's fast path */
     if (precision != 0 && precision != 1)
         return -EINVAL;
+    cb->tf32 = tf32;
     cu_enter(cb);
     pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
@@ -1036,6 +1037,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .sumsq = */ cuda_sumsq,
     /* .scale = */ cuda_scale,
     /* .set_precision = */ cuda_set_precision,
+    /* .att_floats = */ cuda_att_floats,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
@@ -1055,7 +1057,10 @@ static int cu_fail_new(struct gpt_cuda_backend *cb, struct gpt_err *err, const c
 
 extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct gpt_err *err)
 {
-    int count = gpt_cuda_device_count();
+    char probe[512];
+    int count = gpt_cuda_probe(probe, sizeof(probe));
+    if (count < 0)
+        return gpt_err_set(err, -GPT_E_CUDA, NULL, "cuda backend: %s", probe);
     if (count == 0)
         return gpt_err_set(err, -GPT_E_NODEVICE, NULL, "cuda backend: no GPU or no driver");
     if (device < 0 || device >= count)

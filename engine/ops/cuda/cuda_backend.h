@@ -14,9 +14,12 @@
  * target is linked, i.e. when GPTD_HAVE_CUDA is defined).
  *
  * Precision: fp32 storage and fp32 accumulation. Matrix products use full
- * fp32 by default; gpt_cuda_backend_set_tf32() allows TF32 tensor cores
- * (10-bit mantissa inputs, fp32 accumulation). In bf16 mode (the vtable's
- * set_precision, i.e. trainer.precision: bf16) every buffer of the
+ * fp32 until set_precision is called; set_precision(fp32) turns TF32
+ * tensor cores on (10-bit mantissa inputs, fp32 accumulation) unless
+ * GPT_BACKEND_PREC_NO_TF32 is or'd in (trainer.tf32: false), and
+ * gpt_cuda_backend_set_tf32() sets it directly. In bf16 mode (the vtable's
+ * set_precision with bf16 or auto, i.e. trainer.precision: bf16 or the
+ * default auto) every buffer of the
  * interface stays fp32 (master weights, moments, gradients, statistics,
  * loss), and the backend keeps bf16 shadows of the weights and of the
  * activations that matrix products and attention read, which run on bf16
@@ -67,7 +70,8 @@ void gpt_cuda_backend_mem_stats(const struct gpt_backend *be, size_t *ret_bytes,
 int gpt_cuda_backend_device(const struct gpt_backend *be);
 
 /* Allows (on != 0) or forbids TF32 tensor-core math in the matrix
- * products. Off by default, so results track the CPU backend closely. */
+ * products. Off at creation, so results track the CPU backend closely;
+ * set_precision sets it as described above. */
 void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on);
 
 /* The backend's streams as cudaStream_t values (void * here so that this

@@ -11,8 +11,11 @@
  *
  * Determinism: every reduction has a fixed order that depends only on the
  * shapes (warp/block trees, two-pass column sums through scratch, sumsq
- * with a grid that depends only on n), except the token-embedding
- * gradient, which uses fp32 atomics because tokens repeat across (b, t).
+ * with a grid that depends only on n). The token-embedding gradient, where
+ * tokens repeat across (b, t), uses no atomics either: the block of a
+ * token's first position sums every position holding that token in
+ * position order (encoder_backward_wte_kernel), so two runs give the same
+ * bits.
  */
 #include <math.h>
 #include <stdint.h>
@@ -110,14 +113,41 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, size
     }
 }
 
-/* dwte[inp[b,t], c] += dout[b,t,c]: rows repeat, hence atomics. */
+/* dwte[v, c] += sum of dout[q, c] over the positions q (q < BT = B*T)
+ * holding token v, added in q order: deterministic, no atomics. One block
+ * per position p (grid-stride); only the block of v's first position does
+ * the work, so each dwte row has exactly one writer. The block scans the
+ * positions in chunks of blockDim.x, marks the matches in shared memory,
+ * and each thread (one column per pass) adds the marked rows in order.
+ * All branches around __syncthreads depend only on block-uniform values. */
 __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *inp,
-                                            size_t C, size_t n)
+                                            size_t BT, size_t C)
 {
-    GRID_LOOP(i, n)
-    {
-        size_t bt = i / C, c = i % C;
-        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    __shared__ int hit[GPT_CUDA_BLOCK];
+    for (size_t p = blockIdx.x; p < BT; p += gridDim.x) {
+        int v = inp[p];
+        int found = 0;
+        for (size_t q = threadIdx.x; q < p; q += blockDim.x)
+            found |= inp[q] == v;
+        if (__syncthreads_or(found))
+            continue; /* an earlier position owns token v */
+        for (size_t c0 = 0; c0 < C; c0 += blockDim.x) {
+            size_t c = c0 + threadIdx.x;
+            float acc = 0.0f;
+            for (size_t q0 = p; q0 < BT; q0 += blockDim.x) {
+                size_t q = q0 + threadIdx.x;
+                hit[threadIdx.x] = q < BT && inp[q] == v;
+                __syncthreads();
+                size_t m = BT - q0 < blockDim.x ? BT - q0 : blockDim.x;
+                if (c < C)
+                    for (size_t j = 0; j < m; j++)
+                        if (hit[j])
+                            acc += dout[(q0 + j) * C + c];
+                __syncthreads();
+            }
+            if (c < C)
+                dwte[(size_t)v * C + c] += acc;
+        }
     }
 }
 
@@ -125,8 +155,9 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
                           const int *inp, size_t B, size_t T, size_t C)
 {
     encoder_backward_wpe_kernel<<<ew_grid(T * C), GPT_CUDA_BLOCK, 0, s>>>(dwpe, dout, B, T, C);
-    size_t n = B * T * C;
-    encoder_backward_wte_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dwte, dout, inp, C, n);
+    size_t BT = B * T;
+    encoder_backward_wte_kernel<<<gpt_cuda_plan_grid(BT, 1, GPT_CUDA_MAX_GRID), GPT_CUDA_BLOCK, 0,
+                                  s>>>(dwte, dout, inp, BT, C);
 }
 
 /* ---- LayerNorm --------------------------------------------------------- */

@@ -1,20 +1,66 @@
 /*
  * cuda_probe: asks the CUDA runtime how many GPUs this host has, without
  * failing on hosts that have no driver (cudart reports that as an error,
- * which we turn into "zero devices").
+ * which we turn into "zero devices"), and tells that case apart from a
+ * host whose GPUs CUDA cannot use (driver too old, initialisation failed).
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "cuda_probe.h"
 
-int gpt_cuda_device_count(void)
+int gpt_cuda_host_has_gpu_nodes(void)
+{
+    /* The NVIDIA kernel driver creates these nodes; containers given a GPU
+     * get them bind-mounted. */
+    return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
+}
+
+int gpt_cuda_probe(char *msg, size_t cap)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess)
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) {
+        if (msg && cap) {
+            int drv = 0, rt = 0;
+            cudaDriverGetVersion(&drv);
+            cudaRuntimeGetVersion(&rt);
+            (void)cudaGetLastError();
+            snprintf(msg, cap, "%d GPU(s); driver supports CUDA %d.%d, runtime %d.%d", n,
+                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        }
+        return n;
+    }
+    (void)cudaGetLastError();
+    /* No visible device (CUDA_VISIBLE_DEVICES empty or no GPU) is the
+     * ordinary "no GPU"; so is any failure on a host without device nodes. */
+    if (e == cudaSuccess || e == cudaErrorNoDevice || !gpt_cuda_host_has_gpu_nodes()) {
+        if (msg && cap)
+            snprintf(msg, cap, "no GPU (%s)",
+                     e == cudaSuccess ? "no device" : cudaGetErrorString(e));
         return 0;
-    return n;
+    }
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    (void)cudaGetLastError();
+    if (msg && cap)
+        snprintf(msg, cap,
+                 "GPU device nodes exist but CUDA failed to initialise: cudaGetDeviceCount: "
+                 "%s (%s); driver supports CUDA %d.%d, runtime is %d.%d%s",
+                 cudaGetErrorName(e), cudaGetErrorString(e), drv / 1000, drv % 1000 / 10, rt / 1000,
+                 rt % 1000 / 10,
+                 e == cudaErrorInsufficientDriver ? ": the driver is too old for this runtime"
+                                                  : "");
+    return -EIO;
+}
+
+int gpt_cuda_device_count(void)
+{
+    int n = gpt_cuda_probe(NULL, 0);
+    return n > 0 ? n : 0;
 }
 
 int gpt_cuda_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)

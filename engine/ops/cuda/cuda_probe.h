@@ -7,8 +7,22 @@
 #include <stddef.h>
 
 /* Number of usable GPUs (CUDA_VISIBLE_DEVICES respected); 0 when there is
- * no driver or no device. Any thread; cheap after the first call. */
+ * no driver or no device, and also when CUDA fails on a host that has GPUs
+ * (use gpt_cuda_probe to tell those apart). Any thread. */
 int gpt_cuda_device_count(void);
+
+/* Like gpt_cuda_device_count, but separates "no GPU" from "GPUs exist and
+ * CUDA cannot use them": returns the device count (> 0), 0 when the host
+ * has no GPU (no /dev/nvidia* nodes, or no visible device), or -EIO when
+ * device nodes exist but cudaGetDeviceCount fails (driver too old for the
+ * runtime, initialisation error). `msg` (may be NULL) gets one line saying
+ * which, with the CUDA error name and text and the driver and runtime
+ * versions on failure. GPU tests skip (77) only on 0 and fail on -EIO. */
+int gpt_cuda_probe(char *msg, size_t cap);
+
+/* 1 when the NVIDIA driver's device nodes exist (/dev/nvidiactl or
+ * /dev/nvidia0), whether or not CUDA can use them. */
+int gpt_cuda_host_has_gpu_nodes(void);
 
 /* Name and total memory of GPU `i` (0-based). Returns 0, or a negative
  * error when there is no such device. */
