@@ -136,12 +136,15 @@ static double measure_peak(struct trainer *t)
  * initial weights are drawn one by one): a stop asked meanwhile (cancel,
  * gptd stopping) is honoured between its stages rather than after it, and
  * gpt_train returns GPT_TRAIN_STOPPED before the first step (nothing to
- * snapshot). A world of one only: a larger world agrees on stopping at step
- * boundaries (agree_stop), and the comm abort cuts its set-up short. */
+ * snapshot). In a larger world each rank stops on its own request: a rank
+ * that leaves set-up early makes its peers' next collective (the start
+ * broadcast, the shard attach) fail when its communicator goes, and a peer
+ * that was asked to stop too reads that failure as the stop
+ * (setup_failure_is_stop), so no rank waits for the first step boundary. */
 static int setup_stopped(void *ctx)
 {
     struct trainer *t = ctx;
-    if (t->world != 1 || !t->opts->hooks.should_stop ||
+    if (!t->opts->hooks.should_stop ||
         t->opts->hooks.should_stop(t->opts->hooks.ctx) == GPT_STOP_NO)
         return 0;
     if (!t->setup_stop_told) {
@@ -149,6 +152,15 @@ static int setup_stopped(void *ctx)
         emit_event(t, "stop", "stopped on request during set-up, before training");
     }
     return 1;
+}
+
+/* True when set-up failure `rc` of a rank in a world larger than one is a
+ * peer having left on a stop request this rank has been given too. */
+static bool setup_failure_is_stop(struct trainer *t, int rc)
+{
+    bool comm_lost = rc == -ECANCELED || rc == -EPIPE || rc == -ECONNRESET || rc == -ETIMEDOUT ||
+                     rc == -ECONNABORTED || rc == -GPT_E_NCCL || rc == -GPT_E_PROTO;
+    return t->world > 1 && comm_lost && setup_stopped(t);
 }
 
 static int snapdir_prepare(struct trainer *t, struct gpt_err *err);
@@ -477,12 +489,17 @@ static int init_state(struct trainer *t, struct gpt_err *err)
     }
     if (t->world > 1) {
         /* A failure on rank 0 must not leave the others waiting in the
-         * broadcast: the status travels with the state. */
+         * broadcast, and a stop during its set-up stops them all: the
+         * status travels before the state. */
         int64_t status[2] = {rc, 0};
         size_t bytes = t->model.n_params * sizeof(float);
         int brc = gpt_comm_broadcast(t->comm, status, sizeof(status), 0);
         if (brc < 0) {
             rc = rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
+            goto out;
+        }
+        if (status[0] == GPT_TRAIN_STOPPED) { /* rank 0 stopped in set-up: all do */
+            rc = GPT_TRAIN_STOPPED;
             goto out;
         }
         if (status[0] < 0) {
@@ -855,9 +872,12 @@ int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
     t.rank = t.comm->rank;
     t.world = t.comm->world;
 
-    if ((rc = open_all(&t, err)) != 0) /* or GPT_TRAIN_STOPPED during set-up */
-        goto out;
-    if ((rc = init_state(&t, err)) != 0)
+    rc = open_all(&t, err); /* or GPT_TRAIN_STOPPED during set-up */
+    if (rc == 0)
+        rc = init_state(&t, err);
+    if (rc < 0 && setup_failure_is_stop(&t, rc))
+        rc = GPT_TRAIN_STOPPED;
+    if (rc != 0)
         goto out;
     if (t.world > 1 && !t.shard && (rc = trainer_ddp_start(&t.ddp, t.comm, &t.model)) < 0) {
         rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");
