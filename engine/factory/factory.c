@@ -9,9 +9,9 @@
 #include <stdio.h>
 
 #ifdef GPTD_HAVE_CUDA
-#include "comm_nccl.h"
-#include "cuda_backend.h"
-#include "cuda_probe.h"
+#include "cuda/comm_nccl.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
 #endif
 
 int gpt_factory_has_cuda(void)
