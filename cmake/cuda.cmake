@@ -50,9 +50,9 @@ if(GPTD_HAVE_CUDA)
     endforeach()
     set_target_properties(gptcuda PROPERTIES COMPILE_OPTIONS "${gptd_cuda_wrapped}")
   endif()
-  target_include_directories(gptcuda PUBLIC ${CMAKE_SOURCE_DIR}/proto ${CMAKE_SOURCE_DIR}/engine
-                                            ${CMAKE_SOURCE_DIR}/engine/ops
-                                            ${CMAKE_SOURCE_DIR}/engine/ops/cuda ${NCCL_INCLUDE_DIR})
+  # The engine's headers come with gptengine; its own and NCCL's stay private
+  # (callers include "cuda/...", through engine/ops).
+  target_include_directories(gptcuda PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda ${NCCL_INCLUDE_DIR})
   # Runtime libraries only: cudart loads the driver (libcuda) itself, so the
   # binaries start on hosts without one. gptengine provides gpt_err_set and
   # the launch/padding plans (engine/ops/cuda_plan.c); linking it here

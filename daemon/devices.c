@@ -6,39 +6,33 @@
 #include <stdio.h>
 #include <string.h>
 
-#ifdef GPTD_HAVE_CUDA
-#include "cuda_probe.h"
-#endif
+#include "factory.h"
 
 json_t *devices_json(void)
 {
     json_t *o = json_pack("{s:[s], s:[]}", "backends", "cpu", "gpus");
     if (!o)
         return NULL;
-#ifdef GPTD_HAVE_CUDA
-    int n = gpt_cuda_device_count();
+    int n = gpt_device_count();
     if (n > 0)
         json_array_append_new(json_object_get(o, "backends"), json_string("cuda"));
     for (int i = 0; i < n; i++) {
         char name[256];
         size_t mem = 0;
-        if (gpt_cuda_device_info(i, name, sizeof(name), &mem) == 0)
+        if (gpt_device_info(i, name, sizeof(name), &mem) == 0)
             json_array_append_new(json_object_get(o, "gpus"),
                                   json_pack("{s:i, s:s, s:I}", "index", i, "name", name,
                                             "memory_bytes", (json_int_t)mem));
     }
-#endif
     return o;
 }
 
 void devices_summary(char *buf, size_t cap)
 {
     snprintf(buf, cap, "cpu");
-#ifdef GPTD_HAVE_CUDA
-    int n = gpt_cuda_device_count();
+    int n = gpt_device_count();
     char name[256];
     size_t mem = 0;
-    if (n > 0 && gpt_cuda_device_info(0, name, sizeof(name), &mem) == 0)
+    if (n > 0 && gpt_device_info(0, name, sizeof(name), &mem) == 0)
         snprintf(buf, cap, "%dx %s %.0fGiB", n, name, (double)mem / (1024.0 * 1024 * 1024));
-#endif
 }

@@ -10,14 +10,9 @@
 
 #include "backend.h"
 #include "data.h"
+#include "factory.h"
 #include "fsid.h"
 #include "paths.h"
-
-#ifdef GPTD_HAVE_CUDA
-#include "comm_nccl.h"
-#include "cuda_backend.h"
-#include "cuda_probe.h"
-#endif
 
 #include <errno.h>
 #include <limits.h>
@@ -88,13 +83,9 @@ static void worker_event(void *ctx, const struct gpt_event *e)
  * built in, or when the job asks for a CPU collective backend. */
 static int workers_gpu_count(const struct gpt_job *job)
 {
-#ifdef GPTD_HAVE_CUDA
     int kind = job->distributed.backend;
     if (kind == GPT_COMM_AUTO || kind == GPT_COMM_NCCL)
-        return gpt_cuda_device_count();
-#else
-    (void)job;
-#endif
+        return gpt_device_count();
     return 0;
 }
 
@@ -133,24 +124,17 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
     if (gpus == 0 && ws->job.distributed.backend == GPT_COMM_NCCL)
         return gpt_err_set(&wk->err, -GPT_E_NODEVICE, "distributed.backend",
                            "distributed.backend is nccl but this host has no usable GPU");
-#ifdef GPTD_HAVE_CUDA
+    /* On CPU hosts the trainer makes its own backend (be stays NULL). */
+    int device = gpus > 0 ? local % gpus : -1;
     if (gpus > 0) {
-        int rc = gpt_backend_cuda_new(local % gpus, ret_be, &wk->err);
+        int rc = gpt_backend_new(GPT_BACKEND_CUDA, device, 0, ret_be, &wk->err);
         if (rc < 0)
             return rc;
-        if (ws->world == 1)
-            return gpt_comm_local_new(ret_comm, &wk->err);
-        rc = gpt_comm_nccl_new(&co, &ws->kv, local % gpus, ret_comm, &wk->err);
-        if (rc < 0)
-            return rc;
-        return gpt_comm_nccl_bind_backend(*ret_comm, *ret_be);
     }
-#else
-    (void)local;
-#endif
-    if (ws->world == 1)
-        return gpt_comm_local_new(ret_comm, &wk->err);
-    return gpt_comm_tcp_new(&co, &ws->kv, ret_comm, &wk->err);
+    enum gpt_comm_kind kind = ws->world == 1 ? GPT_COMM_LOCAL
+                              : gpus > 0     ? GPT_COMM_NCCL
+                                             : GPT_COMM_TCP;
+    return gpt_comm_new(kind, &co, &ws->kv, device, *ret_be, ret_comm, &wk->err);
 }
 
 /* Takes the job owner's file-system identity for this thread and opens

@@ -8,14 +8,14 @@
  * model reports finished gradient spans (grads_ready) and a communication
  * thread all-reduces them while backward carries on with earlier layers.
  *
- * Everything here runs on the worker thread, except ddp_thread_main, which
- * owns the communicator while a backward is in flight.
+ * Everything here runs on the worker thread, except trainer_ddp.c's
+ * communication thread, which owns the communicator while a backward is in
+ * flight. Sampling from a snapshot is in sample.c.
  */
 #include "trainer.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,24 +31,7 @@
 #include "rng.h"
 #include "shard.h"
 #include "snapshot.h"
-
-#define DDP_QUEUE_MAX (2 * GPT_MAX_TENSORS)
-
-/* Gradient buckets waiting for the communication thread. */
-struct ddp {
-    pthread_t thread;
-    bool started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct gpt_comm *comm;
-    float *grads;
-    bool armed; /* true during the last micro-batch's backward */
-    bool quit;
-    size_t head, tail; /* queue of spans [head, tail) */
-    size_t off[DDP_QUEUE_MAX], count[DDP_QUEUE_MAX];
-    bool busy; /* the thread is reducing a span */
-    int error;
-};
+#include "trainer_ddp.h"
 
 /* State a resume restores and rank 0 broadcasts to the others. */
 struct train_state {
@@ -81,7 +64,7 @@ struct trainer {
     char snapdir[GPT_JOB_PATH_MAX];
     struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
     double peak_flops; /* per rank, FLOP/s */
-    struct ddp ddp;
+    struct trainer_ddp ddp;
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;
 };
@@ -120,93 +103,6 @@ static void emit_event(struct trainer *t, const char *kind, const char *fmt, ...
     t->opts->hooks.event(t->opts->hooks.ctx, &e);
 }
 
-/* ---- DDP: bucketed all-reduce on a communication thread ---- */
-
-static void *ddp_thread_main(void *arg)
-{
-    struct ddp *d = arg;
-    pthread_mutex_lock(&d->mu);
-    for (;;) {
-        while (!d->quit && d->head == d->tail)
-            pthread_cond_wait(&d->cv, &d->mu);
-        if (d->quit)
-            break;
-        size_t i = d->head % DDP_QUEUE_MAX;
-        size_t off = d->off[i], count = d->count[i];
-        d->busy = true;
-        pthread_mutex_unlock(&d->mu);
-        int rc = d->error ? 0 : gpt_comm_allreduce(d->comm, d->grads + off, count, GPT_REDUCE_AVG);
-        pthread_mutex_lock(&d->mu);
-        if (rc < 0 && !d->error)
-            d->error = rc;
-        d->head++;
-        d->busy = false;
-        pthread_cond_broadcast(&d->cv);
-    }
-    pthread_mutex_unlock(&d->mu);
-    return NULL;
-}
-
-/* grads_ready hook of the model: queue the span when armed. */
-static void ddp_grads_ready(void *ctx, size_t off, size_t count)
-{
-    struct ddp *d = ctx;
-    pthread_mutex_lock(&d->mu);
-    if (d->armed && count > 0) {
-        GPT_ASSERT(d->tail - d->head < DDP_QUEUE_MAX);
-        size_t i = d->tail % DDP_QUEUE_MAX;
-        d->off[i] = off;
-        d->count[i] = count;
-        d->tail++;
-        pthread_cond_broadcast(&d->cv);
-    }
-    pthread_mutex_unlock(&d->mu);
-}
-
-/* Waits until every queued span is reduced; returns the first error. */
-static int ddp_wait(struct ddp *d)
-{
-    pthread_mutex_lock(&d->mu);
-    while (d->head != d->tail || d->busy)
-        pthread_cond_wait(&d->cv, &d->mu);
-    d->armed = false;
-    int rc = d->error;
-    pthread_mutex_unlock(&d->mu);
-    return rc;
-}
-
-static int ddp_start(struct trainer *t)
-{
-    struct ddp *d = &t->ddp;
-    d->comm = t->comm;
-    d->grads = t->model.grads;
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    if (pthread_create(&d->thread, NULL, ddp_thread_main, d) != 0) {
-        pthread_mutex_destroy(&d->mu);
-        pthread_cond_destroy(&d->cv);
-        return -EAGAIN;
-    }
-    d->started = true;
-    t->model.grads_ready = ddp_grads_ready;
-    t->model.grads_ready_ctx = d;
-    return 0;
-}
-
-static void ddp_stop(struct ddp *d)
-{
-    if (!d->started)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->quit = true;
-    pthread_cond_broadcast(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    pthread_join(d->thread, NULL);
-    pthread_mutex_destroy(&d->mu);
-    pthread_cond_destroy(&d->cv);
-    d->started = false;
-}
-
 /* ---- set-up ---- */
 
 static int64_t plan_max_steps(const struct trainer *t)
@@ -240,12 +136,15 @@ static double measure_peak(struct trainer *t)
  * initial weights are drawn one by one): a stop asked meanwhile (cancel,
  * gptd stopping) is honoured between its stages rather than after it, and
  * gpt_train returns GPT_TRAIN_STOPPED before the first step (nothing to
- * snapshot). A world of one only: a larger world agrees on stopping at step
- * boundaries (agree_stop), and the comm abort cuts its set-up short. */
+ * snapshot). In a larger world each rank stops on its own request: a rank
+ * that leaves set-up early makes its peers' next collective (the start
+ * broadcast, the shard attach) fail when its communicator goes, and a peer
+ * that was asked to stop too reads that failure as the stop
+ * (setup_failure_is_stop), so no rank waits for the first step boundary. */
 static int setup_stopped(void *ctx)
 {
     struct trainer *t = ctx;
-    if (t->world != 1 || !t->opts->hooks.should_stop ||
+    if (!t->opts->hooks.should_stop ||
         t->opts->hooks.should_stop(t->opts->hooks.ctx) == GPT_STOP_NO)
         return 0;
     if (!t->setup_stop_told) {
@@ -253,6 +152,15 @@ static int setup_stopped(void *ctx)
         emit_event(t, "stop", "stopped on request during set-up, before training");
     }
     return 1;
+}
+
+/* True when set-up failure `rc` of a rank in a world larger than one is a
+ * peer having left on a stop request this rank has been given too. */
+static bool setup_failure_is_stop(struct trainer *t, int rc)
+{
+    bool comm_lost = rc == -ECANCELED || rc == -EPIPE || rc == -ECONNRESET || rc == -ETIMEDOUT ||
+                     rc == -ECONNABORTED || rc == -GPT_E_NCCL || rc == -GPT_E_PROTO;
+    return t->world > 1 && comm_lost && setup_stopped(t);
 }
 
 static int snapdir_prepare(struct trainer *t, struct gpt_err *err);
@@ -583,12 +491,17 @@ static int init_state(struct trainer *t, struct gpt_err *err)
     }
     if (t->world > 1) {
         /* A failure on rank 0 must not leave the others waiting in the
-         * broadcast: the status travels with the state. */
+         * broadcast, and a stop during its set-up stops them all: the
+         * status travels before the state. */
         int64_t status[2] = {rc, 0};
         size_t bytes = t->model.n_params * sizeof(float);
         int brc = gpt_comm_broadcast(t->comm, status, sizeof(status), 0);
         if (brc < 0) {
             rc = rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
+            goto out;
+        }
+        if (status[0] == GPT_TRAIN_STOPPED) { /* rank 0 stopped in set-up: all do */
+            rc = GPT_TRAIN_STOPPED;
             goto out;
         }
         if (status[0] < 0) {
@@ -754,14 +667,11 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
         if (rc < 0)
             return rc;
-        if (t->ddp.started && micro == t->accum - 1) {
-            pthread_mutex_lock(&t->ddp.mu);
-            t->ddp.armed = true;
-            pthread_mutex_unlock(&t->ddp.mu);
-        }
+        if (t->ddp.started && micro == t->accum - 1)
+            trainer_ddp_arm(&t->ddp);
         rc = gpt_model_backward(&t->model, 1.0f / (float)t->accum);
         if (t->ddp.started && micro == t->accum - 1) {
-            int wrc = ddp_wait(&t->ddp);
+            int wrc = trainer_ddp_wait(&t->ddp);
             if (rc >= 0)
                 rc = wrc;
         }
@@ -927,7 +837,7 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
 
 static void trainer_done(struct trainer *t)
 {
-    ddp_stop(&t->ddp);
+    trainer_ddp_stop(&t->ddp);
     gpt_shard_free(t->shard);
     if (t->model_ready)
         gpt_model_done(&t->model);
@@ -964,11 +874,14 @@ int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
     t.rank = t.comm->rank;
     t.world = t.comm->world;
 
-    if ((rc = open_all(&t, err)) != 0) /* or GPT_TRAIN_STOPPED during set-up */
+    rc = open_all(&t, err); /* or GPT_TRAIN_STOPPED during set-up */
+    if (rc == 0)
+        rc = init_state(&t, err);
+    if (rc < 0 && setup_failure_is_stop(&t, rc))
+        rc = GPT_TRAIN_STOPPED;
+    if (rc != 0)
         goto out;
-    if ((rc = init_state(&t, err)) != 0)
-        goto out;
-    if (t.world > 1 && !t.shard && (rc = ddp_start(&t)) < 0) {
+    if (t.world > 1 && !t.shard && (rc = trainer_ddp_start(&t.ddp, t.comm, &t.model)) < 0) {
         rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");
         goto out;
     }
@@ -977,129 +890,5 @@ out:
     trainer_done(&t);
     if (rc >= 0 && ret)
         *ret = result;
-    return rc;
-}
-
-/* ---- sampling ---- */
-
-/* Index of the sampled token from logits[0, V) with temperature and top-k. */
-static int sample_token(const float *logits, size_t V, double temperature, int top_k,
-                        struct gpt_rng *rng, float *probs)
-{
-    float maxv = logits[0];
-    for (size_t v = 1; v < V; v++)
-        if (logits[v] > maxv)
-            maxv = logits[v];
-    float kth = -INFINITY;
-    if (top_k > 0 && (size_t)top_k < V) {
-        /* The k-th largest value: partial selection on a copy. */
-        for (size_t v = 0; v < V; v++)
-            probs[v] = logits[v];
-        for (int k = 0; k < top_k; k++) {
-            size_t best = 0;
-            for (size_t v = 1; v < V; v++)
-                if (probs[v] > probs[best])
-                    best = v;
-            kth = probs[best];
-            probs[best] = -INFINITY;
-        }
-    }
-    double sum = 0;
-    for (size_t v = 0; v < V; v++) {
-        double p = logits[v] < kth ? 0.0 : exp((logits[v] - maxv) / temperature);
-        probs[v] = (float)p;
-        sum += p;
-    }
-    double u = gpt_rng_uniform(rng) * sum, acc = 0;
-    for (size_t v = 0; v < V; v++) {
-        acc += probs[v];
-        if (u < acc)
-            return (int)v;
-    }
-    return (int)(V - 1);
-}
-
-int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
-                        struct gpt_err *err)
-{
-    struct gpt_snapshot_meta meta;
-    struct gpt_backend *be = NULL;
-    struct gpt_model model;
-    bool model_ready = false;
-    int *tokens = NULL;
-    float *logits = NULL, *probs = NULL;
-    char *text = NULL;
-    int rc;
-
-    memset(&model, 0, sizeof(model));
-    if (o->tokens < 0 || !(o->temperature > 0))
-        return gpt_err_set(err, -EINVAL, NULL, "tokens must be >= 0 and temperature > 0");
-    if ((rc = gpt_snapshot_read_meta(snapshot_path, &meta, err)) < 0)
-        return rc;
-    if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
-        return rc;
-    if ((rc = gpt_model_init(&model, &meta.cfg, be, 1, err)) < 0)
-        goto out;
-    model_ready = true;
-    if ((rc = gpt_snapshot_read(snapshot_path, &meta, model.params, NULL, NULL, err)) < 0)
-        goto out;
-
-    size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
-    size_t cap = prompt_len + (size_t)o->tokens + 1;
-    size_t n = 0, V = (size_t)meta.cfg.vocab_size, T = (size_t)meta.cfg.block_size;
-    tokens = calloc(cap, sizeof(int));
-    logits = calloc(T * model.Vp, sizeof(float));
-    probs = calloc(model.Vp, sizeof(float));
-    if (!tokens || !logits || !probs) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampling");
-        goto out;
-    }
-    if (prompt_len > 0) {
-        if ((rc = gpt_vocab_encode(&meta.vocab, o->prompt, tokens, cap, &n, err)) < 0)
-            goto out;
-    } else {
-        /* No prompt: start from a newline when the vocabulary has one. */
-        int start = 0;
-        for (int v = 0; meta.vocab.kind >= 0 && v < meta.vocab.size; v++)
-            if (meta.vocab.chars[v] == '\n')
-                start = v;
-        tokens[n++] = start;
-    }
-    size_t n_prompt = n;
-    struct gpt_rng rng;
-    gpt_rng_seed(&rng, o->seed);
-    for (int i = 0; i < o->tokens; i++) {
-        size_t ctx = n < T ? n : T;
-        if ((rc = gpt_model_forward(&model, tokens + n - ctx, NULL, 1, ctx, NULL)) < 0)
-            goto out;
-        if ((rc = gpt_backend_download(be, logits, gpt_model_logits(&model),
-                                       ctx * model.Vp * sizeof(float))) < 0)
-            goto out;
-        tokens[n++] =
-            sample_token(logits + (ctx - 1) * model.Vp, V, o->temperature, o->top_k, &rng, probs);
-    }
-    size_t text_cap = (n + 1) * 8 + prompt_len + 1;
-    text = malloc(text_cap);
-    if (!text) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampled text");
-        goto out;
-    }
-    size_t off = 0;
-    if (prompt_len > 0) {
-        memcpy(text, o->prompt, prompt_len);
-        off = prompt_len;
-    }
-    gpt_vocab_decode(&meta.vocab, tokens + n_prompt, n - n_prompt, text + off, text_cap - off);
-    *ret_text = text;
-    text = NULL;
-    rc = 0;
-out:
-    free(text);
-    free(tokens);
-    free(logits);
-    free(probs);
-    if (model_ready)
-        gpt_model_done(&model);
-    gpt_backend_free(be);
     return rc;
 }

@@ -39,8 +39,11 @@ struct gpt_trainer_hooks {
     void (*metric)(void *ctx, const struct gpt_metric *m);
     /* Rank 0 only: start, resume, snapshot, eval, stop, done, ... */
     void (*event)(void *ctx, const struct gpt_event *e);
-    /* Every rank, between steps. All ranks must agree: the trainer takes
-     * rank 0's answer (broadcast) so a world stops at the same step. */
+    /* Every rank, between steps and between stages of set-up. Between
+     * steps the trainer takes rank 0's answer (broadcast) so a world stops
+     * at the same step; during set-up each rank stops on its own answer,
+     * and a rank whose peer left during set-up stops too when it has been
+     * asked (gpt_train returns GPT_TRAIN_STOPPED before the first step). */
     int (*should_stop)(void *ctx);
 };
 

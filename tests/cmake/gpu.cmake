@@ -17,6 +17,10 @@ foreach(src ${GPTD_GPU_TESTS})
                        ENVIRONMENT "OMP_NUM_THREADS=4")
 endforeach()
 
+# test_cuda_absent calls the CUDA backend directly (the daemon reaches it
+# only through gptfactory, which keeps gptcuda and GPTD_HAVE_CUDA private).
+target_link_libraries(test_cuda_absent PRIVATE gptcuda)
+
 # The daemon, linked with the CUDA target, must start on a host without a
 # GPU or driver (a binary linked to libcuda would not even load there).
 add_test(NAME gptd_starts_without_gpu COMMAND gptd run --help)

@@ -36,6 +36,9 @@ check() {
     fi
 }
 
+proto_h=$(headers_of proto)
+check "err/ (gpt_err, below every layer) must not include proto/, engine/ or daemon/ headers" \
+      "${base}|engine/[^\"]*|${proto_h}|${engine_h}|${daemon_h}" err
 check "proto/ must not include libuv, SQLite, engine/ or daemon/ headers" \
       "${base}|engine/[^\"]*|${engine_h}|${daemon_h}" proto
 check "engine/ must not include libuv, SQLite or daemon/ headers" "${base}|${daemon_h}" engine

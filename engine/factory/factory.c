@@ -1,0 +1,125 @@
+/*
+ * factory: see factory.h. The one translation unit outside engine/ops/cuda
+ * with #ifdef GPTD_HAVE_CUDA (defined for this target only, by linking
+ * gptcuda PRIVATE).
+ */
+#include "factory.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#ifdef GPTD_HAVE_CUDA
+#include "cuda/comm_nccl.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
+#endif
+
+int gpt_factory_has_cuda(void)
+{
+#ifdef GPTD_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int gpt_device_count(void)
+{
+#ifdef GPTD_HAVE_CUDA
+    return gpt_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
+int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)
+{
+#ifdef GPTD_HAVE_CUDA
+    if (gpt_cuda_device_info(i, name, cap, ret_mem_bytes) == 0)
+        return 0;
+#else
+    (void)i;
+    (void)name;
+    (void)cap;
+    (void)ret_mem_bytes;
+#endif
+    return -GPT_E_NODEVICE;
+}
+
+int gpt_backend_new(enum gpt_backend_kind kind, int device, int threads, struct gpt_backend **ret,
+                    struct gpt_err *err)
+{
+    if (kind == GPT_BACKEND_AUTO)
+        kind = gpt_device_count() > 0 ? GPT_BACKEND_CUDA : GPT_BACKEND_CPU;
+    switch (kind) {
+    case GPT_BACKEND_AUTO:
+        break;
+    case GPT_BACKEND_CPU:
+        (void)device;
+        return gpt_backend_cpu_new(threads > 0 ? threads : 1, ret, err);
+    case GPT_BACKEND_CUDA:
+#ifdef GPTD_HAVE_CUDA
+        return gpt_backend_cuda_new(device, ret, err);
+#else
+        return gpt_err_set(err, -GPT_E_NODEVICE, NULL,
+                           "GPU %d requested but this build has no CUDA backend", device);
+#endif
+    }
+    return gpt_err_set(err, -EINVAL, NULL, "unknown backend kind %d", (int)kind);
+}
+
+static int comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, int device,
+                         struct gpt_backend *be, struct gpt_comm **ret, struct gpt_err *err)
+{
+#ifdef GPTD_HAVE_CUDA
+    struct gpt_comm *c = NULL;
+    int rc = gpt_comm_nccl_new(o, kv, device, &c, err);
+    if (rc < 0)
+        return rc;
+    if (be && (rc = gpt_comm_nccl_bind_backend(c, be)) < 0) {
+        gpt_comm_free(c);
+        return gpt_err_set(err, rc, NULL, "cannot order NCCL after the backend of GPU %d",
+                           device);
+    }
+    *ret = c;
+    return 0;
+#else
+    (void)o;
+    (void)kv;
+    (void)be;
+    (void)ret;
+    return gpt_err_set(err, -GPT_E_NODEVICE, "distributed.backend",
+                       "NCCL on GPU %d requested but this build has no CUDA backend", device);
+#endif
+}
+
+int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const struct gpt_kv *kv,
+                 int device, struct gpt_backend *be, struct gpt_comm **ret, struct gpt_err *err)
+{
+    int world = o ? o->world : 1;
+    if (kind == GPT_COMM_AUTO) {
+        int cuda = 0;
+#ifdef GPTD_HAVE_CUDA
+        cuda = be && gpt_backend_is_cuda(be);
+#endif
+        kind = world == 1 ? GPT_COMM_LOCAL : cuda ? GPT_COMM_NCCL : GPT_COMM_TCP;
+    }
+    switch (kind) {
+    case GPT_COMM_LOCAL:
+        if (world != 1)
+            return gpt_err_set(err, -EINVAL, "distributed.backend",
+                               "a local communicator is for a world of one, not %d", world);
+        return gpt_comm_local_new(ret, err);
+    case GPT_COMM_TCP:
+        if (!o || !kv)
+            return gpt_err_set(err, -EINVAL, NULL, "a tcp communicator needs options and a store");
+        return gpt_comm_tcp_new(o, kv, ret, err);
+    case GPT_COMM_NCCL:
+        if (!o || !kv)
+            return gpt_err_set(err, -EINVAL, NULL, "an nccl communicator needs options and a store");
+        return comm_nccl_new(o, kv, device, be, ret, err);
+    case GPT_COMM_AUTO:
+        break;
+    }
+    return gpt_err_set(err, -EINVAL, NULL, "unknown communicator kind %d", (int)kind);
+}

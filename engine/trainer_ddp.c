@@ -1,0 +1,100 @@
+/*
+ * trainer_ddp: see trainer_ddp.h. ddp_thread_main runs on the
+ * communication thread; everything else on the worker thread (and
+ * ddp_grads_ready on whichever thread runs the model's backward).
+ */
+#include "trainer_ddp.h"
+
+#include <errno.h>
+
+#include "gpt_err.h"
+
+static void *ddp_thread_main(void *arg)
+{
+    struct trainer_ddp *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->head == d->tail)
+            pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit)
+            break;
+        size_t i = d->head % TRAINER_DDP_QUEUE_MAX;
+        size_t off = d->off[i], count = d->count[i];
+        d->busy = true;
+        pthread_mutex_unlock(&d->mu);
+        int rc = d->error ? 0 : gpt_comm_allreduce(d->comm, d->grads + off, count, GPT_REDUCE_AVG);
+        pthread_mutex_lock(&d->mu);
+        if (rc < 0 && !d->error)
+            d->error = rc;
+        d->head++;
+        d->busy = false;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/* grads_ready hook of the model: queue the span when armed. */
+static void ddp_grads_ready(void *ctx, size_t off, size_t count)
+{
+    struct trainer_ddp *d = ctx;
+    pthread_mutex_lock(&d->mu);
+    if (d->armed && count > 0) {
+        GPT_ASSERT(d->tail - d->head < TRAINER_DDP_QUEUE_MAX);
+        size_t i = d->tail % TRAINER_DDP_QUEUE_MAX;
+        d->off[i] = off;
+        d->count[i] = count;
+        d->tail++;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+void trainer_ddp_arm(struct trainer_ddp *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->armed = true;
+    pthread_mutex_unlock(&d->mu);
+}
+
+int trainer_ddp_wait(struct trainer_ddp *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->head != d->tail || d->busy)
+        pthread_cond_wait(&d->cv, &d->mu);
+    d->armed = false;
+    int rc = d->error;
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_model *model)
+{
+    d->comm = comm;
+    d->grads = model->grads;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    if (pthread_create(&d->thread, NULL, ddp_thread_main, d) != 0) {
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+        return -EAGAIN;
+    }
+    d->started = true;
+    model->grads_ready = ddp_grads_ready;
+    model->grads_ready_ctx = d;
+    return 0;
+}
+
+void trainer_ddp_stop(struct trainer_ddp *d)
+{
+    if (!d->started)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->quit = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->thread, NULL);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    d->started = false;
+}

@@ -1,0 +1,57 @@
+/*
+ * trainer_ddp: data-parallel gradient all-reduce for the trainer (private
+ * to engine/trainer*.c). On the last micro-batch of a step the model
+ * reports finished gradient spans (its grads_ready hook); a communication
+ * thread all-reduces (averages) them in the order they come while the
+ * backward carries on with earlier layers. Between trainer_ddp_arm and the
+ * matching trainer_ddp_wait the communication thread owns the
+ * communicator; otherwise the worker thread does.
+ */
+#ifndef GPT_TRAINER_DDP_H
+#define GPT_TRAINER_DDP_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm.h"
+#include "model.h"
+
+#define TRAINER_DDP_QUEUE_MAX (2 * GPT_MAX_TENSORS)
+
+/* Gradient buckets waiting for the communication thread. Embedded in the
+ * trainer; zeroed before trainer_ddp_start. */
+struct trainer_ddp {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct gpt_comm *comm;
+    float *grads;
+    bool armed; /* true during the last micro-batch's backward */
+    bool quit;
+    size_t head, tail; /* queue of spans [head, tail) */
+    size_t off[TRAINER_DDP_QUEUE_MAX], count[TRAINER_DDP_QUEUE_MAX];
+    bool busy; /* the thread is reducing a span */
+    int error;
+};
+
+/* Starts the communication thread over `comm` (borrowed) and hooks it to
+ * `model`'s grads_ready. Returns 0 or -EAGAIN (no thread; nothing to stop).
+ * Worker thread. */
+int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_model *model);
+
+/* From now until trainer_ddp_wait, spans the model reports are reduced.
+ * Worker thread, before the last micro-batch's backward. */
+void trainer_ddp_arm(struct trainer_ddp *d);
+
+/* Blocks until every queued span is reduced and disarms; returns 0 or the
+ * first collective error (sticky: later spans are not reduced). Worker
+ * thread. */
+int trainer_ddp_wait(struct trainer_ddp *d);
+
+/* Ends and joins the communication thread; no-op when not started. Worker
+ * thread. */
+void trainer_ddp_stop(struct trainer_ddp *d);
+
+#endif
