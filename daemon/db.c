@@ -334,11 +334,13 @@ int db_open(const char *path, struct db **ret, struct gpt_err *err)
     sqlite3_busy_timeout(db->conn, 5000);
     if (existed && (rc = db_check(db, path, err)) < 0)
         goto fail;
-    /* WAL with synchronous=NORMAL: a commit is durable against a crash of
-     * gptd (the WAL is in the page cache) and loses at most the last batch
-     * on power loss, never consistency. */
+    /* WAL with synchronous=FULL: the WAL is synced at every commit, so what
+     * gptd acknowledged (a submit, a cancel, a resume: each committed before
+     * its reply) survives a crash of gptd and a power loss alike. Metrics
+     * are committed in one transaction per mailbox drain, so the syncs stay
+     * few. */
     rc = db_exec(db,
-                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;"
                  " PRAGMA foreign_keys = ON",
                  err);
     if (rc < 0)
