@@ -7,6 +7,7 @@
 #include "paths.h"
 
 #include "fsid.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -180,26 +181,6 @@ int paths_data_check(void *roots, int fd, const char *file, const char *json_pat
     return paths_check_fd(fd, file, json_path, roots, err);
 }
 
-/* mkdir -p with `mode` for what it creates. */
-static int paths_mkdirs(const char *dir, mode_t mode)
-{
-    char path[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n == 0 || n >= sizeof(path))
-        return -ENAMETOOLONG;
-    memcpy(path, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != '\0')
-            continue;
-        char c = path[i];
-        path[i] = '\0';
-        if (mkdir(path, mode) < 0 && errno != EEXIST)
-            return -errno;
-        path[i] = c;
-    }
-    return 0;
-}
-
 /* May the calling thread's file-system identity write and search the
  * directory `fd`? faccessat2 with AT_EACCESS checks the fsuid and groups
  * (access(2) would check the real uid); kernels before 5.8 lack it, and
@@ -220,7 +201,7 @@ int paths_snapshot_dir_open(const char *dir, const char *snapshot_roots, const c
                             char *ret_real, size_t cap, struct gpt_err *err)
 {
     char real[PATH_MAX];
-    int fd = -1, rc = paths_mkdirs(dir, 0700);
+    int fd = -1, rc = gpt_mkdirs(dir, 0700);
     if (rc < 0)
         return gpt_err_set(err, rc, "snapshot.dir", "snapshot.dir: cannot create %s: %s", dir,
                            strerror(-rc));

@@ -239,6 +239,15 @@ int gptd_run_main(int argc, char **argv)
     int64_t workers = 0, stop_after = 0, sample_tokens = 0;
     struct gpt_err err;
 
+    /* A stop signal from the first moment on is a request to stop: before
+     * the workers exist it is remembered (run_signalled) and passed on once
+     * they start, so the run ends cleanly instead of dying by the signal. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = run_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -423,14 +432,9 @@ int gptd_run_main(int argc, char **argv)
     rc = workers_start(&wo, &ws, &err);
     if (rc == 0) {
         atomic_store(&ctx.ws, ws);
-        if (atomic_load(&ctx.stop_wanted))
+        run_signal_target = ws; /* signals are blocked here: none is lost */
+        if (atomic_load(&ctx.stop_wanted) || run_signalled)
             workers_request_stop(ws, GPT_STOP_SNAPSHOT);
-        run_signal_target = ws;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = run_on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc < 0) {

@@ -221,8 +221,7 @@ static int snap_read_all(int fd, void *p, size_t n)
     return 0;
 }
 
-/* mkdir -p */
-static int snap_mkdirs(const char *dir)
+int gpt_mkdirs(const char *dir, mode_t mode)
 {
     char path[GPT_JOB_PATH_MAX];
     size_t n = strlen(dir);
@@ -234,7 +233,7 @@ static int snap_mkdirs(const char *dir)
             continue;
         char c = path[i];
         path[i] = '\0';
-        if (mkdir(path, 0700) < 0 && errno != EEXIST) /* the job's owner only */
+        if (mkdir(path, mode) < 0 && errno != EEXIST)
             return -errno;
         path[i] = c;
     }
@@ -242,6 +241,12 @@ static int snap_mkdirs(const char *dir)
     if (stat(dir, &st) < 0)
         return -errno;
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* mkdir -p for the job's owner only */
+static int snap_mkdirs(const char *dir)
+{
+    return gpt_mkdirs(dir, 0700);
 }
 
 static int snap_fsync_dir(const char *dir)

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "data.h"
 #include "gpt_err.h"
@@ -156,6 +157,12 @@ int gpt_snapshot_owner_recorded(const char *dir, struct gpt_snapshot_owner *ret,
 
 #define GPT_OWNER_ADOPT   1u /* a folder without a marker may hold snapshots: they become ours */
 #define GPT_OWNER_DRY_RUN 2u /* check only: create neither the folder nor the marker */
+
+/* mkdir -p: creates `dir` and its missing parents with `mode` (existing
+ * ones are left as they are). 0, or -ENAMETOOLONG, or -errno of the first
+ * mkdir that failed, or -ENOTDIR when `dir` exists and is not a folder.
+ * Any thread; with the caller's file-system identity. */
+int gpt_mkdirs(const char *dir, mode_t mode);
 
 /* Claims dir for `me` (token != 0): creates the folder and the marker at
  * first use, or checks that the marker names me. -EEXIST (ret_found, may

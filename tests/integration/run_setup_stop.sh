@@ -13,7 +13,15 @@ GPTD=$1 JOB=$2
     model.n_head=8 model.block_size=16 trainer.micro_batch=1 trainer.global_batch=2 \
     trainer.max_steps=1000 trainer.peak_gflops=1 snapshot.every=0 > "$T/log" 2> "$T/err" &
 pid=$!; PIDS+=($pid)
-sleep 0.5
+# Wait until gptd run handles SIGTERM (loading the CUDA libraries twice, for
+# the re-exec that sets OMP_WAIT_POLICY, can take a while), then a little
+# more so that the signal lands in the set-up.
+for _ in $(seq 200); do
+    cgt=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    [[ -n $cgt ]] && (( 0x$cgt & 0x4000 )) && break
+    sleep 0.05
+done
+sleep 0.3
 t0=$SECONDS
 kill -TERM "$pid"
 rc=0; wait "$pid" || rc=$?
