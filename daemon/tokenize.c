@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "monotime.h"
 #include "tok.h"
 #include "tokenize.h"
 
@@ -305,13 +306,6 @@ static void *tz_worker(void *arg)
     return NULL;
 }
 
-static double tz_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Appends one chunk to *ch (capacity *cap). */
 static int tz_chunk_add(struct tz_chunk **ch, size_t *n, size_t *cap, struct tz_chunk c)
 {
@@ -524,7 +518,7 @@ int gptd_tokenize_main(int argc, char **argv)
     signal(SIGINT, tz_on_signal);
     signal(SIGTERM, tz_on_signal);
     int tty = isatty(STDERR_FILENO);
-    double t0 = tz_now_s(), last_print = 0;
+    double t0 = monotime_s(), last_print = 0;
     uint64_t bytes_done = 0;
     size_t per_round = 4 * (size_t)threads;
     for (size_t first = 0; first < n_chunks; first += per_round) {
@@ -553,7 +547,7 @@ int gptd_tokenize_main(int argc, char **argv)
             bytes_done += ch->len;
             gpt_tok_ids_done(&ch->ids);
         }
-        double now = tz_now_s();
+        double now = monotime_s();
         if (tty && (now - last_print > 0.2 || first + per_round >= n_chunks)) {
             last_print = now;
             fprintf(stderr, "\rtokenize: %.1f / %.1f MB (%3.0f%%), %llu tokens, %.1f MB/s  ",
@@ -581,7 +575,7 @@ int gptd_tokenize_main(int argc, char **argv)
     if (wv.index > 0)
         printf(", %s_val_*.bin (%d shard%s, %llu tokens)", prefix, wv.index,
                wv.index == 1 ? "" : "s", (unsigned long long)wv.total);
-    printf(", %.2f s\n", tz_now_s() - t0);
+    printf(", %.2f s\n", monotime_s() - t0);
     status = 0;
 out:
     tz_writer_abort(&wv);
