@@ -51,11 +51,11 @@ struct daemon_main {
     char status[NOTIFY_STATUS_MAX];
     /* Stop signals (SIGTERM, SIGINT) received; see daemon_on_stop_signal. */
     int stop_signals;
-    bool jobs_stopped;      /* the running job has stopped (with its snapshot) */
-    bool member_left;       /* a member's world went on without it (or it had none) */
-    bool force_armed;       /* a third signal: exit once the snapshot attempt ended */
-    bool forced;            /* the loop was stopped without closing its handles */
-    uv_timer_t force_timer; /* bounds the wait of a forced exit (DAEMON_FORCE_GRACE_S) */
+    bool jobs_stopped;            /* the running job has stopped (with its snapshot) */
+    bool member_left;             /* a member's world went on without it (or it had none) */
+    bool force_armed;             /* a third signal: exit once the snapshot attempt ended */
+    bool forced;                  /* the loop was stopped without closing its handles */
+    uv_timer_t force_timer;       /* bounds the wait of a forced exit (DAEMON_FORCE_GRACE_S) */
     struct http *http;            /* the HTTP listener (its own thread); NULL: off */
     struct http_collect *collect; /* loop side of /metrics */
 };

@@ -54,8 +54,8 @@ struct db_job {
     int64_t resume_snapshot; /* snapshots.id chosen for the next run; 0 = newest */
     int64_t step;            /* newest metric step */
     int64_t max_steps;
-    double loss;  /* newest train loss, NAN if none */
-    int restarts; /* failures restarted from so far (distributed.max_restarts) */
+    double loss;        /* newest train loss, NAN if none */
+    int restarts;       /* failures restarted from so far (distributed.max_restarts) */
     uint64_t token;     /* random identity (snapshot ownership); made at insert, never 0 */
     int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
 };

@@ -113,9 +113,8 @@ static bool http_authorized(const struct http *h, struct MHD_Connection *c)
 static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, const char *type,
                                   char *body, size_t len, const char *hdr, const char *hdr_value)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body, body ? MHD_RESPMEM_MUST_FREE
-                                                        : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!r) {
         free(body);
         return MHD_NO;
@@ -183,7 +182,8 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
     if (!http_authorized(h, c))
         return http_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n",
                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gptd\"");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const char *te =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (te || (cl && strcmp(cl, "0") != 0))

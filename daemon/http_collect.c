@@ -138,8 +138,8 @@ static void http_job_refresh(struct db *db, struct http_job_cache *c)
     int64_t last = c->after;
     int more = 0;
     struct gpt_err err;
-    if (db_history(db, c->mj.id, since, since - 1, HTTP_COLLECT_READ_MAX, &cb, &last, &more,
-                   &err) < 0) {
+    if (db_history(db, c->mj.id, since, since - 1, HTTP_COLLECT_READ_MAX, &cb, &last, &more, &err) <
+        0) {
         log_debug("metrics: job %lld: %s", (long long)c->mj.id, err.msg);
         return;
     }

@@ -15,7 +15,7 @@
 #include "daemon.h"
 #include "metrics_text.h"
 
-#define HTTP_COLLECT_JOBS_MAX  64   /* the newest jobs exported */
+#define HTTP_COLLECT_JOBS_MAX  64 /* the newest jobs exported */
 #define HTTP_COLLECT_NODES_MAX 1024
 #define HTTP_COLLECT_READ_MAX  2000 /* metric records read per job per tick (catch-up) */
 

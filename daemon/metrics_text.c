@@ -350,8 +350,10 @@ void metrics_text_render_gpus(struct metrics_buf *b, const char *node, const str
     for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
         bool header = false;
         for (size_t i = 0; i < n; i++) {
-            bool has = f == 0 ? g[i].has_util : f <= 2 ? g[i].has_mem : f == 3 ? g[i].has_temp
-                                                                               : g[i].has_power;
+            bool has = f == 0   ? g[i].has_util
+                       : f <= 2 ? g[i].has_mem
+                       : f == 3 ? g[i].has_temp
+                                : g[i].has_power;
             if (!has)
                 continue;
             double x = f == 0   ? g[i].util_ratio

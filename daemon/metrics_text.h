@@ -39,7 +39,7 @@ struct metrics_job {
     int world_size;
     bool has_val_loss; /* newest evaluated val_loss (any earlier step) */
     double val_loss;
-    bool has_snapshot; /* newest snapshot event */
+    bool has_snapshot;       /* newest snapshot event */
     double snapshot_time;    /* unix seconds */
     double snapshot_write_s; /* < 0: unknown */
 };
@@ -58,8 +58,8 @@ struct metrics_node {
 struct metrics_view {
     double now; /* unix seconds, for ages */
     double started;
-    char node[64]; /* this gptd's node name */
-    const char *role; /* "coordinator" or "member" */
+    char node[64];       /* this gptd's node name */
+    const char *role;    /* "coordinator" or "member" */
     int64_t queued_jobs; /* < 0: not known here (a member) */
     int clients;
     bool has_store; /* the store counters below are set (coordinator) */

@@ -13,8 +13,12 @@
 
 /* NVML's ABI: opaque device handles, int return codes (0 = success). */
 typedef void *nvml_device_t;
-struct nvml_utilization { unsigned gpu, memory; };
-struct nvml_memory { unsigned long long total, free, used; };
+struct nvml_utilization {
+    unsigned gpu, memory;
+};
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
 
 #define NVML_TEMPERATURE_GPU 0
 

@@ -18,9 +18,9 @@
 
 #include "gpt_err.h"
 
-#define NVML_LIBRARY     "libnvidia-ml.so.1"
-#define NVML_GPUS_MAX    64
-#define NVML_NAME_MAX    96
+#define NVML_LIBRARY  "libnvidia-ml.so.1"
+#define NVML_GPUS_MAX 64
+#define NVML_NAME_MAX 96
 
 /* One GPU's reading; a has_ flag is false where the device does not
  * report that value (those series are left out, not written as 0). */

@@ -63,7 +63,7 @@ struct trainer {
     struct gpt_rng rng;
     char snapdir[GPT_JOB_PATH_MAX];
     struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
-    double peak_flops; /* per rank, FLOP/s */
+    double peak_flops;               /* per rank, FLOP/s */
     struct trainer_ddp ddp;
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;

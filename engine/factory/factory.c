@@ -78,8 +78,7 @@ static int comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv,
         return rc;
     if (be && (rc = gpt_comm_nccl_bind_backend(c, be)) < 0) {
         gpt_comm_free(c);
-        return gpt_err_set(err, rc, NULL, "cannot order NCCL after the backend of GPU %d",
-                           device);
+        return gpt_err_set(err, rc, NULL, "cannot order NCCL after the backend of GPU %d", device);
     }
     *ret = c;
     return 0;
@@ -116,7 +115,8 @@ int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const s
         return gpt_comm_tcp_new(o, kv, ret, err);
     case GPT_COMM_NCCL:
         if (!o || !kv)
-            return gpt_err_set(err, -EINVAL, NULL, "an nccl communicator needs options and a store");
+            return gpt_err_set(err, -EINVAL, NULL,
+                               "an nccl communicator needs options and a store");
         return comm_nccl_new(o, kv, device, be, ret, err);
     case GPT_COMM_AUTO:
         break;

@@ -8,8 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
-struct fake_util { unsigned gpu, memory; };
-struct fake_mem { unsigned long long total, free, used; };
+struct fake_util {
+    unsigned gpu, memory;
+};
+struct fake_mem {
+    unsigned long long total, free, used;
+};
 
 #define FAKE_NOT_SUPPORTED 3
 
@@ -26,9 +30,21 @@ int nvmlDeviceGetPowerUsage(void *dev, unsigned *mw);
 
 static int fake_inited;
 
-int nvmlInit_v2(void) { fake_inited = 1; return 0; }
-int nvmlShutdown(void) { fake_inited = 0; return 0; }
-int nvmlDeviceGetCount_v2(unsigned *n) { *n = 2; return fake_inited ? 0 : 1; }
+int nvmlInit_v2(void)
+{
+    fake_inited = 1;
+    return 0;
+}
+int nvmlShutdown(void)
+{
+    fake_inited = 0;
+    return 0;
+}
+int nvmlDeviceGetCount_v2(unsigned *n)
+{
+    *n = 2;
+    return fake_inited ? 0 : 1;
+}
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **dev)
 {
     *dev = (void *)(uintptr_t)(i + 1);

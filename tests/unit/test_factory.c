@@ -60,7 +60,7 @@ static void test_gpu_refused_without_gpu(void **state)
 {
     (void)state;
     if (gpt_device_count() > 0)
-        skip(); /* covered by the gpu tests */
+        skip();                                         /* covered by the gpu tests */
     struct gpt_backend *be = (struct gpt_backend *)&be; /* must stay untouched */
     struct gpt_err err;
     memset(&err, 0, sizeof(err));

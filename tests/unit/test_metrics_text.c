@@ -59,11 +59,22 @@ static void test_jobs(void **state)
     snprintf(jobs[1].name, sizeof(jobs[1].name), "queued-one");
     jobs[1].state = "queued";
     jobs[1].has_val_loss = false;
-    struct metrics_node node = {.node = "n1", .state = "dead", .devices = "cpu", .version = "1",
-                                .heartbeat_age_s = 4.5, .workers = 2};
-    struct metrics_view v = {.now = 1000, .started = 900, .node = "n1", .role = "coordinator",
-                             .queued_jobs = 1, .clients = 3, .jobs = jobs, .n_jobs = 2,
-                             .nodes = &node, .n_nodes = 1};
+    struct metrics_node node = {.node = "n1",
+                                .state = "dead",
+                                .devices = "cpu",
+                                .version = "1",
+                                .heartbeat_age_s = 4.5,
+                                .workers = 2};
+    struct metrics_view v = {.now = 1000,
+                             .started = 900,
+                             .node = "n1",
+                             .role = "coordinator",
+                             .queued_jobs = 1,
+                             .clients = 3,
+                             .jobs = jobs,
+                             .n_jobs = 2,
+                             .nodes = &node,
+                             .n_nodes = 1};
     struct metrics_buf b = {0};
     metrics_text_render(&b, &v);
     assert_int_equal(b.err, 0);
@@ -72,8 +83,10 @@ static void test_jobs(void **state)
     assert_non_null(strstr(t, "gptd_job_loss{job_id=\"7\",job_name=\"x\\\"} 1\\ngptd_fake 2\"} "
                               "1.6322693824768066\n"));
     assert_null(strstr(t, "\ngptd_fake"));
-    assert_non_null(strstr(t, "gptd_job_step{job_id=\"7\",job_name=\"x\\\"} 1\\ngptd_fake 2\"} 40\n"));
-    assert_non_null(strstr(t, "gptd_job_info{job_id=\"8\",job_name=\"queued-one\",state=\"queued\"} 1\n"));
+    assert_non_null(
+        strstr(t, "gptd_job_step{job_id=\"7\",job_name=\"x\\\"} 1\\ngptd_fake 2\"} 40\n"));
+    assert_non_null(
+        strstr(t, "gptd_job_info{job_id=\"8\",job_name=\"queued-one\",state=\"queued\"} 1\n"));
     /* A job without metrics has info and restarts only. */
     assert_non_null(strstr(t, "gptd_job_restarts_total{job_id=\"8\",job_name=\"queued-one\"} 0\n"));
     assert_null(strstr(t, "gptd_job_loss{job_id=\"8\""));
@@ -107,9 +120,16 @@ static void test_gpus(void **state)
     struct metrics_buf b = {0};
     metrics_text_render_gpus(&b, "n1", NULL, 0);
     assert_int_equal(b.len, 0); /* no GPU: no series at all, not even HELP */
-    struct nvml_gpu g = {.index = 0, .name = "H\"200", .uuid = "GPU-1", .has_util = true,
-                         .util_ratio = 0.5, .has_mem = true, .mem_used_bytes = 1024,
-                         .mem_total_bytes = 4096, .has_temp = true, .temp_celsius = 40};
+    struct nvml_gpu g = {.index = 0,
+                         .name = "H\"200",
+                         .uuid = "GPU-1",
+                         .has_util = true,
+                         .util_ratio = 0.5,
+                         .has_mem = true,
+                         .mem_used_bytes = 1024,
+                         .mem_total_bytes = 4096,
+                         .has_temp = true,
+                         .temp_celsius = 40};
     metrics_text_render_gpus(&b, "n1", &g, 1);
     assert_int_equal(b.err, 0);
     assert_non_null(strstr(b.p, "gptd_gpu_utilization_ratio{node=\"n1\",gpu=\"0\","
@@ -201,9 +221,9 @@ static void test_addr_check(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_escape),      cmocka_unit_test(test_jobs),
-        cmocka_unit_test(test_gpus),        cmocka_unit_test(test_nvml_absent),
-        cmocka_unit_test(test_nvml_fake),   cmocka_unit_test(test_addr_check),
+        cmocka_unit_test(test_escape),    cmocka_unit_test(test_jobs),
+        cmocka_unit_test(test_gpus),      cmocka_unit_test(test_nvml_absent),
+        cmocka_unit_test(test_nvml_fake), cmocka_unit_test(test_addr_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,69 +29,11 @@
 #include "store_client.h"
 #include "store_kv.h"
 #include "store_server.h"
+#include "store_harness.h"
 
 #define TIMEOUT_MS 10000
 /* The secret of every harness that names none (a store always has one). */
-#define SECRET "test-store-secret-0123456789"
-
-/* ---- a server on a loop in a thread ---- */
-
-struct harness {
-    uv_loop_t loop;
-    uv_async_t stop;
-    struct store_server *srv;
-    pthread_t thread;
-    int port;
-};
-
-static void harness_stop_cb(uv_async_t *a)
-{
-    struct harness *h = a->data;
-
-    store_server_close(h->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&h->stop, NULL);
-}
-
-static void *harness_run(void *arg)
-{
-    struct harness *h = arg;
-
-    uv_run(&h->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
-static struct harness *harness_start(const struct store_server_opts *in)
-{
-    struct harness *h = calloc(1, sizeof(*h));
-    struct store_server_opts o = in ? *in : (struct store_server_opts){0};
-    const struct store_server_opts *opts = &o;
-    struct gpt_err err;
-
-    if (!o.secret) {
-        o.secret = SECRET;
-        o.secret_len = strlen(SECRET);
-    }
-
-    assert_non_null(h);
-    assert_int_equal(uv_loop_init(&h->loop), 0);
-    assert_int_equal(uv_async_init(&h->loop, &h->stop, harness_stop_cb), 0);
-    h->stop.data = h;
-    /* The loop is not running yet, so this thread may act as its thread. */
-    assert_int_equal(store_server_new(&h->loop, opts, &h->srv, &err), 0);
-    assert_int_equal(store_server_start(h->srv, "127.0.0.1", 0, &h->port, &err), 0);
-    assert_true(h->port > 0);
-    assert_int_equal(pthread_create(&h->thread, NULL, harness_run, h), 0);
-    return h;
-}
-
-static void harness_stop(struct harness *h)
-{
-    uv_async_send(&h->stop);
-    pthread_join(h->thread, NULL);
-    /* Every handle was closed and freed: the loop closes cleanly. */
-    assert_int_equal(uv_loop_close(&h->loop), 0);
-    free(h);
-}
+#define SECRET STORE_HARNESS_SECRET
 
 static struct store_server_stats harness_stats(struct harness *h)
 {

@@ -36,9 +36,10 @@
 #include "store_auth.h"
 #include "store_client.h"
 #include "store_server.h"
+#include "store_harness.h"
 
 #define TIMEOUT_MS 10000
-#define SECRET     "test-store-auth-secret-0123456789"
+#define SECRET     STORE_HARNESS_SECRET
 
 static int64_t now_ms(void)
 {
@@ -46,54 +47,6 @@ static int64_t now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- a server on a loop in a thread ---- */
-
-struct harness {
-    uv_loop_t loop;
-    uv_async_t stop;
-    struct store_server *srv;
-    pthread_t thread;
-    int port;
-};
-
-static void harness_stop_cb(uv_async_t *a)
-{
-    struct harness *h = a->data;
-
-    store_server_close(h->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&h->stop, NULL);
-}
-
-static void *harness_run(void *arg)
-{
-    uv_run(&((struct harness *)arg)->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
-static struct harness *harness_start(void)
-{
-    struct store_server_opts o = {.secret = SECRET, .secret_len = strlen(SECRET)};
-    struct harness *h = calloc(1, sizeof(*h));
-    struct gpt_err err;
-
-    assert_non_null(h);
-    assert_int_equal(uv_loop_init(&h->loop), 0);
-    assert_int_equal(uv_async_init(&h->loop, &h->stop, harness_stop_cb), 0);
-    h->stop.data = h;
-    assert_int_equal(store_server_new(&h->loop, &o, &h->srv, &err), 0);
-    assert_int_equal(store_server_start(h->srv, "127.0.0.1", 0, &h->port, &err), 0);
-    assert_int_equal(pthread_create(&h->thread, NULL, harness_run, h), 0);
-    return h;
-}
-
-static void harness_stop(struct harness *h)
-{
-    uv_async_send(&h->stop);
-    pthread_join(h->thread, NULL);
-    assert_int_equal(uv_loop_close(&h->loop), 0);
-    free(h);
 }
 
 static struct store_server_stats stats(struct harness *h)
@@ -264,7 +217,7 @@ static void test_forged_empty_key_refused(void **state)
     assert_null(srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 
-    h = harness_start();
+    h = harness_start(NULL);
     forge_once(h, 0);
     forge_once(h, 1);
     assert_int_equal(stats(h).auth_failures, 2);
@@ -521,7 +474,7 @@ static void relay_stop(struct relay *r)
  * request fails rather than being answered by someone else. */
 static void test_relay_injection(void **state)
 {
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct proto_store_out o;
     struct gpt_err err;
     uint8_t captured[256];
@@ -570,7 +523,7 @@ static void test_relay_injection(void **state)
  * and the request fails instead of returning the forged value. */
 static void test_relay_forged_reply(void **state)
 {
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct proto_store_out o;
     struct gpt_err err;
 
@@ -604,7 +557,7 @@ static void test_relay_forged_reply(void **state)
  * number 0: both dropped; the counter stays at 1. */
 static void test_replay(void **state)
 {
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct relay *r1 = relay_start(h->port), *r2;
     struct store_client *c1 = connect_port(r1->port), *c2;
     uint8_t captured[256];

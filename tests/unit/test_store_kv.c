@@ -22,58 +22,14 @@
 #include "store_client.h"
 #include "store_kv.h"
 #include "store_server.h"
+#include "store_harness.h"
 
-static const char secret[] = "0123456789abcdef0123456789abcdef";
-
-struct harness {
-    uv_loop_t loop;
-    uv_async_t stop;
-    struct store_server *srv;
-    pthread_t thread;
-    int port;
-};
-
-static void harness_stop_cb(uv_async_t *a)
-{
-    struct harness *h = a->data;
-    store_server_close(h->srv, NULL, NULL);
-    uv_close((uv_handle_t *)&h->stop, NULL);
-}
-
-static void *harness_run(void *arg)
-{
-    struct harness *h = arg;
-    uv_run(&h->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
-static struct harness *harness_start(void)
-{
-    struct harness *h = calloc(1, sizeof(*h));
-    struct gpt_err err;
-    assert_non_null(h);
-    assert_int_equal(uv_loop_init(&h->loop), 0);
-    assert_int_equal(uv_async_init(&h->loop, &h->stop, harness_stop_cb), 0);
-    h->stop.data = h;
-    struct store_server_opts so = {.secret = secret, .secret_len = sizeof(secret) - 1};
-    assert_int_equal(store_server_new(&h->loop, &so, &h->srv, &err), 0);
-    assert_int_equal(store_server_start(h->srv, "127.0.0.1", 0, &h->port, &err), 0);
-    assert_int_equal(pthread_create(&h->thread, NULL, harness_run, h), 0);
-    return h;
-}
-
-static void harness_stop(struct harness *h)
-{
-    uv_async_send(&h->stop);
-    pthread_join(h->thread, NULL);
-    assert_int_equal(uv_loop_close(&h->loop), 0);
-    free(h);
-}
+static const char secret[] = STORE_HARNESS_SECRET;
 
 static void test_set_get(void **state)
 {
     (void)state;
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
     assert_non_null(k);
     struct gpt_kv *kv = store_kv_gpt(k);
@@ -109,7 +65,7 @@ static void *setter_run(void *arg)
 static void test_get_waits(void **state)
 {
     (void)state;
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
     struct gpt_kv *kv = store_kv_gpt(k);
     struct setter s = {kv, 100};
@@ -127,7 +83,7 @@ static void test_get_waits(void **state)
 static void test_wrong_secret(void **state)
 {
     (void)state;
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct store_kv *k = store_kv_new("127.0.0.1", h->port, "another secret of 32 bytes.....", 31);
     struct gpt_kv *kv = store_kv_gpt(k);
     double t0 = monotime_s();
@@ -157,7 +113,7 @@ static void *getter_run(void *arg)
 static void test_abort(void **state)
 {
     (void)state;
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
     struct gpt_kv *kv = store_kv_gpt(k);
     struct getter g = {kv, 0, 0};
@@ -181,7 +137,7 @@ static void test_abort(void **state)
 static void test_over_client(void **state)
 {
     (void)state;
-    struct harness *h = harness_start();
+    struct harness *h = harness_start(NULL);
     struct store_client_opts co = {.host = "127.0.0.1",
                                    .port = h->port,
                                    .secret = secret,

@@ -43,9 +43,9 @@ struct rank {
     int rank;
     struct gpt_kv *kv;
     const struct gpt_job *job;
-    atomic_int *stop;     /* what should_stop answers */
-    atomic_int *left;     /* set by rank 0 once its trainer returned and ... */
-    int free_delay_ms;    /* ... this long after, its comm is freed */
+    atomic_int *stop;  /* what should_stop answers */
+    atomic_int *left;  /* set by rank 0 once its trainer returned and ... */
+    int free_delay_ms; /* ... this long after, its comm is freed */
     int rc;
     double t_done;
     int metrics;
