@@ -242,6 +242,27 @@ static int model_check_config(const struct gpt_model_config *cfg, size_t max_B, 
     return 0;
 }
 
+/* The config, the padded vocabulary and the tensor table of m. */
+static void model_set_layout(struct gpt_model *m, const struct gpt_model_config *cfg)
+{
+    size_t V = (size_t)cfg->vocab_size;
+    m->cfg = *cfg;
+    /* Padding makes the LM-head matmul well shaped; small vocabularies pad
+     * to 16 so that the padding is exercised by small test models too. */
+    m->Vp = V > 64 ? model_round_up(V, 64) : model_round_up(V, 16);
+    model_layout(m);
+}
+
+int gpt_model_layout(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    int rc = model_check_config(cfg, 1, err);
+    if (rc < 0)
+        return rc;
+    model_set_layout(m, cfg);
+    return 0;
+}
+
 /* Carves the activation slab; with `base` NULL only counts floats. */
 static size_t model_carve(struct gpt_model_acts *a, float *base, struct gpt_backend *be, size_t B,
                           size_t T, size_t C, size_t L, size_t NH, size_t Vp)
@@ -299,14 +320,9 @@ static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
     int rc = model_check_config(cfg, max_B, err);
     if (rc < 0)
         return rc;
-    m->cfg = *cfg;
     m->be = be;
     m->max_B = max_B;
-    size_t V = (size_t)cfg->vocab_size;
-    /* Padding makes the LM-head matmul well shaped; small vocabularies pad
-     * to 16 so that the padding is exercised by small test models too. */
-    m->Vp = V > 64 ? model_round_up(V, 64) : model_round_up(V, 16);
-    model_layout(m);
+    model_set_layout(m, cfg);
 
     size_t L = (size_t)cfg->n_layer, C = (size_t)cfg->n_embd, NH = (size_t)cfg->n_head;
     size_t T = (size_t)cfg->block_size;

@@ -122,6 +122,12 @@ int gpt_model_init_cancellable(struct gpt_model *m, const struct gpt_model_confi
                                void *ctx, struct gpt_err *err);
 
 /* Number of parameter units (L + 2) and the flat span of one. */
+/* Fills only m's config, Vp, tensor table and n_params for cfg (checked
+ * as gpt_model_init checks it), with no backend and no memory: the layout
+ * that the file formats (engine/fmt) read and write parameters in. m needs
+ * no gpt_model_done. */
+int gpt_model_layout(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_err *err);
+
 int gpt_model_num_units(const struct gpt_model *m);
 void gpt_model_unit_span(const struct gpt_model *m, int unit, size_t *ret_off, size_t *ret_count);
 
