@@ -243,6 +243,55 @@ out:
     return 0;
 }
 
+/* The keys whose values differ between two specs ("trainer.max_steps
+ * 300 -> 600"), appended to buf. */
+static void ctl_spec_diff(const json_t *a, const json_t *b, char *buf, size_t cap)
+{
+    const char *sect, *key;
+    const json_t *sb, *vb;
+    size_t len = strlen(buf);
+    json_object_foreach((json_t *)b, sect, sb) {
+        json_object_foreach((json_t *)sb, key, vb) {
+            const json_t *va = json_object_get(json_object_get(a, sect), key);
+            if (json_equal((json_t *)va, (json_t *)vb))
+                continue;
+            char *x = va ? json_dumps(va, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+            char *y = json_dumps(vb, JSON_ENCODE_ANY | JSON_COMPACT);
+            int w = snprintf(buf + len, cap - len, "%s%s.%s %s -> %s", len ? ", " : "", sect, key,
+                             x ? x : "-", y ? y : "?");
+            free(x);
+            free(y);
+            if (w < 0 || (size_t)w >= cap - len)
+                return;
+            len += (size_t)w;
+        }
+    }
+}
+
+/* status JOB's runs: world size, outcome, and what the spec changed. */
+static void ctl_print_runs(const json_t *runs)
+{
+    if (!json_array_size(runs))
+        return;
+    printf("runs:\n");
+    size_t i;
+    const json_t *r, *prev = NULL;
+    json_array_foreach((json_t *)runs, i, r) {
+        char a[64], b[64], changes[1024] = "";
+        const json_t *spec = json_object_get(r, "spec");
+        if (prev && json_is_object(spec) && json_is_object(prev))
+            ctl_spec_diff(prev, spec, changes, sizeof(changes));
+        printf("  run %s: world %d, %s, started %s%s%s\n",
+               fmt_int(a, sizeof(a), json_object_get(r, "id")),
+               (int)json_integer_value(json_object_get(r, "world_size")),
+               out_esc(json_string_value(json_object_get(r, "status")), 0),
+               fmt_time(b, sizeof(b), json_object_get(r, "started")), changes[0] ? "; " : "",
+               out_esc(changes, 0));
+        if (json_is_object(spec))
+            prev = spec;
+    }
+}
+
 int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
@@ -281,6 +330,9 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "snapshots:", json_string_value(json_object_get(j, "snapshot_dir")));
         if (json_object_get(j, "error"))
             table_row(&t, "error:", json_string_value(json_object_get(j, "error")));
+        table_print(&t);
+        t = (struct table){.ncols = 2};
+        ctl_print_runs(json_object_get(j, "runs"));
     } else {
         json_t *s = reply;
         table_row(&t, "gptd:", json_string_value(json_object_get(s, "version")));
@@ -328,13 +380,68 @@ int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     return rc ? rc : ctl_logs_request(c, job, follow, since);
 }
 
+/* resume's KEY=VALUE arguments as the request's "overrides" object (values
+ * stay text: the daemon parses them by each key's type). */
+static int ctl_resume_overrides(int n, char **args, json_t **ret)
+{
+    json_t *o = json_object();
+    if (!o)
+        return ctl_usage_error("out of memory");
+    for (int i = 0; i < n; i++) {
+        const char *eq = strchr(args[i], '=');
+        if (!eq || eq == args[i] || eq - args[i] >= 128) {
+            json_decref(o);
+            return ctl_usage_error("unexpected argument \"%s\" (overrides look like a.b=value)",
+                                   args[i]);
+        }
+        char key[128];
+        memcpy(key, args[i], (size_t)(eq - args[i]));
+        key[eq - args[i]] = '\0';
+        if (json_object_set_new(o, key, json_string(eq + 1)) < 0) {
+            json_decref(o);
+            return ctl_usage_error("override \"%s\" is not UTF-8 text", args[i]);
+        }
+    }
+    *ret = o;
+    return 0;
+}
+
+/* What a resume will do: the step it continues from, the keys it changed
+ * and, when it has a known end, the learning rate before and after. */
+static void ctl_print_resume_plan(const json_t *plan)
+{
+    if (!plan)
+        return;
+    long long from = (long long)json_integer_value(json_object_get(plan, "from_step"));
+    long long end = (long long)json_integer_value(json_object_get(plan, "max_steps"));
+    const char *changes = json_string_value(json_object_get(plan, "changes"));
+    if (end > 0)
+        printf("continues from step %lld to step %lld\n", from, end);
+    else
+        printf("continues from step %lld\n", from);
+    if (changes && changes[0])
+        printf("changes: %s\n", out_esc(changes, 0));
+    const json_t *last = json_object_get(plan, "lr_last"), *next = json_object_get(plan, "lr_next"),
+                 *fin = json_object_get(plan, "lr_end");
+    if (json_is_number(next) && json_is_number(fin)) {
+        if (json_is_number(last))
+            printf("learning rate: %.3g at step %lld (last trained), %.3g at step %lld, %.3g at"
+                   " step %lld\n",
+                   json_number_value(last), from, json_number_value(next), from + 1,
+                   json_number_value(fin), end);
+        else
+            printf("learning rate: %.3g at step %lld, %.3g at step %lld\n",
+                   json_number_value(next), from + 1, json_number_value(fin), end);
+    }
+}
+
 int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     int op = cmd->op;
     static const struct option opts[] = {{"snapshot", required_argument, 0, 's'}, {0, 0, 0, 0}};
     int64_t job, snap = 0;
     bool ok = true;
-    int ch;
+    int ch, rc_usage;
     while (op == GPT_CTL_OP_RESUME && (ch = getopt_long(argc, argv, "s:", opts, NULL)) != -1) {
         if (ch != 's')
             return EXIT_USAGE;
@@ -344,23 +451,33 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     }
     if (op != GPT_CTL_OP_RESUME)
         optind = 1;
-    if (optind + 1 != argc)
+    if (optind + 1 > argc || (op != GPT_CTL_OP_RESUME && optind + 1 != argc))
         return ctl_usage_error("usage: %s JOB%s", gpt_ctl_op_name(op),
-                               op == GPT_CTL_OP_RESUME ? " [--snapshot ID]" : "");
+                               op == GPT_CTL_OP_RESUME ? " [KEY=VALUE ...] [--snapshot ID]" : "");
     if (!ctl_parse_job(argv[optind], &job))
         return EXIT_USAGE;
+    json_t *over = NULL;
+    if (op == GPT_CTL_OP_RESUME && optind + 1 < argc &&
+        (rc_usage = ctl_resume_overrides(argc - optind - 1, argv + optind + 1, &over)))
+        return rc_usage;
     int rc = ctl_connect(c);
-    if (rc)
+    if (rc) {
+        json_decref(over);
         return rc;
+    }
     json_t *r = ctl_request(c, op), *reply;
     json_object_set_new(r, "job", json_integer(job));
     if (snap > 0)
         json_object_set_new(r, "snapshot", json_integer(snap));
+    if (over)
+        json_object_set_new(r, "overrides", over);
     if ((rc = ctl_call(c, r, &reply)))
         return rc;
     if (!c->json && op != GPT_CTL_OP_SNAPSHOTS) {
         printf("job %lld: %s\n", (long long)job,
                out_esc(json_string_value(json_object_get(reply, "state")), 0));
+        if (op == GPT_CTL_OP_RESUME)
+            ctl_print_resume_plan(json_object_get(reply, "plan"));
     } else if (!c->json) {
         struct table t = {.ncols = 6, .right = {true, true, false, true, false, false}};
         table_row(&t, "ID", "STEP", "NODE", "SIZE", "ON DISK", "PATH");

@@ -70,6 +70,7 @@ struct agent {
 
     /* the job's spec, parsed once per job */
     int64_t spec_job;
+    uint64_t spec_hash; /* of its text: a resume may change keys of the same job */
     bool spec_ok;
     struct gpt_job spec;
     char snapdir[GPT_JOB_PATH_MAX];
@@ -168,11 +169,15 @@ static int agent_workers_for(const struct agent *a)
 /* Parses the published spec of a new job; false when it cannot run here. */
 static bool agent_load_spec(struct agent *a)
 {
-    if (a->spec_job == a->job)
+    const char *spec = json_string_value(json_object_get(a->cur, "spec"));
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = spec ? spec : ""; *p; p++)
+        hash = (hash ^ (unsigned char)*p) * 1099511628211ull;
+    if (a->spec_job == a->job && a->spec_hash == hash)
         return a->spec_ok;
     a->spec_job = a->job;
+    a->spec_hash = hash;
     a->spec_ok = false;
-    const char *spec = json_string_value(json_object_get(a->cur, "spec"));
     struct gpt_err err;
     if (!spec || gpt_jobspec_parse(spec, strlen(spec), NULL, 0, &a->spec, &err) < 0) {
         log_error("agent: job %" PRId64 ": cannot use its spec: %s", a->job,

@@ -90,6 +90,8 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN token TEXT NOT NULL DEFAULT '';"
     "ALTER TABLE jobs ADD COLUMN cancel_uid INTEGER;"
     "UPDATE jobs SET token = lower(hex(randomblob(8)));",
+    /* 3 -> 4: the spec each run trained with (a resume may change keys). */
+    "ALTER TABLE runs ADD COLUMN spec_json TEXT;",
 };
 
 #define DB_JOB_COLS                                                                                \
@@ -124,9 +126,14 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_PROGRESS] =
         "UPDATE jobs SET step = max(step, ?2), max_steps = CASE WHEN ?3 > 0 THEN ?3 ELSE max_steps"
         " END, loss = coalesce(?4, loss) WHERE id = ?1",
-    [DB_ST_RUN_INSERT] = "INSERT INTO runs(job_id, started, world_size, status, resumed_from)"
-                         " VALUES(?, ?, ?, 'running', ?)",
+    [DB_ST_JOB_SET_SPEC] = "UPDATE jobs SET spec_json = ? WHERE id = ?",
+    [DB_ST_RUN_INSERT] =
+        "INSERT INTO runs(job_id, started, world_size, status, resumed_from, spec_json)"
+        " VALUES(?1, ?2, ?3, 'running', ?4, (SELECT spec_json FROM jobs WHERE id = ?1))",
     [DB_ST_RUN_END] = "UPDATE runs SET status = ?, ended = ? WHERE id = ?",
+    [DB_ST_RUN_LIST] = "SELECT id, started, coalesce(ended, 0), world_size, status,"
+                       " coalesce(resumed_from, ''), coalesce(spec_json, '')"
+                       " FROM runs WHERE job_id = ? ORDER BY id",
     [DB_ST_METRIC_INSERT] =
         "INSERT INTO metrics(job_id, " DB_METRIC_COLS ") VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
         " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, step) DO UPDATE SET"
@@ -544,6 +551,17 @@ int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err 
     sqlite3_bind_int(s, 1, restarts);
     sqlite3_bind_int64(s, 2, id);
     return db_exec_stmt(db, s, err, "set job restarts");
+}
+
+int db_job_set_spec(struct db *db, int64_t id, const char *spec_json, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_SPEC, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, spec_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set job spec");
 }
 
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)

@@ -20,7 +20,7 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 3
+#define DB_SCHEMA_VERSION 4
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 
@@ -107,6 +107,9 @@ int db_job_request_cancel(struct db *db, int64_t id, uid_t who, struct gpt_err *
 int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
                       struct gpt_err *err);
 /* Records how many failures an elastic job has restarted from. */
+/* Replaces the job's spec (a resume that changed keys); the next run
+ * records it. */
+int db_job_set_spec(struct db *db, int64_t id, const char *spec_json, struct gpt_err *err);
 int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err *err);
 /* The next job to run: queued, highest priority, then lowest id.
  * -ENOENT when the queue is empty. */
@@ -148,6 +151,19 @@ struct db_history_cb {
 int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
                const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
                struct gpt_err *err);
+
+/* One run of a job: a world that trained it, with the spec it ran. */
+struct db_run {
+    int64_t id;
+    double started, ended; /* ended 0 while it runs */
+    int world_size;
+    const char *status;       /* borrowed: "running", "completed", "reformed", ... */
+    const char *resumed_from; /* borrowed; "" for a fresh start */
+    const char *spec_json;    /* borrowed; "" for runs recorded before schema 4 */
+};
+/* The job's runs, oldest first; fn borrows each record for the call. */
+int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),
+                void *ctx, struct gpt_err *err);
 
 /* Snapshots. Insert ignores a duplicate (job, node, step). */
 int db_snapshot_insert(struct db *db, const struct db_snapshot *s, int64_t *ret_id,

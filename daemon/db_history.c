@@ -165,3 +165,30 @@ out:
     free(ms);
     return rc;
 }
+
+int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),
+                void *ctx, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_RUN_LIST, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    int src;
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct db_run r = {
+            .id = sqlite3_column_int64(s, 0),
+            .started = sqlite3_column_double(s, 1),
+            .ended = sqlite3_column_double(s, 2),
+            .world_size = sqlite3_column_int(s, 3),
+            .status = (const char *)sqlite3_column_text(s, 4),
+            .resumed_from = (const char *)sqlite3_column_text(s, 5),
+            .spec_json = (const char *)sqlite3_column_text(s, 6),
+        };
+        fn(ctx, &r);
+    }
+    if (src != SQLITE_DONE)
+        rc = db_fail(db, err, src, "list runs");
+    sqlite3_reset(s);
+    return rc;
+}

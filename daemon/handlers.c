@@ -192,6 +192,20 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
     return 0;
 }
 
+/* One run of `status JOB`: its world, outcome and the spec it trained with. */
+static void handler_run_add(void *ctx, const struct db_run *r)
+{
+    json_t *o = json_pack("{s:I, s:f, s:i, s:s, s:s}", "id", (json_int_t)r->id, "started",
+                          r->started, "world_size", r->world_size, "status", r->status,
+                          "resumed_from", r->resumed_from);
+    if (!o)
+        return;
+    json_object_set_new(o, "ended", r->ended > 0 ? json_real(r->ended) : json_null());
+    json_t *spec = r->spec_json[0] ? json_loads(r->spec_json, 0, NULL) : NULL;
+    json_object_set_new(o, "spec", spec ? spec : json_null());
+    json_array_append_new(ctx, o);
+}
+
 /* status JOB: one job in full. */
 static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, struct gpt_err *err)
 {
@@ -204,6 +218,11 @@ static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, st
         json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
         json_object_set_new(o, "restarts", json_integer(j.restarts));
         json_object_set_new(o, "spec", json_loads(j.spec_json, 0, NULL));
+        json_t *runs = json_array();
+        if (runs && db_run_list(d->db, id, handler_run_add, runs, err) == 0)
+            json_object_set_new(o, "runs", runs);
+        else
+            json_decref(runs);
     }
     db_job_done(&j);
     *ret = json_pack("{s:o}", "job", o);
@@ -279,8 +298,14 @@ static int op_resume(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
                      json_t **ret, struct gpt_err *err)
 {
     int64_t snapshot = req->present & (1u << GPT_CTL_F_SNAPSHOT) ? req->snapshot : 0;
-    int rc = jobs_resume(d->jobs, req->job, snapshot, uid, err);
-    return rc < 0 ? rc : handler_state_result(d, req->job, false, ret, err);
+    json_t *plan = NULL;
+    int rc = jobs_resume(d->jobs, req->job, snapshot, req->overrides, uid, &plan, err);
+    if (rc == 0)
+        rc = handler_state_result(d, req->job, false, ret, err);
+    if (rc == 0 && plan)
+        json_object_set(*ret, "plan", plan);
+    json_decref(plan);
+    return rc;
 }
 
 static void handler_snapshot_add(void *ctx, const struct db_snapshot *s)

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "paths.h"
+#include "resume_plan.h"
 #include "trainer.h"
 #include "statedir.h"
 
@@ -511,32 +512,39 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
                        db_job_state_name(state));
 }
 
-int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, struct gpt_err *err)
+int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
+                uid_t who, json_t **ret_plan, struct gpt_err *err)
 {
     struct db_job j;
+    struct resume_plan plan = {0};
     int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)
         return rc;
-    int state = j.state;
-    db_job_done(&j);
-    if (!db_job_state_final(state))
-        return gpt_err_set(err, -EALREADY, "job",
-                           "job %lld is %s; only a completed, failed"
-                           " or cancelled job can be resumed",
-                           (long long)id, db_job_state_name(state));
+    if (!db_job_state_final(j.state)) {
+        rc = gpt_err_set(err, -EALREADY, "job",
+                         "job %lld is %s; only a completed, failed"
+                         " or cancelled job can be resumed",
+                         (long long)id, db_job_state_name(j.state));
+        goto out;
+    }
+    int64_t from = -1;
     if (snapshot_id > 0) {
         struct db_snapshot s;
-        rc = db_snapshot_get(js->db, snapshot_id, &s, err);
-        if (rc < 0)
-            return rc;
-        if (s.job_id != id)
-            return gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                               (long long)snapshot_id, (long long)id);
+        if ((rc = db_snapshot_get(js->db, snapshot_id, &s, err)) < 0)
+            goto out;
+        if (s.job_id != id) {
+            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
+                             (long long)snapshot_id, (long long)id);
+            goto out;
+        }
+        from = s.step;
     }
-    rc = jobs_queue_room(js, err);
-    if (rc < 0)
-        return rc;
+    if ((rc = resume_plan_make(js->db, &j, from, overrides, &plan, err)) < 0 ||
+        (rc = jobs_queue_room(js, err)) < 0)
+        goto out;
     rc = db_begin(js->db, err);
+    if (rc == 0 && plan.spec_json)
+        rc = db_job_set_spec(js->db, id, plan.spec_json, err);
     if (rc == 0)
         rc = db_job_set_state(js->db, id, DB_JOB_QUEUED, NULL, jobs_now(), err);
     if (rc == 0)
@@ -548,15 +556,23 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, str
     else
         db_rollback(js->db);
     if (rc < 0)
-        return rc;
+        goto out;
     if (snapshot_id > 0)
-        jobs_event(js, id, 0, 0, "queued", "resume from snapshot %lld requested by uid %u",
-                   (long long)snapshot_id, (unsigned)who);
-    else
-        jobs_event(js, id, 0, 0, "queued", "resume from the newest snapshot requested by uid %u",
+        jobs_event(js, id, 0, plan.from_step, "queued",
+                   "resume from snapshot %lld requested by uid %u", (long long)snapshot_id,
                    (unsigned)who);
+    else
+        jobs_event(js, id, 0, plan.from_step, "queued",
+                   "resume from the newest snapshot requested by uid %u", (unsigned)who);
+    if (plan.changes[0])
+        jobs_event(js, id, 0, plan.from_step, "spec", "resume changes %s", plan.changes);
+    if (ret_plan)
+        *ret_plan = resume_plan_json(&plan);
     jobs_schedule(js);
-    return 0;
+out:
+    resume_plan_done(&plan);
+    db_job_done(&j);
+    return rc;
 }
 
 /* --- life cycle --------------------------------------------------------- */

@@ -24,6 +24,7 @@
 #ifndef GPTD_JOBS_H
 #define GPTD_JOBS_H
 
+#include <jansson.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -55,9 +56,13 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
 int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err);
 
 /* Queues a finished job again, to continue from snapshot `snapshot_id`
- * (0 = its newest valid snapshot). The caller (handler_dispatch) has checked
+ * (0 = its newest valid snapshot), with `overrides` (an object of the keys
+ * a resume may change, or NULL) applied to its spec; refuses a resume with
+ * nothing left to train. *ret_plan (when non-NULL) gets the plan
+ * (resume_plan_json) on success. The caller (handler_dispatch) has checked
  * that `who` is the owner or root. */
-int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, uid_t who, struct gpt_err *err);
+int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
+                uid_t who, json_t **ret_plan, struct gpt_err *err);
 
 /* The running job's id, 0 when idle. */
 int64_t jobs_running(const struct jobs *js);

@@ -775,6 +775,14 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
     int64_t step_mark = t->st.step;
     int rc, how;
 
+    /* A resume whose snapshot already reaches the end has nothing to train:
+     * say so instead of finishing with no steps and no loss. */
+    if (t->st.resumed && t->st.step >= t->max_steps)
+        return gpt_err_set(err, -GPT_E_SPEC, t->job->trainer.max_steps > 0 ? "trainer.max_steps"
+                                                                         : "trainer.max_epochs",
+                           "the snapshot is at step %lld and this job ends at step %lld: nothing"
+                           " left to train (raise trainer.max_steps or trainer.max_epochs)",
+                           (long long)t->st.step, (long long)t->max_steps);
     emit_event(t, t->st.resumed ? "continue" : "start",
                "%s: %zu parameters, world size %d, %d micro-batch(es) of %zu x %zu per rank, "
                "global batch %d, %lld steps",

@@ -25,6 +25,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_TOKENS] = {"tokens", GPT_CTL_T_INT, 1, 1000000, SLOT(tokens)},
     [GPT_CTL_F_TEMPERATURE] = {"temperature", GPT_CTL_T_NUMBER, 0, 100, SLOT(temperature)},
     [GPT_CTL_F_TOP_K] = {"top_k", GPT_CTL_T_INT, 0, 1000000, SLOT(top_k)},
+    [GPT_CTL_F_OVERRIDES] = {"overrides", GPT_CTL_T_OBJECT, 0, 0, SLOT(overrides)},
 };
 
 #undef SLOT
@@ -45,7 +46,7 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},
     [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB), STREAM},
     [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB), FWD | OWNER},
-    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT), F(JOB), FWD | OWNER | NOT_STOP},
+    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT) | F(OVERRIDES), F(JOB), FWD | OWNER | NOT_STOP},
     [GPT_CTL_OP_SNAPSHOTS] = {"snapshots", F(JOB), F(JOB), FWD},
     [GPT_CTL_OP_SAMPLE] = {"sample",
                            F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(TOKENS) | F(TEMPERATURE) | F(TOP_K),

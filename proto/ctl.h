@@ -70,6 +70,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_TOKENS,      /* integer >= 1 */
     GPT_CTL_F_TEMPERATURE, /* number > 0 */
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
+    GPT_CTL_F_OVERRIDES,   /* object: "a.b" -> value, job keys a resume changes */
     GPT_CTL_F_COUNT
 };
 
@@ -82,6 +83,7 @@ struct gpt_ctl_request {
     int op;           /* enum gpt_ctl_op, -1 if unknown */
     uint32_t present; /* 1u << enum gpt_ctl_field for each field given */
     json_t *spec;
+    json_t *overrides;
     int64_t job, priority, since, snapshot, tokens, top_k;
     bool follow;
     double temperature;

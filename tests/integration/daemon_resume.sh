@@ -2,7 +2,7 @@
 # `gptctl resume JOB --snapshot ID` on a single gptd (its own cluster of
 # one): the run resumes from exactly that snapshot, not from the newest one
 # (its first metric is that snapshot's step + 1); a plain `resume` of a
-# completed job starts from the newest; a snapshot of another job or of no
+# completed job at its end is refused (nothing left to train); a snapshot of another job or of no
 # file is refused or fails with an error naming it.
 source "$(dirname "$0")/daemon_common.sh"
 
@@ -44,10 +44,12 @@ wait_for 60 job_is "$id" failed
 err=$(job_field "$id" error)
 [[ $err == *"snapshot $gone (step 40)"* ]] || fail "the failure does not name the snapshot: $err"
 
-# --- plain resume: the newest snapshot (the run is complete at once).
-"$GPTCTL" resume "$id" >/dev/null
-wait_for 60 job_is "$id" completed
-run2=$(db "SELECT max(id) FROM runs WHERE job_id = $id")
-(($(db "SELECT count(*) FROM metrics WHERE run_id = $run2 AND step <= $newest") == 0)) ||
-    fail "plain resume went back behind the newest snapshot"
+# --- plain resume from the newest snapshot (step 60 = max_steps): nothing
+# is left to train, so it is refused and the job stays as it was.
+set +e
+out=$("$GPTCTL" resume "$id" 2>&1); rc=$?
+set -e
+[[ $rc -ne 0 && $out == *"at step $newest"* && $out == *"nothing left to train"* ]] ||
+    fail "plain resume at the end: rc $rc: $out"
+[[ $(job_state "$id") == failed ]] || fail "a refused resume changed the job"
 echo "daemon_resume: ok (resumed from snapshot $older at step 20)"

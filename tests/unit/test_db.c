@@ -293,6 +293,10 @@ static void test_migrate_v1(void **state)
                      " resume_snapshot INTEGER NOT NULL DEFAULT 0,"
                      " step INTEGER NOT NULL DEFAULT 0, max_steps INTEGER NOT NULL DEFAULT 0,"
                      " loss REAL);"
+                     "CREATE TABLE runs (id INTEGER PRIMARY KEY,"
+                     " job_id INTEGER NOT NULL REFERENCES jobs(id), started REAL NOT NULL,"
+                     " ended REAL, world_size INTEGER NOT NULL, status TEXT NOT NULL,"
+                     " resumed_from TEXT);"
                      "INSERT INTO jobs(name, owner_uid, state, spec_json, created)"
                      " VALUES('old', 7, 'completed', '{}', 1.0);"
                      "PRAGMA user_version = 1;";
