@@ -25,6 +25,8 @@ int ctl_connect(struct ctl *c)
     c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
         int e = errno;
+        if (c->offline_ok && (e == ENOENT || e == ECONNREFUSED))
+            return EXIT_NOREACH;
         fprintf(stderr, "%s: cannot reach gptd at %s: %s%s\n", ctl_prog, c->socket, strerror(e),
                 e == ENOENT || e == ECONNREFUSED
                     ? " (is gptd running? use --socket or GPTD_SOCKET to point elsewhere)"

@@ -34,6 +34,7 @@ extern const char *const ctl_prog; /* "gptctl", the prefix of messages */
 struct ctl {
     const char *socket;
     bool json;
+    bool offline_ok; /* ctl_connect: no gptd listening is not an error to print */
     int fd;
     int64_t next_id;
     struct gpt_ctl_linebuf lb;

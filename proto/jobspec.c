@@ -236,7 +236,19 @@ static int check_double(const struct jobspec_entry *e, double v, struct gpt_err 
 static int expect(const struct jobspec_entry *e, const char *what, const json_t *v,
                   struct gpt_err *err)
 {
-    return gpt_err_set(err, -GPT_E_SPEC, e->path, "expected %s, got %s", what, json_kind(v));
+    /* The bad value itself, shortened (objects and arrays by their kind only). */
+    char shown[64] = "";
+    if (json_is_string(v))
+        snprintf(shown, sizeof(shown), " \"%.40s%s\"", json_string_value(v),
+                 strlen(json_string_value(v)) > 40 ? "..." : "");
+    else if (json_is_integer(v) || json_is_real(v) || json_is_boolean(v)) {
+        char *d = json_dumps(v, JSON_ENCODE_ANY);
+        if (d)
+            snprintf(shown, sizeof(shown), " %.40s", d);
+        free(d);
+    }
+    return gpt_err_set(err, -GPT_E_SPEC, e->path, "expected %s, got %s%s", what, json_kind(v),
+                       shown);
 }
 
 static int name_index(const char *const *names, const char *s)
@@ -778,13 +790,12 @@ int jobspec_parse_tree(json_t *root, const char *const *overrides, size_t n_over
     return 0;
 }
 
-int gpt_jobspec_parse(const char *json, size_t len, const char *const *overrides, size_t n_over,
-                      struct gpt_job *ret_job, struct gpt_err *err)
+int jobspec_json_tree(const char *json, size_t len, json_t **ret_tree, struct gpt_err *err)
 {
     json_error_t jerr;
     json_t *root;
-    int rc;
 
+    *ret_tree = NULL;
     if (len > GPT_JOB_JSON_MAX)
         return gpt_err_set(err, -GPT_E_SPEC, "", "job spec is %zu bytes; at most %u are allowed",
                            len, GPT_JOB_JSON_MAX);
@@ -797,6 +808,18 @@ int gpt_jobspec_parse(const char *json, size_t len, const char *const *overrides
         return gpt_err_set(err, -GPT_E_SPEC, "", "invalid JSON at line %d column %d: %s", jerr.line,
                            jerr.column, jerr.text);
     }
+    *ret_tree = root;
+    return 0;
+}
+
+int gpt_jobspec_parse(const char *json, size_t len, const char *const *overrides, size_t n_over,
+                      struct gpt_job *ret_job, struct gpt_err *err)
+{
+    json_t *root;
+    int rc;
+
+    if ((rc = jobspec_json_tree(json, len, &root, err)) < 0)
+        return rc;
     rc = jobspec_parse_tree(root, overrides, n_over, ret_job, err);
     json_decref(root);
     return rc;

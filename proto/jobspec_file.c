@@ -103,7 +103,8 @@ static int yaml_check_depth(const char *yaml, size_t len, struct gpt_err *err)
 
 struct yaml_conv {
     yaml_document_t *doc;
-    int budget; /* nodes left */
+    int budget;    /* nodes left */
+    json_t *lines; /* NULL, or "section.key" -> its line (1-based) */
 };
 
 /* Converts `node` into JSON. `section` is the key of the enclosing top-level
@@ -174,6 +175,8 @@ static int yaml_to_json(struct yaml_conv *c, yaml_node_t *node, int depth, const
             }
             key = (const char *)k->data.scalar.value;
             snprintf(cpath, sizeof(cpath), "%s%s%s", path, path[0] ? "." : "", key);
+            if (c->lines)
+                json_object_set_new(c->lines, cpath, json_integer((json_int_t)k->start_mark.line + 1));
             if (depth == 0)
                 ce = jobspec_entry_find(NULL, 0, key);
             else if (depth == 1 && section)
@@ -204,8 +207,8 @@ static int yaml_to_json(struct yaml_conv *c, yaml_node_t *node, int depth, const
 }
 #endif
 
-int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *overrides,
-                           size_t n_over, struct gpt_job *ret_job, struct gpt_err *err)
+int jobspec_yaml_tree(const char *yaml, size_t len, json_t *lines, json_t **ret_tree,
+                      struct gpt_err *err)
 {
 #ifdef GPTD_HAVE_YAML
     yaml_parser_t parser;
@@ -214,6 +217,7 @@ int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *over
     json_t *root = NULL;
     int rc;
 
+    *ret_tree = NULL;
     if (len > GPT_JOB_JSON_MAX)
         return gpt_err_set(err, -GPT_E_SPEC, "", "job spec is %zu bytes; at most %u are allowed",
                            len, GPT_JOB_JSON_MAX);
@@ -235,68 +239,29 @@ int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *over
         root = json_object();
         rc = root ? 0 : gpt_err_set(err, -ENOMEM, "", "out of memory");
     } else {
-        struct yaml_conv c = {.doc = &doc, .budget = JOBSPEC_YAML_NODES_MAX};
+        struct yaml_conv c = {.doc = &doc, .budget = JOBSPEC_YAML_NODES_MAX, .lines = lines};
         rc = yaml_to_json(&c, top, 0, NULL, NULL, "", &root, err);
     }
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     if (rc == 0)
-        rc = jobspec_parse_tree(root, overrides, n_over, ret_job, err);
-    json_decref(root);
+        *ret_tree = root;
     return rc;
 #else
-    (void)yaml, (void)len, (void)overrides, (void)n_over, (void)ret_job;
+    (void)yaml, (void)len, (void)lines;
+    *ret_tree = NULL;
     return gpt_err_set(err, -GPT_E_SPEC, "", "YAML job files are not supported by this build");
 #endif
 }
 
-static int has_suffix(const char *s, const char *suffix)
+int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *overrides,
+                           size_t n_over, struct gpt_job *ret_job, struct gpt_err *err)
 {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-int gpt_jobspec_load(const char *file, const char *const *overrides, size_t n_over,
-                     struct gpt_job *ret_job, struct gpt_err *err)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f;
-    int rc;
-
-    if (!(f = fopen(file, "rb"))) {
-        rc = -errno;
-        return gpt_err_set(err, -GPT_E_SPEC, "", "%s: %s", file, strerror(-rc));
-    }
-    if (!(buf = malloc(GPT_JOB_JSON_MAX + 1))) {
-        rc = gpt_err_set(err, -ENOMEM, "", "%s: out of memory", file);
-        goto out;
-    }
-    len = fread(buf, 1, GPT_JOB_JSON_MAX + 1, f);
-    if (ferror(f)) {
-        rc = gpt_err_set(err, -GPT_E_SPEC, "", "%s: read error", file);
-        goto out;
-    }
-    if (len > GPT_JOB_JSON_MAX) {
-        rc = gpt_err_set(err, -GPT_E_SPEC, "", "%s: larger than %u bytes", file, GPT_JOB_JSON_MAX);
-        goto out;
-    }
-    if (has_suffix(file, ".yaml") || has_suffix(file, ".yml"))
-        rc = gpt_jobspec_parse_yaml(buf, len, overrides, n_over, ret_job, err);
-    else
-        rc = gpt_jobspec_parse(buf, len, overrides, n_over, ret_job, err);
-    if (rc < 0 && err) { /* prefix the message with the file name, truncating the end */
-        size_t flen = strnlen(file, 200), mlen = strlen(err->msg);
-        if (flen + 2 + mlen >= sizeof(err->msg))
-            mlen = sizeof(err->msg) - flen - 3;
-        memmove(err->msg + flen + 2, err->msg, mlen);
-        memcpy(err->msg, file, flen);
-        memcpy(err->msg + flen, ": ", 2);
-        err->msg[flen + 2 + mlen] = '\0';
-    }
-out:
-    free(buf);
-    fclose(f);
+    json_t *root;
+    int rc = jobspec_yaml_tree(yaml, len, NULL, &root, err);
+    if (rc == 0)
+        rc = jobspec_parse_tree(root, overrides, n_over, ret_job, err);
+    json_decref(root);
     return rc;
 }
 

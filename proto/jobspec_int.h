@@ -78,6 +78,16 @@ void jobspec_entry_range_text(const struct jobspec_entry *e, char *buf, size_t n
 /* Applies `n_over` overrides to the parsed tree `root` (borrowed, modified),
  * converts it over the defaults, infers data.kind and validates. Writes
  * *ret_job only on success. */
+/* A YAML job text as the JSON tree its JSON twin would parse to (plain
+ * scalars typed as each key wants). When `lines` is an object, each
+ * mapping key's path ("trainer.max_steps") is set in it to its line. */
+int jobspec_yaml_tree(const char *yaml, size_t len, json_t *lines, json_t **ret_tree,
+                      struct gpt_err *err);
+
+/* The JSON job text's tree, checked for size and depth as gpt_jobspec_parse
+ * checks them. */
+int jobspec_json_tree(const char *json, size_t len, json_t **ret_tree, struct gpt_err *err);
+
 int jobspec_parse_tree(json_t *root, const char *const *overrides, size_t n_over,
                        struct gpt_job *ret_job, struct gpt_err *err);
 
