@@ -6,11 +6,14 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "gptctl.h"
 #include "jobspec.h"
+#include "jobspec_sweep.h"
 #include "str_escape.h"
 
 static int64_t ctl_parse_int(const char *s, const char *what, bool *ok)
@@ -137,18 +140,82 @@ static int ctl_load_spec(const char *file, char **over, int n_over, json_t **ret
     return *ret ? 0 : EXIT_FAIL;
 }
 
+/* submit -m: the cartesian product of the overrides' choices, one job each,
+ * all tagged with one new sweep id. */
+static int ctl_submit_sweep(struct ctl *c, const char *file, char **over, int n_over,
+                            int64_t priority)
+{
+    struct gpt_sweep sw;
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    if (gpt_sweep_expand((const char *const *)over, (size_t)n_over, &sw, &err) < 0)
+        return ctl_usage_error("-m: %s: %s", err.path, err.msg);
+    /* Every job's spec is checked before the first is submitted. */
+    json_t **specs = calloc(sw.n_jobs, sizeof(*specs));
+    int rc = specs ? 0 : EXIT_FAIL;
+    for (size_t j = 0; rc == 0 && j < sw.n_jobs; j++)
+        rc = ctl_load_spec(file, sw.assign + j * sw.n_keys, (int)sw.n_keys, &specs[j]);
+    unsigned char rnd[4] = {0};
+    char id[GPT_SWEEP_ID_MAX];
+    if (rc == 0 && getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rc = ctl_usage_error("cannot make a sweep id: %s", strerror(errno));
+    snprintf(id, sizeof(id), "sw-%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3]);
+    if (rc == 0)
+        rc = ctl_connect(c);
+    json_t *ids = json_array();
+    for (size_t j = 0; rc == 0 && j < sw.n_jobs; j++) {
+        json_t *r = ctl_request(c, GPT_CTL_OP_SUBMIT), *reply;
+        json_object_set_new(r, "spec", specs[j]);
+        specs[j] = NULL;
+        json_object_set_new(r, "sweep", json_string(id));
+        if (priority)
+            json_object_set_new(r, "priority", json_integer(priority));
+        if ((rc = ctl_call(c, r, &reply)))
+            break;
+        json_t *job = json_object_get(reply, "job");
+        json_array_append(ids, job);
+        if (!c->json) {
+            printf("%lld", (long long)json_integer_value(job));
+            for (size_t k = 0; k < sw.n_keys; k++)
+                printf(" %s", out_esc(sw.assign[j * sw.n_keys + k], 0));
+            printf("\n");
+        }
+        json_decref(reply);
+    }
+    if (rc == 0 && c->json) {
+        json_t *o = json_pack("{s:s, s:O}", "sweep", id, "jobs", ids);
+        char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (text)
+            printf("%s\n", text);
+        free(text);
+        json_decref(o);
+    } else if (rc == 0) {
+        printf("sweep %s: %zu jobs (gptctl list --sweep %s)\n", id, sw.n_jobs, id);
+    }
+    json_decref(ids);
+    for (size_t j = 0; specs && j < sw.n_jobs; j++)
+        json_decref(specs[j]);
+    free(specs);
+    gpt_sweep_free(&sw);
+    return rc;
+}
+
 int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     bool validate_only = cmd->op == GPT_CTL_OP_VALIDATE;
-    static const struct option opts[] = {
-        {"follow", no_argument, 0, 'f'}, {"priority", required_argument, 0, 'p'}, {0, 0, 0, 0}};
-    bool follow = false, ok = true;
+    static const struct option opts[] = {{"follow", no_argument, 0, 'f'},
+                                         {"priority", required_argument, 0, 'p'},
+                                         {"multirun", no_argument, 0, 'm'},
+                                         {0, 0, 0, 0}};
+    bool follow = false, ok = true, multirun = false;
     int64_t priority = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, validate_only ? "+" : "+fp:",
-                             validate_only ? opts + 2 : opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, validate_only ? "+" : "+fmp:",
+                             validate_only ? opts + 3 : opts, NULL)) != -1) {
         if (ch == 'f')
             follow = true;
+        else if (ch == 'm')
+            multirun = true;
         else if (ch == 'p')
             priority = ctl_parse_int(optarg, "--priority", &ok);
         else
@@ -165,6 +232,8 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         const char *a = argv[optind];
         if (strcmp(a, "--follow") == 0 && !validate_only) {
             follow = true;
+        } else if ((strcmp(a, "-m") == 0 || strcmp(a, "--multirun") == 0) && !validate_only) {
+            multirun = true;
         } else if (strcmp(a, "--priority") == 0 && !validate_only && optind + 1 < argc) {
             priority = ctl_parse_int(argv[++optind], "--priority", &ok);
             if (!ok)
@@ -176,6 +245,11 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         } else {
             return ctl_usage_error("unexpected argument \"%s\" (overrides look like a.b=value)", a);
         }
+    }
+    if (multirun) {
+        if (follow)
+            return ctl_usage_error("-m makes several jobs: follow them with gptctl logs -f");
+        return ctl_submit_sweep(c, file, over, n_over, priority);
     }
     json_t *spec;
     int rc = ctl_load_spec(file, over, n_over, &spec);
@@ -240,12 +314,21 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    (void)argv;
-    if (argc > 1)
-        return ctl_usage_error("list takes no arguments");
+    const char *sweep = NULL;
+    if (argc == 3 && strcmp(argv[1], "--sweep") == 0)
+        sweep = argv[2];
+    else if (argc > 1)
+        return ctl_usage_error("usage: list [--sweep ID]");
+    if (sweep && !gpt_sweep_id_ok(sweep))
+        return ctl_usage_error("--sweep: \"%s\" is not a sweep id", sweep);
     int rc = ctl_connect(c);
-    json_t *reply;
-    if (rc || (rc = ctl_call(c, ctl_request(c, GPT_CTL_OP_LIST), &reply)))
+    json_t *reply, *r;
+    if (rc)
+        return rc;
+    r = ctl_request(c, GPT_CTL_OP_LIST);
+    if (sweep)
+        json_object_set_new(r, "sweep", json_string(sweep));
+    if ((rc = ctl_call(c, r, &reply)))
         return rc;
     if (c->json)
         goto out;

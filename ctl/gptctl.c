@@ -23,11 +23,12 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
 
 /* The commands, in the order of the usage text. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"submit", "FILE [a.b=v ...] [--follow] [--priority N]", "queue a job, print its id",
-     cmd_submit, GPT_CTL_OP_SUBMIT},
+    {"submit", "FILE [a.b=v ...] [--follow] [--priority N] [-m]",
+     "queue a job, print its id (-m: one job per combination of a.b=v1,v2 choices)", cmd_submit,
+     GPT_CTL_OP_SUBMIT},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
      GPT_CTL_OP_VALIDATE},
-    {"list", "", "all jobs", cmd_list, GPT_CTL_OP_LIST},
+    {"list", "[--sweep ID]", "all jobs, or one sweep's", cmd_list, GPT_CTL_OP_LIST},
     {"status", "[JOB]", "the daemon, or one job", cmd_status, GPT_CTL_OP_STATUS},
     {"logs", "[-f] [--since STEP] JOB", "metrics and events (-f: follow until the end)", cmd_logs,
      GPT_CTL_OP_LOGS},

@@ -92,12 +92,14 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "UPDATE jobs SET token = lower(hex(randomblob(8)));",
     /* 3 -> 4: the spec each run trained with (a resume may change keys). */
     "ALTER TABLE runs ADD COLUMN spec_json TEXT;",
+    /* 4 -> 5: the sweep a job belongs to (gptctl submit -m). */
+    "ALTER TABLE jobs ADD COLUMN sweep TEXT NOT NULL DEFAULT '';",
 };
 
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1)"
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep"
 
 #define DB_METRIC_COLS                                                                             \
     "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
@@ -127,6 +129,7 @@ static const char *const db_sql[DB_ST_COUNT] = {
         "UPDATE jobs SET step = max(step, ?2), max_steps = CASE WHEN ?3 > 0 THEN ?3 ELSE max_steps"
         " END, loss = coalesce(?4, loss) WHERE id = ?1",
     [DB_ST_JOB_SET_SPEC] = "UPDATE jobs SET spec_json = ? WHERE id = ?",
+    [DB_ST_JOB_SET_SWEEP] = "UPDATE jobs SET sweep = ? WHERE id = ?",
     [DB_ST_RUN_INSERT] =
         "INSERT INTO runs(job_id, started, world_size, status, resumed_from, spec_json)"
         " VALUES(?1, ?2, ?3, 'running', ?4, (SELECT spec_json FROM jobs WHERE id = ?1))",
@@ -464,6 +467,7 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     const unsigned char *tok = sqlite3_column_text(s, 16);
     j->token = tok ? strtoull((const char *)tok, NULL, 16) : 0;
     j->cancel_uid = sqlite3_column_int64(s, 17);
+    db_column_text(s, 18, j->sweep, sizeof(j->sweep));
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -481,7 +485,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 18);
+        const unsigned char *spec = sqlite3_column_text(s, 19);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -562,6 +566,17 @@ int db_job_set_spec(struct db *db, int64_t id, const char *spec_json, struct gpt
     sqlite3_bind_text(s, 1, spec_json, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
     return db_exec_stmt(db, s, err, "set job spec");
+}
+
+int db_job_set_sweep(struct db *db, int64_t id, const char *sweep, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_SWEEP, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, sweep, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set job sweep");
 }
 
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)

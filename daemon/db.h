@@ -20,7 +20,7 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 4
+#define DB_SCHEMA_VERSION 5
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 
@@ -58,6 +58,7 @@ struct db_job {
     int restarts;       /* failures restarted from so far (distributed.max_restarts) */
     uint64_t token;     /* random identity (snapshot ownership); made at insert, never 0 */
     int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
+    char sweep[64];     /* the sweep (gptctl submit -m) it belongs to; "" none */
 };
 
 /* Frees what db_job_get allocated (spec_json). NULL allowed. */
@@ -107,6 +108,8 @@ int db_job_request_cancel(struct db *db, int64_t id, uid_t who, struct gpt_err *
 int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id,
                       struct gpt_err *err);
 /* Records how many failures an elastic job has restarted from. */
+/* Tags the job with the sweep it belongs to. */
+int db_job_set_sweep(struct db *db, int64_t id, const char *sweep, struct gpt_err *err);
 /* Replaces the job's spec (a resume that changed keys); the next run
  * records it. */
 int db_job_set_spec(struct db *db, int64_t id, const char *spec_json, struct gpt_err *err);

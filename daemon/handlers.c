@@ -21,6 +21,7 @@
 #include "job_limits.h"
 #include "log.h"
 #include "handlers.h"
+#include "jobspec_sweep.h"
 #include "paths.h"
 #include "snapshot.h"
 
@@ -128,9 +129,15 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
-    int rc = handler_parse_spec(d, req->spec, uid, job, err);
+    int rc = 0;
+    if (req->sweep && !gpt_sweep_id_ok(req->sweep))
+        rc = gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
+    if (rc == 0)
+        rc = handler_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
+    if (rc == 0 && req->sweep)
+        rc = db_job_set_sweep(d->db, id, req->sweep, err);
     if (rc == 0)
         *ret = json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
                          job->name[0] ? job->name : "job", "state", "queued");
@@ -171,19 +178,31 @@ static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, 
     return rc;
 }
 
+struct handler_list {
+    json_t *arr;
+    const char *sweep; /* only this sweep's jobs; NULL all */
+};
+
 static void handler_list_add(void *ctx, const struct db_job *j)
 {
-    json_array_append_new(ctx, handler_job_json(j));
+    struct handler_list *l = ctx;
+    if (l->sweep && strcmp(l->sweep, j->sweep) != 0)
+        return;
+    json_t *o = handler_job_json(j);
+    if (o && j->sweep[0])
+        json_object_set_new(o, "sweep", json_string(j->sweep));
+    json_array_append_new(l->arr, o);
 }
 
 static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid, json_t **ret,
                    struct gpt_err *err)
 {
-    (void)req, (void)uid;
+    (void)uid;
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, arr, err);
+    struct handler_list l = {.arr = arr, .sweep = req->sweep};
+    int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, &l, err);
     if (rc < 0) {
         json_decref(arr);
         return rc;

@@ -18,10 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "jobspec.h"
+#include "jobspec_sweep.h"
 #include "snapshot.h"
 #include "secret.h"
 #include "static_rdzv.h"
@@ -86,6 +88,10 @@ static void usage(FILE *f)
                "  --temperature T        sampling temperature (default 0.8)\n"
                "  --top-k K              sample among the K likeliest tokens (default: all)\n"
                "  --seed N               sampling seed (default: trainer.seed)\n"
+               "  -m, --multirun         one run after another per combination of the choices\n"
+               "                         in a.b=v1,v2 overrides, each in DIR/mN of the\n"
+               "                         snapshot folder\n"
+               "  --print-spec           print the resolved job (includes, overrides) and exit\n"
                "  --help-spec            print every job key with its type, range and default\n");
 }
 
@@ -227,6 +233,74 @@ static int parse_int_arg(const char *flag, const char *v, int64_t lo, int64_t *r
     return 0;
 }
 
+/* gptd run -m: each combination of the overrides' choices as a gptd run
+ * of its own, one after another, in DIR/m<N> of the snapshot folder. The
+ * child gets argv without -m, the overrides and --snapshot-dir (`skip`),
+ * plus its combination and folder. A stop signal stops the current child
+ * (which snapshots) and starts no other. Returns the exit status: 0 when
+ * every run succeeded, else the first failure's. */
+static int run_sweep(int argc, char **argv, const bool *skip, const char *const *over,
+                     size_t n_over, const char *snapdir)
+{
+    struct gpt_sweep sw;
+    struct gpt_err err;
+    if (gpt_sweep_expand(over, n_over, &sw, &err) < 0) {
+        fprintf(stderr, "gptd run: -m: %s: %s\n", err.path, err.msg);
+        return 2;
+    }
+    int status = 0;
+    size_t cap = (size_t)argc + sw.n_keys + 4;
+    char **args = calloc(cap, sizeof(*args));
+    char dir[GPT_JOB_PATH_MAX + 16];
+    for (size_t j = 0; args && j < sw.n_jobs && !run_signalled; j++) {
+        size_t n = 0;
+        args[n++] = (char *)"gptd";
+        for (int i = 0; i < argc; i++)
+            if (!skip[i])
+                args[n++] = argv[i];
+        for (size_t k = 0; k < sw.n_keys; k++)
+            args[n++] = sw.assign[j * sw.n_keys + k];
+        int dn = snprintf(dir, sizeof(dir), "%s/m%zu", snapdir, j);
+        if (dn < 0 || (size_t)dn >= sizeof(dir)) {
+            fprintf(stderr, "gptd run: snapshot folder %s is too long for a sweep\n", snapdir);
+            status = 2;
+            break;
+        }
+        args[n++] = (char *)"--snapshot-dir";
+        args[n++] = dir;
+        args[n] = NULL;
+        fprintf(stderr, "gptd run: sweep run %zu of %zu:", j + 1, sw.n_jobs);
+        for (size_t k = 0; k < sw.n_keys; k++)
+            fprintf(stderr, " %s", sw.assign[j * sw.n_keys + k]);
+        fprintf(stderr, " (snapshots in %s)\n", dir);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            execv("/proc/self/exe", args);
+            fprintf(stderr, "gptd run: cannot run itself: %s\n", strerror(errno));
+            _exit(127);
+        }
+        if (pid < 0) {
+            fprintf(stderr, "gptd run: fork: %s\n", strerror(errno));
+            status = 1;
+            break;
+        }
+        int ws = 0;
+        bool forwarded = false;
+        while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+            if (run_signalled && !forwarded) { /* the child stops with a snapshot */
+                kill(pid, SIGTERM);
+                forwarded = true;
+            }
+        int rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (rc != 0 && status == 0)
+            status = rc;
+    }
+    free(args);
+    gpt_sweep_free(&sw);
+    return args ? status : 1;
+}
+
 int gptd_run_main(int argc, char **argv)
 {
     const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
@@ -235,7 +309,10 @@ int gptd_run_main(int argc, char **argv)
     double temperature = 0.8;
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over = 0;
-    int resume = 0, json = 0;
+    int resume = 0, json = 0, multirun = 0, print_spec = 0;
+    bool *skip = calloc((size_t)argc + 1, sizeof(*skip)); /* argv a sweep run does not pass on */
+    if (!skip)
+        return 1;
     int64_t workers = 0, stop_after = 0, sample_tokens = 0;
     struct gpt_err err;
 
@@ -267,7 +344,13 @@ int gptd_run_main(int argc, char **argv)
             resume = GPT_RESUME_START_OVER;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--multirun") == 0) {
+            multirun = 1;
+            skip[i] = true;
+        } else if (strcmp(a, "--print-spec") == 0) {
+            print_spec = 1;
         } else if (strcmp(a, "--snapshot-dir") == 0 && next) {
+            skip[i] = skip[i + 1] = true;
             snapdir_arg = argv[++i];
         } else if (strcmp(a, "--resume-from") == 0 && next) {
             resume_from = argv[++i];
@@ -324,6 +407,7 @@ int gptd_run_main(int argc, char **argv)
                 return 2;
             }
             overrides[n_over++] = a;
+            skip[i] = true;
         } else {
             fprintf(stderr, "gptd run: expected an override a.b=value, got '%s'\n", a);
             return 2;
@@ -340,15 +424,37 @@ int gptd_run_main(int argc, char **argv)
     }
 
     struct gpt_job job;
-    int rc = gpt_jobspec_load(file, overrides, n_over, &job, &err);
-    if (rc == 0)
+    struct gpt_sweep first = {0};
+    int rc = 0;
+    if (multirun && (rc = gpt_sweep_expand(overrides, n_over, &first, &err)) < 0) {
+        fprintf(stderr, "gptd run: -m: %s: %s\n", err.path, err.msg);
+        free(skip);
+        return 2;
+    }
+    /* A sweep's folder and checks come from its first combination. */
+    rc = multirun ? gpt_jobspec_load(file, (const char *const *)first.assign, first.n_keys, &job,
+                                     &err)
+                  : gpt_jobspec_load(file, overrides, n_over, &job, &err);
+    gpt_sweep_free(&first);
+    if (rc == 0 && !print_spec)
         rc = gpt_jobspec_check_paths(&job, &err);
     if (rc < 0) {
-        if (err.path[0])
-            fprintf(stderr, "gptd run: %s: %s: %s\n", file, err.path, err.msg);
-        else
-            fprintf(stderr, "gptd run: %s: %s\n", file, err.msg);
+        /* The message names the file (and line) or the command line. */
+        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
+        free(skip);
         return 1;
+    }
+    if (print_spec && !multirun) {
+        char *text = gpt_jobspec_to_json(&job);
+        json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+        char *pretty = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+        if (pretty)
+            printf("%s\n", pretty);
+        free(pretty);
+        json_decref(o);
+        free(text);
+        free(skip);
+        return pretty ? 0 : 1;
     }
 
     /* snapshot.on_invalid: restart is the job's standing --start-over. */
@@ -364,6 +470,12 @@ int gptd_run_main(int argc, char **argv)
         snprintf(snapdir, sizeof(snapdir), "%s", job.snapshot.dir);
     else
         default_snapdir(&job, file, snapdir, sizeof(snapdir));
+    if (multirun) {
+        rc = run_sweep(argc, argv, skip, overrides, n_over, snapdir);
+        free(skip);
+        return rc;
+    }
+    free(skip);
 
     /* The store always has a secret: without --secret-file, this user's own
      * (made once, 0600), which every rank of the user on this host finds.

@@ -26,6 +26,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_TEMPERATURE] = {"temperature", GPT_CTL_T_NUMBER, 0, 100, SLOT(temperature)},
     [GPT_CTL_F_TOP_K] = {"top_k", GPT_CTL_T_INT, 0, 1000000, SLOT(top_k)},
     [GPT_CTL_F_OVERRIDES] = {"overrides", GPT_CTL_T_OBJECT, 0, 0, SLOT(overrides)},
+    [GPT_CTL_F_SWEEP] = {"sweep", GPT_CTL_T_STRING, 0, 63, SLOT(sweep)},
 };
 
 #undef SLOT
@@ -40,9 +41,9 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
 /* submit, logs and sample are forwarded too, but not as plain reads: their
  * handlers have member paths of their own (daemon/handlers.c). */
 static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
-    [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY), F(SPEC), NOT_STOP},
+    [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY) | F(SWEEP), F(SPEC), NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
-    [GPT_CTL_OP_LIST] = {"list", 0, 0, FWD},
+    [GPT_CTL_OP_LIST] = {"list", F(SWEEP), 0, FWD},
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},
     [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB), STREAM},
     [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB), FWD | OWNER},

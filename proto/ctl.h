@@ -71,6 +71,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_TEMPERATURE, /* number > 0 */
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
     GPT_CTL_F_OVERRIDES,   /* object: "a.b" -> value, job keys a resume changes */
+    GPT_CTL_F_SWEEP,       /* string: a sweep id (submit tags, list filters) */
     GPT_CTL_F_COUNT
 };
 
@@ -88,6 +89,7 @@ struct gpt_ctl_request {
     bool follow;
     double temperature;
     const char *prompt;
+    const char *sweep;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */
