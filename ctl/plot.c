@@ -1,15 +1,22 @@
 /*
- * plot: `gptctl plot JOB -o FILE.svg`, the train and validation loss of a
- * job against step as a self-contained SVG (see gptctl.h). Reads the job's
- * whole `logs` history; keeps at most CTL_PLOT_MAX points per series.
+ * plot: `gptctl plot JOB... -o FILE.svg [--lr]`, the train (solid) and
+ * validation (dashed, dots) loss of one or more jobs against step, one
+ * colour per job labelled by its name, with an optional learning-rate
+ * panel below, as a self-contained SVG (see gptctl.h). Reads each job's
+ * whole `logs` history; keeps at most CTL_PLOT_MAX points per series. Only
+ * SVG is written: any other extension is refused (no SVG bytes in a .png).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h> /* isfinite, INFINITY: macros, no libm */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gptctl.h"
+
+#define PLOT_JOBS_MAX 16
 
 /* gptctl links only gptproto (no libm): the little math the plot needs. */
 static double plot_floor(double x)
@@ -70,117 +77,217 @@ static double plot_tick(double span, int n)
     return p * (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10);
 }
 
-static int plot_write(FILE *f, int64_t job, const struct plot_series *tr,
-                      const struct plot_series *va)
+/* One job's curves. */
+struct plot_job {
+    int64_t id;
+    char label[160]; /* "#7 name", XML-escaped */
+    struct plot_series tr, va, lr;
+};
+
+/* XML text: & < > " ' escaped; control bytes dropped (names are hostile). */
+static void plot_xml(char *out, size_t cap, const char *s)
 {
-    const double W = 800, H = 500, L = 80, R = 30, T = 50, B = 60;
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    const struct plot_series *all[2] = {tr, va};
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < all[k]->n; i++) {
-            x0 = plot_min(x0, all[k]->x[i]);
-            x1 = plot_max(x1, all[k]->x[i]);
-            y0 = plot_min(y0, all[k]->y[i]);
-            y1 = plot_max(y1, all[k]->y[i]);
+    size_t n = 0;
+    for (; s && *s && n + 7 < cap; s++) {
+        const char *rep = NULL;
+        switch (*s) {
+        case '&': rep = "&amp;"; break;
+        case '<': rep = "&lt;"; break;
+        case '>': rep = "&gt;"; break;
+        case '"': rep = "&quot;"; break;
+        case '\'': rep = "&#39;"; break;
+        default:
+            if ((unsigned char)*s < 0x20 || *s == 0x7f)
+                continue;
         }
-    if (!(x1 >= x0)) {
-        fprintf(stderr, "%s: job %lld has no loss values to plot yet\n", ctl_prog, (long long)job);
-        return EXIT_FAIL;
+        if (rep) {
+            size_t k = strlen(rep);
+            memcpy(out + n, rep, k);
+            n += k;
+        } else {
+            out[n++] = *s;
+        }
     }
+    out[n] = '\0';
+}
+
+/* One panel's frame: the range of the series `which` (0 loss, 1 lr) of
+ * all jobs, with nice ticks. */
+struct plot_frame {
+    double x0, x1, y0, y1, xt, yt;
+    double top, bottom; /* pixel rows of the panel */
+};
+
+static const double PW = 860, PL = 80, PR = 200; /* width; left and right margins */
+
+static bool plot_range(const struct plot_job *jobs, int n, int which, struct plot_frame *fr)
+{
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const struct plot_series *ss[2] = {which ? &jobs[j].lr : &jobs[j].tr,
+                                           which ? NULL : &jobs[j].va};
+        for (int k = 0; k < 2; k++)
+            for (size_t i = 0; ss[k] && i < ss[k]->n; i++) {
+                x0 = plot_min(x0, ss[k]->x[i]);
+                x1 = plot_max(x1, ss[k]->x[i]);
+                y0 = plot_min(y0, ss[k]->y[i]);
+                y1 = plot_max(y1, ss[k]->y[i]);
+            }
+    }
+    if (!(x1 >= x0))
+        return false;
     if (x1 == x0)
         x1 = x0 + 1;
-    if (y1 - y0 < 1e-9) {
-        y0 -= 0.5;
-        y1 += 0.5;
+    if (y1 - y0 < 1e-12 * (y1 > 0 ? y1 : 1)) {
+        double d = y1 != 0 ? (y1 < 0 ? -y1 : y1) * 0.5 : 0.5;
+        y0 -= d;
+        y1 += d;
     }
-    double xt = plot_tick(x1 - x0, 8), yt = plot_tick(y1 - y0, 6);
-    x0 = plot_floor(x0 / xt) * xt;
-    x1 = plot_ceil(x1 / xt) * xt;
-    y0 = plot_floor(y0 / yt) * yt;
-    y1 = plot_ceil(y1 / yt) * yt;
-#define PX(x) (L + ((x)-x0) / (x1 - x0) * (W - L - R))
-#define PY(y) (H - B - ((y)-y0) / (y1 - y0) * (H - T - B))
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-            "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n",
-            W, H, W, H);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(f,
-            "<text x=\"%.0f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">job %lld: loss"
-            " against step</text>\n",
-            W / 2, (long long)job);
-    for (double x = x0; x <= x1 + xt / 2; x += xt) {
+    fr->xt = plot_tick(x1 - x0, 8);
+    fr->yt = plot_tick(y1 - y0, 5);
+    fr->x0 = plot_floor(x0 / fr->xt) * fr->xt;
+    fr->x1 = plot_ceil(x1 / fr->xt) * fr->xt;
+    fr->y0 = plot_floor(y0 / fr->yt) * fr->yt;
+    fr->y1 = plot_ceil(y1 / fr->yt) * fr->yt;
+    return true;
+}
+
+static double plot_px(const struct plot_frame *fr, double x)
+{
+    return PL + (x - fr->x0) / (fr->x1 - fr->x0) * (PW - PL - PR);
+}
+
+static double plot_py(const struct plot_frame *fr, double y)
+{
+    return fr->bottom - (y - fr->y0) / (fr->y1 - fr->y0) * (fr->bottom - fr->top);
+}
+
+static void plot_axes(FILE *f, const struct plot_frame *fr, const char *ylabel, bool xlabel)
+{
+    for (double x = fr->x0; x <= fr->x1 + fr->xt / 2; x += fr->xt) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
-                PX(x), T, PX(x), H - B);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", PX(x),
-                H - B + 18, x);
+                plot_px(fr, x), fr->top, plot_px(fr, x), fr->bottom);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                plot_px(fr, x), fr->bottom + 18, x);
     }
-    for (double y = y0; y <= y1 + yt / 2; y += yt) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L,
-                PY(y), W - R, PY(y));
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, PY(y) + 4,
-                (y < 0 ? -y : y) < yt * 1e-6 ? 0.0 : y);
+    for (double y = fr->y0; y <= fr->y1 + fr->yt / 2; y += fr->yt) {
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                PL, plot_py(fr, y), PW - PR, plot_py(fr, y));
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", PL - 6,
+                plot_py(fr, y) + 4, (y < 0 ? -y : y) < fr->yt * 1e-6 ? 0.0 : y);
     }
     fprintf(f,
             "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
             "stroke=\"black\"/>\n",
-            L, T, W - L - R, H - T - B);
-    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n",
-            L + (W - L - R) / 2, H - 18);
+            PL, fr->top, PW - PL - PR, fr->bottom - fr->top);
+    if (xlabel)
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">step</text>\n",
+                PL + (PW - PL - PR) / 2, fr->bottom + 40);
     fprintf(f,
-            "<text transform=\"translate(22 %.0f) rotate(-90)\" text-anchor=\"middle\">loss"
+            "<text transform=\"translate(22 %.0f) rotate(-90)\" text-anchor=\"middle\">%s"
             "</text>\n",
-            T + (H - T - B) / 2);
-    static const char *const colors[2] = {"#1f77b4", "#ff7f0e"};
-    static const char *const names[2] = {"train loss", "val loss"};
-    for (int k = 0; k < 2; k++) {
-        if (!all[k]->n)
-            continue;
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", colors[k]);
-        for (size_t i = 0; i < all[k]->n; i++)
-            fprintf(f, "%.1f,%.1f ", PX(all[k]->x[i]), PY(all[k]->y[i]));
-        fprintf(f, "\"/>\n");
-        if (k == 1)
-            for (size_t i = 0; i < all[k]->n; i++)
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                        PX(all[k]->x[i]), PY(all[k]->y[i]), colors[k]);
-        double ly = T + 18 + 20 * k;
+            fr->top + (fr->bottom - fr->top) / 2, ylabel);
+}
+
+static void plot_line(FILE *f, const struct plot_frame *fr, const struct plot_series *s,
+                      const char *color, bool dashed, bool dots)
+{
+    if (!s->n)
+        return;
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
+            dashed ? " stroke-dasharray=\"6 4\"" : "");
+    for (size_t i = 0; i < s->n; i++)
+        fprintf(f, "%.1f,%.1f ", plot_px(fr, s->x[i]), plot_py(fr, s->y[i]));
+    fprintf(f, "\"/>\n");
+    for (size_t i = 0; dots && i < s->n; i++)
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+                plot_px(fr, s->x[i]), plot_py(fr, s->y[i]), color);
+}
+
+static int plot_write(FILE *f, const struct plot_job *jobs, int n, bool lr)
+{
+    struct plot_frame loss, rate;
+    if (!plot_range(jobs, n, 0, &loss)) {
+        fprintf(stderr, "%s: %s no loss values to plot yet\n", ctl_prog,
+                n == 1 ? "the job has" : "the jobs have");
+        return EXIT_FAIL;
+    }
+    bool has_lr = lr && plot_range(jobs, n, 1, &rate);
+    if (has_lr) { /* one step axis for both panels */
+        rate.x0 = loss.x0 = plot_min(loss.x0, rate.x0);
+        rate.x1 = loss.x1 = plot_max(loss.x1, rate.x1);
+        rate.xt = loss.xt = plot_tick(loss.x1 - loss.x0, 8);
+    }
+    double H = has_lr ? 760 : 520;
+    loss.top = 50;
+    loss.bottom = has_lr ? 470 : 460;
+    rate.top = 520;
+    rate.bottom = 700;
+    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                         "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                                         "#bcbd22", "#17becf"};
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n",
+            PW, H, PW, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    if (n == 1)
+        fprintf(f,
+                "<text x=\"%.0f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">%s: loss"
+                " against step</text>\n",
+                PW / 2, jobs[0].label);
+    else
+        fprintf(f,
+                "<text x=\"%.0f\" y=\"28\" text-anchor=\"middle\" font-size=\"16\">loss"
+                " against step (solid: train, dashed: validation)</text>\n",
+                PW / 2);
+    plot_axes(f, &loss, "loss", !has_lr);
+    if (has_lr)
+        plot_axes(f, &rate, "learning rate", true);
+    for (int j = 0; j < n; j++) {
+        const char *color = colors[j % (int)(sizeof(colors) / sizeof(colors[0]))];
+        plot_line(f, &loss, &jobs[j].tr, color, false, false);
+        plot_line(f, &loss, &jobs[j].va, color, true, true);
+        if (has_lr)
+            plot_line(f, &rate, &jobs[j].lr, color, false, false);
+        /* Legend: a single job keeps the train/val names, several are named. */
+        double ly = loss.top + 18 + 20 * j;
         fprintf(f,
                 "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
                 "stroke-width=\"2\"/>\n",
-                W - R - 130, ly - 4, W - R - 105, ly - 4, colors[k]);
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", W - R - 98, ly, names[k]);
+                PW - PR + 10, ly - 4, PW - PR + 35, ly - 4, color);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", PW - PR + 42, ly,
+                n == 1 ? "train loss" : jobs[j].label);
+        if (n == 1 && jobs[j].va.n) {
+            fprintf(f,
+                    "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
+                    "stroke-width=\"2\" stroke-dasharray=\"6 4\"/>\n",
+                    PW - PR + 10, ly + 16, PW - PR + 35, ly + 16, color);
+            fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">val loss</text>\n", PW - PR + 42, ly + 20);
+        }
     }
     fprintf(f, "</svg>\n");
-#undef PX
-#undef PY
     return 0;
 }
 
-int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
+/* Reads one job's name and whole history into j. */
+static int plot_fetch(struct ctl *c, struct plot_job *j)
 {
-    (void)cmd;
-    static const struct option opts[] = {{"output", required_argument, 0, 'o'}, {0, 0, 0, 0}};
-    const char *out = NULL;
-    int64_t job;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
-        if (ch != 'o')
-            return EXIT_USAGE;
-        out = optarg;
-    }
-    if (optind + 1 != argc || !out)
-        return ctl_usage_error("usage: plot JOB -o FILE.svg");
-    if (!ctl_parse_job(argv[optind], &job))
-        return EXIT_USAGE;
-    int rc = ctl_connect(c);
+    json_t *r = ctl_request(c, GPT_CTL_OP_STATUS), *reply;
+    json_object_set_new(r, "job", json_integer(j->id));
+    int rc = ctl_call(c, r, &reply);
     if (rc)
         return rc;
-    json_t *r = ctl_request(c, GPT_CTL_OP_LOGS);
-    json_object_set_new(r, "job", json_integer(job));
+    char name[128];
+    plot_xml(name, sizeof(name),
+             json_string_value(json_object_get(json_object_get(reply, "job"), "name")));
+    snprintf(j->label, sizeof(j->label), "#%lld %s", (long long)j->id, name);
+    json_decref(reply);
+
+    r = ctl_request(c, GPT_CTL_OP_LOGS);
+    json_object_set_new(r, "job", json_integer(j->id));
     if ((rc = ctl_send(c, r)))
         return rc;
-    struct plot_series tr = {0}, va = {0};
     for (;;) {
         json_t *o;
         if ((rc = ctl_recv(c, &o, false)))
@@ -194,32 +301,95 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         bool end = type && strcmp(type, "end") == 0;
         if (type && strcmp(type, "metric") == 0) {
             double step = (double)json_integer_value(json_object_get(o, "step"));
-            const json_t *loss = json_object_get(o, "loss"), *val = json_object_get(o, "val_loss");
+            const json_t *loss = json_object_get(o, "loss"), *val = json_object_get(o, "val_loss"),
+                         *lr = json_object_get(o, "lr");
             if (json_is_number(loss))
-                plot_add(&tr, step, json_number_value(loss));
+                plot_add(&j->tr, step, json_number_value(loss));
             if (json_is_number(val))
-                plot_add(&va, step, json_number_value(val));
+                plot_add(&j->va, step, json_number_value(val));
+            if (json_is_number(lr))
+                plot_add(&j->lr, step, json_number_value(lr));
         }
         json_decref(o);
         if (end)
-            break;
+            return 0;
     }
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
-        rc = EXIT_FAIL;
-    } else {
-        rc = plot_write(f, job, &tr, &va);
-        if (fclose(f) != 0 && rc == 0) {
+}
+
+static bool plot_svg_name(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 4 && strcmp(path + n - 4, ".svg") == 0;
+}
+
+int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    static const struct option opts[] = {
+        {"output", required_argument, 0, 'o'}, {"lr", no_argument, 0, 'l'}, {0, 0, 0, 0}};
+    const char *out = NULL;
+    bool lr = false;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+        if (ch == 'o')
+            out = optarg;
+        else if (ch == 'l')
+            lr = true;
+        else
+            return EXIT_USAGE;
+    }
+    int n = argc - optind;
+    if (n < 1 || !out)
+        return ctl_usage_error("usage: plot JOB... -o FILE.svg [--lr]");
+    if (n > PLOT_JOBS_MAX)
+        return ctl_usage_error("plot takes at most %d jobs", PLOT_JOBS_MAX);
+    if (!plot_svg_name(out))
+        return ctl_usage_error("-o %s: only SVG is written; name the file .svg (convert it with"
+                               " rsvg-convert or a browser for PNG)",
+                               out);
+    struct plot_job *jobs = calloc((size_t)n, sizeof(*jobs));
+    if (!jobs)
+        return EXIT_FAIL;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (!ctl_parse_job(argv[optind + i], &jobs[i].id))
+            rc = EXIT_USAGE;
+    if (rc == 0)
+        rc = ctl_connect(c);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = plot_fetch(c, &jobs[i]);
+    if (rc == 0) {
+        /* Written beside the target and renamed: a failed plot leaves no
+         * half file, and a symlink at the name is replaced, not followed. */
+        char tmp[4096];
+        int k = snprintf(tmp, sizeof(tmp), "%s.tmp.%d", out, (int)getpid());
+        FILE *f = k > 0 && (size_t)k < sizeof(tmp) ? fopen(tmp, "wx") : NULL;
+        if (!f) {
             fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
             rc = EXIT_FAIL;
+        } else {
+            rc = plot_write(f, jobs, n, lr);
+            if (fclose(f) != 0 && rc == 0) {
+                fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
+                rc = EXIT_FAIL;
+            }
+            if (rc == 0 && rename(tmp, out) != 0) {
+                fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
+                rc = EXIT_FAIL;
+            }
+            if (rc != 0)
+                unlink(tmp);
         }
         if (rc == 0 && !c->json)
-            printf("%s: %zu train and %zu validation points\n", out, tr.n, va.n);
+            for (int i = 0; i < n; i++)
+                printf("%s: job %lld: %zu train, %zu validation, %zu learning-rate points\n", out,
+                       (long long)jobs[i].id, jobs[i].tr.n, jobs[i].va.n, jobs[i].lr.n);
     }
-    free(tr.x);
-    free(tr.y);
-    free(va.x);
-    free(va.y);
+    for (int i = 0; i < n; i++) {
+        free(jobs[i].tr.x), free(jobs[i].tr.y);
+        free(jobs[i].va.x), free(jobs[i].va.y);
+        free(jobs[i].lr.x), free(jobs[i].lr.y);
+    }
+    free(jobs);
     return rc;
 }

@@ -69,6 +69,20 @@ out=$("$GPTCTL" list --sweep 'bad id' 2>&1); rc=$?
 set -e
 ((rc == 2)) || fail "a bad sweep id: rc $rc: $out"
 
+# --- plot overlays the sweep's jobs, labelled by name, with an lr panel;
+# a .png name is refused and nothing is written.
+ids=$(db "SELECT id FROM jobs WHERE sweep = '$sweep' ORDER BY id" | tr '\n' ' ')
+"$GPTCTL" plot $ids -o "$T/sweep.svg" --lr >/dev/null
+(($(grep -c '<polyline' "$T/sweep.svg") >= 8)) || fail "plot: want train and lr curves of 4 jobs"
+for j in $ids; do
+    grep -q ">#$j composed<" "$T/sweep.svg" || fail "plot: no legend for job $j"
+done
+grep -q ">learning rate<" "$T/sweep.svg" || fail "plot: no lr panel"
+set +e
+out=$("$GPTCTL" plot $ids -o "$T/sweep.png" 2>&1); rc=$?
+set -e
+((rc == 2)) && [[ $out == *"only SVG"* && ! -e $T/sweep.png ]] || fail "plot .png: rc $rc: $out"
+
 # --- gptd run -m: one after another, each in its own folder.
 (cd "$T" && "$GPTD" run "$T/conf/job.yaml" -m trainer.max_steps=4,6 --snapshot-dir "$T/runs" \
     >"$T/run.out" 2>&1) || fail "gptd run -m: $(cat "$T/run.out")"
