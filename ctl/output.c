@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "gptctl.h"
+#include "metric_text.h"
 #include "str_escape.h"
 
 const char *out_esc(const char *s, unsigned flags)
@@ -148,7 +149,7 @@ void logs_clear_bar(struct logs_view *v)
 
 void logs_print_metric(struct logs_view *v, const json_t *o)
 {
-    char a[32], b[32], c[32], d[32], e[32];
+    char a[32], b[32], e[32];
     int64_t step = json_integer_value(json_object_get(o, "step"));
     int64_t max = json_integer_value(json_object_get(o, "max_steps"));
     double loss = json_number_value(json_object_get(o, "loss"));
@@ -175,15 +176,14 @@ void logs_print_metric(struct logs_view *v, const json_t *o)
         fflush(stdout);
         return;
     }
-    printf("step %lld/%lld  loss %.4f", (long long)step, (long long)max, loss);
-    if (val)
-        printf("  val_loss %.4f", json_number_value(val));
-    if (acc)
-        printf("  accuracy %s", fmt_real(e, sizeof(e), acc, 3));
-    printf("  lr %s  %s tok/s  %s ms/step  eta %s\n",
-           fmt_real(c, sizeof(c), json_object_get(o, "lr"), -1), rate,
-           fmt_real(d, sizeof(d), json_object_get(o, "ms_per_step"), 1),
-           fmt_duration(b, sizeof(b), json_number_value(json_object_get(o, "eta_s"))));
+    /* One line, the same as `gptd run` prints (proto/metric_text.c). */
+    struct gpt_metric m;
+    struct gpt_err err;
+    char line[GPT_METRIC_LINE_MAX];
+    if (gpt_metric_from_json(o, &m, &err) == 0)
+        printf("%s\n", gpt_metric_line(&m, line, sizeof(line)));
+    else
+        printf("step %lld/%lld  loss %.4f\n", (long long)step, (long long)max, loss);
 }
 
 void logs_print_event(struct logs_view *v, const json_t *o)

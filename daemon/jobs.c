@@ -127,8 +127,8 @@ static void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t ste
 
 /* --- snapshots seen in events ------------------------------------------ */
 
-/* The trainer reports "step N written to PATH in T ms"; the path goes into
- * the snapshots table (size from stat: one metadata call, no data I/O). */
+/* The trainer reports "step N written to PATH in T ms (B bytes)"; the path
+ * and size go into the snapshots table. */
 static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_event *e,
                                  const char *node)
 {
@@ -147,8 +147,15 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
     memcpy(s.path, p, n);
     s.path[n] = '\0';
     snprintf(s.node, sizeof(s.node), "%s", node && node[0] ? node : js->cfg->node_name);
+    /* The size as the writer reported it ("... in T ms (N bytes)"); else,
+     * for a file on this node, from stat. */
+    long long bytes = -1;
+    const char *paren = end ? strstr(end, " (") : NULL;
     struct stat st;
-    if ((!node || !node[0] || strcmp(node, js->cfg->node_name) == 0) && stat(s.path, &st) == 0)
+    if (paren && sscanf(paren, " (%lld bytes)", &bytes) == 1 && bytes >= 0)
+        s.size = (int64_t)bytes;
+    else if ((!node || !node[0] || strcmp(node, js->cfg->node_name) == 0) &&
+             stat(s.path, &st) == 0)
         s.size = (int64_t)st.st_size;
     struct gpt_err err;
     if (db_snapshot_insert(js->db, &s, NULL, &err) < 0)

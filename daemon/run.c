@@ -24,6 +24,7 @@
 #include "cli.h"
 #include "jobspec.h"
 #include "jobspec_sweep.h"
+#include "metric_text.h"
 #include "snapshot.h"
 #include "secret.h"
 #include "static_rdzv.h"
@@ -95,18 +96,6 @@ static void usage(FILE *f)
                "  --help-spec            print every job key with its type, range and default\n");
 }
 
-static void format_eta(double s, char *buf, size_t cap)
-{
-    if (!(s >= 0) || !isfinite(s))
-        snprintf(buf, cap, "--");
-    else if (s < 60)
-        snprintf(buf, cap, "%.0fs", s);
-    else if (s < 3600)
-        snprintf(buf, cap, "%dm%02ds", (int)s / 60, (int)s % 60);
-    else
-        snprintf(buf, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
-}
-
 static void print_json(json_t *o)
 {
     if (!o)
@@ -128,19 +117,8 @@ static void run_metric(void *ctx, const struct gpt_metric *m)
     if (rc->json) {
         print_json(gpt_metric_to_json(m));
     } else {
-        char eta[32], extra[96] = "";
-        format_eta(m->eta_s, eta, sizeof(eta));
-        size_t n = 0;
-        if (isfinite(m->val_loss))
-            n += (size_t)snprintf(extra + n, sizeof(extra) - n, " | val %.4f", m->val_loss);
-        if (isfinite(m->accuracy))
-            snprintf(extra + n, sizeof(extra) - n, " | acc %.1f%%", 100 * m->accuracy);
-        char line[256];
-        snprintf(line, sizeof(line),
-                 "step %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s | %.0f ms/step | mfu %.1f%% "
-                 "| eta %s",
-                 (long long)m->step, (long long)m->max_steps, m->loss, extra, m->lr,
-                 m->tokens_per_s, m->ms_per_step, 100 * m->mfu, eta);
+        char line[GPT_METRIC_LINE_MAX];
+        gpt_metric_line(m, line, sizeof(line));
         if (rc->tty && !isfinite(m->val_loss))
             fprintf(stdout, "\r\033[K%s", line);
         else

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "backend.h"
@@ -362,8 +363,16 @@ static int write_snapshot(struct trainer *t, struct gpt_err *err)
     if (rc < 0)
         goto out;
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
-    emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step, path,
-               (now_s() - t0) * 1e3);
+    /* The size travels in the event: a coordinator cannot stat a file
+     * written on another node (daemon/jobs.c reads it back). */
+    double ms = (now_s() - t0) * 1e3;
+    struct stat st;
+    if (stat(path, &st) == 0)
+        emit_event(t, "snapshot", "step %lld written to %s in %.0f ms (%lld bytes)",
+                   (long long)t->st.step, path, ms, (long long)st.st_size);
+    else
+        emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step,
+                   path, ms);
     if (t->job->snapshot.keep > 0) {
         struct gpt_err perr;
         (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);

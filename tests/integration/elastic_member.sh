@@ -80,6 +80,11 @@ snap_of() { db "SELECT id FROM snapshots WHERE job_id = $id AND step = $1 LIMIT 
 s200=$(snap_of 200)
 s250=$(snap_of 250)
 [[ -n $s200 && -n $s250 ]] || fail "no step 200/250 snapshots: $(db "SELECT step FROM snapshots")"
+# Every snapshot row has its size, in the members' databases too.
+for n in n1 n2 n3; do
+    [[ $("$ITEST" sql "$T/$n/gptd.db" "SELECT count(*) FROM snapshots WHERE size <= 0") == 0 ]] ||
+        fail "$n: snapshots without a size: $("$ITEST" sql "$T/$n/gptd.db" "SELECT node, step, size FROM snapshots")"
+done
 ctl n3 --json sample "$id" --prompt 12 --tokens 4 | grep -q '"snapshot":"'"$T"'/n3/' ||
     fail "sample on n3 did not use n3's copy: $(ctl n3 --json sample "$id" --prompt 12 --tokens 4)"
 ctl n3 --json sample "$id" --snapshot "$s250" --prompt 12 --tokens 4 |
