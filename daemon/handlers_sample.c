@@ -274,7 +274,8 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
         snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
     s->o.prompt = s->prompt;
     s->o.tokens = (int)tokens;
-    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature : 1.0;
+    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature
+                                                                 : GPT_SAMPLE_TEMPERATURE_DEFAULT;
     s->o.top_k = (int)req->top_k;
     s->o.seed = (uint64_t)time(NULL);
     s->o.threads = 1;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ctl.h"
 #include "jobspec.h"
 #include "jobspec_sweep.h"
 #include "metric_text.h"
@@ -284,7 +285,7 @@ int gptd_run_main(int argc, char **argv)
     const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
     const char *rdzv = NULL, *secret_file = NULL;
     int64_t world = 0, rank = 0, top_k = 0, sample_seed = -1;
-    double temperature = 0.8;
+    double temperature = GPT_SAMPLE_TEMPERATURE_DEFAULT;
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over = 0;
     int resume = 0, json = 0, multirun = 0, print_spec = 0;

@@ -33,6 +33,9 @@
 #define GPT_CTL_LINE_MAX       (1u << 20) /* longest request line, '\n' excluded */
 #define GPT_CTL_ID_MAX         64         /* longest string id */
 #define GPT_CTL_PROMPT_MAX     4096       /* sample: prompt bytes */
+/* The sampling temperature when none is given: gptctl sample (the daemon)
+ * and gptd run --sample alike. */
+#define GPT_SAMPLE_TEMPERATURE_DEFAULT 0.8
 #define GPT_CTL_SOCKET_DEFAULT "/run/gptd/gptd.sock"
 #define GPT_CTL_SOCKET_NAME    "gptd.sock" /* inside $RUNTIME_DIRECTORY */
 
