@@ -23,7 +23,8 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
 
 /* The commands, in the order of the usage text. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"submit", "FILE [a.b=v ...] [--follow] [--priority N]", "queue a job, print its id",
+    {"submit", "FILE [a.b=v ...] [--follow] [--priority N] [--init-from JOB[:SNAPSHOT]]",
+     "queue a job, print its id",
      cmd_submit, GPT_CTL_OP_SUBMIT},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
      GPT_CTL_OP_VALIDATE},
@@ -39,6 +40,9 @@ static const struct ctl_cmd ctl_cmds[] = {
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE},
     {"plot", "JOB -o FILE.svg", "train and validation loss against step", cmd_plot,
      GPT_CTL_OP_LOGS},
+    {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH",
+     "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
+     GPT_CTL_OP_EXPORT},
     {"nodes", "", "the nodes of the cluster", cmd_nodes, GPT_CTL_OP_NODES},
     {"help", "", "this text", cmd_help, -1},
 };

@@ -478,6 +478,7 @@ static const struct handler_entry {
                            .limit_default = HANDLER_SAMPLE_TOKENS_DEFAULT},
     [GPT_CTL_OP_NODES] = {.result = op_nodes},
     [GPT_CTL_OP_PING] = {.result = op_ping},
+    [GPT_CTL_OP_EXPORT] = {.run = handler_export_run, .member = handler_export_member},
 };
 
 /* A member (not the coordinator): the queue of record is elsewhere. */

@@ -12,6 +12,7 @@
 
 #include "export.h"
 #include "model.h"
+#include "paths.h"
 
 /* One model key: the job's value against the checkpoint's. */
 static int init_from_key(const char *key, int *job_v, int def_v, int ck_v, const char *path,
@@ -25,8 +26,7 @@ static int init_from_key(const char *key, int *job_v, int def_v, int ck_v, const
     return 0;
 }
 
-int init_from_resolve(struct gpt_job *job, const struct gpt_data_policy *policy,
-                      struct gpt_err *err)
+int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *err)
 {
     const char *path = job->model.init_from;
     struct gpt_model_config ck;
@@ -36,12 +36,12 @@ int init_from_resolve(struct gpt_job *job, const struct gpt_data_policy *policy,
 
     if (!path[0])
         return 0;
-    if (policy && policy->check) {
+    if (roots) {
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd < 0)
             return gpt_err_set(err, -errno, "model.init_from", "cannot open %s: %s", path,
                                strerror(errno));
-        rc = policy->check(policy->ctx, fd, path, "model.init_from", err);
+        rc = paths_check_fd(fd, path, "model.init_from", roots, err);
         close(fd);
         if (rc < 0)
             return rc;

@@ -11,19 +11,18 @@
 #ifndef GPTD_INIT_FROM_H
 #define GPTD_INIT_FROM_H
 
-#include "data.h"
 #include "gpt_err.h"
 #include "jobspec.h"
 
 struct gpt_model;
 
-/* With job->model.init_from set: checks the path against the data roots
- * (policy may be NULL), reads the checkpoint's model config and writes it
+/* With job->model.init_from set: checks the opened path against `roots`
+ * (':'-separated: the data roots, the snapshot roots and the state
+ * directory, where other jobs' snapshots lie; NULL: no check), reads the checkpoint's model config and writes it
  * into job->model. A key of the job that contradicts the checkpoint is an
  * error naming both values (a key left at its default, and vocab_size 0,
  * take the checkpoint's). Without init_from: nothing. */
-int init_from_resolve(struct gpt_job *job, const struct gpt_data_policy *policy,
-                      struct gpt_err *err);
+int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *err);
 
 /* gpt_trainer_opts.init_weights: ctx is the resolved job (borrowed). */
 int init_from_weights(void *ctx, const struct gpt_model *m, float *host, struct gpt_err *err);

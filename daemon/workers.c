@@ -180,7 +180,9 @@ static void *worker_main(void *arg)
         goto out;
     /* model.init_from shapes this worker's copy of the job (as the owner). */
     struct gpt_job job = ws->job;
-    if ((rc = init_from_resolve(&job, ws->has_access ? &policy : NULL, &wk->err)) < 0)
+    char roots[3 * PATH_MAX + 2];
+    snprintf(roots, sizeof(roots), "%s:%s:%s", ws->data_roots, ws->snapshot_roots, ws->state_dir);
+    if ((rc = init_from_resolve(&job, ws->has_access ? roots : NULL, &wk->err)) < 0)
         goto out;
 
     struct gpt_trainer_opts to = {

@@ -25,6 +25,8 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_TOKENS] = {"tokens", GPT_CTL_T_INT, 1, 1000000, SLOT(tokens)},
     [GPT_CTL_F_TEMPERATURE] = {"temperature", GPT_CTL_T_NUMBER, 0, 100, SLOT(temperature)},
     [GPT_CTL_F_TOP_K] = {"top_k", GPT_CTL_T_INT, 0, 1000000, SLOT(top_k)},
+    [GPT_CTL_F_FORMAT] = {"format", GPT_CTL_T_STRING, 0, 16, SLOT(format)},
+    [GPT_CTL_F_OUTPUT] = {"output", GPT_CTL_T_STRING, 0, GPT_CTL_OUTPUT_MAX, SLOT(output)},
 };
 
 #undef SLOT
@@ -52,6 +54,8 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                            F(JOB) | F(PROMPT), 0},
     [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
+    [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT),
+                           F(JOB) | F(FORMAT) | F(OUTPUT), OWNER},
 };
 
 #undef F

@@ -33,6 +33,7 @@
 #define GPT_CTL_LINE_MAX       (1u << 20) /* longest request line, '\n' excluded */
 #define GPT_CTL_ID_MAX         64         /* longest string id */
 #define GPT_CTL_PROMPT_MAX     4096       /* sample: prompt bytes */
+#define GPT_CTL_OUTPUT_MAX     4000       /* export: output path bytes */
 #define GPT_CTL_SOCKET_DEFAULT "/run/gptd/gptd.sock"
 #define GPT_CTL_SOCKET_NAME    "gptd.sock" /* inside $RUNTIME_DIRECTORY */
 
@@ -55,6 +56,7 @@ enum gpt_ctl_op {
     GPT_CTL_OP_SAMPLE,
     GPT_CTL_OP_NODES,
     GPT_CTL_OP_PING,
+    GPT_CTL_OP_EXPORT,
     GPT_CTL_OP_COUNT
 };
 
@@ -70,6 +72,8 @@ enum gpt_ctl_field {
     GPT_CTL_F_TOKENS,      /* integer >= 1 */
     GPT_CTL_F_TEMPERATURE, /* number > 0 */
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
+    GPT_CTL_F_FORMAT,      /* string: export: hf, llmc or gguf */
+    GPT_CTL_F_OUTPUT,      /* string: export: the absolute path to write */
     GPT_CTL_F_COUNT
 };
 
@@ -86,6 +90,7 @@ struct gpt_ctl_request {
     bool follow;
     double temperature;
     const char *prompt;
+    const char *format, *output;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */
