@@ -137,5 +137,7 @@ id2=$(as_user submit "$T/job.json" --init-from "$id" trainer.max_steps=1)
     == "$newest" ]] || fail "init_from of job $id2: $("$GPTCTL" --json status "$id2")"
 wait_for 60 job_is "$id2" completed
 "$GPTCTL" --json logs "$id2" | grep -q '"kind":"init_from"' || fail "job $id2 did not init_from"
+# weights only: the fine-tune counts its own steps from 0 (the source had 6)
+[[ $(job_field "$id2" step) == 1 ]] || fail "job $id2 did not start at step 0: $(job_field "$id2" step)"
 "$GPTCTL" cancel "$rootjob" >/dev/null 2>&1 || true
 echo "export_hf: ok"

@@ -396,6 +396,49 @@ static void test_hf_unprefixed(void **state)
     free(p);
 }
 
+/* A GPT-2-tokenized model ships its tokenizer files (encoder.json +
+ * vocab.bpe copied as vocab.json + merges.txt); a truncated weights file
+ * is refused naming the file. */
+static void test_hf_vocab_and_truncated(void **state)
+{
+    (void)state;
+    struct gpt_model_config c = tiny_cfg();
+    struct gpt_model m;
+    struct gpt_err err;
+    assert_int_equal(gpt_model_layout(&m, &c, &err), 0);
+    float *p = random_params(&m);
+    char voc[512], out[512], cmd[4000];
+    snprintf(voc, sizeof(voc), "%s/vocab", tmpdir);
+    assert_int_equal(mkdir(voc, 0755), 0);
+    write_text(voc, "encoder.json", "{\"!\": 0, \"<|endoftext|>\": 50256}");
+    write_text(voc, "vocab.bpe", "#version: 0.2\n\u0120 t\n");
+    snprintf(out, sizeof(out), "%s/withvocab", tmpdir);
+    struct gpt_fmt_src src = {.cfg = c, .params = p, .n_params = m.n_params, .vocab_dir = voc};
+    assert_int_equal(gpt_fmt_export(GPT_FMT_HF, out, &src, &err), 0);
+    snprintf(cmd, sizeof(cmd),
+             "cmp -s %s/encoder.json %s/vocab.json && cmp -s %s/vocab.bpe %s/merges.txt && "
+             "grep -q GPT2Tokenizer %s/tokenizer_config.json && "
+             "grep -q '\"eos_token_id\": 50256' %s/config.json",
+             voc, out, voc, out, out, out);
+    assert_int_equal(system(cmd), 0);
+    /* a vocabulary folder without the files fails the export, leaving nothing */
+    snprintf(out, sizeof(out), "%s/novocab", tmpdir);
+    src.vocab_dir = tmpdir;
+    assert_true(gpt_fmt_export(GPT_FMT_HF, out, &src, &err) < 0);
+    assert_non_null(strstr(err.msg, "encoder.json"));
+    assert_int_equal(access(out, F_OK), -1);
+    snprintf(cmd, sizeof(cmd), "ls %s | grep -q novocab.tmp", tmpdir);
+    assert_int_not_equal(system(cmd), 0);
+
+    snprintf(out, sizeof(out), "%s/withvocab/model.safetensors", tmpdir);
+    assert_int_equal(truncate(out, 1000), 0);
+    struct gpt_fmt_loaded l;
+    snprintf(out, sizeof(out), "%s/withvocab", tmpdir);
+    assert_int_equal(gpt_fmt_load(out, &l, &err), -GPT_E_CORRUPT);
+    assert_non_null(strstr(err.msg, "model.safetensors"));
+    free(p);
+}
+
 static void test_detect(void **state)
 {
     (void)state;
@@ -421,7 +464,7 @@ int main(void)
         cmocka_unit_test(test_st_hostile),    cmocka_unit_test(test_st_half),
         cmocka_unit_test(test_st_open_errors), cmocka_unit_test(test_hf_round_trip),
         cmocka_unit_test(test_hf_bad_config), cmocka_unit_test(test_hf_unprefixed),
-        cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_hf_vocab_and_truncated), cmocka_unit_test(test_detect),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
