@@ -21,6 +21,7 @@
 #include "job_limits.h"
 #include "log.h"
 #include "handlers.h"
+#include "init_from.h"
 #include "paths.h"
 #include "snapshot.h"
 
@@ -67,6 +68,9 @@ static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, ui
         rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
     if (rc == 0) /* as the client: gptd's own rights prove nothing (paths.h) */
         rc = paths_check_access(job, uid, err);
+    if (rc == 0) /* model.init_from gives the model's shape (read as the client) */
+        rc = init_from_submit(job, uid, d->cfg.data_roots, d->cfg.snapshot_roots,
+                              d->cfg.state_dir, err);
     if (rc == 0) /* memory and data sizes (of files the client may open), before queueing */
         rc = job_limits_check(job, &d->cfg, err);
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)

@@ -6,11 +6,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "export.h"
+#include "fsid.h"
 #include "model.h"
 #include "paths.h"
 
@@ -63,6 +65,25 @@ int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *er
         (rc = init_from_key("model.vocab_size", &m->vocab_size, 0, ck.vocab_size, path, err)) < 0)
         return rc;
     return 0;
+}
+
+int init_from_submit(struct gpt_job *job, uid_t uid, const char *data_roots,
+                     const char *snapshot_roots, const char *state_dir, struct gpt_err *err)
+{
+    char roots[3 * PATH_MAX + 2];
+    struct fsid_user u;
+    struct fsid_saved saved;
+    if (!job->model.init_from[0])
+        return 0;
+    snprintf(roots, sizeof(roots), "%s:%s:%s", data_roots, snapshot_roots, state_dir);
+    int rc = fsid_user_lookup(uid, &u, err);
+    if (rc == 0)
+        rc = fsid_enter(&u, &saved, err);
+    if (rc < 0)
+        return rc;
+    rc = init_from_resolve(job, roots, err);
+    fsid_leave(&saved);
+    return rc;
 }
 
 int init_from_weights(void *ctx, const struct gpt_model *m, float *host, struct gpt_err *err)

@@ -11,6 +11,8 @@
 #ifndef GPTD_INIT_FROM_H
 #define GPTD_INIT_FROM_H
 
+#include <sys/types.h>
+
 #include "gpt_err.h"
 #include "jobspec.h"
 
@@ -23,6 +25,14 @@ struct gpt_model;
  * error naming both values (a key left at its default, and vocab_size 0,
  * take the checkpoint's). Without init_from: nothing. */
 int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *err);
+
+/* Submit time: init_from_resolve with `uid`'s file-system identity taken
+ * for the moment (the files are the client's to read), against the data
+ * roots, the snapshot roots and the state directory. Reads a config.json
+ * or a checkpoint header; a user-database lookup. Loop thread (as
+ * paths_check_access). */
+int init_from_submit(struct gpt_job *job, uid_t uid, const char *data_roots,
+                     const char *snapshot_roots, const char *state_dir, struct gpt_err *err);
 
 /* gpt_trainer_opts.init_weights: ctx is the resolved job (borrowed). */
 int init_from_weights(void *ctx, const struct gpt_model *m, float *host, struct gpt_err *err);

@@ -15,7 +15,8 @@
 #  - model.init_from of the export starts a job from the same weights (one
 #    step at lr 1e-30 changes nothing: exported again, the bytes are
 #    equal), and a model key that contradicts the checkpoint names both
-#    values;
+#    values, at submit (a job file without model keys takes the
+#    checkpoint's shape) and in `gptd run`;
 #  - `gptctl submit --init-from JOB` sets model.init_from to that job's
 #    newest snapshot, and refuses another user's job.
 # Arguments: GPTD GPTCTL ITEST_CLIENT SOURCE_DIR LOGITS_TOOL
@@ -137,6 +138,15 @@ id2=$(as_user submit "$T/job.json" --init-from "$id" trainer.max_steps=1)
     == "$newest" ]] || fail "init_from of job $id2: $("$GPTCTL" --json status "$id2")"
 wait_for 60 job_is "$id2" completed
 "$GPTCTL" --json logs "$id2" | grep -q '"kind":"init_from"' || fail "job $id2 did not init_from"
+# submit resolves the shape from the checkpoint (as the user): a job file
+# without model keys gets the source's, a contradicting key is refused
+jq 'del(.model)' "$T/job.json" >"$T/nomodel.json"
+chmod 0644 "$T/nomodel.json"
+o=$(as_user --json validate "$T/nomodel.json" model.init_from="$T/off")
+jq -e '.spec.model | .n_layer == 2 and .n_head == 2 and .n_embd == 32 and .block_size == 16' \
+    <<<"$o" >/dev/null || fail "validate did not take the shape from the checkpoint: $o"
+refused "model.n_embd is 64 but model.init_from ($T/off) has 32" \
+    submit "$T/nomodel.json" model.init_from="$T/off" model.n_embd=64
 # weights only: the fine-tune counts its own steps from 0 (the source had 6)
 [[ $(job_field "$id2" step) == 1 ]] || fail "job $id2 did not start at step 0: $(job_field "$id2" step)"
 "$GPTCTL" cancel "$rootjob" >/dev/null 2>&1 || true
