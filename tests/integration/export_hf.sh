@@ -82,6 +82,14 @@ oldest_id=$(jq -r '.snapshots[-1].id' <<<"$snaps")
 "$GPTD" export "$newest" --format hf -o "$T/off" >/dev/null || fail "gptd export"
 cmp "$T/off/model.safetensors" "$T/out/model/model.safetensors" || fail "gptctl and gptd differ"
 cmp "$T/off/config.json" "$T/out/model/config.json" || fail "config.json differs"
+# --vocab ships GPT-2's tokenizer files (as Hugging Face names them)
+mkdir -p "$T/voc"
+echo '{"!": 0, "<|endoftext|>": 50256}' >"$T/voc/encoder.json"
+printf '#version: 0.2\n\xc4\xa0 t\n' >"$T/voc/vocab.bpe"
+"$GPTD" export "$newest" --format hf --vocab "$T/voc" -o "$T/offv" >/dev/null || fail "--vocab"
+cmp "$T/voc/encoder.json" "$T/offv/vocab.json" && cmp "$T/voc/vocab.bpe" "$T/offv/merges.txt" ||
+    fail "--vocab did not ship the tokenizer files"
+jq -e '.eos_token_id == 50256' "$T/offv/config.json" >/dev/null || fail "no eos_token_id"
 as_user export "$id" --snapshot "$oldest_id" --format hf -o "$T/out/old" >/dev/null ||
     fail "export --snapshot"
 cmp -s "$T/out/old/model.safetensors" "$T/off/model.safetensors" &&
