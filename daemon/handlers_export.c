@@ -22,11 +22,11 @@ struct handler_export {
     struct control_client *cl;
     json_t *id;
     enum gpt_fmt_kind kind;
-    char dir[DB_PATH_MAX];         /* the job's snapshot folder */
-    char path[DB_PATH_MAX];        /* the chosen snapshot; empty: the newest */
-    char newest[8][DB_PATH_MAX];   /* the newest recorded snapshots, newest first */
+    char dir[DB_PATH_MAX];       /* the job's snapshot folder */
+    char path[DB_PATH_MAX];      /* the chosen snapshot; empty: the newest */
+    char newest[8][DB_PATH_MAX]; /* the newest recorded snapshots, newest first */
     char out[GPT_CTL_OUTPUT_MAX + 1];
-    char vocab[DB_PATH_MAX];       /* data.vocab of a gpt2-tokenized job; empty: none */
+    char vocab[DB_PATH_MAX]; /* data.vocab of a gpt2-tokenized job; empty: none */
     uid_t owner;
     int rc;
     struct gpt_err err;

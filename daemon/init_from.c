@@ -22,8 +22,8 @@ static int init_from_key(const char *key, int *job_v, int def_v, int ck_v, const
 {
     if (*job_v != ck_v && *job_v != def_v)
         return gpt_err_set(err, -GPT_E_SPEC, key,
-                           "%s is %d but model.init_from (%s) has %d; leave it out or give %d",
-                           key, *job_v, path, ck_v, ck_v);
+                           "%s is %d but model.init_from (%s) has %d; leave it out or give %d", key,
+                           *job_v, path, ck_v, ck_v);
     *job_v = ck_v;
     return 0;
 }
@@ -60,8 +60,8 @@ int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *er
             0 ||
         (rc = init_from_key("model.n_embd", &m->n_embd, def.model.n_embd, ck.n_embd, path, err)) <
             0 ||
-        (rc = init_from_key("model.block_size", &m->block_size, def.model.block_size,
-                            ck.block_size, path, err)) < 0 ||
+        (rc = init_from_key("model.block_size", &m->block_size, def.model.block_size, ck.block_size,
+                            path, err)) < 0 ||
         (rc = init_from_key("model.vocab_size", &m->vocab_size, 0, ck.vocab_size, path, err)) < 0)
         return rc;
     return 0;

@@ -20,10 +20,10 @@ struct gpt_model;
 
 /* With job->model.init_from set: checks the opened path against `roots`
  * (':'-separated: the data roots, the snapshot roots and the state
- * directory, where other jobs' snapshots lie; NULL: no check), reads the checkpoint's model config and writes it
- * into job->model. A key of the job that contradicts the checkpoint is an
- * error naming both values (a key left at its default, and vocab_size 0,
- * take the checkpoint's). Without init_from: nothing. */
+ * directory, where other jobs' snapshots lie; NULL: no check), reads the checkpoint's model config
+ * and writes it into job->model. A key of the job that contradicts the checkpoint is an error
+ * naming both values (a key left at its default, and vocab_size 0, take the checkpoint's). Without
+ * init_from: nothing. */
 int init_from_resolve(struct gpt_job *job, const char *roots, struct gpt_err *err);
 
 /* Submit time: init_from_resolve with `uid`'s file-system identity taken

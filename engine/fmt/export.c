@@ -106,8 +106,8 @@ int gpt_fmt_detect(const char *path, enum gpt_fmt_kind *ret_kind, struct gpt_err
     return 0;
 }
 
-int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind,
-                  struct gpt_model_config *ret_cfg, struct gpt_err *err)
+int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind, struct gpt_model_config *ret_cfg,
+                  struct gpt_err *err)
 {
     enum gpt_fmt_kind kind;
     int rc = gpt_fmt_detect(path, &kind, err);
@@ -115,8 +115,10 @@ int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind,
         return rc;
     const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
     if (!o || !o->probe || !o->load)
-        return gpt_err_set(err, -ENOSYS, NULL, "%s is a %s file; reading it is not built into "
-                           "this gptd", path, gpt_fmt_kind_name(kind));
+        return gpt_err_set(err, -ENOSYS, NULL,
+                           "%s is a %s file; reading it is not built into "
+                           "this gptd",
+                           path, gpt_fmt_kind_name(kind));
     if ((rc = o->probe(path, ret_cfg, err)) < 0)
         return rc;
     *ret_kind = kind;

@@ -19,7 +19,7 @@
 /* A model to write: gptd's flat parameters (borrowed). */
 struct gpt_fmt_src {
     struct gpt_model_config cfg;
-    const float *params;   /* n_params floats in gpt_model_layout's order (wte padded to Vp) */
+    const float *params; /* n_params floats in gpt_model_layout's order (wte padded to Vp) */
     size_t n_params;
     const char *vocab_dir; /* GPT-2 tokenizer files to ship with it; NULL: none */
 };
@@ -62,8 +62,8 @@ int gpt_fmt_load(const char *path, struct gpt_fmt_loaded *ret, struct gpt_err *e
 void gpt_fmt_loaded_done(struct gpt_fmt_loaded *l);
 
 /* Reads only the config (and kind) of path. */
-int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind,
-                  struct gpt_model_config *ret_cfg, struct gpt_err *err);
+int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind, struct gpt_model_config *ret_cfg,
+                  struct gpt_err *err);
 
 /* Atomic file writing for the single-file formats: begin opens a new
  * temporary file beside `path` (its name into tmp); commit fsyncs, closes

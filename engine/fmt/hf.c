@@ -252,14 +252,13 @@ int gpt_hf_load(const char *dir, const struct gpt_model *m, float *params, struc
         uint64_t want0 = hm.ndim == 1 ? hm.rows : hm.transpose ? hm.cols : hm.rows;
         uint64_t want1 = hm.transpose ? hm.rows : hm.cols;
         if (t->ndim != hm.ndim || t->shape[0] != want0 || (hm.ndim == 2 && t->shape[1] != want1)) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                             "%s: tensor %s has shape [%llu%s%llu], config.json says [%llu, "
-                             "%llu]",
-                             path, t->name, (unsigned long long)t->shape[0],
-                             t->ndim > 1 ? ", " : " ndim ",
-                             (unsigned long long)(t->ndim > 1 ? t->shape[1] : (uint64_t)t->ndim),
-                             (unsigned long long)want0,
-                             (unsigned long long)(hm.ndim == 2 ? want1 : 1));
+            rc = gpt_err_set(
+                err, -GPT_E_CORRUPT, NULL,
+                "%s: tensor %s has shape [%llu%s%llu], config.json says [%llu, "
+                "%llu]",
+                path, t->name, (unsigned long long)t->shape[0], t->ndim > 1 ? ", " : " ndim ",
+                (unsigned long long)(t->ndim > 1 ? t->shape[1] : (uint64_t)t->ndim),
+                (unsigned long long)want0, (unsigned long long)(hm.ndim == 2 ? want1 : 1));
             goto out;
         }
         float *dst = params + ti->offset;
@@ -346,12 +345,12 @@ static char *hf_config_json(const struct gpt_model_config *c, int gpt2_vocab)
         "{s:s, s:[s], s:f, s:o, s:f, s:o, s:f, s:f, s:s, s:i, s:i, s:i, s:n, s:i, s:i, s:f, "
         "s:b, s:b, s:b, s:s, s:i, s:b}",
         "activation_function", "gelu_new", "architectures", "GPT2LMHeadModel", "attn_pdrop", 0.0,
-        "bos_token_id", json_copy(eos), "embd_pdrop", 0.0, "eos_token_id", eos,
-        "initializer_range", 0.02, "layer_norm_epsilon", 1e-5, "model_type", "gpt2", "n_ctx",
-        c->block_size, "n_embd", c->n_embd, "n_head", c->n_head, "n_inner", "n_layer", c->n_layer,
-        "n_positions", c->block_size, "resid_pdrop", 0.0, "scale_attn_weights", 1,
-        "tie_word_embeddings", 1, "use_cache", 1, "torch_dtype", "float32", "vocab_size",
-        c->vocab_size, "reorder_and_upcast_attn", 0);
+        "bos_token_id", json_copy(eos), "embd_pdrop", 0.0, "eos_token_id", eos, "initializer_range",
+        0.02, "layer_norm_epsilon", 1e-5, "model_type", "gpt2", "n_ctx", c->block_size, "n_embd",
+        c->n_embd, "n_head", c->n_head, "n_inner", "n_layer", c->n_layer, "n_positions",
+        c->block_size, "resid_pdrop", 0.0, "scale_attn_weights", 1, "tie_word_embeddings", 1,
+        "use_cache", 1, "torch_dtype", "float32", "vocab_size", c->vocab_size,
+        "reorder_and_upcast_attn", 0);
     if (!root)
         return NULL;
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);

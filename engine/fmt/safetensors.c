@@ -88,8 +88,7 @@ static int st_cmp_begin(const void *a, const void *b)
 /* A non-negative JSON integer no larger than max, into *ret. */
 static int st_uint(const json_t *v, uint64_t max, uint64_t *ret)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (uint64_t)json_integer_value(v) > max)
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
         return -1;
     *ret = (uint64_t)json_integer_value(v);
     return 0;
@@ -103,8 +102,9 @@ static int st_parse_tensor(const char *key, const json_t *v, uint64_t data_size,
                  *offs = json_object_get(v, "data_offsets");
     size_t klen = strlen(key);
     if (klen == 0 || klen >= sizeof(t->name))
-        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: a tensor name is empty or longer than %d bytes",
-                           name, GPT_ST_NAME_MAX - 1);
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "%s: a tensor name is empty or longer than %d bytes", name,
+                           GPT_ST_NAME_MAX - 1);
     memcpy(t->name, key, klen + 1);
     if (!json_is_object(v))
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: tensor %s is not a JSON object", name,
@@ -162,8 +162,8 @@ int gpt_st_parse_header(const void *buf, size_t len, uint64_t file_size, const c
     int rc = 0;
 
     if (len < 8 || file_size < 8)
-        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                           "%s: shorter than the 8-byte header length", name);
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: shorter than the 8-byte header length",
+                           name);
     uint64_t hlen = st_le64(p);
     if (hlen < 2 || hlen > GPT_ST_HEADER_MAX)
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
@@ -174,8 +174,7 @@ int gpt_st_parse_header(const void *buf, size_t len, uint64_t file_size, const c
                            "%s: header length %llu runs past the end of the file (%llu bytes)",
                            name, (unsigned long long)hlen, (unsigned long long)file_size);
     if (p[8] != '{')
-        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: the header is not a JSON object",
-                           name);
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: the header is not a JSON object", name);
     uint64_t data_size = file_size - 8 - hlen;
     root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
@@ -209,11 +208,13 @@ int gpt_st_parse_header(const void *buf, size_t len, uint64_t file_size, const c
                                  name);
                 goto out;
             }
-            json_object_foreach(v, mk, mv) if (!json_is_string(mv))
+            json_object_foreach(v, mk, mv)
             {
-                rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                                 "%s: __metadata__ values must be strings", name);
-                goto out;
+                if (!json_is_string(mv)) {
+                    rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                                     "%s: __metadata__ values must be strings", name);
+                    goto out;
+                }
             }
             continue;
         }
@@ -406,23 +407,21 @@ static int st_put_f32(struct st_wbuf *w, float f)
     return st_put(w, b, 4);
 }
 
-int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *const *metadata,
-                    struct gpt_err *err)
+/* The header's JSON text (new, malloc'd), or NULL when out of memory. */
+static char *st_header_text(const struct gpt_st_out *t, size_t n, const char *const *metadata)
 {
     json_t *root = json_object(), *meta = NULL;
     char *text = NULL;
-    struct st_wbuf *w = NULL;
     uint64_t at = 0;
-    int rc = 0;
 
     if (!root)
-        goto oom;
+        return NULL;
     if (metadata && metadata[0]) {
         if (!(meta = json_object()) || json_object_set_new(root, "__metadata__", meta) < 0)
-            goto oom;
+            goto out;
         for (size_t i = 0; metadata[i] && metadata[i + 1]; i += 2)
             if (json_object_set_new(meta, metadata[i], json_string(metadata[i + 1])) < 0)
-                goto oom;
+                goto out;
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t bytes = t[i].rows * t[i].cols * 4;
@@ -435,49 +434,61 @@ int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *co
                                     (json_int_t)(t[i].transpose ? t[i].rows : t[i].cols),
                                     "data_offsets", (json_int_t)at, (json_int_t)(at + bytes));
         if (!e || json_object_set_new(root, t[i].name, e) < 0)
-            goto oom;
+            goto out;
         at += bytes;
     }
     text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    w = malloc(sizeof(*w));
-    if (!text || !w)
-        goto oom;
-    w->fd = fd;
-    w->n = 0;
-    /* Hugging Face pads the header with spaces to a multiple of 8 so that
-     * the data starts aligned. */
+out:
+    json_decref(root);
+    return text;
+}
+
+/* The length prefix, the header (padded with spaces to a multiple of 8,
+ * as Hugging Face writes it, so that the data starts aligned) and every
+ * tensor's data. 0 or a negative errno. */
+static int st_write_all(struct st_wbuf *w, const char *text, const struct gpt_st_out *t, size_t n)
+{
     size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
     unsigned char lenb[8];
+    int rc;
     for (int i = 0; i < 8; i++)
         lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     if ((rc = st_put(w, lenb, 8)) < 0 || (rc = st_put(w, text, hlen)) < 0 ||
         (rc = st_put(w, "       ", padded - hlen)) < 0)
-        goto io;
+        return rc;
     for (size_t i = 0; i < n; i++) {
         const float *d = t[i].data;
         uint64_t R = t[i].rows, C = t[i].cols;
         if (!t[i].transpose) {
             for (uint64_t j = 0; j < R * C; j++)
                 if ((rc = st_put_f32(w, d[j])) < 0)
-                    goto io;
-        } else {
+                    return rc;
+        } else { /* the file holds (C, R) */
             for (uint64_t c = 0; c < C; c++)
                 for (uint64_t r = 0; r < R; r++)
                     if ((rc = st_put_f32(w, d[r * C + c])) < 0)
-                        goto io;
+                        return rc;
         }
     }
-    if ((rc = st_flush(w)) < 0)
-        goto io;
-    goto out;
-oom:
-    rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    goto out;
-io:
-    rc = gpt_err_set(err, rc, NULL, "cannot write the safetensors file: %s", strerror(-rc));
-out:
+    return st_flush(w);
+}
+
+int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *const *metadata,
+                    struct gpt_err *err)
+{
+    char *text = st_header_text(t, n, metadata);
+    struct st_wbuf *w = malloc(sizeof(*w));
+    int rc;
+    if (!text || !w) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    } else {
+        w->fd = fd;
+        w->n = 0;
+        rc = st_write_all(w, text, t, n);
+        if (rc < 0)
+            rc = gpt_err_set(err, rc, NULL, "cannot write the safetensors file: %s", strerror(-rc));
+    }
     free(w);
     free(text);
-    json_decref(root);
     return rc;
 }

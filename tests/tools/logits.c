@@ -42,8 +42,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "logits: %s\n", host ? err.msg : "out of memory");
         return 1;
     }
-    if (T > (size_t)meta.cfg.block_size || gpt_backend_upload(be, m.params, host,
-                                                              m.n_params * sizeof(float)) < 0 ||
+    if (T > (size_t)meta.cfg.block_size ||
+        gpt_backend_upload(be, m.params, host, m.n_params * sizeof(float)) < 0 ||
         gpt_model_forward(&m, toks, NULL, 1, T, NULL) < 0) {
         fprintf(stderr, "logits: forward failed\n");
         return 1;

@@ -282,8 +282,9 @@ static void test_hf_round_trip(void **state)
     snprintf(out2, sizeof(out2), "%s/hf2", tmpdir);
     assert_int_equal(gpt_fmt_export(GPT_FMT_HF, out2, &src, &err), 0);
     char cmd[2600];
-    snprintf(cmd, sizeof(cmd), "cmp -s %s/model.safetensors %s/model.safetensors && cmp -s "
-                               "%s/config.json %s/config.json",
+    snprintf(cmd, sizeof(cmd),
+             "cmp -s %s/model.safetensors %s/model.safetensors && cmp -s "
+             "%s/config.json %s/config.json",
              out, out2, out, out2);
     assert_int_equal(system(cmd), 0);
     free(p);
@@ -366,11 +367,22 @@ static void test_hf_unprefixed(void **state)
     write_text(dir, "config.json",
                "{\"n_layer\":1,\"n_head\":2,\"n_embd\":16,\"n_positions\":8,\"vocab_size\":37,"
                "\"activation_function\":\"gelu_new\",\"model_type\":\"gpt2\"}");
-    static const char *const names[] = {
-        "wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.c_attn.weight",
-        "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.0.attn.c_proj.bias",
-        "h.0.ln_2.weight", "h.0.ln_2.bias", "h.0.mlp.c_fc.weight", "h.0.mlp.c_fc.bias",
-        "h.0.mlp.c_proj.weight", "h.0.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
+    static const char *const names[] = {"wte.weight",
+                                        "wpe.weight",
+                                        "h.0.ln_1.weight",
+                                        "h.0.ln_1.bias",
+                                        "h.0.attn.c_attn.weight",
+                                        "h.0.attn.c_attn.bias",
+                                        "h.0.attn.c_proj.weight",
+                                        "h.0.attn.c_proj.bias",
+                                        "h.0.ln_2.weight",
+                                        "h.0.ln_2.bias",
+                                        "h.0.mlp.c_fc.weight",
+                                        "h.0.mlp.c_fc.bias",
+                                        "h.0.mlp.c_proj.weight",
+                                        "h.0.mlp.c_proj.bias",
+                                        "ln_f.weight",
+                                        "ln_f.bias"};
     static const int transpose[] = {0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
     struct gpt_st_out outs[17];
     for (size_t i = 0; i < m.n_tensors; i++) {
@@ -378,13 +390,16 @@ static void test_hf_unprefixed(void **state)
         uint64_t cols = t->ndim == 2 ? 16 : 1;
         if (i == 12)
             cols = 64;
-        outs[i] = (struct gpt_st_out){.name = names[i], .data = p + t->offset,
-                                      .rows = i == 0 ? 37 : t->count / cols, .cols = cols,
-                                      .ndim = t->ndim, .transpose = transpose[i]};
+        outs[i] = (struct gpt_st_out){.name = names[i],
+                                      .data = p + t->offset,
+                                      .rows = i == 0 ? 37 : t->count / cols,
+                                      .cols = cols,
+                                      .ndim = t->ndim,
+                                      .transpose = transpose[i]};
     }
     float mask[64] = {0}; /* the causal-mask buffer old files carry */
-    outs[16] = (struct gpt_st_out){.name = "h.0.attn.bias", .data = mask, .rows = 8, .cols = 8,
-                                   .ndim = 2};
+    outs[16] =
+        (struct gpt_st_out){.name = "h.0.attn.bias", .data = mask, .rows = 8, .cols = 8, .ndim = 2};
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     assert_int_equal(gpt_st_write_fd(fd, outs, 17, NULL, &err), 0);
@@ -461,10 +476,14 @@ static void test_detect(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_st_hostile),    cmocka_unit_test(test_st_half),
-        cmocka_unit_test(test_st_open_errors), cmocka_unit_test(test_hf_round_trip),
-        cmocka_unit_test(test_hf_bad_config), cmocka_unit_test(test_hf_unprefixed),
-        cmocka_unit_test(test_hf_vocab_and_truncated), cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_st_hostile),
+        cmocka_unit_test(test_st_half),
+        cmocka_unit_test(test_st_open_errors),
+        cmocka_unit_test(test_hf_round_trip),
+        cmocka_unit_test(test_hf_bad_config),
+        cmocka_unit_test(test_hf_unprefixed),
+        cmocka_unit_test(test_hf_vocab_and_truncated),
+        cmocka_unit_test(test_detect),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
