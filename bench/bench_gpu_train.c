@@ -578,7 +578,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
     struct gpt_model m;
     memset(&m, 0, sizeof(m));
     struct gpt_err err;
-    struct gpt_model_config cfg = {12, 12, 768, (int)T, 50257};
+    struct gpt_model_config cfg = {
+        .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = (int)T, .vocab_size = 50257};
     int rc = gpt_model_init(&m, &cfg, be, B, &err);
     if (rc == 0)
         rc = gpt_model_alloc_optim(&m, &err);
@@ -769,7 +770,8 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     }
     struct gpt_cuda_attn_plan plan;
     gpt_cuda_backend_attention_plan(be, B, T, 768, 12, &plan);
-    struct gpt_model_config cfg = {12, 12, 768, (int)T, 50257};
+    struct gpt_model_config cfg = {
+        .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = (int)T, .vocab_size = 50257};
     if ((rc = gpt_model_init(&m, &cfg, be, B, &err)) < 0 ||
         (rc = gpt_model_alloc_optim(&m, &err)) < 0) {
         fprintf(stderr, "bench_gpu_train: %s\n", err.msg);

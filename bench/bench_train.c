@@ -205,7 +205,8 @@ int main(int argc, char **argv)
     int prof = prof_env && *prof_env && strcmp(prof_env, "0") != 0;
     if (prof)
         prof_install(be);
-    struct gpt_model_config cfg = {c->L, c->NH, c->C, c->T, c->V};
+    struct gpt_model_config cfg = {
+        .n_layer = c->L, .n_head = c->NH, .n_embd = c->C, .block_size = c->T, .vocab_size = c->V};
     struct gpt_model m;
     memset(&m, 0, sizeof(m));
     if (gpt_model_init(&m, &cfg, be, (size_t)c->B, &err) < 0 ||

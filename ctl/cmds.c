@@ -133,6 +133,7 @@ static int ctl_load_spec(const char *file, char **over, int n_over, json_t **ret
     ctl_absolute(job->data.path, sizeof(job->data.path));
     ctl_absolute(job->data.val_path, sizeof(job->data.val_path));
     ctl_absolute(job->snapshot.dir, sizeof(job->snapshot.dir));
+    ctl_absolute(job->model.init_from, sizeof(job->model.init_from));
     char *text = gpt_jobspec_to_json(job);
     free(job);
     *ret = text ? json_loads(text, 0, NULL) : NULL;
@@ -206,13 +207,17 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     static const struct option opts[] = {{"follow", no_argument, 0, 'f'},
                                          {"priority", required_argument, 0, 'p'},
                                          {"multirun", no_argument, 0, 'm'},
+                                         {"init-from", required_argument, 0, 'i'},
                                          {0, 0, 0, 0}};
     bool follow = false, ok = true, multirun = false;
+    const char *init_from = NULL;
     int64_t priority = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, validate_only ? "+" : "+fmp:",
-                             validate_only ? opts + 3 : opts, NULL)) != -1) {
-        if (ch == 'f')
+    while ((ch = getopt_long(argc, argv, validate_only ? "+" : "+fmp:i:",
+                             validate_only ? opts + 4 : opts, NULL)) != -1) {
+        if (ch == 'i')
+            init_from = optarg;
+        else if (ch == 'f')
             follow = true;
         else if (ch == 'm')
             multirun = true;
@@ -238,6 +243,8 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             priority = ctl_parse_int(argv[++optind], "--priority", &ok);
             if (!ok)
                 return EXIT_USAGE;
+        } else if (strcmp(a, "--init-from") == 0 && !validate_only && optind + 1 < argc) {
+            init_from = argv[++optind];
         } else if (strchr(a, '=') && a[0] != '-') {
             if (n_over == CTL_OVERRIDE_MAX)
                 return ctl_usage_error("more than %d overrides", CTL_OVERRIDE_MAX);
@@ -246,13 +253,22 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             return ctl_usage_error("unexpected argument \"%s\" (overrides look like a.b=value)", a);
         }
     }
+    json_t *spec;
+    char init_over[GPT_JOB_PATH_MAX + 32];
+    int rc;
+    if (init_from) { /* JOB[:SNAPSHOT] -> model.init_from=PATH, after the file's own overrides */
+        if (n_over == CTL_OVERRIDE_MAX)
+            return ctl_usage_error("more than %d overrides", CTL_OVERRIDE_MAX);
+        if ((rc = ctl_init_from_path(c, init_from, init_over, sizeof(init_over))))
+            return rc;
+        over[n_over++] = init_over;
+    }
     if (multirun) {
         if (follow)
             return ctl_usage_error("-m makes several jobs: follow them with gptctl logs -f");
         return ctl_submit_sweep(c, file, over, n_over, priority);
     }
-    json_t *spec;
-    int rc = ctl_load_spec(file, over, n_over, &spec);
+    rc = ctl_load_spec(file, over, n_over, &spec);
     if (rc)
         return rc;
     if (validate_only) {
@@ -260,7 +276,7 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
          * data paths as the calling user. Without one, the spec check is
          * the answer. */
         c->offline_ok = true;
-        rc = ctl_connect(c);
+        rc = c->fd >= 0 ? 0 : ctl_connect(c);
         c->offline_ok = false;
         if (rc == 0) {
             json_t *r = ctl_request(c, GPT_CTL_OP_VALIDATE), *reply;
@@ -290,7 +306,7 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         }
         return 0;
     }
-    rc = ctl_connect(c);
+    rc = c->fd >= 0 ? 0 : ctl_connect(c);
     if (rc) {
         json_decref(spec);
         return rc;

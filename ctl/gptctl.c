@@ -23,7 +23,8 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
 
 /* The commands, in the order of the usage text. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"submit", "FILE [a.b=v ...] [--follow] [--priority N] [-m]",
+    {"submit",
+     "FILE [a.b=v ...] [--follow] [--priority N] [-m] [--init-from JOB[:SNAPSHOT]]",
      "queue a job, print its id (-m: one job per combination of a.b=v1,v2 choices)", cmd_submit,
      GPT_CTL_OP_SUBMIT},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
@@ -42,6 +43,9 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"plot", "JOB... -o FILE.svg [--lr]",
      "train and validation loss against step, one curve per job (--lr: a learning-rate panel)", cmd_plot,
      GPT_CTL_OP_LOGS},
+    {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH",
+     "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
+     GPT_CTL_OP_EXPORT},
     {"nodes", "", "the nodes of the cluster", cmd_nodes, GPT_CTL_OP_NODES},
     {"help", "", "this text", cmd_help, -1},
 };

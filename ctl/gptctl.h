@@ -114,6 +114,14 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 /* Parses a JOB argument (>= 1); false after printing a usage error. */
 bool ctl_parse_job(const char *s, int64_t *ret);
 
+/* cmd_export.c */
+int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* submit --init-from JOB[:SNAPSHOT]: writes "model.init_from=PATH" (the
+ * snapshot's path; the newest when none is named) into ret after checking
+ * that the job is the caller's. Connects c when it is not. 0 or an exit
+ * status (the error printed). */
+int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap);
+
 /* plot.c */
 int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 

@@ -22,6 +22,7 @@
 #include "log.h"
 #include "handlers.h"
 #include "jobspec_sweep.h"
+#include "init_from.h"
 #include "paths.h"
 #include "snapshot.h"
 
@@ -68,6 +69,9 @@ static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, ui
         rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
     if (rc == 0) /* as the client: gptd's own rights prove nothing (paths.h) */
         rc = paths_check_access(job, uid, err);
+    if (rc == 0) /* model.init_from gives the model's shape (read as the client) */
+        rc = init_from_submit(job, uid, d->cfg.data_roots, d->cfg.snapshot_roots,
+                              d->cfg.state_dir, err);
     if (rc == 0) /* memory and data sizes (of files the client may open), before queueing */
         rc = job_limits_check(job, &d->cfg, err);
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
@@ -522,6 +526,7 @@ static const struct handler_entry {
                            .limit_default = HANDLER_SAMPLE_TOKENS_DEFAULT},
     [GPT_CTL_OP_NODES] = {.result = op_nodes},
     [GPT_CTL_OP_PING] = {.result = op_ping},
+    [GPT_CTL_OP_EXPORT] = {.run = handler_export_run, .member = handler_export_member},
 };
 
 /* A member (not the coordinator): the queue of record is elsewhere. */

@@ -30,4 +30,13 @@ int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
 int handler_sample_member(struct daemon_ctx *d, struct control_client *cl,
                           const struct gpt_ctl_request *req, struct gpt_err *err);
 
+/* export on the node that holds the job (handlers_export.c): checks the
+ * owner, writes the model on a uv work thread as the job's owner; the
+ * reply comes from its done callback. A member refuses (the coordinator
+ * holds the records). */
+int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
+                       const struct gpt_ctl_request *req, struct gpt_err *err);
+int handler_export_member(struct daemon_ctx *d, struct control_client *cl,
+                          const struct gpt_ctl_request *req, struct gpt_err *err);
+
 #endif

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "export_model.h"
 #include "tokenize.h"
 
 /* OpenMP's threads spin after every parallel region by default, stealing
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
         return gptd_run_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
         return gptd_tokenize_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "export") == 0)
+        return gptd_export_main(argc - 1, argv + 1);
     int status = gptd_daemon_main(argc, argv);
     if (status & GPTD_EXIT_FORCED) {
         fflush(NULL);

@@ -12,6 +12,7 @@
 #include "data.h"
 #include "factory.h"
 #include "fsid.h"
+#include "init_from.h"
 #include "paths.h"
 
 #include <errno.h>
@@ -177,9 +178,15 @@ static void *worker_main(void *arg)
         gpt_comm_abort(comm);
     if (ws->has_access && (rc = worker_enter_owner(wk, &saved, snapdir, sizeof(snapdir))) < 0)
         goto out;
+    /* model.init_from shapes this worker's copy of the job (as the owner). */
+    struct gpt_job job = ws->job;
+    char roots[3 * PATH_MAX + 2];
+    snprintf(roots, sizeof(roots), "%s:%s:%s", ws->data_roots, ws->snapshot_roots, ws->state_dir);
+    if ((rc = init_from_resolve(&job, ws->has_access ? roots : NULL, &wk->err)) < 0)
+        goto out;
 
     struct gpt_trainer_opts to = {
-        .job = &ws->job,
+        .job = &job,
         .comm = comm,
         .data_policy = ws->has_access ? &policy : NULL,
         .snapshot_dir = snapdir[0]       ? snapdir
@@ -194,6 +201,8 @@ static void *worker_main(void *arg)
                   .metric = worker_metric,
                   .event = worker_event,
                   .should_stop = worker_should_stop},
+        .init_weights = job.model.init_from[0] ? init_from_weights : NULL,
+        .init_weights_ctx = &job,
     };
     rc = gpt_train(&to, &wk->result, &wk->err);
 out:

@@ -432,7 +432,10 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
         if (rc < 0)
             return rc;
     }
-    if (memcmp(&meta.cfg, &t->model.cfg, sizeof(meta.cfg)) != 0 ||
+    const struct gpt_model_config *mc = &t->model.cfg;
+    if (meta.cfg.n_layer != mc->n_layer || meta.cfg.n_head != mc->n_head ||
+        meta.cfg.n_embd != mc->n_embd || meta.cfg.block_size != mc->block_size ||
+        meta.cfg.vocab_size != mc->vocab_size ||
         meta.n_params != t->model.n_params)
         return gpt_err_set(err, -GPT_E_SPEC, "model",
                            "snapshot %s was taken with a different model (%d layers, %d heads, "
@@ -486,7 +489,12 @@ static int init_state(struct trainer *t, struct gpt_err *err)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the initial weights");
         } else {
             gpt_model_init_weights_host(&t->model, t->job->trainer.seed, host);
-            rc = setup_stopped(t) ? GPT_TRAIN_STOPPED
+            if (t->opts->init_weights &&
+                (rc = t->opts->init_weights(t->opts->init_weights_ctx, &t->model, host, err)) ==
+                    0)
+                emit_event(t, "init_from", "weights from %s", t->job->model.init_from);
+            if (rc == 0)
+                rc = setup_stopped(t) ? GPT_TRAIN_STOPPED
                                   : gpt_backend_upload(t->be, fs.params, host,
                                                        t->model.n_params * sizeof(float));
             free(host);

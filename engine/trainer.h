@@ -48,6 +48,7 @@ struct gpt_trainer_hooks {
 };
 
 struct gpt_data_policy;
+struct gpt_model;
 
 struct gpt_trainer_opts {
     const struct gpt_job *job;   /* borrowed, validated */
@@ -63,6 +64,13 @@ struct gpt_trainer_opts {
     struct gpt_backend *backend; /* borrowed; NULL = a CPU backend with trainer.threads */
     struct gpt_trainer_hooks hooks;
     const struct gpt_data_policy *data_policy; /* borrowed; NULL = none (see data.h) */
+    /* Initial weights instead of GPT-2's random initialisation
+     * (model.init_from): called on rank 0, on the worker thread, with
+     * `host` holding m->n_params floats in m's layout; fills it or returns
+     * a negative error (err filled). A resumed snapshot still wins. NULL:
+     * random initialisation. */
+    int (*init_weights)(void *ctx, const struct gpt_model *m, float *host, struct gpt_err *err);
+    void *init_weights_ctx;
 };
 
 struct gpt_train_result {

@@ -27,6 +27,8 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_TOP_K] = {"top_k", GPT_CTL_T_INT, 0, 1000000, SLOT(top_k)},
     [GPT_CTL_F_OVERRIDES] = {"overrides", GPT_CTL_T_OBJECT, 0, 0, SLOT(overrides)},
     [GPT_CTL_F_SWEEP] = {"sweep", GPT_CTL_T_STRING, 0, 63, SLOT(sweep)},
+    [GPT_CTL_F_FORMAT] = {"format", GPT_CTL_T_STRING, 0, 16, SLOT(format)},
+    [GPT_CTL_F_OUTPUT] = {"output", GPT_CTL_T_STRING, 0, GPT_CTL_OUTPUT_MAX, SLOT(output)},
 };
 
 #undef SLOT
@@ -54,6 +56,8 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                            F(JOB) | F(PROMPT), 0},
     [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
+    [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT),
+                           F(JOB) | F(FORMAT) | F(OUTPUT), OWNER},
 };
 
 #undef F

@@ -36,6 +36,7 @@
 /* The sampling temperature when none is given: gptctl sample (the daemon)
  * and gptd run --sample alike. */
 #define GPT_SAMPLE_TEMPERATURE_DEFAULT 0.8
+#define GPT_CTL_OUTPUT_MAX     4000       /* export: output path bytes */
 #define GPT_CTL_SOCKET_DEFAULT "/run/gptd/gptd.sock"
 #define GPT_CTL_SOCKET_NAME    "gptd.sock" /* inside $RUNTIME_DIRECTORY */
 
@@ -58,6 +59,7 @@ enum gpt_ctl_op {
     GPT_CTL_OP_SAMPLE,
     GPT_CTL_OP_NODES,
     GPT_CTL_OP_PING,
+    GPT_CTL_OP_EXPORT,
     GPT_CTL_OP_COUNT
 };
 
@@ -75,6 +77,8 @@ enum gpt_ctl_field {
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
     GPT_CTL_F_OVERRIDES,   /* object: "a.b" -> value, job keys a resume changes */
     GPT_CTL_F_SWEEP,       /* string: a sweep id (submit tags, list filters) */
+    GPT_CTL_F_FORMAT,      /* string: export: hf, llmc or gguf */
+    GPT_CTL_F_OUTPUT,      /* string: export: the absolute path to write */
     GPT_CTL_F_COUNT
 };
 
@@ -93,6 +97,7 @@ struct gpt_ctl_request {
     double temperature;
     const char *prompt;
     const char *sweep;
+    const char *format, *output;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */

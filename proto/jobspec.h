@@ -40,6 +40,7 @@ struct gpt_model_config {
     int n_embd;
     int block_size;
     int vocab_size; /* 0 in a spec = take it from the dataset */
+    char init_from[GPT_JOB_PATH_MAX]; /* start from these weights (gptd snapshot, llm.c, hf) */
 };
 
 struct gpt_data_spec {

@@ -72,6 +72,14 @@ const struct jobspec_entry jobspec_entries[] = {
      .def_i = 0,
      .help = "Vocabulary size (V); 0 takes it from the data (the characters of a text file, "
              "256 for the byte tokenizer, the shard header, or the task)."},
+    {.path = "model.init_from",
+     .type = JOBSPEC_STRING,
+     .off = OFF(model.init_from),
+     .size = SZ(model.init_from),
+     .def_s = "",
+     .help = "Start from these weights: a gptd snapshot (.gpts; weights only, from step 0 with "
+             "a fresh optimizer), an llm.c checkpoint or a Hugging Face GPT-2 folder. The model "
+             "shape comes from it; model keys that contradict it are an error."},
 
     {.path = "data.kind",
      .type = JOBSPEC_ENUM,

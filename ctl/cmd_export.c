@@ -1,0 +1,138 @@
+/*
+ * cmd_export: `gptctl export JOB [--snapshot ID] --format hf|llmc|gguf -o
+ * PATH` (the daemon writes PATH as the job's owner) and `gptctl submit
+ * --init-from JOB[:SNAPSHOT]`'s look-up of that job's snapshot. Thin: one
+ * request each, decisions in the daemon.
+ */
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gptctl.h"
+
+int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    static const struct option opts[] = {{"snapshot", required_argument, 0, 's'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {0, 0, 0, 0}};
+    const char *format = NULL, *out = NULL;
+    int64_t snap = 0, job;
+    bool ok = true;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "s:f:o:", opts, NULL)) != -1) {
+        switch (ch) {
+        case 's':
+            if (!ctl_parse_job(optarg, &snap))
+                return EXIT_USAGE;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        default:
+            return EXIT_USAGE;
+        }
+        if (!ok)
+            return EXIT_USAGE;
+    }
+    if (optind + 1 != argc || !format || !out || !out[0])
+        return ctl_usage_error("usage: export JOB [--snapshot ID] --format hf|llmc|gguf -o PATH");
+    if (!ctl_parse_job(argv[optind], &job))
+        return EXIT_USAGE;
+    /* The daemon has another working directory: relative paths are the
+     * client's. */
+    char abs[PATH_MAX], cwd[PATH_MAX];
+    if (out[0] != '/') {
+        if (!getcwd(cwd, sizeof(cwd)) ||
+            snprintf(abs, sizeof(abs), "%s/%s", cwd, out) >= (int)sizeof(abs))
+            return ctl_usage_error("-o: path too long");
+        out = abs;
+    }
+    int rc = ctl_connect(c);
+    if (rc)
+        return rc;
+    json_t *r = ctl_request(c, GPT_CTL_OP_EXPORT), *reply;
+    json_object_set_new(r, "job", json_integer(job));
+    json_object_set_new(r, "format", json_string(format));
+    json_t *o = json_string(out);
+    if (!o) {
+        json_decref(r);
+        return ctl_usage_error("-o must be valid UTF-8");
+    }
+    json_object_set_new(r, "output", o);
+    if (snap)
+        json_object_set_new(r, "snapshot", json_integer(snap));
+    if ((rc = ctl_call(c, r, &reply)))
+        return rc;
+    if (!c->json)
+        printf("%s\n", out_esc(json_string_value(json_object_get(reply, "output")), 0));
+    json_decref(reply);
+    return 0;
+}
+
+int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap)
+{
+    char jobtext[32];
+    const char *colon = strchr(arg, ':');
+    int64_t job, snap = 0;
+    size_t jl = colon ? (size_t)(colon - arg) : strlen(arg);
+    if (jl == 0 || jl >= sizeof(jobtext))
+        return ctl_usage_error("--init-from takes JOB or JOB:SNAPSHOT");
+    memcpy(jobtext, arg, jl);
+    jobtext[jl] = '\0';
+    if (!ctl_parse_job(jobtext, &job) || (colon && !ctl_parse_job(colon + 1, &snap)))
+        return EXIT_USAGE;
+    int rc = c->fd >= 0 ? 0 : ctl_connect(c);
+    if (rc)
+        return rc;
+    /* Only the job's owner starts from its weights (the daemon reads them
+     * as the submitting user too, so a file they cannot read fails). */
+    json_t *r = ctl_request(c, GPT_CTL_OP_STATUS), *reply;
+    json_object_set_new(r, "job", json_integer(job));
+    if ((rc = ctl_call(c, r, &reply)))
+        return rc;
+    json_t *owner = json_object_get(json_object_get(reply, "job"), "owner_uid");
+    if (!owner)
+        owner = json_object_get(reply, "owner_uid");
+    uid_t me = getuid();
+    if (me != 0 && (!json_is_integer(owner) || json_integer_value(owner) != (json_int_t)me)) {
+        fprintf(stderr, "%s: --init-from: job %lld belongs to uid %lld, not to you\n", ctl_prog,
+                (long long)job, (long long)json_integer_value(owner));
+        json_decref(reply);
+        return EXIT_FAIL;
+    }
+    json_decref(reply);
+    r = ctl_request(c, GPT_CTL_OP_SNAPSHOTS);
+    json_object_set_new(r, "job", json_integer(job));
+    if ((rc = ctl_call(c, r, &reply)))
+        return rc;
+    json_t *list = json_object_get(reply, "snapshots"), *s;
+    const char *path = NULL;
+    size_t i;
+    json_array_foreach(list, i, s)
+    {
+        if (snap ? json_integer_value(json_object_get(s, "id")) == snap : i == 0) {
+            path = json_string_value(json_object_get(s, "path"));
+            break;
+        }
+    }
+    if (!path || snprintf(ret, cap, "model.init_from=%s", path) >= (int)cap) {
+        if (snap)
+            fprintf(stderr, "%s: --init-from: job %lld has no snapshot %lld\n", ctl_prog,
+                    (long long)job, (long long)snap);
+        else
+            fprintf(stderr, "%s: --init-from: job %lld has no snapshot yet\n", ctl_prog,
+                    (long long)job);
+        json_decref(reply);
+        return EXIT_FAIL;
+    }
+    json_decref(reply);
+    return 0;
+}

@@ -1,0 +1,101 @@
+/*
+ * export: `gptd export SNAPSHOT --format hf|llmc|gguf -o PATH` (offline,
+ * as the user who runs it) and export_model, which the daemon's `export`
+ * op runs on a work thread as the job's owner. Owns nothing between calls.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export.h"
+#include "export_model.h"
+
+int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
+                 struct gpt_err *err)
+{
+    const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
+    if (!o || !o->write)
+        return gpt_err_set(err, -ENOSYS, "format",
+                           "the %s format is not built into this gptd (no writer)",
+                           gpt_fmt_kind_name(kind));
+    struct gpt_fmt_loaded l;
+    int rc = gpt_fmt_load(in, &l, err);
+    if (rc < 0)
+        return rc;
+    struct gpt_fmt_src src = {
+        .cfg = l.cfg, .params = l.params, .n_params = l.n_params, .vocab_dir = vocab_dir};
+    rc = gpt_fmt_export(kind, out, &src, err);
+    gpt_fmt_loaded_done(&l);
+    return rc;
+}
+
+static void export_usage(FILE *f)
+{
+    fprintf(f, "usage: gptd export SNAPSHOT --format hf|llmc|gguf -o PATH [--vocab DIR]\n"
+               "  SNAPSHOT          a gptd snapshot (.gpts), or a Hugging Face folder or an\n"
+               "                    llm.c checkpoint to convert\n"
+               "  --format F        hf: a Hugging Face GPT2LMHeadModel folder; llmc: an llm.c\n"
+               "                    checkpoint (version 3); gguf: GGUF v3 for llama.cpp\n"
+               "  -o PATH           the folder (hf) or file to write; written atomically,\n"
+               "                    an existing folder or a symbolic link is refused\n"
+               "  --vocab DIR       GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
+               "                    vocab.json + merges.txt) to ship with the model\n");
+}
+
+int gptd_export_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, 'o'},
+        {"vocab", required_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *format = NULL, *out = NULL, *vocab = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f':
+            format = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'v':
+            vocab = optarg;
+            break;
+        case 'h':
+            export_usage(stdout);
+            return 0;
+        default:
+            export_usage(stderr);
+            return 2;
+        }
+    }
+    if (argc - optind != 1 || !format || !out) {
+        fprintf(stderr, "gptd export: %s\n",
+                argc - optind != 1 ? "give exactly one SNAPSHOT"
+                : !format          ? "--format is required"
+                                   : "-o PATH is required");
+        export_usage(stderr);
+        return 2;
+    }
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    enum gpt_fmt_kind kind = gpt_fmt_kind_parse(format, &err);
+    if (kind == GPT_FMT_NONE || kind == GPT_FMT_GPTS) {
+        fprintf(stderr, "gptd export: --format: %s\n",
+                kind == GPT_FMT_NONE ? err.msg : "give hf, llmc or gguf");
+        return 2;
+    }
+    int rc = export_model(argv[optind], kind, out, vocab, &err);
+    if (rc < 0) {
+        fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
+        return 1;
+    }
+    printf("%s\n", out);
+    return 0;
+}

@@ -1,0 +1,22 @@
+/*
+ * export_model: a model checkpoint (a gptd snapshot, or any format gptfmt
+ * reads) written out in another format; shared by `gptd export` (offline,
+ * export.c) and the daemon's `export` op (handlers_export.c).
+ */
+#ifndef GPTD_EXPORT_MODEL_H
+#define GPTD_EXPORT_MODEL_H
+
+#include "fmt.h"
+#include "gpt_err.h"
+
+/* Reads `in` (kind detected), writes it as `kind` to `out` atomically;
+ * vocab_dir (may be NULL) ships GPT-2 tokenizer files with formats that
+ * carry them. Blocks: a worker thread or gptd's main thread, with the
+ * file-system identity that should open both paths. */
+int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
+                 struct gpt_err *err);
+
+/* `gptd export`: returns the process exit status. Main thread. */
+int gptd_export_main(int argc, char **argv);
+
+#endif
