@@ -677,155 +677,170 @@ static int gguf_load_tensor(struct gguf_rd *r, uint64_t data_start, uint32_t ali
     return 0;
 }
 
+/* A parsed file: what the metadata and tensor table say. */
+struct gguf_parsed {
+    struct gguf_meta md;
+    struct gguf_info *ti; /* (nt) owned */
+    uint64_t nt;
+    uint64_t data_start;
+    struct gpt_model_config cfg;
+};
+
+/* Header, metadata and tensor table; the model config they describe. */
+static int gguf_parse(struct gguf_rd *r, struct gguf_parsed *p)
+{
+    struct gpt_err *err = r->err;
+    const char *name = r->name;
+    char magic[4];
+    uint32_t version;
+    uint64_t nkv;
+    memset(p, 0, sizeof(*p));
+    p->md.alignment = GPT_GGUF_ALIGNMENT;
+    p->md.n_tokens = -1;
+    int rc = gguf_get(r, magic, 4, "the magic");
+    if (rc < 0)
+        return rc;
+    if (memcmp(magic, GGUF_MAGIC, 4) != 0)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: not a GGUF file (no GGUF magic)", name);
+    if ((rc = gguf_get_u32(r, &version, "the version")) < 0)
+        return rc;
+    if (version != GPT_GGUF_VERSION)
+        return gpt_err_set(err, -GPT_E_VERSION, NULL, "%s: GGUF version %" PRIu32 " (gptd reads 3)",
+                           name, version);
+    if ((rc = gguf_get_u64(r, &p->nt, "the tensor count")) < 0 ||
+        (rc = gguf_get_u64(r, &nkv, "the metadata count")) < 0)
+        return rc;
+    if (p->nt > GPT_GGUF_TENSORS_MAX || nkv > GPT_GGUF_KV_MAX)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "%s: %" PRIu64 " tensors and %" PRIu64
+                           " metadata keys (at most %d and %d)",
+                           name, p->nt, nkv, GPT_GGUF_TENSORS_MAX, GPT_GGUF_KV_MAX);
+    struct gguf_meta *md = &p->md;
+    for (uint64_t i = 0; i < nkv; i++)
+        if ((rc = gguf_read_kv(r, md)) < 0)
+            return rc;
+    if (!md->have_arch)
+        return gpt_err_set(err, -EINVAL, NULL, "%s: no general.architecture = gpt2", name);
+    for (int i = 0; i < 5; i++)
+        if (!md->have_hp[i])
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no %s", name, gguf_hp_keys[i]);
+    p->ti = calloc(p->nt ? p->nt : 1, sizeof(*p->ti));
+    if (!p->ti)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    for (uint64_t i = 0; i < p->nt; i++)
+        if ((rc = gguf_read_info(r, &p->ti[i])) < 0)
+            return rc;
+    p->data_start = gguf_align(r->off, md->alignment);
+    if (p->data_start > r->len)
+        return gguf_short(r, "the padding before the tensor data");
+    /* hyper-parameters -> config; vocab_size from token_embd */
+    const struct gguf_info *emb;
+    if ((rc = gguf_find(r, p->ti, p->nt, "token_embd.weight", &emb)) < 0)
+        return rc;
+    if (!emb || emb->ndim != 2)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no 2-D tensor token_embd.weight", name);
+    uint64_t lim[5] = {65536, 65536, 4 * 65536, GPT_JOB_N_LAYER_MAX, 65536};
+    for (int i = 0; i < 5; i++)
+        if (md->hp[i] < 1 || md->hp[i] > lim[i])
+            return gpt_err_set(err, -EINVAL, NULL,
+                               "%s: %s is %" PRIu64 " (gptd takes 1..%" PRIu64 ")", name,
+                               gguf_hp_keys[i], md->hp[i], lim[i]);
+    if (md->hp[2] != 4 * md->hp[1])
+        return gpt_err_set(err, -EINVAL, NULL,
+                           "%s: gpt2.feed_forward_length %" PRIu64
+                           " is not 4 x embedding_length (%" PRIu64
+                           "), the only MLP width gptd has",
+                           name, md->hp[2], md->hp[1]);
+    if (emb->ne[1] < 1 || emb->ne[1] > (1 << 24))
+        return gpt_err_set(err, -EINVAL, NULL, "%s: token_embd.weight has %" PRIu64 " rows (1..%d)",
+                           name, emb->ne[1], 1 << 24);
+    if (md->n_tokens >= 0 && (uint64_t)md->n_tokens != emb->ne[1])
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "%s: tokenizer.ggml.tokens has %" PRId64
+                           " tokens, token_embd.weight %" PRIu64 " rows",
+                           name, md->n_tokens, emb->ne[1]);
+    p->cfg = (struct gpt_model_config){.n_layer = (int)md->hp[3],
+                                       .n_head = (int)md->hp[4],
+                                       .n_embd = (int)md->hp[1],
+                                       .block_size = (int)md->hp[0],
+                                       .vocab_size = (int)emb->ne[1]};
+    struct gpt_model *m = malloc(sizeof(*m));
+    struct gpt_err lerr;
+    if (!m)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    rc = gpt_model_layout(m, &p->cfg, &lerr); /* the config is one gptd can hold */
+    free(m);
+    if (rc < 0)
+        return gpt_err_set(err, rc, NULL, "%s: %s", name, lerr.msg);
+    return 0;
+}
+
+/* Every tensor of layout m (the parsed config's) into params (zeroed by the caller). */
+static int gguf_fill(struct gguf_rd *r, const struct gguf_parsed *p, const struct gpt_model *m,
+                     float *params)
+{
+    struct gguf_tensor *plan = malloc(GGUF_PLAN_MAX * sizeof(*plan));
+    int rc = 0;
+    if (!plan)
+        return gpt_err_set(r->err, -ENOMEM, NULL, "out of memory");
+    size_t np = gguf_plan(m, plan);
+    for (size_t i = 0; rc == 0 && i < np; i++) {
+        const struct gguf_info *f;
+        if ((rc = gguf_find(r, p->ti, p->nt, plan[i].name, &f)) < 0)
+            break;
+        if (!f) {
+            if (plan[i].required)
+                rc = gpt_err_set(r->err, -GPT_E_CORRUPT, NULL, "%s: no tensor %s", r->name,
+                                 plan[i].name);
+            continue;
+        }
+        /* output.weight (tied to token_embd) is checked, not loaded */
+        rc = gguf_load_tensor(r, p->data_start, p->md.alignment, f, &plan[i],
+                              plan[i].required ? params + plan[i].src : NULL);
+    }
+    free(plan);
+    return rc;
+}
+
 int gpt_gguf_read_mem(const void *buf, size_t len, const char *name,
                       struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
                       struct gpt_err *err)
 {
     struct gguf_rd r = {buf, len, 0, name, err};
-    struct gguf_meta md = {.alignment = GPT_GGUF_ALIGNMENT, .n_tokens = -1};
-    struct gguf_info *ti = NULL;
-    struct gguf_tensor *plan = NULL;
+    struct gguf_parsed p;
     struct gpt_model *m = NULL;
     float *params = NULL;
-    char magic[4];
-    uint32_t version;
-    uint64_t nt, nkv;
-    int rc = gguf_get(&r, magic, 4, "the magic");
+    int rc = gguf_parse(&r, &p);
     if (rc < 0)
         goto out;
-    if (memcmp(magic, GGUF_MAGIC, 4) != 0) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: not a GGUF file (no GGUF magic)", name);
-        goto out;
-    }
-    if ((rc = gguf_get_u32(&r, &version, "the version")) < 0)
-        goto out;
-    if (version != GPT_GGUF_VERSION) {
-        rc = gpt_err_set(err, -GPT_E_VERSION, NULL, "%s: GGUF version %" PRIu32 " (gptd reads 3)",
-                         name, version);
-        goto out;
-    }
-    if ((rc = gguf_get_u64(&r, &nt, "the tensor count")) < 0 ||
-        (rc = gguf_get_u64(&r, &nkv, "the metadata count")) < 0)
-        goto out;
-    if (nt > GPT_GGUF_TENSORS_MAX || nkv > GPT_GGUF_KV_MAX) {
-        rc =
-            gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                        "%s: %" PRIu64 " tensors and %" PRIu64 " metadata keys (at most %d and %d)",
-                        name, nt, nkv, GPT_GGUF_TENSORS_MAX, GPT_GGUF_KV_MAX);
-        goto out;
-    }
-    for (uint64_t i = 0; i < nkv; i++)
-        if ((rc = gguf_read_kv(&r, &md)) < 0)
-            goto out;
-    if (!md.have_arch) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "%s: no general.architecture = gpt2", name);
-        goto out;
-    }
-    for (int i = 0; i < 5; i++)
-        if (!md.have_hp[i]) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no %s", name, gguf_hp_keys[i]);
-            goto out;
-        }
-    ti = calloc(nt ? nt : 1, sizeof(*ti));
-    if (!ti) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-        goto out;
-    }
-    for (uint64_t i = 0; i < nt; i++)
-        if ((rc = gguf_read_info(&r, &ti[i])) < 0)
-            goto out;
-    uint64_t data_start = gguf_align(r.off, md.alignment);
-    if (data_start > len) {
-        rc = gguf_short(&r, "the padding before the tensor data");
-        goto out;
-    }
-    /* hyper-parameters -> config; vocab_size from token_embd */
-    const struct gguf_info *emb;
-    if ((rc = gguf_find(&r, ti, nt, "token_embd.weight", &emb)) < 0)
-        goto out;
-    if (!emb || emb->ndim != 2) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no 2-D tensor token_embd.weight", name);
-        goto out;
-    }
-    uint64_t lim[5] = {65536, 65536, 4 * 65536, GPT_JOB_N_LAYER_MAX, 65536};
-    for (int i = 0; i < 5; i++)
-        if (md.hp[i] < 1 || md.hp[i] > lim[i]) {
-            rc =
-                gpt_err_set(err, -EINVAL, NULL, "%s: %s is %" PRIu64 " (gptd takes 1..%" PRIu64 ")",
-                            name, gguf_hp_keys[i], md.hp[i], lim[i]);
-            goto out;
-        }
-    if (md.hp[2] != 4 * md.hp[1]) {
-        rc = gpt_err_set(err, -EINVAL, NULL,
-                         "%s: gpt2.feed_forward_length %" PRIu64
-                         " is not 4 x embedding_length (%" PRIu64 "), the only MLP width gptd has",
-                         name, md.hp[2], md.hp[1]);
-        goto out;
-    }
-    if (emb->ne[1] < 1 || emb->ne[1] > (1 << 24)) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "%s: token_embd.weight has %" PRIu64 " rows (1..%d)",
-                         name, emb->ne[1], 1 << 24);
-        goto out;
-    }
-    if (md.n_tokens >= 0 && (uint64_t)md.n_tokens != emb->ne[1]) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "%s: tokenizer.ggml.tokens has %" PRId64
-                         " tokens, token_embd.weight %" PRIu64 " rows",
-                         name, md.n_tokens, emb->ne[1]);
-        goto out;
-    }
-    struct gpt_model_config cfg = {.n_layer = (int)md.hp[3],
-                                   .n_head = (int)md.hp[4],
-                                   .n_embd = (int)md.hp[1],
-                                   .block_size = (int)md.hp[0],
-                                   .vocab_size = (int)emb->ne[1]};
     m = malloc(sizeof(*m));
-    plan = malloc(GGUF_PLAN_MAX * sizeof(*plan));
-    if (!m || !plan) {
+    if (!m) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         goto out;
     }
-    struct gpt_err lerr;
-    if ((rc = gpt_model_layout(m, &cfg, &lerr)) < 0) {
-        gpt_err_set(err, rc, NULL, "%s: %s", name, lerr.msg);
+    if ((rc = gpt_model_layout(m, &p.cfg, err)) < 0)
         goto out;
-    }
-    size_t np = gguf_plan(m, plan);
     params = calloc(m->n_params, sizeof(float));
     if (!params) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory for %zu parameters", name,
                          m->n_params);
         goto out;
     }
-    for (size_t i = 0; i < np; i++) {
-        const struct gguf_info *f;
-        if ((rc = gguf_find(&r, ti, nt, plan[i].name, &f)) < 0)
-            goto out;
-        if (!f) {
-            if (!plan[i].required)
-                continue;
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no tensor %s", name, plan[i].name);
-            goto out;
-        }
-        /* output.weight (tied to token_embd) is checked, not loaded */
-        if ((rc = gguf_load_tensor(&r, data_start, md.alignment, f, &plan[i],
-                                   plan[i].required ? params + plan[i].src : NULL)) < 0)
-            goto out;
-    }
-    *ret_cfg = cfg;
+    if ((rc = gguf_fill(&r, &p, m, params)) < 0)
+        goto out;
+    *ret_cfg = p.cfg;
     *ret_params = params;
     *ret_n = m->n_params;
     params = NULL;
 out:
     free(params);
-    free(plan);
     free(m);
-    free(ti);
+    free(p.ti);
     return rc;
 }
 
-int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
-                  size_t *ret_n, struct gpt_err *err)
+/* Maps path read-only; *ret_len is its size. */
+static int gguf_map(const char *path, void **ret_map, size_t *ret_len, struct gpt_err *err)
 {
     struct stat st;
     int rc;
@@ -835,9 +850,8 @@ int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **re
         return gpt_err_set(err, rc, NULL, "%s: %s", path, strerror(-rc));
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "%s: not a regular file", path);
         close(fd);
-        return rc;
+        return gpt_err_set(err, -EINVAL, NULL, "%s: not a regular file", path);
     }
     if (st.st_size < 24) {
         close(fd);
@@ -850,7 +864,65 @@ int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **re
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "%s: mmap: %s", path, strerror(-rc));
     }
-    rc = gpt_gguf_read_mem(map, (size_t)st.st_size, path, ret_cfg, ret_params, ret_n, err);
-    munmap(map, (size_t)st.st_size);
+    *ret_map = map;
+    *ret_len = (size_t)st.st_size;
+    return 0;
+}
+
+int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
+                  size_t *ret_n, struct gpt_err *err)
+{
+    void *map;
+    size_t len;
+    int rc = gguf_map(path, &map, &len, err);
+    if (rc < 0)
+        return rc;
+    rc = gpt_gguf_read_mem(map, len, path, ret_cfg, ret_params, ret_n, err);
+    munmap(map, len);
+    return rc;
+}
+
+int gpt_gguf_probe(const char *path, struct gpt_model_config *ret_cfg, struct gpt_err *err)
+{
+    void *map;
+    size_t len;
+    int rc = gguf_map(path, &map, &len, err);
+    if (rc < 0)
+        return rc;
+    struct gguf_rd r = {map, len, 0, path, err};
+    struct gguf_parsed p;
+    rc = gguf_parse(&r, &p);
+    if (rc == 0)
+        *ret_cfg = p.cfg;
+    free(p.ti);
+    munmap(map, len);
+    return rc;
+}
+
+int gpt_gguf_load(const char *path, const struct gpt_model *layout, float *params,
+                  struct gpt_err *err)
+{
+    void *map;
+    size_t len;
+    int rc = gguf_map(path, &map, &len, err);
+    if (rc < 0)
+        return rc;
+    struct gguf_rd r = {map, len, 0, path, err};
+    struct gguf_parsed p;
+    rc = gguf_parse(&r, &p);
+    const struct gpt_model_config *c = &p.cfg, *w = &layout->cfg;
+    if (rc == 0 && (c->n_layer != w->n_layer || c->n_head != w->n_head || c->n_embd != w->n_embd ||
+                    c->block_size != w->block_size || c->vocab_size != w->vocab_size))
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "%s: the file's model (n_layer %d, n_head %d, n_embd %d, block_size %d, "
+                         "vocab_size %d) is not the one asked for (%d, %d, %d, %d, %d)",
+                         path, c->n_layer, c->n_head, c->n_embd, c->block_size, c->vocab_size,
+                         w->n_layer, w->n_head, w->n_embd, w->block_size, w->vocab_size);
+    if (rc == 0) {
+        memset(params, 0, layout->n_params * sizeof(float));
+        rc = gguf_fill(&r, &p, layout, params);
+    }
+    free(p.ti);
+    munmap(map, len);
     return rc;
 }

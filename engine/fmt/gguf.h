@@ -82,8 +82,18 @@ int gpt_gguf_write_bf16(const char *path, const struct gpt_model_config *cfg, co
 int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
                   size_t *ret_n, struct gpt_err *err);
 
-/* The same from a file's bytes in memory (borrowed). Pure; the fuzz
- * target's entry. */
+/* The export table's read slots (engine/fmt/export.h's struct
+ * gpt_fmt_ops): probe gives the file's model config after parsing the
+ * metadata and tensor table; load reads the tensors into params
+ * (layout->n_params floats, caller's buffer) for `layout`, the
+ * gpt_model_layout of probe's config (another config is -EINVAL). */
+struct gpt_model;
+int gpt_gguf_probe(const char *path, struct gpt_model_config *ret_cfg, struct gpt_err *err);
+int gpt_gguf_load(const char *path, const struct gpt_model *layout, float *params,
+                  struct gpt_err *err);
+
+/* The same as gpt_gguf_read from a file's bytes in memory (borrowed).
+ * Pure; the fuzz target's entry. */
 int gpt_gguf_read_mem(const void *buf, size_t len, const char *name,
                       struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
                       struct gpt_err *err);

@@ -150,16 +150,58 @@ int gpt_llmc_parse_header(const void *buf, size_t len, uint64_t file_size, const
     return 0;
 }
 
-/* The file (its size checked by the header) into a new gptd-layout array. */
+static struct gpt_model_config llmc_config(const struct gpt_llmc_header *h)
+{
+    return (struct gpt_model_config){.n_layer = (int)h->L,
+                                     .n_head = (int)h->NH,
+                                     .n_embd = (int)h->C,
+                                     .block_size = (int)h->maxT,
+                                     .vocab_size = (int)h->V};
+}
+
+/* The file's parameters (its size checked with the header) into params,
+ * gptd's layout m of the file's config (zeroed by the caller). */
+static int llmc_fill(const struct llmc_src *s, const struct gpt_llmc_header *h,
+                     const struct gpt_model *m, float *params, struct gpt_err *err)
+{
+    size_t esz = h->version == GPT_LLMC_VERSION_FP32 ? 4 : 2, C = h->C;
+    uint64_t off = GPT_LLMC_HEADER_BYTES;
+    int rc;
+    /* wte: all of it when the paddings agree, else the V real rows (gptd's
+     * padding rows stay zero) */
+    size_t rows = h->Vp == m->Vp ? h->Vp : h->V;
+    if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[0].offset, rows * C, err)) <
+        0)
+        return rc;
+    off += (uint64_t)h->Vp * C * esz;
+    if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[1].offset,
+                               m->tensors[1].count, err)) < 0)
+        return rc;
+    off += (uint64_t)m->tensors[1].count * esz;
+    /* llm.c keeps each kind's L layers together; gptd keeps each layer's kinds */
+    for (size_t k = 0; k < LLMC_BLOCK_KINDS; k++)
+        for (size_t l = 0; l < h->L; l++) {
+            const struct gpt_tensor_info *t = &m->tensors[2 + l * LLMC_BLOCK_KINDS + k];
+            if ((rc = llmc_read_floats(s, h->version, off, params + t->offset, t->count, err)) < 0)
+                return rc;
+            off += (uint64_t)t->count * esz;
+        }
+    for (size_t i = 2 + h->L * LLMC_BLOCK_KINDS; i < m->n_tensors; i++) {
+        if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[i].offset,
+                                   m->tensors[i].count, err)) < 0)
+            return rc;
+        off += (uint64_t)m->tensors[i].count * esz;
+    }
+    GPT_ASSERT(off == h->file_bytes);
+    return 0;
+}
+
+/* The file into a new gptd-layout array. */
 static int llmc_load(const struct llmc_src *s, const struct gpt_llmc_header *h,
                      struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
                      struct gpt_err *err)
 {
-    struct gpt_model_config cfg = {.n_layer = (int)h->L,
-                                   .n_head = (int)h->NH,
-                                   .n_embd = (int)h->C,
-                                   .block_size = (int)h->maxT,
-                                   .vocab_size = (int)h->V};
+    struct gpt_model_config cfg = llmc_config(h);
     struct gpt_model *m = malloc(sizeof(*m));
     float *params = NULL;
     int rc;
@@ -175,39 +217,12 @@ static int llmc_load(const struct llmc_src *s, const struct gpt_llmc_header *h,
                          m->n_params);
         goto out;
     }
-    size_t esz = h->version == GPT_LLMC_VERSION_FP32 ? 4 : 2, C = h->C;
-    uint64_t off = GPT_LLMC_HEADER_BYTES;
-    /* wte: all of it when the paddings agree, else the V real rows (gptd's
-     * padding rows stay zero) */
-    size_t rows = h->Vp == m->Vp ? h->Vp : h->V;
-    if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[0].offset, rows * C, err)) <
-        0)
+    if ((rc = llmc_fill(s, h, m, params, err)) < 0)
         goto out;
-    off += (uint64_t)h->Vp * C * esz;
-    if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[1].offset,
-                               m->tensors[1].count, err)) < 0)
-        goto out;
-    off += (uint64_t)m->tensors[1].count * esz;
-    /* llm.c keeps each kind's L layers together; gptd keeps each layer's kinds */
-    for (size_t k = 0; k < LLMC_BLOCK_KINDS; k++)
-        for (size_t l = 0; l < h->L; l++) {
-            const struct gpt_tensor_info *t = &m->tensors[2 + l * LLMC_BLOCK_KINDS + k];
-            if ((rc = llmc_read_floats(s, h->version, off, params + t->offset, t->count, err)) < 0)
-                goto out;
-            off += (uint64_t)t->count * esz;
-        }
-    for (size_t i = 2 + h->L * LLMC_BLOCK_KINDS; i < m->n_tensors; i++) {
-        if ((rc = llmc_read_floats(s, h->version, off, params + m->tensors[i].offset,
-                                   m->tensors[i].count, err)) < 0)
-            goto out;
-        off += (uint64_t)m->tensors[i].count * esz;
-    }
-    GPT_ASSERT(off == h->file_bytes);
     *ret_cfg = cfg;
     *ret_params = params;
     *ret_n = m->n_params;
     params = NULL;
-    rc = 0;
 out:
     free(params);
     free(m);
@@ -226,11 +241,11 @@ int gpt_llmc_read_mem(const void *buf, size_t len, const char *name,
     return llmc_load(&s, &h, ret_cfg, ret_params, ret_n, err);
 }
 
-int gpt_llmc_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
-                  size_t *ret_n, struct gpt_err *err)
+/* Opens path and checks its header against its size; *ret_fd is the open file. */
+static int llmc_open(const char *path, struct gpt_llmc_header *ret_h, int *ret_fd,
+                     struct gpt_err *err)
 {
     unsigned char hbuf[GPT_LLMC_HEADER_BYTES];
-    struct gpt_llmc_header h;
     struct stat st;
     int rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -241,20 +256,71 @@ int gpt_llmc_read(const char *path, struct gpt_model_config *ret_cfg, float **re
     if (fstat(fd, &st) < 0) {
         rc = -errno;
         gpt_err_set(err, rc, NULL, "%s: %s", path, strerror(-rc));
-        goto out;
+        goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
         rc = gpt_err_set(err, -EINVAL, NULL, "%s: not a regular file", path);
-        goto out;
+        goto fail;
     }
     struct llmc_src s = {.mem = NULL, .fd = fd, .name = path};
     size_t hlen = (uint64_t)st.st_size < sizeof(hbuf) ? (size_t)st.st_size : sizeof(hbuf);
     if ((rc = llmc_src_read(&s, 0, hbuf, hlen, err)) < 0)
-        goto out;
-    if ((rc = gpt_llmc_parse_header(hbuf, hlen, (uint64_t)st.st_size, path, &h, err)) < 0)
-        goto out;
+        goto fail;
+    if ((rc = gpt_llmc_parse_header(hbuf, hlen, (uint64_t)st.st_size, path, ret_h, err)) < 0)
+        goto fail;
+    *ret_fd = fd;
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
+int gpt_llmc_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
+                  size_t *ret_n, struct gpt_err *err)
+{
+    struct gpt_llmc_header h;
+    int fd, rc = llmc_open(path, &h, &fd, err);
+    if (rc < 0)
+        return rc;
+    struct llmc_src s = {.mem = NULL, .fd = fd, .name = path};
     rc = llmc_load(&s, &h, ret_cfg, ret_params, ret_n, err);
-out:
+    close(fd);
+    return rc;
+}
+
+int gpt_llmc_probe(const char *path, struct gpt_model_config *ret_cfg, struct gpt_err *err)
+{
+    struct gpt_llmc_header h;
+    int fd, rc = llmc_open(path, &h, &fd, err);
+    if (rc < 0)
+        return rc;
+    close(fd);
+    *ret_cfg = llmc_config(&h);
+    return 0;
+}
+
+int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *params,
+                  struct gpt_err *err)
+{
+    struct gpt_llmc_header h;
+    int fd, rc = llmc_open(path, &h, &fd, err);
+    if (rc < 0)
+        return rc;
+    struct gpt_model_config c = llmc_config(&h);
+    const struct gpt_model_config *w = &layout->cfg;
+    if (c.n_layer != w->n_layer || c.n_head != w->n_head || c.n_embd != w->n_embd ||
+        c.block_size != w->block_size || c.vocab_size != w->vocab_size) {
+        rc = gpt_err_set(err, -EINVAL, NULL,
+                         "%s: the checkpoint's model (n_layer %d, n_head %d, n_embd %d, "
+                         "block_size %d, vocab_size %d) is not the one asked for (%d, %d, %d, %d, "
+                         "%d)",
+                         path, c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size,
+                         w->n_layer, w->n_head, w->n_embd, w->block_size, w->vocab_size);
+    } else {
+        struct llmc_src s = {.mem = NULL, .fd = fd, .name = path};
+        memset(params, 0, layout->n_params * sizeof(float));
+        rc = llmc_fill(&s, &h, layout, params, err);
+    }
     close(fd);
     return rc;
 }

@@ -66,6 +66,17 @@ int gpt_llmc_read_mem(const void *buf, size_t len, const char *name,
                       struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
                       struct gpt_err *err);
 
+struct gpt_model;
+
+/* The export table's read slots (engine/fmt/export.h's struct
+ * gpt_fmt_ops): probe gives the checkpoint's model config after checking
+ * the header and the file size; load reads its parameters into params
+ * (layout->n_params floats, caller's buffer) for `layout`, the
+ * gpt_model_layout of probe's config (another config is -EINVAL). */
+int gpt_llmc_probe(const char *path, struct gpt_model_config *ret_cfg, struct gpt_err *err);
+int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *params,
+                  struct gpt_err *err);
+
 /* Writes params (gptd's layout for cfg, host memory, borrowed) as an llm.c
  * version 3 (float32) checkpoint at path, atomically (a temporary file
  * renamed into place). Vp in the file is gptd's padded vocabulary, with

@@ -10,9 +10,12 @@
  *   fmt_convert export SNAPSHOT.gpts llmc|gguf OUT [--dtype f32|f16|bf16] [--vocab DIR]
  *   fmt_convert import llmc|gguf FILE RAW
  *       reads FILE into gptd's layout, writes the parameters to RAW as
- *       raw float32 and prints the config as one JSON line.
+ *       raw float32 and prints the config as one JSON line. Reads it the
+ *       export table's way too (probe, gpt_model_layout, load), which must
+ *       agree, and checks that load refuses a layout of another config.
  * Exit 0 on success, 1 with the library's message on stderr otherwise.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,8 +53,10 @@ static int mksnap(char **argv)
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         p[i] += ((float)(s >> 40) / (float)(1u << 24) - 0.5f) * 0.05f;
     }
-    static const float edges[] = {1e-7f, -3e-8f, 6.1e-5f, 65504.0f, 65519.0f, 65520.0f, 70000.0f,
-                                  -0.0f, 1.0f + 1.0f / 2048.0f, 3.0e38f, 1e-40f, 0.1f};
+    static const float edges[] = {1e-7f,    -3e-8f,   6.1e-5f,
+                                  65504.0f, 65519.0f, 65520.0f,
+                                  70000.0f, -0.0f,    1.0f + 1.0f / 2048.0f,
+                                  3.0e38f,  1e-40f,   0.1f};
     size_t wpe = m.tensors[1].offset;
     for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]) && i < C; i++)
         p[wpe + i] = edges[i];
@@ -110,6 +115,42 @@ static int import(char **argv)
                                           : gpt_gguf_read(argv[1], &cfg, &p, &n, &err);
     if (rc < 0)
         return fail("import", &err);
+    /* The export table's way (probe, layout, load) must read the same
+     * values, and refuse a layout of another config. */
+    int llmc = strcmp(argv[0], "llmc") == 0;
+    struct gpt_model_config pcfg;
+    static struct gpt_model m;
+    rc = llmc ? gpt_llmc_probe(argv[1], &pcfg, &err) : gpt_gguf_probe(argv[1], &pcfg, &err);
+    if (rc < 0)
+        return fail("probe", &err);
+    if (memcmp(&pcfg, &cfg, sizeof(cfg)) != 0 || gpt_model_layout(&m, &pcfg, &err) < 0 ||
+        m.n_params != n) {
+        fprintf(stderr, "fmt_convert: probe disagrees with read\n");
+        return 1;
+    }
+    float *q = malloc(n * sizeof(float));
+    if (!q)
+        return 1;
+    rc = llmc ? gpt_llmc_load(argv[1], &m, q, &err) : gpt_gguf_load(argv[1], &m, q, &err);
+    if (rc < 0)
+        return fail("load", &err);
+    if (memcmp(p, q, n * sizeof(float)) != 0) {
+        fprintf(stderr, "fmt_convert: load disagrees with read\n");
+        return 1;
+    }
+    pcfg.block_size++;
+    if (gpt_model_layout(&m, &pcfg, &err) < 0)
+        return fail("layout", &err);
+    float *big = malloc(m.n_params * sizeof(float));
+    rc = !big   ? -1
+         : llmc ? gpt_llmc_load(argv[1], &m, big, &err)
+                : gpt_gguf_load(argv[1], &m, big, &err);
+    free(big);
+    free(q);
+    if (rc != -EINVAL || !strstr(err.msg, "is not the one asked for")) {
+        fprintf(stderr, "fmt_convert: load into another config gave %d: %s\n", rc, err.msg);
+        return 1;
+    }
     FILE *f = fopen(argv[2], "wb");
     if (!f || fwrite(p, sizeof(float), n, f) != n || fclose(f) != 0) {
         perror(argv[2]);
@@ -130,8 +171,9 @@ int main(int argc, char **argv)
         return export(argc - 2, argv + 2);
     if (argc == 5 && strcmp(argv[1], "import") == 0)
         return import(argv + 2);
-    fprintf(stderr, "usage: fmt_convert mksnap L NH C T V SEED DIR\n"
-                    "       fmt_convert export SNAPSHOT.gpts llmc|gguf OUT [--dtype T] [--vocab DIR]\n"
-                    "       fmt_convert import llmc|gguf FILE RAW\n");
+    fprintf(stderr,
+            "usage: fmt_convert mksnap L NH C T V SEED DIR\n"
+            "       fmt_convert export SNAPSHOT.gpts llmc|gguf OUT [--dtype T] [--vocab DIR]\n"
+            "       fmt_convert import llmc|gguf FILE RAW\n");
     return 2;
 }
