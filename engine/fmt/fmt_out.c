@@ -28,6 +28,13 @@ int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *er
     if (n == 0 || n >= sizeof(o->path))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "output path empty or too long");
     memcpy(o->path, path, n + 1);
+    /* Replace a regular file only: a link or a folder there is a mistake */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return gpt_err_set(err, -ELOOP, "output", "%s is a symbolic link; give the real path",
+                           path);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return gpt_err_set(err, -EEXIST, "output", "%s exists and is not a regular file", path);
     /* ".NAME.XXXXXX" in the target's folder, so the rename stays on one file system */
     char dir[sizeof(o->path)], base[sizeof(o->path)];
     memcpy(dir, path, n + 1);

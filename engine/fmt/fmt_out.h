@@ -26,7 +26,8 @@ struct gpt_fmt_out {
     int failed;       /* a write failed: commit refuses */
 };
 
-/* Creates the temporary file for `path` (mode 0644). */
+/* Creates the temporary file for `path` (mode 0644). A symbolic link or
+ * anything but a regular file at `path` is refused (-ELOOP, -EEXIST). */
 int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *err);
 /* Appends n bytes. */
 int gpt_fmt_out_write(struct gpt_fmt_out *o, const void *p, size_t n, struct gpt_err *err);

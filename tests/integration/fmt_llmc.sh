@@ -115,4 +115,16 @@ layers.bin|L (n_layer), is 48 (gptd takes 1..42)
 BAD
 if "$CONV" import llmc "$T/none.bin" "$T/x.raw" > "$T/err" 2>&1; then fail "missing file"; fi
 grep -q "none.bin: No such file" "$T/err" || fail "missing file: $(cat "$T/err")"
+# the output: a regular file is replaced; a link or a folder there is refused
+ln -s "$T/m.bin" "$T/link.bin"
+mkdir "$T/dir.bin"
+for out in link.bin dir.bin; do
+    if "$CONV" export "$snap" llmc "$T/$out" > "$T/err" 2>&1; then fail "wrote over $out"; fi
+    grep -qE "$T/$out (is a symbolic link|exists and is not a regular file)" "$T/err" ||
+        fail "$out: $(cat "$T/err")"
+done
+[[ -L $T/link.bin && -d $T/dir.bin ]] || fail "a refused output was changed"
+"$CONV" export "$snap" llmc "$T/m.bin" # over the earlier export
+"$CONV" import llmc "$T/m.bin" "$T/m2.raw" > /dev/null
+cmp "$T/m.raw" "$T/m2.raw" || fail "an export over an earlier one reads back differently"
 echo "fmt_llmc: ok"
