@@ -446,8 +446,8 @@ static size_t gguf_scalar_size(uint32_t type)
 /* What the reader keeps from the metadata. */
 struct gguf_meta {
     int have_arch;
-    uint64_t
-        hp[5]; /* context_length, embedding_length, feed_forward_length, block_count, head_count */
+    /* the values of gguf_hp_keys, in its order, and whether each was seen */
+    uint64_t hp[5];
     int have_hp[5];
     uint32_t alignment;
     int64_t n_tokens; /* tokenizer.ggml.tokens' length, -1 when absent */
