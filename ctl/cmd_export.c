@@ -19,8 +19,9 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     static const struct option opts[] = {{"snapshot", required_argument, 0, 's'},
                                          {"format", required_argument, 0, 'f'},
                                          {"output", required_argument, 0, 'o'},
+                                         {"dtype", required_argument, 0, 'd'},
                                          {0, 0, 0, 0}};
-    const char *format = NULL, *out = NULL;
+    const char *format = NULL, *out = NULL, *dtype = NULL;
     int64_t snap = 0, job;
     bool ok = true;
     int ch;
@@ -36,6 +37,9 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         case 'o':
             out = optarg;
             break;
+        case 'd':
+            dtype = optarg;
+            break;
         default:
             return EXIT_USAGE;
         }
@@ -43,7 +47,8 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             return EXIT_USAGE;
     }
     if (optind + 1 != argc || !format || !out || !out[0])
-        return ctl_usage_error("usage: export JOB [--snapshot ID] --format hf|llmc|gguf -o PATH");
+        return ctl_usage_error("usage: export JOB [--snapshot ID] --format hf|llmc|gguf -o PATH"
+                               " [--dtype f32|f16|bf16]");
     if (!ctl_parse_job(argv[optind], &job))
         return EXIT_USAGE;
     /* The daemon has another working directory: relative paths are the
@@ -69,6 +74,8 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     json_object_set_new(r, "output", o);
     if (snap)
         json_object_set_new(r, "snapshot", json_integer(snap));
+    if (dtype)
+        json_object_set_new(r, "dtype", json_string(dtype));
     if ((rc = ctl_call(c, r, &reply)))
         return rc;
     if (!c->json)

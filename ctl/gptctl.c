@@ -43,7 +43,7 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"plot", "JOB... -o FILE.svg [--lr]",
      "train and validation loss against step, one curve per job (--lr: a learning-rate panel)", cmd_plot,
      GPT_CTL_OP_LOGS},
-    {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH",
+    {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH [--dtype f32|f16|bf16]",
      "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
      GPT_CTL_OP_EXPORT},
     {"nodes", "", "the nodes of the cluster", cmd_nodes, GPT_CTL_OP_NODES},

@@ -13,7 +13,7 @@
 #include "export_model.h"
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
-                 struct gpt_err *err)
+                 const char *dtype, struct gpt_err *err)
 {
     const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
     if (!o || !o->write)
@@ -25,7 +25,7 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
     if (rc < 0)
         return rc;
     struct gpt_fmt_src src = {
-        .cfg = l.cfg, .params = l.params, .n_params = l.n_params, .vocab_dir = vocab_dir};
+        .cfg = l.cfg, .params = l.params, .n_params = l.n_params, .vocab_dir = vocab_dir, .dtype = dtype};
     rc = gpt_fmt_export(kind, out, &src, err);
     gpt_fmt_loaded_done(&l);
     return rc;
@@ -34,6 +34,7 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
 static void export_usage(FILE *f)
 {
     fprintf(f, "usage: gptd export SNAPSHOT --format hf|llmc|gguf -o PATH [--vocab DIR]\n"
+               "                   [--dtype f32|f16|bf16]\n"
                "  SNAPSHOT          a gptd snapshot (.gpts), or a Hugging Face folder or an\n"
                "                    llm.c checkpoint to convert\n"
                "  --format F        hf: a Hugging Face GPT2LMHeadModel folder; llmc: an llm.c\n"
@@ -41,7 +42,8 @@ static void export_usage(FILE *f)
                "  -o PATH           the folder (hf) or file to write; written atomically,\n"
                "                    an existing folder or a symbolic link is refused\n"
                "  --vocab DIR       GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
-               "                    vocab.json + merges.txt) to ship with the model\n");
+               "                    vocab.json + merges.txt) to ship with the model\n"
+               "  --dtype T         gguf: the matrices as f32 (default), f16 or bf16\n");
 }
 
 int gptd_export_main(int argc, char **argv)
@@ -50,10 +52,11 @@ int gptd_export_main(int argc, char **argv)
         {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'},
         {"vocab", required_argument, NULL, 'v'},
+        {"dtype", required_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *format = NULL, *out = NULL, *vocab = NULL;
+    const char *format = NULL, *out = NULL, *vocab = NULL, *dtype = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
@@ -66,6 +69,9 @@ int gptd_export_main(int argc, char **argv)
             break;
         case 'v':
             vocab = optarg;
+            break;
+        case 'd':
+            dtype = optarg;
             break;
         case 'h':
             export_usage(stdout);
@@ -91,7 +97,7 @@ int gptd_export_main(int argc, char **argv)
                 kind == GPT_FMT_NONE ? err.msg : "give hf, llmc or gguf");
         return 2;
     }
-    int rc = export_model(argv[optind], kind, out, vocab, &err);
+    int rc = export_model(argv[optind], kind, out, vocab, dtype, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;

@@ -27,6 +27,7 @@ struct handler_export {
     char newest[8][DB_PATH_MAX]; /* the newest recorded snapshots, newest first */
     char out[GPT_CTL_OUTPUT_MAX + 1];
     char vocab[DB_PATH_MAX]; /* data.vocab of a gpt2-tokenized job; empty: none */
+    char dtype[8];           /* "f32", "f16" or "bf16" */
     uid_t owner;
     int rc;
     struct gpt_err err;
@@ -61,7 +62,8 @@ static void handler_export_work(uv_work_t *w)
         return;
     x->rc = handler_export_pick(x);
     if (x->rc == 0)
-        x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, &x->err);
+        x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL,
+                             x->dtype, &x->err);
     fsid_leave(&saved);
 }
 
@@ -112,6 +114,10 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
     if (kind == GPT_FMT_NONE || kind == GPT_FMT_GPTS)
         return gpt_err_set(err, -EINVAL, "format", "format must be hf, llmc or gguf, got \"%s\"",
                            req->format);
+    if (req->dtype && strcmp(req->dtype, "f32") != 0 && strcmp(req->dtype, "f16") != 0 &&
+        strcmp(req->dtype, "bf16") != 0)
+        return gpt_err_set(err, -EINVAL, "dtype", "dtype must be f32, f16 or bf16, got \"%s\"",
+                           req->dtype);
     if (req->output[0] != '/')
         return gpt_err_set(err, -EINVAL, "output", "output must be an absolute path");
     struct db_job j;
@@ -130,6 +136,7 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
     x->kind = kind;
+    snprintf(x->dtype, sizeof(x->dtype), "%s", req->dtype ? req->dtype : "f32");
     x->owner = j.owner_uid;
     snprintf(x->dir, sizeof(x->dir), "%s", j.snapshot_dir);
     snprintf(x->out, sizeof(x->out), "%s", req->output);

@@ -7,7 +7,7 @@
 #   /usr/lib/sysusers.d/gptd.conf, /usr/lib/tmpfiles.d/gptd.conf
 #   /etc/gptd/gptd.conf                         a conffile (gptd reads this path)
 #   /usr/share/gptd/jobs/                        the example jobs
-#   /usr/share/man/man{1,5,8}/                   gptctl(1), gptd.conf(5), gptd-job(5), gptd(8)
+#   /usr/share/man/man{1,5,8}/                   gptctl(1), gptd.conf(5), gptd-job(5), gptd-snapshot(5), gptd(8)
 #   /usr/share/bash-completion/completions/gptctl
 #
 # gptd-job(5) is generated at build time from the job-spec table by
@@ -32,7 +32,8 @@ add_custom_command(OUTPUT ${GPTD_MAN_OUT}/gptd-job.5
 # Pages go into the package gzip-compressed (-n: no name or time stamp, so
 # the package is reproducible), as Debian's policy asks.
 set(GPTD_MAN_PAGES ${GPTD_PKG_DIR}/man/gptd.8 ${GPTD_PKG_DIR}/man/gptctl.1
-                   ${GPTD_PKG_DIR}/man/gptd.conf.5 ${GPTD_MAN_OUT}/gptd-job.5)
+                   ${GPTD_PKG_DIR}/man/gptd.conf.5 ${GPTD_MAN_OUT}/gptd-job.5
+                   ${GPTD_PKG_DIR}/man/gptd-snapshot.5)
 set(GPTD_MAN_GZ)
 foreach(page ${GPTD_MAN_PAGES})
   get_filename_component(name ${page} NAME)

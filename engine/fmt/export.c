@@ -4,6 +4,8 @@
  */
 #define _GNU_SOURCE /* mkostemp */
 #include "export.h"
+#include "gguf.h"
+#include "llmc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,9 +51,44 @@ static int fmt_gpts_load(const char *path, const struct gpt_model *layout, float
 }
 
 /* The one table. llm.c and GGUF rows come with their readers and writers. */
+/* Float32 unless the source asks for a narrower type (hf and llm.c
+ * checkpoints are written as float32 only). */
+static int fmt_f32_only(const struct gpt_fmt_src *s, const char *what, struct gpt_err *e)
+{
+    if (s->dtype && strcmp(s->dtype, "f32") != 0)
+        return gpt_err_set(e, -EINVAL, "dtype", "%s is written as f32 only (--dtype %s is for gguf)",
+                           what, s->dtype);
+    return 0;
+}
+
+static int fmt_llmc_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
+{
+    int rc = fmt_f32_only(s, "an llm.c checkpoint", e);
+    return rc < 0 ? rc : gpt_llmc_write(p, &s->cfg, s->params, s->vocab_dir, e);
+}
+
+static int fmt_gguf_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
+{
+    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32};
+    if (s->dtype) {
+        int rc = gpt_gguf_dtype_parse(s->dtype, &o.dtype, e);
+        if (rc < 0)
+            return rc;
+    }
+    return gpt_gguf_write_opts(p, &s->cfg, s->params, s->vocab_dir, &o, e);
+}
+
+static int fmt_hf_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
+{
+    int rc = fmt_f32_only(s, "a Hugging Face folder", e);
+    return rc < 0 ? rc : gpt_hf_write(p, s, e);
+}
+
 static const struct gpt_fmt_ops fmt_table[] = {
     {.kind = GPT_FMT_GPTS, .probe = fmt_gpts_probe, .load = fmt_gpts_load, .write = NULL},
-    {.kind = GPT_FMT_HF, .probe = gpt_hf_probe, .load = gpt_hf_load, .write = gpt_hf_write},
+    {.kind = GPT_FMT_HF, .probe = gpt_hf_probe, .load = gpt_hf_load, .write = fmt_hf_write},
+    {.kind = GPT_FMT_LLMC, .probe = gpt_llmc_probe, .load = gpt_llmc_load, .write = fmt_llmc_write},
+    {.kind = GPT_FMT_GGUF, .probe = gpt_gguf_probe, .load = gpt_gguf_load, .write = fmt_gguf_write},
 };
 
 const struct gpt_fmt_ops *gpt_fmt_ops_of(enum gpt_fmt_kind kind)

@@ -22,6 +22,7 @@ struct gpt_fmt_src {
     const float *params; /* n_params floats in gpt_model_layout's order (wte padded to Vp) */
     size_t n_params;
     const char *vocab_dir; /* GPT-2 tokenizer files to ship with it; NULL: none */
+    const char *dtype;     /* matrices: "f32" (NULL too), "f16" or "bf16" (GGUF only) */
 };
 
 /* One format. Any slot may be NULL (not built in this binary). */

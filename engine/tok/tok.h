@@ -78,6 +78,21 @@ int32_t gpt_tok_eot(const struct gpt_tok *t);
  * out of range. */
 const unsigned char *gpt_tok_token_bytes(const struct gpt_tok *t, int32_t id, size_t *ret_len);
 
+/* Token `id` written as the vocabulary files write it: GPT-2's
+ * byte-to-unicode alphabet, UTF-8, NUL-terminated, into out[0, cap)
+ * (GPT_TOK_TEXT_MAX always suffices). Returns its length in bytes, or
+ * -EINVAL for an id out of range. For writers of other formats (GGUF's
+ * tokenizer.ggml.tokens). Pure; any thread. */
+#define GPT_TOK_TEXT_MAX (2 * GPT_TOK_TOKEN_BYTES_MAX + 1)
+int gpt_tok_token_text(const struct gpt_tok *t, int32_t id, char *out, size_t cap);
+
+/* The number of merges (ranks 0 .. n-1). */
+int gpt_tok_n_merges(const struct gpt_tok *t);
+/* Fills pairs[2 * rank] and pairs[2 * rank + 1] (caller's array of
+ * 2 * gpt_tok_n_merges ids) with the two tokens merge `rank` joins: the
+ * merges file in id form. Pure; any thread. */
+void gpt_tok_merge_pairs(const struct gpt_tok *t, int32_t *pairs);
+
 /* Per-thread encoding state over `t` (borrowed; must outlive it). */
 int gpt_tok_enc_new(const struct gpt_tok *t, struct gpt_tok_enc **ret, struct gpt_err *err);
 void gpt_tok_enc_free(struct gpt_tok_enc *e);

@@ -408,6 +408,46 @@ const unsigned char *gpt_tok_token_bytes(const struct gpt_tok *t, int32_t id, si
     return t->bytes + t->off[id];
 }
 
+int gpt_tok_token_text(const struct gpt_tok *t, int32_t id, char *out, size_t cap)
+{
+    GPT_ASSERT(cap >= GPT_TOK_TEXT_MAX);
+    if (id < 0 || id >= t->n_vocab)
+        return -EINVAL;
+    int cp_of_byte[256], byte_of_cp[TOK_ALPHABET_CPS];
+    tok_alphabet(byte_of_cp);
+    for (int cp = 0; cp < TOK_ALPHABET_CPS; cp++)
+        if (byte_of_cp[cp] >= 0)
+            cp_of_byte[byte_of_cp[cp]] = cp;
+    size_t n = 0;
+    for (uint32_t i = t->off[id]; i < t->off[id + 1]; i++) {
+        int cp = cp_of_byte[t->bytes[i]];
+        if (cp < 0x80) {
+            out[n++] = (char)cp;
+        } else { /* every alphabet code point is below U+0800: two bytes */
+            out[n++] = (char)(0xC0 | (cp >> 6));
+            out[n++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    out[n] = '\0';
+    return (int)n;
+}
+
+int gpt_tok_n_merges(const struct gpt_tok *t)
+{
+    return t->n_merges;
+}
+
+void gpt_tok_merge_pairs(const struct gpt_tok *t, int32_t *pairs)
+{
+    for (size_t i = 0; i <= t->merges_mask; i++) {
+        const struct tok_merge *g = &t->merges[i];
+        if (g->key == TOK_KEY_EMPTY)
+            continue;
+        pairs[2 * (size_t)g->rank] = (int32_t)(g->key >> 32);
+        pairs[2 * (size_t)g->rank + 1] = (int32_t)(uint32_t)g->key;
+    }
+}
+
 uint64_t gpt_tok_fingerprint(const struct gpt_tok *t)
 {
     uint64_t h = tok_hash_bytes(t->bytes, t->off[t->n_vocab]) ^ (uint64_t)t->n_vocab;

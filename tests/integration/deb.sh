@@ -84,7 +84,8 @@ for f in /usr/sbin/gptd /usr/bin/gptctl /usr/lib/systemd/system/gptd.service \
     /usr/lib/sysusers.d/gptd.conf /usr/lib/tmpfiles.d/gptd.conf /etc/gptd/gptd.conf \
     /usr/share/gptd/jobs/adder.json /usr/share/bash-completion/completions/gptctl \
     /usr/share/man/man8/gptd.8.gz /usr/share/man/man1/gptctl.1.gz \
-    /usr/share/man/man5/gptd.conf.5.gz /usr/share/man/man5/gptd-job.5.gz; do
+    /usr/share/man/man5/gptd.conf.5.gz /usr/share/man/man5/gptd-job.5.gz \
+    /usr/share/man/man5/gptd-snapshot.5.gz; do
     [[ -e $f ]] || fail "$f was not installed"
 done
 getent passwd gptd >/dev/null || fail "postinst did not create the user gptd"

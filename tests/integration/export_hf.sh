@@ -117,10 +117,17 @@ refused "symbolic link" export "$id" --format hf -o "$T/out/link"
 refused "Permission denied" export "$id" --format hf -o "$T/rootonly/model"
 [[ -z $(ls "$T/rootonly") ]] || fail "something was written into a root-only folder"
 refused "format must be hf, llmc or gguf" export "$id" --format onnx -o "$T/out/x"
+# llm.c and GGUF through the daemon too; gguf takes --dtype, the others
+# refuse it.
 for f in llmc gguf; do
-    o=$(as_user export "$id" --format $f -o "$T/out/m.$f" 2>&1) ||
-        grep -q "not built" <<<"$o" || fail "export --format $f: $o"
+    as_user export "$id" --format $f -o "$T/out/m.$f" >/dev/null || fail "export --format $f"
+    [[ -s $T/out/m.$f ]] || fail "export --format $f wrote nothing"
 done
+as_user export "$id" --format gguf --dtype bf16 -o "$T/out/m16.gguf" >/dev/null ||
+    fail "export gguf --dtype bf16"
+(($(stat -c %s "$T/out/m16.gguf") < $(stat -c %s "$T/out/m.gguf"))) || fail "bf16 gguf is not smaller"
+refused "f32 only" export "$id" --format llmc --dtype f16 -o "$T/out/x.llmc"
+refused "dtype must be" export "$id" --format gguf --dtype f8 -o "$T/out/x.gguf"
 rootjob=$("$GPTCTL" submit "$T/job.json" trainer.max_steps=1)
 refused "belongs to uid 0" export "$rootjob" --format hf -o "$T/out/root"
 refused "belongs to uid 0" submit "$T/job.json" --init-from "$rootjob"

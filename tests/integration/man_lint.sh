@@ -19,7 +19,8 @@ fail() {
     exit 1
 }
 
-pages=("$SRC_MAN/gptd.8" "$SRC_MAN/gptctl.1" "$SRC_MAN/gptd.conf.5" "$BUILD_MAN/gptd-job.5")
+pages=("$SRC_MAN/gptd.8" "$SRC_MAN/gptctl.1" "$SRC_MAN/gptd.conf.5" "$SRC_MAN/gptd-snapshot.5"
+       "$BUILD_MAN/gptd-job.5")
 for p in "${pages[@]}"; do
     [[ -s $p ]] || fail "$p is missing or empty"
     name=$(basename "$p")

@@ -1,0 +1,210 @@
+/* fmt_out: atomic output files and float conversions (see fmt_out.h). */
+#define _GNU_SOURCE /* mkostemp */
+#include "fmt_out.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FMT_OUT_BUF_BYTES (4u << 20)
+
+static int fmt_out_fail(struct gpt_fmt_out *o, int rc, const char *what, struct gpt_err *err)
+{
+    o->failed = 1;
+    return gpt_err_set(err, rc, NULL, "%s: %s: %s", o->path, what, strerror(-rc));
+}
+
+int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *err)
+{
+    memset(o, 0, sizeof(*o));
+    o->fd = -1;
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(o->path))
+        return gpt_err_set(err, -ENAMETOOLONG, NULL, "output path empty or too long");
+    memcpy(o->path, path, n + 1);
+    /* Replace a regular file only: a link or a folder there is a mistake */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return gpt_err_set(err, -ELOOP, "output", "%s is a symbolic link; give the real path",
+                           path);
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return gpt_err_set(err, -EEXIST, "output", "%s exists and is not a regular file", path);
+    /* ".NAME.XXXXXX" in the target's folder, so the rename stays on one file system */
+    char dir[sizeof(o->path)], base[sizeof(o->path)];
+    memcpy(dir, path, n + 1);
+    memcpy(base, path, n + 1);
+    snprintf(o->tmp, sizeof(o->tmp), "%s/.%s.XXXXXX", dirname(dir), basename(base));
+    o->buf = malloc(FMT_OUT_BUF_BYTES);
+    if (!o->buf)
+        return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);
+    o->fd = mkostemp(o->tmp, O_CLOEXEC);
+    if (o->fd < 0) {
+        int rc = -errno;
+        free(o->buf);
+        o->buf = NULL;
+        return gpt_err_set(err, rc, NULL, "%s: cannot create a temporary file: %s", path,
+                           strerror(-rc));
+    }
+    (void)fchmod(o->fd, 0644);
+    return 0;
+}
+
+static int fmt_out_flush(struct gpt_fmt_out *o)
+{
+    size_t done = 0;
+    while (done < o->used) {
+        ssize_t w = write(o->fd, o->buf + done, o->used - done);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        done += (size_t)w;
+    }
+    o->used = 0;
+    return 0;
+}
+
+int gpt_fmt_out_write(struct gpt_fmt_out *o, const void *p, size_t n, struct gpt_err *err)
+{
+    const unsigned char *q = p;
+    if (o->failed)
+        return gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->path);
+    o->written += n;
+    while (n > 0) {
+        size_t k = FMT_OUT_BUF_BYTES - o->used;
+        if (k > n)
+            k = n;
+        memcpy(o->buf + o->used, q, k);
+        o->used += k;
+        q += k;
+        n -= k;
+        if (o->used == FMT_OUT_BUF_BYTES) {
+            int rc = fmt_out_flush(o);
+            if (rc < 0)
+                return fmt_out_fail(o, rc, "write", err);
+        }
+    }
+    return 0;
+}
+
+int gpt_fmt_out_pad(struct gpt_fmt_out *o, size_t align, struct gpt_err *err)
+{
+    static const unsigned char zeros[64];
+    GPT_ASSERT(align > 0 && align <= sizeof(zeros));
+    size_t k = (size_t)((align - o->written % align) % align);
+    return gpt_fmt_out_write(o, zeros, k, err);
+}
+
+void gpt_fmt_out_abort(struct gpt_fmt_out *o)
+{
+    if (o->fd >= 0) {
+        close(o->fd);
+        unlink(o->tmp);
+    }
+    o->fd = -1;
+    free(o->buf);
+    o->buf = NULL;
+}
+
+int gpt_fmt_out_commit(struct gpt_fmt_out *o, struct gpt_err *err)
+{
+    int rc;
+    if (o->failed) {
+        rc = gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->path);
+        goto fail;
+    }
+    rc = fmt_out_flush(o);
+    if (rc == 0 && fsync(o->fd) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        fmt_out_fail(o, rc, "write", err);
+        goto fail;
+    }
+    if (close(o->fd) < 0) {
+        o->fd = -1;
+        rc = -errno;
+        gpt_err_set(err, rc, NULL, "%s: close: %s", o->tmp, strerror(-rc));
+        unlink(o->tmp);
+        goto fail;
+    }
+    o->fd = -1;
+    if (rename(o->tmp, o->path) < 0) {
+        rc = -errno;
+        gpt_err_set(err, rc, NULL, "%s: rename: %s", o->path, strerror(-rc));
+        unlink(o->tmp);
+        goto fail;
+    }
+    char dir[sizeof(o->path)];
+    memcpy(dir, o->path, sizeof(dir));
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    free(o->buf);
+    o->buf = NULL;
+    return 0;
+fail:
+    gpt_fmt_out_abort(o);
+    return rc;
+}
+
+uint16_t gpt_fmt_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: quiet, keep the top payload bits */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* 65520 and above round to infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half (or zero) */
+        float a;
+        memcpy(&a, &ax, 4);
+        /* a * 2^24 is exact; rounding to an integer is the half's rounding */
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f));
+    }
+    uint32_t e = ax - 0x38000000u; /* rebias the exponent from 127 to 15 */
+    return (uint16_t)(sign | ((e + 0x0fffu + ((e >> 13) & 1u)) >> 13));
+}
+
+uint16_t gpt_fmt_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float gpt_fmt_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    } else { /* zero or subnormal: m * 2^-24, exact in float */
+        float v = (float)m * (1.0f / 16777216.0f);
+        memcpy(&x, &v, 4);
+        x |= sign;
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+float gpt_fmt_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
