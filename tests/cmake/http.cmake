@@ -20,3 +20,6 @@ add_test(NAME http_dashboard
                  ${CMAKE_BINARY_DIR}/Testing/artifacts)
 set_tests_properties(http_dashboard PROPERTIES LABELS integration TIMEOUT 60
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+# test_nvml_text samples the heartbeat's GPU text through the same stand-in.
+target_compile_definitions(test_nvml_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
+add_dependencies(test_nvml_text fake_nvml)
