@@ -273,6 +273,10 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "state:", json_string_value(json_object_get(j, "state")));
         table_row(&t, "step:", step);
         table_row(&t, "loss:", fmt_real(a, sizeof(a), json_object_get(j, "loss"), 4));
+        char ranks[1024];
+        const char *rk = fmt_rank_ms(ranks, sizeof(ranks), json_object_get(j, "rank_step_ms"));
+        if (rk)
+            table_row(&t, "rank ms/step:", rk);
         table_row(&t, "owner uid:", fmt_int(a, sizeof(a), json_object_get(j, "owner_uid")));
         table_row(&t, "priority:", fmt_int(a, sizeof(a), json_object_get(j, "priority")));
         table_row(&t, "created:", fmt_time(a, sizeof(a), json_object_get(j, "created")));

@@ -184,6 +184,34 @@ const char *fmt_gpus_mem(char *buf, size_t cap, const json_t *gpus)
     return len ? buf : "-";
 }
 
+const char *fmt_rank_ms(char *buf, size_t cap, const json_t *ms)
+{
+    size_t len = 0, i, slow = 0, n = 0;
+    double lo = 0, hi = -1;
+    const json_t *v;
+    if (!json_is_array(ms) || !json_array_size(ms))
+        return NULL;
+    buf[0] = '\0';
+    json_array_foreach(ms, i, v)
+    {
+        char c[40];
+        double x = json_number_value(v);
+        snprintf(c, sizeof(c), "%s%zu: %.3g", i ? " " : "", i, x);
+        fmt_join(buf, cap, &len, c);
+        if (x > hi) {
+            hi = x;
+            slow = i;
+        }
+        lo = n++ == 0 || x < lo ? x : lo;
+    }
+    if (n > 1 && lo > 0) {
+        char c[80];
+        snprintf(c, sizeof(c), " (slowest: rank %zu, %.1fx the fastest)", slow, hi / lo);
+        fmt_join(buf, cap, &len, c);
+    }
+    return buf;
+}
+
 void logs_clear_bar(struct logs_view *v)
 {
     if (v->bar_shown) {
