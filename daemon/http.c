@@ -262,8 +262,7 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
      * (the page asks for it), so that a browser can show the form. */
     const struct http_web_asset *asset = http_web_find(url);
     if (asset)
-        return http_reply(c, MHD_HTTP_OK, asset->type, (char *)asset->data, asset->len, NULL,
-                          NULL);
+        return http_reply(c, MHD_HTTP_OK, asset->type, (char *)asset->data, asset->len, NULL, NULL);
     if (!http_authorized(h, c))
         return http_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n",
                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gptd\"");

@@ -73,11 +73,12 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
     if (n >= sizeof(id) || http_api_parse_count(id, &job) < 0 || job == 0)
         return gpt_err_set(err, -EINVAL, "job",
                            "the job id in %s is not a job id (1 to 18 digits, no leading zero)",
-                           what == HTTP_API_METRICS ? "/api/jobs/ID/metrics"
+                           what == HTTP_API_METRICS  ? "/api/jobs/ID/metrics"
                            : what == HTTP_API_EVENTS ? "/api/jobs/ID/events"
                                                      : "/api/jobs/ID/snapshots");
     if (since && what != HTTP_API_METRICS)
-        return gpt_err_set(err, -EINVAL, "since", "since is an argument of /api/jobs/ID/metrics only");
+        return gpt_err_set(err, -EINVAL, "since",
+                           "since is an argument of /api/jobs/ID/metrics only");
     if (since && http_api_parse_count(since, &from) < 0)
         return gpt_err_set(err, -EINVAL, "since",
                            "since must be a step: 1 to 18 digits, no sign, no leading zero");
@@ -148,9 +149,8 @@ json_t *http_api_jobs_doc(const struct metrics_view *v)
 
 json_t *http_api_nodes_doc(const json_t *cluster_nodes)
 {
-    static const char *const keys[] = {"node",    "state",  "heartbeat_age_s", "workers",
-                                       "devices", "version", "member",         "ranks",
-                                       "role",    "gpus"};
+    static const char *const keys[] = {"node",    "state",  "heartbeat_age_s", "workers", "devices",
+                                       "version", "member", "ranks",           "role",    "gpus"};
     json_t *arr = json_array();
     if (!arr)
         return NULL;

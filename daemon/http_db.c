@@ -172,13 +172,11 @@ static json_t *http_db_event_row(sqlite3_stmt *s)
 
 static json_t *http_db_snapshot_row(sqlite3_stmt *s)
 {
-    return json_pack("{s:I, s:I, s:o, s:o, s:I, s:f}", "id",
-                     (json_int_t)sqlite3_column_int64(s, 0), "step",
-                     (json_int_t)sqlite3_column_int64(s, 1), "node",
-                     http_api_string(http_db_text(s, 2)), "path",
-                     http_api_string(http_db_text(s, 3)), "size",
-                     (json_int_t)sqlite3_column_int64(s, 4), "created",
-                     sqlite3_column_double(s, 5));
+    return json_pack(
+        "{s:I, s:I, s:o, s:o, s:I, s:f}", "id", (json_int_t)sqlite3_column_int64(s, 0), "step",
+        (json_int_t)sqlite3_column_int64(s, 1), "node", http_api_string(http_db_text(s, 2)), "path",
+        http_api_string(http_db_text(s, 3)), "size", (json_int_t)sqlite3_column_int64(s, 4),
+        "created", sqlite3_column_double(s, 5));
 }
 
 int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
@@ -247,8 +245,8 @@ int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_
         goto fail;
     sqlite3_bind_int64(s, 1, job);
     sqlite3_bind_int(s, 2, HTTP_API_SNAPSHOTS_MAX);
-    if ((rc = http_db_rows(hd, s, doc, "snapshots", http_db_snapshot_row, "read snapshots",
-                           err)) < 0)
+    if ((rc = http_db_rows(hd, s, doc, "snapshots", http_db_snapshot_row, "read snapshots", err)) <
+        0)
         goto fail;
     *ret = doc;
     return 0;

@@ -39,8 +39,7 @@ size_t nvml_gpus_format(const struct nvml_gpu *g, size_t n, char *buf, size_t ca
 }
 
 /* A decimal in [0, max] or "-" (*ret_has false), ending at `end`. */
-static int nvml_text_num(const char *p, const char *end, uint64_t max, uint64_t *ret,
-                         bool *ret_has)
+static int nvml_text_num(const char *p, const char *end, uint64_t max, uint64_t *ret, bool *ret_has)
 {
     size_t n = (size_t)(end - p);
     if (n == 1 && *p == '-') {

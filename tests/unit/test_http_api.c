@@ -31,8 +31,8 @@ static void test_parse_count(void **state)
     assert_int_equal(v, 42);
     assert_int_equal(http_api_parse_count("999999999999999999", &v), 0);
     assert_int_equal(v, INT64_C(999999999999999999));
-    static const char *const bad[] = {"",   "-1", "+1", " 1", "1 ", "01", "0x10", "1e3",
-                                      "1.", "a",  "1a", "9999999999999999999",
+    static const char *const bad[] = {"",     "-1",  "+1", " 1", "1 ", "01",
+                                      "0x10", "1e3", "1.", "a",  "1a", "9999999999999999999",
                                       "00"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         v = 7;
@@ -64,19 +64,27 @@ static void test_route(void **state)
     assert_int_equal(r.what, HTTP_API_SNAPSHOTS);
 
     /* Not ours: 404 further on. */
-    static const char *const other[] = {"/",          "/api",          "/api/jobsx",
-                                        "/api/jobs/", "/api/jobs/1",   "/api/jobs/1/",
-                                        "/api/jobs/1/metricsx", "/api/jobs/1/metrics/",
-                                        "/api/nodes/", "/API/jobs",    "/metrics", "/api/jobs/1/2/events"};
+    static const char *const other[] = {"/",
+                                        "/api",
+                                        "/api/jobsx",
+                                        "/api/jobs/",
+                                        "/api/jobs/1",
+                                        "/api/jobs/1/",
+                                        "/api/jobs/1/metricsx",
+                                        "/api/jobs/1/metrics/",
+                                        "/api/nodes/",
+                                        "/API/jobs",
+                                        "/metrics",
+                                        "/api/jobs/1/2/events"};
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
         if (http_api_route(other[i], NULL, &r, &err) != 0)
             fail_msg("%s: %s", other[i], err.msg);
         assert_int_equal(r.what, HTTP_API_NONE);
     }
     /* Ours, with a bad id or since: 400, naming which. */
-    static const char *const bad_id[] = {"/api/jobs/0/events", "/api/jobs/01/events",
-                                         "/api/jobs/-1/events", "/api/jobs/x/events",
-                                         "/api/jobs//events", "/api/jobs/1234567890123456789/events"};
+    static const char *const bad_id[] = {
+        "/api/jobs/0/events", "/api/jobs/01/events", "/api/jobs/-1/events",
+        "/api/jobs/x/events", "/api/jobs//events",   "/api/jobs/1234567890123456789/events"};
     for (size_t i = 0; i < sizeof(bad_id) / sizeof(bad_id[0]); i++) {
         gpt_err_clear(&err);
         assert_int_equal(http_api_route(bad_id[i], NULL, &r, &err), -EINVAL);
@@ -144,10 +152,10 @@ static void test_jobs_doc(void **state)
 static void test_nodes_doc(void **state)
 {
     (void)state;
-    json_t *in = json_pack("[{s:s, s:s, s:f, s:i, s:s, s:s, s:b, s:s, s:s, s:[{s:i}]}, i]",
-                           "node", "a\"b", "state", "idle", "heartbeat_age_s", 0.5, "workers", 2,
-                           "devices", "cpu", "version", "0.1", "member", 0, "addr", "10.0.0.1",
-                           "secret", "x", "gpus", "index", 0, 5);
+    json_t *in = json_pack("[{s:s, s:s, s:f, s:i, s:s, s:s, s:b, s:s, s:s, s:[{s:i}]}, i]", "node",
+                           "a\"b", "state", "idle", "heartbeat_age_s", 0.5, "workers", 2, "devices",
+                           "cpu", "version", "0.1", "member", 0, "addr", "10.0.0.1", "secret", "x",
+                           "gpus", "index", 0, 5);
     assert_non_null(in);
     char *s = http_api_dump(http_api_nodes_doc(in));
     json_decref(in);
