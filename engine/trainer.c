@@ -65,7 +65,7 @@ struct trainer {
     struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
     double peak_flops;               /* per rank, FLOP/s */
     struct trainer_ddp ddp;
-    double compute_s; /* forward + backward time since the last metric record */
+    double compute_s;        /* forward + backward time since the last metric record */
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;
 };
