@@ -450,6 +450,10 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "state:", json_string_value(json_object_get(j, "state")));
         table_row(&t, "step:", step);
         table_row(&t, "loss:", fmt_real(a, sizeof(a), json_object_get(j, "loss"), 4));
+        char ranks[1024];
+        const char *rk = fmt_rank_ms(ranks, sizeof(ranks), json_object_get(j, "rank_step_ms"));
+        if (rk)
+            table_row(&t, "rank ms/step:", rk);
         table_row(&t, "owner uid:", fmt_int(a, sizeof(a), json_object_get(j, "owner_uid")));
         table_row(&t, "priority:", fmt_int(a, sizeof(a), json_object_get(j, "priority")));
         table_row(&t, "created:", fmt_time(a, sizeof(a), json_object_get(j, "created")));
@@ -709,13 +713,16 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     if (!c->json) {
         /* A cluster's nodes carry a heartbeat age and their current ranks;
          * a single gptd reports its job instead. */
-        struct table t = {.ncols = 7, .right = {false, false, true, true, true, false, false}};
-        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "DEVICES", "VERSION");
+        struct table t = {.ncols = 9,
+                          .right = {false, false, true, true, true, false, false, false, false}};
+        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "DEVICES", "GPU UTIL",
+                  "GPU MEM", "VERSION");
         size_t i;
         json_t *n;
         json_array_foreach(json_object_get(reply, "nodes"), i, n)
         {
-            char w[32], j[32], hb[32];
+            char w[32], j[32], hb[32], gu[256], gm[512];
+            const json_t *gpus = json_object_get(n, "gpus");
             const json_t *age = json_object_get(n, "heartbeat_age_s");
             const char *ranks = json_string_value(json_object_get(n, "ranks"));
             int64_t job = json_integer_value(json_object_get(n, "job"));
@@ -732,6 +739,7 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                       json_string_value(json_object_get(n, "state")), hb,
                       fmt_int(w, sizeof(w), json_object_get(n, "workers")), j,
                       json_string_value(json_object_get(n, "devices")),
+                      fmt_gpus_util(gu, sizeof(gu), gpus), fmt_gpus_mem(gm, sizeof(gm), gpus),
                       json_string_value(json_object_get(n, "version")));
         }
         table_print(&t);

@@ -93,6 +93,14 @@ const char *fmt_real(char *buf, size_t cap, const json_t *v, int prec);
 const char *fmt_time(char *buf, size_t cap, const json_t *v);
 const char *fmt_duration(char *buf, size_t cap, double s);
 const char *fmt_rate(char *buf, size_t cap, double v);
+/* A node's "gpus" array (nvml.h) as one cell: each GPU's utilisation
+ * ("87%") or memory ("40.0/140.4G"), joined by " "; "-" where a GPU does not
+ * report it, "-" for no GPU (a CPU host) or a node that sends none. */
+const char *fmt_gpus_util(char *buf, size_t cap, const json_t *gpus);
+const char *fmt_gpus_mem(char *buf, size_t cap, const json_t *gpus);
+/* A job's "rank_step_ms" (each rank's compute ms per step) as one line:
+ * "0: 12.1  1: 30.5  (slowest: rank 1, 2.5x the fastest)"; NULL when absent. */
+const char *fmt_rank_ms(char *buf, size_t cap, const json_t *ms);
 
 /* The logs view: a progress bar on a terminal, plain lines otherwise. */
 struct logs_view {

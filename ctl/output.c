@@ -139,6 +139,80 @@ const char *fmt_rate(char *buf, size_t cap, double v)
     return buf;
 }
 
+/* Appends s (and a separating space) to buf[*len..cap); cut at cap. */
+static void fmt_join(char *buf, size_t cap, size_t *len, const char *s)
+{
+    int k = snprintf(buf + *len, cap - *len, "%s%s", *len ? " " : "", s);
+    if (k > 0)
+        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap - 1;
+}
+
+const char *fmt_gpus_util(char *buf, size_t cap, const json_t *gpus)
+{
+    size_t len = 0, i;
+    const json_t *g;
+    buf[0] = '\0';
+    json_array_foreach(gpus, i, g)
+    {
+        char c[16];
+        const json_t *u = json_object_get(g, "util_ratio");
+        if (json_is_number(u))
+            snprintf(c, sizeof(c), "%.0f%%", json_number_value(u) * 100.0);
+        else
+            snprintf(c, sizeof(c), "-");
+        fmt_join(buf, cap, &len, c);
+    }
+    return len ? buf : "-";
+}
+
+const char *fmt_gpus_mem(char *buf, size_t cap, const json_t *gpus)
+{
+    size_t len = 0, i;
+    const json_t *g;
+    buf[0] = '\0';
+    json_array_foreach(gpus, i, g)
+    {
+        char c[48];
+        const json_t *used = json_object_get(g, "mem_used_bytes");
+        const json_t *total = json_object_get(g, "mem_total_bytes");
+        if (json_is_integer(used) && json_is_integer(total))
+            snprintf(c, sizeof(c), "%.1f/%.1fG", (double)json_integer_value(used) / (1 << 30),
+                     (double)json_integer_value(total) / (1 << 30));
+        else
+            snprintf(c, sizeof(c), "-");
+        fmt_join(buf, cap, &len, c);
+    }
+    return len ? buf : "-";
+}
+
+const char *fmt_rank_ms(char *buf, size_t cap, const json_t *ms)
+{
+    size_t len = 0, i, slow = 0, n = 0;
+    double lo = 0, hi = -1;
+    const json_t *v;
+    if (!json_is_array(ms) || !json_array_size(ms))
+        return NULL;
+    buf[0] = '\0';
+    json_array_foreach(ms, i, v)
+    {
+        char c[40];
+        double x = json_number_value(v);
+        snprintf(c, sizeof(c), "%s%zu: %.3g", i ? " " : "", i, x);
+        fmt_join(buf, cap, &len, c);
+        if (x > hi) {
+            hi = x;
+            slow = i;
+        }
+        lo = n++ == 0 || x < lo ? x : lo;
+    }
+    if (n > 1 && lo > 0) {
+        char c[80];
+        snprintf(c, sizeof(c), " (slowest: rank %zu, %.1fx the fastest)", slow, hi / lo);
+        fmt_join(buf, cap, &len, c);
+    }
+    return buf;
+}
+
 void logs_clear_bar(struct logs_view *v)
 {
     if (v->bar_shown) {

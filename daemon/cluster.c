@@ -15,6 +15,7 @@
 #include "cluster_impl.h"
 
 #include "devices.h"
+#include "nvml.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -183,9 +184,10 @@ static void cluster_heartbeat(struct cluster *c)
     snprintf(hb.addr, sizeof(hb.addr), "%s", c->addr);
     snprintf(hb.version, sizeof(hb.version), "%s", c->version);
     devices_summary(hb.devices, sizeof(hb.devices));
+    nvml_gpus_local(hb.gpus, sizeof(hb.gpus));
     hb.workers = c->o.workers;
     hb.present |= CLUSTER_MSG_BIT(ADDR) | CLUSTER_MSG_BIT(VER) | CLUSTER_MSG_BIT(WORKERS) |
-                  CLUSTER_MSG_BIT(DEV);
+                  CLUSTER_MSG_BIT(DEV) | CLUSTER_MSG_BIT(GPU);
     if (c->nh.heartbeat)
         c->nh.heartbeat(c->nh.ctx, &hb);
     cluster_send(c, &hb);

@@ -414,12 +414,16 @@ static void daemon_http_publish(struct daemon_main *m)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct metrics_buf b = {0};
-    http_collect_render(m->collect, &m->d, (double)ts.tv_sec + ts.tv_nsec * 1e-9, &b);
+    double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    http_collect_render(m->collect, &m->d, now, &b);
     if (b.err)
         log_warn("metrics: cannot render: %s", strerror(-b.err));
     else
         http_publish(m->http, &b);
     metrics_buf_done(&b);
+    char *jobs = NULL, *nodes = NULL;
+    http_collect_api(m->collect, &m->d, now, &jobs, &nodes);
+    http_publish_api(m->http, jobs, nodes);
 }
 
 /* Starts the HTTP listener when `http` is set. */
@@ -428,6 +432,8 @@ static int daemon_http_start(struct daemon_main *m, struct gpt_err *err)
     const struct config *cfg = &m->d.cfg;
     if (!cfg->http[0])
         return 0;
+    char db_path[CONFIG_PATH_MAX + 32];
+    snprintf(db_path, sizeof(db_path), "%s/gptd.db", cfg->state_dir);
     struct http_opts ho = {
         .addr = cfg->http,
         .token_file = cfg->http_token_file,
@@ -435,6 +441,7 @@ static int daemon_http_start(struct daemon_main *m, struct gpt_err *err)
         .timeout_s = cfg->http_timeout_s,
         .request_max_bytes = (size_t)cfg->http_request_max_bytes,
         .node = cfg->node_name,
+        .db_path = db_path,
     };
     int port = 0;
     if (!(m->collect = http_collect_new()))

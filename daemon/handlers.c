@@ -246,6 +246,13 @@ static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, st
             json_object_set_new(o, "runs", runs);
         else
             json_decref(runs);
+        float ms[GPT_METRIC_RANKS_MAX];
+        int n = jobs_rank_step_ms(d->jobs, id, ms);
+        json_t *a = n > 0 ? json_array() : NULL;
+        for (int i = 0; a && i < n; i++)
+            json_array_append_new(a, json_real(ms[i]));
+        if (a)
+            json_object_set_new(o, "rank_step_ms", a);
     }
     db_job_done(&j);
     *ret = json_pack("{s:o}", "job", o);

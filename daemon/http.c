@@ -16,9 +16,15 @@
 #include <sys/socket.h>
 
 #include "hostport.h"
+#include "http_api.h"
+#include "http_db.h"
+#include "http_web.h"
 #include "store_client.h"
 
 #define HTTP_TOKEN_MAX 4096
+#define HTTP_CSP                                                                                   \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 struct http {
     struct MHD_Daemon *mhd;
@@ -27,6 +33,9 @@ struct http {
     size_t token_len; /* 0: no token required */
     pthread_mutex_t mu;
     struct metrics_buf text; /* under mu: the loop's newest rendering */
+    char *jobs_json;         /* under mu: the loop's newest /api/jobs (NULL: none yet) */
+    char *nodes_json;        /* under mu: the loop's newest /api/nodes */
+    struct http_db *db;      /* HTTP thread only: the per-job documents; NULL: none */
     pthread_mutex_t nvml_mu;
     struct nvml *nvml; /* NULL: no GPU library; used under nvml_mu */
 };
@@ -110,18 +119,44 @@ static bool http_authorized(const struct http *h, struct MHD_Connection *c)
     return diff == 0;
 }
 
+const struct http_web_asset *http_web_find(const char *url)
+{
+    for (size_t i = 0; i < http_web_assets_n; i++)
+        if (strcmp(url, http_web_assets[i].path) == 0 ||
+            (strcmp(http_web_assets[i].path, "/") == 0 && strcmp(url, "/index.html") == 0))
+            return &http_web_assets[i];
+    return NULL;
+}
+
+static bool http_web_is_asset(const char *body)
+{
+    for (size_t i = 0; i < http_web_assets_n; i++)
+        if (body == (const char *)http_web_assets[i].data)
+            return true;
+    return false;
+}
+
+/* Queues a response. `body` is taken (freed), unless it is one of the
+ * embedded files (http_web_assets), which are constant. */
 static enum MHD_Result http_reply(struct MHD_Connection *c, unsigned status, const char *type,
                                   char *body, size_t len, const char *hdr, const char *hdr_value)
 {
+    bool constant = !body || http_web_is_asset(body);
     struct MHD_Response *r = MHD_create_response_from_buffer(
-        len, body, body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+        len, body, constant ? MHD_RESPMEM_PERSISTENT : MHD_RESPMEM_MUST_FREE);
     if (!r) {
-        free(body);
+        if (!constant)
+            free(body);
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* The dashboard loads only its own embedded files and talks only to
+     * this origin: no inline script, no other host, no framing. */
+    MHD_add_response_header(r, "Content-Security-Policy", HTTP_CSP);
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
     if (hdr)
         MHD_add_response_header(r, hdr, hdr_value);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
@@ -163,6 +198,50 @@ static enum MHD_Result http_metrics(struct http *h, struct MHD_Connection *c)
                       NULL, NULL);
 }
 
+static enum MHD_Result http_json(struct MHD_Connection *c, unsigned status, char *text)
+{
+    if (!text)
+        return http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL, NULL);
+    return http_reply(c, status, "application/json", text, strlen(text), NULL, NULL);
+}
+
+static enum MHD_Result http_json_error(struct MHD_Connection *c, unsigned status, const char *msg)
+{
+    return http_json(c, status, http_api_dump(json_pack("{s:o}", "error", http_api_string(msg))));
+}
+
+/* A copy of one of the loop's documents (under mu). */
+static char *http_copy_doc(struct http *h, char *const *doc)
+{
+    pthread_mutex_lock(&h->mu);
+    char *s = *doc ? strdup(*doc) : NULL;
+    pthread_mutex_unlock(&h->mu);
+    return s;
+}
+
+/* /api/...: the loop's documents, or the per-job ones read here. */
+static enum MHD_Result http_api(struct http *h, struct MHD_Connection *c,
+                                const struct http_api_route *rt)
+{
+    if (rt->what == HTTP_API_JOBS || rt->what == HTTP_API_NODES) {
+        char *s = http_copy_doc(h, rt->what == HTTP_API_JOBS ? &h->jobs_json : &h->nodes_json);
+        return s ? http_json(c, MHD_HTTP_OK, s)
+                 : http_json_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "no data yet");
+    }
+    if (!h->db)
+        return http_json_error(c, MHD_HTTP_NOT_FOUND, "this gptd keeps no jobs");
+    json_t *doc = NULL;
+    struct gpt_err err;
+    int rc = rt->what == HTTP_API_METRICS  ? http_db_metrics(h->db, rt->job, rt->since, &doc, &err)
+             : rt->what == HTTP_API_EVENTS ? http_db_events(h->db, rt->job, &doc, &err)
+                                           : http_db_snapshots(h->db, rt->job, &doc, &err);
+    if (rc == -ENOENT)
+        return http_json_error(c, MHD_HTTP_NOT_FOUND, err.msg);
+    if (rc < 0)
+        return http_json_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, err.msg);
+    return http_json(c, MHD_HTTP_OK, http_api_dump(doc));
+}
+
 /* The access handler (HTTP thread). Answers on the first call, before any
  * body is read: nothing here takes input beyond the request line and the
  * headers. */
@@ -179,6 +258,11 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "gptd serves GET and HEAD only\n",
                          MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    /* The dashboard's own files hold no data: they load without the token
+     * (the page asks for it), so that a browser can show the form. */
+    const struct http_web_asset *asset = http_web_find(url);
+    if (asset)
+        return http_reply(c, MHD_HTTP_OK, asset->type, (char *)asset->data, asset->len, NULL, NULL);
     if (!http_authorized(h, c))
         return http_text(c, MHD_HTTP_UNAUTHORIZED, "a bearer token is required\n",
                          MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"gptd\"");
@@ -191,9 +275,13 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
                          NULL);
     if (strcmp(url, "/metrics") == 0)
         return http_metrics(h, c);
-    if (strcmp(url, "/") == 0)
-        return http_text(c, MHD_HTTP_OK, "gptd: GET /metrics (Prometheus text format)\n", NULL,
-                         NULL);
+    struct http_api_route route;
+    struct gpt_err err;
+    const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+    if (http_api_route(url, since, &route, &err) < 0)
+        return http_json_error(c, MHD_HTTP_BAD_REQUEST, err.msg);
+    if (route.what != HTTP_API_NONE)
+        return http_api(h, c, &route);
     return http_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL, NULL);
 }
 
@@ -212,6 +300,10 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
     pthread_mutex_init(&h->nvml_mu, NULL);
     snprintf(h->node, sizeof(h->node), "%s", o->node ? o->node : "");
     if (o->token_file && o->token_file[0] && (rc = http_load_token(h, o->token_file, err)) < 0)
+        goto fail;
+    /* The per-job documents read the database; without one (a test, a
+     * member's empty file is still a file) they answer 404. */
+    if (o->db_path && o->db_path[0] && (rc = http_db_open(o->db_path, &h->db, err)) < 0)
         goto fail;
     struct gpt_err nerr;
     if (nvml_open(o->nvml_library, &h->nvml, &nerr) < 0)
@@ -233,6 +325,7 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
     *ret = h;
     return 0;
 fail:
+    http_db_close(h->db);
     nvml_close(h->nvml);
     pthread_mutex_destroy(&h->mu);
     pthread_mutex_destroy(&h->nvml_mu);
@@ -250,6 +343,17 @@ void http_publish(struct http *h, struct metrics_buf *b)
     metrics_buf_done(&old);
 }
 
+void http_publish_api(struct http *h, char *jobs_json, char *nodes_json)
+{
+    pthread_mutex_lock(&h->mu);
+    char *old_jobs = h->jobs_json, *old_nodes = h->nodes_json;
+    h->jobs_json = jobs_json;
+    h->nodes_json = nodes_json;
+    pthread_mutex_unlock(&h->mu);
+    free(old_jobs);
+    free(old_nodes);
+}
+
 bool http_has_gpus(const struct http *h)
 {
     return h->nvml != NULL;
@@ -260,8 +364,11 @@ void http_stop(struct http *h)
     if (!h)
         return;
     MHD_stop_daemon(h->mhd);
+    http_db_close(h->db);
     nvml_close(h->nvml);
     metrics_buf_done(&h->text);
+    free(h->jobs_json);
+    free(h->nodes_json);
     pthread_mutex_destroy(&h->mu);
     pthread_mutex_destroy(&h->nvml_mu);
     explicit_bzero(h->token, sizeof(h->token));

@@ -1,6 +1,10 @@
 /*
  * http: gptd's read-only HTTP listener (`http = ADDR:PORT`), serving
- * GET/HEAD /metrics in Prometheus text format. libmicrohttpd parses HTTP
+ * GET/HEAD /metrics in Prometheus text format, the dashboard (its files
+ * embedded at build time, http_web.h) and the dashboard's JSON documents
+ * under /api/ (http_api.h): /api/jobs and /api/nodes as the loop last
+ * published them, the per-job ones read by this thread's own read-only
+ * database connection (http_db.h). libmicrohttpd parses HTTP
  * and runs the listener on its own thread; that thread never touches
  * loop-owned objects. The loop renders the metrics text (http_collect.c)
  * and hands it over with http_publish; the HTTP thread copies the newest
@@ -10,8 +14,8 @@
  * Nothing served here changes anything: every method but GET and HEAD is
  * refused (405), a request with a body is refused (413), headers beyond
  * http_request_max_bytes are refused by libmicrohttpd (431/414). With a
- * token file every request must carry "Authorization: Bearer TOKEN" or
- * gets 401; a listener on a non-loopback address must have one.
+ * token file every request but those for the dashboard's own files (which
+ * hold no data) must carry "Authorization: Bearer TOKEN" or gets 401; a listener on a non-loopback address must have one.
  */
 #ifndef GPTD_HTTP_H
 #define GPTD_HTTP_H
@@ -30,6 +34,8 @@ struct http_opts {
     size_t request_max_bytes; /* per-connection memory for the request (headers) */
     const char *node;         /* this node's name, the GPU series' label */
     const char *nvml_library; /* NULL: NVML_LIBRARY */
+    const char *db_path;      /* gptd's database, read by the dashboard's per-job
+                                 documents (http_db.h); NULL: they answer 404 */
 };
 
 struct http;
@@ -49,6 +55,11 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
 /* Publishes the newest metrics text (takes b's text; b is left empty).
  * Loop thread; holds the mutex only for a pointer swap. */
 void http_publish(struct http *h, struct metrics_buf *b);
+
+/* Publishes the newest /api/jobs and /api/nodes documents (takes both
+ * strings; NULL: that document is not available yet). Loop thread; holds
+ * the mutex only for the pointer swap. */
+void http_publish_api(struct http *h, char *jobs_json, char *nodes_json);
 
 /* True when the GPU library was loaded. */
 bool http_has_gpus(const struct http *h);

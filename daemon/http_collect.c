@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_api.h"
 #include "log.h"
 #include "store_server.h"
 
@@ -246,4 +247,24 @@ void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double n
     }
     metrics_text_render(b, &v);
     free(jobs);
+}
+
+void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now, char **ret_jobs,
+                      char **ret_nodes)
+{
+    bool coordinator = d->cluster && cluster_is_coordinator(d->cluster);
+    struct metrics_view v = {.now = now, .role = coordinator ? "coordinator" : "member"};
+    snprintf(v.node, sizeof(v.node), "%s", d->cfg.node_name);
+    struct metrics_job *jobs = NULL;
+    if (coordinator && hc->n_jobs && (jobs = calloc(hc->n_jobs, sizeof(*jobs)))) {
+        for (size_t i = 0; i < hc->n_jobs; i++)
+            jobs[i] = hc->jobs[i].mj;
+        v.jobs = jobs;
+        v.n_jobs = hc->n_jobs;
+    }
+    *ret_jobs = http_api_dump(http_api_jobs_doc(&v));
+    free(jobs);
+    json_t *arr = d->cluster ? cluster_nodes_json(d->cluster) : json_array();
+    *ret_nodes = arr ? http_api_dump(http_api_nodes_doc(arr)) : NULL;
+    json_decref(arr);
 }

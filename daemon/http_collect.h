@@ -29,4 +29,9 @@ void http_collect_free(struct http_collect *hc);
 void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double now,
                          struct metrics_buf *b);
 
+/* The dashboard's /api/jobs and /api/nodes documents of the state the
+ * last http_collect_render gathered (new strings, NULL on ENOMEM). */
+void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now,
+                      char **ret_jobs, char **ret_nodes);
+
 #endif

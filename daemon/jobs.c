@@ -32,7 +32,9 @@ struct jobs_run {
     int64_t job_id, run_id;
     struct gpt_job spec;
     int64_t last_step; /* newest metric step seen */
-    int stop;          /* enum jobs_stop */
+    int32_t n_rank_ms; /* the newest record's per-rank step times (status JOB) */
+    float rank_ms[GPT_METRIC_RANKS_MAX];
+    int stop; /* enum jobs_stop */
     uid_t cancelled_by;
 };
 
@@ -182,6 +184,10 @@ static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
         if (m->kind == MAILBOX_METRIC) {
             if (m->u.m.step > js->run->last_step)
                 js->run->last_step = m->u.m.step;
+            if (m->u.m.n_rank_step_ms > 0) {
+                js->run->n_rank_ms = m->u.m.n_rank_step_ms;
+                memcpy(js->run->rank_ms, m->u.m.rank_step_ms, sizeof(js->run->rank_ms));
+            }
             rc = db_metric_insert(js->db, job, &m->u.m, &err);
         } else if (m->kind == MAILBOX_EVENT) {
             rc = db_event_insert(js->db, job, &m->u.e, &err);
@@ -202,6 +208,14 @@ static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
         if (m->kind != MAILBOX_EXIT)
             jobs_fanout_msg(js, job, m);
     mailbox_free_list(list);
+}
+
+int jobs_rank_step_ms(const struct jobs *js, int64_t job, float *out)
+{
+    if (!js || !js->run || js->run->job_id != job)
+        return 0;
+    memcpy(out, js->run->rank_ms, sizeof(js->run->rank_ms));
+    return js->run->n_rank_ms;
 }
 
 /* Marks a job failed before it ran (bad stored spec, workers not started). */

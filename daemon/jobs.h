@@ -87,4 +87,10 @@ void jobs_set_cluster(struct jobs *js, struct cluster *cl);
 /* Frees (after jobs_shutdown's done). Closes the loop handles; NULL ok. */
 void jobs_free(struct jobs *js);
 
+/* The running job's newest per-rank step times (gpt_metric.rank_step_ms,
+ * not stored in the database): their count, copied into
+ * out[GPT_METRIC_RANKS_MAX]; 0 when `job` is not running or none came yet.
+ * NULL js allowed. Loop thread. */
+int jobs_rank_step_ms(const struct jobs *js, int64_t job, float *out);
+
 #endif

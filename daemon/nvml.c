@@ -37,7 +37,9 @@ struct nvml {
 
 int nvml_open(const char *library, struct nvml **ret, struct gpt_err *err)
 {
-    const char *libname = library ? library : NVML_LIBRARY;
+    /* GPTD_NVML_LIBRARY names another library (tests load a stand-in). */
+    const char *env = getenv("GPTD_NVML_LIBRARY");
+    const char *libname = library ? library : env && env[0] ? env : NVML_LIBRARY;
     struct nvml *n = calloc(1, sizeof(*n));
     int (*init)(void) = NULL;
     int rc = 0;
@@ -128,4 +130,25 @@ void nvml_close(struct nvml *n)
     n->shutdown();
     dlclose(n->lib);
     free(n);
+}
+
+void nvml_gpus_local(char *buf, size_t cap)
+{
+    /* Loop thread only: one handle for the heartbeats, opened once. */
+    static struct nvml *local;
+    static bool tried;
+    if (cap)
+        buf[0] = '\0';
+    if (!tried) {
+        struct gpt_err err;
+        tried = true;
+        if (nvml_open(NULL, &local, &err) < 0)
+            local = NULL; /* no driver: a CPU host, no GPU text */
+    }
+    if (!local)
+        return;
+    struct nvml_gpu g[NVML_GPUS_WIRE_MAX];
+    int n = nvml_sample(local, g, NVML_GPUS_WIRE_MAX);
+    if (n > 0)
+        nvml_gpus_format(g, (size_t)n, buf, cap);
 }

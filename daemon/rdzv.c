@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvml.h"
 #include "trainer.h"
 
 /* A previous member that neither joins nor dies holds a round open at most
@@ -29,6 +30,7 @@ struct rdzv_cnode {
     char addr[RDZV_ADDR_MAX];
     char version[32];
     char devices[128]; /* backends and GPUs, as the node reported them */
+    char gpus[CLUSTER_MSG_GPUS_MAX]; /* GPU readings of the last heartbeat (nvml.h) */
     char state[16];    /* as the node reported it */
     uint64_t gen;      /* the generation and round the node last reported */
     int64_t round;
@@ -401,6 +403,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         snprintf(nd->version, sizeof(nd->version), "%s", m->version);
     if (m->devices[0])
         snprintf(nd->devices, sizeof(nd->devices), "%s", m->devices);
+    snprintf(nd->gpus, sizeof(nd->gpus), "%s", m->gpus);
     if (m->state[0])
         snprintf(nd->state, sizeof(nd->state), "%s", m->state);
     nd->gen = m->gen;
@@ -746,6 +749,8 @@ json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
                               "version", nd->version, "addr", nd->addr, "member", nd->member);
         if (o)
             json_object_set_new(o, "devices", json_string(nd->devices[0] ? nd->devices : "cpu"));
+        if (o)
+            json_object_set_new(o, "gpus", nvml_gpus_json(nd->gpus));
         if (!o)
             continue;
         if (nd->member) {

@@ -66,6 +66,7 @@ struct trainer {
     struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
     double peak_flops;               /* per rank, FLOP/s */
     struct trainer_ddp ddp;
+    double compute_s;        /* forward + backward time since the last metric record */
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;
 };
@@ -681,12 +682,14 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, first, t->B, t->inputs, t->targets);
         if (rc < 0)
             return rc;
+        double tc = now_s();
         rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
         if (rc < 0)
             return rc;
         if (t->ddp.started && micro == t->accum - 1)
             trainer_ddp_arm(&t->ddp);
         rc = gpt_model_backward(&t->model, 1.0f / (float)t->accum);
+        t->compute_s += now_s() - tc; /* before the wait for the gradients */
         if (t->ddp.started && micro == t->accum - 1) {
             int wrc = trainer_ddp_wait(&t->ddp);
             if (rc >= 0)
@@ -778,6 +781,27 @@ static void fill_metric(struct trainer *t, struct gpt_metric *m, double loss, do
     m->time = wall_s();
 }
 
+/* Every rank's compute time per step since the last record, gathered with
+ * one small allreduce (each rank fills its own slot), so that rank 0's
+ * record shows a straggler. Every rank calls it at the same steps. */
+static int rank_step_times(struct trainer *t, struct gpt_metric *m, int64_t steps)
+{
+    float ms[GPT_METRIC_RANKS_MAX] = {0};
+    int n = t->world < GPT_METRIC_RANKS_MAX ? t->world : GPT_METRIC_RANKS_MAX, rc;
+    if (t->rank < n)
+        ms[t->rank] = steps > 0 ? (float)(t->compute_s * 1e3 / (double)steps) : 0;
+    t->compute_s = 0;
+    if (t->world > 1) {
+        if (t->shard && (rc = gpt_shard_sync(t->shard)) < 0)
+            return rc;
+        if ((rc = gpt_comm_allreduce(t->comm, ms, (size_t)n, GPT_REDUCE_SUM)) < 0)
+            return rc;
+    }
+    memcpy(m->rank_step_ms, ms, (size_t)n * sizeof(ms[0]));
+    m->n_rank_step_ms = n;
+    return 0;
+}
+
 static void emit_metric(struct trainer *t, const struct gpt_metric *m)
 {
     if (t->rank == 0 && t->opts->hooks.metric)
@@ -835,6 +859,9 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
         if (log) {
             double t_now = now_s();
             fill_metric(t, &m, loss, norm, lr, t_now - t_mark, t->st.step - step_mark);
+            if ((rc = rank_step_times(t, &m, t->st.step - step_mark)) < 0)
+                return gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
+                                   (long long)t->st.step, gpt_strerror(rc));
             if (eval) {
                 double vl, acc;
                 if ((rc = evaluate(t, &vl, &acc)) < 0)

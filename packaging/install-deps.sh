@@ -25,6 +25,7 @@ pkgs=(
     systemd groff-base man-db
     libpcre2-dev nodejs
     libmicrohttpd-dev prometheus curl
+    chromium
 )
 # Debian's nodejs has no npm (NodeSource's has): add the npm package when
 # the command is missing.

@@ -5,7 +5,7 @@
  *
  *   inbox line  member -> coordinator, appended to "c/inbox":
  *     {"t": "hb"|"join", "node", "inc", "gen"?, "round"?, "job"?, "snap"?,
- *      "workers"?, "addr"?, "ver"?, "dev"?, "state"?, "exit_round"?,
+ *      "workers"?, "addr"?, "ver"?, "dev"?, "gpu"?, "state"?, "exit_round"?,
  *      "exit_rc"?, "exit_step"?, "exit_msg"?}       a heartbeat (join: the same)
  *     {"t": "leave", "node", "inc"}                 stopping on purpose
  *     {"t": "metric", "job", "node", "m": METRIC}   global rank 0's record
@@ -45,6 +45,7 @@
 #define CLUSTER_MSG_ADDR_MAX     64         /* advertised worker address, NUL included */
 #define CLUSTER_MSG_VERSION_MAX  32
 #define CLUSTER_MSG_DEVICES_MAX  128
+#define CLUSTER_MSG_GPUS_MAX     512 /* "gpu": the node's GPU readings (daemon/nvml.h) */
 #define CLUSTER_MSG_STATE_MAX    16
 #define CLUSTER_MSG_EXIT_MSG_MAX 256
 #define CLUSTER_MSG_WORKERS_MAX  1024
@@ -89,6 +90,7 @@ enum cluster_msg_field {
     CLUSTER_MSG_F_SPEC,
     CLUSTER_MSG_F_OP,
     CLUSTER_MSG_F_ARGS,
+    CLUSTER_MSG_F_GPU,
     CLUSTER_MSG_F_COUNT
 };
 
@@ -122,6 +124,7 @@ struct cluster_msg {
     char addr[CLUSTER_MSG_ADDR_MAX];
     char version[CLUSTER_MSG_VERSION_MAX];
     char devices[CLUSTER_MSG_DEVICES_MAX];
+    char gpus[CLUSTER_MSG_GPUS_MAX]; /* "gpu": IDX:UTIL:USED:TOTAL,... ("": none) */
     char state[CLUSTER_MSG_STATE_MAX];
     int64_t exit_round; /* the last local worker exit, -1 none */
     int exit_rc;

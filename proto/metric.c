@@ -50,6 +50,13 @@ json_t *gpt_metric_to_json(const struct gpt_metric *m)
     rc |= put_int(o, "mem_acts_bytes", (json_int_t)m->mem_acts_bytes);
     rc |= put_int(o, "mem_work_bytes", (json_int_t)m->mem_work_bytes);
     rc |= put_real(o, "time", m->time);
+    if (m->n_rank_step_ms > 0) {
+        json_t *a = json_array();
+        for (int32_t i = 0; a && i < m->n_rank_step_ms && i < GPT_METRIC_RANKS_MAX; i++)
+            rc |= json_array_append_new(
+                a, json_real(isfinite(m->rank_step_ms[i]) ? m->rank_step_ms[i] : 0));
+        rc |= a ? json_object_set_new(o, "rank_step_ms", a) : -1;
+    }
     if (rc) {
         json_decref(o);
         return NULL;
@@ -104,6 +111,31 @@ static int get_int(const json_t *o, const char *key, int64_t *ret, struct gpt_er
     return 0;
 }
 
+/* rank_step_ms: optional, an array of at most GPT_METRIC_RANKS_MAX
+ * finite numbers >= 0. */
+static int get_rank_ms(const json_t *o, struct gpt_metric *m, struct gpt_err *err)
+{
+    const json_t *a = json_object_get(o, "rank_step_ms");
+    if (!a)
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) > GPT_METRIC_RANKS_MAX)
+        return gpt_err_set(err, -EINVAL, "rank_step_ms",
+                           "rank_step_ms: expected an array of at most %d numbers",
+                           GPT_METRIC_RANKS_MAX);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(a, i, v)
+    {
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 1e12)
+            return gpt_err_set(err, -EINVAL, "rank_step_ms",
+                               "rank_step_ms[%zu]: expected milliseconds (a number >= 0)", i);
+        m->rank_step_ms[i] = (float)x;
+    }
+    m->n_rank_step_ms = (int32_t)json_array_size(a);
+    return 0;
+}
+
 int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err *err)
 {
     struct gpt_metric m;
@@ -131,7 +163,7 @@ int gpt_metric_from_json(const json_t *o, struct gpt_metric *ret, struct gpt_err
         (rc = get_real(o, "ms_per_step", NAN, &m.ms_per_step, err)) ||
         (rc = get_real(o, "mfu", NAN, &m.mfu, err)) ||
         (rc = get_real(o, "eta_s", NAN, &m.eta_s, err)) ||
-        (rc = get_real(o, "time", 0, &m.time, err)))
+        (rc = get_real(o, "time", 0, &m.time, err)) || (rc = get_rank_ms(o, &m, err)))
         return rc;
     m.epoch = (uint64_t)epoch;
     m.tokens = (uint64_t)tokens;

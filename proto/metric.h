@@ -7,8 +7,10 @@
  *   {"type":"metric","step","max_steps","epoch","loss","val_loss","accuracy",
  *    "lr","grad_norm","tokens_per_s","ms_per_step","mfu","eta_s","tokens",
  *    "world_size","run_id","mem_params_bytes","mem_grads_bytes",
- *    "mem_optim_bytes","mem_acts_bytes","mem_work_bytes","time"}
- * where val_loss/accuracy are present only when evaluated at that step;
+ *    "mem_optim_bytes","mem_acts_bytes","mem_work_bytes","time","rank_step_ms"}
+ * where val_loss/accuracy are present only when evaluated at that step and
+ * rank_step_ms (each rank's compute time per step, ranks 0.. in order, at
+ * most GPT_METRIC_RANKS_MAX) only when the trainer measured it;
  * events are {"type":"event","kind","message","step","time", "run_id"}.
  */
 #ifndef GPT_METRIC_H
@@ -18,6 +20,8 @@
 #include <stdint.h>
 
 #include "gpt_err.h"
+
+#define GPT_METRIC_RANKS_MAX 64 /* ranks whose step time a record carries */
 
 struct gpt_metric {
     int64_t step;      /* optimizer steps completed */
@@ -38,6 +42,12 @@ struct gpt_metric {
     uint64_t mem_params_bytes, mem_grads_bytes, mem_optim_bytes, mem_acts_bytes; /* per rank */
     uint64_t mem_work_bytes; /* per rank: gathered units of full sharding */
     double time;             /* unix seconds */
+    /* Per rank: milliseconds of forward and backward per step since the
+     * last record, without the wait in the gradient collectives (a slow
+     * rank shows here while every rank's ms_per_step is the same).
+     * n_rank_step_ms: 0 = not measured. */
+    int32_t n_rank_step_ms;
+    float rank_step_ms[GPT_METRIC_RANKS_MAX];
 };
 
 #define GPT_EVENT_KIND_MAX 32

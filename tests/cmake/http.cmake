@@ -11,3 +11,24 @@ add_library(fake_nvml SHARED ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_nvml.c)
 target_compile_options(fake_nvml PRIVATE -Wall -Wextra -Werror)
 target_compile_definitions(test_metrics_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
 add_dependencies(test_metrics_text fake_nvml)
+
+# The dashboard in headless chromium (tests/integration/dashboard_cdp.js);
+# the screenshot goes to build/Testing/artifacts/http_dashboard.png.
+add_test(NAME http_dashboard
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_dashboard.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_BINARY_DIR}/Testing/artifacts)
+set_tests_properties(http_dashboard PROPERTIES LABELS integration TIMEOUT 60
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+# test_nvml_text samples the heartbeat's GPU text through the same stand-in.
+target_compile_definitions(test_nvml_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
+add_dependencies(test_nvml_text fake_nvml)
+
+# GPU columns of gptctl nodes (through the stand-in NVML) and per-rank
+# step time of a 2-worker job in gptctl status.
+add_test(NAME gpu_telemetry
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/gpu_telemetry.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:fake_nvml>)
+set_tests_properties(gpu_telemetry PROPERTIES LABELS integration TIMEOUT 60
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

@@ -169,4 +169,11 @@ grep -q '^gptd_job_info{job_id="1",.*state="cancelled"} 1$' "$T/metrics.txt" ||
     fail "no job series with the token"
 [[ $(status -X POST -H "Authorization: Bearer $TOKEN" "$URL/metrics") == 405 ]] ||
     fail "POST with the token not refused"
+# The dashboard's JSON needs the token too; its own files (no data) do not.
+[[ $(status "$URL/api/jobs") == 401 ]] || fail "/api/jobs without the token: not 401"
+[[ $(status "$URL/api/jobs/1/metrics?since=0") == 401 ]] || fail "/api/jobs/1/metrics: not 401"
+[[ $(status -H "Authorization: Bearer $TOKEN" "$URL/api/jobs/1/events") == 200 ]] ||
+    fail "/api/jobs/1/events with the token: not 200"
+[[ $(status "$URL/") == 200 && $(status "$URL/app.js") == 200 ]] ||
+    fail "the dashboard's files need no token"
 echo "http_prometheus: ok"

@@ -231,7 +231,8 @@ static void test_limits_decode(void **state)
         size_t max;
     } strs[] = {{"node", CLUSTER_MSG_NODE_MAX - 1},   {"addr", CLUSTER_MSG_ADDR_MAX - 1},
                 {"ver", CLUSTER_MSG_VERSION_MAX - 1}, {"dev", CLUSTER_MSG_DEVICES_MAX - 1},
-                {"state", CLUSTER_MSG_STATE_MAX - 1}, {"exit_msg", CLUSTER_MSG_EXIT_MSG_MAX - 1}};
+                {"state", CLUSTER_MSG_STATE_MAX - 1}, {"exit_msg", CLUSTER_MSG_EXIT_MSG_MAX - 1},
+                {"gpu", CLUSTER_MSG_GPUS_MAX - 1}};
     for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++) {
         char *ok = repeat('x', strs[i].max), *big = repeat('x', strs[i].max + 1);
         struct cluster_msg d;

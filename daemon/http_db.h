@@ -1,0 +1,46 @@
+/*
+ * http_db: the HTTP thread's own read-only connection to gptd's database,
+ * for the dashboard's per-job documents (a job's metrics since a step, its
+ * newest events and snapshots). It is a second SQLite connection, opened
+ * read-only (SQLITE_OPEN_READONLY, PRAGMA query_only) on the file the
+ * loop's connection (db.h) writes in WAL mode: readers never block the
+ * writer and see its last commit. It is not the loop's struct db and
+ * shares nothing with it.
+ *
+ * Thread: the HTTP thread only (libmicrohttpd's one polling thread), one
+ * call at a time. Calls block for one small query (a busy timeout of
+ * 1 s; every query is bounded by a LIMIT).
+ */
+#ifndef GPTD_HTTP_DB_H
+#define GPTD_HTTP_DB_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "gpt_err.h"
+
+struct http_db;
+
+/* Opens `path` read-only. The file must exist (the daemon created it
+ * before the listener starts). 0 and a new handle, or -EIO. */
+int http_db_open(const char *path, struct http_db **ret, struct gpt_err *err);
+/* NULL allowed. */
+void http_db_close(struct http_db *hd);
+
+/* The per-job documents; each returns 0 and a new JSON object in *ret,
+ * -ENOENT when the database has no job `job`, -EIO (err) when a query
+ * fails.
+ *   metrics:   {"job","metrics":[{step,loss,val_loss?,lr,time}],"last","more"}
+ *              steps >= since, by step, at most HTTP_API_METRICS_MAX; "last"
+ *              the last step sent (since - 1 when none), "more" true when
+ *              the limit cut it short.
+ *   events:    {"job","events":[{kind,message,step,time}]} the newest
+ *              HTTP_API_EVENTS_MAX, oldest first.
+ *   snapshots: {"job","snapshots":[{id,step,node,path,size,created}]} the
+ *              newest HTTP_API_SNAPSHOTS_MAX, newest first. */
+int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
+                    struct gpt_err *err);
+int http_db_events(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
+int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
+
+#endif
