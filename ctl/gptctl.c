@@ -35,7 +35,7 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"resume", "JOB [--snapshot ID]", "queue a finished job again from a snapshot", cmd_job_op,
      GPT_CTL_OP_RESUME},
     {"snapshots", "JOB", "a job's snapshots", cmd_job_op, GPT_CTL_OP_SNAPSHOTS},
-    {"sample", "JOB --prompt TEXT [--tokens N] [--temperature T] [--top-k K]",
+    {"sample", "JOB --prompt TEXT|--prompt-ids IDS [--tokens N] [--temperature T] [--top-k K]",
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE},
     {"plot", "JOB -o FILE.svg", "train and validation loss against step", cmd_plot,
      GPT_CTL_OP_LOGS},

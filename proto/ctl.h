@@ -70,6 +70,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_TOKENS,      /* integer >= 1 */
     GPT_CTL_F_TEMPERATURE, /* number > 0 */
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
+    GPT_CTL_F_PROMPT_IDS,  /* string: sample prompt as token ids "15496,11" (prompt_ids.h) */
     GPT_CTL_F_COUNT
 };
 
@@ -86,6 +87,7 @@ struct gpt_ctl_request {
     bool follow;
     double temperature;
     const char *prompt;
+    const char *prompt_ids;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */
