@@ -8,7 +8,9 @@
 # both prompt forms). A shards job made by `gptd tokenize` samples text
 # with data.vocab (Hugging Face file names this time) and only ids without
 # it, where a text prompt is refused naming --prompt-ids. A vocabulary
-# folder outside the data roots is refused at submit.
+# folder outside the data roots is refused at submit. A char job's snapshot
+# is refused as the start of a gpt2 job; `gptd run` caches under
+# $XDG_CACHE_HOME.
 # usage: gpt2_jobs.sh GPTD GPTCTL ITEST_CLIENT SOURCE_DIR NPM_DIR
 source "$(dirname "$0")/daemon_common.sh"
 NPM=$5
@@ -136,4 +138,15 @@ job "$T/novocab.json" "{\"path\": \"$T/text.txt\", \"tokenizer\": \"gpt2\"}"
 rc=0
 "$GPTCTL" submit "$T/novocab.json" >"$T/out" 2>&1 || rc=$?
 [[ $rc != 0 ]] && grep -q "data.vocab" "$T/out" || fail "gpt2 without data.vocab: $(cat "$T/out")"
+# --- a snapshot of a char job cannot be resumed as a gpt2 job (same model shape)
+job "$T/char.json" "{\"path\": \"$T/text.txt\", \"tokenizer\": \"char\"}"
+XDG_CACHE_HOME=$T/ucache "$GPTD" run "$T/char.json" model.vocab_size=50257 \
+    --snapshot-dir "$T/rs" >/dev/null
+rc=0
+XDG_CACHE_HOME=$T/ucache "$GPTD" run "$T/text.json" model.vocab_size=50257 trainer.max_steps=4 \
+    --resume --snapshot-dir "$T/rs" >"$T/out" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "was taken with a different vocabulary" "$T/out" ||
+    fail "a char snapshot resumed as gpt2: rc $rc: $(cat "$T/out")"
+# `gptd run` caches under XDG_CACHE_HOME
+ls "$T"/ucache/gptd/tokens/*.tok >/dev/null || fail "gptd run wrote no cache file"
 echo "gpt2 jobs ok"
