@@ -325,8 +325,9 @@ static void tokc_prune(const char *dir)
 static int tokc_store(const struct tokcache *tc, const char *path, const unsigned char sha[32],
                       const uint16_t *ids, size_t n)
 {
-    if (gpt_mkdirs(tc->cache_dir, 0700) < 0)
-        return -errno ? -errno : -EIO;
+    int mk = gpt_mkdirs(tc->cache_dir, 0700);
+    if (mk < 0)
+        return mk;
     char tmp[PATH_MAX];
     int k = snprintf(tmp, sizeof(tmp), "%s/.tmp-XXXXXX", tc->cache_dir);
     if (k < 0 || (size_t)k >= sizeof(tmp))
