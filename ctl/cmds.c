@@ -385,11 +385,13 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    static const struct option opts[] = {
-        {"prompt", required_argument, 0, 'p'},      {"tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-        {"snapshot", required_argument, 0, 's'},    {"prompt-ids", required_argument, 0, 'i'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
+                                         {"tokens", required_argument, 0, 'n'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"snapshot", required_argument, 0, 's'},
+                                         {"prompt-ids", required_argument, 0, 'i'},
+                                         {0, 0, 0, 0}};
     const char *prompt = NULL, *prompt_ids = NULL;
     int64_t tokens = 0, top_k = -1, snap = 0, job;
     double temp = 0;

@@ -86,8 +86,8 @@ static void handler_sample_read(struct handler_sample *s)
         if (s->rc < 0)
             return;
     }
-    s->rc = tokcache_sample(s->path, s->vocab, s->data_roots, s->prompt_ids, &s->o, &s->text,
-                            &s->err);
+    s->rc =
+        tokcache_sample(s->path, s->vocab, s->data_roots, s->prompt_ids, &s->o, &s->text, &s->err);
 }
 
 /* A user samples what that user may read (a job's snapshots are its

@@ -363,8 +363,8 @@ int paths_check_access(const struct gpt_job *job, uid_t uid, struct gpt_err *err
     if (rc == 0 && job->data.vocab[0]) {
         int fd = open(job->data.vocab, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0)
-            rc = gpt_err_set(err, -GPT_E_SPEC, "data.vocab", "data.vocab: %s: %s",
-                             job->data.vocab, strerror(errno));
+            rc = gpt_err_set(err, -GPT_E_SPEC, "data.vocab", "data.vocab: %s: %s", job->data.vocab,
+                             strerror(errno));
         else
             close(fd);
     }

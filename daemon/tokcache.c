@@ -72,8 +72,7 @@ static int tokc_read_at(int dfd, const char *dir, const char *name, char **ret, 
     char *buf = NULL;
     int rc = 0;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -GPT_E_DATA, "data.vocab", "%s/%s is not a regular file", dir,
-                         name);
+        rc = gpt_err_set(err, -GPT_E_DATA, "data.vocab", "%s/%s is not a regular file", dir, name);
         goto out;
     }
     if ((uint64_t)st.st_size > GPT_TOK_FILE_BYTES_MAX) {
@@ -91,8 +90,8 @@ static int tokc_read_at(int dfd, const char *dir, const char *name, char **ret, 
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
-            rc = gpt_err_set(err, k < 0 ? -errno : -GPT_E_DATA, "data.vocab",
-                             "%s/%s: %s", dir, name, k < 0 ? strerror(errno) : "shrank while read");
+            rc = gpt_err_set(err, k < 0 ? -errno : -GPT_E_DATA, "data.vocab", "%s/%s: %s", dir,
+                             name, k < 0 ? strerror(errno) : "shrank while read");
             goto out;
         }
         off += (size_t)k;
@@ -124,7 +123,8 @@ static int tokc_load_vocab(struct tokcache *tc, struct gpt_err *err)
                                           "and vocab.bpe)"
                                         : strerror(e));
     }
-    if (tc->o.data_roots && (rc = paths_check_fd(dfd, dir, "data.vocab", tc->o.data_roots, err)) < 0)
+    if (tc->o.data_roots &&
+        (rc = paths_check_fd(dfd, dir, "data.vocab", tc->o.data_roots, err)) < 0)
         goto out;
     for (int k = 0; k < 2; k++) {
         rc = tokc_read_at(dfd, dir, names[k][0], &json, &json_len, err);
@@ -471,8 +471,9 @@ static int tokc_encode(void *ctx, const void *text, size_t len, const char *file
         }
     }
     pthread_mutex_unlock(&tokc_lock);
-    int k = snprintf(note, note_cap, "%s: tokenized %zu bytes into %zu tokens in %.2f s on %d threads",
-                     json_path, len, *ret_n, dt, tokc_threads(tc));
+    int k =
+        snprintf(note, note_cap, "%s: tokenized %zu bytes into %zu tokens in %.2f s on %d threads",
+                 json_path, len, *ret_n, dt, tokc_threads(tc));
     if (k < 0 || (size_t)k >= note_cap)
         return 0;
     if (why[0])
@@ -501,7 +502,10 @@ static size_t tokc_utf8_len(const unsigned char *s, size_t n)
     unsigned c = s[0];
     if (c < 0x80)
         return 1;
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     if (len == 0 || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)

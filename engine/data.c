@@ -506,8 +506,8 @@ static int data_bpe_encode(struct gpt_dataset *ds, size_t i, const char *file,
     for (size_t k = 0; k < n; k++)
         if (ds->bpe_ids[i][k] >= bpe->vocab_size)
             return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
-                               "%s: the encoder gave token %u, outside its vocabulary of %d",
-                               file, ds->bpe_ids[i][k], bpe->vocab_size);
+                               "%s: the encoder gave token %u, outside its vocabulary of %d", file,
+                               ds->bpe_ids[i][k], bpe->vocab_size);
     munmap(m->addr, m->len);
     m->addr = ds->bpe_ids[i];
     m->len = n;

@@ -100,8 +100,7 @@ struct gpt_data_bpe {
      * cache"). Returns 0 or a negative error with err filled. Blocks;
      * called on the thread that opens the dataset. */
     int (*encode)(void *ctx, const void *text, size_t len, const char *file, const char *json_path,
-                  uint16_t **ret, size_t *ret_n, char *note, size_t note_cap,
-                  struct gpt_err *err);
+                  uint16_t **ret, size_t *ret_n, char *note, size_t note_cap, struct gpt_err *err);
 };
 
 /* Opens and validates the data of a job spec for sequences of length T

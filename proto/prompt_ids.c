@@ -23,8 +23,7 @@ int gpt_prompt_ids_parse(const char *text, size_t len, int32_t *out, size_t cap,
         if (i == len || text[i] < '0' || text[i] > '9') {
             if (i < len && text[i] != ',')
                 break;
-            return gpt_err_set(err, -EINVAL, PATH, "token id %zu is empty (at byte %zu)", n + 1,
-                               i);
+            return gpt_err_set(err, -EINVAL, PATH, "token id %zu is empty (at byte %zu)", n + 1, i);
         }
         int64_t v = 0;
         size_t start = i;

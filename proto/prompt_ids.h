@@ -15,8 +15,8 @@
 
 #include "gpt_err.h"
 
-#define GPT_PROMPT_IDS_MAX      4096  /* ids in one prompt */
-#define GPT_PROMPT_IDS_TEXT_MAX 65536 /* bytes of the text form */
+#define GPT_PROMPT_IDS_MAX      4096     /* ids in one prompt */
+#define GPT_PROMPT_IDS_TEXT_MAX 65536    /* bytes of the text form */
 #define GPT_PROMPT_ID_MAX       16777215 /* larger than any vocabulary gptd trains */
 
 /* Parses text[0, len) into out[0, cap) (cap <= GPT_PROMPT_IDS_MAX is

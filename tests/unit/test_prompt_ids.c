@@ -157,7 +157,8 @@ static void test_jobspec_keys(void **state)
     assert_string_equal(job.data.vocab, "/d/gpt2");
     /* a shards job with a vocabulary becomes gpt2 */
     assert_int_equal(
-        spec("\"kind\": \"shards\", \"path\": \"/d/*.bin\", \"vocab\": \"/d/gpt2\"", &job, &err), 0);
+        spec("\"kind\": \"shards\", \"path\": \"/d/*.bin\", \"vocab\": \"/d/gpt2\"", &job, &err),
+        0);
     assert_int_equal(job.data.tokenizer, GPT_TOK_GPT2);
 
     assert_true(spec("\"path\": \"/d/t.txt\", \"tokenizer\": \"gpt2\"", &job, &err) < 0);
@@ -166,8 +167,8 @@ static void test_jobspec_keys(void **state)
     assert_true(spec("\"path\": \"/d/t.txt\", \"vocab\": \"/d/gpt2\"", &job, &err) < 0);
     assert_string_equal(err.path, "data.vocab");
     assert_non_null(strstr(err.msg, "only used with data.tokenizer gpt2"));
-    assert_true(spec("\"task\": \"addition\", \"tokenizer\": \"gpt2\", \"vocab\": \"/v\"", &job,
-                     &err) < 0);
+    assert_true(
+        spec("\"task\": \"addition\", \"tokenizer\": \"gpt2\", \"vocab\": \"/v\"", &job, &err) < 0);
     assert_string_equal(err.path, "data.tokenizer");
     assert_true(spec("\"path\": \"/d/t.txt\", \"tokenizer\": \"bpe\"", &job, &err) < 0);
     assert_string_equal(err.path, "data.tokenizer");
@@ -177,7 +178,7 @@ static void test_jobspec_keys(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_ok),    cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_ok),     cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_parse_limits), cmocka_unit_test(test_ctl_field),
         cmocka_unit_test(test_jobspec_keys),
     };
