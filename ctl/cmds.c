@@ -634,20 +634,26 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    static const struct option opts[] = {
-        {"prompt", required_argument, 0, 'p'},      {"tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-        {"snapshot", required_argument, 0, 's'},    {0, 0, 0, 0}};
-    const char *prompt = NULL;
+    static const struct option opts[] = {{"prompt", required_argument, 0, 'p'},
+                                         {"tokens", required_argument, 0, 'n'},
+                                         {"temperature", required_argument, 0, 't'},
+                                         {"top-k", required_argument, 0, 'k'},
+                                         {"snapshot", required_argument, 0, 's'},
+                                         {"prompt-ids", required_argument, 0, 'i'},
+                                         {0, 0, 0, 0}};
+    const char *prompt = NULL, *prompt_ids = NULL;
     int64_t tokens = 0, top_k = -1, snap = 0, job;
     double temp = 0;
     bool ok = true;
     int ch;
-    while ((ch = getopt_long(argc, argv, "p:n:t:k:s:", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "p:n:t:k:s:i:", opts, NULL)) != -1) {
         char *end;
         switch (ch) {
         case 'p':
             prompt = optarg;
+            break;
+        case 'i':
+            prompt_ids = optarg;
             break;
         case 'n':
             tokens = ctl_parse_int(optarg, "--tokens", &ok);
@@ -669,9 +675,9 @@ int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         if (!ok)
             return EXIT_USAGE;
     }
-    if (optind + 1 != argc || !prompt)
-        return ctl_usage_error("usage: sample JOB --prompt TEXT [--tokens N] [--temperature T]"
-                               " [--top-k K]");
+    if (optind + 1 != argc || !prompt == !prompt_ids)
+        return ctl_usage_error("usage: sample JOB --prompt TEXT | --prompt-ids ID,ID,... "
+                               "[--tokens N] [--temperature T] [--top-k K]");
     if (!ctl_parse_job(argv[optind], &job))
         return EXIT_USAGE;
     int rc = ctl_connect(c);
@@ -679,10 +685,11 @@ int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         return rc;
     json_t *r = ctl_request(c, GPT_CTL_OP_SAMPLE), *reply;
     json_object_set_new(r, "job", json_integer(job));
-    json_t *p = json_string(prompt);
+    json_t *p = json_string(prompt ? prompt : prompt_ids);
     if (!p)
-        return ctl_usage_error("--prompt must be valid UTF-8");
-    json_object_set_new(r, "prompt", p);
+        return ctl_usage_error(prompt ? "--prompt must be valid UTF-8"
+                                      : "--prompt-ids must be token ids such as 15496,11");
+    json_object_set_new(r, prompt ? "prompt" : "prompt_ids", p);
     if (tokens)
         json_object_set_new(r, "tokens", json_integer(tokens));
     if (temp > 0)

@@ -38,7 +38,7 @@ static const struct ctl_cmd ctl_cmds[] = {
      "queue a finished job again from a snapshot, changing keys such as trainer.max_steps", cmd_job_op,
      GPT_CTL_OP_RESUME},
     {"snapshots", "JOB", "a job's snapshots", cmd_job_op, GPT_CTL_OP_SNAPSHOTS},
-    {"sample", "JOB --prompt TEXT [--tokens N] [--temperature T] [--top-k K]",
+    {"sample", "JOB --prompt TEXT|--prompt-ids IDS [--tokens N] [--temperature T] [--top-k K]",
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE},
     {"plot", "JOB... -o FILE.svg [--lr]",
      "train and validation loss against step, one curve per job (--lr: a learning-rate panel)", cmd_plot,

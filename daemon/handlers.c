@@ -426,6 +426,7 @@ static int handler_locate_result(struct daemon_ctx *d, const struct cluster_msg_
         return rc;
     json_t *spec = json_loads(j.spec_json, 0, NULL);
     const char *dir = json_string_value(json_object_get(json_object_get(spec, "snapshot"), "dir"));
+    const char *vocab = json_string_value(json_object_get(json_object_get(spec, "data"), "vocab"));
     int64_t step = -1;
     if (snapshot > 0) {
         struct db_snapshot sn;
@@ -437,7 +438,8 @@ static int handler_locate_result(struct daemon_ctx *d, const struct cluster_msg_
             step = sn.step;
     }
     if (rc == 0)
-        *ret = json_pack("{s:s, s:I}", "dir", dir ? dir : "", "step", (json_int_t)step);
+        *ret = json_pack("{s:s, s:I, s:s}", "dir", dir ? dir : "", "step", (json_int_t)step,
+                         "vocab", vocab ? vocab : "");
     json_decref(spec);
     db_job_done(&j);
     return rc;

@@ -13,6 +13,7 @@
 #include "fsid.h"
 #include "handlers.h"
 #include "snapshot.h"
+#include "tokcache.h"
 #include "trainer.h"
 
 /* A `sample` request on its way through a uv work thread. The work thread
@@ -26,6 +27,9 @@ struct handler_sample {
     char fallback[8][DB_PATH_MAX]; /* the newest recorded snapshots, newest first; the work
                                     * thread takes the first present here (as the client) */
     char prompt[GPT_CTL_PROMPT_MAX + 1];
+    char *prompt_ids;                 /* owned; NULL: the prompt is text */
+    char vocab[GPT_JOB_PATH_MAX];     /* the job's data.vocab ("" none) */
+    char data_roots[CONFIG_PATH_MAX]; /* the vocabulary folder must lie under them */
     /* a member: the job and snapshot are the coordinator's, the files this
      * node's own copies (s->dir; s->path when one was chosen) */
     bool member;
@@ -82,7 +86,8 @@ static void handler_sample_read(struct handler_sample *s)
         if (s->rc < 0)
             return;
     }
-    s->rc = gpt_sample_snapshot(s->path, &s->o, &s->text, &s->err);
+    s->rc =
+        tokcache_sample(s->path, s->vocab, s->data_roots, s->prompt_ids, &s->o, &s->text, &s->err);
 }
 
 /* A user samples what that user may read (a job's snapshots are its
@@ -114,6 +119,7 @@ static void handler_sample_done(uv_work_t *w, int status)
     control_client_unref(cl);
     json_decref(s->id);
     free(s->text);
+    free(s->prompt_ids);
     free(s);
 }
 
@@ -132,6 +138,16 @@ static void handler_newest_here(void *ctx, const struct db_snapshot *sn)
 static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
                                 const struct gpt_ctl_request *req, int64_t tokens,
                                 struct handler_sample *s, struct gpt_err *err);
+
+/* The job's tokenizer for prompts and output: its spec's data.vocab
+ * (validated at submit: set only for gpt2 jobs). */
+static void handler_sample_vocab(struct handler_sample *s, const char *spec_json)
+{
+    json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
+    const char *v = json_string_value(json_object_get(json_object_get(spec, "data"), "vocab"));
+    snprintf(s->vocab, sizeof(s->vocab), "%s", v ? v : "");
+    json_decref(spec);
+}
 
 /* The tokens asked for; the dispatcher checked them against
  * sample_max_tokens. */
@@ -154,6 +170,7 @@ int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
     snprintf(s->dir, sizeof(s->dir), "%s", j.snapshot_dir);
+    handler_sample_vocab(s, j.spec_json);
     db_job_done(&j);
     if (req->present & (1u << GPT_CTL_F_SNAPSHOT)) {
         struct db_snapshot sn;
@@ -191,7 +208,9 @@ static void handler_sample_located(void *arg, int rc, const json_t *reply,
     struct gpt_err e;
     gpt_err_clear(&e);
     const char *dir = json_string_value(json_object_get(reply, "dir"));
+    const char *vocab = json_string_value(json_object_get(reply, "vocab"));
     const json_t *step = json_object_get(reply, "step");
+    snprintf(s->vocab, sizeof(s->vocab), "%s", vocab ? vocab : "");
     if (rc < 0) {
         e = *err;
     } else if (!dir || !json_is_integer(step)) {
@@ -211,10 +230,12 @@ static void handler_sample_located(void *arg, int rc, const json_t *reply,
     }
     if (rc == 0 && cl->closing)
         rc = -ECANCELED;
-    if (rc < 0)
+    if (rc < 0) {
+        free(s->prompt_ids);
         free(s);
-    else
+    } else {
         rc = handler_sample_queue(q->d, cl, &q->req, q->tokens, s, &e); /* takes s */
+    }
     if (rc < 0 && !cl->closing)
         control_reply_err(cl, q->req.id, rc, &e);
     json_decref(q->req.id);
@@ -242,13 +263,20 @@ int handler_sample_member(struct daemon_ctx *d, struct control_client *cl,
     s->job = req->job;
     s->snapshot = chosen ? req->snapshot : 0;
     snprintf(s->node, sizeof(s->node), "%s", d->cfg.node_name);
-    snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
+    snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt ? req->prompt : "");
     q->d = d;
     q->cl = cl;
     q->s = s;
     q->req = *req;
     q->req.id = json_deep_copy(req->id);
     q->req.prompt = NULL; /* borrowed from the request; copied into s already */
+    if (req->prompt_ids && !(s->prompt_ids = strdup(req->prompt_ids))) {
+        json_decref(q->req.id);
+        free(q);
+        free(s);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    q->req.prompt_ids = NULL; /* copied into s */
     q->req.root = NULL;
     q->req.spec = NULL;
     q->tokens = tokens;
@@ -272,6 +300,18 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     int rc;
     if (req->prompt)
         snprintf(s->prompt, sizeof(s->prompt), "%s", req->prompt);
+    if (req->prompt_ids && !s->prompt_ids && !(s->prompt_ids = strdup(req->prompt_ids))) {
+        free(s);
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    }
+    if (s->prompt_ids && s->prompt[0]) {
+        free(s->prompt_ids);
+        free(s);
+        return gpt_err_set(err, -EINVAL, "prompt_ids",
+                           "give a prompt as text (--prompt) or as token ids (--prompt-ids), not "
+                           "both");
+    }
+    snprintf(s->data_roots, sizeof(s->data_roots), "%s", d->cfg.data_roots);
     s->o.prompt = s->prompt;
     s->o.tokens = (int)tokens;
     s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature
@@ -286,6 +326,7 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     rc = uv_queue_work(d->loop, &s->work, handler_sample_work, handler_sample_done);
     if (rc < 0) {
         json_decref(s->id);
+        free(s->prompt_ids);
         free(s);
         return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
     }

@@ -39,6 +39,8 @@ static int limits_vocab(const struct gpt_job *job)
 {
     if (job->model.vocab_size > 0)
         return job->model.vocab_size;
+    if (job->data.tokenizer == GPT_TOK_GPT2)
+        return GPT_SHARD_VOCAB; /* GPT-2's; another data.vocab is seen when the job opens it */
     switch (job->data.kind) {
     case GPT_DATA_SYNTHETIC:
         return 10;

@@ -134,6 +134,11 @@ int paths_check_job(const struct gpt_job *job, const char *data_roots, const cha
     if (job->data.val_path[0] &&
         (rc = paths_check_data("data.val_path", job->data.val_path, data_roots, err)) < 0)
         return rc;
+    if (job->data.vocab[0] && paths_under(job->data.vocab, data_roots) < 0)
+        return gpt_err_set(err, -EACCES, "data.vocab",
+                           "data.vocab: %s is outside the data roots of this gptd (data_roots = "
+                           "%s)",
+                           job->data.vocab, data_roots);
     if (job->snapshot.dir[0] && paths_under(job->snapshot.dir, state_dir) < 0 &&
         paths_under(job->snapshot.dir, snapshot_roots) < 0)
         return gpt_err_set(err, -EACCES, "snapshot.dir",
@@ -355,6 +360,14 @@ int paths_check_access(const struct gpt_job *job, uid_t uid, struct gpt_err *err
     rc = paths_probe_data("data.path", job->data.path, err);
     if (rc == 0 && job->data.val_path[0])
         rc = paths_probe_data("data.val_path", job->data.val_path, err);
+    if (rc == 0 && job->data.vocab[0]) {
+        int fd = open(job->data.vocab, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            rc = gpt_err_set(err, -GPT_E_SPEC, "data.vocab", "data.vocab: %s: %s", job->data.vocab,
+                             strerror(errno));
+        else
+            close(fd);
+    }
     fsid_leave(&saved);
     return rc;
 }

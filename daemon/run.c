@@ -26,10 +26,12 @@
 #include "jobspec.h"
 #include "jobspec_sweep.h"
 #include "metric_text.h"
+#include "prompt_ids.h"
 #include "snapshot.h"
 #include "secret.h"
 #include "static_rdzv.h"
 #include "store_client.h"
+#include "tokcache.h"
 #include "trainer.h"
 #include "workers.h"
 
@@ -86,7 +88,8 @@ static void usage(FILE *f)
                "  --json                 print every metric and event as one JSON object per line\n"
                "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
                "  --sample N             print N sampled tokens from the final model\n"
-               "  --prompt TEXT          prompt for --sample\n"
+               "  --prompt TEXT          prompt for --sample (the job's tokenizer encodes it)\n"
+               "  --prompt-ids IDS       prompt for --sample as token ids, e.g. 15496,11\n"
                "  --temperature T        sampling temperature (default 0.8)\n"
                "  --top-k K              sample among the K likeliest tokens (default: all)\n"
                "  --seed N               sampling seed (default: trainer.seed)\n"
@@ -283,7 +286,7 @@ static int run_sweep(int argc, char **argv, const bool *skip, const char *const 
 int gptd_run_main(int argc, char **argv)
 {
     const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
-    const char *rdzv = NULL, *secret_file = NULL;
+    const char *rdzv = NULL, *secret_file = NULL, *prompt_ids = NULL;
     int64_t world = 0, rank = 0, top_k = 0, sample_seed = -1;
     double temperature = GPT_SAMPLE_TEMPERATURE_DEFAULT;
     const char *overrides[RUN_MAX_OVERRIDES];
@@ -335,6 +338,15 @@ int gptd_run_main(int argc, char **argv)
             resume_from = argv[++i];
         } else if (strcmp(a, "--prompt") == 0 && next) {
             prompt = argv[++i];
+        } else if (strcmp(a, "--prompt-ids") == 0 && next) {
+            prompt_ids = argv[++i];
+            int32_t ids[GPT_PROMPT_IDS_MAX];
+            size_t n;
+            if (gpt_prompt_ids_parse(prompt_ids, strlen(prompt_ids), ids, GPT_PROMPT_IDS_MAX, &n,
+                                     &err) < 0) {
+                fprintf(stderr, "gptd run: --prompt-ids: %s\n", err.msg);
+                return 2;
+            }
         } else if (strcmp(a, "--temperature") == 0 && next) {
             char *end;
             temperature = strtod(argv[++i], &end);
@@ -561,7 +573,10 @@ int gptd_run_main(int argc, char **argv)
             .threads = job.trainer.threads > 0 ? job.trainer.threads : 1,
         };
         char *text = NULL;
-        rc = gpt_sample_snapshot(result.last_snapshot, &so, &text, &err);
+        rc = prompt_ids && prompt[0]
+                 ? gpt_err_set(&err, -EINVAL, "prompt", "give --prompt or --prompt-ids, not both")
+                 : tokcache_sample(result.last_snapshot, job.data.vocab, NULL, prompt_ids, &so,
+                                   &text, &err);
         if (rc < 0) {
             fprintf(stderr, "gptd run: sampling failed: %s\n", err.msg);
             return 1;

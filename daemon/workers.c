@@ -14,6 +14,7 @@
 #include "fsid.h"
 #include "init_from.h"
 #include "paths.h"
+#include "tokcache.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- workers ---- */
 
@@ -141,14 +143,13 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
 /* Takes the job owner's file-system identity for this thread and opens
  * the snapshot folder as the owner (its resolved path goes to ret_snapdir).
  * From here on every file of the job is opened with the owner's rights. */
-static int worker_enter_owner(struct worker *wk, struct fsid_saved *saved, char *ret_snapdir,
-                              size_t cap)
+static int worker_enter_owner(struct worker *wk, struct fsid_user *u, struct fsid_saved *saved,
+                              char *ret_snapdir, size_t cap)
 {
     struct workers *ws = wk->ws;
-    struct fsid_user u;
-    int rc = fsid_user_lookup(ws->uid, &u, &wk->err);
+    int rc = fsid_user_lookup(ws->uid, u, &wk->err);
     if (rc == 0)
-        rc = fsid_enter(&u, saved, &wk->err);
+        rc = fsid_enter(u, saved, &wk->err);
     if (rc < 0)
         return rc;
     const char *dir = ws->snapdir[0] ? ws->snapdir : ws->job.snapshot.dir;
@@ -156,6 +157,30 @@ static int worker_enter_owner(struct worker *wk, struct fsid_saved *saved, char 
         rc = paths_snapshot_dir_open(dir, ws->snapshot_roots, ws->state_dir, ret_snapdir, cap,
                                      &wk->err);
     return rc;
+}
+
+/* data.tokenizer gpt2: the vocabulary, read as the owner, and the cache
+ * of tokenized text (the state directory's, or `gptd run`'s user cache). */
+static int worker_tokcache(struct worker *wk, const struct fsid_user *user,
+                           struct fsid_saved *saved, struct tokcache **ret)
+{
+    struct workers *ws = wk->ws;
+    char cache[PATH_MAX] = "";
+    if (ws->has_access) {
+        int k = snprintf(cache, sizeof(cache), "%s/" TOKCACHE_DIR_NAME, ws->state_dir);
+        if (k < 0 || (size_t)k >= sizeof(cache))
+            cache[0] = '\0'; /* no cache rather than a wrong folder */
+    } else {
+        tokcache_user_dir(cache, sizeof(cache));
+    }
+    struct tokcache_opts o = {.vocab_dir = ws->job.data.vocab,
+                              .data_roots = ws->has_access ? ws->data_roots : NULL,
+                              .cache_dir = cache,
+                              .uid = ws->has_access ? ws->uid : geteuid(),
+                              .user = ws->has_access ? user : NULL,
+                              .saved = ws->has_access ? saved : NULL,
+                              .threads = 0};
+    return tokcache_new(&o, ret, &wk->err);
 }
 
 static void *worker_main(void *arg)
@@ -166,9 +191,11 @@ static void *worker_main(void *arg)
     struct gpt_backend *be = NULL;
     int rc;
 
+    struct fsid_user user = {0};
     struct fsid_saved saved = {0};
     char snapdir[PATH_MAX] = "";
     struct gpt_data_policy policy = {.ctx = ws->data_roots, .check = paths_data_check};
+    struct tokcache *tc = NULL;
 
     rc = worker_open(wk, (int)(wk - ws->w), &be, &comm);
     if (rc < 0)
@@ -176,7 +203,8 @@ static void *worker_main(void *arg)
     atomic_store(&wk->comm, comm);
     if (atomic_load(&ws->aborted))
         gpt_comm_abort(comm);
-    if (ws->has_access && (rc = worker_enter_owner(wk, &saved, snapdir, sizeof(snapdir))) < 0)
+    if (ws->has_access &&
+        (rc = worker_enter_owner(wk, &user, &saved, snapdir, sizeof(snapdir))) < 0)
         goto out;
     /* model.init_from shapes this worker's copy of the job (as the owner). */
     struct gpt_job job = ws->job;
@@ -184,11 +212,18 @@ static void *worker_main(void *arg)
     snprintf(roots, sizeof(roots), "%s:%s:%s", ws->data_roots, ws->snapshot_roots, ws->state_dir);
     if ((rc = init_from_resolve(&job, ws->has_access ? roots : NULL, &wk->err)) < 0)
         goto out;
+    if (ws->job.data.tokenizer == GPT_TOK_GPT2) {
+        if ((rc = worker_tokcache(wk, &user, &saved, &tc)) < 0)
+            goto out;
+        policy.bpe = tokcache_bpe(tc);
+        if (!ws->has_access)
+            policy.check = NULL;
+    }
 
     struct gpt_trainer_opts to = {
         .job = &job,
         .comm = comm,
-        .data_policy = ws->has_access ? &policy : NULL,
+        .data_policy = ws->has_access || tc ? &policy : NULL,
         .snapshot_dir = snapdir[0]       ? snapdir
                         : ws->snapdir[0] ? ws->snapdir
                                          : NULL,
@@ -206,6 +241,7 @@ static void *worker_main(void *arg)
     };
     rc = gpt_train(&to, &wk->result, &wk->err);
 out:
+    tokcache_free(tc);
     fsid_leave(&saved);
     wk->rc = rc;
     /* The owner may free everything once `finished` is set and on_exit ran,

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,6 +68,8 @@ struct gpt_dataset {
     uint64_t pow10; /* 10^digits */
     uint64_t n_problems, n_holdout;
     const struct gpt_data_policy *policy; /* borrowed during open only */
+    uint16_t *bpe_ids[2]; /* gpt2 text: the ids of data.path and data.val_path (owned) */
+    char note[512];       /* what the BPE encoder said (gpt_dataset_note) */
 };
 
 /* ---- the stateless shuffle ---------------------------------------------- */
@@ -289,6 +292,12 @@ const struct gpt_vocab *gpt_dataset_vocab(const struct gpt_dataset *ds)
     return &ds->vocab;
 }
 
+const char *gpt_dataset_note(const struct gpt_dataset *ds)
+{
+    GPT_ASSERT(ds);
+    return ds->note;
+}
+
 int gpt_dataset_vocab_size(const struct gpt_dataset *ds)
 {
     GPT_ASSERT(ds);
@@ -326,9 +335,12 @@ void gpt_dataset_free(struct gpt_dataset *ds)
     if (!ds)
         return;
     for (size_t i = 0; i < ds->n_maps; i++)
-        if (ds->maps[i].addr)
+        if (ds->maps[i].addr && ds->maps[i].addr != ds->bpe_ids[0] &&
+            ds->maps[i].addr != ds->bpe_ids[1])
             munmap(ds->maps[i].addr, ds->maps[i].len);
     free(ds->maps);
+    free(ds->bpe_ids[0]);
+    free(ds->bpe_ids[1]);
     free(ds->train.segs);
     free(ds->val.segs);
     free(ds);
@@ -374,7 +386,8 @@ static int data_map_file(struct gpt_dataset *ds, const char *file, const char *j
                          file, data_file_kind(st.st_mode));
         goto out;
     }
-    if (ds->policy && (rc = ds->policy->check(ds->policy->ctx, fd, file, json_path, err)) < 0)
+    if (ds->policy && ds->policy->check &&
+        (rc = ds->policy->check(ds->policy->ctx, fd, file, json_path, err)) < 0)
         goto out;
     if (st.st_size == 0) {
         rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: file is empty", file);
@@ -457,6 +470,55 @@ static int data_check_run(const struct gpt_dataset *ds, const char *file, const 
                        (unsigned long long)n, ds->T + 1);
 }
 
+/* data.tokenizer gpt2: the vocabulary comes from the caller's encoder. */
+static int data_bpe_vocab(struct gpt_dataset *ds, struct gpt_err *err)
+{
+    const struct gpt_data_bpe *bpe = ds->policy ? ds->policy->bpe : NULL;
+    if (!bpe)
+        return gpt_err_set(err, -GPT_E_SPEC, "data.tokenizer",
+                           "gpt2 needs a BPE tokenizer, and this program supplies none");
+    if (bpe->vocab_size < 2 || bpe->vocab_size > 65536)
+        return gpt_err_set(err, -GPT_E_SPEC, "data.vocab",
+                           "the vocabulary has %d tokens (token files hold at most 65536)",
+                           bpe->vocab_size);
+    ds->vocab.kind = GPT_TOK_GPT2;
+    ds->vocab.size = bpe->vocab_size;
+    ds->vocab.bpe_fingerprint = bpe->fingerprint;
+    return 0;
+}
+
+/* Encodes mapped text file `i` with the caller's BPE encoder. Afterwards
+ * the map is unmapped, and its entry describes the ids instead: addr the
+ * ids (owned by ds->bpe_ids[i]), len their count; the dataset's width is
+ * 2 (uint16 tokens in host order, little-endian here as data_window reads
+ * them; snapshot.c refuses big-endian hosts too). */
+static int data_bpe_encode(struct gpt_dataset *ds, size_t i, const char *file,
+                           const char *json_path, struct gpt_err *err)
+{
+    const struct gpt_data_bpe *bpe = ds->policy->bpe;
+    struct data_map *m = &ds->maps[i];
+    char note[256] = "";
+    size_t n = 0;
+    int rc = bpe->encode(bpe->ctx, m->addr, m->len, file, json_path, &ds->bpe_ids[i], &n, note,
+                         sizeof(note), err);
+    if (rc < 0)
+        return rc;
+    for (size_t k = 0; k < n; k++)
+        if (ds->bpe_ids[i][k] >= bpe->vocab_size)
+            return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
+                               "%s: the encoder gave token %u, outside its vocabulary of %d", file,
+                               ds->bpe_ids[i][k], bpe->vocab_size);
+    munmap(m->addr, m->len);
+    m->addr = ds->bpe_ids[i];
+    m->len = n;
+    ds->width = 2;
+    if (note[0]) {
+        size_t used = strlen(ds->note);
+        snprintf(ds->note + used, sizeof(ds->note) - used, "%s%s", used ? "; " : "", note);
+    }
+    return 0;
+}
+
 /* A text file, cut by train_split, or a train and a val file (data.val_path).
  * The char vocabulary is every byte either file holds, sorted. */
 static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
@@ -473,7 +535,14 @@ static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *sp
     if (rc < 0)
         return rc;
     ds->width = 1;
-    if (spec->tokenizer == GPT_TOK_BYTE) {
+    if (spec->tokenizer == GPT_TOK_GPT2) {
+        if ((rc = data_bpe_vocab(ds, err)) < 0 ||
+            (rc = data_bpe_encode(ds, 0, spec->path, "data.path", err)) < 0 ||
+            (have_val && (rc = data_bpe_encode(ds, 1, spec->val_path, "data.val_path", err)) < 0))
+            return rc;
+        m = &ds->maps[0];
+        vm = have_val ? &ds->maps[1] : NULL;
+    } else if (spec->tokenizer == GPT_TOK_BYTE) {
         ds->vocab.kind = GPT_TOK_BYTE;
         ds->vocab.size = 256;
         for (int i = 0; i < 256; i++)
@@ -497,6 +566,8 @@ static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *sp
         return gpt_err_set(err, -GPT_E_SPEC, "data.tokenizer", "unknown tokenizer %d",
                            spec->tokenizer);
     }
+    /* Tokens: the file's bytes, or the BPE ids (the maps then hold the
+     * id counts in len and the ids in addr, see data_bpe_encode). */
     if (!have_val)
         return data_split_run(ds, spec, spec->path, m->addr, m->len, err);
     if ((rc = data_check_run(ds, spec->path, "data.path", m->len, err)) < 0 ||
@@ -654,6 +725,8 @@ static int data_open_shards(struct gpt_dataset *ds, const struct gpt_data_spec *
     ds->width = 2;
     ds->vocab.kind = -1;
     ds->vocab.size = GPT_SHARD_VOCAB;
+    if (spec->tokenizer == GPT_TOK_GPT2 && (rc = data_bpe_vocab(ds, err)) < 0)
+        return rc;
     rc = data_glob(spec->path, "data.path", &tg, err);
     if (rc == 0 && have_val)
         rc = data_glob(spec->val_path, "data.val_path", &vg, err);

@@ -60,6 +60,7 @@ struct gpt_vocab {
     int kind; /* enum gpt_tokenizer, or -1 for token ids (shards) */
     int size; /* number of tokens */
     unsigned char chars[GPT_VOCAB_MAX];
+    uint64_t bpe_fingerprint; /* GPT_TOK_GPT2: gpt_tok_fingerprint of data.vocab; 0 otherwise */
 };
 
 /* Where the train stream stands: epoch, samples consumed in this epoch,
@@ -79,6 +80,27 @@ struct gpt_dataset;
 struct gpt_data_policy {
     void *ctx;
     int (*check)(void *ctx, int fd, const char *file, const char *json_path, struct gpt_err *err);
+    const struct gpt_data_bpe *bpe; /* borrowed; NULL = none (a gpt2 job then fails) */
+};
+
+/*
+ * The BPE tokenizer of data.tokenizer gpt2, supplied by the caller (the
+ * engine links no tokenizer; the daemon's is engine/tok behind a cache).
+ * A gpt2 text job's files are mapped as usual (policy check included),
+ * then encode turns each whole file into token ids; a gpt2 shards job
+ * only takes vocab_size and fingerprint (its tokens are already ids).
+ */
+struct gpt_data_bpe {
+    void *ctx;
+    int vocab_size;       /* at most 65536: tokens are kept as uint16 */
+    uint64_t fingerprint; /* recorded in the vocabulary and so in snapshots */
+    /* Encodes text[0, len) of `file` (job key json_path) into *ret (new,
+     * malloc'd, free() it) of *ret_n ids, each < vocab_size, and may write
+     * a line for the job's events to note[0, note_cap) (e.g. "from the
+     * cache"). Returns 0 or a negative error with err filled. Blocks;
+     * called on the thread that opens the dataset. */
+    int (*encode)(void *ctx, const void *text, size_t len, const char *file, const char *json_path,
+                  uint16_t **ret, size_t *ret_n, char *note, size_t note_cap, struct gpt_err *err);
 };
 
 /* Opens and validates the data of a job spec for sequences of length T
@@ -99,6 +121,9 @@ int gpt_dataset_open_checked(const struct gpt_data_spec *spec, size_t T, uint64_
 void gpt_dataset_free(struct gpt_dataset *ds);
 
 const struct gpt_vocab *gpt_dataset_vocab(const struct gpt_dataset *ds);
+/* What the BPE encoder said while opening (gpt_data_bpe.encode's notes,
+ * one line per file), or "" (borrowed from ds). */
+const char *gpt_dataset_note(const struct gpt_dataset *ds);
 int gpt_dataset_vocab_size(const struct gpt_dataset *ds);
 /* Sequence length the trainer must use (T, or the task's length). */
 size_t gpt_dataset_seq_len(const struct gpt_dataset *ds);

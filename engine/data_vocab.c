@@ -16,7 +16,8 @@ int gpt_vocab_encode(const struct gpt_vocab *v, const char *text, int *out, size
     GPT_ASSERT(v && text && ret_n && (out || cap == 0));
     if (v->kind != GPT_TOK_CHAR && v->kind != GPT_TOK_BYTE)
         return gpt_err_set(err, -ENOTSUP, NULL,
-                           "this vocabulary is token ids (no text encoder); give token ids");
+                           "this job has no text tokenizer (its tokens are ids): give the prompt "
+                           "as token ids (--prompt-ids 15496,11) or set data.vocab");
     if (v->size < 0 || v->size > GPT_VOCAB_MAX)
         return gpt_err_set(err, -EINVAL, NULL, "vocabulary size %d out of range", v->size);
     int lut[256];

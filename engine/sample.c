@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,65 @@ static int sample_token(const float *logits, size_t V, double temperature, int t
     return (int)(V - 1);
 }
 
+_Static_assert(sizeof(int) == sizeof(int32_t), "token arrays are shared with the codec");
+
+/* The prompt's tokens into tokens[0, cap): ids checked against V, or text
+ * through the job's tokenizer. */
+static int sample_prompt(const struct gpt_snapshot_meta *meta, const struct gpt_sample_opts *o,
+                         int *tokens, size_t cap, size_t *ret_n, struct gpt_err *err)
+{
+    const struct gpt_vocab *v = &meta->vocab;
+    size_t V = (size_t)meta->cfg.vocab_size;
+    if (o->prompt_ids) {
+        if (o->n_prompt_ids < 1 || o->n_prompt_ids > GPT_SAMPLE_PROMPT_IDS_MAX)
+            return gpt_err_set(err, -EINVAL, "prompt_ids", "%zu token ids (give 1 to %d)",
+                               o->n_prompt_ids, GPT_SAMPLE_PROMPT_IDS_MAX);
+        for (size_t i = 0; i < o->n_prompt_ids; i++) {
+            if (o->prompt_ids[i] < 0 || (size_t)o->prompt_ids[i] >= V)
+                return gpt_err_set(err, -EINVAL, "prompt_ids",
+                                   "token id %d (number %zu of the prompt) is not below the "
+                                   "model's vocabulary size %zu",
+                                   o->prompt_ids[i], i + 1, V);
+            tokens[i] = o->prompt_ids[i];
+        }
+        *ret_n = o->n_prompt_ids;
+        return 0;
+    }
+    if (v->kind == GPT_TOK_GPT2) {
+        if (!o->codec)
+            return gpt_err_set(err, -EINVAL, "prompt",
+                               "this job's tokenizer is gpt2 but no vocabulary is at hand (the "
+                               "job's data.vocab); give the prompt as token ids (--prompt-ids "
+                               "15496,11)");
+        return o->codec->encode(o->codec->ctx, o->prompt, (int32_t *)tokens, cap, ret_n, err);
+    }
+    if (v->kind < 0)
+        return gpt_err_set(err, -EINVAL, "prompt",
+                           "this job has no tokenizer (its shards are token ids): give the prompt "
+                           "as token ids (--prompt-ids 15496,11), or set data.vocab and "
+                           "data.tokenizer gpt2 on the job");
+    return gpt_vocab_encode(v, o->prompt, tokens, cap, ret_n, err);
+}
+
+/* tokens[0, n) as text: through the codec for a gpt2 job, the snapshot's
+ * vocabulary otherwise ("<id>" for token ids). New malloc'd string. */
+static int sample_decode(const struct gpt_snapshot_meta *meta, const struct gpt_sample_opts *o,
+                         const int *tokens, size_t n, char **ret, struct gpt_err *err)
+{
+    if (meta->vocab.kind == GPT_TOK_GPT2 && o->codec)
+        return o->codec->decode(o->codec->ctx, (const int32_t *)tokens, n, ret, err);
+    size_t cap = n * 16 + 1;
+    char *text = malloc(cap);
+    if (!text)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampled text");
+    struct gpt_vocab ids = meta->vocab;
+    if (ids.kind == GPT_TOK_GPT2)
+        ids.kind = -1; /* no codec: ids */
+    gpt_vocab_decode(&ids, tokens, n, text, cap);
+    *ret = text;
+    return 0;
+}
+
 int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
                         struct gpt_err *err)
 {
@@ -64,7 +124,7 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
     bool model_ready = false;
     int *tokens = NULL;
     float *logits = NULL, *probs = NULL;
-    char *text = NULL;
+    char *text = NULL, *gen = NULL;
     int rc;
 
     memset(&model, 0, sizeof(model));
@@ -72,6 +132,13 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
         return gpt_err_set(err, -EINVAL, NULL, "tokens must be >= 0 and temperature > 0");
     if ((rc = gpt_snapshot_read_meta(snapshot_path, &meta, err)) < 0)
         return rc;
+    if (meta.vocab.kind == GPT_TOK_GPT2 && o->codec &&
+        o->codec->fingerprint != meta.vocab.bpe_fingerprint)
+        return gpt_err_set(err, -GPT_E_DATA, "data.vocab",
+                           "the vocabulary folder is not the one snapshot %s was trained with "
+                           "(fingerprint %016llx, the snapshot's %016llx)",
+                           snapshot_path, (unsigned long long)o->codec->fingerprint,
+                           (unsigned long long)meta.vocab.bpe_fingerprint);
     if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
         return rc;
     if ((rc = gpt_model_init(&model, &meta.cfg, be, 1, err)) < 0)
@@ -81,7 +148,8 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
         goto out;
 
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
-    size_t cap = prompt_len + (size_t)o->tokens + 1;
+    size_t prompt_cap = o->prompt_ids ? o->n_prompt_ids : prompt_len;
+    size_t cap = prompt_cap + (size_t)o->tokens + 1;
     size_t n = 0, V = (size_t)meta.cfg.vocab_size, T = (size_t)meta.cfg.block_size;
     tokens = calloc(cap, sizeof(int));
     logits = calloc(T * model.Vp, sizeof(float));
@@ -90,13 +158,17 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampling");
         goto out;
     }
-    if (prompt_len > 0) {
-        if ((rc = gpt_vocab_encode(&meta.vocab, o->prompt, tokens, cap, &n, err)) < 0)
+    if (o->prompt_ids || prompt_len > 0) {
+        if ((rc = sample_prompt(&meta, o, tokens, prompt_cap, &n, err)) < 0)
             goto out;
-    } else {
-        /* No prompt: start from a newline when the vocabulary has one. */
-        int start = 0;
-        for (int v = 0; meta.vocab.kind >= 0 && v < meta.vocab.size; v++)
+    }
+    if (n == 0) {
+        /* No prompt: start from a newline when the vocabulary has one,
+         * from <|endoftext|> (GPT-2's last token) for gpt2. */
+        int start = meta.vocab.kind == GPT_TOK_GPT2 ? meta.vocab.size - 1 : 0;
+        for (int v = 0; meta.vocab.kind >= 0 && meta.vocab.kind != GPT_TOK_GPT2 &&
+                        v < meta.vocab.size && v < GPT_VOCAB_MAX;
+             v++)
             if (meta.vocab.chars[v] == '\n')
                 start = v;
         tokens[n++] = start;
@@ -114,23 +186,25 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
         tokens[n++] =
             sample_token(logits + (ctx - 1) * model.Vp, V, o->temperature, o->top_k, &rng, probs);
     }
-    size_t text_cap = (n + 1) * 8 + prompt_len + 1;
-    text = malloc(text_cap);
+    /* A text prompt is given back as written; ids are decoded with the rest. */
+    size_t first = o->prompt_ids ? 0 : n_prompt;
+    if ((rc = sample_decode(&meta, o, tokens + first, n - first, &gen, err)) < 0)
+        goto out;
+    size_t head = o->prompt_ids ? 0 : prompt_len, gen_len = strlen(gen);
+    text = malloc(head + gen_len + 1);
     if (!text) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for sampled text");
         goto out;
     }
-    size_t off = 0;
-    if (prompt_len > 0) {
-        memcpy(text, o->prompt, prompt_len);
-        off = prompt_len;
-    }
-    gpt_vocab_decode(&meta.vocab, tokens + n_prompt, n - n_prompt, text + off, text_cap - off);
+    if (head)
+        memcpy(text, o->prompt, head);
+    memcpy(text + head, gen, gen_len + 1);
     *ret_text = text;
     text = NULL;
     rc = 0;
 out:
     free(text);
+    free(gen);
     free(tokens);
     free(logits);
     free(probs);

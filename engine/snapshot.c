@@ -12,7 +12,9 @@
  *        moments present)
  *   392  version 2: u64 owner token, i64 owner job, u32 owner uid,
  *        u64 fingerprint (version 1: zero padding, read as "no owner")
- *   420  zero padding up to header length - 4
+ *   420  u64 BPE vocabulary fingerprint (vocab kind gpt2; 0 otherwise,
+ *        and in files written before it existed)
+ *   428  zero padding up to header length - 4
  *   508  u32 crc32 of the header bytes before it
  *   512  params, then m and v when flagged: n_params float32 each
  *   end  u32 crc32 of every byte before it (header included)
@@ -137,6 +139,7 @@ static void snap_encode_header(const struct gpt_snapshot_meta *m, uint64_t flags
     put_u64(&b, (uint64_t)m->owner.job);
     put_u32(&b, m->owner.uid);
     put_u64(&b, m->fingerprint);
+    put_u64(&b, m->vocab.bpe_fingerprint);
     GPT_ASSERT(b.off <= SNAP_HEADER_BYTES - 4);
     b.off = SNAP_HEADER_BYTES - 4;
     put_u32(&b, snap_crc(0, h, SNAP_HEADER_BYTES - 4));
@@ -176,6 +179,7 @@ static uint32_t snap_decode_header(const unsigned char *h, struct gpt_snapshot_m
         m->owner.job = (int64_t)get_u64(&b);
         m->owner.uid = get_u32(&b);
         m->fingerprint = get_u64(&b);
+        m->vocab.bpe_fingerprint = get_u64(&b);
     }
     return flags;
 }
@@ -403,7 +407,9 @@ int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, c
     if (flags & ~SNAP_FLAG_MOMENTS)
         return gpt_err_set(err, -GPT_E_VERSION, NULL,
                            "snapshot %s: unknown feature flags 0x%" PRIx32, name, flags);
-    if (meta.vocab.kind >= 0 && (meta.vocab.size < 0 || meta.vocab.size > GPT_VOCAB_MAX))
+    if (meta.vocab.kind >= 0 &&
+        (meta.vocab.size < 0 ||
+         meta.vocab.size > (meta.vocab.kind == GPT_TOK_GPT2 ? 65536 : GPT_VOCAB_MAX)))
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", name,
                            meta.vocab.size);
     /* Sizes: header + arrays + trailer must be the file size exactly. */
@@ -1075,6 +1081,8 @@ uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg, const stru
     h = snap_fnv(h, v, sizeof(v));
     h = snap_fnv(h, vocab->chars,
                  vocab->size > 0 && vocab->size <= GPT_VOCAB_MAX ? (size_t)vocab->size : 0);
+    if (vocab->bpe_fingerprint) /* absent before gpt2 jobs: older fingerprints stay valid */
+        h = snap_fnv(h, &vocab->bpe_fingerprint, sizeof(vocab->bpe_fingerprint));
     if (data) {
         int32_t kind = data->kind;
         h = snap_fnv(h, &kind, sizeof(kind));

@@ -195,6 +195,8 @@ static int open_all(struct trainer *t, struct gpt_err *err)
                                   t->opts->data_policy, &t->ds, err);
     if (rc < 0)
         return rc;
+    if (gpt_dataset_note(t->ds)[0])
+        emit_event(t, "tokenize", "%s", gpt_dataset_note(t->ds));
     if (setup_stopped(t))
         return GPT_TRAIN_STOPPED;
 
@@ -445,6 +447,7 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
                            meta.cfg.block_size, meta.cfg.vocab_size);
     const struct gpt_vocab *dv = gpt_dataset_vocab(t->ds);
     if (meta.vocab.kind != dv->kind || meta.vocab.size != dv->size ||
+        meta.vocab.bpe_fingerprint != dv->bpe_fingerprint ||
         memcmp(meta.vocab.chars, dv->chars,
                (size_t)dv->size < sizeof(dv->chars) ? (size_t)dv->size : sizeof(dv->chars)))
         return gpt_err_set(err, -GPT_E_DATA, "data",

@@ -87,17 +87,40 @@ struct gpt_train_result {
 int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
               struct gpt_err *err);
 
-struct gpt_sample_opts {
-    const char *prompt; /* may be empty: starts from token 0 */
-    int tokens;         /* new tokens to generate */
-    double temperature; /* > 0 */
-    int top_k;          /* 0 = no limit */
-    uint64_t seed;
-    int threads;
+/* Text <-> ids for a snapshot of a gpt2 job (data.tokenizer gpt2), which
+ * the caller supplies (the engine links no BPE tokenizer; see sample.c). */
+struct gpt_sample_codec {
+    void *ctx;
+    uint64_t fingerprint; /* must equal the snapshot's vocabulary fingerprint */
+    /* NUL-terminated text -> out[0, cap); -EMSGSIZE when it does not fit. */
+    int (*encode)(void *ctx, const char *text, int32_t *out, size_t cap, size_t *ret_n,
+                  struct gpt_err *err);
+    /* ids -> *ret_text, new malloc'd NUL-terminated valid UTF-8. */
+    int (*decode)(void *ctx, const int32_t *ids, size_t n, char **ret_text, struct gpt_err *err);
 };
 
+struct gpt_sample_opts {
+    const char *prompt;        /* may be empty: starts from a newline, or <|endoftext|> */
+    const int32_t *prompt_ids; /* non-NULL: the prompt as token ids instead of text */
+    size_t n_prompt_ids;       /* 1 .. GPT_SAMPLE_PROMPT_IDS_MAX when prompt_ids is set */
+    int tokens;                /* new tokens to generate */
+    double temperature;        /* > 0 */
+    int top_k;                 /* 0 = no limit */
+    uint64_t seed;
+    int threads;
+    const struct gpt_sample_codec *codec; /* borrowed; NULL = none */
+};
+
+#define GPT_SAMPLE_PROMPT_IDS_MAX 4096
+
 /* Loads the model of a snapshot and generates text. *ret_text is a new
- * malloc'd NUL-terminated string (prompt + generated). Blocks. */
+ * malloc'd NUL-terminated string (prompt + generated). The prompt is
+ * encoded and the output decoded with the job's tokenizer: the snapshot's
+ * char or byte vocabulary, or for a gpt2 job o->codec (required for text;
+ * its fingerprint must match). A job without a tokenizer (shards without
+ * data.vocab) takes only prompt_ids and prints ids as "<id>". Every
+ * prompt id must be below the model's vocabulary size (the error names
+ * the id and its position). Blocks. */
 int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
                         struct gpt_err *err);
 

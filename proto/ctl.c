@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE /* memrchr */
 #include "ctl.h"
+#include "prompt_ids.h"
 
 #include <errno.h>
 #include <math.h>
@@ -30,6 +31,8 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_FORMAT] = {"format", GPT_CTL_T_STRING, 0, 16, SLOT(format)},
     [GPT_CTL_F_OUTPUT] = {"output", GPT_CTL_T_STRING, 0, GPT_CTL_OUTPUT_MAX, SLOT(output)},
     [GPT_CTL_F_DTYPE] = {"dtype", GPT_CTL_T_STRING, 0, 8, SLOT(dtype)},
+    [GPT_CTL_F_PROMPT_IDS] = {"prompt_ids", GPT_CTL_T_STRING, 0, GPT_PROMPT_IDS_TEXT_MAX,
+                              SLOT(prompt_ids)},
 };
 
 #undef SLOT
@@ -53,8 +56,9 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT) | F(OVERRIDES), F(JOB), FWD | OWNER | NOT_STOP},
     [GPT_CTL_OP_SNAPSHOTS] = {"snapshots", F(JOB), F(JOB), FWD},
     [GPT_CTL_OP_SAMPLE] = {"sample",
-                           F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(TOKENS) | F(TEMPERATURE) | F(TOP_K),
-                           F(JOB) | F(PROMPT), 0},
+                           F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(PROMPT_IDS) | F(TOKENS) |
+                               F(TEMPERATURE) | F(TOP_K),
+                           F(JOB), 0},
     [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
     [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE),

@@ -80,6 +80,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_FORMAT,      /* string: export: hf, llmc or gguf */
     GPT_CTL_F_OUTPUT,      /* string: export: the absolute path to write */
     GPT_CTL_F_DTYPE,       /* string: export: f32, f16 or bf16 (gguf matrices) */
+    GPT_CTL_F_PROMPT_IDS,  /* string: sample prompt as token ids "15496,11" (prompt_ids.h) */
     GPT_CTL_F_COUNT
 };
 
@@ -99,6 +100,7 @@ struct gpt_ctl_request {
     const char *prompt;
     const char *sweep;
     const char *format, *output, *dtype;
+    const char *prompt_ids;
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */

@@ -688,6 +688,25 @@ static int jobspec_validate_engine(const struct gpt_job *job, struct gpt_err *er
     return 0;
 }
 
+/* data.tokenizer gpt2 and data.vocab go together (a shards job with
+ * data.vocab was made gpt2 by the parser). */
+static int jobspec_validate_vocab(const struct gpt_job *job, struct gpt_err *err)
+{
+    const struct gpt_data_spec *d = &job->data;
+    if (d->tokenizer == GPT_TOK_GPT2 && d->kind == GPT_DATA_SYNTHETIC)
+        return gpt_err_set(err, -GPT_E_SPEC, "data.tokenizer",
+                           "gpt2 is for text and shards jobs, not synthetic tasks");
+    if (d->tokenizer == GPT_TOK_GPT2 && d->vocab[0] == '\0')
+        return gpt_err_set(err, -GPT_E_SPEC, "data.vocab",
+                           "required with data.tokenizer gpt2: a folder holding encoder.json and "
+                           "vocab.bpe (or vocab.json and merges.txt)");
+    if (d->tokenizer != GPT_TOK_GPT2 && d->vocab[0] != '\0')
+        return gpt_err_set(err, -GPT_E_SPEC, "data.vocab",
+                           "is only used with data.tokenizer gpt2 (the job's tokenizer is %s)",
+                           d->tokenizer == GPT_TOK_BYTE ? "byte" : "char");
+    return 0;
+}
+
 int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
 {
     const struct gpt_model_config *m = &job->model;
@@ -732,6 +751,8 @@ int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
     if (d->kind == GPT_DATA_SYNTHETIC && m->vocab_size != 0 && m->vocab_size < 10)
         return gpt_err_set(err, -GPT_E_SPEC, "model.vocab_size",
                            "must be 0 or at least 10 for the addition task, got %d", m->vocab_size);
+    if ((rc = jobspec_validate_vocab(job, err)) < 0)
+        return rc;
     return jobspec_validate_engine(job, err);
 }
 
@@ -784,6 +805,9 @@ int jobspec_parse_tree(json_t *root, const char *const *overrides, size_t n_over
     /* data.kind, when not given, follows from what is. */
     if (!kind_set && job.data.path[0] == '\0' && job.data.task[0] != '\0')
         job.data.kind = GPT_DATA_SYNTHETIC;
+    /* Shards are token ids already: a vocabulary makes them GPT-2 text. */
+    if (job.data.kind == GPT_DATA_SHARDS && job.data.vocab[0] != '\0')
+        job.data.tokenizer = GPT_TOK_GPT2;
     if ((rc = gpt_jobspec_validate(&job, err)) < 0)
         return rc;
     *ret_job = job;

@@ -26,7 +26,7 @@
 #define GPT_JOB_GEMM_MAX    ((uint64_t)1 << 40) /* micro_batch x block_size x 4 n_embd */
 
 enum gpt_data_kind { GPT_DATA_TEXT, GPT_DATA_SHARDS, GPT_DATA_SYNTHETIC };
-enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE };
+enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE, GPT_TOK_GPT2 };
 /* AUTO (the default): bf16 on the CUDA backend, fp32 on the CPU backend. */
 enum gpt_precision { GPT_PREC_FP32, GPT_PREC_BF16, GPT_PREC_AUTO };
 enum gpt_schedule { GPT_SCHED_COSINE, GPT_SCHED_CONSTANT };
@@ -51,6 +51,7 @@ struct gpt_data_spec {
     double train_split;              /* fraction of a text file used for training */
     char task[32];                   /* synthetic: "addition" */
     int digits;                      /* synthetic addition: digits per operand */
+    char vocab[GPT_JOB_PATH_MAX];    /* gpt2: folder of encoder.json + vocab.bpe */
 };
 
 struct gpt_trainer_spec {

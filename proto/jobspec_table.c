@@ -13,7 +13,7 @@
 #define SZ(f)  sizeof(((struct gpt_job *)0)->f)
 
 static const char *const data_kind_names[] = {"text", "shards", "synthetic", NULL};
-static const char *const tokenizer_names[] = {"char", "byte", NULL};
+static const char *const tokenizer_names[] = {"char", "byte", "gpt2", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const schedule_names[] = {"cosine", "constant", NULL};
 static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
@@ -109,8 +109,19 @@ const struct jobspec_entry jobspec_entries[] = {
      .off = OFF(data.tokenizer),
      .names = tokenizer_names,
      .def_i = GPT_TOK_CHAR,
-     .help = "text only. char: one token per distinct character of the file (as minGPT's "
-             "CharDataset); byte: one token per byte value (V = 256)."},
+     .help = "char: one token per distinct character of the file (as minGPT's CharDataset); "
+             "byte: one token per byte value (V = 256); gpt2: GPT-2's byte-level BPE (V = "
+             "50257) from data.vocab, the text tokenized on load and cached by the daemon. "
+             "Shards are token ids already: data.vocab makes them gpt2 (text prompts and "
+             "samples)."},
+    {.path = "data.vocab",
+     .type = JOBSPEC_STRING,
+     .off = OFF(data.vocab),
+     .size = SZ(data.vocab),
+     .def_s = "",
+     .help = "A folder holding GPT-2's encoder.json + vocab.bpe (or Hugging Face's vocab.json "
+             "+ merges.txt); required by data.tokenizer gpt2, read as the job's owner under "
+             "the data roots."},
     {.path = "data.train_split",
      .type = JOBSPEC_DOUBLE,
      .off = OFF(data.train_split),

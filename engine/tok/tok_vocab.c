@@ -296,7 +296,7 @@ int gpt_tok_load_mem(const char *json, size_t json_len, const char *merges, size
 /* Reads a whole file of at most GPT_TOK_FILE_BYTES_MAX bytes (returns new). */
 static int tok_read_file(const char *path, char **ret, size_t *ret_len, struct gpt_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
     struct stat st;

@@ -14,3 +14,13 @@ add_test(NAME tokenize_train COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/tok
                                      ${CMAKE_CURRENT_SOURCE_DIR}/tok/corpus)
 set_tests_properties(tokenize_train PROPERTIES LABELS integration TIMEOUT 300
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME gpt2_jobs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/gpt2_jobs.sh
+                                $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client>
+                                ${CMAKE_SOURCE_DIR} ${GPTD_NPM})
+set_tests_properties(gpt2_jobs PROPERTIES LABELS integration TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+add_test(NAME gpt2_owner COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/gpt2_owner.sh
+                                 $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client>
+                                 ${CMAKE_SOURCE_DIR} ${GPTD_NPM})
+set_tests_properties(gpt2_owner PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
