@@ -1,7 +1,8 @@
 /*
- * metric: the metric and event records a training run produces, and their
- * JSON form. The same objects are printed by `gptd run --json`, stored in
- * SQLite by the daemon and streamed to `gptctl logs`. Pure.
+ * metric: the JSON form of the metric and event records a training run
+ * produces (struct gpt_metric and struct gpt_event, the engine's types of
+ * gpt_record.h). The same objects are printed by `gptd run --json`, stored
+ * in SQLite by the daemon and streamed to `gptctl logs`. Pure.
  *
  * JSON keys (stable; users and tools depend on them): metric objects are
  *   {"type":"metric","step","max_steps","epoch","loss","val_loss","accuracy",
@@ -18,39 +19,7 @@
 #include <stdint.h>
 
 #include "gpt_err.h"
-
-struct gpt_metric {
-    int64_t step;      /* optimizer steps completed */
-    int64_t max_steps; /* total planned, 0 if unknown */
-    uint64_t epoch;
-    double loss;     /* mean train loss over the step's global batch */
-    double val_loss; /* NAN when not evaluated at this step */
-    double accuracy; /* NAN unless a synthetic task was evaluated */
-    double lr;
-    double grad_norm; /* global, before clipping */
-    double tokens_per_s;
-    double ms_per_step;
-    double mfu; /* fraction of peak, 0..1 */
-    double eta_s;
-    uint64_t tokens; /* tokens consumed so far */
-    int32_t world_size;
-    int64_t run_id; /* set by the daemon; 0 in `gptd run` */
-    uint64_t mem_params_bytes, mem_grads_bytes, mem_optim_bytes, mem_acts_bytes; /* per rank */
-    uint64_t mem_work_bytes; /* per rank: gathered units of full sharding */
-    double time;             /* unix seconds */
-};
-
-#define GPT_EVENT_KIND_MAX 32
-#define GPT_EVENT_MSG_MAX  512
-
-struct gpt_event {
-    char kind[GPT_EVENT_KIND_MAX]; /* "start", "resume", "snapshot", "eval", "sample",
-                                       "stop", "done", "error", "world", ... */
-    char message[GPT_EVENT_MSG_MAX];
-    int64_t step;
-    int64_t run_id;
-    double time;
-};
+#include "gpt_record.h"
 
 /* New JSON object (caller owns the reference). NULL on ENOMEM. */
 json_t *gpt_metric_to_json(const struct gpt_metric *m);
