@@ -50,9 +50,12 @@ if(GPTD_HAVE_CUDA)
     endforeach()
     set_target_properties(gptcuda PROPERTIES COMPILE_OPTIONS "${gptd_cuda_wrapped}")
   endif()
-  # The engine's headers come with gptengine; its own and NCCL's stay private
-  # (callers include "cuda/...", through engine/ops).
-  target_include_directories(gptcuda PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda ${NCCL_INCLUDE_DIR})
+  # The engine's headers come with gptengine. gptcuda's public headers are in
+  # engine/ops/cuda/include/cuda (callers include "cuda/..."); its private
+  # ones and NCCL's stay private.
+  target_include_directories(gptcuda PUBLIC ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include
+                             PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda
+                                     ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include/cuda ${NCCL_INCLUDE_DIR})
   # Runtime libraries only: cudart loads the driver (libcuda) itself, so the
   # binaries start on hosts without one. gptengine provides gpt_err_set and
   # the launch/padding plans (engine/ops/cuda_plan.c); linking it here

@@ -23,8 +23,8 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
 
 struct gpt_model;
 struct gpt_backend;

@@ -19,7 +19,7 @@ enum cm_kind {
     CM_HEX,    /* uint64_t as 1..16 lowercase hex digits */
     CM_I64,    /* int64_t in [min, max] */
     CM_INT,    /* int in [min, max] */
-    CM_METRIC, /* struct gpt_metric (proto/metric.h) */
+    CM_METRIC, /* struct gpt_metric (gpt_record.h; JSON: metric.h) */
     CM_EVENT,  /* struct gpt_event */
     CM_OBJECT, /* json_t *, an object */
     CM_OP,     /* int: a forwarded read's name -> enum gpt_ctl_op */

@@ -11,7 +11,7 @@ foreach(src ${GPTD_GPU_TESTS})
   add_executable(${name} ${src})
   gptd_target(${name})
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-  target_link_libraries(${name} PRIVATE gptcuda gptengine gptproto Threads::Threads)
+  target_link_libraries(${name} PRIVATE gptcuda gptengine Threads::Threads)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77
                        ENVIRONMENT "OMP_NUM_THREADS=4")

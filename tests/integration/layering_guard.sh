@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Fails when a layer includes a header of a layer above it
-# (docs/architecture.md, "Layers"): proto/ is the lowest layer (pure
-# encode/decode), engine/ may use proto/, daemon/ composes everything, and
-# ctl/ is a thin client over proto/ only. Nothing below daemon/ sees libuv or
-# SQLite; ctl/ sees neither the engine nor the daemon.
+# Fails when a layer includes a header of a layer above it or beside it
+# (docs/architecture.md, "Layers"): err/ and the engine's plain config types
+# (engine/config, library gptconfig) are the lowest layer and include nothing
+# of ours; proto/ (pure encode/decode) may use err/ and engine/config only;
+# engine/ may use err/ and its own headers, never proto/; daemon/ composes
+# everything, and ctl/ is a thin client over proto/ only. Nothing below
+# daemon/ sees libuv or SQLite; ctl/ sees neither the engine nor the daemon.
+# It also fails when gptengine (or the gptconfig/gpterr it links) names
+# gptproto or jansson on its link line in CMakeLists.txt, and, given a build
+# folder, when the engine-only test program's link command names them.
 set -u
-top=${1:?usage: layering_guard.sh SOURCE_DIR}
+top=${1:?usage: layering_guard.sh SOURCE_DIR [BUILD_DIR]}
+build=${2:-}
 
 # Header basenames of a folder tree, as an alternation for grep -E.
 headers_of() {
@@ -15,6 +21,10 @@ headers_of() {
 
 daemon_h=$(headers_of daemon)
 engine_h=$(headers_of engine)
+config_h=$(headers_of engine/config)
+# The engine's headers a lower layer may not include: all but engine/config.
+engine_above_h=$( (cd "$top" && find engine -path engine/config -prune -o -name '*.h' -printf '%f\n' \
+                   2>/dev/null) | sort -u | sed 's/\./\\./g' | tr '\n' '|' | sed 's/|$//')
 # libuv and SQLite by any spelling; our own headers only in quotes (so that a
 # system header such as <paths.h> is not mistaken for daemon/paths.h).
 sys='uv\.h|uv/[^>]*|sqlite3\.h'
@@ -39,31 +49,89 @@ check() {
 proto_h=$(headers_of proto)
 check "err/ (gpt_err, below every layer) must not include proto/, engine/ or daemon/ headers" \
       "${base}|engine/[^\"]*|${proto_h}|${engine_h}|${daemon_h}" err
-check "proto/ must not include libuv, SQLite, engine/ or daemon/ headers" \
-      "${base}|engine/[^\"]*|${engine_h}|${daemon_h}" proto
-check "engine/ must not include libuv, SQLite or daemon/ headers" "${base}|${daemon_h}" engine
+check "engine/config (gptconfig, below every layer) must include no header of ours" \
+      '[^"]*' engine/config
+check "proto/ must not include libuv, SQLite, engine/ (but engine/config) or daemon/ headers" \
+      "${base}|engine/[^\"]*|${engine_above_h}|${daemon_h}" proto
+check "engine/ must not include libuv, SQLite, proto/ or daemon/ headers" \
+      "${base}|proto/[^\"]*|${proto_h}|${daemon_h}" engine
 check "ctl/ must not include libuv, SQLite, engine/ or daemon/ headers" \
       "${base}|engine/[^\"]*|${engine_h}|${daemon_h}" ctl
+: "${config_h}" # (listed for the record: what proto may take from the engine)
 
-# The guard guards itself: a forbidden include planted in a scratch copy of
-# each layer must be caught.
+# link_line TARGET: the arguments of every target_link_libraries(TARGET ...)
+# in CMakeLists.txt and cmake/*.cmake, comments dropped, one line each.
+link_line() {
+    (cd "$top" && cat CMakeLists.txt cmake/*.cmake 2>/dev/null) | sed 's/#.*//' | tr '\n' ' ' |
+        grep -oE "target_link_libraries\([[:space:]]*$1[[:space:]][^)]*\)" || true
+}
+for t in gptengine gptconfig gpterr; do
+    line=$(link_line "$t")
+    if [[ $t == gptengine && -z "$line" ]]; then
+        echo "layering guard: no target_link_libraries(gptengine ...) found in CMakeLists.txt"
+        status=1
+    fi
+    if grep -qiE 'gptproto|jansson' <<<"$line"; then
+        echo "layering violation: $t must not link gptproto or jansson (the engine stands alone)"
+        echo "$line"
+        status=1
+    fi
+done
+# The built link command of the engine-only program (tests/cmake/guard.cmake).
+if [[ -n "$build" ]]; then
+    linktxt="$build/tests/CMakeFiles/test_engine_alone.dir/link.txt"
+    if [[ -f "$linktxt" ]] && grep -qiE 'gptproto|jansson' "$linktxt"; then
+        echo "layering violation: test_engine_alone (gptengine only) links gptproto or jansson"
+        cat "$linktxt"
+        status=1
+    fi
+fi
+
+# The guard guards itself, in two runs over a scratch tree (each run costs
+# seconds on a loaded machine): a clean tree whose proto/ includes
+# engine/config must pass; the same tree with a forbidden include planted in
+# each layer, gptengine and gptconfig linking jansson and gptproto (in a
+# second call, across lines), and gptproto on the engine-only program's link
+# command must fail, naming every one of them.
 if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    for layer in proto engine ctl; do
-        mkdir -p "$tmp/$layer" "$tmp/daemon" "$tmp/engine"
-        : > "$tmp/daemon/jobs.h"
-        : > "$tmp/engine/model.h"
-        case $layer in
-        proto | ctl) bad='#include "model.h"' ;;
-        engine) bad='#include "jobs.h"' ;;
-        esac
-        printf '%s\n' "$bad" > "$tmp/$layer/planted.c"
-        if LAYERING_GUARD_SELFTEST=1 "$0" "$tmp" >/dev/null; then
-            echo "layering guard missed a planted include in $layer/"
+    mkdir -p "$tmp/daemon" "$tmp/engine/config" "$tmp/proto" "$tmp/err" "$tmp/ctl" \
+             "$tmp/build/tests/CMakeFiles/test_engine_alone.dir"
+    : > "$tmp/daemon/jobs.h"
+    : > "$tmp/engine/model.h"
+    : > "$tmp/engine/config/gpt_config.h"
+    : > "$tmp/proto/jobspec.h"
+    printf '#include "gpt_config.h"\n' > "$tmp/proto/jobspec.c"
+    printf 'target_link_libraries(gptengine PUBLIC gptconfig gpterr m)\n' > "$tmp/CMakeLists.txt"
+    printf 'cc x.o -o test_engine_alone ../libgptengine.a ../libgpterr.a -lm\n' \
+        > "$tmp/build/tests/CMakeFiles/test_engine_alone.dir/link.txt"
+    if ! out=$(LAYERING_GUARD_SELFTEST=1 "$0" "$tmp" "$tmp/build"); then
+        echo "layering guard refused a clean tree (proto/ including engine/config):"
+        echo "$out"
+        status=1
+    fi
+    printf '#include "model.h"\n' | tee "$tmp/err/planted.c" "$tmp/proto/planted.c" \
+        > "$tmp/ctl/planted.c"
+    printf '#include "jobspec.h"\n' > "$tmp/engine/planted.c"
+    printf '#include "jobs.h"\n' > "$tmp/engine/planted_daemon.c"
+    printf '#include "gpt_err.h"\n' > "$tmp/engine/config/planted.c"
+    printf 'target_link_libraries(gptengine PRIVATE PkgConfig::JANSSON)\n' >> "$tmp/CMakeLists.txt"
+    printf 'target_link_libraries(gptconfig INTERFACE # below all\n  gptproto)\n' \
+        >> "$tmp/CMakeLists.txt"
+    printf 'cc x.o -o test_engine_alone ../libgptengine.a ../libgptproto.a\n' \
+        > "$tmp/build/tests/CMakeFiles/test_engine_alone.dir/link.txt"
+    out=$(LAYERING_GUARD_SELFTEST=1 "$0" "$tmp" "$tmp/build") && {
+        echo "layering guard passed a tree with planted violations"
+        status=1
+    }
+    for want in err/planted.c proto/planted.c ctl/planted.c engine/planted.c \
+                engine/planted_daemon.c engine/config/planted.c "gptengine must not link" \
+                "gptconfig must not link" "test_engine_alone (gptengine only)"; do
+        if ! grep -qF "$want" <<<"$out"; then
+            echo "layering guard missed a planted violation: $want"
             status=1
         fi
-        rm -f "$tmp/$layer/planted.c"
     done
 fi
 [[ $status -eq 0 ]] && echo "layering ok"

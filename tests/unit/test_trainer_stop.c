@@ -24,6 +24,7 @@
 #include <pthread.h>
 
 #include "comm.h"
+#include "jobspec.h"
 #include "trainer.h"
 
 static double now_s(void)

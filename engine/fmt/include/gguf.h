@@ -35,7 +35,7 @@
 #include <stddef.h>
 
 #include "gpt_err.h"
-#include "jobspec.h"
+#include "gpt_config.h"
 
 #define GPT_GGUF_VERSION     3
 #define GPT_GGUF_ALIGNMENT   32

@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
-#include "metric.h"
+#include "gpt_record.h"
 
 /* What should_stop may answer between steps. */
 enum gpt_stop {

@@ -13,8 +13,8 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
 
 /* Non-zero when this build has the CUDA backend (whether or not the host
  * has a GPU). Any thread. */
@@ -31,7 +31,7 @@ int gpt_device_count(void);
  * success. Any thread. */
 int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes);
 
-/* A new compute backend (enum gpt_backend_kind of jobspec.h). AUTO: CUDA
+/* A new compute backend (enum gpt_backend_kind of gpt_config.h). AUTO: CUDA
  * when the host has a GPU, else CPU. CPU: `threads` OpenMP threads (< 1 = 1), `device`
  * ignored. CUDA: GPU `device`, made the calling thread's current device
  * (`threads` ignored); -GPT_E_NODEVICE without CUDA or without that GPU.

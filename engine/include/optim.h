@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jobspec.h"
+#include "gpt_config.h"
 
 struct gpt_model;
 

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "jobspec.h"
+#include "gpt_config.h"
 
 /* Bytes one worker (rank) needs. Sums are saturated at GPT_MEM_HUGE, so
  * absurd specs compare as "too large" instead of wrapping. */

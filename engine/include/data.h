@@ -39,8 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
 
 #define GPT_VOCAB_MAX 256 /* char/byte/synthetic vocabularies; shards use GPT-2's 50257 */
 

@@ -1,24 +1,21 @@
 /*
- * jobspec: the job description (job.json) as a C struct, parsed and
- * validated from JSON through one table of entries (path, type, range,
- * default, help) that also drives defaults, Hydra-style overrides,
- * `--help-spec` output and the gptd-job(5) page.
+ * gpt_config: the engine's configuration of one training job, as plain
+ * structs: the model, data, trainer, optimizer, distributed and snapshot
+ * parts of a job and the enums and limits they use.
  *
- * Pure: no I/O except that gpt_jobspec_check_paths() may stat() data paths.
- * Safe from any thread (no globals besides the const table).
+ * The engine owns these types; proto's job spec (proto/jobspec.h) parses,
+ * validates and prints them through its table, writing straight into
+ * struct gpt_job, so there is one definition and no conversion. This
+ * header is a library of its own (gptconfig, header only) below both proto
+ * and the engine: it includes nothing but <stdint.h>.
  */
-#ifndef GPT_JOBSPEC_H
-#define GPT_JOBSPEC_H
+#ifndef GPT_CONFIG_H
+#define GPT_CONFIG_H
 
-#include <stddef.h>
 #include <stdint.h>
 
-#include "gpt_err.h"
-
-#define GPT_JOB_PATH_MAX  1024
-#define GPT_JOB_NAME_MAX  128
-#define GPT_JOB_JSON_MAX  (1u << 20) /* a job file larger than 1 MiB is refused */
-#define GPT_JOB_DEPTH_MAX 16         /* deeper nesting of arrays/objects is refused */
+#define GPT_JOB_PATH_MAX 1024
+#define GPT_JOB_NAME_MAX 128
 /* Limits of the engine that a spec must meet; engine/model.c asserts that
  * they match its own (its tensor table holds 42 blocks; sgemm takes int
  * dimensions). Checked at validate/submit, so no job fails on them later. */
@@ -112,50 +109,5 @@ struct gpt_job {
     struct gpt_dist_spec distributed;
     struct gpt_snapshot_spec snapshot;
 };
-
-/* Writes every default into `job`. */
-void gpt_jobspec_defaults(struct gpt_job *job);
-
-/* Parses a JSON text (`len` bytes, need not be NUL-terminated) over the
- * defaults, applies `n_over` overrides ("trainer.max_steps=200"), then
- * validates. On failure returns -GPT_E_SPEC (or -ENOMEM) and fills `err`
- * with the JSON path and what was expected; `ret_job` is untouched. */
-int gpt_jobspec_parse(const char *json, size_t len, const char *const *overrides, size_t n_over,
-                      struct gpt_job *ret_job, struct gpt_err *err);
-
-/* As gpt_jobspec_parse, for a YAML text: the document becomes the same JSON
- * tree (plain scalars are read as the key's type wants), so errors carry the
- * same paths. Without YAML support built in, always -GPT_E_SPEC. */
-int gpt_jobspec_parse_yaml(const char *yaml, size_t len, const char *const *overrides,
-                           size_t n_over, struct gpt_job *ret_job, struct gpt_err *err);
-
-/* Reads and parses a job file (JSON; YAML when the name ends in .yaml/.yml
- * and YAML support is built in). Errors name the file in `msg`. */
-int gpt_jobspec_load(const char *file, const char *const *overrides, size_t n_over,
-                     struct gpt_job *ret_job, struct gpt_err *err);
-
-/* Applies one override "a.b=value" to an already parsed job (validation
- * is left to gpt_jobspec_validate). */
-int gpt_jobspec_override(struct gpt_job *job, const char *assignment, struct gpt_err *err);
-
-/* Cross-field validation (ranges are checked while parsing). */
-int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err);
-
-/* Checks that data paths exist and are readable (stat/access). */
-int gpt_jobspec_check_paths(const struct gpt_job *job, struct gpt_err *err);
-
-/* Serialises a job back to JSON (every key, canonical form). Returns a
- * malloc'd NUL-terminated string the caller frees, or NULL on ENOMEM. */
-char *gpt_jobspec_to_json(const struct gpt_job *job);
-
-/* Writes the reference of every key (path, type, range, default, help) as
- * text (`man` = 0) or as roff for gptd-job(5) (`man` = 1). Returns a
- * malloc'd string. */
-char *gpt_jobspec_help(int man);
-
-/* Names for enum values, for messages and JSON output. */
-const char *gpt_data_kind_name(int kind);
-const char *gpt_sharding_name(int sharding);
-const char *gpt_comm_kind_name(int kind);
 
 #endif

@@ -22,8 +22,8 @@
 #include <sys/types.h>
 
 #include "data.h"
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
 
 #define GPT_SNAPSHOT_VERSION    2 /* 1 (no owner fields) is still read */
 #define GPT_SNAPSHOT_SUFFIX     ".gpts"

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "gpt_err.h"
-#include "jobspec.h"
+#include "gpt_config.h"
 
 #define GPT_LLMC_MAGIC        20240326
 #define GPT_LLMC_VERSION_FP32 3

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt_config.h"
 #include "gpt_err.h"
-#include "jobspec.h"
 
 struct gpt_backend;
 
