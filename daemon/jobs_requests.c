@@ -1,0 +1,186 @@
+/*
+ * jobs_requests: the queue's requests (see jobs.h): submit, cancel and
+ * resume, each checked and made durable before it is answered. Loop
+ * thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "jobs.h"
+#include "jobs_impl.h"
+#include "cluster.h"
+#include "fsid.h"
+#include "log.h"
+#include "resume_plan.h"
+#include "statedir.h"
+
+static int jobs_queue_room(struct jobs *js, struct gpt_err *err)
+{
+    int64_t n = 0;
+    int rc = db_job_count(js->db, DB_JOB_QUEUED, &n, err);
+    if (rc < 0)
+        return rc;
+    if (n >= js->cfg->max_queued_jobs)
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "%lld jobs are queued (max_queued_jobs)",
+                           (long long)n);
+    return 0;
+}
+
+int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = jobs_queue_room(js, err);
+    if (rc < 0)
+        return rc;
+    if (!fsid_can_act_as(owner)) /* the job's files are opened as `owner` (fsid.h) */
+        return gpt_err_set(err, -EPERM, NULL,
+                           "gptd runs as uid %u without CAP_SETUID and CAP_SETGID, so it cannot "
+                           "open files as uid %u; only uid %u may submit to it",
+                           (unsigned)geteuid(), (unsigned)owner, (unsigned)geteuid());
+    char *spec = gpt_jobspec_to_json(job);
+    if (!spec)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    struct db_job j = {
+        .owner_uid = owner,
+        .priority = priority,
+        .spec_json = spec,
+        .created = jobs_now(),
+        .max_steps = job->trainer.max_steps,
+    };
+    snprintf(j.name, sizeof(j.name), "%s", job->name[0] ? job->name : "job");
+    int64_t id = 0;
+    rc = db_begin(js->db, err);
+    if (rc == 0)
+        rc = db_job_insert(js->db, &j, &id, err);
+    if (rc == 0) {
+        /* The snapshot directory names the id, which exists only now. */
+        int k;
+        if (job->snapshot.dir[0])
+            k = snprintf(j.snapshot_dir, sizeof(j.snapshot_dir), "%s", job->snapshot.dir);
+        else
+            k = snprintf(j.snapshot_dir, sizeof(j.snapshot_dir), "%s/jobs/%lld/snapshots",
+                         js->state_dir, (long long)id);
+        if (k < 0 || (size_t)k >= sizeof(j.snapshot_dir))
+            rc = gpt_err_set(err, -ENAMETOOLONG, "snapshot.dir", "snapshot directory too long");
+        else
+            rc = db_job_set_snapshot_dir(js->db, id, j.snapshot_dir, err);
+        if (rc == 0)
+            rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], owner, err);
+    }
+    if (rc == 0)
+        rc = db_commit(js->db, err);
+    else
+        db_rollback(js->db);
+    free(spec);
+    if (rc < 0)
+        return rc;
+    log_info("job %lld (%s) queued by uid %u, priority %lld", (long long)id, j.name,
+             (unsigned)owner, (long long)priority);
+    jobs_event(js, id, 0, 0, "queued", "submitted by uid %u with priority %lld", (unsigned)owner,
+               (long long)priority);
+    jobs_schedule(js);
+    *ret_id = id;
+    return 0;
+}
+
+int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
+{
+    struct db_job j;
+    int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
+    if (rc < 0)
+        return rc;
+    int state = j.state;
+    int64_t step = j.step;
+    db_job_done(&j);
+    if (js->run && js->run->job_id == id) {
+        /* Durable before it is acknowledged: a restart ends the job cancelled. */
+        if ((rc = db_job_request_cancel(js->db, id, who, err)) < 0)
+            return rc;
+        if (js->run->stop == JOBS_STOP_NONE) {
+            js->run->stop = JOBS_STOP_CANCEL;
+            js->run->cancelled_by = who;
+            jobs_event(js, id, js->run->run_id, step, "cancel",
+                       "cancel requested by uid %u; stopping at the next step", (unsigned)who);
+            /* A job with no world yet ends inside this call. */
+            cluster_job_stop(js->cluster);
+        }
+        return 0;
+    }
+    if (state == DB_JOB_QUEUED || state == DB_JOB_WAITING) {
+        rc = db_job_set_state(js->db, id, DB_JOB_CANCELLED, NULL, jobs_now(), err);
+        if (rc < 0)
+            return rc;
+        jobs_event(js, id, 0, step, "state", "cancelled by uid %u before it ran", (unsigned)who);
+        jobs_fanout_end(js, id);
+        return 0;
+    }
+    return gpt_err_set(err, -EALREADY, "job", "job %lld is already %s", (long long)id,
+                       db_job_state_name(state));
+}
+
+int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
+                uid_t who, json_t **ret_plan, struct gpt_err *err)
+{
+    struct db_job j;
+    struct resume_plan plan = {0};
+    int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
+    if (rc < 0)
+        return rc;
+    if (!db_job_state_final(j.state)) {
+        rc = gpt_err_set(err, -EALREADY, "job",
+                         "job %lld is %s; only a completed, failed"
+                         " or cancelled job can be resumed",
+                         (long long)id, db_job_state_name(j.state));
+        goto out;
+    }
+    int64_t from = -1;
+    if (snapshot_id > 0) {
+        struct db_snapshot s;
+        if ((rc = db_snapshot_get(js->db, snapshot_id, &s, err)) < 0)
+            goto out;
+        if (s.job_id != id) {
+            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
+                             (long long)snapshot_id, (long long)id);
+            goto out;
+        }
+        from = s.step;
+    }
+    if ((rc = resume_plan_make(js->db, &j, from, overrides, &plan, err)) < 0 ||
+        (rc = jobs_queue_room(js, err)) < 0)
+        goto out;
+    rc = db_begin(js->db, err);
+    if (rc == 0 && plan.spec_json)
+        rc = db_job_set_spec(js->db, id, plan.spec_json, err);
+    if (rc == 0)
+        rc = db_job_set_state(js->db, id, DB_JOB_QUEUED, NULL, jobs_now(), err);
+    if (rc == 0)
+        rc = db_job_set_resume(js->db, id, 1, snapshot_id, err);
+    if (rc == 0)
+        rc = db_job_set_restarts(js->db, id, 0, err); /* a fresh budget of restarts */
+    if (rc == 0)
+        rc = db_commit(js->db, err);
+    else
+        db_rollback(js->db);
+    if (rc < 0)
+        goto out;
+    if (snapshot_id > 0)
+        jobs_event(js, id, 0, plan.from_step, "queued",
+                   "resume from snapshot %lld requested by uid %u", (long long)snapshot_id,
+                   (unsigned)who);
+    else
+        jobs_event(js, id, 0, plan.from_step, "queued",
+                   "resume from the newest snapshot requested by uid %u", (unsigned)who);
+    if (plan.changes[0])
+        jobs_event(js, id, 0, plan.from_step, "spec", "resume changes %s", plan.changes);
+    if (ret_plan)
+        *ret_plan = resume_plan_json(&plan);
+    jobs_schedule(js);
+out:
+    resume_plan_done(&plan);
+    db_job_done(&j);
+    return rc;
+}
+
