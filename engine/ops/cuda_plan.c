@@ -6,6 +6,7 @@
 #include "cuda_plan.h"
 
 #include "comm.h"
+#include "flash_tc.h"
 
 unsigned gpt_cuda_plan_grid(size_t n, unsigned block, unsigned max_grid)
 {
@@ -232,7 +233,12 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
 {
     if (p->kind != GPT_CUDA_ATTN_FLASH)
         return B * NH * T * T;
-    return scratch ? p->lse_floats : p->lse_floats + B * T * C;
+    if (!scratch)
+        return p->lse_floats + B * T * C;
+    /* The tensor-core backward also keeps a bf16 copy of dout there. */
+    if (gpt_flash_tc_applies(p->hs))
+        return gpt_flash_tc_dob_off(p->lse_floats) + (B * T * C + 1) / 2;
+    return p->lse_floats;
 }
 
 /* ---- step cost model ---------------------------------------------------------- */

@@ -128,7 +128,9 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
  * gpt_cuda_plan_attention for the same shape): the forward's `att`
  * (scratch 0) and the backward's scratch (scratch 1). GEMM: B*NH*T*T for
  * both. FLASH: the logsumexp and the output copy (lse_floats + B*T*C) and
- * the rows' dout . out (lse_floats), nothing of size T x T. */
+ * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
+ * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
+ * ceil(B*T*C / 2) floats), nothing of size T x T. */
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch);
 

@@ -25,6 +25,7 @@
 #include "comm.h"
 #include "cuda/gpt_bf16.h"
 #include "cuda_plan.h"
+#include "flash_tc.h"
 
 static void test_grid(void **state)
 {
@@ -228,7 +229,9 @@ static void test_att_floats(void **state)
         assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
         size_t att = gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0);
         assert_int_equal(att, B * 12 * 1024 + B * 1024 * 768);
-        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024);
+        /* D per row, then (hs 64: the tensor-core backward) dout as bf16. */
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1),
+                         B * 12 * 1024 + B * 1024 * 768 / 2);
         assert_true(att * 8 < B * 12 * 1024 * 1024);
         assert_true(att > prev); /* never grows when B shrinks */
         prev = att;
@@ -236,6 +239,16 @@ static void test_att_floats(void **state)
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0), B * 12 * 1024 * 1024);
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024 * 1024);
     }
+    /* Head size 32 (no tensor-core kernels): D only. The scratch never
+     * exceeds the (B,NH,T,T) of the GEMM path, as T > hs. */
+    gpt_cuda_plan_attention(&p, 2, 128, 256, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 2, 128, 256, 8, 1), 2 * 8 * 128);
+    gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1),
+                     gpt_flash_tc_dob_off(3 * 8 * 129) + (3 * 129 * 1024 + 1) / 2);
+    assert_true(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1) <= 3 * 8 * 129 * 129);
     /* The CPU backend keeps the full probabilities (no att_floats slot). */
     struct gpt_backend *cpu = NULL;
     assert_int_equal(gpt_backend_cpu_new(1, &cpu, NULL), 0);

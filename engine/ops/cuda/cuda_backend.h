@@ -95,6 +95,11 @@ void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_k
 void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, size_t T, size_t C,
                                      size_t NH, struct gpt_cuda_attn_plan *ret);
 
+/* Tensor-core flash attention passes (a forward or a whole backward each)
+ * launched in this process, by any backend: tests use it to know the bf16
+ * fast path ran rather than the CUDA-core fallback. Any thread. */
+uint64_t gpt_cuda_flash_tc_launches(void);
+
 /* Device memory [ptr, ptr + bytes) was written other than by this
  * backend's ops (a collective): its bf16 shadows stop being current there.
  * Any thread (the communication thread does this); does not block. */
