@@ -253,9 +253,11 @@ const char *gpt_cuda_kclass_name(enum gpt_cuda_kclass c)
 
 double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k)
 {
-    double rate = k->unit == GPT_KU_TC_BF16   ? GPT_H200_TC_BF16_FLOPS
-                  : k->unit == GPT_KU_TC_TF32 ? GPT_H200_TC_TF32_FLOPS
-                                              : GPT_H200_FP32_FLOPS;
+    double rate = k->unit == GPT_KU_TC_BF16        ? GPT_H200_TC_BF16_FLOPS
+                  : k->unit == GPT_KU_TC_TF32      ? GPT_H200_TC_TF32_FLOPS
+                  : k->unit == GPT_KU_TC_FLASH_FWD ? GPT_H200_FLASH_FWD_FLOPS
+                  : k->unit == GPT_KU_TC_FLASH_BWD ? GPT_H200_FLASH_BWD_FLOPS
+                                                   : GPT_H200_FP32_FLOPS;
     double tc = k->flops / rate, tm = k->bytes / GPT_H200_MEM_BPS;
     return tc > tm ? tc : tm;
 }
