@@ -1,7 +1,7 @@
 /*
  * flash_tc: the tiling and the softmax recurrence of the tensor-core flash
  * attention kernels (engine/ops/cuda/cuda_attention.cu: bf16 operands,
- * mma.sync m16n8k16 with fp32 accumulation, head sizes 64 and 128), in
+ * mma.sync m16n8k16 with fp32 accumulation, head sizes 32 to 128), in
  * plain C. The kernels include this header and nvcc compiles the inline
  * functions below for the device; the CPU emulation test
  * (tests/unit/test_flash_tc.c) runs the kernels' blocked algorithm in C with
@@ -15,8 +15,8 @@
  *                 row block of the mma), and streams key tiles of BC = 64
  *                 rows through shared memory (double-buffered cp.async);
  *   dk, dv        a block owns BR = 64 key rows, 16 per warp, and streams
- *                 query tiles of gpt_flash_tc_bcq(hs) rows (64 for hs 64,
- *                 32 for hs 128: the two fp32 accumulators dK and dV
+ *                 query tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs
+ *                 64, 32 above: the two fp32 accumulators dK and dV
  *                 already take 2 hs / 2 registers per thread).
  * Causal skipping: a query block visits key tiles 0 .. the one holding
  * its last row; a key block visits query tiles from the one holding its
@@ -47,10 +47,12 @@
 #define GPT_FLASH_TC_PAD 8
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
-/* The head sizes the tensor-core kernels are compiled for. */
+/* The head sizes the tensor-core kernels are compiled for: 32, 64, 96 and
+ * 128 (multiples of the 16-wide k step and of the 32-element bank period
+ * that keeps the padded rows conflict-free). */
 GPT_FLASH_FN int gpt_flash_tc_applies(size_t hs)
 {
-    return hs == 64 || hs == 128;
+    return hs == 32 || hs == 64 || hs == 96 || hs == 128;
 }
 
 /* Query rows per streamed tile of the dk/dv kernel. */

@@ -9,7 +9,7 @@
  * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
  * a weight update written to the bf16 copy by stochastic rounding (and
  * reproducible), and a bf16 copy made stale by an upload; the tensor-core
- * flash kernels (head sizes 64 and 128, T from 63 to 4096, taken for
+ * flash kernels (head sizes 32 to 128, T from 65 to 4096, taken for
  * certain and bit-reproducible). The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
@@ -337,16 +337,17 @@ static const struct shape flash_shapes[] = {
     {1, 65, 96, 3, 0, 0},   {4, 64, 48, 4, 0, 0},     {2, 31, 8, 2, 0, 0},  {1, 257, 384, 6, 0, 0},
 };
 
-/* Shapes for the tensor-core flash kernels (bf16 mode, head sizes 64 and
- * 128): T a multiple of the 64-row tiles and not (65, 95, 200, 333, 1000),
- * odd B*NH*T (the saved output copy then starts at an odd float), several
- * heads and batches (the (b, h) indexing), and long rows (T 2048 and
- * 4096). Each must run the tensor-core path: the launch count grows. */
+/* Shapes for the tensor-core flash kernels (bf16 mode; head size 64 or
+ * 128, and 32 and 96 in the last two): T a multiple of the 64-row tiles
+ * and not (65, 77, 95, 200, 300, 333, 1000), odd B*NH*T (the saved output
+ * copy then starts at an odd float), several heads and batches (the
+ * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
+ * tensor-core path: the launch count grows. */
 static const struct shape tc_shapes[] = {
     {1, 65, 64, 1, 0, 0},     {2, 64, 128, 2, 0, 0},   {3, 95, 192, 3, 0, 0},
     {1, 200, 256, 2, 0, 0},   {2, 1000, 512, 4, 0, 0}, {1, 129, 128, 1, 0, 0},
     {2, 1024, 768, 12, 0, 0}, {1, 2048, 128, 2, 0, 0}, {1, 4096, 128, 1, 0, 0},
-    {3, 333, 384, 3, 0, 0},
+    {3, 333, 384, 3, 0, 0},   {2, 77, 128, 4, 0, 0},   {1, 300, 384, 4, 0, 0},
 };
 
 /* Forward and backward of one tc_shapes entry in bf16, against the CPU,

@@ -239,11 +239,14 @@ static void test_att_floats(void **state)
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0), B * 12 * 1024 * 1024);
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024 * 1024);
     }
-    /* Head size 32 (no tensor-core kernels): D only. The scratch never
+    /* Head size 16 (no tensor-core kernels): D only. The scratch never
      * exceeds the (B,NH,T,T) of the GEMM path, as T > hs. */
-    gpt_cuda_plan_attention(&p, 2, 128, 256, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    gpt_cuda_plan_attention(&p, 2, 128, 128, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
-    assert_int_equal(gpt_cuda_plan_att_floats(&p, 2, 128, 256, 8, 1), 2 * 8 * 128);
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 2, 128, 128, 8, 1), 2 * 8 * 128);
+    gpt_cuda_plan_attention(&p, 1, 33, 32, 1, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_true(gpt_cuda_plan_att_floats(&p, 1, 33, 32, 1, 1) <= 33 * 33);
     gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1),

@@ -4,7 +4,7 @@
  * kernels' own tiling and softmax helpers (engine/ops/flash_tc.h), checked
  * against naive causal attention in double, forward (out, logsumexp) and
  * backward (dq, dk, dv), for T around and between the tile sizes and head
- * sizes 64 and 128. The emulation walks the same blocks, warps and
+ * sizes 32, 64, 96 and 128. The emulation walks the same blocks, warps and
  * streamed tiles in the same order as the kernels, zero-fills rows past T
  * as cp.async does, applies the per-element mask only where
  * gpt_flash_tc_needs_mask says so (and asserts that every pair of a tile it
@@ -379,20 +379,18 @@ static const int Ts[] = {1, 15, 16, 17, 63, 64, 65, 100, 128, 130, 200, 257};
 static void test_blocked_fp32(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++) {
-        run_case(Ts[t], 64, 0);
-        run_case(Ts[t], 128, 0);
-    }
+    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
+        for (int hs = 32; hs <= 128; hs += 32)
+            run_case(Ts[t], hs, 0);
 }
 
 /* With the kernels' bf16 roundings: within bf16 tolerance. */
 static void test_blocked_bf16(void **state)
 {
     (void)state;
-    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++) {
-        run_case(Ts[t], 64, 1);
-        run_case(Ts[t], 128, 1);
-    }
+    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
+        for (int hs = 32; hs <= 128; hs += 32)
+            run_case(Ts[t], hs, 1);
 }
 
 static void test_rescale(void **state)
@@ -458,15 +456,18 @@ static void test_mask_and_spans(void **state)
 static void test_smem_and_offsets(void **state)
 {
     (void)state;
-    assert_true(gpt_flash_tc_applies(64) && gpt_flash_tc_applies(128));
-    assert_false(gpt_flash_tc_applies(32) || gpt_flash_tc_applies(96) || gpt_flash_tc_applies(0));
+    for (size_t hs = 0; hs <= 256; hs++)
+        assert_int_equal(gpt_flash_tc_applies(hs), hs == 32 || hs == 64 || hs == 96 || hs == 128);
     /* Rows of 2 hs + 16 bytes: 16-byte aligned for cp.async and ldmatrix,
-     * and 4 banks apart (mod 32 banks) so an 8-row ldmatrix phase never
-     * conflicts. */
-    for (size_t hs = 64; hs <= 128; hs += 64) {
+     * and the 16-byte rows of an 8-row ldmatrix phase start in 8 distinct
+     * groups of 4 banks, so they never conflict. */
+    for (size_t hs = 32; hs <= 128; hs += 32) {
         size_t row = (hs + GPT_FLASH_TC_PAD) * 2;
         assert_int_equal(row % 16, 0);
-        assert_int_equal((row / 4) % 32, 4);
+        unsigned groups = 0;
+        for (size_t r = 0; r < 8; r++)
+            groups |= 1u << ((r * row / 4) % 32 / 4);
+        assert_int_equal(groups, 0xffu);
         /* Every kernel fits the H100/H200 opt-in limit of 227 KiB. */
         assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
         assert_true(gpt_flash_tc_smem_dq(hs) <= 227 * 1024);

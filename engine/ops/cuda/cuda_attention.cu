@@ -30,7 +30,7 @@
  * j <= i (and rows past T are zero-padded, never written).
  *
  * Those kernels (CUDA cores, fp32 arithmetic) are the fallback. In bf16
- * mode, for head sizes 64 and 128, the same passes run on tensor cores
+ * mode, for head sizes 32, 64, 96 and 128, the same passes run on tensor cores
  * (the second half of this file, tiling in engine/ops/flash_tc.h): the
  * forward and the dq and dk/dv kernels with mma.sync m16n8k16 bf16 and
  * fp32 accumulation, plus a prep kernel that computes D and a bf16 copy of
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
 }
 
-/* ==== tensor-core kernels (bf16, head sizes 64 and 128) =====================
+/* ==== tensor-core kernels (bf16, head sizes 32, 64, 96, 128) ===============
  *
  * The same three passes as above, with every product on tensor cores:
  * mma.sync m16n8k16 (bf16 x bf16 -> fp32), operands fetched from shared
@@ -1060,6 +1060,22 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     return cudaSuccess;
 }
 
+/* The tensor-core forward for head size HS; the error of a refused
+ * shared-memory opt-in (then nothing is launched). */
+template <int HS>
+static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out, uint16_t *out_bf,
+                              float *lse, float *ocopy, const uint16_t *qkv_bf, int T, int C,
+                              int NH, float scale2)
+{
+    cudaError_t e = fa_smem_optin(flash_tc_forward_kernel<HS>, smem);
+    if (e != cudaSuccess)
+        return e;
+    flash_tc_forward_kernel<HS>
+        <<<grid, TC_THREADS, smem, s>>>(out, out_bf, lse, ocopy, qkv_bf, T, C, NH, scale2);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return cudaSuccess;
+}
+
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
                               uint16_t *out_bf, float *att, const float *qkv,
                               const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH)
@@ -1074,18 +1090,14 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
         dim3 g((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
         size_t smem = gpt_flash_tc_smem_fwd(p->hs);
         float scale2 = scale * GPT_FLASH_LOG2E;
-        if (hs == 64 && fa_smem_optin(flash_tc_forward_kernel<64>, smem) == cudaSuccess) {
-            flash_tc_forward_kernel<64>
-                <<<g, TC_THREADS, smem, s>>>(out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2);
-            tc_launches.fetch_add(1, std::memory_order_relaxed);
+        e = hs == 32 ? tc_forward<32>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+            : hs == 64
+                ? tc_forward<64>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+            : hs == 96
+                ? tc_forward<96>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+                : tc_forward<128>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2);
+        if (e == cudaSuccess)
             return cudaSuccess;
-        }
-        if (hs == 128 && fa_smem_optin(flash_tc_forward_kernel<128>, smem) == cudaSuccess) {
-            flash_tc_forward_kernel<128>
-                <<<g, TC_THREADS, smem, s>>>(out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2);
-            tc_launches.fetch_add(1, std::memory_order_relaxed);
-            return cudaSuccess;
-        }
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernel below */
     }
     if (qkv_bf) {
@@ -1114,11 +1126,16 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     float scale = 1.0f / sqrtf((float)p->hs);
     uint16_t *dob = (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
-        if (hs == 64 && tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T,
-                                        C, NH) == cudaSuccess)
-            return cudaSuccess;
-        if (hs == 128 && tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T,
-                                          C, NH) == cudaSuccess)
+        cudaError_t e =
+            hs == 32
+                ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+            : hs == 64
+                ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+            : hs == 96
+                ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+                : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C,
+                                   NH);
+        if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
     }

@@ -31,6 +31,8 @@
  * (the default), else batched GEMMs. With flash, the `att` buffer holds the
  * per-row logsumexp and a copy of the output instead of probabilities, so
  * the backward must get the att its own forward wrote (as the model does).
+ * In bf16 mode with head size 32, 64, 96 or 128 the flash kernels run on tensor
+ * cores (engine/ops/flash_tc.h), elsewhere on CUDA cores in fp32.
  */
 #ifndef GPT_CUDA_BACKEND_H
 #define GPT_CUDA_BACKEND_H
