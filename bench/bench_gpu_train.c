@@ -30,6 +30,7 @@
 
 #include "backend.h"
 #include "cuda_plan.h"
+#include "flash_tc.h"
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
@@ -101,7 +102,7 @@ static void rec_add(struct rec_be *r, const char *name, enum gpt_cuda_kclass cls
     k->name = name;
     k->cls = cls;
     k->unit = unit;
-    k->dtype = unit == GPT_KU_TC_BF16 ? "bf16" : unit == GPT_KU_TC_TF32 ? "tf32" : "fp32";
+    k->dtype = unit == GPT_KU_TC_TF32 ? "tf32" : unit == GPT_KU_FP32 ? "fp32" : "bf16";
     k->flops = flops;
     k->bytes = bytes;
     va_list ap;
@@ -364,6 +365,18 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
         int ob = rec_out(r, out, B * T * C);
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
+        if (qb && gpt_flash_tc_applies(p.hs)) {
+            /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
+             * computed pair; q read once, k and v once per query tile
+             * (bf16); out, its copy and the logsumexp written (fp32), out
+             * also as bf16. */
+            double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
+            rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
+                    2.0 * btc + bh * pairs / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * btc +
+                        (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+            return;
+        }
         double es = qb ? 2.0 : 4.0, pairs = gpt_cuda_plan_flash_pairs(T, 1);
         /* S = q k^T and o += p v (2 hs each), exp and rescale per pair;
          * K and V re-read once per query tile. */
@@ -397,6 +410,30 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
     if (p.kind == GPT_CUDA_ATTN_FLASH) {
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
         int db = rec_out(r, dqkv, B * T * 3 * C);
+        if (qb && gpt_flash_tc_applies(p.hs)) {
+            rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
+            double pq = gpt_flash_tc_pairs((int)T, p.hs, 1),
+                   pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            /* D = dout . out and dout as bf16: dout and the output copy
+             * read (fp32), D and the copy written. */
+            rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
+                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats, "rows=%zu hs=%zu", p.lse_floats,
+                    p.hs);
+            /* dq: S = q k^T, dP = dO v^T, dq += dS k (2 hs each per pair);
+             * q and dO once, k and v once per query tile (bf16); logsumexp
+             * and D once; dq written fp32 (and bf16). */
+            rec_add(r, "flash_tc_dq", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pq * 6.0 * hs,
+                    4.0 * btc + bh * pq / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * p.lse_floats +
+                        4.0 * btc + (db ? 2.0 * btc : 0),
+                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+            /* dk, dv: S^T, dP^T, dv += P^T dO, dk += dS^T q; k and v once,
+             * q, dO, logsumexp and D once per key tile; dk and dv written. */
+            rec_add(r, "flash_tc_dkv", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 8.0 * hs,
+                    4.0 * btc + bh * pk / GPT_FLASH_TC_BR * (hs * 2.0 * 2.0 + 8.0) + 8.0 * btc +
+                        (db ? 4.0 * btc : 0),
+                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+            return;
+        }
         rec_wrote(r, scratch, p.lse_floats * sizeof(float));
         double es = qb ? 2.0 : 4.0;
         double pq = gpt_cuda_plan_flash_pairs(T, 1), pk = gpt_cuda_plan_flash_pairs(T, 0);

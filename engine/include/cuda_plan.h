@@ -128,7 +128,9 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
  * gpt_cuda_plan_attention for the same shape): the forward's `att`
  * (scratch 0) and the backward's scratch (scratch 1). GEMM: B*NH*T*T for
  * both. FLASH: the logsumexp and the output copy (lse_floats + B*T*C) and
- * the rows' dout . out (lse_floats), nothing of size T x T. */
+ * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
+ * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
+ * ceil(B*T*C / 2) floats), nothing of size T x T. */
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch);
 
@@ -182,7 +184,19 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
  *  - GEMMs on tensor cores, TF32 inputs: 350 TFLOP/s (half of bf16, as in
  *    the datasheet's 494 vs 989);
  *  - CUDA-core fp32 arithmetic (flash attention, element-wise): 60 TFLOP/s;
- *  - HBM3e: 4.0 TB/s (of 4.8 peak).
+ *  - HBM3e: 4.0 TB/s (of 4.8 peak);
+ *  - the tensor-core flash attention kernels (engine/ops/flash_tc.h):
+ *    200 TFLOP/s forward and 150 TFLOP/s for the backward's dq and dk/dv
+ *    kernels (20% and 15% of the dense peak), counted on the FLOPs they
+ *    execute (the masked halves of the diagonal tiles included). These
+ *    are assumptions, not measurements: roughly what published
+ *    FlashAttention-2 figures (the same algorithm on mma.sync, no wgmma)
+ *    show on an H100 for head size 64, causal, T 1-2k. Our own limits:
+ *    the ldmatrix traffic per mma bounds the backward near 45% of peak
+ *    before any other cost, one exponential per pair and pass runs on the
+ *    SFUs, and 4 warps per 64-row tile (2 blocks per SM for the backward)
+ *    hide little latency. The acceptance run's per-kernel times calibrate
+ *    them.
  * Launch overheads are not modelled (steps are tens of ms, launches a few
  * microseconds, a few hundred per step). */
 #define GPT_H200_TC_BF16_FLOPS 700e12
@@ -190,6 +204,9 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
 #define GPT_H200_FP32_FLOPS    60e12
 #define GPT_H200_MEM_BPS       4.0e12
 #define GPT_H200_PEAK_FLOPS    989e12 /* dense bf16, the MFU denominator */
+
+#define GPT_H200_FLASH_FWD_FLOPS 200e12
+#define GPT_H200_FLASH_BWD_FLOPS 150e12
 
 enum gpt_cuda_kclass {
     GPT_KC_GEMM,    /* cuBLAS(Lt) matrix products */
@@ -208,6 +225,10 @@ enum gpt_cuda_kunit {
     GPT_KU_TC_BF16, /* tensor cores, bf16 */
     GPT_KU_TC_TF32, /* tensor cores, tf32 */
     GPT_KU_FP32,    /* CUDA cores, fp32 */
+
+    /* tensor cores, bf16: the flash attention forward, and backward */
+    GPT_KU_TC_FLASH_FWD,
+    GPT_KU_TC_FLASH_BWD,
 };
 
 /* One kernel or GEMM launch as the cost model sees it. */

@@ -6,6 +6,7 @@
 #include "cuda_plan.h"
 
 #include "comm.h"
+#include "flash_tc.h"
 
 unsigned gpt_cuda_plan_grid(size_t n, unsigned block, unsigned max_grid)
 {
@@ -232,7 +233,12 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
 {
     if (p->kind != GPT_CUDA_ATTN_FLASH)
         return B * NH * T * T;
-    return scratch ? p->lse_floats : p->lse_floats + B * T * C;
+    if (!scratch)
+        return p->lse_floats + B * T * C;
+    /* The tensor-core backward also keeps a bf16 copy of dout there. */
+    if (gpt_flash_tc_applies(p->hs))
+        return gpt_flash_tc_dob_off(p->lse_floats) + (B * T * C + 1) / 2;
+    return p->lse_floats;
 }
 
 /* ---- step cost model ---------------------------------------------------------- */
@@ -247,9 +253,11 @@ const char *gpt_cuda_kclass_name(enum gpt_cuda_kclass c)
 
 double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k)
 {
-    double rate = k->unit == GPT_KU_TC_BF16   ? GPT_H200_TC_BF16_FLOPS
-                  : k->unit == GPT_KU_TC_TF32 ? GPT_H200_TC_TF32_FLOPS
-                                              : GPT_H200_FP32_FLOPS;
+    double rate = k->unit == GPT_KU_TC_BF16        ? GPT_H200_TC_BF16_FLOPS
+                  : k->unit == GPT_KU_TC_TF32      ? GPT_H200_TC_TF32_FLOPS
+                  : k->unit == GPT_KU_TC_FLASH_FWD ? GPT_H200_FLASH_FWD_FLOPS
+                  : k->unit == GPT_KU_TC_FLASH_BWD ? GPT_H200_FLASH_BWD_FLOPS
+                                                   : GPT_H200_FP32_FLOPS;
     double tc = k->flops / rate, tm = k->bytes / GPT_H200_MEM_BPS;
     return tc > tm ? tc : tm;
 }

@@ -8,7 +8,9 @@
  * of the tiles and head sizes from 4 to 128. Then the bf16 mode: matrix
  * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
  * a weight update written to the bf16 copy by stochastic rounding (and
- * reproducible), and a bf16 copy made stale by an upload. The error of an
+ * reproducible), and a bf16 copy made stale by an upload; the tensor-core
+ * flash kernels (head sizes 32 to 128, T from 65 to 4096, taken for
+ * certain and bit-reproducible). The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
  * check; exits 77 without a GPU.
@@ -43,8 +45,10 @@ static const struct {
     {"gelu_forward", "bf16", 1e-5},
     {"gelu_backward", "bf16", 1e-5},
     {"adamw", "bf16", 1e-5},
-    {"bf16_sr", "bf16", 0.0},          /* the same seed twice: bit-identical */
-    {"bf16_invalidate", "bf16", 2e-2}, /* a product after an upload of its weight */
+    {"bf16_sr", "bf16", 0.0},                /* the same seed twice: bit-identical */
+    {"bf16_invalidate", "bf16", 2e-2},       /* a product after an upload of its weight */
+    {"flash_tc_path", "bf16", 0.0},          /* 1 = the CUDA-core fallback ran */
+    {"flash_tc_deterministic", "bf16", 0.0}, /* 1 = two backward passes differ */
     {"flash_attention_forward", "fp32", 1e-4},
     {"flash_attention_backward", "fp32", 2e-4},
     {"memory", "fp32", 0.0},
@@ -333,6 +337,54 @@ static const struct shape flash_shapes[] = {
     {1, 65, 96, 3, 0, 0},   {4, 64, 48, 4, 0, 0},     {2, 31, 8, 2, 0, 0},  {1, 257, 384, 6, 0, 0},
 };
 
+/* Shapes for the tensor-core flash kernels (bf16 mode; head size 64 or
+ * 128, and 32 and 96 in the last two): T a multiple of the 64-row tiles
+ * and not (65, 77, 95, 200, 300, 333, 1000), odd B*NH*T (the saved output
+ * copy then starts at an odd float), several heads and batches (the
+ * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
+ * tensor-core path: the launch count grows. */
+static const struct shape tc_shapes[] = {
+    {1, 65, 64, 1, 0, 0},     {2, 64, 128, 2, 0, 0},   {3, 95, 192, 3, 0, 0},
+    {1, 200, 256, 2, 0, 0},   {2, 1000, 512, 4, 0, 0}, {1, 129, 128, 1, 0, 0},
+    {2, 1024, 768, 12, 0, 0}, {1, 2048, 128, 2, 0, 0}, {1, 4096, 128, 1, 0, 0},
+    {3, 333, 384, 3, 0, 0},   {2, 77, 128, 4, 0, 0},   {1, 300, 384, 4, 0, 0},
+};
+
+/* Forward and backward of one tc_shapes entry in bf16, against the CPU,
+ * and twice: the backward (no atomics) must give the same bits again. */
+static void test_attention_tc(const struct shape *s)
+{
+    size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    char tag[80];
+    snprintf(tag, sizeof(tag), "tensor cores B%zu T%zu hs%zu NH%zu", B, T, C / NH, NH);
+    uint64_t before = gpt_cuda_flash_tc_launches();
+    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+    /* One forward and one backward went through the tensor-core path. */
+    report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
+    struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
+    struct pair att = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 0), 0, 0);
+    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 0, 0);
+    struct pair scratch = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 1), 0, 0);
+    float *first = malloc(B * T * 3 * C * sizeof(float)),
+          *again = malloc(B * T * 3 * C * sizeof(float));
+    if (!first || !again)
+        abort();
+    for (int r = 0; r < 2; r++) {
+        gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
+        gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, qkv.g, att.g, B, T, C, NH);
+        check_rc(
+            gpt_backend_download(gpu, r ? again : first, dqkv.g, B * T * 3 * C * sizeof(float)),
+            "download");
+    }
+    report("flash_tc_deterministic", tag,
+           (double)(memcmp(first, again, B * T * 3 * C * sizeof(float)) != 0));
+    free(first);
+    free(again);
+    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 /* bf16 mode: a weight that AdamW updates is written to its bf16 copy with
  * stochastic rounding; the next product must see the new weights (within
  * bf16 error), and the same seed must give the same bits. */
@@ -523,6 +575,8 @@ int main(void)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
         test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
     }
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
+        test_attention_tc(&tc_shapes[i]);
     test_layernorm(4096, 768, "N4096 C768");
     test_layernorm(33, 48, "N33 C48");
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {

@@ -25,6 +25,7 @@
 #include "comm.h"
 #include "cuda/gpt_bf16.h"
 #include "cuda_plan.h"
+#include "flash_tc.h"
 
 static void test_grid(void **state)
 {
@@ -228,7 +229,9 @@ static void test_att_floats(void **state)
         assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
         size_t att = gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0);
         assert_int_equal(att, B * 12 * 1024 + B * 1024 * 768);
-        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024);
+        /* D per row, then (hs 64: the tensor-core backward) dout as bf16. */
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1),
+                         B * 12 * 1024 + B * 1024 * 768 / 2);
         assert_true(att * 8 < B * 12 * 1024 * 1024);
         assert_true(att > prev); /* never grows when B shrinks */
         prev = att;
@@ -236,6 +239,19 @@ static void test_att_floats(void **state)
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0), B * 12 * 1024 * 1024);
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024 * 1024);
     }
+    /* Head size 16 (no tensor-core kernels): D only. The scratch never
+     * exceeds the (B,NH,T,T) of the GEMM path, as T > hs. */
+    gpt_cuda_plan_attention(&p, 2, 128, 128, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 2, 128, 128, 8, 1), 2 * 8 * 128);
+    gpt_cuda_plan_attention(&p, 1, 33, 32, 1, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_true(gpt_cuda_plan_att_floats(&p, 1, 33, 32, 1, 1) <= 33 * 33);
+    gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1),
+                     gpt_flash_tc_dob_off(3 * 8 * 129) + (3 * 129 * 1024 + 1) / 2);
+    assert_true(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1) <= 3 * 8 * 129 * 129);
     /* The CPU backend keeps the full probabilities (no att_floats slot). */
     struct gpt_backend *cpu = NULL;
     assert_int_equal(gpt_backend_cpu_new(1, &cpu, NULL), 0);
@@ -558,6 +574,11 @@ static void test_roofline(void **state)
     assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 350e12) < 1e-12);
     k.unit = GPT_KU_FP32;
     assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 60e12) < 1e-12);
+    /* The tensor-core flash kernels at their own (assumed) rates. */
+    k.unit = GPT_KU_TC_FLASH_FWD;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 200e12) < 1e-12);
+    k.unit = GPT_KU_TC_FLASH_BWD;
+    assert_true(fabs(gpt_cuda_kernel_seconds(&k) - k.flops / 150e12) < 1e-12);
     /* An element-wise kernel is memory-bound at 4 TB/s. */
     struct gpt_cuda_kernel e = {.name = "gelu", .cls = GPT_KC_ELT, .unit = GPT_KU_FP32};
     e.flops = 1e6;

@@ -28,11 +28,24 @@
  * the outputs are fp32, with an optional bf16 copy written alongside.
  * Tiles wholly above the diagonal are skipped; inside a tile the mask is
  * j <= i (and rows past T are zero-padded, never written).
+ *
+ * Those kernels (CUDA cores, fp32 arithmetic) are the fallback. In bf16
+ * mode, for head sizes 32, 64, 96 and 128, the same passes run on tensor cores
+ * (the second half of this file, tiling in engine/ops/flash_tc.h): the
+ * forward and the dq and dk/dv kernels with mma.sync m16n8k16 bf16 and
+ * fp32 accumulation, plus a prep kernel that computes D and a bf16 copy of
+ * dout. The saved state (natural logsumexp, fp32 output copy) is the same
+ * in both, so either backward can follow either forward.
  */
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
+
+#include <cuda_bf16.h>
+
 #include "cuda_impl.h"
+#include "flash_tc.h"
 #include "gpt_bf16.h"
 
 #define FA_WARP    32
@@ -400,6 +413,582 @@ __global__ void __launch_bounds__(FA_THREADS)
     }
 }
 
+/* ==== tensor-core kernels (bf16, head sizes 32, 64, 96, 128) ===============
+ *
+ * The same three passes as above, with every product on tensor cores:
+ * mma.sync m16n8k16 (bf16 x bf16 -> fp32), operands fetched from shared
+ * memory with ldmatrix, tiles streamed with cp.async into two stages so
+ * the next tile loads while this one computes. The tiling, the causal
+ * spans and the softmax recurrence are engine/ops/flash_tc.h (shared with
+ * the CPU emulation test, tests/unit/test_flash_tc.c). The softmax runs
+ * in log2 units (scores times scale * log2 e, exp2f); the saved logsumexp
+ * is natural, as the CUDA-core kernels write it.
+ *
+ * Fragment layouts (PTX ISA, "mma.m16n8k16", for lane l, g = l / 4 the
+ * row group, c = 2 * (l % 4) the column pair):
+ *   A (16 x 16, row-major) 4 regs of 2 bf16: a0 (g, c..c+1), a1 (g+8, c..),
+ *     a2 (g, c+8..), a3 (g+8, c+8..);
+ *   B (16 x 8, k x n) 2 regs: b0 (k = c..c+1, n = g), b1 (k = c+8.., n = g);
+ *   C (16 x 8, fp32) 4 floats: c0, c1 (g, c..c+1), c2, c3 (g+8, c..c+1).
+ * The low 16 bits of a register hold the lower column. Two C tiles side by
+ * side (columns n0 .. n0+15) are therefore exactly one A fragment of the
+ * next product over those columns (tc_pack_a): P and dS never leave the
+ * registers.
+ *
+ * Shared-memory tiles are row-major bf16 with rows of hs + PAD elements.
+ * ldmatrix .x4 reads four 8x8 matrices; lane l gives the address of row
+ * l % 8 of matrix l / 8 and receives, of matrix i, register i (its row g,
+ * columns c..c+1; transposed with .trans). The three address patterns:
+ *   tc_ld_a   A operand from a (rows m, cols k) tile: matrix order
+ *             (m0, k0) (m0+8, k0) (m0, k0+8) (m0+8, k0+8) = a0 a1 a2 a3;
+ *   tc_ld_b   B operands of two n-tiles from an (n, k) tile (K for Q K^T):
+ *             (n0, k0) (n0, k0+8) (n0+8, k0) (n0+8, k0+8) = b0 b1 of n-tile
+ *             n0, then b0 b1 of n-tile n0 + 8;
+ *   tc_ld_bt  the same two n-tiles from a (k, n) tile (V for P V), with
+ *             .trans: (k0, n0) (k0+8, n0) (k0, n0+8) (k0+8, n0+8).
+ */
+
+#define TC_THREADS (GPT_FLASH_TC_WARPS * FA_WARP)
+#define TC_BR      GPT_FLASH_TC_BR
+#define TC_BC      GPT_FLASH_TC_BC
+#define TC_WR      GPT_FLASH_TC_WROWS
+
+__device__ __forceinline__ uint32_t tc_saddr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void tc_ldsm(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_saddr(p)));
+}
+
+__device__ __forceinline__ void tc_ldsm_t(uint32_t r[4], const uint16_t *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_saddr(p)));
+}
+
+/* A fragment of rows m0..m0+15, columns k0..k0+15 of tile s (row stride ld). */
+__device__ __forceinline__ void tc_ld_a(uint32_t a[4], const uint16_t *s, int ld, int m0, int k0)
+{
+    const int l = threadIdx.x % FA_WARP;
+    tc_ldsm(a, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+}
+
+/* B fragments of n-tiles n0 (b[0], b[1]) and n0 + 8 (b[2], b[3]), k0..k0+15,
+ * from a tile stored (n, k). */
+__device__ __forceinline__ void tc_ld_b(uint32_t b[4], const uint16_t *s, int ld, int n0, int k0)
+{
+    const int l = threadIdx.x % FA_WARP;
+    tc_ldsm(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+}
+
+/* The same from a tile stored (k, n), transposed by ldmatrix. */
+__device__ __forceinline__ void tc_ld_bt(uint32_t b[4], const uint16_t *s, int ld, int k0, int n0)
+{
+    const int l = threadIdx.x % FA_WARP;
+    tc_ldsm_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+}
+
+/* c += a b, one m16n8k16 tile. Not volatile: a pure function of its
+ * registers, so the compiler may schedule the (volatile, hence ordered
+ * after each barrier) ldmatrix loads ahead of it. */
+__device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as bf16x2, round to nearest even; lo in the low half. */
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* The A fragment over columns 16 kk .. 16 kk + 15 of a row of C tiles. */
+__device__ __forceinline__ void tc_pack_a(uint32_t a[4], const float (*c)[4], int kk)
+{
+    a[0] = tc_pack(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = tc_pack(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = tc_pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = tc_pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* Rows t0 .. t0+rows-1 of a bf16 matrix (row t at src + t * stride,
+ * columns 0 .. HS-1) into s (row stride HS + PAD) with cp.async, 16 bytes
+ * per copy; rows at or past T are zero-filled (source size 0, the address
+ * is then only formed, never read). */
+template <int HS>
+__device__ __forceinline__ void tc_load(uint16_t *s, const uint16_t *src, size_t stride, int t0,
+                                        int rows, int T)
+{
+    constexpr int CH = HS / 8, LD = HS + GPT_FLASH_TC_PAD;
+    for (int idx = threadIdx.x; idx < rows * CH; idx += blockDim.x) {
+        int r = idx / CH, c = idx - r * CH, t = t0 + r;
+        const uint16_t *g = src + (size_t)(t < T ? t : 0) * stride + c * 8;
+        asm volatile(
+            "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_saddr(s + r * LD + c * 8)),
+            "l"(g), "r"(t < T ? 16 : 0)
+            : "memory");
+    }
+}
+
+__device__ __forceinline__ void tc_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void tc_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float tc_quad_max(float v)
+{
+    v = fmaxf(v, __shfl_xor_sync(FA_FULL, v, 1));
+    return fmaxf(v, __shfl_xor_sync(FA_FULL, v, 2));
+}
+
+__device__ __forceinline__ float tc_quad_sum(float v)
+{
+    v += __shfl_xor_sync(FA_FULL, v, 1);
+    return v + __shfl_xor_sync(FA_FULL, v, 2);
+}
+
+/* Stores one row pair (columns col, col + 1) of an fp32 result, and its
+ * bf16 copy when bf is non-NULL. */
+__device__ __forceinline__ void tc_store2(float *f, uint16_t *bf, size_t at, float x, float y)
+{
+    *(float2 *)(f + at) = make_float2(x, y);
+    if (bf)
+        *(uint32_t *)(bf + at) = tc_pack(x, y);
+}
+
+/* ---- tensor-core forward ----------------------------------------------------
+ * Grid (q tiles, B*NH); block x takes query tile q_tiles - 1 - x, so the
+ * tiles with the most keys start first. Warp w owns query rows
+ * q0 + 16 w .. + 15; lane l holds, for rows ia = q0 + 16 w + l/4 and
+ * ib = ia + 8, the running maximum m (log2 units), its own columns' part of
+ * the running sum l (the quad's four parts add up at the end) and the
+ * output accumulator o[n] over head columns 8 n + 2 (l % 4) + {0, 1}. */
+template <int HS>
+__global__ void __launch_bounds__(TC_THREADS)
+    flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, float *ocopy,
+                            const uint16_t *qkv, int T, int C, int NH, float scale2)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *sq = tc_smem, *skv = sq + TC_BR * LD; /* stage s: K at skv + 2 s TILE, V after */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BR;
+    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    int kt0, nkt;
+    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+
+    tc_load<HS>(sq, gq, ld3, q0, TC_BR, T);
+    tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
+    tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_commit();
+
+    const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
+    uint32_t qf[HS / 16][4];
+    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
+        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
+        if (kt + 1 < nkt) { /* prefetch the next tile into the other stage */
+            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
+            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        __syncthreads();
+        if (kt == kt0) {
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
+        }
+        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys. */
+        float s[TC_BC / 8][4];
+#pragma unroll
+        for (int n = 0; n < TC_BC / 8; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++) {
+#pragma unroll
+            for (int np = 0; np < TC_BC / 16; np++) {
+                uint32_t kb[4];
+                tc_ld_b(kb, sk, LD, np * 16, ks * 16);
+                tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
+                tc_mma(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+            }
+        }
+        /* Scale to log2 units, mask, and take the tile's row maxima. */
+        const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                float x = s[n][e] * scale2;
+                if (mask && (j > i || j >= T))
+                    x = -INFINITY;
+                s[n][e] = x;
+                mx[e / 2] = fmaxf(mx[e / 2], x);
+            }
+        }
+        float sub[2], alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            alpha[r] = gpt_flash_tc_rescale(m[r], tc_quad_max(mx[r]), &m[r], &sub[r]);
+        l[0] *= alpha[0];
+        l[1] *= alpha[1];
+#pragma unroll
+        for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[n][e] = exp2f(s[n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
+            l[0] += s[n][0] + s[n][1];
+            l[1] += s[n][2] + s[n][3];
+        }
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            o[n][0] *= alpha[0];
+            o[n][1] *= alpha[0];
+            o[n][2] *= alpha[1];
+            o[n][3] *= alpha[1];
+        }
+        /* o += P V: P (16 x 64) from the S registers, V (64 x HS). */
+#pragma unroll
+        for (int kk = 0; kk < TC_BC / 16; kk++) {
+            uint32_t pa[4];
+            tc_pack_a(pa, s, kk);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                uint32_t vb[4];
+                tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
+                tc_mma(o[2 * dp], pa, vb[0], vb[1]);
+                tc_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads(); /* this stage is consumed before it is refilled */
+    }
+    const int rows[2] = {ia, ib};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float lt = tc_quad_sum(l[r]);
+        if (rows[r] >= T)
+            continue;
+        const float inv = 1.0f / lt;
+        const size_t at = ((size_t)b * T + rows[r]) * C + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            float x = o[n][2 * r] * inv, y = o[n][2 * r + 1] * inv;
+            tc_store2(out, out_bf, at + n * 8, x, y);
+            ocopy[at + n * 8] = x; /* scalar: ocopy = att + B*NH*T may be odd */
+            ocopy[at + n * 8 + 1] = y;
+        }
+        if (lane % 4 == 0)
+            lse[(size_t)bh * T + rows[r]] = gpt_flash_tc_lse(m[r], lt);
+    }
+}
+
+/* ---- tensor-core backward: D and the bf16 copy of dout ------------------------
+ * One warp per row (b, h, i): D_i = dout_i . out_i over the head's columns,
+ * and dob = bf16(dout) in dout's (B, T, C) layout, which the dq and dk/dv
+ * kernels then stream with cp.async like q, k and v. */
+__global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, const float *dout,
+                                     const float *ocopy, size_t rows, int T, int C, int NH, int hs)
+{
+    int lane = threadIdx.x % FA_WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / FA_WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / FA_WARP) + threadIdx.x / FA_WARP; r < rows;
+         r += warps) {
+        size_t bh = r / (size_t)T, i = r % (size_t)T, b = bh / (size_t)NH, h = bh % (size_t)NH;
+        size_t off = (b * T + i) * C + h * hs;
+        float acc = 0.0f;
+        for (int d = 2 * lane; d < hs; d += 2 * FA_WARP) {
+            float2 g = *(const float2 *)(dout + off + d);
+            acc += g.x * ocopy[off + d] + g.y * ocopy[off + d + 1];
+            *(uint32_t *)(dob + off + d) = tc_pack(g.x, g.y);
+        }
+        acc = fa_warp_sum(acc);
+        if (lane == 0)
+            Dv[r] = acc;
+    }
+}
+
+/* ---- tensor-core backward: dq --------------------------------------------------
+ * Grid and rows as the forward (query tile q_tiles - 1 - x, warp w rows
+ * q0 + 16 w ..). Per key tile: S = Q K^T and dP = dO V^T (16 x 64 per
+ * warp), P = exp2(S scale2 - lse2) (0 where masked), dS = P (dP - D), and
+ * dq += dS K with dS straight from the registers. Each dq element is
+ * written once, by one thread: no atomics, the same bits every run. */
+template <int HS>
+__global__ void __launch_bounds__(TC_THREADS)
+    flash_tc_dq_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dob, const uint16_t *qkv,
+                       const float *lse, const float *Dv, int T, int C, int NH, float scale,
+                       float scale2)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *sq = tc_smem, *sdo = sq + TC_BR * LD, *skv = sdo + TC_BR * LD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BR;
+    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
+    int kt0, nkt;
+    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+
+    tc_load<HS>(sq, gq, ld3, q0, TC_BR, T);
+    tc_load<HS>(sdo, gdo, C, q0, TC_BR, T);
+    tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
+    tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_commit();
+
+    const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
+    /* This thread's two rows: logsumexp in log2 units and D (0 past T). */
+    float l2[2], dr[2];
+    l2[0] = ia < T ? lse[(size_t)bh * T + ia] * GPT_FLASH_LOG2E : 0.0f;
+    l2[1] = ib < T ? lse[(size_t)bh * T + ib] * GPT_FLASH_LOG2E : 0.0f;
+    dr[0] = ia < T ? Dv[(size_t)bh * T + ia] : 0.0f;
+    dr[1] = ib < T ? Dv[(size_t)bh * T + ib] : 0.0f;
+    float dq[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
+        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
+        if (kt + 1 < nkt) {
+            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
+            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        __syncthreads();
+        float s[TC_BC / 8][4], dp[TC_BC / 8][4];
+#pragma unroll
+        for (int n = 0; n < TC_BC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++) {
+            uint32_t qa[4], da[4];
+            tc_ld_a(qa, sq, LD, wr, ks * 16);
+            tc_ld_a(da, sdo, LD, wr, ks * 16);
+#pragma unroll
+            for (int np = 0; np < TC_BC / 16; np++) {
+                uint32_t kb[4], vb[4];
+                tc_ld_b(kb, sk, LD, np * 16, ks * 16);
+                tc_ld_b(vb, sv, LD, np * 16, ks * 16);
+                tc_mma(s[2 * np], qa, kb[0], kb[1]);
+                tc_mma(s[2 * np + 1], qa, kb[2], kb[3]);
+                tc_mma(dp[2 * np], da, vb[0], vb[1]);
+                tc_mma(dp[2 * np + 1], da, vb[2], vb[3]);
+            }
+        }
+        const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
+#pragma unroll
+        for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                float p = exp2f(s[n][e] * scale2 - l2[e / 2]);
+                if (mask && (j > i || j >= T || i >= T))
+                    p = 0.0f;
+                s[n][e] = p * (dp[n][e] - dr[e / 2]); /* dS, in place of S */
+            }
+        }
+        /* dq += dS K: dS (16 x 64 keys) from registers, K (keys x HS). */
+#pragma unroll
+        for (int kk = 0; kk < TC_BC / 16; kk++) {
+            uint32_t sa[4];
+            tc_pack_a(sa, s, kk);
+#pragma unroll
+            for (int dd = 0; dd < HS / 16; dd++) {
+                uint32_t kb[4];
+                tc_ld_bt(kb, sk, LD, kk * 16, dd * 16);
+                tc_mma(dq[2 * dd], sa, kb[0], kb[1]);
+                tc_mma(dq[2 * dd + 1], sa, kb[2], kb[3]);
+            }
+        }
+        __syncthreads();
+    }
+    const int rows[2] = {ia, ib};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T)
+            continue;
+        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+}
+
+/* ---- tensor-core backward: dk, dv ----------------------------------------------
+ * Grid (k tiles, B*NH); block x owns keys k0 = 64 x (the first blocks have
+ * the most queries to visit and start first). Warp w owns keys
+ * k0 + 16 w ..; lane l rows ja = k0 + 16 w + l/4 and jb = ja + 8. Per query
+ * tile of BQ rows (gpt_flash_tc_bcq): S^T = K Q^T and dP^T = V dO^T (16 x
+ * BQ per warp), P^T = exp2(S^T scale2 - lse2_i) (0 where i < j or past T),
+ * dS^T = P^T (dP^T - D_i), then dv += P^T dO and dk += dS^T Q, both with
+ * the left operand from registers and the right one from shared memory
+ * through ldmatrix .trans (dO and Q are stored (query, dim) = (k, n)). */
+template <int HS>
+__global__ void __launch_bounds__(TC_THREADS)
+    flash_tc_dkv_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dob, const uint16_t *qkv,
+                        const float *lse, const float *Dv, int T, int C, int NH, float scale,
+                        float scale2)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, TILE = BQ * LD;
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *sk = tc_smem, *sv = sk + TC_BR * LD, *sqd = sv + TC_BR * LD;
+    float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + 2 s BQ, D after */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * TC_BR;
+    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
+    const float *glse = lse + (size_t)bh * T, *gD = Dv + (size_t)bh * T;
+    int qt0, nqt;
+    gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
+
+    tc_load<HS>(sk, gk, ld3, k0, TC_BR, T);
+    tc_load<HS>(sv, gv, ld3, k0, TC_BR, T);
+    tc_load<HS>(sqd, gq, ld3, qt0 * BQ, BQ, T);
+    tc_load<HS>(sqd + TILE, gdo, C, qt0 * BQ, BQ, T);
+    tc_commit();
+    for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
+        int i = qt0 * BQ + t;
+        srow[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+        srow[BQ + t] = i < T ? gD[i] : 0.0f;
+    }
+
+    const int wr = warp * TC_WR, ja = k0 + wr + lane / 4, jb = ja + 8;
+    float dk[HS / 8][4], dv[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1, i0 = qt * BQ;
+        const uint16_t *sq = sqd + 2 * st * TILE, *sdo = sq + TILE;
+        const float *sl = srow + 2 * st * BQ, *sD = sl + BQ;
+        if (qt + 1 < nqt) {
+            uint16_t *nq = sqd + 2 * (st ^ 1) * TILE;
+            float *nl = srow + 2 * (st ^ 1) * BQ;
+            tc_load<HS>(nq, gq, ld3, i0 + BQ, BQ, T);
+            tc_load<HS>(nq + TILE, gdo, C, i0 + BQ, BQ, T);
+            tc_commit();
+            for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
+                int i = i0 + BQ + t;
+                nl[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+                nl[BQ + t] = i < T ? gD[i] : 0.0f;
+            }
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        __syncthreads();
+        float s[BQ / 8][4], dp[BQ / 8][4];
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < HS / 16; ks++) {
+            uint32_t ka[4], va[4];
+            tc_ld_a(ka, sk, LD, wr, ks * 16);
+            tc_ld_a(va, sv, LD, wr, ks * 16);
+#pragma unroll
+            for (int np = 0; np < BQ / 16; np++) {
+                uint32_t qb[4], db[4];
+                tc_ld_b(qb, sq, LD, np * 16, ks * 16);
+                tc_ld_b(db, sdo, LD, np * 16, ks * 16);
+                tc_mma(s[2 * np], ka, qb[0], qb[1]);
+                tc_mma(s[2 * np + 1], ka, qb[2], qb[3]);
+                tc_mma(dp[2 * np], va, db[0], db[1]);
+                tc_mma(dp[2 * np + 1], va, db[2], db[3]);
+            }
+        }
+        /* Keys are this warp's rows, queries the columns: the mask is
+         * i < j (a query before the key) or either past T. */
+        const bool mask = gpt_flash_tc_needs_mask(i0, BQ, k0 + wr, TC_WR, T);
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = e < 2 ? ja : jb, c = n * 8 + 2 * (lane % 4) + (e & 1), i = i0 + c;
+                float p = exp2f(s[n][e] * scale2 - sl[c]);
+                if (mask && (i < j || i >= T || j >= T))
+                    p = 0.0f;
+                s[n][e] = p;                       /* P^T */
+                dp[n][e] = p * (dp[n][e] - sD[c]); /* dS^T */
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t pa[4], sa[4];
+            tc_pack_a(pa, s, kk);
+            tc_pack_a(sa, dp, kk);
+#pragma unroll
+            for (int dd = 0; dd < HS / 16; dd++) {
+                uint32_t ob[4], qb[4];
+                tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
+                tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
+                tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
+                tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+                tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
+                tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+            }
+        }
+        __syncthreads();
+    }
+    const int rows[2] = {ja, jb};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T)
+            continue;
+        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            tc_store2(dqkv, dqkv_bf, at + C + n * 8, dk[n][2 * r] * scale,
+                      dk[n][2 * r + 1] * scale);
+            tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------ */
 
 template <typename K> static cudaError_t fa_smem_optin(K *kernel, size_t smem)
@@ -407,6 +996,86 @@ template <typename K> static cudaError_t fa_smem_optin(K *kernel, size_t smem)
     if (smem <= FA_SMEM_DEFAULT)
         return cudaSuccess;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+static bool tc_aligned(const void *p, size_t a)
+{
+    return p == NULL || (uintptr_t)p % a == 0;
+}
+
+/* The tensor-core kernels run when q, k, v come as bf16 (the backend's
+ * bf16 mode), the head size is one they are compiled for, and the
+ * pointers allow their vector accesses: 16 bytes for cp.async sources,
+ * 8 for float2, 4 for bf16 pairs. Anything else takes the CUDA-core
+ * kernels, whose saved state (logsumexp, output copy) is the same, so a
+ * forward and a backward may differ in path. */
+static bool tc_forward_ok(const struct gpt_cuda_attn_plan *p, const float *out,
+                          const uint16_t *out_bf, const float *ocopy, const uint16_t *qkv_bf)
+{
+    (void)ocopy; /* written with scalar stores */
+    return qkv_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) && tc_aligned(out, 8) &&
+           tc_aligned(out_bf, 4) && p->q_tiles <= GPT_CUDA_MAX_GRID;
+}
+
+static bool tc_backward_ok(const struct gpt_cuda_attn_plan *p, const float *dqkv,
+                           const uint16_t *dqkv_bf, const float *dout, const float *ocopy,
+                           const uint16_t *qkv_bf, const uint16_t *dob)
+{
+    (void)ocopy; /* read with scalar loads */
+    return qkv_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) && tc_aligned(dqkv, 8) &&
+           tc_aligned(dqkv_bf, 4) && tc_aligned(dout, 8) && tc_aligned(dob, 16) &&
+           p->q_tiles <= GPT_CUDA_MAX_GRID;
+}
+
+/* Tensor-core passes launched in this process (forward and backward
+ * each count one), for tests that must know the fast path ran. */
+static std::atomic<uint64_t> tc_launches{0};
+
+extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
+{
+    return tc_launches.load(std::memory_order_relaxed);
+}
+
+/* D and dout's bf16 copy, then dq and dk/dv; the shared-memory opt-ins
+ * first, so a refusal leaves nothing launched. */
+template <int HS>
+static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
+                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, const float *dout,
+                               const float *ocopy, const uint16_t *qkv_bf, const float *lse,
+                               size_t T, size_t C, size_t NH)
+{
+    size_t sdq = gpt_flash_tc_smem_dq(HS), skv = gpt_flash_tc_smem_dkv(HS);
+    cudaError_t e;
+    if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, sdq)) != cudaSuccess ||
+        (e = fa_smem_optin(flash_tc_dkv_kernel<HS>, skv)) != cudaSuccess)
+        return e;
+    int t = (int)T, c = (int)C, nh = (int)NH;
+    float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
+    flash_tc_prep_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS,
+                           0, s>>>(Dv, dob, dout, ocopy, p->lse_floats, t, c, nh, HS);
+    unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
+    flash_tc_dq_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, sdq, s>>>(
+        dqkv, dqkv_bf, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
+    flash_tc_dkv_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, skv, s>>>(
+        dqkv, dqkv_bf, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return cudaSuccess;
+}
+
+/* The tensor-core forward for head size HS; the error of a refused
+ * shared-memory opt-in (then nothing is launched). */
+template <int HS>
+static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out, uint16_t *out_bf,
+                              float *lse, float *ocopy, const uint16_t *qkv_bf, int T, int C,
+                              int NH, float scale2)
+{
+    cudaError_t e = fa_smem_optin(flash_tc_forward_kernel<HS>, smem);
+    if (e != cudaSuccess)
+        return e;
+    flash_tc_forward_kernel<HS>
+        <<<grid, TC_THREADS, smem, s>>>(out, out_bf, lse, ocopy, qkv_bf, T, C, NH, scale2);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return cudaSuccess;
 }
 
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
@@ -419,6 +1088,20 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
     float scale = 1.0f / sqrtf((float)p->hs);
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     cudaError_t e;
+    if (tc_forward_ok(p, out, out_bf, ocopy, qkv_bf)) {
+        dim3 g((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
+        size_t smem = gpt_flash_tc_smem_fwd(p->hs);
+        float scale2 = scale * GPT_FLASH_LOG2E;
+        e = hs == 32 ? tc_forward<32>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+            : hs == 64
+                ? tc_forward<64>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+            : hs == 96
+                ? tc_forward<96>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
+                : tc_forward<128>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2);
+        if (e == cudaSuccess)
+            return cudaSuccess;
+        (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernel below */
+    }
     if (qkv_bf) {
         if ((e = fa_smem_optin(flash_forward_kernel<true>, p->smem_fwd)) != cudaSuccess)
             return e;
@@ -443,6 +1126,21 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     float *Dv = scratch;
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     float scale = 1.0f / sqrtf((float)p->hs);
+    uint16_t *dob = (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
+    if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
+        cudaError_t e =
+            hs == 32
+                ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+            : hs == 64
+                ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+            : hs == 96
+                ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
+                : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C,
+                                   NH);
+        if (e == cudaSuccess)
+            return cudaSuccess;
+        (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
+    }
     flash_d_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS, 0,
                      s>>>(Dv, dout, ocopy, p->lse_floats, t, c, nh, hs);
     dim3 gq(p->q_tiles, p->bh), gk(p->k_tiles, p->bh);

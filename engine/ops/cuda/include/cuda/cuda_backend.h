@@ -31,6 +31,8 @@
  * (the default), else batched GEMMs. With flash, the `att` buffer holds the
  * per-row logsumexp and a copy of the output instead of probabilities, so
  * the backward must get the att its own forward wrote (as the model does).
+ * In bf16 mode with head size 32, 64, 96 or 128 the flash kernels run on tensor
+ * cores (engine/ops/flash_tc.h), elsewhere on CUDA cores in fp32.
  */
 #ifndef GPT_CUDA_BACKEND_H
 #define GPT_CUDA_BACKEND_H
@@ -94,6 +96,11 @@ void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_k
 /* The plan attention of this shape runs with now. Any thread. */
 void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, size_t T, size_t C,
                                      size_t NH, struct gpt_cuda_attn_plan *ret);
+
+/* Tensor-core flash attention passes (a forward or a whole backward each)
+ * launched in this process, by any backend: tests use it to know the bf16
+ * fast path ran rather than the CUDA-core fallback. Any thread. */
+uint64_t gpt_cuda_flash_tc_launches(void);
 
 /* Device memory [ptr, ptr + bytes) was written other than by this
  * backend's ops (a collective): its bf16 shadows stop being current there.

@@ -1,0 +1,160 @@
+/*
+ * flash_tc: the tiling and the softmax recurrence of the tensor-core flash
+ * attention kernels (engine/ops/cuda/cuda_attention.cu: bf16 operands,
+ * mma.sync m16n8k16 with fp32 accumulation, head sizes 32 to 128), in
+ * plain C. The kernels include this header and nvcc compiles the inline
+ * functions below for the device; the CPU emulation test
+ * (tests/unit/test_flash_tc.c) runs the kernels' blocked algorithm in C with
+ * the same functions and checks it against naive attention, so the
+ * tiling, the causal tile skipping and the online softmax are tested on
+ * machines without a GPU. The cost model (bench_gpu_train --plan) counts
+ * the kernels' work with gpt_flash_tc_pairs.
+ *
+ * Tiles (all rows of one (b, h) pair, T rows in all):
+ *   forward, dq   a block owns BR = 64 query rows, 16 per warp (one m16
+ *                 row block of the mma), and streams key tiles of BC = 64
+ *                 rows through shared memory (double-buffered cp.async);
+ *   dk, dv        a block owns BR = 64 key rows, 16 per warp, and streams
+ *                 query tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs
+ *                 64, 32 above: the two fp32 accumulators dK and dV
+ *                 already take 2 hs / 2 registers per thread).
+ * Causal skipping: a query block visits key tiles 0 .. the one holding
+ * its last row; a key block visits query tiles from the one holding its
+ * first key to the end. Only tiles that straddle the diagonal (or T) are
+ * masked element by element.
+ *
+ * Pure: no allocation, no globals; any thread.
+ */
+#ifndef GPT_FLASH_TC_H
+#define GPT_FLASH_TC_H
+
+#include <math.h>
+#include <stddef.h>
+
+#ifdef __CUDACC__
+#define GPT_FLASH_FN static __host__ __device__ __forceinline__
+#else
+#define GPT_FLASH_FN static inline
+#endif
+
+#define GPT_FLASH_TC_WARPS 4  /* warps per block */
+#define GPT_FLASH_TC_WROWS 16 /* rows each warp owns: one m16 block */
+#define GPT_FLASH_TC_BR    (GPT_FLASH_TC_WARPS * GPT_FLASH_TC_WROWS) /* 64 */
+#define GPT_FLASH_TC_BC    64 /* key rows per streamed tile (forward, dq) */
+/* bf16 elements of padding per shared-memory row: the row stride becomes
+ * 2 hs + 16 bytes, so the eight 16-byte rows of one ldmatrix phase start
+ * 4 banks apart and never conflict. */
+#define GPT_FLASH_TC_PAD 8
+#define GPT_FLASH_LOG2E  1.4426950408889634f
+
+/* The head sizes the tensor-core kernels are compiled for: 32, 64, 96 and
+ * 128 (multiples of the 16-wide k step and of the 32-element bank period
+ * that keeps the padded rows conflict-free). */
+GPT_FLASH_FN int gpt_flash_tc_applies(size_t hs)
+{
+    return hs == 32 || hs == 64 || hs == 96 || hs == 128;
+}
+
+/* Query rows per streamed tile of the dk/dv kernel. */
+GPT_FLASH_FN int gpt_flash_tc_bcq(size_t hs)
+{
+    return hs > 64 ? 32 : 64;
+}
+
+/* Key tiles [*ret_first, *ret_end) (BC rows each) that the query block
+ * owning rows [q0, q0 + BR) visits: keys past its last row (or T) never
+ * enter. */
+GPT_FLASH_FN void gpt_flash_tc_kv_span(int q0, int T, int *ret_first, int *ret_end)
+{
+    int last = q0 + GPT_FLASH_TC_BR < T ? q0 + GPT_FLASH_TC_BR : T; /* one past */
+    *ret_first = 0;
+    *ret_end = (last + GPT_FLASH_TC_BC - 1) / GPT_FLASH_TC_BC;
+}
+
+/* Query tiles [*ret_first, *ret_end) (bcq rows each) that the key block
+ * owning keys [k0, k0 + BR) visits: queries before k0 never see its keys. */
+GPT_FLASH_FN void gpt_flash_tc_q_span(int k0, int T, int bcq, int *ret_first, int *ret_end)
+{
+    *ret_first = k0 / bcq;
+    *ret_end = (T + bcq - 1) / bcq;
+}
+
+/* 1 when the (query rows [i0, i0 + ni)) x (keys [j0, j0 + nj)) sub-tile
+ * has a masked pair: a key after a query (causal) or a row at or past T.
+ * 0 means every pair is valid and the kernel skips the per-element mask. */
+GPT_FLASH_FN int gpt_flash_tc_needs_mask(int i0, int ni, int j0, int nj, int T)
+{
+    return j0 + nj - 1 > i0 || i0 + ni > T || j0 + nj > T;
+}
+
+/* One step of the online softmax (scores in log2 units): the running row
+ * maximum m_old meets the tile's maximum m_tile. Sets *ret_m to the new
+ * maximum and *ret_sub to what the tile's exponents subtract (0 while the
+ * row has seen only masked scores, so exp2(-inf - 0) = 0 and no NaN), and
+ * returns alpha, the factor that rescales the running sum and output (0
+ * while m_old is -inf). */
+GPT_FLASH_FN float gpt_flash_tc_rescale(float m_old, float m_tile, float *ret_m, float *ret_sub)
+{
+    float m = m_old > m_tile ? m_old : m_tile;
+    float sub = m == -INFINITY ? 0.0f : m;
+    *ret_m = m;
+    *ret_sub = sub;
+    return exp2f(m_old - sub);
+}
+
+/* The natural logsumexp of a finished row from its maximum m (log2 units,
+ * finite: every row has key 0) and its sum l of exp2(s - m). */
+GPT_FLASH_FN float gpt_flash_tc_lse(float m, float l)
+{
+    return m / GPT_FLASH_LOG2E + logf(l);
+}
+
+/* Dynamic shared memory of each kernel, bytes: bf16 rows of hs + PAD;
+ * forward: Q and two stages of (K, V); dq: Q, dO and two stages of (K, V);
+ * dk/dv: K, V and two stages of (Q, dO) plus the stages' logsumexp and D
+ * (fp32, bcq each). */
+GPT_FLASH_FN size_t gpt_flash_tc_smem_fwd(size_t hs)
+{
+    return (size_t)(GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
+}
+
+GPT_FLASH_FN size_t gpt_flash_tc_smem_dq(size_t hs)
+{
+    return (size_t)(2 * GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
+}
+
+GPT_FLASH_FN size_t gpt_flash_tc_smem_dkv(size_t hs)
+{
+    size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
+    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4;
+}
+
+/* Where the backward's bf16 copy of dout starts in its scratch, in floats
+ * after the rows' D = dout . out (lse_floats of them), rounded up to 16
+ * bytes for cp.async. The copy takes ceil(B*T*C / 2) floats. */
+GPT_FLASH_FN size_t gpt_flash_tc_dob_off(size_t lse_floats)
+{
+    return (lse_floats + 3) & ~(size_t)3;
+}
+
+/* Query-key pairs the tensor-core kernels compute per (b, h) at T, the
+ * masked parts of the visited tiles included: forward and dq
+ * (own_is_query 1), dk/dv (0). */
+GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
+{
+    double pairs = 0;
+    int bcq = gpt_flash_tc_bcq(hs);
+    for (int own0 = 0; own0 < T; own0 += GPT_FLASH_TC_BR) {
+        int first, end;
+        if (own_is_query) {
+            gpt_flash_tc_kv_span(own0, T, &first, &end);
+            pairs += (double)(end - first) * GPT_FLASH_TC_BR * GPT_FLASH_TC_BC;
+        } else {
+            gpt_flash_tc_q_span(own0, T, bcq, &first, &end);
+            pairs += (double)(end - first) * GPT_FLASH_TC_BR * bcq;
+        }
+    }
+    return pairs;
+}
+
+#endif

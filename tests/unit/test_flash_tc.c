@@ -1,0 +1,494 @@
+/*
+ * test_flash_tc: the blocked algorithm of the tensor-core flash attention
+ * kernels (engine/ops/cuda/cuda_attention.cu), emulated in C with the
+ * kernels' own tiling and softmax helpers (engine/ops/flash_tc.h), checked
+ * against naive causal attention in double, forward (out, logsumexp) and
+ * backward (dq, dk, dv), for T around and between the tile sizes and head
+ * sizes 32, 64, 96 and 128. The emulation walks the same blocks, warps and
+ * streamed tiles in the same order as the kernels, zero-fills rows past T
+ * as cp.async does, applies the per-element mask only where
+ * gpt_flash_tc_needs_mask says so (and asserts that every pair of a tile it
+ * calls unmasked is valid), and counts every (query, key) pair it uses: each
+ * causal pair exactly once per pass, and as many computed pairs as the cost
+ * model's gpt_flash_tc_pairs. With bf16 rounding on (inputs, P and dS before
+ * their products, dout for the backward, as the kernels round) it must stay
+ * within bf16 tolerance of the reference; with rounding off, within fp32
+ * rounding. No GPU needed: the PTX is tested by tests/gpu/test_gpu_ops.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "cuda/gpt_bf16.h"
+#include "flash_tc.h"
+
+#define PADROWS 128 /* zero rows past T: the widest tile that can overhang */
+
+struct head {
+    int T, hs, round;
+    /* (T + PADROWS) x hs each, rows >= T zero */
+    float *q, *k, *v, *dout;
+    /* naive reference (double) */
+    double *ref_out, *ref_lse, *ref_dq, *ref_dk, *ref_dv;
+    /* emulated kernels */
+    float *out, *lse, *D, *dob, *dq, *dk, *dv;
+    int *seen; /* T x T visit counts of one pass */
+};
+
+static float rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / (float)0x1000000 * 2.0f - 1.0f;
+}
+
+static float bf(float x)
+{
+    return gpt_bf16_to_float(gpt_bf16_from_float_rne(x));
+}
+
+/* x as the kernels feed it to a tensor-core product. */
+static float op(const struct head *h, float x)
+{
+    return h->round ? bf(x) : x;
+}
+
+static float dotf(const float *a, const float *b, int n)
+{
+    float s = 0;
+    for (int d = 0; d < n; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+static void head_init(struct head *h, int T, int hs, int round, uint64_t seed)
+{
+    size_t n = (size_t)(T + PADROWS) * hs;
+    h->T = T;
+    h->hs = hs;
+    h->round = round;
+    float **in[] = {&h->q, &h->k, &h->v, &h->dout, &h->out, &h->dob, &h->dq, &h->dk, &h->dv};
+    for (size_t a = 0; a < sizeof(in) / sizeof(in[0]); a++) {
+        *in[a] = calloc(n, sizeof(float));
+        assert_non_null(*in[a]);
+    }
+    double **rf[] = {&h->ref_out, &h->ref_dq, &h->ref_dk, &h->ref_dv};
+    for (size_t a = 0; a < sizeof(rf) / sizeof(rf[0]); a++) {
+        *rf[a] = calloc(n, sizeof(double));
+        assert_non_null(*rf[a]);
+    }
+    h->ref_lse = calloc((size_t)T, sizeof(double));
+    h->lse = calloc((size_t)T, sizeof(float));
+    h->D = calloc((size_t)T + PADROWS, sizeof(float));
+    h->seen = calloc((size_t)T * T, sizeof(int));
+    assert_non_null(h->ref_lse);
+    assert_non_null(h->lse);
+    assert_non_null(h->D);
+    assert_non_null(h->seen);
+    /* Larger q and k than unit scale, so the softmax is far from uniform. */
+    for (size_t i = 0; i < (size_t)T * hs; i++) {
+        h->q[i] = op(h, 2.0f * rnd(&seed));
+        h->k[i] = op(h, 2.0f * rnd(&seed));
+        h->v[i] = op(h, rnd(&seed));
+        h->dout[i] = rnd(&seed);
+    }
+}
+
+static void head_done(struct head *h)
+{
+    void *all[] = {h->q,      h->k,       h->v,   h->dout,    h->out,    h->dob,
+                   h->dq,     h->dk,      h->dv,  h->ref_out, h->ref_dq, h->ref_dk,
+                   h->ref_dv, h->ref_lse, h->lse, h->D,       h->seen};
+    for (size_t a = 0; a < sizeof(all) / sizeof(all[0]); a++)
+        free(all[a]);
+}
+
+/* Naive causal attention in double on the (already rounded) inputs. */
+static void reference(struct head *h)
+{
+    int T = h->T, hs = h->hs;
+    double scale = 1.0 / sqrt((double)hs);
+    double *p = calloc((size_t)T, sizeof(double)), *dp = calloc((size_t)T, sizeof(double));
+    assert_non_null(p);
+    assert_non_null(dp);
+    for (int i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0, Di = 0;
+        for (int j = 0; j <= i; j++) {
+            double s = 0;
+            for (int d = 0; d < hs; d++)
+                s += (double)h->q[i * hs + d] * h->k[j * hs + d];
+            p[j] = s * scale;
+            mx = fmax(mx, p[j]);
+        }
+        for (int j = 0; j <= i; j++)
+            sum += (p[j] = exp(p[j] - mx));
+        h->ref_lse[i] = mx + log(sum);
+        for (int j = 0; j <= i; j++) {
+            p[j] /= sum;
+            dp[j] = 0;
+            for (int d = 0; d < hs; d++) {
+                h->ref_out[i * hs + d] += p[j] * h->v[j * hs + d];
+                dp[j] += (double)h->dout[i * hs + d] * h->v[j * hs + d];
+            }
+            Di += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; j++) {
+            double ds = p[j] * (dp[j] - Di);
+            for (int d = 0; d < hs; d++) {
+                h->ref_dq[i * hs + d] += scale * ds * h->k[j * hs + d];
+                h->ref_dk[j * hs + d] += scale * ds * h->q[i * hs + d];
+                h->ref_dv[j * hs + d] += p[j] * h->dout[i * hs + d];
+            }
+        }
+    }
+    free(p);
+    free(dp);
+}
+
+/* One (query i, key j) of a streamed tile: asserts the kernels' mask
+ * decision and counts the pair. Returns whether it contributes. */
+static int pair(struct head *h, int mask, int i, int j)
+{
+    int valid = j <= i && i < h->T && j < h->T;
+    if (!mask)
+        assert_true(valid); /* an unmasked tile holds only valid pairs */
+    if (valid)
+        h->seen[(size_t)i * h->T + j]++;
+    return valid;
+}
+
+/* Every causal pair seen exactly once since the last reset, none other. */
+static void check_seen(struct head *h)
+{
+    for (int i = 0; i < h->T; i++)
+        for (int j = 0; j < h->T; j++)
+            assert_int_equal(h->seen[(size_t)i * h->T + j], j <= i ? 1 : 0);
+    memset(h->seen, 0, (size_t)h->T * h->T * sizeof(int));
+}
+
+/* The forward kernel: blocks of BR query rows (last tile first), warps of
+ * 16 rows, key tiles of the causal span, online softmax per row. */
+static double emulate_forward(struct head *h)
+{
+    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const float scale2 = 1.0f / sqrtf((float)hs) * GPT_FLASH_LOG2E;
+    float x[GPT_FLASH_TC_BC];
+    double pairs = 0;
+    for (int bx = 0; bx < tiles; bx++) {
+        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_BR;
+        int kt0, nkt;
+        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
+            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
+            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
+                float m = -INFINITY, l = 0, o[128] = {0};
+                for (int kt = kt0; kt < nkt; kt++) {
+                    const int k0 = kt * GPT_FLASH_TC_BC;
+                    const int mask =
+                        gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
+                    float mx = -INFINITY, sub;
+                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
+                        const int j = k0 + c;
+                        x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
+                        if (!pair(h, mask, i, j) && mask)
+                            x[c] = -INFINITY;
+                        mx = fmaxf(mx, x[c]);
+                    }
+                    pairs += GPT_FLASH_TC_BC;
+                    const float alpha = gpt_flash_tc_rescale(m, mx, &m, &sub);
+                    l *= alpha;
+                    for (int d = 0; d < hs; d++)
+                        o[d] *= alpha;
+                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
+                        const float p = exp2f(x[c] - sub);
+                        l += p;
+                        for (int d = 0; d < hs; d++)
+                            o[d] += op(h, p) * h->v[(size_t)(k0 + c) * hs + d];
+                    }
+                }
+                if (i >= T)
+                    continue;
+                for (int d = 0; d < hs; d++)
+                    h->out[(size_t)i * hs + d] = o[d] / l;
+                h->lse[i] = gpt_flash_tc_lse(m, l);
+            }
+        }
+    }
+    return pairs;
+}
+
+/* The prep kernel: D = dout . out (fp32 out) and dout as bf16. */
+static void emulate_prep(struct head *h)
+{
+    for (int i = 0; i < h->T; i++) {
+        h->D[i] = dotf(h->dout + (size_t)i * h->hs, h->out + (size_t)i * h->hs, h->hs);
+        for (int d = 0; d < h->hs; d++)
+            h->dob[(size_t)i * h->hs + d] = op(h, h->dout[(size_t)i * h->hs + d]);
+    }
+}
+
+/* The dq kernel: query blocks as the forward, P recomputed from the saved
+ * logsumexp, dS = P (dP - D), dq += dS k. */
+static double emulate_dq(struct head *h)
+{
+    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
+    double pairs = 0;
+    for (int bx = 0; bx < tiles; bx++) {
+        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_BR;
+        int kt0, nkt;
+        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
+            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
+            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
+                const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0, Di = i < T ? h->D[i] : 0;
+                float dq[128] = {0};
+                for (int kt = kt0; kt < nkt; kt++) {
+                    const int k0 = kt * GPT_FLASH_TC_BC;
+                    const int mask =
+                        gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
+                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
+                        const int j = k0 + c;
+                        const float *kj = h->k + (size_t)j * hs;
+                        float p = exp2f(dotf(h->q + (size_t)i * hs, kj, hs) * scale2 - l2);
+                        if (!pair(h, mask, i, j) && mask)
+                            p = 0;
+                        float dp = dotf(h->dob + (size_t)i * hs, h->v + (size_t)j * hs, hs);
+                        float ds = op(h, p * (dp - Di));
+                        for (int d = 0; d < hs; d++)
+                            dq[d] += ds * kj[d];
+                    }
+                    pairs += GPT_FLASH_TC_BC;
+                }
+                if (i < T)
+                    for (int d = 0; d < hs; d++)
+                        h->dq[(size_t)i * hs + d] = dq[d] * scale;
+            }
+        }
+    }
+    return pairs;
+}
+
+/* The dk/dv kernel: key blocks in order, warps of 16 keys, query tiles of
+ * bcq rows from the one holding the block's first key to the end. */
+static double emulate_dkv(struct head *h)
+{
+    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const int bq = gpt_flash_tc_bcq((size_t)hs);
+    const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
+    double pairs = 0;
+    for (int bx = 0; bx < tiles; bx++) {
+        const int k0 = bx * GPT_FLASH_TC_BR;
+        int qt0, nqt;
+        gpt_flash_tc_q_span(k0, T, bq, &qt0, &nqt);
+        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
+            const int r0 = k0 + w * GPT_FLASH_TC_WROWS;
+            for (int j = r0; j < r0 + GPT_FLASH_TC_WROWS; j++) {
+                const float *kj = h->k + (size_t)j * hs, *vj = h->v + (size_t)j * hs;
+                float dk[128] = {0}, dv[128] = {0};
+                for (int qt = qt0; qt < nqt; qt++) {
+                    const int i0 = qt * bq;
+                    const int mask = gpt_flash_tc_needs_mask(i0, bq, r0, GPT_FLASH_TC_WROWS, T);
+                    for (int c = 0; c < bq; c++) {
+                        const int i = i0 + c;
+                        const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
+                        const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
+                        const float Di = i < T ? h->D[i] : 0;
+                        float p = exp2f(dotf(kj, qi, hs) * scale2 - l2);
+                        if (!pair(h, mask, i, j) && mask)
+                            p = 0;
+                        float ds = p * (dotf(vj, doi, hs) - Di), pr = op(h, p), dsr = op(h, ds);
+                        for (int d = 0; d < hs; d++) {
+                            dv[d] += pr * doi[d];
+                            dk[d] += dsr * qi[d];
+                        }
+                    }
+                    pairs += bq;
+                }
+                if (j < T)
+                    for (int d = 0; d < hs; d++) {
+                        h->dk[(size_t)j * hs + d] = dk[d] * scale;
+                        h->dv[(size_t)j * hs + d] = dv[d];
+                    }
+            }
+        }
+    }
+    return pairs;
+}
+
+/* Largest |a - ref| over n, relative to the largest |ref| (at least 1). */
+static double max_err(const float *a, const double *ref, size_t n)
+{
+    double e = 0, big = 1;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= e)) /* NaN counts as the worst */
+            e = isnan(d) ? INFINITY : d;
+        big = fmax(big, fabs(ref[i]));
+    }
+    return e / big;
+}
+
+static void run_case(int T, int hs, int round)
+{
+    struct head h;
+    head_init(&h, T, hs, round, 0x9e3779b97f4a7c15ull ^ (uint64_t)(T * 131 + hs));
+    reference(&h);
+    double pf = emulate_forward(&h);
+    check_seen(&h);
+    assert_true(pf == gpt_flash_tc_pairs(T, (size_t)hs, 1));
+    size_t n = (size_t)T * hs;
+    /* bf16 P before P V: each weight off by up to 2^-9 relative. */
+    double tol_out = round ? 5e-3 : 5e-6, tol_grad = round ? 1e-2 : 1e-5;
+    double e_out = max_err(h.out, h.ref_out, n), e_lse = 0;
+    for (int i = 0; i < T; i++) {
+        double d = fabs(h.lse[i] - h.ref_lse[i]);
+        if (!(d <= e_lse))
+            e_lse = isnan(d) ? INFINITY : d;
+    }
+    emulate_prep(&h);
+    double pq = emulate_dq(&h);
+    check_seen(&h);
+    double pk = emulate_dkv(&h);
+    check_seen(&h);
+    assert_true(pq == gpt_flash_tc_pairs(T, (size_t)hs, 1));
+    assert_true(pk == gpt_flash_tc_pairs(T, (size_t)hs, 0));
+    double e_dq = max_err(h.dq, h.ref_dq, n), e_dk = max_err(h.dk, h.ref_dk, n);
+    double e_dv = max_err(h.dv, h.ref_dv, n);
+    if (getenv("FLASH_TC_VERBOSE") || e_out > tol_out || e_lse > 1e-4 || e_dq > tol_grad ||
+        e_dk > tol_grad || e_dv > tol_grad)
+        print_error("T=%d hs=%d round=%d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n", T, hs,
+                    round, e_out, e_lse, e_dq, e_dk, e_dv);
+    assert_true(e_out <= tol_out);
+    assert_true(e_lse <= 1e-4);
+    assert_true(e_dq <= tol_grad);
+    assert_true(e_dk <= tol_grad);
+    assert_true(e_dv <= tol_grad);
+    head_done(&h);
+}
+
+static const int Ts[] = {1, 15, 16, 17, 63, 64, 65, 100, 128, 130, 200, 257};
+
+/* The blocked algorithm in exact fp32: only summation order differs from
+ * the reference. */
+static void test_blocked_fp32(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
+        for (int hs = 32; hs <= 128; hs += 32)
+            run_case(Ts[t], hs, 0);
+}
+
+/* With the kernels' bf16 roundings: within bf16 tolerance. */
+static void test_blocked_bf16(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
+        for (int hs = 32; hs <= 128; hs += 32)
+            run_case(Ts[t], hs, 1);
+}
+
+static void test_rescale(void **state)
+{
+    (void)state;
+    float m, sub;
+    /* Nothing seen yet and a fully masked tile: no NaN, nothing kept. */
+    assert_true(gpt_flash_tc_rescale(-INFINITY, -INFINITY, &m, &sub) == 0.0f);
+    assert_true(m == -INFINITY && sub == 0.0f);
+    assert_true(exp2f(-INFINITY - sub) == 0.0f);
+    /* The first real tile: the old (empty) sums are dropped. */
+    assert_true(gpt_flash_tc_rescale(-INFINITY, 3.0f, &m, &sub) == 0.0f);
+    assert_true(m == 3.0f && sub == 3.0f);
+    /* A smaller tile maximum keeps the sums, a larger one scales them. */
+    assert_true(gpt_flash_tc_rescale(5.0f, 3.0f, &m, &sub) == 1.0f);
+    assert_true(m == 5.0f);
+    assert_true(gpt_flash_tc_rescale(3.0f, 5.0f, &m, &sub) == 0.25f);
+    assert_true(m == 5.0f && sub == 5.0f);
+    /* A masked tile after real ones changes nothing. */
+    assert_true(gpt_flash_tc_rescale(5.0f, -INFINITY, &m, &sub) == 1.0f);
+    assert_true(m == 5.0f);
+    /* lse in natural units: m log2 units, l the sum of exp2(s - m). */
+    assert_true(fabsf(gpt_flash_tc_lse(2.0f * GPT_FLASH_LOG2E, 3.0f) - (2.0f + logf(3.0f))) <
+                1e-6f);
+}
+
+static void test_mask_and_spans(void **state)
+{
+    (void)state;
+    /* Below the diagonal and inside T: no mask. */
+    assert_false(gpt_flash_tc_needs_mask(64, 16, 0, 64, 1024));
+    /* The diagonal tile, a tile over T, rows past T. */
+    assert_true(gpt_flash_tc_needs_mask(64, 16, 64, 64, 1024));
+    assert_true(gpt_flash_tc_needs_mask(112, 16, 64, 64, 1024)); /* key 127 > row 112 */
+    assert_false(gpt_flash_tc_needs_mask(128, 16, 64, 64, 1024));
+    assert_true(gpt_flash_tc_needs_mask(64, 16, 0, 64, 70));
+    assert_true(gpt_flash_tc_needs_mask(0, 64, 0, 16, 10));
+    int f, e;
+    gpt_flash_tc_kv_span(0, 1024, &f, &e);
+    assert_int_equal(f, 0);
+    assert_int_equal(e, 1);
+    gpt_flash_tc_kv_span(960, 1024, &f, &e);
+    assert_int_equal(e, 16);
+    gpt_flash_tc_kv_span(64, 70, &f, &e);
+    assert_int_equal(e, 2);
+    gpt_flash_tc_q_span(128, 1024, 32, &f, &e);
+    assert_int_equal(f, 4);
+    assert_int_equal(e, 32);
+    gpt_flash_tc_q_span(128, 130, 64, &f, &e);
+    assert_int_equal(f, 2);
+    assert_int_equal(e, 3);
+    /* At T = 1024 the causal kernels compute 136 of the 256 tiles of
+     * 64 x 64: the 120 below the diagonal, and the 16 diagonal ones whole. */
+    assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 136.0 * 64 * 64);
+    assert_true(gpt_flash_tc_pairs(1024, 64, 0) == 136.0 * 64 * 64);
+    /* Key block k0 visits (1024 - k0) / 32 tiles of 32 queries. */
+    double want = 0;
+    for (int k0 = 0; k0 < 1024; k0 += 64)
+        want += (1024 - k0) / 32 * 64.0 * 32;
+    assert_true(gpt_flash_tc_pairs(1024, 128, 0) == want);
+}
+
+static void test_smem_and_offsets(void **state)
+{
+    (void)state;
+    for (size_t hs = 0; hs <= 256; hs++)
+        assert_int_equal(gpt_flash_tc_applies(hs), hs == 32 || hs == 64 || hs == 96 || hs == 128);
+    /* Rows of 2 hs + 16 bytes: 16-byte aligned for cp.async and ldmatrix,
+     * and the 16-byte rows of an 8-row ldmatrix phase start in 8 distinct
+     * groups of 4 banks, so they never conflict. */
+    for (size_t hs = 32; hs <= 128; hs += 32) {
+        size_t row = (hs + GPT_FLASH_TC_PAD) * 2;
+        assert_int_equal(row % 16, 0);
+        unsigned groups = 0;
+        for (size_t r = 0; r < 8; r++)
+            groups |= 1u << ((r * row / 4) % 32 / 4);
+        assert_int_equal(groups, 0xffu);
+        /* Every kernel fits the H100/H200 opt-in limit of 227 KiB. */
+        assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
+        assert_true(gpt_flash_tc_smem_dq(hs) <= 227 * 1024);
+        assert_true(gpt_flash_tc_smem_dkv(hs) <= 227 * 1024);
+    }
+    assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_dq(128), (2 * 64 + 4 * 64) * 136 * 2);
+    assert_int_equal(gpt_flash_tc_smem_dkv(128), (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4);
+    /* The bf16 dout copy starts 16-byte aligned after D. */
+    assert_int_equal(gpt_flash_tc_dob_off(0), 0);
+    assert_int_equal(gpt_flash_tc_dob_off(1), 4);
+    assert_int_equal(gpt_flash_tc_dob_off(12288), 12288);
+    assert_int_equal(gpt_flash_tc_dob_off(12289) % 4, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
+        cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_blocked_fp32),
+        cmocka_unit_test(test_blocked_bf16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
