@@ -7,6 +7,7 @@ set(GPTD_WHITEBOX
     test_comm      ${CMAKE_SOURCE_DIR}/engine     # comm_shm.h
     test_cuda_plan ${CMAKE_SOURCE_DIR}/engine/ops # cuda/gpt_bf16.h (gptcuda's, host side)
     test_fmt_half  ${CMAKE_SOURCE_DIR}/engine/fmt # fmt_out.h (the half-float conversions)
+    test_flash_tc  ${CMAKE_SOURCE_DIR}/engine/ops # cuda/gpt_bf16.h (the kernels' bf16 rounding)
 )
 while(GPTD_WHITEBOX)
   list(POP_FRONT GPTD_WHITEBOX gptd_wb_test gptd_wb_dir)

@@ -1,7 +1,7 @@
 /*
  * test_flash_tc: the blocked algorithm of the tensor-core flash attention
  * kernels (engine/ops/cuda/cuda_attention.cu), emulated in C with the
- * kernels' own tiling and softmax helpers (engine/ops/flash_tc.h), checked
+ * kernels' own tiling and softmax helpers (engine/include/flash_tc.h), checked
  * against naive causal attention in double, forward (out, logsumexp) and
  * backward (dq, dk, dv), for T around and between the tile sizes and head
  * sizes 32, 64, 96 and 128. The emulation walks the same blocks, warps and

@@ -31,7 +31,7 @@
  *
  * Those kernels (CUDA cores, fp32 arithmetic) are the fallback. In bf16
  * mode, for head sizes 32, 64, 96 and 128, the same passes run on tensor cores
- * (the second half of this file, tiling in engine/ops/flash_tc.h): the
+ * (the second half of this file, tiling in engine/include/flash_tc.h): the
  * forward and the dq and dk/dv kernels with mma.sync m16n8k16 bf16 and
  * fp32 accumulation, plus a prep kernel that computes D and a bf16 copy of
  * dout. The saved state (natural logsumexp, fp32 output copy) is the same
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(FA_THREADS)
  * mma.sync m16n8k16 (bf16 x bf16 -> fp32), operands fetched from shared
  * memory with ldmatrix, tiles streamed with cp.async into two stages so
  * the next tile loads while this one computes. The tiling, the causal
- * spans and the softmax recurrence are engine/ops/flash_tc.h (shared with
+ * spans and the softmax recurrence are engine/include/flash_tc.h (shared with
  * the CPU emulation test, tests/unit/test_flash_tc.c). The softmax runs
  * in log2 units (scores times scale * log2 e, exp2f); the saved logsumexp
  * is natural, as the CUDA-core kernels write it.
