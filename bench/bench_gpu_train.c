@@ -294,14 +294,27 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
     (void)mean;
     (void)rstd;
     struct rec_be *r = rec(be);
-    rec_wrote(r, dinp, N * C * sizeof(float));
+    int db = rec_out(r, dinp, N * C);
     rec_wrote(r, dweight, C * sizeof(float));
     rec_wrote(r, dbias, C * sizeof(float));
     double nc = (double)(N * C);
-    /* dout, inp read; dinp read and written (it accumulates); the two-pass
-     * column sums read dout and inp again. */
-    rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 12.0 * nc, 24.0 * nc + 8.0 * N,
-            "N=%zu C=%zu", N, C);
+    /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
+    if (blocks > 0) {
+        /* One pass: dout, inp read; dinp read and written (it
+         * accumulates), plus its bf16 copy; the blocks' partials. */
+        rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 14.0 * nc,
+                16.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C, "N=%zu C=%zu%s", N,
+                C, db ? " +bf16" : "");
+        for (int i = 0; i < 2; i++)
+            rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
+                    4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);
+        return;
+    }
+    /* dout, inp read; dinp read and written; the two-pass column sums
+     * read dout and inp again. */
+    rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 12.0 * nc,
+            24.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu", N, C);
 }
 
 static void rec_gemm(struct rec_be *r, const char *name, int bf, size_t M, size_t N, size_t K,
@@ -461,13 +474,14 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
     (void)targets;
     (void)dscale;
     struct rec_be *r = rec(be);
-    if (write_dlogits)
-        rec_wrote(r, logits, N * Vp * sizeof(float));
+    int db = write_dlogits ? rec_out(r, logits, N * Vp) : 0;
     rec_wrote(r, losses, N * sizeof(float));
     double nv = (double)N * (double)Vp;
-    /* One pass for max and sum, one to write dlogits (reads again). */
+    /* One online pass for max and sum, one to write dlogits (reads again)
+     * and their bf16 copy for the head's backward products. */
     rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32, 6.0 * (double)N * V,
-            (write_dlogits ? 12.0 : 4.0) * nv, "N=%zu V=%zu", N, V);
+            (write_dlogits ? 12.0 + (db ? 2.0 : 0) : 4.0) * nv, "N=%zu V=%zu%s", N, V,
+            db ? " +bf16" : "");
 }
 
 static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,

@@ -40,6 +40,21 @@ unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats)
     return s < 2 ? 1u : (unsigned)s;
 }
 
+unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
+{
+    GPT_ASSERT(C > 0);
+    if (GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float) > GPT_CUDA_LNB_SMEM_BYTES ||
+        scratch_floats / 2 / C < 1)
+        return 0;
+    size_t b = (N + GPT_CUDA_LNB_ROWS - 1) / GPT_CUDA_LNB_ROWS;
+    size_t cap = scratch_floats / 2 / C;
+    if (b > cap)
+        b = cap;
+    if (b > GPT_CUDA_MAX_GRID)
+        b = GPT_CUDA_MAX_GRID;
+    return b < 1 ? 1u : (unsigned)b;
+}
+
 void gpt_cuda_pad_plan_init(struct gpt_cuda_pad_plan *p, size_t n, int world)
 {
     GPT_ASSERT(p && world > 0);

@@ -51,6 +51,22 @@ unsigned gpt_cuda_plan_sumsq_blocks(size_t n, unsigned block);
  * destination. */
 unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
 
+/* Warps per block of the single-pass LayerNorm backward, rows one block
+ * aims at, and the most shared memory it uses without an opt-in. */
+#define GPT_CUDA_LNB_WARPS      4u
+#define GPT_CUDA_LNB_ROWS       64u
+#define GPT_CUDA_LNB_SMEM_BYTES ((size_t)48 * 1024)
+
+/* Blocks of the single-pass LayerNorm backward over N rows of C, whose
+ * per-block partial parameter sums take 2 * blocks * C floats of a scratch
+ * of `scratch_floats`: ceil(N / GPT_CUDA_LNB_ROWS) capped by the scratch
+ * and by GPT_CUDA_MAX_GRID, at least 1. Depends only on its arguments (the
+ * sums' order with it). 0 when the kernel does not apply: its shared
+ * memory (GPT_CUDA_LNB_WARPS * 2 * C floats) exceeds
+ * GPT_CUDA_LNB_SMEM_BYTES or not even one block's partials fit; the
+ * backend then runs the row kernel and the two-pass column sums. */
+unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
+
 /* The uneven-slice convention of gpt_comm_slice mapped onto NCCL's equal
  * counts. Every rank's slice is placed at `r * chunk` of a padded buffer of
  * `padded` = chunk * world elements, chunk = ceil(n / world); the tail of a

@@ -463,6 +463,62 @@ static void test_xent(size_t N, size_t V, size_t Vp)
     free(t);
 }
 
+/* bf16 mode: ops whose fp32 output feeds a product write its bf16 copy
+ * alongside (the classifier's dlogits, LayerNorm backward's dinp), so the
+ * product after them converts nothing. The first product creates the
+ * output's bf16 copy (from the values before the op); if the op did not
+ * refresh it, the second product would see the stale values and miss the
+ * CPU result by far more than bf16 rounding. */
+static void test_bf16_copies(size_t N, size_t C, size_t V, size_t Vp)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu V%zu Vp%zu: dlogits bf16 copy", N, V, Vp);
+    int *t = malloc(N * sizeof(int)), *tc, *tg;
+    if (!t)
+        abort();
+    for (size_t i = 0; i < N; i++)
+        t[i] = i % 7 == 2 ? -1 : (int)gpt_rng_below(&rng, V);
+    ints_new(t, N, &tc, &tg);
+    struct pair logits = pair_new(N * Vp, -8, 8), lnf = pair_new(N * C, -1, 1);
+    struct pair wte = pair_new(Vp * C, -0.5f, 0.5f), dwte = pair_new(Vp * C, 0, 0);
+    struct pair dc = pair_new(N * C, 0, 0);
+    /* Prime: the head's backward reads the logits buffer as bf16. */
+    gpt_backend_matmul_backward(cpu, dc.c, dwte.c, NULL, logits.c, lnf.c, wte.c, N, C, Vp);
+    gpt_backend_matmul_backward(gpu, dc.g, dwte.g, NULL, logits.g, lnf.g, wte.g, N, C, Vp);
+    gpt_backend_softmax_xent(cpu, logits.c, NULL, tc, N, V, Vp, 1.0f / (float)N, 1);
+    gpt_backend_softmax_xent(gpu, logits.g, NULL, tg, N, V, Vp, 1.0f / (float)N, 1);
+    gpt_backend_matmul_backward(cpu, dc.c, dwte.c, NULL, logits.c, lnf.c, wte.c, N, C, Vp);
+    gpt_backend_matmul_backward(gpu, dc.g, dwte.g, NULL, logits.g, lnf.g, wte.g, N, C, Vp);
+    check("matmul_backward", tag, &dc);
+
+    snprintf(tag, sizeof(tag), "N%zu C%zu: LN dinp bf16 copy", N, C);
+    struct pair inp = pair_new(N * C, -3, 5), w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    struct pair dres = pair_new(N * C, -1, 1), dout = pair_new(N * C, -1, 1);
+    struct pair dw = pair_new(C, 0, 0), db = pair_new(C, 0, 0);
+    struct pair pw = pair_new(C * C, -0.5f, 0.5f), dpw = pair_new(C * C, 0, 0);
+    gpt_backend_layernorm_forward(cpu, out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
+    gpt_backend_layernorm_forward(gpu, out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    gpt_backend_matmul_backward(cpu, dc.c, dpw.c, NULL, dres.c, inp.c, pw.c, N, C, C);
+    gpt_backend_matmul_backward(gpu, dc.g, dpw.g, NULL, dres.g, inp.g, pw.g, N, C, C);
+    gpt_backend_layernorm_backward(cpu, dres.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N,
+                                   C);
+    gpt_backend_layernorm_backward(gpu, dres.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N,
+                                   C);
+    check("layernorm_backward", tag, &dres);
+    gpt_backend_matmul_backward(cpu, dc.c, dpw.c, NULL, dres.c, inp.c, pw.c, N, C, C);
+    gpt_backend_matmul_backward(gpu, dc.g, dpw.g, NULL, dres.g, inp.g, pw.g, N, C, C);
+    check("matmul_backward", tag, &dc);
+    check("matmul_backward", tag, &dpw);
+    struct pair *all[] = {&logits, &lnf, &wte, &dwte, &dc,   &inp, &w,  &b,   &out,
+                          &mean,   &rstd, &dres, &dout, &dw, &db,  &pw, &dpw};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(t);
+}
+
 int main(void)
 {
     char probe[512];
@@ -499,7 +555,8 @@ int main(void)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
         test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
     }
-    test_layernorm(4096, 768, "N4096 C768 (split sums)");
+    test_layernorm(4096, 768, "N4096 C768 (single pass)");
+    test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
     test_xent(64, 50257, 50304);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
@@ -541,6 +598,8 @@ int main(void)
         pair_free(&d);
         test_adamw(ns[i]);
     }
+    test_bf16_copies(256, 64, 1000, 1024);
+    test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);
     test_bf16_weights(1024, 768, 3072);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");

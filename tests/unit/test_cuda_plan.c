@@ -53,6 +53,32 @@ static void test_sumsq_blocks(void **state)
         assert_int_equal(gpt_cuda_plan_sumsq_blocks(n, 256), gpt_cuda_plan_sumsq_blocks(n, 256));
 }
 
+/* The single-pass LayerNorm backward's block count: ~64 rows a block,
+ * capped so the partials fit the scratch; 0 (fallback) for rows too wide
+ * for its shared memory or a scratch too small for one block. */
+static void test_lnb_blocks(void **state)
+{
+    (void)state;
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(16384, 768, 1 << 20), 256);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(1, 768, 1 << 20), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(0, 768, 1 << 20), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(65, 48, 1 << 20), 2);
+    /* 2 * blocks * C floats must fit: (1 << 20) / 2 / 768 = 682. */
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(1 << 20, 768, 1 << 20), 682);
+    for (size_t N = 1; N < 5000; N += 97)
+        for (size_t C = 16; C <= 1536; C += 160) {
+            unsigned b = gpt_cuda_plan_lnb_blocks(N, C, 1 << 20);
+            assert_true(b >= 1 && 2 * (size_t)b * C <= (1 << 20));
+            /* Every row is owned by exactly one block. */
+            size_t rows_per = (N + b - 1) / b;
+            assert_true(rows_per * b >= N && rows_per * (b - 1) < N);
+        }
+    /* 4 warps * 2 * C floats of shared memory: C = 1536 fits 48 KiB, 1537 not. */
+    assert_true(gpt_cuda_plan_lnb_blocks(100, 1536, 1 << 20) > 0);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 1537, 1 << 20), 0);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 768, 1000), 0);
+}
+
 static void test_colsum_splits(void **state)
 {
     (void)state;
@@ -599,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
+        cmocka_unit_test(test_lnb_blocks),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
         cmocka_unit_test(test_attn_plan_gpt2),

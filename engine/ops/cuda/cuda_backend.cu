@@ -880,11 +880,13 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, dinp, N * C * sizeof(float));
+    /* dinp (the residual stream's gradient) feeds the next products'
+     * backward: its bf16 copy is written alongside. */
+    uint16_t *db = shd_out(cb, dinp, N * C, NULL);
     shd_wrote(cb, dweight, C * sizeof(float));
     shd_wrote(cb, dbias, C * sizeof(float));
-    cuk_layernorm_backward(cb->compute, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                           cb->scratch, SCRATCH_FLOATS);
+    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                           C, cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
 }
 
@@ -929,10 +931,10 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    if (write_dlogits)
-        shd_wrote(cb, logits, N * Vp * sizeof(float));
+    /* dlogits are the head's backward operand: bf16 copy alongside. */
+    uint16_t *db = write_dlogits ? shd_out(cb, logits, N * Vp, NULL) : NULL;
     shd_wrote(cb, losses, N * sizeof(float));
-    cuk_softmax_xent(cb->compute, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
+    cuk_softmax_xent(cb->compute, logits, db, losses, targets, N, V, Vp, dscale, write_dlogits);
     cu_check(cb, "softmax_xent");
 }
 

@@ -35,10 +35,13 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const float *weight, const float *bias, size_t N,
                            size_t C);
-/* `scratch` holds `scratch_floats` floats for the two-pass parameter
- * gradient sums. */
-void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight,
+/* `scratch` holds `scratch_floats` floats for the parameter gradients'
+ * partial sums. One pass over dout and inp when gpt_cuda_plan_lnb_blocks
+ * allows (then two tiny kernels add the blocks' partials), else a row
+ * kernel and the two-pass column sums. dinp_bf as above (of the
+ * accumulated dinp). */
+void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
+                            float *dbias, const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, size_t N, size_t C,
                             float *scratch, size_t scratch_floats);
 /* out[n, :] = bias for every row n. */
@@ -55,8 +58,13 @@ void cuk_gelu_forward(cudaStream_t s, float *out, uint16_t *out_bf, const float 
 void cuk_gelu_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, const float *inp,
                        const float *dout, size_t n);
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
-void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
-                      size_t V, size_t Vp, float dscale, int write_dlogits);
+/* The fused classifier: per row one online max/sum pass over the first V
+ * logits, the loss, then (write_dlogits) dlogits in place over all Vp
+ * columns, and their bf16 copy in dlogits_bf when it is non-NULL (the
+ * operand the head's backward products read: no conversion pass). */
+void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
+                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                      int write_dlogits);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
  * gpt_bf16_sr_bits(seed, stream, index0 + i). */

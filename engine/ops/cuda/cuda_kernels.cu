@@ -204,10 +204,12 @@ void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *
         out, out_bf, mean, rstd, inp, weight, bias, N, C);
 }
 
-/* dinp += for each row (one warp per row). */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *weight, const float *mean,
-                                               const float *rstd, size_t N, size_t C)
+/* dinp += for each row (one warp per row); the fallback of the fused
+ * kernel below for rows too wide for its shared memory. */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, const float *dout,
+                                               const float *inp, const float *weight,
+                                               const float *mean, const float *rstd, size_t N,
+                                               size_t C)
 {
     int lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
@@ -226,8 +228,71 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, c
         float *di = dinp + r * C;
         for (size_t c = lane; c < C; c += WARP) {
             float norm = (x[c] - mu) * rs;
-            di[c] += rs * (weight[c] * d[c] - m1 - norm * m2);
+            float v = di[c] + rs * (weight[c] * d[c] - m1 - norm * m2);
+            di[c] = v;
+            if (dinp_bf)
+                dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
         }
+    }
+}
+
+/* Single-pass LayerNorm backward (llm.c-style): one read of dout and inp
+ * gives dinp (accumulated, plus its optional bf16 copy) and the parameter
+ * gradients. Block b owns rows [b * rows_per, min(N, (b + 1) * rows_per));
+ * warp w of it takes rows r0 + w, r0 + w + W, ... in order and adds each
+ * row's dweight/dbias terms into its OWN shared arrays (lane l owns
+ * columns l, l + 32, ...: no two threads touch one slot, no atomics).
+ * Then the block sums its W warps in warp order per column and writes the
+ * sums to part_w[b * C + c] and part_b[b * C + c]; colsum_pass2_kernel
+ * adds the blocks in block order. Every sum has a fixed order that depends
+ * only on (N, C) and the plan (gpt_cuda_plan_lnb_blocks): deterministic.
+ * Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C floats. */
+__global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, float *part_w,
+                                                float *part_b, const float *dout, const float *inp,
+                                                const float *weight, const float *mean,
+                                                const float *rstd, size_t N, size_t C,
+                                                size_t rows_per)
+{
+    extern __shared__ float lnb_sh[]; /* [warp][0..C) dweight, [warp][C..2C) dbias */
+    const unsigned W = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float *sw = lnb_sh + (size_t)w * 2 * C, *sb = sw + C;
+    for (size_t c = lane; c < C; c += WARP) {
+        sw[c] = 0.0f;
+        sb[c] = 0.0f;
+    }
+    size_t r0 = (size_t)blockIdx.x * rows_per;
+    size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    for (size_t r = r0 + w; r < r1; r += W) {
+        const float *x = inp + r * C, *d = dout + r * C;
+        float mu = mean[r], rs = rstd[r];
+        float m1 = 0.0f, m2 = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float dn = weight[c] * d[c];
+            m1 += dn;
+            m2 += dn * (x[c] - mu) * rs;
+        }
+        m1 = warp_sum(m1) / (float)C;
+        m2 = warp_sum(m2) / (float)C;
+        float *di = dinp + r * C;
+        for (size_t c = lane; c < C; c += WARP) {
+            float norm = (x[c] - mu) * rs;
+            float v = di[c] + rs * (weight[c] * d[c] - m1 - norm * m2);
+            di[c] = v;
+            if (dinp_bf)
+                dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
+            sw[c] += d[c] * norm; /* this lane's own slot */
+            sb[c] += d[c];
+        }
+    }
+    __syncthreads();
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float aw = 0.0f, ab = 0.0f;
+        for (unsigned k = 0; k < W; k++) { /* warp order */
+            aw += lnb_sh[(size_t)k * 2 * C + c];
+            ab += lnb_sh[(size_t)k * 2 * C + C + c];
+        }
+        part_w[(size_t)blockIdx.x * C + c] = aw;
+        part_b[(size_t)blockIdx.x * C + c] = ab;
     }
 }
 
@@ -290,13 +355,25 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
     }
 }
 
-void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight,
+void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
+                            float *dbias, const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, size_t N, size_t C,
                             float *scratch, size_t scratch_floats)
 {
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
+    if (blocks > 0) {
+        /* Single pass, then the blocks' partial sums added in order. */
+        size_t rows_per = (N + blocks - 1) / blocks;
+        float *pw = scratch, *pb = scratch + (size_t)blocks * C;
+        layernorm_backward_fused_kernel<<<blocks, GPT_CUDA_LNB_WARPS * WARP,
+                                          GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float), s>>>(
+            dinp, dinp_bf, pw, pb, dout, inp, weight, mean, rstd, N, C, rows_per);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks);
+        return;
+    }
     layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
-                                     s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+                                     s>>>(dinp, dinp_bf, dout, inp, weight, mean, rstd, N, C);
     unsigned splits = gpt_cuda_plan_colsum_splits(N, C, scratch_floats / 2);
     dim3 grid((unsigned)((C + WARP - 1) / WARP), splits);
     dim3 block(WARP, COLSUM_ROWS_Y);
@@ -537,16 +614,22 @@ __device__ void block_online(float &m, float &s)
 /* One block per row n: online max/sum over the first V columns, the loss
  * from the target logit (read before any write), then optionally dlogits
  * in place. Ignored rows (target < 0) get loss 0 and a zero row. */
-__global__ void softmax_xent_kernel(float *logits, float *losses, const int *targets, size_t V,
-                                    size_t Vp, float dscale, int write)
+__global__ void softmax_xent_kernel(float *logits, uint16_t *dlogits_bf, float *losses,
+                                    const int *targets, size_t V, size_t Vp, float dscale,
+                                    int write)
 {
     size_t n = blockIdx.x;
     float *row = logits + n * Vp;
+    /* The bf16 copy of row n (same element offsets), or NULL. */
+    uint16_t *row_bf = dlogits_bf ? dlogits_bf + n * Vp : NULL;
     int t = targets[n];
     if (t < 0) {
         if (write)
-            for (size_t j = threadIdx.x; j < Vp; j += blockDim.x)
+            for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
                 row[j] = 0.0f;
+                if (row_bf)
+                    row_bf[j] = 0; /* bf16 +0 */
+            }
         if (losses && threadIdx.x == 0)
             losses[n] = 0.0f;
         return;
@@ -575,16 +658,19 @@ __global__ void softmax_xent_kernel(float *logits, float *losses, const int *tar
         if (j < V)
             d = expf(row[j] - m) * k - (j == (size_t)t ? dscale : 0.0f);
         row[j] = d;
+        if (row_bf)
+            row_bf[j] = gpt_bf16_from_float_rne(d);
     }
 }
 
-void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
-                      size_t V, size_t Vp, float dscale, int write_dlogits)
+void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
+                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                      int write_dlogits)
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
-    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(logits, losses, targets, V, Vp, dscale,
-                                                             write_dlogits);
+    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(
+        logits, write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits);
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */
