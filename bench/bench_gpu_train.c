@@ -359,11 +359,17 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
     }
     if (dinp)
         rec_gemm(r, "gemm_bwd_dinp", wb && db, C, N, OC, 0);
-    /* dweight accumulates (beta 1): read once more. */
-    rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
-    if (dbias)
-        rec_add(r, "colsum_dbias", GPT_KC_ELT, GPT_KU_FP32, (double)(N * OC),
-                4.0 * (double)(N * OC) + 8.0 * OC, "N=%zu OC=%zu", N, OC);
+    /* dweight accumulates (beta 1): read once more. With a bias, the
+     * BGRADB epilogue sums dout's columns in the same pass (the plan
+     * assumes cuBLASLt accepts it, as it does for llm.c's same call; the
+     * backend falls back to colsum_dbias where it refuses), then a tiny
+     * kernel adds them to dbias. */
+    if (!dbias) {
+        rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
+        return;
+    }
+    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
+    rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
 static void rec_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,

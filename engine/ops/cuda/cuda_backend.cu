@@ -66,7 +66,9 @@ extern "C" {
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define SCRATCH_FLOATS     ((size_t)1 << 20)
 #define LT_CACHE_SIZE      64
-#define LT_KEY_INTS        15
+#define LT_KEY_INTS        16
+#define LT_USABLE          1 /* lt_cache_ent.valid: algo holds the heuristic's choice */
+#define LT_REFUSED         2 /* no algorithm (or the epilogue refused): fall back */
 #define ERR_MSG_MAX        256
 
 /* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
@@ -493,40 +495,84 @@ static int cu_align(const void *p, size_t ld_bytes)
     return (int)(a & (~a + 1));
 }
 
-/* Column-major D = A op B (+ bias over rows) + beta D with cuBLASLt; A and
- * B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D and bias fp32, and the
- * accumulation is fp32 (TF32 tensor cores for fp32 inputs when allowed).
- * Returns 0 when done, 1 when no algorithm fits (the caller falls back). */
+/* What cuBLASLt fuses into a product (column-major D of m rows, n
+ * columns). kind:
+ *  - CUBLASLT_EPILOGUE_DEFAULT: nothing;
+ *  - CUBLASLT_EPILOGUE_BIAS: D += bias over rows (bias: m floats, read);
+ *  - CUBLASLT_EPILOGUE_BGRADB: bgrad[j] = sum over k of op(B)[k, j], the
+ *    bias gradient in the same pass (n floats, WRITTEN, not accumulated);
+ *  - CUBLASLT_EPILOGUE_GELU_AUX_BIAS: aux = A op B + bias (the pre-GELU
+ *    values, fp32, leading dimension ldaux), D = gelu_tanh(aux);
+ *  - CUBLASLT_EPILOGUE_DGELU: D = (A op B) * gelu'(aux), aux as written
+ *    by GELU_AUX_BIAS. */
+struct lt_epi {
+    cublasLtEpilogue_t kind;
+    const float *bias;
+    float *bgrad;
+    const float *aux;
+    int ldaux;
+};
+
+static const struct lt_epi lt_none = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL, 0};
+
+/* Column-major D = A op B (with the epilogue e) + beta D with cuBLASLt; A
+ * and B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D, bias, bias
+ * gradient and aux fp32, and the accumulation is fp32 (TF32 tensor cores
+ * for fp32 inputs when allowed). Returns 0 when done, 1 when no algorithm
+ * fits or cuBLASLt refuses the epilogue (the caller falls back; a refusal
+ * is cached, so the next call falls back at once). */
 static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
                      cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                     const void *B, int ldb, float *D, int ldd, float beta, const float *bias)
+                     const void *B, int ldb, float *D, int ldd, float beta, const struct lt_epi *e)
 {
     size_t es = ab == CUDA_R_16BF ? 2 : 4;
     int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
     int al_d = cu_align(D, (size_t)ldd * 4);
-    if (al_a < 16 || al_b < 16 || al_d < 16 || (bias && cu_align(bias, 0) < 16))
+    if (!e)
+        e = &lt_none;
+    const float *epi_vec = e->bias ? e->bias : e->bgrad;
+    if (al_a < 16 || al_b < 16 || al_d < 16 || (epi_vec && cu_align(epi_vec, 0) < 16) ||
+        (e->aux && cu_align(e->aux, (size_t)e->ldaux * 4) < 16))
         return 1;
-    int key[LT_KEY_INTS] = {(int)ta,      (int)tb,  m,      n,    k,    lda,
-                            ldb,          ldd,      al_a,   al_b, al_d, bias != NULL,
-                            beta != 0.0f, cb->tf32, (int)ab};
+    int key[LT_KEY_INTS] = {(int)ta, (int)tb,      m,        n,       k,   lda, ldb, ldd,
+                            al_a,    al_b,         al_d,     (int)e->kind, beta != 0.0f,
+                            cb->tf32, (int)ab,     e->ldaux};
     cublasComputeType_t ct =
         ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
+    struct lt_cache_ent *hit = NULL;
     int ret = 1;
+    for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
+        if (cb->cache[i].valid && memcmp(cb->cache[i].key, key, sizeof(key)) == 0)
+            hit = &cb->cache[i];
+    if (hit && hit->valid == LT_REFUSED)
+        return 1;
     cublasStatus_t st = cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F);
     if (st != CUBLAS_STATUS_SUCCESS)
         goto out;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-    if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
+        cublasLtEpilogue_t epi = e->kind;
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof(bias));
+    }
+    if (epi_vec) {
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_vec,
+                                       sizeof(epi_vec));
         cudaDataType_t bt = CUDA_R_32F;
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+    }
+    if (e->aux) {
+        int64_t ldaux = e->ldaux;
+        cudaDataType_t at = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
+                                       sizeof(e->aux));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                                       sizeof(ldaux));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
+                                       sizeof(at));
     }
     if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
                                    lda) != CUBLAS_STATUS_SUCCESS ||
@@ -534,40 +580,40 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
                                    ldb) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
         goto out;
+    if (!hit) {
+        hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
+        hit->valid = LT_REFUSED; /* until an algorithm is found */
+        memcpy(hit->key, key, sizeof(key));
+        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+            goto out;
+        size_t wsb = LT_WORKSPACE_BYTES;
+        uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof(wsb));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &u_a, sizeof(u_a));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &u_b, sizeof(u_b));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &u_d, sizeof(u_d));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &u_d, sizeof(u_d));
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        st = cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+            goto out;
+        hit->valid = LT_USABLE;
+        hit->algo = res.algo;
+    }
     {
-        struct lt_cache_ent *hit = NULL;
-        for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
-            if (cb->cache[i].valid && memcmp(cb->cache[i].key, key, sizeof(key)) == 0)
-                hit = &cb->cache[i];
-        if (!hit) {
-            if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
-                goto out;
-            size_t wsb = LT_WORKSPACE_BYTES;
-            uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &wsb, sizeof(wsb));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                 &u_a, sizeof(u_a));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                 &u_b, sizeof(u_b));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                 &u_d, sizeof(u_d));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                 &u_d, sizeof(u_d));
-            cublasLtMatmulHeuristicResult_t res;
-            int found = 0;
-            st =
-                cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
-            if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-                goto out;
-            hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
-            hit->valid = 1;
-            memcpy(hit->key, key, sizeof(key));
-            hit->algo = res.algo;
-        }
         float alpha = 1.0f;
         st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
                             cb->ws, LT_WORKSPACE_BYTES, cb->compute);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED && e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
+            hit->valid = LT_REFUSED; /* nothing was enqueued: fall back */
+            goto out;
+        }
         cu_check_blas(cb, st, "cublasLtMatmul");
         ret = 0;
     }
@@ -604,7 +650,9 @@ static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasO
                       int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                       float *D, int ldd, float beta, const float *bias)
 {
-    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, bias) == 0)
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
+    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, &e) == 0)
         return;
     if (bias) {
         cuk_bias_broadcast(cb->compute, D, bias, (size_t)n, (size_t)m);
@@ -636,8 +684,10 @@ static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float 
             return;
         }
     }
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
     if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m,
-                  0.0f, bias) == 0)
+                  0.0f, &e) == 0)
         return;
     float beta = 0.0f;
     if (bias) {
@@ -672,13 +722,31 @@ static void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dwe
     else if (dinp && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout,
                                oc, dinp, c, 0.0f, NULL))
         gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
-    /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    if (ib && db)
-        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
-    else if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc,
-                       dweight, c, 1.0f, NULL))
-        gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0, 1);
-    if (dbias) {
+    /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C): column-major D (c, oc)
+     * = A (c, N) B^T with A = inp, B = dout (oc, N), k = N. With a bias,
+     * the BGRADB epilogue sums op(B) = dout^T over k in the same pass:
+     * bgrad[j] = sum_n dout[n, j], dbias's increment. It writes, and dbias
+     * accumulates, so it goes to scratch and is added after. */
+    struct lt_epi bg = {CUBLASLT_EPILOGUE_BGRADB, NULL, cb->scratch, NULL, 0};
+    const struct lt_epi *e = dbias && OC <= SCRATCH_FLOATS ? &bg : NULL;
+    int summed = 0;
+    if (ib && db) {
+        summed = e && lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc,
+                                dweight, c, 1.0f, e) == 0;
+        if (!summed)
+            gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
+    } else {
+        summed = e && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
+                                oc, dweight, c, 1.0f, e) == 0;
+        if (!summed && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
+                                 oc, dweight, c, 1.0f, NULL))
+            gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0,
+                    1);
+    }
+    if (dbias && summed) {
+        cuk_residual_forward(cb->compute, dbias, dbias, cb->scratch, OC); /* dbias += bgrad */
+        cu_check(cb, "matmul_backward dbias add");
+    } else if (dbias) {
         cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
         cu_check(cb, "matmul_backward dbias");
     }
