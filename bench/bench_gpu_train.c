@@ -372,6 +372,43 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
     rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
+/* As cuda_matmul_gelu_forward: one product with the GELU_AUX_BIAS
+ * epilogue (it also writes the pre-GELU aux), assuming cuBLASLt takes it. */
+static void rec_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                    const float *inp, const float *weight, const float *bias,
+                                    size_t N, size_t C, size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
+        bf = wb && ib;
+    }
+    rec_wrote(r, out, N * OC * sizeof(float));
+    rec_wrote(r, pre, N * OC * sizeof(float));
+    rec_gemm(r, bias ? "gemm_fwd+bias+gelu" : "gemm_fwd+gelu", bf, OC, N, C,
+             4.0 * (double)N * OC + (bias ? 4.0 * OC : 0));
+}
+
+/* As cuda_matmul_backward_dgelu: the dinp product with the DGELU
+ * epilogue (reads the pre-GELU aux), then the weight and bias gradients. */
+static void rec_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                      float *dbias, const float *dout, const float *inp,
+                                      const float *weight, const float *pre_gelu, size_t N,
+                                      size_t C, size_t OC)
+{
+    (void)pre_gelu;
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), db = rec_in(r, dout, N * OC);
+        bf = wb && db;
+    }
+    rec_wrote(r, dinp, N * C * sizeof(float));
+    rec_gemm(r, "gemm_bwd_dinp+dgelu", bf, C, N, OC, 4.0 * (double)N * C);
+    rec_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 static void rec_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
                                   size_t B, size_t T, size_t C, size_t NH)
 {
@@ -574,6 +611,8 @@ static const struct gpt_backend_ops rec_ops = {
     .scale = rec_scale,
     .set_precision = rec_set_precision,
     .att_floats = rec_att_floats,
+    .matmul_gelu_forward = rec_matmul_gelu_forward,
+    .matmul_backward_dgelu = rec_matmul_backward_dgelu,
 };
 
 /* Kernels with the same name and shape, summed. */

@@ -153,6 +153,37 @@ void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *
     be->ops->attention_backward(be, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
+void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC)
+{
+    GPT_ASSERT(be && out && pre && out != pre && out != inp && pre != inp);
+    if (!be->ops->matmul_gelu_forward) {
+        gpt_backend_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
+        gpt_backend_gelu_forward(be, out, pre, N * OC);
+        return;
+    }
+    GPT_ASSERT(weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_gelu_forward(be, out, pre, inp, weight, bias, N, C, OC);
+}
+
+void gpt_backend_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC)
+{
+    GPT_ASSERT(be && dinp && pre_gelu && dinp != pre_gelu);
+    if (!be->ops->matmul_backward_dgelu) {
+        gpt_backend_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        gpt_backend_gelu_backward(be, dinp, pre_gelu, dinp, N * C);
+        return;
+    }
+    GPT_ASSERT(dweight && dout && inp && weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(dinp != dout && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_backward_dgelu(be, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
+}
+
 void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
 {
     BE_CHECK(be, gelu_forward);

@@ -149,6 +149,19 @@ struct gpt_backend_ops {
      * never grows when B shrinks. Any thread. */
     size_t (*att_floats)(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
                          int scratch);
+
+    /* Optional fusions of a product with the GELU after it (NULL = the
+     * separate ops; the front-ends fall back). pre = inp @ weight^T + bias
+     * (N,OC), out = gelu(pre): matmul_forward then gelu_forward.
+     * matmul_backward_dgelu is matmul_backward whose dinp is then
+     * multiplied by gelu'(pre_gelu) (pre_gelu (N,C): the input of the GELU
+     * that produced inp): matmul_backward then gelu_backward in place. */
+    void (*matmul_gelu_forward)(struct gpt_backend *be, float *out /* (N,OC) */,
+                                float *pre /* (N,OC) */, const float *inp, const float *weight,
+                                const float *bias, size_t N, size_t C, size_t OC);
+    void (*matmul_backward_dgelu)(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *pre_gelu, size_t N, size_t C, size_t OC);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -203,6 +216,14 @@ void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *at
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
                                     const float *dout, const float *qkv, const float *att, size_t B,
                                     size_t T, size_t C, size_t NH);
+/* The fused product + GELU (ops slots above), or the separate ops. */
+void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC);
+void gpt_backend_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC);
 void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n);
 void gpt_backend_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
                                const float *dout, size_t n);

@@ -41,6 +41,8 @@ static const struct {
     {"flash_attention_forward", "bf16", 3e-2},
     {"flash_attention_backward", "bf16", 5e-2},
     {"gelu_forward", "bf16", 1e-5},
+    {"matmul_gelu_forward", "bf16", 2e-2},
+    {"matmul_backward_dgelu", "bf16", 2e-2},
     {"gelu_backward", "bf16", 1e-5},
     {"adamw", "bf16", 1e-5},
     {"bf16_sr", "bf16", 0.0},          /* the same seed twice: bit-identical */
@@ -60,6 +62,9 @@ static const struct {
     {"attention_forward", "fp32", 1e-4},
     {"attention_backward", "fp32", 2e-4},
     {"gelu_forward", "fp32", 1e-5},
+    /* A product's bound, with a little room for the epilogue's GELU. */
+    {"matmul_gelu_forward", "fp32", 2e-4},
+    {"matmul_backward_dgelu", "fp32", 2e-4},
     {"gelu_backward", "fp32", 1e-5},
     {"residual_forward", "fp32", 0.0},
     {"softmax_xent", "fp32", 2e-5},
@@ -277,6 +282,40 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
     check("matmul_backward", tag, &dw);
     check("matmul_backward", tag, &db);
     struct pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* The product fused with the GELU (cuBLASLt GELU_AUX_BIAS and DGELU
+ * epilogues on the GPU) against the CPU backend's separate ops (its
+ * front-end falls back): pre-GELU, GELU output, then the backward through
+ * the product whose input was that GELU output (dinp multiplied by
+ * gelu'(pre), dweight and dbias accumulated). */
+static void test_matmul_gelu(size_t N, size_t C, size_t OC, int with_bias)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d", N, C, OC, with_bias);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair b = pair_new(OC, -1, 1), out = pair_new(N * OC, 0, 0), pre = pair_new(N * OC, 0, 0);
+    gpt_backend_matmul_gelu_forward(cpu, out.c, pre.c, inp.c, w.c, with_bias ? b.c : NULL, N, C,
+                                    OC);
+    gpt_backend_matmul_gelu_forward(gpu, out.g, pre.g, inp.g, w.g, with_bias ? b.g : NULL, N, C,
+                                    OC);
+    check("matmul_gelu_forward", "pre-GELU", &pre);
+    check("matmul_gelu_forward", tag, &out);
+    /* The next product: y (N, C) = out (N, OC) @ w2 (C, OC)^T; backward
+     * from dy through it and the GELU: d(pre) = (dy @ w2) * gelu'(pre). */
+    struct pair w2 = pair_new(C * OC, -0.5f, 0.5f), dy = pair_new(N * C, -1, 1);
+    struct pair dpre = pair_new(N * OC, 0, 0), dw2 = pair_new(C * OC, -1, 1);
+    struct pair db2 = pair_new(C, -1, 1);
+    gpt_backend_matmul_backward_dgelu(cpu, dpre.c, dw2.c, with_bias ? db2.c : NULL, dy.c, out.c,
+                                      w2.c, pre.c, N, OC, C);
+    gpt_backend_matmul_backward_dgelu(gpu, dpre.g, dw2.g, with_bias ? db2.g : NULL, dy.g, out.g,
+                                      w2.g, pre.g, N, OC, C);
+    check("matmul_backward_dgelu", tag, &dpre);
+    check("matmul_backward_dgelu", "dweight", &dw2);
+    check("matmul_backward_dgelu", "dbias", &db2);
+    struct pair *all[] = {&inp, &w, &b, &out, &pre, &w2, &dy, &dpre, &dw2, &db2};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -563,6 +602,9 @@ int main(void)
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
         for (int bias = 0; bias < 2; bias++)
             test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
+    test_matmul_gelu(64, 48, 192, 1);
+    test_matmul_gelu(1024, 768, 3072, 1);
+    test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
     static const size_t ns[] = {1, 31, 257, 100003, 3000017};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         test_elementwise(ns[i]);
@@ -598,6 +640,7 @@ int main(void)
         pair_free(&d);
         test_adamw(ns[i]);
     }
+    test_matmul_gelu(1024, 768, 3072, 1);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);

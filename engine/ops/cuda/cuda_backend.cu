@@ -565,14 +565,12 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
     }
     if (e->aux) {
+        /* The aux type is left at its default, D's (fp32). */
         int64_t ldaux = e->ldaux;
-        cudaDataType_t at = CUDA_R_32F;
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
                                        sizeof(e->aux));
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
                                        sizeof(ldaux));
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at,
-                                       sizeof(at));
     }
     if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
                                    lda) != CUBLAS_STATUS_SUCCESS ||
@@ -1052,6 +1050,77 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
     cu_check(cb, "scale");
 }
 
+/* ---- products fused with the GELU (cuBLASLt epilogues) ----------------------- */
+
+/* pre = inp @ weight^T + bias and out = gelu(pre) in the product's own
+ * pass (GELU_AUX_BIAS: pre is the epilogue's aux output, column-major
+ * (OC, N) with ld OC, i.e. row-major (N, OC)). Falls back to the separate
+ * product and GELU kernel where cuBLASLt refuses. */
+static void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
+                       NULL, pre, m};
+    const uint16_t *wb = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = shd_in(cb, weight, OC * C);
+        ib = shd_in(cb, inp, N * C);
+    }
+    int done;
+    if (wb && ib)
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m,
+                         0.0f, &e) == 0;
+    else
+        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out,
+                         m, 0.0f, &e) == 0;
+    if (!done) {
+        cuda_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
+        cuda_gelu_forward(be, out, pre, N * OC);
+        return;
+    }
+    shd_wrote(cb, out, N * OC * sizeof(float));
+    shd_wrote(cb, pre, N * OC * sizeof(float));
+}
+
+/* matmul_backward whose dinp is multiplied by gelu'(pre_gelu): the DGELU
+ * epilogue on the dinp product (column-major D (C, N) = W (C, OC) dout^T,
+ * aux = pre_gelu with ld C), then the weight and bias gradients as
+ * matmul_backward computes them. Falls back to the separate ops where
+ * cuBLASLt refuses. */
+static void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int n = (int)N, c = (int)C, oc = (int)OC;
+    struct lt_epi e = {CUBLASLT_EPILOGUE_DGELU, NULL, NULL, pre_gelu, c};
+    const uint16_t *wb = NULL, *db = NULL;
+    if (cb->bf16) {
+        wb = shd_in(cb, weight, OC * C);
+        db = shd_in(cb, dout, N * OC);
+    }
+    int done;
+    if (wb && db)
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp,
+                         c, 0.0f, &e) == 0;
+    else
+        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc,
+                         dinp, c, 0.0f, &e) == 0;
+    if (!done) {
+        cuda_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        cuda_gelu_backward(be, dinp, pre_gelu, dinp, N * C);
+        return;
+    }
+    shd_wrote(cb, dinp, N * C * sizeof(float));
+    cuda_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 /* fp32 (0), bf16 (1) or auto (2, = bf16), enum gpt_precision, with
  * GPT_BACKEND_PREC_NO_TF32 or'd in to keep fp32 products strict; without
  * it fp32 products run on TF32 tensor cores (trainer.tf32, default true).
@@ -1108,6 +1177,8 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .scale = */ cuda_scale,
     /* .set_precision = */ cuda_set_precision,
     /* .att_floats = */ cuda_att_floats,
+    /* .matmul_gelu_forward = */ cuda_matmul_gelu_forward,
+    /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
