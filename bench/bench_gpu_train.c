@@ -550,6 +550,35 @@ static void rec_adamw(struct gpt_backend *be, float *params, const float *grads,
             n);
 }
 
+/* As cuda_adamw_multi: one launch over the contiguous run of spans (the
+ * optimizer's call covers every tensor). */
+static void rec_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                            float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                            float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, float bc1, float bc2)
+{
+    struct rec_be *r = rec(be);
+    static uint64_t ends[1024];
+    static uint32_t decay[1024];
+    size_t total = 0;
+    if (n_spans == 0)
+        return;
+    if (n_spans > 1024 || gpt_cuda_adamw_table(spans, n_spans, ends, decay, &total) < 0) {
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t o = spans[i].off;
+            rec_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                      spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+        }
+        return;
+    }
+    size_t o = spans[0].off;
+    int pb = rec_out(r, params + o, total);
+    rec_wrote(r, m + o, total * sizeof(float));
+    rec_wrote(r, v + o, total * sizeof(float));
+    rec_add(r, "adamw_multi", GPT_KC_OPTIM, GPT_KU_FP32, 15.0 * total,
+            (28.0 + (pb ? 2.0 : 0)) * total, "n=%zu spans=%zu", total, n_spans);
+}
+
 static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
     (void)x;
@@ -613,6 +642,7 @@ static const struct gpt_backend_ops rec_ops = {
     .att_floats = rec_att_floats,
     .matmul_gelu_forward = rec_matmul_gelu_forward,
     .matmul_backward_dgelu = rec_matmul_backward_dgelu,
+    .adamw_multi = rec_adamw_multi,
 };
 
 /* Kernels with the same name and shape, summed. */

@@ -226,6 +226,26 @@ void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads
                    bc2);
 }
 
+void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2)
+{
+    GPT_ASSERT(be && params && grads && m && v && (spans || n_spans == 0));
+    for (size_t i = 1; i < n_spans; i++)
+        GPT_ASSERT(spans[i].off >= spans[i - 1].off + spans[i - 1].n);
+    if (be->ops->adamw_multi) {
+        be->ops->adamw_multi(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps,
+                             weight_decay, grad_scale, bc1, bc2);
+        return;
+    }
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t o = spans[i].off;
+        gpt_backend_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2,
+                          eps, spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+    }
+}
+
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
     BE_CHECK(be, sumsq);

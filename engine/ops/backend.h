@@ -32,6 +32,13 @@
 
 struct gpt_backend;
 
+/* One piece of the flat parameter buffer for adamw_multi: elements
+ * [off, off + n), decayed when `decay` is non-zero. */
+struct gpt_adamw_span {
+    size_t off, n;
+    int decay;
+};
+
 struct gpt_backend_ops {
     const char *name;
 
@@ -162,6 +169,14 @@ struct gpt_backend_ops {
     void (*matmul_backward_dgelu)(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   const float *pre_gelu, size_t N, size_t C, size_t OC);
+    /* Optional (NULL = one adamw per span). adamw over every span of the
+     * flat buffers (the same offsets in params, grads, m and v), the
+     * spans' own weight decay (weight_decay or 0 by span.decay), in as
+     * few launches as the backend can: spans sorted and disjoint. */
+    void (*adamw_multi)(struct gpt_backend *be, float *params, const float *grads, float *m,
+                        float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                        float bc1, float bc2);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -235,6 +250,11 @@ void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, float grad_scale, float bc1, float bc2);
+/* ops->adamw_multi, or gpt_backend_adamw per span. */
+void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
 /* 0 when done; -ENOTSUP for bf16 or auto on a backend without the slot

@@ -94,6 +94,43 @@ void gpt_cuda_pad_plan_slice(const struct gpt_cuda_pad_plan *p, int rank, size_t
  * alignment), at least 64. Returns the number of buckets (0 for n == 0). */
 size_t gpt_cuda_plan_buckets(size_t n, size_t max_bucket_elems, size_t *ret_bucket_elems);
 
+/* ---- multi-tensor AdamW ------------------------------------------------- */
+
+/* Host and device (the kernel calls the same code the unit test runs). */
+#ifdef __CUDACC__
+#define GPT_CUDA_HD __host__ __device__
+#else
+#define GPT_CUDA_HD
+#endif
+
+/* The span of element i (relative to the start of a run of contiguous
+ * spans) when the spans' exclusive ends, relative to that start, are
+ * ends[0..n), increasing: the first s with ends[s] > i, by binary search;
+ * n when i >= ends[n - 1]. */
+static inline GPT_CUDA_HD size_t gpt_cuda_span_of(const uint64_t *ends, size_t n, uint64_t i)
+{
+    size_t lo = 0, hi = n; /* answer in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] > i)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+struct gpt_adamw_span;
+
+/* The one-launch AdamW's table for n (>= 1) spans of the flat buffer
+ * (backend.h): they must be contiguous (each starts where the last ended)
+ * and non-empty; then ret_ends[s] = end of span s relative to spans[0].off,
+ * ret_decay[s] = 1 or 0, *ret_total the run's length, and 0 is returned.
+ * -EINVAL (nothing written past what was checked) for a gap, overlap or
+ * an empty span: the caller then runs one launch per span. */
+int gpt_cuda_adamw_table(const struct gpt_adamw_span *spans, size_t n, uint64_t *ret_ends,
+                         uint32_t *ret_decay, size_t *ret_total);
+
 /* ---- fused causal attention (flash) ------------------------------------ */
 
 /* Warps per block of the flash kernels, rows each warp owns, and the rows

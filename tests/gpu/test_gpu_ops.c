@@ -478,6 +478,47 @@ static void test_adamw(size_t n)
     pair_free(&v);
 }
 
+/* AdamW over many spans with their own decay flags in one launch (the
+ * GPU's adamw_multi: a span table and a binary search per element)
+ * against the CPU backend's per-span adamw; `gap` leaves a hole between
+ * two spans, which the GPU must handle by its per-span fallback (and
+ * leave the hole untouched). */
+static void test_adamw_multi(size_t n_spans, int gap)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%zu spans%s", n_spans, gap ? ", a gap" : "");
+    struct gpt_adamw_span *sp = calloc(n_spans, sizeof(*sp));
+    if (!sp)
+        abort();
+    size_t pos = 3;
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t n = 1 + (i * 7919) % 3000;
+        if (gap && i == n_spans / 2)
+            pos += 17;
+        sp[i] = (struct gpt_adamw_span){pos, n, (int)(i % 2)};
+        pos += n;
+    }
+    struct pair p = pair_new(pos + 5, -1, 1), g = pair_new(pos + 5, -1, 1);
+    struct pair m = pair_new(pos + 5, -0.1f, 0.1f), v = pair_new(pos + 5, 0, 0.01f);
+    for (int t = 1; t <= 3; t++) {
+        float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
+        gpt_backend_adamw_multi(cpu, p.c, g.c, m.c, v.c, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 0.5f, bc1, bc2);
+        gpt_backend_adamw_multi(gpu, p.g, g.g, m.g, v.g, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 0.5f, bc1, bc2);
+    }
+    /* Large decay differences would show at once: lr * wd = 1e-4 per step
+     * on |p| up to 1, against a bound of 1e-5. */
+    check("adamw", tag, &p);
+    check("adamw", tag, &m);
+    check("adamw", tag, &v);
+    pair_free(&p);
+    pair_free(&g);
+    pair_free(&m);
+    pair_free(&v);
+    free(sp);
+}
+
 static void test_xent(size_t N, size_t V, size_t Vp)
 {
     char tag[64];
@@ -602,6 +643,10 @@ int main(void)
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
         for (int bias = 0; bias < 2; bias++)
             test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
+    test_adamw_multi(1, 0);
+    test_adamw_multi(148, 0);
+    test_adamw_multi(148, 1);
+    test_adamw_multi(1500, 0); /* more than one launch's table: per span */
     test_matmul_gelu(64, 48, 192, 1);
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
@@ -641,6 +686,7 @@ int main(void)
         test_adamw(ns[i]);
     }
     test_matmul_gelu(1024, 768, 3072, 1);
+    test_adamw_multi(148, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);

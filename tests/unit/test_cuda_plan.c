@@ -11,6 +11,7 @@
  * round-to-nearest-even against a distance-based reference, NaN/Inf, and
  * stochastic rounding that is exactly unbiased over its random bits.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,6 +78,48 @@ static void test_lnb_blocks(void **state)
     assert_true(gpt_cuda_plan_lnb_blocks(100, 1536, 1 << 20) > 0);
     assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 1537, 1 << 20), 0);
     assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 768, 1000), 0);
+}
+
+/* The one-launch AdamW's span lookup (gpt_cuda_span_of, which the kernel
+ * runs) against a linear scan, and its table's contiguity rules. */
+static void test_adamw_table(void **state)
+{
+    (void)state;
+    struct gpt_adamw_span sp[64];
+    uint64_t ends[64];
+    uint32_t decay[64];
+    size_t pos = 1000, total = 0;
+    for (size_t s = 0; s < 64; s++) {
+        size_t n = 1 + (s * 37) % 11 + (s % 5 == 0 ? 700 : 0);
+        sp[s] = (struct gpt_adamw_span){pos, n, (int)(s % 3 == 0)};
+        pos += n;
+    }
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), 0);
+    assert_int_equal(total, pos - 1000);
+    assert_int_equal(ends[63], total);
+    for (uint64_t i = 0; i < total + 3; i++) {
+        size_t want = 0;
+        while (want < 64 && ends[want] <= i)
+            want++;
+        size_t got = gpt_cuda_span_of(ends, 64, i);
+        assert_int_equal(got, want);
+        if (got < 64) {
+            /* element i is inside span got, with its decay flag */
+            uint64_t start = got ? ends[got - 1] : 0;
+            assert_true(i >= start && i < ends[got]);
+            assert_int_equal(decay[got], sp[got].decay != 0);
+        }
+    }
+    assert_int_equal(gpt_cuda_span_of(ends, 1, 0), 0);
+    /* A gap, an overlap and an empty span refuse the one-launch path. */
+    sp[10].off += 1;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), -EINVAL);
+    sp[10].off -= 2;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), -EINVAL);
+    sp[10].off += 1;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), 0);
+    sp[5].n = 0;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 6, ends, decay, &total), -EINVAL);
 }
 
 static void test_colsum_splits(void **state)
@@ -626,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
         cmocka_unit_test(test_lnb_blocks),
+        cmocka_unit_test(test_adamw_table),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
         cmocka_unit_test(test_attn_plan_gpt2),

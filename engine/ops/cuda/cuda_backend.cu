@@ -70,6 +70,7 @@ extern "C" {
 #define LT_USABLE          1 /* lt_cache_ent.valid: algo holds the heuristic's choice */
 #define LT_REFUSED         2 /* no algorithm (or the epilogue refused): fall back */
 #define ERR_MSG_MAX        256
+#define AW_CAP             1024 /* spans of one adamw_multi launch (more: one per span) */
 
 /* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
 struct lt_cache_ent {
@@ -120,6 +121,15 @@ struct gpt_cuda_backend {
     pthread_mutex_t shd_mu;
     struct shadow *shd;
     size_t n_shd, cap_shd;
+    /* adamw_multi's span table: on the device (ends, then decay flags,
+     * AW_CAP each, allocated with the backend), the host copy of what is
+     * there (uploaded again only when a call's table differs), and the
+     * incoming table. */
+    uint64_t *aw_dev_ends;
+    uint32_t *aw_dev_decay;
+    size_t aw_n;
+    uint64_t aw_ends[AW_CAP], aw_new_ends[AW_CAP];
+    uint32_t aw_decay[AW_CAP], aw_new_decay[AW_CAP];
 };
 
 static struct gpt_cuda_backend *cu(struct gpt_backend *be)
@@ -404,6 +414,8 @@ static void cuda_destroy(struct gpt_backend *be)
         cudaFree(cb->sumsq_dev);
     if (cb->sumsq_host)
         cudaFreeHost(cb->sumsq_host);
+    if (cb->aw_dev_ends)
+        cudaFree(cb->aw_dev_ends);
     if (cb->compute)
         cudaStreamDestroy(cb->compute);
     if (cb->comm)
@@ -1025,6 +1037,63 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
     cu_check(cb, "adamw");
 }
 
+/* AdamW over all the spans in one launch when they are contiguous and at
+ * most AW_CAP (the optimizer's usual call: every tensor of the model, or
+ * of a shard), else one adamw per span. The span table goes to the device
+ * only when it differs from the last one (in steady state: never). In
+ * bf16 mode the weights' shadow gets the stochastically rounded copy in
+ * the same pass, one random stream per call. */
+static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    size_t total = 0;
+    if (n_spans == 0)
+        return;
+    if (n_spans > AW_CAP ||
+        gpt_cuda_adamw_table(spans, n_spans, cb->aw_new_ends, cb->aw_new_decay, &total) < 0) {
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t o = spans[i].off;
+            cuda_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                       spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+        }
+        return;
+    }
+    cu_enter(cb);
+    if (n_spans != cb->aw_n ||
+        memcmp(cb->aw_ends, cb->aw_new_ends, n_spans * sizeof(uint64_t)) != 0 ||
+        memcmp(cb->aw_decay, cb->aw_new_decay, n_spans * sizeof(uint32_t)) != 0) {
+        memcpy(cb->aw_ends, cb->aw_new_ends, n_spans * sizeof(uint64_t));
+        memcpy(cb->aw_decay, cb->aw_new_decay, n_spans * sizeof(uint32_t));
+        /* Pageable sources: staged before the calls return, so the host
+         * copies may change on the next call. */
+        if (cu_ret(cb,
+                   cudaMemcpyAsync(cb->aw_dev_ends, cb->aw_ends, n_spans * sizeof(uint64_t),
+                                   cudaMemcpyHostToDevice, cb->compute),
+                   "adamw table") < 0 ||
+            cu_ret(cb,
+                   cudaMemcpyAsync(cb->aw_dev_decay, cb->aw_decay, n_spans * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice, cb->compute),
+                   "adamw table") < 0) {
+            cb->aw_n = 0;
+            return;
+        }
+        cb->aw_n = n_spans;
+    }
+    size_t o = spans[0].off;
+    uint64_t index0 = 0;
+    uint16_t *pb = shd_out(cb, params + o, total, &index0);
+    shd_wrote(cb, m + o, total * sizeof(float));
+    shd_wrote(cb, v + o, total * sizeof(float));
+    uint64_t stream = cb->sr_stream++;
+    cuk_adamw_multi(cb->compute, params + o, pb, grads + o, m + o, v + o, total, cb->aw_dev_ends,
+                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                    bc1, bc2, cb->sr_seed, stream, index0);
+    cu_check(cb, "adamw_multi");
+}
+
 static double cuda_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
@@ -1179,6 +1248,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .att_floats = */ cuda_att_floats,
     /* .matmul_gelu_forward = */ cuda_matmul_gelu_forward,
     /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
+    /* .adamw_multi = */ cuda_adamw_multi,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
@@ -1250,6 +1320,10 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     if (cu_malloc(cb, (GPT_CUDA_SUMSQ_MAX_BLOCKS + 1) * sizeof(double), &p) < 0)
         return cu_fail_new(cb, err, "sumsq", "cudaMalloc failed");
     cb->sumsq_dev = (double *)p;
+    if (cu_malloc(cb, AW_CAP * (sizeof(uint64_t) + sizeof(uint32_t)), &p) < 0)
+        return cu_fail_new(cb, err, "adamw table", "cudaMalloc failed");
+    cb->aw_dev_ends = (uint64_t *)p;
+    cb->aw_dev_decay = (uint32_t *)(cb->aw_dev_ends + AW_CAP);
     if ((e = cudaMallocHost((void **)&cb->sumsq_host, sizeof(double))) != cudaSuccess)
         return cu_fail_new(cb, err, "cudaMallocHost", cudaGetErrorString(e));
     /* Untrack the internal buffers from the table (they are freed by

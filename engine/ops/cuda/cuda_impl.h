@@ -72,6 +72,14 @@ void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
                uint64_t stream, uint64_t index0);
+/* cuk_adamw over a run of n contiguous elements made of n_spans spans
+ * (gpt_cuda_adamw_table's device copy: ends, decay flags), each decayed
+ * with weight_decay or not by its flag; one launch. */
+void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
+                     float *m, float *v, size_t n, const uint64_t *ends,
+                     const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
+                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 void cuk_scale(cudaStream_t s, float *x, float sc, size_t n);

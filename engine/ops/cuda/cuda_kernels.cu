@@ -593,6 +593,46 @@ void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *
         sqrtf(bc2), grad_scale, seed, stream, index0);
 }
 
+/* AdamW over a run of contiguous spans in one launch: element i of the
+ * run belongs to span gpt_cuda_span_of(ends, n_spans, i) (the same binary
+ * search the unit test checks), which says whether it decays; otherwise
+ * exactly adamw_kernel's arithmetic. */
+__global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
+                                   float *v, size_t n, const uint64_t *ends,
+                                   const uint32_t *decay_flags, size_t n_spans, float beta1,
+                                   float beta2, float eps, float decay, float step_size,
+                                   float bc2_sqrt, float grad_scale, uint64_t seed,
+                                   uint64_t stream, uint64_t index0)
+{
+    GRID_LOOP(i, n)
+    {
+        size_t sp = gpt_cuda_span_of(ends, n_spans, (uint64_t)i);
+        float dk = decay_flags[sp] ? decay : 1.0f;
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float p = params[i] * dk - step_size * mi / denom;
+        params[i] = p;
+        if (params_bf)
+            params_bf[i] =
+                gpt_bf16_from_float_sr(p, gpt_bf16_sr_bits(seed, stream, index0 + (uint64_t)i));
+    }
+}
+
+void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
+                     float *m, float *v, size_t n, const uint64_t *ends,
+                     const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
+                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0)
+{
+    adamw_multi_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
+        params, params_bf, grads, m, v, n, ends, decay_flags, n_spans, beta1, beta2, eps,
+        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, seed, stream, index0);
+}
+
 /* ---- fused softmax + cross-entropy ---------------------------------------- */
 
 /* Block-wide online-softmax reduction; every thread gets the result. */
