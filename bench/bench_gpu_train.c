@@ -283,6 +283,27 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
             8.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
 }
 
+/* As cuda_residual_layernorm_forward: one row kernel for res = a + b and
+ * its LayerNorm (a and b read, res and out written, out's bf16 copy). */
+static void rec_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                           float *mean, float *rstd, const float *a,
+                                           const float *b, const float *w, const float *bias,
+                                           size_t N, size_t C)
+{
+    (void)a;
+    (void)b;
+    (void)w;
+    (void)bias;
+    struct rec_be *r = rec(be);
+    rec_wrote(r, res, N * C * sizeof(float));
+    int ob = rec_out(r, out, N * C);
+    rec_wrote(r, mean, N * sizeof(float));
+    rec_wrote(r, rstd, N * sizeof(float));
+    double nc = (double)(N * C);
+    rec_add(r, "residual_layernorm_fwd", GPT_KC_NORM, GPT_KU_FP32, 9.0 * nc,
+            16.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
+}
+
 static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
                                    float *dbias, const float *dout, const float *inp,
                                    const float *weight, const float *mean, const float *rstd,
@@ -642,6 +663,7 @@ static const struct gpt_backend_ops rec_ops = {
     .att_floats = rec_att_floats,
     .matmul_gelu_forward = rec_matmul_gelu_forward,
     .matmul_backward_dgelu = rec_matmul_backward_dgelu,
+    .residual_layernorm_forward = rec_residual_layernorm_forward,
     .adamw_multi = rec_adamw_multi,
 };
 

@@ -580,10 +580,9 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
          * then get the skip connection added in place. */
         gpt_backend_matmul_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
                                    model_param(m, T_BLK(l, BLK_ATTPROJB)), N, C, C);
-        gpt_backend_residual_forward(be, res2, res2, residual, N * C);
-        gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
-                                      model_param(m, T_BLK(l, BLK_LN2W)),
-                                      model_param(m, T_BLK(l, BLK_LN2B)), N, C);
+        gpt_backend_residual_layernorm_forward(be, res2, ln2, ln2_mean, ln2_rstd, res2, residual,
+                                               model_param(m, T_BLK(l, BLK_LN2W)),
+                                               model_param(m, T_BLK(l, BLK_LN2B)), N, C);
         gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
                                         model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
         gpt_backend_matmul_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),

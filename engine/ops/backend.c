@@ -226,6 +226,21 @@ void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads
                    bc2);
 }
 
+void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C)
+{
+    GPT_ASSERT(be && res && out && res != out && a && b);
+    if (!be->ops->residual_layernorm_forward) {
+        gpt_backend_residual_forward(be, res, a, b, N * C);
+        gpt_backend_layernorm_forward(be, out, mean, rstd, res, weight, bias, N, C);
+        return;
+    }
+    GPT_ASSERT(mean && rstd && weight && bias && C > 0);
+    be->ops->residual_layernorm_forward(be, res, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                              float *v, const struct gpt_adamw_span *spans, size_t n_spans,
                              float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -173,6 +173,13 @@ struct gpt_backend_ops {
      * flat buffers (the same offsets in params, grads, m and v), the
      * spans' own weight decay (weight_decay or 0 by span.decay), in as
      * few launches as the backend can: spans sorted and disjoint. */
+    /* Optional (NULL = residual_forward then layernorm_forward).
+     * res = a + b (res may alias a or b), then LayerNorm of res as
+     * layernorm_forward, in one pass. */
+    void (*residual_layernorm_forward)(struct gpt_backend *be, float *res /* (N,C) */,
+                                       float *out /* (N,C) */, float *mean, float *rstd,
+                                       const float *a, const float *b, const float *weight,
+                                       const float *bias, size_t N, size_t C);
     void (*adamw_multi)(struct gpt_backend *be, float *params, const float *grads, float *m,
                         float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
                         float beta1, float beta2, float eps, float weight_decay, float grad_scale,
@@ -250,6 +257,11 @@ void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, float grad_scale, float bc1, float bc2);
+/* ops->residual_layernorm_forward, or the two separate ops. */
+void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C);
 /* ops->adamw_multi, or gpt_backend_adamw per span. */
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                              float *v, const struct gpt_adamw_span *spans, size_t n_spans,

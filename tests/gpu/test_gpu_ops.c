@@ -262,6 +262,26 @@ static void test_layernorm(size_t N, size_t C, const char *tag)
         pair_free(all[i]);
 }
 
+/* The fused residual + LayerNorm (in place, as the model calls it: res
+ * aliases a) against the CPU backend's two ops. */
+static void test_residual_layernorm(size_t N, size_t C, const char *tag)
+{
+    struct pair res = pair_new(N * C, -3, 3), skip = pair_new(N * C, -2, 2);
+    struct pair w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    gpt_backend_residual_layernorm_forward(cpu, res.c, out.c, mean.c, rstd.c, res.c, skip.c, w.c,
+                                           b.c, N, C);
+    gpt_backend_residual_layernorm_forward(gpu, res.g, out.g, mean.g, rstd.g, res.g, skip.g, w.g,
+                                           b.g, N, C);
+    check("residual_forward", tag, &res);
+    check("layernorm_forward", tag, &out);
+    check("layernorm_forward", tag, &mean);
+    check("layernorm_forward", tag, &rstd);
+    struct pair *all[] = {&res, &skip, &w, &b, &out, &mean, &rstd};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_dinp)
 {
     char tag[64];
@@ -637,6 +657,8 @@ int main(void)
     }
     test_layernorm(4096, 768, "N4096 C768 (single pass)");
     test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
+    test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
+    test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};

@@ -411,6 +411,21 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
     cu_check(cb, "layernorm_forward");
 }
 
+static void cuda_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cu_shd_wrote(cb, res, N * C * sizeof(float));
+    uint16_t *ob = cu_shd_out(cb, out, N * C, NULL);
+    cu_shd_wrote(cb, mean, N * sizeof(float));
+    cu_shd_wrote(cb, rstd, N * sizeof(float));
+    cuk_residual_layernorm_forward(cb->compute, res, out, ob, mean, rstd, a, b, weight, bias, N, C);
+    cu_check(cb, "residual_layernorm_forward");
+}
+
 static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
                                     float *dbias, const float *dout, const float *inp,
                                     const float *weight, const float *mean, const float *rstd,
@@ -636,6 +651,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .att_floats = */ cuda_att_floats,
     /* .matmul_gelu_forward = */ cuda_matmul_gelu_forward,
     /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
+    /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
 };
 

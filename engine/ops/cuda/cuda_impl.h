@@ -206,6 +206,10 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const float *weight, const float *bias, size_t N,
                            size_t C);
+/* res = a + b (res may alias a or b), then layernorm_forward of res. */
+void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint16_t *out_bf,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, size_t N, size_t C);
 /* `scratch` holds `scratch_floats` floats for the parameter gradients'
  * partial sums. One pass over dout and inp when gpt_cuda_plan_lnb_blocks
  * allows (then two tiny kernels add the blocks' partials), else a row

@@ -196,6 +196,57 @@ __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *me
     }
 }
 
+/* res = a + b, then LayerNorm of res: one warp per row, like
+ * layernorm_forward_kernel; the row is written by its own lanes and read
+ * back by the same lanes (lane l owns columns l, l + 32, ...), so no
+ * barrier is needed. res may alias a or b (each element read once before
+ * it is written). */
+__global__ void residual_layernorm_forward_kernel(float *res, float *out, uint16_t *out_bf,
+                                                  float *mean, float *rstd, const float *a,
+                                                  const float *b, const float *weight,
+                                                  const float *bias, size_t N, size_t C)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
+         r += warps) {
+        float *x = res + r * C;
+        float sum = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float v = a[r * C + c] + b[r * C + c];
+            x[c] = v;
+            sum += v;
+        }
+        float mu = warp_sum(sum) / (float)C;
+        float var = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float d = x[c] - mu;
+            var += d * d;
+        }
+        float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
+        float *o = out + r * C;
+        for (size_t c = lane; c < C; c += WARP) {
+            float y = (x[c] - mu) * rs * weight[c] + bias[c];
+            o[c] = y;
+            if (out_bf)
+                out_bf[r * C + c] = gpt_bf16_from_float_rne(y);
+        }
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint16_t *out_bf,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, size_t N, size_t C)
+{
+    residual_layernorm_forward_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
+                                        s>>>(res, out, out_bf, mean, rstd, a, b, weight, bias, N,
+                                             C);
+}
+
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const float *weight, const float *bias, size_t N,
                            size_t C)
