@@ -284,6 +284,27 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
             8.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
 }
 
+/* As cuda_residual_layernorm_forward: one row kernel for res = a + b and
+ * its LayerNorm (a and b read, res and out written, out's bf16 copy). */
+static void rec_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                           float *mean, float *rstd, const float *a,
+                                           const float *b, const float *w, const float *bias,
+                                           size_t N, size_t C)
+{
+    (void)a;
+    (void)b;
+    (void)w;
+    (void)bias;
+    struct rec_be *r = rec(be);
+    rec_wrote(r, res, N * C * sizeof(float));
+    int ob = rec_out(r, out, N * C);
+    rec_wrote(r, mean, N * sizeof(float));
+    rec_wrote(r, rstd, N * sizeof(float));
+    double nc = (double)(N * C);
+    rec_add(r, "residual_layernorm_fwd", GPT_KC_NORM, GPT_KU_FP32, 9.0 * nc,
+            16.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
+}
+
 static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
                                    float *dbias, const float *dout, const float *inp,
                                    const float *weight, const float *mean, const float *rstd,
@@ -295,14 +316,27 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
     (void)mean;
     (void)rstd;
     struct rec_be *r = rec(be);
-    rec_wrote(r, dinp, N * C * sizeof(float));
+    int db = rec_out(r, dinp, N * C);
     rec_wrote(r, dweight, C * sizeof(float));
     rec_wrote(r, dbias, C * sizeof(float));
     double nc = (double)(N * C);
-    /* dout, inp read; dinp read and written (it accumulates); the two-pass
-     * column sums read dout and inp again. */
-    rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 12.0 * nc, 24.0 * nc + 8.0 * N,
-            "N=%zu C=%zu", N, C);
+    /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
+    if (blocks > 0) {
+        /* One pass: dout, inp read; dinp read and written (it
+         * accumulates), plus its bf16 copy; the blocks' partials. */
+        rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 14.0 * nc,
+                16.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C, "N=%zu C=%zu%s", N,
+                C, db ? " +bf16" : "");
+        for (int i = 0; i < 2; i++)
+            rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
+                    4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);
+        return;
+    }
+    /* dout, inp read; dinp read and written; the two-pass column sums
+     * read dout and inp again. */
+    rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 12.0 * nc,
+            24.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu", N, C);
 }
 
 static void rec_gemm(struct rec_be *r, const char *name, int bf, size_t M, size_t N, size_t K,
@@ -347,11 +381,54 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
     }
     if (dinp)
         rec_gemm(r, "gemm_bwd_dinp", wb && db, C, N, OC, 0);
-    /* dweight accumulates (beta 1): read once more. */
-    rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
-    if (dbias)
-        rec_add(r, "colsum_dbias", GPT_KC_ELT, GPT_KU_FP32, (double)(N * OC),
-                4.0 * (double)(N * OC) + 8.0 * OC, "N=%zu OC=%zu", N, OC);
+    /* dweight accumulates (beta 1): read once more. With a bias, the
+     * BGRADB epilogue sums dout's columns in the same pass (the plan
+     * assumes cuBLASLt accepts it, as it does for llm.c's same call; the
+     * backend falls back to colsum_dbias where it refuses), then a tiny
+     * kernel adds them to dbias. */
+    if (!dbias) {
+        rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
+        return;
+    }
+    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
+    rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
+}
+
+/* As cuda_matmul_gelu_forward: one product with the GELU_AUX_BIAS
+ * epilogue (it also writes the pre-GELU aux), assuming cuBLASLt takes it. */
+static void rec_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                    const float *inp, const float *weight, const float *bias,
+                                    size_t N, size_t C, size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
+        bf = wb && ib;
+    }
+    rec_wrote(r, out, N * OC * sizeof(float));
+    rec_wrote(r, pre, N * OC * sizeof(float));
+    rec_gemm(r, bias ? "gemm_fwd+bias+gelu" : "gemm_fwd+gelu", bf, OC, N, C,
+             4.0 * (double)N * OC + (bias ? 4.0 * OC : 0));
+}
+
+/* As cuda_matmul_backward_dgelu: the dinp product with the DGELU
+ * epilogue (reads the pre-GELU aux), then the weight and bias gradients. */
+static void rec_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                      float *dbias, const float *dout, const float *inp,
+                                      const float *weight, const float *pre_gelu, size_t N,
+                                      size_t C, size_t OC)
+{
+    (void)pre_gelu;
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), db = rec_in(r, dout, N * OC);
+        bf = wb && db;
+    }
+    rec_wrote(r, dinp, N * C * sizeof(float));
+    rec_gemm(r, "gemm_bwd_dinp+dgelu", bf, C, N, OC, 4.0 * (double)N * C);
+    rec_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 static void rec_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
@@ -498,13 +575,14 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
     (void)targets;
     (void)dscale;
     struct rec_be *r = rec(be);
-    if (write_dlogits)
-        rec_wrote(r, logits, N * Vp * sizeof(float));
+    int db = write_dlogits ? rec_out(r, logits, N * Vp) : 0;
     rec_wrote(r, losses, N * sizeof(float));
     double nv = (double)N * (double)Vp;
-    /* One pass for max and sum, one to write dlogits (reads again). */
+    /* One online pass for max and sum, one to write dlogits (reads again)
+     * and their bf16 copy for the head's backward products. */
     rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32, 6.0 * (double)N * V,
-            (write_dlogits ? 12.0 : 4.0) * nv, "N=%zu V=%zu", N, V);
+            (write_dlogits ? 12.0 + (db ? 2.0 : 0) : 4.0) * nv, "N=%zu V=%zu%s", N, V,
+            db ? " +bf16" : "");
 }
 
 static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
@@ -528,6 +606,35 @@ static void rec_adamw(struct gpt_backend *be, float *params, const float *grads,
     rec_wrote(r, v, n * sizeof(float));
     rec_add(r, "adamw", GPT_KC_OPTIM, GPT_KU_FP32, 15.0 * n, (28.0 + (pb ? 2.0 : 0)) * n, "n=%zu",
             n);
+}
+
+/* As cuda_adamw_multi: one launch over the contiguous run of spans (the
+ * optimizer's call covers every tensor). */
+static void rec_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                            float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                            float beta1, float beta2, float eps, float weight_decay,
+                            float grad_scale, float bc1, float bc2)
+{
+    struct rec_be *r = rec(be);
+    static uint64_t ends[1024];
+    static uint32_t decay[1024];
+    size_t total = 0;
+    if (n_spans == 0)
+        return;
+    if (n_spans > 1024 || gpt_cuda_adamw_table(spans, n_spans, ends, decay, &total) < 0) {
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t o = spans[i].off;
+            rec_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                      spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+        }
+        return;
+    }
+    size_t o = spans[0].off;
+    int pb = rec_out(r, params + o, total);
+    rec_wrote(r, m + o, total * sizeof(float));
+    rec_wrote(r, v + o, total * sizeof(float));
+    rec_add(r, "adamw_multi", GPT_KC_OPTIM, GPT_KU_FP32, 15.0 * total,
+            (28.0 + (pb ? 2.0 : 0)) * total, "n=%zu spans=%zu", total, n_spans);
 }
 
 static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
@@ -591,6 +698,10 @@ static const struct gpt_backend_ops rec_ops = {
     .scale = rec_scale,
     .set_precision = rec_set_precision,
     .att_floats = rec_att_floats,
+    .matmul_gelu_forward = rec_matmul_gelu_forward,
+    .matmul_backward_dgelu = rec_matmul_backward_dgelu,
+    .residual_layernorm_forward = rec_residual_layernorm_forward,
+    .adamw_multi = rec_adamw_multi,
 };
 
 /* Kernels with the same name and shape, summed. */

@@ -15,6 +15,21 @@ int gpt_comm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce
     return c->ops->allreduce(c, buf, n, op);
 }
 
+int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot)
+{
+    GPT_ASSERT(c && slot < GPT_COMM_READY_SLOTS);
+    return c->ops->mark_ready ? c->ops->mark_ready(c, slot) : 0;
+}
+
+int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
+                             unsigned slot)
+{
+    GPT_ASSERT(c && (buf || n == 0) && slot < GPT_COMM_READY_SLOTS);
+    if (!c->ops->allreduce_after)
+        return c->ops->allreduce(c, buf, n, op);
+    return c->ops->allreduce_after(c, buf, n, op, slot);
+}
+
 int gpt_comm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root)
 {
     GPT_ASSERT(c && (buf || bytes == 0) && root >= 0 && root < c->world);

@@ -580,13 +580,11 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
          * then get the skip connection added in place. */
         gpt_backend_matmul_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
                                    model_param(m, T_BLK(l, BLK_ATTPROJB)), N, C, C);
-        gpt_backend_residual_forward(be, res2, res2, residual, N * C);
-        gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
-                                      model_param(m, T_BLK(l, BLK_LN2W)),
-                                      model_param(m, T_BLK(l, BLK_LN2B)), N, C);
-        gpt_backend_matmul_forward(be, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
-                                   model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
-        gpt_backend_gelu_forward(be, fch_gelu, fch, N * 4 * C);
+        gpt_backend_residual_layernorm_forward(be, res2, ln2, ln2_mean, ln2_rstd, res2, residual,
+                                               model_param(m, T_BLK(l, BLK_LN2W)),
+                                               model_param(m, T_BLK(l, BLK_LN2B)), N, C);
+        gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
+                                        model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
         gpt_backend_matmul_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
                                    model_param(m, T_BLK(l, BLK_FCPROJB)), N, 4 * C, C);
         gpt_backend_residual_forward(be, res3, res3, res2, N * C);
@@ -681,10 +679,9 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
         float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
 
         /* dres holds d(residual3); it passes unchanged to residual2. */
-        gpt_backend_matmul_backward(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
-                                    model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, fch_gelu,
-                                    model_param(m, T_BLK(l, BLK_FCPROJW)), N, 4 * C, C);
-        gpt_backend_gelu_backward(be, a->d4c, fch, a->d4c, N * 4 * C);
+        gpt_backend_matmul_backward_dgelu(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
+                                          model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, fch_gelu,
+                                          model_param(m, T_BLK(l, BLK_FCPROJW)), fch, N, 4 * C, C);
         gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_FCW)),
                                     model_grad(m, T_BLK(l, BLK_FCB)), a->d4c, ln2,
                                     model_param(m, T_BLK(l, BLK_FCW)), N, C, 4 * C);

@@ -7,6 +7,30 @@
 
 #include <string.h>
 
+#include "cuda_plan.h"
+
+/* The smallest opt-in shared memory per block among the GPUs the CUDA
+ * backend is built for (sm_86/89: 99 KiB; sm_80 163, sm_90 227): a flash
+ * plan that fits it fits every one of them. */
+#define MEM_SMEM_MIN_OPTIN ((size_t)99 * 1024)
+
+/* Floats of attention's saved state (scratch 0: `att`, per layer) and of
+ * the backward's scratch (1), as backend.h's att_floats answers them: the
+ * full (B, NH, T, T) on the CPU; on a GPU the flash plan's logsumexp and
+ * output copy, nothing of size T x T, wherever the plan takes flash. */
+static double mem_att_floats(int gpu, double B, double T, double C, double NH, int scratch)
+{
+    double full = B * NH * T * T;
+    if (!gpu || NH < 1 || C < 1 || T < 1 || B < 1 || (uint64_t)C % (uint64_t)NH != 0 ||
+        B * NH * T * (C + 1) > 1e18)
+        return full;
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, (size_t)B, (size_t)T, (size_t)C, (size_t)NH, MEM_SMEM_MIN_OPTIN,
+                            GPT_CUDA_ATTN_FLASH);
+    return (double)gpt_cuda_plan_att_floats(&p, (size_t)B, (size_t)T, (size_t)C, (size_t)NH,
+                                            scratch);
+}
+
 /* model.c pads every activation buffer to 16 floats and the vocabulary to
  * 64 (16 for vocabularies up to 64). */
 static double mem_round_up(double x, double to)
@@ -34,16 +58,18 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     double P = emb + L * block + 2 * C;
 
     /* model_carve, buffer by buffer (each rounded to 16 floats). */
-    double BT = B * T, att = B * NH * T * T;
+    double BT = B * T, att = mem_att_floats(gpu, B, T, C, NH, 0);
+    double datt = mem_att_floats(gpu, B, T, C, NH, 1);
     double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
                           BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
-    double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, att};
+    double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, datt};
     double acts = 0;
     for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)
         acts += mem_round_up(L * per_layer[i], 16);
     for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
         acts += mem_round_up(once[i], 16);
-    acts = acts * f + 2 * BT * sizeof(int); /* tokens, targets */
+    double slab = acts * f;             /* one allocation (model_alloc) */
+    acts = slab + 2 * BT * sizeof(int); /* tokens, targets */
 
     /* trainer.c: host batch buffers, the host copy of the logits, the
      * model's host losses. */
@@ -72,9 +98,10 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     double full_state = sharding != GPT_SHARD_NONE ? 3 * P * f : 0;
     double init_host = P * f;
 
-    /* bf16 mirrors: the weights read by matrix products and about half the
-     * activations (cuda_backend.h), 2 bytes each. */
-    double mirrors = gpu && bf16 ? params / 2 + acts / 4 : 0;
+    /* bf16 shadows (cuda_backend.cu): one per allocation a product reads,
+     * covering all of it, 2 bytes a float: the parameters and the
+     * activation slab. */
+    double mirrors = gpu && bf16 ? params / 2 + slab / 2 : 0;
 
     double device = params + grads + optim + acts + mirrors + full_state;
     double host = host_batch + init_host;

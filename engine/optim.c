@@ -56,16 +56,19 @@ void gpt_adamw_update(struct gpt_model *m, const struct gpt_optim_spec *o, float
     float bc2 = (float)(1.0 - pow(o->beta2, (double)t));
     size_t end = off + len;
     /* The span may start or end inside a tensor (sharded optimizer state);
-     * walk the tensors it overlaps so each piece gets its decay rule. */
-    for (size_t i = 0; i < m->n_tensors; i++) {
+     * walk the tensors it overlaps so each piece gets its decay rule, and
+     * hand all pieces to the backend at once (one launch on a GPU). */
+    struct gpt_adamw_span spans[GPT_MAX_TENSORS];
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_tensors && n < GPT_MAX_TENSORS; i++) {
         const struct gpt_tensor_info *ti = &m->tensors[i];
         size_t a = ti->offset > off ? ti->offset : off;
         size_t b = ti->offset + ti->count < end ? ti->offset + ti->count : end;
         if (a >= b)
             continue;
-        float wd = ti->ndim >= 2 ? (float)o->weight_decay : 0.0f;
-        gpt_backend_adamw(m->be, m->params + a, m->grads + a, m->m + a, m->v + a, b - a, lr,
-                          (float)o->beta1, (float)o->beta2, (float)o->eps, wd, grad_scale, bc1,
-                          bc2);
+        spans[n++] = (struct gpt_adamw_span){a, b - a, ti->ndim >= 2};
     }
+    gpt_backend_adamw_multi(m->be, m->params, m->grads, m->m, m->v, spans, n, lr, (float)o->beta1,
+                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, grad_scale,
+                            bc1, bc2);
 }

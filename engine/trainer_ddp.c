@@ -20,9 +20,14 @@ static void *ddp_thread_main(void *arg)
             break;
         size_t i = d->head % TRAINER_DDP_QUEUE_MAX;
         size_t off = d->off[i], count = d->count[i];
+        unsigned slot = trainer_ddp_slot(d->head);
         d->busy = true;
         pthread_mutex_unlock(&d->mu);
-        int rc = d->error ? 0 : gpt_comm_allreduce(d->comm, d->grads + off, count, GPT_REDUCE_AVG);
+        /* After this bucket's own ready mark, not after the whole backward
+         * enqueued by now. */
+        int rc = d->error ? 0
+                          : gpt_comm_allreduce_after(d->comm, d->grads + off, count,
+                                                     GPT_REDUCE_AVG, slot);
         pthread_mutex_lock(&d->mu);
         if (rc < 0 && !d->error)
             d->error = rc;
@@ -34,13 +39,34 @@ static void *ddp_thread_main(void *arg)
     return NULL;
 }
 
-/* grads_ready hook of the model: queue the span when armed. */
+unsigned trainer_ddp_slot(size_t seq)
+{
+    return (unsigned)(seq % GPT_COMM_READY_SLOTS);
+}
+
+size_t trainer_ddp_in_flight_max(void)
+{
+    return TRAINER_DDP_QUEUE_MAX < GPT_COMM_READY_SLOTS ? TRAINER_DDP_QUEUE_MAX
+                                                        : GPT_COMM_READY_SLOTS;
+}
+
+/* grads_ready hook of the model, on the thread that runs the backward
+ * (the one enqueueing on the compute stream): when armed, marks the
+ * stream's end as the span's ready point and queues the span. Bucket
+ * `tail` uses ready slot tail % GPT_COMM_READY_SLOTS; when every slot
+ * belongs to a bucket not yet reduced the hook waits for the oldest, so a
+ * mark is never overwritten before its collective has used it. */
 static void ddp_grads_ready(void *ctx, size_t off, size_t count)
 {
     struct trainer_ddp *d = ctx;
     pthread_mutex_lock(&d->mu);
-    if (d->armed && count > 0) {
-        GPT_ASSERT(d->tail - d->head < TRAINER_DDP_QUEUE_MAX);
+    while (d->armed && count > 0 && !d->quit && d->tail - d->head >= trainer_ddp_in_flight_max())
+        pthread_cond_wait(&d->cv, &d->mu);
+    if (d->armed && count > 0 && !d->quit) {
+        GPT_ASSERT(d->tail - d->head < trainer_ddp_in_flight_max());
+        int rc = gpt_comm_mark_ready(d->comm, trainer_ddp_slot(d->tail));
+        if (rc < 0 && !d->error)
+            d->error = rc;
         size_t i = d->tail % TRAINER_DDP_QUEUE_MAX;
         d->off[i] = off;
         d->count[i] = count;

@@ -3,7 +3,10 @@
  * to engine/trainer*.c). On the last micro-batch of a step the model
  * reports finished gradient spans (its grads_ready hook); a communication
  * thread all-reduces (averages) them in the order they come while the
- * backward carries on with earlier layers. Between trainer_ddp_arm and the
+ * backward carries on with earlier layers. On a device the hook marks the
+ * compute stream as each span is enqueued (gpt_comm_mark_ready) and the
+ * span's collective waits for that mark only, so buckets reduce while the
+ * backward still runs; the optimizer waits once, in trainer_ddp_wait. Between trainer_ddp_arm and the
  * matching trainer_ddp_wait the communication thread owns the
  * communicator; otherwise the worker thread does.
  */
@@ -35,6 +38,12 @@ struct trainer_ddp {
     bool busy; /* the thread is reducing a span */
     int error;
 };
+
+/* The ready slot (gpt_comm_mark_ready) of the seq-th span queued since
+ * start, and how many spans may be queued and not yet reduced at once
+ * (the hook waits beyond that). Pure; exposed for the unit test. */
+unsigned trainer_ddp_slot(size_t seq);
+size_t trainer_ddp_in_flight_max(void);
 
 /* Starts the communication thread over `comm` (borrowed) and hooks it to
  * `model`'s grads_ready. Returns 0 or -EAGAIN (no thread; nothing to stop).

@@ -32,6 +32,13 @@
 
 struct gpt_backend;
 
+/* One piece of the flat parameter buffer for adamw_multi: elements
+ * [off, off + n), decayed when `decay` is non-zero. */
+struct gpt_adamw_span {
+    size_t off, n;
+    int decay;
+};
+
 struct gpt_backend_ops {
     const char *name;
 
@@ -149,6 +156,34 @@ struct gpt_backend_ops {
      * never grows when B shrinks. Any thread. */
     size_t (*att_floats)(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
                          int scratch);
+
+    /* Optional fusions of a product with the GELU after it (NULL = the
+     * separate ops; the front-ends fall back). pre = inp @ weight^T + bias
+     * (N,OC), out = gelu(pre): matmul_forward then gelu_forward.
+     * matmul_backward_dgelu is matmul_backward whose dinp is then
+     * multiplied by gelu'(pre_gelu) (pre_gelu (N,C): the input of the GELU
+     * that produced inp): matmul_backward then gelu_backward in place. */
+    void (*matmul_gelu_forward)(struct gpt_backend *be, float *out /* (N,OC) */,
+                                float *pre /* (N,OC) */, const float *inp, const float *weight,
+                                const float *bias, size_t N, size_t C, size_t OC);
+    void (*matmul_backward_dgelu)(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  const float *pre_gelu, size_t N, size_t C, size_t OC);
+    /* Optional (NULL = one adamw per span). adamw over every span of the
+     * flat buffers (the same offsets in params, grads, m and v), the
+     * spans' own weight decay (weight_decay or 0 by span.decay), in as
+     * few launches as the backend can: spans sorted and disjoint. */
+    /* Optional (NULL = residual_forward then layernorm_forward).
+     * res = a + b (res may alias a or b), then LayerNorm of res as
+     * layernorm_forward, in one pass. */
+    void (*residual_layernorm_forward)(struct gpt_backend *be, float *res /* (N,C) */,
+                                       float *out /* (N,C) */, float *mean, float *rstd,
+                                       const float *a, const float *b, const float *weight,
+                                       const float *bias, size_t N, size_t C);
+    void (*adamw_multi)(struct gpt_backend *be, float *params, const float *grads, float *m,
+                        float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                        float bc1, float bc2);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -203,6 +238,14 @@ void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *at
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
                                     const float *dout, const float *qkv, const float *att, size_t B,
                                     size_t T, size_t C, size_t NH);
+/* The fused product + GELU (ops slots above), or the separate ops. */
+void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC);
+void gpt_backend_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC);
 void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n);
 void gpt_backend_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
                                const float *dout, size_t n);
@@ -214,6 +257,16 @@ void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps,
                        float weight_decay, float grad_scale, float bc1, float bc2);
+/* ops->residual_layernorm_forward, or the two separate ops. */
+void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C);
+/* ops->adamw_multi, or gpt_backend_adamw per span. */
+void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
 /* 0 when done; -ENOTSUP for bf16 or auto on a backend without the slot

@@ -68,7 +68,19 @@ struct gpt_comm_ops {
     int (*barrier)(struct gpt_comm *c);
     void (*abort)(struct gpt_comm *c);
     void (*free)(struct gpt_comm *c);
+    /* Optional pair (NULL: a collective waits for all work enqueued before
+     * it). mark_ready notes, on the device stream the communicator is
+     * bound to, that the work enqueued so far is what the collective later
+     * issued with the same slot (< GPT_COMM_READY_SLOTS) waits for; it
+     * does not block. allreduce_after is allreduce ordered after that mark
+     * only. A slot may be marked again once its collective has returned. */
+    int (*mark_ready)(struct gpt_comm *c, unsigned slot);
+    int (*allreduce_after)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
+                           unsigned slot);
 };
+
+/* Ready marks a communicator keeps (see gpt_comm_ops.mark_ready). */
+#define GPT_COMM_READY_SLOTS 64u
 
 /* Common head of every backend's communicator. */
 struct gpt_comm {
@@ -97,6 +109,14 @@ int gpt_comm_reduce_scatter(struct gpt_comm *c, float *buf, size_t n, enum gpt_r
  * has all slices. */
 int gpt_comm_allgather(struct gpt_comm *c, float *buf, size_t n);
 int gpt_comm_barrier(struct gpt_comm *c);
+/* Gradient overlap (DDP buckets): gpt_comm_mark_ready, from the thread
+ * that enqueues the compute work, when a bucket's gradients are enqueued;
+ * gpt_comm_allreduce_after, from the communication thread, reduces that
+ * bucket after the mark only. Without the optional slots: 0, and a plain
+ * allreduce. */
+int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot);
+int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
+                             unsigned slot);
 /* Any thread: makes the current and every later collective fail with
  * -ECANCELED within one second. */
 void gpt_comm_abort(struct gpt_comm *c);

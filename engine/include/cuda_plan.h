@@ -51,6 +51,22 @@ unsigned gpt_cuda_plan_sumsq_blocks(size_t n, unsigned block);
  * destination. */
 unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
 
+/* Warps per block of the single-pass LayerNorm backward, rows one block
+ * aims at, and the most shared memory it uses without an opt-in. */
+#define GPT_CUDA_LNB_WARPS      4u
+#define GPT_CUDA_LNB_ROWS       64u
+#define GPT_CUDA_LNB_SMEM_BYTES ((size_t)48 * 1024)
+
+/* Blocks of the single-pass LayerNorm backward over N rows of C, whose
+ * per-block partial parameter sums take 2 * blocks * C floats of a scratch
+ * of `scratch_floats`: ceil(N / GPT_CUDA_LNB_ROWS) capped by the scratch
+ * and by GPT_CUDA_MAX_GRID, at least 1. Depends only on its arguments (the
+ * sums' order with it). 0 when the kernel does not apply: its shared
+ * memory (GPT_CUDA_LNB_WARPS * 2 * C floats) exceeds
+ * GPT_CUDA_LNB_SMEM_BYTES or not even one block's partials fit; the
+ * backend then runs the row kernel and the two-pass column sums. */
+unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
+
 /* The uneven-slice convention of gpt_comm_slice mapped onto NCCL's equal
  * counts. Every rank's slice is placed at `r * chunk` of a padded buffer of
  * `padded` = chunk * world elements, chunk = ceil(n / world); the tail of a
@@ -77,6 +93,43 @@ void gpt_cuda_pad_plan_slice(const struct gpt_cuda_pad_plan *p, int rank, size_t
  * rounded down to a multiple of 64 elements (256 bytes, NCCL's preferred
  * alignment), at least 64. Returns the number of buckets (0 for n == 0). */
 size_t gpt_cuda_plan_buckets(size_t n, size_t max_bucket_elems, size_t *ret_bucket_elems);
+
+/* ---- multi-tensor AdamW ------------------------------------------------- */
+
+/* Host and device (the kernel calls the same code the unit test runs). */
+#ifdef __CUDACC__
+#define GPT_CUDA_HD __host__ __device__
+#else
+#define GPT_CUDA_HD
+#endif
+
+/* The span of element i (relative to the start of a run of contiguous
+ * spans) when the spans' exclusive ends, relative to that start, are
+ * ends[0..n), increasing: the first s with ends[s] > i, by binary search;
+ * n when i >= ends[n - 1]. */
+static inline GPT_CUDA_HD size_t gpt_cuda_span_of(const uint64_t *ends, size_t n, uint64_t i)
+{
+    size_t lo = 0, hi = n; /* answer in [lo, hi] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ends[mid] > i)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+struct gpt_adamw_span;
+
+/* The one-launch AdamW's table for n (>= 1) spans of the flat buffer
+ * (backend.h): they must be contiguous (each starts where the last ended)
+ * and non-empty; then ret_ends[s] = end of span s relative to spans[0].off,
+ * ret_decay[s] = 1 or 0, *ret_total the run's length, and 0 is returned.
+ * -EINVAL (nothing written past what was checked) for a gap, overlap or
+ * an empty span: the caller then runs one launch per span. */
+int gpt_cuda_adamw_table(const struct gpt_adamw_span *spans, size_t n, uint64_t *ret_ends,
+                         uint32_t *ret_decay, size_t *ret_total);
 
 /* ---- fused causal attention (flash) ------------------------------------ */
 

@@ -153,6 +153,37 @@ void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *
     be->ops->attention_backward(be, dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }
 
+void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC)
+{
+    GPT_ASSERT(be && out && pre && out != pre && out != inp && pre != inp);
+    if (!be->ops->matmul_gelu_forward) {
+        gpt_backend_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
+        gpt_backend_gelu_forward(be, out, pre, N * OC);
+        return;
+    }
+    GPT_ASSERT(weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_gelu_forward(be, out, pre, inp, weight, bias, N, C, OC);
+}
+
+void gpt_backend_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC)
+{
+    GPT_ASSERT(be && dinp && pre_gelu && dinp != pre_gelu);
+    if (!be->ops->matmul_backward_dgelu) {
+        gpt_backend_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        gpt_backend_gelu_backward(be, dinp, pre_gelu, dinp, N * C);
+        return;
+    }
+    GPT_ASSERT(dweight && dout && inp && weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(dinp != dout && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_backward_dgelu(be, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
+}
+
 void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
 {
     BE_CHECK(be, gelu_forward);
@@ -193,6 +224,41 @@ void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads
     GPT_ASSERT(params && grads && m && v && bc1 > 0.0f && bc2 > 0.0f);
     be->ops->adamw(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
                    bc2);
+}
+
+void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C)
+{
+    GPT_ASSERT(be && res && out && res != out && a && b);
+    if (!be->ops->residual_layernorm_forward) {
+        gpt_backend_residual_forward(be, res, a, b, N * C);
+        gpt_backend_layernorm_forward(be, out, mean, rstd, res, weight, bias, N, C);
+        return;
+    }
+    GPT_ASSERT(mean && rstd && weight && bias && C > 0);
+    be->ops->residual_layernorm_forward(be, res, out, mean, rstd, a, b, weight, bias, N, C);
+}
+
+void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2)
+{
+    GPT_ASSERT(be && params && grads && m && v && (spans || n_spans == 0));
+    for (size_t i = 1; i < n_spans; i++)
+        GPT_ASSERT(spans[i].off >= spans[i - 1].off + spans[i - 1].n);
+    if (be->ops->adamw_multi) {
+        be->ops->adamw_multi(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps,
+                             weight_decay, grad_scale, bc1, bc2);
+        return;
+    }
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t o = spans[i].off;
+        gpt_backend_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2,
+                          eps, spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+    }
 }
 
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n)

@@ -5,6 +5,9 @@
  */
 #include "cuda_plan.h"
 
+#include <errno.h>
+
+#include "backend.h"
 #include "comm.h"
 #include "flash_tc.h"
 
@@ -39,6 +42,37 @@ unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats)
     if (s > scratch_floats / C)
         s = scratch_floats / C;
     return s < 2 ? 1u : (unsigned)s;
+}
+
+unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
+{
+    GPT_ASSERT(C > 0);
+    if (GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float) > GPT_CUDA_LNB_SMEM_BYTES ||
+        scratch_floats / 2 / C < 1)
+        return 0;
+    size_t b = (N + GPT_CUDA_LNB_ROWS - 1) / GPT_CUDA_LNB_ROWS;
+    size_t cap = scratch_floats / 2 / C;
+    if (b > cap)
+        b = cap;
+    if (b > GPT_CUDA_MAX_GRID)
+        b = GPT_CUDA_MAX_GRID;
+    return b < 1 ? 1u : (unsigned)b;
+}
+
+int gpt_cuda_adamw_table(const struct gpt_adamw_span *spans, size_t n, uint64_t *ret_ends,
+                         uint32_t *ret_decay, size_t *ret_total)
+{
+    GPT_ASSERT(spans && n >= 1);
+    size_t pos = spans[0].off;
+    for (size_t s = 0; s < n; s++) {
+        if (spans[s].off != pos || spans[s].n == 0)
+            return -EINVAL;
+        pos += spans[s].n;
+        ret_ends[s] = (uint64_t)(pos - spans[0].off);
+        ret_decay[s] = spans[s].decay != 0;
+    }
+    *ret_total = pos - spans[0].off;
+    return 0;
 }
 
 void gpt_cuda_pad_plan_init(struct gpt_cuda_pad_plan *p, size_t n, int world)

@@ -43,6 +43,8 @@ static const struct {
     {"flash_attention_forward", "bf16", 3e-2},
     {"flash_attention_backward", "bf16", 5e-2},
     {"gelu_forward", "bf16", 1e-5},
+    {"matmul_gelu_forward", "bf16", 2e-2},
+    {"matmul_backward_dgelu", "bf16", 2e-2},
     {"gelu_backward", "bf16", 1e-5},
     {"adamw", "bf16", 1e-5},
     {"bf16_sr", "bf16", 0.0},                /* the same seed twice: bit-identical */
@@ -64,6 +66,9 @@ static const struct {
     {"attention_forward", "fp32", 1e-4},
     {"attention_backward", "fp32", 2e-4},
     {"gelu_forward", "fp32", 1e-5},
+    /* A product's bound, with a little room for the epilogue's GELU. */
+    {"matmul_gelu_forward", "fp32", 2e-4},
+    {"matmul_backward_dgelu", "fp32", 2e-4},
     {"gelu_backward", "fp32", 1e-5},
     {"residual_forward", "fp32", 0.0},
     {"softmax_xent", "fp32", 2e-5},
@@ -261,6 +266,26 @@ static void test_layernorm(size_t N, size_t C, const char *tag)
         pair_free(all[i]);
 }
 
+/* The fused residual + LayerNorm (in place, as the model calls it: res
+ * aliases a) against the CPU backend's two ops. */
+static void test_residual_layernorm(size_t N, size_t C, const char *tag)
+{
+    struct pair res = pair_new(N * C, -3, 3), skip = pair_new(N * C, -2, 2);
+    struct pair w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    gpt_backend_residual_layernorm_forward(cpu, res.c, out.c, mean.c, rstd.c, res.c, skip.c, w.c,
+                                           b.c, N, C);
+    gpt_backend_residual_layernorm_forward(gpu, res.g, out.g, mean.g, rstd.g, res.g, skip.g, w.g,
+                                           b.g, N, C);
+    check("residual_forward", tag, &res);
+    check("layernorm_forward", tag, &out);
+    check("layernorm_forward", tag, &mean);
+    check("layernorm_forward", tag, &rstd);
+    struct pair *all[] = {&res, &skip, &w, &b, &out, &mean, &rstd};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_dinp)
 {
     char tag[64];
@@ -281,6 +306,40 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
     check("matmul_backward", tag, &dw);
     check("matmul_backward", tag, &db);
     struct pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* The product fused with the GELU (cuBLASLt GELU_AUX_BIAS and DGELU
+ * epilogues on the GPU) against the CPU backend's separate ops (its
+ * front-end falls back): pre-GELU, GELU output, then the backward through
+ * the product whose input was that GELU output (dinp multiplied by
+ * gelu'(pre), dweight and dbias accumulated). */
+static void test_matmul_gelu(size_t N, size_t C, size_t OC, int with_bias)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d", N, C, OC, with_bias);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair b = pair_new(OC, -1, 1), out = pair_new(N * OC, 0, 0), pre = pair_new(N * OC, 0, 0);
+    gpt_backend_matmul_gelu_forward(cpu, out.c, pre.c, inp.c, w.c, with_bias ? b.c : NULL, N, C,
+                                    OC);
+    gpt_backend_matmul_gelu_forward(gpu, out.g, pre.g, inp.g, w.g, with_bias ? b.g : NULL, N, C,
+                                    OC);
+    check("matmul_gelu_forward", "pre-GELU", &pre);
+    check("matmul_gelu_forward", tag, &out);
+    /* The next product: y (N, C) = out (N, OC) @ w2 (C, OC)^T; backward
+     * from dy through it and the GELU: d(pre) = (dy @ w2) * gelu'(pre). */
+    struct pair w2 = pair_new(C * OC, -0.5f, 0.5f), dy = pair_new(N * C, -1, 1);
+    struct pair dpre = pair_new(N * OC, 0, 0), dw2 = pair_new(C * OC, -1, 1);
+    struct pair db2 = pair_new(C, -1, 1);
+    gpt_backend_matmul_backward_dgelu(cpu, dpre.c, dw2.c, with_bias ? db2.c : NULL, dy.c, out.c,
+                                      w2.c, pre.c, N, OC, C);
+    gpt_backend_matmul_backward_dgelu(gpu, dpre.g, dw2.g, with_bias ? db2.g : NULL, dy.g, out.g,
+                                      w2.g, pre.g, N, OC, C);
+    check("matmul_backward_dgelu", tag, &dpre);
+    check("matmul_backward_dgelu", "dweight", &dw2);
+    check("matmul_backward_dgelu", "dbias", &db2);
+    struct pair *all[] = {&inp, &w, &b, &out, &pre, &w2, &dy, &dpre, &dw2, &db2};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -491,6 +550,47 @@ static void test_adamw(size_t n)
     pair_free(&v);
 }
 
+/* AdamW over many spans with their own decay flags in one launch (the
+ * GPU's adamw_multi: a span table and a binary search per element)
+ * against the CPU backend's per-span adamw; `gap` leaves a hole between
+ * two spans, which the GPU must handle by its per-span fallback (and
+ * leave the hole untouched). */
+static void test_adamw_multi(size_t n_spans, int gap)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%zu spans%s", n_spans, gap ? ", a gap" : "");
+    struct gpt_adamw_span *sp = calloc(n_spans, sizeof(*sp));
+    if (!sp)
+        abort();
+    size_t pos = 3;
+    for (size_t i = 0; i < n_spans; i++) {
+        size_t n = 1 + (i * 7919) % 3000;
+        if (gap && i == n_spans / 2)
+            pos += 17;
+        sp[i] = (struct gpt_adamw_span){pos, n, (int)(i % 2)};
+        pos += n;
+    }
+    struct pair p = pair_new(pos + 5, -1, 1), g = pair_new(pos + 5, -1, 1);
+    struct pair m = pair_new(pos + 5, -0.1f, 0.1f), v = pair_new(pos + 5, 0, 0.01f);
+    for (int t = 1; t <= 3; t++) {
+        float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
+        gpt_backend_adamw_multi(cpu, p.c, g.c, m.c, v.c, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 0.5f, bc1, bc2);
+        gpt_backend_adamw_multi(gpu, p.g, g.g, m.g, v.g, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                                0.1f, 0.5f, bc1, bc2);
+    }
+    /* Large decay differences would show at once: lr * wd = 1e-4 per step
+     * on |p| up to 1, against a bound of 1e-5. */
+    check("adamw", tag, &p);
+    check("adamw", tag, &m);
+    check("adamw", tag, &v);
+    pair_free(&p);
+    pair_free(&g);
+    pair_free(&m);
+    pair_free(&v);
+    free(sp);
+}
+
 static void test_xent(size_t N, size_t V, size_t Vp)
 {
     char tag[64];
@@ -510,6 +610,62 @@ static void test_xent(size_t N, size_t V, size_t Vp)
     check("softmax_xent", "dlogits (padded columns 0)", &logits);
     pair_free(&logits);
     pair_free(&losses);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(t);
+}
+
+/* bf16 mode: ops whose fp32 output feeds a product write its bf16 copy
+ * alongside (the classifier's dlogits, LayerNorm backward's dinp), so the
+ * product after them converts nothing. The first product creates the
+ * output's bf16 copy (from the values before the op); if the op did not
+ * refresh it, the second product would see the stale values and miss the
+ * CPU result by far more than bf16 rounding. */
+static void test_bf16_copies(size_t N, size_t C, size_t V, size_t Vp)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu V%zu Vp%zu: dlogits bf16 copy", N, V, Vp);
+    int *t = malloc(N * sizeof(int)), *tc, *tg;
+    if (!t)
+        abort();
+    for (size_t i = 0; i < N; i++)
+        t[i] = i % 7 == 2 ? -1 : (int)gpt_rng_below(&rng, V);
+    ints_new(t, N, &tc, &tg);
+    struct pair logits = pair_new(N * Vp, -8, 8), lnf = pair_new(N * C, -1, 1);
+    struct pair wte = pair_new(Vp * C, -0.5f, 0.5f), dwte = pair_new(Vp * C, 0, 0);
+    struct pair dc = pair_new(N * C, 0, 0);
+    /* Prime: the head's backward reads the logits buffer as bf16. */
+    gpt_backend_matmul_backward(cpu, dc.c, dwte.c, NULL, logits.c, lnf.c, wte.c, N, C, Vp);
+    gpt_backend_matmul_backward(gpu, dc.g, dwte.g, NULL, logits.g, lnf.g, wte.g, N, C, Vp);
+    gpt_backend_softmax_xent(cpu, logits.c, NULL, tc, N, V, Vp, 1.0f / (float)N, 1);
+    gpt_backend_softmax_xent(gpu, logits.g, NULL, tg, N, V, Vp, 1.0f / (float)N, 1);
+    gpt_backend_matmul_backward(cpu, dc.c, dwte.c, NULL, logits.c, lnf.c, wte.c, N, C, Vp);
+    gpt_backend_matmul_backward(gpu, dc.g, dwte.g, NULL, logits.g, lnf.g, wte.g, N, C, Vp);
+    check("matmul_backward", tag, &dc);
+
+    snprintf(tag, sizeof(tag), "N%zu C%zu: LN dinp bf16 copy", N, C);
+    struct pair inp = pair_new(N * C, -3, 5), w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    struct pair dres = pair_new(N * C, -1, 1), dout = pair_new(N * C, -1, 1);
+    struct pair dw = pair_new(C, 0, 0), db = pair_new(C, 0, 0);
+    struct pair pw = pair_new(C * C, -0.5f, 0.5f), dpw = pair_new(C * C, 0, 0);
+    gpt_backend_layernorm_forward(cpu, out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
+    gpt_backend_layernorm_forward(gpu, out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    gpt_backend_matmul_backward(cpu, dc.c, dpw.c, NULL, dres.c, inp.c, pw.c, N, C, C);
+    gpt_backend_matmul_backward(gpu, dc.g, dpw.g, NULL, dres.g, inp.g, pw.g, N, C, C);
+    gpt_backend_layernorm_backward(cpu, dres.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N,
+                                   C);
+    gpt_backend_layernorm_backward(gpu, dres.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N,
+                                   C);
+    check("layernorm_backward", tag, &dres);
+    gpt_backend_matmul_backward(cpu, dc.c, dpw.c, NULL, dres.c, inp.c, pw.c, N, C, C);
+    gpt_backend_matmul_backward(gpu, dc.g, dpw.g, NULL, dres.g, inp.g, pw.g, N, C, C);
+    check("matmul_backward", tag, &dc);
+    check("matmul_backward", tag, &dpw);
+    struct pair *all[] = {&logits, &lnf, &wte, &dwte, &dc,   &inp, &w,  &b,   &out,
+                          &mean,   &rstd, &dres, &dout, &dw, &db,  &pw, &dpw};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
     gpt_backend_mem_free(cpu, tc);
     gpt_backend_mem_free(gpu, tg);
     free(t);
@@ -551,13 +707,23 @@ int main(void)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
         test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
     }
-    test_layernorm(4096, 768, "N4096 C768 (split sums)");
+    test_layernorm(4096, 768, "N4096 C768 (single pass)");
+    test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
+    test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
+    test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
         for (int bias = 0; bias < 2; bias++)
             test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
+    test_adamw_multi(1, 0);
+    test_adamw_multi(148, 0);
+    test_adamw_multi(148, 1);
+    test_adamw_multi(1500, 0); /* more than one launch's table: per span */
+    test_matmul_gelu(64, 48, 192, 1);
+    test_matmul_gelu(1024, 768, 3072, 1);
+    test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
     static const size_t ns[] = {1, 31, 257, 100003, 3000017};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         test_elementwise(ns[i]);
@@ -595,6 +761,10 @@ int main(void)
         pair_free(&d);
         test_adamw(ns[i]);
     }
+    test_matmul_gelu(1024, 768, 3072, 1);
+    test_adamw_multi(148, 0);
+    test_bf16_copies(256, 64, 1000, 1024);
+    test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);
     test_bf16_weights(1024, 768, 3072);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");

@@ -11,6 +11,7 @@
  * round-to-nearest-even against a distance-based reference, NaN/Inf, and
  * stochastic rounding that is exactly unbiased over its random bits.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +53,74 @@ static void test_sumsq_blocks(void **state)
     /* The plan depends on n only, which is what makes the sum reproducible. */
     for (size_t n = 1; n < 100000; n = n * 3 + 1)
         assert_int_equal(gpt_cuda_plan_sumsq_blocks(n, 256), gpt_cuda_plan_sumsq_blocks(n, 256));
+}
+
+/* The single-pass LayerNorm backward's block count: ~64 rows a block,
+ * capped so the partials fit the scratch; 0 (fallback) for rows too wide
+ * for its shared memory or a scratch too small for one block. */
+static void test_lnb_blocks(void **state)
+{
+    (void)state;
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(16384, 768, 1 << 20), 256);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(1, 768, 1 << 20), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(0, 768, 1 << 20), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(65, 48, 1 << 20), 2);
+    /* 2 * blocks * C floats must fit: (1 << 20) / 2 / 768 = 682. */
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(1 << 20, 768, 1 << 20), 682);
+    for (size_t N = 1; N < 5000; N += 97)
+        for (size_t C = 16; C <= 1536; C += 160) {
+            unsigned b = gpt_cuda_plan_lnb_blocks(N, C, 1 << 20);
+            assert_true(b >= 1 && 2 * (size_t)b * C <= (1 << 20));
+            /* Every row is owned by exactly one block. */
+            size_t rows_per = (N + b - 1) / b;
+            assert_true(rows_per * b >= N && rows_per * (b - 1) < N);
+        }
+    /* 4 warps * 2 * C floats of shared memory: C = 1536 fits 48 KiB, 1537 not. */
+    assert_true(gpt_cuda_plan_lnb_blocks(100, 1536, 1 << 20) > 0);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 1537, 1 << 20), 0);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 768, 1000), 0);
+}
+
+/* The one-launch AdamW's span lookup (gpt_cuda_span_of, which the kernel
+ * runs) against a linear scan, and its table's contiguity rules. */
+static void test_adamw_table(void **state)
+{
+    (void)state;
+    struct gpt_adamw_span sp[64];
+    uint64_t ends[64];
+    uint32_t decay[64];
+    size_t pos = 1000, total = 0;
+    for (size_t s = 0; s < 64; s++) {
+        size_t n = 1 + (s * 37) % 11 + (s % 5 == 0 ? 700 : 0);
+        sp[s] = (struct gpt_adamw_span){pos, n, (int)(s % 3 == 0)};
+        pos += n;
+    }
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), 0);
+    assert_int_equal(total, pos - 1000);
+    assert_int_equal(ends[63], total);
+    for (uint64_t i = 0; i < total + 3; i++) {
+        size_t want = 0;
+        while (want < 64 && ends[want] <= i)
+            want++;
+        size_t got = gpt_cuda_span_of(ends, 64, i);
+        assert_int_equal(got, want);
+        if (got < 64) {
+            /* element i is inside span got, with its decay flag */
+            uint64_t start = got ? ends[got - 1] : 0;
+            assert_true(i >= start && i < ends[got]);
+            assert_int_equal(decay[got], sp[got].decay != 0);
+        }
+    }
+    assert_int_equal(gpt_cuda_span_of(ends, 1, 0), 0);
+    /* A gap, an overlap and an empty span refuse the one-launch path. */
+    sp[10].off += 1;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), -EINVAL);
+    sp[10].off -= 2;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), -EINVAL);
+    sp[10].off += 1;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 64, ends, decay, &total), 0);
+    sp[5].n = 0;
+    assert_int_equal(gpt_cuda_adamw_table(sp, 6, ends, decay, &total), -EINVAL);
 }
 
 static void test_colsum_splits(void **state)
@@ -620,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
+        cmocka_unit_test(test_lnb_blocks),
+        cmocka_unit_test(test_adamw_table),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),
         cmocka_unit_test(test_attn_plan_gpt2),

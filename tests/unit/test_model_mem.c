@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "cuda_plan.h"
 #include "model.h"
 #include "model_mem.h"
 
@@ -49,6 +50,66 @@ static void check_shape(int L, int NH, int C, int T, int V, int B)
     assert_true(est.total >= (uint64_t)(real + m.act_bytes + m.n_params * sizeof(float)));
     gpt_model_done(&m);
     gpt_backend_free(be);
+}
+
+/* The CUDA backend's answer to att_floats (flash where the plan allows),
+ * on top of the CPU backend's ops: the model then carves what it would on
+ * a GPU. */
+static size_t flash_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                               int scratch)
+{
+    (void)be;
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, B, T, C, NH, (size_t)99 * 1024, GPT_CUDA_ATTN_FLASH);
+    return gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
+}
+
+/* The GPU estimate against what the model carves with flash attention:
+ * nothing of size T x T, so GPT-2 124M at B=16 T=1024 needs well under the
+ * 10+ GB the full att/datt buffers took; bf16 shadows are half the
+ * parameters plus half the activation slab. */
+static void check_gpu_shape(int L, int NH, int C, int T, int V, int B)
+{
+    struct gpt_model_config cfg = {
+        .n_layer = L, .n_head = NH, .n_embd = C, .block_size = T, .vocab_size = V};
+    struct gpt_backend *be = NULL;
+    struct gpt_err err;
+    struct gpt_model m;
+    assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
+    struct gpt_backend_ops ops = *be->ops;
+    ops.att_floats = flash_att_floats;
+    be->ops = &ops;
+    assert_int_equal(gpt_model_init(&m, &cfg, be, (size_t)B, &err), 0);
+    struct gpt_model_mem est, bf;
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 1, 0, &est);
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 1, 1, &bf);
+    double host_batch = (double)B * T * (2 + m.Vp + 1) * 4.0 + B * 4.0;
+    printf("gpu L=%d NH=%d C=%d T=%d B=%d: acts %llu (engine %zu), shadows %llu\n", L, NH, C, T, B,
+           (unsigned long long)est.acts, m.act_bytes, (unsigned long long)bf.bf16);
+    assert_true((double)est.acts >= (double)m.act_bytes);
+    assert_true((double)est.acts <= (double)m.act_bytes * 1.1 + host_batch);
+    double shadows = (double)m.n_params * 2.0 + (double)m.act_bytes / 2.0;
+    assert_true((double)bf.bf16 >= shadows * 0.95 && (double)bf.bf16 <= shadows * 1.1);
+    gpt_model_done(&m);
+    gpt_backend_free(be);
+}
+
+static void test_gpu_flash(void **state)
+{
+    (void)state;
+    check_gpu_shape(2, 2, 32, 64, 10, 4);
+    check_gpu_shape(3, 4, 128, 256, 65, 2);
+    /* T <= head size: the GEMM path's full buffers */
+    check_gpu_shape(1, 2, 64, 16, 10, 2);
+    /* GPT-2 124M, B=16 (the device part of the estimate, no allocation) */
+    struct gpt_model_config cfg = {12, 12, 768, 1024, 50257};
+    struct gpt_model_mem gpu;
+    gpt_model_mem_estimate(&cfg, 16, GPT_SHARD_NONE, 1, 1, 1, &gpu);
+    printf("124M B=16 bf16 on a GPU: device %.2f GiB, acts %.2f GiB, shadows %.2f GiB\n",
+           (double)gpu.device / (1u << 30), (double)gpu.acts / (1u << 30),
+           (double)gpu.bf16 / (1u << 30));
+    assert_true(gpu.device < (UINT64_C(40) << 30));
+    assert_true(gpu.acts > (UINT64_C(8) << 30)); /* logits alone: 3.3 GB */
 }
 
 static void test_matches_engine(void **state)
@@ -106,6 +167,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_engine),
+        cmocka_unit_test(test_gpu_flash),
         cmocka_unit_test(test_sharding),
         cmocka_unit_test(test_saturates),
     };

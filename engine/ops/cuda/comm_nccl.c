@@ -74,6 +74,14 @@ struct comm_nccl {
     cudaStream_t compute;    /* bound backend's compute stream, or NULL */
     struct gpt_backend *be;  /* bound backend (told what collectives wrote), or NULL */
     cudaEvent_t ready;       /* compute -> comm ordering */
+    /* Per-bucket ready marks (gpt_comm_mark_ready), recorded by the worker
+     * thread on the compute stream as each bucket's gradients are
+     * enqueued, waited on by the comm stream before that bucket's
+     * all-reduce: a bucket waits for its own gradients only, not for the
+     * backward enqueued after it. The slot protocol (trainer_ddp) orders a
+     * slot's mark before its collective and its collective before the
+     * next mark. */
+    cudaEvent_t marks[GPT_COMM_READY_SLOTS];
     void *stage;             /* device staging (host buffers, padding) */
     size_t stage_bytes;
     atomic_bool abort_req;
@@ -224,8 +232,10 @@ static int nccl_cuda(struct comm_nccl *c, cudaError_t e, const char *what)
 }
 
 /* Entry of every collective: refuses after a failure or an abort, makes
- * the device current and orders the comm stream after compute. */
-static int nccl_begin(struct comm_nccl *c, const char *what)
+ * the device current and orders the comm stream after compute: after the
+ * event `after` when given (a bucket's ready mark), else after all the
+ * work enqueued so far. */
+static int nccl_begin_after(struct comm_nccl *c, const char *what, cudaEvent_t after)
 {
     if (c->dead)
         return c->dead;
@@ -237,11 +247,18 @@ static int nccl_begin(struct comm_nccl *c, const char *what)
     if (rc < 0)
         return rc;
     if (c->compute) {
+        if (after)
+            return nccl_cuda(c, cudaStreamWaitEvent(c->stream, after, 0), "cudaStreamWaitEvent");
         if ((rc = nccl_cuda(c, cudaEventRecord(c->ready, c->compute), "cudaEventRecord")) < 0)
             return rc;
         return nccl_cuda(c, cudaStreamWaitEvent(c->stream, c->ready, 0), "cudaStreamWaitEvent");
     }
     return nccl_cuda(c, cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+static int nccl_begin(struct comm_nccl *c, const char *what)
+{
+    return nccl_begin_after(c, what, NULL);
 }
 
 /* Issues one NCCL call's result and waits for the stream. */
@@ -343,10 +360,11 @@ static void nccl_wrote(struct comm_nccl *c, const void *buf, size_t bytes)
         gpt_cuda_backend_note_write(c->be, buf, bytes);
 }
 
-static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op)
+/* The all-reduce of both entry points; `after` as in nccl_begin_after. */
+static int nccl_allreduce_ev(struct comm_nccl *c, float *buf, size_t n, enum gpt_reduce_op op,
+                             cudaEvent_t after)
 {
-    struct comm_nccl *c = (struct comm_nccl *)gc;
-    int rc = nccl_begin(c, "allreduce");
+    int rc = nccl_begin_after(c, "allreduce", after);
     if (rc < 0 || n == 0)
         return rc;
     void *dev;
@@ -358,6 +376,36 @@ static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_re
         rc = nccl_stage_out(c, buf, dev, 0, n * sizeof(float));
     nccl_wrote(c, buf, n * sizeof(float));
     return rc;
+}
+
+static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    return nccl_allreduce_ev((struct comm_nccl *)gc, buf, n, op, NULL);
+}
+
+/* Worker thread (the one enqueueing the backward): marks the compute
+ * stream's current end for the bucket that will use `slot`. Without a
+ * bound compute stream there is nothing to mark (collectives then
+ * synchronise the device). */
+static int nccl_mark_ready(struct gpt_comm *gc, unsigned slot)
+{
+    struct comm_nccl *c = (struct comm_nccl *)gc;
+    if (!c->compute || c->dead)
+        return c->dead;
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(c->marks[slot], c->compute);
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return -GPT_E_CUDA; /* the collective of this slot then fails on its own */
+}
+
+static int nccl_allreduce_after(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op,
+                                unsigned slot)
+{
+    struct comm_nccl *c = (struct comm_nccl *)gc;
+    return nccl_allreduce_ev(c, buf, n, op, c->compute ? c->marks[slot] : NULL);
 }
 
 static int nccl_broadcast(struct gpt_comm *gc, void *buf, size_t bytes, int root)
@@ -530,6 +578,9 @@ static void nccl_free(struct gpt_comm *gc)
         cudaFree(c->stage);
     if (c->ready)
         cudaEventDestroy(c->ready);
+    for (unsigned i = 0; i < GPT_COMM_READY_SLOTS; i++)
+        if (c->marks[i])
+            cudaEventDestroy(c->marks[i]);
     if (c->own_stream)
         cudaStreamDestroy(c->own_stream);
     (void)cudaGetLastError();
@@ -545,6 +596,8 @@ static const struct gpt_comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .free = nccl_free,
+    .mark_ready = nccl_mark_ready,
+    .allreduce_after = nccl_allreduce_after,
 };
 
 /* The unique id through the kv store: rank 0 creates and publishes it. */
@@ -621,6 +674,12 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
         rc = gpt_err_set(err, -GPT_E_CUDA, NULL, "nccl: stream/event: %s", cudaGetErrorString(e));
         goto fail;
     }
+    for (unsigned i = 0; i < GPT_COMM_READY_SLOTS; i++)
+        if ((e = cudaEventCreateWithFlags(&c->marks[i], cudaEventDisableTiming)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            rc = gpt_err_set(err, -GPT_E_CUDA, NULL, "nccl: events: %s", cudaGetErrorString(e));
+            goto fail;
+        }
     c->stream = c->own_stream;
 
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -649,6 +708,9 @@ fail:
     pthread_mutex_destroy(&c->ab.mu);
     if (c->ready)
         cudaEventDestroy(c->ready);
+    for (unsigned i = 0; i < GPT_COMM_READY_SLOTS; i++)
+        if (c->marks[i])
+            cudaEventDestroy(c->marks[i]);
     if (c->own_stream)
         cudaStreamDestroy(c->own_stream);
     free(c);

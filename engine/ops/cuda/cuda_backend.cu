@@ -1,15 +1,14 @@
 /*
  * cuda_backend: the CUDA backend's lifecycle, memory (with accounting),
- * transfers, matrix products and attention, and its vtable; the other
- * kernels are in cuda_kernels.cu. A backend belongs to one worker thread
+ * transfers, attention's dispatch and the GEMM path of attention, the thin
+ * wrappers over cuda_kernels.cu, and its vtable. The matrix products are
+ * cuda_matmul.cu, the bf16 shadow cache cuda_shadow.cu, the fused
+ * attention kernels cuda_attention.cu. A backend belongs to one worker thread
  * and owns: two streams (compute, comm), a cuBLAS and a cuBLASLt handle
  * sharing one workspace, a scratch buffer for two-pass column sums, the
  * sumsq partials and a pinned host word for its result.
  *
- * Matrix products: cuBLASLt with the bias fused as an epilogue when every
- * pointer is 16-byte aligned and a heuristic algorithm exists (cached per
- * shape), else plain cuBLAS SGEMM (bias broadcast first, beta = 1). Row-
- * major products are computed as column-major ones on the transposes.
+ * Matrix products: cuda_matmul.cu (cuBLASLt with epilogues, else cuBLAS).
  * Attention: the fused flash kernels of cuda_attention.cu whenever
  * gpt_cuda_plan_attention allows (then `att` holds the logsumexp and a copy
  * of the output, not probabilities); otherwise, or when the GEMM path is
@@ -53,122 +52,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
-
 #include "cuda_impl.h"
 
 extern "C" {
 #include "cuda_backend.h"
 #include "cuda_probe.h"
-}
-
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
-#define SCRATCH_FLOATS     ((size_t)1 << 20)
-#define LT_CACHE_SIZE      64
-#define LT_KEY_INTS        15
-#define ERR_MSG_MAX        256
-
-/* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
-struct lt_cache_ent {
-    int valid;
-    int key[LT_KEY_INTS];
-    cublasLtMatmulAlgo_t algo;
-};
-
-/* bf16 copy of one whole device allocation, the floats [base, base + n);
- * `cur` holds the element spans where it is current. */
-struct shadow {
-    uintptr_t base;
-    size_t n;
-    uint16_t *bf;
-    struct gpt_cuda_spans cur;
-};
-
-struct alloc_ent {
-    void *ptr;
-    size_t bytes;
-};
-
-struct gpt_cuda_backend {
-    struct gpt_backend head; /* must stay first */
-    int device;
-    cudaStream_t compute;
-    cudaStream_t comm;
-    cublasHandle_t blas;
-    cublasLtHandle_t lt;
-    void *ws; /* cuBLAS(Lt) workspace, LT_WORKSPACE_BYTES */
-    float *scratch;
-    double *sumsq_dev; /* GPT_CUDA_SUMSQ_MAX_BLOCKS partials, then the result */
-    double *sumsq_host;
-    int tf32;
-    int err_code;
-    char err_msg[ERR_MSG_MAX];
-    struct alloc_ent *allocs;
-    size_t n_allocs, cap_allocs;
-    size_t bytes, peak;
-    struct lt_cache_ent cache[LT_CACHE_SIZE];
-    unsigned cache_next;
-    size_t smem_optin;                 /* shared memory a block may opt into */
-    enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
-    /* bf16 mode. The shadow table is also touched by the communication
-     * thread (note_write), hence the mutex; everything else is the owner's. */
-    int bf16;
-    uint64_t sr_seed, sr_stream;
-    pthread_mutex_t shd_mu;
-    struct shadow *shd;
-    size_t n_shd, cap_shd;
-};
-
-static struct gpt_cuda_backend *cu(struct gpt_backend *be)
-{
-    return (struct gpt_cuda_backend *)be;
-}
-
-/* ---- errors ------------------------------------------------------------- */
-
-static void cu_record(struct gpt_cuda_backend *cb, const char *what, const char *detail)
-{
-    if (cb->err_code)
-        return;
-    cb->err_code = -GPT_E_CUDA;
-    snprintf(cb->err_msg, sizeof(cb->err_msg), "%s: %s", what, detail);
-}
-
-/* Checks the launches just enqueued; records the first failure. */
-static void cu_check(struct gpt_cuda_backend *cb, const char *what)
-{
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        cu_record(cb, what, cudaGetErrorString(e));
-}
-
-static void cu_check_blas(struct gpt_cuda_backend *cb, cublasStatus_t st, const char *what)
-{
-    if (st != CUBLAS_STATUS_SUCCESS)
-        cu_record(cb, what, cublasGetStatusString(st));
-}
-
-/* Turns a runtime error of a fallible slot into a return code, clearing
- * the runtime's last-error so it is not blamed on the next launch. */
-static int cu_ret(struct gpt_cuda_backend *cb, cudaError_t e, const char *what)
-{
-    if (e == cudaSuccess)
-        return 0;
-    (void)cudaGetLastError();
-    cu_record(cb, what, cudaGetErrorString(e));
-    return e == cudaErrorMemoryAllocation ? -ENOMEM : -GPT_E_CUDA;
-}
-
-/* Every entry point makes the backend's device current for this thread
- * (cheap; a worker may have touched another device in between). */
-static void cu_enter(struct gpt_cuda_backend *cb)
-{
-    cudaError_t e = cudaSetDevice(cb->device);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        cu_record(cb, "cudaSetDevice", cudaGetErrorString(e));
-    }
 }
 
 /* ---- memory ---------------------------------------------------------------- */
@@ -213,163 +101,12 @@ static int cu_malloc(struct gpt_cuda_backend *cb, size_t bytes, void **ret_ptr)
     return 0;
 }
 
-/* ---- bf16 shadows --------------------------------------------------------- */
-
-/* Elements of m that the bytes [p, p + bytes) touch, as [*lo, *hi). */
-static bool shd_overlap(const struct shadow *m, uintptr_t p, size_t bytes, size_t *lo, size_t *hi)
-{
-    uintptr_t me = m->base + m->n * sizeof(float);
-    uintptr_t pe = bytes > UINTPTR_MAX - p ? UINTPTR_MAX : p + bytes;
-    uintptr_t a = p > m->base ? p : m->base, b = pe < me ? pe : me;
-    if (a >= b)
-        return false;
-    *lo = (size_t)(a - m->base) / sizeof(float);
-    *hi = ((size_t)(b - m->base) + sizeof(float) - 1) / sizeof(float);
-    return true;
-}
-
-/* The bytes [p, p + bytes) were (or are about to be, in stream order)
- * written: shadow `keep` (an index, or -1) got the bf16 copy of them, the
- * others are stale there. Lock held. */
-static void shd_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t bytes, long keep)
-{
-    for (size_t i = 0; i < cb->n_shd; i++) {
-        size_t lo, hi;
-        if (!shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
-            continue;
-        if ((long)i == keep)
-            gpt_cuda_spans_add(&cb->shd[i].cur, lo, hi);
-        else
-            gpt_cuda_spans_cut(&cb->shd[i].cur, lo, hi);
-    }
-}
-
-/* The shadow of the allocation holding all of the floats [p, p + n), or
- * -1 when that allocation has none yet. Lock held. */
-static long shd_find_locked(struct gpt_cuda_backend *cb, const float *p, size_t n)
-{
-    size_t off;
-    for (size_t i = 0; i < cb->n_shd; i++)
-        if (gpt_cuda_shadow_index(cb->shd[i].base, cb->shd[i].n * sizeof(float), (uintptr_t)p, n,
-                                  &off))
-            return (long)i;
-    return -1;
-}
-
-static void shd_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
-{
-    cudaFree(cb->shd[i].bf);
-    (void)cudaGetLastError();
-    cb->bytes -= cb->shd[i].n * sizeof(uint16_t);
-    cb->shd[i] = cb->shd[--cb->n_shd];
-}
-
-/* Frees every shadow overlapping the bytes [p, p + bytes). */
-static void shd_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
-{
-    pthread_mutex_lock(&cb->shd_mu);
-    for (size_t i = cb->n_shd; i-- > 0;) {
-        size_t lo, hi;
-        if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
-            shd_free_at_locked(cb, i);
-    }
-    pthread_mutex_unlock(&cb->shd_mu);
-}
-
-/* An op writes the bytes [p, p + bytes) without a bf16 copy. */
-static void shd_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
-{
-    if (!cb->bf16 || !p || bytes == 0)
-        return;
-    pthread_mutex_lock(&cb->shd_mu);
-    shd_note_locked(cb, p, bytes, -1);
-    pthread_mutex_unlock(&cb->shd_mu);
-}
-
-/* An op writes the floats [p, p + n): returns where it should write their
- * bf16 copy (NULL when no shadow holds them, or not in bf16 mode) and
- * marks the shadows accordingly; *ret_index (optional) receives the
- * element offset of p in that shadow. */
-static uint16_t *shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *ret_index)
-{
-    if (!cb->bf16 || !p || n == 0)
-        return NULL;
-    pthread_mutex_lock(&cb->shd_mu);
-    long i = shd_find_locked(cb, p, n);
-    shd_note_locked(cb, p, n * sizeof(float), i);
-    uint16_t *r = NULL;
-    if (i >= 0) {
-        size_t off = ((uintptr_t)p - cb->shd[i].base) / sizeof(float);
-        r = cb->shd[i].bf + off;
-        if (ret_index)
-            *ret_index = off;
-    }
-    pthread_mutex_unlock(&cb->shd_mu);
-    return r;
-}
-
-/* A current bf16 view of the floats [p, p + n) for a reader: converts on a
- * miss. The first reader of an allocation creates the shadow of the whole
- * allocation, so a later range of it at any other shape (eval, sample)
- * reuses that shadow and no device memory is allocated after the first
- * step. NULL when [p, p + n) is not inside one tracked allocation or the
- * shadow cannot be allocated (the caller then computes from the fp32
- * data). Owner thread (reads cb->allocs). */
-static const uint16_t *shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
-{
-    pthread_mutex_lock(&cb->shd_mu);
-    long i = shd_find_locked(cb, p, n);
-    if (i < 0 && cb->n_shd == cb->cap_shd) {
-        size_t cap = cb->cap_shd ? 2 * cb->cap_shd : 16;
-        struct shadow *t = (struct shadow *)realloc(cb->shd, cap * sizeof(*t));
-        if (t) {
-            cb->shd = t;
-            cb->cap_shd = cap;
-        }
-    }
-    size_t off;
-    for (size_t a = 0; i < 0 && cb->n_shd < cb->cap_shd && a < cb->n_allocs; a++) {
-        const struct alloc_ent *ae = &cb->allocs[a];
-        if (!gpt_cuda_shadow_index((uintptr_t)ae->ptr, ae->bytes, (uintptr_t)p, n, &off))
-            continue;
-        size_t elems = ae->bytes / sizeof(float);
-        void *bf = NULL;
-        if (cudaMalloc(&bf, elems * sizeof(uint16_t)) == cudaSuccess) {
-            struct shadow *m = &cb->shd[cb->n_shd];
-            m->base = (uintptr_t)ae->ptr;
-            m->n = elems;
-            m->bf = (uint16_t *)bf;
-            gpt_cuda_spans_clear(&m->cur);
-            i = (long)cb->n_shd++;
-            cb->bytes += elems * sizeof(uint16_t);
-            if (cb->bytes > cb->peak)
-                cb->peak = cb->bytes;
-        } else {
-            (void)cudaGetLastError();
-        }
-        break;
-    }
-    const uint16_t *r = NULL;
-    if (i >= 0) {
-        struct shadow *m = &cb->shd[i];
-        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
-        if (!gpt_cuda_spans_covers(&m->cur, lo, lo + n)) {
-            cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
-            cu_check(cb, "bf16 convert");
-            gpt_cuda_spans_add(&m->cur, lo, lo + n);
-        }
-        r = m->bf + lo;
-    }
-    pthread_mutex_unlock(&cb->shd_mu);
-    return r;
-}
-
 static void cu_untrack_free(struct gpt_cuda_backend *cb, void *ptr)
 {
     for (size_t i = cb->n_allocs; i-- > 0;) {
         if (cb->allocs[i].ptr == ptr) {
             cb->bytes -= cb->allocs[i].bytes;
-            shd_drop(cb, ptr, cb->allocs[i].bytes);
+            cu_shd_drop(cb, ptr, cb->allocs[i].bytes);
             cb->allocs[i] = cb->allocs[--cb->n_allocs];
             break;
         }
@@ -402,6 +139,8 @@ static void cuda_destroy(struct gpt_backend *be)
         cudaFree(cb->sumsq_dev);
     if (cb->sumsq_host)
         cudaFreeHost(cb->sumsq_host);
+    if (cb->aw_dev_ends)
+        cudaFree(cb->aw_dev_ends);
     if (cb->compute)
         cudaStreamDestroy(cb->compute);
     if (cb->comm)
@@ -434,7 +173,7 @@ static int cuda_upload(struct gpt_backend *be, void *dst, const void *host_src, 
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, dst, bytes);
+    cu_shd_wrote(cb, dst, bytes);
     /* From pageable memory the runtime stages the data before returning, so
      * the caller may reuse host_src at once; the copy is ordered with the
      * ops on the compute stream. */
@@ -467,7 +206,7 @@ static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, dst, bytes);
+    cu_shd_wrote(cb, dst, bytes);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "copy");
@@ -477,211 +216,10 @@ static void cuda_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, ptr, bytes);
+    cu_shd_wrote(cb, ptr, bytes);
     cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, cb->compute);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "memzero");
-}
-
-/* ---- matrix products --------------------------------------------------------- */
-
-/* Largest power of two (<= 256) dividing both the address and the byte
- * leading dimension: what cuBLASLt may assume about every column. */
-static int cu_align(const void *p, size_t ld_bytes)
-{
-    uintptr_t a = (uintptr_t)p | (uintptr_t)ld_bytes | 256u;
-    return (int)(a & (~a + 1));
-}
-
-/* Column-major D = A op B (+ bias over rows) + beta D with cuBLASLt; A and
- * B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D and bias fp32, and the
- * accumulation is fp32 (TF32 tensor cores for fp32 inputs when allowed).
- * Returns 0 when done, 1 when no algorithm fits (the caller falls back). */
-static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
-                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                     const void *B, int ldb, float *D, int ldd, float beta, const float *bias)
-{
-    size_t es = ab == CUDA_R_16BF ? 2 : 4;
-    int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
-    int al_d = cu_align(D, (size_t)ldd * 4);
-    if (al_a < 16 || al_b < 16 || al_d < 16 || (bias && cu_align(bias, 0) < 16))
-        return 1;
-    int key[LT_KEY_INTS] = {(int)ta,      (int)tb,  m,      n,    k,    lda,
-                            ldb,          ldd,      al_a,   al_b, al_d, bias != NULL,
-                            beta != 0.0f, cb->tf32, (int)ab};
-    cublasComputeType_t ct =
-        ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    int ret = 1;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        goto out;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-    if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof(bias));
-        cudaDataType_t bt = CUDA_R_32F;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
-    }
-    if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
-                                   lda) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
-                                   ldb) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
-        goto out;
-    {
-        struct lt_cache_ent *hit = NULL;
-        for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
-            if (cb->cache[i].valid && memcmp(cb->cache[i].key, key, sizeof(key)) == 0)
-                hit = &cb->cache[i];
-        if (!hit) {
-            if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
-                goto out;
-            size_t wsb = LT_WORKSPACE_BYTES;
-            uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &wsb, sizeof(wsb));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                 &u_a, sizeof(u_a));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                 &u_b, sizeof(u_b));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                 &u_d, sizeof(u_d));
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                 &u_d, sizeof(u_d));
-            cublasLtMatmulHeuristicResult_t res;
-            int found = 0;
-            st =
-                cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
-            if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-                goto out;
-            hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
-            hit->valid = 1;
-            memcpy(hit->key, key, sizeof(key));
-            hit->algo = res.algo;
-        }
-        float alpha = 1.0f;
-        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
-                            cb->ws, LT_WORKSPACE_BYTES, cb->compute);
-        cu_check_blas(cb, st, "cublasLtMatmul");
-        ret = 0;
-    }
-out:
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (ld)
-        cublasLtMatrixLayoutDestroy(ld);
-    if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
-    if (la)
-        cublasLtMatrixLayoutDestroy(la);
-    if (desc)
-        cublasLtMatmulDescDestroy(desc);
-    return ret;
-}
-
-/* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
- * computed as the column-major C^T = op(B)^T op(A)^T. */
-static void gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
-                    float beta, float *C, int ldc, long long sc, int batch)
-{
-    cublasStatus_t st = cublasSgemmStridedBatched(cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                                                  B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
-    cu_check_blas(cb, st, "cublasSgemmStridedBatched");
-}
-
-/* Column-major D (m, n) = op(A) op(B) (+ bias over rows) + beta D with bf16
- * A and B and fp32 D and accumulation: cuBLASLt, else cublasGemmEx with
- * the bias broadcast first. */
-static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
-                      int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                      float *D, int ldd, float beta, const float *bias)
-{
-    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, bias) == 0)
-        return;
-    if (bias) {
-        cuk_bias_broadcast(cb->compute, D, bias, (size_t)n, (size_t)m);
-        cu_check(cb, "bias_broadcast");
-        beta = 1.0f;
-    }
-    float alpha = 1.0f;
-    cu_check_blas(cb,
-                  cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
-                               CUDA_R_16BF, ldb, &beta, D, CUDA_R_32F, ldd, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT),
-                  "cublasGemmEx bf16");
-}
-
-static void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
-                                const float *weight, const float *bias, size_t N, size_t C,
-                                size_t OC)
-{
-    /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: column-major
-     * out^T (OC,N) = W^T^T ... i.e. m = OC, n = N, k = C, A = weight (T). */
-    struct gpt_cuda_backend *cb = cu(be);
-    cu_enter(cb);
-    int m = (int)OC, n = (int)N, k = (int)C;
-    if (cb->bf16) {
-        const uint16_t *wb = shd_in(cb, weight, OC * C), *ib = shd_in(cb, inp, N * C);
-        shd_wrote(cb, out, N * OC * sizeof(float));
-        if (wb && ib) {
-            gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
-            return;
-        }
-    }
-    if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m,
-                  0.0f, bias) == 0)
-        return;
-    float beta = 0.0f;
-    if (bias) {
-        cuk_bias_broadcast(cb->compute, out, bias, N, OC);
-        cu_check(cb, "bias_broadcast");
-        beta = 1.0f;
-    }
-    gemm_rm(cb, false, true, n, m, k, 1.0f, inp, k, 0, weight, k, 0, beta, out, m, 0, 1);
-}
-
-static void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const float *inp, const float *weight, size_t N,
-                                 size_t C, size_t OC)
-{
-    struct gpt_cuda_backend *cb = cu(be);
-    cu_enter(cb);
-    int n = (int)N, c = (int)C, oc = (int)OC;
-    const uint16_t *wb = NULL, *db = NULL, *ib = NULL;
-    if (cb->bf16) {
-        wb = dinp ? shd_in(cb, weight, OC * C) : NULL;
-        db = shd_in(cb, dout, N * OC);
-        ib = shd_in(cb, inp, N * C);
-        if (dinp)
-            shd_wrote(cb, dinp, N * C * sizeof(float));
-        shd_wrote(cb, dweight, OC * C * sizeof(float));
-        if (dbias)
-            shd_wrote(cb, dbias, OC * sizeof(float));
-    }
-    /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
-    if (dinp && wb && db)
-        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, c, 0.0f, NULL);
-    else if (dinp && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout,
-                               oc, dinp, c, 0.0f, NULL))
-        gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
-    /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    if (ib && db)
-        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
-    else if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout, oc,
-                       dweight, c, 1.0f, NULL))
-        gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0, 1);
-    if (dbias) {
-        cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
-        cu_check(cb, "matmul_backward dbias");
-    }
 }
 
 /* ---- attention -------------------------------------------------------------- */
@@ -736,17 +274,17 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
-        const uint16_t *qb = cb->bf16 ? shd_in(cb, qkv, B * T * 3 * C) : NULL;
-        uint16_t *ob = shd_out(cb, out, B * T * C, NULL);
-        shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
+        const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *ob = cu_shd_out(cb, out, B * T * C, NULL);
+        cu_shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
         cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_forward smem");
         cu_check(cb, "flash_forward");
         return;
     }
-    shd_wrote(cb, out, B * T * C * sizeof(float));
-    shd_wrote(cb, att, B * NH * T * T * sizeof(float));
+    cu_shd_wrote(cb, out, B * T * C * sizeof(float));
+    cu_shd_wrote(cb, att, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -755,7 +293,7 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         att_offsets(&g, o, 3 * C, &q0, &qs, &a0, &as);
         const float *q = qkv + q0, *k = q + C;
         /* att (T,T) = scale * q (T,hs) @ k (T,hs)^T */
-        gemm_rm(cb, false, true, t, t, hs, scale, q, ld3, (long long)qs, k, ld3, (long long)qs,
+        cu_gemm_rm(cb, false, true, t, t, hs, scale, q, ld3, (long long)qs, k, ld3, (long long)qs,
                 0.0f, att + a0, t, (long long)as, batch);
     }
     cuk_att_softmax_forward(cb->compute, att, B * NH * T, T);
@@ -766,7 +304,7 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         att_offsets(&g, o, C, &o0, &os, &a0, &as);
         const float *v = qkv + q0 + 2 * C;
         /* out (T,hs) = att (T,T) @ v (T,hs) */
-        gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3, (long long)qs,
+        cu_gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3, (long long)qs,
                 0.0f, out + o0, (int)C, (long long)os, batch);
     }
 }
@@ -793,9 +331,9 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
-        const uint16_t *qb = cb->bf16 ? shd_in(cb, qkv, B * T * 3 * C) : NULL;
-        uint16_t *db = shd_out(cb, dqkv, B * T * 3 * C, NULL);
-        shd_wrote(cb, scratch, plan.lse_floats * sizeof(float));
+        const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
+        cu_shd_wrote(cb, scratch, plan.lse_floats * sizeof(float));
         cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
                                            att, B, T, C, NH);
         if (e != cudaSuccess)
@@ -803,8 +341,8 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         cu_check(cb, "flash_backward");
         return;
     }
-    shd_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
-    shd_wrote(cb, scratch, B * NH * T * T * sizeof(float));
+    cu_shd_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
+    cu_shd_wrote(cb, scratch, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
     int t = (int)T, hs = (int)g.hs, ld3 = (int)(3 * C), ldc = (int)C, batch = (int)g.inner;
     float scale = 1.0f / sqrtf((float)g.hs);
@@ -815,10 +353,10 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const float *v = qkv + q0 + 2 * C, *d = dout + d0;
         float *dv = dqkv + q0 + 2 * C;
         /* datt (T,T) = d (T,hs) @ v (T,hs)^T */
-        gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs, 0.0f,
+        cu_gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs, 0.0f,
                 scratch + a0, t, (long long)as, batch);
         /* dv (T,hs) = att^T (T,T) @ d (T,hs) */
-        gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc, (long long)ds,
+        cu_gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc, (long long)ds,
                 0.0f, dv, ld3, (long long)qs, batch);
     }
     cuk_att_softmax_backward(cb->compute, scratch, att, B * NH * T, T);
@@ -829,10 +367,10 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const float *q = qkv + q0, *k = q + C;
         float *dq = dqkv + q0, *dk = dq + C;
         /* dq (T,hs) = scale * dpre (T,T) @ k (T,hs) */
-        gemm_rm(cb, false, false, t, hs, t, scale, scratch + a0, t, (long long)as, k, ld3,
+        cu_gemm_rm(cb, false, false, t, hs, t, scale, scratch + a0, t, (long long)as, k, ld3,
                 (long long)qs, 0.0f, dq, ld3, (long long)qs, batch);
         /* dk (T,hs) = scale * dpre^T (T,T) @ q (T,hs) */
-        gemm_rm(cb, true, false, t, hs, t, scale, scratch + a0, t, (long long)as, q, ld3,
+        cu_gemm_rm(cb, true, false, t, hs, t, scale, scratch + a0, t, (long long)as, q, ld3,
                 (long long)qs, 0.0f, dk, ld3, (long long)qs, batch);
     }
 }
@@ -844,7 +382,7 @@ static void cuda_encoder_forward(struct gpt_backend *be, float *out, const int *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, out, B * T * C * sizeof(float));
+    cu_shd_wrote(cb, out, B * T * C * sizeof(float));
     cuk_encoder_forward(cb->compute, out, inp, wte, wpe, B, T, C);
     cu_check(cb, "encoder_forward");
 }
@@ -854,8 +392,8 @@ static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dw
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
-    shd_wrote(cb, dwpe, T * C * sizeof(float));
+    cu_shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
+    cu_shd_wrote(cb, dwpe, T * C * sizeof(float));
     cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
     cu_check(cb, "encoder_backward");
 }
@@ -866,11 +404,26 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    uint16_t *ob = shd_out(cb, out, N * C, NULL);
-    shd_wrote(cb, mean, N * sizeof(float));
-    shd_wrote(cb, rstd, N * sizeof(float));
+    uint16_t *ob = cu_shd_out(cb, out, N * C, NULL);
+    cu_shd_wrote(cb, mean, N * sizeof(float));
+    cu_shd_wrote(cb, rstd, N * sizeof(float));
     cuk_layernorm_forward(cb->compute, out, ob, mean, rstd, inp, weight, bias, N, C);
     cu_check(cb, "layernorm_forward");
+}
+
+static void cuda_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
+                                            float *mean, float *rstd, const float *a,
+                                            const float *b, const float *weight, const float *bias,
+                                            size_t N, size_t C)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cu_shd_wrote(cb, res, N * C * sizeof(float));
+    uint16_t *ob = cu_shd_out(cb, out, N * C, NULL);
+    cu_shd_wrote(cb, mean, N * sizeof(float));
+    cu_shd_wrote(cb, rstd, N * sizeof(float));
+    cuk_residual_layernorm_forward(cb->compute, res, out, ob, mean, rstd, a, b, weight, bias, N, C);
+    cu_check(cb, "residual_layernorm_forward");
 }
 
 static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
@@ -880,33 +433,35 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, dinp, N * C * sizeof(float));
-    shd_wrote(cb, dweight, C * sizeof(float));
-    shd_wrote(cb, dbias, C * sizeof(float));
-    cuk_layernorm_backward(cb->compute, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
-                           cb->scratch, SCRATCH_FLOATS);
+    /* dinp (the residual stream's gradient) feeds the next products'
+     * backward: its bf16 copy is written alongside. */
+    uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
+    cu_shd_wrote(cb, dweight, C * sizeof(float));
+    cu_shd_wrote(cb, dbias, C * sizeof(float));
+    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                           C, cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
 }
 
-static void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
+void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     if (n == 0)
         return;
     cu_enter(cb);
-    uint16_t *ob = shd_out(cb, out, n, NULL);
+    uint16_t *ob = cu_shd_out(cb, out, n, NULL);
     cuk_gelu_forward(cb->compute, out, ob, inp, n);
     cu_check(cb, "gelu_forward");
 }
 
-static void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
+void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
                                const float *dout, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     if (n == 0)
         return;
     cu_enter(cb);
-    uint16_t *db = shd_out(cb, dinp, n, NULL);
+    uint16_t *db = cu_shd_out(cb, dinp, n, NULL);
     cuk_gelu_backward(cb->compute, dinp, db, inp, dout, n);
     cu_check(cb, "gelu_backward");
 }
@@ -918,7 +473,7 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
     if (n == 0)
         return;
     cu_enter(cb);
-    shd_wrote(cb, out, n * sizeof(float));
+    cu_shd_wrote(cb, out, n * sizeof(float));
     cuk_residual_forward(cb->compute, out, a, b, n);
     cu_check(cb, "residual_forward");
 }
@@ -929,10 +484,10 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    if (write_dlogits)
-        shd_wrote(cb, logits, N * Vp * sizeof(float));
-    shd_wrote(cb, losses, N * sizeof(float));
-    cuk_softmax_xent(cb->compute, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
+    /* dlogits are the head's backward operand: bf16 copy alongside. */
+    uint16_t *db = write_dlogits ? cu_shd_out(cb, logits, N * Vp, NULL) : NULL;
+    cu_shd_wrote(cb, losses, N * sizeof(float));
+    cuk_softmax_xent(cb->compute, logits, db, losses, targets, N, V, Vp, dscale, write_dlogits);
     cu_check(cb, "softmax_xent");
 }
 
@@ -948,13 +503,70 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
      * the new values with stochastic rounding; one random stream per call,
      * indexed by the element's place in the shadow. */
     uint64_t index0 = 0;
-    uint16_t *pb = shd_out(cb, params, n, &index0);
-    shd_wrote(cb, m, n * sizeof(float));
-    shd_wrote(cb, v, n * sizeof(float));
+    uint16_t *pb = cu_shd_out(cb, params, n, &index0);
+    cu_shd_wrote(cb, m, n * sizeof(float));
+    cu_shd_wrote(cb, v, n * sizeof(float));
     uint64_t stream = cb->sr_stream++;
     cuk_adamw(cb->compute, params, pb, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
               grad_scale, bc1, bc2, cb->sr_seed, stream, index0);
     cu_check(cb, "adamw");
+}
+
+/* AdamW over all the spans in one launch when they are contiguous and at
+ * most AW_CAP (the optimizer's usual call: every tensor of the model, or
+ * of a shard), else one adamw per span. The span table goes to the device
+ * only when it differs from the last one (in steady state: never). In
+ * bf16 mode the weights' shadow gets the stochastically rounded copy in
+ * the same pass, one random stream per call. */
+static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    size_t total = 0;
+    if (n_spans == 0)
+        return;
+    if (n_spans > AW_CAP ||
+        gpt_cuda_adamw_table(spans, n_spans, cb->aw_new_ends, cb->aw_new_decay, &total) < 0) {
+        for (size_t i = 0; i < n_spans; i++) {
+            size_t o = spans[i].off;
+            cuda_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                       spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+        }
+        return;
+    }
+    cu_enter(cb);
+    if (n_spans != cb->aw_n ||
+        memcmp(cb->aw_ends, cb->aw_new_ends, n_spans * sizeof(uint64_t)) != 0 ||
+        memcmp(cb->aw_decay, cb->aw_new_decay, n_spans * sizeof(uint32_t)) != 0) {
+        memcpy(cb->aw_ends, cb->aw_new_ends, n_spans * sizeof(uint64_t));
+        memcpy(cb->aw_decay, cb->aw_new_decay, n_spans * sizeof(uint32_t));
+        /* Pageable sources: staged before the calls return, so the host
+         * copies may change on the next call. */
+        if (cu_ret(cb,
+                   cudaMemcpyAsync(cb->aw_dev_ends, cb->aw_ends, n_spans * sizeof(uint64_t),
+                                   cudaMemcpyHostToDevice, cb->compute),
+                   "adamw table") < 0 ||
+            cu_ret(cb,
+                   cudaMemcpyAsync(cb->aw_dev_decay, cb->aw_decay, n_spans * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice, cb->compute),
+                   "adamw table") < 0) {
+            cb->aw_n = 0;
+            return;
+        }
+        cb->aw_n = n_spans;
+    }
+    size_t o = spans[0].off;
+    uint64_t index0 = 0;
+    uint16_t *pb = cu_shd_out(cb, params + o, total, &index0);
+    cu_shd_wrote(cb, m + o, total * sizeof(float));
+    cu_shd_wrote(cb, v + o, total * sizeof(float));
+    uint64_t stream = cb->sr_stream++;
+    cuk_adamw_multi(cb->compute, params + o, pb, grads + o, m + o, v + o, total, cb->aw_dev_ends,
+                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                    bc1, bc2, cb->sr_seed, stream, index0);
+    cu_check(cb, "adamw_multi");
 }
 
 static double cuda_sumsq(struct gpt_backend *be, const float *x, size_t n)
@@ -977,7 +589,7 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    shd_wrote(cb, x, n * sizeof(float));
+    cu_shd_wrote(cb, x, n * sizeof(float));
     cuk_scale(cb->compute, x, s, n);
     cu_check(cb, "scale");
 }
@@ -1002,8 +614,7 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     cu_enter(cb);
     pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
-        while (cb->n_shd > 0)
-            shd_free_at_locked(cb, cb->n_shd - 1);
+        cu_shd_free_all_locked(cb);
     cb->bf16 = precision;
     cb->sr_seed = seed;
     cb->sr_stream = 0;
@@ -1038,6 +649,10 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .scale = */ cuda_scale,
     /* .set_precision = */ cuda_set_precision,
     /* .att_floats = */ cuda_att_floats,
+    /* .matmul_gelu_forward = */ cuda_matmul_gelu_forward,
+    /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
+    /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
+    /* .adamw_multi = */ cuda_adamw_multi,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
@@ -1109,6 +724,10 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     if (cu_malloc(cb, (GPT_CUDA_SUMSQ_MAX_BLOCKS + 1) * sizeof(double), &p) < 0)
         return cu_fail_new(cb, err, "sumsq", "cudaMalloc failed");
     cb->sumsq_dev = (double *)p;
+    if (cu_malloc(cb, AW_CAP * (sizeof(uint64_t) + sizeof(uint32_t)), &p) < 0)
+        return cu_fail_new(cb, err, "adamw table", "cudaMalloc failed");
+    cb->aw_dev_ends = (uint64_t *)p;
+    cb->aw_dev_decay = (uint32_t *)(cb->aw_dev_ends + AW_CAP);
     if ((e = cudaMallocHost((void **)&cb->sumsq_host, sizeof(double))) != cudaSuccess)
         return cu_fail_new(cb, err, "cudaMallocHost", cudaGetErrorString(e));
     /* Untrack the internal buffers from the table (they are freed by
@@ -1179,5 +798,5 @@ extern "C" void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, si
 extern "C" void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
-    shd_wrote(cb, ptr, bytes);
+    cu_shd_wrote(cb, ptr, bytes);
 }

@@ -1,7 +1,8 @@
 /*
  * cuda_impl: private declarations shared by the CUDA backend's translation
- * units (cuda_backend.cu: lifecycle, memory, GEMMs, the vtable;
- * cuda_kernels.cu: our own kernels; cuda_attention.cu: fused attention).
+ * units (cuda_backend.cu: lifecycle, memory, the vtable; cuda_matmul.cu:
+ * the products; cuda_shadow.cu: the bf16 shadow cache; cuda_kernels.cu:
+ * our own kernels; cuda_attention.cu: fused attention).
  * C++ (nvcc) only; not part of the
  * engine API. Every launcher enqueues on the stream it is given and never
  * synchronises; the caller checks cudaGetLastError() afterwards.
@@ -9,9 +10,14 @@
 #ifndef GPT_CUDA_IMPL_H
 #define GPT_CUDA_IMPL_H
 
+#include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 /* The engine's headers are C; gpt_err.h spells the C11 _Noreturn. */
@@ -22,6 +28,171 @@ extern "C" {
 #include "backend.h"
 #include "cuda_plan.h"
 }
+
+/* --- the backend's state (cuda_backend.cu, cuda_matmul.cu, cuda_shadow.cu) -- */
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define SCRATCH_FLOATS     ((size_t)1 << 20)
+#define LT_CACHE_SIZE      64
+#define LT_KEY_INTS        16
+#define LT_USABLE          1 /* lt_cache_ent.valid: algo holds the heuristic's choice */
+#define LT_REFUSED         2 /* no algorithm (or the epilogue refused): fall back */
+#define ERR_MSG_MAX        256
+#define AW_CAP             1024 /* spans of one adamw_multi launch (more: one per span) */
+
+/* One cuBLASLt algorithm choice, keyed by everything the heuristic saw. */
+struct lt_cache_ent {
+    int valid;
+    int key[LT_KEY_INTS];
+    cublasLtMatmulAlgo_t algo;
+};
+
+/* bf16 copy of one whole device allocation, the floats [base, base + n);
+ * `cur` holds the element spans where it is current. */
+struct shadow {
+    uintptr_t base;
+    size_t n;
+    uint16_t *bf;
+    struct gpt_cuda_spans cur;
+};
+
+struct alloc_ent {
+    void *ptr;
+    size_t bytes;
+};
+
+struct gpt_cuda_backend {
+    struct gpt_backend head; /* must stay first */
+    int device;
+    cudaStream_t compute;
+    cudaStream_t comm;
+    cublasHandle_t blas;
+    cublasLtHandle_t lt;
+    void *ws; /* cuBLAS(Lt) workspace, LT_WORKSPACE_BYTES */
+    float *scratch;
+    double *sumsq_dev; /* GPT_CUDA_SUMSQ_MAX_BLOCKS partials, then the result */
+    double *sumsq_host;
+    int tf32;
+    int err_code;
+    char err_msg[ERR_MSG_MAX];
+    struct alloc_ent *allocs;
+    size_t n_allocs, cap_allocs;
+    size_t bytes, peak;
+    struct lt_cache_ent cache[LT_CACHE_SIZE];
+    unsigned cache_next;
+    size_t smem_optin;                 /* shared memory a block may opt into */
+    enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
+    /* bf16 mode. The shadow table is also touched by the communication
+     * thread (note_write), hence the mutex; everything else is the owner's. */
+    int bf16;
+    uint64_t sr_seed, sr_stream;
+    pthread_mutex_t shd_mu;
+    struct shadow *shd;
+    size_t n_shd, cap_shd;
+    /* adamw_multi's span table: on the device (ends, then decay flags,
+     * AW_CAP each, allocated with the backend), the host copy of what is
+     * there (uploaded again only when a call's table differs), and the
+     * incoming table. */
+    uint64_t *aw_dev_ends;
+    uint32_t *aw_dev_decay;
+    size_t aw_n;
+    uint64_t aw_ends[AW_CAP], aw_new_ends[AW_CAP];
+    uint32_t aw_decay[AW_CAP], aw_new_decay[AW_CAP];
+};
+
+static inline struct gpt_cuda_backend *cu(struct gpt_backend *be)
+{
+    return (struct gpt_cuda_backend *)be;
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+static inline void cu_record(struct gpt_cuda_backend *cb, const char *what, const char *detail)
+{
+    if (cb->err_code)
+        return;
+    cb->err_code = -GPT_E_CUDA;
+    snprintf(cb->err_msg, sizeof(cb->err_msg), "%s: %s", what, detail);
+}
+
+/* Checks the launches just enqueued; records the first failure. */
+static inline void cu_check(struct gpt_cuda_backend *cb, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        cu_record(cb, what, cudaGetErrorString(e));
+}
+
+static inline void cu_check_blas(struct gpt_cuda_backend *cb, cublasStatus_t st, const char *what)
+{
+    if (st != CUBLAS_STATUS_SUCCESS)
+        cu_record(cb, what, cublasGetStatusString(st));
+}
+
+/* Turns a runtime error of a fallible slot into a return code, clearing
+ * the runtime's last-error so it is not blamed on the next launch. */
+static inline int cu_ret(struct gpt_cuda_backend *cb, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    cu_record(cb, what, cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -GPT_E_CUDA;
+}
+
+/* Every entry point makes the backend's device current for this thread
+ * (cheap; a worker may have touched another device in between). */
+static inline void cu_enter(struct gpt_cuda_backend *cb)
+{
+    cudaError_t e = cudaSetDevice(cb->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cu_record(cb, "cudaSetDevice", cudaGetErrorString(e));
+    }
+}
+
+/* --- cuda_shadow.cu: the bf16 shadow cache ------------------------------ */
+
+/* Frees every shadow overlapping the bytes [p, p + bytes). */
+void cu_shd_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
+/* An op writes the bytes [p, p + bytes) without a bf16 copy: the shadows
+ * covering them become stale there. */
+void cu_shd_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
+/* An op writes the floats [p, p + n): where to write their bf16 copy
+ * (NULL when no shadow holds them or not in bf16 mode), marking the
+ * shadows accordingly; *ret_index (optional) gets p's element offset in
+ * that shadow. */
+uint16_t *cu_shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *ret_index);
+/* A current bf16 view of the floats [p, p + n) for a reader, converting
+ * on a miss and creating the allocation's shadow at its first read; NULL
+ * when no tracked allocation holds them or the shadow cannot be allocated
+ * (the caller then uses the fp32 data). Owner thread. */
+const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n);
+/* Frees every shadow; cb->shd_mu held. */
+void cu_shd_free_all_locked(struct gpt_cuda_backend *cb);
+
+/* --- cuda_matmul.cu: the products (ops slots of the vtable) -------------- */
+
+void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp, const float *weight,
+                         const float *bias, size_t N, size_t C, size_t OC);
+void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight, size_t N,
+                          size_t C, size_t OC);
+void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre, const float *inp,
+                              const float *weight, const float *bias, size_t N, size_t C,
+                              size_t OC);
+void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *pre_gelu, size_t N, size_t C, size_t OC);
+/* Row-major, strided-batched fp32 C(M,N) = alpha op(A) op(B) + beta C
+ * (cuBLAS SGEMM; attention's GEMM path). */
+void cu_gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N, int K, float alpha,
+                const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                float beta, float *C, int ldc, long long sc, int batch);
+/* cuda_backend.cu's GELU wrappers (the fused products' fallback). */
+void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n);
+void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
+                        size_t n);
 
 /* --- cuda_kernels.cu ---------------------------------------------------- */
 
@@ -35,10 +206,17 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const float *weight, const float *bias, size_t N,
                            size_t C);
-/* `scratch` holds `scratch_floats` floats for the two-pass parameter
- * gradient sums. */
-void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight,
+/* res = a + b (res may alias a or b), then layernorm_forward of res. */
+void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint16_t *out_bf,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, size_t N, size_t C);
+/* `scratch` holds `scratch_floats` floats for the parameter gradients'
+ * partial sums. One pass over dout and inp when gpt_cuda_plan_lnb_blocks
+ * allows (then two tiny kernels add the blocks' partials), else a row
+ * kernel and the two-pass column sums. dinp_bf as above (of the
+ * accumulated dinp). */
+void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
+                            float *dbias, const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, size_t N, size_t C,
                             float *scratch, size_t scratch_floats);
 /* out[n, :] = bias for every row n. */
@@ -55,8 +233,13 @@ void cuk_gelu_forward(cudaStream_t s, float *out, uint16_t *out_bf, const float 
 void cuk_gelu_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, const float *inp,
                        const float *dout, size_t n);
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
-void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
-                      size_t V, size_t Vp, float dscale, int write_dlogits);
+/* The fused classifier: per row one online max/sum pass over the first V
+ * logits, the loss, then (write_dlogits) dlogits in place over all Vp
+ * columns, and their bf16 copy in dlogits_bf when it is non-NULL (the
+ * operand the head's backward products read: no conversion pass). */
+void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
+                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                      int write_dlogits);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
  * gpt_bf16_sr_bits(seed, stream, index0 + i). */
@@ -64,6 +247,14 @@ void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
                uint64_t stream, uint64_t index0);
+/* cuk_adamw over a run of n contiguous elements made of n_spans spans
+ * (gpt_cuda_adamw_table's device copy: ends, decay flags), each decayed
+ * with weight_decay or not by its flag; one launch. */
+void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
+                     float *m, float *v, size_t n, const uint64_t *ends,
+                     const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
+                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 void cuk_scale(cudaStream_t s, float *x, float sc, size_t n);

@@ -196,6 +196,57 @@ __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *me
     }
 }
 
+/* res = a + b, then LayerNorm of res: one warp per row, like
+ * layernorm_forward_kernel; the row is written by its own lanes and read
+ * back by the same lanes (lane l owns columns l, l + 32, ...), so no
+ * barrier is needed. res may alias a or b (each element read once before
+ * it is written). */
+__global__ void residual_layernorm_forward_kernel(float *res, float *out, uint16_t *out_bf,
+                                                  float *mean, float *rstd, const float *a,
+                                                  const float *b, const float *weight,
+                                                  const float *bias, size_t N, size_t C)
+{
+    int lane = threadIdx.x % WARP;
+    size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
+    for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
+         r += warps) {
+        float *x = res + r * C;
+        float sum = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float v = a[r * C + c] + b[r * C + c];
+            x[c] = v;
+            sum += v;
+        }
+        float mu = warp_sum(sum) / (float)C;
+        float var = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float d = x[c] - mu;
+            var += d * d;
+        }
+        float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
+        float *o = out + r * C;
+        for (size_t c = lane; c < C; c += WARP) {
+            float y = (x[c] - mu) * rs * weight[c] + bias[c];
+            o[c] = y;
+            if (out_bf)
+                out_bf[r * C + c] = gpt_bf16_from_float_rne(y);
+        }
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+    }
+}
+
+void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint16_t *out_bf,
+                                    float *mean, float *rstd, const float *a, const float *b,
+                                    const float *weight, const float *bias, size_t N, size_t C)
+{
+    residual_layernorm_forward_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
+                                        s>>>(res, out, out_bf, mean, rstd, a, b, weight, bias, N,
+                                             C);
+}
+
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const float *weight, const float *bias, size_t N,
                            size_t C)
@@ -204,10 +255,12 @@ void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *
         out, out_bf, mean, rstd, inp, weight, bias, N, C);
 }
 
-/* dinp += for each row (one warp per row). */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *weight, const float *mean,
-                                               const float *rstd, size_t N, size_t C)
+/* dinp += for each row (one warp per row); the fallback of the fused
+ * kernel below for rows too wide for its shared memory. */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, const float *dout,
+                                               const float *inp, const float *weight,
+                                               const float *mean, const float *rstd, size_t N,
+                                               size_t C)
 {
     int lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
@@ -226,8 +279,71 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, c
         float *di = dinp + r * C;
         for (size_t c = lane; c < C; c += WARP) {
             float norm = (x[c] - mu) * rs;
-            di[c] += rs * (weight[c] * d[c] - m1 - norm * m2);
+            float v = di[c] + rs * (weight[c] * d[c] - m1 - norm * m2);
+            di[c] = v;
+            if (dinp_bf)
+                dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
         }
+    }
+}
+
+/* Single-pass LayerNorm backward (llm.c-style): one read of dout and inp
+ * gives dinp (accumulated, plus its optional bf16 copy) and the parameter
+ * gradients. Block b owns rows [b * rows_per, min(N, (b + 1) * rows_per));
+ * warp w of it takes rows r0 + w, r0 + w + W, ... in order and adds each
+ * row's dweight/dbias terms into its OWN shared arrays (lane l owns
+ * columns l, l + 32, ...: no two threads touch one slot, no atomics).
+ * Then the block sums its W warps in warp order per column and writes the
+ * sums to part_w[b * C + c] and part_b[b * C + c]; colsum_pass2_kernel
+ * adds the blocks in block order. Every sum has a fixed order that depends
+ * only on (N, C) and the plan (gpt_cuda_plan_lnb_blocks): deterministic.
+ * Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C floats. */
+__global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, float *part_w,
+                                                float *part_b, const float *dout, const float *inp,
+                                                const float *weight, const float *mean,
+                                                const float *rstd, size_t N, size_t C,
+                                                size_t rows_per)
+{
+    extern __shared__ float lnb_sh[]; /* [warp][0..C) dweight, [warp][C..2C) dbias */
+    const unsigned W = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float *sw = lnb_sh + (size_t)w * 2 * C, *sb = sw + C;
+    for (size_t c = lane; c < C; c += WARP) {
+        sw[c] = 0.0f;
+        sb[c] = 0.0f;
+    }
+    size_t r0 = (size_t)blockIdx.x * rows_per;
+    size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
+    for (size_t r = r0 + w; r < r1; r += W) {
+        const float *x = inp + r * C, *d = dout + r * C;
+        float mu = mean[r], rs = rstd[r];
+        float m1 = 0.0f, m2 = 0.0f;
+        for (size_t c = lane; c < C; c += WARP) {
+            float dn = weight[c] * d[c];
+            m1 += dn;
+            m2 += dn * (x[c] - mu) * rs;
+        }
+        m1 = warp_sum(m1) / (float)C;
+        m2 = warp_sum(m2) / (float)C;
+        float *di = dinp + r * C;
+        for (size_t c = lane; c < C; c += WARP) {
+            float norm = (x[c] - mu) * rs;
+            float v = di[c] + rs * (weight[c] * d[c] - m1 - norm * m2);
+            di[c] = v;
+            if (dinp_bf)
+                dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
+            sw[c] += d[c] * norm; /* this lane's own slot */
+            sb[c] += d[c];
+        }
+    }
+    __syncthreads();
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float aw = 0.0f, ab = 0.0f;
+        for (unsigned k = 0; k < W; k++) { /* warp order */
+            aw += lnb_sh[(size_t)k * 2 * C + c];
+            ab += lnb_sh[(size_t)k * 2 * C + C + c];
+        }
+        part_w[(size_t)blockIdx.x * C + c] = aw;
+        part_b[(size_t)blockIdx.x * C + c] = ab;
     }
 }
 
@@ -290,13 +406,25 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
     }
 }
 
-void cuk_layernorm_backward(cudaStream_t s, float *dinp, float *dweight, float *dbias,
-                            const float *dout, const float *inp, const float *weight,
+void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
+                            float *dbias, const float *dout, const float *inp, const float *weight,
                             const float *mean, const float *rstd, size_t N, size_t C,
                             float *scratch, size_t scratch_floats)
 {
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
+    if (blocks > 0) {
+        /* Single pass, then the blocks' partial sums added in order. */
+        size_t rows_per = (N + blocks - 1) / blocks;
+        float *pw = scratch, *pb = scratch + (size_t)blocks * C;
+        layernorm_backward_fused_kernel<<<blocks, GPT_CUDA_LNB_WARPS * WARP,
+                                          GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float), s>>>(
+            dinp, dinp_bf, pw, pb, dout, inp, weight, mean, rstd, N, C, rows_per);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks);
+        return;
+    }
     layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
-                                     s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+                                     s>>>(dinp, dinp_bf, dout, inp, weight, mean, rstd, N, C);
     unsigned splits = gpt_cuda_plan_colsum_splits(N, C, scratch_floats / 2);
     dim3 grid((unsigned)((C + WARP - 1) / WARP), splits);
     dim3 block(WARP, COLSUM_ROWS_Y);
@@ -516,6 +644,46 @@ void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *
         sqrtf(bc2), grad_scale, seed, stream, index0);
 }
 
+/* AdamW over a run of contiguous spans in one launch: element i of the
+ * run belongs to span gpt_cuda_span_of(ends, n_spans, i) (the same binary
+ * search the unit test checks), which says whether it decays; otherwise
+ * exactly adamw_kernel's arithmetic. */
+__global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
+                                   float *v, size_t n, const uint64_t *ends,
+                                   const uint32_t *decay_flags, size_t n_spans, float beta1,
+                                   float beta2, float eps, float decay, float step_size,
+                                   float bc2_sqrt, float grad_scale, uint64_t seed,
+                                   uint64_t stream, uint64_t index0)
+{
+    GRID_LOOP(i, n)
+    {
+        size_t sp = gpt_cuda_span_of(ends, n_spans, (uint64_t)i);
+        float dk = decay_flags[sp] ? decay : 1.0f;
+        float g = grads[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        float p = params[i] * dk - step_size * mi / denom;
+        params[i] = p;
+        if (params_bf)
+            params_bf[i] =
+                gpt_bf16_from_float_sr(p, gpt_bf16_sr_bits(seed, stream, index0 + (uint64_t)i));
+    }
+}
+
+void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
+                     float *m, float *v, size_t n, const uint64_t *ends,
+                     const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
+                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0)
+{
+    adamw_multi_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
+        params, params_bf, grads, m, v, n, ends, decay_flags, n_spans, beta1, beta2, eps,
+        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, seed, stream, index0);
+}
+
 /* ---- fused softmax + cross-entropy ---------------------------------------- */
 
 /* Block-wide online-softmax reduction; every thread gets the result. */
@@ -537,16 +705,22 @@ __device__ void block_online(float &m, float &s)
 /* One block per row n: online max/sum over the first V columns, the loss
  * from the target logit (read before any write), then optionally dlogits
  * in place. Ignored rows (target < 0) get loss 0 and a zero row. */
-__global__ void softmax_xent_kernel(float *logits, float *losses, const int *targets, size_t V,
-                                    size_t Vp, float dscale, int write)
+__global__ void softmax_xent_kernel(float *logits, uint16_t *dlogits_bf, float *losses,
+                                    const int *targets, size_t V, size_t Vp, float dscale,
+                                    int write)
 {
     size_t n = blockIdx.x;
     float *row = logits + n * Vp;
+    /* The bf16 copy of row n (same element offsets), or NULL. */
+    uint16_t *row_bf = dlogits_bf ? dlogits_bf + n * Vp : NULL;
     int t = targets[n];
     if (t < 0) {
         if (write)
-            for (size_t j = threadIdx.x; j < Vp; j += blockDim.x)
+            for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
                 row[j] = 0.0f;
+                if (row_bf)
+                    row_bf[j] = 0; /* bf16 +0 */
+            }
         if (losses && threadIdx.x == 0)
             losses[n] = 0.0f;
         return;
@@ -575,16 +749,19 @@ __global__ void softmax_xent_kernel(float *logits, float *losses, const int *tar
         if (j < V)
             d = expf(row[j] - m) * k - (j == (size_t)t ? dscale : 0.0f);
         row[j] = d;
+        if (row_bf)
+            row_bf[j] = gpt_bf16_from_float_rne(d);
     }
 }
 
-void cuk_softmax_xent(cudaStream_t s, float *logits, float *losses, const int *targets, size_t N,
-                      size_t V, size_t Vp, float dscale, int write_dlogits)
+void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
+                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                      int write_dlogits)
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
-    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(logits, losses, targets, V, Vp, dscale,
-                                                             write_dlogits);
+    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(
+        logits, write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits);
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */

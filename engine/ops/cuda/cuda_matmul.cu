@@ -1,0 +1,349 @@
+/*
+ * cuda_matmul: the CUDA backend's matrix products. cuBLASLt with what it
+ * can fuse as an epilogue (bias; the bias gradient, BGRADB; GELU with its
+ * pre-activation as aux, and the GELU gradient, DGELU) when every pointer
+ * is 16-byte aligned and a heuristic algorithm exists (cached per shape,
+ * refusals too), else plain cuBLAS (SGEMM, or GemmEx for bf16) with the
+ * separate kernels. Row-major products are computed as column-major ones
+ * on the transposes. In bf16 mode the operands come from the shadows
+ * (cuda_shadow.cu), accumulation and outputs stay fp32.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_impl.h"
+
+
+/* Largest power of two (<= 256) dividing both the address and the byte
+ * leading dimension: what cuBLASLt may assume about every column. */
+static int cu_align(const void *p, size_t ld_bytes)
+{
+    uintptr_t a = (uintptr_t)p | (uintptr_t)ld_bytes | 256u;
+    return (int)(a & (~a + 1));
+}
+
+/* What cuBLASLt fuses into a product (column-major D of m rows, n
+ * columns). kind:
+ *  - CUBLASLT_EPILOGUE_DEFAULT: nothing;
+ *  - CUBLASLT_EPILOGUE_BIAS: D += bias over rows (bias: m floats, read);
+ *  - CUBLASLT_EPILOGUE_BGRADB: bgrad[j] = sum over k of op(B)[k, j], the
+ *    bias gradient in the same pass (n floats, WRITTEN, not accumulated);
+ *  - CUBLASLT_EPILOGUE_GELU_AUX_BIAS: aux = A op B + bias (the pre-GELU
+ *    values, fp32, leading dimension ldaux), D = gelu_tanh(aux);
+ *  - CUBLASLT_EPILOGUE_DGELU: D = (A op B) * gelu'(aux), aux as written
+ *    by GELU_AUX_BIAS. */
+struct lt_epi {
+    cublasLtEpilogue_t kind;
+    const float *bias;
+    float *bgrad;
+    const float *aux;
+    int ldaux;
+};
+
+static const struct lt_epi lt_none = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL, 0};
+
+/* Column-major D = A op B (with the epilogue e) + beta D with cuBLASLt; A
+ * and B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D, bias, bias
+ * gradient and aux fp32, and the accumulation is fp32 (TF32 tensor cores
+ * for fp32 inputs when allowed). Returns 0 when done, 1 when no algorithm
+ * fits or cuBLASLt refuses the epilogue (the caller falls back; a refusal
+ * is cached, so the next call falls back at once). */
+static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                     const void *B, int ldb, float *D, int ldd, float beta, const struct lt_epi *e)
+{
+    size_t es = ab == CUDA_R_16BF ? 2 : 4;
+    int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
+    int al_d = cu_align(D, (size_t)ldd * 4);
+    if (!e)
+        e = &lt_none;
+    const float *epi_vec = e->bias ? e->bias : e->bgrad;
+    if (al_a < 16 || al_b < 16 || al_d < 16 || (epi_vec && cu_align(epi_vec, 0) < 16) ||
+        (e->aux && cu_align(e->aux, (size_t)e->ldaux * 4) < 16))
+        return 1;
+    int key[LT_KEY_INTS] = {(int)ta, (int)tb,      m,        n,       k,   lda, ldb, ldd,
+                            al_a,    al_b,         al_d,     (int)e->kind, beta != 0.0f,
+                            cb->tf32, (int)ab,     e->ldaux};
+    cublasComputeType_t ct =
+        ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    struct lt_cache_ent *hit = NULL;
+    int ret = 1;
+    for (int i = 0; i < LT_CACHE_SIZE && !hit; i++)
+        if (cb->cache[i].valid && memcmp(cb->cache[i].key, key, sizeof(key)) == 0)
+            hit = &cb->cache[i];
+    if (hit && hit->valid == LT_REFUSED)
+        return 1;
+    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    if (e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
+        cublasLtEpilogue_t epi = e->kind;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+    }
+    if (epi_vec) {
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_vec,
+                                       sizeof(epi_vec));
+        cudaDataType_t bt = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+    }
+    if (e->aux) {
+        /* The aux type is left at its default, D's (fp32). */
+        int64_t ldaux = e->ldaux;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
+                                       sizeof(e->aux));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
+                                       sizeof(ldaux));
+    }
+    if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
+                                   lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
+                                   ldb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    if (!hit) {
+        hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
+        hit->valid = LT_REFUSED; /* until an algorithm is found */
+        memcpy(hit->key, key, sizeof(key));
+        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+            goto out;
+        size_t wsb = LT_WORKSPACE_BYTES;
+        uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
+                                             sizeof(wsb));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                             &u_a, sizeof(u_a));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                             &u_b, sizeof(u_b));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &u_d, sizeof(u_d));
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &u_d, sizeof(u_d));
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        st = cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
+        if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+            goto out;
+        hit->valid = LT_USABLE;
+        hit->algo = res.algo;
+    }
+    {
+        float alpha = 1.0f;
+        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
+                            cb->ws, LT_WORKSPACE_BYTES, cb->compute);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED && e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
+            hit->valid = LT_REFUSED; /* nothing was enqueued: fall back */
+            goto out;
+        }
+        cu_check_blas(cb, st, "cublasLtMatmul");
+        ret = 0;
+    }
+out:
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ld)
+        cublasLtMatrixLayoutDestroy(ld);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (desc)
+        cublasLtMatmulDescDestroy(desc);
+    return ret;
+}
+
+/* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
+ * computed as the column-major C^T = op(B)^T op(A)^T. */
+void cu_gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                    float beta, float *C, int ldc, long long sc, int batch)
+{
+    cublasStatus_t st = cublasSgemmStridedBatched(cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                                  B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
+    cu_check_blas(cb, st, "cublasSgemmStridedBatched");
+}
+
+/* Column-major D (m, n) = op(A) op(B) (+ bias over rows) + beta D with bf16
+ * A and B and fp32 D and accumulation: cuBLASLt, else cublasGemmEx with
+ * the bias broadcast first. */
+static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
+                      int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                      float *D, int ldd, float beta, const float *bias)
+{
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
+    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, &e) == 0)
+        return;
+    if (bias) {
+        cuk_bias_broadcast(cb->compute, D, bias, (size_t)n, (size_t)m);
+        cu_check(cb, "bias_broadcast");
+        beta = 1.0f;
+    }
+    float alpha = 1.0f;
+    cu_check_blas(cb,
+                  cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
+                               CUDA_R_16BF, ldb, &beta, D, CUDA_R_32F, ldd, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT),
+                  "cublasGemmEx bf16");
+}
+
+void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
+                                const float *weight, const float *bias, size_t N, size_t C,
+                                size_t OC)
+{
+    /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: column-major
+     * out^T (OC,N) = W^T^T ... i.e. m = OC, n = N, k = C, A = weight (T). */
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    if (cb->bf16) {
+        const uint16_t *wb = cu_shd_in(cb, weight, OC * C), *ib = cu_shd_in(cb, inp, N * C);
+        cu_shd_wrote(cb, out, N * OC * sizeof(float));
+        if (wb && ib) {
+            gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
+            return;
+        }
+    }
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
+    if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m,
+                  0.0f, &e) == 0)
+        return;
+    float beta = 0.0f;
+    if (bias) {
+        cuk_bias_broadcast(cb->compute, out, bias, N, OC);
+        cu_check(cb, "bias_broadcast");
+        beta = 1.0f;
+    }
+    cu_gemm_rm(cb, false, true, n, m, k, 1.0f, inp, k, 0, weight, k, 0, beta, out, m, 0, 1);
+}
+
+void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                 const float *dout, const float *inp, const float *weight, size_t N,
+                                 size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int n = (int)N, c = (int)C, oc = (int)OC;
+    const uint16_t *wb = NULL, *db = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = dinp ? cu_shd_in(cb, weight, OC * C) : NULL;
+        db = cu_shd_in(cb, dout, N * OC);
+        ib = cu_shd_in(cb, inp, N * C);
+        if (dinp)
+            cu_shd_wrote(cb, dinp, N * C * sizeof(float));
+        cu_shd_wrote(cb, dweight, OC * C * sizeof(float));
+        if (dbias)
+            cu_shd_wrote(cb, dbias, OC * sizeof(float));
+    }
+    /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
+    if (dinp && wb && db)
+        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, c, 0.0f, NULL);
+    else if (dinp && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout,
+                               oc, dinp, c, 0.0f, NULL))
+        cu_gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
+    /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C): column-major D (c, oc)
+     * = A (c, N) B^T with A = inp, B = dout (oc, N), k = N. With a bias,
+     * the BGRADB epilogue sums op(B) = dout^T over k in the same pass:
+     * bgrad[j] = sum_n dout[n, j], dbias's increment. It writes, and dbias
+     * accumulates, so it goes to scratch and is added after. */
+    struct lt_epi bg = {CUBLASLT_EPILOGUE_BGRADB, NULL, cb->scratch, NULL, 0};
+    const struct lt_epi *e = dbias && OC <= SCRATCH_FLOATS ? &bg : NULL;
+    int summed = 0;
+    if (ib && db) {
+        summed = e && lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc,
+                                dweight, c, 1.0f, e) == 0;
+        if (!summed)
+            gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
+    } else {
+        summed = e && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
+                                oc, dweight, c, 1.0f, e) == 0;
+        if (!summed && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
+                                 oc, dweight, c, 1.0f, NULL))
+            cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0,
+                    1);
+    }
+    if (dbias && summed) {
+        cuk_residual_forward(cb->compute, dbias, dbias, cb->scratch, OC); /* dbias += bgrad */
+        cu_check(cb, "matmul_backward dbias add");
+    } else if (dbias) {
+        cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
+        cu_check(cb, "matmul_backward dbias");
+    }
+}
+
+/* ---- products fused with the GELU (cuBLASLt epilogues) ----------------------- */
+
+/* pre = inp @ weight^T + bias and out = gelu(pre) in the product's own
+ * pass (GELU_AUX_BIAS: pre is the epilogue's aux output, column-major
+ * (OC, N) with ld OC, i.e. row-major (N, OC)). Falls back to the separate
+ * product and GELU kernel where cuBLASLt refuses. */
+void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
+                                     const float *inp, const float *weight, const float *bias,
+                                     size_t N, size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
+                       NULL, pre, m};
+    const uint16_t *wb = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = cu_shd_in(cb, weight, OC * C);
+        ib = cu_shd_in(cb, inp, N * C);
+    }
+    int done;
+    if (wb && ib)
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m,
+                         0.0f, &e) == 0;
+    else
+        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out,
+                         m, 0.0f, &e) == 0;
+    if (!done) {
+        cuda_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
+        cuda_gelu_forward(be, out, pre, N * OC);
+        return;
+    }
+    cu_shd_wrote(cb, out, N * OC * sizeof(float));
+    cu_shd_wrote(cb, pre, N * OC * sizeof(float));
+}
+
+/* matmul_backward whose dinp is multiplied by gelu'(pre_gelu): the DGELU
+ * epilogue on the dinp product (column-major D (C, N) = W (C, OC) dout^T,
+ * aux = pre_gelu with ld C), then the weight and bias gradients as
+ * matmul_backward computes them. Falls back to the separate ops where
+ * cuBLASLt refuses. */
+void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
+                                       float *dbias, const float *dout, const float *inp,
+                                       const float *weight, const float *pre_gelu, size_t N,
+                                       size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int n = (int)N, c = (int)C, oc = (int)OC;
+    struct lt_epi e = {CUBLASLT_EPILOGUE_DGELU, NULL, NULL, pre_gelu, c};
+    const uint16_t *wb = NULL, *db = NULL;
+    if (cb->bf16) {
+        wb = cu_shd_in(cb, weight, OC * C);
+        db = cu_shd_in(cb, dout, N * OC);
+    }
+    int done;
+    if (wb && db)
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp,
+                         c, 0.0f, &e) == 0;
+    else
+        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc,
+                         dinp, c, 0.0f, &e) == 0;
+    if (!done) {
+        cuda_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        cuda_gelu_backward(be, dinp, pre_gelu, dinp, N * C);
+        return;
+    }
+    cu_shd_wrote(cb, dinp, N * C * sizeof(float));
+    cuda_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
