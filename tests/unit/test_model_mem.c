@@ -102,7 +102,8 @@ static void test_gpu_flash(void **state)
     /* T <= head size: the GEMM path's full buffers */
     check_gpu_shape(1, 2, 64, 16, 10, 2);
     /* GPT-2 124M, B=16 (the device part of the estimate, no allocation) */
-    struct gpt_model_config cfg = {12, 12, 768, 1024, 50257};
+    struct gpt_model_config cfg = {
+        .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257};
     struct gpt_model_mem gpu;
     gpt_model_mem_estimate(&cfg, 16, GPT_SHARD_NONE, 1, 1, 1, &gpu);
     printf("124M B=16 bf16 on a GPU: device %.2f GiB, acts %.2f GiB, shadows %.2f GiB\n",
