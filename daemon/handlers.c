@@ -154,6 +154,10 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
 static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
                             const struct gpt_ctl_request *req, struct gpt_err *err)
 {
+    if (req->sweep) /* the cluster's submit message has no sweep field yet */
+        return gpt_err_set(err, -EOPNOTSUPP, "sweep",
+                           "a member does not forward sweeps yet: run gptctl submit -m on the"
+                           " coordinator's host");
     struct gpt_job *job = malloc(sizeof(*job));
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
