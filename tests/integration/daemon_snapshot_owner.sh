@@ -80,7 +80,7 @@ echo "user $U: $out"
 
 # --- every snapshot corrupt: the resume fails loudly, nothing is used.
 for f in "$T"/shared/snap-*.gpts; do truncate -s 600 "$f"; done
-"$GPTCTL" resume "$a" >/dev/null
+"$GPTCTL" resume "$a" trainer.max_steps=1000 >/dev/null
 wait_for 60 job_is "$a" failed
 err=$(job_field "$a" error)
 [[ $err == *"no valid snapshot to resume from in $T/shared"* ]] || fail "resume error: $err"

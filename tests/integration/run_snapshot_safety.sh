@@ -108,6 +108,6 @@ set +e
 rc=$?
 set -e
 [[ $rc -ne 0 ]] && grep -q "no owner recorded" "$T/old.err" || fail "old folder: $(cat "$T/old.err")"
-"$GPTD" run "$JOB" --json --snapshot-dir "$T/old" trainer.max_steps=40 --resume >"$T/old.log" ||
+"$GPTD" run "$JOB" --json --snapshot-dir "$T/old" trainer.max_steps=50 --resume >"$T/old.log" ||
     fail "--resume did not adopt a folder without a marker"
 echo "run_snapshot_safety: ok"
