@@ -33,6 +33,10 @@
 #include "log.h"
 #include "store_server_impl.h"
 
+/* listen(2)'s backlog: thousands of nodes connect at once when a cluster
+ * starts (the kernel caps it at net.core.somaxconn). */
+#define STORE_SERVER_BACKLOG 65535
+
 struct write_req {
     uv_write_t req;
     struct client *client;
@@ -67,6 +71,8 @@ static void server_maybe_finish(struct store_server *s)
     if (!s->closing || s->open_handles > 0)
         return;
     store_table_done(&s->table);
+    store_server_watches_done(s);
+    store_server_hb_done(s);
     OPENSSL_cleanse(s->secret, s->opts.secret_len);
     free(s->secret);
     pthread_mutex_destroy(&s->st_lock);
@@ -121,7 +127,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     struct proto_store_out *o = &c->out;
     uint64_t h = m->key ? store_table_hash(m->key, m->key_len) : 0;
     struct store_entry *e = m->key ? store_table_find(&s->table, m->key, m->key_len, h) : NULL;
-    bool created = false;
+    bool created = false, changed = false, deleted = false;
     int64_t num;
     char text[24];
     int rc = 0;
@@ -140,6 +146,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             created = true;
         }
         rc = store_table_store(&s->table, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+        changed = rc == 0;
         if (rc == 0)
             rc = proto_store_put_ok(o);
         break;
@@ -165,6 +172,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         }
         snprintf(text, sizeof(text), "%" PRId64, num);
         rc = store_table_store(&s->table, e, text, strlen(text), false);
+        changed = rc == 0;
         if (rc == 0)
             rc = proto_store_put_int(o, num);
         break;
@@ -180,8 +188,10 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
                 break;
             created = true;
             rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
+            changed = rc == 0;
         } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
             rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
+            changed = rc == 0;
         }
         if (rc == 0)
             rc = proto_store_put_value(o, e->val, e->val_len);
@@ -196,9 +206,22 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         rc = proto_store_put_int(o, keys_all_exist(s, m));
         break;
     case PROTO_STORE_DELETE:
-        if (e)
+        if (e) {
             store_table_remove(&s->table, e);
-        rc = proto_store_put_int(o, e ? 1 : 0);
+            s->rev++;
+            deleted = true;
+        }
+        rc = proto_store_put_int(o, deleted ? 1 : 0);
+        e = NULL;
+        break;
+    case PROTO_STORE_WATCH:
+        rc = store_server_watch_start(c, m, ret_why);
+        break;
+    case PROTO_STORE_HEARTBEAT:
+        if ((rc = store_server_hb_put(s, m->key, m->key_len, m->val, m->val_len)) == 0)
+            rc = proto_store_put_ok(o);
+        else if (rc == -GPT_E_LIMIT)
+            *ret_why = "heartbeat table full (nodes or bytes)";
         break;
     case PROTO_STORE_NUM_KEYS:
         rc = proto_store_put_int(o, (int64_t)s->table.keys);
@@ -206,10 +229,19 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     default:
         GPT_ASSERT(0);
     }
-    if (rc < 0 && created)
+    if (rc < 0 && created) {
         store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
-    else if (created)
+        e = NULL;
+        changed = false;
+    } else if (created) {
         store_server_key_created(s, m->key, m->key_len, h);
+    }
+    if (changed) {
+        e->version = ++s->rev;
+        store_server_key_changed(s, m->key, m->key_len, h, e);
+    } else if (deleted) {
+        store_server_key_changed(s, m->key, m->key_len, h, NULL);
+    }
     if (rc == -GPT_E_LIMIT && !*ret_why)
         *ret_why = "store limit reached (keys or bytes)";
     return rc;
@@ -291,6 +323,7 @@ void store_server_client_close(struct client *c, const char *why)
         ST_ADD(s, auth_failures, 1);
     if (c->wait)
         store_server_wait_finish(c->wait);
+    store_server_client_watches_end(c);
     if (link_linked(&c->resume_link))
         link_remove(&c->resume_link);
     link_remove(&c->link);
@@ -510,6 +543,7 @@ static void server_accept(uv_stream_t *listener, int status)
     c->srv = s;
     link_init(&c->link);
     link_init(&c->resume_link);
+    link_init(&c->watches);
     proto_store_parser_init(&c->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
     proto_store_out_init(&c->out);
     GPT_ASSERT(uv_tcp_init(s->loop, &c->tcp) == 0);
@@ -566,6 +600,12 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
         s->opts.max_clients = 1024;
     if (!s->opts.max_waits)
         s->opts.max_waits = 1024;
+    if (!s->opts.max_watches)
+        s->opts.max_watches = 262144;
+    if (!s->opts.max_client_watches)
+        s->opts.max_client_watches = 16;
+    if (!s->opts.max_heartbeats)
+        s->opts.max_heartbeats = 65536;
     if (!s->opts.out_high_bytes)
         s->opts.out_high_bytes = 8u << 20;
     if (!s->opts.handshake_timeout_ms)
@@ -586,6 +626,7 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
     link_init(&s->clients);
     link_init(&s->waits);
     link_init(&s->resume);
+    link_init(&s->hb_dirty);
     pthread_mutex_init(&s->st_lock, NULL);
     GPT_ASSERT(uv_tcp_init(loop, &s->listener) == 0);
     s->listener.data = s;
@@ -605,7 +646,7 @@ int store_server_start(struct store_server *s, const char *host, int port, int *
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
         return gpt_err_set(err, -EINVAL, NULL, "store: '%s' is not a numeric address", host);
     if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
-        (rc = uv_listen((uv_stream_t *)&s->listener, 511, server_accept)) < 0)
+        (rc = uv_listen((uv_stream_t *)&s->listener, STORE_SERVER_BACKLOG, server_accept)) < 0)
         return gpt_err_set(err, rc, NULL, "store: cannot listen on %s:%d: %s", host, port,
                            uv_strerror(rc));
     s->listening = true;
