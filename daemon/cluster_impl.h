@@ -67,8 +67,12 @@ struct cluster_inbox {
 /* The feed (cluster_feed.c). */
 struct cluster_feed {
     struct cluster_feed_hooks h;
-    /* as a member reads it */
-    double next_poll;
+    /* as a member reads it: the head watched, the chunks read in a chain */
+    bool watching;
+    uint64_t head_version;
+    bool pend; /* a head of another generation came while reading: next */
+    uint64_t pend_gen;
+    int64_t pend_head;
     bool inflight;
     uint64_t gen; /* the coordinator generation whose feed is read */
     bool gen_known;
@@ -79,6 +83,7 @@ struct cluster_feed {
     json_t *pending;
     uint64_t seq;
     int64_t chunk;
+    int64_t published_chunk; /* the head last set (-1: set it again) */
     double next_pub;
 };
 
@@ -114,10 +119,11 @@ struct cluster {
     bool lost_reported;
     double next_hb;
     bool hb_soon;
-    double next_poll;
-    bool poll_inflight;
-    char round_seen[96];
+    bool round_watch;     /* the watch of RDZV_KEY_CUR is parked */
+    uint64_t cur_version; /* the version of the round last seen (0: none) */
+    uint64_t cur_seq;     /* rounds seen: an older round's late answer is dropped */
     double next_nodes;
+    double nodes_wanted_until; /* a member reads RDZV_KEY_NODES until then */
     json_t *nodes_cache;
     struct cluster_outbox ob;
     int leave_state; /* 0, 1 queued, 2 in the append in flight */
@@ -168,7 +174,7 @@ void cluster_inbox_done(struct cluster *c);
 /* cluster_feed.c */
 /* Coordinator: publishes the pending records when it is time. */
 void cluster_feed_duty(struct cluster *c, double now);
-/* Member: polls the feed head when it is time. */
+/* Member: watches the feed head (parks the watch when none is). */
 void cluster_feed_poll(struct cluster *c, double now);
 void cluster_feed_disconnected(struct cluster *c);
 void cluster_feed_done(struct cluster *c);

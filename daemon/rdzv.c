@@ -52,6 +52,11 @@ struct rdzv_coord {
     struct rdzv_hooks h;
     struct rdzv_cnode *nodes;
     size_t n, cap;
+    /* node id -> index + 1 (0: empty), open addressing; nodes are never
+     * removed, so no tombstones. idx_cap is a power of two > 2 n. */
+    uint32_t *idx;
+    size_t idx_cap;
+    char close_why[160]; /* why the newest round closed (in the round JSON) */
 
     int phase;
     int64_t round;
@@ -113,16 +118,60 @@ static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, 
         c->h.event(c->h.ctx, c->job, kind, msg);
 }
 
+static uint64_t rdzv_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *id; id++) {
+        h ^= (uint8_t)*id;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The node table is looked up once per heartbeat: a hash index keeps that
+ * O(1) at tens of thousands of nodes. */
 static struct rdzv_cnode *rdzv_find(struct rdzv_coord *c, const char *id)
 {
+    if (!c->idx_cap)
+        return NULL;
+    for (size_t i = rdzv_hash(id) & (c->idx_cap - 1);; i = (i + 1) & (c->idx_cap - 1)) {
+        uint32_t v = c->idx[i];
+        if (!v)
+            return NULL;
+        if (strcmp(c->nodes[v - 1].id, id) == 0)
+            return &c->nodes[v - 1];
+    }
+}
+
+static void rdzv_index_put(struct rdzv_coord *c, size_t node)
+{
+    size_t i = rdzv_hash(c->nodes[node].id) & (c->idx_cap - 1);
+    while (c->idx[i])
+        i = (i + 1) & (c->idx_cap - 1);
+    c->idx[i] = (uint32_t)node + 1;
+}
+
+/* Makes room in the index for one more node: 0 or -ENOMEM. */
+static int rdzv_index_reserve(struct rdzv_coord *c)
+{
+    if (c->idx_cap > 2 * (c->n + 1))
+        return 0;
+    size_t cap = c->idx_cap ? c->idx_cap * 2 : 64;
+    uint32_t *idx = calloc(cap, sizeof(*idx));
+    if (!idx)
+        return -ENOMEM;
+    free(c->idx);
+    c->idx = idx;
+    c->idx_cap = cap;
     for (size_t i = 0; i < c->n; i++)
-        if (strcmp(c->nodes[i].id, id) == 0)
-            return &c->nodes[i];
-    return NULL;
+        rdzv_index_put(c, i);
+    return 0;
 }
 
 static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
 {
+    if (rdzv_index_reserve(c) < 0)
+        return NULL;
     if (c->n == c->cap) {
         if (c->cap >= RDZV_NODES_MAX)
             return NULL;
@@ -140,6 +189,7 @@ static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
     nd->snap_step = -1;
     nd->exit_round = -1;
     nd->round = -1;
+    rdzv_index_put(c, c->n - 1);
     return nd;
 }
 
@@ -207,14 +257,12 @@ static void rdzv_publish(struct rdzv_coord *c)
         return; /* republished on the next change; nodes keep polling */
     c->h.publish(c->h.ctx, RDZV_KEY_CUR, text);
     free(text);
-    char r[96];
-    snprintf(r, sizeof(r), "%" PRIx64 ":%" PRId64 ":%" PRIu64, c->gen, c->round, c->version);
-    c->h.publish(c->h.ctx, RDZV_KEY_ROUND, r);
 }
 
 static void rdzv_open_round(struct rdzv_coord *c, double now, bool snapshot, const char *why)
 {
     c->round++;
+    c->close_why[0] = '\0';
     c->phase = RDZV_FORMING;
     c->opened_at = now;
     c->stop_snapshot = snapshot;
@@ -259,8 +307,9 @@ static int rdzv_cmp_rank(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
-/* Closes the forming round with the joined nodes (at most nodes_max). */
-static void rdzv_close_round(struct rdzv_coord *c)
+/* Closes the forming round with the joined nodes (at most nodes_max);
+ * `why` says which rule closed it (in the event and the round JSON). */
+static void rdzv_close_round(struct rdzv_coord *c, const char *reason)
 {
     struct rdzv_cnode **j = malloc(c->n * sizeof(*j));
     if (!j)
@@ -308,6 +357,7 @@ static void rdzv_close_round(struct rdzv_coord *c)
                 (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", j[i]->id);
     }
     int64_t snap = nj ? j[0]->snap_step : -1;
+    snprintf(c->close_why, sizeof(c->close_why), "%s", reason);
     c->world = base;
     c->phase = RDZV_RUNNING;
     c->run_id = 0;
@@ -317,12 +367,12 @@ static void rdzv_close_round(struct rdzv_coord *c)
         c->h.world(c->h.ctx, c->job, c->world, (int)nj, &c->run_id);
     if (snap >= 0)
         rdzv_event(c, "world",
-                   "round %" PRId64 " closed: %zu node%s (%s), world size %d; resuming from the "
-                   "step %" PRId64 " snapshot on %s",
-                   c->round, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
+                   "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d; resuming from "
+                   "the step %" PRId64 " snapshot on %s",
+                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
     else
-        rdzv_event(c, "world", "round %" PRId64 " closed: %zu node%s (%s), world size %d", c->round,
-                   nj, nj == 1 ? "" : "s", names, c->world);
+        rdzv_event(c, "world", "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d",
+                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world);
     free(j);
     /* Assignments first: a node that sees the round closed reads its own. */
     rdzv_publish_world(c, prev);
@@ -431,6 +481,16 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
     }
 }
 
+bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)
+{
+    struct rdzv_cnode *nd = rdzv_find(c, node);
+    if (!nd || !nd->alive || nd->left)
+        return false;
+    if (now > nd->last_hb)
+        nd->last_hb = now;
+    return true;
+}
+
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
 {
     if (step > c->last_step)
@@ -492,6 +552,11 @@ void rdzv_coord_job_stop(struct rdzv_coord *c, double now)
     } else {
         rdzv_finish(c, GPT_TRAIN_STOPPED, c->last_step, NULL);
     }
+}
+
+size_t rdzv_coord_node_count(const struct rdzv_coord *c)
+{
+    return c->n;
 }
 
 int64_t rdzv_coord_job(const struct rdzv_coord *c)
@@ -584,7 +649,7 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
 
 static void rdzv_tick_forming(struct rdzv_coord *c, double now)
 {
-    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0;
+    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0, joining = 0;
     bool has_newest = c->want_snap < 0;
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
@@ -593,8 +658,13 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         if (nd->joined_round == c->round) {
             joined++;
             has_newest |= nd->snap_step >= c->want_snap;
-        } else if (nd->prev_member)
+            continue;
+        }
+        if (nd->prev_member)
             pending_prev++;
+        else if (nd->gen == c->gen && nd->round == c->round && nd->job == c->job &&
+                 strcmp(nd->state, "joining") == 0)
+            joining++;
     }
     double age = now - c->opened_at;
     /* A coordinator that just started gives the nodes one last call to
@@ -610,15 +680,33 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         rdzv_publish(c);
         return;
     }
-    if (pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S)
+    bool timed_out = pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S;
+    if (timed_out)
         pending_prev = 0;
     /* Resuming from an older snapshot than one the job recorded would redo
      * steps (and their metrics): give its holders time to come back. */
     if (!has_newest && age < RDZV_SNAP_WAIT_S && joined < c->nodes_max)
         return;
-    if (joined >= c->nodes_max || (joined >= c->nodes_min && pending_prev == 0 &&
-                                   (joined == alive || age >= c->o.last_call_s)))
-        rdzv_close_round(c);
+    char why[160];
+    if (joined >= c->nodes_max) {
+        snprintf(why, sizeof(why), "max: %d of %d nodes joined", joined, c->nodes_max);
+    } else if (joined < c->nodes_min || pending_prev > 0) {
+        return; /* never short of min, nor without the previous world's members */
+    } else if (joined == alive) {
+        snprintf(why, sizeof(why), "every alive node joined: %d (min %d, max %d)", joined,
+                 c->nodes_min, c->nodes_max);
+    } else if (age >= c->o.last_call_s) {
+        /* Nodes that already answer for this round (scanning their
+         * snapshots before they join) are still coming: wait for them,
+         * up to the join time-out. */
+        if (joining > 0 && age < RDZV_JOIN_TIMEOUT_S)
+            return;
+        snprintf(why, sizeof(why), "last call after %.1f s: %d of %d alive joined (min %d)%s", age,
+                 joined, alive, c->nodes_min, timed_out ? ", previous members timed out" : "");
+    } else {
+        return;
+    }
+    rdzv_close_round(c, why);
 }
 
 static void rdzv_tick_waiting(struct rdzv_coord *c, double now)
@@ -694,6 +782,7 @@ void rdzv_coord_free(struct rdzv_coord *c)
         return;
     free(c->spec_json);
     free(c->nodes);
+    free(c->idx);
     free(c);
 }
 
@@ -719,6 +808,8 @@ json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
     }
     if (c->job && c->pin_step >= 0)
         json_object_set_new(o, "resume_step", json_integer(c->pin_step));
+    if ((c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING) && c->close_why[0])
+        json_object_set_new(o, "closed", json_string(c->close_why));
     if (!with_nodes)
         return o;
     json_t *nodes = json_array();
