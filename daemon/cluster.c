@@ -1,8 +1,8 @@
 /*
- * cluster: node identity, the store connections, heartbeats, leaving, the
- * polling of the published round and node table and, on the coordinator,
- * the store server and the round protocol's hooks (see cluster.h). The
- * outbox, requests and inbox are in cluster_inbox.c, the feed in
+ * cluster: node identity, the store connections, leaving, the node table
+ * and, on the coordinator, the store server and the round protocol's hooks
+ * (see cluster.h). Heartbeats and the round watch are in cluster_round.c,
+ * the outbox, requests and inbox in cluster_inbox.c, the feed in
  * cluster_feed.c (see cluster_impl.h). One periodic timer drives
  * everything, redis-cron style, with sub-periods per duty.
  *
@@ -28,7 +28,6 @@
 #include "monotime.h"
 #include "store_server.h"
 
-#define CLUSTER_WATCH_MS  30000 /* a parked round watch is renewed this often */
 #define CLUSTER_NODES_WANTED_S 30.0 /* a member reads the node table this long after a look */
 #define CLUSTER_NODES_S   1.0 /* how often the node table is published/read */
 #define CLUSTER_CONNECT_S 2.0 /* a connect (and handshake) slower than this is retried */
@@ -62,8 +61,6 @@ void cluster_set_workers(struct cluster *c, int workers)
 
 /* ---- the node's connection ---- */
 
-static void cluster_round_watch(struct cluster *c);
-
 void cluster_conn_lost(struct cluster *c, const char *why)
 {
     if (c->nc) {
@@ -75,9 +72,7 @@ void cluster_conn_lost(struct cluster *c, const char *why)
         log_warn("cluster: lost the store at %s:%d: %s", c->host, c->o.port, why);
     c->nc_state = CONN_NONE;
     c->inflight = 0;
-    c->round_watch = false; /* ended with -ECANCELED by the close */
-    c->cur_version = 0;
-    c->cur_seq++;
+    cluster_round_disconnected(c);
     c->ob.append_inflight = false;
     c->retry_at = monotime_s() + c->backoff_ms / 1e3;
     c->backoff_ms =
@@ -181,49 +176,6 @@ void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type)
     m->inc = c->inc;
 }
 
-static void cluster_on_hb_sent(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (cluster_reply_ok(c, r) && r->status < 0)
-        log_warn("cluster: heartbeat refused by the store: %s", gpt_strerror(r->status));
-}
-
-static void cluster_heartbeat(struct cluster *c)
-{
-    struct cluster_msg hb;
-    cluster_start_msg(c, &hb, CLUSTER_MSG_HB);
-    snprintf(hb.addr, sizeof(hb.addr), "%s", c->addr);
-    snprintf(hb.version, sizeof(hb.version), "%s", c->version);
-    devices_summary(hb.devices, sizeof(hb.devices));
-    hb.workers = c->o.workers;
-    hb.present |= CLUSTER_MSG_BIT(ADDR) | CLUSTER_MSG_BIT(VER) | CLUSTER_MSG_BIT(WORKERS) |
-                  CLUSTER_MSG_BIT(DEV);
-    if (c->nh.heartbeat)
-        c->nh.heartbeat(c->nh.ctx, &hb);
-    /* The report goes to the store's heartbeat table under this node's id,
-     * overwriting the last one (proto/store.h HEARTBEAT): O(1) on the
-     * coordinator per node and interval, and a join (state "joined") is
-     * simply the newest report. Only when connected: on connect a fresh
-     * one goes at once. */
-    char *line = NULL;
-    size_t n = 0;
-    struct gpt_err err;
-    if (c->nc_state != CONN_READY)
-        return;
-    if (cluster_msg_encode(&hb, &line, &n, &err) < 0) {
-        log_warn("cluster: heartbeat not sent: %s", err.msg);
-        return;
-    }
-    int rc = store_client_async_heartbeat(c->nc, c->node_id, line, n, cluster_on_hb_sent, c);
-    free(line);
-    if (rc == 0)
-        c->inflight++;
-    else if (rc == -EPIPE)
-        cluster_conn_lost(c, "connection closed");
-    else
-        log_warn("cluster: heartbeat not sent: %s", gpt_strerror(rc));
-}
-
 void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
 {
     c->leave_done = done;
@@ -246,136 +198,6 @@ static void cluster_leave_check(struct cluster *c, double now)
     c->leave_done = NULL;
     if (done)
         done(c->leave_arg);
-}
-
-/* ---- the round, through a watch ----
- *
- * The node WATCHes RDZV_KEY_CUR with the version it last saw: the store
- * answers once the coordinator publishes a newer round (or after
- * CLUSTER_WATCH_MS, to renew it), and the node watches again at once. No
- * node polls. A parked watch is not a request in flight: it does not count
- * towards the dead-store check (heartbeat replies do). A round with a world
- * makes the node read its own assignment; an answer that comes back after
- * a newer round was seen is dropped (cur_seq). */
-
-struct cluster_me_req {
-    struct cluster *c;
-    json_t *cur;
-    uint64_t seq;
-};
-
-static void cluster_round_refetch(struct cluster *c);
-
-static void cluster_on_me(void *arg, const struct store_reply *r)
-{
-    struct cluster_me_req *q = arg;
-    struct cluster *c = q->c;
-    json_t *cur = q->cur;
-    uint64_t seq = q->seq;
-    free(q);
-    if (!cluster_reply_ok(c, r) || seq != c->cur_seq) {
-        json_decref(cur);
-        return;
-    }
-    if (r->status < 0 && r->status != -ENOENT) {
-        json_decref(cur);
-        cluster_round_refetch(c); /* read the round (and this) again */
-        return;
-    }
-    if (r->status == 0) {
-        json_t *me = json_loadb(r->data, r->len, 0, NULL);
-        if (me)
-            json_object_set_new(cur, "me", me);
-    }
-    if (c->nh.round)
-        c->nh.round(c->nh.ctx, cur);
-    json_decref(cur);
-}
-
-/* A round as published (RDZV_KEY_CUR's value): handed to the node hooks,
- * with this node's assignment when the round has a world. */
-static void cluster_round_value(struct cluster *c, const void *data, size_t len)
-{
-    json_t *cur = json_loadb(data, len, 0, NULL);
-    c->cur_seq++;
-    if (!cur)
-        return;
-    const char *phase = json_string_value(json_object_get(cur, "phase"));
-    if (phase && (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)) {
-        struct cluster_me_req *q = malloc(sizeof(*q));
-        char key[RDZV_NODE_ID_MAX + 64];
-        snprintf(key, sizeof(key), "rdzv/%lld/node/%s",
-                 (long long)json_integer_value(json_object_get(cur, "round")), c->node_id);
-        if (q) {
-            q->c = c;
-            q->cur = cur;
-            q->seq = c->cur_seq;
-            if (store_client_async_get(c->nc, key, cluster_on_me, q) == 0) {
-                c->inflight++;
-                return;
-            }
-            free(q);
-        }
-        json_decref(cur);
-        c->cur_version = 0; /* read the round again with the next watch */
-        return;
-    }
-    if (c->nh.round)
-        c->nh.round(c->nh.ctx, cur);
-    json_decref(cur);
-}
-
-static void cluster_on_round_watch(void *arg, const struct store_reply *r);
-
-/* Parks the round watch unless one is; the tick retries a failed start. */
-static void cluster_round_watch(struct cluster *c)
-{
-    if (c->round_watch || c->nc_state != CONN_READY)
-        return;
-    int rc = store_client_async_watch(c->nc, RDZV_KEY_CUR, c->cur_version, CLUSTER_WATCH_MS,
-                                      cluster_on_round_watch, c);
-    if (rc == 0)
-        c->round_watch = true;
-    else if (rc == -EPIPE)
-        cluster_conn_lost(c, "connection closed");
-}
-
-static void cluster_on_round_watch(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    c->round_watch = false;
-    if (r->status == -ECANCELED || !c->nc)
-        return;
-    if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
-        cluster_conn_lost(c, gpt_strerror(r->status));
-        return;
-    }
-    c->last_progress = monotime_s();
-    if (r->status == -ENOENT)
-        c->cur_version = 0;
-    if (r->status == 0) {
-        c->cur_version = r->version;
-        cluster_round_value(c, r->data, r->len);
-    }
-    /* -ETIMEDOUT: renewed; -GPT_E_LIMIT: retried by the tick */
-    if (r->status != -GPT_E_LIMIT && c->nc_state == CONN_READY)
-        cluster_round_watch(c);
-}
-
-static void cluster_on_round_get(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r) || r->status < 0)
-        return;
-    cluster_round_value(c, r->data, r->len);
-}
-
-/* Reads the round once more, outside the watch (whose version stays). */
-static void cluster_round_refetch(struct cluster *c)
-{
-    if (c->nc_state == CONN_READY &&
-        store_client_async_get(c->nc, RDZV_KEY_CUR, cluster_on_round_get, c) == 0)
-        c->inflight++;
 }
 
 static void cluster_on_nodes(void *arg, const struct store_reply *r)
@@ -477,30 +299,6 @@ static void cluster_on_cc_connect(void *arg, int status)
 static void cluster_on_cc_closed(void *arg);
 static json_t *cluster_mark_coordinator(struct cluster *c, json_t *nodes);
 
-/* One node's heartbeat report from the store's table: the same report as
- * before only refreshes the node's time; a new one (or one of a node the
- * round protocol must look at) is decoded and fed whole. A report under
- * another node's name is dropped. */
-static void cluster_on_hb_report(void *arg, const struct store_server_hb *hb)
-{
-    struct cluster *c = arg;
-    double at = monotime_s() - (double)hb->age_ms / 1e3;
-    if (!hb->changed && rdzv_coord_touch(c->coord, at, hb->key))
-        return;
-    struct cluster_msg m;
-    struct gpt_err err;
-    if (cluster_msg_decode((const char *)hb->val, hb->len, &m, &err) < 0) {
-        log_debug("cluster: heartbeat of %s dropped: %s", hb->key, err.msg);
-        return;
-    }
-    if ((m.type == CLUSTER_MSG_HB || m.type == CLUSTER_MSG_JOIN) && strcmp(m.node, hb->key) == 0)
-        rdzv_coord_message(c->coord, at, &m);
-    else
-        log_debug("cluster: heartbeat table entry %s holds a %s of %s: dropped", hb->key,
-                  cluster_msg_type_name(m.type), m.node);
-    cluster_msg_done(&m);
-}
-
 static void cluster_coord_duty(struct cluster *c, double now)
 {
     if (c->cc_state == CONN_NONE && now >= c->cc_retry_at) {
@@ -523,8 +321,7 @@ static void cluster_coord_duty(struct cluster *c, double now)
     }
     if (c->cc_state != CONN_READY)
         return;
-    if (store_server_hb_drain(c->server, cluster_on_hb_report, c) > 0)
-        rdzv_coord_tick(c->coord, now);
+    cluster_hb_drain(c, now);
     cluster_inbox_drain(c, now);
     cluster_feed_duty(c, now);
     if (now >= c->next_nodes_pub) {

@@ -3,10 +3,12 @@
  * files, and the few functions they share. The cluster is one object,
  * split along its duties:
  *
- *   cluster.c        identity, the store connections, heartbeats, leave,
- *                    the round and node-table polling, the coordinator's
- *                    rdzv hooks, the timer and the life cycle; it calls
- *                    into the other two once per tick
+ *   cluster.c        identity, the store connections, leave, the node
+ *                    table, the coordinator's rdzv hooks, the timer and
+ *                    the life cycle; it calls into the others once per tick
+ *   cluster_round.c  heartbeats (the store's heartbeat table), the round
+ *                    watch and the node's assignment; the coordinator's
+ *                    drain of the heartbeat table
  *   cluster_inbox.c  the member's outbox (one APPEND key) and its
  *                    requests to the coordinator (forwarded submits and
  *                    reads), and the coordinator's inbox drain that answers
@@ -157,6 +159,17 @@ void cluster_publish(void *ctx, const char *key, const char *value);
 void cluster_on_publish(void *arg, const struct store_reply *r);
 /* Starts message `m` of `type` from this node (node id, incarnation). */
 void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type);
+
+/* cluster_round.c */
+/* Sends this node's heartbeat now (when connected). */
+void cluster_heartbeat(struct cluster *c);
+/* Parks the watch of the round unless one is. */
+void cluster_round_watch(struct cluster *c);
+/* The connection is gone: the watch with it; the round is read afresh. */
+void cluster_round_disconnected(struct cluster *c);
+/* Coordinator: feeds the heartbeats that came since the last call to the
+ * round protocol. */
+void cluster_hb_drain(struct cluster *c, double now);
 
 /* cluster_inbox.c */
 /* Appends the outbox when connected and no append is in flight. */

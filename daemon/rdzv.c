@@ -1,8 +1,10 @@
 /*
  * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table
- * and the round state; talks only through its hooks. Single-threaded.
+ * and the round state (rdzv_impl.h); talks only through its hooks. The
+ * JSON views of that state are in rdzv_view.c. Single-threaded.
  */
 #include "rdzv.h"
+#include "rdzv_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,73 +21,6 @@
 /* How long a round waits for a node holding the newest recorded snapshot
  * (rdzv_job.newest_snap) before it resumes from an older one. */
 #define RDZV_SNAP_WAIT_S 12.0
-
-struct rdzv_cnode {
-    char id[RDZV_NODE_ID_MAX];
-    uint64_t inc;
-    double last_hb;
-    bool alive;
-    int workers;
-    char addr[RDZV_ADDR_MAX];
-    char version[32];
-    char devices[128]; /* backends and GPUs, as the node reported them */
-    char state[16];    /* as the node reported it */
-    uint64_t gen;      /* the generation and round the node last reported */
-    int64_t round;
-    int64_t job;
-    /* round bookkeeping */
-    int64_t joined_round; /* the round this node joined, -1 none */
-    int64_t snap_step;
-    bool left;   /* this incarnation announced it is stopping */
-    bool member; /* in the current (or forming round's previous) world */
-    bool prev_member;
-    int rank_base;
-    int64_t exit_round; /* the last worker exit seen for the current job */
-    int exit_rc;
-    int64_t exit_step;
-    char exit_msg[256];
-};
-
-struct rdzv_coord {
-    uint64_t gen;
-    struct rdzv_opts o;
-    struct rdzv_hooks h;
-    struct rdzv_cnode *nodes;
-    size_t n, cap;
-    /* node id -> index + 1 (0: empty), open addressing; nodes are never
-     * removed, so no tombstones. idx_cap is a power of two > 2 n. */
-    uint32_t *idx;
-    size_t idx_cap;
-    char close_why[160]; /* why the newest round closed (in the round JSON) */
-
-    int phase;
-    int64_t round;
-    uint64_t version;
-    bool dirty;
-
-    /* the running job */
-    int64_t job;
-    uid_t owner_uid;
-    uint64_t token;
-    char *spec_json;
-    int nodes_min, nodes_max, max_restarts, wait_timeout_s;
-    int restarts;
-    double opened_at, waiting_since;
-    bool stop_snapshot; /* how members stop their old workers for this round */
-    bool stop_requested;
-    int64_t run_id;
-    int world;
-    int64_t last_step, last_snap;
-    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
-    bool failure;             /* a member failed or died in the running world */
-    bool failure_final; /* ...with an error of the spec or the data: a restart cannot heal it */
-    char failure_why[256];
-    /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
-    int64_t pin_step;
-    bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
-    char pin_what[128];
-    int64_t want_snap; /* the newest snapshot step recorded, -1 none */
-};
 
 static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
 
@@ -208,14 +143,6 @@ static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
     if (text)
         c->h.publish(c->h.ctx, key, text);
     free(text);
-}
-
-static json_t *rdzv_member_json(const struct rdzv_cnode *nd)
-{
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, nd->inc);
-    return json_pack("{s:s, s:s, s:i, s:i, s:s}", "id", nd->id, "inc", inc, "rank_base",
-                     nd->rank_base, "workers", nd->workers, "addr", nd->addr);
 }
 
 /* A closed round: each member's assignment, and the whole world. The
@@ -554,11 +481,6 @@ void rdzv_coord_job_stop(struct rdzv_coord *c, double now)
     }
 }
 
-size_t rdzv_coord_node_count(const struct rdzv_coord *c)
-{
-    return c->n;
-}
-
 int64_t rdzv_coord_job(const struct rdzv_coord *c)
 {
     return c->job;
@@ -784,69 +706,4 @@ void rdzv_coord_free(struct rdzv_coord *c)
     free(c->nodes);
     free(c->idx);
     free(c);
-}
-
-json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
-{
-    char gen[32], prefix[128];
-    snprintf(gen, sizeof(gen), "%" PRIx64, c->gen);
-    snprintf(prefix, sizeof(prefix), "j%" PRId64 "/%s/r%" PRId64 "/", c->job, gen, c->round);
-    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:s, s:I, s:i, s:s}", "gen", gen, "round",
-                          (json_int_t)c->round, "phase", rdzv_phase_name(c->phase), "job",
-                          (json_int_t)c->job, "stop", c->stop_snapshot ? "snapshot" : "abort",
-                          "run_id", (json_int_t)c->run_id, "world", c->world, "prefix", prefix);
-    if (!o)
-        return NULL;
-    if (c->spec_json)
-        json_object_set_new(o, "spec", json_string(c->spec_json));
-    if (c->spec_json)
-        json_object_set_new(o, "uid", json_integer((json_int_t)c->owner_uid));
-    if (c->spec_json && c->token) { /* hex: a JSON integer cannot hold 64 bits */
-        char tok[17];
-        snprintf(tok, sizeof(tok), "%016" PRIx64, c->token);
-        json_object_set_new(o, "token", json_string(tok));
-    }
-    if (c->job && c->pin_step >= 0)
-        json_object_set_new(o, "resume_step", json_integer(c->pin_step));
-    if ((c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING) && c->close_why[0])
-        json_object_set_new(o, "closed", json_string(c->close_why));
-    if (!with_nodes)
-        return o;
-    json_t *nodes = json_array();
-    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
-        for (size_t i = 0; i < c->n; i++)
-            if (c->nodes[i].member)
-                json_array_append_new(nodes, rdzv_member_json(&c->nodes[i]));
-    json_object_set_new(o, "nodes", nodes);
-    return o;
-}
-
-json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
-{
-    json_t *arr = json_array();
-    if (!arr)
-        return NULL;
-    for (size_t i = 0; i < c->n; i++) {
-        const struct rdzv_cnode *nd = &c->nodes[i];
-        const char *state = nd->left       ? "left"
-                            : !nd->alive   ? "dead"
-                            : nd->state[0] ? nd->state
-                                           : "idle";
-        json_t *o = json_pack("{s:s, s:s, s:f, s:i, s:s, s:s, s:b}", "node", nd->id, "state", state,
-                              "heartbeat_age_s", now - nd->last_hb, "workers", nd->workers,
-                              "version", nd->version, "addr", nd->addr, "member", nd->member);
-        if (o)
-            json_object_set_new(o, "devices", json_string(nd->devices[0] ? nd->devices : "cpu"));
-        if (!o)
-            continue;
-        if (nd->member) {
-            char ranks[48];
-            snprintf(ranks, sizeof(ranks), "%d-%d", nd->rank_base, nd->rank_base + nd->workers - 1);
-            json_object_set_new(o, "ranks", json_string(ranks));
-        } else {
-            json_object_set_new(o, "ranks", json_null());
-        }
-        json_array_append_new(arr, o);
-    }
-    return arr;
 }
