@@ -21,6 +21,10 @@
  *                  coordinator opens a new round (dead_after_s = 3)
  *   reform_s       that round opens -> every survivor has read the new
  *                  world that lists it ("reform_closed": why it closed)
+ *   coord_cpu_*    CPU seconds of the coordinator's thread (registration,
+ *                  rendezvous; the steady state's share of one core), and
+ *   load1          the machine's load average when it started: on a shared
+ *                  machine the wall times stretch with the load, CPU does not
  *
  * Usage: bench_rdzv [N...] (default 8 64 512 2048). Each process raises
  * its soft file-descriptor limit to the hard one.
@@ -121,6 +125,17 @@ static void coord_command(struct coord *co, int cmd)
     co->command = cmd;
     pthread_mutex_unlock(&co->mu);
     uv_async_send(&co->cmd);
+}
+
+/* CPU seconds the coordinator's thread used so far: on a shared machine
+ * the wall times stretch with the load, this does not. */
+static double coord_cpu_s(struct coord *co)
+{
+    clockid_t cid;
+    struct timespec ts;
+    if (pthread_getcpuclockid(co->thread, &cid) != 0 || clock_gettime(cid, &ts) != 0)
+        return -1;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static uint64_t coord_requests(struct coord *co)
@@ -533,25 +548,30 @@ static int trial(int n)
     pthread_create(&co.thread, NULL, coord_main, &co);
     atomic_store(&sh->go, 1);
     double t0 = mono_s();
-    bool ok = wait_until(sh, all_acked, n, 60);
+    double load[1] = {-1};
+    (void)getloadavg(load, 1);
+    bool ok = wait_until(sh, all_acked, n, 600);
     double t_register = mono_s() - t0;
+    double cpu_register = coord_cpu_s(&co);
     usleep(500000); /* the registrations drained, as a cluster idles before a job */
 
     /* Rendezvous of a job "N:N". */
     char closed1[160] = "", closed2[160] = "";
     atomic_store(&sh->want_round, 1);
-    double t1 = mono_s();
+    double t1 = mono_s(), c1 = coord_cpu_s(&co);
     coord_start_job(&co, 1, n, n, 0);
-    bool ok_rdzv = wait_until(sh, all_in_world, n, 120);
+    bool ok_rdzv = wait_until(sh, all_in_world, n, 600);
     double t_rdzv = ok_rdzv ? sh->t_world_last - t1 : -1;
+    double cpu_rdzv = coord_cpu_s(&co) - c1;
     closed_copy(sh, closed1, sizeof(closed1));
 
     /* Steady state: the world runs, nothing changes. */
     usleep(1500000);
     uint64_t r0 = coord_requests(&co);
-    double ts0 = mono_s();
+    double ts0 = mono_s(), cs0 = coord_cpu_s(&co);
     usleep((useconds_t)(STEADY_S * 1e6));
     double steady = (double)(coord_requests(&co) - r0) / (mono_s() - ts0);
+    double steady_cpu = (coord_cpu_s(&co) - cs0) / (mono_s() - ts0);
 
     /* The job stops (every node reports its workers' exit); then a job
      * "N/2:N" with restarts runs and one node dies. */
@@ -570,7 +590,7 @@ static int trial(int n)
     /* The new job's first round is base_round + 2 (the finish took one). */
     atomic_store(&sh->want_round, base_round + 2);
     coord_start_job(&co, 2, n / 2 > 0 ? n / 2 : 1, n, 3);
-    bool ok_job2 = wait_until(sh, all_in_world, n, 120);
+    bool ok_job2 = wait_until(sh, all_in_world, n, 600);
     double t_detect = -1, t_reform = -1, t_from_kill = -1;
     bool ok_fail = false;
     if (ok_job2 && n >= 2) {
@@ -582,7 +602,7 @@ static int trial(int n)
         atomic_store(&sh->want_round, world_round + 1);
         double tk = mono_s();
         atomic_store(&sh->kill[0], 0);
-        ok_fail = wait_until(sh, all_in_world, n - 1, 60);
+        ok_fail = wait_until(sh, all_in_world, n - 1, 300);
         pthread_mutex_lock(&sh->mu);
         t_detect = sh->t_forming_first - tk;
         t_reform = sh->t_world_last - sh->t_forming_first;
@@ -594,9 +614,10 @@ static int trial(int n)
     printf("{\"bench\":\"rdzv\",\"nodes\":%d,\"ok\":%s,\"register_s\":%.3f,\"rendezvous_s\":%.3f,"
            "\"closed\":\"%s\",\"steady_req_s\":%.0f,\"fail_detect_s\":%.3f,\"reform_s\":%.3f,"
            "\"reform_from_kill_s\":%.3f,\"reform_closed\":\"%s\",\"dead_after_s\":%.0f,"
-           "\"goal_s\":5,\"goal_req_s\":20000}\n",
+           "\"coord_cpu_register_s\":%.3f,\"coord_cpu_rendezvous_s\":%.3f,"
+           "\"coord_cpu_steady\":%.3f,\"load1\":%.1f,\"goal_s\":5,\"goal_req_s\":20000}\n",
            n, ok ? "true" : "false", t_register, t_rdzv, closed1, steady, t_detect, t_reform,
-           t_from_kill, closed2, DEAD_AFTER_S);
+           t_from_kill, closed2, DEAD_AFTER_S, cpu_register, cpu_rdzv, steady_cpu, load[0]);
     if (!ok)
         fprintf(stderr,
                 "bench_rdzv: %d nodes: registered %d, stop %s, job 2 %s, failure %s (in world "

@@ -507,7 +507,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         struct store_server_opts so = {.secret = c->secret,
                                        .secret_len = c->secret_len,
                                        .secret_hint = c->secret_hint,
-                                       .max_clients = 2 * RDZV_NODES_MAX + 64};
+                                       .max_clients = 2 * RDZV_NODES_MAX + 64,
+                                       .max_keys = 4 * RDZV_NODES_MAX};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
         if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {

@@ -388,7 +388,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     struct client *c = h->data;
 
     (void)suggested;
-    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init((char *)c->srv->rbuf, sizeof(c->srv->rbuf));
 }
 
 static void client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)

@@ -130,7 +130,6 @@ struct client {
     struct link watches; /* struct watch.client_link */
     size_t nwatches;
     char peer[64];
-    uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
 struct store_server {
@@ -160,6 +159,9 @@ struct store_server {
     struct link hb_dirty;
     pthread_mutex_t st_lock;
     struct store_server_stats st;
+    /* One read buffer for every connection: a read is fed to the client's
+     * parser (which copies it) before the loop reads anything else. */
+    uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
 /* ---- counters ---- */
