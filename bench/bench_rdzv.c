@@ -4,9 +4,10 @@
  * daemon/rdzv.c) runs on its own loop thread; N lightweight simulated
  * nodes, each one asynchronous store client, run in SIM_PROCS child
  * processes (one loop each: a process holds at most RLIMIT_NOFILE
- * descriptors, and the coordinator holds one per node already) and speak the node side of the protocol as gptd's cluster
- * and agent do: a HEARTBEAT every second (the real cluster_msg encoder),
- * the round key watched (WATCH on rdzv/cur, never polled), a join as a
+ * descriptors, and the coordinator holds one per node already) and speak
+ * the node side of the protocol as gptd's cluster and agent do: a
+ * HEARTBEAT every second (the real cluster_msg encoder), the round key
+ * watched (WATCH on rdzv/cur, never polled), a join as a
  * heartbeat with state "joined" when a round forms, the node's assignment
  * read when the round closes, its exit reported when the world stops.
  *
@@ -448,8 +449,8 @@ static bool wait_until(struct sim_shared *sh, bool (*cond)(struct sim_shared *, 
             return false;
         if (getenv("BENCH_RDZV_TRACE") && mono_s() > next) {
             next += 1.0;
-            fprintf(stderr, "bench_rdzv: acked %d in_world %d exited %d\n",
-                    atomic_load(&sh->acked), atomic_load(&sh->in_world), atomic_load(&sh->exited));
+            fprintf(stderr, "bench_rdzv: acked %d in_world %d exited %d\n", atomic_load(&sh->acked),
+                    atomic_load(&sh->in_world), atomic_load(&sh->exited));
         }
         usleep(2000);
     }
@@ -499,8 +500,8 @@ static int trial(int n)
     co.port = free_port();
     /* The simulated nodes' processes start first, while this one has no
      * other thread, and wait for the word. */
-    struct sim_shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
-                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    struct sim_shared *sh =
+        mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED)
         return 1;
     memset(sh, 0, sizeof(*sh));

@@ -29,9 +29,9 @@
 #include "store_server.h"
 
 #define CLUSTER_NODES_WANTED_S 30.0 /* a member reads the node table this long after a look */
-#define CLUSTER_NODES_S   1.0 /* how often the node table is published/read */
-#define CLUSTER_CONNECT_S 2.0 /* a connect (and handshake) slower than this is retried */
-#define CLUSTER_LEAVE_S   1.0 /* how long a leave waits to reach the store */
+#define CLUSTER_NODES_S        1.0  /* how often the node table is published/read */
+#define CLUSTER_CONNECT_S      2.0  /* a connect (and handshake) slower than this is retried */
+#define CLUSTER_LEAVE_S        1.0  /* how long a leave waits to reach the store */
 
 bool cluster_is_coordinator(const struct cluster *c)
 {

@@ -21,11 +21,11 @@
 
 #include "log.h"
 
-#define CLUSTER_FEED_S       0.1  /* how often pending records are published */
+#define CLUSTER_FEED_S        0.1   /* how often pending records are published */
 #define CLUSTER_FEED_WATCH_MS 30000 /* a parked head watch is renewed this often */
-#define CLUSTER_FEED_KEEP    64   /* feed chunks kept in the store */
-#define CLUSTER_FEED_CHUNK   256  /* records in one chunk at most */
-#define CLUSTER_FEED_PENDING 4096 /* unpublished records kept (oldest dropped) */
+#define CLUSTER_FEED_KEEP     64    /* feed chunks kept in the store */
+#define CLUSTER_FEED_CHUNK    256   /* records in one chunk at most */
+#define CLUSTER_FEED_PENDING  4096  /* unpublished records kept (oldest dropped) */
 
 _Static_assert(CLUSTER_FEED_CHUNK <= CLUSTER_MSG_FEED_RECS, "a chunk fits the protocol's limit");
 

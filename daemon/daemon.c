@@ -651,8 +651,9 @@ int gptd_daemon_main(int argc, char **argv)
                  (unsigned long long)fd_hard, gpt_strerror(fd_rc), (unsigned long long)fd_soft,
                  (unsigned long long)fdlimit_nodes(fd_soft));
     else
-        log_info("open-file limit %llu (hard %llu): room for %llu nodes", (unsigned long long)fd_soft,
-                 (unsigned long long)fd_hard, (unsigned long long)fdlimit_nodes(fd_soft));
+        log_info("open-file limit %llu (hard %llu): room for %llu nodes",
+                 (unsigned long long)fd_soft, (unsigned long long)fd_hard,
+                 (unsigned long long)fdlimit_nodes(fd_soft));
     if (daemon_cluster_start(d, &err) < 0) {
         jobs_shutdown(d->jobs, NULL, NULL);
         jobs_free(d->jobs);

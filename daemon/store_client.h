@@ -174,7 +174,7 @@ int store_client_async_heartbeat(struct store_client_async *a, const char *key, 
  * cb may watch again. Returns 0, -EBUSY (this client already watches key),
  * or as the other requests. */
 int store_client_async_watch(struct store_client_async *a, const char *key, uint64_t seen,
-                             uint32_t timeout_ms, void (*cb)(void *arg, const struct store_reply *r),
-                             void *arg);
+                             uint32_t timeout_ms,
+                             void (*cb)(void *arg, const struct store_reply *r), void *arg);
 
 #endif

@@ -586,8 +586,8 @@ static void async_watch_acked(void *arg, const struct store_reply *r)
 }
 
 int store_client_async_watch(struct store_client_async *a, const char *key, uint64_t seen,
-                             uint32_t timeout_ms, void (*cb)(void *arg, const struct store_reply *r),
-                             void *arg)
+                             uint32_t timeout_ms,
+                             void (*cb)(void *arg, const struct store_reply *r), void *arg)
 {
     size_t mark = a->queued.len, len = strnlen(key, GPT_STORE_KEY_MAX + 1);
     struct async_watch *w;

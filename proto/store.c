@@ -745,8 +745,8 @@ int proto_store_put_num_keys(struct proto_store_out *o)
     return out_frame(o, PROTO_STORE_NUM_KEYS, 1) ? 0 : -ENOMEM;
 }
 
-int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len,
-                          uint64_t seen, uint32_t timeout_ms)
+int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len, uint64_t seen,
+                          uint32_t timeout_ms)
 {
     uint8_t *p;
 
@@ -766,9 +766,8 @@ int proto_store_put_notify(struct proto_store_out *o, uint32_t status, uint64_t 
 {
     uint8_t *p;
 
-    if (!key_valid(key, key_len) ||
-        (status != 0 && status != PROTO_STORE_STATUS_NOT_FOUND &&
-         status != PROTO_STORE_STATUS_TIMEOUT))
+    if (!key_valid(key, key_len) || (status != 0 && status != PROTO_STORE_STATUS_NOT_FOUND &&
+                                     status != PROTO_STORE_STATUS_TIMEOUT))
         return -EINVAL;
     if (val_len > GPT_STORE_VALUE_MAX)
         return -GPT_E_LIMIT;

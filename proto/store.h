@@ -293,8 +293,8 @@ int proto_store_put_compare_set(struct proto_store_out *o, const char *key, size
 int proto_store_put_keys(struct proto_store_out *o, enum proto_store_type type, uint32_t timeout_ms,
                          const char *const *keys, size_t nkeys);
 int proto_store_put_num_keys(struct proto_store_out *o);
-int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len,
-                          uint64_t seen, uint32_t timeout_ms);
+int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len, uint64_t seen,
+                          uint32_t timeout_ms);
 /* status: 0 (changed), PROTO_STORE_STATUS_NOT_FOUND or _TIMEOUT. */
 int proto_store_put_notify(struct proto_store_out *o, uint32_t status, uint64_t version,
                            const char *key, size_t key_len, const void *val, size_t val_len);

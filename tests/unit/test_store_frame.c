@@ -195,9 +195,9 @@ static void test_watch_heartbeat_limits(void **state)
     memcpy(o.data + 10, &over, 4);
     memset(big, 0, 16);
     memcpy(big, o.data, 14); /* header, key, the length; the rest zeros */
-    assert_int_equal(proto_store_decode((const uint8_t *)big, o.len + 2, GPT_STORE_FRAME_MAX, &m,
-                                        &used, &err),
-                     -GPT_E_LIMIT);
+    assert_int_equal(
+        proto_store_decode((const uint8_t *)big, o.len + 2, GPT_STORE_FRAME_MAX, &m, &used, &err),
+        -GPT_E_LIMIT);
     o.len = 0;
     /* A NOTIFY whose status is not one of the three is malformed. */
     assert_int_equal(proto_store_put_notify(&o, PROTO_STORE_STATUS_TIMEOUT, 5, "k", 1, NULL, 0), 0);

@@ -86,9 +86,8 @@ static void run_for(struct fx *f, int ms)
 static struct fx *fx_new(size_t max_client_watches)
 {
     struct fx *f = calloc(1, sizeof(*f));
-    struct store_server_opts o = {.secret = SECRET,
-                                  .secret_len = strlen(SECRET),
-                                  .max_client_watches = max_client_watches};
+    struct store_server_opts o = {
+        .secret = SECRET, .secret_len = strlen(SECRET), .max_client_watches = max_client_watches};
     struct gpt_err err;
 
     assert_non_null(f);
