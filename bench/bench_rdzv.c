@@ -38,7 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/socket.h>
@@ -155,6 +157,7 @@ struct node {
     char id[32];
     struct store_client_async *a;
     bool started, dead, hb_acked, watching;
+    bool reconnect; /* the connection failed: a new one at the next tick, as gptd does */
     uint64_t cur_version;
     /* the round as this node follows it (the agent's part) */
     char state[16];
@@ -235,7 +238,8 @@ static void node_heartbeat(struct node *nd)
         fprintf(stderr, "bench_rdzv: %s\n", err.msg);
         return;
     }
-    (void)store_client_async_heartbeat(nd->a, nd->id, line, len, node_on_hb, nd);
+    if (store_client_async_heartbeat(nd->a, nd->id, line, len, node_on_hb, nd) == -EPIPE)
+        nd->reconnect = true;
     free(line);
     cluster_msg_done(&m);
 }
@@ -328,7 +332,9 @@ static void node_on_watch(void *arg, const struct store_reply *r)
     } else if (r->status == -ENOENT) {
         nd->cur_version = 0;
     } else if (r->status != -ETIMEDOUT) {
-        return; /* the tick tries again */
+        if (r->status != -GPT_E_LIMIT)
+            nd->reconnect = true; /* the connection failed */
+        return;                   /* the tick tries again */
     }
     node_watch(nd);
 }
@@ -361,10 +367,41 @@ static bool sim_orders(struct sim *s)
     return true;
 }
 
+static void node_on_connect(void *arg, int status)
+{
+    struct node *nd = arg;
+    if (status < 0)
+        nd->reconnect = true; /* refused or timed out under load: again later */
+}
+
+/* Opens the node's connection, sends its heartbeat and parks its watch. */
+static void node_connect(struct sim *s, struct node *nd)
+{
+    struct gpt_err err;
+    struct store_client_async_opts ao = {.host = "127.0.0.1",
+                                         .port = s->port,
+                                         .secret = BENCH_SECRET,
+                                         .secret_len = sizeof(BENCH_SECRET) - 1};
+    if (nd->a)
+        store_client_async_close(nd->a, NULL, NULL);
+    nd->a = NULL;
+    nd->reconnect = false;
+    nd->watching = false;
+    nd->me_inflight = false;
+    nd->cur_version = 0;
+    if (store_client_async_new(&s->loop, &ao, node_on_connect, nd, &nd->a, &err) < 0) {
+        fprintf(stderr, "bench_rdzv: %s: %s\n", nd->id, err.msg);
+        nd->reconnect = true;
+        return;
+    }
+    nd->started = true;
+    node_heartbeat(nd);
+    node_watch(nd);
+}
+
 static void sim_on_tick(uv_timer_t *t)
 {
     struct sim *s = t->data;
-    struct gpt_err err;
     double now = mono_s();
     bool hb = now >= s->next_hb;
 
@@ -374,26 +411,17 @@ static void sim_on_tick(uv_timer_t *t)
         return;
     /* Connect a batch per tick: a cluster's nodes do not all start within
      * one millisecond, and a SYN flood only measures the kernel. */
-    for (int k = 0; k < SIM_CONNECT_MAX && s->next_connect < s->n; k++) {
-        struct node *nd = &s->nodes[s->next_connect++];
-        struct store_client_async_opts ao = {.host = "127.0.0.1",
-                                             .port = s->port,
-                                             .secret = BENCH_SECRET,
-                                             .secret_len = sizeof(BENCH_SECRET) - 1};
-        if (store_client_async_new(&s->loop, &ao, NULL, NULL, &nd->a, &err) < 0) {
-            fprintf(stderr, "bench_rdzv: %s: %s\n", nd->id, err.msg);
-            nd->dead = true;
-            continue;
-        }
-        nd->started = true;
-        node_heartbeat(nd);
-        node_watch(nd);
-    }
+    int budget = SIM_CONNECT_MAX;
+    for (; budget > 0 && s->next_connect < s->n; budget--)
+        node_connect(s, &s->nodes[s->next_connect++]);
+    for (int i = 0; i < s->n && budget > 0; i++)
+        if (s->nodes[i].reconnect && !s->nodes[i].dead)
+            node_connect(s, &s->nodes[i]), budget--;
     if (hb)
         s->next_hb = now + 1.0;
     for (int i = 0; i < s->n; i++) {
         struct node *nd = &s->nodes[i];
-        if (!nd->started || nd->dead)
+        if (!nd->started || nd->dead || nd->reconnect)
             continue;
         if (hb)
             node_heartbeat(nd);
@@ -518,6 +546,7 @@ static int trial(int n)
     for (int l = 0; l < SIM_PROCS; l++) {
         kids[l] = fork();
         if (kids[l] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the benchmark */
             sim_child(l, n, co.port, sh);
             _exit(0);
         }
