@@ -225,6 +225,16 @@ void cluster_on_publish(void *arg, const struct store_reply *r)
 void cluster_publish(void *ctx, const char *key, const char *value)
 {
     struct cluster *c = ctx;
+    /* The coordinator owns the store: it writes its documents in-process
+     * (a round's world is one SET per node), not through a connection to
+     * itself. */
+    if (c->server) {
+        int rc = value ? store_server_set(c->server, key, value, strlen(value))
+                       : store_server_delete(c->server, key);
+        if (rc < 0)
+            log_warn("cluster: cannot publish %s: %s", key, gpt_strerror(rc));
+        return;
+    }
     if (c->cc_state != CONN_READY)
         return;
     if (value)

@@ -247,6 +247,58 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     return rc;
 }
 
+/* ---- in-process writes (the server's owner) ---- */
+
+int store_server_set(struct store_server *s, const char *key, const void *val, size_t len)
+{
+    size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    uint64_t h = store_table_hash(key, klen);
+    struct store_entry *e;
+    bool created = false;
+    int rc;
+
+    if (klen == 0 || klen > GPT_STORE_KEY_MAX)
+        return -EINVAL;
+    if (len > s->opts.max_value_bytes)
+        return -GPT_E_LIMIT;
+    e = store_table_find(&s->table, key, klen, h);
+    if (!e) {
+        if ((rc = store_table_create(&s->table, key, klen, h, &e)) < 0)
+            return rc;
+        created = true;
+    }
+    if ((rc = store_table_store(&s->table, e, val, len, false)) < 0) {
+        if (created)
+            store_table_remove(&s->table, e);
+        return rc;
+    }
+    if (created)
+        store_server_key_created(s, key, klen, h);
+    e->version = ++s->rev;
+    store_server_key_changed(s, key, klen, h, e);
+    server_sync_counts(s);
+    store_server_drain(s);
+    return 0;
+}
+
+int store_server_delete(struct store_server *s, const char *key)
+{
+    size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    uint64_t h = store_table_hash(key, klen);
+    struct store_entry *e;
+
+    if (klen == 0 || klen > GPT_STORE_KEY_MAX)
+        return -EINVAL;
+    if (!(e = store_table_find(&s->table, key, klen, h)))
+        return 0;
+    store_table_remove(&s->table, e);
+    s->rev++;
+    store_server_key_changed(s, key, klen, h, NULL);
+    server_sync_counts(s);
+    store_server_drain(s);
+    return 1;
+}
+
 /* ---- handshake ---- */
 
 /* HELLO(Nc) -> CHALLENGE(Ns); AUTH(client proof) -> PROOF(server proof),

@@ -92,6 +92,14 @@ void store_server_close(struct store_server *s, void (*close_cb)(void *arg), voi
 /* Copies the counters. Any thread (they are read under a lock). */
 void store_server_stats(struct store_server *s, struct store_server_stats *ret);
 
+/* SET and DELETE for the server's owner, in-process: the same effects as
+ * the frames (a revision, watches and WAITs answered, their replies
+ * written) without a connection to itself. Loop thread, not from inside
+ * the server's own callbacks. set: 0, -EINVAL (key), -GPT_E_LIMIT or
+ * -ENOMEM; delete: 1 deleted, 0 absent, -EINVAL. */
+int store_server_set(struct store_server *s, const char *key, const void *val, size_t len);
+int store_server_delete(struct store_server *s, const char *key);
+
 /* One heartbeat report as store_server_hb_drain() hands it over; every
  * pointer borrowed for the callback only. */
 struct store_server_hb {
