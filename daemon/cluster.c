@@ -447,7 +447,11 @@ static void cluster_on_tick(uv_timer_t *t)
     if (c->nc_state != CONN_READY)
         return;
     /* A store that stops answering is as gone as one that hung up: this is
-     * how a partitioned node notices. */
+     * how a partitioned node notices. With nothing in flight (between
+     * heartbeats; a parked watch is not a request) the clock starts over,
+     * so a request is given dead_after_s from when it was sent. */
+    if (c->inflight == 0)
+        c->last_progress = now;
     if (c->inflight > 0 && now - c->last_progress > c->o.dead_after_s) {
         cluster_conn_lost(c, "no reply");
         return;
