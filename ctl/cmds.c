@@ -477,6 +477,13 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "queued jobs:", fmt_int(b, sizeof(b), json_object_get(s, "queued")));
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));
+        if (json_object_get(s, "max_nodes")) {
+            char nodes[96];
+            snprintf(nodes, sizeof(nodes), "%s (open-file limit %s)",
+                     fmt_int(a, sizeof(a), json_object_get(s, "max_nodes")),
+                     fmt_int(b, sizeof(b), json_object_get(s, "open_files_max")));
+            table_row(&t, "max nodes:", nodes);
+        }
     }
     table_print(&t);
 out:

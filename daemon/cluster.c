@@ -1,8 +1,8 @@
 /*
- * cluster: node identity, the store connections, heartbeats, leaving, the
- * polling of the published round and node table and, on the coordinator,
- * the store server and the round protocol's hooks (see cluster.h). The
- * outbox, requests and inbox are in cluster_inbox.c, the feed in
+ * cluster: node identity, the store connections, leaving, the node table
+ * and, on the coordinator, the store server and the round protocol's hooks
+ * (see cluster.h). Heartbeats and the round watch are in cluster_round.c,
+ * the outbox, requests and inbox in cluster_inbox.c, the feed in
  * cluster_feed.c (see cluster_impl.h). One periodic timer drives
  * everything, redis-cron style, with sub-periods per duty.
  *
@@ -29,10 +29,10 @@
 #include "monotime.h"
 #include "store_server.h"
 
-#define CLUSTER_POLL_S    0.1 /* how often the round key is read */
-#define CLUSTER_NODES_S   1.0 /* how often the node table is published/read */
-#define CLUSTER_CONNECT_S 2.0 /* a connect (and handshake) slower than this is retried */
-#define CLUSTER_LEAVE_S   1.0 /* how long a leave waits to reach the store */
+#define CLUSTER_NODES_WANTED_S 30.0 /* a member reads the node table this long after a look */
+#define CLUSTER_NODES_S        1.0  /* how often the node table is published/read */
+#define CLUSTER_CONNECT_S      2.0  /* a connect (and handshake) slower than this is retried */
+#define CLUSTER_LEAVE_S        1.0  /* how long a leave waits to reach the store */
 
 bool cluster_is_coordinator(const struct cluster *c)
 {
@@ -73,9 +73,8 @@ void cluster_conn_lost(struct cluster *c, const char *why)
         log_warn("cluster: lost the store at %s:%d: %s", c->host, c->o.port, why);
     c->nc_state = CONN_NONE;
     c->inflight = 0;
-    c->poll_inflight = false;
+    cluster_round_disconnected(c);
     c->ob.append_inflight = false;
-    c->round_seen[0] = '\0';
     c->retry_at = monotime_s() + c->backoff_ms / 1e3;
     c->backoff_ms =
         c->backoff_ms * 2 > CLUSTER_BACKOFF_MAX_MS ? CLUSTER_BACKOFF_MAX_MS : c->backoff_ms * 2;
@@ -143,7 +142,8 @@ static void cluster_on_connect(void *arg, int status)
     c->last_progress = monotime_s();
     c->lost_reported = false;
     c->hb_soon = true;
-    c->next_poll = 0;
+    c->cur_version = 0;
+    cluster_round_watch(c);
 }
 
 static void cluster_connect(struct cluster *c, double now)
@@ -177,22 +177,6 @@ void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type)
     m->inc = c->inc;
 }
 
-static void cluster_heartbeat(struct cluster *c)
-{
-    struct cluster_msg hb;
-    cluster_start_msg(c, &hb, CLUSTER_MSG_HB);
-    snprintf(hb.addr, sizeof(hb.addr), "%s", c->addr);
-    snprintf(hb.version, sizeof(hb.version), "%s", c->version);
-    devices_summary(hb.devices, sizeof(hb.devices));
-    nvml_gpus_local(hb.gpus, sizeof(hb.gpus));
-    hb.workers = c->o.workers;
-    hb.present |= CLUSTER_MSG_BIT(ADDR) | CLUSTER_MSG_BIT(VER) | CLUSTER_MSG_BIT(WORKERS) |
-                  CLUSTER_MSG_BIT(DEV) | CLUSTER_MSG_BIT(GPU);
-    if (c->nh.heartbeat)
-        c->nh.heartbeat(c->nh.ctx, &hb);
-    cluster_send(c, &hb);
-}
-
 void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
 {
     c->leave_done = done;
@@ -215,99 +199,6 @@ static void cluster_leave_check(struct cluster *c, double now)
     c->leave_done = NULL;
     if (done)
         done(c->leave_arg);
-}
-
-/* A round with a world: this node's assignment, if it is a member. */
-struct cluster_me_req {
-    struct cluster *c;
-    json_t *cur;
-};
-
-static void cluster_on_me(void *arg, const struct store_reply *r)
-{
-    struct cluster_me_req *q = arg;
-    struct cluster *c = q->c;
-    json_t *cur = q->cur;
-    free(q);
-    if (!cluster_reply_ok(c, r)) {
-        json_decref(cur);
-        return;
-    }
-    c->poll_inflight = false;
-    if (r->status < 0 && r->status != -ENOENT) {
-        c->round_seen[0] = '\0'; /* read again */
-        json_decref(cur);
-        return;
-    }
-    if (r->status == 0) {
-        json_t *me = json_loadb(r->data, r->len, 0, NULL);
-        if (me)
-            json_object_set_new(cur, "me", me);
-    }
-    if (c->nh.round)
-        c->nh.round(c->nh.ctx, cur);
-    json_decref(cur);
-}
-
-static void cluster_on_cur(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r))
-        return;
-    if (r->status < 0) {
-        c->poll_inflight = false;
-        return;
-    }
-    json_t *cur = json_loadb(r->data, r->len, 0, NULL);
-    if (!cur) {
-        c->poll_inflight = false;
-        c->round_seen[0] = '\0';
-        return;
-    }
-    const char *phase = json_string_value(json_object_get(cur, "phase"));
-    if (phase && (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)) {
-        struct cluster_me_req *q = malloc(sizeof(*q));
-        char key[RDZV_NODE_ID_MAX + 64];
-        snprintf(key, sizeof(key), "rdzv/%lld/node/%s",
-                 (long long)json_integer_value(json_object_get(cur, "round")), c->node_id);
-        if (q) {
-            q->c = c;
-            q->cur = cur;
-            if (store_client_async_get(c->nc, key, cluster_on_me, q) == 0) {
-                c->inflight++;
-                return;
-            }
-            free(q);
-        }
-        c->poll_inflight = false;
-        c->round_seen[0] = '\0';
-        json_decref(cur);
-        return;
-    }
-    c->poll_inflight = false;
-    if (c->nh.round)
-        c->nh.round(c->nh.ctx, cur);
-    json_decref(cur);
-}
-
-static void cluster_on_round(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r))
-        return;
-    if (r->status < 0 || r->len == 0 || r->len >= sizeof(c->round_seen) ||
-        (strlen(c->round_seen) == r->len && memcmp(c->round_seen, r->data, r->len) == 0)) {
-        c->poll_inflight = false;
-        return;
-    }
-    memcpy(c->round_seen, r->data, r->len);
-    c->round_seen[r->len] = '\0';
-    if (store_client_async_get(c->nc, RDZV_KEY_CUR, cluster_on_cur, c) < 0) {
-        c->poll_inflight = false;
-        c->round_seen[0] = '\0';
-        return;
-    }
-    c->inflight++;
 }
 
 static void cluster_on_nodes(void *arg, const struct store_reply *r)
@@ -335,6 +226,16 @@ void cluster_on_publish(void *arg, const struct store_reply *r)
 void cluster_publish(void *ctx, const char *key, const char *value)
 {
     struct cluster *c = ctx;
+    /* The coordinator owns the store: it writes its documents in-process
+     * (a round's world is one SET per node), not through a connection to
+     * itself. */
+    if (c->server) {
+        int rc = value ? store_server_set(c->server, key, value, strlen(value))
+                       : store_server_delete(c->server, key);
+        if (rc < 0)
+            log_warn("cluster: cannot publish %s: %s", key, gpt_strerror(rc));
+        return;
+    }
     if (c->cc_state != CONN_READY)
         return;
     if (value)
@@ -399,6 +300,7 @@ static void cluster_on_cc_connect(void *arg, int status)
         return;
     }
     c->cc_state = CONN_READY;
+    c->feed.published_chunk = -1; /* the feed head is set again */
     /* What was decided before the connection was up (the generation, a job
      * reloaded from the database) reaches the store now. */
     rdzv_coord_republish(c->coord);
@@ -430,10 +332,14 @@ static void cluster_coord_duty(struct cluster *c, double now)
     }
     if (c->cc_state != CONN_READY)
         return;
+    cluster_hb_drain(c, now);
     cluster_inbox_drain(c, now);
     cluster_feed_duty(c, now);
     if (now >= c->next_nodes_pub) {
-        c->next_nodes_pub = now + CLUSTER_NODES_S;
+        /* The table grows with the cluster: published less often when
+         * large (every 16 s at 16,384 nodes), members read it on demand. */
+        c->next_nodes_pub =
+            now + CLUSTER_NODES_S * (1.0 + (double)rdzv_coord_node_count(c->coord) / 1024.0);
         json_t *n = cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, now));
         char *text = n ? json_dumps(n, JSON_COMPACT) : NULL;
         json_decref(n);
@@ -504,6 +410,14 @@ json_t *cluster_nodes_json(struct cluster *c)
 {
     if (c->coord)
         return cluster_mark_coordinator(c, rdzv_coord_nodes_json(c->coord, monotime_s()));
+    /* A member reads the table only while someone asks for it (the first
+     * look gets what it has, the next ones are fresh), not all the time: at
+     * thousands of nodes the table is megabytes and every member would read
+     * it every second. */
+    double now = monotime_s();
+    if (now >= c->nodes_wanted_until)
+        c->next_nodes = 0; /* read at the next tick */
+    c->nodes_wanted_until = now + CLUSTER_NODES_WANTED_S;
     return c->nodes_cache ? json_deep_copy(c->nodes_cache) : json_array();
 }
 
@@ -534,7 +448,11 @@ static void cluster_on_tick(uv_timer_t *t)
     if (c->nc_state != CONN_READY)
         return;
     /* A store that stops answering is as gone as one that hung up: this is
-     * how a partitioned node notices. */
+     * how a partitioned node notices. With nothing in flight (between
+     * heartbeats; a parked watch is not a request) the clock starts over,
+     * so a request is given dead_after_s from when it was sent. */
+    if (c->inflight == 0)
+        c->last_progress = now;
     if (c->inflight > 0 && now - c->last_progress > c->o.dead_after_s) {
         cluster_conn_lost(c, "no reply");
         return;
@@ -548,18 +466,11 @@ static void cluster_on_tick(uv_timer_t *t)
     /* Sending may have found the connection gone (and closed it). */
     if (c->nc_state != CONN_READY)
         return;
-    if (!c->poll_inflight && now >= c->next_poll) {
-        c->next_poll = now + CLUSTER_POLL_S;
-        int rc = store_client_async_get(c->nc, RDZV_KEY_ROUND, cluster_on_round, c);
-        if (rc == 0) {
-            c->poll_inflight = true;
-            c->inflight++;
-        } else if (rc == -EPIPE) {
-            cluster_conn_lost(c, "connection closed");
-            return;
-        }
-    }
-    if (!c->coord && c->nc_state == CONN_READY && now >= c->next_nodes) {
+    cluster_round_watch(c);
+    if (c->nc_state != CONN_READY)
+        return;
+    if (!c->coord && c->nc_state == CONN_READY && now >= c->next_nodes &&
+        now < c->nodes_wanted_until) {
         c->next_nodes = now + CLUSTER_NODES_S;
         if (store_client_async_get(c->nc, RDZV_KEY_NODES, cluster_on_nodes, c) == 0)
             c->inflight++;
@@ -611,7 +522,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         struct store_server_opts so = {.secret = c->secret,
                                        .secret_len = c->secret_len,
                                        .secret_hint = c->secret_hint,
-                                       .max_clients = 2 * RDZV_NODES_MAX + 64};
+                                       .max_clients = 2 * RDZV_NODES_MAX + 64,
+                                       .max_keys = 4 * RDZV_NODES_MAX};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
         if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {

@@ -4,8 +4,10 @@
  * chunk n at CLUSTER_KEY_FEED_PREFIX<n> (proto/cluster_msg.h), the newest
  * named by CLUSTER_KEY_FEED_HEAD as "GEN:N"; only the newest
  * CLUSTER_FEED_KEEP chunks are kept. A member reads each chunk once, in
- * order, and starts over when a new coordinator generation appears. Owns
- * struct cluster's `feed` (see cluster_impl.h).
+ * order, and starts over when a new coordinator generation appears. The
+ * head is published only when it moves, and members WATCH it (no poll):
+ * an idle cluster's feed costs nothing. Owns struct cluster's `feed` (see
+ * cluster_impl.h).
  *
  * Loop thread only.
  */
@@ -19,10 +21,11 @@
 
 #include "log.h"
 
-#define CLUSTER_FEED_S       0.1  /* how often the feed is published/polled */
-#define CLUSTER_FEED_KEEP    64   /* feed chunks kept in the store */
-#define CLUSTER_FEED_CHUNK   256  /* records in one chunk at most */
-#define CLUSTER_FEED_PENDING 4096 /* unpublished records kept (oldest dropped) */
+#define CLUSTER_FEED_S        0.1   /* how often pending records are published */
+#define CLUSTER_FEED_WATCH_MS 30000 /* a parked head watch is renewed this often */
+#define CLUSTER_FEED_KEEP     64    /* feed chunks kept in the store */
+#define CLUSTER_FEED_CHUNK    256   /* records in one chunk at most */
+#define CLUSTER_FEED_PENDING  4096  /* unpublished records kept (oldest dropped) */
 
 _Static_assert(CLUSTER_FEED_CHUNK <= CLUSTER_MSG_FEED_RECS, "a chunk fits the protocol's limit");
 
@@ -82,15 +85,27 @@ static void cluster_feed_publish(struct cluster *c)
             cluster_publish(c, key, NULL);
         }
     }
-    if (cluster_msg_feed_head_encode(head, sizeof(head), c->inc, c->feed.chunk) == 0)
+    /* Every member watches the head: set it only when it moves (or after
+     * the coordinator's store connection came back: published_chunk -1). */
+    if (c->feed.chunk == c->feed.published_chunk)
+        return;
+    if (cluster_msg_feed_head_encode(head, sizeof(head), c->inc, c->feed.chunk) == 0) {
         cluster_publish(c, CLUSTER_KEY_FEED_HEAD, head);
+        c->feed.published_chunk = c->feed.chunk;
+    }
 }
 
 /* Member: reads the next chunk the head names, one at a time. */
+static void cluster_feed_head(struct cluster *c, uint64_t gen, int64_t head);
+
 static void cluster_feed_next(struct cluster *c)
 {
     if (c->feed.next > c->feed.head || c->nc_state != CONN_READY) {
         c->feed.inflight = false;
+        if (c->feed.pend && c->nc_state == CONN_READY) {
+            c->feed.pend = false;
+            cluster_feed_head(c, c->feed.pend_gen, c->feed.pend_head);
+        }
         return;
     }
     char key[64];
@@ -129,15 +144,19 @@ static void cluster_on_feed_chunk(void *arg, const struct store_reply *r)
     cluster_feed_next(c);
 }
 
-static void cluster_on_feed_head(void *arg, const struct store_reply *r)
+/* The head moved to `head` of generation `gen`: read the chunks up to it
+ * (after the chunks being read, when a read is in flight). */
+static void cluster_feed_head(struct cluster *c, uint64_t gen, int64_t head)
 {
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r))
-        return;
-    uint64_t gen = 0;
-    int64_t head = 0;
-    if (r->status < 0 || cluster_msg_feed_head_decode(r->data, r->len, &gen, &head, NULL) < 0) {
-        c->feed.inflight = false;
+    if (c->feed.inflight) {
+        if (c->feed.gen_known && gen == c->feed.gen) {
+            if (head > c->feed.head)
+                c->feed.head = head; /* the chain in flight goes on to it */
+        } else {
+            c->feed.pend = true;
+            c->feed.pend_gen = gen;
+            c->feed.pend_head = head;
+        }
         return;
     }
     if (!c->feed.gen_known || gen != c->feed.gen) {
@@ -150,7 +169,31 @@ static void cluster_on_feed_head(void *arg, const struct store_reply *r)
             c->feed.h.reset(c->feed.h.ctx);
     }
     c->feed.head = head;
+    c->feed.inflight = true;
     cluster_feed_next(c);
+}
+
+static void cluster_on_feed_watch(void *arg, const struct store_reply *r)
+{
+    struct cluster *c = arg;
+    uint64_t gen = 0;
+    int64_t head = 0;
+    c->feed.watching = false;
+    if (r->status == -ECANCELED || !c->nc)
+        return;
+    if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
+        cluster_conn_lost(c, gpt_strerror(r->status));
+        return;
+    }
+    if (r->status == -ENOENT)
+        c->feed.head_version = 0;
+    if (r->status == 0) {
+        c->feed.head_version = r->version;
+        if (cluster_msg_feed_head_decode(r->data, r->len, &gen, &head, NULL) == 0)
+            cluster_feed_head(c, gen, head);
+    }
+    if (r->status != -GPT_E_LIMIT && c->nc_state == CONN_READY)
+        cluster_feed_poll(c, 0);
 }
 
 void cluster_feed_duty(struct cluster *c, double now)
@@ -163,18 +206,21 @@ void cluster_feed_duty(struct cluster *c, double now)
 
 void cluster_feed_poll(struct cluster *c, double now)
 {
-    if (c->coord || !c->feed.h.record || c->feed.inflight || now < c->feed.next_poll)
+    (void)now;
+    if (c->coord || !c->feed.h.record || c->feed.watching || c->nc_state != CONN_READY)
         return;
-    c->feed.next_poll = now + CLUSTER_FEED_S;
-    if (store_client_async_get(c->nc, CLUSTER_KEY_FEED_HEAD, cluster_on_feed_head, c) == 0) {
-        c->feed.inflight = true;
-        c->inflight++;
-    }
+    int rc = store_client_async_watch(c->nc, CLUSTER_KEY_FEED_HEAD, c->feed.head_version,
+                                      CLUSTER_FEED_WATCH_MS, cluster_on_feed_watch, c);
+    if (rc == 0)
+        c->feed.watching = true;
 }
 
 void cluster_feed_disconnected(struct cluster *c)
 {
     c->feed.inflight = false;
+    c->feed.watching = false;
+    c->feed.head_version = 0;
+    c->feed.pend = false;
 }
 
 void cluster_feed_done(struct cluster *c)

@@ -3,10 +3,12 @@
  * files, and the few functions they share. The cluster is one object,
  * split along its duties:
  *
- *   cluster.c        identity, the store connections, heartbeats, leave,
- *                    the round and node-table polling, the coordinator's
- *                    rdzv hooks, the timer and the life cycle; it calls
- *                    into the other two once per tick
+ *   cluster.c        identity, the store connections, leave, the node
+ *                    table, the coordinator's rdzv hooks, the timer and
+ *                    the life cycle; it calls into the others once per tick
+ *   cluster_round.c  heartbeats (the store's heartbeat table), the round
+ *                    watch and the node's assignment; the coordinator's
+ *                    drain of the heartbeat table
  *   cluster_inbox.c  the member's outbox (one APPEND key) and its
  *                    requests to the coordinator (forwarded submits and
  *                    reads), and the coordinator's inbox drain that answers
@@ -67,8 +69,12 @@ struct cluster_inbox {
 /* The feed (cluster_feed.c). */
 struct cluster_feed {
     struct cluster_feed_hooks h;
-    /* as a member reads it */
-    double next_poll;
+    /* as a member reads it: the head watched, the chunks read in a chain */
+    bool watching;
+    uint64_t head_version;
+    bool pend; /* a head of another generation came while reading: next */
+    uint64_t pend_gen;
+    int64_t pend_head;
     bool inflight;
     uint64_t gen; /* the coordinator generation whose feed is read */
     bool gen_known;
@@ -79,6 +85,7 @@ struct cluster_feed {
     json_t *pending;
     uint64_t seq;
     int64_t chunk;
+    int64_t published_chunk; /* the head last set (-1: set it again) */
     double next_pub;
 };
 
@@ -114,10 +121,11 @@ struct cluster {
     bool lost_reported;
     double next_hb;
     bool hb_soon;
-    double next_poll;
-    bool poll_inflight;
-    char round_seen[96];
+    bool round_watch;     /* the watch of RDZV_KEY_CUR is parked */
+    uint64_t cur_version; /* the version of the round last seen (0: none) */
+    uint64_t cur_seq;     /* rounds seen: an older round's late answer is dropped */
     double next_nodes;
+    double nodes_wanted_until; /* a member reads RDZV_KEY_NODES until then */
     json_t *nodes_cache;
     struct cluster_outbox ob;
     int leave_state; /* 0, 1 queued, 2 in the append in flight */
@@ -152,6 +160,17 @@ void cluster_on_publish(void *arg, const struct store_reply *r);
 /* Starts message `m` of `type` from this node (node id, incarnation). */
 void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type);
 
+/* cluster_round.c */
+/* Sends this node's heartbeat now (when connected). */
+void cluster_heartbeat(struct cluster *c);
+/* Parks the watch of the round unless one is. */
+void cluster_round_watch(struct cluster *c);
+/* The connection is gone: the watch with it; the round is read afresh. */
+void cluster_round_disconnected(struct cluster *c);
+/* Coordinator: feeds the heartbeats that came since the last call to the
+ * round protocol. */
+void cluster_hb_drain(struct cluster *c, double now);
+
 /* cluster_inbox.c */
 /* Appends the outbox when connected and no append is in flight. */
 void cluster_flush(struct cluster *c);
@@ -168,7 +187,7 @@ void cluster_inbox_done(struct cluster *c);
 /* cluster_feed.c */
 /* Coordinator: publishes the pending records when it is time. */
 void cluster_feed_duty(struct cluster *c, double now);
-/* Member: polls the feed head when it is time. */
+/* Member: watches the feed head (parks the watch when none is). */
 void cluster_feed_poll(struct cluster *c, double now);
 void cluster_feed_disconnected(struct cluster *c);
 void cluster_feed_done(struct cluster *c);

@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "control_limits.h"
 #include "daemon.h"
+#include "fdlimit.h"
 #include "hostport.h"
 #include "http.h"
 #include "http_collect.h"
@@ -650,6 +651,19 @@ int gptd_daemon_main(int argc, char **argv)
         uv_run(&m->loop, UV_RUN_DEFAULT);
         goto fail;
     }
+    /* Each node of a cluster holds a connection to the coordinator: raise
+     * the open-file limit before the store listens, and say what it allows. */
+    uint64_t fd_soft = 0, fd_hard = 0;
+    int fd_rc = fdlimit_raise(&fd_soft, &fd_hard);
+    if (fd_rc < 0)
+        log_warn("cannot raise the open-file limit to %llu: %s; %llu open files, room for %llu "
+                 "nodes",
+                 (unsigned long long)fd_hard, gpt_strerror(fd_rc), (unsigned long long)fd_soft,
+                 (unsigned long long)fdlimit_nodes(fd_soft));
+    else
+        log_info("open-file limit %llu (hard %llu): room for %llu nodes",
+                 (unsigned long long)fd_soft, (unsigned long long)fd_hard,
+                 (unsigned long long)fdlimit_nodes(fd_soft));
     if (daemon_cluster_start(d, &err) < 0) {
         jobs_shutdown(d->jobs, NULL, NULL);
         jobs_free(d->jobs);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "devices.h"
+#include "fdlimit.h"
 #include "job_limits.h"
 #include "log.h"
 #include "handlers.h"
@@ -288,6 +289,12 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
         json_object_set_new(o, "rdzv", json_string(ep));
         json_object_set_new(
             o, "role", json_string(cluster_is_coordinator(d->cluster) ? "coordinator" : "member"));
+    }
+    uint64_t fd_soft, fd_hard;
+    if (o && fdlimit_get(&fd_soft, &fd_hard) == 0) {
+        json_object_set_new(o, "open_files_max",
+                            json_integer(fd_soft > INT64_MAX ? INT64_MAX : (json_int_t)fd_soft));
+        json_object_set_new(o, "max_nodes", json_integer((json_int_t)fdlimit_nodes(fd_soft)));
     }
     *ret = o;
     return 0;

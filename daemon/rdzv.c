@@ -1,8 +1,10 @@
 /*
  * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table
- * and the round state; talks only through its hooks. Single-threaded.
+ * and the round state (rdzv_impl.h); talks only through its hooks. The
+ * JSON views of that state are in rdzv_view.c. Single-threaded.
  */
 #include "rdzv.h"
+#include "rdzv_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,69 +22,6 @@
 /* How long a round waits for a node holding the newest recorded snapshot
  * (rdzv_job.newest_snap) before it resumes from an older one. */
 #define RDZV_SNAP_WAIT_S 12.0
-
-struct rdzv_cnode {
-    char id[RDZV_NODE_ID_MAX];
-    uint64_t inc;
-    double last_hb;
-    bool alive;
-    int workers;
-    char addr[RDZV_ADDR_MAX];
-    char version[32];
-    char devices[128]; /* backends and GPUs, as the node reported them */
-    char gpus[CLUSTER_MSG_GPUS_MAX]; /* GPU readings of the last heartbeat (nvml.h) */
-    char state[16];    /* as the node reported it */
-    uint64_t gen;      /* the generation and round the node last reported */
-    int64_t round;
-    int64_t job;
-    /* round bookkeeping */
-    int64_t joined_round; /* the round this node joined, -1 none */
-    int64_t snap_step;
-    bool left;   /* this incarnation announced it is stopping */
-    bool member; /* in the current (or forming round's previous) world */
-    bool prev_member;
-    int rank_base;
-    int64_t exit_round; /* the last worker exit seen for the current job */
-    int exit_rc;
-    int64_t exit_step;
-    char exit_msg[256];
-};
-
-struct rdzv_coord {
-    uint64_t gen;
-    struct rdzv_opts o;
-    struct rdzv_hooks h;
-    struct rdzv_cnode *nodes;
-    size_t n, cap;
-
-    int phase;
-    int64_t round;
-    uint64_t version;
-    bool dirty;
-
-    /* the running job */
-    int64_t job;
-    uid_t owner_uid;
-    uint64_t token;
-    char *spec_json;
-    int nodes_min, nodes_max, max_restarts, wait_timeout_s;
-    int restarts;
-    double opened_at, waiting_since;
-    bool stop_snapshot; /* how members stop their old workers for this round */
-    bool stop_requested;
-    int64_t run_id;
-    int world;
-    int64_t last_step, last_snap;
-    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
-    bool failure;             /* a member failed or died in the running world */
-    bool failure_final; /* ...with an error of the spec or the data: a restart cannot heal it */
-    char failure_why[256];
-    /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
-    int64_t pin_step;
-    bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
-    char pin_what[128];
-    int64_t want_snap; /* the newest snapshot step recorded, -1 none */
-};
 
 static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
 
@@ -115,16 +54,60 @@ static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, 
         c->h.event(c->h.ctx, c->job, kind, msg);
 }
 
+static uint64_t rdzv_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *id; id++) {
+        h ^= (uint8_t)*id;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* The node table is looked up once per heartbeat: a hash index keeps that
+ * O(1) at tens of thousands of nodes. */
 static struct rdzv_cnode *rdzv_find(struct rdzv_coord *c, const char *id)
 {
+    if (!c->idx_cap)
+        return NULL;
+    for (size_t i = rdzv_hash(id) & (c->idx_cap - 1);; i = (i + 1) & (c->idx_cap - 1)) {
+        uint32_t v = c->idx[i];
+        if (!v)
+            return NULL;
+        if (strcmp(c->nodes[v - 1].id, id) == 0)
+            return &c->nodes[v - 1];
+    }
+}
+
+static void rdzv_index_put(struct rdzv_coord *c, size_t node)
+{
+    size_t i = rdzv_hash(c->nodes[node].id) & (c->idx_cap - 1);
+    while (c->idx[i])
+        i = (i + 1) & (c->idx_cap - 1);
+    c->idx[i] = (uint32_t)node + 1;
+}
+
+/* Makes room in the index for one more node: 0 or -ENOMEM. */
+static int rdzv_index_reserve(struct rdzv_coord *c)
+{
+    if (c->idx_cap > 2 * (c->n + 1))
+        return 0;
+    size_t cap = c->idx_cap ? c->idx_cap * 2 : 64;
+    uint32_t *idx = calloc(cap, sizeof(*idx));
+    if (!idx)
+        return -ENOMEM;
+    free(c->idx);
+    c->idx = idx;
+    c->idx_cap = cap;
     for (size_t i = 0; i < c->n; i++)
-        if (strcmp(c->nodes[i].id, id) == 0)
-            return &c->nodes[i];
-    return NULL;
+        rdzv_index_put(c, i);
+    return 0;
 }
 
 static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
 {
+    if (rdzv_index_reserve(c) < 0)
+        return NULL;
     if (c->n == c->cap) {
         if (c->cap >= RDZV_NODES_MAX)
             return NULL;
@@ -142,6 +125,7 @@ static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
     nd->snap_step = -1;
     nd->exit_round = -1;
     nd->round = -1;
+    rdzv_index_put(c, c->n - 1);
     return nd;
 }
 
@@ -160,14 +144,6 @@ static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
     if (text)
         c->h.publish(c->h.ctx, key, text);
     free(text);
-}
-
-static json_t *rdzv_member_json(const struct rdzv_cnode *nd)
-{
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, nd->inc);
-    return json_pack("{s:s, s:s, s:i, s:i, s:s}", "id", nd->id, "inc", inc, "rank_base",
-                     nd->rank_base, "workers", nd->workers, "addr", nd->addr);
 }
 
 /* A closed round: each member's assignment, and the whole world. The
@@ -209,14 +185,12 @@ static void rdzv_publish(struct rdzv_coord *c)
         return; /* republished on the next change; nodes keep polling */
     c->h.publish(c->h.ctx, RDZV_KEY_CUR, text);
     free(text);
-    char r[96];
-    snprintf(r, sizeof(r), "%" PRIx64 ":%" PRId64 ":%" PRIu64, c->gen, c->round, c->version);
-    c->h.publish(c->h.ctx, RDZV_KEY_ROUND, r);
 }
 
 static void rdzv_open_round(struct rdzv_coord *c, double now, bool snapshot, const char *why)
 {
     c->round++;
+    c->close_why[0] = '\0';
     c->phase = RDZV_FORMING;
     c->opened_at = now;
     c->stop_snapshot = snapshot;
@@ -261,8 +235,9 @@ static int rdzv_cmp_rank(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
-/* Closes the forming round with the joined nodes (at most nodes_max). */
-static void rdzv_close_round(struct rdzv_coord *c)
+/* Closes the forming round with the joined nodes (at most nodes_max);
+ * `why` says which rule closed it (in the event and the round JSON). */
+static void rdzv_close_round(struct rdzv_coord *c, const char *reason)
 {
     struct rdzv_cnode **j = malloc(c->n * sizeof(*j));
     if (!j)
@@ -310,6 +285,7 @@ static void rdzv_close_round(struct rdzv_coord *c)
                 (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", j[i]->id);
     }
     int64_t snap = nj ? j[0]->snap_step : -1;
+    snprintf(c->close_why, sizeof(c->close_why), "%s", reason);
     c->world = base;
     c->phase = RDZV_RUNNING;
     c->run_id = 0;
@@ -319,12 +295,12 @@ static void rdzv_close_round(struct rdzv_coord *c)
         c->h.world(c->h.ctx, c->job, c->world, (int)nj, &c->run_id);
     if (snap >= 0)
         rdzv_event(c, "world",
-                   "round %" PRId64 " closed: %zu node%s (%s), world size %d; resuming from the "
-                   "step %" PRId64 " snapshot on %s",
-                   c->round, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
+                   "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d; resuming from "
+                   "the step %" PRId64 " snapshot on %s",
+                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
     else
-        rdzv_event(c, "world", "round %" PRId64 " closed: %zu node%s (%s), world size %d", c->round,
-                   nj, nj == 1 ? "" : "s", names, c->world);
+        rdzv_event(c, "world", "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d",
+                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world);
     free(j);
     /* Assignments first: a node that sees the round closed reads its own. */
     rdzv_publish_world(c, prev);
@@ -432,6 +408,16 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
                      m->exit_msg[0] ? m->exit_msg : "error");
         }
     }
+}
+
+bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)
+{
+    struct rdzv_cnode *nd = rdzv_find(c, node);
+    if (!nd || !nd->alive || nd->left)
+        return false;
+    if (now > nd->last_hb)
+        nd->last_hb = now;
+    return true;
 }
 
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
@@ -587,7 +573,7 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
 
 static void rdzv_tick_forming(struct rdzv_coord *c, double now)
 {
-    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0;
+    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0, joining = 0;
     bool has_newest = c->want_snap < 0;
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
@@ -596,8 +582,13 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         if (nd->joined_round == c->round) {
             joined++;
             has_newest |= nd->snap_step >= c->want_snap;
-        } else if (nd->prev_member)
+            continue;
+        }
+        if (nd->prev_member)
             pending_prev++;
+        else if (nd->gen == c->gen && nd->round == c->round && nd->job == c->job &&
+                 strcmp(nd->state, "joining") == 0)
+            joining++;
     }
     double age = now - c->opened_at;
     /* A coordinator that just started gives the nodes one last call to
@@ -613,15 +604,33 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         rdzv_publish(c);
         return;
     }
-    if (pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S)
+    bool timed_out = pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S;
+    if (timed_out)
         pending_prev = 0;
     /* Resuming from an older snapshot than one the job recorded would redo
      * steps (and their metrics): give its holders time to come back. */
     if (!has_newest && age < RDZV_SNAP_WAIT_S && joined < c->nodes_max)
         return;
-    if (joined >= c->nodes_max || (joined >= c->nodes_min && pending_prev == 0 &&
-                                   (joined == alive || age >= c->o.last_call_s)))
-        rdzv_close_round(c);
+    char why[160];
+    if (joined >= c->nodes_max) {
+        snprintf(why, sizeof(why), "max: %d of %d nodes joined", joined, c->nodes_max);
+    } else if (joined < c->nodes_min || pending_prev > 0) {
+        return; /* never short of min, nor without the previous world's members */
+    } else if (joined == alive) {
+        snprintf(why, sizeof(why), "every alive node joined: %d (min %d, max %d)", joined,
+                 c->nodes_min, c->nodes_max);
+    } else if (age >= c->o.last_call_s) {
+        /* Nodes that already answer for this round (scanning their
+         * snapshots before they join) are still coming: wait for them,
+         * up to the join time-out. */
+        if (joining > 0 && age < RDZV_JOIN_TIMEOUT_S)
+            return;
+        snprintf(why, sizeof(why), "last call after %.1f s: %d of %d alive joined (min %d)%s", age,
+                 joined, alive, c->nodes_min, timed_out ? ", previous members timed out" : "");
+    } else {
+        return;
+    }
+    rdzv_close_round(c, why);
 }
 
 static void rdzv_tick_waiting(struct rdzv_coord *c, double now)
@@ -697,70 +706,6 @@ void rdzv_coord_free(struct rdzv_coord *c)
         return;
     free(c->spec_json);
     free(c->nodes);
+    free(c->idx);
     free(c);
-}
-
-json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
-{
-    char gen[32], prefix[128];
-    snprintf(gen, sizeof(gen), "%" PRIx64, c->gen);
-    snprintf(prefix, sizeof(prefix), "j%" PRId64 "/%s/r%" PRId64 "/", c->job, gen, c->round);
-    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:s, s:I, s:i, s:s}", "gen", gen, "round",
-                          (json_int_t)c->round, "phase", rdzv_phase_name(c->phase), "job",
-                          (json_int_t)c->job, "stop", c->stop_snapshot ? "snapshot" : "abort",
-                          "run_id", (json_int_t)c->run_id, "world", c->world, "prefix", prefix);
-    if (!o)
-        return NULL;
-    if (c->spec_json)
-        json_object_set_new(o, "spec", json_string(c->spec_json));
-    if (c->spec_json)
-        json_object_set_new(o, "uid", json_integer((json_int_t)c->owner_uid));
-    if (c->spec_json && c->token) { /* hex: a JSON integer cannot hold 64 bits */
-        char tok[17];
-        snprintf(tok, sizeof(tok), "%016" PRIx64, c->token);
-        json_object_set_new(o, "token", json_string(tok));
-    }
-    if (c->job && c->pin_step >= 0)
-        json_object_set_new(o, "resume_step", json_integer(c->pin_step));
-    if (!with_nodes)
-        return o;
-    json_t *nodes = json_array();
-    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
-        for (size_t i = 0; i < c->n; i++)
-            if (c->nodes[i].member)
-                json_array_append_new(nodes, rdzv_member_json(&c->nodes[i]));
-    json_object_set_new(o, "nodes", nodes);
-    return o;
-}
-
-json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
-{
-    json_t *arr = json_array();
-    if (!arr)
-        return NULL;
-    for (size_t i = 0; i < c->n; i++) {
-        const struct rdzv_cnode *nd = &c->nodes[i];
-        const char *state = nd->left       ? "left"
-                            : !nd->alive   ? "dead"
-                            : nd->state[0] ? nd->state
-                                           : "idle";
-        json_t *o = json_pack("{s:s, s:s, s:f, s:i, s:s, s:s, s:b}", "node", nd->id, "state", state,
-                              "heartbeat_age_s", now - nd->last_hb, "workers", nd->workers,
-                              "version", nd->version, "addr", nd->addr, "member", nd->member);
-        if (o)
-            json_object_set_new(o, "devices", json_string(nd->devices[0] ? nd->devices : "cpu"));
-        if (o)
-            json_object_set_new(o, "gpus", nvml_gpus_json(nd->gpus));
-        if (!o)
-            continue;
-        if (nd->member) {
-            char ranks[48];
-            snprintf(ranks, sizeof(ranks), "%d-%d", nd->rank_base, nd->rank_base + nd->workers - 1);
-            json_object_set_new(o, "ranks", json_string(ranks));
-        } else {
-            json_object_set_new(o, "ranks", json_null());
-        }
-        json_array_append_new(arr, o);
-    }
-    return arr;
 }

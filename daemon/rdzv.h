@@ -13,9 +13,15 @@
  * node id), each node's rank base, worker count and address.
  *
  * Store keys (the layout nodes and benchmarks rely on):
- *   RDZV_KEY_INBOX      node -> coordinator messages, JSON lines (APPEND)
- *   RDZV_KEY_ROUND      "GEN:ROUND:VERSION", changes with every publication
- *   RDZV_KEY_CUR        the current round as JSON (rdzv_coord_round_json)
+ *   RDZV_KEY_INBOX      node -> coordinator messages, JSON lines (APPEND):
+ *                       leaves, metrics, events, submits, reads
+ *   (heartbeat table)   each node's heartbeat and join (a "hb" message with
+ *                       state "joined"), HEARTBEAT under its node id,
+ *                       overwritten in place (proto/store.h)
+ *   RDZV_KEY_CUR        the current round as JSON (rdzv_coord_round_json),
+ *                       set once per change; every node WATCHes it (its
+ *                       version passes the one the node saw), none polls.
+ *                       "closed" says why a running round closed
  *   rdzv/<r>/world      the closed round r with every member, set when it closes
  *   rdzv/<r>/node/<id>  one member's assignment {id, inc, rank_base, workers, addr}:
  *                       a node reads its own, so a round costs O(nodes) bytes
@@ -37,9 +43,8 @@
 
 #define RDZV_NODE_ID_MAX 64
 #define RDZV_ADDR_MAX    64
-#define RDZV_NODES_MAX   4096 /* nodes the coordinator tracks; more are refused */
+#define RDZV_NODES_MAX   65536 /* nodes the coordinator tracks; more are refused */
 #define RDZV_KEY_INBOX   "c/inbox"
-#define RDZV_KEY_ROUND   "rdzv/round"
 #define RDZV_KEY_CUR     "rdzv/cur"
 #define RDZV_KEY_NODES   "c/nodes"
 
@@ -65,7 +70,7 @@ struct rdzv_opts {
 /* What the coordinator tells its owner. All on the coordinator's thread. */
 struct rdzv_hooks {
     void *ctx;
-    /* Set a store key (RDZV_KEY_ROUND, RDZV_KEY_CUR, rdzv/<r>/...); a NULL
+    /* Set a store key (RDZV_KEY_CUR, rdzv/<r>/...); a NULL
      * value deletes it. */
     void (*publish)(void *ctx, const char *key, const char *value);
     /* A membership change or failure worth an event in the job's history
@@ -130,6 +135,12 @@ void rdzv_coord_free(struct rdzv_coord *c);
 /* Feeds a heartbeat, join or leave (other messages are ignored). */
 void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_msg *m);
 
+/* A heartbeat identical to the node's last one arrived at `now`: true when
+ * that was all there was to do (a known, alive node); false when the
+ * report must be fed whole with rdzv_coord_message() (an unknown, dead or
+ * leaving node). O(1). */
+bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
+
 /* Global rank 0 reached `step`; `snapshot` (>= 0) when a snapshot was written. */
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);
 
@@ -139,6 +150,8 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
 /* Stops the running job at the next step boundary, with a snapshot; the
  * finished hook reports GPT_TRAIN_STOPPED. Immediate when no world runs. */
 void rdzv_coord_job_stop(struct rdzv_coord *c, double now);
+/* Nodes known (alive or not). */
+size_t rdzv_coord_node_count(const struct rdzv_coord *c);
 /* The running job's id, 0 when idle. */
 int64_t rdzv_coord_job(const struct rdzv_coord *c);
 

@@ -106,6 +106,7 @@ int store_client_append(struct store_client *c, const char *key, const void *val
 struct store_reply {
     int status;
     int64_t num;
+    uint64_t version; /* a watch's NOTIFY: the key's version (seen, on a timeout) */
     const void *data;
     size_t len;
 };
@@ -159,5 +160,21 @@ int store_client_async_num_keys(struct store_client_async *a,
 int store_client_async_append(struct store_client_async *a, const char *key, const void *val,
                               size_t len, void (*cb)(void *arg, const struct store_reply *r),
                               void *arg);
+
+/* HEARTBEAT: stores this node's report (at most GPT_STORE_HB_VALUE_MAX
+ * bytes) in the server's heartbeat table under key; cb gets OK. */
+int store_client_async_heartbeat(struct store_client_async *a, const char *key, const void *val,
+                                 size_t len, void (*cb)(void *arg, const struct store_reply *r),
+                                 void *arg);
+/* WATCH: cb runs once, when key's version passes `seen` (0: any value) with
+ * status 0, version and the value; -ENOENT (deleted, or absent while seen
+ * > 0: watch again with seen 0); -ETIMEDOUT after timeout_ms (0: none;
+ * version = seen); -GPT_E_LIMIT when the server refuses more watches; or
+ * the connection's failure / -ECANCELED. Other requests go on meanwhile.
+ * cb may watch again. Returns 0, -EBUSY (this client already watches key),
+ * or as the other requests. */
+int store_client_async_watch(struct store_client_async *a, const char *key, uint64_t seen,
+                             uint32_t timeout_ms,
+                             void (*cb)(void *arg, const struct store_reply *r), void *arg);
 
 #endif

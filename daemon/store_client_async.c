@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,16 @@ struct async_pending {
     void *arg;
 };
 
+/* A WATCH registered by this client: one per key, until its NOTIFY. */
+struct async_watch {
+    struct async_watch *next;
+    struct store_client_async *a;
+    void (*cb)(void *arg, const struct store_reply *r);
+    void *arg;
+    size_t len;
+    char key[]; /* NUL-terminated */
+};
+
 struct async_write {
     uv_write_t req;
     struct proto_store_out buf;
@@ -58,6 +69,7 @@ struct store_client_async {
     struct proto_store_out queued; /* requests not yet written; sealed once READY */
     struct proto_store_parser parser;
     struct async_pending *head, *tail;
+    struct async_watch *watches;
     uint8_t nc[GPT_STORE_NONCE_BYTES]; /* our handshake nonce */
     uint8_t ns[GPT_STORE_NONCE_BYTES]; /* the server's */
     struct store_auth_session session;
@@ -115,6 +127,31 @@ static void async_fail_pending(struct store_client_async *a, int status)
     }
 }
 
+/* Unlinks w from a's watches (it may already be gone). */
+static void async_watch_unlink(struct store_client_async *a, struct async_watch *w)
+{
+    struct async_watch **pp = &a->watches;
+
+    while (*pp && *pp != w)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = w->next;
+}
+
+/* Ends every watch with `status`; their callbacks may not watch again
+ * (the client is failed or closing, so a new watch is refused). */
+static void async_fail_watches(struct store_client_async *a, int status)
+{
+    struct store_reply r = {.status = status};
+
+    while (a->watches) {
+        struct async_watch *w = a->watches;
+        a->watches = w->next;
+        w->cb(w->arg, &r);
+        free(w);
+    }
+}
+
 static void async_fail(struct store_client_async *a, int status)
 {
     enum async_state was = a->state;
@@ -128,6 +165,8 @@ static void async_fail(struct store_client_async *a, int status)
         a->connect_cb(a->connect_arg, status);
     if (a->state == ASYNC_FAILED)
         async_fail_pending(a, status);
+    if (a->state == ASYNC_FAILED)
+        async_fail_watches(a, status);
 }
 
 static void async_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -189,6 +228,23 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
             a->connect_cb(a->connect_arg, 0);
         return 0;
     case ASYNC_READY:
+        if (m->type == PROTO_STORE_NOTIFY) {
+            /* Unsolicited: the watch of its key fired (none: replaced, gone). */
+            struct async_watch *w = a->watches;
+            while (w && (w->len != m->key_len || memcmp(w->key, m->key, m->key_len) != 0))
+                w = w->next;
+            if (!w)
+                return 0;
+            async_watch_unlink(a, w);
+            memset(&r, 0, sizeof(r));
+            r.status = m->status ? proto_store_status_to_errno(m->status) : 0;
+            r.version = m->key_version;
+            r.data = m->val;
+            r.len = m->val_len;
+            w->cb(w->arg, &r);
+            free(w);
+            return 0;
+        }
         p = a->head;
         if (!p)
             return -GPT_E_PROTO; /* a reply nobody asked for */
@@ -287,7 +343,11 @@ int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts
         uv_ip6_addr(opts->host, opts->port, (struct sockaddr_in6 *)&ss) != 0)
         return gpt_err_set(err, -EINVAL, NULL, "store client: '%s' is not a numeric address",
                            opts->host);
-    a = calloc(1, sizeof(*a));
+    /* Not calloc: the read buffer at the end is 64 KiB that need no zeroing
+     * (thousands of clients in one process, e.g. bench_rdzv). */
+    a = malloc(sizeof(*a));
+    if (a)
+        memset(a, 0, offsetof(struct store_client_async, rbuf));
     if (!a)
         return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
     if (opts->secret && opts->secret_len > 0) {
@@ -343,6 +403,7 @@ void store_client_async_close(struct store_client_async *a, void (*close_cb)(voi
     a->close_cb = close_cb;
     a->close_arg = arg;
     async_fail_pending(a, -ECANCELED);
+    async_fail_watches(a, -ECANCELED);
     uv_close((uv_handle_t *)&a->tcp, async_closed);
 }
 
@@ -490,4 +551,69 @@ int store_client_async_num_keys(struct store_client_async *a,
     if (rc == 0)
         rc = proto_store_put_num_keys(&a->queued);
     return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_INT, cb, arg);
+}
+
+int store_client_async_heartbeat(struct store_client_async *a, const char *key, const void *val,
+                                 size_t len, void (*cb)(void *arg, const struct store_reply *r),
+                                 void *arg)
+{
+    size_t mark = a->queued.len;
+    int rc = async_usable(a);
+
+    if (rc == 0)
+        rc = proto_store_put_key_value(&a->queued, PROTO_STORE_HEARTBEAT, key, strlen(key), val,
+                                       len);
+    return rc < 0 ? rc : async_submit(a, mark, rc, PROTO_STORE_OK, cb, arg);
+}
+
+/* The WATCH's own reply: OK means registered (the NOTIFY follows); an
+ * error (a limit, a lost connection) ends the watch with it. */
+static void async_watch_acked(void *arg, const struct store_reply *r)
+{
+    struct async_watch *w = arg;
+    struct store_client_async *a = w->a;
+    struct async_watch *x = a->watches;
+
+    if (r->status == 0)
+        return;
+    while (x && x != w)
+        x = x->next;
+    if (!x)
+        return; /* already ended (and freed) by its NOTIFY or a failure */
+    async_watch_unlink(a, w);
+    w->cb(w->arg, r);
+    free(w);
+}
+
+int store_client_async_watch(struct store_client_async *a, const char *key, uint64_t seen,
+                             uint32_t timeout_ms,
+                             void (*cb)(void *arg, const struct store_reply *r), void *arg)
+{
+    size_t mark = a->queued.len, len = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    struct async_watch *w;
+    int rc = async_usable(a);
+
+    if (rc < 0)
+        return rc;
+    for (w = a->watches; w; w = w->next)
+        if (w->len == len && memcmp(w->key, key, len) == 0)
+            return -EBUSY;
+    if ((rc = proto_store_put_watch(&a->queued, key, len, seen, timeout_ms)) < 0)
+        return rc;
+    if (!(w = calloc(1, sizeof(*w) + len + 1))) {
+        a->queued.len = mark;
+        return -ENOMEM;
+    }
+    memcpy(w->key, key, len);
+    w->len = len;
+    w->a = a;
+    w->cb = cb;
+    w->arg = arg;
+    w->next = a->watches;
+    a->watches = w;
+    if ((rc = async_submit(a, mark, 0, PROTO_STORE_OK, async_watch_acked, w)) < 0) {
+        async_watch_unlink(a, w);
+        free(w);
+    }
+    return rc;
 }

@@ -33,6 +33,10 @@
 #include "log.h"
 #include "store_server_impl.h"
 
+/* listen(2)'s backlog: thousands of nodes connect at once when a cluster
+ * starts (the kernel caps it at net.core.somaxconn). */
+#define STORE_SERVER_BACKLOG 65535
+
 struct write_req {
     uv_write_t req;
     struct client *client;
@@ -67,6 +71,8 @@ static void server_maybe_finish(struct store_server *s)
     if (!s->closing || s->open_handles > 0)
         return;
     store_table_done(&s->table);
+    store_server_watches_done(s);
+    store_server_hb_done(s);
     OPENSSL_cleanse(s->secret, s->opts.secret_len);
     free(s->secret);
     pthread_mutex_destroy(&s->st_lock);
@@ -121,7 +127,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     struct proto_store_out *o = &c->out;
     uint64_t h = m->key ? store_table_hash(m->key, m->key_len) : 0;
     struct store_entry *e = m->key ? store_table_find(&s->table, m->key, m->key_len, h) : NULL;
-    bool created = false;
+    bool created = false, changed = false, deleted = false;
     int64_t num;
     char text[24];
     int rc = 0;
@@ -140,6 +146,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
             created = true;
         }
         rc = store_table_store(&s->table, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+        changed = rc == 0;
         if (rc == 0)
             rc = proto_store_put_ok(o);
         break;
@@ -165,6 +172,7 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         }
         snprintf(text, sizeof(text), "%" PRId64, num);
         rc = store_table_store(&s->table, e, text, strlen(text), false);
+        changed = rc == 0;
         if (rc == 0)
             rc = proto_store_put_int(o, num);
         break;
@@ -180,8 +188,10 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
                 break;
             created = true;
             rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
+            changed = rc == 0;
         } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
             rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
+            changed = rc == 0;
         }
         if (rc == 0)
             rc = proto_store_put_value(o, e->val, e->val_len);
@@ -196,9 +206,22 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         rc = proto_store_put_int(o, keys_all_exist(s, m));
         break;
     case PROTO_STORE_DELETE:
-        if (e)
+        if (e) {
             store_table_remove(&s->table, e);
-        rc = proto_store_put_int(o, e ? 1 : 0);
+            s->rev++;
+            deleted = true;
+        }
+        rc = proto_store_put_int(o, deleted ? 1 : 0);
+        e = NULL;
+        break;
+    case PROTO_STORE_WATCH:
+        rc = store_server_watch_start(c, m, ret_why);
+        break;
+    case PROTO_STORE_HEARTBEAT:
+        if ((rc = store_server_hb_put(s, m->key, m->key_len, m->val, m->val_len)) == 0)
+            rc = proto_store_put_ok(o);
+        else if (rc == -GPT_E_LIMIT)
+            *ret_why = "heartbeat table full (nodes or bytes)";
         break;
     case PROTO_STORE_NUM_KEYS:
         rc = proto_store_put_int(o, (int64_t)s->table.keys);
@@ -206,13 +229,74 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
     default:
         GPT_ASSERT(0);
     }
-    if (rc < 0 && created)
+    if (rc < 0 && created) {
         store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
-    else if (created)
+        e = NULL;
+        changed = false;
+    } else if (created) {
         store_server_key_created(s, m->key, m->key_len, h);
+    }
+    if (changed) {
+        e->version = ++s->rev;
+        store_server_key_changed(s, m->key, m->key_len, h, e);
+    } else if (deleted) {
+        store_server_key_changed(s, m->key, m->key_len, h, NULL);
+    }
     if (rc == -GPT_E_LIMIT && !*ret_why)
         *ret_why = "store limit reached (keys or bytes)";
     return rc;
+}
+
+/* ---- in-process writes (the server's owner) ---- */
+
+int store_server_set(struct store_server *s, const char *key, const void *val, size_t len)
+{
+    size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    uint64_t h = store_table_hash(key, klen);
+    struct store_entry *e;
+    bool created = false;
+    int rc;
+
+    if (klen == 0 || klen > GPT_STORE_KEY_MAX)
+        return -EINVAL;
+    if (len > s->opts.max_value_bytes)
+        return -GPT_E_LIMIT;
+    e = store_table_find(&s->table, key, klen, h);
+    if (!e) {
+        if ((rc = store_table_create(&s->table, key, klen, h, &e)) < 0)
+            return rc;
+        created = true;
+    }
+    if ((rc = store_table_store(&s->table, e, val, len, false)) < 0) {
+        if (created)
+            store_table_remove(&s->table, e);
+        return rc;
+    }
+    if (created)
+        store_server_key_created(s, key, klen, h);
+    e->version = ++s->rev;
+    store_server_key_changed(s, key, klen, h, e);
+    server_sync_counts(s);
+    store_server_drain(s);
+    return 0;
+}
+
+int store_server_delete(struct store_server *s, const char *key)
+{
+    size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    uint64_t h = store_table_hash(key, klen);
+    struct store_entry *e;
+
+    if (klen == 0 || klen > GPT_STORE_KEY_MAX)
+        return -EINVAL;
+    if (!(e = store_table_find(&s->table, key, klen, h)))
+        return 0;
+    store_table_remove(&s->table, e);
+    s->rev++;
+    store_server_key_changed(s, key, klen, h, NULL);
+    server_sync_counts(s);
+    store_server_drain(s);
+    return 1;
 }
 
 /* ---- handshake ---- */
@@ -291,6 +375,7 @@ void store_server_client_close(struct client *c, const char *why)
         ST_ADD(s, auth_failures, 1);
     if (c->wait)
         store_server_wait_finish(c->wait);
+    store_server_client_watches_end(c);
     if (link_linked(&c->resume_link))
         link_remove(&c->resume_link);
     link_remove(&c->link);
@@ -355,7 +440,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     struct client *c = h->data;
 
     (void)suggested;
-    *buf = uv_buf_init((char *)c->rbuf, sizeof(c->rbuf));
+    *buf = uv_buf_init((char *)c->srv->rbuf, sizeof(c->srv->rbuf));
 }
 
 static void client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -510,6 +595,7 @@ static void server_accept(uv_stream_t *listener, int status)
     c->srv = s;
     link_init(&c->link);
     link_init(&c->resume_link);
+    link_init(&c->watches);
     proto_store_parser_init(&c->parser, GPT_STORE_HANDSHAKE_FRAME_MAX);
     proto_store_out_init(&c->out);
     GPT_ASSERT(uv_tcp_init(s->loop, &c->tcp) == 0);
@@ -566,6 +652,12 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
         s->opts.max_clients = 1024;
     if (!s->opts.max_waits)
         s->opts.max_waits = 1024;
+    if (!s->opts.max_watches)
+        s->opts.max_watches = 262144;
+    if (!s->opts.max_client_watches)
+        s->opts.max_client_watches = 16;
+    if (!s->opts.max_heartbeats)
+        s->opts.max_heartbeats = 65536;
     if (!s->opts.out_high_bytes)
         s->opts.out_high_bytes = 8u << 20;
     if (!s->opts.handshake_timeout_ms)
@@ -586,6 +678,7 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
     link_init(&s->clients);
     link_init(&s->waits);
     link_init(&s->resume);
+    link_init(&s->hb_dirty);
     pthread_mutex_init(&s->st_lock, NULL);
     GPT_ASSERT(uv_tcp_init(loop, &s->listener) == 0);
     s->listener.data = s;
@@ -605,7 +698,7 @@ int store_server_start(struct store_server *s, const char *host, int port, int *
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
         return gpt_err_set(err, -EINVAL, NULL, "store: '%s' is not a numeric address", host);
     if ((rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&ss, 0)) < 0 ||
-        (rc = uv_listen((uv_stream_t *)&s->listener, 511, server_accept)) < 0)
+        (rc = uv_listen((uv_stream_t *)&s->listener, STORE_SERVER_BACKLOG, server_accept)) < 0)
         return gpt_err_set(err, rc, NULL, "store: cannot listen on %s:%d: %s", host, port,
                            uv_strerror(rc));
     s->listening = true;

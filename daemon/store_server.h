@@ -15,6 +15,10 @@
  * request that runs here was sent, in this order, by a process holding the
  * cluster secret: a member daemon (or a rank of `gptd run`).
  *
+ * WATCHes park on a key without pausing their connection and are answered
+ * by NOTIFY frames (proto/store.h); HEARTBEATs land in a table the server's
+ * owner reads in-process with store_server_hb_drain().
+ *
  * Replies go out in request order, so while a client's WAIT is pending its
  * later requests are buffered, not run (one pending wait per client by
  * construction); the same holds while a client's unsent replies exceed
@@ -24,6 +28,7 @@
 #ifndef GPTD_STORE_SERVER_H
 #define GPTD_STORE_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +49,9 @@ struct store_server_opts {
     size_t max_data_bytes;         /* 1 GiB of keys and values in total */
     size_t max_clients;            /* 1024; further connections are closed at once */
     size_t max_waits;              /* 1024 pending WAITs in total; over it ERROR(LIMIT) */
+    size_t max_watches;            /* 262144 parked WATCHes in total; over it ERROR(LIMIT) */
+    size_t max_client_watches;     /* 16 parked WATCHes per connection */
+    size_t max_heartbeats;         /* 65536 heartbeat entries (nodes); over it ERROR(LIMIT) */
     size_t out_high_bytes;         /* 8 MiB of unsent replies before a client is paused */
     uint32_t handshake_timeout_ms; /* 10000; a slower handshake is dropped */
 };
@@ -54,6 +62,9 @@ struct store_server_stats {
     size_t keys;
     size_t data_bytes;
     size_t waits;           /* WAITs pending now */
+    size_t watches;         /* WATCHes parked now */
+    size_t heartbeats;      /* entries of the heartbeat table */
+    uint64_t notifies;      /* NOTIFY frames sent */
     uint64_t requests;      /* commands run */
     uint64_t auth_failures; /* peers dropped in or before the handshake */
     uint64_t tag_failures;  /* authenticated connections dropped for a bad frame tag */
@@ -80,5 +91,30 @@ void store_server_close(struct store_server *s, void (*close_cb)(void *arg), voi
 
 /* Copies the counters. Any thread (they are read under a lock). */
 void store_server_stats(struct store_server *s, struct store_server_stats *ret);
+
+/* SET and DELETE for the server's owner, in-process: the same effects as
+ * the frames (a revision, watches and WAITs answered, their replies
+ * written) without a connection to itself. Loop thread, not from inside
+ * the server's own callbacks. set: 0, -EINVAL (key), -GPT_E_LIMIT or
+ * -ENOMEM; delete: 1 deleted, 0 absent, -EINVAL. */
+int store_server_set(struct store_server *s, const char *key, const void *val, size_t len);
+int store_server_delete(struct store_server *s, const char *key);
+
+/* One heartbeat report as store_server_hb_drain() hands it over; every
+ * pointer borrowed for the callback only. */
+struct store_server_hb {
+    const char *key; /* the node, NUL-terminated */
+    size_t key_len;
+    const void *val; /* its latest report */
+    size_t len;
+    bool changed;    /* the report differs from the one the last drain gave */
+    uint64_t age_ms; /* since that HEARTBEAT arrived (loop time) */
+};
+typedef void (*store_server_hb_fn)(void *arg, const struct store_server_hb *hb);
+
+/* Calls fn once for every heartbeat entry touched since the last drain
+ * (however many HEARTBEATs it got meanwhile; the latest report), and
+ * returns how many. fn must not call into the server. Loop thread. */
+size_t store_server_hb_drain(struct store_server *s, store_server_hb_fn fn, void *arg);
 
 #endif

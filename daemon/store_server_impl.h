@@ -1,9 +1,11 @@
 /*
  * store_server_impl: the store server's objects, shared by its two files
  * (private to daemon/store_server*.c): store_server.c (the server, the
- * connections, the handshake and the commands) and store_server_waits.c
- * (pending WAITs, their timers and the resume queue). Loop thread only,
- * except the counters in `st`, under `st_lock`.
+ * connections, the handshake and the commands), store_server_waits.c
+ * (pending WAITs, their timers and the resume queue), store_server_watch.c
+ * (WATCHes: parked per key, fired by changes, NOTIFY frames) and
+ * store_server_hb.c (the heartbeat table). Loop thread only, except the
+ * counters in `st`, under `st_lock`.
  */
 #ifndef GPTD_STORE_SERVER_IMPL_H
 #define GPTD_STORE_SERVER_IMPL_H
@@ -73,6 +75,40 @@ struct wait {
     struct wait_key keys[];
 };
 
+/* The watches of one key (store_server_watch.c): exists while it has any. */
+struct watch_key {
+    struct watch_key *next; /* hash chain */
+    uint64_t hash;
+    struct link watches; /* struct watch.key_link */
+    size_t len;
+    char key[]; /* NUL-terminated */
+};
+
+/* One parked WATCH: on its key's list and its client's list until it
+ * fires, times out, is replaced or its client goes. */
+struct watch {
+    uv_timer_t timer; /* always initialised; the watch is freed in its close callback */
+    struct link key_link;
+    struct link client_link;
+    struct store_server *srv;
+    struct client *client; /* NULL once finished */
+    struct watch_key *wk;
+    uint64_t seen;
+};
+
+/* One node's heartbeat report (store_server_hb.c), overwritten in place. */
+struct hb_entry {
+    struct hb_entry *next;  /* hash chain */
+    struct link dirty_link; /* in server->hb_dirty until the owner reads it */
+    uint64_t hash;
+    uint64_t touched_ms; /* uv_now of the last HEARTBEAT */
+    bool changed;        /* the report differs from the one last read */
+    uint8_t *val;
+    size_t val_len, val_cap;
+    size_t len;
+    char key[]; /* NUL-terminated */
+};
+
 enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY };
 
 struct client {
@@ -91,8 +127,9 @@ struct client {
     struct proto_store_out out; /* replies not yet handed to uv_write */
     size_t seal_from;           /* out's bytes before this are sealed or handshake */
     struct wait *wait;
+    struct link watches; /* struct watch.client_link */
+    size_t nwatches;
     char peer[64];
-    uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
 struct store_server {
@@ -114,8 +151,17 @@ struct store_server {
     struct link waits;
     struct link resume;
     bool draining;
+    uint64_t rev; /* the last revision given to a change (proto/store.h) */
+    struct watch_key **wk_buckets;
+    size_t wk_nbuckets, wk_count; /* a power of two; keys watched */
+    struct hb_entry **hb_buckets;
+    size_t hb_nbuckets, hb_count, hb_bytes;
+    struct link hb_dirty;
     pthread_mutex_t st_lock;
     struct store_server_stats st;
+    /* One read buffer for every connection: a read is fed to the client's
+     * parser (which copies it) before the loop reads anything else. */
+    uint8_t rbuf[READ_CHUNK_BYTES];
 };
 
 /* ---- counters ---- */
@@ -153,5 +199,28 @@ void store_server_resume(struct client *c);
 /* Runs queued clients until none is left. Re-entrant calls return at
  * once: the outermost one picks up what they queued. */
 void store_server_drain(struct store_server *s);
+
+/* ---- store_server_watch.c ---- */
+
+/* Runs a WATCH: stages OK (and a NOTIFY at once when the key is already
+ * past `seen`) and parks the watch otherwise. Returns 0, -GPT_E_LIMIT (with
+ * *ret_why) or -ENOMEM. */
+int store_server_watch_start(struct client *c, const struct proto_store_msg *m,
+                             const char **ret_why);
+/* A key changed (e: its entry) or was deleted (e NULL): fires its watches. */
+void store_server_key_changed(struct store_server *s, const char *key, size_t len, uint64_t hash,
+                              const struct store_entry *e);
+/* Ends every watch of a closing client, silently. */
+void store_server_client_watches_end(struct client *c);
+/* Frees the (empty) watch-key table; at server teardown. */
+void store_server_watches_done(struct store_server *s);
+
+/* ---- store_server_hb.c ---- */
+
+/* HEARTBEAT: stores the report in place. Returns 0, -GPT_E_LIMIT or -ENOMEM. */
+int store_server_hb_put(struct store_server *s, const char *key, size_t len, const void *val,
+                        size_t val_len);
+/* Frees the heartbeat table; at server teardown. */
+void store_server_hb_done(struct store_server *s);
 
 #endif

@@ -125,16 +125,29 @@ int store_table_store(struct store_table *t, struct store_entry *e, const void *
 
     if (total > t->max_value_bytes || t->data_bytes - e->val_len + total > t->max_data_bytes)
         return -GPT_E_LIMIT;
-    nv = malloc(total ? total : 1);
-    if (!nv)
-        return -ENOMEM;
-    if (old)
-        memcpy(nv, e->val, old);
-    if (len)
+    if (append && e->val && total <= e->val_cap) {
+        memcpy(e->val + old, val, len);
+    } else if (append && e->val) {
+        size_t cap = e->val_cap * 2 > total ? e->val_cap * 2 : total;
+        if (cap > t->max_value_bytes)
+            cap = total; /* never hold more than one maximal value */
+        nv = realloc(e->val, cap);
+        if (!nv)
+            return -ENOMEM;
         memcpy(nv + old, val, len);
+        e->val = nv;
+        e->val_cap = cap;
+    } else {
+        nv = malloc(total ? total : 1);
+        if (!nv)
+            return -ENOMEM;
+        if (len)
+            memcpy(nv, val, len);
+        free(e->val);
+        e->val = nv;
+        e->val_cap = total ? total : 1;
+    }
     t->data_bytes = t->data_bytes - e->val_len + total;
-    free(e->val);
-    e->val = nv;
     e->val_len = total;
     return 0;
 }

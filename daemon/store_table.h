@@ -14,8 +14,10 @@
 struct store_entry {
     struct store_entry *next; /* hash chain */
     uint64_t hash;
+    uint64_t version; /* the server's revision of the last change (proto/store.h) */
     uint8_t *val;
     size_t val_len;
+    size_t val_cap; /* bytes allocated at val: APPEND grows it geometrically */
     size_t key_len;
     char key[]; /* NUL-terminated */
 };
@@ -46,8 +48,9 @@ int store_table_create(struct store_table *t, const char *key, size_t len, uint6
                        struct store_entry **ret);
 /* Removes and frees e. */
 void store_table_remove(struct store_table *t, struct store_entry *e);
-/* Replaces (append false) or extends e's value. Returns 0, -GPT_E_LIMIT or
- * -ENOMEM; a failed call leaves e unchanged. */
+/* Replaces (append false) or extends e's value. Appending grows the buffer
+ * geometrically, so appending n small lines costs O(n) copies, not O(n^2).
+ * Returns 0, -GPT_E_LIMIT or -ENOMEM; a failed call leaves e unchanged. */
 int store_table_store(struct store_table *t, struct store_entry *e, const void *val, size_t len,
                       bool append);
 

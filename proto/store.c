@@ -58,6 +58,12 @@ static size_t body_max(int type)
         return 1 + key;
     case PROTO_STORE_ADD:
         return 1 + key + 8;
+    case PROTO_STORE_WATCH:
+        return 1 + key + 8 + 4;
+    case PROTO_STORE_HEARTBEAT:
+        return 1 + key + 4 + GPT_STORE_HB_VALUE_MAX;
+    case PROTO_STORE_NOTIFY:
+        return 1 + 4 + 8 + key + val;
     case PROTO_STORE_COMPARE_SET:
         return 1 + key + 2 * val;
     case PROTO_STORE_WAIT:
@@ -80,7 +86,7 @@ static size_t body_max(int type)
 
 int proto_store_type_is_request(int type)
 {
-    return type >= PROTO_STORE_SET && type <= PROTO_STORE_APPEND;
+    return type >= PROTO_STORE_SET && type <= PROTO_STORE_HEARTBEAT;
 }
 
 const char *proto_store_type_name(int type)
@@ -112,6 +118,12 @@ const char *proto_store_type_name(int type)
         return "NUM_KEYS";
     case PROTO_STORE_APPEND:
         return "APPEND";
+    case PROTO_STORE_WATCH:
+        return "WATCH";
+    case PROTO_STORE_HEARTBEAT:
+        return "HEARTBEAT";
+    case PROTO_STORE_NOTIFY:
+        return "NOTIFY";
     case PROTO_STORE_OK:
         return "OK";
     case PROTO_STORE_VALUE:
@@ -289,6 +301,31 @@ static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt
     case PROTO_STORE_GET:
     case PROTO_STORE_DELETE:
         rc = rd_key(r, &m->key, &m->key_len, err);
+        break;
+    case PROTO_STORE_WATCH:
+        rc = rd_key(r, &m->key, &m->key_len, err);
+        if (rc == 0)
+            rc = rd_u64(r, &m->key_version, err);
+        if (rc == 0)
+            rc = rd_u32(r, &m->timeout_ms, err);
+        break;
+    case PROTO_STORE_HEARTBEAT:
+        rc = rd_key(r, &m->key, &m->key_len, err);
+        if (rc == 0)
+            rc = rd_bytes(r, GPT_STORE_HB_VALUE_MAX, "heartbeat value", &m->val, &m->val_len, err);
+        break;
+    case PROTO_STORE_NOTIFY:
+        rc = rd_u32(r, &n, err);
+        m->status = n;
+        if (rc == 0)
+            rc = rd_u64(r, &m->key_version, err);
+        if (rc == 0)
+            rc = rd_key(r, &m->key, &m->key_len, err);
+        if (rc == 0)
+            rc = rd_bytes(r, GPT_STORE_VALUE_MAX, "value", &m->val, &m->val_len, err);
+        if (rc == 0 && m->status != 0 && m->status != PROTO_STORE_STATUS_NOT_FOUND &&
+            m->status != PROTO_STORE_STATUS_TIMEOUT)
+            rc = gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: NOTIFY status %u", m->status);
         break;
     case PROTO_STORE_ADD:
         rc = rd_key(r, &m->key, &m->key_len, err);
@@ -610,9 +647,10 @@ int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type t
 {
     uint8_t *p;
 
-    if ((type != PROTO_STORE_SET && type != PROTO_STORE_APPEND) || !key_valid(key, key_len))
+    if ((type != PROTO_STORE_SET && type != PROTO_STORE_APPEND && type != PROTO_STORE_HEARTBEAT) ||
+        !key_valid(key, key_len))
         return -EINVAL;
-    if (val_len > GPT_STORE_VALUE_MAX)
+    if (val_len > (type == PROTO_STORE_HEARTBEAT ? GPT_STORE_HB_VALUE_MAX : GPT_STORE_VALUE_MAX))
         return -GPT_E_LIMIT;
     p = out_frame(o, type, 1 + 4 + key_len + 4 + val_len);
     if (!p)
@@ -705,6 +743,42 @@ int proto_store_put_keys(struct proto_store_out *o, enum proto_store_type type, 
 int proto_store_put_num_keys(struct proto_store_out *o)
 {
     return out_frame(o, PROTO_STORE_NUM_KEYS, 1) ? 0 : -ENOMEM;
+}
+
+int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len, uint64_t seen,
+                          uint32_t timeout_ms)
+{
+    uint8_t *p;
+
+    if (!key_valid(key, key_len))
+        return -EINVAL;
+    p = out_frame(o, PROTO_STORE_WATCH, 1 + 4 + key_len + 8 + 4);
+    if (!p)
+        return -ENOMEM;
+    p = wr_bytes(p, key, key_len);
+    le64_put(p, seen);
+    le32_put(p + 8, timeout_ms);
+    return 0;
+}
+
+int proto_store_put_notify(struct proto_store_out *o, uint32_t status, uint64_t version,
+                           const char *key, size_t key_len, const void *val, size_t val_len)
+{
+    uint8_t *p;
+
+    if (!key_valid(key, key_len) || (status != 0 && status != PROTO_STORE_STATUS_NOT_FOUND &&
+                                     status != PROTO_STORE_STATUS_TIMEOUT))
+        return -EINVAL;
+    if (val_len > GPT_STORE_VALUE_MAX)
+        return -GPT_E_LIMIT;
+    p = out_frame(o, PROTO_STORE_NOTIFY, 1 + 4 + 8 + 4 + key_len + 4 + val_len);
+    if (!p)
+        return -ENOMEM;
+    le32_put(p, status);
+    le64_put(p + 4, version);
+    p = wr_bytes(p + 12, key, key_len);
+    wr_bytes(p, val, val_len);
+    return 0;
 }
 
 int proto_store_put_ok(struct proto_store_out *o)

@@ -53,7 +53,35 @@
  *   DELETE       key                                            INT (1 deleted, 0 absent)
  *   NUM_KEYS     -                                              INT
  *   APPEND       key, value (missing key starts empty)          OK
+ *   WATCH        key, u64 seen, u32 timeout_ms (0 = none)       OK, later one NOTIFY
+ *   HEARTBEAT    key (the node), value (its report)             OK
  * Any request may instead get ERROR(status, message).
+ *
+ * Versions. The server counts its changes (a revision, from 1); every SET,
+ * APPEND, ADD, successful COMPARE_SET and DELETE takes the next one, and a
+ * key holds the revision of its last change as its version. Versions only
+ * grow, across deletes and re-creations too.
+ *
+ * WATCH parks on a key until it changes past `seen` (the version the client
+ * last saw; 0: none, so any value fires). It is answered by OK at once
+ * (registered) or ERROR(LIMIT) (too many watches on this connection or in
+ * the server), and then by exactly one NOTIFY, unsolicited, between later
+ * replies (a NOTIFY is never a reply, so it never takes a request's place):
+ *   NOTIFY       u32 status, u64 version, key, value
+ *     status 0:         the key holds `version` > seen, value is its value
+ *     status NOT_FOUND: the key was deleted (or is absent while seen > 0);
+ *                       version 0, no value: watch again with seen 0
+ *     status TIMEOUT:   timeout_ms passed without a change; version = seen
+ * A key already past `seen` notifies right after the OK. One watch per key
+ * per connection: a second WATCH of the same key replaces the first (which
+ * then never notifies). Watches end with their connection. A parked watch
+ * holds back nothing: the connection's other requests run meanwhile.
+ *
+ * HEARTBEAT stores the node's report in the server's heartbeat table, in
+ * place (one entry per key, overwritten; not a key of the key-value table)
+ * and notes the time. The server's owner reads the table in-process
+ * (daemon/store_server.h); the value is opaque here (gptd: a cluster_msg
+ * "hb" object, proto/cluster_msg.h), at most GPT_STORE_HB_VALUE_MAX bytes.
  */
 #ifndef GPT_PROTO_STORE_H
 #define GPT_PROTO_STORE_H
@@ -78,6 +106,7 @@
 #define GPT_STORE_KEY_MAX       512u
 #define GPT_STORE_VALUE_MAX     (16u << 20)
 #define GPT_STORE_WAIT_KEYS_MAX 1024u
+#define GPT_STORE_HB_VALUE_MAX  (64u << 10) /* one HEARTBEAT report */
 #define GPT_STORE_ERRMSG_MAX    256u
 #define GPT_STORE_HEADER_BYTES  5u /* u32 length + u8 type */
 /* The largest body of any type: COMPARE_SET with two full values. */
@@ -105,11 +134,15 @@ enum proto_store_type {
     PROTO_STORE_DELETE = 0x16,
     PROTO_STORE_NUM_KEYS = 0x17,
     PROTO_STORE_APPEND = 0x18,
+    PROTO_STORE_WATCH = 0x19,
+    PROTO_STORE_HEARTBEAT = 0x1a,
     /* replies */
     PROTO_STORE_OK = 0x80,
     PROTO_STORE_VALUE = 0x81,
     PROTO_STORE_INT = 0x82,
     PROTO_STORE_ERROR = 0x83,
+    /* server -> client, unsolicited: a WATCH fired */
+    PROTO_STORE_NOTIFY = 0x84,
 };
 
 /* Status carried by an ERROR reply; stable on the wire. */
@@ -127,13 +160,15 @@ enum proto_store_status {
 struct proto_store_msg {
     enum proto_store_type type;
     uint32_t version;                     /* HELLO */
-    uint32_t timeout_ms;                  /* WAIT */
-    uint32_t status;                      /* ERROR: enum proto_store_status */
+    uint32_t timeout_ms;                  /* WAIT, WATCH */
+    uint32_t status;                      /* ERROR, NOTIFY: enum proto_store_status (0: changed) */
+    uint64_t key_version;                 /* WATCH: seen; NOTIFY: the key's version */
     int64_t num;                          /* ADD delta, INT value */
     uint8_t nonce[GPT_STORE_NONCE_BYTES]; /* HELLO, CHALLENGE nonce; AUTH, PROOF mac */
-    const char *key;                      /* not NUL-terminated */
+    const char *key;                      /* not NUL-terminated; also NOTIFY's */
     size_t key_len;
-    const uint8_t *val; /* SET/APPEND value, COMPARE_SET expected, VALUE, ERROR message */
+    const uint8_t *val; /* SET/APPEND/HEARTBEAT value, COMPARE_SET expected, VALUE, NOTIFY
+                         * value, ERROR message */
     size_t val_len;
     const uint8_t *val2; /* COMPARE_SET desired */
     size_t val2_len;
@@ -243,7 +278,7 @@ int proto_store_put_challenge(struct proto_store_out *o,
                               const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
 int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
 int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
-/* SET or APPEND. */
+/* SET, APPEND or HEARTBEAT (whose value is at most GPT_STORE_HB_VALUE_MAX). */
 int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,
                               const char *key, size_t key_len, const void *val, size_t val_len);
 /* GET or DELETE. */
@@ -258,6 +293,11 @@ int proto_store_put_compare_set(struct proto_store_out *o, const char *key, size
 int proto_store_put_keys(struct proto_store_out *o, enum proto_store_type type, uint32_t timeout_ms,
                          const char *const *keys, size_t nkeys);
 int proto_store_put_num_keys(struct proto_store_out *o);
+int proto_store_put_watch(struct proto_store_out *o, const char *key, size_t key_len, uint64_t seen,
+                          uint32_t timeout_ms);
+/* status: 0 (changed), PROTO_STORE_STATUS_NOT_FOUND or _TIMEOUT. */
+int proto_store_put_notify(struct proto_store_out *o, uint32_t status, uint64_t version,
+                           const char *key, size_t key_len, const void *val, size_t val_len);
 int proto_store_put_ok(struct proto_store_out *o);
 int proto_store_put_value(struct proto_store_out *o, const void *val, size_t val_len);
 int proto_store_put_int(struct proto_store_out *o, int64_t num);

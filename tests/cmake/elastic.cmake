@@ -27,3 +27,7 @@ foreach(t ${GPTD_ELASTIC_TESTS})
                        SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
                        ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
+# 256 member clusters and a coordinator in one process (tests/unit, built
+# like the unit tests): the control plane's watch, heartbeat table and
+# rounds at a size, in well under 30 s.
+set_tests_properties(test_cluster_256 PROPERTIES LABELS integration TIMEOUT 120)

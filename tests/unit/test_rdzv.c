@@ -4,7 +4,9 @@
  * last call; ranks follow the newest snapshot; a round does not resume from
  * an older snapshot than the job recorded while a holder may still come back
  * (the coordinator-restart case), and does after the grace; a dead member
- * re-forms the world and counts a restart.
+ * re-forms the world and counts a restart; the last call waits for nodes
+ * still joining and never closes short of min; why a round closed is
+ * published with it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -189,6 +191,76 @@ static void test_close_at_min_after_last_call(void **state)
     assert_int_equal(f->rec.world_size, 1);
 }
 
+static const char *cur_closed(struct rdzv_coord *c)
+{
+    static char why[160];
+    json_t *o = rdzv_coord_round_json(c, false);
+    assert_non_null(o);
+    const char *w = json_string_value(json_object_get(o, "closed"));
+    snprintf(why, sizeof(why), "%s", w ? w : "");
+    json_decref(o);
+    return why;
+}
+
+/* A heartbeat naming this round in state "joining" (the node scans its
+ * snapshots before it joins). */
+static void send_joining(struct rdzv_coord *c, double now, const char *node)
+{
+    struct cluster_msg m;
+    cluster_msg_init(&m, CLUSTER_MSG_HB);
+    snprintf(m.node, sizeof(m.node), "%s", node);
+    m.inc = (uint64_t)node[0];
+    m.gen = GEN;
+    m.round = cur_round(c);
+    m.job = rdzv_coord_job(c);
+    m.workers = 1;
+    snprintf(m.state, sizeof(m.state), "joining");
+    rdzv_coord_message(c, now, &m);
+    rdzv_coord_tick(c, now);
+}
+
+/* The last call never closes a round short of min, nor while a node that
+ * already answers for the round (joining) is still on its way: it closes
+ * once that node joined; the reason is published with the round. A
+ * repeated, identical heartbeat only refreshes a known node (touch). */
+static void test_last_call_waits_for_joining(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
+    start(f->c, 0, 2, 4, -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    rdzv_coord_tick(f->c, 2.0); /* past the last call, one joined: short of min */
+    assert_string_equal(cur_phase(f->c), "forming");
+    send_joining(f->c, 2.1, "c");
+    send(f->c, 2.1, CLUSTER_MSG_JOIN, "b", -1);
+    rdzv_coord_tick(f->c, 3.0); /* min reached, but c is joining */
+    assert_string_equal(cur_phase(f->c), "forming");
+    assert_true(rdzv_coord_touch(f->c, 3.0, "a")); /* its heartbeats, unchanged */
+    assert_true(rdzv_coord_touch(f->c, 3.0, "c"));
+    assert_false(rdzv_coord_touch(f->c, 3.0, "nobody"));
+    send(f->c, 3.2, CLUSTER_MSG_JOIN, "c", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_int_equal(f->rec.world_size, 3);
+    assert_non_null(strstr(cur_closed(f->c), "every alive node joined: 3"));
+    assert_non_null(strstr(f->rec.last_event, "every alive node joined"));
+}
+
+/* A round at max closes at once and says so. */
+static void test_closed_reason_max(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
+    start(f->c, 0, 1, 2, -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.2, CLUSTER_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    assert_string_equal(cur_closed(f->c), "max: 2 of 2 nodes joined");
+}
+
 /* The newest snapshot holder ranks first whatever the node ids. */
 static void test_rank0_holds_newest(void **state)
 {
@@ -277,6 +349,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_at_max, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_at_min_after_last_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rank0_holds_newest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_last_call_waits_for_joining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_closed_reason_max, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waits_for_newest_holder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newest_holder_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_moves_newest, setup, teardown),

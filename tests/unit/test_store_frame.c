@@ -47,6 +47,10 @@ static int encode_all(struct proto_store_out *o)
     assert_int_equal(proto_store_put_value(o, "\0bin\xff", 5), 0), n++;
     assert_int_equal(proto_store_put_int(o, INT64_MIN), 0), n++;
     assert_int_equal(proto_store_put_error(o, PROTO_STORE_STATUS_TIMEOUT, "late"), 0), n++;
+    assert_int_equal(proto_store_put_watch(o, "rdzv/cur", 8, UINT64_MAX - 1, 30000), 0), n++;
+    assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_HEARTBEAT, "node-1", 6, "{}", 2), 0),
+        n++;
+    assert_int_equal(proto_store_put_notify(o, 0, 77, "rdzv/cur", 8, "v7", 2), 0), n++;
     return n;
 }
 
@@ -133,6 +137,24 @@ static void test_round_trip(void **state)
             assert_int_equal(m.val_len, 4);
             assert_int_equal(proto_store_status_to_errno(m.status), -ETIMEDOUT);
             break;
+        case PROTO_STORE_WATCH:
+            assert_memory_equal(m.key, "rdzv/cur", 8);
+            assert_true(m.key_version == UINT64_MAX - 1);
+            assert_int_equal(m.timeout_ms, 30000);
+            assert_true(proto_store_type_is_request(m.type));
+            break;
+        case PROTO_STORE_HEARTBEAT:
+            assert_memory_equal(m.key, "node-1", 6);
+            assert_int_equal(m.val_len, 2);
+            assert_true(proto_store_type_is_request(m.type));
+            break;
+        case PROTO_STORE_NOTIFY:
+            assert_int_equal(m.status, 0);
+            assert_true(m.key_version == 77);
+            assert_memory_equal(m.key, "rdzv/cur", 8);
+            assert_memory_equal(m.val, "v7", 2);
+            assert_false(proto_store_type_is_request(m.type));
+            break;
         case PROTO_STORE_NUM_KEYS:
         case PROTO_STORE_OK:
             break;
@@ -141,6 +163,49 @@ static void test_round_trip(void **state)
     }
     assert_int_equal(off, o.len);
     proto_store_out_done(&o);
+}
+
+/* The new frames' limits: a heartbeat report over GPT_STORE_HB_VALUE_MAX
+ * and a NOTIFY with a status it cannot carry are refused both ways. */
+static void test_watch_heartbeat_limits(void **state)
+{
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    size_t used;
+    char *big = calloc(1, GPT_STORE_HB_VALUE_MAX + 64);
+    struct gpt_err err;
+
+    (void)state;
+    proto_store_out_init(&o);
+    assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_HEARTBEAT, "n", 1, big,
+                                               GPT_STORE_HB_VALUE_MAX + 1),
+                     -GPT_E_LIMIT);
+    assert_int_equal(proto_store_put_notify(&o, PROTO_STORE_STATUS_LIMIT, 1, "k", 1, NULL, 0),
+                     -EINVAL);
+    assert_int_equal(proto_store_put_watch(&o, "", 0, 0, 0), -EINVAL);
+    assert_int_equal(o.len, 0);
+    /* A hand-made HEARTBEAT whose report is one byte too long is refused
+     * at its value's length, before the bytes are looked at. */
+    assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_HEARTBEAT, "n", 1, big,
+                                               GPT_STORE_HB_VALUE_MAX - 1),
+                     0);
+    assert_int_equal(proto_store_decode(o.data, o.len, GPT_STORE_FRAME_MAX, &m, &used, &err), 1);
+    uint32_t over = GPT_STORE_HB_VALUE_MAX + 1;
+    o.data[0] += 2; /* body length + 2 (bytes the decoder never reaches) */
+    memcpy(o.data + 10, &over, 4);
+    memset(big, 0, 16);
+    memcpy(big, o.data, 14); /* header, key, the length; the rest zeros */
+    assert_int_equal(
+        proto_store_decode((const uint8_t *)big, o.len + 2, GPT_STORE_FRAME_MAX, &m, &used, &err),
+        -GPT_E_LIMIT);
+    o.len = 0;
+    /* A NOTIFY whose status is not one of the three is malformed. */
+    assert_int_equal(proto_store_put_notify(&o, PROTO_STORE_STATUS_TIMEOUT, 5, "k", 1, NULL, 0), 0);
+    o.data[5] = PROTO_STORE_STATUS_LIMIT;
+    assert_int_equal(proto_store_decode(o.data, o.len, GPT_STORE_FRAME_MAX, &m, &used, &err),
+                     -GPT_E_PROTO);
+    proto_store_out_done(&o);
+    free(big);
 }
 
 /* Every proper prefix of every valid frame is "need more", never a decode or
@@ -711,6 +776,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_watch_heartbeat_limits),
         cmocka_unit_test(test_every_truncation_needs_more),
         cmocka_unit_test(test_parser_byte_by_byte),
         cmocka_unit_test(test_oversized_headers),
