@@ -46,7 +46,7 @@ EOF
 }
 job "$T/text.json" "{\"path\": \"$T/text.txt\", \"tokenizer\": \"gpt2\", \"vocab\": \"$T/vocab\"}"
 
-start_gptd
+start_gptd --data-roots "$T" # so that build-npm (where the clone lives) is outside
 # run JOBFILE: submits, waits for completion, leaves the logs in $T/logs.<id>.json
 run() {
     local id
