@@ -287,9 +287,8 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
 /* As cuda_residual_layernorm_forward: one row kernel for res = a + b and
  * its LayerNorm (a and b read, res and out written, out's bf16 copy). */
 static void rec_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
-                                           float *mean, float *rstd, const float *a,
-                                           const float *b, const float *w, const float *bias,
-                                           size_t N, size_t C)
+                                           float *mean, float *rstd, const float *a, const float *b,
+                                           const float *w, const float *bias, size_t N, size_t C)
 {
     (void)a;
     (void)b;
@@ -326,8 +325,8 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
         /* One pass: dout, inp read; dinp read and written (it
          * accumulates), plus its bf16 copy; the blocks' partials. */
         rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 14.0 * nc,
-                16.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C, "N=%zu C=%zu%s", N,
-                C, db ? " +bf16" : "");
+                16.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C, "N=%zu C=%zu%s", N, C,
+                db ? " +bf16" : "");
         for (int i = 0; i < 2; i++)
             rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
                     4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);

@@ -378,8 +378,10 @@ static void ctl_spec_diff(const json_t *a, const json_t *b, char *buf, size_t ca
     const char *sect, *key;
     const json_t *sb, *vb;
     size_t len = strlen(buf);
-    json_object_foreach((json_t *)b, sect, sb) {
-        json_object_foreach((json_t *)sb, key, vb) {
+    json_object_foreach((json_t *)b, sect, sb)
+    {
+        json_object_foreach((json_t *)sb, key, vb)
+        {
             const json_t *va = json_object_get(json_object_get(a, sect), key);
             if (json_equal((json_t *)va, (json_t *)vb))
                 continue;
@@ -404,7 +406,8 @@ static void ctl_print_runs(const json_t *runs)
     printf("runs:\n");
     size_t i;
     const json_t *r, *prev = NULL;
-    json_array_foreach((json_t *)runs, i, r) {
+    json_array_foreach((json_t *)runs, i, r)
+    {
         char a[64], b[64], changes[1024] = "";
         const json_t *spec = json_object_get(r, "spec");
         if (prev && json_is_object(spec) && json_is_object(prev))
@@ -569,8 +572,8 @@ static void ctl_print_resume_plan(const json_t *plan)
                    json_number_value(last), from, json_number_value(next), from + 1,
                    json_number_value(fin), end);
         else
-            printf("learning rate: %.3g at step %lld, %.3g at step %lld\n",
-                   json_number_value(next), from + 1, json_number_value(fin), end);
+            printf("learning rate: %.3g at step %lld, %.3g at step %lld\n", json_number_value(next),
+                   from + 1, json_number_value(fin), end);
     }
 }
 

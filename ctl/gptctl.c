@@ -23,8 +23,7 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
 
 /* The commands, in the order of the usage text. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"submit",
-     "FILE [a.b=v ...] [--follow] [--priority N] [-m] [--init-from JOB[:SNAPSHOT]]",
+    {"submit", "FILE [a.b=v ...] [--follow] [--priority N] [-m] [--init-from JOB[:SNAPSHOT]]",
      "queue a job, print its id (-m: one job per combination of a.b=v1,v2 choices)", cmd_submit,
      GPT_CTL_OP_SUBMIT},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
@@ -35,14 +34,14 @@ static const struct ctl_cmd ctl_cmds[] = {
      GPT_CTL_OP_LOGS},
     {"cancel", "JOB", "stop a job (it writes a snapshot first)", cmd_job_op, GPT_CTL_OP_CANCEL},
     {"resume", "JOB [KEY=VALUE ...] [--snapshot ID]",
-     "queue a finished job again from a snapshot, changing keys such as trainer.max_steps", cmd_job_op,
-     GPT_CTL_OP_RESUME},
+     "queue a finished job again from a snapshot, changing keys such as trainer.max_steps",
+     cmd_job_op, GPT_CTL_OP_RESUME},
     {"snapshots", "JOB", "a job's snapshots", cmd_job_op, GPT_CTL_OP_SNAPSHOTS},
     {"sample", "JOB --prompt TEXT|--prompt-ids IDS [--tokens N] [--temperature T] [--top-k K]",
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE},
     {"plot", "JOB... -o FILE.svg [--lr]",
-     "train and validation loss against step, one curve per job (--lr: a learning-rate panel)", cmd_plot,
-     GPT_CTL_OP_LOGS},
+     "train and validation loss against step, one curve per job (--lr: a learning-rate panel)",
+     cmd_plot, GPT_CTL_OP_LOGS},
     {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH [--dtype f32|f16|bf16]",
      "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
      GPT_CTL_OP_EXPORT},

@@ -91,11 +91,21 @@ static void plot_xml(char *out, size_t cap, const char *s)
     for (; s && *s && n + 7 < cap; s++) {
         const char *rep = NULL;
         switch (*s) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '"': rep = "&quot;"; break;
-        case '\'': rep = "&#39;"; break;
+        case '&':
+            rep = "&amp;";
+            break;
+        case '<':
+            rep = "&lt;";
+            break;
+        case '>':
+            rep = "&gt;";
+            break;
+        case '"':
+            rep = "&quot;";
+            break;
+        case '\'':
+            rep = "&#39;";
+            break;
         default:
             if ((unsigned char)*s < 0x20 || *s == 0x7f)
                 continue;
@@ -167,12 +177,12 @@ static void plot_axes(FILE *f, const struct plot_frame *fr, const char *ylabel, 
     for (double x = fr->x0; x <= fr->x1 + fr->xt / 2; x += fr->xt) {
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
                 plot_px(fr, x), fr->top, plot_px(fr, x), fr->bottom);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
-                plot_px(fr, x), fr->bottom + 18, x);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", plot_px(fr, x),
+                fr->bottom + 18, x);
     }
     for (double y = fr->y0; y <= fr->y1 + fr->yt / 2; y += fr->yt) {
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
-                PL, plot_py(fr, y), PW - PR, plot_py(fr, y));
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PL,
+                plot_py(fr, y), PW - PR, plot_py(fr, y));
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", PL - 6,
                 plot_py(fr, y) + 4, (y < 0 ? -y : y) < fr->yt * 1e-6 ? 0.0 : y);
     }
@@ -200,8 +210,8 @@ static void plot_line(FILE *f, const struct plot_frame *fr, const struct plot_se
         fprintf(f, "%.1f,%.1f ", plot_px(fr, s->x[i]), plot_py(fr, s->y[i]));
     fprintf(f, "\"/>\n");
     for (size_t i = 0; dots && i < s->n; i++)
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                plot_px(fr, s->x[i]), plot_py(fr, s->y[i]), color);
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", plot_px(fr, s->x[i]),
+                plot_py(fr, s->y[i]), color);
 }
 
 static int plot_write(FILE *f, const struct plot_job *jobs, int n, bool lr)
@@ -223,9 +233,8 @@ static int plot_write(FILE *f, const struct plot_job *jobs, int n, bool lr)
     loss.bottom = has_lr ? 470 : 460;
     rate.top = 520;
     rate.bottom = 700;
-    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                         "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                                         "#bcbd22", "#17becf"};
+    static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
     fprintf(f,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n",

@@ -172,6 +172,13 @@ int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struc
 int db_snapshot_insert(struct db *db, const struct db_snapshot *s, int64_t *ret_id,
                        struct gpt_err *err);
 int db_snapshot_get(struct db *db, int64_t id, struct db_snapshot *ret, struct gpt_err *err);
+/* The step of the job's newest recorded snapshot into *ret_step; -1 when it
+ * has none. */
+int db_snapshot_newest_step(struct db *db, int64_t job, int64_t *ret_step, struct gpt_err *err);
+/* Snapshot `id` of job `job`: -ENOENT (naming both) when it is another
+ * job's, so a request cannot reach another job's snapshot by its id. */
+int db_job_snapshot_get(struct db *db, int64_t job, int64_t id, struct db_snapshot *ret,
+                        struct gpt_err *err);
 /* Newest first. */
 int db_snapshot_list(struct db *db, int64_t job_id,
                      void (*fn)(void *ctx, const struct db_snapshot *s), void *ctx,

@@ -192,3 +192,26 @@ int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struc
     sqlite3_reset(s);
     return rc;
 }
+
+int db_job_snapshot_get(struct db *db, int64_t job, int64_t id, struct db_snapshot *ret,
+                        struct gpt_err *err)
+{
+    int rc = db_snapshot_get(db, id, ret, err);
+    if (rc == 0 && ret->job_id != job)
+        rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's", (long long)id,
+                         (long long)job);
+    return rc;
+}
+
+static void db_newest_step(void *ctx, const struct db_snapshot *s)
+{
+    int64_t *step = ctx;
+    if (s->step > *step)
+        *step = s->step;
+}
+
+int db_snapshot_newest_step(struct db *db, int64_t job, int64_t *ret_step, struct gpt_err *err)
+{
+    *ret_step = -1;
+    return db_snapshot_list(db, job, db_newest_step, ret_step, err);
+}

@@ -24,8 +24,11 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
     int rc = gpt_fmt_load(in, &l, err);
     if (rc < 0)
         return rc;
-    struct gpt_fmt_src src = {
-        .cfg = l.cfg, .params = l.params, .n_params = l.n_params, .vocab_dir = vocab_dir, .dtype = dtype};
+    struct gpt_fmt_src src = {.cfg = l.cfg,
+                              .params = l.params,
+                              .n_params = l.n_params,
+                              .vocab_dir = vocab_dir,
+                              .dtype = dtype};
     rc = gpt_fmt_export(kind, out, &src, err);
     gpt_fmt_loaded_done(&l);
     return rc;
@@ -49,12 +52,9 @@ static void export_usage(FILE *f)
 int gptd_export_main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"format", required_argument, NULL, 'f'},
-        {"output", required_argument, NULL, 'o'},
-        {"vocab", required_argument, NULL, 'v'},
-        {"dtype", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
+        {"vocab", required_argument, NULL, 'v'},  {"dtype", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *format = NULL, *out = NULL, *vocab = NULL, *dtype = NULL;
     int c;

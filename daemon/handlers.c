@@ -71,8 +71,8 @@ static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, ui
     if (rc == 0) /* as the client: gptd's own rights prove nothing (paths.h) */
         rc = paths_check_access(job, uid, err);
     if (rc == 0) /* model.init_from gives the model's shape (read as the client) */
-        rc = init_from_submit(job, uid, d->cfg.data_roots, d->cfg.snapshot_roots,
-                              d->cfg.state_dir, err);
+        rc = init_from_submit(job, uid, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir,
+                              err);
     if (rc == 0) /* memory and data sizes (of files the client may open), before queueing */
         rc = job_limits_check(job, &d->cfg, err);
     if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
@@ -441,10 +441,7 @@ static int handler_locate_result(struct daemon_ctx *d, const struct cluster_msg_
     int64_t step = -1;
     if (snapshot > 0) {
         struct db_snapshot sn;
-        rc = db_snapshot_get(d->db, snapshot, &sn, err);
-        if (rc == 0 && sn.job_id != job)
-            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                             (long long)snapshot, (long long)job);
+        rc = db_job_snapshot_get(d->db, job, snapshot, &sn, err);
         if (rc == 0)
             step = sn.step;
     }

@@ -62,8 +62,8 @@ static void handler_export_work(uv_work_t *w)
         return;
     x->rc = handler_export_pick(x);
     if (x->rc == 0)
-        x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL,
-                             x->dtype, &x->err);
+        x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, x->dtype,
+                             &x->err);
     fsid_leave(&saved);
 }
 
@@ -144,10 +144,7 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
     db_job_done(&j);
     if (req->present & (1u << GPT_CTL_F_SNAPSHOT)) {
         struct db_snapshot sn;
-        rc = db_snapshot_get(d->db, req->snapshot, &sn, err);
-        if (rc == 0 && sn.job_id != req->job)
-            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                             (long long)req->snapshot, (long long)req->job);
+        rc = db_job_snapshot_get(d->db, req->job, req->snapshot, &sn, err);
         if (rc < 0) {
             free(x);
             return rc;

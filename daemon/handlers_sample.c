@@ -174,10 +174,7 @@ int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
     db_job_done(&j);
     if (req->present & (1u << GPT_CTL_F_SNAPSHOT)) {
         struct db_snapshot sn;
-        rc = db_snapshot_get(d->db, req->snapshot, &sn, err);
-        if (rc == 0 && sn.job_id != req->job)
-            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                             (long long)req->snapshot, (long long)req->job);
+        rc = db_job_snapshot_get(d->db, req->job, req->snapshot, &sn, err);
         if (rc < 0) {
             free(s);
             return rc;
@@ -314,8 +311,9 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     snprintf(s->data_roots, sizeof(s->data_roots), "%s", d->cfg.data_roots);
     s->o.prompt = s->prompt;
     s->o.tokens = (int)tokens;
-    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE) ? req->temperature
-                                                                 : GPT_SAMPLE_TEMPERATURE_DEFAULT;
+    s->o.temperature = req->present & (1u << GPT_CTL_F_TEMPERATURE)
+                           ? req->temperature
+                           : GPT_SAMPLE_TEMPERATURE_DEFAULT;
     s->o.top_k = (int)req->top_k;
     s->o.seed = (uint64_t)time(NULL);
     s->o.threads = 1;

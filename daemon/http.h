@@ -15,7 +15,8 @@
  * refused (405), a request with a body is refused (413), headers beyond
  * http_request_max_bytes are refused by libmicrohttpd (431/414). With a
  * token file every request but those for the dashboard's own files (which
- * hold no data) must carry "Authorization: Bearer TOKEN" or gets 401; a listener on a non-loopback address must have one.
+ * hold no data) must carry "Authorization: Bearer TOKEN" or gets 401; a listener on a non-loopback
+ * address must have one.
  */
 #ifndef GPTD_HTTP_H
 #define GPTD_HTTP_H

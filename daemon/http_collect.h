@@ -31,7 +31,7 @@ void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double n
 
 /* The dashboard's /api/jobs and /api/nodes documents of the state the
  * last http_collect_render gathered (new strings, NULL on ENOMEM). */
-void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now,
-                      char **ret_jobs, char **ret_nodes);
+void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now, char **ret_jobs,
+                      char **ret_nodes);
 
 #endif

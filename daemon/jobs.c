@@ -124,8 +124,7 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
     struct stat st;
     if (paren && sscanf(paren, " (%lld bytes)", &bytes) == 1 && bytes >= 0)
         s.size = (int64_t)bytes;
-    else if ((!node || !node[0] || strcmp(node, js->cfg->node_name) == 0) &&
-             stat(s.path, &st) == 0)
+    else if ((!node || !node[0] || strcmp(node, js->cfg->node_name) == 0) && stat(s.path, &st) == 0)
         s.size = (int64_t)st.st_size;
     struct gpt_err err;
     if (db_snapshot_insert(js->db, &s, NULL, &err) < 0)
@@ -197,13 +196,6 @@ static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
     jobs_fanout_end(js, id);
 }
 
-static void jobs_newest_step(void *ctx, const struct db_snapshot *s)
-{
-    int64_t *step = ctx;
-    if (s->step > *step)
-        *step = s->step;
-}
-
 /* A job on a cluster: the coordinator's rendezvous forms the worlds; a run
  * row is written for each world (jobs_cluster_world). */
 static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struct db_job *j,
@@ -237,7 +229,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     }
     int64_t newest = -1;
     if (!chosen && j->resume)
-        (void)db_snapshot_list(js->db, j->id, jobs_newest_step, &newest, NULL);
+        (void)db_snapshot_newest_step(js->db, j->id, &newest, NULL);
     rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->token, j->spec_json, d->nodes_min,
                             d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
                             chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);

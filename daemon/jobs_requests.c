@@ -139,13 +139,8 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *
     int64_t from = -1;
     if (snapshot_id > 0) {
         struct db_snapshot s;
-        if ((rc = db_snapshot_get(js->db, snapshot_id, &s, err)) < 0)
+        if ((rc = db_job_snapshot_get(js->db, id, snapshot_id, &s, err)) < 0)
             goto out;
-        if (s.job_id != id) {
-            rc = gpt_err_set(err, -ENOENT, "snapshot", "snapshot %lld is not job %lld's",
-                             (long long)snapshot_id, (long long)id);
-            goto out;
-        }
         from = s.step;
     }
     if ((rc = resume_plan_make(js->db, &j, from, overrides, &plan, err)) < 0 ||
@@ -183,4 +178,3 @@ out:
     db_job_done(&j);
     return rc;
 }
-

@@ -22,10 +22,10 @@ struct rdzv_cnode {
     int workers;
     char addr[RDZV_ADDR_MAX];
     char version[32];
-    char devices[128]; /* backends and GPUs, as the node reported them */
+    char devices[128];               /* backends and GPUs, as the node reported them */
     char gpus[CLUSTER_MSG_GPUS_MAX]; /* GPU readings of the last heartbeat (nvml.h) */
-    char state[16];    /* as the node reported it */
-    uint64_t gen;      /* the generation and round the node last reported */
+    char state[16];                  /* as the node reported it */
+    uint64_t gen;                    /* the generation and round the node last reported */
     int64_t round;
     int64_t job;
     /* round bookkeeping */

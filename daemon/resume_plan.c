@@ -11,21 +11,15 @@
 #include "jobspec_resume.h"
 #include "optim.h"
 
-static void plan_newest_step(void *ctx, const struct db_snapshot *s)
-{
-    int64_t *step = ctx;
-    if (s->step > *step)
-        *step = s->step;
-}
-
 /* Appends "key old -> new" for each override that changed the spec. */
-static void plan_note_changes(struct resume_plan *p, const json_t *old_spec,
-                              const json_t *new_spec, const json_t *overrides)
+static void plan_note_changes(struct resume_plan *p, const json_t *old_spec, const json_t *new_spec,
+                              const json_t *overrides)
 {
     const char *key;
     const json_t *v;
     size_t len = 0;
-    json_object_foreach((json_t *)overrides, key, v) {
+    json_object_foreach((json_t *)overrides, key, v)
+    {
         (void)v;
         char sect[64];
         const char *dot = strchr(key, '.');
@@ -70,17 +64,19 @@ int resume_plan_make(struct db *db, const struct db_job *j, int64_t snapshot_ste
 
     ret->from_step = snapshot_step;
     if (snapshot_step < 0) {
-        ret->from_step = 0;
-        if ((rc = db_snapshot_list(db, j->id, plan_newest_step, &ret->from_step, err)) < 0)
+        if ((rc = db_snapshot_newest_step(db, j->id, &ret->from_step, err)) < 0)
             goto out;
+        if (ret->from_step < 0)
+            ret->from_step = 0;
     }
     ret->max_steps = after.trainer.max_steps;
     if (after.trainer.max_steps > 0 && ret->from_step >= after.trainer.max_steps) {
-        rc = gpt_err_set(err, -EALREADY, "trainer.max_steps",
-                         "job %lld's snapshot is at step %lld and trainer.max_steps is %lld: nothing"
-                         " left to train; resume with trainer.max_steps=N for some N above %lld",
-                         (long long)j->id, (long long)ret->from_step,
-                         (long long)after.trainer.max_steps, (long long)ret->from_step);
+        rc =
+            gpt_err_set(err, -EALREADY, "trainer.max_steps",
+                        "job %lld's snapshot is at step %lld and trainer.max_steps is %lld: nothing"
+                        " left to train; resume with trainer.max_steps=N for some N above %lld",
+                        (long long)j->id, (long long)ret->from_step,
+                        (long long)after.trainer.max_steps, (long long)ret->from_step);
         goto out;
     }
     if (ret->from_step > 0 && before.trainer.max_steps > 0)

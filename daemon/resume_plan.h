@@ -16,13 +16,13 @@
 #include "gpt_err.h"
 
 struct resume_plan {
-    char *spec_json;     /* the new spec (malloc'd); NULL when no key changed */
-    int64_t from_step;   /* step of the snapshot it continues from; 0 = none */
-    int64_t max_steps;   /* trainer.max_steps after the overrides; 0 = by epochs */
-    double lr_last;      /* rate of the last step trained (old spec); NAN if none */
-    double lr_next;      /* rate of the next step (new spec); NAN if unknown */
-    double lr_end;       /* rate of the last step to come; NAN if unknown */
-    char changes[1024];  /* "trainer.max_steps 300 -> 600, ..." ("" when none) */
+    char *spec_json;    /* the new spec (malloc'd); NULL when no key changed */
+    int64_t from_step;  /* step of the snapshot it continues from; 0 = none */
+    int64_t max_steps;  /* trainer.max_steps after the overrides; 0 = by epochs */
+    double lr_last;     /* rate of the last step trained (old spec); NAN if none */
+    double lr_next;     /* rate of the next step (new spec); NAN if unknown */
+    double lr_end;      /* rate of the last step to come; NAN if unknown */
+    char changes[1024]; /* "trainer.max_steps 300 -> 600, ..." ("" when none) */
 };
 
 /* Plans the resume of job `j` (its spec_json read with db_job_get) from

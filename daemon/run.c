@@ -423,9 +423,9 @@ int gptd_run_main(int argc, char **argv)
         return 2;
     }
     /* A sweep's folder and checks come from its first combination. */
-    rc = multirun ? gpt_jobspec_load(file, (const char *const *)first.assign, first.n_keys, &job,
-                                     &err)
-                  : gpt_jobspec_load(file, overrides, n_over, &job, &err);
+    rc = multirun
+             ? gpt_jobspec_load(file, (const char *const *)first.assign, first.n_keys, &job, &err)
+             : gpt_jobspec_load(file, overrides, n_over, &job, &err);
     gpt_sweep_free(&first);
     if (rc == 0 && !print_spec)
         rc = gpt_jobspec_check_paths(&job, &err);

@@ -41,7 +41,8 @@ enum model_blk {
 #define T_LNFW(L)        (2 + (size_t)(L)*BLK_COUNT)
 #define T_LNFB(L)        (3 + (size_t)(L)*BLK_COUNT)
 #define MODEL_MAX_LAYERS ((GPT_MAX_TENSORS - 4) / BLK_COUNT) /* 42 */
-_Static_assert(MODEL_MAX_LAYERS == GPT_JOB_N_LAYER_MAX, "gpt_config.h's layer limit is the model's");
+_Static_assert(MODEL_MAX_LAYERS == GPT_JOB_N_LAYER_MAX,
+               "gpt_config.h's layer limit is the model's");
 
 /* Tensor names live in static storage, so the table is spelled out for every
  * layer the tensor table can hold. */

@@ -69,6 +69,6 @@ void gpt_adamw_update(struct gpt_model *m, const struct gpt_optim_spec *o, float
         spans[n++] = (struct gpt_adamw_span){a, b - a, ti->ndim >= 2};
     }
     gpt_backend_adamw_multi(m->be, m->params, m->grads, m->m, m->v, spans, n, lr, (float)o->beta1,
-                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, grad_scale,
-                            bc1, bc2);
+                            (float)o->beta2, (float)o->eps, (float)o->weight_decay, grad_scale, bc1,
+                            bc2);
 }

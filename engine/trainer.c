@@ -374,8 +374,8 @@ static int write_snapshot(struct trainer *t, struct gpt_err *err)
         emit_event(t, "snapshot", "step %lld written to %s in %.0f ms (%lld bytes)",
                    (long long)t->st.step, path, ms, (long long)st.st_size);
     else
-        emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step,
-                   path, ms);
+        emit_event(t, "snapshot", "step %lld written to %s in %.0f ms", (long long)t->st.step, path,
+                   ms);
     if (t->job->snapshot.keep > 0) {
         struct gpt_err perr;
         (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);
@@ -438,8 +438,7 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
     const struct gpt_model_config *mc = &t->model.cfg;
     if (meta.cfg.n_layer != mc->n_layer || meta.cfg.n_head != mc->n_head ||
         meta.cfg.n_embd != mc->n_embd || meta.cfg.block_size != mc->block_size ||
-        meta.cfg.vocab_size != mc->vocab_size ||
-        meta.n_params != t->model.n_params)
+        meta.cfg.vocab_size != mc->vocab_size || meta.n_params != t->model.n_params)
         return gpt_err_set(err, -GPT_E_SPEC, "model",
                            "snapshot %s was taken with a different model (%d layers, %d heads, "
                            "%d wide, block %d, vocab %d)",
@@ -494,13 +493,12 @@ static int init_state(struct trainer *t, struct gpt_err *err)
         } else {
             gpt_model_init_weights_host(&t->model, t->job->trainer.seed, host);
             if (t->opts->init_weights &&
-                (rc = t->opts->init_weights(t->opts->init_weights_ctx, &t->model, host, err)) ==
-                    0)
+                (rc = t->opts->init_weights(t->opts->init_weights_ctx, &t->model, host, err)) == 0)
                 emit_event(t, "init_from", "weights from %s", t->job->model.init_from);
             if (rc == 0)
                 rc = setup_stopped(t) ? GPT_TRAIN_STOPPED
-                                  : gpt_backend_upload(t->be, fs.params, host,
-                                                       t->model.n_params * sizeof(float));
+                                      : gpt_backend_upload(t->be, fs.params, host,
+                                                           t->model.n_params * sizeof(float));
             free(host);
         }
         t->st.cursor.seed = t->job->trainer.seed;
@@ -822,8 +820,9 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
     /* A resume whose snapshot already reaches the end has nothing to train:
      * say so instead of finishing with no steps and no loss. */
     if (t->st.resumed && t->st.step >= t->max_steps)
-        return gpt_err_set(err, -GPT_E_SPEC, t->job->trainer.max_steps > 0 ? "trainer.max_steps"
-                                                                         : "trainer.max_epochs",
+        return gpt_err_set(err, -GPT_E_SPEC,
+                           t->job->trainer.max_steps > 0 ? "trainer.max_steps"
+                                                         : "trainer.max_epochs",
                            "the snapshot is at step %lld and this job ends at step %lld: nothing"
                            " left to train (raise trainer.max_steps or trainer.max_epochs)",
                            (long long)t->st.step, (long long)t->max_steps);

@@ -26,8 +26,8 @@ static void *ddp_thread_main(void *arg)
         /* After this bucket's own ready mark, not after the whole backward
          * enqueued by now. */
         int rc = d->error ? 0
-                          : gpt_comm_allreduce_after(d->comm, d->grads + off, count,
-                                                     GPT_REDUCE_AVG, slot);
+                          : gpt_comm_allreduce_after(d->comm, d->grads + off, count, GPT_REDUCE_AVG,
+                                                     slot);
         pthread_mutex_lock(&d->mu);
         if (rc < 0 && !d->error)
             d->error = rc;

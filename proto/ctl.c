@@ -53,7 +53,8 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},
     [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB), STREAM},
     [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB), FWD | OWNER},
-    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT) | F(OVERRIDES), F(JOB), FWD | OWNER | NOT_STOP},
+    [GPT_CTL_OP_RESUME] = {"resume", F(JOB) | F(SNAPSHOT) | F(OVERRIDES), F(JOB),
+                           FWD | OWNER | NOT_STOP},
     [GPT_CTL_OP_SNAPSHOTS] = {"snapshots", F(JOB), F(JOB), FWD},
     [GPT_CTL_OP_SAMPLE] = {"sample",
                            F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(PROMPT_IDS) | F(TOKENS) |

@@ -176,7 +176,8 @@ static int yaml_to_json(struct yaml_conv *c, yaml_node_t *node, int depth, const
             key = (const char *)k->data.scalar.value;
             snprintf(cpath, sizeof(cpath), "%s%s%s", path, path[0] ? "." : "", key);
             if (c->lines)
-                json_object_set_new(c->lines, cpath, json_integer((json_int_t)k->start_mark.line + 1));
+                json_object_set_new(c->lines, cpath,
+                                    json_integer((json_int_t)k->start_mark.line + 1));
             if (depth == 0)
                 ce = jobspec_entry_find(NULL, 0, key);
             else if (depth == 1 && section)

@@ -32,7 +32,7 @@
 #define JOBSPEC_INCLUDE_FILES 32
 
 struct include_ctx {
-    json_t *origin;                      /* "section.key" -> "file:line" */
+    json_t *origin;                        /* "section.key" -> "file:line" */
     char *open[JOBSPEC_INCLUDE_DEPTH + 1]; /* the chain being read (cycle check) */
     int depth;
     int files;
@@ -100,7 +100,8 @@ static int merge_into(json_t *dst, json_t *src, const char *prefix, const char *
 {
     const char *key;
     json_t *v;
-    json_object_foreach(src, key, v) {
+    json_object_foreach(src, key, v)
+    {
         char path[GPT_ERR_PATH_MAX];
         snprintf(path, sizeof(path), "%s%s%s", prefix, prefix[0] ? "." : "", key);
         json_t *cur = json_object_get(dst, key);
@@ -170,9 +171,8 @@ static int load_chain(struct include_ctx *c, const char *file, json_t *into, str
 
 /* Includes every entry of `list` into `into`; `self` (the file's own keys)
  * goes where "_self_" stands, or after the list when it does not. */
-static int include_list(struct include_ctx *c, const char *file, const json_t *list,
-                        bool defaults, json_t *self, json_t *lines, json_t *into,
-                        struct gpt_err *err)
+static int include_list(struct include_ctx *c, const char *file, const json_t *list, bool defaults,
+                        json_t *self, json_t *lines, json_t *into, struct gpt_err *err)
 {
     bool self_done = false;
     size_t i;
@@ -180,7 +180,8 @@ static int include_list(struct include_ctx *c, const char *file, const json_t *l
     if (!json_is_array(list))
         return gpt_err_set(err, -GPT_E_SPEC, defaults ? "defaults" : "include",
                            "%s: expected a list of files", file);
-    json_array_foreach((json_t *)list, i, entry) {
+    json_array_foreach((json_t *)list, i, entry)
+    {
         int rc;
         if (defaults && json_is_string(entry) && strcmp(json_string_value(entry), "_self_") == 0) {
             if (merge_into(into, self, "", file, lines, c->origin) < 0)

@@ -11,12 +11,24 @@
 
 /* Keys that change how long and how a job trains, never what it is. */
 static const char *const resume_keys[] = {
-    "trainer.max_steps",     "trainer.max_epochs",   "trainer.log_every",
-    "trainer.eval_every",    "trainer.eval_batches", "trainer.grad_clip",
-    "trainer.threads",       "trainer.peak_gflops",  "optimizer.lr",
-    "optimizer.min_lr",      "optimizer.warmup_steps", "optimizer.schedule",
-    "optimizer.weight_decay", "snapshot.every",      "snapshot.keep",
-    "snapshot.on_invalid",   "distributed.nodes",    "distributed.max_restarts",
+    "trainer.max_steps",
+    "trainer.max_epochs",
+    "trainer.log_every",
+    "trainer.eval_every",
+    "trainer.eval_batches",
+    "trainer.grad_clip",
+    "trainer.threads",
+    "trainer.peak_gflops",
+    "optimizer.lr",
+    "optimizer.min_lr",
+    "optimizer.warmup_steps",
+    "optimizer.schedule",
+    "optimizer.weight_decay",
+    "snapshot.every",
+    "snapshot.keep",
+    "snapshot.on_invalid",
+    "distributed.nodes",
+    "distributed.max_restarts",
     "distributed.wait_timeout_s",
 };
 #define RESUME_NKEYS (sizeof(resume_keys) / sizeof(resume_keys[0]))
@@ -77,11 +89,13 @@ int gpt_jobspec_resume_assignments(const json_t *overrides, char ***ret_list, si
     const char *key;
     const json_t *v;
     char val[1024];
-    json_object_foreach((json_t *)overrides, key, v) {
+    json_object_foreach((json_t *)overrides, key, v)
+    {
         int len = resume_value_text(v, val, sizeof(val));
         if (len < 0)
-            return gpt_err_set(err, -GPT_E_SPEC, key, "a resume override must be a string, "
-                                                      "number or boolean");
+            return gpt_err_set(err, -GPT_E_SPEC, key,
+                               "a resume override must be a string, "
+                               "number or boolean");
         if ((size_t)len >= sizeof(val))
             return gpt_err_set(err, -GPT_E_SPEC, key, "value longer than %zu bytes",
                                sizeof(val) - 1);
@@ -92,7 +106,8 @@ int gpt_jobspec_resume_assignments(const json_t *overrides, char ***ret_list, si
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     char *p = (char *)(list + n);
     size_t i = 0;
-    json_object_foreach((json_t *)overrides, key, v) {
+    json_object_foreach((json_t *)overrides, key, v)
+    {
         resume_value_text(v, val, sizeof(val));
         int w = sprintf(p, "%s=%s", key, val);
         list[i++] = p;

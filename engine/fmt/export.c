@@ -56,8 +56,8 @@ static int fmt_gpts_load(const char *path, const struct gpt_model *layout, float
 static int fmt_f32_only(const struct gpt_fmt_src *s, const char *what, struct gpt_err *e)
 {
     if (s->dtype && strcmp(s->dtype, "f32") != 0)
-        return gpt_err_set(e, -EINVAL, "dtype", "%s is written as f32 only (--dtype %s is for gguf)",
-                           what, s->dtype);
+        return gpt_err_set(e, -EINVAL, "dtype",
+                           "%s is written as f32 only (--dtype %s is for gguf)", what, s->dtype);
     return 0;
 }
 

@@ -264,8 +264,8 @@ void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, 
                                             size_t N, size_t C);
 /* ops->adamw_multi, or gpt_backend_adamw per span. */
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
-                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);

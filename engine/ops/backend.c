@@ -242,8 +242,8 @@ void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, 
 }
 
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
-                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, float bc1, float bc2)
 {
     GPT_ASSERT(be && params && grads && m && v && (spans || n_spans == 0));

@@ -30,15 +30,15 @@
 
 #include "gpt_err.h"
 
-#define GPT_CTL_LINE_MAX       (1u << 20) /* longest request line, '\n' excluded */
-#define GPT_CTL_ID_MAX         64         /* longest string id */
-#define GPT_CTL_PROMPT_MAX     4096       /* sample: prompt bytes */
+#define GPT_CTL_LINE_MAX   (1u << 20) /* longest request line, '\n' excluded */
+#define GPT_CTL_ID_MAX     64         /* longest string id */
+#define GPT_CTL_PROMPT_MAX 4096       /* sample: prompt bytes */
 /* The sampling temperature when none is given: gptctl sample (the daemon)
  * and gptd run --sample alike. */
 #define GPT_SAMPLE_TEMPERATURE_DEFAULT 0.8
-#define GPT_CTL_OUTPUT_MAX     4000       /* export: output path bytes */
-#define GPT_CTL_SOCKET_DEFAULT "/run/gptd/gptd.sock"
-#define GPT_CTL_SOCKET_NAME    "gptd.sock" /* inside $RUNTIME_DIRECTORY */
+#define GPT_CTL_OUTPUT_MAX             4000 /* export: output path bytes */
+#define GPT_CTL_SOCKET_DEFAULT         "/run/gptd/gptd.sock"
+#define GPT_CTL_SOCKET_NAME            "gptd.sock" /* inside $RUNTIME_DIRECTORY */
 
 /* Error codes of decode failures, as returned by gpt_ctl_request_decode and
  * named by gpt_ctl_errname(). */

@@ -662,7 +662,7 @@ static void test_bf16_copies(size_t N, size_t C, size_t V, size_t Vp)
     gpt_backend_matmul_backward(gpu, dc.g, dpw.g, NULL, dres.g, inp.g, pw.g, N, C, C);
     check("matmul_backward", tag, &dc);
     check("matmul_backward", tag, &dpw);
-    struct pair *all[] = {&logits, &lnf, &wte, &dwte, &dc,   &inp, &w,  &b,   &out,
+    struct pair *all[] = {&logits, &lnf,  &wte,  &dwte, &dc, &inp, &w,  &b,  &out,
                           &mean,   &rstd, &dres, &dout, &dw, &db,  &pw, &dpw};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);

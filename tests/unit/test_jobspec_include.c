@@ -84,9 +84,9 @@ static void test_chain(void **state)
     if (gpt_jobspec_load(at("job.yaml"), ov, 1, &job, &err) != 0)
         fail_msg("%s: %s", err.path, err.msg);
     assert_string_equal(job.name, "composed");
-    assert_int_equal(job.trainer.max_steps, 40);   /* the file over its include */
-    assert_int_equal(job.trainer.micro_batch, 4);  /* kept from base.yaml */
-    assert_int_equal(job.model.n_layer, 2);        /* from model/tiny.yaml */
+    assert_int_equal(job.trainer.max_steps, 40);  /* the file over its include */
+    assert_int_equal(job.trainer.micro_batch, 4); /* kept from base.yaml */
+    assert_int_equal(job.model.n_layer, 2);       /* from model/tiny.yaml */
     assert_true(job.optimizer.lr > 0.0019 && job.optimizer.lr < 0.0021); /* override last */
 
     /* A JSON file includes the YAML one (a chain of three levels). */

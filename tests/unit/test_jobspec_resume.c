@@ -51,10 +51,11 @@ static void test_assignments(void **state)
     double lr = strtod(list[2] + 13, NULL);
     assert_true(lr > 2.9999e-4 && lr < 3.0001e-4);
 
-    const char *spec = "{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32,"
-                       " \"block_size\": 6, \"vocab_size\": 10},"
-                       " \"data\": {\"kind\": \"synthetic\", \"task\": \"addition\", \"digits\": 2},"
-                       " \"trainer\": {\"max_steps\": 300, \"micro_batch\": 4, \"global_batch\": 4}}";
+    const char *spec =
+        "{\"model\": {\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 32,"
+        " \"block_size\": 6, \"vocab_size\": 10},"
+        " \"data\": {\"kind\": \"synthetic\", \"task\": \"addition\", \"digits\": 2},"
+        " \"trainer\": {\"max_steps\": 300, \"micro_batch\": 4, \"global_batch\": 4}}";
     struct gpt_job job;
     assert_int_equal(
         gpt_jobspec_parse(spec, strlen(spec), (const char *const *)list, n, &job, &err), 0);
@@ -95,6 +96,16 @@ static void test_refusals(void **state)
     o = json_pack("{s:[i]}", "trainer.max_steps", 600);
     assert_int_equal(gpt_jobspec_resume_assignments(o, &list, &n, &err), -GPT_E_SPEC);
     assert_string_equal(err.path, "trainer.max_steps");
+    json_decref(o);
+
+    /* A value past the assignment's limit is refused, not truncated. */
+    char big[2048];
+    memset(big, '9', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    o = json_pack("{s:s}", "trainer.max_steps", big);
+    assert_int_equal(gpt_jobspec_resume_assignments(o, &list, &n, &err), -GPT_E_SPEC);
+    assert_string_equal(err.path, "trainer.max_steps");
+    assert_non_null(strstr(err.msg, "longer than"));
     json_decref(o);
 
     o = json_object();

@@ -20,8 +20,7 @@ static void test_product(void **state)
     (void)state;
     struct gpt_sweep sw;
     struct gpt_err err;
-    const char *over[] = {"optimizer.lr=1e-3,3e-4", "trainer.max_steps=100",
-                          "model.n_layer=4,6,8"};
+    const char *over[] = {"optimizer.lr=1e-3,3e-4", "trainer.max_steps=100", "model.n_layer=4,6,8"};
     assert_int_equal(gpt_sweep_expand(over, 3, &sw, &err), 0);
     assert_int_equal(sw.n_jobs, 6);
     assert_int_equal(sw.n_keys, 3);

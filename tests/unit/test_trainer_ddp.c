@@ -43,8 +43,8 @@ struct fake {
     unsigned red_slot[SPANS_MAX];
     int violations; /* protocol breaks seen by the fake */
     size_t max_in_flight;
-    int slow_us;        /* each collective takes this long */
-    size_t fail_at;     /* the reduce with this index fails (0 = never) */
+    int slow_us;    /* each collective takes this long */
+    size_t fail_at; /* the reduce with this index fails (0 = never) */
     float *grads_base;
 };
 
@@ -264,10 +264,8 @@ static void test_fallback_local(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slot_math),
-        cmocka_unit_test(test_order),
-        cmocka_unit_test(test_wraparound),
-        cmocka_unit_test(test_error_sticky),
+        cmocka_unit_test(test_slot_math),      cmocka_unit_test(test_order),
+        cmocka_unit_test(test_wraparound),     cmocka_unit_test(test_error_sticky),
         cmocka_unit_test(test_fallback_local),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -36,7 +36,7 @@ struct gpt_model_config {
     int n_head;
     int n_embd;
     int block_size;
-    int vocab_size; /* 0 in a spec = take it from the dataset */
+    int vocab_size;                   /* 0 in a spec = take it from the dataset */
     char init_from[GPT_JOB_PATH_MAX]; /* start from these weights (gptd snapshot, llm.c, hf) */
 };
 

@@ -82,7 +82,7 @@ struct comm_nccl {
      * slot's mark before its collective and its collective before the
      * next mark. */
     cudaEvent_t marks[GPT_COMM_READY_SLOTS];
-    void *stage;             /* device staging (host buffers, padding) */
+    void *stage; /* device staging (host buffers, padding) */
     size_t stage_bytes;
     atomic_bool abort_req;
     int (*cancelled)(void *ctx); /* gpt_comm_opts.cancelled, during init only */
