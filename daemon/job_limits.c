@@ -5,7 +5,8 @@
  * forwards to the coordinator); a cluster of unequal nodes is checked
  * against that one. Memory is the estimate of engine/model_mem.c for the
  * smallest world the job may run in (sharding divides by the world), times
- * the workers the job runs on one node.
+ * the workers the job runs on one node. The global batch must give every
+ * worker of the largest world one sequence (gpt_jobspec_check_world).
  */
 #include "job_limits.h"
 
@@ -193,7 +194,11 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
 
 int job_limits_check(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
 {
-    int rc = limits_data(job, err);
+    /* The batch geometry at the largest world, with this node's worker
+     * count (what "auto" resolves to here), before anything is opened. */
+    int rc = gpt_jobspec_check_world(job, workers_default_count(job, cfg->workers), err);
+    if (rc == 0)
+        rc = limits_data(job, err);
     if (rc == 0)
         rc = limits_memory(job, cfg, err);
     return rc;

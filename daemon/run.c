@@ -454,6 +454,14 @@ int gptd_run_main(int argc, char **argv)
     /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
     if (workers == 0)
         workers = workers_default_count(&job, 1);
+    if (job.trainer.global_batch < (world > 0 ? world : workers)) {
+        fprintf(stderr,
+                "gptd run: trainer.global_batch: %d is smaller than the world size (%lld): every "
+                "worker needs at least one sequence per step\n",
+                job.trainer.global_batch, (long long)(world > 0 ? world : workers));
+        free(skip);
+        return 1;
+    }
     char snapdir[GPT_JOB_PATH_MAX];
     if (snapdir_arg)
         snprintf(snapdir, sizeof(snapdir), "%s", snapdir_arg);

@@ -1,9 +1,13 @@
 /*
  * trainer: the step loop of one rank (see trainer.h).
  *
- * One optimizer step consumes trainer.global_batch sequences of the global
- * data stream: rank r takes the r-th contiguous share, split into
- * micro-batches of trainer.micro_batch (gradient accumulation), so the
+ * One optimizer step consumes exactly trainer.global_batch sequences of the
+ * global data stream at any world size: rank r takes the r-th contiguous
+ * share (whole sequences; shares differ by at most one), split into the
+ * same number of micro-batches of at most trainer.micro_batch on every
+ * rank (gradient accumulation; trainer_batch_plan). Each micro-batch's
+ * gradient is weighted by its sequences over the global batch, so the
+ * update and the logged loss are the mean over the global batch and the
  * optimisation is the same for any world size. On the last micro-batch the
  * model reports finished gradient spans (grads_ready) and a communication
  * thread all-reduces them while backward carries on with earlier layers.
@@ -56,7 +60,8 @@ struct trainer {
     bool model_ready;
     bool setup_stop_told; /* the "stop" event of a stop during set-up went out */
     size_t B, T;
-    int accum;
+    /* This rank's share of every step's global batch. */
+    struct trainer_batch batch;
     int *inputs, *targets; /* (B, T) host */
     float *logits_host;    /* (B, T, Vp) host, for evaluation and sampling */
     int64_t max_steps;
@@ -215,13 +220,12 @@ static int open_all(struct trainer *t, struct gpt_err *err)
                            cfg.block_size, t->T);
 
     int micro = job->trainer.micro_batch, global = job->trainer.global_batch;
-    if (global % (micro * t->world) != 0)
+    if (trainer_batch_plan(global, micro, t->world, t->rank, &t->batch) < 0)
         return gpt_err_set(err, -GPT_E_SPEC, "trainer.global_batch",
-                           "trainer.global_batch (%d) must be a multiple of micro_batch (%d) x "
-                           "world size (%d)",
-                           global, micro, t->world);
+                           "trainer.global_batch (%d) is smaller than the world size (%d): every "
+                           "worker needs at least one sequence per step",
+                           global, t->world);
     t->B = (size_t)micro;
-    t->accum = global / (micro * t->world);
 
     int sharding = job->distributed.sharding;
     if (sharding != GPT_SHARD_NONE &&
@@ -666,47 +670,55 @@ static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
 
 /* ---- the step ---- */
 
-/* One optimizer step. Writes the world-mean loss and the global grad norm. */
+/* One optimizer step. Writes the loss (mean over the global batch) and the
+ * global grad norm. */
 static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, double *ret_lr)
 {
-    const size_t share = t->B * (size_t)t->accum; /* sequences of this rank */
-    double loss_sum = 0;
+    const struct trainer_batch *plan = &t->batch;
+    int global = t->job->trainer.global_batch;
+    double loss_sum = 0; /* sum over this rank's sequences of their mean loss */
     int rc;
 
     if (t->shard)
         gpt_shard_zero_grad(t->shard);
     else
         gpt_model_zero_grad(&t->model);
-    for (int micro = 0; micro < t->accum; micro++) {
-        uint64_t first = (uint64_t)t->rank * share + (uint64_t)micro * t->B;
+    for (int micro = 0; micro < plan->accum; micro++) {
+        uint64_t first;
+        size_t n = trainer_batch_micro(plan, micro, &first);
+        /* An empty micro-batch (micro_batch 1, a rank one sequence short)
+         * still runs one sequence with weight 0: full sharding's and the
+         * all-reduce's collectives stay in step on every rank. */
+        size_t b = n > 0 ? n : 1;
         float loss;
-        rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, first, t->B, t->inputs, t->targets);
+        rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, n > 0 ? first : plan->first, b,
+                                     t->inputs, t->targets);
         if (rc < 0)
             return rc;
         double tc = now_s();
-        rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
+        rc = gpt_model_forward(&t->model, t->inputs, t->targets, b, t->T, &loss);
         if (rc < 0)
             return rc;
-        if (t->ddp.started && micro == t->accum - 1)
+        if (t->ddp.started && micro == plan->accum - 1)
             trainer_ddp_arm(&t->ddp);
-        rc = gpt_model_backward(&t->model, 1.0f / (float)t->accum);
+        rc = gpt_model_backward(&t->model, trainer_batch_scale(n, t->world, global));
         t->compute_s += now_s() - tc; /* before the wait for the gradients */
-        if (t->ddp.started && micro == t->accum - 1) {
+        if (t->ddp.started && micro == plan->accum - 1) {
             int wrc = trainer_ddp_wait(&t->ddp);
             if (rc >= 0)
                 rc = wrc;
         }
         if (rc < 0)
             return rc;
-        loss_sum += loss;
+        loss_sum += (double)loss * (double)n;
     }
 
     /* Sharded gradients first: until they are reduced the shard's thread
      * owns the communicator. */
     if (t->shard && (rc = gpt_shard_reduce_grads(t->shard)) < 0)
         return rc;
-    float loss_mean = (float)(loss_sum / t->accum);
-    if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_AVG)) < 0)
+    float loss_mean = (float)(loss_sum / global);
+    if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_SUM)) < 0)
         return rc;
 
     double norm, lr = gpt_lr_at(&t->job->optimizer, t->st.step, t->max_steps);
@@ -827,10 +839,10 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                            " left to train (raise trainer.max_steps or trainer.max_epochs)",
                            (long long)t->st.step, (long long)t->max_steps);
     emit_event(t, t->st.resumed ? "continue" : "start",
-               "%s: %zu parameters, world size %d, %d micro-batch(es) of %zu x %zu per rank, "
-               "global batch %d, %lld steps",
-               t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->accum, t->B,
-               t->T, ts->global_batch, (long long)t->max_steps);
+               "%s: %zu parameters, world size %d, %d micro-batch(es) of up to %zu x %zu per "
+               "rank, global batch %d, %lld steps",
+               t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->batch.accum,
+               t->B, t->T, ts->global_batch, (long long)t->max_steps);
 
     while (t->st.step < t->max_steps) {
         if ((rc = agree_stop(t, &how)) < 0)

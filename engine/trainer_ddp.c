@@ -7,7 +7,33 @@
 
 #include <errno.h>
 
+#include "data.h"
 #include "gpt_err.h"
+
+int trainer_batch_plan(int global, int micro, int world, int rank, struct trainer_batch *ret)
+{
+    if (global < 1 || micro < 1 || world < 1 || rank < 0 || rank >= world || global < world)
+        return -EINVAL;
+    uint64_t largest = ((uint64_t)global + (uint64_t)world - 1) / (uint64_t)world;
+    gpt_data_rank_range((uint64_t)global, world, rank, &ret->first, &ret->count);
+    ret->accum = (int)((largest + (uint64_t)micro - 1) / (uint64_t)micro);
+    return 0;
+}
+
+size_t trainer_batch_micro(const struct trainer_batch *b, int k, uint64_t *ret_first)
+{
+    GPT_ASSERT(b->accum > 0 && k >= 0 && k < b->accum);
+    uint64_t a = (uint64_t)b->accum, q = b->count / a, rem = b->count % a, kk = (uint64_t)k;
+    *ret_first = b->first + kk * q + (kk < rem ? kk : rem);
+    return (size_t)(q + (kk < rem ? 1 : 0));
+}
+
+float trainer_batch_scale(size_t size, int world, int global)
+{
+    /* One correctly rounded division of integers (exact below 2^24): 1/accum
+     * bit for bit, as before, when micro x world divides global. */
+    return (float)(size * (size_t)world) / (float)global;
+}
 
 static void *ddp_thread_main(void *arg)
 {

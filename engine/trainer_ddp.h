@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "comm.h"
 #include "model.h"
@@ -38,6 +39,34 @@ struct trainer_ddp {
     bool busy; /* the thread is reducing a span */
     int error;
 };
+
+/* One rank's part of an optimizer step of trainer.global_batch sequences:
+ * samples [first, first + count) of the step's global batch
+ * (gpt_data_rank_range: whole sequences, counts differ by at most one), run
+ * as `accum` micro-batches. accum is the same on every rank, since full
+ * sharding runs collectives in every micro-batch and data parallelism arms
+ * the all-reduce on the last one: ceil(ceil(global / world) / micro). */
+struct trainer_batch {
+    uint64_t first, count;
+    int accum;
+};
+
+/* Plans rank `rank` of `world`. Returns 0, or -EINVAL when global < world
+ * (a rank would have no sequence) or an argument is out of range. Pure. */
+int trainer_batch_plan(int global, int micro, int world, int rank, struct trainer_batch *ret);
+
+/* Micro-batch k (0 <= k < accum) of the plan: its size and, in
+ * *ret_first, its first sample in the step's global batch. The rank's
+ * count is split as evenly as it goes, so every size is at most
+ * micro_batch and may be smaller; it is 0 only with micro_batch 1 on a
+ * rank one sequence short (see trainer_batch_scale). Pure. */
+size_t trainer_batch_micro(const struct trainer_batch *b, int k, uint64_t *ret_first);
+
+/* The backward's loss scale of a micro-batch of `size` sequences, whose
+ * loss is the mean over them: size x world / global, so that after the
+ * world-average all-reduce the gradient is the mean over the global batch
+ * (each sequence weighs 1/global whatever rank ran it). Pure. */
+float trainer_batch_scale(size_t size, int world, int global);
 
 /* The ready slot (gpt_comm_mark_ready) of the seq-th span queued since
  * start, and how many spans may be queued and not yet reduced at once

@@ -707,6 +707,20 @@ static int jobspec_validate_vocab(const struct gpt_job *job, struct gpt_err *err
     return 0;
 }
 
+int gpt_jobspec_check_world(const struct gpt_job *job, int workers_per_node, struct gpt_err *err)
+{
+    int per_node = workers_per_node > 0 ? workers_per_node : 1;
+    int64_t world = (int64_t)job->distributed.nodes_max * per_node;
+    if (job->trainer.global_batch >= world)
+        return 0;
+    return gpt_err_set(err, -GPT_E_SPEC, "trainer.global_batch",
+                       "trainer.global_batch (%d) is smaller than the largest world of this job, "
+                       "%lld workers (distributed.nodes \"%d:%d\" x %d worker%s per node): every "
+                       "worker needs at least one sequence per step",
+                       job->trainer.global_batch, (long long)world, job->distributed.nodes_min,
+                       job->distributed.nodes_max, per_node, per_node == 1 ? "" : "s");
+}
+
 int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
 {
     const struct gpt_model_config *m = &job->model;
@@ -721,10 +735,6 @@ int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
     if (m->n_embd % m->n_head != 0)
         return gpt_err_set(err, -GPT_E_SPEC, "model.n_embd",
                            "must be a multiple of model.n_head (%d), got %d", m->n_head, m->n_embd);
-    if (t->global_batch % t->micro_batch != 0)
-        return gpt_err_set(err, -GPT_E_SPEC, "trainer.global_batch",
-                           "must be a multiple of trainer.micro_batch (%d), got %d", t->micro_batch,
-                           t->global_batch);
     if (t->max_steps == 0 && t->max_epochs == 0)
         return gpt_err_set(err, -GPT_E_SPEC, "trainer.max_steps",
                            "one of trainer.max_steps and trainer.max_epochs must be > 0");
@@ -736,6 +746,8 @@ int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err)
         return gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
                            "expected MIN <= MAX, got \"%d:%d\"", job->distributed.nodes_min,
                            job->distributed.nodes_max);
+    if ((rc = gpt_jobspec_check_world(job, job->distributed.workers_per_node, err)) < 0)
+        return rc;
     if (d->kind != GPT_DATA_SYNTHETIC && d->path[0] == '\0')
         return gpt_err_set(err, -GPT_E_SPEC, "data.path", "required when data.kind is %s (a %s)",
                            gpt_data_kind_name(d->kind),

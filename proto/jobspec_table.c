@@ -174,9 +174,11 @@ const struct jobspec_entry jobspec_entries[] = {
      .min = 1,
      .max = 16777216,
      .def_i = 32,
-     .help = "Sequences per optimizer step, summed over all workers; a multiple of "
-             "trainer.micro_batch. Gradient accumulation makes up what the workers do not "
-             "cover in one pass, so the result does not depend on the world size."},
+     .help = "Sequences per optimizer step, summed over all workers, met exactly at any "
+             "world size: each worker takes whole sequences (counts differ by at most one) "
+             "in micro-batches of at most trainer.micro_batch, and gradients and the loss "
+             "are weighted by sequences, so the result does not depend on the world size. "
+             "At least the largest world (distributed.nodes MAX x workers per node)."},
     {.path = "trainer.grad_clip",
      .type = JOBSPEC_DOUBLE,
      .off = OFF(trainer.grad_clip),

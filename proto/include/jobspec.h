@@ -48,6 +48,14 @@ int gpt_jobspec_override(struct gpt_job *job, const char *assignment, struct gpt
 /* Cross-field validation (ranges are checked while parsing). */
 int gpt_jobspec_validate(const struct gpt_job *job, struct gpt_err *err);
 
+/* The batch geometry against the job's largest world: trainer.global_batch
+ * must be at least distributed.nodes MAX x `workers_per_node` (0, "auto",
+ * counts one), since every worker takes at least one sequence per step.
+ * gpt_jobspec_validate checks it with the spec's own workers_per_node;
+ * where the count "auto" resolves to is known (a daemon, `gptd run`), call
+ * it with that count. */
+int gpt_jobspec_check_world(const struct gpt_job *job, int workers_per_node, struct gpt_err *err);
+
 /* Checks that data paths exist and are readable (stat/access). */
 int gpt_jobspec_check_paths(const struct gpt_job *job, struct gpt_err *err);
 

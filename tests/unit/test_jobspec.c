@@ -208,8 +208,14 @@ static const struct bad_case bad_cases[] = {
     {"{\"data\": {\"kind\": \"synthetic\"}}", NULL, "data.task", "required"},
     {"{" PATH_OK ", \"model\": {\"n_embd\": 100, \"n_head\": 3}}", NULL, "model.n_embd",
      "multiple of model.n_head"},
-    {"{" PATH_OK ", \"trainer\": {\"micro_batch\": 32, \"global_batch\": 48}}", NULL,
-     "trainer.global_batch", "multiple of trainer.micro_batch"},
+    {"{" PATH_OK ", \"trainer\": {\"global_batch\": 3}, \"distributed\": {\"nodes\": \"2:4\"}}",
+     NULL, "trainer.global_batch",
+     "(3) is smaller than the largest world of this job, 4 workers (distributed.nodes \"2:4\" x 1 "
+     "worker per node)"},
+    {"{" PATH_OK ", \"trainer\": {\"global_batch\": 5}, "
+     "\"distributed\": {\"nodes\": 3, \"workers_per_node\": 2}}",
+     NULL, "trainer.global_batch", "6 workers (distributed.nodes \"3:3\" x 2 workers per node)"},
+    {"{" PATH_OK "}", "distributed.nodes=1:40", "trainer.global_batch", "smaller than the largest"},
     {"{" PATH_OK ", \"trainer\": {\"max_steps\": 0, \"max_epochs\": 0}}", NULL, "trainer.max_steps",
      "max_epochs"},
     {"{" PATH_OK ", \"optimizer\": {\"lr\": 1e-4, \"min_lr\": 1e-3}}", NULL, "optimizer.min_lr",
@@ -286,6 +292,34 @@ static const char full_json[] =
     "  \"snapshot\": {\"dir\": \"/var/lib/gptd/snap\", \"every\": 0, \"keep\": 0}\n"
     "}\n";
 
+/* The batch geometry: any global batch of at least the largest world is
+ * valid (no multiple of micro_batch or of the world), and the world check
+ * takes the worker count a daemon resolves "auto" to. */
+static void test_batch_world(void **state)
+{
+    (void)state;
+    struct gpt_job job;
+    struct gpt_err err;
+    assert_int_equal(parse("{" PATH_OK ", \"trainer\": {\"micro_batch\": 4, \"global_batch\": 7}, "
+                           "\"distributed\": {\"nodes\": \"2:3\"}}",
+                           NULL, &job, &err),
+                     0);
+    assert_int_equal(gpt_jobspec_check_world(&job, 0, &err), 0); /* auto: 1 per node */
+    assert_int_equal(gpt_jobspec_check_world(&job, 2, &err), 0); /* 6 <= 7 */
+    gpt_err_clear(&err);
+    assert_int_equal(gpt_jobspec_check_world(&job, 3, &err), -GPT_E_SPEC); /* 9 > 7 */
+    assert_string_equal(err.path, "trainer.global_batch");
+    assert_non_null(strstr(err.msg, "(7) is smaller than the largest world of this job, 9 workers "
+                                    "(distributed.nodes \"2:3\" x 3 workers per node)"));
+    assert_int_equal(parse("{" PATH_OK
+                           ", \"trainer\": {\"micro_batch\": 32, \"global_batch\": 48}}",
+                           NULL, &job, &err),
+                     0);
+    assert_int_equal(parse("{" PATH_OK ", \"trainer\": {\"micro_batch\": 8, \"global_batch\": 1}}",
+                           NULL, &job, &err),
+                     0);
+}
+
 static void test_round_trip(void **state)
 {
     struct gpt_job a, b, c;
@@ -340,13 +374,14 @@ static void test_overrides(void **state)
         "optimizer.lr=1e-3",       "distributed.workers_per_node=auto",
         "trainer.seed=7",
     };
-    const char *json = "{" PATH_OK ", \"trainer\": {\"micro_batch\": 32, \"global_batch\": 48},"
-                       " \"distributed\": {\"workers_per_node\": 2}}";
+    const char *json = "{" PATH_OK ", \"trainer\": {\"micro_batch\": 32, \"global_batch\": 4},"
+                       " \"distributed\": {\"nodes\": 3, \"workers_per_node\": 2}}";
     struct gpt_job job;
     struct gpt_err err;
     (void)state;
 
-    /* Invalid as written (48 % 32), valid after the overrides: they come first. */
+    /* Invalid as written (4 < 3 nodes x 2 workers), valid after the overrides: they come
+     * first. */
     assert_int_equal(gpt_jobspec_parse(json, strlen(json), NULL, 0, &job, &err), -GPT_E_SPEC);
     assert_string_equal(err.path, "trainer.global_batch");
     assert_int_equal(gpt_jobspec_parse(json, strlen(json), ov, 7, &job, &err), 0);
@@ -654,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_limits),      cmocka_unit_test(test_yaml),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_check_paths),
         cmocka_unit_test(test_help),        cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_batch_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,13 +7,15 @@
  * order, a slot is never marked again while its collective has not run
  * (the hook waits when every slot is in flight), unarmed spans are not
  * reduced, the first error is sticky, and a communicator without the
- * optional slots (local) still reduces through plain allreduce.
+ * optional slots (local) still reduces through plain allreduce. Also the
+ * batch plan of an uneven global batch (trainer_batch_*).
  *
  * The fake runs its collectives on the trainer's communication thread; it
  * records into a table under its own mutex and the main thread asserts
  * after trainer_ddp_wait.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -261,12 +263,68 @@ static void test_fallback_local(void **state)
     gpt_comm_free(c);
 }
 
+/* The batch plan: for every global batch, micro_batch and world, the
+ * ranks' micro-batches tile the global batch exactly once in order, every
+ * rank runs the same number of micro-batches, none is larger than
+ * micro_batch, one is empty only with micro_batch 1, the loss scales sum
+ * (after the world average) to one, and a world that divides evenly gets
+ * 1/accum bit for bit as before. A global batch below the world is
+ * refused. */
+static void test_batch_plan(void **state)
+{
+    (void)state;
+    struct trainer_batch b;
+    for (int global = 1; global <= 40; global++)
+        for (int micro = 1; micro <= 6; micro++)
+            for (int world = 1; world <= global && world <= 9; world++) {
+                uint64_t next = 0;
+                int accum = -1;
+                double weight = 0;
+                for (int rank = 0; rank < world; rank++) {
+                    assert_int_equal(trainer_batch_plan(global, micro, world, rank, &b), 0);
+                    assert_true(b.count >= 1);
+                    if (accum < 0)
+                        accum = b.accum;
+                    assert_int_equal(b.accum, accum);
+                    for (int k = 0; k < b.accum; k++) {
+                        uint64_t first;
+                        size_t n = trainer_batch_micro(&b, k, &first);
+                        assert_true(n <= (size_t)micro);
+                        assert_true(n > 0 || micro == 1);
+                        assert_int_equal(first, next);
+                        next += n;
+                        float scale = trainer_batch_scale(n, world, global);
+                        weight += (double)scale / world;
+                        if (global % (micro * world) == 0) {
+                            assert_int_equal(n, (size_t)micro);
+                            assert_true(scale == 1.0f / (float)(global / (micro * world)));
+                        }
+                    }
+                }
+                assert_int_equal(next, (uint64_t)global);
+                assert_true(fabs(weight - 1.0) < 1e-6);
+            }
+    assert_int_equal(trainer_batch_plan(3, 4, 4, 0, &b), -EINVAL);
+    assert_int_equal(trainer_batch_plan(12, 4, 3, 3, &b), -EINVAL);
+    /* global 7, micro 4: world 1 runs 4 + 3; world 5 runs 2, 2, 1, 1, 1 */
+    uint64_t f;
+    assert_int_equal(trainer_batch_plan(7, 4, 1, 0, &b), 0);
+    assert_int_equal(b.accum, 2);
+    assert_int_equal(trainer_batch_micro(&b, 0, &f), 4);
+    assert_int_equal(trainer_batch_micro(&b, 1, &f), 3);
+    assert_int_equal(f, 4);
+    assert_int_equal(trainer_batch_plan(7, 4, 5, 4, &b), 0);
+    assert_int_equal(b.accum, 1);
+    assert_int_equal(trainer_batch_micro(&b, 0, &f), 1);
+    assert_int_equal(f, 6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slot_math),      cmocka_unit_test(test_order),
         cmocka_unit_test(test_wraparound),     cmocka_unit_test(test_error_sticky),
-        cmocka_unit_test(test_fallback_local),
+        cmocka_unit_test(test_fallback_local), cmocka_unit_test(test_batch_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
