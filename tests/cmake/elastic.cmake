@@ -6,9 +6,10 @@
 # covers the embedded default (a gptd without an endpoint), what a member's
 # gptctl shows, and leaves that use up no restart.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
-    elastic_shard elastic_member elastic_owner)
+    elastic_shard elastic_member elastic_owner elastic_batch)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
+set(GPTD_ELASTIC_TIMEOUT_elastic_batch 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_coord 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_min 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_owner 120)

@@ -1,6 +1,6 @@
 # Issue 14's "no fault hangs gptd" and "resource limits before allocation":
 # stop signals in any mix, idle and greedy clients, limits checked at submit.
-set(GPTD_LIMITS_TESTS daemon_signals daemon_limits)
+set(GPTD_LIMITS_TESTS daemon_signals daemon_limits daemon_batch)
 foreach(t ${GPTD_LIMITS_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

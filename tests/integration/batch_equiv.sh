@@ -12,7 +12,8 @@
 # Then a world change that used to fail ("must be a multiple of
 # micro_batch (4) x world size (2)"): global_batch 12, micro_batch 4,
 # snapshot at world 3, resume at world 2; the losses follow the
-# uninterrupted world-3 run.
+# uninterrupted world-3 run. Last, `gptd run` refuses 8 workers for a
+# global batch of 7 before it starts.
 # usage: batch_equiv.sh GPTD SNAPDIFF JOB
 source "$(dirname "$0")/run_common.sh"
 GPTD=$1 SNAPDIFF=$2 JOB=$3
@@ -85,4 +86,12 @@ paste "$T/ref3.tail" <(losses "$T/r2.log") | awk '
           exit (bad || n != 6 || max > 1e-4) }' || fail "world 2 diverged from world 3"
 "$SNAPDIFF" "$(ls "$T"/ref3/*.gpts | tail -n1)" "$(ls "$T"/r2/*.gpts | tail -n1)" 1e-4 \
     || fail "world 2 final parameters or cursor differ"
+# A world larger than the global batch is refused before anything starts.
+if "$GPTD" run "$JOB" --snapshot-dir "$T/big" --workers 8 "${over[@]}" trainer.global_batch=7 \
+    >"$T/big.out" 2>&1; then
+    fail "gptd run accepted 7 sequences for 8 workers"
+fi
+grep -qF "trainer.global_batch: 7 is smaller than the world size (8)" "$T/big.out" \
+    || fail "gptd run's refusal: $(cat "$T/big.out")"
+[[ ! -e "$T/big" ]] || fail "gptd run made a snapshot folder for a refused world"
 echo "exact global batch ok"
