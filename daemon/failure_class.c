@@ -17,7 +17,7 @@ static bool key_in(const char *key, const char *section)
     return key && strncmp(key, section, n) == 0 && (key[n] == '\0' || key[n] == '.');
 }
 
-/* errno values that say what a file is (missing, of the wrong kind, too
+/* errno values that say what a file or a value is (missing, of the wrong kind, too
  * many, malformed), not what happened on the way to it. */
 static bool file_is_wrong(int rc)
 {
@@ -64,11 +64,18 @@ enum failure_class failure_class_of(int rc, const char *key)
         break;
     }
     /* A snapshot folder that is missing now is made again by the next
-     * round; a data or model file is not. */
-    if (file_is_wrong(rc) && key_in(key, "data"))
+     * round; a data or model file is not, and a value of the spec the
+     * engine or this host cannot run (no GPU for distributed.backend nccl)
+     * stays as it is. */
+    if (!file_is_wrong(rc) && rc != -ENOTSUP && rc != -GPT_E_NODEVICE)
+        return FAILURE_RETRY;
+    if (key_in(key, "data"))
         return FAILURE_DATA;
-    if (file_is_wrong(rc) && key_in(key, "model"))
+    if (key_in(key, "model.init_from"))
         return FAILURE_MODEL;
+    if (key_in(key, "model") || key_in(key, "trainer") || key_in(key, "optimizer") ||
+        key_in(key, "distributed"))
+        return FAILURE_SPEC;
     return FAILURE_RETRY;
 }
 

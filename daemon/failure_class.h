@@ -29,9 +29,11 @@ enum failure_class {
  * error names (NULL or "": none). A code that says it all (-GPT_E_SPEC,
  * -GPT_E_DATA, -GPT_E_MODEL, -GPT_E_PERM; -GPT_E_CORRUPT and
  * -GPT_E_VERSION: a damaged or foreign file) needs no key; a plain errno
- * of a file (-EACCES, -ENOENT, ...) is final only when it names a key of
- * the job's files (data.*, model.*, snapshot.dir), since a collective or
- * a store connection fails with the same numbers. rc >= 0: FAILURE_RETRY. */
+ * (-EACCES, -ENOENT, -EINVAL, ...) is final only when it names a job key
+ * (data.* a data error, model.init_from a model mismatch, other model.*,
+ * trainer.*, optimizer.*, distributed.* a spec error, snapshot.dir only
+ * for -EACCES/-EPERM and another job's folder), since a collective or a
+ * store connection fails with the same numbers. rc >= 0: FAILURE_RETRY. */
 enum failure_class failure_class_of(int rc, const char *key);
 
 /* The code a failure of class `k` travels as (a heartbeat's exit_rc), so

@@ -57,8 +57,19 @@ static void test_errno_needs_a_key(void **state)
     assert_int_equal(failure_class_of(-EISDIR, "data.val_path"), FAILURE_DATA);
     assert_int_equal(failure_class_of(-GPT_E_LIMIT, "data.path"), FAILURE_DATA);
     assert_int_equal(failure_class_of(-ENOENT, "model.init_from"), FAILURE_MODEL);
+    assert_int_equal(failure_class_of(-EINVAL, "model.init_from"), FAILURE_MODEL);
+    /* Spec values the engine or this host cannot run. */
+    assert_int_equal(failure_class_of(-GPT_E_NODEVICE, "distributed.backend"), FAILURE_SPEC);
+    assert_int_equal(failure_class_of(-EINVAL, "trainer.micro_batch"), FAILURE_SPEC);
+    assert_int_equal(failure_class_of(-ENOTSUP, "trainer.precision"), FAILURE_SPEC);
+    assert_int_equal(failure_class_of(-EINVAL, "model.n_head"), FAILURE_SPEC);
+    assert_int_equal(failure_class_of(-EINVAL, "optimizer.lr"), FAILURE_SPEC);
+    assert_int_equal(failure_class_of(-GPT_E_NODEVICE, NULL), FAILURE_RETRY);
+    assert_int_equal(failure_class_of(-ETIMEDOUT, "distributed.backend"), FAILURE_RETRY);
     assert_int_equal(failure_class_of(-ENOENT, "snapshot.dir"), FAILURE_RETRY);
     assert_int_equal(failure_class_of(-ENOENT, NULL), FAILURE_RETRY);
+    assert_int_equal(failure_class_of(-EINVAL, ""), FAILURE_RETRY);
+    assert_int_equal(failure_class_of(-ENOENT, "snapshotting"), FAILURE_RETRY);
     /* Another job's folder. */
     assert_int_equal(failure_class_of(-EEXIST, "snapshot.dir"), FAILURE_MODEL);
     assert_int_equal(failure_class_of(-EEXIST, NULL), FAILURE_RETRY);
