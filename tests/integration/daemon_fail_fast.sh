@@ -55,6 +55,10 @@ failed_at_once() {
         grep '"kind":"failure"' "$T/logs.$id" | grep -qF -- "$p" ||
             fail "job $id: the failure event does not say '$p': $(cat "$T/logs.$id")"
     done
+    # What a person reads: the restarts and the reason.
+    "$GPTCTL" status "$id" >"$T/status.$id"
+    grep -Eq '^restarts: +0$' "$T/status.$id" || fail "job $id: status: $(cat "$T/status.$id")"
+    grep -qF -- "$1" "$T/status.$id" || fail "job $id: status lacks '$1': $(cat "$T/status.$id")"
     echo "job $id failed at once: $e"
 }
 
