@@ -463,6 +463,8 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "started:", fmt_time(a, sizeof(a), json_object_get(j, "started")));
         table_row(&t, "finished:", fmt_time(a, sizeof(a), json_object_get(j, "finished")));
         table_row(&t, "snapshots:", json_string_value(json_object_get(j, "snapshot_dir")));
+        if (json_object_get(j, "restarts"))
+            table_row(&t, "restarts:", fmt_int(a, sizeof(a), json_object_get(j, "restarts")));
         if (json_object_get(j, "error"))
             table_row(&t, "error:", json_string_value(json_object_get(j, "error")));
         table_print(&t);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "failure_class.h"
 #include "fsid.h"
 #include "jobspec.h"
 #include "log.h"
@@ -308,6 +309,15 @@ static void agent_scan_done(uv_work_t *w, int status)
     agent_reconcile(a);
 }
 
+/* The exit code reported for a round (a heartbeat's exit_rc): a failure
+ * no restart heals travels as its class's code, since the job key that
+ * tells a missing data file from a lost connection stays on this node
+ * (failure_class.h); anything else as it is. */
+static int agent_exit_code(int rc, const struct gpt_err *err)
+{
+    return rc < 0 ? failure_class_code(failure_class_of(rc, err->path), rc) : rc;
+}
+
 static void agent_start_workers(struct agent *a, const json_t *me)
 {
     int base = (int)json_integer_value(json_object_get(me, "rank_base"));
@@ -383,9 +393,9 @@ fail:
     a->exit_gen = a->gen;
     a->exit_round = a->round;
     a->exit_job = a->job;
-    a->exit_rc = err.code < 0 ? err.code : -EIO;
+    a->exit_rc = agent_exit_code(err.code < 0 ? err.code : -EIO, &err);
     a->exit_step = 0;
-    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.60s: %.180s", a->node_id, err.msg);
+    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", err.msg);
     agent_set_state(a, AGENT_EXITED);
     cluster_heartbeat_soon(a->cl);
 }
@@ -542,7 +552,7 @@ static void agent_on_mail(void *ctx, struct mailbox_msg *list)
     a->exit_gen = a->ws_gen;
     a->exit_round = a->ws_round;
     a->exit_job = a->ws_job;
-    a->exit_rc = rc;
+    a->exit_rc = agent_exit_code(rc, &err);
     a->exit_step = res.step;
     snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", rc < 0 ? err.msg : "");
     if (rc < 0 && a->ws_stop != -1)

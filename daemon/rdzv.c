@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failure_class.h"
 #include "nvml.h"
 #include "trainer.h"
 
@@ -401,12 +402,9 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         nd->exit_rc = m->exit_rc;
         nd->exit_step = m->exit_step;
         snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
-        if (c->phase == RDZV_RUNNING && m->exit_rc < 0 && !c->failure) {
-            c->failure = true;
-            c->failure_final = m->exit_rc == -GPT_E_SPEC || m->exit_rc == -GPT_E_DATA;
-            snprintf(c->failure_why, sizeof(c->failure_why), "node %.60s failed: %.160s", nd->id,
-                     m->exit_msg[0] ? m->exit_msg : "error");
-        }
+        if (c->phase == RDZV_RUNNING)
+            failure_note(&c->failure, &c->failure_final, c->failure_why, sizeof(c->failure_why),
+                         nd->id, m->exit_rc, m->exit_msg);
     }
 }
 
@@ -542,13 +540,15 @@ static void rdzv_tick_running(struct rdzv_coord *c, double now)
     if (c->failure || (exited > 0 && exited == members)) {
         if (!c->failure)
             snprintf(c->failure_why, sizeof(c->failure_why), "the world stopped unexpectedly");
-        c->restarts++;
-        if (c->h.restarts)
-            c->h.restarts(c->h.ctx, c->job, c->restarts);
+        if (!c->failure_final) { /* an error no restart heals uses up none */
+            c->restarts++;
+            if (c->h.restarts)
+                c->h.restarts(c->h.ctx, c->job, c->restarts);
+        }
         if (c->restarts > c->max_restarts || c->failure_final) {
             char why[400];
             if (c->failure_final)
-                snprintf(why, sizeof(why), "%s; not restarted (the spec or its data is wrong)",
+                snprintf(why, sizeof(why), "%s; not restarted (retrying cannot heal it)",
                          c->failure_why);
             else
                 snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",

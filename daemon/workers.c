@@ -150,6 +150,10 @@ static int worker_enter_owner(struct worker *wk, struct fsid_user *u, struct fsi
     int rc = fsid_user_lookup(ws->uid, u, &wk->err);
     if (rc == 0)
         rc = fsid_enter(u, saved, &wk->err);
+    /* gptd may not act as the owner (no such user, no CAP_SETUID): no
+     * retry changes that, whatever errno said it (failure_class.h). */
+    if (rc == -EPERM || rc == -EACCES || rc == -ENOENT)
+        rc = wk->err.code = -GPT_E_PERM;
     if (rc < 0)
         return rc;
     const char *dir = ws->snapdir[0] ? ws->snapdir : ws->job.snapshot.dir;

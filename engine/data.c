@@ -177,11 +177,11 @@ static int data_window(const struct gpt_dataset *ds, const struct data_split *sp
     const unsigned char *p = s->base + 2 * start;
     int prev = p[0] | p[1] << 8;
     if (prev >= ds->vocab.size)
-        return -GPT_E_CORRUPT;
+        return -GPT_E_DATA;
     for (size_t t = 0; t < ds->T; t++) {
         int next = p[2 * t + 2] | p[2 * t + 3] << 8;
         if (next >= ds->vocab.size)
-            return -GPT_E_CORRUPT;
+            return -GPT_E_DATA;
         inputs[t] = prev;
         targets[t] = next;
         prev = next;

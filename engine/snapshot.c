@@ -284,11 +284,12 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
     if (ret_path && strlen(final) >= path_cap)
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: longer than the caller's buffer", final);
     if ((rc = snap_mkdirs(dir)) < 0)
-        return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
+        return gpt_err_set(err, rc, "snapshot.dir", "snapshot directory %s: %s", dir,
+                           strerror(-rc));
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
-        return gpt_err_set(err, rc, NULL, "%s: %s", tmp, strerror(-rc));
+        return gpt_err_set(err, rc, "snapshot.dir", "%s: %s", tmp, strerror(-rc));
     }
     (void)fchmod(fd, 0600); /* a job's weights are its owner's alone */
 
@@ -597,7 +598,8 @@ int gpt_snapshot_list(const char *dir, char ***ret_paths, size_t *ret_n, struct 
     DIR *d = opendir(dir);
     if (!d) {
         rc = -errno;
-        return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
+        return gpt_err_set(err, rc, "snapshot.dir", "snapshot directory %s: %s", dir,
+                           strerror(-rc));
     }
     struct dirent *de;
     while ((de = readdir(d))) {

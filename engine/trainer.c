@@ -443,7 +443,7 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
     if (meta.cfg.n_layer != mc->n_layer || meta.cfg.n_head != mc->n_head ||
         meta.cfg.n_embd != mc->n_embd || meta.cfg.block_size != mc->block_size ||
         meta.cfg.vocab_size != mc->vocab_size || meta.n_params != t->model.n_params)
-        return gpt_err_set(err, -GPT_E_SPEC, "model",
+        return gpt_err_set(err, -GPT_E_MODEL, "model",
                            "snapshot %s was taken with a different model (%d layers, %d heads, "
                            "%d wide, block %d, vocab %d)",
                            path, meta.cfg.n_layer, meta.cfg.n_head, meta.cfg.n_embd,
@@ -453,14 +453,14 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
         meta.vocab.bpe_fingerprint != dv->bpe_fingerprint ||
         memcmp(meta.vocab.chars, dv->chars,
                (size_t)dv->size < sizeof(dv->chars) ? (size_t)dv->size : sizeof(dv->chars)))
-        return gpt_err_set(err, -GPT_E_DATA, "data",
+        return gpt_err_set(err, -GPT_E_MODEL, "data",
                            "snapshot %s was taken with a different vocabulary than data.path now "
                            "gives",
                            path);
     /* Found in the folder (not named by the user): its data must be this job's too. */
     if (!t->opts->resume_path && meta.fingerprint != 0 &&
         meta.fingerprint != gpt_snapshot_fingerprint(&t->model.cfg, dv, &t->job->data))
-        return gpt_err_set(err, -GPT_E_DATA, "data",
+        return gpt_err_set(err, -GPT_E_MODEL, "data",
                            "snapshot %s was taken with other data (data.kind, data.path or "
                            "data.task differ)",
                            path);

@@ -44,6 +44,8 @@ static const struct {
     {-GPT_E_NCCL, "nccl_error", "NCCL error"},
     {-GPT_E_NODEVICE, "no_device", "no GPU present"},
     {-GPT_E_LIMIT, "limit", "limit exceeded"},
+    {-GPT_E_MODEL, "model_mismatch", "snapshot or model does not fit the job"},
+    {-GPT_E_PERM, "permission_denied", "the job's owner may not open a file of the job"},
     {-EINVAL, "invalid_argument", "invalid argument"},
     {-ENOMEM, "no_memory", "out of memory"},
     {-ENOENT, "not_found", "not found"},

@@ -340,7 +340,9 @@ const struct jobspec_entry jobspec_entries[] = {
      .min = 0,
      .max = 1000000,
      .def_i = 3,
-     .help = "Restarts from the newest snapshot after a failure before the job is failed."},
+     .help = "Restarts from the newest snapshot after a failure a restart may heal (a node "
+             "lost, a network error, a timeout) before the job is failed; spec, snapshot or "
+             "model, data and permission errors fail it at once."},
     {.path = "distributed.wait_timeout_s",
      .type = JOBSPEC_INT,
      .off = OFF(distributed.wait_timeout_s),

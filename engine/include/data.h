@@ -146,7 +146,7 @@ void gpt_data_rank_range(uint64_t global, int world, int rank, uint64_t *ret_fir
 /* Fills inputs/targets (B, T) with global samples first .. first+B-1 after
  * the cursor (wrapping into later epochs). Targets < 0 are ignored by the
  * loss (synthetic tasks mask their prompt). Does not move the cursor.
- * Returns 0, or -GPT_E_CORRUPT when a shard holds a token >= 50257 (shard
+ * Returns 0, or -GPT_E_DATA when a shard holds a token >= 50257 (shard
  * tokens are range-checked here, lazily, not at open). Any thread. */
 int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
                             uint64_t first, size_t B, int *inputs, int *targets);

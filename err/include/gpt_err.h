@@ -27,6 +27,8 @@ enum gpt_errcode {
     GPT_E_NCCL,     /* an NCCL call failed */
     GPT_E_NODEVICE, /* no GPU is present */
     GPT_E_LIMIT,    /* a configured limit was hit */
+    GPT_E_MODEL,    /* a snapshot or model file does not fit the job (another model or data) */
+    GPT_E_PERM,     /* the job's owner may not open one of the job's files */
     GPT_E_MAX
 };
 

@@ -1,0 +1,59 @@
+/*
+ * failure_class: which failures of a job a restart can heal. A node lost,
+ * a connection reset, a timeout may not happen again and are retried
+ * (distributed.max_restarts); an error of the spec, a snapshot or model
+ * file that does not fit the job, a data error or a file the job's owner
+ * may not open happen again on every try, and fail the job at once.
+ *
+ * The node that sees the error knows the job key it names (struct
+ * gpt_err's path) and sends the class as the heartbeat's exit_rc
+ * (failure_class_code); the coordinator, which sees only that code,
+ * classifies it with failure_class_of(code, NULL) (failure_note). Pure:
+ * no I/O, no globals; any thread.
+ */
+#ifndef GPTD_FAILURE_CLASS_H
+#define GPTD_FAILURE_CLASS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum failure_class {
+    FAILURE_RETRY = 0,  /* node loss, network, timeouts and anything not below */
+    FAILURE_SPEC,       /* the job spec cannot run (-GPT_E_SPEC) */
+    FAILURE_MODEL,      /* a snapshot or model file does not fit the job (-GPT_E_MODEL) */
+    FAILURE_DATA,       /* data or tokenizer files missing or unusable (-GPT_E_DATA) */
+    FAILURE_PERMISSION, /* the job's owner may not open its files (-GPT_E_PERM) */
+};
+
+/* The class of a failure from its code (negative) and the job key its
+ * error names (NULL or "": none). A code that says it all (-GPT_E_SPEC,
+ * -GPT_E_DATA, -GPT_E_MODEL, -GPT_E_PERM; -GPT_E_CORRUPT and
+ * -GPT_E_VERSION: a damaged or foreign file) needs no key; a plain errno
+ * (-EACCES, -ENOENT, -EINVAL, ...) is final only when it names a job key
+ * (data.* a data error, model.init_from a model mismatch, other model.*,
+ * trainer.*, optimizer.*, distributed.* a spec error, snapshot.dir only
+ * for -EACCES/-EPERM and another job's folder), since a collective or a
+ * store connection fails with the same numbers. rc >= 0: FAILURE_RETRY. */
+enum failure_class failure_class_of(int rc, const char *key);
+
+/* The code a failure of class `k` travels as (a heartbeat's exit_rc), so
+ * that failure_class_of(code, NULL) gives `k` back: -GPT_E_SPEC,
+ * -GPT_E_MODEL, -GPT_E_DATA, -GPT_E_PERM, or rc itself for
+ * FAILURE_RETRY. */
+int failure_class_code(enum failure_class k, int rc);
+
+/* What the class is in words, for messages: "spec error", "snapshot or
+ * model mismatch", "data error", "permission error", "retryable error". */
+const char *failure_class_text(enum failure_class k);
+
+/* The coordinator's record of the failures of a running world: `*failure`
+ * (a member failed), `*final` (with an error no restart heals) and `why`
+ * (cap bytes, the message of the job's end and events). A failed exit
+ * (rc < 0) of `node` with message `msg` is recorded when it is the world's
+ * first failure, or when it is final and the recorded one is not (a
+ * rank's own data error may reach the coordinator after its peers' lost
+ * connections). */
+void failure_note(bool *failure, bool *final, char *why, size_t cap, const char *node, int rc,
+                  const char *msg);
+
+#endif
