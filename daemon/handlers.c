@@ -431,7 +431,7 @@ static int handler_history_result(struct daemon_ctx *d, const struct cluster_msg
     struct db_history_cb cb = {recs, handler_hist_metric, handler_hist_event};
     int64_t last = after;
     int more = 0;
-    rc = recs ? db_history(d->db, job, since, after, limit, &cb, &last, &more, err)
+    rc = recs ? db_history_page(d->db, job, since, after, limit, &cb, &last, &more, err)
               : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     if (rc == 0) {
         *ret = json_pack("{s:o, s:I, s:b, s:I, s:s, s:b}", "recs", recs, "last", (json_int_t)last,
