@@ -39,13 +39,26 @@ static bool rf_key_free(const char *key)
 static int rf_spec_compatible(const char *src_spec, const struct gpt_job *job, int64_t src,
                               struct gpt_err *err)
 {
-    char *text = gpt_jobspec_to_json(job);
-    json_t *a = json_loads(src_spec, 0, NULL), *b = text ? json_loads(text, 0, NULL) : NULL;
-    int rc = 0;
-    free(text);
+    /* The source's stored spec is parsed and written again, so that both
+     * sides are this version's canonical form (a key added since it was
+     * stored has its default on both). */
+    struct gpt_job *sj = malloc(sizeof(*sj));
+    json_t *a = NULL, *b = NULL;
+    struct gpt_err why;
+    int rc = sj ? gpt_jobspec_parse(src_spec, strlen(src_spec), NULL, 0, sj, &why) : -ENOMEM;
+    if (rc < 0) {
+        rc = rc == -ENOMEM ? gpt_err_set(err, rc, NULL, "out of memory")
+                           : gpt_err_set(err, rc, "resume_from", "job %lld's spec: %s: %s",
+                                         (long long)src, why.path, why.msg);
+        goto out;
+    }
+    char *ta = gpt_jobspec_to_json(sj), *tb = gpt_jobspec_to_json(job);
+    a = ta ? json_loads(ta, 0, NULL) : NULL;
+    b = tb ? json_loads(tb, 0, NULL) : NULL;
+    free(ta);
+    free(tb);
     if (!a || !b) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory (or job %lld's spec is damaged)",
-                         (long long)src);
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         goto out;
     }
     const char *sect, *key;
@@ -88,6 +101,7 @@ static int rf_spec_compatible(const char *src_spec, const struct gpt_job *job, i
 out:
     json_decref(a);
     json_decref(b);
+    free(sj);
     return rc;
 }
 

@@ -3,7 +3,8 @@
 # another job's full state (weights, moments, step, data cursor, RNG) under
 # its own id. Plays the user's commands: job A finishes at step 20; B is
 # submitted from A with trainer.max_steps=40 and continues at step 21 with
-# the very losses `gptctl resume A trainer.max_steps=40` later gives A; B's
+# the very losses `gptctl resume A trainer.max_steps=40` later gives A
+# (C, from A's step-10 snapshot by id, continues at 11); B's
 # folder holds its own copy of A's snapshot (owned by B), A's folder is
 # untouched. Refused, naming what was wrong, and queueing nothing: a key
 # that may not differ, nothing left to train, an unknown job, an unknown
@@ -90,6 +91,15 @@ grep '"kind":"resume"' "$T/b.logs" | grep -q "resumed from $bdir/snap-0000000000
 "$GPTCTL" --json snapshots "$b" | grep -q '"step":20' || fail "B's copied snapshot is not listed"
 after=$(cd "$adir" && ls -la --time-style=full-iso && md5sum snap-*.gpts .gptd-owner)
 [[ $before == "$after" ]] || fail "A's folder changed: before $before after $after"
+
+# --- JOB:SNAPSHOT continues from that snapshot (A's step 10).
+s10=$("$GPTCTL" --json snapshots "$a" | grep -o '"id":[0-9]*,"step":10,' | cut -d: -f2 | cut -d, -f1)
+[[ -n $s10 ]] || fail "A has no step-10 snapshot"
+c=$("$GPTCTL" submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=15 2>/dev/null)
+wait_for 60 job_is "$c" completed
+"$GPTCTL" --json logs "$c" >"$T/c.logs"
+[[ $(metric_steps "$T/c.logs" | head -n1) == 11 && $(metric_steps "$T/c.logs" | tail -n1) == 15 ]] ||
+    fail "C (from A's step-10 snapshot) logged steps $(metric_steps "$T/c.logs" | tr '\n' ' ')"
 
 # --- the same losses as resuming A itself.
 "$GPTCTL" resume "$a" trainer.max_steps=40 >/dev/null
