@@ -1,7 +1,8 @@
 /*
  * cmd_export: `gptctl export JOB [--snapshot ID] --format hf|llmc|gguf -o
- * PATH` (the daemon writes PATH as the job's owner) and `gptctl submit
- * --init-from JOB[:SNAPSHOT]`'s look-up of that job's snapshot. Thin: one
+ * PATH` (the daemon writes PATH as the job's owner), `gptctl submit
+ * --init-from JOB[:SNAPSHOT]`'s look-up of that job's snapshot and the
+ * JOB[:SNAPSHOT] argument of --init-from and --resume-from. Thin: one
  * request each, decisions in the daemon.
  */
 #include <getopt.h>
@@ -84,19 +85,28 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     return 0;
 }
 
-int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap)
+int ctl_job_snapshot_parse(const char *flag, const char *arg, int64_t *ret_job, int64_t *ret_snap)
 {
     char jobtext[32];
     const char *colon = strchr(arg, ':');
-    int64_t job, snap = 0;
     size_t jl = colon ? (size_t)(colon - arg) : strlen(arg);
+    *ret_snap = 0;
     if (jl == 0 || jl >= sizeof(jobtext))
-        return ctl_usage_error("--init-from takes JOB or JOB:SNAPSHOT");
+        return ctl_usage_error("%s takes JOB or JOB:SNAPSHOT", flag);
     memcpy(jobtext, arg, jl);
     jobtext[jl] = '\0';
-    if (!ctl_parse_job(jobtext, &job) || (colon && !ctl_parse_job(colon + 1, &snap)))
+    if (!ctl_parse_job(jobtext, ret_job) || (colon && !ctl_parse_job(colon + 1, ret_snap)))
         return EXIT_USAGE;
-    int rc = c->fd >= 0 ? 0 : ctl_connect(c);
+    return 0;
+}
+
+int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap)
+{
+    int64_t job, snap;
+    int rc = ctl_job_snapshot_parse("--init-from", arg, &job, &snap);
+    if (rc)
+        return rc;
+    rc = c->fd >= 0 ? 0 : ctl_connect(c);
     if (rc)
         return rc;
     /* Only the job's owner starts from its weights (the daemon reads them

@@ -208,15 +208,16 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                                          {"priority", required_argument, 0, 'p'},
                                          {"multirun", no_argument, 0, 'm'},
                                          {"init-from", required_argument, 0, 'i'},
+                                         {"resume-from", required_argument, 0, 'r'},
                                          {0, 0, 0, 0}};
     bool follow = false, ok = true, multirun = false;
-    const char *init_from = NULL;
+    const char *init_from = NULL, *resume_from = NULL;
     int64_t priority = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, validate_only ? "+" : "+fmp:i:",
-                             validate_only ? opts + 4 : opts, NULL)) != -1) {
-        if (ch == 'i')
-            init_from = optarg;
+                             validate_only ? opts + 5 : opts, NULL)) != -1) {
+        if (ch == 'i' || ch == 'r')
+            *(ch == 'i' ? &init_from : &resume_from) = optarg;
         else if (ch == 'f')
             follow = true;
         else if (ch == 'm')
@@ -245,6 +246,8 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                 return EXIT_USAGE;
         } else if (strcmp(a, "--init-from") == 0 && !validate_only && optind + 1 < argc) {
             init_from = argv[++optind];
+        } else if (strcmp(a, "--resume-from") == 0 && !validate_only && optind + 1 < argc) {
+            resume_from = argv[++optind];
         } else if (strchr(a, '=') && a[0] != '-') {
             if (n_over == CTL_OVERRIDE_MAX)
                 return ctl_usage_error("more than %d overrides", CTL_OVERRIDE_MAX);
@@ -255,7 +258,14 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     }
     json_t *spec;
     char init_over[GPT_JOB_PATH_MAX + 32];
+    int64_t from_job = 0, from_snap = 0;
     int rc;
+    if (resume_from && (init_from || multirun))
+        return ctl_usage_error("--resume-from continues one job: not with %s",
+                               init_from ? "--init-from" : "-m");
+    if (resume_from &&
+        (rc = ctl_job_snapshot_parse("--resume-from", resume_from, &from_job, &from_snap)))
+        return rc;
     if (init_from) { /* JOB[:SNAPSHOT] -> model.init_from=PATH, after the file's own overrides */
         if (n_over == CTL_OVERRIDE_MAX)
             return ctl_usage_error("more than %d overrides", CTL_OVERRIDE_MAX);
@@ -315,11 +325,21 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     json_object_set_new(r, "spec", spec);
     if (priority)
         json_object_set_new(r, "priority", json_integer(priority));
+    if (from_job) /* the daemon checks the owner, the spec and the snapshot */
+        json_object_set_new(r, "resume_from", json_integer(from_job));
+    if (from_snap)
+        json_object_set_new(r, "snapshot", json_integer(from_snap));
     json_t *reply;
     rc = ctl_call(c, r, &reply);
     if (rc)
         return rc;
     int64_t id = json_integer_value(json_object_get(reply, "job"));
+    json_t *rf = json_object_get(reply, "resumed_from");
+    if (rf && !c->json) /* stdout keeps only the id, for scripts */
+        fprintf(stderr, "%s: job %lld continues job %lld from its snapshot %lld (step %lld)\n",
+                ctl_prog, (long long)id, (long long)json_integer_value(json_object_get(rf, "job")),
+                (long long)json_integer_value(json_object_get(rf, "snapshot")),
+                (long long)json_integer_value(json_object_get(rf, "step")));
     json_decref(reply);
     if (!c->json)
         printf("%lld\n", (long long)id);

@@ -23,9 +23,12 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
 
 /* The commands, in the order of the usage text. */
 static const struct ctl_cmd ctl_cmds[] = {
-    {"submit", "FILE [a.b=v ...] [--follow] [--priority N] [-m] [--init-from JOB[:SNAPSHOT]]",
-     "queue a job, print its id (-m: one job per combination of a.b=v1,v2 choices)", cmd_submit,
-     GPT_CTL_OP_SUBMIT},
+    {"submit",
+     "FILE [a.b=v ...] [--follow] [--priority N] [-m] [--init-from JOB[:SNAPSHOT]]"
+     " [--resume-from JOB[:SNAPSHOT]]",
+     "queue a job, print its id (-m: one job per combination of a.b=v1,v2 choices;"
+     " --resume-from: continue that job's full state)",
+     cmd_submit, GPT_CTL_OP_SUBMIT},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
      GPT_CTL_OP_VALIDATE},
     {"list", "[--sweep ID]", "all jobs, or one sweep's", cmd_list, GPT_CTL_OP_LIST},

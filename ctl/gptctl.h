@@ -129,6 +129,10 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
  * that the job is the caller's. Connects c when it is not. 0 or an exit
  * status (the error printed). */
 int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap);
+/* JOB or JOB:SNAPSHOT of --init-from / --resume-from (`flag`, for the
+ * message): 0, or EXIT_USAGE after saying what was wrong. *ret_snap 0 when
+ * no snapshot was given. */
+int ctl_job_snapshot_parse(const char *flag, const char *arg, int64_t *ret_job, int64_t *ret_snap);
 
 /* plot.c */
 int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);

@@ -31,7 +31,8 @@ struct control_logs {
     json_t *id;     /* the logs request's id (owned) */
     int64_t job;
     int64_t since; /* first step wanted */
-    int64_t after; /* replay cursor: last metric step sent */
+    int64_t after; /* last metric step sent (a member's live records after replay) */
+    int64_t cursor; /* replay position (db_history_page's key); -1 before the first */
     /* a member's stream of the coordinator's job (daemon/mirror.h) */
     bool remote;
     bool pending;      /* a history chunk is being fetched */

@@ -155,6 +155,21 @@ int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int 
                const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
                struct gpt_err *err);
 
+/* History of a job for `logs`, in the order it happened: run by run (the
+ * queue's own events, run id 0, between the runs they came between, by
+ * time), within a run by step, at one step by time. A resumed job's runs
+ * reuse steps, so the cursor is a position, not a step: `after` is an
+ * opaque key from an earlier call's *ret_last (-1: from the start), and
+ * each page ends at a (run, step) boundary, so pages neither skip nor
+ * repeat a record. Records with step < `since` are left out. At most
+ * `limit` metrics per page (*ret_more 1 when more follow); the events up to
+ * the last metric's position come with them, all of them on the last page.
+ * A metric replaced by a later run's record of its step (db_metric_insert)
+ * moves to that run. Callbacks borrow the records. */
+int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
+                    const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
+                    struct gpt_err *err);
+
 /* One run of a job: a world that trained it, with the spec it ran. */
 struct db_run {
     int64_t id;

@@ -166,6 +166,110 @@ out:
     return rc;
 }
 
+/* A record's position for db_history_page: seq * 2^44 + step + 1, where
+ * seq is 2 * the run's ordinal among the job's runs, or 2 * (runs started
+ * before it) + 1 for the queue's own events (run 0), which come between
+ * runs and are ordered by time alone. A run's events older than its first
+ * metric (world, start, resume) take step -1: the cluster's events carry
+ * the job's newest step, which a run resumed from an older snapshot has
+ * not reached yet. Steps below 2^44 and fewer than 2^18 runs per job keep
+ * it in an int64. Computed in SQL so that a page is one ordered read. */
+/* 2^44 is 17592186044416; a run's ordinal is the count of the job's runs
+ * with ids up to its own. */
+static const char db_page_metrics[] =
+    "SELECT run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm,"
+    " tokens_per_s, ms_per_step, mfu, eta_s, tokens, world_size, mem_params_bytes,"
+    " mem_grads_bytes, mem_optim_bytes, mem_acts_bytes, time, pos FROM ("
+    "  SELECT m.*, 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= m.run_id)"
+    "   * 17592186044416 + m.step + 1 AS pos"
+    "  FROM metrics m WHERE m.job_id = ?1 AND m.step >= ?2)"
+    " WHERE pos > ?3 ORDER BY pos LIMIT ?4";
+static const char db_page_events[] =
+    "WITH rt AS (SELECT run_id, min(time) AS t0 FROM metrics WHERE job_id = ?1 GROUP BY run_id)"
+    " SELECT run_id, time, step, kind, message, pos FROM ("
+    "  SELECT e.*, CASE WHEN e.run_id > 0"
+    "   THEN 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= e.run_id)"
+    "    * 17592186044416 + 1"
+    "    + CASE WHEN e.time < (SELECT t0 FROM rt WHERE rt.run_id = e.run_id) THEN -1"
+    "      ELSE e.step END"
+    "   ELSE (2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.started <= e.time)"
+    "    + 1) * 17592186044416 END AS pos"
+    "  FROM events e WHERE e.job_id = ?1 AND e.step >= ?2)"
+    " WHERE pos > ?3 AND pos <= ?4 ORDER BY pos, time, id";
+
+static int db_page_prepare(struct db *db, const char *sql, sqlite3_stmt **ret, struct gpt_err *err)
+{
+    int src = sqlite3_prepare_v2(db->conn, sql, -1, ret, NULL);
+    return src == SQLITE_OK ? 0 : db_fail(db, err, src, "prepare history page");
+}
+
+int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
+                    const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
+                    struct gpt_err *err)
+{
+    sqlite3_stmt *s = NULL;
+    int64_t *pos = NULL;
+    int rc, src = SQLITE_DONE, n = 0;
+    struct gpt_metric *ms = calloc((size_t)limit, sizeof(*ms));
+    pos = calloc((size_t)limit, sizeof(*pos));
+    if (!ms || !pos) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    /* This page's metrics first, so the events' upper bound is known. */
+    if ((rc = db_page_prepare(db, db_page_metrics, &s, err)) < 0)
+        goto out;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, after);
+    sqlite3_bind_int(s, 4, limit);
+    while (n < limit && (src = sqlite3_step(s)) == SQLITE_ROW) {
+        db_metric_row(s, &ms[n]);
+        pos[n++] = sqlite3_column_int64(s, 20);
+    }
+    if (n < limit && src != SQLITE_DONE) {
+        rc = db_fail(db, err, src, "read metrics");
+        goto out;
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    int more = n == limit;
+    int64_t upto = more ? pos[n - 1] : INT64_MAX;
+
+    if ((rc = db_page_prepare(db, db_page_events, &s, err)) < 0)
+        goto out;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, since);
+    sqlite3_bind_int64(s, 3, after);
+    sqlite3_bind_int64(s, 4, upto);
+    int k = 0;
+    /* Merge by position; at one position (a run's step) an event goes
+     * before the metric when it is older (a run's "start" before its first
+     * metric, a snapshot after its step's metric). */
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct gpt_event e;
+        db_event_row(s, &e);
+        int64_t p = sqlite3_column_int64(s, 5);
+        while (k < n && (pos[k] < p || (pos[k] == p && ms[k].time <= e.time)))
+            cb->metric(cb->ctx, &ms[k++]);
+        cb->event(cb->ctx, &e);
+    }
+    if (src != SQLITE_DONE) {
+        rc = db_fail(db, err, src, "read events");
+        goto out;
+    }
+    while (k < n)
+        cb->metric(cb->ctx, &ms[k++]);
+    *ret_last = n ? pos[n - 1] : after;
+    *ret_more = more;
+    rc = 0;
+out:
+    sqlite3_finalize(s);
+    free(ms);
+    free(pos);
+    return rc;
+}
+
 int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),
                 void *ctx, struct gpt_err *err)
 {

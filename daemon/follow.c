@@ -72,6 +72,7 @@ int follow_begin(struct control *ctl, int max_followers, struct control_client *
     cl->logs.job = job;
     cl->logs.since = since;
     cl->logs.after = -1;
+    cl->logs.cursor = -1;
     return 0;
 }
 
@@ -122,15 +123,15 @@ void follow_local_pump(struct db *db, struct control_client *cl)
         struct db_history_cb cb = {cl, follow_send_metric, follow_send_event};
         int64_t last;
         int more;
-        int rc = db_history(db, cl->logs.job, cl->logs.since, cl->logs.after, FOLLOW_REPLAY_CHUNK,
-                            &cb, &last, &more, &err);
+        int rc = db_history_page(db, cl->logs.job, cl->logs.since, cl->logs.cursor,
+                                 FOLLOW_REPLAY_CHUNK, &cb, &last, &more, &err);
         if (rc < 0) {
             log_error("logs: job %lld: %s", (long long)cl->logs.job, err.msg);
             control_reply_err(cl, cl->logs.id, rc, &err);
             follow_detach(cl);
             return;
         }
-        cl->logs.after = last;
+        cl->logs.cursor = last;
         if (!more)
             cl->logs.replaying = false;
     }

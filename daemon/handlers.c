@@ -24,6 +24,7 @@
 #include "handlers.h"
 #include "jobspec_sweep.h"
 #include "init_from.h"
+#include "resume_from.h"
 #include "paths.h"
 #include "snapshot.h"
 
@@ -139,13 +140,30 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
         rc = gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
     if (rc == 0)
         rc = handler_parse_spec(d, req->spec, uid, job, err);
+    struct resume_from rf = {0}; /* --resume-from: checked and read before queueing */
+    bool from = rc == 0 && (req->present & (1u << GPT_CTL_F_RESUME_FROM));
+    if (rc == 0 && !from && (req->present & (1u << GPT_CTL_F_SNAPSHOT)))
+        rc = gpt_err_set(err, -EINVAL, "snapshot",
+                         "a submit takes a snapshot only with resume_from");
+    if (from)
+        rc = resume_from_prepare(d->db, d->cfg.node_name, req->resume_from,
+                                 req->present & (1u << GPT_CTL_F_SNAPSHOT) ? req->snapshot : 0, uid,
+                                 job, &rf, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
+    if (rc == 0 && from)
+        rc = resume_from_commit(d->db, d->cfg.state_dir, d->cfg.node_name, &rf, id, err);
+    resume_from_done(&rf);
     if (rc == 0 && req->sweep)
         rc = db_job_set_sweep(d->db, id, req->sweep, err);
     if (rc == 0)
         *ret = json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
                          job->name[0] ? job->name : "job", "state", "queued");
+    if (rc == 0 && from && *ret)
+        json_object_set_new(*ret, "resumed_from",
+                            json_pack("{s:I, s:I, s:I}", "job", (json_int_t)rf.src_job, "snapshot",
+                                      (json_int_t)rf.src_snapshot, "step",
+                                      (json_int_t)rf.meta.step));
     free(job);
     return rc;
 }
@@ -155,6 +173,10 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
 static int op_submit_member(struct daemon_ctx *d, struct control_client *cl,
                             const struct gpt_ctl_request *req, struct gpt_err *err)
 {
+    if (req->present & (1u << GPT_CTL_F_RESUME_FROM))
+        return gpt_err_set(err, -EOPNOTSUPP, "resume_from",
+                           "a member does not forward --resume-from yet: submit on the"
+                           " coordinator's host");
     if (req->sweep) /* the cluster's submit message has no sweep field yet */
         return gpt_err_set(err, -EOPNOTSUPP, "sweep",
                            "a member does not forward sweeps yet: run gptctl submit -m on the"
@@ -409,7 +431,7 @@ static int handler_history_result(struct daemon_ctx *d, const struct cluster_msg
     struct db_history_cb cb = {recs, handler_hist_metric, handler_hist_event};
     int64_t last = after;
     int more = 0;
-    rc = recs ? db_history(d->db, job, since, after, limit, &cb, &last, &more, err)
+    rc = recs ? db_history_page(d->db, job, since, after, limit, &cb, &last, &more, err)
               : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     if (rc == 0) {
         *ret = json_pack("{s:o, s:I, s:b, s:I, s:s, s:b}", "recs", recs, "last", (json_int_t)last,

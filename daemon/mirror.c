@@ -144,8 +144,8 @@ static void mirror_on_history(void *arg, int rc, const json_t *reply, const stru
     json_t *rec;
     json_array_foreach(json_object_get(reply, "recs"), i, rec) mirror_send(cl, rec);
     json_int_t last = json_integer_value(json_object_get(reply, "last"));
-    if (last > cl->logs.after)
-        cl->logs.after = last;
+    if (last > cl->logs.cursor) /* a position (db_history_page), not a step */
+        cl->logs.cursor = last;
     if (json_is_true(json_object_get(reply, "more"))) {
         mirror_req_free(q);
         mirror_pump(m, cl);
@@ -173,7 +173,7 @@ static void mirror_pump(struct mirror *m, struct control_client *cl)
     struct cluster_msg_read_args args = {.job = cl->logs.job,
                                          .uid = -1,
                                          .since = cl->logs.since,
-                                         .after = cl->logs.after,
+                                         .after = cl->logs.cursor,
                                          .limit = MIRROR_HIST_CHUNK};
     struct mirror_req *q = mirror_req_new(m, cl, cl->logs.id);
     if (!q) {

@@ -33,6 +33,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_DTYPE] = {"dtype", GPT_CTL_T_STRING, 0, 8, SLOT(dtype)},
     [GPT_CTL_F_PROMPT_IDS] = {"prompt_ids", GPT_CTL_T_STRING, 0, GPT_PROMPT_IDS_TEXT_MAX,
                               SLOT(prompt_ids)},
+    [GPT_CTL_F_RESUME_FROM] = {"resume_from", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(resume_from)},
 };
 
 #undef SLOT
@@ -47,7 +48,9 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
 /* submit, logs and sample are forwarded too, but not as plain reads: their
  * handlers have member paths of their own (daemon/handlers.c). */
 static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
-    [GPT_CTL_OP_SUBMIT] = {"submit", F(SPEC) | F(PRIORITY) | F(SWEEP), F(SPEC), NOT_STOP},
+    [GPT_CTL_OP_SUBMIT] = {"submit",
+                           F(SPEC) | F(PRIORITY) | F(SWEEP) | F(RESUME_FROM) | F(SNAPSHOT), F(SPEC),
+                           NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
     [GPT_CTL_OP_LIST] = {"list", F(SWEEP), 0, FWD},
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},

@@ -103,7 +103,7 @@ struct cluster_msg_read_args {
     int64_t uid;      /* the asking client's uid; -1: not given */
     int64_t snapshot; /* >= 0; 0: none */
     int64_t since;    /* history: from this step on */
-    int64_t after;    /* history: steps after this one (-1: from the start) */
+    int64_t after;    /* history: the position after which (db_history_page; -1: start) */
     int64_t limit;    /* history: records at most, 0..CLUSTER_MSG_READ_LIMIT (0: the default) */
 };
 

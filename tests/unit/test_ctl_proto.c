@@ -56,6 +56,16 @@ static void test_decode_ok(void **state)
     assert_int_equal(req.priority, -5);
     gpt_ctl_request_done(&req);
 
+    /* submit --resume-from JOB:SNAPSHOT */
+    assert_int_equal(decode("{\"op\":\"submit\",\"id\":2,\"spec\":{},\"resume_from\":4,"
+                            "\"snapshot\":9}",
+                            &req, &err),
+                     0);
+    assert_int_equal(req.resume_from, 4);
+    assert_int_equal(req.snapshot, 9);
+    assert_true(req.present & (1u << GPT_CTL_F_RESUME_FROM));
+    gpt_ctl_request_done(&req);
+
     /* Every op in the table decodes with its required fields. */
     for (int op = 0; op < GPT_CTL_OP_COUNT; op++) {
         char line[256];
@@ -99,6 +109,9 @@ static void test_decode_errors(void **state)
         {"{\"id\":1,\"op\":\"list\",\"job\":1}", GPT_CTL_E_BAD_FIELD, "job", 1},
         {"{\"id\":1,\"op\":\"logs\",\"job\":1,\"follow\":1}", GPT_CTL_E_BAD_FIELD, "follow", 1},
         {"{\"id\":1,\"op\":\"submit\",\"spec\":[]}", GPT_CTL_E_BAD_FIELD, "spec", 1},
+        {"{\"id\":1,\"op\":\"submit\",\"spec\":{},\"resume_from\":0}", GPT_CTL_E_BAD_FIELD,
+         "resume_from", 1},
+        {"{\"id\":1,\"op\":\"list\",\"resume_from\":1}", GPT_CTL_E_BAD_FIELD, "resume_from", 1},
         {"{\"id\":1,\"op\":\"sample\",\"job\":1,\"prompt\":\"a\",\"temperature\":0}",
          GPT_CTL_E_BAD_FIELD, "temperature", 1},
         /* jansson refuses \u0000 unless asked, so a NUL never reaches a field. */
