@@ -488,25 +488,26 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int db = rec_out(r, dqkv, B * T * 3 * C);
         if (qb && gpt_flash_tc_applies(p.hs)) {
             rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
-            double pq = gpt_flash_tc_pairs((int)T, p.hs, 1),
-                   pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            double nq = (double)gpt_flash_tc_q_tiles(T, p.hs), bcq = gpt_flash_tc_bcq(p.hs);
             /* D = dout . out and dout as bf16: dout and the output copy
-             * read (fp32), D and the copy written. */
+             * read (fp32), D and the copy written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats, "rows=%zu hs=%zu", p.lse_floats,
-                    p.hs);
-            /* dq: S = q k^T, dP = dO v^T, dq += dS k (2 hs each per pair);
-             * q and dO once, k and v once per query tile (bf16); logsumexp
-             * and D once; dq written fp32 (and bf16). */
-            rec_add(r, "flash_tc_dq", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pq * 6.0 * hs,
-                    4.0 * btc + bh * pq / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * p.lse_floats +
-                        4.0 * btc + (db ? 2.0 * btc : 0),
-                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
-            /* dk, dv: S^T, dP^T, dv += P^T dO, dk += dS^T q; k and v once,
-             * q, dO, logsumexp and D once per key tile; dk and dv written. */
-            rec_add(r, "flash_tc_dkv", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 8.0 * hs,
+                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq, "rows=%zu hs=%zu",
+                    p.lse_floats, p.hs);
+            /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
+             * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
+             * computed pair: S and P once, not once per output). k and v
+             * once; q, dO, logsumexp and D once per visited query tile
+             * (bf16, fp32); dk and dv written once (fp32 and bf16); the dq
+             * shares go through L2, each visited (query tile, key block)
+             * storing bcq x hs floats and all but the first loading them
+             * (counted in full: an upper bound on what reaches HBM); the
+             * bf16 copy of dq written once. */
+            double visits = bh * pk / GPT_FLASH_TC_BR / bcq; /* (key block, q tile) */
+            rec_add(r, "flash_tc_bwd", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 10.0 * hs,
                     4.0 * btc + bh * pk / GPT_FLASH_TC_BR * (hs * 2.0 * 2.0 + 8.0) + 8.0 * btc +
-                        (db ? 4.0 * btc : 0),
+                        visits * bcq * hs * 4.0 * 2.0 + (db ? 6.0 * btc : 0),
                     "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
             return;
         }

@@ -11,17 +11,32 @@
  * the kernels' work with gpt_flash_tc_pairs.
  *
  * Tiles (all rows of one (b, h) pair, T rows in all):
- *   forward, dq   a block owns BR = 64 query rows, 16 per warp (one m16
+ *   forward       a block owns BR = 64 query rows, 16 per warp (one m16
  *                 row block of the mma), and streams key tiles of BC = 64
  *                 rows through shared memory (double-buffered cp.async);
- *   dk, dv        a block owns BR = 64 key rows, 16 per warp, and streams
- *                 query tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs
- *                 64, 32 above: the two fp32 accumulators dK and dV
- *                 already take 2 hs / 2 registers per thread).
+ *   backward      one fused pass (FlashAttention-2's): a block owns BR = 64
+ *                 key rows, 16 per warp, and streams query tiles of
+ *                 gpt_flash_tc_bcq(hs) rows (64 up to hs 64, 32 above: the
+ *                 two fp32 accumulators dK and dV already take 2 hs / 2
+ *                 registers per thread). Per query tile it recomputes S and
+ *                 P once, accumulates dK and dV in registers and adds the
+ *                 tile's dQ share dS K to dq in global memory.
  * Causal skipping: a query block visits key tiles 0 .. the one holding
  * its last row; a key block visits query tiles from the one holding its
  * first key to the end. Only tiles that straddle the diagonal (or T) are
  * masked element by element.
+ *
+ * dQ without atomics, in a fixed order: the key blocks that visit query
+ * tile qt (0 .. gpt_flash_tc_dq_last_kb) add their shares in descending
+ * key-block order, the diagonal block first (it stores, the others load,
+ * add and store, the last one, key block 0, also writes the bf16 copy).
+ * A per-(b, h, query tile) counter in the backward's scratch says whose
+ * turn it is (gpt_flash_tc_dq_turn). Key block kb reaches query tile qt
+ * as its (qt - first + 1)-th tile and kb + 1 one tile earlier, so with
+ * the blocks of a head resident together no block waits; a block only
+ * waits on blocks of lower x (key block kb + 1 has x = k_tiles - 2 - kb),
+ * which the hardware schedules first, so the order cannot deadlock. dq
+ * gets the same bits on every run, like dk and dv.
  *
  * Pure: no allocation, no globals; any thread.
  */
@@ -110,23 +125,42 @@ GPT_FLASH_FN float gpt_flash_tc_lse(float m, float l)
 }
 
 /* Dynamic shared memory of each kernel, bytes: bf16 rows of hs + PAD;
- * forward: Q and two stages of (K, V); dq: Q, dO and two stages of (K, V);
- * dk/dv: K, V and two stages of (Q, dO) plus the stages' logsumexp and D
- * (fp32, bcq each). */
+ * forward: Q and two stages of (K, V); backward: K, V and two stages of
+ * (Q, dO), the stages' logsumexp and D (fp32, bcq each), and the tile's
+ * dS^T (BR rows of bcq + PAD) that the dQ product reads back. */
 GPT_FLASH_FN size_t gpt_flash_tc_smem_fwd(size_t hs)
 {
     return (size_t)(GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
 }
 
-GPT_FLASH_FN size_t gpt_flash_tc_smem_dq(size_t hs)
-{
-    return (size_t)(2 * GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
-}
-
-GPT_FLASH_FN size_t gpt_flash_tc_smem_dkv(size_t hs)
+GPT_FLASH_FN size_t gpt_flash_tc_smem_bwd(size_t hs)
 {
     size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
-    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4;
+    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4 +
+           (size_t)GPT_FLASH_TC_BR * (bcq + GPT_FLASH_TC_PAD) * 2;
+}
+
+/* The last key block (BR keys each) that visits query tile qt (bcq rows):
+ * the one holding the tile's last row below T. Key blocks 0 .. that one
+ * visit it (gpt_flash_tc_q_span). */
+GPT_FLASH_FN int gpt_flash_tc_dq_last_kb(int qt, int bcq, int T)
+{
+    int end = (qt + 1) * bcq < T ? (qt + 1) * bcq : T; /* one past */
+    return (end - 1) / GPT_FLASH_TC_BR;
+}
+
+/* Key block kb's turn in query tile qt's dQ order: 0 for the last visitor
+ * (the diagonal block), then one more per block down to key block 0. */
+GPT_FLASH_FN int gpt_flash_tc_dq_turn(int kb, int qt, int bcq, int T)
+{
+    return gpt_flash_tc_dq_last_kb(qt, bcq, T) - kb;
+}
+
+/* Query tiles of one (b, h) pair in the backward: its dQ counters. */
+GPT_FLASH_FN size_t gpt_flash_tc_q_tiles(size_t T, size_t hs)
+{
+    size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
+    return (T + bcq - 1) / bcq;
 }
 
 /* Where the backward's bf16 copy of dout starts in its scratch, in floats
@@ -137,9 +171,17 @@ GPT_FLASH_FN size_t gpt_flash_tc_dob_off(size_t lse_floats)
     return (lse_floats + 3) & ~(size_t)3;
 }
 
+/* Where the dQ turn counters (32-bit, bh * gpt_flash_tc_q_tiles of them)
+ * start in the backward's scratch: after the bf16 dout copy of btc =
+ * B*T*C elements, 16-byte aligned. */
+GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
+{
+    return (gpt_flash_tc_dob_off(lse_floats) + (btc + 1) / 2 + 3) & ~(size_t)3;
+}
+
 /* Query-key pairs the tensor-core kernels compute per (b, h) at T, the
- * masked parts of the visited tiles included: forward and dq
- * (own_is_query 1), dk/dv (0). */
+ * masked parts of the visited tiles included: forward (own_is_query 1),
+ * backward (0). */
 GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
 {
     double pairs = 0;

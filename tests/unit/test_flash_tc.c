@@ -3,14 +3,17 @@
  * kernels (engine/ops/cuda/cuda_attention.cu), emulated in C with the
  * kernels' own tiling and softmax helpers (engine/include/flash_tc.h), checked
  * against naive causal attention in double, forward (out, logsumexp) and
- * backward (dq, dk, dv), for T around and between the tile sizes and head
- * sizes 32, 64, 96 and 128. The emulation walks the same blocks, warps and
+ * backward (dq, dk, dv: one fused pass, dq added in the kernels' fixed turn
+ * order), for T around and between the tile sizes and head sizes 32, 64,
+ * 96 and 128. The emulation walks the same blocks, warps and
  * streamed tiles in the same order as the kernels, zero-fills rows past T
  * as cp.async does, applies the per-element mask only where
  * gpt_flash_tc_needs_mask says so (and asserts that every pair of a tile it
  * calls unmasked is valid), and counts every (query, key) pair it uses: each
  * causal pair exactly once per pass, and as many computed pairs as the cost
- * model's gpt_flash_tc_pairs. With bf16 rounding on (inputs, P and dS before
+ * model's gpt_flash_tc_pairs. The backward's dQ adds run under a random
+ * interleaving of the blocks and under lock-step rounds (where no block
+ * may wait for its turn): same bits either way. With bf16 rounding on (inputs, P and dS before
  * their products, dout for the backward, as the kernels round) it must stay
  * within bf16 tolerance of the reference; with rounding off, within fp32
  * rounding. No GPU needed: the PTX is tested by tests/gpu/test_gpu_ops.
@@ -232,60 +235,35 @@ static void emulate_prep(struct head *h)
     }
 }
 
-/* The dq kernel: query blocks as the forward, P recomputed from the saved
- * logsumexp, dS = P (dP - D), dq += dS k. */
-static double emulate_dq(struct head *h)
+/* The fused backward kernel: key blocks, warps of 16 keys, query tiles of
+ * bcq rows from the one holding the block's first key to the end. Per
+ * tile: P recomputed from the saved logsumexp, dS = P (dP - D), dv += P^T
+ * dO and dk += dS^T q in the warp's registers, and the block's dQ share
+ * dS k of the tile (bf16 dS, as the kernel reads it back from shared
+ * memory). The shares reach dq in the kernels' turn order, under a
+ * schedule: sched 0 runs the blocks in lock-step rounds (every live block
+ * one tile per round, in launch order) and asserts that no block ever
+ * finds its turn not yet come; any other value is the seed of a random
+ * interleaving in which a block whose turn has not come waits, and a
+ * state where every live block waits fails the test (deadlock). */
+static double emulate_bwd(struct head *h, uint64_t sched)
 {
     const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
     const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
+    const size_t tile = (size_t)bq * hs;
+    float *share = calloc((size_t)tiles * nqt * tile, sizeof(float));
+    int *turn = calloc((size_t)nqt, sizeof(int)), *cur = calloc((size_t)tiles, sizeof(int));
+    assert_non_null(share);
+    assert_non_null(turn);
+    assert_non_null(cur);
     double pairs = 0;
-    for (int bx = 0; bx < tiles; bx++) {
-        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_BR;
-        int kt0, nkt;
-        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
-        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
-            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
-            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
-                const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0, Di = i < T ? h->D[i] : 0;
-                float dq[128] = {0};
-                for (int kt = kt0; kt < nkt; kt++) {
-                    const int k0 = kt * GPT_FLASH_TC_BC;
-                    const int mask =
-                        gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
-                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
-                        const int j = k0 + c;
-                        const float *kj = h->k + (size_t)j * hs;
-                        float p = exp2f(dotf(h->q + (size_t)i * hs, kj, hs) * scale2 - l2);
-                        if (!pair(h, mask, i, j) && mask)
-                            p = 0;
-                        float dp = dotf(h->dob + (size_t)i * hs, h->v + (size_t)j * hs, hs);
-                        float ds = op(h, p * (dp - Di));
-                        for (int d = 0; d < hs; d++)
-                            dq[d] += ds * kj[d];
-                    }
-                    pairs += GPT_FLASH_TC_BC;
-                }
-                if (i < T)
-                    for (int d = 0; d < hs; d++)
-                        h->dq[(size_t)i * hs + d] = dq[d] * scale;
-            }
-        }
-    }
-    return pairs;
-}
-
-/* The dk/dv kernel: key blocks in order, warps of 16 keys, query tiles of
- * bcq rows from the one holding the block's first key to the end. */
-static double emulate_dkv(struct head *h)
-{
-    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
-    const int bq = gpt_flash_tc_bcq((size_t)hs);
-    const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
-    double pairs = 0;
-    for (int bx = 0; bx < tiles; bx++) {
-        const int k0 = bx * GPT_FLASH_TC_BR;
-        int qt0, nqt;
-        gpt_flash_tc_q_span(k0, T, bq, &qt0, &nqt);
+    for (int kb = 0; kb < tiles; kb++) {
+        const int k0 = kb * GPT_FLASH_TC_BR;
+        int qt0, nq;
+        gpt_flash_tc_q_span(k0, T, bq, &qt0, &nq);
+        assert_int_equal(nq, nqt);
+        cur[kb] = qt0;
         for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
             const int r0 = k0 + w * GPT_FLASH_TC_WROWS;
             for (int j = r0; j < r0 + GPT_FLASH_TC_WROWS; j++) {
@@ -294,6 +272,7 @@ static double emulate_dkv(struct head *h)
                 for (int qt = qt0; qt < nqt; qt++) {
                     const int i0 = qt * bq;
                     const int mask = gpt_flash_tc_needs_mask(i0, bq, r0, GPT_FLASH_TC_WROWS, T);
+                    float *sh = share + ((size_t)kb * nqt + qt) * tile;
                     for (int c = 0; c < bq; c++) {
                         const int i = i0 + c;
                         const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
@@ -306,6 +285,7 @@ static double emulate_dkv(struct head *h)
                         for (int d = 0; d < hs; d++) {
                             dv[d] += pr * doi[d];
                             dk[d] += dsr * qi[d];
+                            sh[(size_t)c * hs + d] += dsr * kj[d];
                         }
                     }
                     pairs += bq;
@@ -318,6 +298,49 @@ static double emulate_dkv(struct head *h)
             }
         }
     }
+    /* The ordered dQ adds: the turn's first share stores, the others
+     * load, add and store; the counter then passes the turn on. */
+    for (int live = tiles; live > 0;) {
+        int ready[64], n = 0, waiting = 0;
+        for (int x = 0; x < tiles; x++) { /* launch order: kb = tiles - 1 - x */
+            const int kb = tiles - 1 - x;
+            if (cur[kb] >= nqt)
+                continue;
+            if (turn[cur[kb]] == gpt_flash_tc_dq_turn(kb, cur[kb], bq, T))
+                ready[n++] = kb;
+            else
+                waiting++;
+        }
+        if (sched == 0)
+            assert_int_equal(waiting, 0); /* lock-step: nobody waits */
+        assert_true(n > 0);               /* otherwise: deadlock */
+        int from = 0, to = n;
+        if (sched != 0) { /* one random ready block advances */
+            from = (int)((rnd(&sched) + 1.0f) * 0.5f * (float)n);
+            from = from >= n ? n - 1 : from;
+            to = from + 1;
+        }
+        for (int r = from; r < to; r++) {
+            const int kb = ready[r], qt = cur[kb], i0 = qt * bq;
+            const float *sh = share + ((size_t)kb * nqt + qt) * tile;
+            for (int c = 0; c < bq && i0 + c < T; c++)
+                for (int d = 0; d < hs; d++) {
+                    float *dq = h->dq + (size_t)(i0 + c) * hs + d;
+                    float add = sh[(size_t)c * hs + d] * scale;
+                    *dq = turn[qt] == 0 ? add : *dq + add;
+                }
+            turn[qt]++;
+            if (kb == 0) /* the last share: every visitor has added */
+                assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+            if (++cur[kb] == nqt)
+                live--;
+        }
+    }
+    for (int qt = 0; qt < nqt; qt++)
+        assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+    free(share);
+    free(turn);
+    free(cur);
     return pairs;
 }
 
@@ -342,7 +365,7 @@ static void run_case(int T, int hs, int round)
     double pf = emulate_forward(&h);
     check_seen(&h);
     assert_true(pf == gpt_flash_tc_pairs(T, (size_t)hs, 1));
-    size_t n = (size_t)T * hs;
+    const size_t n = (size_t)T * hs;
     /* bf16 P before P V: each weight off by up to 2^-9 relative. */
     double tol_out = round ? 5e-3 : 5e-6, tol_grad = round ? 1e-2 : 1e-5;
     double e_out = max_err(h.out, h.ref_out, n), e_lse = 0;
@@ -352,11 +375,19 @@ static void run_case(int T, int hs, int round)
             e_lse = isnan(d) ? INFINITY : d;
     }
     emulate_prep(&h);
-    double pq = emulate_dq(&h);
+    /* A random interleaving first, then the lock-step one: dq must come
+     * out with the same bits (the order of the adds is fixed). */
+    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T);
     check_seen(&h);
-    double pk = emulate_dkv(&h);
+    float *dq_random = malloc(n * sizeof(float));
+    assert_non_null(dq_random);
+    memcpy(dq_random, h.dq, n * sizeof(float));
+    memset(h.dq, 0xff, n * sizeof(float)); /* NaN: the first share must store, not add */
+    double pk = emulate_bwd(&h, 0);
     check_seen(&h);
-    assert_true(pq == gpt_flash_tc_pairs(T, (size_t)hs, 1));
+    assert_memory_equal(dq_random, h.dq, n * sizeof(float));
+    free(dq_random);
+    assert_true(pr == pk);
     assert_true(pk == gpt_flash_tc_pairs(T, (size_t)hs, 0));
     double e_dq = max_err(h.dq, h.ref_dq, n), e_dk = max_err(h.dk, h.ref_dk, n);
     double e_dv = max_err(h.dv, h.ref_dv, n);
@@ -470,24 +501,78 @@ static void test_smem_and_offsets(void **state)
         assert_int_equal(groups, 0xffu);
         /* Every kernel fits the H100/H200 opt-in limit of 227 KiB. */
         assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
-        assert_true(gpt_flash_tc_smem_dq(hs) <= 227 * 1024);
-        assert_true(gpt_flash_tc_smem_dkv(hs) <= 227 * 1024);
+        assert_true(gpt_flash_tc_smem_bwd(hs) <= 227 * 1024);
+        /* The dS^T tile (rows of bcq + PAD) is conflict-free as well. */
+        size_t srow = ((size_t)gpt_flash_tc_bcq(hs) + GPT_FLASH_TC_PAD) * 2;
+        unsigned sgroups = 0;
+        for (size_t r = 0; r < 8; r++)
+            sgroups |= 1u << ((r * srow / 4) % 32 / 4);
+        assert_int_equal(sgroups, 0xffu);
     }
     assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
-    assert_int_equal(gpt_flash_tc_smem_dq(128), (2 * 64 + 4 * 64) * 136 * 2);
-    assert_int_equal(gpt_flash_tc_smem_dkv(128), (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4);
+    assert_int_equal(gpt_flash_tc_smem_bwd(128),
+                     (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4 + 64 * 40 * 2);
+    assert_int_equal(gpt_flash_tc_smem_bwd(64), (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4 + 64 * 72 * 2);
     /* The bf16 dout copy starts 16-byte aligned after D. */
     assert_int_equal(gpt_flash_tc_dob_off(0), 0);
     assert_int_equal(gpt_flash_tc_dob_off(1), 4);
     assert_int_equal(gpt_flash_tc_dob_off(12288), 12288);
     assert_int_equal(gpt_flash_tc_dob_off(12289) % 4, 0);
+    /* The dQ counters follow the bf16 copy, 16-byte aligned. */
+    assert_int_equal(gpt_flash_tc_sem_off(12288, 2 * 1024 * 64), 12288 + 1024 * 64);
+    assert_int_equal(gpt_flash_tc_sem_off(5, 3), 8 + 4);
+    assert_true(gpt_flash_tc_sem_off(5, 3) * 4 >= gpt_flash_tc_dob_off(5) * 4 + 3 * 2);
+}
+
+/* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal
+ * one (the last) goes first. */
+static void test_dq_turns(void **state)
+{
+    (void)state;
+    /* bcq 64 (hs <= 64): query tile qt is visited by key blocks 0 .. qt. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(0, 64, 1024), 0);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(15, 64, 1024), 15);
+    assert_int_equal(gpt_flash_tc_dq_turn(15, 15, 64, 1024), 0);
+    assert_int_equal(gpt_flash_tc_dq_turn(0, 15, 64, 1024), 15);
+    /* bcq 32 (hs > 64): tiles 2 kb and 2 kb + 1 end in key block kb. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(2, 32, 1024), 1);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(3, 32, 1024), 1);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(4, 32, 1024), 2);
+    /* A short last tile ends where T does. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(2, 64, 130), 2);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(4, 32, 130), 2);
+    assert_int_equal(gpt_flash_tc_q_tiles(130, 128), 5);
+    assert_int_equal(gpt_flash_tc_q_tiles(1024, 64), 16);
+    /* Every key block that the spans send to a tile has a turn in it, in
+     * 0 .. last, and no two the same. */
+    for (int hs = 32; hs <= 128; hs += 32)
+        for (int T = 1; T <= 300; T += 7) {
+            int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
+            for (int qt = 0; qt < nqt; qt++) {
+                unsigned long long seen = 0;
+                int visitors = 0;
+                for (int k0 = 0; k0 < T; k0 += GPT_FLASH_TC_BR) {
+                    int f, e;
+                    gpt_flash_tc_q_span(k0, T, bq, &f, &e);
+                    if (qt < f || qt >= e)
+                        continue;
+                    int t = gpt_flash_tc_dq_turn(k0 / GPT_FLASH_TC_BR, qt, bq, T);
+                    assert_true(t >= 0 && t < 64);
+                    assert_false(seen & (1ull << t));
+                    seen |= 1ull << t;
+                    visitors++;
+                }
+                assert_int_equal(visitors, gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+            }
+        }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
-        cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_blocked_fp32),
+        cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
+        cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
