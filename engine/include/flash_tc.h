@@ -124,6 +124,51 @@ GPT_FLASH_FN float gpt_flash_tc_lse(float m, float l)
     return m / GPT_FLASH_LOG2E + logf(l);
 }
 
+/* ---- fragment addressing (mma.m16n8k16, ldmatrix .x4) --------------------
+ * The element offsets that lane l (0..31) uses in a row-major bf16 tile of
+ * row stride ld, shared by the kernels' ldmatrix helpers and the test that
+ * replays ldmatrix and the mma fragment layouts on the CPU. ldmatrix .x4:
+ * lane l gives the start of row l % 8 of 8 x 8 matrix l / 8 and receives,
+ * of matrix i, register i: (row g, columns c, c+1) with g = l / 4 and
+ * c = 2 (l % 4); with .trans, (row c and c+1, column g). */
+
+/* A (rows m, cols k) from an (m, k) tile: matrices (m0, k0) (m0+8, k0)
+ * (m0, k0+8) (m0+8, k0+8) = a0 a1 a2 a3. */
+GPT_FLASH_FN int gpt_flash_tc_ld_a_off(int l, int ld, int m0, int k0)
+{
+    return (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8;
+}
+
+/* B of n-tiles n0 (b0 b1) and n0 + 8 (b2 b3) from an (n, k) tile: matrices
+ * (n0, k0) (n0, k0+8) (n0+8, k0) (n0+8, k0+8). */
+GPT_FLASH_FN int gpt_flash_tc_ld_b_off(int l, int ld, int n0, int k0)
+{
+    return (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8;
+}
+
+/* The same B fragments from a (k, n) tile, with .trans: (k0, n0)
+ * (k0+8, n0) (k0, n0+8) (k0+8, n0+8). */
+GPT_FLASH_FN int gpt_flash_tc_ld_bt_off(int l, int ld, int k0, int n0)
+{
+    return (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8;
+}
+
+/* A (rows m, cols k) from a (k, m) tile, with .trans: (k0, m0) (k0, m0+8)
+ * (k0+8, m0) (k0+8, m0+8) = a0 a1 a2 a3 (dS from the stored dS^T). */
+GPT_FLASH_FN int gpt_flash_tc_ld_at_off(int l, int ld, int m0, int k0)
+{
+    return (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8;
+}
+
+/* Where lane l stores register r (0..3, two bf16 each) of an A fragment
+ * over rows m0.., columns k0.. into an (m, k) tile: its (row, column
+ * pair) as in the layout above (a1 and a3 eight rows down, a2 and a3
+ * eight columns right). */
+GPT_FLASH_FN int gpt_flash_tc_st_a_off(int l, int r, int ld, int m0, int k0)
+{
+    return (m0 + l / 4 + (r & 1) * 8) * ld + k0 + 2 * (l % 4) + (r >> 1) * 8;
+}
+
 /* Dynamic shared memory of each kernel, bytes: bf16 rows of hs + PAD;
  * forward: Q and two stages of (K, V); backward: K, V and two stages of
  * (Q, dO), the stages' logsumexp and D (fp32, bcq each), and the tile's

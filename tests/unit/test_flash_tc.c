@@ -567,11 +567,107 @@ static void test_dq_turns(void **state)
         }
 }
 
+/* ---- fragment addressing -------------------------------------------------- */
+
+/* ldmatrix .x4 as the PTX ISA specifies it, on a tile whose element at
+ * offset o holds o: addr[l] is lane l's row start (row l % 8 of matrix
+ * l / 8); lane l receives, of matrix i, (row g, columns c and c + 1), or
+ * with .trans (rows c and c + 1, column g), g = l / 4, c = 2 (l % 4). */
+static void ldsm(const int *addr, int trans, int l, int i, int *lo, int *hi)
+{
+    int g = l / 4, c = 2 * (l % 4);
+    if (!trans) {
+        *lo = addr[8 * i + g] + c;
+        *hi = addr[8 * i + g] + c + 1;
+    } else {
+        *lo = addr[8 * i + c] + g;
+        *hi = addr[8 * i + c + 1] + g;
+    }
+}
+
+/* The kernels' four ldmatrix address patterns and the dS^T store give
+ * exactly the mma.m16n8k16 fragments (A: register r holds row g + 8 (r & 1),
+ * columns c + 8 (r >> 1) and the next; B: register r holds column g of
+ * n-tile r >> 1, rows c + 8 (r & 1) and the next), for every tile stride
+ * the kernels use; row starts are 16-byte aligned; the four warps' dS^T
+ * stores cover the key x query tile exactly once. */
+static void test_fragments(void **state)
+{
+    (void)state;
+    int lds[8], nld = 0;
+    for (int hs = 32; hs <= 128; hs += 32)
+        lds[nld++] = hs + GPT_FLASH_TC_PAD;
+    lds[nld++] = 32 + GPT_FLASH_TC_PAD; /* dS^T rows: bcq 32 and 64 */
+    lds[nld++] = 64 + GPT_FLASH_TC_PAD;
+    for (int x = 0; x < nld; x++) {
+        const int ld = lds[x];
+        for (int o0 = 0; o0 <= 48; o0 += 16)
+            for (int o1 = 0; o1 <= 48; o1 += 16) {
+                int a[32], b[32], bt[32], at[32];
+                for (int l = 0; l < 32; l++) {
+                    a[l] = gpt_flash_tc_ld_a_off(l, ld, o0, o1);   /* m0, k0 */
+                    b[l] = gpt_flash_tc_ld_b_off(l, ld, o0, o1);   /* n0, k0 */
+                    bt[l] = gpt_flash_tc_ld_bt_off(l, ld, o1, o0); /* k0, n0 */
+                    at[l] = gpt_flash_tc_ld_at_off(l, ld, o0, o1); /* m0, k0 */
+                    assert_int_equal(a[l] * 2 % 16, 0);
+                    assert_int_equal(b[l] * 2 % 16, 0);
+                    assert_int_equal(bt[l] * 2 % 16, 0);
+                    assert_int_equal(at[l] * 2 % 16, 0);
+                }
+                for (int l = 0; l < 32; l++)
+                    for (int r = 0; r < 4; r++) {
+                        const int g = l / 4, c = 2 * (l % 4);
+                        int lo, hi;
+                        /* A, (m, k) tile: m = o0 + g + 8 (r & 1), k = o1 + c + 8 (r >> 1). */
+                        const int am = o0 + g + 8 * (r & 1), ak = o1 + c + 8 * (r >> 1);
+                        ldsm(a, 0, l, r, &lo, &hi);
+                        assert_int_equal(lo, am * ld + ak);
+                        assert_int_equal(hi, am * ld + ak + 1);
+                        /* A from the (k, m) tile, transposed. */
+                        ldsm(at, 1, l, r, &lo, &hi);
+                        assert_int_equal(lo, ak * ld + am);
+                        assert_int_equal(hi, (ak + 1) * ld + am);
+                        /* The store of register r lands where A reads it. */
+                        assert_int_equal(gpt_flash_tc_st_a_off(l, r, ld, o0, o1), am * ld + ak);
+                        /* B of n-tile o0 + 8 (r >> 1): n = .. + g, k = o1 + c + 8 (r & 1). */
+                        const int bn = o0 + 8 * (r >> 1) + g, bk = o1 + c + 8 * (r & 1);
+                        ldsm(b, 0, l, r, &lo, &hi); /* (n, k) tile */
+                        assert_int_equal(lo, bn * ld + bk);
+                        assert_int_equal(hi, bn * ld + bk + 1);
+                        ldsm(bt, 1, l, r, &lo, &hi); /* (k, n) tile, transposed */
+                        assert_int_equal(lo, bk * ld + bn);
+                        assert_int_equal(hi, (bk + 1) * ld + bn);
+                    }
+            }
+    }
+    /* The backward's dS^T stores: warp w rows 16 w .., bcq query columns in
+     * steps of 16; every (key, query) word written once. */
+    for (int bq = 32; bq <= 64; bq += 32) {
+        const int sld = bq + GPT_FLASH_TC_PAD;
+        int *hits = calloc((size_t)GPT_FLASH_TC_BR * sld, sizeof(int));
+        assert_non_null(hits);
+        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++)
+            for (int kk = 0; kk < bq / 16; kk++)
+                for (int l = 0; l < 32; l++)
+                    for (int r = 0; r < 4; r++) {
+                        int off = gpt_flash_tc_st_a_off(l, r, sld, w * GPT_FLASH_TC_WROWS, kk * 16);
+                        assert_int_equal(off % 2, 0); /* a 32-bit word */
+                        hits[off]++;
+                        hits[off + 1]++;
+                    }
+        for (int k = 0; k < GPT_FLASH_TC_BR; k++)
+            for (int q = 0; q < sld; q++)
+                assert_int_equal(hits[k * sld + q], q < bq ? 1 : 0);
+        free(hits);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
         cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
+        cmocka_unit_test(test_fragments),
         cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
     };

@@ -441,14 +441,17 @@ __global__ void __launch_bounds__(FA_THREADS)
  * Shared-memory tiles are row-major bf16 with rows of hs + PAD elements.
  * ldmatrix .x4 reads four 8x8 matrices; lane l gives the address of row
  * l % 8 of matrix l / 8 and receives, of matrix i, register i (its row g,
- * columns c..c+1; transposed with .trans). The three address patterns:
+ * columns c..c+1; transposed with .trans). The four address patterns
+ * (offsets in flash_tc.h, replayed by test_flash_tc's fragment test):
  *   tc_ld_a   A operand from a (rows m, cols k) tile: matrix order
  *             (m0, k0) (m0+8, k0) (m0, k0+8) (m0+8, k0+8) = a0 a1 a2 a3;
  *   tc_ld_b   B operands of two n-tiles from an (n, k) tile (K for Q K^T):
  *             (n0, k0) (n0, k0+8) (n0+8, k0) (n0+8, k0+8) = b0 b1 of n-tile
  *             n0, then b0 b1 of n-tile n0 + 8;
  *   tc_ld_bt  the same two n-tiles from a (k, n) tile (V for P V), with
- *             .trans: (k0, n0) (k0+8, n0) (k0, n0+8) (k0+8, n0+8).
+ *             .trans: (k0, n0) (k0+8, n0) (k0, n0+8) (k0+8, n0+8);
+ *   tc_ld_at  A from a (k, m) tile with .trans (dS from the dS^T that the
+ *             backward stores, gpt_flash_tc_st_a_off).
  */
 
 #define TC_THREADS (GPT_FLASH_TC_WARPS * FA_WARP)
@@ -479,7 +482,7 @@ __device__ __forceinline__ void tc_ldsm_t(uint32_t r[4], const uint16_t *p)
 __device__ __forceinline__ void tc_ld_a(uint32_t a[4], const uint16_t *s, int ld, int m0, int k0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm(a, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+    tc_ldsm(a, s + gpt_flash_tc_ld_a_off(l, ld, m0, k0));
 }
 
 /* B fragments of n-tiles n0 (b[0], b[1]) and n0 + 8 (b[2], b[3]), k0..k0+15,
@@ -487,14 +490,14 @@ __device__ __forceinline__ void tc_ld_a(uint32_t a[4], const uint16_t *s, int ld
 __device__ __forceinline__ void tc_ld_b(uint32_t b[4], const uint16_t *s, int ld, int n0, int k0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+    tc_ldsm(b, s + gpt_flash_tc_ld_b_off(l, ld, n0, k0));
 }
 
 /* The same from a tile stored (k, n), transposed by ldmatrix. */
 __device__ __forceinline__ void tc_ld_bt(uint32_t b[4], const uint16_t *s, int ld, int k0, int n0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+    tc_ldsm_t(b, s + gpt_flash_tc_ld_bt_off(l, ld, k0, n0));
 }
 
 /* The A fragment of rows m0..m0+15, columns k0..k0+15 from a tile stored
@@ -503,7 +506,7 @@ __device__ __forceinline__ void tc_ld_bt(uint32_t b[4], const uint16_t *s, int l
 __device__ __forceinline__ void tc_ld_at(uint32_t a[4], const uint16_t *s, int ld, int m0, int k0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8);
+    tc_ldsm_t(a, s + gpt_flash_tc_ld_at_off(l, ld, m0, k0));
 }
 
 /* The dQ turn counters: an acquire load (this thread's later reads see
@@ -902,12 +905,10 @@ __global__ void __launch_bounds__(TC_THREADS)
                 tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
                 tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
             }
-            /* dS^T as bf16, (key, query): word (row, c..c+1) per register. */
-            uint16_t *d0 = sds + (wr + lane / 4) * SLD + kk * 16 + 2 * (lane % 4);
-            *(uint32_t *)d0 = sa[0];
-            *(uint32_t *)(d0 + 8 * SLD) = sa[1];
-            *(uint32_t *)(d0 + 8) = sa[2];
-            *(uint32_t *)(d0 + 8 * SLD + 8) = sa[3];
+            /* dS^T as bf16 into the (key, query) tile, one word per register. */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) = sa[r];
         }
         __syncthreads(); /* dS^T complete */
         /* The dQ share dS K: warp rows mb * 16 .. of the tile, head
