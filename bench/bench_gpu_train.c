@@ -443,13 +443,16 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
         if (qb && gpt_flash_tc_applies(p.hs)) {
             /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
-             * computed pair; q read once, k and v once per query tile
-             * (bf16); out, its copy and the logsumexp written (fp32), out
-             * also as bf16. */
+             * computed pair (the live 16 x 16 groups). Bytes are DRAM
+             * bytes: q, k and v read once (bf16); out, its copy and the
+             * logsumexp written (fp32), out also as bf16. The re-reads of
+             * k and v (once per visited tile) hit L2: the blocks of one
+             * head are adjacent in the grid and run together, a head's k
+             * and v are 2 T hs bf16 (256 KiB at T 1024), the resident
+             * heads' a few MiB of the 50 MiB L2. */
             double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
             rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
-                    2.0 * btc + bh * pairs / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * btc +
-                        (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                    6.0 * btc + 8.0 * btc + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
                     "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
             return;
         }
@@ -489,7 +492,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         if (qb && gpt_flash_tc_applies(p.hs)) {
             rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
             double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
-            double nq = (double)gpt_flash_tc_q_tiles(T, p.hs), bcq = gpt_flash_tc_bcq(p.hs);
+            double nq = (double)gpt_flash_tc_q_tiles(T, p.hs);
             /* D = dout . out and dout as bf16: dout and the output copy
              * read (fp32), D and the copy written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
@@ -497,17 +500,15 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
                     p.lse_floats, p.hs);
             /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
              * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
-             * computed pair: S and P once, not once per output). k and v
-             * once; q, dO, logsumexp and D once per visited query tile
-             * (bf16, fp32); dk and dv written once (fp32 and bf16); the dq
-             * shares go through L2, each visited (query tile, key block)
-             * storing bcq x hs floats and all but the first loading them
-             * (counted in full: an upper bound on what reaches HBM); the
-             * bf16 copy of dq written once. */
-            double visits = bh * pk / GPT_FLASH_TC_BR / bcq; /* (key block, q tile) */
+             * computed pair: S and P once, not once per output). DRAM
+             * bytes: q, k, v and dO read once (bf16), logsumexp and D once,
+             * dk, dv and dq written once (fp32, and bf16 when wanted). As
+             * in the forward, the per-tile re-reads of q, dO, logsumexp
+             * and D hit L2, and so do the dq shares' loads and stores
+             * (bcq x hs fp32 per visited tile): the key blocks of one head
+             * run together and pass each query tile's dq on in lock-step. */
             rec_add(r, "flash_tc_bwd", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 10.0 * hs,
-                    4.0 * btc + bh * pk / GPT_FLASH_TC_BR * (hs * 2.0 * 2.0 + 8.0) + 8.0 * btc +
-                        visits * bcq * hs * 4.0 * 2.0 + (db ? 6.0 * btc : 0),
+                    8.0 * btc + 8.0 * p.lse_floats + 12.0 * btc + (db ? 6.0 * btc : 0),
                     "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
             return;
         }

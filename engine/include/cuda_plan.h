@@ -241,20 +241,21 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
  *  - CUDA-core fp32 arithmetic (flash attention, element-wise): 60 TFLOP/s;
  *  - HBM3e: 4.0 TB/s (of 4.8 peak);
  *  - the tensor-core flash attention kernels (engine/include/flash_tc.h),
- *    counted on the FLOPs they execute (the masked halves of the diagonal
- *    tiles included: at T 1024 and 64 x 64 tiles, 1.06 times the causal
- *    half that FlashAttention's own figures count):
+ *    counted on the FLOPs they execute (the live 16 x 16 groups, masked
+ *    pairs inside them included: at T 1024, 1.016 times the causal half
+ *    that FlashAttention's own figures count) and on DRAM bytes only
+ *    (their per-tile re-reads are L2 hits, bench_gpu_train says why):
  *    forward 200 TFLOP/s (20% of the dense peak). Public reference: the
  *    FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608, forward
  *    speed charts, H100 SXM5, bf16, causal, head dim 64) measures
  *    FlashAttention-2 (the same algorithm on mma.sync, no wgmma) at 229
- *    TFLOP/s at T 1k, i.e. ~243 on our executed count; ours takes 64-row blocks of 4 warps
- *    where FA2 takes 128, so less, kept at 200.
+ *    TFLOP/s at T 1k (~233 on our executed count); ours takes 64-row
+ *    blocks of 4 warps where FA2 takes 128, so less, kept at 200.
  *    Backward (one fused pass, 10 hs FLOPs per pair: S, dP, dV, dK, dQ)
  *    170 TFLOP/s (17%). Same paper, backward chart (head dim 64, no mask):
  *    FA2's backward 238 TFLOP/s at T 1k; causal costs FA2's forward
- *    229/306 = 0.75 of that at the same shape, so ~178 causal (~189
- *    executed), less ~10% for our 64-key blocks of 4 warps and the
+ *    229/306 = 0.75 of that at the same shape, so ~178 causal (~181
+ *    executed), less ~5% for our 64-key blocks of 4 warps and the
  *    ordered (deterministic) dQ adds in place of FA2's atomics.
  *    Our own limits: the ldmatrix traffic per mma, one exponential per
  *    pair and pass on the SFUs, and 4 warps per 64-row tile (2-3 blocks

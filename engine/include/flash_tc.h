@@ -24,7 +24,9 @@
  * Causal skipping: a query block visits key tiles 0 .. the one holding
  * its last row; a key block visits query tiles from the one holding its
  * first key to the end. Only tiles that straddle the diagonal (or T) are
- * masked element by element.
+ * masked element by element, and inside them each warp skips the products
+ * of the 16 x 16 (rows, keys) groups that hold no valid pair
+ * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
  * dQ without atomics, in a fixed order: the key blocks that visit query
  * tile qt (0 .. gpt_flash_tc_dq_last_kb) add their shares in descending
@@ -100,6 +102,15 @@ GPT_FLASH_FN void gpt_flash_tc_q_span(int k0, int T, int bcq, int *ret_first, in
 GPT_FLASH_FN int gpt_flash_tc_needs_mask(int i0, int ni, int j0, int nj, int T)
 {
     return j0 + nj - 1 > i0 || i0 + ni > T || j0 + nj > T;
+}
+
+/* 1 when the 16 x 16 group of query rows [i0, i0 + 16) and keys
+ * [j0, j0 + 16) holds a valid pair (a key at or before a query, both
+ * below T): the kernels run its products; 0 and they skip them (its P and
+ * dS are zero: the tile's mask covers every pair in it). */
+GPT_FLASH_FN int gpt_flash_tc_live(int i0, int j0, int T)
+{
+    return i0 < T && j0 < T && j0 <= i0 + 15;
 }
 
 /* One step of the online softmax (scores in log2 units): the running row
@@ -224,24 +235,38 @@ GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
     return (gpt_flash_tc_dob_off(lse_floats) + (btc + 1) / 2 + 3) & ~(size_t)3;
 }
 
-/* Query-key pairs the tensor-core kernels compute per (b, h) at T, the
- * masked parts of the visited tiles included: forward (own_is_query 1),
- * backward (0). */
-GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
+/* Tiles the tensor-core kernels visit per (b, h) at T (each streams one
+ * tile of the other side per visit): forward (own_is_query 1: key tiles
+ * of BC rows per 64-row query block), backward (0: query tiles of bcq
+ * rows per 64-key block). */
+GPT_FLASH_FN double gpt_flash_tc_tiles(int T, size_t hs, int own_is_query)
 {
-    double pairs = 0;
+    double tiles = 0;
     int bcq = gpt_flash_tc_bcq(hs);
     for (int own0 = 0; own0 < T; own0 += GPT_FLASH_TC_BR) {
         int first, end;
-        if (own_is_query) {
+        if (own_is_query)
             gpt_flash_tc_kv_span(own0, T, &first, &end);
-            pairs += (double)(end - first) * GPT_FLASH_TC_BR * GPT_FLASH_TC_BC;
-        } else {
+        else
             gpt_flash_tc_q_span(own0, T, bcq, &first, &end);
-            pairs += (double)(end - first) * GPT_FLASH_TC_BR * bcq;
-        }
+        tiles += end - first;
     }
-    return pairs;
+    return tiles;
+}
+
+/* Query-key pairs the tensor-core kernels compute per (b, h) at T: 256
+ * per live 16 x 16 group (gpt_flash_tc_live), the masked pairs inside
+ * those groups included. The forward (own_is_query 1) and the backward
+ * (0) visit different tiles, but the same live groups. */
+GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
+{
+    (void)hs;
+    (void)own_is_query;
+    double groups = 0;
+    for (int i0 = 0; i0 < T; i0 += 16)
+        for (int j0 = 0; j0 < T; j0 += 16)
+            groups += gpt_flash_tc_live(i0, j0, T);
+    return groups * 256.0;
 }
 
 #endif

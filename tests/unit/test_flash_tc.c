@@ -9,7 +9,9 @@
  * streamed tiles in the same order as the kernels, zero-fills rows past T
  * as cp.async does, applies the per-element mask only where
  * gpt_flash_tc_needs_mask says so (and asserts that every pair of a tile it
- * calls unmasked is valid), and counts every (query, key) pair it uses: each
+ * calls unmasked is valid), skips the 16 x 16 groups gpt_flash_tc_live
+ * calls dead (asserting they hold no valid pair), and counts every (query,
+ * key) pair it uses: each
  * causal pair exactly once per pass, and as many computed pairs as the cost
  * model's gpt_flash_tc_pairs. The backward's dQ adds run under a random
  * interleaving of the blocks and under lock-step rounds (where no block
@@ -165,6 +167,12 @@ static int pair(struct head *h, int mask, int i, int j)
     return valid;
 }
 
+/* A pair in a group the kernels skip: it must not be valid. */
+static void dead(const struct head *h, int i, int j)
+{
+    assert_false(j <= i && i < h->T && j < h->T);
+}
+
 /* Every causal pair seen exactly once since the last reset, none other. */
 static void check_seen(struct head *h)
 {
@@ -197,12 +205,17 @@ static double emulate_forward(struct head *h)
                     float mx = -INFINITY, sub;
                     for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
                         const int j = k0 + c;
-                        x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
-                        if (!pair(h, mask, i, j) && mask)
+                        if (!gpt_flash_tc_live(r0, k0 + c / 16 * 16, T)) {
+                            dead(h, i, j); /* skipped: must hold no valid pair */
                             x[c] = -INFINITY;
+                        } else {
+                            x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
+                            if (!pair(h, mask, i, j) && mask)
+                                x[c] = -INFINITY;
+                            pairs++;
+                        }
                         mx = fmaxf(mx, x[c]);
                     }
-                    pairs += GPT_FLASH_TC_BC;
                     const float alpha = gpt_flash_tc_rescale(m, mx, &m, &sub);
                     l *= alpha;
                     for (int d = 0; d < hs; d++)
@@ -275,6 +288,11 @@ static double emulate_bwd(struct head *h, uint64_t sched)
                     float *sh = share + ((size_t)kb * nqt + qt) * tile;
                     for (int c = 0; c < bq; c++) {
                         const int i = i0 + c;
+                        if (!gpt_flash_tc_live(i0 + c / 16 * 16, r0, T)) {
+                            dead(h, i, j); /* skipped: P and dS are 0 */
+                            continue;
+                        }
+                        pairs++;
                         const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
                         const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
                         const float Di = i < T ? h->D[i] : 0;
@@ -288,7 +306,6 @@ static double emulate_bwd(struct head *h, uint64_t sched)
                             sh[(size_t)c * hs + d] += dsr * kj[d];
                         }
                     }
-                    pairs += bq;
                 }
                 if (j < T)
                     for (int d = 0; d < hs; d++) {
@@ -473,15 +490,26 @@ static void test_mask_and_spans(void **state)
     gpt_flash_tc_q_span(128, 130, 64, &f, &e);
     assert_int_equal(f, 2);
     assert_int_equal(e, 3);
-    /* At T = 1024 the causal kernels compute 136 of the 256 tiles of
-     * 64 x 64: the 120 below the diagonal, and the 16 diagonal ones whole. */
-    assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 136.0 * 64 * 64);
-    assert_true(gpt_flash_tc_pairs(1024, 64, 0) == 136.0 * 64 * 64);
+    /* At T = 1024 the causal kernels visit 136 of the 256 tiles of 64 x
+     * 64: the 120 below the diagonal and the 16 diagonal ones, and compute
+     * the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the T (T + 1) / 2
+     * causal pairs (a whole diagonal tile would be 1.06). */
+    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 136.0);
+    assert_true(gpt_flash_tc_tiles(1024, 64, 0) == 136.0);
+    assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 64.0 * 65 / 2 * 256);
+    assert_true(gpt_flash_tc_pairs(1024, 128, 0) == 64.0 * 65 / 2 * 256);
     /* Key block k0 visits (1024 - k0) / 32 tiles of 32 queries. */
     double want = 0;
     for (int k0 = 0; k0 < 1024; k0 += 64)
-        want += (1024 - k0) / 32 * 64.0 * 32;
-    assert_true(gpt_flash_tc_pairs(1024, 128, 0) == want);
+        want += (1024 - k0) / 32;
+    assert_true(gpt_flash_tc_tiles(1024, 128, 0) == want);
+    /* Past T: a last group of rows 96..99 (T 100) sees keys 0..99. */
+    assert_true(gpt_flash_tc_live(96, 96, 100));
+    assert_false(gpt_flash_tc_live(96, 112, 100));
+    assert_false(gpt_flash_tc_live(112, 0, 100));
+    assert_false(gpt_flash_tc_live(0, 16, 1024));
+    assert_true(gpt_flash_tc_live(16, 16, 1024));
+    assert_true(gpt_flash_tc_pairs(100, 64, 1) == (7.0 * 8 / 2) * 256);
 }
 
 static void test_smem_and_offsets(void **state)
@@ -512,7 +540,8 @@ static void test_smem_and_offsets(void **state)
     assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(128),
                      (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4 + 64 * 40 * 2);
-    assert_int_equal(gpt_flash_tc_smem_bwd(64), (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4 + 64 * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_bwd(64),
+                     (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4 + 64 * 72 * 2);
     /* The bf16 dout copy starts 16-byte aligned after D. */
     assert_int_equal(gpt_flash_tc_dob_off(0), 0);
     assert_int_equal(gpt_flash_tc_dob_off(1), 4);
@@ -667,8 +696,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
         cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
-        cmocka_unit_test(test_fragments),
-        cmocka_unit_test(test_blocked_fp32),
+        cmocka_unit_test(test_fragments),        cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

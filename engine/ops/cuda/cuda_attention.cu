@@ -36,8 +36,9 @@
  * recomputation of S and P; dq added across key blocks in a fixed order
  * behind per-tile turn counters, still no atomics and the same bits every
  * run) with mma.sync m16n8k16 bf16 and fp32 accumulation, plus a prep
- * kernel that computes D, a bf16 copy of dout and zeroes the turns. The saved state (natural logsumexp, fp32 output copy) is the same
- * in both, so either backward can follow either forward.
+ * kernel that computes D, a bf16 copy of dout and zeroes the turns. The
+ * saved state (natural logsumexp, fp32 output copy) is the same in both,
+ * so either backward can follow either forward.
  */
 #include <math.h>
 #include <stdint.h>
@@ -655,7 +656,9 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int ks = 0; ks < HS / 16; ks++)
                 tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
         }
-        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys. */
+        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys; the
+         * 16-key groups with no valid pair for these rows stay 0 (the mask
+         * below turns them into -inf). */
         float s[TC_BC / 8][4];
 #pragma unroll
         for (int n = 0; n < TC_BC / 8; n++)
@@ -664,6 +667,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int ks = 0; ks < HS / 16; ks++) {
 #pragma unroll
             for (int np = 0; np < TC_BC / 16; np++) {
+                if (!gpt_flash_tc_live(q0 + wr, k0 + np * 16, T))
+                    continue;
                 uint32_t kb[4];
                 tc_ld_b(kb, sk, LD, np * 16, ks * 16);
                 tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
@@ -706,9 +711,12 @@ __global__ void __launch_bounds__(TC_THREADS)
             o[n][2] *= alpha[1];
             o[n][3] *= alpha[1];
         }
-        /* o += P V: P (16 x 64) from the S registers, V (64 x HS). */
+        /* o += P V: P (16 x 64) from the S registers, V (64 x HS); P is 0
+         * in the skipped groups. */
 #pragma unroll
         for (int kk = 0; kk < TC_BC / 16; kk++) {
+            if (!gpt_flash_tc_live(q0 + wr, k0 + kk * 16, T))
+                continue;
             uint32_t pa[4];
             tc_pack_a(pa, s, kk);
 #pragma unroll
@@ -866,6 +874,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             tc_ld_a(va, sv, LD, wr, ks * 16);
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
+                if (!gpt_flash_tc_live(i0 + np * 16, k0 + wr, T))
+                    continue; /* no valid pair: P^T and dS^T become 0 */
                 uint32_t qb[4], db[4];
                 tc_ld_b(qb, sq, LD, np * 16, ks * 16);
                 tc_ld_b(db, sdo, LD, np * 16, ks * 16);
@@ -895,15 +905,17 @@ __global__ void __launch_bounds__(TC_THREADS)
             uint32_t pa[4], sa[4];
             tc_pack_a(pa, s, kk);
             tc_pack_a(sa, dp, kk);
+            if (gpt_flash_tc_live(i0 + kk * 16, k0 + wr, T)) { /* else P^T = dS^T = 0 */
 #pragma unroll
-            for (int dd = 0; dd < HS / 16; dd++) {
-                uint32_t ob[4], qb[4];
-                tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
-                tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
-                tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
-                tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
-                tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
-                tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+                for (int dd = 0; dd < HS / 16; dd++) {
+                    uint32_t ob[4], qb[4];
+                    tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
+                    tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
+                    tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
+                    tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+                    tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
+                    tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+                }
             }
             /* dS^T as bf16 into the (key, query) tile, one word per register. */
 #pragma unroll
@@ -921,6 +933,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < TC_BR / 16; kk++) {
+            if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
+                continue; /* dS is 0 there */
             uint32_t da[4];
             tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
 #pragma unroll
@@ -944,8 +958,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             const int i = i0 + mb * 16 + lane / 4 + 8 * r;
             if (i >= T)
                 continue;
-            const size_t at =
-                ((size_t)b * T + i) * ld3 + (size_t)h * HS + cb * DC + 2 * (lane % 4);
+            const size_t at = ((size_t)b * T + i) * ld3 + (size_t)h * HS + cb * DC + 2 * (lane % 4);
 #pragma unroll
             for (int n = 0; n < DC / 8; n++) {
                 float *g = dqkv + at + n * 8;
@@ -1117,15 +1130,14 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     uint16_t *dob = (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
-        cudaError_t e =
-            hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy, qkv_bf,
-                                         lse, T, C, NH)
-            : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy, qkv_bf,
-                                         lse, T, C, NH)
-            : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy, qkv_bf,
-                                         lse, T, C, NH)
-                       : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy, qkv_bf,
-                                          lse, T, C, NH);
+        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                   qkv_bf, lse, T, C, NH)
+                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                     qkv_bf, lse, T, C, NH)
+                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                     qkv_bf, lse, T, C, NH)
+                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout,
+                                                      ocopy, qkv_bf, lse, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
