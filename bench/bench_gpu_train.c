@@ -776,6 +776,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
     struct plan_row *rows = calloc(r->n, sizeof(*rows));
     size_t n_rows = 0;
     double total = 0, by_class[GPT_KC_COUNT] = {0}, gemm_flops = 0, attn_flops = 0;
+    double flash_tc_flops = 0;
     int broken = rows == NULL;
     for (size_t i = 0; rows && i < r->n; i++) {
         const struct gpt_cuda_kernel *k = &r->k[i];
@@ -788,6 +789,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
             gemm_flops += k->flops;
         if (k->cls == GPT_KC_ATTN)
             attn_flops += k->flops;
+        if (k->unit == GPT_KU_TC_FLASH_FWD || k->unit == GPT_KU_TC_FLASH_BWD)
+            flash_tc_flops += k->flops;
         size_t j = 0;
         while (j < n_rows &&
                !(strcmp(rows[j].k->name, k->name) == 0 && strcmp(rows[j].k->shape, k->shape) == 0 &&
@@ -836,6 +839,19 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     if (!(attn_flops > 0)) {
         fprintf(stderr, "plan broken: no attention kernels\n");
+        broken = 1;
+    }
+    /* The tensor-core flash kernels do 14 hs FLOPs per causal pair (4 in
+     * the forward, 10 in the fused backward) over the T (T + 1) / 2 pairs
+     * of each (layer, b, h), plus at most 8 T masked pairs (the diagonal
+     * 16 x 16 groups' 120 each): more means the kernels (or their entries
+     * here) redo work, less that they miss some. */
+    double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
+    if (flash_tc_flops > 0 &&
+        !(flash_tc_flops >= 14.0 * hs * pairs_min &&
+          flash_tc_flops <= 14.0 * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
+        fprintf(stderr, "plan broken: flash FLOPs %.4g, causal pairs need %.4g\n", flash_tc_flops,
+                14.0 * hs * pairs_min);
         broken = 1;
     }
     printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"
