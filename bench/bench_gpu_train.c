@@ -443,13 +443,16 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
         if (qb && gpt_flash_tc_applies(p.hs)) {
             /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
-             * computed pair; q read once, k and v once per query tile
-             * (bf16); out, its copy and the logsumexp written (fp32), out
-             * also as bf16. */
+             * computed pair (the live 16 x 16 groups). Bytes are DRAM
+             * bytes: q, k and v read once (bf16); out, its copy and the
+             * logsumexp written (fp32), out also as bf16. The re-reads of
+             * k and v (once per visited tile) hit L2: the blocks of one
+             * head are adjacent in the grid and run together, a head's k
+             * and v are 2 T hs bf16 (256 KiB at T 1024), the resident
+             * heads' a few MiB of the 50 MiB L2. */
             double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
             rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
-                    2.0 * btc + bh * pairs / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * btc +
-                        (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                    6.0 * btc + 8.0 * btc + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
                     "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
             return;
         }
@@ -488,25 +491,24 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int db = rec_out(r, dqkv, B * T * 3 * C);
         if (qb && gpt_flash_tc_applies(p.hs)) {
             rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
-            double pq = gpt_flash_tc_pairs((int)T, p.hs, 1),
-                   pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            double nq = (double)gpt_flash_tc_q_tiles(T, p.hs);
             /* D = dout . out and dout as bf16: dout and the output copy
-             * read (fp32), D and the copy written. */
+             * read (fp32), D and the copy written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats, "rows=%zu hs=%zu", p.lse_floats,
-                    p.hs);
-            /* dq: S = q k^T, dP = dO v^T, dq += dS k (2 hs each per pair);
-             * q and dO once, k and v once per query tile (bf16); logsumexp
-             * and D once; dq written fp32 (and bf16). */
-            rec_add(r, "flash_tc_dq", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pq * 6.0 * hs,
-                    4.0 * btc + bh * pq / GPT_FLASH_TC_BR * hs * 2.0 * 2.0 + 8.0 * p.lse_floats +
-                        4.0 * btc + (db ? 2.0 * btc : 0),
-                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
-            /* dk, dv: S^T, dP^T, dv += P^T dO, dk += dS^T q; k and v once,
-             * q, dO, logsumexp and D once per key tile; dk and dv written. */
-            rec_add(r, "flash_tc_dkv", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 8.0 * hs,
-                    4.0 * btc + bh * pk / GPT_FLASH_TC_BR * (hs * 2.0 * 2.0 + 8.0) + 8.0 * btc +
-                        (db ? 4.0 * btc : 0),
+                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq, "rows=%zu hs=%zu",
+                    p.lse_floats, p.hs);
+            /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
+             * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
+             * computed pair: S and P once, not once per output). DRAM
+             * bytes: q, k, v and dO read once (bf16), logsumexp and D once,
+             * dk, dv and dq written once (fp32, and bf16 when wanted). As
+             * in the forward, the per-tile re-reads of q, dO, logsumexp
+             * and D hit L2, and so do the dq shares' loads and stores
+             * (bcq x hs fp32 per visited tile): the key blocks of one head
+             * run together and pass each query tile's dq on in lock-step. */
+            rec_add(r, "flash_tc_bwd", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 10.0 * hs,
+                    8.0 * btc + 8.0 * p.lse_floats + 12.0 * btc + (db ? 6.0 * btc : 0),
                     "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
             return;
         }
@@ -774,6 +776,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
     struct plan_row *rows = calloc(r->n, sizeof(*rows));
     size_t n_rows = 0;
     double total = 0, by_class[GPT_KC_COUNT] = {0}, gemm_flops = 0, attn_flops = 0;
+    double flash_tc_flops = 0;
     int broken = rows == NULL;
     for (size_t i = 0; rows && i < r->n; i++) {
         const struct gpt_cuda_kernel *k = &r->k[i];
@@ -786,6 +789,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
             gemm_flops += k->flops;
         if (k->cls == GPT_KC_ATTN)
             attn_flops += k->flops;
+        if (k->unit == GPT_KU_TC_FLASH_FWD || k->unit == GPT_KU_TC_FLASH_BWD)
+            flash_tc_flops += k->flops;
         size_t j = 0;
         while (j < n_rows &&
                !(strcmp(rows[j].k->name, k->name) == 0 && strcmp(rows[j].k->shape, k->shape) == 0 &&
@@ -834,6 +839,19 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     if (!(attn_flops > 0)) {
         fprintf(stderr, "plan broken: no attention kernels\n");
+        broken = 1;
+    }
+    /* The tensor-core flash kernels do 14 hs FLOPs per causal pair (4 in
+     * the forward, 10 in the fused backward) over the T (T + 1) / 2 pairs
+     * of each (layer, b, h), plus at most 8 T masked pairs (the diagonal
+     * 16 x 16 groups' 120 each): more means the kernels (or their entries
+     * here) redo work, less that they miss some. */
+    double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
+    if (flash_tc_flops > 0 &&
+        !(flash_tc_flops >= 14.0 * hs * pairs_min &&
+          flash_tc_flops <= 14.0 * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
+        fprintf(stderr, "plan broken: flash FLOPs %.4g, causal pairs need %.4g\n", flash_tc_flops,
+                14.0 * hs * pairs_min);
         broken = 1;
     }
     printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"

@@ -183,7 +183,9 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
  * both. FLASH: the logsumexp and the output copy (lse_floats + B*T*C) and
  * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
  * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
- * ceil(B*T*C / 2) floats), nothing of size T x T. */
+ * ceil(B*T*C / 2) floats, and at gpt_flash_tc_sem_off by the fused
+ * backward's dQ turn counters, B*NH*gpt_flash_tc_q_tiles ints), nothing
+ * of size T x T. */
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch);
 
@@ -238,18 +240,28 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
  *    the datasheet's 494 vs 989);
  *  - CUDA-core fp32 arithmetic (flash attention, element-wise): 60 TFLOP/s;
  *  - HBM3e: 4.0 TB/s (of 4.8 peak);
- *  - the tensor-core flash attention kernels (engine/ops/flash_tc.h):
- *    200 TFLOP/s forward and 150 TFLOP/s for the backward's dq and dk/dv
- *    kernels (20% and 15% of the dense peak), counted on the FLOPs they
- *    execute (the masked halves of the diagonal tiles included). These
- *    are assumptions, not measurements: roughly what published
- *    FlashAttention-2 figures (the same algorithm on mma.sync, no wgmma)
- *    show on an H100 for head size 64, causal, T 1-2k. Our own limits:
- *    the ldmatrix traffic per mma bounds the backward near 45% of peak
- *    before any other cost, one exponential per pair and pass runs on the
- *    SFUs, and 4 warps per 64-row tile (2 blocks per SM for the backward)
- *    hide little latency. The acceptance run's per-kernel times calibrate
- *    them.
+ *  - the tensor-core flash attention kernels (engine/include/flash_tc.h),
+ *    counted on the FLOPs they execute (the live 16 x 16 groups, masked
+ *    pairs inside them included: at T 1024, 1.016 times the causal half
+ *    that FlashAttention's own figures count) and on DRAM bytes only
+ *    (their per-tile re-reads are L2 hits, bench_gpu_train says why):
+ *    forward 200 TFLOP/s (20% of the dense peak). Public reference: the
+ *    FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608, forward
+ *    speed charts, H100 SXM5, bf16, causal, head dim 64) measures
+ *    FlashAttention-2 (the same algorithm on mma.sync, no wgmma) at 229
+ *    TFLOP/s at T 1k (~233 on our executed count); ours takes 64-row
+ *    blocks of 4 warps where FA2 takes 128, so less, kept at 200.
+ *    Backward (one fused pass, 10 hs FLOPs per pair: S, dP, dV, dK, dQ)
+ *    170 TFLOP/s (17%). Same paper, backward chart (head dim 64, no mask):
+ *    FA2's backward 238 TFLOP/s at T 1k; causal costs FA2's forward
+ *    229/306 = 0.75 of that at the same shape, so ~178 causal (~181
+ *    executed), less ~5% for our 64-key blocks of 4 warps and the
+ *    ordered (deterministic) dQ adds in place of FA2's atomics.
+ *    Our own limits: the ldmatrix traffic per mma, one exponential per
+ *    pair and pass on the SFUs, and 4 warps per 64-row tile (2-3 blocks
+ *    per SM) hide little latency. wgmma kernels (FlashAttention-3: 265
+ *    forward causal, 363 backward non-causal at the same shape) would be
+ *    the next step. The acceptance run's per-kernel times calibrate both.
  * Launch overheads are not modelled (steps are tens of ms, launches a few
  * microseconds, a few hundred per step). */
 #define GPT_H200_TC_BF16_FLOPS 700e12
@@ -259,7 +271,7 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
 #define GPT_H200_PEAK_FLOPS    989e12 /* dense bf16, the MFU denominator */
 
 #define GPT_H200_FLASH_FWD_FLOPS 200e12
-#define GPT_H200_FLASH_BWD_FLOPS 150e12
+#define GPT_H200_FLASH_BWD_FLOPS 170e12
 
 enum gpt_cuda_kclass {
     GPT_KC_GEMM,    /* cuBLAS(Lt) matrix products */

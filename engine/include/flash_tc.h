@@ -11,17 +11,34 @@
  * the kernels' work with gpt_flash_tc_pairs.
  *
  * Tiles (all rows of one (b, h) pair, T rows in all):
- *   forward, dq   a block owns BR = 64 query rows, 16 per warp (one m16
+ *   forward       a block owns BR = 64 query rows, 16 per warp (one m16
  *                 row block of the mma), and streams key tiles of BC = 64
  *                 rows through shared memory (double-buffered cp.async);
- *   dk, dv        a block owns BR = 64 key rows, 16 per warp, and streams
- *                 query tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs
- *                 64, 32 above: the two fp32 accumulators dK and dV
- *                 already take 2 hs / 2 registers per thread).
+ *   backward      one fused pass (FlashAttention-2's): a block owns BR = 64
+ *                 key rows, 16 per warp, and streams query tiles of
+ *                 gpt_flash_tc_bcq(hs) rows (64 up to hs 64, 32 above: the
+ *                 two fp32 accumulators dK and dV already take 2 hs / 2
+ *                 registers per thread). Per query tile it recomputes S and
+ *                 P once, accumulates dK and dV in registers and adds the
+ *                 tile's dQ share dS K to dq in global memory.
  * Causal skipping: a query block visits key tiles 0 .. the one holding
  * its last row; a key block visits query tiles from the one holding its
  * first key to the end. Only tiles that straddle the diagonal (or T) are
- * masked element by element.
+ * masked element by element, and inside them each warp skips the products
+ * of the 16 x 16 (rows, keys) groups that hold no valid pair
+ * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
+ *
+ * dQ without atomics, in a fixed order: the key blocks that visit query
+ * tile qt (0 .. gpt_flash_tc_dq_last_kb) add their shares in descending
+ * key-block order, the diagonal block first (it stores, the others load,
+ * add and store, the last one, key block 0, also writes the bf16 copy).
+ * A per-(b, h, query tile) counter in the backward's scratch says whose
+ * turn it is (gpt_flash_tc_dq_turn). Key block kb reaches query tile qt
+ * as its (qt - first + 1)-th tile and kb + 1 one tile earlier, so with
+ * the blocks of a head resident together no block waits; a block only
+ * waits on blocks of lower x (key block kb + 1 has x = k_tiles - 2 - kb),
+ * which the hardware schedules first, so the order cannot deadlock. dq
+ * gets the same bits on every run, like dk and dv.
  *
  * Pure: no allocation, no globals; any thread.
  */
@@ -87,6 +104,15 @@ GPT_FLASH_FN int gpt_flash_tc_needs_mask(int i0, int ni, int j0, int nj, int T)
     return j0 + nj - 1 > i0 || i0 + ni > T || j0 + nj > T;
 }
 
+/* 1 when the 16 x 16 group of query rows [i0, i0 + 16) and keys
+ * [j0, j0 + 16) holds a valid pair (a key at or before a query, both
+ * below T): the kernels run its products; 0 and they skip them (its P and
+ * dS are zero: the tile's mask covers every pair in it). */
+GPT_FLASH_FN int gpt_flash_tc_live(int i0, int j0, int T)
+{
+    return i0 < T && j0 < T && j0 <= i0 + 15;
+}
+
 /* One step of the online softmax (scores in log2 units): the running row
  * maximum m_old meets the tile's maximum m_tile. Sets *ret_m to the new
  * maximum and *ret_sub to what the tile's exponents subtract (0 while the
@@ -109,24 +135,88 @@ GPT_FLASH_FN float gpt_flash_tc_lse(float m, float l)
     return m / GPT_FLASH_LOG2E + logf(l);
 }
 
+/* ---- fragment addressing (mma.m16n8k16, ldmatrix .x4) --------------------
+ * The element offsets that lane l (0..31) uses in a row-major bf16 tile of
+ * row stride ld, shared by the kernels' ldmatrix helpers and the test that
+ * replays ldmatrix and the mma fragment layouts on the CPU. ldmatrix .x4:
+ * lane l gives the start of row l % 8 of 8 x 8 matrix l / 8 and receives,
+ * of matrix i, register i: (row g, columns c, c+1) with g = l / 4 and
+ * c = 2 (l % 4); with .trans, (row c and c+1, column g). */
+
+/* A (rows m, cols k) from an (m, k) tile: matrices (m0, k0) (m0+8, k0)
+ * (m0, k0+8) (m0+8, k0+8) = a0 a1 a2 a3. */
+GPT_FLASH_FN int gpt_flash_tc_ld_a_off(int l, int ld, int m0, int k0)
+{
+    return (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8;
+}
+
+/* B of n-tiles n0 (b0 b1) and n0 + 8 (b2 b3) from an (n, k) tile: matrices
+ * (n0, k0) (n0, k0+8) (n0+8, k0) (n0+8, k0+8). */
+GPT_FLASH_FN int gpt_flash_tc_ld_b_off(int l, int ld, int n0, int k0)
+{
+    return (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8;
+}
+
+/* The same B fragments from a (k, n) tile, with .trans: (k0, n0)
+ * (k0+8, n0) (k0, n0+8) (k0+8, n0+8). */
+GPT_FLASH_FN int gpt_flash_tc_ld_bt_off(int l, int ld, int k0, int n0)
+{
+    return (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8;
+}
+
+/* A (rows m, cols k) from a (k, m) tile, with .trans: (k0, m0) (k0, m0+8)
+ * (k0+8, m0) (k0+8, m0+8) = a0 a1 a2 a3 (dS from the stored dS^T). */
+GPT_FLASH_FN int gpt_flash_tc_ld_at_off(int l, int ld, int m0, int k0)
+{
+    return (k0 + (l & 7) + (l >> 4) * 8) * ld + m0 + ((l >> 3) & 1) * 8;
+}
+
+/* Where lane l stores register r (0..3, two bf16 each) of an A fragment
+ * over rows m0.., columns k0.. into an (m, k) tile: its (row, column
+ * pair) as in the layout above (a1 and a3 eight rows down, a2 and a3
+ * eight columns right). */
+GPT_FLASH_FN int gpt_flash_tc_st_a_off(int l, int r, int ld, int m0, int k0)
+{
+    return (m0 + l / 4 + (r & 1) * 8) * ld + k0 + 2 * (l % 4) + (r >> 1) * 8;
+}
+
 /* Dynamic shared memory of each kernel, bytes: bf16 rows of hs + PAD;
- * forward: Q and two stages of (K, V); dq: Q, dO and two stages of (K, V);
- * dk/dv: K, V and two stages of (Q, dO) plus the stages' logsumexp and D
- * (fp32, bcq each). */
+ * forward: Q and two stages of (K, V); backward: K, V and two stages of
+ * (Q, dO), the stages' logsumexp and D (fp32, bcq each), and the tile's
+ * dS^T (BR rows of bcq + PAD) that the dQ product reads back. */
 GPT_FLASH_FN size_t gpt_flash_tc_smem_fwd(size_t hs)
 {
     return (size_t)(GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
 }
 
-GPT_FLASH_FN size_t gpt_flash_tc_smem_dq(size_t hs)
-{
-    return (size_t)(2 * GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
-}
-
-GPT_FLASH_FN size_t gpt_flash_tc_smem_dkv(size_t hs)
+GPT_FLASH_FN size_t gpt_flash_tc_smem_bwd(size_t hs)
 {
     size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
-    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4;
+    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4 +
+           (size_t)GPT_FLASH_TC_BR * (bcq + GPT_FLASH_TC_PAD) * 2;
+}
+
+/* The last key block (BR keys each) that visits query tile qt (bcq rows):
+ * the one holding the tile's last row below T. Key blocks 0 .. that one
+ * visit it (gpt_flash_tc_q_span). */
+GPT_FLASH_FN int gpt_flash_tc_dq_last_kb(int qt, int bcq, int T)
+{
+    int end = (qt + 1) * bcq < T ? (qt + 1) * bcq : T; /* one past */
+    return (end - 1) / GPT_FLASH_TC_BR;
+}
+
+/* Key block kb's turn in query tile qt's dQ order: 0 for the last visitor
+ * (the diagonal block), then one more per block down to key block 0. */
+GPT_FLASH_FN int gpt_flash_tc_dq_turn(int kb, int qt, int bcq, int T)
+{
+    return gpt_flash_tc_dq_last_kb(qt, bcq, T) - kb;
+}
+
+/* Query tiles of one (b, h) pair in the backward: its dQ counters. */
+GPT_FLASH_FN size_t gpt_flash_tc_q_tiles(size_t T, size_t hs)
+{
+    size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
+    return (T + bcq - 1) / bcq;
 }
 
 /* Where the backward's bf16 copy of dout starts in its scratch, in floats
@@ -137,24 +227,46 @@ GPT_FLASH_FN size_t gpt_flash_tc_dob_off(size_t lse_floats)
     return (lse_floats + 3) & ~(size_t)3;
 }
 
-/* Query-key pairs the tensor-core kernels compute per (b, h) at T, the
- * masked parts of the visited tiles included: forward and dq
- * (own_is_query 1), dk/dv (0). */
-GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
+/* Where the dQ turn counters (32-bit, bh * gpt_flash_tc_q_tiles of them)
+ * start in the backward's scratch: after the bf16 dout copy of btc =
+ * B*T*C elements, 16-byte aligned. */
+GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
 {
-    double pairs = 0;
+    return (gpt_flash_tc_dob_off(lse_floats) + (btc + 1) / 2 + 3) & ~(size_t)3;
+}
+
+/* Tiles the tensor-core kernels visit per (b, h) at T (each streams one
+ * tile of the other side per visit): forward (own_is_query 1: key tiles
+ * of BC rows per 64-row query block), backward (0: query tiles of bcq
+ * rows per 64-key block). */
+GPT_FLASH_FN double gpt_flash_tc_tiles(int T, size_t hs, int own_is_query)
+{
+    double tiles = 0;
     int bcq = gpt_flash_tc_bcq(hs);
     for (int own0 = 0; own0 < T; own0 += GPT_FLASH_TC_BR) {
         int first, end;
-        if (own_is_query) {
+        if (own_is_query)
             gpt_flash_tc_kv_span(own0, T, &first, &end);
-            pairs += (double)(end - first) * GPT_FLASH_TC_BR * GPT_FLASH_TC_BC;
-        } else {
+        else
             gpt_flash_tc_q_span(own0, T, bcq, &first, &end);
-            pairs += (double)(end - first) * GPT_FLASH_TC_BR * bcq;
-        }
+        tiles += end - first;
     }
-    return pairs;
+    return tiles;
+}
+
+/* Query-key pairs the tensor-core kernels compute per (b, h) at T: 256
+ * per live 16 x 16 group (gpt_flash_tc_live), the masked pairs inside
+ * those groups included. The forward (own_is_query 1) and the backward
+ * (0) visit different tiles, but the same live groups. */
+GPT_FLASH_FN double gpt_flash_tc_pairs(int T, size_t hs, int own_is_query)
+{
+    (void)hs;
+    (void)own_is_query;
+    double groups = 0;
+    for (int i0 = 0; i0 < T; i0 += 16)
+        for (int j0 = 0; j0 < T; j0 += 16)
+            groups += gpt_flash_tc_live(i0, j0, T);
+    return groups * 256.0;
 }
 
 #endif

@@ -269,9 +269,11 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
         return B * NH * T * T;
     if (!scratch)
         return p->lse_floats + B * T * C;
-    /* The tensor-core backward also keeps a bf16 copy of dout there. */
+    /* The tensor-core backward also keeps a bf16 copy of dout there, and
+     * its dQ turn counters (one int per (b, h, query tile)). */
     if (gpt_flash_tc_applies(p->hs))
-        return gpt_flash_tc_dob_off(p->lse_floats) + (B * T * C + 1) / 2;
+        return gpt_flash_tc_sem_off(p->lse_floats, B * T * C) +
+               (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
     return p->lse_floats;
 }
 

@@ -1,6 +1,7 @@
 # The step cost model of the CUDA backend (bench_gpu_train --plan): runs in
 # every build, no GPU needed. Fails when the recorded plan is broken (no
 # launches, GEMM FLOPs that do not add up to 6N per token, no attention,
+# tensor-core flash FLOPs that stray from 14 hs per causal pair,
 # non-finite times); the predicted MFU itself is a benchmark figure, not a
 # threshold.
 add_test(NAME gpu_plan_124m COMMAND bench_gpu_train --plan 16 1024 bf16)
@@ -8,4 +9,8 @@ set_tests_properties(gpu_plan_124m PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
 add_test(NAME gpu_plan_124m_tf32 COMMAND bench_gpu_train --plan 8 1024 tf32)
 set_tests_properties(gpu_plan_124m_tf32 PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "\"plan_ok\":true")
+# Long sequences: the flash kernels' FLOPs still follow the causal pairs.
+add_test(NAME gpu_plan_124m_t4096 COMMAND bench_gpu_train --plan 2 4096 bf16)
+set_tests_properties(gpu_plan_124m_t4096 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")

@@ -3,14 +3,19 @@
  * kernels (engine/ops/cuda/cuda_attention.cu), emulated in C with the
  * kernels' own tiling and softmax helpers (engine/include/flash_tc.h), checked
  * against naive causal attention in double, forward (out, logsumexp) and
- * backward (dq, dk, dv), for T around and between the tile sizes and head
- * sizes 32, 64, 96 and 128. The emulation walks the same blocks, warps and
+ * backward (dq, dk, dv: one fused pass, dq added in the kernels' fixed turn
+ * order), for T around and between the tile sizes and head sizes 32, 64,
+ * 96 and 128. The emulation walks the same blocks, warps and
  * streamed tiles in the same order as the kernels, zero-fills rows past T
  * as cp.async does, applies the per-element mask only where
  * gpt_flash_tc_needs_mask says so (and asserts that every pair of a tile it
- * calls unmasked is valid), and counts every (query, key) pair it uses: each
+ * calls unmasked is valid), skips the 16 x 16 groups gpt_flash_tc_live
+ * calls dead (asserting they hold no valid pair), and counts every (query,
+ * key) pair it uses: each
  * causal pair exactly once per pass, and as many computed pairs as the cost
- * model's gpt_flash_tc_pairs. With bf16 rounding on (inputs, P and dS before
+ * model's gpt_flash_tc_pairs. The backward's dQ adds run under a random
+ * interleaving of the blocks and under lock-step rounds (where no block
+ * may wait for its turn): same bits either way. With bf16 rounding on (inputs, P and dS before
  * their products, dout for the backward, as the kernels round) it must stay
  * within bf16 tolerance of the reference; with rounding off, within fp32
  * rounding. No GPU needed: the PTX is tested by tests/gpu/test_gpu_ops.
@@ -162,6 +167,12 @@ static int pair(struct head *h, int mask, int i, int j)
     return valid;
 }
 
+/* A pair in a group the kernels skip: it must not be valid. */
+static void dead(const struct head *h, int i, int j)
+{
+    assert_false(j <= i && i < h->T && j < h->T);
+}
+
 /* Every causal pair seen exactly once since the last reset, none other. */
 static void check_seen(struct head *h)
 {
@@ -194,12 +205,17 @@ static double emulate_forward(struct head *h)
                     float mx = -INFINITY, sub;
                     for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
                         const int j = k0 + c;
-                        x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
-                        if (!pair(h, mask, i, j) && mask)
+                        if (!gpt_flash_tc_live(r0, k0 + c / 16 * 16, T)) {
+                            dead(h, i, j); /* skipped: must hold no valid pair */
                             x[c] = -INFINITY;
+                        } else {
+                            x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
+                            if (!pair(h, mask, i, j) && mask)
+                                x[c] = -INFINITY;
+                            pairs++;
+                        }
                         mx = fmaxf(mx, x[c]);
                     }
-                    pairs += GPT_FLASH_TC_BC;
                     const float alpha = gpt_flash_tc_rescale(m, mx, &m, &sub);
                     l *= alpha;
                     for (int d = 0; d < hs; d++)
@@ -232,60 +248,35 @@ static void emulate_prep(struct head *h)
     }
 }
 
-/* The dq kernel: query blocks as the forward, P recomputed from the saved
- * logsumexp, dS = P (dP - D), dq += dS k. */
-static double emulate_dq(struct head *h)
+/* The fused backward kernel: key blocks, warps of 16 keys, query tiles of
+ * bcq rows from the one holding the block's first key to the end. Per
+ * tile: P recomputed from the saved logsumexp, dS = P (dP - D), dv += P^T
+ * dO and dk += dS^T q in the warp's registers, and the block's dQ share
+ * dS k of the tile (bf16 dS, as the kernel reads it back from shared
+ * memory). The shares reach dq in the kernels' turn order, under a
+ * schedule: sched 0 runs the blocks in lock-step rounds (every live block
+ * one tile per round, in launch order) and asserts that no block ever
+ * finds its turn not yet come; any other value is the seed of a random
+ * interleaving in which a block whose turn has not come waits, and a
+ * state where every live block waits fails the test (deadlock). */
+static double emulate_bwd(struct head *h, uint64_t sched)
 {
     const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
     const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
+    const size_t tile = (size_t)bq * hs;
+    float *share = calloc((size_t)tiles * nqt * tile, sizeof(float));
+    int *turn = calloc((size_t)nqt, sizeof(int)), *cur = calloc((size_t)tiles, sizeof(int));
+    assert_non_null(share);
+    assert_non_null(turn);
+    assert_non_null(cur);
     double pairs = 0;
-    for (int bx = 0; bx < tiles; bx++) {
-        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_BR;
-        int kt0, nkt;
-        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
-        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
-            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
-            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
-                const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0, Di = i < T ? h->D[i] : 0;
-                float dq[128] = {0};
-                for (int kt = kt0; kt < nkt; kt++) {
-                    const int k0 = kt * GPT_FLASH_TC_BC;
-                    const int mask =
-                        gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
-                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
-                        const int j = k0 + c;
-                        const float *kj = h->k + (size_t)j * hs;
-                        float p = exp2f(dotf(h->q + (size_t)i * hs, kj, hs) * scale2 - l2);
-                        if (!pair(h, mask, i, j) && mask)
-                            p = 0;
-                        float dp = dotf(h->dob + (size_t)i * hs, h->v + (size_t)j * hs, hs);
-                        float ds = op(h, p * (dp - Di));
-                        for (int d = 0; d < hs; d++)
-                            dq[d] += ds * kj[d];
-                    }
-                    pairs += GPT_FLASH_TC_BC;
-                }
-                if (i < T)
-                    for (int d = 0; d < hs; d++)
-                        h->dq[(size_t)i * hs + d] = dq[d] * scale;
-            }
-        }
-    }
-    return pairs;
-}
-
-/* The dk/dv kernel: key blocks in order, warps of 16 keys, query tiles of
- * bcq rows from the one holding the block's first key to the end. */
-static double emulate_dkv(struct head *h)
-{
-    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
-    const int bq = gpt_flash_tc_bcq((size_t)hs);
-    const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
-    double pairs = 0;
-    for (int bx = 0; bx < tiles; bx++) {
-        const int k0 = bx * GPT_FLASH_TC_BR;
-        int qt0, nqt;
-        gpt_flash_tc_q_span(k0, T, bq, &qt0, &nqt);
+    for (int kb = 0; kb < tiles; kb++) {
+        const int k0 = kb * GPT_FLASH_TC_BR;
+        int qt0, nq;
+        gpt_flash_tc_q_span(k0, T, bq, &qt0, &nq);
+        assert_int_equal(nq, nqt);
+        cur[kb] = qt0;
         for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
             const int r0 = k0 + w * GPT_FLASH_TC_WROWS;
             for (int j = r0; j < r0 + GPT_FLASH_TC_WROWS; j++) {
@@ -294,8 +285,14 @@ static double emulate_dkv(struct head *h)
                 for (int qt = qt0; qt < nqt; qt++) {
                     const int i0 = qt * bq;
                     const int mask = gpt_flash_tc_needs_mask(i0, bq, r0, GPT_FLASH_TC_WROWS, T);
+                    float *sh = share + ((size_t)kb * nqt + qt) * tile;
                     for (int c = 0; c < bq; c++) {
                         const int i = i0 + c;
+                        if (!gpt_flash_tc_live(i0 + c / 16 * 16, r0, T)) {
+                            dead(h, i, j); /* skipped: P and dS are 0 */
+                            continue;
+                        }
+                        pairs++;
                         const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
                         const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
                         const float Di = i < T ? h->D[i] : 0;
@@ -306,9 +303,9 @@ static double emulate_dkv(struct head *h)
                         for (int d = 0; d < hs; d++) {
                             dv[d] += pr * doi[d];
                             dk[d] += dsr * qi[d];
+                            sh[(size_t)c * hs + d] += dsr * kj[d];
                         }
                     }
-                    pairs += bq;
                 }
                 if (j < T)
                     for (int d = 0; d < hs; d++) {
@@ -318,6 +315,49 @@ static double emulate_dkv(struct head *h)
             }
         }
     }
+    /* The ordered dQ adds: the turn's first share stores, the others
+     * load, add and store; the counter then passes the turn on. */
+    for (int live = tiles; live > 0;) {
+        int ready[64], n = 0, waiting = 0;
+        for (int x = 0; x < tiles; x++) { /* launch order: kb = tiles - 1 - x */
+            const int kb = tiles - 1 - x;
+            if (cur[kb] >= nqt)
+                continue;
+            if (turn[cur[kb]] == gpt_flash_tc_dq_turn(kb, cur[kb], bq, T))
+                ready[n++] = kb;
+            else
+                waiting++;
+        }
+        if (sched == 0)
+            assert_int_equal(waiting, 0); /* lock-step: nobody waits */
+        assert_true(n > 0);               /* otherwise: deadlock */
+        int from = 0, to = n;
+        if (sched != 0) { /* one random ready block advances */
+            from = (int)((rnd(&sched) + 1.0f) * 0.5f * (float)n);
+            from = from >= n ? n - 1 : from;
+            to = from + 1;
+        }
+        for (int r = from; r < to; r++) {
+            const int kb = ready[r], qt = cur[kb], i0 = qt * bq;
+            const float *sh = share + ((size_t)kb * nqt + qt) * tile;
+            for (int c = 0; c < bq && i0 + c < T; c++)
+                for (int d = 0; d < hs; d++) {
+                    float *dq = h->dq + (size_t)(i0 + c) * hs + d;
+                    float add = sh[(size_t)c * hs + d] * scale;
+                    *dq = turn[qt] == 0 ? add : *dq + add;
+                }
+            turn[qt]++;
+            if (kb == 0) /* the last share: every visitor has added */
+                assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+            if (++cur[kb] == nqt)
+                live--;
+        }
+    }
+    for (int qt = 0; qt < nqt; qt++)
+        assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+    free(share);
+    free(turn);
+    free(cur);
     return pairs;
 }
 
@@ -342,7 +382,7 @@ static void run_case(int T, int hs, int round)
     double pf = emulate_forward(&h);
     check_seen(&h);
     assert_true(pf == gpt_flash_tc_pairs(T, (size_t)hs, 1));
-    size_t n = (size_t)T * hs;
+    const size_t n = (size_t)T * hs;
     /* bf16 P before P V: each weight off by up to 2^-9 relative. */
     double tol_out = round ? 5e-3 : 5e-6, tol_grad = round ? 1e-2 : 1e-5;
     double e_out = max_err(h.out, h.ref_out, n), e_lse = 0;
@@ -352,11 +392,19 @@ static void run_case(int T, int hs, int round)
             e_lse = isnan(d) ? INFINITY : d;
     }
     emulate_prep(&h);
-    double pq = emulate_dq(&h);
+    /* A random interleaving first, then the lock-step one: dq must come
+     * out with the same bits (the order of the adds is fixed). */
+    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T);
     check_seen(&h);
-    double pk = emulate_dkv(&h);
+    float *dq_random = malloc(n * sizeof(float));
+    assert_non_null(dq_random);
+    memcpy(dq_random, h.dq, n * sizeof(float));
+    memset(h.dq, 0xff, n * sizeof(float)); /* NaN: the first share must store, not add */
+    double pk = emulate_bwd(&h, 0);
     check_seen(&h);
-    assert_true(pq == gpt_flash_tc_pairs(T, (size_t)hs, 1));
+    assert_memory_equal(dq_random, h.dq, n * sizeof(float));
+    free(dq_random);
+    assert_true(pr == pk);
     assert_true(pk == gpt_flash_tc_pairs(T, (size_t)hs, 0));
     double e_dq = max_err(h.dq, h.ref_dq, n), e_dk = max_err(h.dk, h.ref_dk, n);
     double e_dv = max_err(h.dv, h.ref_dv, n);
@@ -442,15 +490,26 @@ static void test_mask_and_spans(void **state)
     gpt_flash_tc_q_span(128, 130, 64, &f, &e);
     assert_int_equal(f, 2);
     assert_int_equal(e, 3);
-    /* At T = 1024 the causal kernels compute 136 of the 256 tiles of
-     * 64 x 64: the 120 below the diagonal, and the 16 diagonal ones whole. */
-    assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 136.0 * 64 * 64);
-    assert_true(gpt_flash_tc_pairs(1024, 64, 0) == 136.0 * 64 * 64);
+    /* At T = 1024 the causal kernels visit 136 of the 256 tiles of 64 x
+     * 64: the 120 below the diagonal and the 16 diagonal ones, and compute
+     * the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the T (T + 1) / 2
+     * causal pairs (a whole diagonal tile would be 1.06). */
+    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 136.0);
+    assert_true(gpt_flash_tc_tiles(1024, 64, 0) == 136.0);
+    assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 64.0 * 65 / 2 * 256);
+    assert_true(gpt_flash_tc_pairs(1024, 128, 0) == 64.0 * 65 / 2 * 256);
     /* Key block k0 visits (1024 - k0) / 32 tiles of 32 queries. */
     double want = 0;
     for (int k0 = 0; k0 < 1024; k0 += 64)
-        want += (1024 - k0) / 32 * 64.0 * 32;
-    assert_true(gpt_flash_tc_pairs(1024, 128, 0) == want);
+        want += (1024 - k0) / 32;
+    assert_true(gpt_flash_tc_tiles(1024, 128, 0) == want);
+    /* Past T: a last group of rows 96..99 (T 100) sees keys 0..99. */
+    assert_true(gpt_flash_tc_live(96, 96, 100));
+    assert_false(gpt_flash_tc_live(96, 112, 100));
+    assert_false(gpt_flash_tc_live(112, 0, 100));
+    assert_false(gpt_flash_tc_live(0, 16, 1024));
+    assert_true(gpt_flash_tc_live(16, 16, 1024));
+    assert_true(gpt_flash_tc_pairs(100, 64, 1) == (7.0 * 8 / 2) * 256);
 }
 
 static void test_smem_and_offsets(void **state)
@@ -470,24 +529,174 @@ static void test_smem_and_offsets(void **state)
         assert_int_equal(groups, 0xffu);
         /* Every kernel fits the H100/H200 opt-in limit of 227 KiB. */
         assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
-        assert_true(gpt_flash_tc_smem_dq(hs) <= 227 * 1024);
-        assert_true(gpt_flash_tc_smem_dkv(hs) <= 227 * 1024);
+        assert_true(gpt_flash_tc_smem_bwd(hs) <= 227 * 1024);
+        /* The dS^T tile (rows of bcq + PAD) is conflict-free as well. */
+        size_t srow = ((size_t)gpt_flash_tc_bcq(hs) + GPT_FLASH_TC_PAD) * 2;
+        unsigned sgroups = 0;
+        for (size_t r = 0; r < 8; r++)
+            sgroups |= 1u << ((r * srow / 4) % 32 / 4);
+        assert_int_equal(sgroups, 0xffu);
     }
     assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
-    assert_int_equal(gpt_flash_tc_smem_dq(128), (2 * 64 + 4 * 64) * 136 * 2);
-    assert_int_equal(gpt_flash_tc_smem_dkv(128), (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4);
+    assert_int_equal(gpt_flash_tc_smem_bwd(128),
+                     (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4 + 64 * 40 * 2);
+    assert_int_equal(gpt_flash_tc_smem_bwd(64),
+                     (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4 + 64 * 72 * 2);
     /* The bf16 dout copy starts 16-byte aligned after D. */
     assert_int_equal(gpt_flash_tc_dob_off(0), 0);
     assert_int_equal(gpt_flash_tc_dob_off(1), 4);
     assert_int_equal(gpt_flash_tc_dob_off(12288), 12288);
     assert_int_equal(gpt_flash_tc_dob_off(12289) % 4, 0);
+    /* The dQ counters follow the bf16 copy, 16-byte aligned. */
+    assert_int_equal(gpt_flash_tc_sem_off(12288, 2 * 1024 * 64), 12288 + 1024 * 64);
+    assert_int_equal(gpt_flash_tc_sem_off(5, 3), 8 + 4);
+    assert_true(gpt_flash_tc_sem_off(5, 3) * 4 >= gpt_flash_tc_dob_off(5) * 4 + 3 * 2);
+}
+
+/* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal
+ * one (the last) goes first. */
+static void test_dq_turns(void **state)
+{
+    (void)state;
+    /* bcq 64 (hs <= 64): query tile qt is visited by key blocks 0 .. qt. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(0, 64, 1024), 0);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(15, 64, 1024), 15);
+    assert_int_equal(gpt_flash_tc_dq_turn(15, 15, 64, 1024), 0);
+    assert_int_equal(gpt_flash_tc_dq_turn(0, 15, 64, 1024), 15);
+    /* bcq 32 (hs > 64): tiles 2 kb and 2 kb + 1 end in key block kb. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(2, 32, 1024), 1);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(3, 32, 1024), 1);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(4, 32, 1024), 2);
+    /* A short last tile ends where T does. */
+    assert_int_equal(gpt_flash_tc_dq_last_kb(2, 64, 130), 2);
+    assert_int_equal(gpt_flash_tc_dq_last_kb(4, 32, 130), 2);
+    assert_int_equal(gpt_flash_tc_q_tiles(130, 128), 5);
+    assert_int_equal(gpt_flash_tc_q_tiles(1024, 64), 16);
+    /* Every key block that the spans send to a tile has a turn in it, in
+     * 0 .. last, and no two the same. */
+    for (int hs = 32; hs <= 128; hs += 32)
+        for (int T = 1; T <= 300; T += 7) {
+            int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
+            for (int qt = 0; qt < nqt; qt++) {
+                unsigned long long seen = 0;
+                int visitors = 0;
+                for (int k0 = 0; k0 < T; k0 += GPT_FLASH_TC_BR) {
+                    int f, e;
+                    gpt_flash_tc_q_span(k0, T, bq, &f, &e);
+                    if (qt < f || qt >= e)
+                        continue;
+                    int t = gpt_flash_tc_dq_turn(k0 / GPT_FLASH_TC_BR, qt, bq, T);
+                    assert_true(t >= 0 && t < 64);
+                    assert_false(seen & (1ull << t));
+                    seen |= 1ull << t;
+                    visitors++;
+                }
+                assert_int_equal(visitors, gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
+            }
+        }
+}
+
+/* ---- fragment addressing -------------------------------------------------- */
+
+/* ldmatrix .x4 as the PTX ISA specifies it, on a tile whose element at
+ * offset o holds o: addr[l] is lane l's row start (row l % 8 of matrix
+ * l / 8); lane l receives, of matrix i, (row g, columns c and c + 1), or
+ * with .trans (rows c and c + 1, column g), g = l / 4, c = 2 (l % 4). */
+static void ldsm(const int *addr, int trans, int l, int i, int *lo, int *hi)
+{
+    int g = l / 4, c = 2 * (l % 4);
+    if (!trans) {
+        *lo = addr[8 * i + g] + c;
+        *hi = addr[8 * i + g] + c + 1;
+    } else {
+        *lo = addr[8 * i + c] + g;
+        *hi = addr[8 * i + c + 1] + g;
+    }
+}
+
+/* The kernels' four ldmatrix address patterns and the dS^T store give
+ * exactly the mma.m16n8k16 fragments (A: register r holds row g + 8 (r & 1),
+ * columns c + 8 (r >> 1) and the next; B: register r holds column g of
+ * n-tile r >> 1, rows c + 8 (r & 1) and the next), for every tile stride
+ * the kernels use; row starts are 16-byte aligned; the four warps' dS^T
+ * stores cover the key x query tile exactly once. */
+static void test_fragments(void **state)
+{
+    (void)state;
+    int lds[8], nld = 0;
+    for (int hs = 32; hs <= 128; hs += 32)
+        lds[nld++] = hs + GPT_FLASH_TC_PAD;
+    lds[nld++] = 32 + GPT_FLASH_TC_PAD; /* dS^T rows: bcq 32 and 64 */
+    lds[nld++] = 64 + GPT_FLASH_TC_PAD;
+    for (int x = 0; x < nld; x++) {
+        const int ld = lds[x];
+        for (int o0 = 0; o0 <= 48; o0 += 16)
+            for (int o1 = 0; o1 <= 48; o1 += 16) {
+                int a[32], b[32], bt[32], at[32];
+                for (int l = 0; l < 32; l++) {
+                    a[l] = gpt_flash_tc_ld_a_off(l, ld, o0, o1);   /* m0, k0 */
+                    b[l] = gpt_flash_tc_ld_b_off(l, ld, o0, o1);   /* n0, k0 */
+                    bt[l] = gpt_flash_tc_ld_bt_off(l, ld, o1, o0); /* k0, n0 */
+                    at[l] = gpt_flash_tc_ld_at_off(l, ld, o0, o1); /* m0, k0 */
+                    assert_int_equal(a[l] * 2 % 16, 0);
+                    assert_int_equal(b[l] * 2 % 16, 0);
+                    assert_int_equal(bt[l] * 2 % 16, 0);
+                    assert_int_equal(at[l] * 2 % 16, 0);
+                }
+                for (int l = 0; l < 32; l++)
+                    for (int r = 0; r < 4; r++) {
+                        const int g = l / 4, c = 2 * (l % 4);
+                        int lo, hi;
+                        /* A, (m, k) tile: m = o0 + g + 8 (r & 1), k = o1 + c + 8 (r >> 1). */
+                        const int am = o0 + g + 8 * (r & 1), ak = o1 + c + 8 * (r >> 1);
+                        ldsm(a, 0, l, r, &lo, &hi);
+                        assert_int_equal(lo, am * ld + ak);
+                        assert_int_equal(hi, am * ld + ak + 1);
+                        /* A from the (k, m) tile, transposed. */
+                        ldsm(at, 1, l, r, &lo, &hi);
+                        assert_int_equal(lo, ak * ld + am);
+                        assert_int_equal(hi, (ak + 1) * ld + am);
+                        /* The store of register r lands where A reads it. */
+                        assert_int_equal(gpt_flash_tc_st_a_off(l, r, ld, o0, o1), am * ld + ak);
+                        /* B of n-tile o0 + 8 (r >> 1): n = .. + g, k = o1 + c + 8 (r & 1). */
+                        const int bn = o0 + 8 * (r >> 1) + g, bk = o1 + c + 8 * (r & 1);
+                        ldsm(b, 0, l, r, &lo, &hi); /* (n, k) tile */
+                        assert_int_equal(lo, bn * ld + bk);
+                        assert_int_equal(hi, bn * ld + bk + 1);
+                        ldsm(bt, 1, l, r, &lo, &hi); /* (k, n) tile, transposed */
+                        assert_int_equal(lo, bk * ld + bn);
+                        assert_int_equal(hi, (bk + 1) * ld + bn);
+                    }
+            }
+    }
+    /* The backward's dS^T stores: warp w rows 16 w .., bcq query columns in
+     * steps of 16; every (key, query) word written once. */
+    for (int bq = 32; bq <= 64; bq += 32) {
+        const int sld = bq + GPT_FLASH_TC_PAD;
+        int *hits = calloc((size_t)GPT_FLASH_TC_BR * sld, sizeof(int));
+        assert_non_null(hits);
+        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++)
+            for (int kk = 0; kk < bq / 16; kk++)
+                for (int l = 0; l < 32; l++)
+                    for (int r = 0; r < 4; r++) {
+                        int off = gpt_flash_tc_st_a_off(l, r, sld, w * GPT_FLASH_TC_WROWS, kk * 16);
+                        assert_int_equal(off % 2, 0); /* a 32-bit word */
+                        hits[off]++;
+                        hits[off + 1]++;
+                    }
+        for (int k = 0; k < GPT_FLASH_TC_BR; k++)
+            for (int q = 0; q < sld; q++)
+                assert_int_equal(hits[k * sld + q], q < bq ? 1 : 0);
+        free(hits);
+    }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
-        cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_blocked_fp32),
+        cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
+        cmocka_unit_test(test_fragments),        cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,12 +30,15 @@
  * j <= i (and rows past T are zero-padded, never written).
  *
  * Those kernels (CUDA cores, fp32 arithmetic) are the fallback. In bf16
- * mode, for head sizes 32, 64, 96 and 128, the same passes run on tensor cores
+ * mode, for head sizes 32, 64, 96 and 128, attention runs on tensor cores
  * (the second half of this file, tiling in engine/include/flash_tc.h): the
- * forward and the dq and dk/dv kernels with mma.sync m16n8k16 bf16 and
- * fp32 accumulation, plus a prep kernel that computes D and a bf16 copy of
- * dout. The saved state (natural logsumexp, fp32 output copy) is the same
- * in both, so either backward can follow either forward.
+ * forward and ONE fused backward kernel (dq, dk, dv from a single
+ * recomputation of S and P; dq added across key blocks in a fixed order
+ * behind per-tile turn counters, still no atomics and the same bits every
+ * run) with mma.sync m16n8k16 bf16 and fp32 accumulation, plus a prep
+ * kernel that computes D, a bf16 copy of dout and zeroes the turns. The
+ * saved state (natural logsumexp, fp32 output copy) is the same in both,
+ * so either backward can follow either forward.
  */
 #include <math.h>
 #include <stdint.h>
@@ -415,7 +418,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ==== tensor-core kernels (bf16, head sizes 32, 64, 96, 128) ===============
  *
- * The same three passes as above, with every product on tensor cores:
+ * The forward as above and the backward in one fused pass (the CUDA-core
+ * kernels' dq and dk/dv passes merged), every product on tensor cores:
  * mma.sync m16n8k16 (bf16 x bf16 -> fp32), operands fetched from shared
  * memory with ldmatrix, tiles streamed with cp.async into two stages so
  * the next tile loads while this one computes. The tiling, the causal
@@ -438,14 +442,17 @@ __global__ void __launch_bounds__(FA_THREADS)
  * Shared-memory tiles are row-major bf16 with rows of hs + PAD elements.
  * ldmatrix .x4 reads four 8x8 matrices; lane l gives the address of row
  * l % 8 of matrix l / 8 and receives, of matrix i, register i (its row g,
- * columns c..c+1; transposed with .trans). The three address patterns:
+ * columns c..c+1; transposed with .trans). The four address patterns
+ * (offsets in flash_tc.h, replayed by test_flash_tc's fragment test):
  *   tc_ld_a   A operand from a (rows m, cols k) tile: matrix order
  *             (m0, k0) (m0+8, k0) (m0, k0+8) (m0+8, k0+8) = a0 a1 a2 a3;
  *   tc_ld_b   B operands of two n-tiles from an (n, k) tile (K for Q K^T):
  *             (n0, k0) (n0, k0+8) (n0+8, k0) (n0+8, k0+8) = b0 b1 of n-tile
  *             n0, then b0 b1 of n-tile n0 + 8;
  *   tc_ld_bt  the same two n-tiles from a (k, n) tile (V for P V), with
- *             .trans: (k0, n0) (k0+8, n0) (k0, n0+8) (k0+8, n0+8).
+ *             .trans: (k0, n0) (k0+8, n0) (k0, n0+8) (k0+8, n0+8);
+ *   tc_ld_at  A from a (k, m) tile with .trans (dS from the dS^T that the
+ *             backward stores, gpt_flash_tc_st_a_off).
  */
 
 #define TC_THREADS (GPT_FLASH_TC_WARPS * FA_WARP)
@@ -476,7 +483,7 @@ __device__ __forceinline__ void tc_ldsm_t(uint32_t r[4], const uint16_t *p)
 __device__ __forceinline__ void tc_ld_a(uint32_t a[4], const uint16_t *s, int ld, int m0, int k0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm(a, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 8);
+    tc_ldsm(a, s + gpt_flash_tc_ld_a_off(l, ld, m0, k0));
 }
 
 /* B fragments of n-tiles n0 (b[0], b[1]) and n0 + 8 (b[2], b[3]), k0..k0+15,
@@ -484,14 +491,38 @@ __device__ __forceinline__ void tc_ld_a(uint32_t a[4], const uint16_t *s, int ld
 __device__ __forceinline__ void tc_ld_b(uint32_t b[4], const uint16_t *s, int ld, int n0, int k0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 8);
+    tc_ldsm(b, s + gpt_flash_tc_ld_b_off(l, ld, n0, k0));
 }
 
 /* The same from a tile stored (k, n), transposed by ldmatrix. */
 __device__ __forceinline__ void tc_ld_bt(uint32_t b[4], const uint16_t *s, int ld, int k0, int n0)
 {
     const int l = threadIdx.x % FA_WARP;
-    tc_ldsm_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + n0 + (l >> 4) * 8);
+    tc_ldsm_t(b, s + gpt_flash_tc_ld_bt_off(l, ld, k0, n0));
+}
+
+/* The A fragment of rows m0..m0+15, columns k0..k0+15 from a tile stored
+ * (k, m) (dS^T for dQ = dS K), transposed by ldmatrix: matrices (k0, m0)
+ * (k0, m0+8) (k0+8, m0) (k0+8, m0+8) = a0 a1 a2 a3. */
+__device__ __forceinline__ void tc_ld_at(uint32_t a[4], const uint16_t *s, int ld, int m0, int k0)
+{
+    const int l = threadIdx.x % FA_WARP;
+    tc_ldsm_t(a, s + gpt_flash_tc_ld_at_off(l, ld, m0, k0));
+}
+
+/* The dQ turn counters: an acquire load (this thread's later reads see
+ * what the releasing block wrote before its release) and a release store,
+ * both at GPU scope. */
+__device__ __forceinline__ int tc_ld_acquire(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void tc_st_release(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
 /* c += a b, one m16n8k16 tile. Not volatile: a pure function of its
@@ -625,7 +656,9 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int ks = 0; ks < HS / 16; ks++)
                 tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
         }
-        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys. */
+        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys; the
+         * 16-key groups with no valid pair for these rows stay 0 (the mask
+         * below turns them into -inf). */
         float s[TC_BC / 8][4];
 #pragma unroll
         for (int n = 0; n < TC_BC / 8; n++)
@@ -634,6 +667,8 @@ __global__ void __launch_bounds__(TC_THREADS)
         for (int ks = 0; ks < HS / 16; ks++) {
 #pragma unroll
             for (int np = 0; np < TC_BC / 16; np++) {
+                if (!gpt_flash_tc_live(q0 + wr, k0 + np * 16, T))
+                    continue;
                 uint32_t kb[4];
                 tc_ld_b(kb, sk, LD, np * 16, ks * 16);
                 tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
@@ -676,9 +711,12 @@ __global__ void __launch_bounds__(TC_THREADS)
             o[n][2] *= alpha[1];
             o[n][3] *= alpha[1];
         }
-        /* o += P V: P (16 x 64) from the S registers, V (64 x HS). */
+        /* o += P V: P (16 x 64) from the S registers, V (64 x HS); P is 0
+         * in the skipped groups. */
 #pragma unroll
         for (int kk = 0; kk < TC_BC / 16; kk++) {
+            if (!gpt_flash_tc_live(q0 + wr, k0 + kk * 16, T))
+                continue;
             uint32_t pa[4];
             tc_pack_a(pa, s, kk);
 #pragma unroll
@@ -711,14 +749,19 @@ __global__ void __launch_bounds__(TC_THREADS)
     }
 }
 
-/* ---- tensor-core backward: D and the bf16 copy of dout ------------------------
+/* ---- tensor-core backward: D, the bf16 copy of dout, the dQ turns ------------
  * One warp per row (b, h, i): D_i = dout_i . out_i over the head's columns,
- * and dob = bf16(dout) in dout's (B, T, C) layout, which the dq and dk/dv
- * kernels then stream with cp.async like q, k and v. */
-__global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, const float *dout,
-                                     const float *ocopy, size_t rows, int T, int C, int NH, int hs)
+ * and dob = bf16(dout) in dout's (B, T, C) layout, which the backward
+ * kernel then streams with cp.async like q, k and v. The grid also zeroes
+ * the nsem dQ turn counters (before the backward kernel: same stream). */
+__global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t nsem,
+                                     const float *dout, const float *ocopy, size_t rows, int T,
+                                     int C, int NH, int hs)
 {
     int lane = threadIdx.x % FA_WARP;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < nsem;
+         k += (size_t)gridDim.x * blockDim.x)
+        sem[k] = 0;
     size_t warps = (size_t)gridDim.x * (blockDim.x / FA_WARP);
     for (size_t r = (size_t)blockIdx.x * (blockDim.x / FA_WARP) + threadIdx.x / FA_WARP; r < rows;
          r += warps) {
@@ -736,142 +779,40 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, const float *dout
     }
 }
 
-/* ---- tensor-core backward: dq --------------------------------------------------
- * Grid and rows as the forward (query tile q_tiles - 1 - x, warp w rows
- * q0 + 16 w ..). Per key tile: S = Q K^T and dP = dO V^T (16 x 64 per
- * warp), P = exp2(S scale2 - lse2) (0 where masked), dS = P (dP - D), and
- * dq += dS K with dS straight from the registers. Each dq element is
- * written once, by one thread: no atomics, the same bits every run. */
+/* ---- tensor-core backward: one fused pass ----------------------------------------
+ * FlashAttention-2's backward: S and P are recomputed once per (query,
+ * key) pair, not once for dq and once more for dk, dv. Grid (k tiles,
+ * B*NH); block x owns key block kb = k_tiles - 1 - x, keys k0 = 64 kb.
+ * Warp w owns keys k0 + 16 w ..; lane l rows ja = k0 + 16 w + l/4 and
+ * jb = ja + 8. Per query tile of BQ rows (gpt_flash_tc_bcq): S^T = K Q^T
+ * and dP^T = V dO^T (16 x BQ per warp), P^T = exp2(S^T scale2 - lse2_i)
+ * (0 where i < j or past T), dS^T = P^T (dP^T - D_i), then dv += P^T dO
+ * and dk += dS^T Q, both with the left operand from registers and the
+ * right one from shared memory through ldmatrix .trans (dO and Q are
+ * stored (query, dim) = (k, n)). The bf16 dS^T goes to shared memory and
+ * the block's dQ share dS K (BQ x HS, split over the warps) is added to
+ * dq in global memory in the fixed turn order of flash_tc.h: the turn's
+ * counter is awaited, the first share stores, later ones load, add and
+ * store (through L2), key block 0 also writes the bf16 copy, and the
+ * counter passes the turn on. dq, dk and dv: the same bits every run. */
 template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
-    flash_tc_dq_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dob, const uint16_t *qkv,
-                       const float *lse, const float *Dv, int T, int C, int NH, float scale,
-                       float scale2)
-{
-    constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
-    extern __shared__ __align__(16) uint16_t tc_smem[];
-    uint16_t *sq = tc_smem, *sdo = sq + TC_BR * LD, *skv = sdo + TC_BR * LD;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BR;
-    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
-    const size_t ld3 = 3 * (size_t)C;
-    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
-    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
-    int kt0, nkt;
-    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
-
-    tc_load<HS>(sq, gq, ld3, q0, TC_BR, T);
-    tc_load<HS>(sdo, gdo, C, q0, TC_BR, T);
-    tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
-    tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
-    tc_commit();
-
-    const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
-    /* This thread's two rows: logsumexp in log2 units and D (0 past T). */
-    float l2[2], dr[2];
-    l2[0] = ia < T ? lse[(size_t)bh * T + ia] * GPT_FLASH_LOG2E : 0.0f;
-    l2[1] = ib < T ? lse[(size_t)bh * T + ib] * GPT_FLASH_LOG2E : 0.0f;
-    dr[0] = ia < T ? Dv[(size_t)bh * T + ia] : 0.0f;
-    dr[1] = ib < T ? Dv[(size_t)bh * T + ib] : 0.0f;
-    float dq[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-
-    for (int kt = kt0; kt < nkt; kt++) {
-        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
-        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
-        if (kt + 1 < nkt) {
-            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
-            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
-            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
-        __syncthreads();
-        float s[TC_BC / 8][4], dp[TC_BC / 8][4];
-#pragma unroll
-        for (int n = 0; n < TC_BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
-            uint32_t qa[4], da[4];
-            tc_ld_a(qa, sq, LD, wr, ks * 16);
-            tc_ld_a(da, sdo, LD, wr, ks * 16);
-#pragma unroll
-            for (int np = 0; np < TC_BC / 16; np++) {
-                uint32_t kb[4], vb[4];
-                tc_ld_b(kb, sk, LD, np * 16, ks * 16);
-                tc_ld_b(vb, sv, LD, np * 16, ks * 16);
-                tc_mma(s[2 * np], qa, kb[0], kb[1]);
-                tc_mma(s[2 * np + 1], qa, kb[2], kb[3]);
-                tc_mma(dp[2 * np], da, vb[0], vb[1]);
-                tc_mma(dp[2 * np + 1], da, vb[2], vb[3]);
-            }
-        }
-        const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
-#pragma unroll
-        for (int n = 0; n < TC_BC / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                float p = exp2f(s[n][e] * scale2 - l2[e / 2]);
-                if (mask && (j > i || j >= T || i >= T))
-                    p = 0.0f;
-                s[n][e] = p * (dp[n][e] - dr[e / 2]); /* dS, in place of S */
-            }
-        }
-        /* dq += dS K: dS (16 x 64 keys) from registers, K (keys x HS). */
-#pragma unroll
-        for (int kk = 0; kk < TC_BC / 16; kk++) {
-            uint32_t sa[4];
-            tc_pack_a(sa, s, kk);
-#pragma unroll
-            for (int dd = 0; dd < HS / 16; dd++) {
-                uint32_t kb[4];
-                tc_ld_bt(kb, sk, LD, kk * 16, dd * 16);
-                tc_mma(dq[2 * dd], sa, kb[0], kb[1]);
-                tc_mma(dq[2 * dd + 1], sa, kb[2], kb[3]);
-            }
-        }
-        __syncthreads();
-    }
-    const int rows[2] = {ia, ib};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T)
-            continue;
-        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-    }
-}
-
-/* ---- tensor-core backward: dk, dv ----------------------------------------------
- * Grid (k tiles, B*NH); block x owns keys k0 = 64 x (the first blocks have
- * the most queries to visit and start first). Warp w owns keys
- * k0 + 16 w ..; lane l rows ja = k0 + 16 w + l/4 and jb = ja + 8. Per query
- * tile of BQ rows (gpt_flash_tc_bcq): S^T = K Q^T and dP^T = V dO^T (16 x
- * BQ per warp), P^T = exp2(S^T scale2 - lse2_i) (0 where i < j or past T),
- * dS^T = P^T (dP^T - D_i), then dv += P^T dO and dk += dS^T Q, both with
- * the left operand from registers and the right one from shared memory
- * through ldmatrix .trans (dO and Q are stored (query, dim) = (k, n)). */
-template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
-    flash_tc_dkv_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dob, const uint16_t *qkv,
-                        const float *lse, const float *Dv, int T, int C, int NH, float scale,
-                        float scale2)
+    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, const uint16_t *dob,
+                        const uint16_t *qkv, const float *lse, const float *Dv, int T, int C,
+                        int NH, float scale, float scale2)
 {
     constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, TILE = BQ * LD;
+    constexpr int SLD = BQ + GPT_FLASH_TC_PAD; /* dS^T rows (keys) of BQ queries */
+    /* The dQ share: BQ / 16 row blocks, the warps split the head columns
+     * between them, DC each. */
+    constexpr int MB = BQ / 16, DC = HS / (GPT_FLASH_TC_WARPS / MB);
+    static_assert(GPT_FLASH_TC_WARPS % MB == 0 && DC % 16 == 0, "dQ split");
     extern __shared__ __align__(16) uint16_t tc_smem[];
     uint16_t *sk = tc_smem, *sv = sk + TC_BR * LD, *sqd = sv + TC_BR * LD;
     float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + 2 s BQ, D after */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * TC_BR;
+    uint16_t *sds = (uint16_t *)(srow + 4 * BQ);
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kb = gridDim.x - 1 - blockIdx.x, k0 = kb * TC_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
@@ -879,6 +820,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const float *glse = lse + (size_t)bh * T, *gD = Dv + (size_t)bh * T;
     int qt0, nqt;
     gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
+    int *cnt = sem + (size_t)bh * nqt; /* this head's dQ turn counters */
 
     tc_load<HS>(sk, gk, ld3, k0, TC_BR, T);
     tc_load<HS>(sv, gv, ld3, k0, TC_BR, T);
@@ -932,6 +874,8 @@ __global__ void __launch_bounds__(TC_THREADS)
             tc_ld_a(va, sv, LD, wr, ks * 16);
 #pragma unroll
             for (int np = 0; np < BQ / 16; np++) {
+                if (!gpt_flash_tc_live(i0 + np * 16, k0 + wr, T))
+                    continue; /* no valid pair: P^T and dS^T become 0 */
                 uint32_t qb[4], db[4];
                 tc_ld_b(qb, sq, LD, np * 16, ks * 16);
                 tc_ld_b(db, sdo, LD, np * 16, ks * 16);
@@ -961,18 +905,78 @@ __global__ void __launch_bounds__(TC_THREADS)
             uint32_t pa[4], sa[4];
             tc_pack_a(pa, s, kk);
             tc_pack_a(sa, dp, kk);
+            if (gpt_flash_tc_live(i0 + kk * 16, k0 + wr, T)) { /* else P^T = dS^T = 0 */
 #pragma unroll
-            for (int dd = 0; dd < HS / 16; dd++) {
-                uint32_t ob[4], qb[4];
-                tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
-                tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
-                tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
-                tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
-                tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
-                tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+                for (int dd = 0; dd < HS / 16; dd++) {
+                    uint32_t ob[4], qb[4];
+                    tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
+                    tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
+                    tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
+                    tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+                    tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
+                    tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+                }
+            }
+            /* dS^T as bf16 into the (key, query) tile, one word per register. */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) = sa[r];
+        }
+        __syncthreads(); /* dS^T complete */
+        /* The dQ share dS K: warp rows mb * 16 .. of the tile, head
+         * columns cb * DC ..; A = dS from the (key, query) tile with
+         * ldmatrix .trans, B = K stored (key, dim) = (k, n). */
+        const int mb = warp % MB, cb = warp / MB;
+        float dq[DC / 8][4];
+#pragma unroll
+        for (int n = 0; n < DC / 8; n++)
+            dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < TC_BR / 16; kk++) {
+            if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
+                continue; /* dS is 0 there */
+            uint32_t da[4];
+            tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
+#pragma unroll
+            for (int dd = 0; dd < DC / 16; dd++) {
+                uint32_t kb4[4];
+                tc_ld_bt(kb4, sk, LD, kk * 16, cb * DC + dd * 16);
+                tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
+                tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
             }
         }
+        /* This block's turn in the tile's dQ order (flash_tc.h). */
+        const int turn = gpt_flash_tc_dq_turn(kb, qt, BQ, T);
+        if (threadIdx.x == 0) {
+            while (tc_ld_acquire(cnt + qt) != turn)
+                __nanosleep(64);
+            __threadfence();
+        }
         __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = i0 + mb * 16 + lane / 4 + 8 * r;
+            if (i >= T)
+                continue;
+            const size_t at = ((size_t)b * T + i) * ld3 + (size_t)h * HS + cb * DC + 2 * (lane % 4);
+#pragma unroll
+            for (int n = 0; n < DC / 8; n++) {
+                float *g = dqkv + at + n * 8;
+                float x = dq[n][2 * r] * scale, y = dq[n][2 * r + 1] * scale;
+                if (turn != 0) {
+                    const float2 o = __ldcg((const float2 *)g);
+                    x = o.x + x;
+                    y = o.y + y;
+                }
+                __stcg((float2 *)g, make_float2(x, y));
+                if (kb == 0 && dqkv_bf) /* the last share: dq is final */
+                    *(uint32_t *)(dqkv_bf + at + n * 8) = tc_pack(x, y);
+            }
+        }
+        __threadfence(); /* this thread's dq stores before the hand-over */
+        __syncthreads(); /* every thread's; also: stage and dS^T consumed */
+        if (threadIdx.x == 0)
+            tc_st_release(cnt + qt, turn + 1);
     }
     const int rows[2] = {ja, jb};
 #pragma unroll
@@ -1036,28 +1040,26 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* D and dout's bf16 copy, then dq and dk/dv; the shared-memory opt-ins
- * first, so a refusal leaves nothing launched. */
+/* D, dout's bf16 copy and the zeroed dQ turns, then the fused pass; the
+ * shared-memory opt-in first, so a refusal leaves nothing launched. */
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, const float *dout,
-                               const float *ocopy, const uint16_t *qkv_bf, const float *lse,
-                               size_t T, size_t C, size_t NH)
+                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, int *sem,
+                               const float *dout, const float *ocopy, const uint16_t *qkv_bf,
+                               const float *lse, size_t T, size_t C, size_t NH)
 {
-    size_t sdq = gpt_flash_tc_smem_dq(HS), skv = gpt_flash_tc_smem_dkv(HS);
-    cudaError_t e;
-    if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, sdq)) != cudaSuccess ||
-        (e = fa_smem_optin(flash_tc_dkv_kernel<HS>, skv)) != cudaSuccess)
+    size_t smem = gpt_flash_tc_smem_bwd(HS);
+    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS>, smem);
+    if (e != cudaSuccess)
         return e;
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
+    size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, HS);
     flash_tc_prep_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS,
-                           0, s>>>(Dv, dob, dout, ocopy, p->lse_floats, t, c, nh, HS);
+                           0, s>>>(Dv, dob, sem, nsem, dout, ocopy, p->lse_floats, t, c, nh, HS);
     unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
-    flash_tc_dq_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, sdq, s>>>(
-        dqkv, dqkv_bf, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
-    flash_tc_dkv_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, skv, s>>>(
-        dqkv, dqkv_bf, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
+    flash_tc_bwd_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, smem, s>>>(
+        dqkv, dqkv_bf, sem, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1121,22 +1123,21 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
                                size_t T, size_t C, size_t NH)
 {
-    (void)B;
     const float *lse = att, *ocopy = att + p->lse_floats;
     float *Dv = scratch;
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     float scale = 1.0f / sqrtf((float)p->hs);
     uint16_t *dob = (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
+    int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
-        cudaError_t e =
-            hs == 32
-                ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
-            : hs == 64
-                ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
-            : hs == 96
-                ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C, NH)
-                : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dout, ocopy, qkv_bf, lse, T, C,
-                                   NH);
+        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                   qkv_bf, lse, T, C, NH)
+                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                     qkv_bf, lse, T, C, NH)
+                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
+                                                     qkv_bf, lse, T, C, NH)
+                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout,
+                                                      ocopy, qkv_bf, lse, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */

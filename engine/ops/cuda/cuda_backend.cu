@@ -333,7 +333,7 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
-        cu_shd_wrote(cb, scratch, plan.lse_floats * sizeof(float));
+        cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
         cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
                                            att, B, T, C, NH);
         if (e != cudaSuccess)

@@ -271,7 +271,8 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
  * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
  * non-NULL) and uses scratch (gpt_cuda_plan_att_floats(p, ..., 1) floats)
  * for the rows' dout . out and, on the tensor-core path (bf16 q, k, v and
- * a head size of engine/ops/flash_tc.h), a bf16 copy of dout.
+ * a head size of engine/include/flash_tc.h), a bf16 copy of dout and the
+ * fused kernel's dQ turn counters.
  * Return the error of the shared-memory opt-in (launch errors are left for
  * cudaGetLastError). */
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
