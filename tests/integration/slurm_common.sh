@@ -65,5 +65,16 @@ slurm_down() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$p" 2>/dev/null || true
     done
+    # What a job left running (its slurmstepd, script, srun or gptd outlive
+    # a killed slurmd when a test fails mid-job), found by this cluster's
+    # SLURM_CONF in its environment, by PID; never this shell.
+    local e
+    [[ -n ${SLURM_CONF:-} ]] || return 0
+    for e in /proc/[0-9]*/environ; do
+        p=${e#/proc/}
+        p=${p%/environ}
+        [[ $p != "$$" ]] || continue
+        grep -qzx "SLURM_CONF=$SLURM_CONF" "$e" 2>/dev/null && kill -9 "$p" 2>/dev/null || true
+    done
 }
 SLURM_PIDS=()
