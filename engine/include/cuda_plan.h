@@ -184,7 +184,8 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
  * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
  * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
  * ceil(B*T*C / 2) floats, and at gpt_flash_tc_sem_off by the fused
- * backward's dQ turn counters, B*NH*gpt_flash_tc_q_tiles ints), nothing
+ * backward's dQ turn counters, B*NH*gpt_flash_tc_q_tiles ints, then its
+ * block ticket, one int), nothing
  * of size T x T. */
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch);

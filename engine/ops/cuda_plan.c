@@ -273,7 +273,7 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
      * its dQ turn counters (one int per (b, h, query tile)). */
     if (gpt_flash_tc_applies(p->hs))
         return gpt_flash_tc_sem_off(p->lse_floats, B * T * C) +
-               (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
+               (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs) + 1; /* + the block ticket */
     return p->lse_floats;
 }
 

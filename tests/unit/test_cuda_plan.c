@@ -299,9 +299,10 @@ static void test_att_floats(void **state)
         size_t att = gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0);
         assert_int_equal(att, B * 12 * 1024 + B * 1024 * 768);
         /* D per row, then (hs 64: the tensor-core backward) dout as bf16
-         * and one dQ turn counter per (b, h, 64-row query tile). */
+         * and one dQ turn counter per (b, h, 64-row query tile), then
+         * the block ticket. */
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1),
-                         B * 12 * 1024 + B * 1024 * 768 / 2 + B * 12 * 16);
+                         B * 12 * 1024 + B * 1024 * 768 / 2 + B * 12 * 16 + 1);
         assert_true(att * 8 < B * 12 * 1024 * 1024);
         assert_true(att > prev); /* never grows when B shrinks */
         prev = att;
@@ -321,7 +322,7 @@ static void test_att_floats(void **state)
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
     /* hs 128: query tiles of 32 rows, 5 per head at T = 129. */
     assert_int_equal(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1),
-                     gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) + 3 * 8 * 5);
+                     gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) + 3 * 8 * 5 + 1);
     assert_true(gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) >=
                 gpt_flash_tc_dob_off(3 * 8 * 129) + (3 * 129 * 1024 + 1) / 2);
     assert_true(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1) <= 3 * 8 * 129 * 129);

@@ -753,7 +753,8 @@ __global__ void __launch_bounds__(TC_THREADS)
  * One warp per row (b, h, i): D_i = dout_i . out_i over the head's columns,
  * and dob = bf16(dout) in dout's (B, T, C) layout, which the backward
  * kernel then streams with cp.async like q, k and v. The grid also zeroes
- * the nsem dQ turn counters (before the backward kernel: same stream). */
+ * the nsem dQ turn counters and the block ticket after them (before the
+ * backward kernel: same stream). */
 __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t nsem,
                                      const float *dout, const float *ocopy, size_t rows, int T,
                                      int C, int NH, int hs)
@@ -762,6 +763,8 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t 
     for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < nsem;
          k += (size_t)gridDim.x * blockDim.x)
         sem[k] = 0;
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        sem[nsem] = 0; /* the backward's block ticket */
     size_t warps = (size_t)gridDim.x * (blockDim.x / FA_WARP);
     for (size_t r = (size_t)blockIdx.x * (blockDim.x / FA_WARP) + threadIdx.x / FA_WARP; r < rows;
          r += warps) {
@@ -794,10 +797,15 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t 
  * dq in global memory in the fixed turn order of flash_tc.h: the turn's
  * counter is awaited, the first share stores, later ones load, add and
  * store (through L2), key block 0 also writes the bf16 copy, and the
- * counter passes the turn on. dq, dk and dv: the same bits every run. */
+ * counter passes the turn on. dq, dk and dv: the same bits every run.
+ * A block waits only on blocks that took their ticket before it: the
+ * block's (key block, head) comes from a ticket taken at its start (one
+ * atomicAdd on the int after the turn counters), not from blockIdx, since
+ * CUDA does not promise to dispatch blocks in blockIdx order; a block
+ * holding a ticket is resident, so every wait ends. */
 template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
-    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, const uint16_t *dob,
+    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const uint16_t *dob,
                         const uint16_t *qkv, const float *lse, const float *Dv, int T, int C,
                         int NH, float scale, float scale2)
 {
@@ -811,8 +819,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     uint16_t *sk = tc_smem, *sv = sk + TC_BR * LD, *sqd = sv + TC_BR * LD;
     float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + 2 s BQ, D after */
     uint16_t *sds = (uint16_t *)(srow + 4 * BQ);
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int kb = gridDim.x - 1 - blockIdx.x, k0 = kb * TC_BR;
+    __shared__ unsigned tc_ticket;
+    if (threadIdx.x == 0)
+        tc_ticket = atomicAdd((unsigned *)sem + nsem, 1u);
+    __syncthreads();
+    /* Ticket order is blockIdx order's: x fastest, so a head's key blocks
+     * from the last (diagonal of the most query tiles) down. */
+    const int bh = (int)(tc_ticket / gridDim.x), b = bh / NH, h = bh % NH;
+    const int kb = gridDim.x - 1 - (int)(tc_ticket % gridDim.x), k0 = kb * TC_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
@@ -1059,7 +1073,7 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                            0, s>>>(Dv, dob, sem, nsem, dout, ocopy, p->lse_floats, t, c, nh, HS);
     unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
     flash_tc_bwd_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
+        dqkv, dqkv_bf, sem, nsem, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
