@@ -29,6 +29,7 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
+#include "gpt_file.h"
 #include "paths.h"
 #include "prompt_ids.h"
 #include "snapshot.h" /* gpt_mkdirs */
@@ -68,40 +69,9 @@ static int tokc_read_at(int dfd, const char *dir, const char *name, char **ret, 
             return -ENOENT;
         return gpt_err_set(err, -e, "data.vocab", "%s/%s: %s", dir, name, strerror(e));
     }
-    struct stat st;
-    char *buf = NULL;
-    int rc = 0;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -GPT_E_DATA, "data.vocab", "%s/%s is not a regular file", dir, name);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > GPT_TOK_FILE_BYTES_MAX) {
-        rc = gpt_err_set(err, -GPT_E_LIMIT, "data.vocab", "%s/%s: %lld bytes (at most %u)", dir,
-                         name, (long long)st.st_size, GPT_TOK_FILE_BYTES_MAX);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, off = 0;
-    if (!(buf = malloc(len + 1))) {
-        rc = gpt_err_set(err, -ENOMEM, "data.vocab", "out of memory for %s/%s", dir, name);
-        goto out;
-    }
-    while (off < len) {
-        ssize_t k = read(fd, buf + off, len - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            rc = gpt_err_set(err, k < 0 ? -errno : -GPT_E_DATA, "data.vocab", "%s/%s: %s", dir,
-                             name, k < 0 ? strerror(errno) : "shrank while read");
-            goto out;
-        }
-        off += (size_t)k;
-    }
-    buf[len] = '\0';
-    *ret = buf;
-    *ret_len = len;
-    buf = NULL;
-out:
-    free(buf);
+    char what[PATH_MAX + 64];
+    snprintf(what, sizeof(what), "%s/%s", dir, name);
+    int rc = gpt_file_read_fd(fd, what, GPT_TOK_FILE_BYTES_MAX, "data.vocab", ret, ret_len, err);
     close(fd);
     return rc;
 }

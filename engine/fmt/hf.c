@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt_file.h"
 #include "safetensors.h"
 
 /* A block tensor: gptd's name suffix, GPT-2's, and for Conv1D weights the
@@ -95,39 +96,9 @@ static int hf_read_file(const char *path, size_t max, char **ret, size_t *ret_le
                         struct gpt_err *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    char *buf = NULL;
-    int rc = 0;
     if (fd < 0)
         return gpt_err_set(err, -errno, NULL, "cannot open %s: %s", path, strerror(errno));
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "%s is not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > max) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s is larger than %zu bytes", path, max);
-        goto out;
-    }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-        goto out;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t k = read(fd, buf + got, (size_t)st.st_size - got);
-        if (k <= 0) {
-            rc = gpt_err_set(err, k < 0 ? -errno : -GPT_E_CORRUPT, NULL, "cannot read %s", path);
-            goto out;
-        }
-        got += (size_t)k;
-    }
-    buf[got] = '\0';
-    *ret = buf;
-    *ret_len = got;
-    buf = NULL;
-out:
-    free(buf);
+    int rc = gpt_file_read_fd(fd, path, max, NULL, ret, ret_len, err);
     close(fd);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt_file.h"
 #include "tok_impl.h"
 
 /* GPT-2's byte-to-unicode alphabet: printable Latin-1 bytes stand for
@@ -299,45 +300,7 @@ static int tok_read_file(const char *path, char **ret, size_t *ret_len, struct g
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
-    struct stat st;
-    char *buf = NULL;
-    int rc = 0;
-    if (fstat(fd, &st) < 0) {
-        rc = gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -EINVAL, NULL, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > GPT_TOK_FILE_BYTES_MAX) {
-        rc = gpt_err_set(err, -GPT_E_LIMIT, NULL, "%s: %lld bytes, larger than %u", path,
-                         (long long)st.st_size, GPT_TOK_FILE_BYTES_MAX);
-        goto out;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
-    buf = malloc(len + 1);
-    if (!buf) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-        goto out;
-    }
-    while (got < len) {
-        ssize_t k = read(fd, buf + got, len - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            rc = gpt_err_set(err, k < 0 ? -errno : -EIO, NULL, "%s: %s", path,
-                             k < 0 ? strerror(errno) : "shorter than its size");
-            goto out;
-        }
-        got += (size_t)k;
-    }
-    buf[len] = '\0';
-    *ret = buf;
-    *ret_len = len;
-    buf = NULL;
-out:
-    free(buf);
+    int rc = gpt_file_read_fd(fd, path, GPT_TOK_FILE_BYTES_MAX, NULL, ret, ret_len, err);
     close(fd);
     return rc;
 }
