@@ -648,7 +648,9 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
 
     int rc;
-    gpt_backend_softmax_xent(be, a->logits, NULL, a->targets, N, V, Vp, dscale, 1);
+    /* The forward's losses are still there: one pass (GPT_XENT_AFTER_LOSS). */
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
+                             GPT_XENT_AFTER_LOSS);
     float *dlogits = a->logits; /* (B,T,Vp) */
     /* Unit 0 (the embeddings) stays acquired through the whole backward:
      * the tied head writes its gradient first, the encoder last. */

@@ -122,7 +122,12 @@ struct gpt_backend_ops {
      * columns V..Vp never enter the softmax. If `losses` is non-NULL it
      * receives each row's loss. If `write_dlogits` is non-zero, `logits` is
      * overwritten IN PLACE by dloss/dlogits * dscale (padded columns and
-     * ignored rows get 0); otherwise logits is left intact. */
+     * ignored rows get 0); otherwise logits is left intact.
+     * write_dlogits == GPT_XENT_AFTER_LOSS: as 1, and `losses` holds what a
+     * call with losses made over these same logits and targets (nothing
+     * wrote either since); a backend may derive each row's normaliser from
+     * it (loss + logit of the target) instead of a reduction pass, and
+     * losses keeps its values. */
     void (*softmax_xent)(struct gpt_backend *be, float *logits /* (N,Vp) */,
                          float *losses /* (N) or NULL */, const int *targets /* (N) */, size_t N,
                          size_t V, size_t Vp, float dscale, int write_dlogits);
@@ -188,6 +193,9 @@ struct gpt_backend_ops {
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
  * fp32 (trainer.tf32 false); without it a backend may use TF32. */
+/* softmax_xent's write_dlogits after a loss call over the same logits. */
+#define GPT_XENT_AFTER_LOSS 2
+
 #define GPT_BACKEND_PREC_NO_TF32 0x100
 #define GPT_BACKEND_PREC_MASK    0xff
 
