@@ -546,6 +546,31 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
     rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
+/* As cuda_matmul_residual_forward: one product whose beta term is the
+ * skip connection (C = res read once, out written fp32), assuming
+ * cuBLASLt takes it. */
+static void rec_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                        const float *weight, const float *bias, const float *res,
+                                        size_t N, size_t C, size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    rec_f32(r, res, N * OC * sizeof(float));
+    if (bias)
+        rec_f32(r, bias, OC * sizeof(float));
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
+        bf = wb && ib;
+    }
+    if (!bf) {
+        rec_f32(r, inp, N * C * sizeof(float));
+        rec_f32(r, weight, OC * C * sizeof(float));
+    }
+    rec_wrote(r, out, N * OC * sizeof(float));
+    rec_gemm(r, bias ? "gemm_fwd+bias+res" : "gemm_fwd+res", bf, 0, OC, N, C,
+             4.0 * (double)N * OC + (bias ? 4.0 * OC : 0));
+}
+
 /* As cuda_matmul_gelu_forward: one product with the GELU_AUX_BIAS
  * epilogue (it also writes the pre-GELU aux), assuming cuBLASLt takes it;
  * in bf16 mode both outputs bf16 only where the shadow rules allow. */
@@ -904,6 +929,7 @@ static const struct gpt_backend_ops rec_ops = {
     .matmul_backward_dgelu = rec_matmul_backward_dgelu,
     .residual_layernorm_forward = rec_residual_layernorm_forward,
     .adamw_multi = rec_adamw_multi,
+    .matmul_residual_forward = rec_matmul_residual_forward,
 };
 
 /* Kernels with the same name and shape, summed. */

@@ -189,6 +189,13 @@ struct gpt_backend_ops {
                         float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
                         float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                         float bc1, float bc2);
+    /* Optional (NULL = matmul_forward then residual_forward(out, out, res)).
+     * out (N,OC) = inp @ weight^T + bias + res (N,OC): the skip connection
+     * added by the product itself (a GEMM epilogue). out must not alias
+     * inp or res. */
+    void (*matmul_residual_forward)(struct gpt_backend *be, float *out, const float *inp,
+                                    const float *weight, const float *bias, const float *res,
+                                    size_t N, size_t C, size_t OC);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -270,6 +277,10 @@ void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, 
                                             float *mean, float *rstd, const float *a,
                                             const float *b, const float *weight, const float *bias,
                                             size_t N, size_t C);
+/* ops->matmul_residual_forward, or the two separate ops. */
+void gpt_backend_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                         const float *weight, const float *bias, const float *res,
+                                         size_t N, size_t C, size_t OC);
 /* ops->adamw_multi, or gpt_backend_adamw per span. */
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                              float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,

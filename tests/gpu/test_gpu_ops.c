@@ -316,6 +316,27 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
         pair_free(all[i]);
 }
 
+/* The product with the skip connection as its beta term (cuBLASLt C =
+ * res, D = out) against the CPU backend's separate ops; res is left
+ * intact. */
+static void test_matmul_residual(size_t N, size_t C, size_t OC, int with_bias)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d +res", N, C, OC, with_bias);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair b = pair_new(OC, -1, 1), res = pair_new(N * OC, -3, 3),
+                out = pair_new(N * OC, 0, 0);
+    gpt_backend_matmul_residual_forward(cpu, out.c, inp.c, w.c, with_bias ? b.c : NULL, res.c, N, C,
+                                        OC);
+    gpt_backend_matmul_residual_forward(gpu, out.g, inp.g, w.g, with_bias ? b.g : NULL, res.g, N, C,
+                                        OC);
+    check("matmul_forward", tag, &out);
+    check("residual_forward", "skip connection intact", &res);
+    struct pair *all[] = {&inp, &w, &b, &res, &out};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 /* The product fused with the GELU (cuBLASLt GELU_AUX_BIAS and DGELU
  * epilogues on the GPU) against the CPU backend's separate ops (its
  * front-end falls back): pre-GELU, GELU output, then the backward through
@@ -876,6 +897,9 @@ int main(void)
     test_matmul_gelu(64, 48, 192, 1);
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
+    test_matmul_residual(1024, 3072, 768, 1);
+    test_matmul_residual(66, 48, 144, 0);
+    test_matmul_residual(7, 5, 3, 1); /* unaligned: the separate ops */
     static const size_t ns[] = {1, 31, 257, 100003, 3000017};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         test_elementwise(ns[i]);
@@ -914,6 +938,8 @@ int main(void)
         test_adamw(ns[i]);
     }
     test_matmul_gelu(1024, 768, 3072, 1);
+    test_matmul_residual(1024, 3072, 768, 1);
+    test_matmul_residual(7, 5, 3, 1);
     test_adamw_multi(148, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);

@@ -724,6 +724,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
     /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
+    /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
 };
 
 /* ---- construction and accessors -------------------------------------------- */

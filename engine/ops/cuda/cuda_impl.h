@@ -195,6 +195,9 @@ void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp, c
 void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight, size_t N,
                           size_t C, size_t OC);
+void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                  const float *weight, const float *bias, const float *res,
+                                  size_t N, size_t C, size_t OC);
 void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre, const float *inp,
                               const float *weight, const float *bias, size_t N, size_t C,
                               size_t OC);

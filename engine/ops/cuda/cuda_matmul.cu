@@ -49,17 +49,24 @@ static const struct lt_epi lt_none = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NUL
  * (CUDA_R_32F, or CUDA_R_16BF with bf16 A and B: a bf16-only output), the
  * bias and aux of D's type (cuBLASLt's default), the bias gradient fp32
  * (with an fp32 D), and the accumulation is fp32 (TF32 tensor cores for
- * fp32 inputs when allowed). Returns 0 when done, 1 when no algorithm
- * fits or cuBLASLt refuses the epilogue (the caller falls back; a refusal
- * is cached, so the next call falls back at once). */
-static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
-                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                     const void *B, int ldb, cudaDataType_t dt, void *D, int ldd, float beta,
-                     const struct lt_epi *e)
+ * fp32 inputs when allowed). `Cm` is the beta term's matrix, of D's type
+ * and layout; NULL means D itself (accumulate in place). Returns 0 when
+ * done, 1 when no algorithm fits or cuBLASLt refuses the epilogue (the
+ * caller falls back; a refusal is cached, so the next call falls back at
+ * once). */
+static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                       cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                       const void *B, int ldb, cudaDataType_t dt, void *D, int ldd, float beta,
+                       const struct lt_epi *e, const void *Cm)
 {
     size_t es = ab == CUDA_R_16BF ? 2 : 4, ds = dt == CUDA_R_16BF ? 2 : 4;
     int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
     int al_d = cu_align(D, (size_t)ldd * ds);
+    if (!Cm)
+        Cm = D;
+    /* The heuristic is told C is aligned like D. */
+    if (cu_align(Cm, (size_t)ldd * ds) < al_d)
+        return 1;
     if (!e)
         e = &lt_none;
     const void *epi_vec = e->bias ? e->bias : (const void *)e->bgrad;
@@ -140,7 +147,7 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
     }
     {
         float alpha = 1.0f;
-        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
+        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld, &hit->algo,
                             cb->ws, LT_WORKSPACE_BYTES, cb->compute);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED && e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
             hit->valid = LT_REFUSED; /* nothing was enqueued: fall back */
@@ -161,6 +168,14 @@ out:
     if (desc)
         cublasLtMatmulDescDestroy(desc);
     return ret;
+}
+
+static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                     const void *B, int ldb, cudaDataType_t dt, void *D, int ldd, float beta,
+                     const struct lt_epi *e)
+{
+    return lt_matmul_c(cb, ab, ta, tb, m, n, k, A, lda, B, ldb, dt, D, ldd, beta, e, NULL);
 }
 
 /* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
@@ -339,6 +354,49 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
         cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
         cu_check(cb, "matmul_backward dbias");
     }
+}
+
+/* out = inp @ weight^T + bias + res: the skip connection is the product's
+ * beta term (cuBLASLt's C = res, D = out, beta 1), read once by the
+ * epilogue instead of a separate residual pass over out. out is fp32 (the
+ * residual stream, which fp32 readers want). Falls back to the product
+ * and the residual kernel where cuBLASLt refuses. */
+void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                  const float *weight, const float *bias, const float *res,
+                                  size_t N, size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    cu_f32(cb, res, N * OC * sizeof(float));
+    if (bias)
+        cu_f32(cb, bias, OC * sizeof(float));
+    const uint16_t *wb = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = cu_shd_in(cb, weight, OC * C);
+        ib = cu_shd_in(cb, inp, N * C);
+    }
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
+    int done;
+    if (wb && ib) {
+        done = lt_matmul_c(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k,
+                           CUDA_R_32F, out, m, 1.0f, &e, res) == 0;
+    } else {
+        cu_f32(cb, inp, N * C * sizeof(float));
+        cu_f32(cb, weight, OC * C * sizeof(float));
+        done = lt_matmul_c(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k,
+                           CUDA_R_32F, out, m, 1.0f, &e, res) == 0;
+    }
+    if (done) {
+        cu_shd_wrote(cb, out, N * OC * sizeof(float));
+        return;
+    }
+    cuda_matmul_forward(be, out, inp, weight, bias, N, C, OC);
+    cu_f32(cb, out, N * OC * sizeof(float)); /* the product may have written bf16 only */
+    cu_shd_wrote(cb, out, N * OC * sizeof(float));
+    cuk_residual_forward(cb->compute, out, out, res, N * OC);
+    cu_check(cb, "matmul_residual_forward residual");
 }
 
 /* ---- products fused with the GELU (cuBLASLt epilogues) ----------------------- */
