@@ -142,13 +142,13 @@ static void rec_ready(struct rec_be *r, struct rec_alloc *a)
 }
 
 /* As shd_read_f32_locked: an fp32 reader of the elements [lo, hi) of a. */
-static void rec_read_f32(struct rec_be *r, struct rec_alloc *a, size_t lo, size_t hi)
+static void rec_read_f32(struct rec_be *r, struct rec_alloc *a, size_t lo, size_t hi, int learn)
 {
     static size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
     if (!gpt_cuda_spans_meets(&a->st->own, lo, hi))
         return;
     rec_ready(r, a);
-    size_t k = gpt_cuda_shd_read_f32(a->st, lo, hi, rlo, rhi);
+    size_t k = gpt_cuda_shd_read_f32(a->st, lo, hi, learn, rlo, rhi);
     for (size_t i = 0; i < k; i++)
         rec_to_f32(r, rlo[i], rhi[i]);
 }
@@ -168,16 +168,22 @@ static int rec_overlap(const struct rec_alloc *a, const void *p, size_t bytes, s
     return 1;
 }
 
-/* cu_f32: an fp32 reader of the bytes [p, p + bytes). */
-static void rec_f32(struct rec_be *r, const void *p, size_t bytes)
+/* cu_f32_learn: an fp32 reader of the bytes [p, p + bytes). */
+static void rec_f32_learn(struct rec_be *r, const void *p, size_t bytes, int learn)
 {
     if (!p)
         return;
     for (size_t i = 0; i < r->n_allocs; i++) {
         size_t lo, hi;
         if (rec_overlap(&r->allocs[i], p, bytes, &lo, &hi))
-            rec_read_f32(r, &r->allocs[i], lo, hi);
+            rec_read_f32(r, &r->allocs[i], lo, hi, learn);
     }
+}
+
+/* cu_f32: an op's fp32 read (learned). */
+static void rec_f32(struct rec_be *r, const void *p, size_t bytes)
+{
+    rec_f32_learn(r, p, bytes, 1);
 }
 
 /* shd_in: a reader of the floats [p, p + n); 1 = read as bf16. */
@@ -195,7 +201,7 @@ static int rec_in(struct rec_be *r, const float *p, size_t n)
     size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
     if (!gpt_cuda_spans_covers(&a->st->cur, lo, lo + n)) {
         rec_ready(r, a);
-        rec_read_f32(r, a, lo, lo + n);
+        rec_read_f32(r, a, lo, lo + n, 1);
         if (gpt_cuda_shd_read_bf16(a->st, lo, lo + n))
             rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * (double)n, "n=%zu", n);
     }
@@ -315,7 +321,7 @@ static int rec_upload(struct gpt_backend *be, void *dst, const void *src, size_t
 
 static int rec_download(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
 {
-    rec_f32(rec(be), src, bytes);
+    rec_f32_learn(rec(be), src, bytes, 0);
     memset(dst, 0, bytes);
     return 0;
 }

@@ -238,9 +238,9 @@ int gpt_cuda_spans_meets(const struct gpt_cuda_spans *s, size_t lo, size_t hi);
  *    matrix products with a bf16 D, LayerNorm's normalised output, the
  *    classifier's dlogits); the fp32 floats there are stale until an fp32
  *    reader converts them back. Always inside cur;
- *  - want: learned: ranges an fp32 reader had to convert back once; a
- *    producer writes fp32 (with a bf16 copy where it can) there from then
- *    on, so the steady state converts nothing.
+ *  - want: learned: ranges an fp32 reader (an op, not a download) had to
+ *    convert back once; a producer writes fp32 (with a bf16 copy where it
+ *    can) there from then on, so the steady state converts nothing.
  * Forgetting a span of `own` would lose data, so no transition may drop
  * one: gpt_cuda_shd_crowded says when the caller must first convert every
  * owned span back (then clear `own`) before the next transition. Forgetting
@@ -270,9 +270,12 @@ void gpt_cuda_shd_wrote_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
 /* An fp32 reader of [lo, hi): stores in ret_lo/ret_hi (room for
  * GPT_CUDA_SPANS_MAX) the owned sub-ranges the caller must convert from
  * bf16 to fp32 before the read, in order, and returns their count; they
- * leave own (the bf16 copy stays current) and join want. */
-size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, size_t *ret_lo,
-                             size_t *ret_hi);
+ * leave own (the bf16 copy stays current) and, with `learn`, join want.
+ * Ops learn (they run every step); a download does not (a trainer that
+ * samples from the logits now and then must not make the head's output
+ * fp32 for good). */
+size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, int learn,
+                             size_t *ret_lo, size_t *ret_hi);
 /* A bf16 reader of [lo, hi): 0 when the bf16 copy is current there;
  * else 1 and the caller converts [lo, hi) from fp32 to bf16 (after the
  * owned parts were converted back by gpt_cuda_shd_read_f32 on the same

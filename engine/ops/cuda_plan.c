@@ -320,8 +320,8 @@ void gpt_cuda_shd_wrote_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
     gpt_cuda_spans_add(&s->own, lo, hi);
 }
 
-size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, size_t *ret_lo,
-                             size_t *ret_hi)
+size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, int learn,
+                             size_t *ret_lo, size_t *ret_hi)
 {
     size_t k = 0;
     for (size_t i = 0; lo < hi && i < s->own.n; i++) {
@@ -337,7 +337,7 @@ size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi,
         return 0;
     GPT_ASSERT(!gpt_cuda_shd_crowded(s));
     gpt_cuda_spans_cut(&s->own, lo, hi);
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = 0; learn && i < k; i++)
         gpt_cuda_spans_add(&s->want, ret_lo[i], ret_hi[i]);
     return k;
 }

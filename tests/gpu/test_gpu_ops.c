@@ -722,11 +722,13 @@ static struct pair region(const struct pair *p, size_t off, size_t n)
  * here one allocation holding every activation): LayerNorm's output, a
  * product's output (bias epilogue in bf16), GELU_AUX's output and
  * pre-activation, DGELU's output. Round 0 creates the copy (its first
- * bf16 reader), round 1 runs with every one of them bf16 only (checked
+ * bf16 reader); round 1 runs with every one of them bf16 only (checked
  * through the state and through the products that read them), then
- * downloads them (an fp32 reader: they come back converted), and round 2
- * finds those ranges written in fp32 (learned). Every round's values match
- * the fp32 CPU ops within bf16 error. */
+ * downloads them (they come back converted); round 2 finds them bf16 only
+ * again (a download does not teach), then an op reads the product's
+ * output as fp32; round 3 finds that range written in fp32 (learned) and
+ * the others still bf16 only. Every round's values match the fp32 CPU ops
+ * within bf16 error. */
 static void test_bf16_only(size_t N, size_t C, size_t OC)
 {
     char tag[96];
@@ -741,10 +743,10 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
     struct pair dw2 = pair_new(C * OC, 0, 0), dln = pair_new(nc, 0, 0), dw = pair_new(OC * C, 0, 0);
     struct pair rx = region(&act, ox, nc), rln = region(&act, oln, nc), rh = region(&act, oh, no);
     struct pair rg = region(&act, og, no), rp = region(&act, op, no), ry = region(&act, oy, nc);
-    struct pair rdx = region(&act, odx, no);
+    struct pair rdx = region(&act, odx, no), sum = pair_new(no, 0, 0);
     struct pair *owned[] = {&rln, &rh, &rg, &rp, &rdx};
     const char *names[] = {"LayerNorm out", "product out", "GELU out", "pre-GELU", "DGELU out"};
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 4; round++) {
         gpt_backend_copy(cpu, rx.c, x.c, nc * sizeof(float));
         gpt_backend_copy(gpu, rx.g, x.g, nc * sizeof(float));
         struct gpt_backend *bes[2] = {cpu, gpu};
@@ -764,11 +766,13 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
 #undef P
         }
         for (size_t i = 0; round > 0 && i < sizeof(owned) / sizeof(owned[0]); i++) {
-            /* Round 1: bf16 only; round 2: fp32 again (learned). */
+            /* bf16 only from round 1 on, but the product's output (i 1),
+             * which round 2's fp32 op taught the backend to write fp32. */
+            int want = !(round == 3 && i == 1);
             snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d: %s %s", N, C, OC, round, names[i],
-                     round == 1 ? "bf16 only" : "fp32 (learned)");
+                     want ? "bf16 only" : "fp32 (learned)");
             int bo = gpt_cuda_backend_bf16_only(gpu, owned[i]->g, owned[i]->n * sizeof(float));
-            report("bf16_only_state", tag, round == 1 ? !bo : bo);
+            report("bf16_only_state", tag, bo != want);
         }
         /* The readers of the bf16-only values, before any download. */
         snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d", N, C, OC, round);
@@ -776,8 +780,14 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
         check("matmul_backward_dgelu", tag, &dw2);
         check("matmul_backward", tag, &dln);
         check("matmul_backward", tag, &dw);
-        /* Downloads (not in round 0, which would teach the backend to
-         * write fp32 there): owned values come back converted. */
+        if (round == 2) { /* an op reading h as fp32 (h bf16 only again) */
+            gpt_backend_residual_forward(cpu, sum.c, rh.c, rh.c, no);
+            gpt_backend_residual_forward(gpu, sum.g, rh.g, rh.g, no);
+            report("bf16_only", "an op's fp32 read of a bf16-only range",
+                   pair_err(&sum, NULL, NULL));
+        }
+        /* Downloads (not in round 0: its ranges were not all owned yet):
+         * owned values come back converted, and nothing is learned. */
         for (size_t i = 0; round > 0 && i < sizeof(owned) / sizeof(owned[0]); i++) {
             snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d: %s", N, C, OC, round, names[i]);
             report("bf16_only", tag, pair_err(owned[i], NULL, NULL));
@@ -785,7 +795,8 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
                    gpt_cuda_backend_bf16_only(gpu, owned[i]->g, owned[i]->n * sizeof(float)));
         }
     }
-    struct pair *all[] = {&act, &x, &lw, &lb, &mean, &rstd, &w, &b, &w2, &dy, &dw2, &dln, &dw};
+    struct pair *all[] = {&act, &x,  &lw, &lb,  &mean, &rstd, &w,
+                          &b,   &w2, &dy, &dw2, &dln,  &dw,   &sum};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }

@@ -664,11 +664,11 @@ static void shd_ready(struct shd_model *m)
     assert_int_equal(m->st.own.n, 0);
 }
 
-static void shd_read_f32(struct shd_model *m, size_t lo, size_t hi)
+static void shd_read_f32(struct shd_model *m, size_t lo, size_t hi, int learn)
 {
     static size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
     shd_ready(m);
-    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, rlo, rhi);
+    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, learn, rlo, rhi);
     for (size_t i = 0; i < k; i++) {
         assert_true(lo <= rlo[i] && rlo[i] < rhi[i] && rhi[i] <= hi);
         assert_true(i == 0 || rlo[i] >= rhi[i - 1]);
@@ -719,12 +719,12 @@ static void test_shd_state_model(void **state)
                 assert_true(gpt_cuda_spans_covers(&m.st.cur, lo, hi));
                 assert_true(gpt_cuda_spans_covers(&m.st.own, lo, hi));
             } else if (op == 3) { /* fp32 reader */
-                shd_read_f32(&m, lo, hi);
+                shd_read_f32(&m, lo, hi, (x >> 11) & 1);
                 for (size_t i = lo; i < hi; i++)
                     assert_int_equal(m.f32[i], m.truth[i]);
             } else { /* bf16 reader: convert on a miss */
                 if (!gpt_cuda_spans_covers(&m.st.cur, lo, hi)) {
-                    shd_read_f32(&m, lo, hi);
+                    shd_read_f32(&m, lo, hi, 1);
                     shd_ready(&m);
                     if (gpt_cuda_shd_read_bf16(&m.st, lo, hi))
                         for (size_t i = lo; i < hi; i++)
@@ -756,12 +756,17 @@ static void test_shd_state_learns(void **state)
     assert_false(gpt_cuda_shd_may_own(&s, 5, 5)); /* empty */
     gpt_cuda_shd_wrote_bf16(&s, 0, 100);
     assert_int_equal(gpt_cuda_shd_read_bf16(&s, 10, 20), 0); /* current: no conversion */
-    /* An fp32 reader of [50, 150): [50, 100) comes back, and is learned. */
-    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, rlo, rhi), 1);
+    /* A download of [90, 100): converted back, not learned. */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 90, 100, 0, rlo, rhi), 1);
+    assert_true(rlo[0] == 90 && rhi[0] == 100);
+    assert_true(gpt_cuda_shd_may_own(&s, 90, 100));
+    gpt_cuda_shd_wrote_bf16(&s, 90, 100);
+    /* An op's fp32 read of [50, 150): [50, 100) comes back, and is learned. */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, 1, rlo, rhi), 1);
     assert_int_equal(rlo[0], 50);
     assert_int_equal(rhi[0], 100);
-    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, rlo, rhi), 0); /* nothing owned now */
-    assert_true(gpt_cuda_spans_covers(&s.cur, 0, 100));                /* bf16 still current */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, 1, rlo, rhi), 0); /* nothing owned now */
+    assert_true(gpt_cuda_spans_covers(&s.cur, 0, 100));                   /* bf16 still current */
     assert_false(gpt_cuda_shd_may_own(&s, 60, 70));
     assert_false(gpt_cuda_shd_may_own(&s, 0, 51));
     assert_true(gpt_cuda_shd_may_own(&s, 0, 50));

@@ -51,10 +51,11 @@
  * weights' shadow; GELU_AUX with its pre-activation as bf16 aux, DGELU
  * reading it), LayerNorm's normalised output and the classifier's dlogits
  * (written in place over the bf16 logits the head's product wrote). Every
- * op that reads device floats as fp32 (and download, copy) first asks
- * cu_f32, which converts owned floats back and LEARNS the range: its
- * producer writes fp32 (with the bf16 copy where it can) there from then
- * on. So the steady state converts nothing either way: qkv, the MLP's
+ * op that reads device floats as fp32 (and copy) first asks cu_f32,
+ * which converts owned floats back and LEARNS the range: its producer
+ * writes fp32 (with the bf16 copy where it can) there from then on. A
+ * download converts back without learning (a trainer sampling from the
+ * logits now and then keeps the head's bf16 output). So the steady state converts nothing either way: qkv, the MLP's
  * hidden activations and their gradient, the LayerNorm outputs and the
  * logits/dlogits live in bf16 only, and the residual stream, which fp32
  * readers want, stays fp32. The rules are gpt_cuda_shd_state
@@ -211,7 +212,7 @@ static int cuda_download(struct gpt_backend *be, void *host_dst, const void *src
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    cu_f32(cb, src, bytes);
+    cu_f32_learn(cb, src, bytes, 0); /* converted back, not learned */
     int rc = cu_ret(cb, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->compute),
                     "download");
     if (rc < 0)

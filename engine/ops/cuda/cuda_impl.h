@@ -185,6 +185,8 @@ const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n
 /* Every op that reads device floats as fp32 calls this first: owned
  * floats among the bytes [p, p + bytes) are converted back (and learned). */
 void cu_f32(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
+/* cu_f32, learning the range or not (downloads: not). */
+void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int learn);
 /* 1 when some of the bytes [p, p + bytes) are owned (bf16 only). */
 int cu_shd_is_owned(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
 

@@ -83,13 +83,14 @@ static void shd_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
 }
 
 /* An fp32 reader of the floats [lo, hi) of m: the owned parts go back to
- * fp32. Lock held. */
-static void shd_read_f32_locked(struct gpt_cuda_backend *cb, struct shadow *m, size_t lo, size_t hi)
+ * fp32 (learned with `learn`). Lock held. */
+static void shd_read_f32_locked(struct gpt_cuda_backend *cb, struct shadow *m, size_t lo, size_t hi,
+                                int learn)
 {
     if (!gpt_cuda_spans_meets(&m->st.own, lo, hi))
         return;
     shd_ready_locked(cb, m);
-    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, cb->shd_lo, cb->shd_hi);
+    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, learn, cb->shd_lo, cb->shd_hi);
     for (size_t i = 0; i < k; i++)
         shd_to_f32(cb, m, cb->shd_lo[i], cb->shd_hi[i]);
 }
@@ -187,7 +188,7 @@ const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
             /* Owned parts go back to fp32 first, so the whole range can
              * be converted from fp32 (bf16 -> fp32 -> bf16 is exact). */
             shd_ready_locked(cb, m);
-            shd_read_f32_locked(cb, m, lo, lo + n);
+            shd_read_f32_locked(cb, m, lo, lo + n, 1);
             if (gpt_cuda_shd_read_bf16(&m->st, lo, lo + n)) {
                 cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
                 cu_check(cb, "bf16 convert");
@@ -278,13 +279,18 @@ const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n
  * fp32 next time). */
 void cu_f32(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
+    cu_f32_learn(cb, p, bytes, 1);
+}
+
+void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int learn)
+{
     if (!p || bytes == 0)
         return;
     pthread_mutex_lock(&cb->shd_mu);
     for (size_t i = 0; i < cb->n_shd; i++) {
         size_t lo, hi;
         if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
-            shd_read_f32_locked(cb, &cb->shd[i], lo, hi);
+            shd_read_f32_locked(cb, &cb->shd[i], lo, hi, learn);
     }
     pthread_mutex_unlock(&cb->shd_mu);
 }
