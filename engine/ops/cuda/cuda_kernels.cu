@@ -760,6 +760,9 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     if (have_loss) {
         m = losses[n] + zt; /* log-sum-exp: exp(x - m) sums to 1 */
         s = 1.0f;
+        /* Every thread has read zt before any writes the row in place
+         * (block-uniform branch: have_loss is an argument). */
+        __syncthreads();
     } else {
         m = -INFINITY;
         s = 0.0f;
@@ -779,8 +782,8 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     if (!write)
         return;
     /* Every thread has read what it needs (zt, the reduction) before the
-     * __syncthreads inside block_online (or needs nothing of the others),
-     * so the row may now be overwritten. */
+     * __syncthreads above or inside block_online, so the row may now be
+     * overwritten. */
     float k = dscale / s;
     for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
         float d = 0.0f;
