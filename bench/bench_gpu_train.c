@@ -46,13 +46,17 @@ static int probe_main(void);
  * kernels and GEMMs that engine/ops/cuda/cuda_backend.cu's implementation
  * of that op launches, with the same decisions: the attention plan is
  * gpt_cuda_plan_attention (shared), and the bf16 operand conversions
- * follow the backend's shadow rules (one shadow per allocation, current
- * spans in gpt_cuda_spans; a reader converts on a miss; LayerNorm, GELU,
- * attention and AdamW write the bf16 copy alongside, every other write
- * makes it stale). Device memory is never touched: allocations are
+ * follow the backend's shadow rules, with the same state machine
+ * (gpt_cuda_shd_state, one per allocation): a bf16 reader converts on a
+ * miss; LayerNorm, GELU, attention and AdamW write the bf16 copy
+ * alongside; products, LayerNorm's output and the dlogits are written as
+ * bf16 only (owned) where no fp32 reader wanted them, an fp32 reader of
+ * an owned range converts it back (bf16_to_f32) and the range is learned;
+ * every other write makes the bf16 copy stale. Device memory is never touched: allocations are
  * addresses in an unmapped range, so a host dereference would crash the
- * plan instead of hiding. Two steps run; the second (steady state) is the
- * one reported. The per-op kernel lists below must change with the
+ * plan instead of hiding. Three steps run (the first creates the shadows,
+ * the second learns which owned ranges fp32 readers want); the third
+ * (steady state) is the one reported. The per-op kernel lists below must change with the
  * launchers in cuda_backend.cu. */
 
 #define REC_SMEM_OPTIN ((size_t)227 * 1024) /* H100/H200 opt-in shared memory per block */
@@ -62,7 +66,7 @@ static int probe_main(void);
 struct rec_alloc {
     uintptr_t base;
     size_t bytes;
-    struct gpt_cuda_spans *cur; /* the shadow's current spans; NULL = no shadow yet */
+    struct gpt_cuda_shd_state *st; /* the shadow's state; NULL = no shadow yet */
 };
 
 struct rec_be {
@@ -120,6 +124,68 @@ static struct rec_alloc *rec_find(struct rec_be *r, const void *p, size_t n)
     return NULL;
 }
 
+static void rec_to_f32(struct rec_be *r, size_t lo, size_t hi)
+{
+    rec_add(r, "bf16_to_f32", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * (double)(hi - lo), "n=%zu",
+            hi - lo);
+}
+
+/* As cuda_shadow.cu's shd_ready_locked: crowded span sets give every
+ * owned span back to fp32 first. */
+static void rec_ready(struct rec_be *r, struct rec_alloc *a)
+{
+    if (!gpt_cuda_shd_crowded(a->st))
+        return;
+    for (size_t i = 0; i < a->st->own.n; i++)
+        rec_to_f32(r, a->st->own.lo[i], a->st->own.hi[i]);
+    gpt_cuda_shd_flushed(a->st);
+}
+
+/* As shd_read_f32_locked: an fp32 reader of the elements [lo, hi) of a. */
+static void rec_read_f32(struct rec_be *r, struct rec_alloc *a, size_t lo, size_t hi, int learn)
+{
+    static size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
+    if (!gpt_cuda_spans_meets(&a->st->own, lo, hi))
+        return;
+    rec_ready(r, a);
+    size_t k = gpt_cuda_shd_read_f32(a->st, lo, hi, learn, rlo, rhi);
+    for (size_t i = 0; i < k; i++)
+        rec_to_f32(r, rlo[i], rhi[i]);
+}
+
+/* The elements of a that the bytes [p, p + bytes) touch; 0 when none. */
+static int rec_overlap(const struct rec_alloc *a, const void *p, size_t bytes, size_t *lo,
+                       size_t *hi)
+{
+    /* As cuda_shadow.cu's shd_overlap. */
+    uintptr_t q = (uintptr_t)p, me = a->base + a->bytes / sizeof(float) * sizeof(float);
+    uintptr_t pe = bytes > UINTPTR_MAX - q ? UINTPTR_MAX : q + bytes;
+    uintptr_t s0 = q > a->base ? q : a->base, e0 = pe < me ? pe : me;
+    if (!a->st || s0 >= e0)
+        return 0;
+    *lo = (size_t)(s0 - a->base) / sizeof(float);
+    *hi = ((size_t)(e0 - a->base) + sizeof(float) - 1) / sizeof(float);
+    return 1;
+}
+
+/* cu_f32_learn: an fp32 reader of the bytes [p, p + bytes). */
+static void rec_f32_learn(struct rec_be *r, const void *p, size_t bytes, int learn)
+{
+    if (!p)
+        return;
+    for (size_t i = 0; i < r->n_allocs; i++) {
+        size_t lo, hi;
+        if (rec_overlap(&r->allocs[i], p, bytes, &lo, &hi))
+            rec_read_f32(r, &r->allocs[i], lo, hi, learn);
+    }
+}
+
+/* cu_f32: an op's fp32 read (learned). */
+static void rec_f32(struct rec_be *r, const void *p, size_t bytes)
+{
+    rec_f32_learn(r, p, bytes, 1);
+}
+
 /* shd_in: a reader of the floats [p, p + n); 1 = read as bf16. */
 static int rec_in(struct rec_be *r, const float *p, size_t n)
 {
@@ -128,16 +194,28 @@ static int rec_in(struct rec_be *r, const float *p, size_t n)
     struct rec_alloc *a = rec_find(r, p, n);
     if (!a)
         return 0;
-    if (!a->cur && !(a->cur = calloc(1, sizeof(*a->cur)))) {
+    if (!a->st && !(a->st = calloc(1, sizeof(*a->st)))) {
         r->oom = 1;
         return 0;
     }
     size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
-    if (!gpt_cuda_spans_covers(a->cur, lo, lo + n)) {
-        rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * (double)n, "n=%zu", n);
-        gpt_cuda_spans_add(a->cur, lo, lo + n);
+    if (!gpt_cuda_spans_covers(&a->st->cur, lo, lo + n)) {
+        rec_ready(r, a);
+        rec_read_f32(r, a, lo, lo + n, 1);
+        if (gpt_cuda_shd_read_bf16(a->st, lo, lo + n))
+            rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * (double)n, "n=%zu", n);
     }
     return 1;
+}
+
+/* shd_cur: 1 when the bf16 copy of [p, p + n) is current (no conversion). */
+static int rec_cur(struct rec_be *r, const float *p, size_t n)
+{
+    struct rec_alloc *a = r->bf16 ? rec_find(r, p, n) : NULL;
+    if (!a || !a->st)
+        return 0;
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    return gpt_cuda_spans_covers(&a->st->cur, lo, lo + n);
 }
 
 /* shd_out: a producer that writes the bf16 copy when a shadow exists. */
@@ -146,11 +224,38 @@ static int rec_out(struct rec_be *r, const float *p, size_t n)
     if (!r->bf16)
         return 0;
     struct rec_alloc *a = rec_find(r, p, n);
-    if (!a || !a->cur)
+    if (!a || !a->st)
         return 0;
     size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
-    gpt_cuda_spans_add(a->cur, lo, lo + n);
+    rec_ready(r, a);
+    gpt_cuda_shd_wrote_both(a->st, lo, lo + n);
     return 1;
+}
+
+/* shd_own: 1 when a producer may write [p, p + n) as bf16 only; nothing
+ * is marked until rec_owned. */
+static int rec_own(struct rec_be *r, const float *p, size_t n)
+{
+    struct rec_alloc *a = r->bf16 ? rec_find(r, p, n) : NULL;
+    if (!a || !a->st)
+        return 0;
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    rec_ready(r, a);
+    return gpt_cuda_shd_may_own(a->st, lo, lo + n);
+}
+
+/* As cu_shd_owned (rules changed in between: converted back at once). */
+static void rec_owned(struct rec_be *r, const float *p, size_t n)
+{
+    struct rec_alloc *a = rec_find(r, p, n);
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    rec_ready(r, a);
+    if (gpt_cuda_shd_may_own(a->st, lo, lo + n)) {
+        gpt_cuda_shd_wrote_bf16(a->st, lo, lo + n);
+    } else {
+        rec_to_f32(r, lo, lo + n);
+        gpt_cuda_shd_wrote_both(a->st, lo, lo + n);
+    }
 }
 
 /* shd_wrote: any other write makes the covered bf16 values stale. */
@@ -159,14 +264,12 @@ static void rec_wrote(struct rec_be *r, const void *p, size_t bytes)
     if (!r->bf16 || !p)
         return;
     for (size_t i = 0; i < r->n_allocs; i++) {
+        size_t lo, hi;
         struct rec_alloc *a = &r->allocs[i];
-        uintptr_t q = (uintptr_t)p;
-        if (!a->cur || q < a->base || q >= a->base + a->bytes)
+        if (!rec_overlap(a, p, bytes, &lo, &hi))
             continue;
-        size_t lo = (q - a->base) / sizeof(float);
-        size_t room = a->base + a->bytes - q;
-        size_t hi = lo + ((bytes < room ? bytes : room) + sizeof(float) - 1) / sizeof(float);
-        gpt_cuda_spans_cut(a->cur, lo, hi);
+        rec_ready(r, a);
+        gpt_cuda_shd_wrote_f32(a->st, lo, hi);
     }
 }
 
@@ -179,7 +282,7 @@ static void rec_destroy(struct gpt_backend *be)
 {
     struct rec_be *r = rec(be);
     for (size_t i = 0; i < r->n_allocs; i++)
-        free(r->allocs[i].cur);
+        free(r->allocs[i].st);
     free(r->k);
     free(r);
 }
@@ -192,7 +295,7 @@ static int rec_alloc(struct gpt_backend *be, size_t bytes, void **ret)
     struct rec_alloc *a = &r->allocs[r->n_allocs++];
     a->base = r->next;
     a->bytes = bytes;
-    a->cur = NULL;
+    a->st = NULL;
     r->next += (bytes + 4095) & ~(size_t)4095;
     *ret = (void *)a->base;
     return 0;
@@ -203,7 +306,7 @@ static void rec_mem_free(struct gpt_backend *be, void *ptr)
     struct rec_be *r = rec(be);
     for (size_t i = 0; i < r->n_allocs; i++)
         if (r->allocs[i].base == (uintptr_t)ptr) {
-            free(r->allocs[i].cur);
+            free(r->allocs[i].st);
             r->allocs[i] = r->allocs[--r->n_allocs];
             return;
         }
@@ -218,15 +321,14 @@ static int rec_upload(struct gpt_backend *be, void *dst, const void *src, size_t
 
 static int rec_download(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
 {
-    (void)be;
-    (void)src;
+    rec_f32_learn(rec(be), src, bytes, 0);
     memset(dst, 0, bytes);
     return 0;
 }
 
 static void rec_copy(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
 {
-    (void)src;
+    rec_f32(rec(be), src, bytes);
     rec_wrote(rec(be), dst, bytes);
     rec_add(rec(be), "memcpy_d2d", GPT_KC_MEM, GPT_KU_FP32, 0, 2.0 * (double)bytes, "bytes=%zu",
             bytes);
@@ -254,10 +356,10 @@ static void rec_encoder_forward(struct gpt_backend *be, float *out, const int *i
 static void rec_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
                                  const float *dout, const int *inp, size_t B, size_t T, size_t C)
 {
-    (void)dout;
     (void)inp;
     struct rec_be *r = rec(be);
     double btc = (double)(B * T * C), bt = (double)(B * T);
+    rec_f32(r, dout, B * T * C * sizeof(float));
     rec_wrote(r, dwte, SIZE_MAX);
     rec_wrote(r, dwpe, T * C * sizeof(float));
     rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, 4.0 * btc + 8.0 * T * C,
@@ -272,16 +374,23 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
                                   const float *inp, const float *w, const float *b, size_t N,
                                   size_t C)
 {
-    (void)inp;
     (void)w;
     (void)b;
     struct rec_be *r = rec(be);
-    int ob = rec_out(r, out, N * C);
+    rec_f32(r, inp, N * C * sizeof(float));
+    /* As cuda_layernorm_forward: bf16 only where allowed, else both. */
+    int own = rec_own(r, out, N * C);
+    int ob = own || rec_out(r, out, N * C);
     rec_wrote(r, mean, N * sizeof(float));
     rec_wrote(r, rstd, N * sizeof(float));
+    if (own)
+        rec_owned(r, out, N * C);
     double nc = (double)(N * C);
     rec_add(r, "layernorm_forward", GPT_KC_NORM, GPT_KU_FP32, 8.0 * nc,
-            8.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
+            4.0 * nc + (own ? 0 : 4.0 * nc) + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C,
+            own  ? " bf16"
+            : ob ? " +bf16"
+                 : "");
 }
 
 /* As cuda_residual_layernorm_forward: one row kernel for res = a + b and
@@ -290,18 +399,24 @@ static void rec_residual_layernorm_forward(struct gpt_backend *be, float *res, f
                                            float *mean, float *rstd, const float *a, const float *b,
                                            const float *w, const float *bias, size_t N, size_t C)
 {
-    (void)a;
-    (void)b;
     (void)w;
     (void)bias;
     struct rec_be *r = rec(be);
+    rec_f32(r, a, N * C * sizeof(float));
+    rec_f32(r, b, N * C * sizeof(float));
     rec_wrote(r, res, N * C * sizeof(float));
-    int ob = rec_out(r, out, N * C);
+    int own = rec_own(r, out, N * C);
+    int ob = own || rec_out(r, out, N * C);
     rec_wrote(r, mean, N * sizeof(float));
     rec_wrote(r, rstd, N * sizeof(float));
+    if (own)
+        rec_owned(r, out, N * C);
     double nc = (double)(N * C);
     rec_add(r, "residual_layernorm_fwd", GPT_KC_NORM, GPT_KU_FP32, 9.0 * nc,
-            16.0 * nc + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C, ob ? " +bf16" : "");
+            12.0 * nc + (own ? 0 : 4.0 * nc) + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C,
+            own  ? " bf16"
+            : ob ? " +bf16"
+                 : "");
 }
 
 static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
@@ -309,12 +424,13 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
                                    const float *weight, const float *mean, const float *rstd,
                                    size_t N, size_t C)
 {
-    (void)dout;
-    (void)inp;
     (void)weight;
     (void)mean;
     (void)rstd;
     struct rec_be *r = rec(be);
+    rec_f32(r, dout, N * C * sizeof(float));
+    rec_f32(r, inp, N * C * sizeof(float));
+    rec_f32(r, dinp, N * C * sizeof(float));
     int db = rec_out(r, dinp, N * C);
     rec_wrote(r, dweight, C * sizeof(float));
     rec_wrote(r, dbias, C * sizeof(float));
@@ -338,14 +454,34 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
             24.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu", N, C);
 }
 
-static void rec_gemm(struct rec_be *r, const char *name, int bf, size_t M, size_t N, size_t K,
-                     double extra_bytes)
+/* One product: (M, N) output, K deep; operands bf16 (bf) or fp32, output
+ * written as bf16 (out_bf: an owned range) or fp32. */
+static void rec_gemm(struct rec_be *r, const char *name, int bf, int out_bf, size_t M, size_t N,
+                     size_t K, double extra_bytes)
 {
     double es = bf ? 2.0 : 4.0;
     rec_add(r, name, GPT_KC_GEMM, bf ? GPT_KU_TC_BF16 : rec_f32_gemm_unit(r),
             2.0 * (double)M * (double)N * (double)K,
-            es * ((double)M * K + (double)N * K) + 4.0 * (double)M * N + extra_bytes,
-            "M=%zu N=%zu K=%zu", M, N, K);
+            es * ((double)M * K + (double)N * K) + (out_bf ? 2.0 : 4.0) * (double)M * N +
+                extra_bytes,
+            "M=%zu N=%zu K=%zu%s", M, N, K, out_bf ? " ->bf16" : "");
+}
+
+/* As cuda_matmul.cu's gemm_bf16_own: 1 when the product writes `out`
+ * (count floats; and aux_out, the GELU pre-activation) as bf16 only,
+ * its bias (OC floats) and aux input read as bf16; assumes cuBLASLt takes
+ * the bf16 D (it does for llm.c's same calls). */
+static int rec_gemm_own(struct rec_be *r, const float *out, size_t count, const float *bias,
+                        size_t OC, const float *aux_out, const float *aux_in)
+{
+    if (!rec_own(r, out, count) || (aux_out && !rec_own(r, aux_out, count)))
+        return 0;
+    if ((bias && !rec_in(r, bias, OC)) || (aux_in && !rec_in(r, aux_in, count)))
+        return 0;
+    rec_owned(r, out, count);
+    if (aux_out)
+        rec_owned(r, aux_out, count);
+    return 1;
 }
 
 static void rec_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
@@ -353,13 +489,22 @@ static void rec_matmul_forward(struct gpt_backend *be, float *out, const float *
                                size_t OC)
 {
     struct rec_be *r = rec(be);
-    int bf = 0;
+    int bf = 0, own = 0;
+    if (bias)
+        rec_f32(r, bias, OC * sizeof(float));
     if (r->bf16) {
         int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
-        rec_wrote(r, out, N * OC * sizeof(float));
         bf = wb && ib;
+        own = bf && rec_gemm_own(r, out, N * OC, bias, OC, NULL, NULL);
     }
-    rec_gemm(r, bias ? "gemm_fwd+bias" : "gemm_fwd", bf, OC, N, C, bias ? 4.0 * OC : 0);
+    if (!bf) {
+        rec_f32(r, inp, N * C * sizeof(float));
+        rec_f32(r, weight, OC * C * sizeof(float));
+    }
+    if (!own)
+        rec_wrote(r, out, N * OC * sizeof(float));
+    rec_gemm(r, bias ? "gemm_fwd+bias" : "gemm_fwd", bf, own, OC, N, C,
+             bias ? (own ? 2.0 : 4.0) * OC : 0);
 }
 
 static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
@@ -367,66 +512,123 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
                                 size_t C, size_t OC)
 {
     struct rec_be *r = rec(be);
-    int wb = 0, db = 0, ib = 0;
+    int wb = 0, db = 0, ib = 0, own = 0;
     if (r->bf16) {
         wb = dinp ? rec_in(r, weight, OC * C) : 0;
         db = rec_in(r, dout, N * OC);
         ib = rec_in(r, inp, N * C);
-        if (dinp)
+    }
+    rec_f32(r, dweight, OC * C * sizeof(float));
+    rec_wrote(r, dweight, OC * C * sizeof(float));
+    if (dbias) {
+        rec_f32(r, dbias, OC * sizeof(float));
+        rec_wrote(r, dbias, OC * sizeof(float));
+    }
+    if (dinp && wb && db) {
+        own = rec_gemm_own(r, dinp, N * C, NULL, 0, NULL, NULL);
+        if (!own)
             rec_wrote(r, dinp, N * C * sizeof(float));
-        rec_wrote(r, dweight, OC * C * sizeof(float));
-        if (dbias)
-            rec_wrote(r, dbias, OC * sizeof(float));
+    } else if (dinp) {
+        rec_f32(r, dout, N * OC * sizeof(float));
+        rec_f32(r, weight, OC * C * sizeof(float));
+        rec_wrote(r, dinp, N * C * sizeof(float));
     }
     if (dinp)
-        rec_gemm(r, "gemm_bwd_dinp", wb && db, C, N, OC, 0);
+        rec_gemm(r, "gemm_bwd_dinp", wb && db, own, C, N, OC, 0);
+    if (!(ib && db)) {
+        rec_f32(r, dout, N * OC * sizeof(float));
+        rec_f32(r, inp, N * C * sizeof(float));
+    }
     /* dweight accumulates (beta 1): read once more. With a bias, the
      * BGRADB epilogue sums dout's columns in the same pass (the plan
      * assumes cuBLASLt accepts it, as it does for llm.c's same call; the
      * backend falls back to colsum_dbias where it refuses), then a tiny
      * kernel adds them to dbias. */
     if (!dbias) {
-        rec_gemm(r, "gemm_bwd_dweight", ib && db, C, OC, N, 4.0 * (double)OC * C);
+        rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, 4.0 * (double)OC * C);
         return;
     }
-    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
+    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
     rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
+/* As cuda_matmul_residual_forward: one product whose beta term is the
+ * skip connection (C = res read once, out written fp32), assuming
+ * cuBLASLt takes it. */
+static void rec_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                        const float *weight, const float *bias, const float *res,
+                                        size_t N, size_t C, size_t OC)
+{
+    struct rec_be *r = rec(be);
+    int bf = 0;
+    rec_f32(r, res, N * OC * sizeof(float));
+    if (bias)
+        rec_f32(r, bias, OC * sizeof(float));
+    if (r->bf16) {
+        int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
+        bf = wb && ib;
+    }
+    if (!bf) {
+        rec_f32(r, inp, N * C * sizeof(float));
+        rec_f32(r, weight, OC * C * sizeof(float));
+    }
+    rec_wrote(r, out, N * OC * sizeof(float));
+    rec_gemm(r, bias ? "gemm_fwd+bias+res" : "gemm_fwd+res", bf, 0, OC, N, C,
+             4.0 * (double)N * OC + (bias ? 4.0 * OC : 0));
+}
+
 /* As cuda_matmul_gelu_forward: one product with the GELU_AUX_BIAS
- * epilogue (it also writes the pre-GELU aux), assuming cuBLASLt takes it. */
+ * epilogue (it also writes the pre-GELU aux), assuming cuBLASLt takes it;
+ * in bf16 mode both outputs bf16 only where the shadow rules allow. */
 static void rec_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
                                     const float *inp, const float *weight, const float *bias,
                                     size_t N, size_t C, size_t OC)
 {
     struct rec_be *r = rec(be);
-    int bf = 0;
+    int bf = 0, own = 0;
     if (r->bf16) {
         int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
         bf = wb && ib;
+        own = bf && rec_gemm_own(r, out, N * OC, bias, OC, pre, NULL);
     }
-    rec_wrote(r, out, N * OC * sizeof(float));
-    rec_wrote(r, pre, N * OC * sizeof(float));
-    rec_gemm(r, bias ? "gemm_fwd+bias+gelu" : "gemm_fwd+gelu", bf, OC, N, C,
-             4.0 * (double)N * OC + (bias ? 4.0 * OC : 0));
+    if (!own) {
+        if (bias)
+            rec_f32(r, bias, OC * sizeof(float));
+        if (!bf) {
+            rec_f32(r, inp, N * C * sizeof(float));
+            rec_f32(r, weight, OC * C * sizeof(float));
+        }
+        rec_wrote(r, out, N * OC * sizeof(float));
+        rec_wrote(r, pre, N * OC * sizeof(float));
+    }
+    rec_gemm(r, bias ? "gemm_fwd+bias+gelu" : "gemm_fwd+gelu", bf, own, OC, N, C,
+             (own ? 2.0 : 4.0) * ((double)N * OC + (bias ? (double)OC : 0)));
 }
 
 /* As cuda_matmul_backward_dgelu: the dinp product with the DGELU
- * epilogue (reads the pre-GELU aux), then the weight and bias gradients. */
+ * epilogue (reads the pre-GELU aux, bf16 with a bf16 dinp), then the
+ * weight and bias gradients. */
 static void rec_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
                                       float *dbias, const float *dout, const float *inp,
                                       const float *weight, const float *pre_gelu, size_t N,
                                       size_t C, size_t OC)
 {
-    (void)pre_gelu;
     struct rec_be *r = rec(be);
-    int bf = 0;
+    int bf = 0, own = 0;
     if (r->bf16) {
         int wb = rec_in(r, weight, OC * C), db = rec_in(r, dout, N * OC);
         bf = wb && db;
+        own = bf && rec_gemm_own(r, dinp, N * C, NULL, 0, NULL, pre_gelu);
     }
-    rec_wrote(r, dinp, N * C * sizeof(float));
-    rec_gemm(r, "gemm_bwd_dinp+dgelu", bf, C, N, OC, 4.0 * (double)N * C);
+    if (!own) {
+        rec_f32(r, pre_gelu, N * C * sizeof(float));
+        if (!bf) {
+            rec_f32(r, weight, OC * C * sizeof(float));
+            rec_f32(r, dout, N * OC * sizeof(float));
+        }
+        rec_wrote(r, dinp, N * C * sizeof(float));
+    }
+    rec_gemm(r, "gemm_bwd_dinp+dgelu", bf, own, C, N, OC, (own ? 2.0 : 4.0) * (double)N * C);
     rec_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
@@ -439,6 +641,8 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
     double bh = (double)(B * NH), hs = (double)p.hs, btc = (double)(B * T * C);
     if (p.kind == GPT_CUDA_ATTN_FLASH) {
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
+        if (!qb)
+            rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
         int ob = rec_out(r, out, B * T * C);
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
         if (qb && gpt_flash_tc_applies(p.hs)) {
@@ -465,6 +669,7 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
                 "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
         return;
     }
+    rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
     rec_wrote(r, out, B * T * C * sizeof(float));
     rec_wrote(r, att, B * NH * T * T * sizeof(float));
     double tt = bh * (double)T * (double)T;
@@ -480,7 +685,6 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
                                    const float *dout, const float *qkv, const float *att, size_t B,
                                    size_t T, size_t C, size_t NH)
 {
-    (void)dout;
     (void)att;
     struct rec_be *r = rec(be);
     struct gpt_cuda_attn_plan p;
@@ -488,6 +692,9 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
     double bh = (double)(B * NH), hs = (double)p.hs, btc = (double)(B * T * C);
     if (p.kind == GPT_CUDA_ATTN_FLASH) {
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
+        if (!qb)
+            rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
+        rec_f32(r, dout, B * T * C * sizeof(float));
         int db = rec_out(r, dqkv, B * T * 3 * C);
         if (qb && gpt_flash_tc_applies(p.hs)) {
             rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
@@ -530,6 +737,8 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
                 "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
         return;
     }
+    rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
+    rec_f32(r, dout, B * T * C * sizeof(float));
     rec_wrote(r, dqkv, B * T * 3 * C * sizeof(float));
     rec_wrote(r, scratch, B * NH * T * T * sizeof(float));
     double tt = bh * (double)T * (double)T;
@@ -541,8 +750,8 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
 
 static void rec_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
 {
-    (void)inp;
     struct rec_be *r = rec(be);
+    rec_f32(r, inp, n * sizeof(float));
     int ob = rec_out(r, out, n);
     rec_add(r, "gelu_forward", GPT_KC_ELT, GPT_KU_FP32, 12.0 * n, (8.0 + (ob ? 2.0 : 0)) * n,
             "n=%zu", n);
@@ -551,9 +760,9 @@ static void rec_gelu_forward(struct gpt_backend *be, float *out, const float *in
 static void rec_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
                               const float *dout, size_t n)
 {
-    (void)inp;
-    (void)dout;
     struct rec_be *r = rec(be);
+    rec_f32(r, inp, n * sizeof(float));
+    rec_f32(r, dout, n * sizeof(float));
     int db = rec_out(r, dinp, n);
     rec_add(r, "gelu_backward", GPT_KC_ELT, GPT_KU_FP32, 20.0 * n, (12.0 + (db ? 2.0 : 0)) * n,
             "n=%zu", n);
@@ -562,13 +771,15 @@ static void rec_gelu_backward(struct gpt_backend *be, float *dinp, const float *
 static void rec_residual_forward(struct gpt_backend *be, float *out, const float *a, const float *b,
                                  size_t n)
 {
-    (void)a;
-    (void)b;
     struct rec_be *r = rec(be);
+    rec_f32(r, a, n * sizeof(float));
+    rec_f32(r, b, n * sizeof(float));
     rec_wrote(r, out, n * sizeof(float));
     rec_add(r, "residual_forward", GPT_KC_ELT, GPT_KU_FP32, (double)n, 12.0 * n, "n=%zu", n);
 }
 
+/* As cuda_softmax_xent: logits read as bf16 when current; dlogits in
+ * place, bf16 only where allowed; after a loss call one pass. */
 static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                              int write_dlogits)
@@ -576,21 +787,39 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
     (void)targets;
     (void)dscale;
     struct rec_be *r = rec(be);
-    int db = write_dlogits ? rec_out(r, logits, N * Vp) : 0;
-    rec_wrote(r, losses, N * sizeof(float));
-    double nv = (double)N * (double)Vp;
-    /* One online pass for max and sum, one to write dlogits (reads again)
-     * and their bf16 copy for the head's backward products. */
-    rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32, 6.0 * (double)N * V,
-            (write_dlogits ? 12.0 + (db ? 2.0 : 0) : 4.0) * nv, "N=%zu V=%zu%s", N, V,
-            db ? " +bf16" : "");
+    size_t n = N * Vp;
+    int have_loss = write_dlogits == GPT_XENT_AFTER_LOSS && losses != NULL;
+    int lb = rec_cur(r, logits, n);
+    if (!lb)
+        rec_f32(r, logits, n * sizeof(float));
+    int own = write_dlogits && lb && rec_own(r, logits, n);
+    int db = own || (write_dlogits && rec_out(r, logits, n));
+    if (have_loss)
+        rec_f32(r, losses, N * sizeof(float));
+    else
+        rec_wrote(r, losses, N * sizeof(float));
+    if (own)
+        rec_owned(r, logits, n);
+    double nv = (double)N * (double)Vp, es = lb ? 2.0 : 4.0;
+    /* Reads: the reduction pass (none after a loss call), then the write
+     * pass reads again; writes: dlogits fp32 (unless owned) and bf16. */
+    double bytes = (have_loss ? 0 : es * nv) + 4.0 * N;
+    if (write_dlogits)
+        bytes += es * nv + (own ? 0 : 4.0 * nv) + (db ? 2.0 * nv : 0);
+    rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32,
+            (have_loss ? 0 : 4.0 * (double)N * V) + (write_dlogits ? 3.0 * (double)N * V : 0),
+            bytes, "N=%zu V=%zu%s%s%s", N, V, lb ? " bf16" : "",
+            write_dlogits ? (own  ? " ->bf16"
+                             : db ? " ->f32+bf16"
+                                  : " ->f32")
+                          : "",
+            have_loss ? " 1-pass" : "");
 }
 
 static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
                       size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                       float grad_scale, float bc1, float bc2)
 {
-    (void)grads;
     (void)lr;
     (void)beta1;
     (void)beta2;
@@ -602,6 +831,8 @@ static void rec_adamw(struct gpt_backend *be, float *params, const float *grads,
     struct rec_be *r = rec(be);
     if (n == 0)
         return;
+    rec_f32(r, params, n * sizeof(float));
+    rec_f32(r, grads, n * sizeof(float));
     int pb = rec_out(r, params, n);
     rec_wrote(r, m, n * sizeof(float));
     rec_wrote(r, v, n * sizeof(float));
@@ -631,6 +862,8 @@ static void rec_adamw_multi(struct gpt_backend *be, float *params, const float *
         return;
     }
     size_t o = spans[0].off;
+    rec_f32(r, params + o, total * sizeof(float));
+    rec_f32(r, grads + o, total * sizeof(float));
     int pb = rec_out(r, params + o, total);
     rec_wrote(r, m + o, total * sizeof(float));
     rec_wrote(r, v + o, total * sizeof(float));
@@ -640,7 +873,7 @@ static void rec_adamw_multi(struct gpt_backend *be, float *params, const float *
 
 static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
-    (void)x;
+    rec_f32(rec(be), x, n * sizeof(float));
     rec_add(rec(be), "sumsq", GPT_KC_OPTIM, GPT_KU_FP32, 2.0 * n, 4.0 * n, "n=%zu", n);
     return 1.0;
 }
@@ -648,6 +881,7 @@ static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
 static void rec_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     (void)s;
+    rec_f32(rec(be), x, n * sizeof(float));
     rec_wrote(rec(be), x, n * sizeof(float));
     rec_add(rec(be), "scale", GPT_KC_ELT, GPT_KU_FP32, (double)n, 8.0 * n, "n=%zu", n);
 }
@@ -703,6 +937,7 @@ static const struct gpt_backend_ops rec_ops = {
     .matmul_backward_dgelu = rec_matmul_backward_dgelu,
     .residual_layernorm_forward = rec_residual_layernorm_forward,
     .adamw_multi = rec_adamw_multi,
+    .matmul_residual_forward = rec_matmul_residual_forward,
 };
 
 /* Kernels with the same name and shape, summed. */
@@ -747,7 +982,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
         y[i] = (int)((i * 104729u + 1u) % 50257u);
     }
     float loss = 0;
-    for (int s = 0; s < 2 && rc == 0 && x && y; s++) {
+    for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
         r->n = 0; /* keep only the last (steady-state) step */
         gpt_model_zero_grad(&m);
         if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||

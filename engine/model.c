@@ -577,18 +577,19 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
         gpt_backend_matmul_forward(be, qkv, ln1, model_param(m, T_BLK(l, BLK_QKVW)),
                                    model_param(m, T_BLK(l, BLK_QKVB)), N, C, 3 * C);
         gpt_backend_attention_forward(be, atty, att, qkv, B, T, C, NH);
-        /* The projections write straight into the residual buffers, which
-         * then get the skip connection added in place. */
-        gpt_backend_matmul_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
-                                   model_param(m, T_BLK(l, BLK_ATTPROJB)), N, C, C);
-        gpt_backend_residual_layernorm_forward(be, res2, ln2, ln2_mean, ln2_rstd, res2, residual,
-                                               model_param(m, T_BLK(l, BLK_LN2W)),
-                                               model_param(m, T_BLK(l, BLK_LN2B)), N, C);
+        /* The projections write the residual buffers, the skip connection
+         * added by the product (a GEMM epilogue where the backend has one). */
+        gpt_backend_matmul_residual_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
+                                            model_param(m, T_BLK(l, BLK_ATTPROJB)), residual, N, C,
+                                            C);
+        gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
+                                      model_param(m, T_BLK(l, BLK_LN2W)),
+                                      model_param(m, T_BLK(l, BLK_LN2B)), N, C);
         gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
                                         model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
-        gpt_backend_matmul_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
-                                   model_param(m, T_BLK(l, BLK_FCPROJB)), N, 4 * C, C);
-        gpt_backend_residual_forward(be, res3, res3, res2, N * C);
+        gpt_backend_matmul_residual_forward(
+            be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
+            model_param(m, T_BLK(l, BLK_FCPROJB)), res2, N, 4 * C, C);
         residual = res3;
         if ((rc = model_unit_release(m, (int)l + 1, 0)) < 0)
             return rc;
@@ -648,7 +649,9 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
 
     int rc;
-    gpt_backend_softmax_xent(be, a->logits, NULL, a->targets, N, V, Vp, dscale, 1);
+    /* The forward's losses are still there: one pass (GPT_XENT_AFTER_LOSS). */
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
+                             GPT_XENT_AFTER_LOSS);
     float *dlogits = a->logits; /* (B,T,Vp) */
     /* Unit 0 (the embeddings) stays acquired through the whole backward:
      * the tied head writes its gradient first, the encoder last. */

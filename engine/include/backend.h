@@ -122,7 +122,12 @@ struct gpt_backend_ops {
      * columns V..Vp never enter the softmax. If `losses` is non-NULL it
      * receives each row's loss. If `write_dlogits` is non-zero, `logits` is
      * overwritten IN PLACE by dloss/dlogits * dscale (padded columns and
-     * ignored rows get 0); otherwise logits is left intact. */
+     * ignored rows get 0); otherwise logits is left intact.
+     * write_dlogits == GPT_XENT_AFTER_LOSS: as 1, and `losses` holds what a
+     * call with losses made over these same logits and targets (nothing
+     * wrote either since); a backend may derive each row's normaliser from
+     * it (loss + logit of the target) instead of a reduction pass, and
+     * losses keeps its values. */
     void (*softmax_xent)(struct gpt_backend *be, float *logits /* (N,Vp) */,
                          float *losses /* (N) or NULL */, const int *targets /* (N) */, size_t N,
                          size_t V, size_t Vp, float dscale, int write_dlogits);
@@ -184,10 +189,20 @@ struct gpt_backend_ops {
                         float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
                         float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                         float bc1, float bc2);
+    /* Optional (NULL = matmul_forward then residual_forward(out, out, res)).
+     * out (N,OC) = inp @ weight^T + bias + res (N,OC): the skip connection
+     * added by the product itself (a GEMM epilogue). out must not alias
+     * inp or res. */
+    void (*matmul_residual_forward)(struct gpt_backend *be, float *out, const float *inp,
+                                    const float *weight, const float *bias, const float *res,
+                                    size_t N, size_t C, size_t OC);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
  * fp32 (trainer.tf32 false); without it a backend may use TF32. */
+/* softmax_xent's write_dlogits after a loss call over the same logits. */
+#define GPT_XENT_AFTER_LOSS 2
+
 #define GPT_BACKEND_PREC_NO_TF32 0x100
 #define GPT_BACKEND_PREC_MASK    0xff
 
@@ -262,6 +277,10 @@ void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, 
                                             float *mean, float *rstd, const float *a,
                                             const float *b, const float *weight, const float *bias,
                                             size_t N, size_t C);
+/* ops->matmul_residual_forward, or the two separate ops. */
+void gpt_backend_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                         const float *weight, const float *bias, const float *res,
+                                         size_t N, size_t C, size_t OC);
 /* ops->adamw_multi, or gpt_backend_adamw per span. */
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                              float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,

@@ -230,6 +230,61 @@ void gpt_cuda_spans_add(struct gpt_cuda_spans *s, size_t lo, size_t hi);
 /* Marks [lo, hi) stale (difference). */
 void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi);
 
+/* 1 when some current span meets [lo, hi) (empty ranges: 0). */
+int gpt_cuda_spans_meets(const struct gpt_cuda_spans *s, size_t lo, size_t hi);
+
+/* ---- bf16-only activations: the state of one shadow --------------------- */
+
+/* What one allocation's shadow holds, in element offsets:
+ *  - cur: where the bf16 copy is current;
+ *  - own: where ONLY the bf16 copy is (a producer wrote bf16 and no fp32:
+ *    matrix products with a bf16 D, LayerNorm's normalised output, the
+ *    classifier's dlogits); the fp32 floats there are stale until an fp32
+ *    reader converts them back. Always inside cur;
+ *  - want: learned: ranges an fp32 reader (an op, not a download) had to
+ *    convert back once; a producer writes fp32 (with a bf16 copy where it
+ *    can) there from then on, so the steady state converts nothing.
+ * Forgetting a span of `own` would lose data, so no transition may drop
+ * one: gpt_cuda_shd_crowded says when the caller must first convert every
+ * owned span back (then clear `own`) before the next transition. Forgetting
+ * a span of `cur` or `want` only costs a conversion. */
+struct gpt_cuda_shd_state {
+    struct gpt_cuda_spans cur;
+    struct gpt_cuda_spans own;
+    struct gpt_cuda_spans want;
+};
+
+void gpt_cuda_shd_clear(struct gpt_cuda_shd_state *s);
+/* 1 when own is not empty and one more transition could overflow cur or
+ * own: convert every span of own to fp32 and gpt_cuda_shd_flushed first. */
+int gpt_cuda_shd_crowded(const struct gpt_cuda_shd_state *s);
+/* The caller converted every span of own back to fp32: own becomes empty
+ * (and those spans are learned in want). */
+void gpt_cuda_shd_flushed(struct gpt_cuda_shd_state *s);
+/* An fp32 write of [lo, hi) without a bf16 copy. */
+void gpt_cuda_shd_wrote_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* A write of [lo, hi) in fp32 and bf16 both. */
+void gpt_cuda_shd_wrote_both(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* 1 when a producer may write [lo, hi) as bf16 only: nothing of it is in
+ * want and the sets have room (not crowded after the write). */
+int gpt_cuda_shd_may_own(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* A producer wrote [lo, hi) as bf16 only (after gpt_cuda_shd_may_own). */
+void gpt_cuda_shd_wrote_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* An fp32 reader of [lo, hi): stores in ret_lo/ret_hi (room for
+ * GPT_CUDA_SPANS_MAX) the owned sub-ranges the caller must convert from
+ * bf16 to fp32 before the read, in order, and returns their count; they
+ * leave own (the bf16 copy stays current) and, with `learn`, join want.
+ * Ops learn (they run every step); a download does not (a trainer that
+ * samples from the logits now and then must not make the head's output
+ * fp32 for good). */
+size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, int learn,
+                             size_t *ret_lo, size_t *ret_hi);
+/* A bf16 reader of [lo, hi): 0 when the bf16 copy is current there;
+ * else 1 and the caller converts [lo, hi) from fp32 to bf16 (after the
+ * owned parts were converted back by gpt_cuda_shd_read_f32 on the same
+ * range, which the caller runs first), and the range becomes current. */
+int gpt_cuda_shd_read_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+
 /* ---- step cost model (bench_gpu_train --plan) ---------------------------- */
 
 /* The roofline of one H200 SXM, the only place these numbers live. A
@@ -282,7 +337,7 @@ enum gpt_cuda_kclass {
     GPT_KC_XENT,    /* fused softmax + cross-entropy */
     GPT_KC_EMBED,   /* token/position embedding forward and backward */
     GPT_KC_OPTIM,   /* AdamW, gradient norm */
-    GPT_KC_CONVERT, /* fp32 -> bf16 operand conversions */
+    GPT_KC_CONVERT, /* fp32 <-> bf16 operand conversions */
     GPT_KC_MEM,     /* memset / copies on the device */
     GPT_KC_COUNT
 };

@@ -241,6 +241,21 @@ void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, 
     be->ops->residual_layernorm_forward(be, res, out, mean, rstd, a, b, weight, bias, N, C);
 }
 
+void gpt_backend_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                         const float *weight, const float *bias, const float *res,
+                                         size_t N, size_t C, size_t OC)
+{
+    GPT_ASSERT(be && out && res && out != inp && out != res);
+    if (!be->ops->matmul_residual_forward) {
+        gpt_backend_matmul_forward(be, out, inp, weight, bias, N, C, OC);
+        gpt_backend_residual_forward(be, out, out, res, N * OC);
+        return;
+    }
+    GPT_ASSERT(inp && weight && N > 0 && C > 0 && OC > 0);
+    GPT_ASSERT(N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
+    be->ops->matmul_residual_forward(be, out, inp, weight, bias, res, N, C, OC);
+}
+
 void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                              float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
                              float beta1, float beta2, float eps, float weight_decay,

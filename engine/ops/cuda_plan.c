@@ -262,6 +262,95 @@ void gpt_cuda_spans_cut(struct gpt_cuda_spans *s, size_t lo, size_t hi)
     }
 }
 
+int gpt_cuda_spans_meets(const struct gpt_cuda_spans *s, size_t lo, size_t hi)
+{
+    for (size_t i = 0; lo < hi && i < s->n; i++)
+        if (s->lo[i] < hi && lo < s->hi[i])
+            return 1;
+    return 0;
+}
+
+/* ---- bf16-only activations ------------------------------------------------ */
+
+void gpt_cuda_shd_clear(struct gpt_cuda_shd_state *s)
+{
+    gpt_cuda_spans_clear(&s->cur);
+    gpt_cuda_spans_clear(&s->own);
+    gpt_cuda_spans_clear(&s->want);
+}
+
+/* A transition adds at most one span to cur and one to own (a cut splits
+ * one span in two; an add merges or inserts one). */
+int gpt_cuda_shd_crowded(const struct gpt_cuda_shd_state *s)
+{
+    return s->own.n > 0 && (s->cur.n + 2 > GPT_CUDA_SPANS_MAX || s->own.n + 2 > GPT_CUDA_SPANS_MAX);
+}
+
+void gpt_cuda_shd_flushed(struct gpt_cuda_shd_state *s)
+{
+    for (size_t i = 0; i < s->own.n; i++)
+        gpt_cuda_spans_add(&s->want, s->own.lo[i], s->own.hi[i]);
+    gpt_cuda_spans_clear(&s->own);
+}
+
+void gpt_cuda_shd_wrote_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    GPT_ASSERT(!gpt_cuda_shd_crowded(s));
+    gpt_cuda_spans_cut(&s->cur, lo, hi);
+    gpt_cuda_spans_cut(&s->own, lo, hi);
+}
+
+void gpt_cuda_shd_wrote_both(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    GPT_ASSERT(!gpt_cuda_shd_crowded(s));
+    gpt_cuda_spans_cut(&s->own, lo, hi);
+    gpt_cuda_spans_add(&s->cur, lo, hi);
+}
+
+int gpt_cuda_shd_may_own(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    return lo < hi && !gpt_cuda_spans_meets(&s->want, lo, hi) &&
+           s->cur.n + 4 <= GPT_CUDA_SPANS_MAX && s->own.n + 4 <= GPT_CUDA_SPANS_MAX;
+}
+
+void gpt_cuda_shd_wrote_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    GPT_ASSERT(gpt_cuda_shd_may_own(s, lo, hi));
+    gpt_cuda_spans_add(&s->cur, lo, hi);
+    gpt_cuda_spans_add(&s->own, lo, hi);
+}
+
+size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi, int learn,
+                             size_t *ret_lo, size_t *ret_hi)
+{
+    size_t k = 0;
+    for (size_t i = 0; lo < hi && i < s->own.n; i++) {
+        size_t a = s->own.lo[i] > lo ? s->own.lo[i] : lo;
+        size_t b = s->own.hi[i] < hi ? s->own.hi[i] : hi;
+        if (a < b) {
+            ret_lo[k] = a;
+            ret_hi[k] = b;
+            k++;
+        }
+    }
+    if (k == 0)
+        return 0;
+    GPT_ASSERT(!gpt_cuda_shd_crowded(s));
+    gpt_cuda_spans_cut(&s->own, lo, hi);
+    for (size_t i = 0; learn && i < k; i++)
+        gpt_cuda_spans_add(&s->want, ret_lo[i], ret_hi[i]);
+    return k;
+}
+
+int gpt_cuda_shd_read_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    if (gpt_cuda_spans_covers(&s->cur, lo, hi))
+        return 0;
+    GPT_ASSERT(!gpt_cuda_spans_meets(&s->own, lo, hi) && !gpt_cuda_shd_crowded(s));
+    gpt_cuda_spans_add(&s->cur, lo, hi);
+    return 1;
+}
+
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch)
 {

@@ -8,7 +8,10 @@
  * of the tiles and head sizes from 4 to 128. Then the bf16 mode: matrix
  * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
  * a weight update written to the bf16 copy by stochastic rounding (and
- * reproducible), and a bf16 copy made stale by an upload; the tensor-core
+ * reproducible), a bf16 copy made stale by an upload, and the bf16-only
+ * outputs (products with a bf16 D, LayerNorm's output, GELU_AUX and DGELU,
+ * the classifier's dlogits): read by the next products, converted back for
+ * an fp32 reader, and written in fp32 from then on there; the tensor-core
  * flash kernels (head sizes 32 to 128, T from 65 to 4096, taken for
  * certain and bit-reproducible). The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
@@ -50,6 +53,9 @@ static const struct {
     {"bf16_sr", "bf16", 0.0},                /* the same seed twice: bit-identical */
     {"bf16_invalidate", "bf16", 2e-2},       /* a product after an upload of its weight */
     {"flash_tc_path", "bf16", 0.0},          /* 1 = the CUDA-core fallback ran */
+    {"bf16_only", "bf16", 2e-2},             /* values written as bf16 only, downloaded */
+    {"bf16_only_state", "bf16", 0.0},        /* 1 = a range not (or still) held in bf16 only */
+    {"softmax_xent", "bf16", 3e-2},          /* the logits read as bf16 */
     {"flash_tc_deterministic", "bf16", 0.0}, /* 1 = two backward passes differ */
     {"flash_attention_forward", "fp32", 1e-4},
     {"flash_attention_backward", "fp32", 2e-4},
@@ -306,6 +312,27 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
     check("matmul_backward", tag, &dw);
     check("matmul_backward", tag, &db);
     struct pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* The product with the skip connection as its beta term (cuBLASLt C =
+ * res, D = out) against the CPU backend's separate ops; res is left
+ * intact. */
+static void test_matmul_residual(size_t N, size_t C, size_t OC, int with_bias)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d +res", N, C, OC, with_bias);
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair b = pair_new(OC, -1, 1), res = pair_new(N * OC, -3, 3),
+                out = pair_new(N * OC, 0, 0);
+    gpt_backend_matmul_residual_forward(cpu, out.c, inp.c, w.c, with_bias ? b.c : NULL, res.c, N, C,
+                                        OC);
+    gpt_backend_matmul_residual_forward(gpu, out.g, inp.g, w.g, with_bias ? b.g : NULL, res.g, N, C,
+                                        OC);
+    check("matmul_forward", tag, &out);
+    check("residual_forward", "skip connection intact", &res);
+    struct pair *all[] = {&inp, &w, &b, &res, &out};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -608,6 +635,18 @@ static void test_xent(size_t N, size_t V, size_t Vp)
     gpt_backend_softmax_xent(gpu, logits.g, losses.g, tg, N, V, Vp, 1.0f / (float)N, 1);
     check("softmax_xent", tag, &losses);
     check("softmax_xent", "dlogits (padded columns 0)", &logits);
+    /* The model's way: a loss call, then dlogits from its losses in one
+     * pass (GPT_XENT_AFTER_LOSS); losses keep their values. */
+    struct pair l2 = pair_new(N * Vp, -8, 8);
+    gpt_backend_softmax_xent(cpu, l2.c, losses.c, tc, N, V, Vp, 0.0f, 0);
+    gpt_backend_softmax_xent(gpu, l2.g, losses.g, tg, N, V, Vp, 0.0f, 0);
+    gpt_backend_softmax_xent(cpu, l2.c, losses.c, tc, N, V, Vp, 1.0f / (float)N,
+                             GPT_XENT_AFTER_LOSS);
+    gpt_backend_softmax_xent(gpu, l2.g, losses.g, tg, N, V, Vp, 1.0f / (float)N,
+                             GPT_XENT_AFTER_LOSS);
+    check("softmax_xent", "losses after the one-pass dlogits", &losses);
+    check("softmax_xent", "dlogits after a loss call (one pass)", &l2);
+    pair_free(&l2);
     pair_free(&logits);
     pair_free(&losses);
     gpt_backend_mem_free(cpu, tc);
@@ -671,6 +710,151 @@ static void test_bf16_copies(size_t N, size_t C, size_t V, size_t Vp)
     free(t);
 }
 
+/* A region [off, off + n) of a pair. */
+static struct pair region(const struct pair *p, size_t off, size_t n)
+{
+    struct pair r = {p->c + off, p->g + off, n};
+    return r;
+}
+
+/* bf16 mode: outputs that only products read are written as bf16 only
+ * once their allocation has a bf16 copy (the model's activation slab,
+ * here one allocation holding every activation): LayerNorm's output, a
+ * product's output (bias epilogue in bf16), GELU_AUX's output and
+ * pre-activation, DGELU's output. Round 0 creates the copy (its first
+ * bf16 reader); round 1 runs with every one of them bf16 only (checked
+ * through the state and through the products that read them), then
+ * downloads them (they come back converted); round 2 finds them bf16 only
+ * again (a download does not teach), then an op reads the product's
+ * output as fp32; round 3 finds that range written in fp32 (learned) and
+ * the others still bf16 only. Every round's values match the fp32 CPU ops
+ * within bf16 error. */
+static void test_bf16_only(size_t N, size_t C, size_t OC)
+{
+    char tag[96];
+    size_t nc = N * C, no = N * OC;
+    /* The slab: x, ln, h, g, pre, y, dx. */
+    size_t ox = 0, oln = nc, oh = 2 * nc, og = oh + no, op = og + no, oy = op + no, odx = oy + nc;
+    struct pair act = pair_new(odx + no, 0, 0), x = pair_new(nc, -3, 3);
+    struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1), mean = pair_new(N, 0, 0);
+    struct pair rstd = pair_new(N, 0, 0), w = pair_new(OC * C, -0.5f, 0.5f),
+                b = pair_new(OC, -1, 1);
+    struct pair w2 = pair_new(C * OC, -0.5f, 0.5f), dy = pair_new(nc, -1, 1);
+    struct pair dw2 = pair_new(C * OC, 0, 0), dln = pair_new(nc, 0, 0), dw = pair_new(OC * C, 0, 0);
+    struct pair rx = region(&act, ox, nc), rln = region(&act, oln, nc), rh = region(&act, oh, no);
+    struct pair rg = region(&act, og, no), rp = region(&act, op, no), ry = region(&act, oy, nc);
+    struct pair rdx = region(&act, odx, no), sum = pair_new(no, 0, 0);
+    struct pair *owned[] = {&rln, &rh, &rg, &rp, &rdx};
+    const char *names[] = {"LayerNorm out", "product out", "GELU out", "pre-GELU", "DGELU out"};
+    for (int round = 0; round < 4; round++) {
+        gpt_backend_copy(cpu, rx.c, x.c, nc * sizeof(float));
+        gpt_backend_copy(gpu, rx.g, x.g, nc * sizeof(float));
+        struct gpt_backend *bes[2] = {cpu, gpu};
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            gpt_backend_layernorm_forward(be, P(rln), P(mean), P(rstd), P(rx), P(lw), P(lb), N, C);
+            gpt_backend_matmul_forward(be, P(rh), P(rln), P(w), P(b), N, C, OC);
+            gpt_backend_matmul_gelu_forward(be, P(rg), P(rp), P(rln), P(w), P(b), N, C, OC);
+            gpt_backend_matmul_forward(be, P(ry), P(rg), P(w2), NULL, N, OC, C);
+            gpt_backend_memzero(be, P(dw2), C * OC * sizeof(float));
+            gpt_backend_memzero(be, P(dw), OC * C * sizeof(float));
+            gpt_backend_matmul_backward_dgelu(be, P(rdx), P(dw2), NULL, P(dy), P(rg), P(w2), P(rp),
+                                              N, OC, C);
+            gpt_backend_matmul_backward(be, P(dln), P(dw), NULL, P(rdx), P(rln), P(w), N, C, OC);
+#undef P
+        }
+        for (size_t i = 0; round > 0 && i < sizeof(owned) / sizeof(owned[0]); i++) {
+            /* bf16 only from round 1 on, but the product's output (i 1),
+             * which round 2's fp32 op taught the backend to write fp32. */
+            int want = !(round == 3 && i == 1);
+            snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d: %s %s", N, C, OC, round, names[i],
+                     want ? "bf16 only" : "fp32 (learned)");
+            int bo = gpt_cuda_backend_bf16_only(gpu, owned[i]->g, owned[i]->n * sizeof(float));
+            report("bf16_only_state", tag, bo != want);
+        }
+        /* The readers of the bf16-only values, before any download. */
+        snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d", N, C, OC, round);
+        check("matmul_forward", tag, &ry);
+        check("matmul_backward_dgelu", tag, &dw2);
+        check("matmul_backward", tag, &dln);
+        check("matmul_backward", tag, &dw);
+        if (round == 2) { /* an op reading h as fp32 (h bf16 only again) */
+            gpt_backend_residual_forward(cpu, sum.c, rh.c, rh.c, no);
+            gpt_backend_residual_forward(gpu, sum.g, rh.g, rh.g, no);
+            report("bf16_only", "an op's fp32 read of a bf16-only range",
+                   pair_err(&sum, NULL, NULL));
+        }
+        /* Downloads (not in round 0: its ranges were not all owned yet):
+         * owned values come back converted, and nothing is learned. */
+        for (size_t i = 0; round > 0 && i < sizeof(owned) / sizeof(owned[0]); i++) {
+            snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu round %d: %s", N, C, OC, round, names[i]);
+            report("bf16_only", tag, pair_err(owned[i], NULL, NULL));
+            report("bf16_only_state", tag,
+                   gpt_cuda_backend_bf16_only(gpu, owned[i]->g, owned[i]->n * sizeof(float)));
+        }
+    }
+    struct pair *all[] = {&act, &x,  &lw, &lb,  &mean, &rstd, &w,
+                          &b,   &w2, &dy, &dw2, &dln,  &dw,   &sum};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* bf16 mode, the classifier: logits written bf16 only by the head's
+ * product, the loss and the one-pass dlogits read them as bf16 and write
+ * the dlogits bf16 only in place, and the head's backward products read
+ * those. Round 0 creates the slab's bf16 copy; round 1 checks the state,
+ * then downloads the dlogits; both check the losses and the products. */
+static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp)
+{
+    char tag[96];
+    int *t = malloc(N * sizeof(int)), *tc, *tg;
+    if (!t)
+        abort();
+    for (size_t i = 0; i < N; i++)
+        t[i] = i % 7 == 2 ? -1 : (int)gpt_rng_below(&rng, V);
+    ints_new(t, N, &tc, &tg);
+    size_t olog = N * C;
+    struct pair act = pair_new(olog + N * Vp, -1, 1), wte = pair_new(Vp * C, -0.5f, 0.5f);
+    struct pair losses = pair_new(N, 0, 0), dc = pair_new(N * C, 0, 0);
+    struct pair dwte = pair_new(Vp * C, 0, 0);
+    struct pair lnf = region(&act, 0, N * C), lg = region(&act, olog, N * Vp);
+    for (int round = 0; round < 2; round++) {
+        struct gpt_backend *bes[2] = {cpu, gpu};
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            gpt_backend_matmul_forward(be, P(lg), P(lnf), P(wte), NULL, N, C, Vp);
+            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 0.0f, 0);
+            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 1.0f / (float)N,
+                                     GPT_XENT_AFTER_LOSS);
+            gpt_backend_memzero(be, P(dwte), Vp * C * sizeof(float));
+            gpt_backend_matmul_backward(be, P(dc), P(dwte), NULL, P(lg), P(lnf), P(wte), N, C, Vp);
+#undef P
+        }
+        snprintf(tag, sizeof(tag), "N%zu V%zu round %d", N, V, round);
+        if (round == 1)
+            report("bf16_only_state", "dlogits bf16 only",
+                   !gpt_cuda_backend_bf16_only(gpu, lg.g, lg.n * sizeof(float)));
+        check("softmax_xent", tag, &losses);
+        check("matmul_backward", tag, &dc);
+        check("matmul_backward", tag, &dwte);
+        if (round == 1) {
+            report("bf16_only", "dlogits downloaded", pair_err(&lg, NULL, NULL));
+            report("bf16_only_state", "dlogits after the download",
+                   gpt_cuda_backend_bf16_only(gpu, lg.g, lg.n * sizeof(float)));
+        }
+    }
+    struct pair *all[] = {&act, &wte, &losses, &dc, &dwte};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(t);
+}
+
 int main(void)
 {
     char probe[512];
@@ -724,6 +908,9 @@ int main(void)
     test_matmul_gelu(64, 48, 192, 1);
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
+    test_matmul_residual(1024, 3072, 768, 1);
+    test_matmul_residual(66, 48, 144, 0);
+    test_matmul_residual(7, 5, 3, 1); /* unaligned: the separate ops */
     static const size_t ns[] = {1, 31, 257, 100003, 3000017};
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         test_elementwise(ns[i]);
@@ -762,11 +949,17 @@ int main(void)
         test_adamw(ns[i]);
     }
     test_matmul_gelu(1024, 768, 3072, 1);
+    test_matmul_residual(1024, 3072, 768, 1);
+    test_matmul_residual(7, 5, 3, 1);
     test_adamw_multi(148, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);
     test_bf16_weights(1024, 768, 3072);
+    test_bf16_only(256, 64, 192);
+    test_bf16_only(1024, 768, 3072);
+    test_bf16_only_xent(256, 64, 1000, 1024);
+    test_bf16_only_xent(64, 768, 50257, 50304);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 

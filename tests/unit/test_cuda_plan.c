@@ -9,7 +9,9 @@
  * tile spans (checked pair by pair against the mask); and the bf16
  * conversions the kernels use (gpt_bf16.h, compiled here as plain C):
  * round-to-nearest-even against a distance-based reference, NaN/Inf, and
- * stochastic rounding that is exactly unbiased over its random bits.
+ * stochastic rounding that is exactly unbiased over its random bits; the
+ * bf16 shadows' state machine (current, bf16-only and learned spans)
+ * against a host model in which every reader must see the last write.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -633,6 +635,163 @@ static void test_spans(void **state)
     assert_true(gpt_cuda_spans_covers(&s, 0, 100));
 }
 
+/* ---- bf16-only activations: the shadow state machine --------------------- */
+
+/* A host model of one allocation as the backend drives it: each element's
+ * fp32 and bf16 copies hold a version number, `truth` the version last
+ * written. The protocol (cuda_shadow.cu's, and the plan recorder's) must
+ * make every fp32 reader see truth in fp32 and every bf16 reader see it in
+ * bf16, whatever mix of fp32, both and bf16-only writes came before, with
+ * the span sets crowded or not. */
+#define SHD_N 4096
+struct shd_model {
+    struct gpt_cuda_shd_state st;
+    unsigned f32[SHD_N], bf[SHD_N], truth[SHD_N];
+    unsigned version;
+    size_t converted; /* elements converted bf16 -> fp32 */
+};
+
+static void shd_copy_back(struct shd_model *m, size_t lo, size_t hi)
+{
+    for (size_t i = lo; i < hi; i++)
+        m->f32[i] = m->bf[i];
+    m->converted += hi - lo;
+}
+
+/* shd_ready_locked. */
+static void shd_ready(struct shd_model *m)
+{
+    if (!gpt_cuda_shd_crowded(&m->st))
+        return;
+    for (size_t i = 0; i < m->st.own.n; i++)
+        shd_copy_back(m, m->st.own.lo[i], m->st.own.hi[i]);
+    gpt_cuda_shd_flushed(&m->st);
+    assert_int_equal(m->st.own.n, 0);
+}
+
+static void shd_read_f32(struct shd_model *m, size_t lo, size_t hi, int learn)
+{
+    static size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
+    shd_ready(m);
+    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, learn, rlo, rhi);
+    for (size_t i = 0; i < k; i++) {
+        assert_true(lo <= rlo[i] && rlo[i] < rhi[i] && rhi[i] <= hi);
+        assert_true(i == 0 || rlo[i] >= rhi[i - 1]);
+        shd_copy_back(m, rlo[i], rhi[i]);
+    }
+    assert_false(gpt_cuda_spans_meets(&m->st.own, lo, hi));
+}
+
+static void test_shd_state_model(void **state)
+{
+    (void)state;
+    static struct shd_model m;
+    for (int round = 0; round < 2; round++) {
+        memset(&m, 0, sizeof(m));
+        gpt_cuda_shd_clear(&m.st);
+        uint32_t x = 777u + (uint32_t)round;
+        int crowded_seen = 0, owned = 0;
+        for (int it = 0; it < 30000; it++) {
+            x = x * 1664525u + 1013904223u;
+            /* round 0: wide ranges; round 1: short ones far apart, which
+             * crowd the span sets. */
+            size_t lo = round == 0 ? (x >> 8) % SHD_N : ((x >> 8) % (SHD_N / 8)) * 8;
+            size_t len = round == 0 ? 1 + (x >> 20) % 300 : 1 + (x >> 20) % 3;
+            size_t hi = lo + len > SHD_N ? SHD_N : lo + len;
+            unsigned op = (x >> 3) % 5;
+            crowded_seen |= gpt_cuda_shd_crowded(&m.st);
+            if (op == 0) { /* fp32 write */
+                shd_ready(&m);
+                gpt_cuda_shd_wrote_f32(&m.st, lo, hi);
+                m.version++;
+                for (size_t i = lo; i < hi; i++)
+                    m.f32[i] = m.truth[i] = m.version;
+            } else if (op == 1) { /* fp32 and bf16 */
+                shd_ready(&m);
+                gpt_cuda_shd_wrote_both(&m.st, lo, hi);
+                m.version++;
+                for (size_t i = lo; i < hi; i++)
+                    m.f32[i] = m.bf[i] = m.truth[i] = m.version;
+            } else if (op == 2) { /* bf16 only, where allowed */
+                shd_ready(&m);
+                if (!gpt_cuda_shd_may_own(&m.st, lo, hi))
+                    continue;
+                gpt_cuda_shd_wrote_bf16(&m.st, lo, hi);
+                owned++;
+                m.version++;
+                for (size_t i = lo; i < hi; i++)
+                    m.bf[i] = m.truth[i] = m.version;
+                assert_true(gpt_cuda_spans_covers(&m.st.cur, lo, hi));
+                assert_true(gpt_cuda_spans_covers(&m.st.own, lo, hi));
+            } else if (op == 3) { /* fp32 reader */
+                shd_read_f32(&m, lo, hi, (x >> 11) & 1);
+                for (size_t i = lo; i < hi; i++)
+                    assert_int_equal(m.f32[i], m.truth[i]);
+            } else { /* bf16 reader: convert on a miss */
+                if (!gpt_cuda_spans_covers(&m.st.cur, lo, hi)) {
+                    shd_read_f32(&m, lo, hi, 1);
+                    shd_ready(&m);
+                    if (gpt_cuda_shd_read_bf16(&m.st, lo, hi))
+                        for (size_t i = lo; i < hi; i++)
+                            m.bf[i] = m.f32[i];
+                }
+                for (size_t i = lo; i < hi; i++)
+                    assert_int_equal(m.bf[i], m.truth[i]);
+            }
+            /* own inside cur, always. */
+            for (size_t i = 0; i < m.st.own.n; i++)
+                assert_true(gpt_cuda_spans_covers(&m.st.cur, m.st.own.lo[i], m.st.own.hi[i]));
+        }
+        assert_true(owned > 100);
+        assert_true(m.converted > 0);
+        if (round == 1)
+            assert_true(crowded_seen);
+    }
+}
+
+/* The learned rule: a range an fp32 reader had to convert back is written
+ * in fp32 from then on; elsewhere bf16-only writes go on. */
+static void test_shd_state_learns(void **state)
+{
+    (void)state;
+    static struct gpt_cuda_shd_state s;
+    size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
+    gpt_cuda_shd_clear(&s);
+    assert_true(gpt_cuda_shd_may_own(&s, 0, 100));
+    assert_false(gpt_cuda_shd_may_own(&s, 5, 5)); /* empty */
+    gpt_cuda_shd_wrote_bf16(&s, 0, 100);
+    assert_int_equal(gpt_cuda_shd_read_bf16(&s, 10, 20), 0); /* current: no conversion */
+    /* A download of [90, 100): converted back, not learned. */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 90, 100, 0, rlo, rhi), 1);
+    assert_true(rlo[0] == 90 && rhi[0] == 100);
+    assert_true(gpt_cuda_shd_may_own(&s, 90, 100));
+    gpt_cuda_shd_wrote_bf16(&s, 90, 100);
+    /* An op's fp32 read of [50, 150): [50, 100) comes back, and is learned. */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, 1, rlo, rhi), 1);
+    assert_int_equal(rlo[0], 50);
+    assert_int_equal(rhi[0], 100);
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 50, 150, 1, rlo, rhi), 0); /* nothing owned now */
+    assert_true(gpt_cuda_spans_covers(&s.cur, 0, 100));                   /* bf16 still current */
+    assert_false(gpt_cuda_shd_may_own(&s, 60, 70));
+    assert_false(gpt_cuda_shd_may_own(&s, 0, 51));
+    assert_true(gpt_cuda_shd_may_own(&s, 0, 50));
+    assert_true(gpt_cuda_shd_may_own(&s, 100, 200));
+    /* An fp32 write makes both copies of [0, 10) plain fp32. */
+    gpt_cuda_shd_wrote_f32(&s, 0, 10);
+    assert_false(gpt_cuda_spans_meets(&s.own, 0, 10));
+    assert_false(gpt_cuda_spans_meets(&s.cur, 0, 10));
+    assert_true(gpt_cuda_spans_covers(&s.own, 10, 50));
+    /* Writing both ends ownership there. */
+    gpt_cuda_shd_wrote_both(&s, 20, 60);
+    assert_true(gpt_cuda_spans_covers(&s.own, 10, 20));
+    assert_false(gpt_cuda_spans_meets(&s.own, 20, 100));
+    /* A flush hands every owned span back and learns it. */
+    gpt_cuda_shd_flushed(&s);
+    assert_int_equal(s.own.n, 0);
+    assert_false(gpt_cuda_shd_may_own(&s, 15, 16));
+    assert_false(gpt_cuda_shd_crowded(&s)); /* nothing owned: never crowded */
+}
+
 /* ---- cost model ------------------------------------------------------------ */
 
 static void test_roofline(void **state)
@@ -707,6 +866,8 @@ int main(void)
         cmocka_unit_test(test_bf16_sr),
         cmocka_unit_test(test_shadow_index),
         cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_shd_state_model),
+        cmocka_unit_test(test_shd_state_learns),
         cmocka_unit_test(test_roofline),
         cmocka_unit_test(test_flash_pairs),
     };

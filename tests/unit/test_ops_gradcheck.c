@@ -331,6 +331,19 @@ static void test_residual(void **state)
     gpt_backend_residual_forward(be, a, a, b, n); /* in place */
     assert_memory_equal(a, o, n * sizeof(float));
     free(a), free(b), free(o);
+    /* The product with the skip connection: the two ops' exact result
+     * (the front-end's fallback on this backend), the skip left intact. */
+    size_t N = 5, C = 7, OC = 3;
+    float *x = rand_buf(N * C, 1.0), *w = rand_buf(OC * C, 1.0), *bias = rand_buf(OC, 1.0);
+    float *res = rand_buf(N * OC, 1.0), *res0 = zero_buf(N * OC), *want = zero_buf(N * OC);
+    float *got = zero_buf(N * OC);
+    memcpy(res0, res, N * OC * sizeof(float));
+    gpt_backend_matmul_forward(be, want, x, w, bias, N, C, OC);
+    gpt_backend_residual_forward(be, want, want, res, N * OC);
+    gpt_backend_matmul_residual_forward(be, got, x, w, bias, res, N, C, OC);
+    assert_memory_equal(got, want, N * OC * sizeof(float));
+    assert_memory_equal(res, res0, N * OC * sizeof(float));
+    free(x), free(w), free(bias), free(res), free(res0), free(want), free(got);
     gpt_backend_free(be);
 }
 
@@ -389,6 +402,17 @@ static void test_softmax_xent(void **state)
             if (j >= c.V || c.targets[i] < 0)
                 assert_float_equal(d[i * c.Vp + j], 0.0f, 0.0f);
     assert_true(grad_error("softmax_xent dlogits", c.logits, n, d, xent_loss, &c) < 1e-2);
+    /* After a loss call (the model's way): the same dlogits, losses kept. */
+    float *d2 = zero_buf(n), *l2 = zero_buf(c.N);
+    memcpy(d, c.logits, n * sizeof(float));
+    memcpy(d2, c.logits, n * sizeof(float));
+    gpt_backend_softmax_xent(c.be, d, NULL, c.targets, c.N, c.V, c.Vp, 0.5f, 1);
+    gpt_backend_softmax_xent(c.be, d2, l2, c.targets, c.N, c.V, c.Vp, 0.0f, 0);
+    memcpy(saved, l2, c.N * sizeof(float));
+    gpt_backend_softmax_xent(c.be, d2, l2, c.targets, c.N, c.V, c.Vp, 0.5f, GPT_XENT_AFTER_LOSS);
+    assert_memory_equal(d2, d, n * sizeof(float));
+    assert_memory_equal(l2, saved, c.N * sizeof(float));
+    free(d2), free(l2);
     free(c.logits), free(c.losses), free(saved), free(d);
     gpt_backend_free(c.be);
 }

@@ -43,6 +43,23 @@
  * created once, at the first read of its allocation, so after the first
  * step nothing is allocated whatever the batch shape, and no forward
  * operand is converted.
+ *
+ * bf16-only outputs: where an output's allocation has a shadow, the
+ * producers whose readers are products write it as bf16 ONLY, straight
+ * into the shadow (the range is "owned": its fp32 floats are stale):
+ * matrix products (cuBLASLt with a bf16 D, the bias in bf16 from the
+ * weights' shadow; GELU_AUX with its pre-activation as bf16 aux, DGELU
+ * reading it), LayerNorm's normalised output and the classifier's dlogits
+ * (written in place over the bf16 logits the head's product wrote). Every
+ * op that reads device floats as fp32 (and copy) first asks cu_f32,
+ * which converts owned floats back and LEARNS the range: its producer
+ * writes fp32 (with the bf16 copy where it can) there from then on. A
+ * download converts back without learning (a trainer sampling from the
+ * logits now and then keeps the head's bf16 output). So the steady state converts nothing either way: qkv, the MLP's
+ * hidden activations and their gradient, the LayerNorm outputs and the
+ * logits/dlogits live in bf16 only, and the residual stream, which fp32
+ * readers want, stays fp32. The rules are gpt_cuda_shd_state
+ * (engine/ops/cuda_plan.c, unit-tested against a host model).
  */
 #include <errno.h>
 #include <math.h>
@@ -195,6 +212,7 @@ static int cuda_download(struct gpt_backend *be, void *host_dst, const void *src
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32_learn(cb, src, bytes, 0); /* converted back, not learned */
     int rc = cu_ret(cb, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cb->compute),
                     "download");
     if (rc < 0)
@@ -206,6 +224,7 @@ static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32(cb, src, bytes);
     cu_shd_wrote(cb, dst, bytes);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->compute);
     if (e != cudaSuccess)
@@ -275,6 +294,8 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        if (!qb) /* the kernels read qkv as fp32 only without its bf16 copy */
+            cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
         uint16_t *ob = cu_shd_out(cb, out, B * T * C, NULL);
         cu_shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
         cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
@@ -283,6 +304,7 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         cu_check(cb, "flash_forward");
         return;
     }
+    cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
     cu_shd_wrote(cb, out, B * T * C * sizeof(float));
     cu_shd_wrote(cb, att, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
@@ -332,6 +354,9 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind == GPT_CUDA_ATTN_FLASH) {
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
+        if (!qb)
+            cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
+        cu_f32(cb, dout, B * T * C * sizeof(float));
         uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
         cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
         cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
@@ -341,6 +366,8 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         cu_check(cb, "flash_backward");
         return;
     }
+    cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
+    cu_f32(cb, dout, B * T * C * sizeof(float));
     cu_shd_wrote(cb, dqkv, B * T * 3 * C * sizeof(float));
     cu_shd_wrote(cb, scratch, B * NH * T * T * sizeof(float));
     struct att_geom g = att_geom(B, T, C, NH);
@@ -392,6 +419,7 @@ static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dw
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32(cb, dout, B * T * C * sizeof(float));
     cu_shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
     cu_shd_wrote(cb, dwpe, T * C * sizeof(float));
     cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
@@ -404,11 +432,17 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    uint16_t *ob = cu_shd_out(cb, out, N * C, NULL);
+    cu_f32(cb, inp, N * C * sizeof(float));
+    /* The normalised output feeds products: bf16 only where the shadow
+     * rules allow, else fp32 with the bf16 copy alongside. */
+    uint16_t *own = cu_shd_own(cb, out, N * C);
+    uint16_t *ob = own ? own : cu_shd_out(cb, out, N * C, NULL);
     cu_shd_wrote(cb, mean, N * sizeof(float));
     cu_shd_wrote(cb, rstd, N * sizeof(float));
-    cuk_layernorm_forward(cb->compute, out, ob, mean, rstd, inp, weight, bias, N, C);
+    cuk_layernorm_forward(cb->compute, own ? NULL : out, ob, mean, rstd, inp, weight, bias, N, C);
     cu_check(cb, "layernorm_forward");
+    if (own)
+        cu_shd_owned(cb, out, N * C);
 }
 
 static void cuda_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,
@@ -418,12 +452,18 @@ static void cuda_residual_layernorm_forward(struct gpt_backend *be, float *res, 
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32(cb, a, N * C * sizeof(float));
+    cu_f32(cb, b, N * C * sizeof(float));
     cu_shd_wrote(cb, res, N * C * sizeof(float));
-    uint16_t *ob = cu_shd_out(cb, out, N * C, NULL);
+    uint16_t *own = cu_shd_own(cb, out, N * C);
+    uint16_t *ob = own ? own : cu_shd_out(cb, out, N * C, NULL);
     cu_shd_wrote(cb, mean, N * sizeof(float));
     cu_shd_wrote(cb, rstd, N * sizeof(float));
-    cuk_residual_layernorm_forward(cb->compute, res, out, ob, mean, rstd, a, b, weight, bias, N, C);
+    cuk_residual_layernorm_forward(cb->compute, res, own ? NULL : out, ob, mean, rstd, a, b, weight,
+                                   bias, N, C);
     cu_check(cb, "residual_layernorm_forward");
+    if (own)
+        cu_shd_owned(cb, out, N * C);
 }
 
 static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
@@ -435,6 +475,9 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
     cu_enter(cb);
     /* dinp (the residual stream's gradient) feeds the next products'
      * backward: its bf16 copy is written alongside. */
+    cu_f32(cb, dout, N * C * sizeof(float));
+    cu_f32(cb, inp, N * C * sizeof(float));
+    cu_f32(cb, dinp, N * C * sizeof(float)); /* accumulated */
     uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
@@ -449,6 +492,7 @@ void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, siz
     if (n == 0)
         return;
     cu_enter(cb);
+    cu_f32(cb, inp, n * sizeof(float));
     uint16_t *ob = cu_shd_out(cb, out, n, NULL);
     cuk_gelu_forward(cb->compute, out, ob, inp, n);
     cu_check(cb, "gelu_forward");
@@ -461,6 +505,8 @@ void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
     if (n == 0)
         return;
     cu_enter(cb);
+    cu_f32(cb, inp, n * sizeof(float));
+    cu_f32(cb, dout, n * sizeof(float));
     uint16_t *db = cu_shd_out(cb, dinp, n, NULL);
     cuk_gelu_backward(cb->compute, dinp, db, inp, dout, n);
     cu_check(cb, "gelu_backward");
@@ -473,22 +519,42 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
     if (n == 0)
         return;
     cu_enter(cb);
+    cu_f32(cb, a, n * sizeof(float));
+    cu_f32(cb, b, n * sizeof(float));
     cu_shd_wrote(cb, out, n * sizeof(float));
     cuk_residual_forward(cb->compute, out, a, b, n);
     cu_check(cb, "residual_forward");
 }
 
+/* The classifier's loss and dlogits. In bf16 mode the logits are read as
+ * bf16 when their bf16 copy is current (the head's product wrote them
+ * bf16 only), and the dlogits are written in place as bf16 only where the
+ * shadow rules allow (the head's backward products read nothing else), so
+ * no fp32 (N, Vp) tensor is read or written. With GPT_XENT_AFTER_LOSS the
+ * losses of the forward call give each row's log-sum-exp: one pass. */
 static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                               const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                               int write_dlogits)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    /* dlogits are the head's backward operand: bf16 copy alongside. */
-    uint16_t *db = write_dlogits ? cu_shd_out(cb, logits, N * Vp, NULL) : NULL;
-    cu_shd_wrote(cb, losses, N * sizeof(float));
-    cuk_softmax_xent(cb->compute, logits, db, losses, targets, N, V, Vp, dscale, write_dlogits);
+    size_t n = N * Vp;
+    int have_loss = write_dlogits == GPT_XENT_AFTER_LOSS && losses != NULL;
+    const uint16_t *lb = cu_shd_cur(cb, logits, n);
+    if (!lb)
+        cu_f32(cb, logits, n * sizeof(float));
+    uint16_t *own = write_dlogits && lb ? cu_shd_own(cb, logits, n) : NULL;
+    /* Otherwise dlogits are fp32 with the bf16 copy alongside. */
+    uint16_t *db = own ? own : write_dlogits ? cu_shd_out(cb, logits, n, NULL) : NULL;
+    if (have_loss)
+        cu_f32(cb, losses, N * sizeof(float));
+    else
+        cu_shd_wrote(cb, losses, N * sizeof(float));
+    cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db, losses, targets,
+                     N, V, Vp, dscale, write_dlogits, have_loss);
     cu_check(cb, "softmax_xent");
+    if (own)
+        cu_shd_owned(cb, logits, n);
 }
 
 static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
@@ -503,6 +569,8 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
      * the new values with stochastic rounding; one random stream per call,
      * indexed by the element's place in the shadow. */
     uint64_t index0 = 0;
+    cu_f32(cb, params, n * sizeof(float));
+    cu_f32(cb, grads, n * sizeof(float));
     uint16_t *pb = cu_shd_out(cb, params, n, &index0);
     cu_shd_wrote(cb, m, n * sizeof(float));
     cu_shd_wrote(cb, v, n * sizeof(float));
@@ -559,6 +627,8 @@ static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float 
     }
     size_t o = spans[0].off;
     uint64_t index0 = 0;
+    cu_f32(cb, params + o, total * sizeof(float));
+    cu_f32(cb, grads + o, total * sizeof(float));
     uint16_t *pb = cu_shd_out(cb, params + o, total, &index0);
     cu_shd_wrote(cb, m + o, total * sizeof(float));
     cu_shd_wrote(cb, v + o, total * sizeof(float));
@@ -573,6 +643,7 @@ static double cuda_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32(cb, x, n * sizeof(float));
     double *result = cb->sumsq_dev + GPT_CUDA_SUMSQ_MAX_BLOCKS;
     cuk_sumsq(cb->compute, x, n, cb->sumsq_dev, result);
     cu_check(cb, "sumsq");
@@ -589,6 +660,7 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cu_f32(cb, x, n * sizeof(float));
     cu_shd_wrote(cb, x, n * sizeof(float));
     cuk_scale(cb->compute, x, s, n);
     cu_check(cb, "scale");
@@ -653,6 +725,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
     /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
+    /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
@@ -799,4 +872,10 @@ extern "C" void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
     cu_shd_wrote(cb, ptr, bytes);
+}
+
+extern "C" int gpt_cuda_backend_bf16_only(const struct gpt_backend *be, const void *ptr,
+                                          size_t bytes)
+{
+    return cu_shd_is_owned((struct gpt_cuda_backend *)cu_const(be), ptr, bytes);
 }

@@ -48,12 +48,13 @@ struct lt_cache_ent {
 };
 
 /* bf16 copy of one whole device allocation, the floats [base, base + n);
- * `cur` holds the element spans where it is current. */
+ * `st` says where it is current, where it is the only copy (owned: the
+ * fp32 floats are stale) and where fp32 readers wanted the floats. */
 struct shadow {
     uintptr_t base;
     size_t n;
     uint16_t *bf;
-    struct gpt_cuda_spans cur;
+    struct gpt_cuda_shd_state st;
 };
 
 struct alloc_ent {
@@ -89,6 +90,7 @@ struct gpt_cuda_backend {
     pthread_mutex_t shd_mu;
     struct shadow *shd;
     size_t n_shd, cap_shd;
+    size_t shd_lo[GPT_CUDA_SPANS_MAX], shd_hi[GPT_CUDA_SPANS_MAX]; /* shd_read_f32's */
     /* adamw_multi's span table: on the device (ends, then decay flags,
      * AW_CAP each, allocated with the backend), the host copy of what is
      * there (uploaded again only when a call's table differs), and the
@@ -168,8 +170,25 @@ uint16_t *cu_shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *
  * when no tracked allocation holds them or the shadow cannot be allocated
  * (the caller then uses the fp32 data). Owner thread. */
 const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n);
-/* Frees every shadow; cb->shd_mu held. */
+/* Frees every shadow, converting owned ranges back to fp32 first;
+ * cb->shd_mu held. */
 void cu_shd_free_all_locked(struct gpt_cuda_backend *cb);
+/* bf16-only outputs (owned ranges, see gpt_cuda_shd_state): where a
+ * producer may write the floats [p, p + n) as bf16 only, or NULL (then it
+ * writes fp32 as usual); cu_shd_owned marks them once the write is
+ * enqueued. */
+uint16_t *cu_shd_own(struct gpt_cuda_backend *cb, float *p, size_t n);
+void cu_shd_owned(struct gpt_cuda_backend *cb, float *p, size_t n);
+/* The bf16 copy of [p, p + n) when it is current there, else NULL; never
+ * converts. */
+const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n);
+/* Every op that reads device floats as fp32 calls this first: owned
+ * floats among the bytes [p, p + bytes) are converted back (and learned). */
+void cu_f32(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
+/* cu_f32, learning the range or not (downloads: not). */
+void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int learn);
+/* 1 when some of the bytes [p, p + bytes) are owned (bf16 only). */
+int cu_shd_is_owned(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
 
 /* --- cuda_matmul.cu: the products (ops slots of the vtable) -------------- */
 
@@ -178,6 +197,9 @@ void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp, c
 void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
                           const float *dout, const float *inp, const float *weight, size_t N,
                           size_t C, size_t OC);
+void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                  const float *weight, const float *bias, const float *res,
+                                  size_t N, size_t C, size_t OC);
 void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre, const float *inp,
                               const float *weight, const float *bias, size_t N, size_t C,
                               size_t OC);
@@ -233,13 +255,18 @@ void cuk_gelu_forward(cudaStream_t s, float *out, uint16_t *out_bf, const float 
 void cuk_gelu_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, const float *inp,
                        const float *dout, size_t n);
 void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const float *b, size_t n);
-/* The fused classifier: per row one online max/sum pass over the first V
- * logits, the loss, then (write_dlogits) dlogits in place over all Vp
- * columns, and their bf16 copy in dlogits_bf when it is non-NULL (the
- * operand the head's backward products read: no conversion pass). */
-void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
-                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
-                      int write_dlogits);
+/* The fused classifier, one block per row: the logits are read from
+ * `logits` (fp32) or, when it is NULL, from logits_bf (bf16); one online
+ * max/sum pass over the first V of them gives the loss (written to
+ * losses when non-NULL), or with have_loss the loss a previous call wrote
+ * to losses gives the row's log-sum-exp (lse = loss + z_t: no reduction
+ * pass); then (write_dlogits) dlogits over all Vp columns, as fp32 in
+ * dlogits and/or bf16 in dlogits_bf (either may be NULL; each may be the
+ * logits' own buffer: written in place). */
+void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
+                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits,
+                      int have_loss);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
  * gpt_bf16_sr_bits(seed, stream, index0 + i). */
@@ -257,6 +284,8 @@ void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const f
                      float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
+/* dst[i] = src[i] widened (exact). */
+void cuk_bf16_to_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n);
 void cuk_scale(cudaStream_t s, float *x, float sc, size_t n);
 /* *result = sum of x^2 in double; `partials` holds
  * gpt_cuda_plan_sumsq_blocks(n, GPT_CUDA_BLOCK) doubles. */

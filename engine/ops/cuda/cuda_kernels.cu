@@ -162,7 +162,9 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 
 /* ---- LayerNorm --------------------------------------------------------- */
 
-/* One warp per row; two passes for the variance, like the CPU backend. */
+/* One warp per row; two passes for the variance, like the CPU backend.
+ * out may be NULL (a bf16-only output: out_bf alone is written); so may
+ * residual_layernorm_forward_kernel's. */
 __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *mean, float *rstd,
                                          const float *inp, const float *weight, const float *bias,
                                          size_t N, size_t C)
@@ -182,10 +184,11 @@ __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *me
             var += d * d;
         }
         float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
-        float *o = out + r * C;
+        float *o = out ? out + r * C : NULL;
         for (size_t c = lane; c < C; c += WARP) {
             float y = (x[c] - mu) * rs * weight[c] + bias[c];
-            o[c] = y;
+            if (o)
+                o[c] = y;
             if (out_bf)
                 out_bf[r * C + c] = gpt_bf16_from_float_rne(y);
         }
@@ -224,10 +227,11 @@ __global__ void residual_layernorm_forward_kernel(float *res, float *out, uint16
             var += d * d;
         }
         float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
-        float *o = out + r * C;
+        float *o = out ? out + r * C : NULL;
         for (size_t c = lane; c < C; c += WARP) {
             float y = (x[c] - mu) * rs * weight[c] + bias[c];
-            o[c] = y;
+            if (o)
+                o[c] = y;
             if (out_bf)
                 out_bf[r * C + c] = gpt_bf16_from_float_rne(y);
         }
@@ -586,6 +590,19 @@ void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n)
     f32_to_bf16_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dst, src, n);
 }
 
+__global__ void bf16_to_f32_kernel(float *dst, const uint16_t *src, size_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        dst[i] = gpt_bf16_to_float(src[i]);
+    }
+}
+
+void cuk_bf16_to_f32(cudaStream_t s, float *dst, const uint16_t *src, size_t n)
+{
+    bf16_to_f32_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(dst, src, n);
+}
+
 __global__ void residual_kernel(float *out, const float *a, const float *b, size_t n)
 {
     GRID_LOOP(i, n)
@@ -702,66 +719,93 @@ __device__ void block_online(float &m, float &s)
     warp_online(m, s);
 }
 
-/* One block per row n: online max/sum over the first V columns, the loss
- * from the target logit (read before any write), then optionally dlogits
- * in place. Ignored rows (target < 0) get loss 0 and a zero row. */
-__global__ void softmax_xent_kernel(float *logits, uint16_t *dlogits_bf, float *losses,
-                                    const int *targets, size_t V, size_t Vp, float dscale,
-                                    int write)
+/* Logit j of a row held as fp32 (lf) or bf16 (lb, when lf is NULL). */
+__device__ __forceinline__ float xent_in(const float *lf, const uint16_t *lb, size_t j)
+{
+    return lf ? lf[j] : gpt_bf16_to_float(lb[j]);
+}
+
+/* One block per row n: online max/sum over the first V columns (or, with
+ * have_loss, the row's log-sum-exp recovered from the loss a previous
+ * call wrote: lse = loss + z_t, no reduction pass), the loss from the
+ * target logit (read before any write), then optionally dlogits, written
+ * in place over all Vp columns as fp32 (of) and/or bf16 (ob). The logits
+ * are read from lf (fp32) or, when it is NULL, from lb (bf16); of may be
+ * lf and ob may be lb (each element is read before it is written, by the
+ * same thread). Ignored rows (target < 0) get loss 0 and a zero row. */
+__global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *of, uint16_t *ob,
+                                    float *losses, const int *targets, size_t V, size_t Vp,
+                                    float dscale, int write, int have_loss)
 {
     size_t n = blockIdx.x;
-    float *row = logits + n * Vp;
-    /* The bf16 copy of row n (same element offsets), or NULL. */
-    uint16_t *row_bf = dlogits_bf ? dlogits_bf + n * Vp : NULL;
+    const float *rf = lf ? lf + n * Vp : NULL;
+    const uint16_t *rb = lb ? lb + n * Vp : NULL;
+    float *wf = of ? of + n * Vp : NULL;
+    uint16_t *wb = ob ? ob + n * Vp : NULL;
     int t = targets[n];
     if (t < 0) {
         if (write)
             for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
-                row[j] = 0.0f;
-                if (row_bf)
-                    row_bf[j] = 0; /* bf16 +0 */
+                if (wf)
+                    wf[j] = 0.0f;
+                if (wb)
+                    wb[j] = 0; /* bf16 +0 */
             }
-        if (losses && threadIdx.x == 0)
+        if (losses && !have_loss && threadIdx.x == 0)
             losses[n] = 0.0f;
         return;
     }
-    float zt = row[t];
-    float m = -INFINITY, s = 0.0f;
-    for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = row[j];
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
+    float zt = xent_in(rf, rb, (size_t)t);
+    float m, s;
+    if (have_loss) {
+        m = losses[n] + zt; /* log-sum-exp: exp(x - m) sums to 1 */
+        s = 1.0f;
+        /* Every thread has read zt before any writes the row in place
+         * (block-uniform branch: have_loss is an argument). */
+        __syncthreads();
+    } else {
+        m = -INFINITY;
+        s = 0.0f;
+        for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
+            float x = xent_in(rf, rb, j);
+            if (x > m) {
+                s = s * expf(m - x) + 1.0f;
+                m = x;
+            } else {
+                s += expf(x - m);
+            }
         }
+        block_online(m, s);
+        if (losses && threadIdx.x == 0)
+            losses[n] = logf(s) - (zt - m);
     }
-    block_online(m, s);
-    if (losses && threadIdx.x == 0)
-        losses[n] = logf(s) - (zt - m);
     if (!write)
         return;
     /* Every thread has read what it needs (zt, the reduction) before the
-     * __syncthreads inside block_online, so the row may now be overwritten. */
+     * __syncthreads above or inside block_online, so the row may now be
+     * overwritten. */
     float k = dscale / s;
     for (size_t j = threadIdx.x; j < Vp; j += blockDim.x) {
         float d = 0.0f;
         if (j < V)
-            d = expf(row[j] - m) * k - (j == (size_t)t ? dscale : 0.0f);
-        row[j] = d;
-        if (row_bf)
-            row_bf[j] = gpt_bf16_from_float_rne(d);
+            d = expf(xent_in(rf, rb, j) - m) * k - (j == (size_t)t ? dscale : 0.0f);
+        if (wf)
+            wf[j] = d;
+        if (wb)
+            wb[j] = gpt_bf16_from_float_rne(d);
     }
 }
 
-void cuk_softmax_xent(cudaStream_t s, float *logits, uint16_t *dlogits_bf, float *losses,
-                      const int *targets, size_t N, size_t V, size_t Vp, float dscale,
-                      int write_dlogits)
+void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
+                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits, int have_loss)
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
     softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(
-        logits, write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits);
+        logits, logits ? NULL : logits_bf, write_dlogits ? dlogits : NULL,
+        write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits,
+        have_loss);
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */

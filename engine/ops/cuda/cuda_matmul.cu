@@ -6,7 +6,9 @@
  * refusals too), else plain cuBLAS (SGEMM, or GemmEx for bf16) with the
  * separate kernels. Row-major products are computed as column-major ones
  * on the transposes. In bf16 mode the operands come from the shadows
- * (cuda_shadow.cu), accumulation and outputs stay fp32.
+ * (cuda_shadow.cu) and accumulation is fp32; outputs are written as bf16
+ * only into the output's shadow where the shadow rules allow
+ * (gemm_bf16_own), else fp32. Gradients of the weights stay fp32.
  */
 #include <stdint.h>
 #include <string.h>
@@ -34,36 +36,48 @@ static int cu_align(const void *p, size_t ld_bytes)
  *    by GELU_AUX_BIAS. */
 struct lt_epi {
     cublasLtEpilogue_t kind;
-    const float *bias;
+    const void *bias; /* of D's type */
     float *bgrad;
-    const float *aux;
+    const void *aux; /* of D's type */
     int ldaux;
 };
 
 static const struct lt_epi lt_none = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL, 0};
 
 /* Column-major D = A op B (with the epilogue e) + beta D with cuBLASLt; A
- * and B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D, bias, bias
- * gradient and aux fp32, and the accumulation is fp32 (TF32 tensor cores
- * for fp32 inputs when allowed). Returns 0 when done, 1 when no algorithm
- * fits or cuBLASLt refuses the epilogue (the caller falls back; a refusal
- * is cached, so the next call falls back at once). */
-static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
-                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                     const void *B, int ldb, float *D, int ldd, float beta, const struct lt_epi *e)
+ * and B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D of type `dt`
+ * (CUDA_R_32F, or CUDA_R_16BF with bf16 A and B: a bf16-only output), the
+ * bias and aux of D's type (cuBLASLt's default), the bias gradient fp32
+ * (with an fp32 D), and the accumulation is fp32 (TF32 tensor cores for
+ * fp32 inputs when allowed). `Cm` is the beta term's matrix, of D's type
+ * and layout; NULL means D itself (accumulate in place). Returns 0 when
+ * done, 1 when no algorithm fits or cuBLASLt refuses the epilogue (the
+ * caller falls back; a refusal is cached, so the next call falls back at
+ * once). */
+static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                       cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                       const void *B, int ldb, cudaDataType_t dt, void *D, int ldd, float beta,
+                       const struct lt_epi *e, const void *Cm)
 {
-    size_t es = ab == CUDA_R_16BF ? 2 : 4;
+    size_t es = ab == CUDA_R_16BF ? 2 : 4, ds = dt == CUDA_R_16BF ? 2 : 4;
     int al_a = cu_align(A, (size_t)lda * es), al_b = cu_align(B, (size_t)ldb * es);
-    int al_d = cu_align(D, (size_t)ldd * 4);
+    int al_d = cu_align(D, (size_t)ldd * ds);
+    if (!Cm)
+        Cm = D;
+    /* The heuristic is told C is aligned like D. */
+    if (cu_align(Cm, (size_t)ldd * ds) < al_d)
+        return 1;
     if (!e)
         e = &lt_none;
-    const float *epi_vec = e->bias ? e->bias : e->bgrad;
+    const void *epi_vec = e->bias ? e->bias : (const void *)e->bgrad;
     if (al_a < 16 || al_b < 16 || al_d < 16 || (epi_vec && cu_align(epi_vec, 0) < 16) ||
-        (e->aux && cu_align(e->aux, (size_t)e->ldaux * 4) < 16))
+        (e->aux && cu_align(e->aux, (size_t)e->ldaux * ds) < 16) ||
+        (dt == CUDA_R_16BF && (ab != CUDA_R_16BF || e->bgrad)))
         return 1;
+    /* (ab, dt) packed in one int: both are small enum values. */
     int key[LT_KEY_INTS] = {(int)ta, (int)tb,      m,        n,       k,   lda, ldb, ldd,
                             al_a,    al_b,         al_d,     (int)e->kind, beta != 0.0f,
-                            cb->tf32, (int)ab,     e->ldaux};
+                            cb->tf32, (int)ab * 256 + (int)dt, e->ldaux};
     cublasComputeType_t ct =
         ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
@@ -88,11 +102,11 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
     if (epi_vec) {
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_vec,
                                        sizeof(epi_vec));
-        cudaDataType_t bt = CUDA_R_32F;
+        cudaDataType_t bt = dt;
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
     }
     if (e->aux) {
-        /* The aux type is left at its default, D's (fp32). */
+        /* The aux type is left at its default, D's. */
         int64_t ldaux = e->ldaux;
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
                                        sizeof(e->aux));
@@ -103,7 +117,7 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
                                    lda) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
                                    ldb) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
+        cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
         goto out;
     if (!hit) {
         hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
@@ -133,7 +147,7 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
     }
     {
         float alpha = 1.0f;
-        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &hit->algo,
+        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld, &hit->algo,
                             cb->ws, LT_WORKSPACE_BYTES, cb->compute);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED && e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
             hit->valid = LT_REFUSED; /* nothing was enqueued: fall back */
@@ -154,6 +168,14 @@ out:
     if (desc)
         cublasLtMatmulDescDestroy(desc);
     return ret;
+}
+
+static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOperation_t ta,
+                     cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                     const void *B, int ldb, cudaDataType_t dt, void *D, int ldd, float beta,
+                     const struct lt_epi *e)
+{
+    return lt_matmul_c(cb, ab, ta, tb, m, n, k, A, lda, B, ldb, dt, D, ldd, beta, e, NULL);
 }
 
 /* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
@@ -177,7 +199,8 @@ static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasO
 {
     struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
                        0};
-    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, D, ldd, beta, &e) == 0)
+    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, CUDA_R_32F, D, ldd, beta, &e) ==
+        0)
         return;
     if (bias) {
         cuk_bias_broadcast(cb->compute, D, bias, (size_t)n, (size_t)m);
@@ -192,6 +215,36 @@ static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasO
                   "cublasGemmEx bf16");
 }
 
+/* The bf16-only output of a product: column-major D (m, n) = op(A) op(B)
+ * with the epilogue e (its bias and aux in bf16) written as bf16 straight
+ * into the shadow of `out` (the floats [out, out + count)), when the
+ * shadow rules allow it there (cu_shd_own) and cuBLASLt takes it. Returns
+ * 1 when done (the range is then owned), 0 when the caller must write
+ * fp32 as usual. `aux_out` (optional, count floats too): the GELU_AUX
+ * epilogue's pre-activation, also bf16-only in its own shadow range. */
+static int gemm_bf16_own(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
+                         int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                         int ldb, float *out, size_t count, cublasLtEpilogue_t kind,
+                         const float *bias, float *aux_out, const float *aux_in)
+{
+    /* In this order, each step only when the ones before succeeded (the
+     * plan's recorder, bench_gpu_train's rec_gemm_own, mirrors it). */
+    uint16_t *ob = cu_shd_own(cb, out, count), *xb = NULL;
+    const uint16_t *bb = NULL, *ab = NULL;
+    if (!ob || (aux_out && !(xb = cu_shd_own(cb, aux_out, count))) ||
+        (bias && !(bb = cu_shd_in(cb, bias, (size_t)m))) ||
+        (aux_in && !(ab = cu_shd_in(cb, aux_in, count))))
+        return 0;
+    struct lt_epi e = {kind, bb, NULL, aux_out ? (const void *)xb : (const void *)ab,
+                       aux_out || aux_in ? m : 0};
+    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, CUDA_R_16BF, ob, m, 0.0f, &e))
+        return 0;
+    cu_shd_owned(cb, out, count);
+    if (aux_out)
+        cu_shd_owned(cb, aux_out, count);
+    return 1;
+}
+
 void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
                                 const float *weight, const float *bias, size_t N, size_t C,
                                 size_t OC)
@@ -201,18 +254,27 @@ void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     int m = (int)OC, n = (int)N, k = (int)C;
+    if (bias)
+        cu_f32(cb, bias, OC * sizeof(float));
     if (cb->bf16) {
         const uint16_t *wb = cu_shd_in(cb, weight, OC * C), *ib = cu_shd_in(cb, inp, N * C);
-        cu_shd_wrote(cb, out, N * OC * sizeof(float));
         if (wb && ib) {
+            if (gemm_bf16_own(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, N * OC,
+                              bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias,
+                              NULL, NULL))
+                return;
+            cu_shd_wrote(cb, out, N * OC * sizeof(float));
             gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
             return;
         }
     }
+    cu_f32(cb, inp, N * C * sizeof(float));
+    cu_f32(cb, weight, OC * C * sizeof(float));
+    cu_shd_wrote(cb, out, N * OC * sizeof(float));
     struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
                        0};
-    if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out, m,
-                  0.0f, &e) == 0)
+    if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, CUDA_R_32F,
+                  out, m, 0.0f, &e) == 0)
         return;
     float beta = 0.0f;
     if (bias) {
@@ -235,18 +297,32 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
         wb = dinp ? cu_shd_in(cb, weight, OC * C) : NULL;
         db = cu_shd_in(cb, dout, N * OC);
         ib = cu_shd_in(cb, inp, N * C);
-        if (dinp)
-            cu_shd_wrote(cb, dinp, N * C * sizeof(float));
-        cu_shd_wrote(cb, dweight, OC * C * sizeof(float));
-        if (dbias)
-            cu_shd_wrote(cb, dbias, OC * sizeof(float));
     }
-    /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
-    if (dinp && wb && db)
-        gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, c, 0.0f, NULL);
-    else if (dinp && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout,
-                               oc, dinp, c, 0.0f, NULL))
-        cu_gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c, 0, 1);
+    /* The gradients accumulate: read as fp32 (never owned, but the rule
+     * is every fp32 read asks). */
+    cu_f32(cb, dweight, OC * C * sizeof(float));
+    cu_shd_wrote(cb, dweight, OC * C * sizeof(float));
+    if (dbias) {
+        cu_f32(cb, dbias, OC * sizeof(float));
+        cu_shd_wrote(cb, dbias, OC * sizeof(float));
+    }
+    /* dinp (N,C) = dout (N,OC) @ weight (OC,C), as bf16 only where the
+     * shadow rules allow. */
+    if (dinp && wb && db) {
+        if (!gemm_bf16_own(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, N * C,
+                           CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL)) {
+            cu_shd_wrote(cb, dinp, N * C * sizeof(float));
+            gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, c, 0.0f, NULL);
+        }
+    } else if (dinp) {
+        cu_f32(cb, dout, N * OC * sizeof(float));
+        cu_f32(cb, weight, OC * C * sizeof(float));
+        cu_shd_wrote(cb, dinp, N * C * sizeof(float));
+        if (lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc,
+                      CUDA_R_32F, dinp, c, 0.0f, NULL))
+            cu_gemm_rm(cb, false, false, n, c, oc, 1.0f, dout, oc, 0, weight, c, 0, 0.0f, dinp, c,
+                       0, 1);
+    }
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C): column-major D (c, oc)
      * = A (c, N) B^T with A = inp, B = dout (oc, N), k = N. With a bias,
      * the BGRADB epilogue sums op(B) = dout^T over k in the same pass:
@@ -257,14 +333,16 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
     int summed = 0;
     if (ib && db) {
         summed = e && lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc,
-                                dweight, c, 1.0f, e) == 0;
+                                CUDA_R_32F, dweight, c, 1.0f, e) == 0;
         if (!summed)
             gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
     } else {
+        cu_f32(cb, dout, N * OC * sizeof(float));
+        cu_f32(cb, inp, N * C * sizeof(float));
         summed = e && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
-                                oc, dweight, c, 1.0f, e) == 0;
+                                oc, CUDA_R_32F, dweight, c, 1.0f, e) == 0;
         if (!summed && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
-                                 oc, dweight, c, 1.0f, NULL))
+                                 oc, CUDA_R_32F, dweight, c, 1.0f, NULL))
             cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0,
                     1);
     }
@@ -272,17 +350,63 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
         cuk_residual_forward(cb->compute, dbias, dbias, cb->scratch, OC); /* dbias += bgrad */
         cu_check(cb, "matmul_backward dbias add");
     } else if (dbias) {
+        cu_f32(cb, dout, N * OC * sizeof(float));
         cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
         cu_check(cb, "matmul_backward dbias");
     }
+}
+
+/* out = inp @ weight^T + bias + res: the skip connection is the product's
+ * beta term (cuBLASLt's C = res, D = out, beta 1), read once by the
+ * epilogue instead of a separate residual pass over out. out is fp32 (the
+ * residual stream, which fp32 readers want). Falls back to the product
+ * and the residual kernel where cuBLASLt refuses. */
+void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
+                                  const float *weight, const float *bias, const float *res,
+                                  size_t N, size_t C, size_t OC)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    int m = (int)OC, n = (int)N, k = (int)C;
+    cu_f32(cb, res, N * OC * sizeof(float));
+    if (bias)
+        cu_f32(cb, bias, OC * sizeof(float));
+    const uint16_t *wb = NULL, *ib = NULL;
+    if (cb->bf16) {
+        wb = cu_shd_in(cb, weight, OC * C);
+        ib = cu_shd_in(cb, inp, N * C);
+    }
+    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
+                       0};
+    int done;
+    if (wb && ib) {
+        done = lt_matmul_c(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k,
+                           CUDA_R_32F, out, m, 1.0f, &e, res) == 0;
+    } else {
+        cu_f32(cb, inp, N * C * sizeof(float));
+        cu_f32(cb, weight, OC * C * sizeof(float));
+        done = lt_matmul_c(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k,
+                           CUDA_R_32F, out, m, 1.0f, &e, res) == 0;
+    }
+    if (done) {
+        cu_shd_wrote(cb, out, N * OC * sizeof(float));
+        return;
+    }
+    cuda_matmul_forward(be, out, inp, weight, bias, N, C, OC);
+    cu_f32(cb, out, N * OC * sizeof(float)); /* the product may have written bf16 only */
+    cu_shd_wrote(cb, out, N * OC * sizeof(float));
+    cuk_residual_forward(cb->compute, out, out, res, N * OC);
+    cu_check(cb, "matmul_residual_forward residual");
 }
 
 /* ---- products fused with the GELU (cuBLASLt epilogues) ----------------------- */
 
 /* pre = inp @ weight^T + bias and out = gelu(pre) in the product's own
  * pass (GELU_AUX_BIAS: pre is the epilogue's aux output, column-major
- * (OC, N) with ld OC, i.e. row-major (N, OC)). Falls back to the separate
- * product and GELU kernel where cuBLASLt refuses. */
+ * (OC, N) with ld OC, i.e. row-major (N, OC)). In bf16 mode both are
+ * written as bf16 only where the shadow rules allow (the bias read as
+ * bf16). Falls back to the separate product and GELU kernel where cuBLASLt
+ * refuses. */
 void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
                                      const float *inp, const float *weight, const float *bias,
                                      size_t N, size_t C, size_t OC)
@@ -290,20 +414,29 @@ void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     int m = (int)OC, n = (int)N, k = (int)C;
-    struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, bias,
-                       NULL, pre, m};
+    cublasLtEpilogue_t kind = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    struct lt_epi e = {kind, bias, NULL, pre, m};
     const uint16_t *wb = NULL, *ib = NULL;
     if (cb->bf16) {
         wb = cu_shd_in(cb, weight, OC * C);
         ib = cu_shd_in(cb, inp, N * C);
     }
+    if (wb && ib &&
+        gemm_bf16_own(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, N * OC, kind, bias,
+                      pre, NULL))
+        return;
+    if (bias)
+        cu_f32(cb, bias, OC * sizeof(float));
     int done;
-    if (wb && ib)
-        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m,
-                         0.0f, &e) == 0;
-    else
-        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k, out,
-                         m, 0.0f, &e) == 0;
+    if (wb && ib) {
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k,
+                         CUDA_R_32F, out, m, 0.0f, &e) == 0;
+    } else {
+        cu_f32(cb, inp, N * C * sizeof(float));
+        cu_f32(cb, weight, OC * C * sizeof(float));
+        done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, weight, k, inp, k,
+                         CUDA_R_32F, out, m, 0.0f, &e) == 0;
+    }
     if (!done) {
         cuda_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
         cuda_gelu_forward(be, out, pre, N * OC);
@@ -316,8 +449,10 @@ void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
 /* matmul_backward whose dinp is multiplied by gelu'(pre_gelu): the DGELU
  * epilogue on the dinp product (column-major D (C, N) = W (C, OC) dout^T,
  * aux = pre_gelu with ld C), then the weight and bias gradients as
- * matmul_backward computes them. Falls back to the separate ops where
- * cuBLASLt refuses. */
+ * matmul_backward computes them. In bf16 mode dinp is written as bf16 only
+ * where the shadow rules allow, the aux then read as bf16 (the bf16-only
+ * pre-activation of matmul_gelu_forward: no conversion). Falls back to the
+ * separate ops where cuBLASLt refuses. */
 void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
                                        float *dbias, const float *dout, const float *inp,
                                        const float *weight, const float *pre_gelu, size_t N,
@@ -332,13 +467,23 @@ void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dwei
         wb = cu_shd_in(cb, weight, OC * C);
         db = cu_shd_in(cb, dout, N * OC);
     }
+    if (wb && db &&
+        gemm_bf16_own(cb, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp, N * C,
+                      CUBLASLT_EPILOGUE_DGELU, NULL, NULL, pre_gelu)) {
+        cuda_matmul_backward(be, NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    cu_f32(cb, pre_gelu, N * C * sizeof(float));
     int done;
-    if (wb && db)
-        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc, dinp,
-                         c, 0.0f, &e) == 0;
-    else
+    if (wb && db) {
+        done = lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, wb, c, db, oc,
+                         CUDA_R_32F, dinp, c, 0.0f, &e) == 0;
+    } else {
+        cu_f32(cb, weight, OC * C * sizeof(float));
+        cu_f32(cb, dout, N * OC * sizeof(float));
         done = lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, weight, c, dout, oc,
-                         dinp, c, 0.0f, &e) == 0;
+                         CUDA_R_32F, dinp, c, 0.0f, &e) == 0;
+    }
     if (!done) {
         cuda_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
         cuda_gelu_backward(be, dinp, pre_gelu, dinp, N * C);

@@ -12,7 +12,6 @@
 
 #include "cuda_impl.h"
 
-
 /* Elements of m that the bytes [p, p + bytes) touch, as [*lo, *hi). */
 static bool shd_overlap(const struct shadow *m, uintptr_t p, size_t bytes, size_t *lo, size_t *hi)
 {
@@ -26,19 +25,40 @@ static bool shd_overlap(const struct shadow *m, uintptr_t p, size_t bytes, size_
     return true;
 }
 
+/* The floats [lo, hi) of shadow m get their fp32 values back from the bf16
+ * copy (in stream order). */
+static void shd_to_f32(struct gpt_cuda_backend *cb, struct shadow *m, size_t lo, size_t hi)
+{
+    cuk_bf16_to_f32(cb->compute, (float *)m->base + lo, m->bf + lo, hi - lo);
+    cu_check(cb, "bf16 to fp32");
+}
+
+/* Before a transition of m: when its span sets are crowded, every owned
+ * span goes back to fp32 first (see gpt_cuda_shd_crowded). Lock held. */
+static void shd_ready_locked(struct gpt_cuda_backend *cb, struct shadow *m)
+{
+    if (!gpt_cuda_shd_crowded(&m->st))
+        return;
+    for (size_t i = 0; i < m->st.own.n; i++)
+        shd_to_f32(cb, m, m->st.own.lo[i], m->st.own.hi[i]);
+    gpt_cuda_shd_flushed(&m->st);
+}
+
 /* The bytes [p, p + bytes) were (or are about to be, in stream order)
- * written: shadow `keep` (an index, or -1) got the bf16 copy of them, the
- * others are stale there. Lock held. */
+ * written: shadow `keep` (an index, or -1) got the bf16 copy of them
+ * alongside the fp32 values, the others are stale there. Lock held. */
 static void shd_note_locked(struct gpt_cuda_backend *cb, const void *p, size_t bytes, long keep)
 {
     for (size_t i = 0; i < cb->n_shd; i++) {
         size_t lo, hi;
-        if (!shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
+        struct shadow *m = &cb->shd[i];
+        if (!shd_overlap(m, (uintptr_t)p, bytes, &lo, &hi))
             continue;
+        shd_ready_locked(cb, m);
         if ((long)i == keep)
-            gpt_cuda_spans_add(&cb->shd[i].cur, lo, hi);
+            gpt_cuda_shd_wrote_both(&m->st, lo, hi);
         else
-            gpt_cuda_spans_cut(&cb->shd[i].cur, lo, hi);
+            gpt_cuda_shd_wrote_f32(&m->st, lo, hi);
     }
 }
 
@@ -60,6 +80,19 @@ static void shd_free_at_locked(struct gpt_cuda_backend *cb, size_t i)
     (void)cudaGetLastError();
     cb->bytes -= cb->shd[i].n * sizeof(uint16_t);
     cb->shd[i] = cb->shd[--cb->n_shd];
+}
+
+/* An fp32 reader of the floats [lo, hi) of m: the owned parts go back to
+ * fp32 (learned with `learn`). Lock held. */
+static void shd_read_f32_locked(struct gpt_cuda_backend *cb, struct shadow *m, size_t lo, size_t hi,
+                                int learn)
+{
+    if (!gpt_cuda_spans_meets(&m->st.own, lo, hi))
+        return;
+    shd_ready_locked(cb, m);
+    size_t k = gpt_cuda_shd_read_f32(&m->st, lo, hi, learn, cb->shd_lo, cb->shd_hi);
+    for (size_t i = 0; i < k; i++)
+        shd_to_f32(cb, m, cb->shd_lo[i], cb->shd_hi[i]);
 }
 
 /* Frees every shadow overlapping the bytes [p, p + bytes). */
@@ -137,7 +170,7 @@ const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
             m->base = (uintptr_t)ae->ptr;
             m->n = elems;
             m->bf = (uint16_t *)bf;
-            gpt_cuda_spans_clear(&m->cur);
+            gpt_cuda_shd_clear(&m->st);
             i = (long)cb->n_shd++;
             cb->bytes += elems * sizeof(uint16_t);
             if (cb->bytes > cb->peak)
@@ -151,10 +184,15 @@ const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
     if (i >= 0) {
         struct shadow *m = &cb->shd[i];
         size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
-        if (!gpt_cuda_spans_covers(&m->cur, lo, lo + n)) {
-            cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
-            cu_check(cb, "bf16 convert");
-            gpt_cuda_spans_add(&m->cur, lo, lo + n);
+        if (!gpt_cuda_spans_covers(&m->st.cur, lo, lo + n)) {
+            /* Owned parts go back to fp32 first, so the whole range can
+             * be converted from fp32 (bf16 -> fp32 -> bf16 is exact). */
+            shd_ready_locked(cb, m);
+            shd_read_f32_locked(cb, m, lo, lo + n, 1);
+            if (gpt_cuda_shd_read_bf16(&m->st, lo, lo + n)) {
+                cuk_f32_to_bf16(cb->compute, m->bf + lo, p, n);
+                cu_check(cb, "bf16 convert");
+            }
         }
         r = m->bf + lo;
     }
@@ -164,6 +202,108 @@ const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
 
 void cu_shd_free_all_locked(struct gpt_cuda_backend *cb)
 {
+    for (size_t i = 0; i < cb->n_shd; i++) {
+        struct shadow *m = &cb->shd[i];
+        for (size_t j = 0; j < m->st.own.n; j++)
+            shd_to_f32(cb, m, m->st.own.lo[j], m->st.own.hi[j]);
+        gpt_cuda_shd_flushed(&m->st);
+    }
+    /* cudaFree waits for the device, so the conversions finish first. */
     while (cb->n_shd > 0)
         shd_free_at_locked(cb, cb->n_shd - 1);
+}
+
+/* The floats [p, p + n) are about to be written as bf16 only (an owned
+ * range): where, or NULL when they may not be (not bf16 mode, no shadow,
+ * a range an fp32 reader wanted before). Marks nothing: the caller calls
+ * cu_shd_owned once the write is enqueued, or writes fp32 as usual. */
+uint16_t *cu_shd_own(struct gpt_cuda_backend *cb, float *p, size_t n)
+{
+    if (!cb->bf16 || !p || n == 0)
+        return NULL;
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    uint16_t *r = NULL;
+    if (i >= 0) {
+        struct shadow *m = &cb->shd[i];
+        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
+        shd_ready_locked(cb, m);
+        if (gpt_cuda_shd_may_own(&m->st, lo, lo + n))
+            r = m->bf + lo;
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+    return r;
+}
+
+/* The bf16-only write of the floats [p, p + n) that cu_shd_own allowed is
+ * enqueued: the range is owned (its fp32 values stale). Should the rules
+ * have changed in between, the fp32 values are converted back at once. */
+void cu_shd_owned(struct gpt_cuda_backend *cb, float *p, size_t n)
+{
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    GPT_ASSERT(i >= 0);
+    struct shadow *m = &cb->shd[i];
+    size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
+    shd_ready_locked(cb, m);
+    if (gpt_cuda_shd_may_own(&m->st, lo, lo + n)) {
+        gpt_cuda_shd_wrote_bf16(&m->st, lo, lo + n);
+    } else {
+        shd_to_f32(cb, m, lo, lo + n);
+        gpt_cuda_shd_wrote_both(&m->st, lo, lo + n);
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+}
+
+/* The current bf16 copy of the floats [p, p + n), or NULL when it is not
+ * current there (nothing is converted). */
+const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n)
+{
+    if (!cb->bf16 || !p || n == 0)
+        return NULL;
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    const uint16_t *r = NULL;
+    if (i >= 0) {
+        struct shadow *m = &cb->shd[i];
+        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
+        if (gpt_cuda_spans_covers(&m->st.cur, lo, lo + n))
+            r = m->bf + lo;
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+    return r;
+}
+
+/* An op reads the fp32 bytes [p, p + bytes): owned floats among them get
+ * their fp32 values back first (and are learned, so their producer writes
+ * fp32 next time). */
+void cu_f32(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+{
+    cu_f32_learn(cb, p, bytes, 1);
+}
+
+void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int learn)
+{
+    if (!p || bytes == 0)
+        return;
+    pthread_mutex_lock(&cb->shd_mu);
+    for (size_t i = 0; i < cb->n_shd; i++) {
+        size_t lo, hi;
+        if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
+            shd_read_f32_locked(cb, &cb->shd[i], lo, hi, learn);
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+}
+
+int cu_shd_is_owned(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+{
+    int r = 0;
+    pthread_mutex_lock(&cb->shd_mu);
+    for (size_t i = 0; i < cb->n_shd && !r; i++) {
+        size_t lo, hi;
+        if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
+            r = gpt_cuda_spans_meets(&cb->shd[i].st.own, lo, hi);
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+    return r;
 }

@@ -102,6 +102,12 @@ void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, siz
  * fast path ran rather than the CUDA-core fallback. Any thread. */
 uint64_t gpt_cuda_flash_tc_launches(void);
 
+/* 1 when some of the device floats [ptr, ptr + bytes) are held only in
+ * bf16 now (bf16 mode: a product, LayerNorm or the classifier wrote them
+ * as bf16 only; every fp32 reader, a download included, converts them
+ * back first). Tests use it. Owner thread. */
+int gpt_cuda_backend_bf16_only(const struct gpt_backend *be, const void *ptr, size_t bytes);
+
 /* Device memory [ptr, ptr + bytes) was written other than by this
  * backend's ops (a collective): its bf16 shadows stop being current there.
  * Any thread (the communication thread does this); does not block. */
