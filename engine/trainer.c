@@ -592,10 +592,10 @@ out:
     return rc;
 }
 
-/* Rank 0 initialises or resumes; everyone receives the same state. Under
- * sharding the full state is built in temporary buffers and each rank
- * keeps its slices, so a snapshot taken at any world size and sharding
- * mode resumes in any other (re-sharding on load). */
+/* Rank 0 initialises or resumes; everyone receives the same state.
+ * Sharded runs stream it instead (init_state_sharded): each rank keeps
+ * its slices, so a snapshot taken at any world size and sharding mode
+ * resumes in any other (re-sharding on load). */
 static int init_state(struct trainer *t, struct gpt_err *err)
 {
     struct full_state fs = {t->model.params, t->model.m, t->model.v};
@@ -603,8 +603,6 @@ static int init_state(struct trainer *t, struct gpt_err *err)
     memset(&t->st, 0, sizeof(t->st));
     if (t->shard)
         return init_state_sharded(t, err);
-    if (t->shard && (rc = full_state_alloc(t, &fs, err)) < 0)
-        goto out;
     if (t->rank == 0) {
         float *host = malloc(t->model.n_params * sizeof(float));
         if (!host) {
@@ -660,12 +658,8 @@ static int init_state(struct trainer *t, struct gpt_err *err)
     }
     if (rc != 0) /* an error, or GPT_TRAIN_STOPPED during set-up */
         goto out;
-    if (t->shard)
-        gpt_shard_load_full(t->shard, fs.params, fs.m, fs.v);
     memcpy(t->rng.s, t->st.rng, sizeof(t->rng.s));
 out:
-    if (t->shard)
-        full_state_free(t, &fs);
     return rc;
 }
 
