@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if ((size & 1) && size >= 520) {
         uint32_t hlen = (uint32_t)buf[12] | (uint32_t)buf[13] << 8 | (uint32_t)buf[14] << 16 |
                         (uint32_t)buf[15] << 24;
-        if (hlen >= 16 && hlen + 4 <= size) {
+        if (hlen >= 16 && (uint64_t)hlen + 4 <= size) {
             put_crc(buf + hlen - 4, (uint32_t)crc32(0L, buf, hlen - 4));
             put_crc(buf + size - 4, (uint32_t)crc32(0L, buf, (uInt)(size - 4)));
         }
