@@ -22,7 +22,7 @@
 #   bench/sharding.sh [BUILD_DIR] [DATA]        prints JSON lines
 set -euo pipefail
 build=${1:-build}
-data=${2:-../shared/data/tinyshakespeare.txt}
+data=${2:-/work/shared/data/tinyshakespeare.txt}
 job=$(dirname "$0")/jobs/shard_mem.json
 tmp=$(mktemp -d)
 pids=()
@@ -58,7 +58,7 @@ for mode in none optimizer full; do
                     alive=1
                     r=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | sed -n 's/.*--rank \([0-9]*\).*/\1/p')
                     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
-                    [[ -n $r && -n $rss ]] && echo "$r $phase $rss" >> "$run/samples"
+                    if [[ -n $r && -n $rss ]]; then echo "$r $phase $rss" >> "$run/samples"; fi
                 done
             done
             ((alive)) || break
@@ -72,7 +72,7 @@ for mode in none optimizer full; do
             o=$(last "$log" mem_optim_bytes); k=$(last "$log" mem_work_bytes)
             a=$(last "$log" mem_acts_bytes)
             state=$((p + g + o))
-            [[ $mode == none && $w == 1 ]] && base_state=$state
+            if [[ $mode == none && $w == 1 ]]; then base_state=$state; fi
             tr=$(awk -v r=$r '$1 == r && $2 == "train" && $3 > m {m = $3} END {print m + 0}' "$run/samples")
             sn=$(awk -v r=$r '$1 == r && $2 == "snapshot" && $3 > m {m = $3} END {print m + 0}' "$run/samples")
             hwm=$(tail -n 1 "$run/hwm.$r")

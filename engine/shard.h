@@ -26,6 +26,7 @@
 #include "comm.h"
 #include "gpt_config.h"
 #include "gpt_err.h"
+#include "rng.h"
 #include "snapshot.h"
 
 struct gpt_model;
@@ -110,5 +111,17 @@ typedef int (*gpt_shard_source_fn)(void *ctx, int which, size_t off, size_t coun
  * Collective. */
 int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *ctx, int moments,
                           struct gpt_err *err);
+
+/* The fresh weights of gpt_model_init_weights_host, produced in layout
+ * order a chunk at a time (no full-size buffer), the same values bit for
+ * bit. Begin, then next with consecutive chunks. m is borrowed. */
+struct gpt_shard_init {
+    const struct gpt_model *m;
+    struct gpt_rng rng;
+    double resid_std;
+    size_t tensor, pos;
+};
+void gpt_shard_init_begin(struct gpt_shard_init *s, const struct gpt_model *m, uint64_t seed);
+void gpt_shard_init_next(struct gpt_shard_init *s, float *dst, size_t count);
 
 #endif

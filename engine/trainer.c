@@ -518,7 +518,8 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, char *r
  * ranges, or the fresh weights (moments zero). */
 struct start_source {
     struct gpt_snapshot_reader *snap;
-    const float *host; /* fresh weights (n_params) */
+    struct gpt_shard_init *init; /* fresh weights, streamed */
+    const float *host;           /* fresh weights (n_params) changed by init_from */
 };
 
 static int start_source_read(void *ctx, int which, size_t off, size_t count, float *dst,
@@ -527,7 +528,9 @@ static int start_source_read(void *ctx, int which, size_t off, size_t count, flo
     struct start_source *src = ctx;
     if (src->snap)
         return gpt_snapshot_reader_read(src->snap, which, off, count, dst, err);
-    if (which == 0)
+    if (which == 0 && src->init)
+        gpt_shard_init_next(src->init, dst, count); /* chunks come in order */
+    else if (which == 0)
         memcpy(dst, src->host + off, count * sizeof(float));
     else
         memset(dst, 0, count * sizeof(float));
@@ -535,11 +538,12 @@ static int start_source_read(void *ctx, int which, size_t off, size_t count, flo
 }
 
 /* init_state of a sharded run: rank 0 finds the start state and streams
- * it in chunks; each rank keeps its slices, so no rank but rank 0 (and
- * it only for fresh weights: one parameter-sized host array) holds a
- * full-size copy, whatever world size and mode the snapshot was taken at. */
+ * it in chunks; each rank keeps its slices, so no rank holds a full-size
+ * copy (but rank 0 under model.init_from: one parameter-sized host
+ * array), whatever world size and mode the snapshot was taken at. */
 static int init_state_sharded(struct trainer *t, struct gpt_err *err)
 {
+    struct gpt_shard_init init;
     struct start_source src = {0};
     float *host = NULL;
     char path[1024] = "";
@@ -555,6 +559,11 @@ static int init_state_sharded(struct trainer *t, struct gpt_err *err)
             struct gpt_snapshot_meta meta;
             if ((rc = gpt_snapshot_reader_open(path, &meta, &src.snap, err)) == 0)
                 moments = meta.has_moments;
+        } else if (rc == 0 && !t->opts->init_weights) {
+            gpt_shard_init_begin(&init, &t->model, t->job->trainer.seed);
+            src.init = &init;
+            if (setup_stopped(t))
+                rc = GPT_TRAIN_STOPPED;
         } else if (rc == 0 && !(host = malloc(t->model.n_params * sizeof(float)))) {
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the initial weights");
         } else if (rc == 0) {

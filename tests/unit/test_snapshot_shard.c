@@ -10,6 +10,8 @@
  *   - the manifest parser refuses gaps, overlaps, pieces out of range,
  *     bad sizes and checksums with a message;
  *   - pruning removes a manifest's slices with it, and orphan slices;
+ *   - the streamed fresh weights (gpt_shard_init_*) equal
+ *     gpt_model_init_weights_host's bit for bit;
  *   - the save path of a sharded model (gpt_shard_snapshot_write) and its
  *     load path (gpt_shard_load_stream) allocate no buffer of the model's
  *     full size: every allocation is recorded (malloc, calloc, realloc,
@@ -567,6 +569,32 @@ static void test_no_full_size_buffer(void **state)
     gpt_backend_free(be);
 }
 
+/* The streamed fresh weights are gpt_model_init_weights_host's, bit for
+ * bit, in chunks of any size. */
+static void test_init_stream(void **state)
+{
+    (void)state;
+    struct gpt_model m;
+    struct gpt_err err;
+    struct gpt_model_config cfg = {
+        .n_layer = 3, .n_head = 2, .n_embd = 32, .block_size = 8, .vocab_size = 50};
+    assert_int_equal(gpt_model_layout(&m, &cfg, &err), 0);
+    float *want = malloc(m.n_params * sizeof(float)), *got = malloc(m.n_params * sizeof(float));
+    gpt_model_init_weights_host(&m, 1234, want);
+    size_t chunks[] = {1, 7, 4096, 100000};
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+        struct gpt_shard_init s;
+        memset(got, 0xff, m.n_params * sizeof(float));
+        gpt_shard_init_begin(&s, &m, 1234);
+        for (size_t off = 0; off < m.n_params; off += chunks[c])
+            gpt_shard_init_next(&s, got + off,
+                                m.n_params - off < chunks[c] ? m.n_params - off : chunks[c]);
+        assert_memory_equal(got, want, m.n_params * sizeof(float));
+    }
+    free(want);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -574,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_flipped_slice),   cmocka_unit_test(test_truncated_slice),
         cmocka_unit_test(test_stale_slice),     cmocka_unit_test(test_manifest_parse),
         cmocka_unit_test(test_prune_and_orphans), cmocka_unit_test(test_no_full_size_buffer),
+        cmocka_unit_test(test_init_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
