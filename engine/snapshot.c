@@ -27,6 +27,10 @@
  * other owners' files; corrupt files are renamed NAME.corrupt
  * (quarantined) so that nothing counts them again.
  *
+ * Flags bit 1 marks a manifest of a sharded snapshot: its arrays are in
+ * slice files (snapshot_shard.c); read, read_meta, find and prune accept
+ * one wherever they accept a plain file.
+ *
  * Blocking I/O on the calling thread; no state shared between calls.
  */
 #define _GNU_SOURCE /* mkostemp, O_NOFOLLOW */

@@ -10,7 +10,8 @@
  *   trailer checksum over everything before it.
  * Written to a temporary name, fsync'd, renamed, directory fsync'd: a file
  * under its final name is always complete. Read back with every size and
- * the checksum verified.
+ * the checksum verified. A sharded run may write the arrays as one slice
+ * file per rank and this file as their manifest (see below).
  *
  * Blocking file I/O: call from a worker thread, never from the loop.
  */
