@@ -56,8 +56,9 @@ for mode in none optimizer full; do
             for t in "${pids[@]}"; do
                 for p in $(pgrep -P "$t" 2>/dev/null || true); do
                     alive=1
-                    r=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | sed -n 's/.*--rank \([0-9]*\).*/\1/p')
-                    rss=$(awk '/^VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
+                    r=$({ tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null |
+                        sed -n 's/.*--rank \([0-9]*\).*/\1/p' || true)
+                    rss=$({ awk '/^VmRSS/ {print $2}' "/proc/$p/status"; } 2>/dev/null || true)
                     if [[ -n $r && -n $rss ]]; then echo "$r $phase $rss" >> "$run/samples"; fi
                 done
             done
