@@ -10,7 +10,14 @@
 #   train_rss_kb      the largest VmRSS sampled (every 50 ms from
 #                     /proc/PID/status) before rank 0 logged its last step;
 #   snapshot_rss_kb   the largest VmRSS sampled after it: the snapshot
-#                     (every run ends with one) and the exit.
+#                     (every run ends with one) and the exit;
+#   anon_rss_kb       the largest RssAnon sampled: the rank's private
+#                     memory. RSS also counts the pages of the shared-memory
+#                     communicator (engine/comm_shm.c: one segment per host
+#                     that every rank maps and reads) in every process:
+#   shmem_rss_kb      the largest RssShmem sampled, that segment's part.
+# The goal's ratio is given for the peak (ratio) and for the private
+# memory (anon_ratio). MODES="full" (or "none optimizer") limits the modes.
 # Model: bench/jobs/shard_mem.json (8 layers, 512 wide: about 25 M
 # parameters, so the training state dominates), 2 steps.
 # Goal (issue 19): with full, peak per rank at world N at most
@@ -32,7 +39,7 @@ C=$(jq .model.n_embd "$job")
 steps=$(jq .trainer.max_steps "$job")
 layer_bytes=$(( (12 * C * C + 13 * C) * 4 ))
 base_state=0
-for mode in none optimizer full; do
+for mode in ${MODES:-none optimizer full}; do
     for w in 1 2 3 4; do
         [[ $mode != none && $w == 1 ]] && continue # sharding over one rank is none
         port=$((30000 + RANDOM % 20000))
@@ -58,7 +65,8 @@ for mode in none optimizer full; do
                     alive=1
                     r=$({ tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null |
                         sed -n 's/.*--rank \([0-9]*\).*/\1/p' || true)
-                    rss=$({ awk '/^VmRSS/ {print $2}' "/proc/$p/status"; } 2>/dev/null || true)
+                    rss=$({ awk '/^(VmRSS|RssAnon|RssShmem)/ {printf "%s ", $2}' \
+                        "/proc/$p/status"; } 2>/dev/null || true)
                     if [[ -n $r && -n $rss ]]; then echo "$r $phase $rss" >> "$run/samples"; fi
                 done
             done
@@ -76,13 +84,16 @@ for mode in none optimizer full; do
             if [[ $mode == none && $w == 1 ]]; then base_state=$state; fi
             tr=$(awk -v r=$r '$1 == r && $2 == "train" && $3 > m {m = $3} END {print m + 0}' "$run/samples")
             sn=$(awk -v r=$r '$1 == r && $2 == "snapshot" && $3 > m {m = $3} END {print m + 0}' "$run/samples")
+            an=$(awk -v r=$r '$1 == r && $4 > m {m = $4} END {print m + 0}' "$run/samples")
+            sh=$(awk -v r=$r '$1 == r && $5 > m {m = $5} END {print m + 0}' "$run/samples")
             hwm=$(tail -n 1 "$run/hwm.$r")
             goal=""
             if [[ $mode == full ]]; then
                 gk=$(( (base_state / w + a + layer_bytes) * 115 / 100 / 1024 ))
-                goal=$(printf ',"goal_kb":%d,"ratio":%.3f' "$gk" "$(echo "$hwm / ($gk / 1.15)" | bc -l)")
+                goal=$(printf ',"goal_kb":%d,"ratio":%.3f,"anon_ratio":%.3f' "$gk" \
+                    "$(echo "$hwm / ($gk / 1.15)" | bc -l)" "$(echo "$an / ($gk / 1.15)" | bc -l)")
             fi
-            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$goal}"
+            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"anon_rss_kb\":$an,\"shmem_rss_kb\":$sh,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$goal}"
         done
     done
 done
