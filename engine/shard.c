@@ -522,8 +522,7 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret)
 
 /* Rank r's pieces of the flat layout (those of length 0 left out), in
  * the order of its shard buffers. Returns the count. */
-static uint32_t shard_rank_pieces(const struct gpt_shard *sh, int r,
-                                  struct gpt_snapshot_piece *out)
+static uint32_t shard_rank_pieces(const struct gpt_shard *sh, int r, struct gpt_snapshot_piece *out)
 {
     int world = sh->comm->world;
     uint32_t n = 0;
@@ -644,8 +643,8 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
                               ? sh->model->params + (s.n_pieces ? mine[0].off : 0)
                               : sh->sp;
     struct gpt_err werr = {0};
-    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, params, sh->sm,
-                                       sh->sv, &s, &werr);
+    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, params, sh->sm, sh->sv,
+                                       &s, &werr);
     written = wrc == 0;
 
     /* 2. Everyone learns every slice's outcome (rank 0 needs the sizes
@@ -750,8 +749,8 @@ int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *
     for (int which = 0; which < 3; which++) {
         if (which > 0 && !flag) {
             float *zero[2] = {sh->sm, sh->sv};
-            gpt_backend_memzero(sh->be, zero[which - 1], (sh->shard_len ? sh->shard_len : 1) *
-                                                             sizeof(float));
+            gpt_backend_memzero(sh->be, zero[which - 1],
+                                (sh->shard_len ? sh->shard_len : 1) * sizeof(float));
             continue;
         }
         for (size_t off = 0; off < n; off += chunk) {

@@ -49,10 +49,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define SNAP_HEADER_MAX    65536u /* a longer header is corrupt */
-#define SNAP_LIST_MAX      100000 /* snapshot files considered in one directory */
-#define SNAP_VERSION_MIN   1u     /* the oldest format read (no owner fields) */
-#define SNAP_OWNER_MAGIC   "gptd-snapshot-owner 1"
+#define SNAP_HEADER_MAX  65536u /* a longer header is corrupt */
+#define SNAP_LIST_MAX    100000 /* snapshot files considered in one directory */
+#define SNAP_VERSION_MIN 1u     /* the oldest format read (no owner fields) */
+#define SNAP_OWNER_MAGIC "gptd-snapshot-owner 1"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "snapshot.c stores float arrays as they are in memory: add byte swapping for this host"

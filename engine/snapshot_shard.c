@@ -52,8 +52,8 @@ int gpt_snapshot_slice_path(const char *dir, int64_t step, uint64_t id, uint32_t
                             char *ret_path, size_t cap)
 {
     int k = snprintf(ret_path, cap,
-                     "%s/" SNAP_PREFIX "%012" PRId64 ".%016" PRIx64 ".r%05" PRIu32
-                     GPT_SNAPSHOT_SLICE_SUFFIX,
+                     "%s/" SNAP_PREFIX "%012" PRId64 ".%016" PRIx64
+                     ".r%05" PRIu32 GPT_SNAPSHOT_SLICE_SUFFIX,
                      dir, step, id, rank);
     return k < 0 || (size_t)k >= cap ? -ENAMETOOLONG : 0;
 }
@@ -139,8 +139,9 @@ int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_
     if (step < 0 || (!m) != (!v) || (floats > 0 && !params))
         return gpt_err_set(err, -EINVAL, NULL, "snapshot slice: bad step, moments or buffers");
     if (gpt_snapshot_slice_path(dir, step, id, slice->rank, final, sizeof(final)) < 0 ||
-        snprintf(tmp, sizeof(tmp), "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX
-                 ".XXXXXX", dir, step) >= (int)sizeof(tmp))
+        snprintf(tmp, sizeof(tmp),
+                 "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".XXXXXX", dir,
+                 step) >= (int)sizeof(tmp))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
     if ((rc = snap_mkdirs(dir)) < 0)
         return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
@@ -292,8 +293,8 @@ int snap_manifest_read_slices(const char *path, const struct gpt_snapshot_meta *
             gpt_err_set(err, rc, NULL, "snapshot %s: out of memory", path);
         } else if (rc < 0) {
             gpt_err_set(err, rc, NULL, "snapshot %s: slice of rank %" PRIu32 ": read: %s", path,
-                        sl->rank, rc == -GPT_E_CORRUPT ? "file shrank while reading"
-                                                       : gpt_strerror(rc));
+                        sl->rank,
+                        rc == -GPT_E_CORRUPT ? "file shrank while reading" : gpt_strerror(rc));
         }
         close(fd);
     }
@@ -304,9 +305,8 @@ int snap_manifest_read_slices(const char *path, const struct gpt_snapshot_meta *
 /* ---- manifests ---- */
 
 int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta *meta, uint64_t id,
-                                const struct gpt_snapshot_slice *slices, uint32_t n,
-                                char *ret_path, size_t path_cap, uint64_t *ret_total_bytes,
-                                struct gpt_err *err)
+                                const struct gpt_snapshot_slice *slices, uint32_t n, char *ret_path,
+                                size_t path_cap, uint64_t *ret_total_bytes, struct gpt_err *err)
 {
     GPT_ASSERT(dir && meta && slices && n > 0);
     char final[GPT_JOB_PATH_MAX + 64], tmp[GPT_JOB_PATH_MAX + 64];
@@ -325,7 +325,8 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
         total += slices[s].bytes;
     }
     if (len > GPT_SNAPSHOT_MANIFEST_MAX)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "snapshot manifest: %zu bytes is too long", len);
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "snapshot manifest: %zu bytes is too long",
+                           len);
     snprintf(final, sizeof(final), "%s/" SNAP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX, dir,
              meta->step);
     int k = snprintf(tmp, sizeof(tmp),
@@ -493,14 +494,13 @@ int gpt_snapshot_manifest_parse(const void *data, size_t len, const char *name,
         total += sl->bytes;
         if (covered > meta.n_params) {
             rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                             "snapshot %s: slices overlap (more than %" PRIu64 " parameters)",
-                             name, meta.n_params);
+                             "snapshot %s: slices overlap (more than %" PRIu64 " parameters)", name,
+                             meta.n_params);
             goto fail;
         }
     }
     if (b.off != end || covered != meta.n_params) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "snapshot %s: %s", name,
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: %s", name,
                          b.off != end ? "bytes after the slice table"
                                       : "the slices do not cover every parameter");
         goto fail;
@@ -547,8 +547,7 @@ int snap_manifest_load(const char *path, struct gpt_snapshot_meta *ret_meta,
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
     }
-    if (fstat(fd, &st) < 0 || st.st_size < 0 ||
-        (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
+    if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
         rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: not a manifest of sane size",
                          path);
         goto out;
@@ -600,9 +599,10 @@ int gpt_snapshot_clean_slices(const char *dir, int *ret_removed, struct gpt_err 
             struct gpt_snapshot_manifest *man = NULL;
             struct gpt_err ignored;
             cached_step = step;
-            cached_ok = snprintf(mp, sizeof(mp), "%s/" SNAP_PREFIX "%012" PRId64
-                                 GPT_SNAPSHOT_SUFFIX, dir, step) < (int)sizeof(mp) &&
-                        snap_manifest_load(mp, &meta, &man, &ignored) == 0;
+            cached_ok =
+                snprintf(mp, sizeof(mp), "%s/" SNAP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX, dir,
+                         step) < (int)sizeof(mp) &&
+                snap_manifest_load(mp, &meta, &man, &ignored) == 0;
             cached_id = man ? man->id : 0;
             gpt_snapshot_manifest_free(man);
         }
@@ -732,9 +732,8 @@ static int reader_pread(struct gpt_snapshot_reader *r, void *dst, size_t bytes, 
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return gpt_err_set(err, k < 0 ? -errno : -GPT_E_CORRUPT, NULL,
-                               "snapshot %s: read: %s", r->path,
-                               k < 0 ? strerror(errno) : "file shrank while reading");
+            return gpt_err_set(err, k < 0 ? -errno : -GPT_E_CORRUPT, NULL, "snapshot %s: read: %s",
+                               r->path, k < 0 ? strerror(errno) : "file shrank while reading");
         q += k;
         bytes -= (size_t)k;
         at += (uint64_t)k;
@@ -742,16 +741,16 @@ static int reader_pread(struct gpt_snapshot_reader *r, void *dst, size_t bytes, 
     return 0;
 }
 
-int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t off,
-                             uint64_t count, float *dst, struct gpt_err *err)
+int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t off, uint64_t count,
+                             float *dst, struct gpt_err *err)
 {
     const struct gpt_snapshot_meta *m = &r->meta;
     uint64_t n = m->n_params;
     if (which < 0 || which > 2 || (which > 0 && !m->has_moments) || off > n || count > n - off)
         return gpt_err_set(err, -EINVAL, NULL, "snapshot %s: no such range", r->path);
     if (!m->sliced)
-        return reader_pread(r, dst, (size_t)count * 4,
-                            r->hlen + ((uint64_t)which * n + off) * 4, err);
+        return reader_pread(r, dst, (size_t)count * 4, r->hlen + ((uint64_t)which * n + off) * 4,
+                            err);
     const struct gpt_snapshot_manifest *man = r->man;
     for (uint32_t s = 0; s < man->n_slices; s++) {
         const struct gpt_snapshot_slice *sl = &man->slices[s];
@@ -771,9 +770,9 @@ int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t 
                 r->open_slice = s;
             }
             uint64_t pos = r->piece_pos[p - man->pieces] + (a - p->off);
-            int rc = reader_pread(r, dst + (a - off), (size_t)(b - a) * 4,
-                                  SLICE_HEADER_BYTES + ((uint64_t)which * sl->floats + pos) * 4,
-                                  err);
+            int rc =
+                reader_pread(r, dst + (a - off), (size_t)(b - a) * 4,
+                             SLICE_HEADER_BYTES + ((uint64_t)which * sl->floats + pos) * 4, err);
             if (rc < 0)
                 return rc;
         }

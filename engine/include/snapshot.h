@@ -57,7 +57,7 @@ struct gpt_snapshot_meta {
     int32_t has_moments;
     struct gpt_snapshot_owner owner; /* zero in version 1 files */
     uint64_t fingerprint;            /* model and data identity; 0 in version 1 files */
-    int32_t sliced; /* the file is a manifest: the arrays are in slice files */
+    int32_t sliced;                  /* the file is a manifest: the arrays are in slice files */
 };
 
 /* Writes dir/snap-<step>.gpts atomically (creates dir if missing). m and v
@@ -199,10 +199,10 @@ void gpt_snapshot_list_free(char **paths, size_t n);
  * gpt_snapshot_read/read_meta/find/prune accept a manifest wherever they
  * accept a plain file (reading one re-assembles the full arrays). */
 
-#define GPT_SNAPSHOT_SLICE_SUFFIX  ".gptslice"
-#define GPT_SNAPSHOT_SLICES_MAX    4096     /* slices (ranks) in one manifest */
-#define GPT_SNAPSHOT_PIECES_MAX    4096     /* pieces in one slice */
-#define GPT_SNAPSHOT_MANIFEST_MAX  (16u << 20) /* a longer manifest is corrupt */
+#define GPT_SNAPSHOT_SLICE_SUFFIX ".gptslice"
+#define GPT_SNAPSHOT_SLICES_MAX   4096        /* slices (ranks) in one manifest */
+#define GPT_SNAPSHOT_PIECES_MAX   4096        /* pieces in one slice */
+#define GPT_SNAPSHOT_MANIFEST_MAX (16u << 20) /* a longer manifest is corrupt */
 
 /* A run of floats of the flat layout: [off, off + len). */
 struct gpt_snapshot_piece {
@@ -222,9 +222,9 @@ struct gpt_snapshot_slice {
 struct gpt_snapshot_manifest {
     uint64_t id; /* ties the slice files to this manifest */
     uint32_t n_slices;
-    struct gpt_snapshot_slice *slices;  /* owned */
-    struct gpt_snapshot_piece *pieces;  /* owned: every slice's pieces */
-    uint64_t total_bytes;               /* manifest + every slice file */
+    struct gpt_snapshot_slice *slices; /* owned */
+    struct gpt_snapshot_piece *pieces; /* owned: every slice's pieces */
+    uint64_t total_bytes;              /* manifest + every slice file */
 };
 
 /* The file name of a slice ("snap-<step>.<id>.r<rank>.gptslice") in dir. */
@@ -245,9 +245,8 @@ int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_
  * atomically. meta->has_moments says whether the slices carry moments.
  * *ret_total_bytes (may be NULL) gets the snapshot's size on disk. */
 int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta *meta, uint64_t id,
-                                const struct gpt_snapshot_slice *slices, uint32_t n,
-                                char *ret_path, size_t path_cap, uint64_t *ret_total_bytes,
-                                struct gpt_err *err);
+                                const struct gpt_snapshot_slice *slices, uint32_t n, char *ret_path,
+                                size_t path_cap, uint64_t *ret_total_bytes, struct gpt_err *err);
 
 /* Parses a whole manifest file held in memory (pure; the fuzz target's
  * entry): header, slice table, piece coverage, trailer checksum. Returns a
@@ -270,8 +269,8 @@ int gpt_snapshot_reader_open(const char *path, struct gpt_snapshot_meta *ret_met
                              struct gpt_snapshot_reader **ret, struct gpt_err *err);
 /* Copies floats [off, off + count) of array `which` (0 params, 1 m, 2 v)
  * into dst. */
-int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t off,
-                             uint64_t count, float *dst, struct gpt_err *err);
+int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t off, uint64_t count,
+                             float *dst, struct gpt_err *err);
 void gpt_snapshot_reader_close(struct gpt_snapshot_reader *r);
 
 /* The bytes a snapshot takes on disk (a manifest and its slices, or the

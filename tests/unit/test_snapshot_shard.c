@@ -172,9 +172,9 @@ static uint64_t write_sharded(const char *dir, int64_t step, char *path, size_t 
                 for (uint64_t k = 0; k < pieces[r][i].len; k++)
                     buf[a][at++] = value(a, pieces[r][i].off + k);
         }
-        assert_int_equal(gpt_snapshot_slice_write(dir, step, id, 3, buf[0], buf[1], buf[2],
-                                                  &slices[r], &err),
-                         0);
+        assert_int_equal(
+            gpt_snapshot_slice_write(dir, step, id, 3, buf[0], buf[1], buf[2], &slices[r], &err),
+            0);
         assert_int_equal(slices[r].floats, floats);
         for (int a = 0; a < 3; a++)
             free(buf[a]);
@@ -267,8 +267,8 @@ static void test_round_trip(void **state)
     for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++)
         for (int a = 0; a < 3; a++) {
             float buf[NP];
-            assert_int_equal(
-                gpt_snapshot_reader_read(r, a, ranges[k][0], ranges[k][1], buf, &err), 0);
+            assert_int_equal(gpt_snapshot_reader_read(r, a, ranges[k][0], ranges[k][1], buf, &err),
+                             0);
             for (uint64_t i = 0; i < ranges[k][1]; i++)
                 assert_true(buf[i] == value(a, ranges[k][0] + i));
         }
@@ -433,13 +433,13 @@ static void test_manifest_parse(void **state)
     assert_int_equal(man->slices[1].pieces[0].off, 134); /* 400 / 3: 134, 133, 133 */
     gpt_snapshot_manifest_free(man);
 
-    size_t s0 = 512 + 16, piece0 = s0 + 32; /* slice 0's first piece */
-    expect_refused(buf, n, piece0, 1, "gap");              /* offset 1: gap at 0 */
-    expect_refused(buf, n, piece0 + 8, 135, "sizes");      /* length != floats */
-    expect_refused(buf, n, piece0, 999, "outside");        /* 999 + 134 > 1000 */
-    expect_refused(buf, n, s0 + 8, 999, "sizes");          /* floats */
-    expect_refused(buf, n, s0 + 16, 12, "sizes");          /* file bytes */
-    expect_refused(buf, n, 512 + 8, 0, "slices");          /* no slices */
+    size_t s0 = 512 + 16, piece0 = s0 + 32;           /* slice 0's first piece */
+    expect_refused(buf, n, piece0, 1, "gap");         /* offset 1: gap at 0 */
+    expect_refused(buf, n, piece0 + 8, 135, "sizes"); /* length != floats */
+    expect_refused(buf, n, piece0, 999, "outside");   /* 999 + 134 > 1000 */
+    expect_refused(buf, n, s0 + 8, 999, "sizes");     /* floats */
+    expect_refused(buf, n, s0 + 16, 12, "sizes");     /* file bytes */
+    expect_refused(buf, n, 512 + 8, 0, "slices");     /* no slices */
     /* Slice 1's second piece moved onto slice 0's: an overlap. */
     expect_refused(buf, n, s0 + 64 + 32 + 16, 400, "overlap or leave a gap");
 
@@ -451,8 +451,7 @@ static void test_manifest_parse(void **state)
     assert_int_equal(gpt_snapshot_manifest_parse(buf, n - 16, "m", &meta, &man, &err),
                      -GPT_E_CORRUPT);
     /* A plain snapshot is not a manifest. */
-    assert_int_equal(gpt_snapshot_manifest_parse(buf, 100, "m", &meta, &man, &err),
-                     -GPT_E_CORRUPT);
+    assert_int_equal(gpt_snapshot_manifest_parse(buf, 100, "m", &meta, &man, &err), -GPT_E_CORRUPT);
 }
 
 static void test_prune_and_orphans(void **state)
@@ -598,9 +597,9 @@ static void test_init_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_missing_slice),
-        cmocka_unit_test(test_flipped_slice),   cmocka_unit_test(test_truncated_slice),
-        cmocka_unit_test(test_stale_slice),     cmocka_unit_test(test_manifest_parse),
+        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_missing_slice),
+        cmocka_unit_test(test_flipped_slice),     cmocka_unit_test(test_truncated_slice),
+        cmocka_unit_test(test_stale_slice),       cmocka_unit_test(test_manifest_parse),
         cmocka_unit_test(test_prune_and_orphans), cmocka_unit_test(test_no_full_size_buffer),
         cmocka_unit_test(test_init_stream),
     };
