@@ -20,9 +20,15 @@
  * order the worker queued it (all ranks queue the same sequence), so the
  * communicator is never used by two threads at once.
  */
+#define _GNU_SOURCE /* mkostemp, getrandom */
 #include "shard.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -86,6 +92,9 @@ struct gpt_shard {
     uint64_t issued, done;
     int error;
     bool quit;
+
+    /* sharded snapshots: whether every rank sees the same folder */
+    bool shared, shared_known;
 };
 
 static size_t shard_min(size_t a, size_t b)
@@ -507,4 +516,287 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret)
         ret->work = 2 * (sh->pieces[0].unit_count + 2 * sh->max_unit) * f;
     }
     ret->optim = 2 * sh->shard_len * f;
+}
+
+/* ---- sharded snapshots ---- */
+
+/* Rank r's pieces of the flat layout (those of length 0 left out), in
+ * the order of its shard buffers. Returns the count. */
+static uint32_t shard_rank_pieces(const struct gpt_shard *sh, int r, struct gpt_snapshot_piece *out)
+{
+    int world = sh->comm->world;
+    uint32_t n = 0;
+    size_t off, len;
+    if (sh->mode == GPT_SHARD_OPTIMIZER) {
+        gpt_comm_slice(sh->model->n_params, world, r, &off, &len);
+        if (len)
+            out[n++] = (struct gpt_snapshot_piece){off, len};
+        return n;
+    }
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        gpt_comm_slice(p->unit_count, world, r, &off, &len);
+        if (len)
+            out[n++] = (struct gpt_snapshot_piece){p->unit_off + off, len};
+    }
+    return n;
+}
+
+/* A random id for a snapshot's slices (rank 0). */
+static uint64_t shard_random_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        id = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32;
+    }
+    return id;
+}
+
+int gpt_shard_snapshot_shared(struct gpt_shard *sh, const char *dir, bool *ret_shared)
+{
+    int world = sh->comm->world, rank = sh->comm->rank, rc;
+    if (sh->shared_known) {
+        *ret_shared = sh->shared;
+        return 0;
+    }
+    /* Rank 0 leaves a probe file with a random content in its folder;
+     * every rank looks for it in its own. Named like a snapshot
+     * temporary, so gpt_snapshot_clean_tmp removes one left behind. */
+    struct {
+        char name[48];
+        uint64_t nonce;
+    } probe = {{0}, 0};
+    char path[GPT_JOB_PATH_MAX + 64];
+    if (rank == 0 && dir && dir[0] && gpt_mkdirs(dir, 0700) == 0) {
+        probe.nonce = shard_random_id();
+        snprintf(path, sizeof(path), "%s/.snap-000000000000.gpts.XXXXXX", dir);
+        int fd = mkostemp(path, O_CLOEXEC);
+        if (fd >= 0) {
+            if (write(fd, &probe.nonce, sizeof(probe.nonce)) == (ssize_t)sizeof(probe.nonce))
+                snprintf(probe.name, sizeof(probe.name), "%s", strrchr(path, '/') + 1);
+            close(fd);
+        }
+    }
+    if ((rc = gpt_comm_broadcast(sh->comm, &probe, sizeof(probe), 0)) < 0)
+        goto out;
+    float *seen = calloc((size_t)world, sizeof(float));
+    if (!seen) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (probe.name[0] && dir && dir[0]) {
+        char mine[GPT_JOB_PATH_MAX + 64];
+        uint64_t nonce = 0;
+        snprintf(mine, sizeof(mine), "%s/%s", dir, probe.name);
+        int fd = open(mine, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            if (read(fd, &nonce, sizeof(nonce)) == (ssize_t)sizeof(nonce) && nonce == probe.nonce)
+                seen[rank] = 1.0f;
+            close(fd);
+        }
+    }
+    if ((rc = gpt_comm_allreduce(sh->comm, seen, (size_t)world, GPT_REDUCE_SUM)) == 0) {
+        sh->shared = true;
+        for (int r = 0; r < world; r++)
+            sh->shared = sh->shared && seen[r] == 1.0f;
+        sh->shared_known = true;
+        *ret_shared = sh->shared;
+    }
+    free(seen);
+out:
+    if (rank == 0 && probe.name[0])
+        unlink(path);
+    return rc;
+}
+
+/* What each rank tells the others about its slice. */
+struct shard_slice_report {
+    int64_t status;
+    uint64_t floats, bytes;
+    uint32_t crc, pad;
+};
+
+int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
+                             const struct gpt_snapshot_meta *meta, char *ret_path, size_t path_cap,
+                             uint64_t *ret_bytes, struct gpt_err *err)
+{
+    int world = sh->comm->world, rank = sh->comm->rank, rc;
+    struct gpt_snapshot_piece mine[GPT_MAX_UNITS];
+    struct gpt_snapshot_slice *slices = NULL;
+    struct gpt_snapshot_piece *all = NULL;
+    struct shard_slice_report *reports = NULL;
+    uint64_t id = 0;
+    bool written = false;
+    if ((rc = gpt_shard_sync(sh)) < 0 || (rc = gpt_backend_sync(sh->be)) < 0)
+        return gpt_err_set(err, rc, NULL, "snapshot: the shard is not idle: %s", gpt_strerror(rc));
+    if (rank == 0)
+        id = shard_random_id();
+    if ((rc = gpt_comm_broadcast(sh->comm, &id, sizeof(id), 0)) < 0)
+        return gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
+
+    /* 1. Every rank writes its own slice, straight from its shard buffers. */
+    struct gpt_snapshot_slice s = {.rank = (uint32_t)rank, .pieces = mine};
+    s.n_pieces = shard_rank_pieces(sh, rank, mine);
+    const float *params = sh->mode == GPT_SHARD_OPTIMIZER
+                              ? sh->model->params + (s.n_pieces ? mine[0].off : 0)
+                              : sh->sp;
+    struct gpt_err werr = {0};
+    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, params, sh->sm, sh->sv,
+                                       &s, &werr);
+    written = wrc == 0;
+
+    /* 2. Everyone learns every slice's outcome (rank 0 needs the sizes
+     * and checksums for the manifest). */
+    if (!(reports = calloc((size_t)world, sizeof(*reports)))) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        goto out; /* the others fail in the broadcasts below */
+    }
+    reports[rank] = (struct shard_slice_report){wrc, s.floats, s.bytes, s.crc, 0};
+    for (int r = 0; r < world; r++)
+        if ((rc = gpt_comm_broadcast(sh->comm, &reports[r], sizeof(reports[r]), r)) < 0) {
+            gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
+            goto out;
+        }
+    if (wrc < 0) {
+        rc = wrc;
+        *err = werr;
+        goto out;
+    }
+    for (int r = 0; r < world; r++)
+        if (reports[r].status < 0) {
+            rc = gpt_err_set(err, (int)reports[r].status, NULL,
+                             "snapshot: rank %d could not write its slice: %s", r,
+                             gpt_strerror((int)reports[r].status));
+            goto out;
+        }
+
+    /* 3. Rank 0 commits the snapshot with the manifest, written last. */
+    int64_t status = 0;
+    if (rank == 0) {
+        slices = calloc((size_t)world, sizeof(*slices));
+        all = calloc((size_t)world * GPT_MAX_UNITS, sizeof(*all));
+        if (!slices || !all) {
+            status = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the manifest");
+        } else {
+            for (int r = 0; r < world; r++) {
+                struct gpt_snapshot_slice *sl = &slices[r];
+                sl->rank = (uint32_t)r;
+                sl->pieces = all + (size_t)r * GPT_MAX_UNITS;
+                sl->n_pieces = shard_rank_pieces(sh, r, all + (size_t)r * GPT_MAX_UNITS);
+                sl->floats = reports[r].floats;
+                sl->bytes = reports[r].bytes;
+                sl->crc = reports[r].crc;
+            }
+            status = gpt_snapshot_manifest_write(dir, meta, id, slices, (uint32_t)world, ret_path,
+                                                 path_cap, ret_bytes, err);
+        }
+    }
+    if ((rc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0)) < 0) {
+        gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
+        goto out;
+    }
+    rc = (int)status;
+    if (rc < 0 && rank != 0)
+        gpt_err_set(err, rc, NULL, "snapshot: rank 0 could not write the manifest: %s",
+                    gpt_strerror(rc));
+out:
+    if (rc < 0 && written) { /* no manifest will name it */
+        char sp[GPT_JOB_PATH_MAX + 96];
+        if (gpt_snapshot_slice_path(dir, meta->step, id, (uint32_t)rank, sp, sizeof(sp)) == 0)
+            unlink(sp);
+    }
+    free(reports);
+    free(slices);
+    free(all);
+    return rc;
+}
+
+/* Copies the part of chunk [off, off + count) of array `which` that this
+ * rank keeps into its state. */
+static void shard_load_chunk(struct gpt_shard *sh, int which, size_t off, size_t count,
+                             const float *chunk)
+{
+    if (which == 0 && sh->mode == GPT_SHARD_OPTIMIZER) { /* full parameters on every rank */
+        gpt_backend_copy(sh->be, sh->model->params + off, chunk, count * sizeof(float));
+        return;
+    }
+    float *dst = which == 0 ? sh->sp : which == 1 ? sh->sm : sh->sv;
+    for (size_t i = 0; i < sh->n_pieces; i++) {
+        const struct shard_piece *p = &sh->pieces[i];
+        size_t a = p->flat_off > off ? p->flat_off : off;
+        size_t b = shard_min(p->flat_off + p->len, off + count);
+        if (a < b)
+            gpt_backend_copy(sh->be, dst + p->pos + (a - p->flat_off), chunk + (a - off),
+                             (b - a) * sizeof(float));
+    }
+}
+
+int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *ctx, int moments,
+                          struct gpt_err *err)
+{
+    size_t n = sh->model->n_params, chunk = shard_min(n ? n : 1, GPT_SHARD_CHUNK_FLOATS);
+    float *host = NULL, *dev = NULL;
+    int rank = sh->comm->rank, rc;
+    int64_t flag = moments;
+    if ((rc = gpt_comm_broadcast(sh->comm, &flag, sizeof(flag), 0)) < 0)
+        return gpt_err_set(err, rc, NULL, "broadcast of the start state failed: %s",
+                           gpt_strerror(rc));
+    if ((rank == 0 && !(host = malloc(chunk * sizeof(float)))) ||
+        gpt_backend_alloc(sh->be, chunk * sizeof(float), (void **)&dev) < 0)
+        rc = -ENOMEM; /* told to the others with the first chunk's status */
+    for (int which = 0; which < 3; which++) {
+        if (which > 0 && !flag) {
+            float *zero[2] = {sh->sm, sh->sv};
+            gpt_backend_memzero(sh->be, zero[which - 1],
+                                (sh->shard_len ? sh->shard_len : 1) * sizeof(float));
+            continue;
+        }
+        for (size_t off = 0; off < n; off += chunk) {
+            size_t k = shard_min(chunk, n - off);
+            int64_t status = rc;
+            if (rank == 0 && rc == 0) {
+                struct gpt_err rerr;
+                status = read(ctx, which, off, k, host, &rerr);
+                if (status < 0)
+                    *err = rerr;
+                else
+                    status = gpt_backend_upload(sh->be, dev, host, k * sizeof(float));
+            }
+            int brc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0);
+            if (brc < 0) {
+                rc = gpt_err_set(err, brc, NULL, "broadcast of the start state failed: %s",
+                                 gpt_strerror(brc));
+                goto out;
+            }
+            if (status < 0) {
+                if (rc == 0 && rank != 0)
+                    gpt_err_set(err, (int)status, NULL, "rank 0 failed to read the start state: %s",
+                                gpt_strerror((int)status));
+                else if (rc == -ENOMEM)
+                    gpt_err_set(err, rc, NULL, "out of memory for the start state's chunks");
+                rc = (int)status;
+                goto out;
+            }
+            if (rc < 0) { /* this rank alone could not allocate: the others go on */
+                gpt_err_set(err, rc, NULL, "out of memory for the start state's chunks");
+                goto out;
+            }
+            if ((brc = gpt_comm_broadcast(sh->comm, dev, k * sizeof(float), 0)) < 0) {
+                rc = gpt_err_set(err, brc, NULL, "broadcast of the start state failed: %s",
+                                 gpt_strerror(brc));
+                goto out;
+            }
+            shard_load_chunk(sh, which, off, k, dev);
+            if ((rc = gpt_backend_sync(sh->be)) < 0)
+                goto out;
+        }
+    }
+out:
+    sh->emb_valid = false;
+    sh->blk_unit[0] = sh->blk_unit[1] = -1;
+    free(host);
+    gpt_backend_mem_free(sh->be, dev);
+    return rc;
 }

@@ -19,12 +19,15 @@
 #ifndef GPT_SHARD_H
 #define GPT_SHARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "comm.h"
 #include "gpt_config.h"
 #include "gpt_err.h"
+#include "rng.h"
+#include "snapshot.h"
 
 struct gpt_model;
 struct gpt_backend;
@@ -75,5 +78,50 @@ int gpt_shard_update(struct gpt_shard *sh, const struct gpt_optim_spec *o, float
                      float grad_scale);
 
 void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
+
+/* ---- sharded snapshots and loading without full-size copies ---- */
+
+/* Whether every rank sees `dir` (its own snapshot folder, "" or NULL
+ * for none) as the same folder: rank 0 leaves a probe file there and each
+ * rank looks for it. The answer is kept for the shard's lifetime.
+ * Collective; blocking file I/O. */
+int gpt_shard_snapshot_shared(struct gpt_shard *sh, const char *dir, bool *ret_shared);
+
+/* Writes a sharded snapshot into dir (shared by every rank: see
+ * gpt_shard_snapshot_shared): each rank writes its slice straight from
+ * its shard buffers (no full-size buffer anywhere), then rank 0 writes
+ * the manifest. meta is rank 0's (the others' is not read past step).
+ * On rank 0, ret_path and *ret_bytes (may be NULL) get the manifest's
+ * path and the snapshot's total size. Returns the same status on every
+ * rank; on failure no slice of this snapshot is left. Collective. */
+int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
+                             const struct gpt_snapshot_meta *meta, char *ret_path, size_t path_cap,
+                             uint64_t *ret_bytes, struct gpt_err *err);
+
+/* Rank 0's source of the start state: fills dst with floats
+ * [off, off + count) of array `which` (0 params, 1 m, 2 v). */
+typedef int (*gpt_shard_source_fn)(void *ctx, int which, size_t off, size_t count, float *dst,
+                                   struct gpt_err *err);
+#define GPT_SHARD_CHUNK_FLOATS (1u << 20) /* floats per broadcast while loading */
+
+/* Loads every rank's shard from rank 0's source, one chunk of
+ * GPT_SHARD_CHUNK_FLOATS at a time (rank 0 passes read and whether there
+ * are moments; the others NULL): no rank holds more than a chunk beyond
+ * its own state. Moments are zero when rank 0 says there are none.
+ * Collective. */
+int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *ctx, int moments,
+                          struct gpt_err *err);
+
+/* The fresh weights of gpt_model_init_weights_host, produced in layout
+ * order a chunk at a time (no full-size buffer), the same values bit for
+ * bit. Begin, then next with consecutive chunks. m is borrowed. */
+struct gpt_shard_init {
+    const struct gpt_model *m;
+    struct gpt_rng rng;
+    double resid_std;
+    size_t tensor, pos;
+};
+void gpt_shard_init_begin(struct gpt_shard_init *s, const struct gpt_model *m, uint64_t seed);
+void gpt_shard_init_next(struct gpt_shard_init *s, float *dst, size_t count);
 
 #endif

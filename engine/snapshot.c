@@ -27,10 +27,15 @@
  * other owners' files; corrupt files are renamed NAME.corrupt
  * (quarantined) so that nothing counts them again.
  *
+ * Flags bit 1 marks a manifest of a sharded snapshot: its arrays are in
+ * slice files (snapshot_shard.c); read, read_meta, find and prune accept
+ * one wherever they accept a plain file.
+ *
  * Blocking I/O on the calling thread; no state shared between calls.
  */
 #define _GNU_SOURCE /* mkostemp, O_NOFOLLOW */
 #include "snapshot.h"
+#include "snapshot_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,70 +49,16 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define SNAP_MAGIC         "GPTDSNAP"
-#define SNAP_HEADER_BYTES  512u
-#define SNAP_HEADER_MAX    65536u /* a longer header is corrupt */
-#define SNAP_TRAILER_BYTES 4u
-#define SNAP_FLAG_MOMENTS  1u
-#define SNAP_CHUNK_BYTES   (8u << 20) /* I/O and checksum granularity */
-#define SNAP_PREFIX        "snap-"
-#define SNAP_TMP_PREFIX    ".snap-"
-#define SNAP_LIST_MAX      100000 /* snapshot files considered in one directory */
-#define SNAP_VERSION_MIN   1u     /* the oldest format read (no owner fields) */
-#define SNAP_OWNER_MAGIC   "gptd-snapshot-owner 1"
+#define SNAP_HEADER_MAX  65536u /* a longer header is corrupt */
+#define SNAP_LIST_MAX    100000 /* snapshot files considered in one directory */
+#define SNAP_VERSION_MIN 1u     /* the oldest format read (no owner fields) */
+#define SNAP_OWNER_MAGIC "gptd-snapshot-owner 1"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "snapshot.c stores float arrays as they are in memory: add byte swapping for this host"
 #endif
 
-/* ---- little-endian fields ------------------------------------------------ */
-
-struct snap_buf {
-    unsigned char *p;
-    size_t off;
-};
-
-static void put_u32(struct snap_buf *b, uint32_t x)
-{
-    for (int i = 0; i < 4; i++)
-        b->p[b->off++] = (unsigned char)(x >> (8 * i));
-}
-
-static void put_u64(struct snap_buf *b, uint64_t x)
-{
-    for (int i = 0; i < 8; i++)
-        b->p[b->off++] = (unsigned char)(x >> (8 * i));
-}
-
-static uint32_t get_u32(struct snap_buf *b)
-{
-    uint32_t x = 0;
-    for (int i = 0; i < 4; i++)
-        x |= (uint32_t)b->p[b->off++] << (8 * i);
-    return x;
-}
-
-static uint64_t get_u64(struct snap_buf *b)
-{
-    uint64_t x = 0;
-    for (int i = 0; i < 8; i++)
-        x |= (uint64_t)b->p[b->off++] << (8 * i);
-    return x;
-}
-
-static uint32_t snap_crc(uint32_t crc, const void *p, size_t n)
-{
-    const unsigned char *q = p;
-    while (n > 0) { /* zlib takes a uInt length */
-        size_t k = n < SNAP_CHUNK_BYTES ? n : SNAP_CHUNK_BYTES;
-        crc = (uint32_t)crc32(crc, q, (uInt)k);
-        q += k;
-        n -= k;
-    }
-    return crc;
-}
-
-static void snap_encode_header(const struct gpt_snapshot_meta *m, uint64_t flags, unsigned char *h)
+void snap_encode_header(const struct gpt_snapshot_meta *m, uint32_t flags, unsigned char *h)
 {
     struct snap_buf b = {h, 0};
     memset(h, 0, SNAP_HEADER_BYTES);
@@ -174,6 +125,7 @@ static uint32_t snap_decode_header(const unsigned char *h, struct gpt_snapshot_m
     m->n_params = get_u64(&b);
     uint32_t flags = get_u32(&b);
     m->has_moments = (flags & SNAP_FLAG_MOMENTS) != 0;
+    m->sliced = (flags & SNAP_FLAG_SHARDED) != 0;
     if (m->version >= 2) { /* version 1 has zero padding here */
         m->owner.token = get_u64(&b);
         m->owner.job = (int64_t)get_u64(&b);
@@ -186,7 +138,7 @@ static uint32_t snap_decode_header(const unsigned char *h, struct gpt_snapshot_m
 
 /* ---- plain I/O -------------------------------------------------------------- */
 
-static int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc)
+int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc)
 {
     const unsigned char *q = p;
     if (crc)
@@ -206,7 +158,7 @@ static int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc)
 }
 
 /* Reads exactly n bytes; -GPT_E_CORRUPT when the file ends first. */
-static int snap_read_all(int fd, void *p, size_t n)
+int snap_read_all(int fd, void *p, size_t n)
 {
     unsigned char *q = p;
     while (n > 0) {
@@ -248,12 +200,12 @@ int gpt_mkdirs(const char *dir, mode_t mode)
 }
 
 /* mkdir -p for the job's owner only */
-static int snap_mkdirs(const char *dir)
+int snap_mkdirs(const char *dir)
 {
     return gpt_mkdirs(dir, 0700);
 }
 
-static int snap_fsync_dir(const char *dir)
+int snap_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -405,7 +357,7 @@ int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, c
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: header checksum mismatch",
                            name);
     uint32_t flags = snap_decode_header(h, &meta);
-    if (flags & ~SNAP_FLAG_MOMENTS)
+    if (flags & ~(SNAP_FLAG_MOMENTS | SNAP_FLAG_SHARDED))
         return gpt_err_set(err, -GPT_E_VERSION, NULL,
                            "snapshot %s: unknown feature flags 0x%" PRIx32, name, flags);
     if (meta.vocab.kind >= 0 &&
@@ -413,6 +365,15 @@ int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, c
          meta.vocab.size > (meta.vocab.kind == GPT_TOK_GPT2 ? 65536 : GPT_VOCAB_MAX)))
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", name,
                            meta.vocab.size);
+    if (meta.sliced) { /* a manifest: its table is checked by gpt_snapshot_manifest_parse */
+        if (file_size > GPT_SNAPSHOT_MANIFEST_MAX || file_size < hlen + 16 + SNAP_TRAILER_BYTES)
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                               "snapshot %s: a manifest of %" PRIu64 " bytes is impossible", name,
+                               file_size);
+        *ret_meta = meta;
+        *ret_hlen = hlen;
+        return 0;
+    }
     /* Sizes: header + arrays + trailer must be the file size exactly. */
     uint64_t arrays = meta.has_moments ? 3 : 1, payload = file_size - hlen - SNAP_TRAILER_BYTES;
     if (meta.n_params > payload / 4 / arrays || meta.n_params * 4 * arrays != payload)
@@ -493,6 +454,12 @@ int gpt_snapshot_read_meta(const char *path, struct gpt_snapshot_meta *ret_meta,
     if (rc < 0)
         return rc;
     close(fd);
+    if (meta.sliced) { /* the slice table too (small); not the slices' contents */
+        struct gpt_snapshot_manifest *man;
+        if ((rc = snap_manifest_load(path, &meta, &man, err)) < 0)
+            return rc;
+        gpt_snapshot_manifest_free(man);
+    }
     *ret_meta = meta;
     return 0;
 }
@@ -506,6 +473,18 @@ int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, floa
     int fd, rc = snap_open(path, &meta, &fd, &crc, err);
     if (rc < 0)
         return rc;
+    if (meta.sliced) {
+        struct gpt_snapshot_manifest *man;
+        close(fd);
+        if ((rc = snap_manifest_load(path, &meta, &man, err)) < 0)
+            return rc;
+        rc = snap_manifest_read_slices(path, &meta, man, params, meta.has_moments ? m : NULL,
+                                       meta.has_moments ? v : NULL, err);
+        gpt_snapshot_manifest_free(man);
+        if (rc == 0)
+            *ret_meta = meta;
+        return rc;
+    }
     unsigned char *scratch = NULL;
     size_t bytes = (size_t)meta.n_params * sizeof(float);
     float *dst[3] = {params, meta.has_moments ? m : NULL, meta.has_moments ? v : NULL};
@@ -810,7 +789,19 @@ int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owne
             kept++;
             continue;
         }
-        if (unlink(paths[i]) < 0 && errno != ENOENT && rc == 0) {
+        struct gpt_snapshot_manifest *man = NULL;
+        if (meta.sliced && snap_manifest_load(paths[i], &meta, &man, &why) < 0)
+            man = NULL; /* its slices go as orphans below */
+        int urc = unlink(paths[i]) < 0 && errno != ENOENT ? -errno : 0;
+        for (uint32_t s = 0; man && urc == 0 && s < man->n_slices; s++) {
+            char sp[GPT_JOB_PATH_MAX + 96];
+            if (gpt_snapshot_slice_path(dir, meta.step, man->id, man->slices[s].rank, sp,
+                                        sizeof(sp)) == 0)
+                (void)unlink(sp);
+        }
+        gpt_snapshot_manifest_free(man);
+        errno = -urc;
+        if (urc < 0 && rc == 0) {
             rc = -errno;
             gpt_err_set(err, rc, NULL, "%s: unlink: %s", paths[i], strerror(-rc));
         } else {
@@ -818,6 +809,10 @@ int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owne
         }
     }
     gpt_snapshot_list_free(paths, n);
+    struct gpt_err serr;
+    int orphans = 0;
+    (void)gpt_snapshot_clean_slices(dir, &orphans, &serr);
+    removed += (size_t)orphans;
     if (rc == 0 && removed > 0 && (rc = snap_fsync_dir(dir)) < 0)
         gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
     return rc;

@@ -342,15 +342,46 @@ static void full_state_free(struct trainer *t, struct full_state *fs)
     gpt_backend_mem_free(t->be, fs->v);
 }
 
+/* A sharded snapshot: each rank writes its slice into the folder all
+ * ranks share, rank 0 the manifest (no full-size copy on any rank). */
+static int write_snapshot_sharded(struct trainer *t, struct gpt_err *err)
+{
+    struct gpt_snapshot_meta meta;
+    char path[1024];
+    uint64_t bytes = 0;
+    fill_meta(t, &meta);
+    double t0 = now_s();
+    int rc = gpt_shard_snapshot_write(t->shard, t->snapdir, &meta, path, sizeof(path), &bytes, err);
+    if (rc < 0 || t->rank != 0)
+        return rc;
+    snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
+    emit_event(t, "snapshot", "step %lld written to %s in %.0f ms (%llu bytes, %d slices)",
+               (long long)t->st.step, path, (now_s() - t0) * 1e3, (unsigned long long)bytes,
+               t->world);
+    if (t->job->snapshot.keep > 0) {
+        struct gpt_err perr;
+        (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);
+    } else {
+        struct gpt_err cerr;
+        (void)gpt_snapshot_clean_slices(t->snapdir, NULL, &cerr);
+    }
+    return 0;
+}
+
 /* Writes a snapshot. Under sharding every rank first takes part in
  * gathering the full state (each node then holds a complete copy, so any
  * node can resume the job at any world size; the cost is three full-size
  * buffers while the snapshot is taken). */
 static int write_snapshot(struct trainer *t, struct gpt_err *err)
 {
-    bool writer = snapshot_writer(t);
+    bool writer = snapshot_writer(t), shared = false;
     struct full_state fs = {t->model.params, t->model.m, t->model.v};
     int rc = 0;
+    if (t->shard && (rc = gpt_shard_snapshot_shared(t->shard, t->snapdir, &shared)) < 0)
+        return gpt_err_set(err, rc, NULL, "snapshot: probing the folder failed: %s",
+                           gpt_strerror(rc));
+    if (shared)
+        return write_snapshot_sharded(t, err);
     if (t->shard) {
         if ((rc = full_state_alloc(t, &fs, err)) < 0)
             goto out;
@@ -396,8 +427,11 @@ static void report_skipped(void *ctx, const char *path, const struct gpt_err *wh
     emit_event(t, "snapshot_invalid", "skipped %s: %s", path, why->msg);
 }
 
-/* Rank 0 loads the snapshot to resume from (if any) into fs. */
-static int load_snapshot(struct trainer *t, const struct full_state *fs, struct gpt_err *err)
+/* Rank 0 loads the snapshot to resume from (if any) into fs; with fs
+ * NULL (sharded runs) it only verifies it and names it in ret_path
+ * ("" when there is none), and the caller streams the arrays. */
+static int load_snapshot(struct trainer *t, const struct full_state *fs, char *ret_path,
+                         struct gpt_err *err)
 {
     char path[1024];
     struct gpt_snapshot_meta meta;
@@ -464,10 +498,15 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
                            "snapshot %s was taken with other data (data.kind, data.path or "
                            "data.task differ)",
                            path);
-    rc = gpt_snapshot_read(path, &meta, fs->params, meta.has_moments ? fs->m : NULL,
-                           meta.has_moments ? fs->v : NULL, err);
+    if (fs)
+        rc = gpt_snapshot_read(path, &meta, fs->params, meta.has_moments ? fs->m : NULL,
+                               meta.has_moments ? fs->v : NULL, err);
+    else if (t->opts->resume_path) /* found in the folder: verified by gpt_snapshot_find */
+        rc = gpt_snapshot_read(path, &meta, NULL, NULL, NULL, err);
     if (rc < 0)
         return rc;
+    if (ret_path)
+        snprintf(ret_path, 1024, "%s", path);
     t->st.step = meta.step;
     t->st.cursor = meta.cursor;
     memcpy(t->st.rng, meta.rng, sizeof(t->st.rng));
@@ -479,17 +518,104 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, struct 
     return 0;
 }
 
-/* Rank 0 initialises or resumes; everyone receives the same state. Under
- * sharding the full state is built in temporary buffers and each rank
- * keeps its slices, so a snapshot taken at any world size and sharding
- * mode resumes in any other (re-sharding on load). */
+/* Rank 0's source of a sharded run's start state: a snapshot read by
+ * ranges, or the fresh weights (moments zero). */
+struct start_source {
+    struct gpt_snapshot_reader *snap;
+    struct gpt_shard_init *init; /* fresh weights, streamed */
+    const float *host;           /* fresh weights (n_params) changed by init_from */
+};
+
+static int start_source_read(void *ctx, int which, size_t off, size_t count, float *dst,
+                             struct gpt_err *err)
+{
+    struct start_source *src = ctx;
+    if (src->snap)
+        return gpt_snapshot_reader_read(src->snap, which, off, count, dst, err);
+    if (which == 0 && src->init)
+        gpt_shard_init_next(src->init, dst, count); /* chunks come in order */
+    else if (which == 0)
+        memcpy(dst, src->host + off, count * sizeof(float));
+    else
+        memset(dst, 0, count * sizeof(float));
+    return 0;
+}
+
+/* init_state of a sharded run: rank 0 finds the start state and streams
+ * it in chunks; each rank keeps its slices, so no rank holds a full-size
+ * copy (but rank 0 under model.init_from: one parameter-sized host
+ * array), whatever world size and mode the snapshot was taken at. */
+static int init_state_sharded(struct trainer *t, struct gpt_err *err)
+{
+    struct gpt_shard_init init;
+    struct start_source src = {0};
+    float *host = NULL;
+    char path[1024] = "";
+    int rc = 0, moments = 0;
+    if (t->rank == 0) {
+        t->st.cursor.seed = t->job->trainer.seed;
+        struct gpt_rng r;
+        gpt_rng_seed(&r, t->job->trainer.seed ^ 0x5eedull);
+        memcpy(t->st.rng, r.s, sizeof(t->st.rng));
+        if (t->opts->resume || t->opts->resume_path)
+            rc = load_snapshot(t, NULL, path, err);
+        if (rc == 0 && path[0]) {
+            struct gpt_snapshot_meta meta;
+            if ((rc = gpt_snapshot_reader_open(path, &meta, &src.snap, err)) == 0)
+                moments = meta.has_moments;
+        } else if (rc == 0 && !t->opts->init_weights) {
+            gpt_shard_init_begin(&init, &t->model, t->job->trainer.seed);
+            src.init = &init;
+            if (setup_stopped(t))
+                rc = GPT_TRAIN_STOPPED;
+        } else if (rc == 0 && !(host = malloc(t->model.n_params * sizeof(float)))) {
+            rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the initial weights");
+        } else if (rc == 0) {
+            gpt_model_init_weights_host(&t->model, t->job->trainer.seed, host);
+            if (t->opts->init_weights &&
+                (rc = t->opts->init_weights(t->opts->init_weights_ctx, &t->model, host, err)) == 0)
+                emit_event(t, "init_from", "weights from %s", t->job->model.init_from);
+            if (rc == 0 && setup_stopped(t))
+                rc = GPT_TRAIN_STOPPED;
+            src.host = host;
+        }
+    }
+    int64_t status[2] = {rc, 0};
+    int brc = gpt_comm_broadcast(t->comm, status, sizeof(status), 0);
+    if (brc == 0)
+        brc = gpt_comm_broadcast(t->comm, &t->st, sizeof(t->st), 0);
+    if (brc < 0) {
+        rc = rc < 0 ? rc : gpt_err_set(err, brc, NULL, "broadcast of the start state failed");
+        goto out;
+    }
+    if (status[0] != 0) { /* an error, or GPT_TRAIN_STOPPED during set-up */
+        if (rc == 0 && status[0] < 0)
+            gpt_err_set(err, (int)status[0], NULL, "rank 0 failed to initialise the model: %s",
+                        gpt_strerror((int)status[0]));
+        rc = rc != 0 ? rc : (int)status[0];
+        goto out;
+    }
+    rc = gpt_shard_load_stream(t->shard, t->rank == 0 ? start_source_read : NULL, &src, moments,
+                               err);
+    if (rc == 0)
+        memcpy(t->rng.s, t->st.rng, sizeof(t->rng.s));
+out:
+    free(host);
+    gpt_snapshot_reader_close(src.snap);
+    return rc;
+}
+
+/* Rank 0 initialises or resumes; everyone receives the same state.
+ * Sharded runs stream it instead (init_state_sharded): each rank keeps
+ * its slices, so a snapshot taken at any world size and sharding mode
+ * resumes in any other (re-sharding on load). */
 static int init_state(struct trainer *t, struct gpt_err *err)
 {
     struct full_state fs = {t->model.params, t->model.m, t->model.v};
     int rc = 0;
     memset(&t->st, 0, sizeof(t->st));
-    if (t->shard && (rc = full_state_alloc(t, &fs, err)) < 0)
-        goto out;
+    if (t->shard)
+        return init_state_sharded(t, err);
     if (t->rank == 0) {
         float *host = malloc(t->model.n_params * sizeof(float));
         if (!host) {
@@ -510,7 +636,7 @@ static int init_state(struct trainer *t, struct gpt_err *err)
         gpt_rng_seed(&r, t->job->trainer.seed ^ 0x5eedull);
         memcpy(t->st.rng, r.s, sizeof(t->st.rng));
         if (rc == 0 && (t->opts->resume || t->opts->resume_path))
-            rc = load_snapshot(t, &fs, err);
+            rc = load_snapshot(t, &fs, NULL, err);
     }
     if (t->world > 1) {
         /* A failure on rank 0 must not leave the others waiting in the
@@ -545,12 +671,8 @@ static int init_state(struct trainer *t, struct gpt_err *err)
     }
     if (rc != 0) /* an error, or GPT_TRAIN_STOPPED during set-up */
         goto out;
-    if (t->shard)
-        gpt_shard_load_full(t->shard, fs.params, fs.m, fs.v);
     memcpy(t->rng.s, t->st.rng, sizeof(t->rng.s));
 out:
-    if (t->shard)
-        full_state_free(t, &fs);
     return rc;
 }
 

@@ -10,7 +10,8 @@
  *   trailer checksum over everything before it.
  * Written to a temporary name, fsync'd, renamed, directory fsync'd: a file
  * under its final name is always complete. Read back with every size and
- * the checksum verified.
+ * the checksum verified. A sharded run may write the arrays as one slice
+ * file per rank and this file as their manifest (see below).
  *
  * Blocking file I/O: call from a worker thread, never from the loop.
  */
@@ -56,6 +57,7 @@ struct gpt_snapshot_meta {
     int32_t has_moments;
     struct gpt_snapshot_owner owner; /* zero in version 1 files */
     uint64_t fingerprint;            /* model and data identity; 0 in version 1 files */
+    int32_t sliced;                  /* the file is a manifest: the arrays are in slice files */
 };
 
 /* Writes dir/snap-<step>.gpts atomically (creates dir if missing). m and v
@@ -182,5 +184,97 @@ uint64_t gpt_snapshot_fingerprint(const struct gpt_model_config *cfg, const stru
  * with gpt_snapshot_list_free (NULL allowed). */
 int gpt_snapshot_list(const char *dir, char ***ret_paths, size_t *ret_n, struct gpt_err *err);
 void gpt_snapshot_list_free(char **paths, size_t n);
+
+/* ---- sharded snapshots: one slice file per rank and a manifest ----
+ *
+ * Under distributed.sharding optimizer or full, when every rank sees the
+ * same snapshot folder, each rank writes its own slice file
+ *   snap-<step>.<id>.r<rank>.gptslice   (id: 16 hex digits, per snapshot)
+ * holding its pieces of the flat parameter layout (params, then m and v),
+ * and rank 0 then writes snap-<step>.gpts as a manifest: the usual header
+ * with the "sharded" flag, then the slice table (each slice's pieces,
+ * size and CRC-32). The manifest is written last (temporary name, fsync,
+ * rename): a snapshot exists only once every slice is durable, and it is
+ * valid only while every slice is present and matches its CRC.
+ * gpt_snapshot_read/read_meta/find/prune accept a manifest wherever they
+ * accept a plain file (reading one re-assembles the full arrays). */
+
+#define GPT_SNAPSHOT_SLICE_SUFFIX ".gptslice"
+#define GPT_SNAPSHOT_SLICES_MAX   4096        /* slices (ranks) in one manifest */
+#define GPT_SNAPSHOT_PIECES_MAX   4096        /* pieces in one slice */
+#define GPT_SNAPSHOT_MANIFEST_MAX (16u << 20) /* a longer manifest is corrupt */
+
+/* A run of floats of the flat layout: [off, off + len). */
+struct gpt_snapshot_piece {
+    uint64_t off, len;
+};
+
+/* One rank's slice as the manifest records it. */
+struct gpt_snapshot_slice {
+    uint32_t rank;
+    uint32_t n_pieces;
+    const struct gpt_snapshot_piece *pieces; /* borrowed (manifest or caller) */
+    uint64_t floats;                         /* sum of the pieces' lengths */
+    uint64_t bytes;                          /* the slice file's size */
+    uint32_t crc;                            /* CRC-32 of the whole slice file */
+};
+
+struct gpt_snapshot_manifest {
+    uint64_t id; /* ties the slice files to this manifest */
+    uint32_t n_slices;
+    struct gpt_snapshot_slice *slices; /* owned */
+    struct gpt_snapshot_piece *pieces; /* owned: every slice's pieces */
+    uint64_t total_bytes;              /* manifest + every slice file */
+};
+
+/* The file name of a slice ("snap-<step>.<id>.r<rank>.gptslice") in dir. */
+int gpt_snapshot_slice_path(const char *dir, int64_t step, uint64_t id, uint32_t rank,
+                            char *ret_path, size_t cap);
+
+/* Writes this rank's slice file atomically (temporary name, fsync,
+ * rename, folder fsync). params, m, v hold slice->floats floats each (the
+ * pieces back to back; m and v NULL for no moments). slice->rank, pieces
+ * and n_pieces are read; floats, bytes and crc are filled. Never allocates
+ * more than one I/O chunk. Blocks. */
+int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_t world,
+                             const float *params, const float *m, const float *v,
+                             struct gpt_snapshot_slice *slice, struct gpt_err *err);
+
+/* Writes dir/snap-<step>.gpts as the manifest of `n` slices already
+ * written (their pieces must tile [0, meta->n_params) exactly), last and
+ * atomically. meta->has_moments says whether the slices carry moments.
+ * *ret_total_bytes (may be NULL) gets the snapshot's size on disk. */
+int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta *meta, uint64_t id,
+                                const struct gpt_snapshot_slice *slices, uint32_t n, char *ret_path,
+                                size_t path_cap, uint64_t *ret_total_bytes, struct gpt_err *err);
+
+/* Parses a whole manifest file held in memory (pure; the fuzz target's
+ * entry): header, slice table, piece coverage, trailer checksum. Returns a
+ * new manifest (free with gpt_snapshot_manifest_free) and the meta. */
+int gpt_snapshot_manifest_parse(const void *buf, size_t len, const char *name,
+                                struct gpt_snapshot_meta *ret_meta,
+                                struct gpt_snapshot_manifest **ret, struct gpt_err *err);
+void gpt_snapshot_manifest_free(struct gpt_snapshot_manifest *man);
+
+/* Removes slice files of dir that no manifest refers to (a writer that
+ * died before its manifest, or a pruned snapshot). Call only when no
+ * snapshot of this folder is being written. *ret_removed may be NULL. */
+int gpt_snapshot_clean_slices(const char *dir, int *ret_removed, struct gpt_err *err);
+
+/* Reads ranges of a snapshot (plain or sharded) without the whole arrays
+ * in memory: for loading a sharded run. The payload checksums are not
+ * verified here (gpt_snapshot_find or gpt_snapshot_read did that). */
+struct gpt_snapshot_reader;
+int gpt_snapshot_reader_open(const char *path, struct gpt_snapshot_meta *ret_meta,
+                             struct gpt_snapshot_reader **ret, struct gpt_err *err);
+/* Copies floats [off, off + count) of array `which` (0 params, 1 m, 2 v)
+ * into dst. */
+int gpt_snapshot_reader_read(struct gpt_snapshot_reader *r, int which, uint64_t off, uint64_t count,
+                             float *dst, struct gpt_err *err);
+void gpt_snapshot_reader_close(struct gpt_snapshot_reader *r);
+
+/* The bytes a snapshot takes on disk (a manifest and its slices, or the
+ * one file). */
+int gpt_snapshot_size(const char *path, uint64_t *ret_bytes, struct gpt_err *err);
 
 #endif

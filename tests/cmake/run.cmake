@@ -21,7 +21,9 @@ add_test(NAME shard_resume COMMAND ${GPTD_IT}/shard_resume.sh $<TARGET_FILE:gptd
                                    $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
 add_test(NAME batch_equiv COMMAND ${GPTD_IT}/batch_equiv.sh $<TARGET_FILE:gptd>
                                   $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
-set_tests_properties(shard_equiv shard_resume batch_equiv PROPERTIES LABELS integration TIMEOUT 600
+add_test(NAME shard_export COMMAND ${GPTD_IT}/shard_export.sh $<TARGET_FILE:gptd>
+                                   $<TARGET_FILE:fmt_convert> ${GPTD_JOBS}/tiny_adder.json)
+set_tests_properties(shard_equiv shard_resume batch_equiv shard_export PROPERTIES LABELS integration TIMEOUT 600
                      ENVIRONMENT "OMP_NUM_THREADS=1")
 add_test(NAME run_signal COMMAND ${GPTD_IT}/run_signal.sh $<TARGET_FILE:gptd>
                                  ${GPTD_JOBS}/tiny_adder.json)
