@@ -288,11 +288,11 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
     }
     if (rename(tmp, final) < 0) {
         rc = -errno;
-        gpt_err_set(err, rc, NULL, "rename %s -> %s: %s", tmp, final, strerror(-rc));
+        gpt_err_set(err, rc, "snapshot.dir", "rename %s -> %s: %s", tmp, final, strerror(-rc));
         goto fail;
     }
     if ((rc = snap_fsync_dir(dir)) < 0)
-        return gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
+        return gpt_err_set(err, rc, "snapshot.dir", "%s: fsync directory: %s", dir, strerror(-rc));
     if (ret_path)
         snprintf(ret_path, path_cap, "%s", final);
     return 0;

@@ -175,7 +175,7 @@ int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_
     }
     if (rename(tmp, final) < 0) {
         rc = -errno;
-        gpt_err_set(err, rc, NULL, "rename %s -> %s: %s", tmp, final, strerror(-rc));
+        gpt_err_set(err, rc, "snapshot.dir", "rename %s -> %s: %s", tmp, final, strerror(-rc));
         goto fail;
     }
     if ((rc = snap_fsync_dir(dir)) < 0)
@@ -388,7 +388,7 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
     if (rc == 0 && rename(tmp, final) < 0)
         rc = -errno;
     if (rc < 0) {
-        gpt_err_set(err, rc, NULL, "%s: write: %s", final, strerror(-rc));
+        gpt_err_set(err, rc, "snapshot.dir", "%s: write: %s", final, strerror(-rc));
         unlink(tmp);
         goto out;
     }
