@@ -31,6 +31,24 @@ trap cleanup EXIT
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# make_test_user PREFIX: creates a login-less user PREFIX<pid> (with its own
+# group) as $U, removed by the EXIT trap once no process of the test is
+# left (userdel refuses while one runs). Exits 77 when not root.
+make_test_user() {
+    [[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
+    U=$1$$
+    useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
+    # set +e: `(exit $rc)` must hand the status to cleanup, not end the trap.
+    trap 'rc=$?; set +e; drop_test_user; (exit $rc); cleanup' EXIT
+}
+drop_test_user() {
+    for p in "${PIDS[@]}"; do
+        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
+    done
+    userdel "$U" 2>/dev/null || true
+    groupdel "$U" 2>/dev/null || true
+}
+
 
 # start_gptd [flags...]: starts gptd on $SOCK/$T/state, sets GPTD_PID.
 start_gptd() {

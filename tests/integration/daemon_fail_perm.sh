@@ -12,19 +12,7 @@
 # restarts 0); a job of the same user on a readable file still completes.
 source "$(dirname "$0")/daemon_common.sh"
 
-[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
-U=gptdff$$
-useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
-# The user goes once no process of it is left (userdel refuses otherwise).
-drop_user() {
-    for p in "${PIDS[@]}"; do
-        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
-    done
-    userdel "$U" 2>/dev/null || true
-    groupdel "$U" 2>/dev/null || true
-}
-# set +e: `(exit $rc)` must hand the status to cleanup, not end the trap.
-trap 'rc=$?; set +e; drop_user; (exit $rc); cleanup' EXIT
+make_test_user gptdff
 
 # The user reaches the socket and the data through $T (search only) and
 # runs a copy of gptctl (the build tree may be closed to it).

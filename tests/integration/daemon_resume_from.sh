@@ -11,18 +11,7 @@
 # snapshot, another user's job.
 source "$(dirname "$0")/daemon_common.sh"
 
-[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
-U=gptdrf$$
-useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
-drop_user() {
-    for p in "${PIDS[@]}"; do
-        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
-    done
-    userdel "$U" 2>/dev/null || true
-    groupdel "$U" 2>/dev/null || true
-}
-# set +e: `(exit $rc)` must hand the status to cleanup, not end the trap.
-trap 'rc=$?; set +e; drop_user; (exit $rc); cleanup' EXIT
+make_test_user gptdrf
 
 # The test user reaches the socket and the job file through $T.
 chmod 0711 "$T"

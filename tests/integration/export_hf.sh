@@ -23,17 +23,7 @@
 source "$(dirname "$0")/daemon_common.sh"
 LOGITS=$5
 
-[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
-U=gptdex$$
-useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
-drop_user() {
-    for p in "${PIDS[@]}"; do
-        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
-    done
-    userdel "$U" 2>/dev/null || true
-    groupdel "$U" 2>/dev/null || true
-}
-trap 'rc=$?; set +e; drop_user; (exit $rc); cleanup' EXIT
+make_test_user gptdex
 
 chmod 0711 "$T"
 mkdir -p "$T/bin" "$T/data" "$T/out" "$T/rootonly"

