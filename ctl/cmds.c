@@ -483,8 +483,20 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "pid:", fmt_int(a, sizeof(a), json_object_get(s, "pid")));
         table_row(&t, "started:", fmt_time(a, sizeof(a), json_object_get(s, "started")));
         int64_t running = json_integer_value(json_object_get(s, "running_job"));
-        table_row(&t, "running job:",
-                  running ? fmt_int(a, sizeof(a), json_object_get(s, "running_job")) : "none");
+        const json_t *all = json_object_get(s, "running_jobs"); /* a coordinator's */
+        char ids[256] = "";
+        size_t k;
+        const json_t *v;
+        json_array_foreach(all, k, v)
+        {
+            size_t off = strlen(ids);
+            snprintf(ids + off, sizeof(ids) - off, "%s%lld", k ? ", " : "",
+                     (long long)json_integer_value(v));
+        }
+        table_row(&t, json_array_size(all) > 1 ? "running jobs:" : "running job:",
+                  json_array_size(all) > 1 ? ids
+                  : running              ? fmt_int(a, sizeof(a), json_object_get(s, "running_job"))
+                                         : "none");
         table_row(&t, "queued jobs:", fmt_int(b, sizeof(b), json_object_get(s, "queued")));
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));

@@ -290,6 +290,8 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
                           d->started, "running_job", (json_int_t)running, "queued",
                           (json_int_t)queued, "state_dir", d->cfg.state_dir, "socket",
                           d->cfg.socket, "clients", control_client_count(d->ctl));
+    if (o && jobs_running(d->jobs)) /* every job running here, oldest first */
+        json_object_set_new(o, "running_jobs", jobs_running_json(d->jobs));
     if (o && d->cluster) {
         char ep[CLUSTER_HOST_MAX + 16];
         snprintf(ep, sizeof(ep), "%s:%d", cluster_host(d->cluster), cluster_port(d->cluster));

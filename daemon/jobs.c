@@ -426,6 +426,14 @@ int64_t jobs_running(const struct jobs *js)
     return js->runs ? js->runs->job_id : 0;
 }
 
+json_t *jobs_running_json(const struct jobs *js)
+{
+    json_t *arr = json_array();
+    for (const struct jobs_run *r = js->runs; arr && r; r = r->next)
+        json_array_append_new(arr, json_integer(r->job_id));
+    return arr;
+}
+
 bool jobs_runs(const struct jobs *js, int64_t job)
 {
     return jobs_find(js, job) != NULL;

@@ -69,6 +69,8 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *
 
 /* The oldest running job's id, 0 when idle. */
 int64_t jobs_running(const struct jobs *js);
+/* The running jobs' ids, oldest first: a new JSON array. */
+json_t *jobs_running_json(const struct jobs *js);
 /* Whether job `job` runs. */
 bool jobs_runs(const struct jobs *js, int64_t job);
 /* A queued job's place in the queue (1: the next to start) and what it

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Several jobs at once on a cluster of three gptd (n1 the coordinator, n2,
 # n3): two 1-node jobs run side by side on disjoint nodes (both running and
-# both training at the same time, `gptctl nodes` showing each node's job); a
+# both training at the same time, `gptctl nodes` showing each node's job,
+# `gptctl status` both jobs); a
 # 2-node job waits for two free nodes while they hold two of the three, and
 # `gptctl list` says so ("queued #1: needs 2 nodes, 1 free"), with the job
 # behind it in order ("#2") and a higher priority going first; a node freed
@@ -53,6 +54,7 @@ wait_for 30 job_step_at_least n1 "$b" 5
 sa=$(job_field n1 "$a" step)
 wait_for 20 job_step_at_least n1 "$a" $((sa + 5))
 job_is n1 "$a" running && job_is n1 "$b" running || fail "jobs $a and $b do not run at once"
+ctl n1 status | grep -qE "^running jobs: +$a, $b\$" || fail "status does not list both jobs: $(ctl n1 status)"
 # Disjoint nodes: one node each, the third free.
 declare -A on=()
 for n in n1 n2 n3; do on[$n]=$(node_job "$n"); done
@@ -97,6 +99,7 @@ t_end=$(db "SELECT max(time) FROM events WHERE job_id = $a AND kind = 'state'")
 t_start=$(run_time "$c")
 /usr/bin/python3 -c 'import sys; e, s = map(float, sys.argv[1:]); sys.exit(not (e <= s < e + 3))' \
     "$t_end" "$t_start" || fail "job $c started at $t_start, job $a ended at $t_end"
+echo "elastic_multi: job $c started $(/usr/bin/python3 -c 'import sys; print("%.3f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$t_end" "$t_start") s after job $a ended"
 wait_for 60 job_step_at_least n1 "$c" 5
 [[ $(db "SELECT max(world_size) FROM metrics WHERE job_id = $c") == 2 ]] ||
     fail "job $c does not run on two nodes"
@@ -110,7 +113,7 @@ if [[ $node_b != n1 ]]; then
     sc=$(job_field n1 "$c" step)
     kill_node "$node_b"
     wait_for 20 eval 'db "SELECT count(*) FROM events WHERE job_id = '"$b"' AND kind = '"'"'node_dead'"'"'" | grep -qx 1'
-    wait_for 20 job_step_at_least n1 "$c" $((sc + 10))
+    wait_for 20 job_step_at_least n1 "$c" $((sc + 5))
     [[ $(db "SELECT count(*) FROM events WHERE job_id = $c AND kind IN ('failure', 'round')") == 1 ]] ||
         fail "job $c re-formed when a node of job $b died: $(db "SELECT kind, message FROM events WHERE job_id = $c")"
     job_is n1 "$c" running || fail "job $c stopped when a node of job $b died"
