@@ -3,12 +3,13 @@
  * dynamic rendezvous, decided by one authority instead of by store races).
  *
  * The coordinator keeps a table of nodes (from their heartbeats), opens a
- * round whenever the world must change (job start, a member died or failed,
- * a waiting node can be taken in, nodes came back after waiting), collects
- * the nodes' joins (each names the newest valid snapshot it holds), closes
- * the round at `max` nodes, or at `min` or more once every alive member of
- * the previous world has joined and either every alive node joined or the
- * last-call window passed, and publishes the closed world: ranks assigned
+ * round of a job whenever its world must change (job start, a member died
+ * or failed, a free node can be taken in, nodes came back after waiting),
+ * collects the joins of the nodes placed on the job (each names the newest
+ * valid snapshot it holds), closes the round at `max` nodes, or at `min` or
+ * more once every alive member of the previous world has joined and either
+ * every alive node placed on the job joined or the last-call window passed,
+ * and publishes the closed world: ranks assigned
  * deterministically (the node holding the newest snapshot first, then by
  * node id), each node's rank base, worker count and address.
  *
