@@ -107,15 +107,21 @@ job_is n1 "$d" queued || fail "job $d runs without a free node"
 [[ $(list_field "$d" waiting_for) == "needs 1 node, 0 free" ]] ||
     fail "job $d: $(list_field "$d" waiting_for)"
 
-# --- a node that dies fails only the job on it. n1 holds a job (b or c):
-# kill a member node of job b unless that is the coordinator.
-if [[ $node_b != n1 ]]; then
-    sc=$(job_field n1 "$c" step)
-    kill_node "$node_b"
-    wait_for 20 eval 'db "SELECT count(*) FROM events WHERE job_id = '"$b"' AND kind = '"'"'node_dead'"'"'" | grep -qx 1'
-    wait_for 20 job_step_at_least n1 "$c" $((sc + 5))
-    [[ $(db "SELECT count(*) FROM events WHERE job_id = $c AND kind IN ('failure', 'round')") == 1 ]] ||
-        fail "job $c re-formed when a node of job $b died: $(db "SELECT kind, message FROM events WHERE job_id = $c")"
-    job_is n1 "$c" running || fail "job $c stopped when a node of job $b died"
+# --- a node that dies fails only the job on it: a node of job b (or, when
+# that is the coordinator, one of job c) dies; the other job goes on.
+victim=$node_b gone=$b other=$c
+if [[ $node_b == n1 ]]; then
+    for n in n2 n3; do [[ $(node_job "$n") == "$c" ]] && victim=$n; done
+    gone=$c other=$b
 fi
+so=$(job_field n1 "$other" step)
+rounds=$(db "SELECT count(*) FROM events WHERE job_id = $other AND kind IN ('failure', 'round')")
+kill_node "$victim"
+wait_for 20 eval 'db "SELECT count(*) FROM events WHERE job_id = '"$gone"' AND kind = '"'"'node_dead'"'"'" | grep -qx 1'
+wait_for 20 job_step_at_least n1 "$other" $((so + 5))
+[[ $(db "SELECT count(*) FROM events WHERE job_id = $other AND kind IN ('failure', 'round')") == "$rounds" ]] ||
+    fail "job $other re-formed when $victim (job $gone) died: $(db "SELECT kind, message FROM events WHERE job_id = $other")"
+job_is n1 "$other" running || fail "job $other stopped when $victim (job $gone) died"
+[[ $(db "SELECT count(*) FROM events WHERE job_id = $gone AND kind = 'failure'") == 1 ]] ||
+    fail "job $gone did not fail over when $victim died"
 echo "elastic_multi: ok"
