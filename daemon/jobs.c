@@ -132,7 +132,7 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
         log_error("job %lld: cannot record snapshot: %s", (long long)job, err.msg);
 }
 
-/* --- the running job ---------------------------------------------------- */
+/* --- the running jobs --------------------------------------------------- */
 
 struct jobs_run *jobs_find(const struct jobs *js, int64_t job)
 {
