@@ -67,34 +67,74 @@ static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
     free(text);
 }
 
-void rdzv_publish_node(struct rdzv_coord *c, struct rdzv_cnode *nd)
+/* The round text of nd's job (or the idle one): a new string, NULL on
+ * ENOMEM (published on the next change). */
+static char *rdzv_round_text(struct rdzv_coord *c, const struct rdzv_jrun *j)
+{
+    json_t *o = rdzv_jrun_json(c, j, false);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
+/* Sets nd's round key to `base` (its job's round text, a JSON object),
+ * with its assignment "me" spliced in while it is in a world. */
+static void rdzv_publish_text(struct rdzv_coord *c, struct rdzv_cnode *nd, const char *base)
 {
     const struct rdzv_jrun *j = nd->jr;
-    int64_t job = j ? j->job : 0;
-    uint64_t ver = j ? j->version : 0;
-    if (nd->pub_done && nd->pub_job == job && nd->pub_ver == ver)
-        return;
-    if (!c->h.publish)
-        return;
-    json_t *o = rdzv_jrun_json(c, j, false);
-    if (!o)
-        return; /* published on the next change */
-    if (j && nd->member && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING))
-        json_object_set_new(o, "me", rdzv_member_json(nd));
     char key[sizeof(RDZV_KEY_NODE_PREFIX) + RDZV_NODE_ID_MAX];
     snprintf(key, sizeof(key), RDZV_KEY_NODE_PREFIX "%s", nd->id);
-    rdzv_publish_json(c, key, o);
+    if (j && nd->member && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING)) {
+        json_t *me = rdzv_member_json(nd);
+        char *mt = me ? json_dumps(me, JSON_COMPACT) : NULL;
+        json_decref(me);
+        size_t blen = strlen(base), n = blen + (mt ? strlen(mt) : 0) + 8;
+        char *buf = mt && blen > 1 ? malloc(n) : NULL;
+        if (!buf) {
+            free(mt);
+            return; /* published on the next change */
+        }
+        snprintf(buf, n, "%.*s,\"me\":%s}", (int)(blen - 1), base, mt);
+        c->h.publish(c->h.ctx, key, buf);
+        free(buf);
+        free(mt);
+    } else {
+        c->h.publish(c->h.ctx, key, base);
+    }
     nd->pub_done = true;
-    nd->pub_job = job;
-    nd->pub_ver = ver;
+    nd->pub_job = j ? j->job : 0;
+    nd->pub_ver = j ? j->version : 0;
+}
+
+static bool rdzv_node_current(const struct rdzv_cnode *nd)
+{
+    const struct rdzv_jrun *j = nd->jr;
+    return nd->pub_done && nd->pub_job == (j ? j->job : 0) && nd->pub_ver == (j ? j->version : 0);
+}
+
+void rdzv_publish_node(struct rdzv_coord *c, struct rdzv_cnode *nd)
+{
+    if (rdzv_node_current(nd) || !c->h.publish)
+        return;
+    char *base = rdzv_round_text(c, nd->jr);
+    if (base)
+        rdzv_publish_text(c, nd, base);
+    free(base);
 }
 
 void rdzv_publish_job(struct rdzv_coord *c, struct rdzv_jrun *j)
 {
     j->version++;
+    if (!c->h.publish)
+        return;
+    /* One text for every node of the job; members add their assignment. */
+    char *base = rdzv_round_text(c, j);
+    if (!base)
+        return;
     for (size_t i = 0; i < c->n; i++)
-        if (c->nodes[i].jr == j)
-            rdzv_publish_node(c, &c->nodes[i]);
+        if (c->nodes[i].jr == j && !rdzv_node_current(&c->nodes[i]))
+            rdzv_publish_text(c, &c->nodes[i], base);
+    free(base);
 }
 
 void rdzv_publish_world(struct rdzv_coord *c, struct rdzv_jrun *j, int64_t prev_round)
