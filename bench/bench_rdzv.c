@@ -341,8 +341,8 @@ static void node_on_watch(void *arg, const struct store_reply *r)
 static void node_watch(struct node *nd)
 {
     if (!nd->watching && !nd->dead &&
-        store_client_async_watch(nd->a, nd->round_key, nd->cur_version, 30000, node_on_watch,
-                                 nd) == 0)
+        store_client_async_watch(nd->a, nd->round_key, nd->cur_version, 30000, node_on_watch, nd) ==
+            0)
         nd->watching = true;
 }
 

@@ -495,8 +495,8 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         }
         table_row(&t, json_array_size(all) > 1 ? "running jobs:" : "running job:",
                   json_array_size(all) > 1 ? ids
-                  : running              ? fmt_int(a, sizeof(a), json_object_get(s, "running_job"))
-                                         : "none");
+                  : running ? fmt_int(a, sizeof(a), json_object_get(s, "running_job"))
+                            : "none");
         table_row(&t, "queued jobs:", fmt_int(b, sizeof(b), json_object_get(s, "queued")));
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));
