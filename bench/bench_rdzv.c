@@ -7,9 +7,10 @@
  * descriptors, and the coordinator holds one per node already) and speak
  * the node side of the protocol as gptd's cluster and agent do: a
  * HEARTBEAT every second (the real cluster_msg encoder), the round key
- * watched (WATCH on rdzv/cur, never polled), a join as a
+ * watched (WATCH on rdzv/n/<id>, never polled), a join as a
  * heartbeat with state "joined" when a round forms, the node's assignment
- * read when the round closes, its exit reported when the world stops.
+ * taken from the closed round ("me"), its exit reported when the world
+ * stops.
  *
  * Measured, one JSON line per N:
  *   register_s     connect + every node's first heartbeat acknowledged
@@ -108,7 +109,7 @@ static void coord_on_cmd(uv_async_t *h)
                               co->job_restarts, 600, &err) < 0)
             fprintf(stderr, "bench_rdzv: job start: %s\n", err.msg);
     } else if (cmd == CMD_STOP_JOB) {
-        cluster_job_stop(co->cl);
+        cluster_job_stop(co->cl, 0);
     } else if (cmd == CMD_CLOSE) {
         cluster_close(co->cl, NULL, NULL);
         uv_close((uv_handle_t *)&co->cmd, NULL);
@@ -166,6 +167,7 @@ struct node {
     int64_t world_round; /* the closed round whose world this node read, -1 none */
     int64_t exit_round;  /* the round whose workers "stopped", -1 none */
     bool me_inflight;
+    char round_key[64]; /* RDZV_KEY_NODE_PREFIX + id */
 };
 
 /* Counters the parent reads, written by the sim processes; and the
@@ -244,12 +246,11 @@ static void node_heartbeat(struct node *nd)
     cluster_msg_done(&m);
 }
 
-static void node_on_me(void *arg, const struct store_reply *r)
+/* The node read a closed round with its own assignment ("me"). */
+static void node_world(struct node *nd)
 {
-    struct node *nd = arg;
     struct sim_shared *sh = nd->s->sh;
-    nd->me_inflight = false;
-    if (r->status != 0 || nd->world_round == nd->round)
+    if (nd->world_round == nd->round)
         return;
     bool counted = nd->world_round >= atomic_load(&sh->want_round);
     nd->world_round = nd->round;
@@ -292,16 +293,14 @@ static void node_round(struct node *nd, const void *data, size_t len)
         pthread_mutex_unlock(&sh->mu);
     } else if (strcmp(phase, "running") == 0 && job && !nd->me_inflight &&
                nd->world_round != round && strcmp(nd->state, "joined") == 0 && nd->round == round) {
-        char key[96];
         const char *closed = json_string_value(json_object_get(cur, "closed"));
         if (closed) {
             pthread_mutex_lock(&sh->mu);
             snprintf(sh->closed, sizeof(sh->closed), "%s", closed);
             pthread_mutex_unlock(&sh->mu);
         }
-        snprintf(key, sizeof(key), "rdzv/%" PRId64 "/node/%s", round, nd->id);
-        if (store_client_async_get(nd->a, key, node_on_me, nd) == 0)
-            nd->me_inflight = true;
+        if (json_object_get(cur, "me"))
+            node_world(nd);
     } else if (strcmp(phase, "stopping") == 0 && nd->world_round == round &&
                nd->exit_round != round) {
         nd->exit_round = round;
@@ -342,7 +341,7 @@ static void node_on_watch(void *arg, const struct store_reply *r)
 static void node_watch(struct node *nd)
 {
     if (!nd->watching && !nd->dead &&
-        store_client_async_watch(nd->a, RDZV_KEY_CUR, nd->cur_version, 30000, node_on_watch, nd) ==
+        store_client_async_watch(nd->a, nd->round_key, nd->cur_version, 30000, node_on_watch, nd) ==
             0)
         nd->watching = true;
 }
@@ -443,6 +442,7 @@ static void sim_child(int idx, int n, int port, struct sim_shared *sh)
         struct node *nd = &s.nodes[i];
         nd->s = &s;
         snprintf(nd->id, sizeof(nd->id), "sim-%d-%05d", idx, i);
+        snprintf(nd->round_key, sizeof(nd->round_key), RDZV_KEY_NODE_PREFIX "%s", nd->id);
         snprintf(nd->state, sizeof(nd->state), "idle");
         nd->round = nd->world_round = nd->exit_round = -1;
     }
@@ -617,8 +617,8 @@ static int trial(int n)
     pthread_mutex_lock(&sh->mu);
     int64_t base_round = sh->forming_round;
     pthread_mutex_unlock(&sh->mu);
-    /* The new job's first round is base_round + 2 (the finish took one). */
-    atomic_store(&sh->want_round, base_round + 2);
+    /* The new job's first round is the next one (one sequence for all jobs). */
+    atomic_store(&sh->want_round, base_round + 1);
     coord_start_job(&co, 2, n / 2 > 0 ? n / 2 : 1, n, 3);
     bool ok_job2 = wait_until(sh, all_in_world, n, 600);
     double t_detect = -1, t_reform = -1, t_from_kill = -1;

@@ -375,11 +375,19 @@ int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     json_array_foreach(json_object_get(reply, "jobs"), i, j)
     {
         char id[32], step[64], s1[32], s2[32], loss[32], prio[32], owner[32], created[32];
+        char state[160];
         snprintf(step, sizeof(step), "%s/%s", fmt_int(s1, sizeof(s1), json_object_get(j, "step")),
                  fmt_int(s2, sizeof(s2), json_object_get(j, "max_steps")));
+        /* A queued job: its place in the queue and what it waits for. */
+        const json_t *pos = json_object_get(j, "queue_position");
+        const char *why = json_string_value(json_object_get(j, "waiting_for"));
+        const char *st = json_string_value(json_object_get(j, "state"));
+        snprintf(state, sizeof(state), "%s", st ? st : "-");
+        if (json_is_integer(pos)) /* the table escapes the cell */
+            snprintf(state + strlen(state), sizeof(state) - strlen(state), " #%lld%s%.100s",
+                     (long long)json_integer_value(pos), why ? ": " : "", why ? why : "");
         table_row(&t, fmt_int(id, sizeof(id), json_object_get(j, "id")),
-                  json_string_value(json_object_get(j, "name")),
-                  json_string_value(json_object_get(j, "state")), step,
+                  json_string_value(json_object_get(j, "name")), state, step,
                   fmt_real(loss, sizeof(loss), json_object_get(j, "loss"), 4),
                   fmt_int(prio, sizeof(prio), json_object_get(j, "priority")),
                   fmt_int(owner, sizeof(owner), json_object_get(j, "owner_uid")),
@@ -497,8 +505,20 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "pid:", fmt_int(a, sizeof(a), json_object_get(s, "pid")));
         table_row(&t, "started:", fmt_time(a, sizeof(a), json_object_get(s, "started")));
         int64_t running = json_integer_value(json_object_get(s, "running_job"));
-        table_row(&t, "running job:",
-                  running ? fmt_int(a, sizeof(a), json_object_get(s, "running_job")) : "none");
+        const json_t *all = json_object_get(s, "running_jobs"); /* a coordinator's */
+        char ids[256] = "";
+        size_t k;
+        const json_t *v;
+        json_array_foreach(all, k, v)
+        {
+            size_t off = strlen(ids);
+            snprintf(ids + off, sizeof(ids) - off, "%s%lld", k ? ", " : "",
+                     (long long)json_integer_value(v));
+        }
+        table_row(&t, json_array_size(all) > 1 ? "running jobs:" : "running job:",
+                  json_array_size(all) > 1 ? ids
+                  : running ? fmt_int(a, sizeof(a), json_object_get(s, "running_job"))
+                            : "none");
         table_row(&t, "queued jobs:", fmt_int(b, sizeof(b), json_object_get(s, "queued")));
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));
@@ -752,15 +772,16 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     if (!c->json) {
         /* A cluster's nodes carry a heartbeat age and their current ranks;
          * a single gptd reports its job instead. */
-        struct table t = {.ncols = 9,
-                          .right = {false, false, true, true, true, false, false, false, false}};
-        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "RANKS/JOB", "DEVICES", "GPU UTIL",
-                  "GPU MEM", "VERSION");
+        struct table t = {
+            .ncols = 10,
+            .right = {false, false, true, true, true, true, false, false, false, false}};
+        table_row(&t, "NODE", "STATE", "HEARTBEAT", "WORKERS", "JOB", "RANKS", "DEVICES",
+                  "GPU UTIL", "GPU MEM", "VERSION");
         size_t i;
         json_t *n;
         json_array_foreach(json_object_get(reply, "nodes"), i, n)
         {
-            char w[32], j[32], hb[32], gu[256], gm[512];
+            char w[32], j[32], rk[48], hb[32], gu[256], gm[512];
             const json_t *gpus = json_object_get(n, "gpus");
             const json_t *age = json_object_get(n, "heartbeat_age_s");
             const char *ranks = json_string_value(json_object_get(n, "ranks"));
@@ -768,15 +789,16 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             snprintf(hb, sizeof(hb), "%s", "-");
             if (json_is_number(age))
                 snprintf(hb, sizeof(hb), "%.1fs ago", json_number_value(age));
-            if (ranks)
-                snprintf(j, sizeof(j), "%s", ranks);
-            else if (job)
+            /* The job placed on the node (a cluster's) or running there
+             * (a single gptd's), and its ranks of that job's world. */
+            snprintf(rk, sizeof(rk), "%s", ranks ? ranks : "-");
+            if (job)
                 fmt_int(j, sizeof(j), json_object_get(n, "job"));
             else
                 snprintf(j, sizeof(j), "-");
             table_row(&t, json_string_value(json_object_get(n, "node")),
                       json_string_value(json_object_get(n, "state")), hb,
-                      fmt_int(w, sizeof(w), json_object_get(n, "workers")), j,
+                      fmt_int(w, sizeof(w), json_object_get(n, "workers")), j, rk,
                       json_string_value(json_object_get(n, "devices")),
                       fmt_gpus_util(gu, sizeof(gu), gpus), fmt_gpus_mem(gm, sizeof(gm), gpus),
                       json_string_value(json_object_get(n, "version")));

@@ -395,10 +395,21 @@ int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t tok
     return rdzv_coord_job_start(c->coord, monotime_s(), &j, err);
 }
 
-void cluster_job_stop(struct cluster *c)
+void cluster_job_stop(struct cluster *c, int64_t job)
 {
     if (c->coord)
-        rdzv_coord_job_stop(c->coord, monotime_s());
+        rdzv_coord_job_stop(c->coord, job, monotime_s());
+}
+
+int cluster_free_nodes(const struct cluster *c)
+{
+    return c->coord ? rdzv_coord_free_nodes(c->coord) : 0;
+}
+
+void cluster_set_queued(struct cluster *c, int queued)
+{
+    if (c->coord)
+        rdzv_coord_set_queued(c->coord, queued);
 }
 
 struct store_server *cluster_store_server(const struct cluster *c)
@@ -558,7 +569,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         snprintf(self.node, sizeof(self.node), "%s", c->node_id);
         snprintf(self.addr, sizeof(self.addr), "%s", c->addr);
         snprintf(self.version, sizeof(self.version), "%s", c->version);
-        snprintf(self.state, sizeof(self.state), "idle");
+        /* No state yet: a job is placed on this node once its agent
+         * reports one (its first heartbeat through the store). */
         devices_summary(self.devices, sizeof(self.devices));
         rdzv_coord_message(c->coord, monotime_s(), &self);
         log_info("cluster: coordinator serving the store at %s:%d", c->host, c->o.port);

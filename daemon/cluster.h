@@ -158,7 +158,9 @@ int cluster_read_op(struct cluster *c, int op, const struct cluster_msg_read_arg
 void cluster_feed_push(struct cluster *c, int64_t job, json_t *rec);
 uint64_t cluster_feed_seq(const struct cluster *c);
 
-/* Coordinator: runs / stops a job on the cluster (see rdzv_coord_job_*). */
+/* Coordinator: runs / stops a job on the cluster (see rdzv_coord_job_*):
+ * several run at once on disjoint nodes; -EAGAIN (err: "needs N nodes, M
+ * free") when other jobs run and too few nodes are free. */
 int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *spec_json,
                       int nodes_min, int nodes_max, int max_restarts, int wait_timeout_s,
                       struct gpt_err *err);
@@ -173,7 +175,13 @@ int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t tok
                        const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
                        int restarts, int wait_timeout_s, int64_t resume_step,
                        const char *resume_what, int64_t newest_snap, struct gpt_err *err);
-void cluster_job_stop(struct cluster *c);
+/* Stops job `job` (0: every job) at its next step boundary. */
+void cluster_job_stop(struct cluster *c, int64_t job);
+/* Coordinator: nodes a job could be placed on now (0 on a member). */
+int cluster_free_nodes(const struct cluster *c);
+/* Coordinator: jobs waiting in the queue for nodes (running jobs do not
+ * grow while any does). */
+void cluster_set_queued(struct cluster *c, int queued);
 
 /* The node table (a new JSON array): the coordinator's own view there, the
  * last one the coordinator published elsewhere. The coordinator's entry has

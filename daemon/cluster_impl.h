@@ -121,7 +121,7 @@ struct cluster {
     bool lost_reported;
     double next_hb;
     bool hb_soon;
-    bool round_watch;     /* the watch of RDZV_KEY_CUR is parked */
+    bool round_watch;     /* the watch of this node's round key is parked */
     uint64_t cur_version; /* the version of the round last seen (0: none) */
     uint64_t cur_seq;     /* rounds seen: an older round's late answer is dropped */
     double next_nodes;

@@ -356,9 +356,9 @@ static void cluster_answer_read(struct cluster *c, const struct cluster_msg *m)
  * more than a loop iteration). */
 static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m)
 {
-    if (job != rdzv_coord_job(c->coord))
+    if (!rdzv_coord_job_runs(c->coord, job))
         return;
-    rdzv_coord_progress(c->coord, m->step, -1);
+    rdzv_coord_job_progress(c->coord, job, m->step, -1);
     if (c->jh.metric)
         c->jh.metric(c->jh.ctx, job, m);
 }
@@ -366,10 +366,10 @@ static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gp
 static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
                                    const char *node)
 {
-    if (job != rdzv_coord_job(c->coord))
+    if (!rdzv_coord_job_runs(c->coord, job))
         return;
     if (strcmp(e->kind, "snapshot") == 0)
-        rdzv_coord_progress(c->coord, e->step, e->step);
+        rdzv_coord_job_progress(c->coord, job, e->step, e->step);
     if (c->jh.event)
         c->jh.event(c->jh.ctx, job, e, node);
 }

@@ -1,8 +1,8 @@
 /*
  * cluster_round: what a node tells the coordinator and hears from it
  * without the inbox: its heartbeat (HEARTBEAT into the store's heartbeat
- * table, overwritten in place) and the round (a WATCH of RDZV_KEY_CUR,
- * then its own assignment); on the coordinator, the drain of that table
+ * table, overwritten in place) and the round (a WATCH of its own round
+ * key, RDZV_KEY_NODE_PREFIX<id>); on the coordinator, the drain of that table
  * into the round protocol. Owns struct cluster's round_watch, cur_version
  * and cur_seq (see cluster_impl.h).
  *
@@ -79,76 +79,26 @@ void cluster_heartbeat(struct cluster *c)
 
 /* ---- the round, through a watch ----
  *
- * The node WATCHes RDZV_KEY_CUR with the version it last saw: the store
- * answers once the coordinator publishes a newer round (or after
+ * The node WATCHes its own round key (RDZV_KEY_NODE_PREFIX<id>: the round
+ * of the job it is placed on, with its assignment "me" while it is in a
+ * world, or an idle round) with the version it last saw: the store
+ * answers once the coordinator publishes a newer one (or after
  * CLUSTER_WATCH_MS, to renew it), and the node watches again at once. No
  * node polls. A parked watch is not a request in flight: it does not count
- * towards the dead-store check (heartbeat replies do). A round with a world
- * makes the node read its own assignment; an answer that comes back after
- * a newer round was seen is dropped (cur_seq). */
+ * towards the dead-store check (heartbeat replies do). */
 
-struct cluster_me_req {
-    struct cluster *c;
-    json_t *cur;
-    uint64_t seq;
-};
-
-static void cluster_round_refetch(struct cluster *c);
-
-static void cluster_on_me(void *arg, const struct store_reply *r)
+static void cluster_round_key(const struct cluster *c, char *key, size_t size)
 {
-    struct cluster_me_req *q = arg;
-    struct cluster *c = q->c;
-    json_t *cur = q->cur;
-    uint64_t seq = q->seq;
-    free(q);
-    if (!cluster_reply_ok(c, r) || seq != c->cur_seq) {
-        json_decref(cur);
-        return;
-    }
-    if (r->status < 0 && r->status != -ENOENT) {
-        json_decref(cur);
-        cluster_round_refetch(c); /* read the round (and this) again */
-        return;
-    }
-    if (r->status == 0) {
-        json_t *me = json_loadb(r->data, r->len, 0, NULL);
-        if (me)
-            json_object_set_new(cur, "me", me);
-    }
-    if (c->nh.round)
-        c->nh.round(c->nh.ctx, cur);
-    json_decref(cur);
+    snprintf(key, size, RDZV_KEY_NODE_PREFIX "%s", c->node_id);
 }
 
-/* A round as published (RDZV_KEY_CUR's value): handed to the node hooks,
- * with this node's assignment when the round has a world. */
+/* A round as published: handed to the node hooks. */
 static void cluster_round_value(struct cluster *c, const void *data, size_t len)
 {
     json_t *cur = json_loadb(data, len, 0, NULL);
     c->cur_seq++;
     if (!cur)
         return;
-    const char *phase = json_string_value(json_object_get(cur, "phase"));
-    if (phase && (strcmp(phase, "running") == 0 || strcmp(phase, "stopping") == 0)) {
-        struct cluster_me_req *q = malloc(sizeof(*q));
-        char key[RDZV_NODE_ID_MAX + 64];
-        snprintf(key, sizeof(key), "rdzv/%lld/node/%s",
-                 (long long)json_integer_value(json_object_get(cur, "round")), c->node_id);
-        if (q) {
-            q->c = c;
-            q->cur = cur;
-            q->seq = c->cur_seq;
-            if (store_client_async_get(c->nc, key, cluster_on_me, q) == 0) {
-                c->inflight++;
-                return;
-            }
-            free(q);
-        }
-        json_decref(cur);
-        c->cur_version = 0; /* read the round again with the next watch */
-        return;
-    }
     if (c->nh.round)
         c->nh.round(c->nh.ctx, cur);
     json_decref(cur);
@@ -161,7 +111,9 @@ void cluster_round_watch(struct cluster *c)
 {
     if (c->round_watch || c->nc_state != CONN_READY)
         return;
-    int rc = store_client_async_watch(c->nc, RDZV_KEY_CUR, c->cur_version, CLUSTER_WATCH_MS,
+    char key[sizeof(RDZV_KEY_NODE_PREFIX) + RDZV_NODE_ID_MAX];
+    cluster_round_key(c, key, sizeof(key));
+    int rc = store_client_async_watch(c->nc, key, c->cur_version, CLUSTER_WATCH_MS,
                                       cluster_on_round_watch, c);
     if (rc == 0)
         c->round_watch = true;
@@ -189,22 +141,6 @@ static void cluster_on_round_watch(void *arg, const struct store_reply *r)
     /* -ETIMEDOUT: renewed; -GPT_E_LIMIT: retried by the tick */
     if (r->status != -GPT_E_LIMIT && c->nc_state == CONN_READY)
         cluster_round_watch(c);
-}
-
-static void cluster_on_round_get(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (!cluster_reply_ok(c, r) || r->status < 0)
-        return;
-    cluster_round_value(c, r->data, r->len);
-}
-
-/* Reads the round once more, outside the watch (whose version stays). */
-static void cluster_round_refetch(struct cluster *c)
-{
-    if (c->nc_state == CONN_READY &&
-        store_client_async_get(c->nc, RDZV_KEY_CUR, cluster_on_round_get, c) == 0)
-        c->inflight++;
 }
 
 void cluster_round_disconnected(struct cluster *c)

@@ -123,6 +123,8 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_SET_RESTARTS] = "UPDATE jobs SET restarts = ? WHERE id = ?",
     [DB_ST_JOB_NEXT] =
         "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id ASC LIMIT 1",
+    [DB_ST_JOB_QUEUE] = "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC,"
+                        " id ASC LIMIT ?",
     [DB_ST_JOB_COUNT] = "SELECT count(*) FROM jobs WHERE state = ?",
     [DB_ST_JOB_LIST] = "SELECT " DB_JOB_COLS " FROM jobs ORDER BY id DESC LIMIT ?",
     [DB_ST_JOB_PROGRESS] =
@@ -593,6 +595,24 @@ int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)
     else
         rc = db_fail(db, err, src, "next job");
     sqlite3_reset(s);
+    return rc;
+}
+
+int db_job_queue(struct db *db, int64_t *ids, int max, int *ret_n, struct gpt_err *err)
+{
+    int rc = 0, n = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_QUEUE, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int(s, 1, max);
+    int src;
+    while ((src = sqlite3_step(s)) == SQLITE_ROW && n < max)
+        ids[n++] = sqlite3_column_int64(s, 0);
+    if (src != SQLITE_DONE && src != SQLITE_ROW)
+        rc = db_fail(db, err, src, "list the queue");
+    sqlite3_reset(s);
+    if (rc == 0)
+        *ret_n = n;
     return rc;
 }
 

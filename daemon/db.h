@@ -117,6 +117,9 @@ int db_job_set_restarts(struct db *db, int64_t id, int restarts, struct gpt_err 
 /* The next job to run: queued, highest priority, then lowest id.
  * -ENOENT when the queue is empty. */
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err);
+/* The queue in the order it is served (as db_job_next_queued): at most
+ * `max` ids into ids[], their number in *ret_n. */
+int db_job_queue(struct db *db, int64_t *ids, int max, int *ret_n, struct gpt_err *err);
 /* Number of jobs in `state`. */
 int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err);
 /* Calls fn for each job (newest first, at most `limit`), spec_json NULL. */

@@ -23,6 +23,7 @@ enum db_stmt {
     DB_ST_JOB_SET_SWEEP,
     DB_ST_JOB_CANCEL,
     DB_ST_JOB_NEXT,
+    DB_ST_JOB_QUEUE,
     DB_ST_JOB_COUNT,
     DB_ST_JOB_LIST,
     DB_ST_JOB_PROGRESS,

@@ -212,6 +212,7 @@ static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, 
 struct handler_list {
     json_t *arr;
     const char *sweep; /* only this sweep's jobs; NULL all */
+    const struct jobs *jobs;
 };
 
 static void handler_list_add(void *ctx, const struct db_job *j)
@@ -222,6 +223,12 @@ static void handler_list_add(void *ctx, const struct db_job *j)
     json_t *o = handler_job_json(j);
     if (o && j->sweep[0])
         json_object_set_new(o, "sweep", json_string(j->sweep));
+    const char *why = NULL;
+    int pos = o && j->state == DB_JOB_QUEUED ? jobs_queue_position(l->jobs, j->id, &why) : 0;
+    if (pos > 0) { /* where it is in the queue, and what it waits for */
+        json_object_set_new(o, "queue_position", json_integer(pos));
+        json_object_set_new(o, "waiting_for", json_string(why));
+    }
     json_array_append_new(l->arr, o);
 }
 
@@ -232,7 +239,7 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    struct handler_list l = {.arr = arr, .sweep = req->sweep};
+    struct handler_list l = {.arr = arr, .sweep = req->sweep, .jobs = d->jobs};
     int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, &l, err);
     if (rc < 0) {
         json_decref(arr);
@@ -305,6 +312,8 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
                           d->started, "running_job", (json_int_t)running, "queued",
                           (json_int_t)queued, "state_dir", d->cfg.state_dir, "socket",
                           d->cfg.socket, "clients", control_client_count(d->ctl));
+    if (o && jobs_running(d->jobs)) /* every job running here, oldest first */
+        json_object_set_new(o, "running_jobs", jobs_running_json(d->jobs));
     if (o && d->cluster) {
         char ep[CLUSTER_HOST_MAX + 16];
         snprintf(ep, sizeof(ep), "%s:%d", cluster_host(d->cluster), cluster_port(d->cluster));
@@ -343,7 +352,7 @@ static int handler_state_result(struct daemon_ctx *d, int64_t job, bool cancel, 
     if (rc < 0)
         return rc;
     const char *state = db_job_state_name(j.state);
-    if (jobs_running(d->jobs) == j.id && cancel)
+    if (jobs_runs(d->jobs, j.id) && cancel)
         state = "cancelling";
     *ret = json_pack("{s:I, s:s}", "job", (json_int_t)j.id, "state", state);
     db_job_done(&j);

@@ -1,8 +1,8 @@
 /*
- * jobs: queue, scheduler, the running job and its followers (see jobs.h).
- * Owns the mailbox (daemon/mailbox.h: the only state shared with worker
- * threads, which only post to it) and the running job's workers handle.
- * Loop thread.
+ * jobs: the running jobs, their records and followers, and the cluster's
+ * callbacks (see jobs.h); which queued job starts when is jobs_sched.c.
+ * Records arrive from the cluster on the loop thread and are stored once
+ * per loop turn, per job. Loop thread.
  */
 #include "jobs.h"
 #include "jobs_impl.h"
@@ -23,6 +23,7 @@
 #include "log.h"
 #include "mailbox.h"
 #include "paths.h"
+#include "rdzv.h"
 #include "resume_plan.h"
 #include "trainer.h"
 #include "statedir.h"
@@ -131,29 +132,35 @@ static void jobs_record_snapshot(struct jobs *js, int64_t job, const struct gpt_
         log_error("job %lld: cannot record snapshot: %s", (long long)job, err.msg);
 }
 
-/* --- the running job ---------------------------------------------------- */
+/* --- the running jobs --------------------------------------------------- */
 
-/* Drains the whole mailbox: wakeups coalesce, so one wakeup may stand for
- * many records. One transaction for all of them, then the followers. */
-static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
+struct jobs_run *jobs_find(const struct jobs *js, int64_t job)
 {
-    struct jobs *js = ctx;
-    if (!js->run) {
-        /* Late records of a job that has ended. */
-        mailbox_free_list(list);
+    for (struct jobs_run *r = js->runs; r; r = r->next)
+        if (r->job_id == job)
+            return r;
+    return NULL;
+}
+
+/* Stores a run's pending records: one transaction for all of them, then
+ * the followers. */
+static void jobs_store_records(struct jobs *js, struct jobs_run *run)
+{
+    struct mailbox_msg *list = run->pend;
+    run->pend = run->pend_tail = NULL;
+    if (!list)
         return;
-    }
-    int64_t job = js->run->job_id;
+    int64_t job = run->job_id;
 
     struct gpt_err err;
     int rc = db_begin(js->db, &err);
     for (struct mailbox_msg *m = list; rc == 0 && m; m = m->next) {
         if (m->kind == MAILBOX_METRIC) {
-            if (m->u.m.step > js->run->last_step)
-                js->run->last_step = m->u.m.step;
+            if (m->u.m.step > run->last_step)
+                run->last_step = m->u.m.step;
             if (m->u.m.n_rank_step_ms > 0) {
-                js->run->n_rank_ms = m->u.m.n_rank_step_ms;
-                memcpy(js->run->rank_ms, m->u.m.rank_step_ms, sizeof(js->run->rank_ms));
+                run->n_rank_ms = m->u.m.n_rank_step_ms;
+                memcpy(run->rank_ms, m->u.m.rank_step_ms, sizeof(run->rank_ms));
             }
             rc = db_metric_insert(js->db, job, &m->u.m, &err);
         } else if (m->kind == MAILBOX_EVENT) {
@@ -169,20 +176,40 @@ static void jobs_on_mail(void *ctx, struct mailbox_msg *list)
     if (rc < 0)
         log_error("job %lld: cannot store metrics: %s", (long long)job, err.msg);
 
-    /* No MAILBOX_EXIT comes here: the cluster reports a job's end
+    /* Only metrics and events come here: the cluster reports a job's end
      * (jobs_cluster_finished). */
     for (struct mailbox_msg *m = list; m; m = m->next)
-        if (m->kind != MAILBOX_EXIT)
-            jobs_fanout_msg(js, job, m);
+        jobs_fanout_msg(js, job, m);
     mailbox_free_list(list);
+}
+
+static void jobs_on_flush(uv_timer_t *t)
+{
+    struct jobs *js = t->data;
+    for (struct jobs_run *r = js->runs; r; r = r->next)
+        jobs_store_records(js, r);
+}
+
+/* Queues a record of a running job (taken) for jobs_on_flush. */
+static void jobs_record_add(struct jobs *js, struct jobs_run *run, struct mailbox_msg *msg)
+{
+    msg->next = NULL;
+    if (run->pend_tail)
+        run->pend_tail->next = msg;
+    else
+        run->pend = msg;
+    run->pend_tail = msg;
+    if (!uv_is_active((uv_handle_t *)&js->flush))
+        uv_timer_start(&js->flush, jobs_on_flush, 0, 0);
 }
 
 int jobs_rank_step_ms(const struct jobs *js, int64_t job, float *out)
 {
-    if (!js || !js->run || js->run->job_id != job)
+    const struct jobs_run *r = js ? jobs_find(js, job) : NULL;
+    if (!r)
         return 0;
-    memcpy(out, js->run->rank_ms, sizeof(js->run->rank_ms));
-    return js->run->n_rank_ms;
+    memcpy(out, r->rank_ms, sizeof(r->rank_ms));
+    return r->n_rank_ms;
 }
 
 /* Marks a job failed before it ran (bad stored spec, workers not started). */
@@ -194,6 +221,18 @@ static void jobs_fail_start(struct jobs *js, int64_t id, const char *why)
         log_error("job %lld: %s", (long long)id, err.msg);
     jobs_event(js, id, 0, 0, "error", "cannot start: %s", why);
     jobs_fanout_end(js, id);
+}
+
+/* Takes a run off the running ones. */
+static void jobs_unlink(struct jobs *js, struct jobs_run *run)
+{
+    for (struct jobs_run **p = &js->runs; *p; p = &(*p)->next) {
+        if (*p == run) {
+            *p = run->next;
+            js->nruns--;
+            return;
+        }
+    }
 }
 
 /* A job on a cluster: the coordinator's rendezvous forms the worlds; a run
@@ -215,7 +254,6 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     if (rc < 0)
         return rc;
     run->last_step = j->step;
-    js->run = run;
     /* A chosen snapshot travels as its step: each node keeps its own copy
      * under its own directory, so the path recorded here means nothing on
      * the others. */
@@ -227,6 +265,13 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     } else if (j->resume) {
         snprintf(how, sizeof(how), " (resume from the newest snapshot)");
     }
+    /* Listed before its first round opens: that round's event is its. */
+    run->next = NULL;
+    struct jobs_run **tail = &js->runs;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = run;
+    js->nruns++;
     int64_t newest = -1;
     if (!chosen && j->resume)
         (void)db_snapshot_newest_step(js->db, j->id, &newest, NULL);
@@ -234,7 +279,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
                             d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
                             chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
     if (rc < 0) {
-        js->run = NULL;
+        jobs_unlink(js, run);
         return rc;
     }
     log_info("job %lld (%s): running on the cluster, %d to %d node%s%s", (long long)j->id, j->name,
@@ -244,7 +289,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     return 0;
 }
 
-static int jobs_start(struct jobs *js, int64_t id)
+int jobs_start(struct jobs *js, int64_t id, struct gpt_err *ret_err)
 {
     struct gpt_err err;
     gpt_err_clear(&err);
@@ -252,6 +297,7 @@ static int jobs_start(struct jobs *js, int64_t id)
     int rc = db_job_get(js->db, id, &j, &err);
     if (rc < 0) {
         log_error("job %lld: %s", (long long)id, err.msg);
+        *ret_err = err;
         return rc;
     }
     struct jobs_run *run = calloc(1, sizeof(*run));
@@ -265,6 +311,23 @@ static int jobs_start(struct jobs *js, int64_t id)
     rc = gpt_jobspec_parse(j.spec_json, strlen(j.spec_json), NULL, 0, &run->spec, &err);
     if (rc < 0)
         goto fail;
+    /* Beside other jobs it needs its `min` free nodes; alone it takes what
+     * there is and waits for more (distributed.wait_timeout_s). */
+    int nmin = run->spec.distributed.nodes_min > 0 ? run->spec.distributed.nodes_min : 1;
+    int nfree = cluster_free_nodes(js->cluster);
+    if (js->nruns >= RDZV_JOBS_MAX) {
+        gpt_err_set(ret_err, -EAGAIN, NULL, "%d jobs run (the most at once)", js->nruns);
+        free(run);
+        db_job_done(&j);
+        return -EAGAIN;
+    }
+    if (js->runs && nfree < nmin) {
+        gpt_err_set(ret_err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin, nmin == 1 ? "" : "s",
+                    nfree);
+        free(run);
+        db_job_done(&j);
+        return -EAGAIN;
+    }
     if (j.resume_snapshot > 0) {
         rc = db_snapshot_get(js->db, j.resume_snapshot, &chosen, &err);
         if (rc < 0)
@@ -280,6 +343,7 @@ static int jobs_start(struct jobs *js, int64_t id)
     return 0;
 fail:
     jobs_fail_start(js, id, err.msg[0] ? err.msg : gpt_strerror(rc));
+    *ret_err = err;
     free(run);
     db_job_done(&j);
     return rc;
@@ -287,13 +351,13 @@ fail:
 
 /* Records a job's end (rc: GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or an error
  * described by err_in), ends the streams, schedules the next job. */
-static void jobs_finish_outcome(struct jobs *js, int rc, const struct gpt_train_result *res_in,
-                                const struct gpt_err *err_in)
+static void jobs_finish_outcome(struct jobs *js, struct jobs_run *run, int rc,
+                                const struct gpt_train_result *res_in, const struct gpt_err *err_in)
 {
-    struct jobs_run *run = js->run;
     struct gpt_train_result res = *res_in;
     struct gpt_err err = *err_in;
-    js->run = NULL;
+    jobs_store_records(js, run); /* records still pending belong before the end */
+    jobs_unlink(js, run);
 
     int state;
     const char *status;
@@ -347,44 +411,32 @@ static void jobs_finish_outcome(struct jobs *js, int rc, const struct gpt_train_
     free(run);
 
     if (js->shutting_down) {
-        if (js->done)
-            js->done(js->done_ctx);
-        js->done = NULL;
+        if (!js->runs && js->done) {
+            void (*done)(void *ctx) = js->done;
+            js->done = NULL;
+            done(js->done_ctx);
+        }
     } else {
         jobs_schedule(js);
     }
 }
 
-static void jobs_on_sched(uv_timer_t *t)
-{
-    struct jobs *js = t->data;
-    struct gpt_err err;
-    while (!js->run && !js->shutting_down) {
-        int64_t id;
-        int rc = db_job_next_queued(js->db, &id, &err);
-        if (rc == -ENOENT)
-            return;
-        if (rc < 0) {
-            log_error("scheduler: %s", err.msg);
-            return;
-        }
-        jobs_start(js, id); /* on failure the job is marked failed: try the next */
-    }
-}
-
-void jobs_schedule(struct jobs *js)
-{
-    /* Jobs run on the cluster's worlds, which only the coordinator forms:
-     * a member (no cluster attached) starts none. Its own queue is empty
-     * (its clients' submits go to the coordinator) unless it was once its
-     * own coordinator; such jobs wait here until it is again. */
-    if (js->cluster && !js->run && !js->shutting_down)
-        uv_timer_start(&js->sched, jobs_on_sched, 0, 0);
-}
-
 int64_t jobs_running(const struct jobs *js)
 {
-    return js->run ? js->run->job_id : 0;
+    return js->runs ? js->runs->job_id : 0;
+}
+
+json_t *jobs_running_json(const struct jobs *js)
+{
+    json_t *arr = json_array();
+    for (const struct jobs_run *r = js->runs; arr && r; r = r->next)
+        json_array_append_new(arr, json_integer(r->job_id));
+    return arr;
+}
+
+bool jobs_runs(const struct jobs *js, int64_t job)
+{
+    return jobs_find(js, job) != NULL;
 }
 
 /* --- life cycle --------------------------------------------------------- */
@@ -410,10 +462,8 @@ int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct co
     if (rc > 0)
         log_notice("%d job%s that %s running when gptd stopped will resume", rc, rc == 1 ? "" : "s",
                    rc == 1 ? "was" : "were");
-    if ((rc = mailbox_init(&js->mb, loop, jobs_on_mail, js)) < 0) {
-        free(js);
-        return gpt_err_set(err, rc, NULL, "cannot set up the mailbox: %s", uv_strerror(rc));
-    }
+    uv_timer_init(loop, &js->flush);
+    js->flush.data = js;
     uv_timer_init(loop, &js->sched);
     js->sched.data = js;
     js->handles = 2;
@@ -426,7 +476,7 @@ void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx)
     js->shutting_down = true;
     js->shutdown_calls++;
     uv_timer_stop(&js->sched);
-    if (!js->run) {
+    if (!js->runs) {
         if (done)
             done(ctx);
         return;
@@ -434,40 +484,44 @@ void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx)
     js->done = done;
     js->done_ctx = ctx;
     if (js->shutdown_calls > 1) {
-        log_notice("job %lld: stopping now, without a snapshot", (long long)js->run->job_id);
-        /* The world goes on without this coordinator's answer; the job
-         * resumes from the newest snapshot when it is back. */
-        struct gpt_train_result res = {.step = js->run->last_step};
-        struct gpt_err err;
-        gpt_err_clear(&err);
-        js->run->stop = JOBS_STOP_SHUTDOWN;
-        jobs_finish_outcome(js, GPT_TRAIN_STOPPED, &res, &err);
+        /* The worlds go on without this coordinator's answer; the jobs
+         * resume from their newest snapshots when it is back. The last
+         * end calls done. */
+        while (js->runs) {
+            struct jobs_run *run = js->runs;
+            log_notice("job %lld: stopping now, without a snapshot", (long long)run->job_id);
+            struct gpt_train_result res = {.step = run->last_step};
+            struct gpt_err err;
+            gpt_err_clear(&err);
+            run->stop = JOBS_STOP_SHUTDOWN;
+            jobs_finish_outcome(js, run, GPT_TRAIN_STOPPED, &res, &err);
+        }
         return;
     }
-    if (js->run->stop == JOBS_STOP_NONE)
-        js->run->stop = JOBS_STOP_SHUTDOWN;
-    log_notice("job %lld: writing a snapshot before gptd stops", (long long)js->run->job_id);
-    cluster_job_stop(js->cluster);
-}
-
-static void jobs_on_mailbox_closed(void *ctx)
-{
-    struct jobs *js = ctx;
-    if (--js->handles == 0)
-        free(js);
+    for (struct jobs_run *run = js->runs; run; run = run->next) {
+        if (run->stop == JOBS_STOP_NONE)
+            run->stop = JOBS_STOP_SHUTDOWN;
+        log_notice("job %lld: writing a snapshot before gptd stops", (long long)run->job_id);
+    }
+    /* A job with no world ends inside this call (and may call done). */
+    cluster_job_stop(js->cluster, 0);
 }
 
 static void jobs_on_handle_closed(uv_handle_t *h)
 {
-    jobs_on_mailbox_closed(h->data);
+    struct jobs *js = h->data;
+    if (--js->handles == 0) {
+        free(js->waits);
+        free(js);
+    }
 }
 
 void jobs_free(struct jobs *js)
 {
     if (!js)
         return;
-    GPT_ASSERT(!js->run);
-    mailbox_close(&js->mb, jobs_on_mailbox_closed);
+    GPT_ASSERT(!js->runs);
+    uv_close((uv_handle_t *)&js->flush, jobs_on_handle_closed);
     uv_close((uv_handle_t *)&js->sched, jobs_on_handle_closed);
 }
 
@@ -492,34 +546,33 @@ static int jobs_cluster_submit(void *ctx, const char *spec_json, uid_t uid, int6
     return rc;
 }
 
-static bool jobs_cluster_current(const struct jobs *js, int64_t job)
-{
-    return js->run && js->run->job_id == job;
-}
-
 static void jobs_cluster_metric(void *ctx, int64_t job, const struct gpt_metric *m)
 {
     struct jobs *js = ctx;
-    if (jobs_cluster_current(js, job))
-        mailbox_post_metric(&js->mb, m);
+    struct jobs_run *run = jobs_find(js, job);
+    struct mailbox_msg *msg = run ? calloc(1, sizeof(*msg)) : NULL;
+    if (!msg)
+        return; /* a lost metric is better than a stalled loop */
+    msg->kind = MAILBOX_METRIC;
+    msg->u.m = *m;
+    jobs_record_add(js, run, msg);
 }
 
 static void jobs_cluster_event(void *ctx, int64_t job, const struct gpt_event *e, const char *node)
 {
     struct jobs *js = ctx;
-    if (!jobs_cluster_current(js, job))
-        return;
-    struct mailbox_msg *msg = calloc(1, sizeof(*msg));
+    struct jobs_run *run = jobs_find(js, job);
+    struct mailbox_msg *msg = run ? calloc(1, sizeof(*msg)) : NULL;
     if (!msg)
         return;
     msg->kind = MAILBOX_EVENT;
     msg->u.e = *e;
     if (msg->u.e.step < 0)
-        msg->u.e.step = js->run->last_step;
+        msg->u.e.step = run->last_step;
     if (msg->u.e.run_id == 0)
-        msg->u.e.run_id = js->run->run_id;
+        msg->u.e.run_id = run->run_id;
     snprintf(msg->node, sizeof(msg->node), "%s", node ? node : "");
-    mailbox_post(&js->mb, msg);
+    jobs_record_add(js, run, msg);
 }
 
 static void jobs_cluster_world(void *ctx, int64_t job, int world_size, int nodes,
@@ -527,15 +580,16 @@ static void jobs_cluster_world(void *ctx, int64_t job, int world_size, int nodes
 {
     struct jobs *js = ctx;
     *ret_run_id = 0;
-    if (!jobs_cluster_current(js, job))
+    struct jobs_run *run = jobs_find(js, job);
+    if (!run)
         return;
     struct gpt_err err;
     double now = jobs_now();
     int rc = db_begin(js->db, &err);
-    if (rc == 0 && js->run->run_id)
-        rc = db_run_end(js->db, js->run->run_id, "reformed", now, &err);
+    if (rc == 0 && run->run_id)
+        rc = db_run_end(js->db, run->run_id, "reformed", now, &err);
     if (rc == 0)
-        rc = db_run_insert(js->db, job, world_size, NULL, now, &js->run->run_id, &err);
+        rc = db_run_insert(js->db, job, world_size, NULL, now, &run->run_id, &err);
     if (rc == 0)
         rc = db_commit(js->db, &err);
     else
@@ -544,15 +598,15 @@ static void jobs_cluster_world(void *ctx, int64_t job, int world_size, int nodes
         log_error("job %lld: cannot record the new world: %s", (long long)job, err.msg);
         return;
     }
-    *ret_run_id = js->run->run_id;
+    *ret_run_id = run->run_id;
     log_info("job %lld: run %lld on %d node%s, world size %d", (long long)job,
-             (long long)js->run->run_id, nodes, nodes == 1 ? "" : "s", world_size);
+             (long long)run->run_id, nodes, nodes == 1 ? "" : "s", world_size);
 }
 
 static void jobs_cluster_waiting(void *ctx, int64_t job, bool waiting)
 {
     struct jobs *js = ctx;
-    if (!jobs_cluster_current(js, job))
+    if (!jobs_find(js, job))
         return;
     struct gpt_err err;
     if (db_job_set_state(js->db, job, waiting ? DB_JOB_WAITING : DB_JOB_RUNNING, NULL, jobs_now(),
@@ -563,18 +617,17 @@ static void jobs_cluster_waiting(void *ctx, int64_t job, bool waiting)
 static void jobs_cluster_finished(void *ctx, int64_t job, int rc, int64_t step, const char *error)
 {
     struct jobs *js = ctx;
-    if (!jobs_cluster_current(js, job))
+    struct jobs_run *run = jobs_find(js, job);
+    if (!run)
         return;
-    /* Records still in the mailbox belong before the end. */
-    mailbox_drain_now(&js->mb);
     struct gpt_train_result res;
     memset(&res, 0, sizeof(res));
-    res.step = step > js->run->last_step ? step : js->run->last_step;
+    res.step = step > run->last_step ? step : run->last_step;
     struct gpt_err err;
     gpt_err_clear(&err);
     if (rc < 0)
         gpt_err_set(&err, rc, NULL, "%s", error && error[0] ? error : gpt_strerror(rc));
-    jobs_finish_outcome(js, rc, &res, &err);
+    jobs_finish_outcome(js, run, rc, &res, &err);
 }
 
 static void jobs_cluster_restarts(void *ctx, int64_t job, int restarts)

@@ -1,19 +1,21 @@
 /*
- * jobs: the job queue, the scheduler and the one running job.
+ * jobs: the job queue, the scheduler and the running jobs.
  *
  * States: queued -> running -> completed | failed | cancelled; a resume
  * puts a finished job back to queued, and a job found running at start-up
- * (gptd died) is re-queued to resume from its newest snapshot. One job
- * runs at a time; the queue is ordered by priority (higher first), then
- * FIFO.
+ * (gptd died) is re-queued to resume from its newest snapshot. Several
+ * jobs run at once, each on its own nodes of the cluster; the queue is
+ * ordered by priority (higher first), then FIFO, and served in that order:
+ * the head starts once its `min` nodes are free (or at once when nothing
+ * runs), and the jobs behind it wait (no job passes a waiting one).
  *
  * Jobs run on the cluster's worlds (daemon/cluster.h, daemon/rdzv.h): on
  * the coordinator (every gptd is one, of its own loopback cluster, unless
  * it joins another) the scheduler hands the next job to the round
  * protocol; the nodes' agents run the workers. A member starts no job.
  * Global rank 0's metrics and events come back through the cluster into
- * the mailbox (daemon/mailbox.h); each drain writes them to SQLite in one
- * transaction and then sends them to every follower and to the feed.
+ * the job's pending list; once per loop turn they are written to SQLite in
+ * one transaction per job and then sent to every follower and to the feed.
  *
  * Followers (`logs`, daemon/follow.h): history is replayed from SQLite in
  * chunks, the next chunk only once the previous one has been written to
@@ -25,6 +27,7 @@
 #define GPTD_JOBS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
@@ -42,8 +45,8 @@ struct jobs;
 int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct control *ctl,
              const char *state_dir, struct jobs **ret, struct gpt_err *err);
 
-/* Starts the next queued job if none is running (deferred to the next loop
- * iteration). */
+/* Starts the queued jobs that fit on the free nodes (deferred to the next
+ * loop iteration); while jobs wait, looks again every second. */
 void jobs_schedule(struct jobs *js);
 
 /* Adds a validated job to the queue. Returns its id. */
@@ -64,8 +67,16 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err);
 int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
                 uid_t who, json_t **ret_plan, struct gpt_err *err);
 
-/* The running job's id, 0 when idle. */
+/* The oldest running job's id, 0 when idle. */
 int64_t jobs_running(const struct jobs *js);
+/* The running jobs' ids, oldest first: a new JSON array. */
+json_t *jobs_running_json(const struct jobs *js);
+/* Whether job `job` runs. */
+bool jobs_runs(const struct jobs *js, int64_t job);
+/* A queued job's place in the queue (1: the next to start) and what it
+ * waits for ("needs 2 nodes, 1 free"), as of the last scheduler pass:
+ * 0 and *why unset when the job is not known to wait. */
+int jobs_queue_position(const struct jobs *js, int64_t job, const char **why);
 
 /* Starts a `logs` stream on a client (validated request fields). */
 int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, int64_t job,
@@ -73,9 +84,9 @@ int jobs_follow(struct jobs *js, struct control_client *cl, const json_t *id, in
 /* Control hook: the client's output drained. */
 void jobs_client_drained(struct jobs *js, struct control_client *cl);
 
-/* Graceful stop: a running job writes a snapshot and stops, and is queued
+/* Graceful stop: the running jobs write a snapshot and stop, and are queued
  * to resume on the next start; then done(ctx) runs (on the loop). Calling
- * it a second time stops the job at once, without a snapshot. */
+ * it a second time stops them at once, without a snapshot. */
 void jobs_shutdown(struct jobs *js, void (*done)(void *ctx), void *ctx);
 
 struct cluster;

@@ -1,7 +1,8 @@
 /*
- * jobs_impl: what jobs.c (queue, scheduler, the running job, followers,
- * the cluster callbacks) and jobs_requests.c (submit, cancel, resume)
- * share. Private to those two files. Loop thread.
+ * jobs_impl: what jobs.c (the running jobs, followers, the cluster
+ * callbacks), jobs_sched.c (the queue: which job starts when, and why the
+ * others wait) and jobs_requests.c (submit, cancel, resume) share. Private
+ * to those files. Loop thread.
  */
 #ifndef GPTD_JOBS_IMPL_H
 #define GPTD_JOBS_IMPL_H
@@ -15,6 +16,7 @@
 enum jobs_stop { JOBS_STOP_NONE, JOBS_STOP_CANCEL, JOBS_STOP_SHUTDOWN };
 
 struct jobs_run {
+    struct jobs_run *next; /* the running jobs, oldest first */
     int64_t job_id, run_id;
     struct gpt_job spec;
     int64_t last_step; /* newest metric step seen */
@@ -22,7 +24,20 @@ struct jobs_run {
     float rank_ms[GPT_METRIC_RANKS_MAX];
     int stop; /* enum jobs_stop */
     uid_t cancelled_by;
+    /* records from the cluster not yet stored (oldest first); stored in
+     * one transaction per loop turn (jobs.flush) */
+    struct mailbox_msg *pend, *pend_tail;
 };
+
+/* Why a queued job has not started (the last scheduler pass). */
+struct jobs_wait {
+    int64_t job;
+    int position;  /* 1: the next to start */
+    int nodes_min; /* its distributed.nodes MIN */
+    char why[96];  /* "needs 2 nodes, 1 free" */
+};
+
+#define JOBS_QUEUE_SCAN 1024 /* queued jobs the scheduler looks at per pass */
 
 struct jobs {
     uv_loop_t *loop;
@@ -30,10 +45,13 @@ struct jobs {
     const struct config *cfg;
     struct control *ctl;
     char state_dir[CONFIG_PATH_MAX];
-    struct mailbox mb; /* records of the running job, from workers or the cluster */
+    uv_timer_t flush; /* stores the runs' pending records, once per loop turn */
     uv_timer_t sched;
     int handles;
-    struct jobs_run *run;
+    struct jobs_run *runs; /* the running jobs, oldest first */
+    int nruns;
+    struct jobs_wait *waits; /* the queue as the last pass saw it */
+    int nwaits;
     struct cluster *cluster; /* coordinator of a cluster: jobs run on its world */
     bool shutting_down;
     int shutdown_calls;
@@ -50,5 +68,12 @@ void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, cons
 
 /* Ends the followers of a job that has reached a final state. */
 void jobs_fanout_end(struct jobs *js, int64_t job);
+
+/* jobs.c: starts queued job `id` on the cluster. 0; -EAGAIN (err says
+ * why) when too few nodes are free, the job stays queued; other errors
+ * mark the job failed. */
+int jobs_start(struct jobs *js, int64_t id, struct gpt_err *err);
+/* The running job `job`, NULL when it does not run. */
+struct jobs_run *jobs_find(const struct jobs *js, int64_t job);
 
 #endif

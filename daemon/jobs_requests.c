@@ -95,17 +95,18 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
     int state = j.state;
     int64_t step = j.step;
     db_job_done(&j);
-    if (js->run && js->run->job_id == id) {
+    struct jobs_run *run = jobs_find(js, id);
+    if (run) {
         /* Durable before it is acknowledged: a restart ends the job cancelled. */
         if ((rc = db_job_request_cancel(js->db, id, who, err)) < 0)
             return rc;
-        if (js->run->stop == JOBS_STOP_NONE) {
-            js->run->stop = JOBS_STOP_CANCEL;
-            js->run->cancelled_by = who;
-            jobs_event(js, id, js->run->run_id, step, "cancel",
+        if (run->stop == JOBS_STOP_NONE) {
+            run->stop = JOBS_STOP_CANCEL;
+            run->cancelled_by = who;
+            jobs_event(js, id, run->run_id, step, "cancel",
                        "cancel requested by uid %u; stopping at the next step", (unsigned)who);
             /* A job with no world yet ends inside this call. */
-            cluster_job_stop(js->cluster);
+            cluster_job_stop(js->cluster, id);
         }
         return 0;
     }

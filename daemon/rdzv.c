@@ -1,7 +1,8 @@
 /*
- * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table
- * and the round state (rdzv_impl.h); talks only through its hooks. The
- * JSON views of that state are in rdzv_view.c. Single-threaded.
+ * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table,
+ * the running jobs and their round state (rdzv_impl.h); talks only through
+ * its hooks. Where jobs are placed and what each node reads is in
+ * rdzv_place.c; the JSON views in rdzv_view.c. Single-threaded.
  */
 #include "rdzv.h"
 #include "rdzv_impl.h"
@@ -41,10 +42,11 @@ int rdzv_phase_parse(const char *name)
 
 /* ---- helpers ---- */
 
-static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void rdzv_event(struct rdzv_coord *c, const struct rdzv_jrun *j, const char *kind,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, ...)
+static void rdzv_event(struct rdzv_coord *c, const struct rdzv_jrun *j, const char *kind,
+                       const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -52,7 +54,7 @@ static void rdzv_event(struct rdzv_coord *c, const char *kind, const char *fmt, 
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (c->h.event)
-        c->h.event(c->h.ctx, c->job, kind, msg);
+        c->h.event(c->h.ctx, j ? j->job : 0, kind, msg);
 }
 
 static uint64_t rdzv_hash(const char *id)
@@ -130,99 +132,58 @@ static struct rdzv_cnode *rdzv_add(struct rdzv_coord *c, const char *id)
     return nd;
 }
 
-static int rdzv_alive_count(const struct rdzv_coord *c)
+static struct rdzv_jrun *rdzv_job_find(const struct rdzv_coord *c, int64_t job)
 {
-    int n = 0;
-    for (size_t i = 0; i < c->n; i++)
-        n += c->nodes[i].alive;
-    return n;
+    for (int i = 0; i < c->njobs; i++)
+        if (c->jobs[i]->job == job)
+            return c->jobs[i];
+    return NULL;
 }
 
-static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
+static void rdzv_open_round(struct rdzv_coord *c, struct rdzv_jrun *j, double now, bool snapshot,
+                            const char *why)
 {
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (text)
-        c->h.publish(c->h.ctx, key, text);
-    free(text);
-}
-
-/* A closed round: each member's assignment, and the whole world. The
- * previous round's keys go. */
-static void rdzv_publish_world(struct rdzv_coord *c, int64_t prev_round)
-{
-    if (!c->h.publish)
-        return;
-    char key[RDZV_NODE_ID_MAX + 64];
-    for (size_t i = 0; i < c->n; i++) {
-        const struct rdzv_cnode *nd = &c->nodes[i];
-        if (nd->prev_member && prev_round > 0) {
-            snprintf(key, sizeof(key), "rdzv/%" PRId64 "/node/%s", prev_round, nd->id);
-            c->h.publish(c->h.ctx, key, NULL);
-        }
-        if (nd->member) {
-            snprintf(key, sizeof(key), "rdzv/%" PRId64 "/node/%s", c->round, nd->id);
-            rdzv_publish_json(c, key, rdzv_member_json(nd));
-        }
-    }
-    if (prev_round > 0) {
-        snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", prev_round);
-        c->h.publish(c->h.ctx, key, NULL);
-    }
-    snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", c->round);
-    rdzv_publish_json(c, key, rdzv_coord_round_json(c, true));
-}
-
-static void rdzv_publish(struct rdzv_coord *c)
-{
-    c->version++;
-    c->dirty = false;
-    if (!c->h.publish)
-        return;
-    json_t *o = rdzv_coord_round_json(c, false);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!text)
-        return; /* republished on the next change; nodes keep polling */
-    c->h.publish(c->h.ctx, RDZV_KEY_CUR, text);
-    free(text);
-}
-
-static void rdzv_open_round(struct rdzv_coord *c, double now, bool snapshot, const char *why)
-{
-    c->round++;
-    c->close_why[0] = '\0';
-    c->phase = RDZV_FORMING;
-    c->opened_at = now;
-    c->stop_snapshot = snapshot;
-    c->failure = false;
-    c->failure_final = false;
+    j->round = ++c->round_seq;
+    j->close_why[0] = '\0';
+    j->phase = RDZV_FORMING;
+    j->opened_at = now;
+    j->stop_snapshot = snapshot;
+    j->failure = false;
+    j->failure_final = false;
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
+        if (nd->jr != j)
+            continue;
         nd->prev_member = nd->member && nd->alive;
         nd->member = false;
         nd->joined_round = -1;
     }
-    rdzv_event(c, "round", "round %" PRId64 " opened: %s", c->round, why);
-    rdzv_publish(c);
+    rdzv_event(c, j, "round", "round %" PRId64 " opened: %s", j->round, why);
+    rdzv_publish_job(c, j);
 }
 
-static void rdzv_finish(struct rdzv_coord *c, int rc, int64_t step, const char *error)
+/* The job ends: its nodes are free, its keys go, then the owner hears. */
+static void rdzv_finish(struct rdzv_coord *c, struct rdzv_jrun *j, int rc, int64_t step,
+                        const char *error)
 {
-    int64_t job = c->job;
-    c->phase = RDZV_IDLE;
-    for (size_t i = 0; i < c->n; i++) {
-        c->nodes[i].member = c->nodes[i].prev_member = false;
-        c->nodes[i].joined_round = -1;
+    int64_t job = j->job;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].jr == j)
+            rdzv_unplace(c, &c->nodes[i]);
+    if (j->last_world_round > 0 && c->h.publish) {
+        char key[64];
+        snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", j->last_world_round);
+        c->h.publish(c->h.ctx, key, NULL);
     }
-    c->job = 0;
-    c->pin_step = -1;
-    free(c->spec_json);
-    c->spec_json = NULL;
-    c->world = 0;
-    c->run_id = 0;
-    c->round++;
-    rdzv_publish(c);
+    for (int i = 0; i < c->njobs; i++) {
+        if (c->jobs[i] != j)
+            continue;
+        memmove(&c->jobs[i], &c->jobs[i + 1], (size_t)(c->njobs - i - 1) * sizeof(c->jobs[0]));
+        c->njobs--;
+        break;
+    }
+    free(j->spec_json);
+    free(j);
     if (c->h.finished)
         c->h.finished(c->h.ctx, job, rc, step, error);
 }
@@ -237,85 +198,93 @@ static int rdzv_cmp_rank(const void *a, const void *b)
 }
 
 /* Closes the forming round with the joined nodes (at most nodes_max);
- * `why` says which rule closed it (in the event and the round JSON). */
-static void rdzv_close_round(struct rdzv_coord *c, const char *reason)
+ * `why` says which rule closed it (in the event and the round JSON). The
+ * job's other nodes are free again. */
+static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const char *reason)
 {
-    struct rdzv_cnode **j = malloc(c->n * sizeof(*j));
-    if (!j)
+    struct rdzv_cnode **jn = malloc(c->n * sizeof(*jn));
+    if (!jn)
         return; /* tried again on the next tick */
     size_t nj = 0;
     for (size_t i = 0; i < c->n; i++)
-        if (c->nodes[i].alive && c->nodes[i].joined_round == c->round)
-            j[nj++] = &c->nodes[i];
-    qsort(j, nj, sizeof(*j), rdzv_cmp_rank);
-    if (nj > (size_t)c->nodes_max)
-        nj = (size_t)c->nodes_max;
+        if (c->nodes[i].jr == j && c->nodes[i].alive && c->nodes[i].joined_round == j->round)
+            jn[nj++] = &c->nodes[i];
+    qsort(jn, nj, sizeof(*jn), rdzv_cmp_rank);
+    if (nj > (size_t)j->nodes_max)
+        nj = (size_t)j->nodes_max;
     /* Joins name the pinned step when they hold it, so its holders rank
      * first; global rank 0 must be one. */
-    if (c->pin_step >= 0 && (nj == 0 || j[0]->snap_step != c->pin_step)) {
-        free(j);
-        if (c->pin_chosen) {
+    if (j->pin_step >= 0 && (nj == 0 || jn[0]->snap_step != j->pin_step)) {
+        free(jn);
+        if (j->pin_chosen) {
             char why[300];
             snprintf(why, sizeof(why),
                      "cannot resume from %s: no node of the world holds its file (step %" PRId64
                      "); resume from another snapshot or bring back a node that has it",
-                     c->pin_what, c->pin_step);
-            rdzv_event(c, "failure", "%s", why);
-            rdzv_finish(c, -ENOENT, c->last_step, why);
+                     j->pin_what, j->pin_step);
+            rdzv_event(c, j, "failure", "%s", why);
+            rdzv_finish(c, j, -ENOENT, j->last_step, why);
             return;
         }
         /* A snapshot of this run that nobody kept: the nodes join again,
          * naming their newest snapshot. */
         char why[200];
         snprintf(why, sizeof(why), "no node holds %s; resuming from the newest snapshot",
-                 c->pin_what);
-        c->pin_step = -1;
-        rdzv_open_round(c, c->opened_at, c->stop_snapshot, why);
+                 j->pin_what);
+        j->pin_step = -1;
+        rdzv_open_round(c, j, j->opened_at, j->stop_snapshot, why);
         return;
     }
     int base = 0;
     char names[512] = "";
     size_t off = 0;
     for (size_t i = 0; i < nj; i++) {
-        j[i]->member = true;
-        j[i]->rank_base = base;
-        j[i]->exit_round = -1;
-        base += j[i]->workers;
+        jn[i]->member = true;
+        jn[i]->rank_base = base;
+        jn[i]->exit_round = -1;
+        base += jn[i]->workers;
         if (off < sizeof(names))
-            off +=
-                (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", j[i]->id);
+            off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "",
+                                    jn[i]->id);
     }
-    int64_t snap = nj ? j[0]->snap_step : -1;
-    snprintf(c->close_why, sizeof(c->close_why), "%s", reason);
-    c->world = base;
-    c->phase = RDZV_RUNNING;
-    c->run_id = 0;
-    int64_t prev = c->last_world_round;
-    c->last_world_round = c->round;
+    int64_t snap = nj ? jn[0]->snap_step : -1;
+    char first[RDZV_NODE_ID_MAX];
+    snprintf(first, sizeof(first), "%s", nj ? jn[0]->id : "");
+    free(jn);
+    /* Placed nodes that are not in the world (joined past max, or never
+     * joined) go back to the free ones. */
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].jr == j && !c->nodes[i].member)
+            rdzv_unplace(c, &c->nodes[i]);
+    snprintf(j->close_why, sizeof(j->close_why), "%s", reason);
+    j->world = base;
+    j->phase = RDZV_RUNNING;
+    j->run_id = 0;
+    int64_t prev = j->last_world_round;
+    j->last_world_round = j->round;
     if (c->h.world)
-        c->h.world(c->h.ctx, c->job, c->world, (int)nj, &c->run_id);
+        c->h.world(c->h.ctx, j->job, j->world, (int)nj, &j->run_id);
     if (snap >= 0)
-        rdzv_event(c, "world",
+        rdzv_event(c, j, "world",
                    "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d; resuming from "
                    "the step %" PRId64 " snapshot on %s",
-                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world, snap, j[0]->id);
+                   j->round, reason, nj, nj == 1 ? "" : "s", names, j->world, snap, first);
     else
-        rdzv_event(c, "world", "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d",
-                   c->round, reason, nj, nj == 1 ? "" : "s", names, c->world);
-    free(j);
-    /* Assignments first: a node that sees the round closed reads its own. */
-    rdzv_publish_world(c, prev);
-    rdzv_publish(c);
+        rdzv_event(c, j, "world", "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d",
+                   j->round, reason, nj, nj == 1 ? "" : "s", names, j->world);
+    rdzv_publish_world(c, j, prev);
+    rdzv_publish_job(c, j);
 }
 
 /* ---- inputs ---- */
 
 static void rdzv_node_lost(struct rdzv_coord *c, struct rdzv_cnode *nd, const char *why)
 {
-    if (c->job && nd->member && (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING) &&
-        !c->failure) {
-        c->failure = true;
-        snprintf(c->failure_why, sizeof(c->failure_why), "node %.64s %.64s", nd->id, why);
+    (void)c;
+    struct rdzv_jrun *j = nd->jr;
+    if (j && nd->member && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING) && !j->failure) {
+        j->failure = true;
+        snprintf(j->failure_why, sizeof(j->failure_why), "node %.64s %.64s", nd->id, why);
     }
 }
 
@@ -329,11 +298,12 @@ static void rdzv_node_leave(struct rdzv_coord *c, double now, struct rdzv_cnode 
         return;
     nd->left = true;
     nd->alive = false;
-    rdzv_event(c, "node_left", "node %s is stopping and leaves the cluster", nd->id);
-    if (c->job && nd->member && c->phase == RDZV_RUNNING && !c->failure) {
+    struct rdzv_jrun *j = nd->jr;
+    rdzv_event(c, j, "node_left", "node %s is stopping and leaves the cluster", nd->id);
+    if (j && nd->member && j->phase == RDZV_RUNNING && !j->failure) {
         char why[128];
         snprintf(why, sizeof(why), "node %.64s left", nd->id);
-        rdzv_open_round(c, now, true, why);
+        rdzv_open_round(c, j, now, true, why);
     }
 }
 
@@ -354,22 +324,25 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         if (!(nd = rdzv_add(c, m->node)))
             return;
         nd->inc = m->inc;
-        rdzv_event(c, "node", "node %s registered (%s, %d worker%s)", m->node,
+        rdzv_event(c, NULL, "node", "node %s registered (%s, %d worker%s)", m->node,
                    m->addr[0] ? m->addr : "?", m->workers, m->workers == 1 ? "" : "s");
     } else if (nd->inc != m->inc) {
         /* The node's process restarted: the old one is gone for good. */
         if (nd->alive)
-            rdzv_event(c, "node", "node %s restarted", m->node);
+            rdzv_event(c, nd->jr, "node", "node %s restarted", m->node);
         else
-            rdzv_event(c, "node", "node %s is back", m->node);
+            rdzv_event(c, nd->jr, "node", "node %s is back", m->node);
         rdzv_node_lost(c, nd, "restarted");
         nd->inc = m->inc;
         nd->left = false;
+        if (nd->jr && !nd->member)
+            rdzv_unplace(c, nd); /* a member stays counted until its world re-forms */
         nd->member = nd->prev_member = false;
         nd->joined_round = -1;
         nd->exit_round = -1;
+        nd->pub_done = false; /* the new process reads its round afresh */
     } else if (!nd->alive) {
-        rdzv_event(c, "node", "node %s is back", m->node);
+        rdzv_event(c, nd->jr, "node", "node %s is back", m->node);
     }
     nd->alive = true;
     nd->last_hb = now;
@@ -386,24 +359,27 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
     nd->gen = m->gen;
     nd->round = m->round;
     nd->job = m->job;
+    if (!nd->pub_done)
+        rdzv_publish_node(c, nd);
 
+    struct rdzv_jrun *j = nd->jr;
     if (m->type == CLUSTER_MSG_JOIN || strcmp(m->state, "joined") == 0) {
-        if (c->phase == RDZV_FORMING && m->gen == c->gen && m->round == c->round &&
-            m->job == c->job && nd->joined_round != c->round) {
-            nd->joined_round = c->round;
+        if (j && j->phase == RDZV_FORMING && m->gen == c->gen && m->round == j->round &&
+            m->job == j->job && nd->joined_round != j->round) {
+            nd->joined_round = j->round;
             nd->snap_step = m->snap_step;
         }
         return;
     }
     /* A heartbeat carries the node's last worker exit until the next round. */
-    if (c->job && m->gen == c->gen && m->job == c->job && m->exit_round == c->round && nd->member &&
-        nd->exit_round != c->round) {
+    if (j && m->gen == c->gen && m->job == j->job && m->exit_round == j->round && nd->member &&
+        nd->exit_round != j->round) {
         nd->exit_round = m->exit_round;
         nd->exit_rc = m->exit_rc;
         nd->exit_step = m->exit_step;
         snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
-        if (c->phase == RDZV_RUNNING)
-            failure_note(&c->failure, &c->failure_final, c->failure_why, sizeof(c->failure_why),
+        if (j->phase == RDZV_RUNNING)
+            failure_note(&j->failure, &j->failure_final, j->failure_why, sizeof(j->failure_why),
                          nd->id, m->exit_rc, m->exit_msg);
     }
 }
@@ -418,72 +394,123 @@ bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)
     return true;
 }
 
-void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
+void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot)
 {
-    if (step > c->last_step)
-        c->last_step = step;
-    if (snapshot > c->last_snap)
-        c->last_snap = snapshot;
+    struct rdzv_jrun *j = rdzv_job_find(c, job);
+    if (!j)
+        return;
+    if (step > j->last_step)
+        j->last_step = step;
+    if (snapshot > j->last_snap)
+        j->last_snap = snapshot;
     /* A resumed run's own snapshot is what its later worlds resume from,
      * not a newer one left by the run before the chosen snapshot. */
-    if (snapshot >= 0 && c->pin_step >= 0 && snapshot != c->pin_step) {
-        c->pin_step = snapshot;
-        c->pin_chosen = false;
-        snprintf(c->pin_what, sizeof(c->pin_what), "the step %" PRId64 " snapshot", snapshot);
+    if (snapshot >= 0 && j->pin_step >= 0 && snapshot != j->pin_step) {
+        j->pin_step = snapshot;
+        j->pin_chosen = false;
+        snprintf(j->pin_what, sizeof(j->pin_what), "the step %" PRId64 " snapshot", snapshot);
     }
-    if (snapshot > c->want_snap)
-        c->want_snap = snapshot;
+    if (snapshot > j->want_snap)
+        j->want_snap = snapshot;
+}
+
+void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
+{
+    rdzv_coord_job_progress(c, rdzv_coord_job(c), step, snapshot);
 }
 
 int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
                          struct gpt_err *err)
 {
-    if (c->job)
-        return gpt_err_set(err, -EBUSY, NULL, "job %" PRId64 " is running", c->job);
+    if (rdzv_job_find(c, job->id))
+        return gpt_err_set(err, -EEXIST, NULL, "job %" PRId64 " is running", job->id);
+    if (c->njobs >= RDZV_JOBS_MAX)
+        return gpt_err_set(err, -EBUSY, NULL, "%d jobs are running (the most at once)",
+                           RDZV_JOBS_MAX);
+    int nmin = job->nodes_min > 0 ? job->nodes_min : 1;
+    int nfree = rdzv_coord_free_nodes(c);
+    if (c->njobs > 0 && nfree < nmin)
+        return gpt_err_set(err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin,
+                           nmin == 1 ? "" : "s", nfree);
+    struct rdzv_jrun *j = calloc(1, sizeof(*j));
     char *spec = strdup(job->spec_json);
-    if (!spec)
+    if (!j || !spec) {
+        free(j);
+        free(spec);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    c->job = job->id;
-    c->owner_uid = job->owner_uid;
-    c->token = job->token;
-    c->spec_json = spec;
-    c->nodes_min = job->nodes_min > 0 ? job->nodes_min : 1;
-    c->nodes_max = job->nodes_max >= c->nodes_min ? job->nodes_max : c->nodes_min;
-    c->max_restarts = job->max_restarts;
-    c->wait_timeout_s = job->wait_timeout_s;
-    c->restarts = job->restarts > 0 ? job->restarts : 0;
-    c->stop_requested = false;
-    c->last_step = 0;
-    c->last_snap = -1;
-    c->pin_step = job->resume_chosen && job->resume_step >= 0 ? job->resume_step : -1;
-    c->pin_chosen = c->pin_step >= 0;
-    snprintf(c->pin_what, sizeof(c->pin_what), "%s",
+    }
+    j->job = job->id;
+    j->owner_uid = job->owner_uid;
+    j->token = job->token;
+    j->spec_json = spec;
+    j->nodes_min = nmin;
+    j->nodes_max = job->nodes_max >= nmin ? job->nodes_max : nmin;
+    j->max_restarts = job->max_restarts;
+    j->wait_timeout_s = job->wait_timeout_s;
+    j->restarts = job->restarts > 0 ? job->restarts : 0;
+    j->last_step = 0;
+    j->last_snap = -1;
+    j->pin_step = job->resume_chosen && job->resume_step >= 0 ? job->resume_step : -1;
+    j->pin_chosen = j->pin_step >= 0;
+    snprintf(j->pin_what, sizeof(j->pin_what), "%s",
              job->resume_what ? job->resume_what : "the chosen snapshot");
-    c->want_snap = c->pin_chosen ? -1 : job->newest_snap;
-    for (size_t i = 0; i < c->n; i++)
-        c->nodes[i].member = c->nodes[i].prev_member = false;
-    rdzv_open_round(c, now, false, "job started");
+    j->want_snap = j->pin_chosen ? -1 : job->newest_snap;
+    c->jobs[c->njobs++] = j;
+    rdzv_place(c, j, j->nodes_max);
+    rdzv_open_round(c, j, now, false, "job started");
     return 0;
 }
 
-void rdzv_coord_job_stop(struct rdzv_coord *c, double now)
+static void rdzv_job_stop(struct rdzv_coord *c, struct rdzv_jrun *j)
+{
+    if (j->stop_requested)
+        return;
+    j->stop_requested = true;
+    if (j->phase == RDZV_RUNNING) {
+        j->phase = RDZV_STOPPING;
+        rdzv_event(c, j, "stop", "stopping the world at the next step boundary");
+        rdzv_publish_job(c, j);
+    } else {
+        rdzv_finish(c, j, GPT_TRAIN_STOPPED, j->last_step, NULL);
+    }
+}
+
+void rdzv_coord_job_stop(struct rdzv_coord *c, int64_t job, double now)
 {
     (void)now;
-    if (!c->job || c->stop_requested)
+    if (job) {
+        struct rdzv_jrun *j = rdzv_job_find(c, job);
+        if (j)
+            rdzv_job_stop(c, j);
         return;
-    c->stop_requested = true;
-    if (c->phase == RDZV_RUNNING) {
-        c->phase = RDZV_STOPPING;
-        rdzv_event(c, "stop", "stopping the world at the next step boundary");
-        rdzv_publish(c);
-    } else {
-        rdzv_finish(c, GPT_TRAIN_STOPPED, c->last_step, NULL);
+    }
+    /* Every job: one may end inside the call, and leave the array. */
+    for (int i = 0; i < c->njobs;) {
+        struct rdzv_jrun *j = c->jobs[i];
+        rdzv_job_stop(c, j);
+        if (i < c->njobs && c->jobs[i] == j)
+            i++;
     }
 }
 
 int64_t rdzv_coord_job(const struct rdzv_coord *c)
 {
-    return c->job;
+    return c->njobs ? c->jobs[0]->job : 0;
+}
+
+bool rdzv_coord_job_runs(const struct rdzv_coord *c, int64_t job)
+{
+    return job && rdzv_job_find(c, job) != NULL;
+}
+
+int rdzv_coord_job_count(const struct rdzv_coord *c)
+{
+    return c->njobs;
+}
+
+void rdzv_coord_set_queued(struct rdzv_coord *c, int queued)
+{
+    c->queued = queued > 0 ? queued : 0;
 }
 
 /* ---- decisions ---- */
@@ -495,113 +522,142 @@ static void rdzv_tick_liveness(struct rdzv_coord *c, double now)
         if (!nd->alive || now - nd->last_hb <= c->o.dead_after_s)
             continue;
         nd->alive = false;
-        rdzv_event(c, "node_dead", "node %s silent for %.1f s: declared dead", nd->id,
+        rdzv_event(c, nd->jr, "node_dead", "node %s silent for %.1f s: declared dead", nd->id,
                    now - nd->last_hb);
         rdzv_node_lost(c, nd, "died");
     }
 }
 
-static void rdzv_tick_running(struct rdzv_coord *c, double now)
+/* Free nodes that heard this coordinator and have nothing to stop: a
+ * running job short of max may take them in. */
+static int rdzv_grow_candidates(const struct rdzv_coord *c)
 {
-    int members = 0, done = 0, exited = 0, running = 0, waiting = 0;
+    int n = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        n += rdzv_node_free(nd) && nd->gen == c->gen &&
+             (strcmp(nd->state, "idle") == 0 || strcmp(nd->state, "waiting") == 0);
+    }
+    return n;
+}
+
+static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
+{
+    int members = 0, done = 0, exited = 0, running = 0;
     int64_t done_step = 0;
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
-        if (nd->member) {
-            members++;
-            if (nd->exit_round == c->round) {
-                exited++;
-                if (nd->exit_rc == GPT_TRAIN_DONE) {
-                    done++;
-                    done_step = nd->exit_step;
-                }
-            } else if (nd->alive && nd->gen == c->gen && nd->round == c->round &&
-                       strcmp(nd->state, "running") == 0) {
-                running++;
+        if (nd->jr != j || !nd->member)
+            continue;
+        members++;
+        if (nd->exit_round == j->round) {
+            exited++;
+            if (nd->exit_rc == GPT_TRAIN_DONE) {
+                done++;
+                done_step = nd->exit_step;
             }
-        } else if (nd->alive && nd->gen == c->gen && nd->job == c->job &&
-                   strcmp(nd->state, "waiting") == 0) {
-            waiting++;
+        } else if (nd->alive && nd->gen == c->gen && nd->round == j->round &&
+                   strcmp(nd->state, "running") == 0) {
+            running++;
         }
     }
     if (done > 0) {
-        rdzv_finish(c, GPT_TRAIN_DONE, done_step, NULL);
+        rdzv_finish(c, j, GPT_TRAIN_DONE, done_step, NULL);
         return;
     }
-    if (c->phase == RDZV_STOPPING) {
+    if (j->phase == RDZV_STOPPING) {
         int pending = 0;
-        for (size_t i = 0; i < c->n; i++)
-            pending +=
-                c->nodes[i].member && c->nodes[i].alive && c->nodes[i].exit_round != c->round;
+        for (size_t i = 0; i < c->n; i++) {
+            const struct rdzv_cnode *nd = &c->nodes[i];
+            pending += nd->jr == j && nd->member && nd->alive && nd->exit_round != j->round;
+        }
         if (pending == 0)
-            rdzv_finish(c, GPT_TRAIN_STOPPED, c->last_step, NULL);
+            rdzv_finish(c, j, GPT_TRAIN_STOPPED, j->last_step, NULL);
         return;
     }
-    if (c->failure || (exited > 0 && exited == members)) {
-        if (!c->failure)
-            snprintf(c->failure_why, sizeof(c->failure_why), "the world stopped unexpectedly");
-        if (!c->failure_final) { /* an error no restart heals uses up none */
-            c->restarts++;
+    if (j->failure || (exited > 0 && exited == members)) {
+        if (!j->failure)
+            snprintf(j->failure_why, sizeof(j->failure_why), "the world stopped unexpectedly");
+        if (!j->failure_final) { /* an error no restart heals uses up none */
+            j->restarts++;
             if (c->h.restarts)
-                c->h.restarts(c->h.ctx, c->job, c->restarts);
+                c->h.restarts(c->h.ctx, j->job, j->restarts);
         }
-        if (c->restarts > c->max_restarts || c->failure_final) {
+        if (j->restarts > j->max_restarts || j->failure_final) {
             char why[400];
-            if (c->failure_final)
+            if (j->failure_final)
                 snprintf(why, sizeof(why), "%s; not restarted (retrying cannot heal it)",
-                         c->failure_why);
+                         j->failure_why);
             else
                 snprintf(why, sizeof(why), "%s; %d restart%s used up (distributed.max_restarts)",
-                         c->failure_why, c->max_restarts, c->max_restarts == 1 ? "" : "s");
-            rdzv_event(c, "failure", "%s", why);
-            rdzv_finish(c, -ECONNABORTED, c->last_step, why);
+                         j->failure_why, j->max_restarts, j->max_restarts == 1 ? "" : "s");
+            rdzv_event(c, j, "failure", "%s", why);
+            rdzv_finish(c, j, -ECONNABORTED, j->last_step, why);
             return;
         }
-        rdzv_event(c, "failure", "%s: restart %d of %d from the newest snapshot", c->failure_why,
-                   c->restarts, c->max_restarts);
-        rdzv_open_round(c, now, false, c->failure_why);
+        rdzv_event(c, j, "failure", "%s: restart %d of %d from the newest snapshot", j->failure_why,
+                   j->restarts, j->max_restarts);
+        rdzv_open_round(c, j, now, false, j->failure_why);
         return;
     }
-    /* Take waiting nodes in once the whole world is up (stopping a world
-     * whose members are still connecting would strand the late ones). */
-    if (waiting > 0 && members < c->nodes_max && running == members) {
+    /* Take free nodes in once the whole world is up (stopping a world
+     * whose members are still connecting would strand the late ones), and
+     * only while no job waits in the queue for them. */
+    if (members < j->nodes_max && running == members && c->queued == 0 &&
+        rdzv_grow_candidates(c) > 0) {
         bool fresh =
-            c->last_snap >= 0 && c->last_step - c->last_snap <= (int64_t)c->o.admit_snapshot_steps;
-        rdzv_open_round(c, now, !fresh, "admitting waiting nodes");
+            j->last_snap >= 0 && j->last_step - j->last_snap <= (int64_t)c->o.admit_snapshot_steps;
+        rdzv_place(c, j, j->nodes_max - members);
+        rdzv_open_round(c, j, now, !fresh, "admitting waiting nodes");
     }
 }
 
-static void rdzv_tick_forming(struct rdzv_coord *c, double now)
+/* A forming or waiting job short of its nodes takes free ones: up to min
+ * always (it was started), up to max while no job waits in the queue. */
+static void rdzv_top_up(struct rdzv_coord *c, struct rdzv_jrun *j)
 {
-    int alive = rdzv_alive_count(c), joined = 0, pending_prev = 0, joining = 0;
-    bool has_newest = c->want_snap < 0;
+    int placed = rdzv_placed_alive(c, j);
+    int want = (placed < j->nodes_min || c->queued == 0) ? j->nodes_max - placed : 0;
+    if (placed < j->nodes_min && c->queued > 0)
+        want = j->nodes_min - placed;
+    if (want > 0)
+        rdzv_place(c, j, want);
+}
+
+static void rdzv_tick_forming(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
+{
+    rdzv_top_up(c, j);
+    int alive = 0, joined = 0, pending_prev = 0, joining = 0;
+    bool has_newest = j->want_snap < 0;
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
-        if (!nd->alive)
+        if (nd->jr != j || !nd->alive)
             continue;
-        if (nd->joined_round == c->round) {
+        alive++;
+        if (nd->joined_round == j->round) {
             joined++;
-            has_newest |= nd->snap_step >= c->want_snap;
+            has_newest |= nd->snap_step >= j->want_snap;
             continue;
         }
         if (nd->prev_member)
             pending_prev++;
-        else if (nd->gen == c->gen && nd->round == c->round && nd->job == c->job &&
+        else if (nd->gen == c->gen && nd->round == j->round && nd->job == j->job &&
                  strcmp(nd->state, "joining") == 0)
             joining++;
     }
-    double age = now - c->opened_at;
+    double age = now - j->opened_at;
     /* A coordinator that just started gives the nodes one last call to
      * register before it calls the job short of nodes. */
-    if (alive < c->nodes_min && age < c->o.last_call_s)
+    if (alive < j->nodes_min && age < c->o.last_call_s)
         return;
-    if (alive < c->nodes_min) {
-        c->phase = RDZV_WAITING;
-        c->waiting_since = now;
-        rdzv_event(c, "waiting", "waiting for nodes: %d of at least %d alive", alive, c->nodes_min);
+    if (alive < j->nodes_min) {
+        j->phase = RDZV_WAITING;
+        j->waiting_since = now;
+        rdzv_event(c, j, "waiting", "waiting for nodes: %d of at least %d alive", alive,
+                   j->nodes_min);
         if (c->h.waiting)
-            c->h.waiting(c->h.ctx, c->job, true);
-        rdzv_publish(c);
+            c->h.waiting(c->h.ctx, j->job, true);
+        rdzv_publish_job(c, j);
         return;
     }
     bool timed_out = pending_prev > 0 && age > RDZV_JOIN_TIMEOUT_S;
@@ -609,16 +665,16 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         pending_prev = 0;
     /* Resuming from an older snapshot than one the job recorded would redo
      * steps (and their metrics): give its holders time to come back. */
-    if (!has_newest && age < RDZV_SNAP_WAIT_S && joined < c->nodes_max)
+    if (!has_newest && age < RDZV_SNAP_WAIT_S && joined < j->nodes_max)
         return;
     char why[160];
-    if (joined >= c->nodes_max) {
-        snprintf(why, sizeof(why), "max: %d of %d nodes joined", joined, c->nodes_max);
-    } else if (joined < c->nodes_min || pending_prev > 0) {
+    if (joined >= j->nodes_max) {
+        snprintf(why, sizeof(why), "max: %d of %d nodes joined", joined, j->nodes_max);
+    } else if (joined < j->nodes_min || pending_prev > 0) {
         return; /* never short of min, nor without the previous world's members */
     } else if (joined == alive) {
         snprintf(why, sizeof(why), "every alive node joined: %d (min %d, max %d)", joined,
-                 c->nodes_min, c->nodes_max);
+                 j->nodes_min, j->nodes_max);
     } else if (age >= c->o.last_call_s) {
         /* Nodes that already answer for this round (scanning their
          * snapshots before they join) are still coming: wait for them,
@@ -626,62 +682,60 @@ static void rdzv_tick_forming(struct rdzv_coord *c, double now)
         if (joining > 0 && age < RDZV_JOIN_TIMEOUT_S)
             return;
         snprintf(why, sizeof(why), "last call after %.1f s: %d of %d alive joined (min %d)%s", age,
-                 joined, alive, c->nodes_min, timed_out ? ", previous members timed out" : "");
+                 joined, alive, j->nodes_min, timed_out ? ", previous members timed out" : "");
     } else {
         return;
     }
-    rdzv_close_round(c, why);
+    rdzv_close_round(c, j, why);
 }
 
-static void rdzv_tick_waiting(struct rdzv_coord *c, double now)
+static void rdzv_tick_waiting(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
 {
-    int alive = rdzv_alive_count(c);
-    if (alive >= c->nodes_min) {
+    rdzv_top_up(c, j);
+    int alive = rdzv_placed_alive(c, j);
+    if (alive >= j->nodes_min) {
         if (c->h.waiting)
-            c->h.waiting(c->h.ctx, c->job, false);
-        rdzv_open_round(c, now, false, "enough nodes are alive again");
+            c->h.waiting(c->h.ctx, j->job, false);
+        rdzv_open_round(c, j, now, false, "enough nodes are alive again");
         return;
     }
-    if (c->wait_timeout_s > 0 && now - c->waiting_since > c->wait_timeout_s) {
+    if (j->wait_timeout_s > 0 && now - j->waiting_since > j->wait_timeout_s) {
         char why[256];
         snprintf(why, sizeof(why),
                  "waiting for nodes: only %d of at least %d alive for %d s"
                  " (distributed.wait_timeout_s)",
-                 alive, c->nodes_min, c->wait_timeout_s);
-        rdzv_event(c, "failure", "%s", why);
-        rdzv_finish(c, -ETIMEDOUT, c->last_step, why);
+                 alive, j->nodes_min, j->wait_timeout_s);
+        rdzv_event(c, j, "failure", "%s", why);
+        rdzv_finish(c, j, -ETIMEDOUT, j->last_step, why);
     }
 }
 
 void rdzv_coord_tick(struct rdzv_coord *c, double now)
 {
     rdzv_tick_liveness(c, now);
-    switch (c->phase) {
-    case RDZV_RUNNING:
-    case RDZV_STOPPING:
-        rdzv_tick_running(c, now);
-        break;
-    case RDZV_FORMING:
-        rdzv_tick_forming(c, now);
-        break;
-    case RDZV_WAITING:
-        rdzv_tick_waiting(c, now);
-        break;
-    default:
-        break;
+    /* A job may end inside its tick and leave the array. */
+    for (int i = 0; i < c->njobs;) {
+        struct rdzv_jrun *j = c->jobs[i];
+        switch (j->phase) {
+        case RDZV_RUNNING:
+        case RDZV_STOPPING:
+            rdzv_tick_running(c, j, now);
+            break;
+        case RDZV_FORMING:
+            rdzv_tick_forming(c, j, now);
+            break;
+        case RDZV_WAITING:
+            rdzv_tick_waiting(c, j, now);
+            break;
+        default:
+            break;
+        }
+        if (i < c->njobs && c->jobs[i] == j)
+            i++;
     }
-    if (c->dirty)
-        rdzv_publish(c);
 }
 
-void rdzv_coord_republish(struct rdzv_coord *c)
-{
-    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
-        rdzv_publish_world(c, 0);
-    rdzv_publish(c);
-}
-
-/* ---- life cycle and views ---- */
+/* ---- life cycle ---- */
 
 struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
                                   const struct rdzv_hooks *h)
@@ -692,11 +746,6 @@ struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
     c->gen = gen;
     c->o = *o;
     c->h = *h;
-    c->phase = RDZV_IDLE;
-    c->last_snap = -1;
-    c->pin_step = -1;
-    c->want_snap = -1;
-    rdzv_publish(c);
     return c;
 }
 
@@ -704,7 +753,10 @@ void rdzv_coord_free(struct rdzv_coord *c)
 {
     if (!c)
         return;
-    free(c->spec_json);
+    for (int i = 0; i < c->njobs; i++) {
+        free(c->jobs[i]->spec_json);
+        free(c->jobs[i]);
+    }
     free(c->nodes);
     free(c->idx);
     free(c);

@@ -3,14 +3,24 @@
  * dynamic rendezvous, decided by one authority instead of by store races).
  *
  * The coordinator keeps a table of nodes (from their heartbeats), opens a
- * round whenever the world must change (job start, a member died or failed,
- * a waiting node can be taken in, nodes came back after waiting), collects
- * the nodes' joins (each names the newest valid snapshot it holds), closes
- * the round at `max` nodes, or at `min` or more once every alive member of
- * the previous world has joined and either every alive node joined or the
- * last-call window passed, and publishes the closed world: ranks assigned
+ * round of a job whenever its world must change (job start, a member died
+ * or failed, a free node can be taken in, nodes came back after waiting),
+ * collects the joins of the nodes placed on the job (each names the newest
+ * valid snapshot it holds), closes the round at `max` nodes, or at `min` or
+ * more once every alive member of the previous world has joined and either
+ * every alive node placed on the job joined or the last-call window passed,
+ * and publishes the closed world: ranks assigned
  * deterministically (the node holding the newest snapshot first, then by
  * node id), each node's rank base, worker count and address.
+ *
+ * Several jobs run at once on disjoint sets of nodes: a job is placed on
+ * between its `min` and `max` free nodes when it starts (all the free ones
+ * up to `max`), its rounds count only the nodes placed on it, and a node
+ * failure re-forms only the job on that node. Round numbers come from one
+ * sequence per coordinator, so rounds (and their keys) of different jobs
+ * never mix. A running job short of `max` takes free nodes in at its next
+ * round (a snapshot boundary) while no job waits in the queue
+ * (rdzv_coord_set_queued).
  *
  * Store keys (the layout nodes and benchmarks rely on):
  *   RDZV_KEY_INBOX      node -> coordinator messages, JSON lines (APPEND):
@@ -18,13 +28,15 @@
  *   (heartbeat table)   each node's heartbeat and join (a "hb" message with
  *                       state "joined"), HEARTBEAT under its node id,
  *                       overwritten in place (proto/store.h)
- *   RDZV_KEY_CUR        the current round as JSON (rdzv_coord_round_json),
- *                       set once per change; every node WATCHes it (its
- *                       version passes the one the node saw), none polls.
- *                       "closed" says why a running round closed
+ *   rdzv/n/<id>         (RDZV_KEY_NODE_PREFIX) the round of the job node <id>
+ *                       is placed on, as JSON (rdzv_coord_round_json), with
+ *                       "me", its assignment {id, inc, rank_base, workers,
+ *                       addr}, while it is a member of a running world; an
+ *                       "idle" round (job 0) when it is on no job. Set when
+ *                       that changes; the node WATCHes it (its version
+ *                       passes the one the node saw), none polls. "closed"
+ *                       says why a running round closed
  *   rdzv/<r>/world      the closed round r with every member, set when it closes
- *   rdzv/<r>/node/<id>  one member's assignment {id, inc, rank_base, workers, addr}:
- *                       a node reads its own, so a round costs O(nodes) bytes
  *   RDZV_KEY_NODES      the node table as JSON, for `gptctl nodes` anywhere
  *
  * This module does no I/O: it is fed messages and the time, and reports
@@ -41,12 +53,13 @@
 #include "cluster_msg.h"
 #include "gpt_err.h"
 
-#define RDZV_NODE_ID_MAX 64
-#define RDZV_ADDR_MAX    64
-#define RDZV_NODES_MAX   65536 /* nodes the coordinator tracks; more are refused */
-#define RDZV_KEY_INBOX   "c/inbox"
-#define RDZV_KEY_CUR     "rdzv/cur"
-#define RDZV_KEY_NODES   "c/nodes"
+#define RDZV_NODE_ID_MAX     64
+#define RDZV_ADDR_MAX        64
+#define RDZV_NODES_MAX       65536 /* nodes the coordinator tracks; more are refused */
+#define RDZV_KEY_INBOX       "c/inbox"
+#define RDZV_KEY_NODE_PREFIX "rdzv/n/" /* + node id: the node's round */
+#define RDZV_JOBS_MAX        64        /* jobs running at once */
+#define RDZV_KEY_NODES       "c/nodes"
 
 enum rdzv_phase {
     RDZV_IDLE,     /* no job */
@@ -70,7 +83,7 @@ struct rdzv_opts {
 /* What the coordinator tells its owner. All on the coordinator's thread. */
 struct rdzv_hooks {
     void *ctx;
-    /* Set a store key (RDZV_KEY_CUR, rdzv/<r>/...); a NULL
+    /* Set a store key (rdzv/n/<id>, rdzv/<r>/world); a NULL
      * value deletes it. */
     void (*publish)(void *ctx, const char *key, const char *value);
     /* A membership change or failure worth an event in the job's history
@@ -82,7 +95,7 @@ struct rdzv_hooks {
     /* The job waits for nodes (true) or runs again (false). */
     void (*waiting)(void *ctx, int64_t job, bool waiting);
     /* The job ended: rc is GPT_TRAIN_DONE, GPT_TRAIN_STOPPED or a negative
-     * error with `error` saying why. The coordinator is idle afterwards. */
+     * error with `error` saying why. Its nodes are free when this runs. */
     void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
     /* The job restarted from a failure; `restarts` counts them all, those
      * of earlier coordinators included (optional). */
@@ -141,30 +154,50 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
  * leaving node). O(1). */
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
 
-/* Global rank 0 reached `step`; `snapshot` (>= 0) when a snapshot was written. */
+/* Global rank 0 of job `job` reached `step`; `snapshot` (>= 0) when a
+ * snapshot was written. Ignored for a job that does not run. */
+void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot);
+/* The same for the first running job (rdzv_coord_job). */
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);
 
-/* Starts running a job: opens round 1 of it. -EBUSY when a job runs. */
+/* Starts running a job on free nodes: opens its first round, placed on
+ * the free nodes up to `nodes_max`. When other jobs run it needs
+ * `nodes_min` free nodes: -EAGAIN otherwise, err saying how many it needs
+ * and how many are free. When no job runs it starts with what there is and
+ * waits for more (distributed.wait_timeout_s). -EBUSY at RDZV_JOBS_MAX
+ * jobs, -EEXIST when this job runs already. */
 int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
                          struct gpt_err *err);
-/* Stops the running job at the next step boundary, with a snapshot; the
- * finished hook reports GPT_TRAIN_STOPPED. Immediate when no world runs. */
-void rdzv_coord_job_stop(struct rdzv_coord *c, double now);
+/* Stops job `job` (0: every job) at the next step boundary, with a
+ * snapshot; the finished hook reports GPT_TRAIN_STOPPED. Immediate when no
+ * world of it runs. */
+void rdzv_coord_job_stop(struct rdzv_coord *c, int64_t job, double now);
 /* Nodes known (alive or not). */
 size_t rdzv_coord_node_count(const struct rdzv_coord *c);
-/* The running job's id, 0 when idle. */
+/* Nodes a job could be placed on now (alive, on no job, an agent there). */
+int rdzv_coord_free_nodes(const struct rdzv_coord *c);
+/* The first running job's id (the oldest), 0 when idle. */
 int64_t rdzv_coord_job(const struct rdzv_coord *c);
+/* Whether job `job` runs here. */
+bool rdzv_coord_job_runs(const struct rdzv_coord *c, int64_t job);
+/* Jobs running. */
+int rdzv_coord_job_count(const struct rdzv_coord *c);
+/* How many jobs wait in the queue for nodes (the scheduler says so after
+ * each pass): while any does, running jobs do not grow into free nodes. */
+void rdzv_coord_set_queued(struct rdzv_coord *c, int queued);
 
 /* Liveness and round decisions; call every ~100 ms and after messages. */
 void rdzv_coord_tick(struct rdzv_coord *c, double now);
 
-/* Publishes the current round again (after the store connection came up). */
+/* Publishes every node's round again (after the store connection came up). */
 void rdzv_coord_republish(struct rdzv_coord *c);
 
-/* The node table for `gptctl nodes`: a new JSON array. */
+/* The node table for `gptctl nodes`: a new JSON array; each node's "job"
+ * is the job placed on it (null: free). */
 json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now);
-/* The current round: a new JSON object; what RDZV_KEY_CUR holds without the
- * members (with_nodes false), rdzv/<r>/world with them. */
+/* The first running job's round (an idle one when none runs): a new JSON
+ * object; what its nodes read without the members (with_nodes false),
+ * rdzv/<r>/world with them. */
 json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes);
 
 #endif

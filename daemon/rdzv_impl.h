@@ -14,6 +14,8 @@
 
 #include "rdzv.h"
 
+struct rdzv_jrun;
+
 struct rdzv_cnode {
     char id[RDZV_NODE_ID_MAX];
     uint64_t inc;
@@ -24,11 +26,18 @@ struct rdzv_cnode {
     char version[32];
     char devices[128];               /* backends and GPUs, as the node reported them */
     char gpus[CLUSTER_MSG_GPUS_MAX]; /* GPU readings of the last heartbeat (nvml.h) */
-    char state[16];                  /* as the node reported it */
+    char state[16];                  /* as the node reported it ("": no agent yet) */
     uint64_t gen;                    /* the generation and round the node last reported */
     int64_t round;
     int64_t job;
-    /* round bookkeeping */
+    /* placement: the job this node is given to (NULL: free). Only that
+     * job's rounds count the node; it reads that job's round. */
+    struct rdzv_jrun *jr;
+    /* what RDZV_KEY_NODE_PREFIX<id> holds: (job id, round version) */
+    bool pub_done;
+    int64_t pub_job;
+    uint64_t pub_ver;
+    /* round bookkeeping, for the job it is placed on */
     int64_t joined_round; /* the round this node joined, -1 none */
     int64_t snap_step;
     bool left;   /* this incarnation announced it is stopping */
@@ -41,6 +50,36 @@ struct rdzv_cnode {
     char exit_msg[256];
 };
 
+/* One job the coordinator runs: its rounds, world and failures. Nodes
+ * point at it (rdzv_cnode.jr) while it is placed on them. */
+struct rdzv_jrun {
+    int64_t job;
+    uid_t owner_uid;
+    uint64_t token;
+    char *spec_json;
+    int nodes_min, nodes_max, max_restarts, wait_timeout_s;
+    int restarts;
+    int phase;
+    int64_t round;       /* this job's current round (numbers are unique per coordinator) */
+    uint64_t version;    /* bumped on each publication of its round */
+    char close_why[160]; /* why the newest round closed (in the round JSON) */
+    double opened_at, waiting_since;
+    bool stop_snapshot; /* how members stop their old workers for this round */
+    bool stop_requested;
+    int64_t run_id;
+    int world;
+    int64_t last_step, last_snap;
+    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
+    bool failure;             /* a member failed or died in the running world */
+    bool failure_final; /* ...with an error no restart heals (failure_class.c) */
+    char failure_why[256];
+    /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
+    int64_t pin_step;
+    bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
+    char pin_what[128];
+    int64_t want_snap; /* the newest snapshot step recorded, -1 none */
+};
+
 struct rdzv_coord {
     uint64_t gen;
     struct rdzv_opts o;
@@ -51,38 +90,33 @@ struct rdzv_coord {
      * removed, so no tombstones. idx_cap is a power of two > 2 n. */
     uint32_t *idx;
     size_t idx_cap;
-    char close_why[160]; /* why the newest round closed (in the round JSON) */
-
-    int phase;
-    int64_t round;
-    uint64_t version;
-    bool dirty;
-
-    /* the running job */
-    int64_t job;
-    uid_t owner_uid;
-    uint64_t token;
-    char *spec_json;
-    int nodes_min, nodes_max, max_restarts, wait_timeout_s;
-    int restarts;
-    double opened_at, waiting_since;
-    bool stop_snapshot; /* how members stop their old workers for this round */
-    bool stop_requested;
-    int64_t run_id;
-    int world;
-    int64_t last_step, last_snap;
-    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
-    bool failure;             /* a member failed or died in the running world */
-    bool failure_final; /* ...with an error of the spec or the data: a restart cannot heal it */
-    char failure_why[256];
-    /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
-    int64_t pin_step;
-    bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
-    char pin_what[128];
-    int64_t want_snap; /* the newest snapshot step recorded, -1 none */
+    int64_t round_seq; /* the newest round number given to any job */
+    /* the running jobs, in the order they started */
+    struct rdzv_jrun *jobs[RDZV_JOBS_MAX];
+    int njobs;
+    int queued; /* jobs the scheduler could not place yet: running jobs do not grow */
 };
 
 /* One member's assignment {id, inc, rank_base, workers, addr}: new JSON. */
 json_t *rdzv_member_json(const struct rdzv_cnode *nd);
+/* Job j's round as published (rdzv_coord_round_json); j NULL: the idle
+ * document a free node reads. New JSON. */
+json_t *rdzv_jrun_json(const struct rdzv_coord *c, const struct rdzv_jrun *j, bool with_nodes);
+/* rdzv_place.c: placement and what each node reads. */
+/* A node a job could be given now: alive, not leaving, on no job, and
+ * reporting a state (an agent runs there). */
+bool rdzv_node_free(const struct rdzv_cnode *nd);
+/* Gives job j up to `want` free nodes (their rounds are published). */
+void rdzv_place(struct rdzv_coord *c, struct rdzv_jrun *j, int want);
+/* Takes node nd off its job: free, reading the idle round. */
+void rdzv_unplace(struct rdzv_coord *c, struct rdzv_cnode *nd);
+/* Alive nodes placed on j. */
+int rdzv_placed_alive(const struct rdzv_coord *c, const struct rdzv_jrun *j);
+/* Sets node nd's round key unless it holds what the node should read. */
+void rdzv_publish_node(struct rdzv_coord *c, struct rdzv_cnode *nd);
+/* Job j's round changed: a new version, read by each of its nodes. */
+void rdzv_publish_job(struct rdzv_coord *c, struct rdzv_jrun *j);
+/* Job j's round closed: rdzv/<r>/world; that of its round prev goes. */
+void rdzv_publish_world(struct rdzv_coord *c, struct rdzv_jrun *j, int64_t prev_round);
 
 #endif

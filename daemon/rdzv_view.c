@@ -1,6 +1,7 @@
 /*
- * rdzv_view: the JSON views of the coordinator's state (see rdzv.h): the
- * round as published, a member's assignment, the node table. Read only;
+ * rdzv_view: the JSON views of the coordinator's state (see rdzv.h): a
+ * job's round as published, a member's assignment, the node table (with
+ * the job each node runs). Read only;
  * the state is owned by rdzv.c (rdzv_impl.h). Single-threaded.
  */
 #include <inttypes.h>
@@ -23,39 +24,46 @@ size_t rdzv_coord_node_count(const struct rdzv_coord *c)
     return c->n;
 }
 
-json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
+json_t *rdzv_jrun_json(const struct rdzv_coord *c, const struct rdzv_jrun *j, bool with_nodes)
 {
     char gen[32], prefix[128];
+    int64_t job = j ? j->job : 0, round = j ? j->round : c->round_seq;
+    int phase = j ? j->phase : RDZV_IDLE;
     snprintf(gen, sizeof(gen), "%" PRIx64, c->gen);
-    snprintf(prefix, sizeof(prefix), "j%" PRId64 "/%s/r%" PRId64 "/", c->job, gen, c->round);
-    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:s, s:I, s:i, s:s}", "gen", gen, "round",
-                          (json_int_t)c->round, "phase", rdzv_phase_name(c->phase), "job",
-                          (json_int_t)c->job, "stop", c->stop_snapshot ? "snapshot" : "abort",
-                          "run_id", (json_int_t)c->run_id, "world", c->world, "prefix", prefix);
-    if (!o)
-        return NULL;
-    if (c->spec_json)
-        json_object_set_new(o, "spec", json_string(c->spec_json));
-    if (c->spec_json)
-        json_object_set_new(o, "uid", json_integer((json_int_t)c->owner_uid));
-    if (c->spec_json && c->token) { /* hex: a JSON integer cannot hold 64 bits */
+    snprintf(prefix, sizeof(prefix), "j%" PRId64 "/%s/r%" PRId64 "/", job, gen, round);
+    json_t *o =
+        json_pack("{s:s, s:I, s:s, s:I, s:s, s:I, s:i, s:s}", "gen", gen, "round",
+                  (json_int_t)round, "phase", rdzv_phase_name(phase), "job", (json_int_t)job,
+                  "stop", j && j->stop_snapshot ? "snapshot" : "abort", "run_id",
+                  (json_int_t)(j ? j->run_id : 0), "world", j ? j->world : 0, "prefix", prefix);
+    if (!o || !j)
+        return o;
+    json_object_set_new(o, "spec", json_string(j->spec_json));
+    json_object_set_new(o, "uid", json_integer((json_int_t)j->owner_uid));
+    if (j->token) { /* hex: a JSON integer cannot hold 64 bits */
         char tok[17];
-        snprintf(tok, sizeof(tok), "%016" PRIx64, c->token);
+        snprintf(tok, sizeof(tok), "%016" PRIx64, j->token);
         json_object_set_new(o, "token", json_string(tok));
     }
-    if (c->job && c->pin_step >= 0)
-        json_object_set_new(o, "resume_step", json_integer(c->pin_step));
-    if ((c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING) && c->close_why[0])
-        json_object_set_new(o, "closed", json_string(c->close_why));
+    if (j->pin_step >= 0)
+        json_object_set_new(o, "resume_step", json_integer(j->pin_step));
+    bool world = j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING;
+    if (world && j->close_why[0])
+        json_object_set_new(o, "closed", json_string(j->close_why));
     if (!with_nodes)
         return o;
     json_t *nodes = json_array();
-    if (c->phase == RDZV_RUNNING || c->phase == RDZV_STOPPING)
+    if (world)
         for (size_t i = 0; i < c->n; i++)
-            if (c->nodes[i].member)
+            if (c->nodes[i].jr == j && c->nodes[i].member)
                 json_array_append_new(nodes, rdzv_member_json(&c->nodes[i]));
     json_object_set_new(o, "nodes", nodes);
     return o;
+}
+
+json_t *rdzv_coord_round_json(const struct rdzv_coord *c, bool with_nodes)
+{
+    return rdzv_jrun_json(c, c->njobs ? c->jobs[0] : NULL, with_nodes);
 }
 
 json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
@@ -78,6 +86,7 @@ json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
             json_object_set_new(o, "gpus", nvml_gpus_json(nd->gpus));
         if (!o)
             continue;
+        json_object_set_new(o, "job", nd->jr ? json_integer(nd->jr->job) : json_null());
         if (nd->member) {
             char ranks[48];
             snprintf(ranks, sizeof(ranks), "%d-%d", nd->rank_base, nd->rank_base + nd->workers - 1);

@@ -4,9 +4,10 @@
 # kills everything it started on exit. elastic_chaos is also labelled slow
 # but fits the default suite (about a minute on two cores). elastic_member
 # covers the embedded default (a gptd without an endpoint), what a member's
-# gptctl shows, and leaves that use up no restart.
+# gptctl shows, and leaves that use up no restart. elastic_multi: several
+# jobs at once on disjoint nodes, the queue's order and reasons.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
-    elastic_shard elastic_member elastic_owner elastic_batch)
+    elastic_shard elastic_member elastic_owner elastic_batch elastic_multi)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_batch 120)
@@ -16,6 +17,7 @@ set(GPTD_ELASTIC_TIMEOUT_elastic_owner 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_member 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_partition 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_chaos 360)
+set(GPTD_ELASTIC_TIMEOUT_elastic_multi 120)
 foreach(t ${GPTD_ELASTIC_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

@@ -66,7 +66,7 @@ start_gptd
 has_node() { "$GPTCTL" --json nodes | grep -q '"gpus"'; }
 wait_for 10 has_node
 "$GPTCTL" nodes >"$T/nodes.txt"
-awk 'NR == 2 { exit !($7 == "cpu" && $8 == "-" && $9 == "-") }' "$T/nodes.txt" ||
+awk 'NR == 2 { exit !($8 == "cpu" && $9 == "-" && $10 == "-") }' "$T/nodes.txt" ||
     fail "GPU columns on a CPU host are not \"-\": $(cat "$T/nodes.txt")"
 "$GPTCTL" --json nodes | python3 -c '
 import json, sys

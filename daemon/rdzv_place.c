@@ -1,0 +1,162 @@
+/*
+ * rdzv_place: where the coordinator's jobs run (see rdzv.h): which free
+ * nodes a job is given, and what each node reads, its own round key
+ * RDZV_KEY_NODE_PREFIX<id> (its job's round, or an idle one). Part of the
+ * round protocol (rdzv_impl.h): rdzv.c decides when; this file places and
+ * publishes. Single-threaded.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv.h"
+#include "rdzv_impl.h"
+
+bool rdzv_node_free(const struct rdzv_cnode *nd)
+{
+    return nd->alive && !nd->left && !nd->jr && nd->state[0];
+}
+
+int rdzv_coord_free_nodes(const struct rdzv_coord *c)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        n += rdzv_node_free(&c->nodes[i]);
+    return n;
+}
+
+int rdzv_placed_alive(const struct rdzv_coord *c, const struct rdzv_jrun *j)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        n += c->nodes[i].jr == j && c->nodes[i].alive;
+    return n;
+}
+
+void rdzv_place(struct rdzv_coord *c, struct rdzv_jrun *j, int want)
+{
+    for (size_t i = 0; i < c->n && want > 0; i++) {
+        struct rdzv_cnode *nd = &c->nodes[i];
+        if (!rdzv_node_free(nd))
+            continue;
+        nd->jr = j;
+        nd->member = nd->prev_member = false;
+        nd->joined_round = -1;
+        nd->exit_round = -1;
+        rdzv_publish_node(c, nd);
+        want--;
+    }
+}
+
+void rdzv_unplace(struct rdzv_coord *c, struct rdzv_cnode *nd)
+{
+    nd->jr = NULL;
+    nd->member = nd->prev_member = false;
+    nd->joined_round = -1;
+    nd->exit_round = -1;
+    rdzv_publish_node(c, nd);
+}
+
+static void rdzv_publish_json(struct rdzv_coord *c, const char *key, json_t *o)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (text)
+        c->h.publish(c->h.ctx, key, text);
+    free(text);
+}
+
+/* The round text of nd's job (or the idle one): a new string, NULL on
+ * ENOMEM (published on the next change). */
+static char *rdzv_round_text(struct rdzv_coord *c, const struct rdzv_jrun *j)
+{
+    json_t *o = rdzv_jrun_json(c, j, false);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
+/* Sets nd's round key to `base` (its job's round text, a JSON object),
+ * with its assignment "me" spliced in while it is in a world. */
+static void rdzv_publish_text(struct rdzv_coord *c, struct rdzv_cnode *nd, const char *base)
+{
+    const struct rdzv_jrun *j = nd->jr;
+    char key[sizeof(RDZV_KEY_NODE_PREFIX) + RDZV_NODE_ID_MAX];
+    snprintf(key, sizeof(key), RDZV_KEY_NODE_PREFIX "%s", nd->id);
+    if (j && nd->member && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING)) {
+        json_t *me = rdzv_member_json(nd);
+        char *mt = me ? json_dumps(me, JSON_COMPACT) : NULL;
+        json_decref(me);
+        size_t blen = strlen(base), n = blen + (mt ? strlen(mt) : 0) + 8;
+        char *buf = mt && blen > 1 ? malloc(n) : NULL;
+        if (!buf) {
+            free(mt);
+            return; /* published on the next change */
+        }
+        snprintf(buf, n, "%.*s,\"me\":%s}", (int)(blen - 1), base, mt);
+        c->h.publish(c->h.ctx, key, buf);
+        free(buf);
+        free(mt);
+    } else {
+        c->h.publish(c->h.ctx, key, base);
+    }
+    nd->pub_done = true;
+    nd->pub_job = j ? j->job : 0;
+    nd->pub_ver = j ? j->version : 0;
+}
+
+static bool rdzv_node_current(const struct rdzv_cnode *nd)
+{
+    const struct rdzv_jrun *j = nd->jr;
+    return nd->pub_done && nd->pub_job == (j ? j->job : 0) && nd->pub_ver == (j ? j->version : 0);
+}
+
+void rdzv_publish_node(struct rdzv_coord *c, struct rdzv_cnode *nd)
+{
+    if (rdzv_node_current(nd) || !c->h.publish)
+        return;
+    char *base = rdzv_round_text(c, nd->jr);
+    if (base)
+        rdzv_publish_text(c, nd, base);
+    free(base);
+}
+
+void rdzv_publish_job(struct rdzv_coord *c, struct rdzv_jrun *j)
+{
+    j->version++;
+    if (!c->h.publish)
+        return;
+    /* One text for every node of the job; members add their assignment. */
+    char *base = rdzv_round_text(c, j);
+    if (!base)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].jr == j && !rdzv_node_current(&c->nodes[i]))
+            rdzv_publish_text(c, &c->nodes[i], base);
+    free(base);
+}
+
+void rdzv_publish_world(struct rdzv_coord *c, struct rdzv_jrun *j, int64_t prev_round)
+{
+    if (!c->h.publish)
+        return;
+    char key[64];
+    if (prev_round > 0) {
+        snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", prev_round);
+        c->h.publish(c->h.ctx, key, NULL);
+    }
+    snprintf(key, sizeof(key), "rdzv/%" PRId64 "/world", j->round);
+    rdzv_publish_json(c, key, rdzv_jrun_json(c, j, true));
+}
+
+void rdzv_coord_republish(struct rdzv_coord *c)
+{
+    for (int i = 0; i < c->njobs; i++)
+        if (c->jobs[i]->phase == RDZV_RUNNING || c->jobs[i]->phase == RDZV_STOPPING)
+            rdzv_publish_world(c, c->jobs[i], 0);
+    for (size_t i = 0; i < c->n; i++) {
+        c->nodes[i].pub_done = false;
+        rdzv_publish_node(c, &c->nodes[i]);
+    }
+}
