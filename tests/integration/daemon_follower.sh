@@ -9,16 +9,28 @@ source "$(dirname "$0")/daemon_common.sh"
 # far beyond the 256 KiB bound plus socket buffers, so a stalled reader must
 # hit the bound while a reading one keeps up).
 tiny_job "$T/job.json" 6000 1 1000
+# The followers attach while the job waits behind a blocker, so both are
+# in the live stream from its first step. (One that attaches late replays
+# history page by page, paced by its reading: a stalled one then never
+# queues past the bound and is never cut off, which is bounded too but not
+# what this test is about.)
+tiny_job "$T/block.json" 1000000 1000 0
 start_gptd --client-output-max-bytes 262144
 
+block=$("$GPTCTL" submit "$T/block.json")
+wait_for 60 job_is "$block" running
 id=$("$GPTCTL" submit "$T/job.json")
-wait_for 60 job_is "$id" running
 rss0=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
 "$ITEST" stall "$SOCK" "$id" 600 >"$T/stalled.out" 2>"$T/stalled.err" &
 stalled=$!
 PIDS+=("$stalled")
 "$GPTCTL" --json logs -f "$id" >"$T/good.json" &
 good=$!
+wait_for 30 grep -q "client pid $stalled uid" "$T"/gptd.0.log
+wait_for 30 grep -q "client pid $good uid" "$T"/gptd.0.log
+sleep 0.5 # their follow requests are read after the connections
+"$GPTCTL" cancel "$block" >/dev/null
+wait_for 60 job_is "$id" running
 wait_for 120 grep -q "is not reading" "$T"/gptd.0.log
 rss1=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
 wait_for 120 job_is "$id" completed
