@@ -369,13 +369,14 @@ int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *s
                       struct gpt_err *err)
 {
     return cluster_job_resume(c, job, owner, 0, spec_json, nodes_min, nodes_max, max_restarts, 0,
-                              wait_timeout_s, -1, NULL, -1, err);
+                              wait_timeout_s, -1, NULL, -1, NULL, err);
 }
 
 int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t token,
                        const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
                        int restarts, int wait_timeout_s, int64_t resume_step,
-                       const char *resume_what, int64_t newest_snap, struct gpt_err *err)
+                       const char *resume_what, int64_t newest_snap, const char *snap_nodes,
+                       struct gpt_err *err)
 {
     if (!c->coord)
         return gpt_err_set(err, -EINVAL, NULL, "not the coordinator");
@@ -391,7 +392,8 @@ int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t tok
                          .resume_chosen = resume_step >= 0,
                          .resume_step = resume_step,
                          .resume_what = resume_what,
-                         .newest_snap = resume_step >= 0 ? -1 : newest_snap};
+                         .newest_snap = resume_step >= 0 ? -1 : newest_snap,
+                         .snap_nodes = snap_nodes};
     return rdzv_coord_job_start(c->coord, monotime_s(), &j, err);
 }
 

@@ -170,11 +170,14 @@ int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *s
  * publishes none). `resume_step`
  * >= 0: the world resumes from the snapshot of that step, which
  * `resume_what` names in errors (see rdzv_job); -1: from the newest, of
- * which `newest_snap` is the step the job's history records (-1 none). */
+ * which `newest_snap` is the step the job's history records (-1 none).
+ * `snap_nodes` (NULL: none known): the ids of the nodes that recorded the
+ * snapshot the job resumes from, one per line; placement prefers them. */
 int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t token,
                        const char *spec_json, int nodes_min, int nodes_max, int max_restarts,
                        int restarts, int wait_timeout_s, int64_t resume_step,
-                       const char *resume_what, int64_t newest_snap, struct gpt_err *err);
+                       const char *resume_what, int64_t newest_snap, const char *snap_nodes,
+                       struct gpt_err *err);
 /* Stops job `job` (0: every job) at its next step boundary. */
 void cluster_job_stop(struct cluster *c, int64_t job);
 /* Coordinator: nodes a job could be placed on now (0 on a member). */

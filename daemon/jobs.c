@@ -235,6 +235,25 @@ static void jobs_unlink(struct jobs *js, struct jobs_run *run)
     }
 }
 
+/* db_snapshot_list's callback: the nodes that recorded step `step`. */
+struct jobs_holders {
+    int64_t step;
+    char text[1024]; /* one node id a line */
+    size_t len;
+};
+
+static void jobs_holder(void *ctx, const struct db_snapshot *s)
+{
+    struct jobs_holders *h = ctx;
+    if (s->step != h->step)
+        return;
+    int n = snprintf(h->text + h->len, sizeof(h->text) - h->len, "%s\n", s->node);
+    if (n > 0 && (size_t)n < sizeof(h->text) - h->len)
+        h->len += (size_t)n; /* a list too long for the buffer just ends */
+    else
+        h->text[h->len] = '\0';
+}
+
 /* A job on a cluster: the coordinator's rendezvous forms the worlds; a run
  * row is written for each world (jobs_cluster_world). */
 static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struct db_job *j,
@@ -272,12 +291,18 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
         tail = &(*tail)->next;
     *tail = run;
     js->nruns++;
+    /* The nodes that recorded the snapshot it resumes from are placed
+     * first (free ones): each node resumes from its own copy. */
     int64_t newest = -1;
     if (!chosen && j->resume)
         (void)db_snapshot_newest_step(js->db, j->id, &newest, NULL);
+    struct jobs_holders holders = {.step = chosen ? chosen->step : newest};
+    if (holders.step >= 0)
+        (void)db_snapshot_list(js->db, j->id, jobs_holder, &holders, NULL);
     rc = cluster_job_resume(js->cluster, j->id, j->owner_uid, j->token, j->spec_json, d->nodes_min,
                             d->nodes_max, d->max_restarts, j->restarts, d->wait_timeout_s,
-                            chosen ? chosen->step : -1, chosen ? what : NULL, newest, err);
+                            chosen ? chosen->step : -1, chosen ? what : NULL, newest,
+                            holders.len ? holders.text : NULL, err);
     if (rc < 0) {
         jobs_unlink(js, run);
         return rc;

@@ -183,6 +183,7 @@ static void rdzv_finish(struct rdzv_coord *c, struct rdzv_jrun *j, int rc, int64
         break;
     }
     free(j->spec_json);
+    free(j->snap_nodes);
     free(j);
     if (c->h.finished)
         c->h.finished(c->h.ctx, job, rc, step, error);
@@ -443,6 +444,7 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
     j->owner_uid = job->owner_uid;
     j->token = job->token;
     j->spec_json = spec;
+    j->snap_nodes = job->snap_nodes ? strdup(job->snap_nodes) : NULL; /* NULL: no preference */
     j->nodes_min = nmin;
     j->nodes_max = job->nodes_max >= nmin ? job->nodes_max : nmin;
     j->max_restarts = job->max_restarts;
@@ -755,6 +757,7 @@ void rdzv_coord_free(struct rdzv_coord *c)
         return;
     for (int i = 0; i < c->njobs; i++) {
         free(c->jobs[i]->spec_json);
+        free(c->jobs[i]->snap_nodes);
         free(c->jobs[i]);
     }
     free(c->nodes);

@@ -127,6 +127,10 @@ struct rdzv_job {
      * for a grace (RDZV_SNAP_WAIT_S): after a coordinator restart the
      * members that hold it reconnect later than the coordinator joins. */
     int64_t newest_snap;
+    /* The nodes that recorded the snapshot the job resumes from, one id a
+     * line (NULL: none known; copied): placement takes free ones of them
+     * first, so a world does not form on nodes without it while they idle. */
+    const char *snap_nodes;
 };
 
 /* Node -> coordinator messages are struct cluster_msg (proto/cluster_msg.h):

@@ -57,6 +57,7 @@ struct rdzv_jrun {
     uid_t owner_uid;
     uint64_t token;
     char *spec_json;
+    char *snap_nodes; /* rdzv_job.snap_nodes' copy, NULL none */
     int nodes_min, nodes_max, max_restarts, wait_timeout_s;
     int restarts;
     int phase;

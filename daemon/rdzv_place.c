@@ -34,18 +34,36 @@ int rdzv_placed_alive(const struct rdzv_coord *c, const struct rdzv_jrun *j)
     return n;
 }
 
+/* Whether node `id` is a line of `lines` (one id a line). */
+static bool rdzv_id_listed(const char *lines, const char *id)
+{
+    size_t n = strlen(id);
+    for (const char *p = lines; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && memcmp(p, id, n) == 0)
+            return true;
+        p = e ? e + 1 : p + len;
+    }
+    return false;
+}
+
+/* Free nodes that hold the job's snapshot first (j->snap_nodes), then any
+ * free node in table order. */
 void rdzv_place(struct rdzv_coord *c, struct rdzv_jrun *j, int want)
 {
-    for (size_t i = 0; i < c->n && want > 0; i++) {
-        struct rdzv_cnode *nd = &c->nodes[i];
-        if (!rdzv_node_free(nd))
-            continue;
-        nd->jr = j;
-        nd->member = nd->prev_member = false;
-        nd->joined_round = -1;
-        nd->exit_round = -1;
-        rdzv_publish_node(c, nd);
-        want--;
+    for (int pass = j->snap_nodes ? 0 : 1; pass < 2; pass++) {
+        for (size_t i = 0; i < c->n && want > 0; i++) {
+            struct rdzv_cnode *nd = &c->nodes[i];
+            if (!rdzv_node_free(nd) || (pass == 0 && !rdzv_id_listed(j->snap_nodes, nd->id)))
+                continue;
+            nd->jr = j;
+            nd->member = nd->prev_member = false;
+            nd->joined_round = -1;
+            nd->exit_round = -1;
+            rdzv_publish_node(c, nd);
+            want--;
+        }
     }
 }
 

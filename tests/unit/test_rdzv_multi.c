@@ -313,6 +313,35 @@ static void test_alone_starts_short(void **state)
     assert_int_equal(doc_int('b', "job"), 1);
 }
 
+/* A job is placed first on the free nodes that recorded the snapshot it
+ * resumes from (each node resumes from its own copy), then on any: a job
+ * of 2 nodes whose snapshot c and d hold takes c and d, not a and b. */
+static void test_snapshot_holders_first(void **state)
+{
+    struct rdzv_coord *c = *state;
+    struct gpt_err err;
+    for (char n = 'a'; n <= 'd'; n++)
+        report(c, 0, n, "idle", 0);
+    struct rdzv_job j = {.id = 7,
+                         .spec_json = "{}",
+                         .nodes_min = 1,
+                         .nodes_max = 2,
+                         .max_restarts = 3,
+                         .wait_timeout_s = 60,
+                         .resume_step = -1,
+                         .newest_snap = 40,
+                         .snap_nodes = "d\nx\nc\n"};
+    assert_int_equal(rdzv_coord_job_start(c, 0.1, &j, &err), 0);
+    assert_string_equal(placement(c), "a= b= c=7 d=7");
+    /* One holder busy or gone: the rest come from the others. */
+    struct rdzv_job k = j;
+    k.id = 8;
+    k.nodes_max = 2;
+    k.snap_nodes = "c\nb\n";
+    assert_int_equal(rdzv_coord_job_start(c, 0.2, &k, &err), 0);
+    assert_string_equal(placement(c), "a=8 b=8 c=7 d=7");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +350,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_end_frees, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth_yields_to_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alone_starts_short, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_holders_first, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
