@@ -70,6 +70,7 @@
 #include <string.h>
 
 #include "cuda_impl.h"
+#include "flash_tc.h"
 
 extern "C" {
 #include "cuda_backend.h"
@@ -356,11 +357,21 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         if (!qb)
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
-        cu_f32(cb, dout, B * T * C * sizeof(float));
+        /* The tensor-core backward reads dout's bf16 copy where it is
+         * current (its producer, attproj's dinp, may then write bf16 only). */
+        const uint16_t *dob =
+            qb && gpt_flash_tc_applies(plan.hs) ? cu_shd_cur(cb, dout, B * T * C) : NULL;
+        if (!dob)
+            cu_f32(cb, dout, B * T * C * sizeof(float));
         uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
         cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
-        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
-                                           att, B, T, C, NH);
+        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, dob, qkv,
+                                           qb, att, B, T, C, NH);
+        if (e == cudaErrorNotSupported && dob) { /* not on tensor cores: fp32 dout */
+            cu_f32(cb, dout, B * T * C * sizeof(float));
+            e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, NULL, qkv, qb, att,
+                                   B, T, C, NH);
+        }
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_backward smem");
         cu_check(cb, "flash_backward");
@@ -473,16 +484,22 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    /* dinp (the residual stream's gradient) feeds the next products'
-     * backward: its bf16 copy is written alongside. */
-    cu_f32(cb, dout, N * C * sizeof(float));
+    /* dinp (the residual stream's gradient) accumulates here in fp32 and
+     * feeds the next products' backward: its bf16 copy is written
+     * alongside. dout (a product's dinp) is read from its bf16 copy where
+     * that is current, so the product may write it bf16 only. */
+    const uint16_t *dob = gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0
+                              ? cu_shd_cur(cb, dout, N * C)
+                              : NULL;
+    if (!dob)
+        cu_f32(cb, dout, N * C * sizeof(float));
     cu_f32(cb, inp, N * C * sizeof(float));
     cu_f32(cb, dinp, N * C * sizeof(float)); /* accumulated */
     uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
-    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                           C, cb->scratch, SCRATCH_FLOATS);
+    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, dob, inp, weight, mean,
+                           rstd, N, C, cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
 }
 
