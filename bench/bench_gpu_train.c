@@ -1100,6 +1100,29 @@ static int plan_main(size_t B, size_t T, const char *mode)
                 14.0 * hs * pairs_min);
         broken = 1;
     }
+    /* bf16: the steady-state step converts nothing (every bf16-only range
+     * is read as bf16), and the gradient the products write into a->dc
+     * stays bf16 only: the tensor-core attention backward and LayerNorm's
+     * backward read it from its bf16 copy. */
+    if (strcmp(mode, "bf16") == 0) {
+        size_t fp32_dout = 0;
+        int lnb_single = gpt_cuda_plan_lnb_blocks(BT, 768, (size_t)1 << 20) > 0;
+        for (size_t i = 0; i < r->n; i++) {
+            const struct gpt_cuda_kernel *k = &r->k[i];
+            int dout_reader = strcmp(k->name, "flash_tc_prep") == 0 ||
+                              (strcmp(k->name, "layernorm_backward") == 0 && lnb_single);
+            fp32_dout += dout_reader && !strstr(k->shape, "bf16 dout");
+        }
+        if (by_class[GPT_KC_CONVERT] > 0) {
+            fprintf(stderr, "plan broken: conversion kernels in the steady-state bf16 step\n");
+            broken = 1;
+        }
+        if (fp32_dout > 0) {
+            fprintf(stderr, "plan broken: %zu backward kernels read a product's dinp as fp32\n",
+                    fp32_dout);
+            broken = 1;
+        }
+    }
     printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"
            "\"T\":%zu,\"kernels\":%zu,\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"
            "\"model_tflop_per_step\":%.3f,\"share\":{",
