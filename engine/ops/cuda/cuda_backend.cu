@@ -50,7 +50,10 @@
  * matrix products (cuBLASLt with a bf16 D, the bias in bf16 from the
  * weights' shadow; GELU_AUX with its pre-activation as bf16 aux, DGELU
  * reading it), LayerNorm's normalised output and the classifier's dlogits
- * (written in place over the bf16 logits the head's product wrote). Every
+ * (written in place over the bf16 logits the head's product wrote). The
+ * products' dinp that the tensor-core attention backward and LayerNorm's
+ * backward read (the model's a->dc) is bf16 only too: both read its
+ * current bf16 copy (cu_shd_cur) instead of asking cu_f32. Every
  * op that reads device floats as fp32 (and copy) first asks cu_f32,
  * which converts owned floats back and LEARNS the range: its producer
  * writes fp32 (with the bf16 copy where it can) there from then on. A
