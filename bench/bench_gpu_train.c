@@ -428,21 +428,26 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
     (void)mean;
     (void)rstd;
     struct rec_be *r = rec(be);
-    rec_f32(r, dout, N * C * sizeof(float));
+    /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
+    /* As cuda_layernorm_backward: dout from its current bf16 copy where
+     * the single-pass kernel runs. */
+    int dob = blocks > 0 && rec_cur(r, dout, N * C);
+    if (!dob)
+        rec_f32(r, dout, N * C * sizeof(float));
     rec_f32(r, inp, N * C * sizeof(float));
     rec_f32(r, dinp, N * C * sizeof(float));
     int db = rec_out(r, dinp, N * C);
     rec_wrote(r, dweight, C * sizeof(float));
     rec_wrote(r, dbias, C * sizeof(float));
     double nc = (double)(N * C);
-    /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
-    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
     if (blocks > 0) {
-        /* One pass: dout, inp read; dinp read and written (it
-         * accumulates), plus its bf16 copy; the blocks' partials. */
+        /* One pass: dout (bf16 or fp32), inp read; dinp read and written
+         * (it accumulates), plus its bf16 copy; the blocks' partials. */
         rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 14.0 * nc,
-                16.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C, "N=%zu C=%zu%s", N, C,
-                db ? " +bf16" : "");
+                (dob ? 2.0 : 4.0) * nc + 12.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N +
+                    8.0 * blocks * C,
+                "N=%zu C=%zu%s%s", N, C, dob ? " bf16 dout" : "", db ? " +bf16" : "");
         for (int i = 0; i < 2; i++)
             rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
                     4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);
@@ -694,17 +699,23 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
         if (!qb)
             rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
-        rec_f32(r, dout, B * T * C * sizeof(float));
+        /* As cuda_attention_backward: the tensor-core pass reads dout's
+         * current bf16 copy (the recorder assumes it aligned). */
+        int dob = qb && gpt_flash_tc_applies(p.hs) && rec_cur(r, dout, B * T * C);
+        if (!dob)
+            rec_f32(r, dout, B * T * C * sizeof(float));
         int db = rec_out(r, dqkv, B * T * 3 * C);
         if (qb && gpt_flash_tc_applies(p.hs)) {
             rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
             double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
             double nq = (double)gpt_flash_tc_q_tiles(T, p.hs);
-            /* D = dout . out and dout as bf16: dout and the output copy
-             * read (fp32), D and the copy written, the dQ turns zeroed. */
+            /* D = dout . out: dout (bf16 from its shadow, else fp32 and
+             * then its bf16 copy written) and the output copy (fp32) read,
+             * D written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    8.0 * btc + 2.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq, "rows=%zu hs=%zu",
-                    p.lse_floats, p.hs);
+                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats +
+                        4.0 * bh * nq,
+                    "rows=%zu hs=%zu%s", p.lse_floats, p.hs, dob ? " bf16 dout" : "");
             /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
              * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
              * computed pair: S and P once, not once per output). DRAM
@@ -1088,6 +1099,29 @@ static int plan_main(size_t B, size_t T, const char *mode)
         fprintf(stderr, "plan broken: flash FLOPs %.4g, causal pairs need %.4g\n", flash_tc_flops,
                 14.0 * hs * pairs_min);
         broken = 1;
+    }
+    /* bf16: the steady-state step converts nothing (every bf16-only range
+     * is read as bf16), and the gradient the products write into a->dc
+     * stays bf16 only: the tensor-core attention backward and LayerNorm's
+     * backward read it from its bf16 copy. */
+    if (strcmp(mode, "bf16") == 0) {
+        size_t fp32_dout = 0;
+        int lnb_single = gpt_cuda_plan_lnb_blocks(BT, 768, (size_t)1 << 20) > 0;
+        for (size_t i = 0; i < r->n; i++) {
+            const struct gpt_cuda_kernel *k = &r->k[i];
+            int dout_reader = strcmp(k->name, "flash_tc_prep") == 0 ||
+                              (strcmp(k->name, "layernorm_backward") == 0 && lnb_single);
+            fp32_dout += dout_reader && !strstr(k->shape, "bf16 dout");
+        }
+        if (by_class[GPT_KC_CONVERT] > 0) {
+            fprintf(stderr, "plan broken: conversion kernels in the steady-state bf16 step\n");
+            broken = 1;
+        }
+        if (fp32_dout > 0) {
+            fprintf(stderr, "plan broken: %zu backward kernels read a product's dinp as fp32\n",
+                    fp32_dout);
+            broken = 1;
+        }
     }
     printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"
            "\"T\":%zu,\"kernels\":%zu,\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"

@@ -57,6 +57,8 @@ static const struct {
     {"bf16_only_state", "bf16", 0.0},        /* 1 = a range not (or still) held in bf16 only */
     {"softmax_xent", "bf16", 3e-2},          /* the logits read as bf16 */
     {"flash_tc_deterministic", "bf16", 0.0}, /* 1 = two backward passes differ */
+    /* dout read from a product's bf16-only output: a product's bound. */
+    {"layernorm_backward_bf16_dout", "bf16", 2e-2},
     {"flash_attention_forward", "fp32", 1e-4},
     {"flash_attention_backward", "fp32", 2e-4},
     {"memory", "fp32", 0.0},
@@ -801,6 +803,70 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
         pair_free(all[i]);
 }
 
+/* bf16 mode: the gradient a product writes into the slab (attproj's and
+ * qkv's dinp, the model's a->dc) is read by the tensor-core attention
+ * backward and by LayerNorm's backward from its bf16 copy, so it stays
+ * bf16 only: no reader learns it as fp32. Per round: the attention
+ * forward (its bf16 qkv read creates the slab's copy), LayerNorm's
+ * forward for mean and rstd, the product's backward writing dc, then both
+ * readers of dc; the state must be bf16 only after both readers, every
+ * result must match the fp32 CPU ops within a product's bf16 error, and
+ * both attention passes must run on tensor cores. Last, dc downloaded. */
+static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
+{
+    char tag[96];
+    size_t N = B * T, nc = N * C;
+    size_t oq = 0, oy = 3 * nc, odc = oy + nc;
+    struct pair act = pair_new(odc + nc, 0, 0), qkv0 = pair_new(3 * nc, -2, 2);
+    struct pair x = pair_new(nc, -3, 3), lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1);
+    struct pair mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0), ln = pair_new(nc, 0, 0);
+    struct pair w = pair_new(C * C, -0.5f, 0.5f), dy = pair_new(nc, -1, 1);
+    struct pair dw = pair_new(C * C, 0, 0), dqkv = pair_new(3 * nc, 0, 0);
+    struct pair dres = pair_new(nc, 0, 0), dlw = pair_new(C, 0, 0), dlb = pair_new(C, 0, 0);
+    struct pair att = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 0), 0, 0);
+    struct pair scratch = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 1), 0, 0);
+    struct pair attc = pair_new(B * NH * T * T, 0, 0), scratchc = pair_new(B * NH * T * T, 0, 0);
+    struct pair rq = region(&act, oq, 3 * nc), ry = region(&act, oy, nc);
+    struct pair rdc = region(&act, odc, nc);
+    for (int round = 0; round < 3; round++) {
+        uint64_t before = gpt_cuda_flash_tc_launches();
+        struct gpt_backend *bes[2] = {cpu, gpu};
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            float *a = g ? att.g : attc.c, *sc = g ? scratch.g : scratchc.c;
+            gpt_backend_copy(be, P(rq), P(qkv0), 3 * nc * sizeof(float));
+            gpt_backend_attention_forward(be, P(ry), a, P(rq), B, T, C, NH);
+            gpt_backend_layernorm_forward(be, P(ln), P(mean), P(rstd), P(x), P(lw), P(lb), N, C);
+            gpt_backend_memzero(be, P(dw), C * C * sizeof(float));
+            gpt_backend_matmul_backward(be, P(rdc), P(dw), NULL, P(dy), P(ry), P(w), N, C, C);
+            gpt_backend_attention_backward(be, P(dqkv), sc, P(rdc), P(rq), a, B, T, C, NH);
+            gpt_backend_memzero(be, P(dres), nc * sizeof(float));
+            gpt_backend_memzero(be, P(dlw), C * sizeof(float));
+            gpt_backend_memzero(be, P(dlb), C * sizeof(float));
+            gpt_backend_layernorm_backward(be, P(dres), P(dlw), P(dlb), P(rdc), P(x), P(lw),
+                                           P(mean), P(rstd), N, C);
+#undef P
+        }
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d", B, T, C, NH, round);
+        report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
+        report("bf16_only_state", tag, !gpt_cuda_backend_bf16_only(gpu, rdc.g, nc * sizeof(float)));
+        check("flash_attention_backward", tag, &dqkv);
+        check("layernorm_backward_bf16_dout", tag, &dres);
+        check("layernorm_backward_bf16_dout", tag, &dlw);
+        check("layernorm_backward_bf16_dout", tag, &dlb);
+        check("matmul_backward", tag, &dw);
+    }
+    snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: dc downloaded", B, T, C, NH);
+    report("bf16_only", tag, pair_err(&rdc, NULL, NULL));
+    struct pair *all[] = {&act, &qkv0, &x,    &lw,   &lb,      &mean, &rstd,     &ln,
+                          &w,   &dy,   &dw,   &dqkv, &dres,    &dlw,  &dlb,      &att,
+                          &scratch, &attc, &scratchc};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 /* bf16 mode, the classifier: logits written bf16 only by the head's
  * product, the loss and the one-pass dlogits read them as bf16 and write
  * the dlogits bf16 only in place, and the head's backward products read
@@ -959,6 +1025,8 @@ int main(void)
     test_bf16_only(256, 64, 192);
     test_bf16_only(1024, 768, 3072);
     test_bf16_only_xent(256, 64, 1000, 1024);
+    test_bf16_only_dout(2, 256, 384, 6);
+    test_bf16_only_dout(1, 200, 256, 2);
     test_bf16_only_xent(64, 768, 50257, 50304);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";

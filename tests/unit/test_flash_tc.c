@@ -238,13 +238,16 @@ static double emulate_forward(struct head *h)
     return pairs;
 }
 
-/* The prep kernel: D = dout . out (fp32 out) and dout as bf16. */
+/* The prep kernel: D = dout . out (fp32 out) and dout as bf16. Round 2
+ * is the prep reading dout's bf16 copy (a product wrote dout bf16 only):
+ * D then comes from the bf16 values the backward also reads. */
 static void emulate_prep(struct head *h)
 {
     for (int i = 0; i < h->T; i++) {
-        h->D[i] = dotf(h->dout + (size_t)i * h->hs, h->out + (size_t)i * h->hs, h->hs);
         for (int d = 0; d < h->hs; d++)
             h->dob[(size_t)i * h->hs + d] = op(h, h->dout[(size_t)i * h->hs + d]);
+        const float *g = h->round == 2 ? h->dob : h->dout;
+        h->D[i] = dotf(g + (size_t)i * h->hs, h->out + (size_t)i * h->hs, h->hs);
     }
 }
 
@@ -439,6 +442,16 @@ static void test_blocked_bf16(void **state)
     for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
         for (int hs = 32; hs <= 128; hs += 32)
             run_case(Ts[t], hs, 1);
+}
+
+/* dout arriving as bf16 (the prep's bf16-dout path): D from the rounded
+ * dout; still within bf16 tolerance of the fp32-dout reference. */
+static void test_blocked_bf16_dout(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
+        for (int hs = 32; hs <= 128; hs += 32)
+            run_case(Ts[t], hs, 2);
 }
 
 static void test_rescale(void **state)
@@ -698,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_fragments),        cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
+        cmocka_unit_test(test_blocked_bf16_dout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

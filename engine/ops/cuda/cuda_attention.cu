@@ -751,10 +751,13 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 /* ---- tensor-core backward: D, the bf16 copy of dout, the dQ turns ------------
  * One warp per row (b, h, i): D_i = dout_i . out_i over the head's columns,
- * and dob = bf16(dout) in dout's (B, T, C) layout, which the backward
- * kernel then streams with cp.async like q, k and v. The grid also zeroes
- * the nsem dQ turn counters and the block ticket after them (before the
- * backward kernel: same stream). */
+ * and, with fp32 dout (DOB_IN false), dob = bf16(dout) in dout's (B, T, C)
+ * layout, which the backward kernel then streams with cp.async like q, k
+ * and v. With DOB_IN, dob is dout's current bf16 copy (the shadow its
+ * producer wrote): D comes from it and nothing is copied. The grid also
+ * zeroes the nsem dQ turn counters and the block ticket after them
+ * (before the backward kernel: same stream). */
+template <bool DOB_IN>
 __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t nsem,
                                      const float *dout, const float *ocopy, size_t rows, int T,
                                      int C, int NH, int hs)
@@ -772,9 +775,18 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t 
         size_t off = (b * T + i) * C + h * hs;
         float acc = 0.0f;
         for (int d = 2 * lane; d < hs; d += 2 * FA_WARP) {
-            float2 g = *(const float2 *)(dout + off + d);
-            acc += g.x * ocopy[off + d] + g.y * ocopy[off + d + 1];
-            *(uint32_t *)(dob + off + d) = tc_pack(g.x, g.y);
+            float gx, gy;
+            if (DOB_IN) {
+                uint32_t w = *(const uint32_t *)(dob + off + d);
+                gx = gpt_bf16_to_float((uint16_t)(w & 0xffffu));
+                gy = gpt_bf16_to_float((uint16_t)(w >> 16));
+            } else {
+                float2 g = *(const float2 *)(dout + off + d);
+                gx = g.x;
+                gy = g.y;
+                *(uint32_t *)(dob + off + d) = tc_pack(g.x, g.y);
+            }
+            acc += gx * ocopy[off + d] + gy * ocopy[off + d + 1];
         }
         acc = fa_warp_sum(acc);
         if (lane == 0)
@@ -1054,11 +1066,12 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* D, dout's bf16 copy and the zeroed dQ turns, then the fused pass; the
- * shared-memory opt-in first, so a refusal leaves nothing launched. */
+/* D, dout's bf16 copy (unless dob_in: dob is dout's current bf16 copy)
+ * and the zeroed dQ turns, then the fused pass; the shared-memory opt-in
+ * first, so a refusal leaves nothing launched. */
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, int *sem,
+                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in, int *sem,
                                const float *dout, const float *ocopy, const uint16_t *qkv_bf,
                                const float *lse, size_t T, size_t C, size_t NH)
 {
@@ -1069,8 +1082,13 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
     size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, HS);
-    flash_tc_prep_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS,
-                           0, s>>>(Dv, dob, sem, nsem, dout, ocopy, p->lse_floats, t, c, nh, HS);
+    unsigned pg = gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS);
+    if (dob_in)
+        flash_tc_prep_kernel<true><<<pg, FA_THREADS, 0, s>>>(Dv, dob, sem, nsem, dout, ocopy,
+                                                             p->lse_floats, t, c, nh, HS);
+    else
+        flash_tc_prep_kernel<false><<<pg, FA_THREADS, 0, s>>>(Dv, dob, sem, nsem, dout, ocopy,
+                                                              p->lse_floats, t, c, nh, HS);
     unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
     flash_tc_bwd_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, smem, s>>>(
         dqkv, dqkv_bf, sem, nsem, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
@@ -1134,28 +1152,33 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
 
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *scratch, const float *dout,
-                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
-                               size_t T, size_t C, size_t NH)
+                               const uint16_t *dout_bf, const float *qkv, const uint16_t *qkv_bf,
+                               const float *att, size_t B, size_t T, size_t C, size_t NH)
 {
     const float *lse = att, *ocopy = att + p->lse_floats;
     float *Dv = scratch;
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     float scale = 1.0f / sqrtf((float)p->hs);
-    uint16_t *dob = (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
+    bool dob_in = dout_bf != NULL;
+    uint16_t *dob = dob_in ? (uint16_t *)dout_bf
+                           : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
-        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
-                                                   qkv_bf, lse, T, C, NH)
-                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
-                                                     qkv_bf, lse, T, C, NH)
-                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout, ocopy,
-                                                     qkv_bf, lse, T, C, NH)
-                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, sem, dout,
-                                                      ocopy, qkv_bf, lse, T, C, NH);
+        cudaError_t e =
+            hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
+                                         qkv_bf, lse, T, C, NH)
+            : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
+                                         qkv_bf, lse, T, C, NH)
+            : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
+                                         qkv_bf, lse, T, C, NH)
+                       : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
+                                          qkv_bf, lse, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
     }
+    if (dob_in) /* the CUDA-core kernels read dout as fp32: the caller's turn */
+        return cudaErrorNotSupported;
     flash_d_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS, 0,
                      s>>>(Dv, dout, ocopy, p->lse_floats, t, c, nh, hs);
     dim3 gq(p->q_tiles, p->bh), gk(p->k_tiles, p->bh);

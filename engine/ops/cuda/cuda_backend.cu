@@ -50,7 +50,10 @@
  * matrix products (cuBLASLt with a bf16 D, the bias in bf16 from the
  * weights' shadow; GELU_AUX with its pre-activation as bf16 aux, DGELU
  * reading it), LayerNorm's normalised output and the classifier's dlogits
- * (written in place over the bf16 logits the head's product wrote). Every
+ * (written in place over the bf16 logits the head's product wrote). The
+ * products' dinp that the tensor-core attention backward and LayerNorm's
+ * backward read (the model's a->dc) is bf16 only too: both read its
+ * current bf16 copy (cu_shd_cur) instead of asking cu_f32. Every
  * op that reads device floats as fp32 (and copy) first asks cu_f32,
  * which converts owned floats back and LEARNS the range: its producer
  * writes fp32 (with the bf16 copy where it can) there from then on. A
@@ -70,6 +73,7 @@
 #include <string.h>
 
 #include "cuda_impl.h"
+#include "flash_tc.h"
 
 extern "C" {
 #include "cuda_backend.h"
@@ -356,11 +360,21 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         if (!qb)
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
-        cu_f32(cb, dout, B * T * C * sizeof(float));
+        /* The tensor-core backward reads dout's bf16 copy where it is
+         * current (its producer, attproj's dinp, may then write bf16 only). */
+        const uint16_t *dob =
+            qb && gpt_flash_tc_applies(plan.hs) ? cu_shd_cur(cb, dout, B * T * C) : NULL;
+        if (!dob)
+            cu_f32(cb, dout, B * T * C * sizeof(float));
         uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
         cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
-        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, qkv, qb,
-                                           att, B, T, C, NH);
+        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, dob, qkv,
+                                           qb, att, B, T, C, NH);
+        if (e == cudaErrorNotSupported && dob) { /* not on tensor cores: fp32 dout */
+            cu_f32(cb, dout, B * T * C * sizeof(float));
+            e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, NULL, qkv, qb, att,
+                                   B, T, C, NH);
+        }
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_backward smem");
         cu_check(cb, "flash_backward");
@@ -473,16 +487,22 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    /* dinp (the residual stream's gradient) feeds the next products'
-     * backward: its bf16 copy is written alongside. */
-    cu_f32(cb, dout, N * C * sizeof(float));
+    /* dinp (the residual stream's gradient) accumulates here in fp32 and
+     * feeds the next products' backward: its bf16 copy is written
+     * alongside. dout (a product's dinp) is read from its bf16 copy where
+     * that is current, so the product may write it bf16 only. */
+    const uint16_t *dob = gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0
+                              ? cu_shd_cur(cb, dout, N * C)
+                              : NULL;
+    if (!dob)
+        cu_f32(cb, dout, N * C * sizeof(float));
     cu_f32(cb, inp, N * C * sizeof(float));
     cu_f32(cb, dinp, N * C * sizeof(float)); /* accumulated */
     uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
-    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                           C, cb->scratch, SCRATCH_FLOATS);
+    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, dob, inp, weight, mean,
+                           rstd, N, C, cb->scratch, SCRATCH_FLOATS);
     cu_check(cb, "layernorm_backward");
 }
 

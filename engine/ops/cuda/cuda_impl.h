@@ -237,10 +237,14 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
  * allows (then two tiny kernels add the blocks' partials), else a row
  * kernel and the two-pass column sums. dinp_bf as above (of the
  * accumulated dinp). */
+/* dout_bf (optional): dout's current bf16 copy, read instead of dout; only
+ * where gpt_cuda_plan_lnb_blocks(N, C, scratch_floats) > 0 (the single-pass
+ * kernel; the two-pass fallback reads dout as fp32). */
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
-                            float *dbias, const float *dout, const float *inp, const float *weight,
-                            const float *mean, const float *rstd, size_t N, size_t C,
-                            float *scratch, size_t scratch_floats);
+                            float *dbias, const float *dout, const uint16_t *dout_bf,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, size_t N, size_t C, float *scratch,
+                            size_t scratch_floats);
 /* out[n, :] = bias for every row n. */
 void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC);
 /* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch). */
@@ -307,9 +311,14 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
                               uint16_t *out_bf, float *att, const float *qkv,
                               const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH);
+/* dout_bf (optional): dout's current bf16 copy, which the tensor-core
+ * backward reads instead of dout (no bf16 copy of its own). Where the
+ * tensor-core path does not run, nothing is launched and the result is
+ * cudaErrorNotSupported: the caller makes dout's fp32 current and calls
+ * again without dout_bf. */
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *scratch, const float *dout,
-                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
-                               size_t T, size_t C, size_t NH);
+                               const uint16_t *dout_bf, const float *qkv, const uint16_t *qkv_bf,
+                               const float *att, size_t B, size_t T, size_t C, size_t NH);
 
 #endif

@@ -259,8 +259,16 @@ void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *
         out, out_bf, mean, rstd, inp, weight, bias, N, C);
 }
 
+/* dout[i] of LayerNorm's backward: from its bf16 copy when the caller
+ * passed one (a range its producer wrote as bf16 only), else fp32. */
+static __device__ __forceinline__ float lnb_dout(const float *d, const uint16_t *d_bf, size_t i)
+{
+    return d_bf ? gpt_bf16_to_float(d_bf[i]) : d[i];
+}
+
 /* dinp += for each row (one warp per row); the fallback of the fused
- * kernel below for rows too wide for its shared memory. */
+ * kernel below for rows too wide for its shared memory (fp32 dout only:
+ * its column sums read dout again as fp32). */
 __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, const float *dout,
                                                const float *inp, const float *weight,
                                                const float *mean, const float *rstd, size_t N,
@@ -303,7 +311,8 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, c
  * only on (N, C) and the plan (gpt_cuda_plan_lnb_blocks): deterministic.
  * Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C floats. */
 __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, float *part_w,
-                                                float *part_b, const float *dout, const float *inp,
+                                                float *part_b, const float *dout,
+                                                const uint16_t *dout_bf, const float *inp,
                                                 const float *weight, const float *mean,
                                                 const float *rstd, size_t N, size_t C,
                                                 size_t rows_per)
@@ -318,11 +327,11 @@ __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, 
     size_t r0 = (size_t)blockIdx.x * rows_per;
     size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
     for (size_t r = r0 + w; r < r1; r += W) {
-        const float *x = inp + r * C, *d = dout + r * C;
+        const float *x = inp + r * C;
         float mu = mean[r], rs = rstd[r];
         float m1 = 0.0f, m2 = 0.0f;
         for (size_t c = lane; c < C; c += WARP) {
-            float dn = weight[c] * d[c];
+            float dn = weight[c] * lnb_dout(dout, dout_bf, r * C + c);
             m1 += dn;
             m2 += dn * (x[c] - mu) * rs;
         }
@@ -330,13 +339,13 @@ __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, 
         m2 = warp_sum(m2) / (float)C;
         float *di = dinp + r * C;
         for (size_t c = lane; c < C; c += WARP) {
-            float norm = (x[c] - mu) * rs;
-            float v = di[c] + rs * (weight[c] * d[c] - m1 - norm * m2);
+            float norm = (x[c] - mu) * rs, d = lnb_dout(dout, dout_bf, r * C + c);
+            float v = di[c] + rs * (weight[c] * d - m1 - norm * m2);
             di[c] = v;
             if (dinp_bf)
                 dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
-            sw[c] += d[c] * norm; /* this lane's own slot */
-            sb[c] += d[c];
+            sw[c] += d * norm; /* this lane's own slot */
+            sb[c] += d;
         }
     }
     __syncthreads();
@@ -411,18 +420,21 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
 }
 
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
-                            float *dbias, const float *dout, const float *inp, const float *weight,
-                            const float *mean, const float *rstd, size_t N, size_t C,
-                            float *scratch, size_t scratch_floats)
+                            float *dbias, const float *dout, const uint16_t *dout_bf,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, size_t N, size_t C, float *scratch,
+                            size_t scratch_floats)
 {
     unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
+    /* dout_bf only comes with blocks > 0 (cuda_impl.h): the fallback below
+     * reads dout as fp32. */
     if (blocks > 0) {
         /* Single pass, then the blocks' partial sums added in order. */
         size_t rows_per = (N + blocks - 1) / blocks;
         float *pw = scratch, *pb = scratch + (size_t)blocks * C;
         layernorm_backward_fused_kernel<<<blocks, GPT_CUDA_LNB_WARPS * WARP,
                                           GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float), s>>>(
-            dinp, dinp_bf, pw, pb, dout, inp, weight, mean, rstd, N, C, rows_per);
+            dinp, dinp_bf, pw, pb, dout, dout_bf, inp, weight, mean, rstd, N, C, rows_per);
         colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks);
         colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks);
         return;
