@@ -629,6 +629,11 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
     struct shard_slice_report *reports = NULL;
     uint64_t id = 0;
     bool written = false;
+    /* Every rank knows the snapshot failed (a slice failure all reports
+     * carried, or rank 0's status): only then may a rank delete its slice.
+     * After a failed collective the manifest may already name it: leave it
+     * (gpt_snapshot_clean_slices removes slices no manifest names). */
+    bool agreed = false;
     if ((rc = gpt_shard_sync(sh)) < 0 || (rc = gpt_backend_sync(sh->be)) < 0)
         return gpt_err_set(err, rc, NULL, "snapshot: the shard is not idle: %s", gpt_strerror(rc));
     if (rank == 0)
@@ -659,6 +664,7 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
             gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
             goto out;
         }
+    agreed = true; /* every rank has every report */
     if (wrc < 0) {
         rc = wrc;
         *err = werr;
@@ -693,16 +699,18 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
                                                  path_cap, ret_bytes, err);
         }
     }
+    agreed = false; /* until rank 0's status arrives */
     if ((rc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0)) < 0) {
         gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
         goto out;
     }
+    agreed = true;
     rc = (int)status;
     if (rc < 0 && rank != 0)
         gpt_err_set(err, rc, NULL, "snapshot: rank 0 could not write the manifest: %s",
                     gpt_strerror(rc));
 out:
-    if (rc < 0 && written) { /* no manifest will name it */
+    if (rc < 0 && written && agreed) { /* no manifest names it */
         char sp[GPT_JOB_PATH_MAX + 96];
         if (gpt_snapshot_slice_path(dir, meta->step, id, (uint32_t)rank, sp, sizeof(sp)) == 0)
             unlink(sp);

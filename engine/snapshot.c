@@ -361,6 +361,12 @@ int gpt_snapshot_parse_header(const void *buf, size_t len, uint64_t file_size, c
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: vocabulary size %d", name,
                            meta.vocab.size);
     if (meta.sliced) { /* a manifest: its table is checked by gpt_snapshot_manifest_parse */
+        /* No file size bounds a manifest's parameter count: cap it, so a
+         * piece table's sums (and a reader's n x 4 bytes) cannot wrap. */
+        if (meta.n_params == 0 || meta.n_params > GPT_JOB_GEMM_MAX)
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                               "snapshot %s: a manifest of %" PRIu64 " parameters is impossible",
+                               name, meta.n_params);
         if (file_size > GPT_SNAPSHOT_MANIFEST_MAX || file_size < hlen + 16 + SNAP_TRAILER_BYTES)
             return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
                                "snapshot %s: a manifest of %" PRIu64 " bytes is impossible", name,
@@ -393,7 +399,10 @@ static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *
     struct stat st;
     uint32_t hlen;
     size_t parsed_hlen;
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in its place must not block the caller (the
+     * daemon's loop reads snapshots for --resume-from); not a regular file
+     * is refused below. */
+    int rc, fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
@@ -401,6 +410,10 @@ static int snap_open(const char *path, struct gpt_snapshot_meta *ret_meta, int *
     if (fstat(fd, &st) < 0) {
         rc = -errno;
         gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: not a regular file", path);
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;

@@ -203,7 +203,7 @@ static int slice_open(const char *dir, const struct gpt_snapshot_meta *meta,
     int rc, fd;
     if (gpt_snapshot_slice_path(dir, meta->step, man->id, sl->rank, path, sizeof(path)) < 0)
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0) { /* a FIFO must not block */
         rc = errno == ENOENT ? -GPT_E_CORRUPT : -errno;
         return gpt_err_set(err, rc, NULL, "snapshot slice %s: %s", path,
                            errno == ENOENT ? "missing (the snapshot is incomplete)"
@@ -393,7 +393,10 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
         goto out;
     }
     if ((rc = snap_fsync_dir(dir)) < 0) {
-        gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
+        /* Not committed: take the manifest back, since every rank now
+         * deletes its slice. */
+        unlink(final);
+        gpt_err_set(err, rc, "snapshot.dir", "%s: fsync directory: %s", dir, strerror(-rc));
         goto out;
     }
     if (ret_path)
@@ -542,12 +545,12 @@ int snap_manifest_load(const char *path, struct gpt_snapshot_meta *ret_meta,
 {
     unsigned char *buf = NULL;
     struct stat st;
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc, fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block */
     if (fd < 0) {
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
     }
-    if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
         rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: not a manifest of sane size",
                          path);
         goto out;

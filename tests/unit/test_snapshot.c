@@ -695,6 +695,21 @@ static void test_clean_tmp(void **state)
     assert_int_equal(removed, 0);
 }
 
+/* A FIFO where a snapshot should be is refused at once, never opened for
+ * a blocking read (the daemon's loop reads snapshots for --resume-from). */
+static void test_fifo(void **state)
+{
+    (void)state;
+    char path[512];
+    subdir(path, sizeof(path), "snap-000000000010.gpts");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    struct gpt_snapshot_meta meta;
+    struct gpt_err err = {0};
+    assert_true(gpt_snapshot_read_meta(path, &meta, &err) < 0);
+    assert_non_null(strstr(err.msg, "not a"));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -703,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_owner_header), cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_foreign),      cmocka_unit_test(test_owner_marker),
         cmocka_unit_test(test_clean_tmp),
+        cmocka_unit_test(test_fifo),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
