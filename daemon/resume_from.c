@@ -126,8 +126,12 @@ static int rf_read(struct resume_from *rf, const struct db_job *src, const char 
     if (!rf->params || (meta.has_moments && (!rf->m || !rf->v)))
         return gpt_err_set(err, -ENOMEM, "snapshot", "%s: out of memory for %zu parameters", path,
                            n);
-    if ((rc = gpt_snapshot_read(path, &rf->meta, rf->params, rf->m, rf->v, err)) < 0)
+    if ((rc = gpt_snapshot_read_sized(path, meta.n_params, &rf->meta, rf->params,
+                                      meta.has_moments ? rf->m : NULL,
+                                      meta.has_moments ? rf->v : NULL, err)) < 0)
         return rc;
+    if (rf->meta.has_moments != meta.has_moments) /* replaced between the two reads */
+        return gpt_err_set(err, -GPT_E_MODEL, "snapshot", "%s changed while it was read", path);
     snprintf(rf->src_path, sizeof(rf->src_path), "%s", path);
     return 0;
 }

@@ -144,7 +144,8 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
     if ((rc = gpt_model_init(&model, &meta.cfg, be, 1, err)) < 0)
         goto out;
     model_ready = true;
-    if ((rc = gpt_snapshot_read(snapshot_path, &meta, model.params, NULL, NULL, err)) < 0)
+    if ((rc = gpt_snapshot_read_sized(snapshot_path, meta.n_params, &meta, model.params, NULL, NULL,
+                                      err)) < 0)
         goto out;
 
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;

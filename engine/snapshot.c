@@ -475,12 +475,27 @@ int gpt_snapshot_read_meta(const char *path, struct gpt_snapshot_meta *ret_meta,
 int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params, float *m,
                       float *v, struct gpt_err *err)
 {
+    return gpt_snapshot_read_sized(path, 0, ret_meta, params, m, v, err);
+}
+
+/* n_params 0: the caller's buffers fit whatever the file holds (it sized
+ * them from this very header, or passes none). */
+int gpt_snapshot_read_sized(const char *path, uint64_t n_params, struct gpt_snapshot_meta *ret_meta,
+                            float *params, float *m, float *v, struct gpt_err *err)
+{
     GPT_ASSERT(path && ret_meta);
     struct gpt_snapshot_meta meta;
     uint32_t crc;
     int fd, rc = snap_open(path, &meta, &fd, &crc, err);
     if (rc < 0)
         return rc;
+    if (n_params != 0 && meta.n_params != n_params) {
+        close(fd);
+        return gpt_err_set(err, -GPT_E_MODEL, NULL,
+                           "snapshot %s: %" PRIu64 " parameters where %" PRIu64
+                           " were expected (the file changed while it was read?)",
+                           path, meta.n_params, n_params);
+    }
     if (meta.sliced) {
         struct gpt_snapshot_manifest *man;
         close(fd);

@@ -253,8 +253,9 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, char *r
                            "data.task differ)",
                            path);
     if (fs)
-        rc = gpt_snapshot_read(path, &meta, fs->params, meta.has_moments ? fs->m : NULL,
-                               meta.has_moments ? fs->v : NULL, err);
+        rc = gpt_snapshot_read_sized(path, meta.n_params, &meta, fs->params,
+                                     meta.has_moments ? fs->m : NULL,
+                                     meta.has_moments ? fs->v : NULL, err);
     else if (t->opts->resume_path) /* found in the folder: verified by gpt_snapshot_find */
         rc = gpt_snapshot_read(path, &meta, NULL, NULL, NULL, err);
     if (rc < 0)

@@ -79,6 +79,12 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
  * undefined and ret_meta is untouched. */
 int gpt_snapshot_read(const char *path, struct gpt_snapshot_meta *ret_meta, float *params, float *m,
                       float *v, struct gpt_err *err);
+/* gpt_snapshot_read into buffers of `n_params` floats each: -GPT_E_MODEL,
+ * before anything is read, when the file opened now holds another count
+ * (it may have been replaced since the caller sized the buffers from an
+ * earlier read of its header). */
+int gpt_snapshot_read_sized(const char *path, uint64_t n_params, struct gpt_snapshot_meta *ret_meta,
+                            float *params, float *m, float *v, struct gpt_err *err);
 
 /* Parses and checks a snapshot header held in memory: `buf` has the first
  * `len` bytes of a file of `file_size` bytes (`name` is used in messages).
