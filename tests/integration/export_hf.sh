@@ -142,7 +142,9 @@ id2=$(as_user submit "$T/job.json" --init-from "$id" trainer.max_steps=1)
 [[ $("$GPTCTL" --json status "$id2" | jq -r '.spec.model.init_from // .job.spec.model.init_from') \
     == "$newest" ]] || fail "init_from of job $id2: $("$GPTCTL" --json status "$id2")"
 wait_for 60 job_is "$id2" completed
-"$GPTCTL" --json logs "$id2" | grep -q '"kind":"init_from"' || fail "job $id2 did not init_from"
+# The job's last records are stored on a later loop turn than its end.
+init_from_logged() { "$GPTCTL" --json logs "$id2" | grep -q '"kind":"init_from"'; }
+wait_for 10 init_from_logged || fail "job $id2 did not init_from"
 # submit resolves the shape from the checkpoint (as the user): a job file
 # without model keys gets the source's, a contradicting key is refused
 jq 'del(.model)' "$T/job.json" >"$T/nomodel.json"
