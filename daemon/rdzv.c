@@ -472,6 +472,12 @@ static void rdzv_job_stop(struct rdzv_coord *c, struct rdzv_jrun *j)
         j->phase = RDZV_STOPPING;
         rdzv_event(c, j, "stop", "stopping the world at the next step boundary");
         rdzv_publish_job(c, j);
+    } else if (j->phase == RDZV_FORMING && j->stop_snapshot) {
+        /* A planned re-formation (a node left): the old world is writing
+         * its snapshot at the step boundary it agreed on. Ending the job now
+         * would abort it mid-way and lose every step since the last
+         * snapshot; the forming tick ends it once the old world is done. */
+        rdzv_event(c, j, "stop", "stopping once the re-forming world has written its snapshot");
     } else {
         rdzv_finish(c, j, GPT_TRAIN_STOPPED, j->last_step, NULL);
     }
@@ -626,8 +632,26 @@ static void rdzv_top_up(struct rdzv_coord *c, struct rdzv_jrun *j)
         rdzv_place(c, j, want);
 }
 
+/* Members of the previous world whose workers still run: stopping at the
+ * agreed step boundary and writing their snapshot. */
+static int rdzv_prev_busy(const struct rdzv_coord *c, const struct rdzv_jrun *j)
+{
+    int busy = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        busy += nd->jr == j && nd->alive && nd->prev_member && nd->joined_round != j->round &&
+                (strcmp(nd->state, "running") == 0 || strcmp(nd->state, "stopping") == 0);
+    }
+    return busy;
+}
+
 static void rdzv_tick_forming(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
 {
+    if (j->stop_requested) {
+        if (rdzv_prev_busy(c, j) == 0 || now - j->opened_at > RDZV_JOIN_TIMEOUT_S)
+            rdzv_finish(c, j, GPT_TRAIN_STOPPED, j->last_step, NULL);
+        return;
+    }
     rdzv_top_up(c, j);
     int alive = 0, joined = 0, pending_prev = 0, joining = 0;
     bool has_newest = j->want_snap < 0;

@@ -6,8 +6,11 @@
 # covers the embedded default (a gptd without an endpoint), what a member's
 # gptctl shows, and leaves that use up no restart. elastic_multi: several
 # jobs at once on disjoint nodes, the queue's order and reasons.
+# elastic_stop_order: the whole cluster stopped at once, a member first, as
+# `scontrol requeue` does: the job stops at the leave's snapshot.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
-    elastic_shard elastic_member elastic_owner elastic_batch elastic_multi)
+    elastic_shard elastic_member elastic_owner elastic_batch elastic_multi elastic_stop_order)
+set(GPTD_ELASTIC_TIMEOUT_elastic_stop_order 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
 set(GPTD_ELASTIC_TIMEOUT_elastic_batch 120)

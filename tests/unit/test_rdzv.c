@@ -6,7 +6,8 @@
  * (the coordinator-restart case), and does after the grace; a dead member
  * re-forms the world and counts a restart; the last call waits for nodes
  * still joining and never closes short of min; why a round closed is
- * published with it.
+ * published with it; a stop during a planned re-formation waits for the old
+ * world's snapshot.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -117,7 +118,8 @@ static const char *cur_phase(struct rdzv_coord *c)
     return phase;
 }
 
-static void send(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap)
+static void send_state(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap,
+                       const char *state)
 {
     struct cluster_msg m;
     cluster_msg_init(&m, type);
@@ -130,7 +132,7 @@ static void send(struct rdzv_coord *c, double now, int type, const char *node, i
     m.workers = 1;
     m.exit_round = -1;
     snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + node[0]);
-    snprintf(m.state, sizeof(m.state), "%s", type == CLUSTER_MSG_JOIN ? "joined" : "idle");
+    snprintf(m.state, sizeof(m.state), "%s", state);
     m.present = CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) | CLUSTER_MSG_BIT(JOB) |
                 CLUSTER_MSG_BIT(SNAP) | CLUSTER_MSG_BIT(WORKERS) | CLUSTER_MSG_BIT(ADDR) |
                 CLUSTER_MSG_BIT(STATE);
@@ -145,6 +147,11 @@ static void send(struct rdzv_coord *c, double now, int type, const char *node, i
     rdzv_coord_message(c, now, &d);
     cluster_msg_done(&d);
     rdzv_coord_tick(c, now);
+}
+
+static void send(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap)
+{
+    send_state(c, now, type, node, snap, type == CLUSTER_MSG_JOIN ? "joined" : "idle");
 }
 
 static void start(struct rdzv_coord *c, double now, int min, int max, int64_t newest)
@@ -343,6 +350,53 @@ static void test_progress_moves_newest(void **state)
     assert_non_null(strstr(f->rec.last_event, "step 50 snapshot on b"));
 }
 
+/* A member leaves (a planned re-formation: the old world stops at an agreed
+ * step boundary, writing its snapshot), then the job is stopped (gptd on
+ * the coordinator stopping too, as under `scontrol requeue`): the job ends
+ * only once the old world's workers are done, never by aborting them. */
+static void test_stop_waits_for_leave_snapshot(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    start(f->c, 0, 1, 2, -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    send_state(f->c, 0.2, CLUSTER_MSG_HB, "a", -1, "running");
+    send(f->c, 0.3, CLUSTER_MSG_LEAVE, "b", -1);
+    assert_string_equal(cur_phase(f->c), "forming");
+    rdzv_coord_job_stop(f->c, 0, 0.3);
+    send_state(f->c, 0.4, CLUSTER_MSG_HB, "a", -1, "stopping");
+    rdzv_coord_tick(f->c, 1.0);
+    assert_int_equal(f->rec.finished, 0);
+    assert_int_equal(rdzv_coord_job(f->c), 7);
+    /* a's workers wrote the snapshot and ended: the job stops, unrestarted */
+    send_state(f->c, 1.5, CLUSTER_MSG_HB, "a", 120, "joining");
+    assert_int_equal(f->rec.finished, 1);
+    assert_int_equal(f->rec.restarts, 0);
+    assert_int_equal(rdzv_coord_job(f->c), 0);
+}
+
+/* The same stop, with the old world's member never reporting back: the job
+ * ends after the join time-out, so gptd's stop cannot hang on it. */
+static void test_stop_after_leave_times_out(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    start(f->c, 0, 1, 2, -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    send_state(f->c, 0.2, CLUSTER_MSG_HB, "a", -1, "stopping");
+    send(f->c, 0.3, CLUSTER_MSG_LEAVE, "b", -1);
+    rdzv_coord_job_stop(f->c, 0, 0.3);
+    send_state(f->c, 2.0, CLUSTER_MSG_HB, "a", -1, "stopping");
+    assert_int_equal(f->rec.finished, 0);
+    send_state(f->c, 16.0, CLUSTER_MSG_HB, "a", -1, "stopping");
+    assert_int_equal(f->rec.finished, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +408,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waits_for_newest_holder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newest_holder_grace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_moves_newest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_waits_for_leave_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_after_leave_times_out, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
