@@ -41,7 +41,7 @@ run_threads() { # NAME WORKERS OVERRIDE...
 
 run_threads w1 1
 jq -r 'select(.type=="event" and .kind=="start") | .message' "$T/w1.log" \
-    | grep -q "2 micro-batch(es) of up to 4 x" || fail "world 1: not 2 micro-batches of up to 4"
+    | has "2 micro-batch(es) of up to 4 x" || fail "world 1: not 2 micro-batches of up to 4"
 for w in 2 5; do
     echo "world $w (threads):"
     run_threads "w$w" $w
@@ -78,7 +78,7 @@ run_threads ref3 3
 "$GPTD" run "$JOB" --json --snapshot-dir "$T/r2" --workers 2 --resume "${over[@]}" >"$T/r2.log" \
     || fail "the world-2 resume of the world-3 snapshot failed"
 jq -r 'select(.type=="event" and .kind=="resume") | .message' "$T/r2.log" \
-    | grep -q "world size 3, now 2" || fail "no resume from the world-3 snapshot"
+    | has "world size 3, now 2" || fail "no resume from the world-3 snapshot"
 losses "$T/ref3.log" | tail -n 6 >"$T/ref3.tail"
 paste "$T/ref3.tail" <(losses "$T/r2.log") | awk '
     { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > max) max = r; if ($1 != $3) bad = 1 }

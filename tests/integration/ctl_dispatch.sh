@@ -21,16 +21,16 @@ out=$(printf '%s\n' \
     '{"id":6,"op":"ping"}' \
     '{"id":7,"op":"status"}' | reply)
 (($(grep -c '' <<<"$out") == 7)) || fail "want 7 replies: $out"
-grep '"id":1,' <<<"$out" | grep -q '"code":"limit".*"message":"at most 8 tokens (sample_max_tokens)","path":"tokens"' ||
+grep '"id":1,' <<<"$out" | has '"code":"limit".*"message":"at most 8 tokens (sample_max_tokens)","path":"tokens"' ||
     fail "tokens over the limit not refused by name: $out"
-grep '"id":2,' <<<"$out" | grep -q '"code":"limit".*"path":"tokens"' ||
+grep '"id":2,' <<<"$out" | has '"code":"limit".*"path":"tokens"' ||
     fail "the default token count (64) over the limit not refused: $out"
 # Within the limit the op itself runs and finds no job.
-grep '"id":3,' <<<"$out" | grep -q '"code":"not_found"' || fail "a legal sample did not reach the op: $out"
-grep '"id":4,' <<<"$out" | grep -q '"code":"not_found"' || fail "cancel of no job: $out"
-grep '"id":5,' <<<"$out" | grep -q '"code":"not_found"' || fail "resume of no job: $out"
-grep '"id":6,' <<<"$out" | grep -q '"ok":true.*"uid":'"$(id -u)" || fail "ping: $out"
-grep '"id":7,' <<<"$out" | grep -q '"ok":true.*"version"' || fail "status: $out"
+grep '"id":3,' <<<"$out" | has '"code":"not_found"' || fail "a legal sample did not reach the op: $out"
+grep '"id":4,' <<<"$out" | has '"code":"not_found"' || fail "cancel of no job: $out"
+grep '"id":5,' <<<"$out" | has '"code":"not_found"' || fail "resume of no job: $out"
+grep '"id":6,' <<<"$out" | has '"ok":true.*"uid":'"$(id -u)" || fail "ping: $out"
+grep '"id":7,' <<<"$out" | has '"ok":true.*"version"' || fail "status: $out"
 
 # gptctl shows the same refusal, exit status 1.
 rc=0
@@ -44,8 +44,8 @@ job=$("$GPTCTL" submit "$T/job.json")
 wait_for 30 job_is "$job" running
 out=$(printf '%s\n' "{\"id\":1,\"op\":\"logs\",\"job\":$job,\"follow\":true}" \
     "{\"id\":2,\"op\":\"logs\",\"job\":$job}" | reply)
-grep '"id":2,' <<<"$out" | grep -q '"code":"busy".*already streams logs' ||
+grep '"id":2,' <<<"$out" | has '"code":"busy".*already streams logs' ||
     fail "a second stream on one connection was not refused: $(tail -n 3 <<<"$out")"
-grep '"id":1,' <<<"$out" | grep -q '"type":"end",.*"state":"completed"' ||
+grep '"id":1,' <<<"$out" | has '"type":"end",.*"state":"completed"' ||
     fail "the first stream did not end with the job: $(tail -n 3 <<<"$out")"
 echo "ok"

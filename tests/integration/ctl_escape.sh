@@ -39,14 +39,14 @@ clean() {
 
 "$GPTCTL" list >"$T/list.out"
 clean "$T/list.out" "gptctl list"
-grep -F "$shown" "$T/list.out" | grep -q "^ *$job " ||
+grep -F "$shown" "$T/list.out" | has "^ *$job " ||
     fail "list: no escaped name on job $job's row: $(cat -v "$T/list.out")"
 (($(grep -c '' "$T/list.out") == 2)) ||
     fail "list: want a header and one row: $(cat -v "$T/list.out")"
 
 "$GPTCTL" status "$job" >"$T/status.out"
 clean "$T/status.out" "gptctl status"
-grep -F "$shown" "$T/status.out" | grep -q '^name:' ||
+grep -F "$shown" "$T/status.out" | has '^name:' ||
     fail "status: no escaped name line: $(cat -v "$T/status.out")"
 
 # --json is the exact JSON gptd sent: the name's C0 controls as JSON
@@ -70,7 +70,7 @@ grep -qF 'max_st\e[2Jeps' "$T/badkey.err" ||
 # gptd's log: the line about the job names it escaped, on one line.
 wait_for 20 grep -q "queued by uid" "$T/gptd.0.log"
 clean "$T/gptd.0.log" "gptd log"
-grep -F "$shown" "$T/gptd.0.log" | grep -q "job $job (" ||
+grep -F "$shown" "$T/gptd.0.log" | has "job $job (" ||
     fail "log: no escaped name: $(grep -a "job $job" "$T/gptd.0.log" | cat -v)"
 
 "$GPTCTL" cancel "$job" >/dev/null

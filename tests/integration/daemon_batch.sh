@@ -34,7 +34,7 @@ for op in validate submit; do
     done
     echo "$op: $(cat "$T/out")"
 done
-"$GPTCTL" --json list | grep -qF '"jobs":[]' || fail "a refused job was queued: $("$GPTCTL" list)"
+"$GPTCTL" --json list | has -F '"jobs":[]' || fail "a refused job was queued: $("$GPTCTL" list)"
 
 # 7 sequences, micro_batch 4, two workers: 4 + 3, trained to the end.
 job=$("$GPTCTL" submit "$T/job.json" trainer.global_batch=7 trainer.micro_batch=4)

@@ -27,7 +27,7 @@ PIDS+=("$HOG_PID")
 wait_for 10 grep -q "open=" "$T/hog.out"
 read -r counts <"$T/hog.out"
 [[ $counts == "open=16 refused=64" ]] || fail "80 connections of one user: \"$counts\", want 16 open"
-sed -n 2p "$T/hog.out" | grep -q "max_clients_per_uid = 16" ||
+sed -n 2p "$T/hog.out" | has "max_clients_per_uid = 16" ||
     fail "the refusal does not name max_clients_per_uid: $(sed -n 2p "$T/hog.out")"
 for i in 1 2 3; do
     "$GPTCTL" status >/dev/null || fail "root's gptctl is locked out by another user's connections"

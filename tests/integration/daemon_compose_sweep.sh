@@ -63,7 +63,7 @@ combos=$(db "SELECT json_extract(spec_json, '\$.optimizer.lr') || '/' || json_ex
 for j in $(db "SELECT id FROM jobs WHERE sweep = '$sweep'"); do
     wait_for 60 job_is "$j" completed
 done
-"$GPTCTL" --json list | grep -q "\"sweep\":\"$sweep\"" || fail "list does not show the sweep"
+"$GPTCTL" --json list | has "\"sweep\":\"$sweep\"" || fail "list does not show the sweep"
 set +e
 out=$("$GPTCTL" list --sweep 'bad id' 2>&1); rc=$?
 set -e

@@ -31,7 +31,7 @@ set -e
 # SIGHUP: workers (reloadable) changes; socket_mode (not reloadable) warns.
 cp "$T/a.conf" "$T/live.conf"
 start_gptd --config "$T/live.conf"
-"$GPTCTL" nodes | grep -q " 3 " || fail "workers = 3 not in effect"
+"$GPTCTL" nodes | has " 3 " || fail "workers = 3 not in effect"
 sed -i 's/workers = 3/workers = 2/' "$T/live.conf"
 echo "socket_mode = 0600" >>"$T/live.conf"
 kill -HUP "$GPTD_PID"

@@ -48,11 +48,11 @@ failed_at_once() {
     e=$(job_error "$id")
     "$GPTCTL" --json logs "$id" >"$T/logs.$id"
     grep -q '"restart [0-9]* of' "$T/logs.$id" && fail "job $id was restarted: $(cat "$T/logs.$id")"
-    grep '"kind":"failure"' "$T/logs.$id" | grep -q "not restarted (retrying cannot heal it)" ||
+    grep '"kind":"failure"' "$T/logs.$id" | has "not restarted (retrying cannot heal it)" ||
         fail "job $id: no final failure event: $(cat "$T/logs.$id")"
     for p in "$@"; do
         grep -qF -- "$p" <<<"$e" || fail "job $id: error does not say '$p': $e"
-        grep '"kind":"failure"' "$T/logs.$id" | grep -qF -- "$p" ||
+        grep '"kind":"failure"' "$T/logs.$id" | has -F -- "$p" ||
             fail "job $id: the failure event does not say '$p': $(cat "$T/logs.$id")"
     done
     # What a person reads: the restarts and the reason.
@@ -96,9 +96,9 @@ failed_at_once "$vocab" "snapshot or model mismatch" "was taken with a different
 wait_for 60 job_done "$foreign"
 job_is "$foreign" failed || fail "job $foreign: $(job_state "$foreign"), expected failed"
 [[ $(job_field "$foreign" restarts) == 0 ]] || fail "job $foreign used a restart"
-job_error "$foreign" | grep -q "holds snapshots of another job" ||
+job_error "$foreign" | has "holds snapshots of another job" ||
     fail "job $foreign: $(job_error "$foreign")"
-ls "$T/snaps/damaged" | grep -q '\.corrupt$' || fail "the damaged snapshots were not quarantined"
+ls "$T/snaps/damaged" | has '\.corrupt$' || fail "the damaged snapshots were not quarantined"
 grep -q "failed (data error)" "$T"/gptd.*.log || fail "gptd's log does not name the class"
 
 kill -TERM "$GPTD_PID"

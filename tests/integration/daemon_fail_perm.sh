@@ -63,7 +63,7 @@ for id in "$data" "$snap"; do
     [[ $(job_field "$id" restarts) == 0 ]] || fail "job $id used $(job_field "$id" restarts) restarts"
     as_user --json logs "$id" >"$T/logs.$id"
     grep -q '"restart [0-9]* of' "$T/logs.$id" && fail "job $id was restarted: $(cat "$T/logs.$id")"
-    grep '"kind":"failure"' "$T/logs.$id" | grep -q "(permission error).*not restarted" ||
+    grep '"kind":"failure"' "$T/logs.$id" | has "(permission error).*not restarted" ||
         fail "job $id: no final permission failure event: $(cat "$T/logs.$id")"
 done
 e=$(job_error "$data")

@@ -57,17 +57,17 @@ grep '"type":"metric"' "$T/logs.json" | grep -o '"loss":[-0-9.e]*' | cut -d: -f2
 "$ITEST" sql "$T/state/gptd.db" "SELECT printf('%.6f', loss) FROM metrics WHERE job_id = $id
     ORDER BY step" >"$T/db_loss"
 diff "$T/logged_loss" "$T/db_loss" || fail "losses in the database differ from logs"
-"$GPTCTL" list | grep -q "completed" || fail "list does not show the completed job"
+"$GPTCTL" list | has "completed" || fail "list does not show the completed job"
 
 # --- snapshots, sample, plot, nodes on the finished job.
-"$GPTCTL" snapshots "$id" | grep -q "snap-" || fail "no snapshots listed"
-"$GPTCTL" --json sample "$id" --prompt 12 --tokens 4 | grep -q '"text"' || fail "sample"
+"$GPTCTL" snapshots "$id" | has "snap-" || fail "no snapshots listed"
+"$GPTCTL" --json sample "$id" --prompt 12 --tokens 4 | has '"text"' || fail "sample"
 "$GPTCTL" plot "$id" -o "$T/loss.svg" >/dev/null
 grep -q "<polyline" "$T/loss.svg" && grep -q ">step<" "$T/loss.svg" || fail "plot svg"
-"$GPTCTL" nodes | grep -q idle || fail "nodes"
+"$GPTCTL" nodes | has idle || fail "nodes"
 # Each node reports its compute backends and GPUs (none on a CPU host).
-"$GPTCTL" --json nodes | grep -q '"backends":\["cpu"' || fail "nodes: no backends"
-"$GPTCTL" nodes | head -n1 | grep -q DEVICES || fail "nodes: no DEVICES column"
+"$GPTCTL" --json nodes | has '"backends":\["cpu"' || fail "nodes: no backends"
+"$GPTCTL" nodes | head -n1 | has DEVICES || fail "nodes: no DEVICES column"
 
 # --- two followers start mid-run: history, then live, then exit at the end.
 long=$("$GPTCTL" submit "$T/long.json" trainer.max_steps=600)

@@ -158,9 +158,9 @@ expect_failed "$b" data.path "outside the allowed roots"
 expect_failed "$c" snapshot.dir "outside the state directory and the snapshot roots"
 expect_failed "$f" data.path "is a FIFO, not a regular file"
 expect_failed "$h" data.path "cannot read a directory"
-job_json "$h" | grep -q hidden-name-4343 && fail "the job's error revealed a hidden name"
+job_json "$h" | has hidden-name-4343 && fail "the job's error revealed a hidden name"
 timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO job"
-ls "$T/outside" | grep -q '\.gpts' && fail "a snapshot was written outside the roots"
+ls "$T/outside" | has '\.gpts' && fail "a snapshot was written outside the roots"
 out=$(as_user sample "$a" --prompt the --tokens 64 --temperature 0.01 2>&1 || true)
 grep -q ZQXJ <<<"$out" && fail "the swapped root-only file came back through sample: $out"
 
@@ -187,7 +187,7 @@ check_owned() { # DIR
     local d=$1 f
     [[ $(stat -c %u "$d") == "$UID_U" ]] || fail "$d is owned by uid $(stat -c %u "$d")"
     [[ $(stat -c %a "$d") == 700 ]] || fail "$d has mode $(stat -c %a "$d"), expected 700"
-    ls "$d" | grep -q '\.gpts$' || fail "no snapshot in $d"
+    ls "$d" | has '\.gpts$' || fail "no snapshot in $d"
     for f in "$d"/*.gpts; do
         [[ $(stat -c %u "$f") == "$UID_U" ]] || fail "$f is owned by uid $(stat -c %u "$f")"
         [[ $(stat -c %a "$f") == 600 ]] || fail "$f has mode $(stat -c %a "$f"), expected 600"
@@ -249,9 +249,9 @@ PIDS+=($!)
 wait_for 20 "$GPTCTL" --socket "$GSOCK" status
 gctl() { runuser -u "$U" -- "$T/bin/gptctl" --socket "$GSOCK" "$@"; }
 id=$(gctl submit "$T/job.json" data.path="$T/data/mine.txt")
-g_done() { gctl --json status "$id" | grep -q '"state":"\(completed\|failed\)"'; }
+g_done() { gctl --json status "$id" | has '"state":"\(completed\|failed\)"'; }
 wait_for 60 g_done
-gctl --json status "$id" | grep -q '"state":"completed"' ||
+gctl --json status "$id" | has '"state":"completed"' ||
     fail "the user's job on a non-root gptd: $(gctl --json status "$id")"
 check_owned "$T/gstate/jobs/$id/snapshots"
 gctl sample "$id" --prompt the --tokens 8 >/dev/null || fail "the owner cannot sample on a non-root gptd"

@@ -58,7 +58,7 @@ refused "1-byte data file" data.kind=text "data.path=$T/one.txt" data.task= -- \
     "data.path" "holds 0 tokens"
 refused "shards below their vocabulary" data.kind=shards "data.path=$T/one.txt" data.task= \
     model.vocab_size=1000 -- "model.vocab_size" "50257"
-"$GPTCTL" --json list | grep -qF '"jobs":[]' || fail "a refused job was queued: $("$GPTCTL" list)"
+"$GPTCTL" --json list | has -F '"jobs":[]' || fail "a refused job was queued: $("$GPTCTL" list)"
 
 # --- a data error at run time (the file shrank after submit) fails the job
 # at once instead of restarting it distributed.max_restarts times.

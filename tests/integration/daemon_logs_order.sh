@@ -36,7 +36,7 @@ check() {
     (($(grep -c '"kind":"done"' "$f.recs") == 2)) ||
         fail "$what: not both runs' ends: $(grep -o '"kind":"[a-z]*"' "$f.recs" | sort | uniq -c | tr -s '\n ' ' ')"
     ((first > 1)) && return
-    grep '"kind":"resume"' "$f.recs" | grep -q 'at step 100' || fail "$what: no resume of run 2"
+    grep '"kind":"resume"' "$f.recs" | has 'at step 100' || fail "$what: no resume of run 2"
     (($(grep -c '"kind":"start"' "$f.recs") == 1)) || fail "$what: not one start"
 }
 

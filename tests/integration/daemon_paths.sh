@@ -37,5 +37,5 @@ refused snapshot.dir snapshot.dir="$T/other/snapshots"
 
 id=$("$GPTCTL" submit "$T/job.json" snapshot.dir="$T/snaps/run1")
 wait_for 60 job_is "$id" completed
-ls "$T/snaps/run1" | grep -q '\.gpts$' || fail "no snapshot under the allowed snapshot root"
+ls "$T/snaps/run1" | has '\.gpts$' || fail "no snapshot under the allowed snapshot root"
 echo "daemon_paths: ok"

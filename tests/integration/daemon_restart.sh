@@ -50,7 +50,7 @@ stop_step=$("$ITEST" sql "$T/state/gptd.db" \
     "SELECT max(step) FROM events WHERE job_id = $id2 AND kind = 'snapshot'")
 [[ -n $stop_step ]] && ((stop_step >= 120)) || fail "no snapshot at the stop (got \"$stop_step\")"
 ((stop_step % 50 != 0)) || echo "note: stopped exactly on a snapshot step ($stop_step)"
-ls "$T/state/jobs/$id2/snapshots/" | grep -q "$(printf '%012d' "$stop_step")" ||
+ls "$T/state/jobs/$id2/snapshots/" | has "$(printf '%012d' "$stop_step")" ||
     fail "the stop snapshot (step $stop_step) is not on disk"
 start_gptd
 wait_for 120 job_is "$id2" completed

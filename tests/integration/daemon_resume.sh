@@ -18,14 +18,14 @@ newest=$(db "SELECT max(step) FROM snapshots WHERE job_id = $id")
 ((newest > 20)) || fail "want a snapshot newer than step 20, newest is $newest"
 
 # --- resume from the older snapshot: the new run starts at step 21.
-"$GPTCTL" resume "$id" --snapshot "$older" | grep -q queued || fail "resume --snapshot"
+"$GPTCTL" resume "$id" --snapshot "$older" | has queued || fail "resume --snapshot"
 wait_for 60 job_is "$id" completed
 run=$(db "SELECT max(run_id) FROM metrics WHERE job_id = $id")
 first=$(db "SELECT min(step) FROM metrics WHERE job_id = $id AND run_id = $run")
 [[ $first == 21 ]] || fail "resume --snapshot $older (step 20): first metric at step $first, want 21"
 [[ $(db "SELECT max(step) FROM metrics WHERE job_id = $id AND run_id = $run") == 60 ]] ||
     fail "the resumed run did not reach step 60"
-"$GPTCTL" --json logs "$id" | grep '"kind":"resume"' | tail -n1 | grep -q 'at step 20' ||
+"$GPTCTL" --json logs "$id" | grep '"kind":"resume"' | tail -n1 | has 'at step 20' ||
     fail "no resume event at step 20: $("$GPTCTL" --json logs "$id" | grep '"kind":"resume"')"
 
 # --- a snapshot of another job is refused.

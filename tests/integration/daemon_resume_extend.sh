@@ -69,8 +69,8 @@ awk -v x="$lr35" 'BEGIN { exit !(x > 2e-4) }' || fail "lr at step 35 is $lr35: s
 st=$("$GPTCTL" status "$id")
 grep -q "runs:" <<<"$st" || fail "status shows no runs: $st"
 grep -q "trainer.max_steps 30 -> 60" <<<"$st" || fail "status does not show the change: $st"
-"$GPTCTL" --json status "$id" | grep -q '"runs":\[' || fail "status --json has no runs"
-"$GPTCTL" --json logs "$id" | grep '"kind":"spec"' | grep -q 'trainer.max_steps 30 -> 60' ||
+"$GPTCTL" --json status "$id" | has '"runs":\[' || fail "status --json has no runs"
+"$GPTCTL" --json logs "$id" | grep '"kind":"spec"' | has 'trainer.max_steps 30 -> 60' ||
     fail "no spec event"
 
 # --- gptd run --resume with max_steps below the snapshot: said, nothing done.

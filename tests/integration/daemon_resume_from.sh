@@ -66,7 +66,7 @@ wait_for 60 job_is "$b" completed
 first=$(metric_steps "$T/b.logs" | head -n1)
 last=$(metric_steps "$T/b.logs" | tail -n1)
 [[ $first == 21 && $last == 40 ]] || fail "B logged steps $first..$last, want 21..40"
-grep '"kind":"queued"' "$T/b.logs" | grep -q "continues job $a" || fail "no event says what B continues"
+grep '"kind":"queued"' "$T/b.logs" | has "continues job $a" || fail "no event says what B continues"
 bdir=$("$GPTCTL" --json snapshots "$b" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
 [[ $bdir != "$adir" && -f $bdir/snap-000000000020.gpts ]] ||
     fail "B's folder $bdir holds no copy of the step-20 snapshot"
@@ -75,9 +75,9 @@ bdir=$("$GPTCTL" --json snapshots "$b" | grep -o '"snapshot_dir":"[^"]*"' | cut 
 btoken=$(db "SELECT token FROM jobs WHERE id = $b")
 grep -q "$btoken" "$bdir/.gptd-owner" || fail "B's folder is not B's: $(cat "$bdir/.gptd-owner")"
 # The copy's header names B: B resumed from it, and the agent takes only its own job's snapshots.
-grep '"kind":"resume"' "$T/b.logs" | grep -q "resumed from $bdir/snap-000000000020.gpts at step 20" ||
+grep '"kind":"resume"' "$T/b.logs" | has "resumed from $bdir/snap-000000000020.gpts at step 20" ||
     fail "B did not resume from its own copy: $(grep '"kind":"resume"' "$T/b.logs")"
-"$GPTCTL" --json snapshots "$b" | grep -q '"step":20' || fail "B's copied snapshot is not listed"
+"$GPTCTL" --json snapshots "$b" | has '"step":20' || fail "B's copied snapshot is not listed"
 after=$(cd "$adir" && ls -la --time-style=full-iso && md5sum snap-*.gpts .gptd-owner)
 [[ $before == "$after" ]] || fail "A's folder changed: before $before after $after"
 

@@ -56,7 +56,7 @@ for pattern in "INT INT:0.01" "TERM TERM:0.01" "TERM TERM:0.2" "INT TERM:1" "TER
         "SELECT max(step) FROM events WHERE job_id = $id AND kind = 'snapshot'")
     [[ -n $snap_step ]] && ((snap_step > prev_step)) ||
         fail "[$sigs / ${gap}s] no new snapshot at the stop (newest \"$snap_step\", before $prev_step)"
-    ls "$T/state/jobs/$id/snapshots/" | grep -q "$(printf '%012d' "$snap_step")" ||
+    ls "$T/state/jobs/$id/snapshots/" | has "$(printf '%012d' "$snap_step")" ||
         fail "[$sigs / ${gap}s] the stop snapshot (step $snap_step) is not on disk"
     log="$T/gptd.$((${#PIDS[@]} - 1)).log"
     if [[ $sigs == "TERM TERM TERM" ]] && grep -q "third stop signal" "$log"; then

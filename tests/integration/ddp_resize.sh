@@ -16,7 +16,7 @@ for w in 1 3; do
     "$GPTD" run "$JOB" --json --snapshot-dir "$T/w$w" --workers $w --resume "${over[@]}" \
         > "$T/w$w.log"
     jq -r 'select(.type=="event" and .kind=="resume") | .message' "$T/w$w.log" \
-        | grep -q "world size 2, now $w" || fail "world $w: no resume from the world-2 snapshot"
+        | has "world size 2, now $w" || fail "world $w: no resume from the world-2 snapshot"
     paste <(losses "$T/ref.log" | tail -n 10) <(losses "$T/w$w.log") | awk '
         { n++; d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > max) max = r;
           if ($1 != $3) bad = 1 }

@@ -26,7 +26,7 @@ command -v dpkg >/dev/null && command -v apt-get >/dev/null && command -v cpack 
 
 exec 9>/var/lock/gptd-deb-test.lock
 flock -w 600 9 || skip "another package test holds /var/lock/gptd-deb-test.lock"
-if dpkg-query -W -f='${Status}' gptd 2>/dev/null | grep -q "installed"; then
+if dpkg-query -W -f='${Status}' gptd 2>/dev/null | has "installed"; then
     skip "a gptd package is installed already"
 fi
 
@@ -48,7 +48,7 @@ cleanup() {
         echo "--- FAILED (rc $rc)" >&2
         tail -n 30 "$T"/*.log >&2 2>/dev/null || true
     fi
-    if dpkg-query -W -f='${Status}' gptd 2>/dev/null | grep -q "installed\|config-files"; then
+    if dpkg-query -W -f='${Status}' gptd 2>/dev/null | has "installed\|config-files"; then
         DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" purge gptd >/dev/null 2>&1 ||
             dpkg --purge gptd >/dev/null 2>&1 || true
     fi
@@ -74,7 +74,7 @@ grep -q '^ Depends:.*libuv1' "$T/info.txt" || fail "no libuv1 in Depends"
 if grep -q '^ Depends:.*\(cuda\|cublas\|nccl\|nvidia\)' "$T/info.txt"; then
     fail "the package depends on CUDA; it must install on CPU hosts"
 fi
-dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/gptd/gptd.conf ||
+dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | has -x /etc/gptd/gptd.conf ||
     fail "/etc/gptd/gptd.conf is not a conffile"
 
 # --- install: every dependency must resolve from what this host has.
@@ -99,7 +99,7 @@ if command -v systemd-analyze >/dev/null; then
     [[ -z $out ]] || fail "verify the installed unit: $out"
 fi
 /usr/sbin/gptd --check-config || fail "the shipped /etc/gptd/gptd.conf does not load"
-MANWIDTH=80 man -P cat gptd-job 2>/dev/null | grep -q "model.n_layer" || fail "man gptd-job"
+MANWIDTH=80 man -P cat gptd-job 2>/dev/null | has "model.n_layer" || fail "man gptd-job"
 bash -n /usr/share/bash-completion/completions/gptctl || fail "the completion script does not parse"
 
 # --- run it as the unit would: user gptd, socket from $RUNTIME_DIRECTORY,
@@ -129,11 +129,11 @@ cat >"$T/job.json" <<EOF
 EOF
 id=$(/usr/bin/gptctl submit "$T/job.json")
 [[ $id =~ ^[0-9]+$ ]] || fail "submit printed \"$id\""
-job_done() { /usr/bin/gptctl --json status "$id" | grep -q '"state":"completed"'; }
+job_done() { /usr/bin/gptctl --json status "$id" | has '"state":"completed"'; }
 wait_for 120 job_done
 /usr/bin/gptctl --json logs "$id" >"$T/logs.json"
 grep -q '"type":"metric"' "$T/logs.json" || fail "no metrics logged"
-/usr/bin/gptctl snapshots "$id" | grep -q "snap-" || fail "no snapshot"
+/usr/bin/gptctl snapshots "$id" | has "snap-" || fail "no snapshot"
 [[ $(stat -c %U "$T/state/gptd.db") == gptd ]] || fail "the database is not owned by gptd"
 
 kill -TERM "$GPTD_PID"

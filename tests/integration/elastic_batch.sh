@@ -23,11 +23,11 @@ wait_for 90 job_is n1 "$id" completed
 check_history "$id"
 failures=$(db "SELECT count(*) FROM events WHERE job_id = $id AND kind = 'failure'")
 [[ $failures == 1 ]] || fail "$failures failure events, want 1 (the node loss)"
-if db "SELECT message FROM events WHERE job_id = $id" | grep -q "multiple of"; then
+if db "SELECT message FROM events WHERE job_id = $id" | has "multiple of"; then
     fail "the world-2 run refused the batch: $(db "SELECT message FROM events WHERE job_id = $id")"
 fi
 db "SELECT message FROM events WHERE job_id = $id AND kind IN ('start', 'continue', 'resume')" \
-    | grep -q "world size 2, 2 micro-batch(es) of up to 4 x" || fail "no world-2 run of 2 micro-batches"
+    | has "world size 2, 2 micro-batch(es) of up to 4 x" || fail "no world-2 run of 2 micro-batches"
 runs=$(db "SELECT group_concat(world_size, ' ') FROM (SELECT world_size FROM runs
            WHERE job_id = $id ORDER BY id)")
 echo "worlds: $runs"

@@ -50,7 +50,7 @@ echo "worlds: $runs"
 [[ $runs == "3 2 3" ]] || fail "runs of job $id have world sizes \"$runs\", want \"3 2 3\""
 # Each node keeps its own copy of the snapshots.
 for n in n1 n2; do
-    ls "$T/$n/jobs/$id/snapshots/" | grep -q "$(printf '%012d' 6000)" ||
+    ls "$T/$n/jobs/$id/snapshots/" | has "$(printf '%012d' 6000)" ||
         fail "$n has no copy of the final snapshot"
 done
 echo "elastic_kill: ok (resumed in $recover_ms ms, rejoined in $rejoin_ms ms)"

@@ -26,10 +26,10 @@ role=$(ctl n1 --json status | grep -o '"role":"[^"]*"' | cut -d'"' -f4)
 [[ $role == coordinator ]] || fail "a gptd without an endpoint is \"$role\", not coordinator"
 RDZV=$(ctl n1 --json status | grep -o '"rdzv":"[^"]*"' | cut -d'"' -f4)
 [[ $RDZV == 127.0.0.1:* && ${RDZV#*:} -gt 0 ]] || fail "no loopback endpoint: \"$RDZV\""
-ctl n1 --json nodes | grep -q '"node":"n1"[^}]*"role":"coordinator"' ||
-    ctl n1 --json nodes | grep -q '"role":"coordinator"[^}]*"node":"n1"' ||
+ctl n1 --json nodes | has '"node":"n1"[^}]*"role":"coordinator"' ||
+    ctl n1 --json nodes | has '"role":"coordinator"[^}]*"node":"n1"' ||
     fail "n1 does not list itself as the coordinator: $(ctl n1 --json nodes)"
-ctl n1 nodes | grep -q "^coordinator: n1, store at $RDZV" || fail "nodes: no coordinator line"
+ctl n1 nodes | has "^coordinator: n1, store at $RDZV" || fail "nodes: no coordinator line"
 cp "$T/n1/cluster.secret" "$T/secret"
 
 # --- two members join through the loopback endpoint.
@@ -69,7 +69,7 @@ grep '"type":"metric"' "$T/follow.json" | grep -o '"step":[0-9]*' | cut -d: -f2 
 awk 'NR > 1 && $1 <= prev { exit 1 } { prev = $1 }' "$T/steps" ||
     fail "metric steps on the member do not increase"
 [[ $(tail -n1 "$T/steps") == 300 ]] || fail "the member's last metric is step $(tail -n1 "$T/steps")"
-ctl n2 list | grep -q "completed" || fail "list on a member does not show the job"
+ctl n2 list | has "completed" || fail "list on a member does not show the job"
 # The same history, replayed on a member after the end.
 ctl n2 --json logs "$id" | grep -c '"type":"metric"' >"$T/n_replay"
 [[ $(cat "$T/n_replay") == $(wc -l <"$T/steps") ]] ||
@@ -85,7 +85,7 @@ for n in n1 n2 n3; do
     [[ $("$ITEST" sql "$T/$n/gptd.db" "SELECT count(*) FROM snapshots WHERE size <= 0") == 0 ]] ||
         fail "$n: snapshots without a size: $("$ITEST" sql "$T/$n/gptd.db" "SELECT node, step, size FROM snapshots")"
 done
-ctl n3 --json sample "$id" --prompt 12 --tokens 4 | grep -q '"snapshot":"'"$T"'/n3/' ||
+ctl n3 --json sample "$id" --prompt 12 --tokens 4 | has '"snapshot":"'"$T"'/n3/' ||
     fail "sample on n3 did not use n3's copy: $(ctl n3 --json sample "$id" --prompt 12 --tokens 4)"
 ctl n3 --json sample "$id" --snapshot "$s250" --prompt 12 --tokens 4 |
     grep -q 'n3/jobs/'"$id"'/snapshots/snap-000000000250' || fail "sample --snapshot on n3"
@@ -98,7 +98,7 @@ set -e
 
 # --- resume --snapshot on a member: queued on the coordinator, and the
 # world resumes from exactly that (older) snapshot.
-ctl n2 resume "$id" --snapshot "$s250" | grep -q queued || fail "resume on a member"
+ctl n2 resume "$id" --snapshot "$s250" | has queued || fail "resume on a member"
 [[ $("$ITEST" sql "$T/n2/gptd.db" "SELECT count(*) FROM jobs") == 0 ]] ||
     fail "the member's own database got a job"
 wait_for 60 job_is n1 "$id" completed
@@ -112,7 +112,7 @@ db "SELECT message FROM events WHERE job_id = $id AND kind = 'resume' ORDER BY i
 elastic_job "$T/cancel.json" 100000 "1:3" 50 10
 idc=$(ctl n3 submit "$T/cancel.json")
 wait_for 60 job_step_at_least n1 "$idc" 20
-ctl n3 cancel "$idc" | grep -q cancel || fail "cancel on a member"
+ctl n3 cancel "$idc" | has cancel || fail "cancel on a member"
 wait_for 30 job_is n1 "$idc" cancelled
 set +e
 out=$(ctl n2 cancel "$idc" 2>&1); rc=$?

@@ -9,7 +9,7 @@ start_node n1 --coordinator
 elastic_job "$T/job.json" 300 "2:3" 50
 id=$(ctl n1 submit "$T/job.json")
 wait_for 20 job_is n1 "$id" waiting
-db "SELECT kind FROM events WHERE job_id = $id" | grep -qx waiting ||
+db "SELECT kind FROM events WHERE job_id = $id" | has -x waiting ||
     fail "no waiting event"
 
 # --- a node with the wrong secret is refused.
@@ -19,7 +19,7 @@ start_node bad --secret-file "$T/bad-secret"
 wait_for 10 grep -q "refused this node" "$T/bad.log"
 sleep 1.5 # several of its connection attempts
 job_is n1 "$id" waiting || fail "job $id left waiting with only a wrong-secret node"
-if ctl n1 --json nodes | grep -q '"node":"bad"'; then
+if ctl n1 --json nodes | has '"node":"bad"'; then
     fail "the node with the wrong secret is listed by the coordinator"
 fi
 kill_node bad

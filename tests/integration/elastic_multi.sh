@@ -54,7 +54,7 @@ wait_for 30 job_step_at_least n1 "$b" 5
 sa=$(job_field n1 "$a" step)
 wait_for 20 job_step_at_least n1 "$a" $((sa + 5))
 job_is n1 "$a" running && job_is n1 "$b" running || fail "jobs $a and $b do not run at once"
-ctl n1 status | grep -qE "^running jobs: +$a, $b\$" || fail "status does not list both jobs: $(ctl n1 status)"
+ctl n1 status | has -E "^running jobs: +$a, $b\$" || fail "status does not list both jobs: $(ctl n1 status)"
 # Disjoint nodes: one node each, the third free.
 declare -A on=()
 for n in n1 n2 n3; do on[$n]=$(node_job "$n"); done
@@ -81,7 +81,7 @@ wait_for 10 eval '[[ $(list_field '"$c"' waiting_for) == "needs 2 nodes, 1 free"
     fail "job $d: $(list_field "$d" waiting_for)"
 ctl n1 list | grep -E "^ *$c +elastic +queued #1: needs 2 nodes, 1 free " >/dev/null ||
     fail "gptctl list does not show why job $c waits: $(ctl n1 list)"
-ctl n2 list | grep -q "queued #2: needs 1 node, 1 free; job $c starts first" ||
+ctl n2 list | has "queued #2: needs 1 node, 1 free; job $c starts first" ||
     fail "a member's gptctl list does not show the queue: $(ctl n2 list)"
 job_is n1 "$c" queued && job_is n1 "$d" queued || fail "a job started without its nodes"
 # A higher priority goes first.
@@ -117,7 +117,7 @@ fi
 so=$(job_field n1 "$other" step)
 rounds=$(db "SELECT count(*) FROM events WHERE job_id = $other AND kind IN ('failure', 'round')")
 kill_node "$victim"
-wait_for 20 eval 'db "SELECT count(*) FROM events WHERE job_id = '"$gone"' AND kind = '"'"'node_dead'"'"'" | grep -qx 1'
+wait_for 20 eval 'db "SELECT count(*) FROM events WHERE job_id = '"$gone"' AND kind = '"'"'node_dead'"'"'" | has -x 1'
 wait_for 20 job_step_at_least n1 "$other" $((so + 5))
 [[ $(db "SELECT count(*) FROM events WHERE job_id = $other AND kind IN ('failure', 'round')") == "$rounds" ]] ||
     fail "job $other re-formed when $victim (job $gone) died: $(db "SELECT kind, message FROM events WHERE job_id = $other")"

@@ -23,7 +23,7 @@ check_history "$id"
 work=$(db "SELECT count(*) FROM runs WHERE job_id = $id")
 ((work >= 2)) || fail "expected at least two runs (worlds) of job $id"
 for n in n1 n2; do
-    ls "$T/$n/jobs/$id/snapshots/" | grep -q "$(printf '%012d' 3000)" ||
+    ls "$T/$n/jobs/$id/snapshots/" | has "$(printf '%012d' 3000)" ||
         fail "$n has no copy of the final snapshot"
 done
 echo "elastic_shard: ok"

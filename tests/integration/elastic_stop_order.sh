@@ -45,7 +45,7 @@ snap=$(db "SELECT max(step) FROM events WHERE job_id = $id AND kind = 'snapshot'
 last=$(db "SELECT max(step) FROM metrics WHERE job_id = $id")
 ((snap == last)) || fail "steps $((snap + 1))..$last were trained after the stop snapshot $snap"
 for n in n1 n2; do
-    ls "$T/$n/jobs/$id/snapshots/" | grep -q "$(printf '%012d' "$snap")" ||
+    ls "$T/$n/jobs/$id/snapshots/" | has "$(printf '%012d' "$snap")" ||
         fail "$n has no copy of the step $snap snapshot"
 done
 state=$(db "SELECT state FROM jobs WHERE id = $id")

@@ -62,7 +62,7 @@ jq -e '.architectures == ["GPT2LMHeadModel"] and .model_type == "gpt2" and .n_la
        .activation_function == "gelu_new" and .layer_norm_epsilon == 1e-5 and
        .tie_word_embeddings == true' "$T/out/model/config.json" >/dev/null ||
     fail "config.json: $(cat "$T/out/model/config.json")"
-ls "$T/out" | grep -q tmp && fail "a temporary was left: $(ls "$T/out")"
+ls "$T/out" | has tmp && fail "a temporary was left: $(ls "$T/out")"
 
 # --- offline: the same bytes ---------------------------------------------------
 snaps=$("$GPTCTL" --json snapshots "$id")
@@ -143,7 +143,7 @@ id2=$(as_user submit "$T/job.json" --init-from "$id" trainer.max_steps=1)
     == "$newest" ]] || fail "init_from of job $id2: $("$GPTCTL" --json status "$id2")"
 wait_for 60 job_is "$id2" completed
 # The job's last records are stored on a later loop turn than its end.
-init_from_logged() { "$GPTCTL" --json logs "$id2" | grep -q '"kind":"init_from"'; }
+init_from_logged() { "$GPTCTL" --json logs "$id2" | has '"kind":"init_from"'; }
 wait_for 10 init_from_logged || fail "job $id2 did not init_from"
 # submit resolves the shape from the checkpoint (as the user): a job file
 # without model keys gets the source's, a contradicting key is refused

@@ -47,7 +47,7 @@ as_user submit "$T/root.json" >"$T/out" 2>&1 || rc=$?
 
 id=$(as_user submit "$T/user.json")
 wait_for 120 job_is "$id" completed
-"$GPTCTL" --json logs "$id" | grep -q '"kind":"tokenize".*cached as' || fail "not cached"
+"$GPTCTL" --json logs "$id" | has '"kind":"tokenize".*cached as' || fail "not cached"
 cache=$(ls "$T"/state/tokcache/*.tok)
 [[ $(stat -c '%U %a' "$cache") == "root 600" ]] || fail "cache file: $(stat -c '%U %a' "$cache")"
 [[ $(stat -c '%U %a' "$T/state/tokcache") == "root 700" ]] || fail "cache folder"

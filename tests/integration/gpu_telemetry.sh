@@ -16,10 +16,10 @@ FAKE=$5
 export GPTD_NVML_LIBRARY=$FAKE
 start_gptd --workers 2
 unset GPTD_NVML_LIBRARY
-has_gpus() { "$GPTCTL" --json nodes | grep -q '"util_ratio"'; }
+has_gpus() { "$GPTCTL" --json nodes | has '"util_ratio"'; }
 wait_for 10 has_gpus
 "$GPTCTL" nodes >"$T/nodes.txt"
-head -n1 "$T/nodes.txt" | grep -q 'GPU UTIL  GPU MEM' || fail "no GPU columns: $(cat "$T/nodes.txt")"
+head -n1 "$T/nodes.txt" | has 'GPU UTIL  GPU MEM' || fail "no GPU columns: $(cat "$T/nodes.txt")"
 grep -q ' 38% 39% .*1\.0/80\.0G 1\.0/80\.0G ' "$T/nodes.txt" ||
     fail "GPU columns do not show the two GPUs: $(cat "$T/nodes.txt")"
 "$GPTCTL" --json nodes >"$T/nodes.json"
@@ -42,7 +42,7 @@ cat >"$T/job.json" <<'JOB'
  "optimizer": {"lr": 1e-3, "warmup_steps": 0}, "snapshot": {"every": 0}}
 JOB
 "$GPTCTL" submit "$T/job.json" >/dev/null
-has_ranks() { "$GPTCTL" --json status 1 | grep -q '"rank_step_ms"'; }
+has_ranks() { "$GPTCTL" --json status 1 | has '"rank_step_ms"'; }
 wait_for 30 has_ranks
 "$GPTCTL" --json status 1 >"$T/status.json"
 python3 - "$T/status.json" <<'PY' || fail "status --json: rank_step_ms is not one positive time per rank"
@@ -57,13 +57,13 @@ grep -Eq '^rank ms/step: +0: [0-9.e+-]+  1: [0-9.e+-]+  \(slowest: rank [01], [0
 "$GPTCTL" cancel 1 >/dev/null
 wait_for 30 job_is 1 cancelled
 # Once the job has ended there is no live rank time to show.
-"$GPTCTL" --json status 1 | grep -q '"rank_step_ms"' && fail "rank_step_ms of an ended job"
+"$GPTCTL" --json status 1 | has '"rank_step_ms"' && fail "rank_step_ms of an ended job"
 
 # --- a CPU host: no NVML, "-" and [].
 kill -TERM "$GPTD_PID"
 wait "$GPTD_PID" || fail "gptd did not stop cleanly"
 start_gptd
-has_node() { "$GPTCTL" --json nodes | grep -q '"gpus"'; }
+has_node() { "$GPTCTL" --json nodes | has '"gpus"'; }
 wait_for 10 has_node
 "$GPTCTL" nodes >"$T/nodes.txt"
 awk 'NR == 2 { exit !($8 == "cpu" && $9 == "-" && $10 == "-") }' "$T/nodes.txt" ||

@@ -6,6 +6,11 @@ fail() {
     exit 1
 }
 
+# has ARGS...: grep ARGS over stdin, reading all of it. grep -q stops at
+# the first match, and under pipefail a writer that still writes (gptctl
+# --json flushes line by line) then fails the pipeline with SIGPIPE.
+has() { grep "$@" >/dev/null; }
+
 # wait_for SECONDS COMMAND...: polls COMMAND every 50 ms until it succeeds,
 # failing the test when SECONDS pass first (never a bare sleep).
 wait_for() {
@@ -23,6 +28,6 @@ free_port() {
     local p
     while :; do
         p=$((20000 + RANDOM % 30000))
-        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+        ss -Htln "sport = :$p" | has . || { echo "$p"; return; }
     done
 }

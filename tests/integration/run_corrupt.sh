@@ -30,9 +30,9 @@ for kind in truncated bitflip magic version; do
     "$GPTD" run "$JOB" --json --snapshot-dir "$T/s" trainer.max_steps=40 --resume \
         > "$T/$kind.log" 2> "$T/$kind.err" || fail "$kind: resume failed: $(cat "$T/$kind.err")"
     jq -r 'select(.type=="event" and .kind=="snapshot_invalid") | .message' "$T/$kind.log" \
-        | grep -q "$newest" || fail "$kind: corrupt $newest not reported"
+        | has "$newest" || fail "$kind: corrupt $newest not reported"
     jq -r 'select(.type=="event" and .kind=="resume") | .message' "$T/$kind.log" \
-        | grep -q "$older" || fail "$kind: did not resume from $older"
+        | has "$older" || fail "$kind: did not resume from $older"
     msg=$(jq -r 'select(.type=="event" and .kind=="snapshot_invalid") | .message' "$T/$kind.log")
     echo "$kind: $msg"
 done

@@ -9,9 +9,9 @@ GPTD=$1 SNAPDIFF=$2 JOB=$3
 
 "$GPTD" run "$JOB" --json --snapshot-dir "$T/a" trainer.max_steps=40 > "$T/a.log"
 "$GPTD" run "$JOB" --json --snapshot-dir "$T/b" trainer.max_steps=40 --stop-after 20 > "$T/b1.log"
-ls "$T/b" | grep -q 'snap-0*20\.gpts' || fail "no snapshot at step 20 after --stop-after 20"
+ls "$T/b" | has 'snap-0*20\.gpts' || fail "no snapshot at step 20 after --stop-after 20"
 "$GPTD" run "$JOB" --json --snapshot-dir "$T/b" trainer.max_steps=40 --resume > "$T/b2.log"
-jq -r 'select(.type=="event") | .kind' "$T/b2.log" | grep -qx resume \
+jq -r 'select(.type=="event") | .kind' "$T/b2.log" | has -x resume \
     || fail "second run did not report a resume"
 
 losses "$T/a.log" > "$T/a.losses"

@@ -35,7 +35,7 @@ for target in "1 none" "2 optimizer"; do
     "$GPTD" run "$JOB" --json --snapshot-dir "$d" --workers "$1" distributed.sharding="$2" \
         --resume "${over[@]}" > "$d.log"
     jq -r 'select(.type=="event" and .kind=="resume") | .message' "$d.log" \
-        | grep -q "world size 3, now $1" || fail "world $1 $2 did not resume the world-3 snapshot"
+        | has "world size 3, now $1" || fail "world $1 $2 did not resume the world-3 snapshot"
     match "$d.log" 11 "full/3 -> $2/$1"
     "$SNAPDIFF" "$(ls "$T"/ref/*.gpts | tail -n1)" "$(ls "$d"/*.gpts | tail -n1)" 1e-4 \
         || fail "world $1 $2 final parameters differ"
@@ -69,9 +69,9 @@ for damage in missing corrupt; do
     "$GPTD" run "$JOB" --json --snapshot-dir "$d" --workers 2 distributed.sharding=full \
         --resume "${over[@]}" > "$d.log"
     jq -r 'select(.type=="event" and .kind=="snapshot_invalid") | .message' "$d.log" \
-        | grep -q "snap-000000000010.gpts.*slice" || fail "$damage slice: no snapshot_invalid event"
+        | has "snap-000000000010.gpts.*slice" || fail "$damage slice: no snapshot_invalid event"
     jq -r 'select(.type=="event" and .kind=="resume") | .message' "$d.log" \
-        | grep -q "snap-000000000005.gpts at step 5" || fail "$damage slice: did not fall back to step 5"
+        | has "snap-000000000005.gpts at step 5" || fail "$damage slice: did not fall back to step 5"
     [[ -e "$d/snap-000000000010.gpts.corrupt" ]] || fail "$damage slice: manifest not quarantined"
     match "$d.log" 6 "$damage slice -> step 5, full/2"
 done

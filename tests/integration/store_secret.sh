@@ -74,7 +74,7 @@ cp "$T/c/cluster.secret" "$T/copy"
     --secret-file "$T/copy" --log-level debug >>"$T/m2.log" 2>&1 &
 PIDS+=($!)
 wait_for 20 bash -c "GPTD_SOCKET='$T/c.sock' '$GPTCTL' --json nodes | grep -q '\"node\":\"m2\"'"
-if GPTD_SOCKET="$T/c.sock" "$GPTCTL" --json nodes | grep -q '"node":"m1"'; then
+if GPTD_SOCKET="$T/c.sock" "$GPTCTL" --json nodes | has '"node":"m1"'; then
     fail "the member without the secret is listed"
 fi
 grep -q "wrong or missing cluster secret" "$T/c.log" ||

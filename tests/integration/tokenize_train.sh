@@ -35,7 +35,7 @@ cmp "$T/a.list" "$T/b.list" || fail "1 and 3 threads wrote different files"
 for f in $(cat "$T/a.list"); do
     cmp "$T/a/$f" "$T/b/$f" || fail "$f differs between 1 and 3 threads"
 done
-ls "$T/a" | grep -qv '\.bin$' && fail "temporary files left: $(ls "$T/a")"
+ls "$T/a" | has -v '\.bin$' && fail "temporary files left: $(ls "$T/a")"
 
 "$TOK_IDS" "$V" "$T" "${in[@]}"
 python3 - "$T" 300000 <<'PY' || fail "shard contents"
