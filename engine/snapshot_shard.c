@@ -550,7 +550,8 @@ int snap_manifest_load(const char *path, struct gpt_snapshot_meta *ret_meta,
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "snapshot %s: %s", path, strerror(-rc));
     }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        (uint64_t)st.st_size > GPT_SNAPSHOT_MANIFEST_MAX) {
         rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: not a manifest of sane size",
                          path);
         goto out;
