@@ -168,6 +168,17 @@ static void start(struct rdzv_coord *c, double now, int min, int max, int64_t ne
     assert_int_equal(rdzv_coord_job_start(c, now, &j, &err), 0);
 }
 
+/* Nodes a and b alive, job 7 (1 to 2 nodes) started at 0, both joined at
+ * 0.1: a world of two runs. */
+static void run_pair(struct rdzv_coord *c)
+{
+    send(c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(c, 0, CLUSTER_MSG_HB, "b", -1);
+    start(c, 0, 1, 2, -1);
+    send(c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+}
+
 static void test_close_at_max(void **state)
 {
     struct fx *f = *state;
@@ -327,11 +338,7 @@ static void test_newest_holder_grace(void **state)
 static void test_progress_moves_newest(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
-    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
-    start(f->c, 0, 1, 2, -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    run_pair(f->c);
     assert_string_equal(cur_phase(f->c), "running");
     rdzv_coord_progress(f->c, 50, 50);
     /* b goes silent: dead after 3 s, the world re-forms */
@@ -357,11 +364,7 @@ static void test_progress_moves_newest(void **state)
 static void test_stop_waits_for_leave_snapshot(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
-    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
-    start(f->c, 0, 1, 2, -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    run_pair(f->c);
     assert_string_equal(cur_phase(f->c), "running");
     send_state(f->c, 0.2, CLUSTER_MSG_HB, "a", -1, "running");
     send(f->c, 0.3, CLUSTER_MSG_LEAVE, "b", -1);
@@ -383,11 +386,7 @@ static void test_stop_waits_for_leave_snapshot(void **state)
 static void test_stop_after_leave_times_out(void **state)
 {
     struct fx *f = *state;
-    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
-    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
-    start(f->c, 0, 1, 2, -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
-    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    run_pair(f->c);
     send_state(f->c, 0.2, CLUSTER_MSG_HB, "a", -1, "stopping");
     send(f->c, 0.3, CLUSTER_MSG_LEAVE, "b", -1);
     rdzv_coord_job_stop(f->c, 0, 0.3);
