@@ -7,7 +7,9 @@
  * jobs run at once, each on its own nodes of the cluster; the queue is
  * ordered by priority (higher first), then FIFO, and served in that order:
  * the head starts once its `min` nodes are free (or at once when nothing
- * runs), and the jobs behind it wait (no job passes a waiting one).
+ * runs), and the jobs behind it wait (no job passes a waiting one). A job
+ * whose `min` is more than the cluster's alive nodes does not wait at the
+ * head: the jobs behind it are served meanwhile (jobs_sched.c).
  *
  * Jobs run on the cluster's worlds (daemon/cluster.h, daemon/rdzv.h): on
  * the coordinator (every gptd is one, of its own loopback cluster, unless
@@ -74,8 +76,9 @@ json_t *jobs_running_json(const struct jobs *js);
 /* Whether job `job` runs. */
 bool jobs_runs(const struct jobs *js, int64_t job);
 /* A queued job's place in the queue (1: the next to start) and what it
- * waits for ("needs 2 nodes, 1 free"), as of the last scheduler pass:
- * 0 and *why unset when the job is not known to wait. */
+ * waits for ("needs 2 nodes, 1 free", "needs 3 nodes, cluster has 2"), as
+ * of the last scheduler pass: 0 and *why unset when the job is not known
+ * to wait. */
 int jobs_queue_position(const struct jobs *js, int64_t job, const char **why);
 
 /* Starts a `logs` stream on a client (validated request fields). */
