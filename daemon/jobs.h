@@ -51,7 +51,10 @@ int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct co
  * loop iteration); while jobs wait, looks again every second. */
 void jobs_schedule(struct jobs *js);
 
-/* Adds a validated job to the queue. Returns its id. */
+/* Adds a validated job to the queue. Returns its id. Refuses (-EPERM) a
+ * priority above user_max_priority unless `owner` is root, and
+ * (-GPT_E_LIMIT) a job beyond max_queued_jobs or, unless `owner` is root,
+ * beyond max_queued_jobs_per_uid. */
 int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                 int64_t *ret_id, struct gpt_err *err);
 
@@ -63,9 +66,10 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err);
 /* Queues a finished job again, to continue from snapshot `snapshot_id`
  * (0 = its newest valid snapshot), with `overrides` (an object of the keys
  * a resume may change, or NULL) applied to its spec; refuses a resume with
- * nothing left to train. *ret_plan (when non-NULL) gets the plan
- * (resume_plan_json) on success. The caller (handler_dispatch) has checked
- * that `who` is the owner or root. */
+ * nothing left to train, and one beyond max_queued_jobs or, unless `who`
+ * is root, the owner's max_queued_jobs_per_uid. *ret_plan (when non-NULL)
+ * gets the plan (resume_plan_json) on success. The caller
+ * (handler_dispatch) has checked that `who` is the owner or root. */
 int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
                 uid_t who, json_t **ret_plan, struct gpt_err *err);
 
