@@ -408,6 +408,13 @@ int cluster_free_nodes(const struct cluster *c)
     return c->coord ? rdzv_coord_free_nodes(c->coord) : 0;
 }
 
+int cluster_job_fits(const struct cluster *c, int nodes_min, bool alone_short, struct gpt_err *err)
+{
+    if (!c->coord)
+        return gpt_err_set(err, -EAGAIN, NULL, "this gptd is not the cluster's coordinator");
+    return rdzv_coord_job_fits(c->coord, nodes_min, alone_short, err);
+}
+
 void cluster_set_queued(struct cluster *c, int queued)
 {
     if (c->coord)

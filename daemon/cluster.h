@@ -160,7 +160,8 @@ uint64_t cluster_feed_seq(const struct cluster *c);
 
 /* Coordinator: runs / stops a job on the cluster (see rdzv_coord_job_*):
  * several run at once on disjoint nodes; -EAGAIN (err: "needs N nodes, M
- * free") when other jobs run and too few nodes are free. */
+ * free") when other jobs run and too few nodes are free, -ENOSPC (err:
+ * "needs N nodes, cluster has M") when the cluster has fewer than N. */
 int cluster_job_start(struct cluster *c, int64_t job, uid_t owner, const char *spec_json,
                       int nodes_min, int nodes_max, int max_restarts, int wait_timeout_s,
                       struct gpt_err *err);
@@ -182,6 +183,10 @@ int cluster_job_resume(struct cluster *c, int64_t job, uid_t owner, uint64_t tok
 void cluster_job_stop(struct cluster *c, int64_t job);
 /* Coordinator: nodes a job could be placed on now (0 on a member). */
 int cluster_free_nodes(const struct cluster *c);
+/* Coordinator: whether a job of `nodes_min` nodes can start now, as
+ * rdzv_coord_job_fits: 0, -ENOSPC (more than the cluster has) or -EAGAIN
+ * (too few free; on a member always), err saying why. */
+int cluster_job_fits(const struct cluster *c, int nodes_min, bool alone_short, struct gpt_err *err);
 /* Coordinator: jobs waiting in the queue for nodes (running jobs do not
  * grow while any does). */
 void cluster_set_queued(struct cluster *c, int queued);

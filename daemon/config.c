@@ -74,6 +74,14 @@ static const struct config_option config_options[] = {
             "Control connections served at once; further connections are refused."),
     OPT_NUM(max_queued_jobs, CONFIG_T_INT, "1000", 1, 1000000, true,
             "Jobs waiting in the queue; a submit beyond it fails with \"limit\"."),
+    OPT_NUM(max_queued_jobs_per_uid, CONFIG_T_INT, "100", 1, 1000000, true,
+            "Jobs one user (uid) may have waiting in the queue (queued, not yet\n"
+            "running), so that one user cannot fill max_queued_jobs; a submit or\n"
+            "resume beyond it fails with \"limit\" naming this option. Root is exempt."),
+    OPT_NUM(user_max_priority, CONFIG_T_INT, "0", -1000000, 1000000, true,
+            "Highest `gptctl submit --priority` a user other than root may ask for,\n"
+            "so that no user can put their jobs ahead of everyone else's; a submit\n"
+            "above it is refused naming this option. Root may submit with any."),
     OPT_NUM(max_followers_per_job, CONFIG_T_INT, "32", 1, 100000, true,
             "Clients following one job's logs at once."),
     OPT_NUM(client_output_max_bytes, CONFIG_T_SIZE, "4194304", 4096, INT64_C(1) << 32, true,

@@ -34,6 +34,8 @@ struct config {
     int workers;
     int max_clients;
     int max_queued_jobs;
+    int max_queued_jobs_per_uid; /* queued jobs of one uid (root: no cap) */
+    int user_max_priority;       /* the highest priority a uid but root may submit with */
     int max_followers_per_job;
     int64_t client_output_max_bytes;
     int max_clients_per_uid;   /* control connections one uid may hold */

@@ -126,6 +126,7 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_QUEUE] = "SELECT id FROM jobs WHERE state = 'queued' ORDER BY priority DESC,"
                         " id ASC LIMIT ?",
     [DB_ST_JOB_COUNT] = "SELECT count(*) FROM jobs WHERE state = ?",
+    [DB_ST_JOB_COUNT_OWNED] = "SELECT count(*) FROM jobs WHERE state = ? AND owner_uid = ?",
     [DB_ST_JOB_LIST] = "SELECT " DB_JOB_COLS " FROM jobs ORDER BY id DESC LIMIT ?",
     [DB_ST_JOB_PROGRESS] =
         "UPDATE jobs SET step = max(step, ?2), max_steps = CASE WHEN ?3 > 0 THEN ?3 ELSE max_steps"
@@ -623,6 +624,23 @@ int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err)
     if (!s)
         return rc;
     sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        *ret_n = sqlite3_column_int64(s, 0);
+    else
+        rc = db_fail(db, err, src, "count jobs");
+    sqlite3_reset(s);
+    return rc;
+}
+
+int db_job_count_owned(struct db *db, int state, uid_t owner, int64_t *ret_n, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_COUNT_OWNED, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, owner);
     int src = sqlite3_step(s);
     if (src == SQLITE_ROW)
         *ret_n = sqlite3_column_int64(s, 0);

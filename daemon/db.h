@@ -122,6 +122,8 @@ int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err);
 int db_job_queue(struct db *db, int64_t *ids, int max, int *ret_n, struct gpt_err *err);
 /* Number of jobs in `state`. */
 int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err);
+/* Number of jobs in `state` that `owner` owns. */
+int db_job_count_owned(struct db *db, int state, uid_t owner, int64_t *ret_n, struct gpt_err *err);
 /* Calls fn for each job (newest first, at most `limit`), spec_json NULL. */
 int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_job *j), void *ctx,
                 struct gpt_err *err);

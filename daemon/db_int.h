@@ -25,6 +25,7 @@ enum db_stmt {
     DB_ST_JOB_NEXT,
     DB_ST_JOB_QUEUE,
     DB_ST_JOB_COUNT,
+    DB_ST_JOB_COUNT_OWNED,
     DB_ST_JOB_LIST,
     DB_ST_JOB_PROGRESS,
     DB_ST_RUN_INSERT,

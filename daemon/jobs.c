@@ -314,7 +314,7 @@ static int jobs_start_elastic(struct jobs *js, struct jobs_run *run, const struc
     return 0;
 }
 
-int jobs_start(struct jobs *js, int64_t id, struct gpt_err *ret_err)
+int jobs_start(struct jobs *js, int64_t id, bool alone_short, struct gpt_err *ret_err)
 {
     struct gpt_err err;
     gpt_err_clear(&err);
@@ -336,22 +336,18 @@ int jobs_start(struct jobs *js, int64_t id, struct gpt_err *ret_err)
     rc = gpt_jobspec_parse(j.spec_json, strlen(j.spec_json), NULL, 0, &run->spec, &err);
     if (rc < 0)
         goto fail;
-    /* Beside other jobs it needs its `min` free nodes; alone it takes what
-     * there is and waits for more (distributed.wait_timeout_s). */
-    int nmin = run->spec.distributed.nodes_min > 0 ? run->spec.distributed.nodes_min : 1;
-    int nfree = cluster_free_nodes(js->cluster);
-    if (js->nruns >= RDZV_JOBS_MAX) {
-        gpt_err_set(ret_err, -EAGAIN, NULL, "%d jobs run (the most at once)", js->nruns);
+    /* Beside other jobs it needs its `min` free nodes; alone (when
+     * alone_short) it takes what there is and waits for more
+     * (distributed.wait_timeout_s). Checked before anything is prepared: a
+     * job that does not fit stays queued, unchanged. */
+    if (js->nruns >= RDZV_JOBS_MAX)
+        rc = gpt_err_set(ret_err, -EAGAIN, NULL, "%d jobs run (the most at once)", js->nruns);
+    else
+        rc = cluster_job_fits(js->cluster, run->spec.distributed.nodes_min, alone_short, ret_err);
+    if (rc < 0) {
         free(run);
         db_job_done(&j);
-        return -EAGAIN;
-    }
-    if (js->runs && nfree < nmin) {
-        gpt_err_set(ret_err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin, nmin == 1 ? "" : "s",
-                    nfree);
-        free(run);
-        db_job_done(&j);
-        return -EAGAIN;
+        return rc;
     }
     if (j.resume_snapshot > 0) {
         rc = db_snapshot_get(js->db, j.resume_snapshot, &chosen, &err);

@@ -7,7 +7,9 @@
  * jobs run at once, each on its own nodes of the cluster; the queue is
  * ordered by priority (higher first), then FIFO, and served in that order:
  * the head starts once its `min` nodes are free (or at once when nothing
- * runs), and the jobs behind it wait (no job passes a waiting one).
+ * runs), and the jobs behind it wait (no job passes a waiting one). A job
+ * whose `min` is more than the cluster's alive nodes does not wait at the
+ * head: the jobs behind it are served meanwhile (jobs_sched.c).
  *
  * Jobs run on the cluster's worlds (daemon/cluster.h, daemon/rdzv.h): on
  * the coordinator (every gptd is one, of its own loopback cluster, unless
@@ -49,7 +51,10 @@ int jobs_new(uv_loop_t *loop, struct db *db, const struct config *cfg, struct co
  * loop iteration); while jobs wait, looks again every second. */
 void jobs_schedule(struct jobs *js);
 
-/* Adds a validated job to the queue. Returns its id. */
+/* Adds a validated job to the queue. Returns its id. Refuses (-EPERM) a
+ * priority above user_max_priority unless `owner` is root, and
+ * (-GPT_E_LIMIT) a job beyond max_queued_jobs or, unless `owner` is root,
+ * beyond max_queued_jobs_per_uid. */
 int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                 int64_t *ret_id, struct gpt_err *err);
 
@@ -61,9 +66,10 @@ int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err);
 /* Queues a finished job again, to continue from snapshot `snapshot_id`
  * (0 = its newest valid snapshot), with `overrides` (an object of the keys
  * a resume may change, or NULL) applied to its spec; refuses a resume with
- * nothing left to train. *ret_plan (when non-NULL) gets the plan
- * (resume_plan_json) on success. The caller (handler_dispatch) has checked
- * that `who` is the owner or root. */
+ * nothing left to train, and one beyond max_queued_jobs or, unless `who`
+ * is root, the owner's max_queued_jobs_per_uid. *ret_plan (when non-NULL)
+ * gets the plan (resume_plan_json) on success. The caller
+ * (handler_dispatch) has checked that `who` is the owner or root. */
 int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *overrides,
                 uid_t who, json_t **ret_plan, struct gpt_err *err);
 
@@ -74,8 +80,9 @@ json_t *jobs_running_json(const struct jobs *js);
 /* Whether job `job` runs. */
 bool jobs_runs(const struct jobs *js, int64_t job);
 /* A queued job's place in the queue (1: the next to start) and what it
- * waits for ("needs 2 nodes, 1 free"), as of the last scheduler pass:
- * 0 and *why unset when the job is not known to wait. */
+ * waits for ("needs 2 nodes, 1 free", "needs 3 nodes, cluster has 2"), as
+ * of the last scheduler pass: 0 and *why unset when the job is not known
+ * to wait. */
 int jobs_queue_position(const struct jobs *js, int64_t job, const char **why);
 
 /* Starts a `logs` stream on a client (validated request fields). */

@@ -69,10 +69,11 @@ void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, cons
 /* Ends the followers of a job that has reached a final state. */
 void jobs_fanout_end(struct jobs *js, int64_t job);
 
-/* jobs.c: starts queued job `id` on the cluster. 0; -EAGAIN (err says
- * why) when too few nodes are free, the job stays queued; other errors
- * mark the job failed. */
-int jobs_start(struct jobs *js, int64_t id, struct gpt_err *err);
+/* jobs.c: starts queued job `id` on the cluster. 0; -EAGAIN (too few
+ * nodes free) or -ENOSPC (the cluster has fewer than its `min`), err
+ * saying why, when it does not fit: the job stays queued (see
+ * cluster_job_fits for `alone_short`); other errors mark the job failed. */
+int jobs_start(struct jobs *js, int64_t id, bool alone_short, struct gpt_err *err);
 /* The running job `job`, NULL when it does not run. */
 struct jobs_run *jobs_find(const struct jobs *js, int64_t job);
 

@@ -17,7 +17,10 @@
 #include "resume_plan.h"
 #include "statedir.h"
 
-static int jobs_queue_room(struct jobs *js, struct gpt_err *err)
+/* Room in the queue for one more job of `owner`, queued by `who` (the
+ * owner, or root for someone else's resume): max_queued_jobs in all, and
+ * max_queued_jobs_per_uid of the owner's own unless root queues it. */
+static int jobs_queue_room(struct jobs *js, uid_t owner, uid_t who, struct gpt_err *err)
 {
     int64_t n = 0;
     int rc = db_job_count(js->db, DB_JOB_QUEUED, &n, err);
@@ -26,13 +29,37 @@ static int jobs_queue_room(struct jobs *js, struct gpt_err *err)
     if (n >= js->cfg->max_queued_jobs)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "%lld jobs are queued (max_queued_jobs)",
                            (long long)n);
+    if (who == 0)
+        return 0;
+    rc = db_job_count_owned(js->db, DB_JOB_QUEUED, owner, &n, err);
+    if (rc < 0)
+        return rc;
+    if (n >= js->cfg->max_queued_jobs_per_uid)
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL,
+                           "uid %u already has %lld jobs queued (max_queued_jobs_per_uid = %d)",
+                           (unsigned)owner, (long long)n, js->cfg->max_queued_jobs_per_uid);
     return 0;
+}
+
+/* A priority above user_max_priority puts a job ahead of other users'
+ * jobs: only root may ask for one. */
+static int jobs_priority_check(const struct jobs *js, uid_t owner, int64_t priority,
+                               struct gpt_err *err)
+{
+    if (owner == 0 || priority <= js->cfg->user_max_priority)
+        return 0;
+    return gpt_err_set(err, -EPERM, "priority",
+                       "priority %lld is above user_max_priority (%d); only root may submit"
+                       " above it",
+                       (long long)priority, js->cfg->user_max_priority);
 }
 
 int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                 int64_t *ret_id, struct gpt_err *err)
 {
-    int rc = jobs_queue_room(js, err);
+    int rc = jobs_priority_check(js, owner, priority, err);
+    if (rc == 0)
+        rc = jobs_queue_room(js, owner, owner, err);
     if (rc < 0)
         return rc;
     if (!fsid_can_act_as(owner)) /* the job's files are opened as `owner` (fsid.h) */
@@ -145,7 +172,7 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *
         from = s.step;
     }
     if ((rc = resume_plan_make(js->db, &j, from, overrides, &plan, err)) < 0 ||
-        (rc = jobs_queue_room(js, err)) < 0)
+        (rc = jobs_queue_room(js, j.owner_uid, who, err)) < 0)
         goto out;
     rc = db_begin(js->db, err);
     if (rc == 0 && plan.spec_json)

@@ -3,11 +3,16 @@
  * queue in the order it is served (priority, then FIFO) and starts each
  * job in turn on the cluster's free nodes (jobs_start) until one does not
  * fit: that one and every job behind it wait, and the pass records why
- * (`gptctl list`: "queued #2: needs 2 nodes, 1 free"). The round protocol
- * hears how many wait (cluster_set_queued): running jobs grow into free
- * nodes only while none does. A pass runs after every submit, resume and
- * job end, and every second while jobs wait (nodes come and go). Owns
- * jobs.waits. Loop thread.
+ * (`gptctl list`: "queued #2: needs 2 nodes, 1 free"). A job whose `min`
+ * is more than the cluster's alive nodes is passed over instead ("needs 3
+ * nodes, cluster has 2"): no job's end would make room for it, so it must
+ * not hold up the jobs behind it. It stays queued; when nothing else runs
+ * it starts on what there is and waits for more nodes, as a job alone
+ * always has. The round protocol hears how many wait
+ * (cluster_set_queued): running jobs grow into free nodes only while none
+ * does. A pass runs after every submit, resume and job end, and every
+ * second while jobs wait (nodes come and go). Owns jobs.waits. Loop
+ * thread.
  */
 #include "jobs.h"
 #include "jobs_impl.h"
@@ -43,6 +48,19 @@ static int jobs_sched_min(struct jobs *js, int64_t id)
     return nmin;
 }
 
+/* Job `id`, the first of the pass that the cluster is too small for, when
+ * nothing else started: starts it on what there is, to wait for more (as a
+ * job alone always has). Whether it started. */
+static bool jobs_sched_start_short(struct jobs *js, int64_t id)
+{
+    if (!id || js->runs || js->shutting_down)
+        return false;
+    struct gpt_err err;
+    gpt_err_clear(&err);
+    int rc = jobs_start(js, id, true, &err);
+    return rc != -EAGAIN && rc != -ENOSPC; /* or failed, and marked so */
+}
+
 static void jobs_on_sched(uv_timer_t *t)
 {
     struct jobs *js = t->data;
@@ -64,29 +82,53 @@ static void jobs_on_sched(uv_timer_t *t)
         return;
     }
     int nw = 0;
-    int64_t head = 0;
+    int64_t head = 0, big = 0;
     for (int i = 0; i < n && !js->shutting_down; i++) {
         struct jobs_wait *x = &w[nw];
         x->job = ids[i];
+        gpt_err_clear(&err);
+        int rc;
         if (!head) {
-            gpt_err_clear(&err);
-            int rc = jobs_start(js, ids[i], &err);
-            if (rc != -EAGAIN)
+            rc = jobs_start(js, ids[i], false, &err);
+            if (rc == -EAGAIN)
+                head = ids[i];
+            else if (rc != -ENOSPC)
                 continue; /* started, or failed (marked so): the next one */
-            head = ids[i];
+            x->nodes_min = jobs_sched_min(js, ids[i]);
             snprintf(x->why, sizeof(x->why), "%.95s", err.msg);
         } else {
-            int nmin = jobs_sched_min(js, ids[i]);
-            snprintf(x->why, sizeof(x->why), "needs %d node%s, %d free; job %lld starts first",
-                     nmin, nmin == 1 ? "" : "s", cluster_free_nodes(js->cluster), (long long)head);
+            x->nodes_min = jobs_sched_min(js, ids[i]);
+            rc = cluster_job_fits(js->cluster, x->nodes_min, false, &err);
+            if (rc == -ENOSPC) /* it waits for the cluster to grow, not for the head */
+                snprintf(x->why, sizeof(x->why), "%.95s", err.msg);
+            else
+                snprintf(x->why, sizeof(x->why), "needs %d node%s, %d free; job %lld starts first",
+                         x->nodes_min, x->nodes_min == 1 ? "" : "s",
+                         cluster_free_nodes(js->cluster), (long long)head);
         }
-        x->nodes_min = jobs_sched_min(js, ids[i]);
+        if (rc == -ENOSPC && !big)
+            big = ids[i];
         x->position = ++nw;
     }
     free(ids);
+    if (jobs_sched_start_short(js, big)) {
+        /* It left the queue: the ones behind it move up. */
+        int k = 0;
+        for (int i = 0; i < nw; i++) {
+            if (w[i].job == big)
+                continue;
+            w[k] = w[i];
+            w[k].position = k + 1;
+            k++;
+        }
+        nw = k;
+    }
     free(js->waits);
     js->waits = w;
     js->nwaits = nw;
+    /* Jobs the cluster is too small for count too: a running job that grew
+     * into the free nodes would keep them from such a job once nodes join
+     * (no job shrinks for another). */
     cluster_set_queued(js->cluster, nw);
     if (nw > 0)
         uv_timer_start(&js->sched, jobs_on_sched, JOBS_SCHED_RETRY_MS, 0);

@@ -429,10 +429,9 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
         return gpt_err_set(err, -EBUSY, NULL, "%d jobs are running (the most at once)",
                            RDZV_JOBS_MAX);
     int nmin = job->nodes_min > 0 ? job->nodes_min : 1;
-    int nfree = rdzv_coord_free_nodes(c);
-    if (c->njobs > 0 && nfree < nmin)
-        return gpt_err_set(err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin,
-                           nmin == 1 ? "" : "s", nfree);
+    int rc = rdzv_coord_job_fits(c, nmin, true, err);
+    if (rc < 0)
+        return rc;
     struct rdzv_jrun *j = calloc(1, sizeof(*j));
     char *spec = strdup(job->spec_json);
     if (!j || !spec) {

@@ -166,8 +166,8 @@ void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);
 
 /* Starts running a job on free nodes: opens its first round, placed on
  * the free nodes up to `nodes_max`. When other jobs run it needs
- * `nodes_min` free nodes: -EAGAIN otherwise, err saying how many it needs
- * and how many are free. When no job runs it starts with what there is and
+ * `nodes_min` free nodes: -EAGAIN or -ENOSPC otherwise (as
+ * rdzv_coord_job_fits). When no job runs it starts with what there is and
  * waits for more (distributed.wait_timeout_s). -EBUSY at RDZV_JOBS_MAX
  * jobs, -EEXIST when this job runs already. */
 int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
@@ -180,6 +180,18 @@ void rdzv_coord_job_stop(struct rdzv_coord *c, int64_t job, double now);
 size_t rdzv_coord_node_count(const struct rdzv_coord *c);
 /* Nodes a job could be placed on now (alive, on no job, an agent there). */
 int rdzv_coord_free_nodes(const struct rdzv_coord *c);
+/* Nodes that can run jobs, on one now or not (alive, not leaving, an agent
+ * there): the most a job could be placed on once the others end. */
+int rdzv_coord_alive_nodes(const struct rdzv_coord *c);
+/* Whether a job of `nodes_min` nodes can be placed now: 0 when it can;
+ * -ENOSPC when the cluster has fewer nodes than that (err: "needs 3 nodes,
+ * cluster has 2"): no job's end makes room, so the queue places the jobs
+ * behind it meanwhile; -EAGAIN when too few are free (err: "needs 2 nodes,
+ * 1 free"): it waits for running jobs to end. With `alone_short`, 0 as
+ * well whenever no job runs (rdzv_coord_job_start then starts it short, to
+ * wait for more nodes). Err is set only on failure. */
+int rdzv_coord_job_fits(const struct rdzv_coord *c, int nodes_min, bool alone_short,
+                        struct gpt_err *err);
 /* The first running job's id (the oldest), 0 when idle. */
 int64_t rdzv_coord_job(const struct rdzv_coord *c);
 /* Whether job `job` runs here. */

@@ -5,6 +5,7 @@
  * round protocol (rdzv_impl.h): rdzv.c decides when; this file places and
  * publishes. Single-threaded.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +14,16 @@
 #include "rdzv.h"
 #include "rdzv_impl.h"
 
+/* A node that can run jobs, on one now or not: alive, not leaving, and
+ * reporting a state (an agent runs there). */
+static bool rdzv_node_usable(const struct rdzv_cnode *nd)
+{
+    return nd->alive && !nd->left && nd->state[0];
+}
+
 bool rdzv_node_free(const struct rdzv_cnode *nd)
 {
-    return nd->alive && !nd->left && !nd->jr && nd->state[0];
+    return rdzv_node_usable(nd) && !nd->jr;
 }
 
 int rdzv_coord_free_nodes(const struct rdzv_coord *c)
@@ -24,6 +32,33 @@ int rdzv_coord_free_nodes(const struct rdzv_coord *c)
     for (size_t i = 0; i < c->n; i++)
         n += rdzv_node_free(&c->nodes[i]);
     return n;
+}
+
+int rdzv_coord_alive_nodes(const struct rdzv_coord *c)
+{
+    int n = 0;
+    for (size_t i = 0; i < c->n; i++)
+        n += rdzv_node_usable(&c->nodes[i]);
+    return n;
+}
+
+int rdzv_coord_job_fits(const struct rdzv_coord *c, int nodes_min, bool alone_short,
+                        struct gpt_err *err)
+{
+    int nmin = nodes_min > 0 ? nodes_min : 1;
+    if (alone_short && c->njobs == 0)
+        return 0; /* it takes what there is and waits for more */
+    /* More than the cluster has: no job's end makes room, only nodes
+     * joining do, so the queue places the jobs behind it meanwhile. */
+    int nalive = rdzv_coord_alive_nodes(c);
+    if (nalive < nmin)
+        return gpt_err_set(err, -ENOSPC, NULL, "needs %d node%s, cluster has %d", nmin,
+                           nmin == 1 ? "" : "s", nalive);
+    int nfree = rdzv_coord_free_nodes(c);
+    if (nfree < nmin)
+        return gpt_err_set(err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin,
+                           nmin == 1 ? "" : "s", nfree);
+    return 0;
 }
 
 int rdzv_placed_alive(const struct rdzv_coord *c, const struct rdzv_jrun *j)

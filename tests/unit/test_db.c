@@ -114,6 +114,17 @@ static void test_queue_order(void **state)
     int64_t n;
     assert_int_equal(db_job_count(f->db, DB_JOB_RUNNING, &n, &err), 0);
     assert_int_equal(n, 1);
+    /* Per owner (max_queued_jobs_per_uid): only that uid's jobs in that state. */
+    assert_int_equal(db_job_count_owned(f->db, DB_JOB_RUNNING, 1000, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(db_job_count_owned(f->db, DB_JOB_RUNNING, 1001, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(db_job_count_owned(f->db, DB_JOB_QUEUED, 1000, &n, &err), 0);
+    assert_int_equal(n, 0);
+    int64_t d = add_job(f->db, "d", 0);
+    assert_int_equal(db_job_count_owned(f->db, DB_JOB_QUEUED, 1000, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(db_job_set_state(f->db, d, DB_JOB_CANCELLED, NULL, 4.5, &err), 0);
 
     /* Start-up: the running job goes back to the queue, marked to resume. */
     assert_int_equal(db_jobs_requeue_running(f->db, 5.0, &err), 1);

@@ -4,9 +4,10 @@
  * nodes with rounds of their own numbers, each node reads its own job's
  * round (rdzv/n/<id>, with "me" once in a world); a job that does not fit
  * beside others is refused with how many nodes it needs and how many are
- * free; a node that dies re-forms only the job on it; a job's end frees its
- * nodes; a running job short of max takes free nodes in only while no job
- * waits in the queue.
+ * free, and one the cluster is too small for with how many it has; a node
+ * that dies re-forms only the job on it; a job's end frees its nodes; a
+ * running job short of max takes free nodes in only while no job waits in
+ * the queue.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -313,6 +314,61 @@ static void test_alone_starts_short(void **state)
     assert_int_equal(doc_int('b', "job"), 1);
 }
 
+/* A job whose min is more than the cluster's alive nodes is refused with
+ * -ENOSPC and how many the cluster has (the queue passes over it), not
+ * -EAGAIN as one that waits for running jobs to end; a dead node does not
+ * count; the smaller job behind it is placed at once. */
+static void test_cluster_too_small(void **state)
+{
+    struct rdzv_coord *c = *state;
+    struct gpt_err err;
+    report(c, 0, 'a', "idle", 0);
+    report(c, 0, 'b', "idle", 0);
+    report(c, 0, 'c', "idle", 0);
+    assert_int_equal(start(c, 0.1, 1, 1, 1, &err), 0);
+    report(c, 0.1, 'a', "joined", 0);
+    assert_int_equal(rdzv_coord_alive_nodes(c), 3);
+    assert_int_equal(start(c, 0.2, 2, 4, 4, &err), -ENOSPC);
+    assert_string_equal(err.msg, "needs 4 nodes, cluster has 3");
+    assert_string_equal(placement(c), "a=1 b= c=");
+
+    /* c goes silent: dead, it no longer counts. */
+    for (double t = 0.5; t < 5; t += 0.5) {
+        report(c, t, 'a', "running", 0);
+        report(c, t, 'b', "idle", 0);
+    }
+    assert_int_equal(rdzv_coord_alive_nodes(c), 2);
+    assert_int_equal(rdzv_coord_free_nodes(c), 1);
+    assert_int_equal(start(c, 5, 2, 3, 3, &err), -ENOSPC);
+    assert_string_equal(err.msg, "needs 3 nodes, cluster has 2");
+    assert_false(rdzv_coord_job_runs(c, 2));
+    /* Within the cluster's size it waits for free nodes, as before. */
+    assert_int_equal(rdzv_coord_job_fits(c, 2, false, &err), -EAGAIN);
+    assert_string_equal(err.msg, "needs 2 nodes, 1 free");
+    /* The job behind the one passed over is placed on the free node. */
+    assert_int_equal(rdzv_coord_job_fits(c, 1, false, &err), 0);
+    assert_int_equal(start(c, 5, 3, 1, 1, &err), 0);
+    assert_string_equal(placement(c), "a=1 b=3 c=");
+    assert_int_equal(rdzv_coord_job_count(c), 2);
+}
+
+/* Nothing runs: a job the cluster is too small for is -ENOSPC to the
+ * queue's pass (so the jobs behind it go first), and still starts short,
+ * to wait for more nodes, when asked to alone. */
+static void test_alone_too_small(void **state)
+{
+    struct rdzv_coord *c = *state;
+    struct gpt_err err;
+    report(c, 0, 'a', "idle", 0);
+    assert_int_equal(rdzv_coord_job_fits(c, 2, false, &err), -ENOSPC);
+    assert_string_equal(err.msg, "needs 2 nodes, cluster has 1");
+    assert_int_equal(rdzv_coord_job_fits(c, 1, false, &err), 0);
+    assert_int_equal(rdzv_coord_job_fits(c, 2, true, &err), 0);
+    assert_int_equal(start(c, 0.1, 1, 2, 2, &err), 0);
+    rdzv_coord_tick(c, 1.5);
+    assert_string_equal(doc_phase('a'), "waiting");
+}
+
 /* A job is placed first on the free nodes that recorded the snapshot it
  * resumes from (each node resumes from its own copy), then on any: a job
  * of 2 nodes whose snapshot c and d hold takes c and d, not a and b. */
@@ -351,6 +407,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_growth_yields_to_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alone_starts_short, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_holders_first, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_too_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alone_too_small, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
