@@ -713,8 +713,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
              * then its bf16 copy written) and the output copy (fp32) read,
              * D written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats +
-                        4.0 * bh * nq,
+                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq,
                     "rows=%zu hs=%zu%s", p.lse_floats, p.hs, dob ? " bf16 dout" : "");
             /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
              * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
@@ -790,7 +789,8 @@ static void rec_residual_forward(struct gpt_backend *be, float *out, const float
 }
 
 /* As cuda_softmax_xent: logits read as bf16 when current; dlogits in
- * place, bf16 only where allowed; after a loss call one pass. */
+ * place, bf16 only where allowed; after a loss call one pass; dlogits
+ * without one keep the row in shared memory where it fits: one read. */
 static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                              int write_dlogits)
@@ -811,12 +811,15 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
         rec_wrote(r, losses, N * sizeof(float));
     if (own)
         rec_owned(r, logits, n);
+    int staged =
+        write_dlogits && !have_loss && gpt_cuda_plan_xent_stage(Vp, lb ? 2 : 4, REC_SMEM_OPTIN) > 0;
     double nv = (double)N * (double)Vp, es = lb ? 2.0 : 4.0;
     /* Reads: the reduction pass (none after a loss call), then the write
-     * pass reads again; writes: dlogits fp32 (unless owned) and bf16. */
+     * pass reads again (from shared memory when staged); writes: dlogits
+     * fp32 (unless owned) and bf16. */
     double bytes = (have_loss ? 0 : es * nv) + 4.0 * N;
     if (write_dlogits)
-        bytes += es * nv + (own ? 0 : 4.0 * nv) + (db ? 2.0 * nv : 0);
+        bytes += (staged ? 0 : es * nv) + (own ? 0 : 4.0 * nv) + (db ? 2.0 * nv : 0);
     rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32,
             (have_loss ? 0 : 4.0 * (double)N * V) + (write_dlogits ? 3.0 * (double)N * V : 0),
             bytes, "N=%zu V=%zu%s%s%s", N, V, lb ? " bf16" : "",
@@ -824,7 +827,9 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
                              : db ? " ->f32+bf16"
                                   : " ->f32")
                           : "",
-            have_loss ? " 1-pass" : "");
+            have_loss ? " 1-pass"
+            : staged  ? " 1-read"
+                      : "");
 }
 
 static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
@@ -996,7 +1001,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
     for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
         r->n = 0; /* keep only the last (steady-state) step */
         gpt_model_zero_grad(&m);
-        if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||
+        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
@@ -1238,7 +1243,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     for (int s = -WARMUP; s < steps && rc == 0; s++) {
         double t0 = now_s();
         gpt_model_zero_grad(&m);
-        if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||
+        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));

@@ -98,6 +98,10 @@ struct gpt_model_acts {
     size_t B, T;
     size_t n_valid;
     int have_targets; /* a forward with targets ran and backward has not */
+    /* That forward was gpt_model_forward_train: the logits buffer already
+     * holds dlogits for backward's loss_scale of dlogits_scale. */
+    int have_dlogits;
+    float dlogits_scale;
 };
 
 static size_t model_round_up(size_t x, size_t to)
@@ -523,8 +527,10 @@ double gpt_model_flops_per_token(const struct gpt_model *m, size_t T)
     return 6.0 * N + 12.0 * m->cfg.n_layer * (double)C * (double)T;
 }
 
-int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
-                      size_t T, float *ret_loss)
+/* The forward; train: the classifier writes dlogits for loss_scale in
+ * the pass that computes the loss (targets required). */
+static int model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                         size_t T, int train, float loss_scale, float *ret_loss)
 {
     GPT_ASSERT(m && m->acts && inputs);
     struct gpt_model_acts *a = m->acts;
@@ -544,6 +550,7 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
         }
     }
     a->have_targets = 0;
+    a->have_dlogits = 0;
     /* Re-carve for this (B, T) so each layer's slice is packed. */
     model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
     a->B = B;
@@ -612,7 +619,10 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
     rc = gpt_backend_upload(be, a->targets, targets, N * sizeof(int));
     if (rc < 0)
         return rc;
-    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, 0.0f, 0);
+    /* Training: loss and dlogits in one pass over the vocabulary, with
+     * backward's scale (the logits are not needed again). */
+    float dscale = train && n_valid ? loss_scale / (float)n_valid : 0.0f;
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale, train);
     rc = gpt_backend_download(be, a->host_losses, a->losses, N * sizeof(float));
     if (rc < 0)
         return rc;
@@ -621,9 +631,24 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
         sum += a->host_losses[i];
     a->n_valid = n_valid;
     a->have_targets = 1;
+    a->have_dlogits = train;
+    a->dlogits_scale = loss_scale;
     if (ret_loss)
         *ret_loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
     return 0;
+}
+
+int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                      size_t T, float *ret_loss)
+{
+    return model_forward(m, inputs, targets, B, T, 0, 0.0f, ret_loss);
+}
+
+int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                            size_t T, float loss_scale, float *ret_loss)
+{
+    GPT_ASSERT(targets);
+    return model_forward(m, inputs, targets, B, T, 1, loss_scale, ret_loss);
 }
 
 static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
@@ -642,6 +667,10 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     struct gpt_backend *be = m->be;
     if (!a->have_targets)
         return -EINVAL;
+    /* The dlogits of a training forward are for the scale it was given
+     * (compared as bits: the caller passes the same value). */
+    if (a->have_dlogits && memcmp(&a->dlogits_scale, &loss_scale, sizeof(float)) != 0)
+        return -EINVAL;
     a->have_targets = 0; /* the logits buffer becomes dlogits */
     size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
     size_t V = (size_t)m->cfg.vocab_size, Vp = m->Vp;
@@ -649,9 +678,12 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
 
     int rc;
-    /* The forward's losses are still there: one pass (GPT_XENT_AFTER_LOSS). */
-    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
-                             GPT_XENT_AFTER_LOSS);
+    /* After a training forward the dlogits are there; else the forward's
+     * losses are: one pass (GPT_XENT_AFTER_LOSS). */
+    if (!a->have_dlogits)
+        gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
+                                 GPT_XENT_AFTER_LOSS);
+    a->have_dlogits = 0;
     float *dlogits = a->logits; /* (B,T,Vp) */
     /* Unit 0 (the embeddings) stays acquired through the whole backward:
      * the tied head writes its gradient first, the encoder last. */

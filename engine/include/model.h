@@ -151,6 +151,15 @@ void gpt_model_init_weights(struct gpt_model *m, uint64_t seed);
 int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
                       size_t T, float *ret_loss);
 
+/* gpt_model_forward with targets for a training step: the classifier
+ * computes the loss and the dlogits for `loss_scale` in one pass over the
+ * vocabulary, so the backward that must follow (gpt_model_backward with
+ * the same loss_scale, else it returns -EINVAL) starts from them. The
+ * logits are not kept (gpt_model_logits then reads dlogits). Loss and
+ * gradients are those of gpt_model_forward then gpt_model_backward. */
+int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                            size_t T, float loss_scale, float *ret_loss);
+
 /* Logits of the last forward, (B, T, Vp), backend memory. */
 const float *gpt_model_logits(const struct gpt_model *m);
 

@@ -860,9 +860,8 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
     }
     snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: dc downloaded", B, T, C, NH);
     report("bf16_only", tag, pair_err(&rdc, NULL, NULL));
-    struct pair *all[] = {&act, &qkv0, &x,    &lw,   &lb,      &mean, &rstd,     &ln,
-                          &w,   &dy,   &dw,   &dqkv, &dres,    &dlw,  &dlb,      &att,
-                          &scratch, &attc, &scratchc};
+    struct pair *all[] = {&act, &qkv0, &x,    &lw,  &lb,  &mean, &rstd,    &ln,   &w,       &dy,
+                          &dw,  &dqkv, &dres, &dlw, &dlb, &att,  &scratch, &attc, &scratchc};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -871,8 +870,11 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
  * product, the loss and the one-pass dlogits read them as bf16 and write
  * the dlogits bf16 only in place, and the head's backward products read
  * those. Round 0 creates the slab's bf16 copy; round 1 checks the state,
- * then downloads the dlogits; both check the losses and the products. */
-static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp)
+ * then downloads the dlogits; both check the losses and the products.
+ * fused: the training forward's way instead, one call that writes the
+ * losses and the dlogits (the row kept in shared memory between its
+ * passes where it fits). */
+static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp, int fused)
 {
     char tag[96];
     int *t = malloc(N * sizeof(int)), *tc, *tg;
@@ -893,14 +895,19 @@ static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp)
             int g = k == 1;
 #define P(pr) (g ? (pr).g : (pr).c)
             gpt_backend_matmul_forward(be, P(lg), P(lnf), P(wte), NULL, N, C, Vp);
-            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 0.0f, 0);
-            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 1.0f / (float)N,
-                                     GPT_XENT_AFTER_LOSS);
+            if (fused) {
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp,
+                                         1.0f / (float)N, 1);
+            } else {
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 0.0f, 0);
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp,
+                                         1.0f / (float)N, GPT_XENT_AFTER_LOSS);
+            }
             gpt_backend_memzero(be, P(dwte), Vp * C * sizeof(float));
             gpt_backend_matmul_backward(be, P(dc), P(dwte), NULL, P(lg), P(lnf), P(wte), N, C, Vp);
 #undef P
         }
-        snprintf(tag, sizeof(tag), "N%zu V%zu round %d", N, V, round);
+        snprintf(tag, sizeof(tag), "N%zu V%zu round %d%s", N, V, round, fused ? " fused" : "");
         if (round == 1)
             report("bf16_only_state", "dlogits bf16 only",
                    !gpt_cuda_backend_bf16_only(gpu, lg.g, lg.n * sizeof(float)));
@@ -962,6 +969,9 @@ int main(void)
     test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
     test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
+    /* fp32 rows past the shared-memory stage (60032 * 4 bytes > 227 KiB):
+     * dlogits without a loss call read the row twice. */
+    test_xent(16, 60000, 60032);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
@@ -1024,10 +1034,12 @@ int main(void)
     test_bf16_weights(1024, 768, 3072);
     test_bf16_only(256, 64, 192);
     test_bf16_only(1024, 768, 3072);
-    test_bf16_only_xent(256, 64, 1000, 1024);
+    test_bf16_only_xent(256, 64, 1000, 1024, 0);
+    test_bf16_only_xent(256, 64, 1000, 1024, 1);
     test_bf16_only_dout(2, 256, 384, 6);
     test_bf16_only_dout(1, 200, 256, 2);
-    test_bf16_only_xent(64, 768, 50257, 50304);
+    test_bf16_only_xent(64, 768, 50257, 50304, 0);
+    test_bf16_only_xent(64, 768, 50257, 50304, 1);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 

@@ -358,6 +358,56 @@ static void test_grad_accumulation(void **state)
     free(g1), free(g2);
 }
 
+/* The training forward (loss and dlogits in the classifier's one call)
+ * gives the bits of a forward then the backward's own classifier pass:
+ * the losses and the gradients accumulated over two micro-steps of other
+ * shapes and scales. A backward at another scale than its forward's is
+ * refused, and the forward it follows stays usable. */
+static void test_forward_train(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t n = m->n_params;
+    random_params(s, 21);
+    float *g[2] = {calloc(n, sizeof(float)), calloc(n, sizeof(float))};
+    float loss[2][2];
+    assert_non_null(g[0]);
+    assert_non_null(g[1]);
+    static const float scale[2] = {0.75f, 0.3f};
+    static const size_t Bs[2] = {2, 1}, Ts[2] = {8, 5};
+    for (int train = 0; train < 2; train++) {
+        gpt_model_zero_grad(m);
+        for (int k = 0; k < 2; k++) {
+            const int *x = tok_a + 3 * k, *y = tgt_a + 3 * k;
+            float *l = &loss[train][k];
+            if (train)
+                assert_int_equal(gpt_model_forward_train(m, x, y, Bs[k], Ts[k], scale[k], l), 0);
+            else
+                assert_int_equal(gpt_model_forward(m, x, y, Bs[k], Ts[k], l), 0);
+            assert_int_equal(gpt_model_backward(m, scale[k]), 0);
+        }
+        gpt_backend_download(s->be, g[train], m->grads, n * sizeof(float));
+    }
+    assert_true(loss[0][0] > 0.0f && loss[0][1] > 0.0f);
+    assert_memory_equal(loss[0], loss[1], sizeof(loss[0]));
+    assert_memory_equal(g[0], g[1], n * sizeof(float));
+    double g2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        g2 += (double)g[0][i] * g[0][i];
+    assert_true(g2 > 0.0);
+
+    float l;
+    assert_int_equal(gpt_model_forward_train(m, tok_a, tgt_a, 2, 8, 0.5f, &l), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), -EINVAL);
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_backward(m, 0.5f), 0);
+    assert_int_equal(gpt_model_backward(m, 0.5f), -EINVAL); /* consumed */
+    /* An evaluation forward after a training one: the same loss. */
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, &l), 0);
+    assert_memory_equal(&l, &loss[0][0], sizeof(l));
+    free(g[0]), free(g[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_padded_vocab),
         cmocka_unit_test(test_grads_ready_order),
         cmocka_unit_test(test_grad_accumulation),
+        cmocka_unit_test(test_forward_train),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

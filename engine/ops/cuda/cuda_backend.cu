@@ -551,7 +551,10 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
  * bf16 only), and the dlogits are written in place as bf16 only where the
  * shadow rules allow (the head's backward products read nothing else), so
  * no fp32 (N, Vp) tensor is read or written. With GPT_XENT_AFTER_LOSS the
- * losses of the forward call give each row's log-sum-exp: one pass. */
+ * losses of the forward call give each row's log-sum-exp: one pass. A
+ * call that writes dlogits otherwise (the training forward's loss and
+ * dlogits together) keeps each row in shared memory between its two
+ * passes where it fits (gpt_cuda_plan_xent_stage): one read as well. */
 static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                               const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                               int write_dlogits)
@@ -570,8 +573,13 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
         cu_f32(cb, losses, N * sizeof(float));
     else
         cu_shd_wrote(cb, losses, N * sizeof(float));
-    cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db, losses, targets,
-                     N, V, Vp, dscale, write_dlogits, have_loss);
+    size_t stage =
+        write_dlogits && !have_loss ? gpt_cuda_plan_xent_stage(Vp, lb ? 2 : 4, cb->smem_optin) : 0;
+    cudaError_t e = cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db,
+                                     losses, targets, N, V, Vp, dscale, write_dlogits, have_loss,
+                                     stage);
+    if (e != cudaSuccess)
+        (void)cu_ret(cb, e, "softmax_xent smem");
     cu_check(cb, "softmax_xent");
     if (own)
         cu_shd_owned(cb, logits, n);

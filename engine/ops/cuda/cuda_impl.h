@@ -266,11 +266,15 @@ void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const floa
  * to losses gives the row's log-sum-exp (lse = loss + z_t: no reduction
  * pass); then (write_dlogits) dlogits over all Vp columns, as fp32 in
  * dlogits and/or bf16 in dlogits_bf (either may be NULL; each may be the
- * logits' own buffer: written in place). */
-void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
-                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
-                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits,
-                      int have_loss);
+ * logits' own buffer: written in place). stage_bytes:
+ * gpt_cuda_plan_xent_stage's answer for the logits' element size, or 0;
+ * a call that writes dlogits without have_loss then reads each row from
+ * DRAM once (an error of the shared-memory opt-in is returned, nothing
+ * launched). */
+cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                             float *dlogits, uint16_t *dlogits_bf, float *losses,
+                             const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                             int write_dlogits, int have_loss, size_t stage_bytes);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
  * gpt_bf16_sr_bits(seed, stream, index0 + i). */

@@ -744,7 +744,13 @@ __device__ __forceinline__ float xent_in(const float *lf, const uint16_t *lb, si
  * in place over all Vp columns as fp32 (of) and/or bf16 (ob). The logits
  * are read from lf (fp32) or, when it is NULL, from lb (bf16); of may be
  * lf and ob may be lb (each element is read before it is written, by the
- * same thread). Ignored rows (target < 0) get loss 0 and a zero row. */
+ * same thread). Ignored rows (target < 0) get loss 0 and a zero row.
+ * STAGE (write without have_loss; dynamic shared memory of V elements of
+ * the input's type, gpt_cuda_plan_xent_stage): the reduction pass keeps
+ * the row as read in shared memory and the write pass reads it from
+ * there, the same values in the same order, so the logits leave DRAM
+ * once. Each thread reads back only the elements it stored. */
+template <bool STAGE>
 __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *of, uint16_t *ob,
                                     float *losses, const int *targets, size_t V, size_t Vp,
                                     float dscale, int write, int have_loss)
@@ -776,10 +782,23 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
          * (block-uniform branch: have_loss is an argument). */
         __syncthreads();
     } else {
+        extern __shared__ __align__(16) unsigned char xent_row[];
+        float *sf = STAGE && rf ? (float *)xent_row : NULL;
+        uint16_t *sb = STAGE && !rf ? (uint16_t *)xent_row : NULL;
         m = -INFINITY;
         s = 0.0f;
         for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
-            float x = xent_in(rf, rb, j);
+            float x;
+            if (STAGE && rf) {
+                x = rf[j];
+                sf[j] = x;
+            } else if (STAGE) {
+                uint16_t h = rb[j];
+                sb[j] = h;
+                x = gpt_bf16_to_float(h);
+            } else {
+                x = xent_in(rf, rb, j);
+            }
             if (x > m) {
                 s = s * expf(m - x) + 1.0f;
                 m = x;
@@ -790,6 +809,10 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
         block_online(m, s);
         if (losses && threadIdx.x == 0)
             losses[n] = logf(s) - (zt - m);
+        if (STAGE) {
+            rf = sf;
+            rb = sb;
+        }
     }
     if (!write)
         return;
@@ -808,16 +831,29 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     }
 }
 
-void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
-                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
-                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits, int have_loss)
+cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                             float *dlogits, uint16_t *dlogits_bf, float *losses,
+                             const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                             int write_dlogits, int have_loss, size_t stage_bytes)
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
-    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(
-        logits, logits ? NULL : logits_bf, write_dlogits ? dlogits : NULL,
-        write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits,
-        have_loss);
+    const uint16_t *lb = logits ? NULL : logits_bf;
+    float *of = write_dlogits ? dlogits : NULL;
+    uint16_t *ob = write_dlogits ? dlogits_bf : NULL;
+    if (stage_bytes > 0 && write_dlogits && !have_loss) {
+        cudaError_t e = cudaFuncSetAttribute(softmax_xent_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)stage_bytes);
+        if (e != cudaSuccess)
+            return e;
+        softmax_xent_kernel<true><<<(unsigned)N, XENT_THREADS, stage_bytes, s>>>(
+            logits, lb, of, ob, losses, targets, V, Vp, dscale, write_dlogits, 0);
+        return cudaSuccess;
+    }
+    softmax_xent_kernel<false><<<(unsigned)N, XENT_THREADS, 0, s>>>(
+        logits, lb, of, ob, losses, targets, V, Vp, dscale, write_dlogits, have_loss);
+    return cudaSuccess;
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */
