@@ -648,30 +648,35 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
         if (!qb)
             rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
-        int ob = rec_out(r, out, B * T * C);
+        /* As cuda_attention_forward: out bf16 only where allowed. */
+        int own = rec_own(r, out, B * T * C);
+        int ob = own || rec_out(r, out, B * T * C);
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
+        if (own)
+            rec_owned(r, out, B * T * C);
+        double ow = own ? 4.0 * btc : 8.0 * btc; /* out (unless owned) and its copy, fp32 */
         if (qb && gpt_flash_tc_applies(p.hs)) {
             /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
              * computed pair (the live 16 x 16 groups). Bytes are DRAM
-             * bytes: q, k and v read once (bf16); out, its copy and the
-             * logsumexp written (fp32), out also as bf16. The re-reads of
+             * bytes: q, k and v read once (bf16); out (unless bf16 only),
+             * its copy and the logsumexp written (fp32), out as bf16. The re-reads of
              * k and v (once per visited tile) hit L2: the blocks of one
              * head are adjacent in the grid and run together, a head's k
              * and v are 2 T hs bf16 (256 KiB at T 1024), the resident
              * heads' a few MiB of the 50 MiB L2. */
             double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
             rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
-                    6.0 * btc + 8.0 * btc + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
-                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+                    6.0 * btc + ow + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                    "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, own ? " ->bf16" : "");
             return;
         }
         double es = qb ? 2.0 : 4.0, pairs = gpt_cuda_plan_flash_pairs(T, 1);
         /* S = q k^T and o += p v (2 hs each), exp and rescale per pair;
          * K and V re-read once per query tile. */
         rec_add(r, "flash_forward", GPT_KC_ATTN, GPT_KU_FP32, bh * pairs * (4.0 * hs + 6.0),
-                es * btc + bh * pairs / GPT_CUDA_FLASH_BR * hs * 2.0 * es + 8.0 * btc +
+                es * btc + bh * pairs / GPT_CUDA_FLASH_BR * hs * 2.0 * es + ow +
                     (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
-                "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+                "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, own ? " ->bf16" : "");
         return;
     }
     rec_f32(r, qkv, B * T * 3 * C * sizeof(float));

@@ -811,7 +811,9 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
  * forward for mean and rstd, the product's backward writing dc, then both
  * readers of dc; the state must be bf16 only after both readers, every
  * result must match the fp32 CPU ops within a product's bf16 error, and
- * both attention passes must run on tensor cores. Last, dc downloaded. */
+ * both attention passes must run on tensor cores. The attention's output,
+ * read only by the product (as bf16), is bf16 only as well. Last, dc and
+ * the attention's output downloaded. */
 static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
 {
     char tag[96];
@@ -852,6 +854,10 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d", B, T, C, NH, round);
         report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
         report("bf16_only_state", tag, !gpt_cuda_backend_bf16_only(gpu, rdc.g, nc * sizeof(float)));
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d: attention out", B, T, C, NH,
+                 round);
+        report("bf16_only_state", tag, !gpt_cuda_backend_bf16_only(gpu, ry.g, nc * sizeof(float)));
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d", B, T, C, NH, round);
         check("flash_attention_backward", tag, &dqkv);
         check("layernorm_backward_bf16_dout", tag, &dres);
         check("layernorm_backward_bf16_dout", tag, &dlw);
@@ -860,6 +866,8 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
     }
     snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: dc downloaded", B, T, C, NH);
     report("bf16_only", tag, pair_err(&rdc, NULL, NULL));
+    snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: attention out downloaded", B, T, C, NH);
+    check("flash_attention_forward", tag, &ry); /* bf16 only, converted on the download */
     struct pair *all[] = {&act, &qkv0, &x,    &lw,  &lb,  &mean, &rstd,    &ln,   &w,       &dy,
                           &dw,  &dqkv, &dres, &dlw, &dlb, &att,  &scratch, &attc, &scratchc};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)

@@ -300,12 +300,20 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         if (!qb) /* the kernels read qkv as fp32 only without its bf16 copy */
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
-        uint16_t *ob = cu_shd_out(cb, out, B * T * C, NULL);
-        cu_shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
-        cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
+        /* The output feeds the projection's products: bf16 only where the
+         * shadow rules allow (the backward keeps its own fp32 copy in
+         * att), else fp32 with the bf16 copy alongside. */
+        size_t n = B * T * C;
+        uint16_t *own = cu_shd_own(cb, out, n);
+        uint16_t *ob = own ? own : cu_shd_out(cb, out, n, NULL);
+        cu_shd_wrote(cb, att, (plan.lse_floats + n) * sizeof(float));
+        cudaError_t e = cuk_flash_forward(cb->compute, &plan, own ? NULL : out, ob, att, qkv, qb,
+                                          B, T, C, NH);
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_forward smem");
         cu_check(cb, "flash_forward");
+        if (own)
+            cu_shd_owned(cb, out, n);
         return;
     }
     cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));

@@ -303,8 +303,8 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
 
 /* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
  * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
- * else from qkv; writes out (and out_bf if non-NULL), and in att the
- * logsumexp per row followed by a copy of out. The backward needs the att
+ * else from qkv; writes out (and out_bf if non-NULL; out NULL: out_bf
+ * only), and in att the logsumexp per row followed by a copy of out. The backward needs the att
  * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
  * non-NULL) and uses scratch (gpt_cuda_plan_att_floats(p, ..., 1) floats)
  * for the rows' dout . out and, on the tensor-core path (bf16 q, k, v and
