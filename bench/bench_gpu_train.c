@@ -448,9 +448,12 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
                 (dob ? 2.0 : 4.0) * nc + 12.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N +
                     8.0 * blocks * C,
                 "N=%zu C=%zu%s%s", N, C, dob ? " bf16 dout" : "", db ? " +bf16" : "");
+        /* The partials summed into dweight and dbias (stored, without a
+         * read, under be->grad_assign). */
         for (int i = 0; i < 2; i++)
             rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
-                    4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);
+                    4.0 * blocks * C + (be->grad_assign ? 4.0 : 8.0) * C, "blocks=%u C=%zu", blocks,
+                    C);
         return;
     }
     /* dout, inp read; dinp read and written; the two-pass column sums
@@ -544,17 +547,22 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
         rec_f32(r, dout, N * OC * sizeof(float));
         rec_f32(r, inp, N * C * sizeof(float));
     }
-    /* dweight accumulates (beta 1): read once more. With a bias, the
-     * BGRADB epilogue sums dout's columns in the same pass (the plan
-     * assumes cuBLASLt accepts it, as it does for llm.c's same call; the
-     * backend falls back to colsum_dbias where it refuses), then a tiny
-     * kernel adds them to dbias. */
+    /* dweight accumulates (beta 1): read once more, unless overwritten
+     * (be->grad_assign: beta 0). With a bias, the BGRADB epilogue sums
+     * dout's columns in the same pass (the plan assumes cuBLASLt accepts
+     * it, as it does for llm.c's same call; the backend falls back to
+     * colsum_dbias where it refuses), then a tiny kernel adds them to
+     * dbias, or a copy stores them. */
+    double acc = be->grad_assign ? 0.0 : 4.0 * (double)OC * C;
     if (!dbias) {
-        rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, 4.0 * (double)OC * C);
+        rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, acc);
         return;
     }
-    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
-    rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
+    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, acc + 4.0 * OC);
+    if (be->grad_assign)
+        rec_add(r, "dbias_copy", GPT_KC_MEM, GPT_KU_FP32, 0, 8.0 * OC, "OC=%zu", OC);
+    else
+        rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
 /* As cuda_matmul_residual_forward: one product whose beta term is the
@@ -959,6 +967,7 @@ static const struct gpt_backend_ops rec_ops = {
     .residual_layernorm_forward = rec_residual_layernorm_forward,
     .adamw_multi = rec_adamw_multi,
     .matmul_residual_forward = rec_matmul_residual_forward,
+    .grads_assign = 1, /* as the CUDA backend */
 };
 
 /* Kernels with the same name and shape, summed. */
@@ -1004,8 +1013,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     float loss = 0;
     for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
-        r->n = 0; /* keep only the last (steady-state) step */
-        gpt_model_zero_grad(&m);
+        r->n = 0;                         /* keep only the last (steady-state) step */
+        gpt_model_zero_grad_deferred(&m); /* as the trainer */
         if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
@@ -1247,7 +1256,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     float loss = 0;
     for (int s = -WARMUP; s < steps && rc == 0; s++) {
         double t0 = now_s();
-        gpt_model_zero_grad(&m);
+        gpt_model_zero_grad_deferred(&m); /* as the trainer */
         if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;

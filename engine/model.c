@@ -102,6 +102,8 @@ struct gpt_model_acts {
      * holds dlogits for backward's loss_scale of dlogits_scale. */
     int have_dlogits;
     float dlogits_scale;
+    /* gpt_model_zero_grad_deferred: the next backward overwrites grads. */
+    int grads_stale;
 };
 
 static size_t model_round_up(size_t x, size_t to)
@@ -506,6 +508,13 @@ void gpt_model_zero_grad(struct gpt_model *m)
 {
     GPT_ASSERT(m && m->grads);
     gpt_backend_memzero(m->be, m->grads, m->n_params * sizeof(float));
+    m->acts->grads_stale = 0;
+}
+
+void gpt_model_zero_grad_deferred(struct gpt_model *m)
+{
+    GPT_ASSERT(m && m->grads && m->acts && !m->units);
+    m->acts->grads_stale = 1;
 }
 
 void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count)
@@ -660,9 +669,41 @@ static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
     m->grads_ready(m->grads_ready_ctx, off, end - off);
 }
 
+static int model_backward(struct gpt_model *m, float loss_scale);
+
 int gpt_model_backward(struct gpt_model *m, float loss_scale)
 {
     GPT_ASSERT(m && m->acts);
+    int rc = model_backward(m, loss_scale);
+    if (m->be->grad_assign) /* an early return left the overwrite on */
+        gpt_backend_set_grad_assign(m->be, 0);
+    return rc;
+}
+
+/* After gpt_model_zero_grad_deferred, the first backward's parameter
+ * gradients are overwritten by the ops that write them (products with
+ * beta 0, column sums stored) instead of zeroed first; all but two
+ * tensors have a single writer: wte's is written by the head's product
+ * (all Vp rows) and then added to by the encoder, and wpe's is only added
+ * to (rows below T), so it is zeroed here and the encoder adds with the
+ * overwrite off. A backend without the overwrite zeroes everything.
+ * Returns whether the overwrite is on. */
+static int model_grads_begin(struct gpt_model *m)
+{
+    struct gpt_model_acts *a = m->acts;
+    if (!a->grads_stale)
+        return 0;
+    a->grads_stale = 0;
+    if (gpt_backend_set_grad_assign(m->be, 1) < 0) {
+        gpt_model_zero_grad(m);
+        return 0;
+    }
+    gpt_backend_memzero(m->be, model_grad(m, T_WPE), m->tensors[T_WPE].count * sizeof(float));
+    return 1;
+}
+
+static int model_backward(struct gpt_model *m, float loss_scale)
+{
     struct gpt_model_acts *a = m->acts;
     struct gpt_backend *be = m->be;
     if (!a->have_targets)
@@ -685,6 +726,7 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
                                  GPT_XENT_AFTER_LOSS);
     a->have_dlogits = 0;
     float *dlogits = a->logits; /* (B,T,Vp) */
+    int assign = model_grads_begin(m);
     /* Unit 0 (the embeddings) stays acquired through the whole backward:
      * the tied head writes its gradient first, the encoder last. */
     if ((rc = model_unit_acquire(m, 0, 1)) < 0)
@@ -740,6 +782,8 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
         if ((rc = model_unit_release(m, (int)l + 1, 1)) < 0)
             return rc;
     }
+    if (assign) /* the encoder adds to wte's (the head's) and wpe's (zeroed) */
+        gpt_backend_set_grad_assign(be, 0);
     gpt_backend_encoder_backward(be, model_grad(m, T_WTE), model_grad(m, T_WPE), a->dres, a->tokens,
                                  B, T, C);
     model_span_ready(m, T_WTE, T_WPE);

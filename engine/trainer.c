@@ -295,8 +295,8 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
 
     if (t->shard)
         gpt_shard_zero_grad(t->shard);
-    else
-        gpt_model_zero_grad(&t->model);
+    else /* the first micro-batch's backward overwrites them */
+        gpt_model_zero_grad_deferred(&t->model);
     for (int micro = 0; micro < plan->accum; micro++) {
         uint64_t first;
         size_t n = trainer_batch_micro(plan, micro, &first);

@@ -169,6 +169,13 @@ const float *gpt_model_logits(const struct gpt_model *m);
 int gpt_model_backward(struct gpt_model *m, float loss_scale);
 
 void gpt_model_zero_grad(struct gpt_model *m);
+/* gpt_model_zero_grad for a step whose next gradient write is a
+ * backward: nothing is zeroed now; that backward overwrites the gradients
+ * instead of accumulating into them (no pass over the whole buffer; a
+ * backend that cannot overwrite zeroes them then), and later backwards
+ * accumulate as usual. Until that backward the buffer holds stale values:
+ * read nothing from it. Not for sharded models (units). */
+void gpt_model_zero_grad_deferred(struct gpt_model *m);
 
 /* Span of block `layer` (0..L-1) in the flat layout. */
 void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count);

@@ -318,6 +318,73 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
         pair_free(all[i]);
 }
 
+/* Both copies of p set to NaN: what an overwrite must not read. */
+static void pair_nan(struct pair *p)
+{
+    float *h = malloc(p->n * sizeof(float) + 1);
+    if (!h)
+        abort();
+    for (size_t i = 0; i < p->n; i++)
+        h[i] = NAN;
+    check_rc(gpt_backend_upload(cpu, p->c, h, p->n * sizeof(float)), "cpu upload");
+    check_rc(gpt_backend_upload(gpu, p->g, h, p->n * sizeof(float)), "gpu upload");
+    free(h);
+}
+
+/* be->grad_assign (a step's first backward): the parameter gradients of
+ * the products (dweight by a beta-0 product, dbias stored from the bias
+ * epilogue's sums or the column sums) and of LayerNorm (its column sums
+ * stored) overwrite what was there (NaN, which any read would spread),
+ * then the same ops with the overwrite off add to them; each against the
+ * CPU backend. LayerNorm is C wide: 768 takes the single-pass kernel, 2048
+ * the row kernel with the column sums. */
+static void test_grad_assign(size_t N, size_t C, size_t OC)
+{
+    char tag[80];
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair dout = pair_new(N * OC, -1, 1), dinp = pair_new(N * C, 0, 0);
+    struct pair pre = pair_new(N * OC, -3, 3), w2 = pair_new(C * OC, -0.5f, 0.5f);
+    struct pair dinp2 = pair_new(N * OC, 0, 0), dln = pair_new(N * C, -1, 1);
+    struct pair dw = pair_new(OC * C, 0, 0), db = pair_new(OC, 0, 0);
+    struct pair dw2 = pair_new(C * OC, 0, 0), db2 = pair_new(C, 0, 0);
+    struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1), ln = pair_new(N * C, 0, 0);
+    struct pair mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0), dres = pair_new(N * C, -1, 1);
+    struct pair dlw = pair_new(C, 0, 0), dlb = pair_new(C, 0, 0);
+    struct pair *grads[] = {&dw, &db, &dw2, &db2, &dlw, &dlb};
+    for (size_t i = 0; i < sizeof(grads) / sizeof(grads[0]); i++)
+        pair_nan(grads[i]);
+    struct gpt_backend *bes[2] = {cpu, gpu};
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            check_rc(gpt_backend_set_grad_assign(be, pass == 0), "set_grad_assign");
+            gpt_backend_matmul_backward(be, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), N, C, OC);
+            /* The MLP's second product: (N, OC) in, C out. */
+            gpt_backend_matmul_backward_dgelu(be, P(dinp2), P(dw2), P(db2), P(inp), P(dout), P(w2),
+                                              P(pre), N, OC, C);
+            gpt_backend_layernorm_forward(be, P(ln), P(mean), P(rstd), P(inp), P(lw), P(lb), N, C);
+            gpt_backend_layernorm_backward(be, P(dres), P(dlw), P(dlb), P(dln), P(inp), P(lw),
+                                           P(mean), P(rstd), N, C);
+            check_rc(gpt_backend_set_grad_assign(be, 0), "set_grad_assign");
+#undef P
+        }
+        snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu %s", N, C, OC,
+                 pass == 0 ? "overwritten" : "then added to");
+        check("matmul_backward", tag, &dw);
+        check("matmul_backward", tag, &db);
+        check("matmul_backward_dgelu", tag, &dw2);
+        check("matmul_backward_dgelu", tag, &db2);
+        check("layernorm_backward", tag, &dlw);
+        check("layernorm_backward", tag, &dlb);
+    }
+    struct pair *all[] = {&inp, &w,  &dout, &dinp, &pre,  &w2,   &dinp2, &dw,  &db,  &dw2,
+                          &db2, &lw, &lb,   &ln,   &mean, &rstd, &dres,  &dlw, &dlb, &dln};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 /* The product with the skip connection as its beta term (cuBLASLt C =
  * res, D = out) against the CPU backend's separate ops; res is left
  * intact. */
@@ -1000,6 +1067,9 @@ int main(void)
         test_elementwise(ns[i]);
         test_adamw(ns[i]);
     }
+    test_grad_assign(4096, 768, 3072);
+    test_grad_assign(100, 2048, 64);
+    test_grad_assign(33, 48, 144);
 
     /* bf16 mode: the same ops against the same fp32 CPU ops. */
     check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
@@ -1035,6 +1105,8 @@ int main(void)
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_residual(1024, 3072, 768, 1);
     test_matmul_residual(7, 5, 3, 1);
+    test_grad_assign(4096, 768, 3072);
+    test_grad_assign(33, 48, 144);
     test_adamw_multi(148, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);

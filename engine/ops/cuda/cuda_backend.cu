@@ -509,8 +509,9 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
     uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
+    /* be->grad_assign: dweight and dbias stored, not added to. */
     cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, dob, inp, weight, mean,
-                           rstd, N, C, cb->scratch, SCRATCH_FLOATS);
+                           rstd, N, C, cb->scratch, SCRATCH_FLOATS, be->grad_assign);
     cu_check(cb, "layernorm_backward");
 }
 
@@ -762,6 +763,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
     /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
+    /* .grads_assign = */ 1,
 };
 
 /* ---- construction and accessors -------------------------------------------- */

@@ -239,17 +239,19 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
  * accumulated dinp). */
 /* dout_bf (optional): dout's current bf16 copy, read instead of dout; only
  * where gpt_cuda_plan_lnb_blocks(N, C, scratch_floats) > 0 (the single-pass
- * kernel; the two-pass fallback reads dout as fp32). */
+ * kernel; the two-pass fallback reads dout as fp32). assign: dweight and
+ * dbias are stored, not added to (not read). */
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, size_t N, size_t C, float *scratch,
-                            size_t scratch_floats);
+                            size_t scratch_floats, int assign);
 /* out[n, :] = bias for every row n. */
 void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC);
-/* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch). */
+/* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch);
+ * with assign dst[c] = the sum (dst not read). */
 void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size_t C,
-                    float *scratch, size_t scratch_floats);
+                    float *scratch, size_t scratch_floats, int assign);
 /* Causal softmax in place over `rows` = B*NH*T rows of a (T, T) matrix
  * already scaled by 1/sqrt(hs); entries j > i are written as 0. */
 void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T);
