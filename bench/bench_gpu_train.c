@@ -1028,6 +1028,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * nanoGPT estimate is 6 N + 12 L C T. */
     double n_params = (gpt_model_flops_per_token(&m, T) - 12.0 * 12 * 768 * (double)T) / 6.0;
     double model_flops = gpt_cuda_model_flops_per_token(n_params, 12, 768, T) * (double)BT;
+    size_t grad_bytes = m.n_params * sizeof(float);
     gpt_model_done(&m);
     if (rc < 0 || r->oom || r->n == 0) {
         fprintf(stderr, "bench_gpu_train --plan: the step did not record (%s)\n",
@@ -1104,6 +1105,27 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     if (!(attn_flops > 0)) {
         fprintf(stderr, "plan broken: no attention kernels\n");
+        broken = 1;
+    }
+    /* The trainer's step (gpt_model_forward_train, then the backward)
+     * runs the classifier once, reading the logits once, and zeroes no
+     * gradient buffer (the first backward overwrites it). */
+    size_t xent = 0, xent_twice = 0, grad_memset = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const struct gpt_cuda_kernel *k = &r->k[i];
+        if (strcmp(k->name, "softmax_xent") == 0) {
+            xent++;
+            xent_twice += !strstr(k->shape, " 1-read");
+        }
+        grad_memset += strcmp(k->name, "memset") == 0 && k->bytes >= (double)grad_bytes;
+    }
+    if (xent != 1 || xent_twice > 0) {
+        fprintf(stderr, "plan broken: %zu classifier launches, %zu reading the logits twice\n",
+                xent, xent_twice);
+        broken = 1;
+    }
+    if (grad_memset > 0) {
+        fprintf(stderr, "plan broken: the step zeroes the whole gradient buffer\n");
         broken = 1;
     }
     /* The tensor-core flash kernels do 14 hs FLOPs per causal pair (4 in
