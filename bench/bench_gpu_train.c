@@ -448,9 +448,12 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
                 (dob ? 2.0 : 4.0) * nc + 12.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N +
                     8.0 * blocks * C,
                 "N=%zu C=%zu%s%s", N, C, dob ? " bf16 dout" : "", db ? " +bf16" : "");
+        /* The partials summed into dweight and dbias (stored, without a
+         * read, under be->grad_assign). */
         for (int i = 0; i < 2; i++)
             rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
-                    4.0 * blocks * C + 8.0 * C, "blocks=%u C=%zu", blocks, C);
+                    4.0 * blocks * C + (be->grad_assign ? 4.0 : 8.0) * C, "blocks=%u C=%zu", blocks,
+                    C);
         return;
     }
     /* dout, inp read; dinp read and written; the two-pass column sums
@@ -544,17 +547,22 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
         rec_f32(r, dout, N * OC * sizeof(float));
         rec_f32(r, inp, N * C * sizeof(float));
     }
-    /* dweight accumulates (beta 1): read once more. With a bias, the
-     * BGRADB epilogue sums dout's columns in the same pass (the plan
-     * assumes cuBLASLt accepts it, as it does for llm.c's same call; the
-     * backend falls back to colsum_dbias where it refuses), then a tiny
-     * kernel adds them to dbias. */
+    /* dweight accumulates (beta 1): read once more, unless overwritten
+     * (be->grad_assign: beta 0). With a bias, the BGRADB epilogue sums
+     * dout's columns in the same pass (the plan assumes cuBLASLt accepts
+     * it, as it does for llm.c's same call; the backend falls back to
+     * colsum_dbias where it refuses), then a tiny kernel adds them to
+     * dbias, or a copy stores them. */
+    double acc = be->grad_assign ? 0.0 : 4.0 * (double)OC * C;
     if (!dbias) {
-        rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, 4.0 * (double)OC * C);
+        rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, acc);
         return;
     }
-    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, 4.0 * (double)OC * C + 4.0 * OC);
-    rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
+    rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, acc + 4.0 * OC);
+    if (be->grad_assign)
+        rec_add(r, "dbias_copy", GPT_KC_MEM, GPT_KU_FP32, 0, 8.0 * OC, "OC=%zu", OC);
+    else
+        rec_add(r, "dbias_add", GPT_KC_ELT, GPT_KU_FP32, (double)OC, 12.0 * OC, "OC=%zu", OC);
 }
 
 /* As cuda_matmul_residual_forward: one product whose beta term is the
@@ -648,30 +656,35 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
         if (!qb)
             rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
-        int ob = rec_out(r, out, B * T * C);
+        /* As cuda_attention_forward: out bf16 only where allowed. */
+        int own = rec_own(r, out, B * T * C);
+        int ob = own || rec_out(r, out, B * T * C);
         rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
+        if (own)
+            rec_owned(r, out, B * T * C);
+        double ow = own ? 4.0 * btc : 8.0 * btc; /* out (unless owned) and its copy, fp32 */
         if (qb && gpt_flash_tc_applies(p.hs)) {
             /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
              * computed pair (the live 16 x 16 groups). Bytes are DRAM
-             * bytes: q, k and v read once (bf16); out, its copy and the
-             * logsumexp written (fp32), out also as bf16. The re-reads of
+             * bytes: q, k and v read once (bf16); out (unless bf16 only),
+             * its copy and the logsumexp written (fp32), out as bf16. The re-reads of
              * k and v (once per visited tile) hit L2: the blocks of one
              * head are adjacent in the grid and run together, a head's k
              * and v are 2 T hs bf16 (256 KiB at T 1024), the resident
              * heads' a few MiB of the 50 MiB L2. */
             double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
             rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
-                    6.0 * btc + 8.0 * btc + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
-                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+                    6.0 * btc + ow + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
+                    "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, own ? " ->bf16" : "");
             return;
         }
         double es = qb ? 2.0 : 4.0, pairs = gpt_cuda_plan_flash_pairs(T, 1);
         /* S = q k^T and o += p v (2 hs each), exp and rescale per pair;
          * K and V re-read once per query tile. */
         rec_add(r, "flash_forward", GPT_KC_ATTN, GPT_KU_FP32, bh * pairs * (4.0 * hs + 6.0),
-                es * btc + bh * pairs / GPT_CUDA_FLASH_BR * hs * 2.0 * es + 8.0 * btc +
+                es * btc + bh * pairs / GPT_CUDA_FLASH_BR * hs * 2.0 * es + ow +
                     (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
-                "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+                "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, own ? " ->bf16" : "");
         return;
     }
     rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
@@ -713,8 +726,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
              * then its bf16 copy written) and the output copy (fp32) read,
              * D written, the dQ turns zeroed. */
             rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats +
-                        4.0 * bh * nq,
+                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq,
                     "rows=%zu hs=%zu%s", p.lse_floats, p.hs, dob ? " bf16 dout" : "");
             /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
              * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
@@ -790,7 +802,8 @@ static void rec_residual_forward(struct gpt_backend *be, float *out, const float
 }
 
 /* As cuda_softmax_xent: logits read as bf16 when current; dlogits in
- * place, bf16 only where allowed; after a loss call one pass. */
+ * place, bf16 only where allowed; after a loss call one pass; dlogits
+ * without one keep the row in shared memory where it fits: one read. */
 static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                              int write_dlogits)
@@ -811,12 +824,15 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
         rec_wrote(r, losses, N * sizeof(float));
     if (own)
         rec_owned(r, logits, n);
+    int staged =
+        write_dlogits && !have_loss && gpt_cuda_plan_xent_stage(Vp, lb ? 2 : 4, REC_SMEM_OPTIN) > 0;
     double nv = (double)N * (double)Vp, es = lb ? 2.0 : 4.0;
     /* Reads: the reduction pass (none after a loss call), then the write
-     * pass reads again; writes: dlogits fp32 (unless owned) and bf16. */
+     * pass reads again (from shared memory when staged); writes: dlogits
+     * fp32 (unless owned) and bf16. */
     double bytes = (have_loss ? 0 : es * nv) + 4.0 * N;
     if (write_dlogits)
-        bytes += es * nv + (own ? 0 : 4.0 * nv) + (db ? 2.0 * nv : 0);
+        bytes += (staged ? 0 : es * nv) + (own ? 0 : 4.0 * nv) + (db ? 2.0 * nv : 0);
     rec_add(r, "softmax_xent", GPT_KC_XENT, GPT_KU_FP32,
             (have_loss ? 0 : 4.0 * (double)N * V) + (write_dlogits ? 3.0 * (double)N * V : 0),
             bytes, "N=%zu V=%zu%s%s%s", N, V, lb ? " bf16" : "",
@@ -824,7 +840,9 @@ static void rec_softmax_xent(struct gpt_backend *be, float *logits, float *losse
                              : db ? " ->f32+bf16"
                                   : " ->f32")
                           : "",
-            have_loss ? " 1-pass" : "");
+            have_loss ? " 1-pass"
+            : staged  ? " 1-read"
+                      : "");
 }
 
 static void rec_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
@@ -949,6 +967,7 @@ static const struct gpt_backend_ops rec_ops = {
     .residual_layernorm_forward = rec_residual_layernorm_forward,
     .adamw_multi = rec_adamw_multi,
     .matmul_residual_forward = rec_matmul_residual_forward,
+    .grads_assign = 1, /* as the CUDA backend */
 };
 
 /* Kernels with the same name and shape, summed. */
@@ -994,9 +1013,9 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     float loss = 0;
     for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
-        r->n = 0; /* keep only the last (steady-state) step */
-        gpt_model_zero_grad(&m);
-        if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||
+        r->n = 0;                         /* keep only the last (steady-state) step */
+        gpt_model_zero_grad_deferred(&m); /* as the trainer */
+        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
@@ -1009,6 +1028,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * nanoGPT estimate is 6 N + 12 L C T. */
     double n_params = (gpt_model_flops_per_token(&m, T) - 12.0 * 12 * 768 * (double)T) / 6.0;
     double model_flops = gpt_cuda_model_flops_per_token(n_params, 12, 768, T) * (double)BT;
+    size_t grad_bytes = m.n_params * sizeof(float);
     gpt_model_done(&m);
     if (rc < 0 || r->oom || r->n == 0) {
         fprintf(stderr, "bench_gpu_train --plan: the step did not record (%s)\n",
@@ -1085,6 +1105,27 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     if (!(attn_flops > 0)) {
         fprintf(stderr, "plan broken: no attention kernels\n");
+        broken = 1;
+    }
+    /* The trainer's step (gpt_model_forward_train, then the backward)
+     * runs the classifier once, reading the logits once, and zeroes no
+     * gradient buffer (the first backward overwrites it). */
+    size_t xent = 0, xent_twice = 0, grad_memset = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const struct gpt_cuda_kernel *k = &r->k[i];
+        if (strcmp(k->name, "softmax_xent") == 0) {
+            xent++;
+            xent_twice += !strstr(k->shape, " 1-read");
+        }
+        grad_memset += strcmp(k->name, "memset") == 0 && k->bytes >= (double)grad_bytes;
+    }
+    if (xent != 1 || xent_twice > 0) {
+        fprintf(stderr, "plan broken: %zu classifier launches, %zu reading the logits twice\n",
+                xent, xent_twice);
+        broken = 1;
+    }
+    if (grad_memset > 0) {
+        fprintf(stderr, "plan broken: the step zeroes the whole gradient buffer\n");
         broken = 1;
     }
     /* The tensor-core flash kernels do 14 hs FLOPs per causal pair (4 in
@@ -1237,8 +1278,8 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     float loss = 0;
     for (int s = -WARMUP; s < steps && rc == 0; s++) {
         double t0 = now_s();
-        gpt_model_zero_grad(&m);
-        if ((rc = gpt_model_forward(&m, x, y, B, T, &loss)) < 0 ||
+        gpt_model_zero_grad_deferred(&m); /* as the trainer */
+        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
             (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));

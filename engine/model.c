@@ -98,6 +98,12 @@ struct gpt_model_acts {
     size_t B, T;
     size_t n_valid;
     int have_targets; /* a forward with targets ran and backward has not */
+    /* That forward was gpt_model_forward_train: the logits buffer already
+     * holds dlogits for backward's loss_scale of dlogits_scale. */
+    int have_dlogits;
+    float dlogits_scale;
+    /* gpt_model_zero_grad_deferred: the next backward overwrites grads. */
+    int grads_stale;
 };
 
 static size_t model_round_up(size_t x, size_t to)
@@ -502,6 +508,13 @@ void gpt_model_zero_grad(struct gpt_model *m)
 {
     GPT_ASSERT(m && m->grads);
     gpt_backend_memzero(m->be, m->grads, m->n_params * sizeof(float));
+    m->acts->grads_stale = 0;
+}
+
+void gpt_model_zero_grad_deferred(struct gpt_model *m)
+{
+    GPT_ASSERT(m && m->grads && m->acts && !m->units);
+    m->acts->grads_stale = 1;
 }
 
 void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count)
@@ -523,8 +536,10 @@ double gpt_model_flops_per_token(const struct gpt_model *m, size_t T)
     return 6.0 * N + 12.0 * m->cfg.n_layer * (double)C * (double)T;
 }
 
-int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
-                      size_t T, float *ret_loss)
+/* The forward; train: the classifier writes dlogits for loss_scale in
+ * the pass that computes the loss (targets required). */
+static int model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                         size_t T, int train, float loss_scale, float *ret_loss)
 {
     GPT_ASSERT(m && m->acts && inputs);
     struct gpt_model_acts *a = m->acts;
@@ -544,6 +559,7 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
         }
     }
     a->have_targets = 0;
+    a->have_dlogits = 0;
     /* Re-carve for this (B, T) so each layer's slice is packed. */
     model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
     a->B = B;
@@ -612,7 +628,10 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
     rc = gpt_backend_upload(be, a->targets, targets, N * sizeof(int));
     if (rc < 0)
         return rc;
-    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, 0.0f, 0);
+    /* Training: loss and dlogits in one pass over the vocabulary, with
+     * backward's scale (the logits are not needed again). */
+    float dscale = train && n_valid ? loss_scale / (float)n_valid : 0.0f;
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale, train);
     rc = gpt_backend_download(be, a->host_losses, a->losses, N * sizeof(float));
     if (rc < 0)
         return rc;
@@ -621,9 +640,24 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
         sum += a->host_losses[i];
     a->n_valid = n_valid;
     a->have_targets = 1;
+    a->have_dlogits = train;
+    a->dlogits_scale = loss_scale;
     if (ret_loss)
         *ret_loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
     return 0;
+}
+
+int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                      size_t T, float *ret_loss)
+{
+    return model_forward(m, inputs, targets, B, T, 0, 0.0f, ret_loss);
+}
+
+int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                            size_t T, float loss_scale, float *ret_loss)
+{
+    GPT_ASSERT(targets);
+    return model_forward(m, inputs, targets, B, T, 1, loss_scale, ret_loss);
 }
 
 static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
@@ -635,12 +669,48 @@ static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
     m->grads_ready(m->grads_ready_ctx, off, end - off);
 }
 
+static int model_backward(struct gpt_model *m, float loss_scale);
+
 int gpt_model_backward(struct gpt_model *m, float loss_scale)
 {
     GPT_ASSERT(m && m->acts);
+    int rc = model_backward(m, loss_scale);
+    if (m->be->grad_assign) /* an early return left the overwrite on */
+        gpt_backend_set_grad_assign(m->be, 0);
+    return rc;
+}
+
+/* After gpt_model_zero_grad_deferred, the first backward's parameter
+ * gradients are overwritten by the ops that write them (products with
+ * beta 0, column sums stored) instead of zeroed first; all but two
+ * tensors have a single writer: wte's is written by the head's product
+ * (all Vp rows) and then added to by the encoder, and wpe's is only added
+ * to (rows below T), so it is zeroed here and the encoder adds with the
+ * overwrite off. A backend without the overwrite zeroes everything.
+ * Returns whether the overwrite is on. */
+static int model_grads_begin(struct gpt_model *m)
+{
+    struct gpt_model_acts *a = m->acts;
+    if (!a->grads_stale)
+        return 0;
+    a->grads_stale = 0;
+    if (gpt_backend_set_grad_assign(m->be, 1) < 0) {
+        gpt_model_zero_grad(m);
+        return 0;
+    }
+    gpt_backend_memzero(m->be, model_grad(m, T_WPE), m->tensors[T_WPE].count * sizeof(float));
+    return 1;
+}
+
+static int model_backward(struct gpt_model *m, float loss_scale)
+{
     struct gpt_model_acts *a = m->acts;
     struct gpt_backend *be = m->be;
     if (!a->have_targets)
+        return -EINVAL;
+    /* The dlogits of a training forward are for the scale it was given
+     * (compared as bits: the caller passes the same value). */
+    if (a->have_dlogits && memcmp(&a->dlogits_scale, &loss_scale, sizeof(float)) != 0)
         return -EINVAL;
     a->have_targets = 0; /* the logits buffer becomes dlogits */
     size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
@@ -649,10 +719,14 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
 
     int rc;
-    /* The forward's losses are still there: one pass (GPT_XENT_AFTER_LOSS). */
-    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
-                             GPT_XENT_AFTER_LOSS);
+    /* After a training forward the dlogits are there; else the forward's
+     * losses are: one pass (GPT_XENT_AFTER_LOSS). */
+    if (!a->have_dlogits)
+        gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale,
+                                 GPT_XENT_AFTER_LOSS);
+    a->have_dlogits = 0;
     float *dlogits = a->logits; /* (B,T,Vp) */
+    int assign = model_grads_begin(m);
     /* Unit 0 (the embeddings) stays acquired through the whole backward:
      * the tied head writes its gradient first, the encoder last. */
     if ((rc = model_unit_acquire(m, 0, 1)) < 0)
@@ -708,6 +782,8 @@ int gpt_model_backward(struct gpt_model *m, float loss_scale)
         if ((rc = model_unit_release(m, (int)l + 1, 1)) < 0)
             return rc;
     }
+    if (assign) /* the encoder adds to wte's (the head's) and wpe's (zeroed) */
+        gpt_backend_set_grad_assign(be, 0);
     gpt_backend_encoder_backward(be, model_grad(m, T_WTE), model_grad(m, T_WPE), a->dres, a->tokens,
                                  B, T, C);
     model_span_ready(m, T_WTE, T_WPE);

@@ -64,7 +64,6 @@ static double measure_peak(struct trainer *t)
                                 4 * (size_t)t->model.cfg.n_embd, 0.1);
 }
 
-
 /* True when set-up failure `rc` of a rank in a world larger than one is a
  * peer having left on a stop request this rank has been given too. */
 static bool setup_failure_is_stop(struct trainer *t, int rc)
@@ -73,7 +72,6 @@ static bool setup_failure_is_stop(struct trainer *t, int rc)
                      rc == -ECONNABORTED || rc == -GPT_E_NCCL || rc == -GPT_E_PROTO;
     return t->world > 1 && comm_lost && setup_stopped(t);
 }
-
 
 static int open_all(struct trainer *t, struct gpt_err *err)
 {
@@ -297,8 +295,8 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
 
     if (t->shard)
         gpt_shard_zero_grad(t->shard);
-    else
-        gpt_model_zero_grad(&t->model);
+    else /* the first micro-batch's backward overwrites them */
+        gpt_model_zero_grad_deferred(&t->model);
     for (int micro = 0; micro < plan->accum; micro++) {
         uint64_t first;
         size_t n = trainer_batch_micro(plan, micro, &first);
@@ -312,12 +310,14 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         if (rc < 0)
             return rc;
         double tc = now_s();
-        rc = gpt_model_forward(&t->model, t->inputs, t->targets, b, t->T, &loss);
+        /* Loss and dlogits in one pass over the vocabulary. */
+        float scale = trainer_batch_scale(n, t->world, global);
+        rc = gpt_model_forward_train(&t->model, t->inputs, t->targets, b, t->T, scale, &loss);
         if (rc < 0)
             return rc;
         if (t->ddp.started && micro == plan->accum - 1)
             trainer_ddp_arm(&t->ddp);
-        rc = gpt_model_backward(&t->model, trainer_batch_scale(n, t->world, global));
+        rc = gpt_model_backward(&t->model, scale);
         t->compute_s += now_s() - tc; /* before the wait for the gradients */
         if (t->ddp.started && micro == plan->accum - 1) {
             int wrc = trainer_ddp_wait(&t->ddp);

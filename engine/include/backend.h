@@ -19,8 +19,9 @@
  * Shape letters as in llm.c: B batch, T time, C channels, NH heads,
  * hs = C / NH, N = B*T rows, OC output channels, V vocab, Vp padded vocab.
  * Conventions for backward ops: PARAMETER gradients (dweight, dbias, dwte,
- * dwpe) are always ACCUMULATED (+=); activation gradients are overwritten
- * unless the op says "accumulates".
+ * dwpe) are ACCUMULATED (+=), except while be->grad_assign is set (see
+ * grads_assign below); activation gradients are overwritten unless the op
+ * says "accumulates".
  */
 #ifndef GPT_BACKEND_H
 #define GPT_BACKEND_H
@@ -196,6 +197,14 @@ struct gpt_backend_ops {
     void (*matmul_residual_forward)(struct gpt_backend *be, float *out, const float *inp,
                                     const float *weight, const float *bias, const float *res,
                                     size_t N, size_t C, size_t OC);
+
+    /* Non-zero when the ops honour be->grad_assign: while it is set,
+     * matmul_backward's and matmul_backward_dgelu's dweight and dbias and
+     * layernorm_backward's dweight and dbias are OVERWRITTEN with this
+     * call's gradient instead of accumulated (the first backward of a
+     * step need not zero them first). encoder_backward always
+     * accumulates. */
+    int grads_assign;
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -211,6 +220,7 @@ struct gpt_backend {
     const struct gpt_backend_ops *ops;
     const char *name; /* "cpu", "cuda" (static storage) */
     int threads;      /* host threads the backend uses (cpu), 1 otherwise */
+    int grad_assign;  /* parameter gradients overwritten: gpt_backend_set_grad_assign */
 };
 
 /* Creates the CPU backend using `threads` (>= 1) OpenMP threads for its own
@@ -292,6 +302,10 @@ void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
  * (cpu), which then keeps computing in fp32. Owner thread, before the
  * first op. */
 int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t seed);
+/* Sets be->grad_assign (ops->grads_assign above): 0, or -ENOTSUP (and
+ * nothing set) for on != 0 on a backend whose ops always accumulate.
+ * Owner thread, between ops. */
+int gpt_backend_set_grad_assign(struct gpt_backend *be, int on);
 /* Size of attention's att (scratch 0) or backward scratch (1), in floats:
  * ops->att_floats, or B*NH*T*T without the slot. */
 size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,

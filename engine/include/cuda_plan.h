@@ -67,6 +67,17 @@ unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
  * backend then runs the row kernel and the two-pass column sums. */
 unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
 
+/* Shared memory the classifier's softmax + cross-entropy kernel keeps
+ * for its own reductions (bytes, a bound), and the dynamic shared memory
+ * of its one-read form: a call that writes dlogits without a previous
+ * loss call (write_dlogits 1) keeps each row of Vp logits, as read
+ * (elem_bytes 2 for the bf16 copy, 4 for fp32), in shared memory, so the
+ * write pass reads no logit from DRAM again. Returns Vp * elem_bytes, or
+ * 0 when that and the reductions' share exceed smem_limit (the opt-in
+ * limit per block): the backend then reads the row twice. */
+#define GPT_CUDA_XENT_STATIC_SMEM ((size_t)1024)
+size_t gpt_cuda_plan_xent_stage(size_t Vp, size_t elem_bytes, size_t smem_limit);
+
 /* The uneven-slice convention of gpt_comm_slice mapped onto NCCL's equal
  * counts. Every rank's slice is placed at `r * chunk` of a padded buffer of
  * `padded` = chunk * world elements, chunk = ceil(n / world); the tail of a

@@ -151,6 +151,15 @@ void gpt_model_init_weights(struct gpt_model *m, uint64_t seed);
 int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
                       size_t T, float *ret_loss);
 
+/* gpt_model_forward with targets for a training step: the classifier
+ * computes the loss and the dlogits for `loss_scale` in one pass over the
+ * vocabulary, so the backward that must follow (gpt_model_backward with
+ * the same loss_scale, else it returns -EINVAL) starts from them. The
+ * logits are not kept (gpt_model_logits then reads dlogits). Loss and
+ * gradients are those of gpt_model_forward then gpt_model_backward. */
+int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                            size_t T, float loss_scale, float *ret_loss);
+
 /* Logits of the last forward, (B, T, Vp), backend memory. */
 const float *gpt_model_logits(const struct gpt_model *m);
 
@@ -160,6 +169,13 @@ const float *gpt_model_logits(const struct gpt_model *m);
 int gpt_model_backward(struct gpt_model *m, float loss_scale);
 
 void gpt_model_zero_grad(struct gpt_model *m);
+/* gpt_model_zero_grad for a step whose next gradient write is a
+ * backward: nothing is zeroed now; that backward overwrites the gradients
+ * instead of accumulating into them (no pass over the whole buffer; a
+ * backend that cannot overwrite zeroes them then), and later backwards
+ * accumulate as usual. Until that backward the buffer holds stale values:
+ * read nothing from it. Not for sharded models (units). */
+void gpt_model_zero_grad_deferred(struct gpt_model *m);
 
 /* Span of block `layer` (0..L-1) in the flat layout. */
 void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count);

@@ -302,6 +302,15 @@ int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t se
     return be->ops->set_precision(be, precision, seed);
 }
 
+int gpt_backend_set_grad_assign(struct gpt_backend *be, int on)
+{
+    GPT_ASSERT(be && be->ops);
+    if (on && !be->ops->grads_assign)
+        return -ENOTSUP;
+    be->grad_assign = on != 0;
+    return 0;
+}
+
 size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
                               int scratch)
 {

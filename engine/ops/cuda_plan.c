@@ -59,6 +59,15 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
     return b < 1 ? 1u : (unsigned)b;
 }
 
+size_t gpt_cuda_plan_xent_stage(size_t Vp, size_t elem_bytes, size_t smem_limit)
+{
+    GPT_ASSERT(elem_bytes == 2 || elem_bytes == 4);
+    if (smem_limit < GPT_CUDA_XENT_STATIC_SMEM ||
+        Vp > (smem_limit - GPT_CUDA_XENT_STATIC_SMEM) / elem_bytes)
+        return 0;
+    return Vp * elem_bytes;
+}
+
 int gpt_cuda_adamw_table(const struct gpt_adamw_span *spans, size_t n, uint64_t *ret_ends,
                          uint32_t *ret_decay, size_t *ret_total)
 {

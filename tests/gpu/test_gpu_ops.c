@@ -318,6 +318,73 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
         pair_free(all[i]);
 }
 
+/* Both copies of p set to NaN: what an overwrite must not read. */
+static void pair_nan(struct pair *p)
+{
+    float *h = malloc(p->n * sizeof(float) + 1);
+    if (!h)
+        abort();
+    for (size_t i = 0; i < p->n; i++)
+        h[i] = NAN;
+    check_rc(gpt_backend_upload(cpu, p->c, h, p->n * sizeof(float)), "cpu upload");
+    check_rc(gpt_backend_upload(gpu, p->g, h, p->n * sizeof(float)), "gpu upload");
+    free(h);
+}
+
+/* be->grad_assign (a step's first backward): the parameter gradients of
+ * the products (dweight by a beta-0 product, dbias stored from the bias
+ * epilogue's sums or the column sums) and of LayerNorm (its column sums
+ * stored) overwrite what was there (NaN, which any read would spread),
+ * then the same ops with the overwrite off add to them; each against the
+ * CPU backend. LayerNorm is C wide: 768 takes the single-pass kernel, 2048
+ * the row kernel with the column sums. */
+static void test_grad_assign(size_t N, size_t C, size_t OC)
+{
+    char tag[80];
+    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
+    struct pair dout = pair_new(N * OC, -1, 1), dinp = pair_new(N * C, 0, 0);
+    struct pair pre = pair_new(N * OC, -3, 3), w2 = pair_new(C * OC, -0.5f, 0.5f);
+    struct pair dinp2 = pair_new(N * OC, 0, 0), dln = pair_new(N * C, -1, 1);
+    struct pair dw = pair_new(OC * C, 0, 0), db = pair_new(OC, 0, 0);
+    struct pair dw2 = pair_new(C * OC, 0, 0), db2 = pair_new(C, 0, 0);
+    struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1), ln = pair_new(N * C, 0, 0);
+    struct pair mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0), dres = pair_new(N * C, -1, 1);
+    struct pair dlw = pair_new(C, 0, 0), dlb = pair_new(C, 0, 0);
+    struct pair *grads[] = {&dw, &db, &dw2, &db2, &dlw, &dlb};
+    for (size_t i = 0; i < sizeof(grads) / sizeof(grads[0]); i++)
+        pair_nan(grads[i]);
+    struct gpt_backend *bes[2] = {cpu, gpu};
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            check_rc(gpt_backend_set_grad_assign(be, pass == 0), "set_grad_assign");
+            gpt_backend_matmul_backward(be, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), N, C, OC);
+            /* The MLP's second product: (N, OC) in, C out. */
+            gpt_backend_matmul_backward_dgelu(be, P(dinp2), P(dw2), P(db2), P(inp), P(dout), P(w2),
+                                              P(pre), N, OC, C);
+            gpt_backend_layernorm_forward(be, P(ln), P(mean), P(rstd), P(inp), P(lw), P(lb), N, C);
+            gpt_backend_layernorm_backward(be, P(dres), P(dlw), P(dlb), P(dln), P(inp), P(lw),
+                                           P(mean), P(rstd), N, C);
+            check_rc(gpt_backend_set_grad_assign(be, 0), "set_grad_assign");
+#undef P
+        }
+        snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu %s", N, C, OC,
+                 pass == 0 ? "overwritten" : "then added to");
+        check("matmul_backward", tag, &dw);
+        check("matmul_backward", tag, &db);
+        check("matmul_backward_dgelu", tag, &dw2);
+        check("matmul_backward_dgelu", tag, &db2);
+        check("layernorm_backward", tag, &dlw);
+        check("layernorm_backward", tag, &dlb);
+    }
+    struct pair *all[] = {&inp, &w,  &dout, &dinp, &pre,  &w2,   &dinp2, &dw,  &db,  &dw2,
+                          &db2, &lw, &lb,   &ln,   &mean, &rstd, &dres,  &dlw, &dlb, &dln};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
 /* The product with the skip connection as its beta term (cuBLASLt C =
  * res, D = out) against the CPU backend's separate ops; res is left
  * intact. */
@@ -811,7 +878,9 @@ static void test_bf16_only(size_t N, size_t C, size_t OC)
  * forward for mean and rstd, the product's backward writing dc, then both
  * readers of dc; the state must be bf16 only after both readers, every
  * result must match the fp32 CPU ops within a product's bf16 error, and
- * both attention passes must run on tensor cores. Last, dc downloaded. */
+ * both attention passes must run on tensor cores. The attention's output,
+ * read only by the product (as bf16), is bf16 only as well. Last, dc and
+ * the attention's output downloaded. */
 static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
 {
     char tag[96];
@@ -852,6 +921,10 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d", B, T, C, NH, round);
         report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
         report("bf16_only_state", tag, !gpt_cuda_backend_bf16_only(gpu, rdc.g, nc * sizeof(float)));
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d: attention out", B, T, C, NH,
+                 round);
+        report("bf16_only_state", tag, !gpt_cuda_backend_bf16_only(gpu, ry.g, nc * sizeof(float)));
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu round %d", B, T, C, NH, round);
         check("flash_attention_backward", tag, &dqkv);
         check("layernorm_backward_bf16_dout", tag, &dres);
         check("layernorm_backward_bf16_dout", tag, &dlw);
@@ -860,9 +933,10 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
     }
     snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: dc downloaded", B, T, C, NH);
     report("bf16_only", tag, pair_err(&rdc, NULL, NULL));
-    struct pair *all[] = {&act, &qkv0, &x,    &lw,   &lb,      &mean, &rstd,     &ln,
-                          &w,   &dy,   &dw,   &dqkv, &dres,    &dlw,  &dlb,      &att,
-                          &scratch, &attc, &scratchc};
+    snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu: attention out downloaded", B, T, C, NH);
+    check("flash_attention_forward", tag, &ry); /* bf16 only, converted on the download */
+    struct pair *all[] = {&act, &qkv0, &x,    &lw,  &lb,  &mean, &rstd,    &ln,   &w,       &dy,
+                          &dw,  &dqkv, &dres, &dlw, &dlb, &att,  &scratch, &attc, &scratchc};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
 }
@@ -871,8 +945,11 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
  * product, the loss and the one-pass dlogits read them as bf16 and write
  * the dlogits bf16 only in place, and the head's backward products read
  * those. Round 0 creates the slab's bf16 copy; round 1 checks the state,
- * then downloads the dlogits; both check the losses and the products. */
-static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp)
+ * then downloads the dlogits; both check the losses and the products.
+ * fused: the training forward's way instead, one call that writes the
+ * losses and the dlogits (the row kept in shared memory between its
+ * passes where it fits). */
+static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp, int fused)
 {
     char tag[96];
     int *t = malloc(N * sizeof(int)), *tc, *tg;
@@ -893,14 +970,19 @@ static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp)
             int g = k == 1;
 #define P(pr) (g ? (pr).g : (pr).c)
             gpt_backend_matmul_forward(be, P(lg), P(lnf), P(wte), NULL, N, C, Vp);
-            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 0.0f, 0);
-            gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 1.0f / (float)N,
-                                     GPT_XENT_AFTER_LOSS);
+            if (fused) {
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp,
+                                         1.0f / (float)N, 1);
+            } else {
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp, 0.0f, 0);
+                gpt_backend_softmax_xent(be, P(lg), P(losses), g ? tg : tc, N, V, Vp,
+                                         1.0f / (float)N, GPT_XENT_AFTER_LOSS);
+            }
             gpt_backend_memzero(be, P(dwte), Vp * C * sizeof(float));
             gpt_backend_matmul_backward(be, P(dc), P(dwte), NULL, P(lg), P(lnf), P(wte), N, C, Vp);
 #undef P
         }
-        snprintf(tag, sizeof(tag), "N%zu V%zu round %d", N, V, round);
+        snprintf(tag, sizeof(tag), "N%zu V%zu round %d%s", N, V, round, fused ? " fused" : "");
         if (round == 1)
             report("bf16_only_state", "dlogits bf16 only",
                    !gpt_cuda_backend_bf16_only(gpu, lg.g, lg.n * sizeof(float)));
@@ -962,6 +1044,9 @@ int main(void)
     test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
     test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
+    /* fp32 rows past the shared-memory stage (60032 * 4 bytes > 227 KiB):
+     * dlogits without a loss call read the row twice. */
+    test_xent(16, 60000, 60032);
     static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
                                    {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
@@ -982,6 +1067,9 @@ int main(void)
         test_elementwise(ns[i]);
         test_adamw(ns[i]);
     }
+    test_grad_assign(4096, 768, 3072);
+    test_grad_assign(100, 2048, 64);
+    test_grad_assign(33, 48, 144);
 
     /* bf16 mode: the same ops against the same fp32 CPU ops. */
     check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
@@ -1017,6 +1105,8 @@ int main(void)
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_residual(1024, 3072, 768, 1);
     test_matmul_residual(7, 5, 3, 1);
+    test_grad_assign(4096, 768, 3072);
+    test_grad_assign(33, 48, 144);
     test_adamw_multi(148, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
@@ -1024,10 +1114,12 @@ int main(void)
     test_bf16_weights(1024, 768, 3072);
     test_bf16_only(256, 64, 192);
     test_bf16_only(1024, 768, 3072);
-    test_bf16_only_xent(256, 64, 1000, 1024);
+    test_bf16_only_xent(256, 64, 1000, 1024, 0);
+    test_bf16_only_xent(256, 64, 1000, 1024, 1);
     test_bf16_only_dout(2, 256, 384, 6);
     test_bf16_only_dout(1, 200, 256, 2);
-    test_bf16_only_xent(64, 768, 50257, 50304);
+    test_bf16_only_xent(64, 768, 50257, 50304, 0);
+    test_bf16_only_xent(64, 768, 50257, 50304, 1);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 

@@ -5,8 +5,13 @@
  * the same weights and the same batches (a learnable sequence with some
  * ignored targets). The CUDA backend runs twice: fp32 (every step's loss
  * within 1e-3 relative of the CPU's) and bf16 (within 2e-2), both with the
- * flash attention kernels (head size 16). The loss must fall and the final
- * parameters must stay close. Exits 77 without a GPU.
+ * flash attention kernels (head size 16). Even steps run the trainer's
+ * gpt_model_forward_train (loss and dlogits in one classifier pass), odd
+ * steps gpt_model_forward then the backward's own classifier pass; two
+ * steps in three start from gpt_model_zero_grad_deferred (the first
+ * backward overwrites the gradients), the third from a zeroing. The loss
+ * must fall and the final parameters must stay close. Exits 77
+ * without a GPU.
  */
 #include <math.h>
 #include <stdio.h>
@@ -59,9 +64,13 @@ static int train(struct gpt_backend *be, float *losses, float **ret_params, size
                 y[b * T + t] = (b + t) % 11 == 0 ? -1 : tok;
             }
         }
-        gpt_model_zero_grad(&m);
-        if ((rc = gpt_model_forward(&m, x, y, B, T, &losses[step])) < 0 ||
-            (rc = gpt_model_backward(&m, 1.0f)) < 0)
+        if (step % 3 == 0)
+            gpt_model_zero_grad(&m);
+        else /* as the trainer: the backward overwrites the gradients */
+            gpt_model_zero_grad_deferred(&m);
+        rc = step % 2 == 0 ? gpt_model_forward_train(&m, x, y, B, T, 1.0f, &losses[step])
+                           : gpt_model_forward(&m, x, y, B, T, &losses[step]);
+        if (rc < 0 || (rc = gpt_model_backward(&m, 1.0f)) < 0)
             break;
         double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
         float lr = (float)gpt_lr_at(&opt, step, STEPS);

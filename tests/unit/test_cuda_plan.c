@@ -83,6 +83,28 @@ static void test_lnb_blocks(void **state)
     assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 768, 1000), 0);
 }
 
+/* The classifier's one-read form keeps a row of logits in shared memory
+ * when it fits beside the reductions' share: GPT-2's padded vocabulary
+ * as bf16 (100.6 KB) and as fp32 (201 KB) under the H200's 227 KiB
+ * opt-in, not under the 48 KiB default; the boundary is exact. */
+static void test_xent_stage(void **state)
+{
+    (void)state;
+    size_t h200 = (size_t)227 * 1024;
+    assert_int_equal(gpt_cuda_plan_xent_stage(50304, 2, h200), 100608);
+    assert_int_equal(gpt_cuda_plan_xent_stage(50304, 4, h200), 201216);
+    assert_int_equal(gpt_cuda_plan_xent_stage(50304, 2, 48 * 1024), 0);
+    assert_int_equal(gpt_cuda_plan_xent_stage(1024, 4, 48 * 1024), 4096);
+    size_t fit = (h200 - GPT_CUDA_XENT_STATIC_SMEM) / 2;
+    assert_int_equal(gpt_cuda_plan_xent_stage(fit, 2, h200), 2 * fit);
+    assert_int_equal(gpt_cuda_plan_xent_stage(fit + 1, 2, h200), 0);
+    /* A 128k vocabulary fits as bf16 only; a limit below the static share
+     * takes nothing. */
+    assert_true(gpt_cuda_plan_xent_stage(100352, 2, h200) > 0);
+    assert_int_equal(gpt_cuda_plan_xent_stage(100352, 4, h200), 0);
+    assert_int_equal(gpt_cuda_plan_xent_stage(1, 2, GPT_CUDA_XENT_STATIC_SMEM - 1), 0);
+}
+
 /* The one-launch AdamW's span lookup (gpt_cuda_span_of, which the kernel
  * runs) against a linear scan, and its table's contiguity rules. */
 static void test_adamw_table(void **state)
@@ -854,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
         cmocka_unit_test(test_lnb_blocks),
+        cmocka_unit_test(test_xent_stage),
         cmocka_unit_test(test_adamw_table),
         cmocka_unit_test(test_buckets),
         cmocka_unit_test(test_pad_plan),

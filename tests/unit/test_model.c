@@ -358,6 +358,131 @@ static void test_grad_accumulation(void **state)
     free(g1), free(g2);
 }
 
+/* The training forward (loss and dlogits in the classifier's one call)
+ * gives the bits of a forward then the backward's own classifier pass:
+ * the losses and the gradients accumulated over two micro-steps of other
+ * shapes and scales. A backward at another scale than its forward's is
+ * refused, and the forward it follows stays usable. */
+static void test_forward_train(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t n = m->n_params;
+    random_params(s, 21);
+    float *g[2] = {calloc(n, sizeof(float)), calloc(n, sizeof(float))};
+    float loss[2][2];
+    assert_non_null(g[0]);
+    assert_non_null(g[1]);
+    static const float scale[2] = {0.75f, 0.3f};
+    static const size_t Bs[2] = {2, 1}, Ts[2] = {8, 5};
+    for (int train = 0; train < 2; train++) {
+        gpt_model_zero_grad(m);
+        for (int k = 0; k < 2; k++) {
+            const int *x = tok_a + 3 * k, *y = tgt_a + 3 * k;
+            float *l = &loss[train][k];
+            if (train)
+                assert_int_equal(gpt_model_forward_train(m, x, y, Bs[k], Ts[k], scale[k], l), 0);
+            else
+                assert_int_equal(gpt_model_forward(m, x, y, Bs[k], Ts[k], l), 0);
+            assert_int_equal(gpt_model_backward(m, scale[k]), 0);
+        }
+        gpt_backend_download(s->be, g[train], m->grads, n * sizeof(float));
+    }
+    assert_true(loss[0][0] > 0.0f && loss[0][1] > 0.0f);
+    assert_memory_equal(loss[0], loss[1], sizeof(loss[0]));
+    assert_memory_equal(g[0], g[1], n * sizeof(float));
+    double g2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        g2 += (double)g[0][i] * g[0][i];
+    assert_true(g2 > 0.0);
+
+    float l;
+    assert_int_equal(gpt_model_forward_train(m, tok_a, tgt_a, 2, 8, 0.5f, &l), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), -EINVAL);
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_backward(m, 0.5f), 0);
+    assert_int_equal(gpt_model_backward(m, 0.5f), -EINVAL); /* consumed */
+    /* An evaluation forward after a training one: the same loss. */
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, &l), 0);
+    assert_memory_equal(&l, &loss[0][0], sizeof(l));
+    free(g[0]), free(g[1]);
+}
+
+/* Two micro-steps after a zeroing, at T 7 and 6 of the block size 8
+ * (wpe's last row gets no gradient) and two scales; the gradients into g. */
+static void two_micro_steps(struct tm_state *s, int deferred, float *g)
+{
+    struct gpt_model *m = &s->m;
+    if (deferred)
+        gpt_model_zero_grad_deferred(m);
+    else
+        gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_forward_train(m, tok_a, tgt_a, 2, 7, 0.5f, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 0.5f), 0);
+    assert_int_equal(gpt_model_forward(m, tok_a + 8, tgt_a + 8, 1, 6, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 0.25f), 0);
+    assert_int_equal(s->be->grad_assign, 0); /* left off */
+    gpt_backend_download(s->be, g, m->grads, m->n_params * sizeof(float));
+}
+
+/* gpt_model_zero_grad_deferred: the first backward overwrites the
+ * gradients (the backend's grad_assign) instead of adding to zeros, so
+ * whatever the buffer held (here garbage, NaN included) is gone and the
+ * accumulation over micro-steps gives the bits of an eager zeroing; a
+ * backend whose ops cannot overwrite gets the buffer zeroed instead. A
+ * deferred zeroing whose backward was refused still applies to the next. */
+static void test_zero_grad_deferred(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t n = m->n_params;
+    random_params(s, 33);
+    float *want = calloc(n, sizeof(float)), *got = calloc(n, sizeof(float));
+    float *junk = calloc(n, sizeof(float));
+    assert_non_null(want);
+    assert_non_null(got);
+    assert_non_null(junk);
+    for (size_t i = 0; i < n; i++)
+        junk[i] = i % 97 == 5 ? NAN : (float)(i % 13) - 6.0f;
+    two_micro_steps(s, 0, want);
+    double g2 = 0.0;
+    for (size_t i = 0; i < n; i++)
+        g2 += (double)want[i] * want[i];
+    assert_true(g2 > 0.0 && isfinite(g2));
+    const struct gpt_tensor_info *wpe = &m->tensors[1];
+    assert_string_equal(wpe->name, "wpe");
+    for (size_t i = 7 * 16; i < 8 * 16; i++)
+        assert_float_equal(want[wpe->offset + i], 0.0f, 0.0f);
+    gpt_backend_upload(s->be, m->grads, junk, n * sizeof(float));
+    two_micro_steps(s, 1, got);
+    assert_memory_equal(want, got, n * sizeof(float));
+
+    /* A backend without the overwrite: the same bits (zeroed first). */
+    const struct gpt_backend_ops *ops = s->be->ops;
+    struct gpt_backend_ops no_assign = *ops;
+    no_assign.grads_assign = 0;
+    s->be->ops = &no_assign;
+    assert_int_equal(gpt_backend_set_grad_assign(s->be, 1), -ENOTSUP);
+    assert_int_equal(gpt_backend_set_grad_assign(s->be, 0), 0);
+    gpt_backend_upload(s->be, m->grads, junk, n * sizeof(float));
+    two_micro_steps(s, 1, got);
+    s->be->ops = ops;
+    assert_memory_equal(want, got, n * sizeof(float));
+
+    /* A refused backward (no forward with targets) keeps the deferral. */
+    gpt_backend_upload(s->be, m->grads, junk, n * sizeof(float));
+    gpt_model_zero_grad_deferred(m);
+    assert_int_equal(gpt_model_forward(m, tok_a, NULL, 2, 8, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 0.5f), -EINVAL);
+    assert_int_equal(gpt_model_forward_train(m, tok_a, tgt_a, 2, 7, 0.5f, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 0.5f), 0);
+    assert_int_equal(gpt_model_forward(m, tok_a + 8, tgt_a + 8, 1, 6, NULL), 0);
+    assert_int_equal(gpt_model_backward(m, 0.25f), 0);
+    gpt_backend_download(s->be, got, m->grads, n * sizeof(float));
+    assert_memory_equal(want, got, n * sizeof(float));
+    free(want), free(got), free(junk);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -369,6 +494,8 @@ int main(void)
         cmocka_unit_test(test_padded_vocab),
         cmocka_unit_test(test_grads_ready_order),
         cmocka_unit_test(test_grad_accumulation),
+        cmocka_unit_test(test_forward_train),
+        cmocka_unit_test(test_zero_grad_deferred),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -218,6 +218,7 @@ static const struct gpt_backend_ops cpu_ops = {
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
     .scale = cpu_scale,
+    .grads_assign = 1, /* the ops zero dweight and dbias first: the same bits */
 };
 
 int gpt_backend_cpu_new(int threads, struct gpt_backend **ret, struct gpt_err *err)

@@ -153,6 +153,11 @@ void gpt_cpu_layernorm_backward(struct gpt_backend *be, float *dinp, float *dwei
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, size_t N, size_t C)
 {
+    /* Overwriting is accumulating onto zeros: the sums below, in order. */
+    if (be->grad_assign) {
+        memset(dweight, 0, C * sizeof(float));
+        memset(dbias, 0, C * sizeof(float));
+    }
     int nt = cpu_nt(be, N * C);
     if (nt == 1) {
         ln_backward_rows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, 0, N, C);
@@ -196,6 +201,13 @@ void gpt_cpu_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)OC, 1.0f, dout,
                     (int)OC, weight, (int)C, 0.0f, dinp, (int)C);
+    /* Overwriting is accumulating onto zeros (bitwise what a caller's
+     * zeroing then accumulation gives). */
+    if (be->grad_assign) {
+        memset(dweight, 0, OC * C * sizeof(float));
+        if (dbias)
+            memset(dbias, 0, OC * sizeof(float));
+    }
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, dout,
                 (int)OC, inp, (int)C, 1.0f, dweight, (int)C);

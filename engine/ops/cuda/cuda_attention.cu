@@ -193,7 +193,8 @@ __global__ void __launch_bounds__(FA_THREADS)
             int d = lane + k * FA_WARP;
             if (d < hs) {
                 float y = o[r][k] * inv;
-                out[row + d] = y;
+                if (out) /* NULL: bf16 only */
+                    out[row + d] = y;
                 ocopy[row + d] = y;
                 if (out_bf)
                     out_bf[row + d] = gpt_bf16_from_float_rne(y);
@@ -596,9 +597,11 @@ __device__ __forceinline__ float tc_quad_sum(float v)
 
 /* Stores one row pair (columns col, col + 1) of an fp32 result, and its
  * bf16 copy when bf is non-NULL. */
+/* A pair of outputs to f (fp32; NULL: the output is bf16 only) and bf. */
 __device__ __forceinline__ void tc_store2(float *f, uint16_t *bf, size_t at, float x, float y)
 {
-    *(float2 *)(f + at) = make_float2(x, y);
+    if (f)
+        *(float2 *)(f + at) = make_float2(x, y);
     if (bf)
         *(uint32_t *)(bf + at) = tc_pack(x, y);
 }

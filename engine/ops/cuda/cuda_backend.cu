@@ -300,12 +300,20 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         if (!qb) /* the kernels read qkv as fp32 only without its bf16 copy */
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
-        uint16_t *ob = cu_shd_out(cb, out, B * T * C, NULL);
-        cu_shd_wrote(cb, att, (plan.lse_floats + B * T * C) * sizeof(float));
-        cudaError_t e = cuk_flash_forward(cb->compute, &plan, out, ob, att, qkv, qb, B, T, C, NH);
+        /* The output feeds the projection's products: bf16 only where the
+         * shadow rules allow (the backward keeps its own fp32 copy in
+         * att), else fp32 with the bf16 copy alongside. */
+        size_t n = B * T * C;
+        uint16_t *own = cu_shd_own(cb, out, n);
+        uint16_t *ob = own ? own : cu_shd_out(cb, out, n, NULL);
+        cu_shd_wrote(cb, att, (plan.lse_floats + n) * sizeof(float));
+        cudaError_t e = cuk_flash_forward(cb->compute, &plan, own ? NULL : out, ob, att, qkv, qb,
+                                          B, T, C, NH);
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_forward smem");
         cu_check(cb, "flash_forward");
+        if (own)
+            cu_shd_owned(cb, out, n);
         return;
     }
     cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
@@ -501,8 +509,9 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
     uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
+    /* be->grad_assign: dweight and dbias stored, not added to. */
     cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, dob, inp, weight, mean,
-                           rstd, N, C, cb->scratch, SCRATCH_FLOATS);
+                           rstd, N, C, cb->scratch, SCRATCH_FLOATS, be->grad_assign);
     cu_check(cb, "layernorm_backward");
 }
 
@@ -551,7 +560,10 @@ static void cuda_residual_forward(struct gpt_backend *be, float *out, const floa
  * bf16 only), and the dlogits are written in place as bf16 only where the
  * shadow rules allow (the head's backward products read nothing else), so
  * no fp32 (N, Vp) tensor is read or written. With GPT_XENT_AFTER_LOSS the
- * losses of the forward call give each row's log-sum-exp: one pass. */
+ * losses of the forward call give each row's log-sum-exp: one pass. A
+ * call that writes dlogits otherwise (the training forward's loss and
+ * dlogits together) keeps each row in shared memory between its two
+ * passes where it fits (gpt_cuda_plan_xent_stage): one read as well. */
 static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
                               const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                               int write_dlogits)
@@ -570,8 +582,13 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
         cu_f32(cb, losses, N * sizeof(float));
     else
         cu_shd_wrote(cb, losses, N * sizeof(float));
-    cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db, losses, targets,
-                     N, V, Vp, dscale, write_dlogits, have_loss);
+    size_t stage =
+        write_dlogits && !have_loss ? gpt_cuda_plan_xent_stage(Vp, lb ? 2 : 4, cb->smem_optin) : 0;
+    cudaError_t e = cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db,
+                                     losses, targets, N, V, Vp, dscale, write_dlogits, have_loss,
+                                     stage);
+    if (e != cudaSuccess)
+        (void)cu_ret(cb, e, "softmax_xent smem");
     cu_check(cb, "softmax_xent");
     if (own)
         cu_shd_owned(cb, logits, n);
@@ -746,6 +763,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
     /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
+    /* .grads_assign = */ 1,
 };
 
 /* ---- construction and accessors -------------------------------------------- */

@@ -239,17 +239,19 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
  * accumulated dinp). */
 /* dout_bf (optional): dout's current bf16 copy, read instead of dout; only
  * where gpt_cuda_plan_lnb_blocks(N, C, scratch_floats) > 0 (the single-pass
- * kernel; the two-pass fallback reads dout as fp32). */
+ * kernel; the two-pass fallback reads dout as fp32). assign: dweight and
+ * dbias are stored, not added to (not read). */
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, size_t N, size_t C, float *scratch,
-                            size_t scratch_floats);
+                            size_t scratch_floats, int assign);
 /* out[n, :] = bias for every row n. */
 void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC);
-/* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch). */
+/* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch);
+ * with assign dst[c] = the sum (dst not read). */
 void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size_t C,
-                    float *scratch, size_t scratch_floats);
+                    float *scratch, size_t scratch_floats, int assign);
 /* Causal softmax in place over `rows` = B*NH*T rows of a (T, T) matrix
  * already scaled by 1/sqrt(hs); entries j > i are written as 0. */
 void cuk_att_softmax_forward(cudaStream_t s, float *att, size_t rows, size_t T);
@@ -266,11 +268,15 @@ void cuk_residual_forward(cudaStream_t s, float *out, const float *a, const floa
  * to losses gives the row's log-sum-exp (lse = loss + z_t: no reduction
  * pass); then (write_dlogits) dlogits over all Vp columns, as fp32 in
  * dlogits and/or bf16 in dlogits_bf (either may be NULL; each may be the
- * logits' own buffer: written in place). */
-void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
-                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
-                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits,
-                      int have_loss);
+ * logits' own buffer: written in place). stage_bytes:
+ * gpt_cuda_plan_xent_stage's answer for the logits' element size, or 0;
+ * a call that writes dlogits without have_loss then reads each row from
+ * DRAM once (an error of the shared-memory opt-in is returned, nothing
+ * launched). */
+cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                             float *dlogits, uint16_t *dlogits_bf, float *losses,
+                             const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                             int write_dlogits, int have_loss, size_t stage_bytes);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
  * gpt_bf16_sr_bits(seed, stream, index0 + i). */
@@ -299,8 +305,8 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
 
 /* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
  * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
- * else from qkv; writes out (and out_bf if non-NULL), and in att the
- * logsumexp per row followed by a copy of out. The backward needs the att
+ * else from qkv; writes out (and out_bf if non-NULL; out NULL: out_bf
+ * only), and in att the logsumexp per row followed by a copy of out. The backward needs the att
  * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
  * non-NULL) and uses scratch (gpt_cuda_plan_att_floats(p, ..., 1) floats)
  * for the rows' dout . out and, on the tensor-core path (bf16 q, k, v and

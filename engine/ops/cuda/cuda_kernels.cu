@@ -363,11 +363,12 @@ __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, 
 /* Column sums, pass 1. Block (32, COLSUM_ROWS_Y) covers 32 columns of the
  * rows of split blockIdx.y. LN = true sums d*(x-mu)*rs into out0 and d into
  * out1; LN = false sums d into out0. With one split the sums are added to
- * the destinations; otherwise they go to scratch rows [split * C]. */
+ * the destinations (stored, with assign); otherwise they go to scratch
+ * rows [split * C]. */
 template <bool LN>
 __global__ void colsum_pass1_kernel(float *out0, float *out1, const float *dout, const float *inp,
                                     const float *mean, const float *rstd, size_t N, size_t C,
-                                    unsigned splits)
+                                    unsigned splits, int assign)
 {
     __shared__ float sh0[COLSUM_ROWS_Y][WARP + 1];
     __shared__ float sh1[COLSUM_ROWS_Y][WARP + 1];
@@ -397,9 +398,9 @@ __global__ void colsum_pass1_kernel(float *out0, float *out1, const float *dout,
         a1 += sh1[y][threadIdx.x];
     }
     if (splits == 1) {
-        out0[c] += a0;
+        out0[c] = assign ? a0 : out0[c] + a0;
         if (LN)
-            out1[c] += a1;
+            out1[c] = assign ? a1 : out1[c] + a1;
     } else {
         out0[(size_t)blockIdx.y * C + c] = a0;
         if (LN)
@@ -407,15 +408,17 @@ __global__ void colsum_pass1_kernel(float *out0, float *out1, const float *dout,
     }
 }
 
-/* Column sums, pass 2: dst[c] += sum over splits in order. */
-__global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, unsigned splits)
+/* Column sums, pass 2: dst[c] += sum over splits in order (dst[c] = the
+ * sum, with assign). */
+__global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, unsigned splits,
+                                    int assign)
 {
     GRID_LOOP(c, C)
     {
         float acc = 0.0f;
         for (unsigned sp = 0; sp < splits; sp++)
             acc += part[(size_t)sp * C + c];
-        dst[c] += acc;
+        dst[c] = assign ? acc : dst[c] + acc;
     }
 }
 
@@ -423,7 +426,7 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
                             float *dbias, const float *dout, const uint16_t *dout_bf,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, size_t N, size_t C, float *scratch,
-                            size_t scratch_floats)
+                            size_t scratch_floats, int assign)
 {
     unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
     /* dout_bf only comes with blocks > 0 (cuda_impl.h): the fallback below
@@ -435,8 +438,8 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
         layernorm_backward_fused_kernel<<<blocks, GPT_CUDA_LNB_WARPS * WARP,
                                           GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float), s>>>(
             dinp, dinp_bf, pw, pb, dout, dout_bf, inp, weight, mean, rstd, N, C, rows_per);
-        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks);
-        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks, assign);
+        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks, assign);
         return;
     }
     layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
@@ -446,29 +449,30 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
     dim3 block(WARP, COLSUM_ROWS_Y);
     if (splits == 1) {
         colsum_pass1_kernel<true>
-            <<<grid, block, 0, s>>>(dweight, dbias, dout, inp, mean, rstd, N, C, 1);
+            <<<grid, block, 0, s>>>(dweight, dbias, dout, inp, mean, rstd, N, C, 1, assign);
         return;
     }
     float *p0 = scratch, *p1 = scratch + (size_t)splits * C;
-    colsum_pass1_kernel<true><<<grid, block, 0, s>>>(p0, p1, dout, inp, mean, rstd, N, C, splits);
-    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, p0, C, splits);
-    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, p1, C, splits);
+    colsum_pass1_kernel<true>
+        <<<grid, block, 0, s>>>(p0, p1, dout, inp, mean, rstd, N, C, splits, 0);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, p0, C, splits, assign);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, p1, C, splits, assign);
 }
 
 void cuk_colsum_add(cudaStream_t s, float *dst, const float *src, size_t N, size_t C,
-                    float *scratch, size_t scratch_floats)
+                    float *scratch, size_t scratch_floats, int assign)
 {
     unsigned splits = gpt_cuda_plan_colsum_splits(N, C, scratch_floats);
     dim3 grid((unsigned)((C + WARP - 1) / WARP), splits);
     dim3 block(WARP, COLSUM_ROWS_Y);
     if (splits == 1) {
         colsum_pass1_kernel<false>
-            <<<grid, block, 0, s>>>(dst, NULL, src, NULL, NULL, NULL, N, C, 1);
+            <<<grid, block, 0, s>>>(dst, NULL, src, NULL, NULL, NULL, N, C, 1, assign);
         return;
     }
     colsum_pass1_kernel<false>
-        <<<grid, block, 0, s>>>(scratch, NULL, src, NULL, NULL, NULL, N, C, splits);
-    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dst, scratch, C, splits);
+        <<<grid, block, 0, s>>>(scratch, NULL, src, NULL, NULL, NULL, N, C, splits, 0);
+    colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dst, scratch, C, splits, assign);
 }
 
 __global__ void bias_broadcast_kernel(float *out, const float *bias, size_t OC, size_t n)
@@ -744,7 +748,13 @@ __device__ __forceinline__ float xent_in(const float *lf, const uint16_t *lb, si
  * in place over all Vp columns as fp32 (of) and/or bf16 (ob). The logits
  * are read from lf (fp32) or, when it is NULL, from lb (bf16); of may be
  * lf and ob may be lb (each element is read before it is written, by the
- * same thread). Ignored rows (target < 0) get loss 0 and a zero row. */
+ * same thread). Ignored rows (target < 0) get loss 0 and a zero row.
+ * STAGE (write without have_loss; dynamic shared memory of V elements of
+ * the input's type, gpt_cuda_plan_xent_stage): the reduction pass keeps
+ * the row as read in shared memory and the write pass reads it from
+ * there, the same values in the same order, so the logits leave DRAM
+ * once. Each thread reads back only the elements it stored. */
+template <bool STAGE>
 __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *of, uint16_t *ob,
                                     float *losses, const int *targets, size_t V, size_t Vp,
                                     float dscale, int write, int have_loss)
@@ -776,10 +786,23 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
          * (block-uniform branch: have_loss is an argument). */
         __syncthreads();
     } else {
+        extern __shared__ __align__(16) unsigned char xent_row[];
+        float *sf = STAGE && rf ? (float *)xent_row : NULL;
+        uint16_t *sb = STAGE && !rf ? (uint16_t *)xent_row : NULL;
         m = -INFINITY;
         s = 0.0f;
         for (size_t j = threadIdx.x; j < V; j += blockDim.x) {
-            float x = xent_in(rf, rb, j);
+            float x;
+            if (STAGE && rf) {
+                x = rf[j];
+                sf[j] = x;
+            } else if (STAGE) {
+                uint16_t h = rb[j];
+                sb[j] = h;
+                x = gpt_bf16_to_float(h);
+            } else {
+                x = xent_in(rf, rb, j);
+            }
             if (x > m) {
                 s = s * expf(m - x) + 1.0f;
                 m = x;
@@ -790,6 +813,10 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
         block_online(m, s);
         if (losses && threadIdx.x == 0)
             losses[n] = logf(s) - (zt - m);
+        if (STAGE) {
+            rf = sf;
+            rb = sb;
+        }
     }
     if (!write)
         return;
@@ -808,16 +835,29 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     }
 }
 
-void cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
-                      float *dlogits, uint16_t *dlogits_bf, float *losses, const int *targets,
-                      size_t N, size_t V, size_t Vp, float dscale, int write_dlogits, int have_loss)
+cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t *logits_bf,
+                             float *dlogits, uint16_t *dlogits_bf, float *losses,
+                             const int *targets, size_t N, size_t V, size_t Vp, float dscale,
+                             int write_dlogits, int have_loss, size_t stage_bytes)
 {
     /* N rows, one block each; grids beyond 2^31-1 blocks are not a concern
      * (N is B*T). */
-    softmax_xent_kernel<<<(unsigned)N, XENT_THREADS, 0, s>>>(
-        logits, logits ? NULL : logits_bf, write_dlogits ? dlogits : NULL,
-        write_dlogits ? dlogits_bf : NULL, losses, targets, V, Vp, dscale, write_dlogits,
-        have_loss);
+    const uint16_t *lb = logits ? NULL : logits_bf;
+    float *of = write_dlogits ? dlogits : NULL;
+    uint16_t *ob = write_dlogits ? dlogits_bf : NULL;
+    if (stage_bytes > 0 && write_dlogits && !have_loss) {
+        cudaError_t e = cudaFuncSetAttribute(softmax_xent_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)stage_bytes);
+        if (e != cudaSuccess)
+            return e;
+        softmax_xent_kernel<true><<<(unsigned)N, XENT_THREADS, stage_bytes, s>>>(
+            logits, lb, of, ob, losses, targets, V, Vp, dscale, write_dlogits, 0);
+        return cudaSuccess;
+    }
+    softmax_xent_kernel<false><<<(unsigned)N, XENT_THREADS, 0, s>>>(
+        logits, lb, of, ob, losses, targets, V, Vp, dscale, write_dlogits, have_loss);
+    return cudaSuccess;
 }
 
 /* ---- sum of squares (deterministic, two passes) ---------------------------- */

@@ -331,27 +331,36 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
     struct lt_epi bg = {CUBLASLT_EPILOGUE_BGRADB, NULL, cb->scratch, NULL, 0};
     const struct lt_epi *e = dbias && OC <= SCRATCH_FLOATS ? &bg : NULL;
     int summed = 0;
+    /* be->grad_assign: dweight = the product (beta 0: not read), dbias =
+     * the sums. */
+    int assign = be->grad_assign;
+    float gb = assign ? 0.0f : 1.0f;
     if (ib && db) {
         summed = e && lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc,
-                                CUDA_R_32F, dweight, c, 1.0f, e) == 0;
+                                CUDA_R_32F, dweight, c, gb, e) == 0;
         if (!summed)
-            gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, 1.0f, NULL);
+            gemm_bf16(cb, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc, dweight, c, gb, NULL);
     } else {
         cu_f32(cb, dout, N * OC * sizeof(float));
         cu_f32(cb, inp, N * C * sizeof(float));
         summed = e && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
-                                oc, CUDA_R_32F, dweight, c, 1.0f, e) == 0;
+                                oc, CUDA_R_32F, dweight, c, gb, e) == 0;
         if (!summed && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
-                                 oc, CUDA_R_32F, dweight, c, 1.0f, NULL))
-            cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, 1.0f, dweight, c, 0,
+                                 oc, CUDA_R_32F, dweight, c, gb, NULL))
+            cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, gb, dweight, c, 0,
                     1);
     }
-    if (dbias && summed) {
+    if (dbias && summed && assign) { /* dbias = bgrad */
+        cudaError_t ce = cudaMemcpyAsync(dbias, cb->scratch, OC * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, cb->compute);
+        if (ce != cudaSuccess)
+            (void)cu_ret(cb, ce, "matmul_backward dbias copy");
+    } else if (dbias && summed) {
         cuk_residual_forward(cb->compute, dbias, dbias, cb->scratch, OC); /* dbias += bgrad */
         cu_check(cb, "matmul_backward dbias add");
     } else if (dbias) {
         cu_f32(cb, dout, N * OC * sizeof(float));
-        cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS);
+        cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS, assign);
         cu_check(cb, "matmul_backward dbias");
     }
 }
