@@ -15,12 +15,15 @@
  *   - the save path of a sharded model (gpt_shard_snapshot_write) and its
  *     load path (gpt_shard_load_stream) allocate no buffer of the model's
  *     full size: every allocation is recorded (malloc, calloc, realloc,
- *     aligned_alloc and posix_memalign are wrapped in this executable).
+ *     aligned_alloc and posix_memalign are wrapped in this executable);
+ *   - a load that one rank of three fails (gpt_shard_test_fail_load)
+ *     fails on every rank, promptly, with an error naming that rank.
  */
 #define _GNU_SOURCE /* nftw */
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -594,6 +597,123 @@ static void test_init_stream(void **state)
     free(got);
 }
 
+/* ---- a load that fails on one rank fails on every rank ---- */
+
+#define LOAD_WORLD 3
+
+struct load_rank {
+    struct gpt_kv *kv;
+    const char *prefix, *snap; /* the world's key prefix; the snapshot rank 0 reads */
+    int rank, fail;            /* fail: this rank's slice cannot be stored */
+    int rc;
+    struct gpt_err err;
+    float first; /* rank 0, success: the first parameter after a gather */
+};
+
+static void *load_rank_main(void *arg)
+{
+    struct load_rank *lr = arg;
+    struct gpt_backend *be = NULL;
+    struct gpt_comm *comm = NULL;
+    struct gpt_shard *sh = NULL;
+    struct gpt_model model;
+    struct gpt_snapshot_reader *r = NULL;
+    struct gpt_snapshot_meta meta;
+    struct gpt_model_config cfg = {
+        .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 8, .vocab_size = 65};
+    struct gpt_comm_opts o = {
+        .rank = lr->rank, .world = LOAD_WORLD, .prefix = lr->prefix, .timeout_ms = 10000};
+    bool model_ok = false;
+    memset(&model, 0, sizeof(model));
+    if ((lr->rc = gpt_backend_cpu_new(1, &be, &lr->err)) < 0 ||
+        (lr->rc = gpt_comm_tcp_new(&o, lr->kv, &comm, &lr->err)) < 0 ||
+        (lr->rc = gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &lr->err)) < 0 ||
+        (lr->rc = gpt_model_init_sharded(&model, &cfg, be, 1, gpt_shard_units(sh), &lr->err)) < 0)
+        goto out;
+    model_ok = true;
+    if ((lr->rc = gpt_shard_attach(sh, &model, &lr->err)) < 0 ||
+        (lr->rank == 0 && (lr->rc = gpt_snapshot_reader_open(lr->snap, &meta, &r, &lr->err)) < 0))
+        goto out;
+    if (lr->fail)
+        gpt_shard_test_fail_load(sh, -EIO);
+    lr->rc = gpt_shard_load_stream(sh, lr->rank == 0 ? read_snap : NULL, r, 1, &lr->err);
+    if (lr->rc == 0) { /* the ranks still work together: gather what was loaded */
+        float *p = malloc(model.n_params * sizeof(float));
+        if (!p || (lr->rc = gpt_shard_gather_full(sh, p, NULL, NULL)) == 0)
+            lr->first = p ? p[1] : 0.0f;
+        free(p);
+    }
+out:
+    gpt_snapshot_reader_close(r);
+    if (model_ok)
+        gpt_model_done(&model);
+    gpt_shard_free(sh);
+    gpt_comm_free(comm);
+    gpt_backend_free(be);
+    return NULL;
+}
+
+/* Three ranks (threads over the tcp/shm communicator) load a snapshot;
+ * one rank (none, rank 1, rank 0) cannot store its slice. Every rank
+ * returns: all succeed, or all fail, the failing rank with its own error
+ * and the others with one naming it, none waiting in a collective for the
+ * communicator's timeout. */
+static void test_load_fails_together(void **state)
+{
+    (void)state;
+    struct gpt_model m;
+    struct gpt_err err;
+    struct gpt_model_config cfg = {
+        .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 8, .vocab_size = 65};
+    assert_int_equal(gpt_model_layout(&m, &cfg, &err), 0);
+    float *p = malloc(m.n_params * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < m.n_params; i++)
+        p[i] = (float)i;
+    char dir[300], snap[512];
+    snprintf(dir, sizeof(dir), "%s/loadfail", tmpdir);
+    struct gpt_snapshot_meta meta;
+    fill_meta(&meta, 5, m.n_params);
+    meta.cfg = cfg;
+    assert_int_equal(gpt_snapshot_write(dir, &meta, p, p, p, snap, sizeof(snap), &err), 0);
+    free(p);
+
+    const int fail_rank[] = {-1, 1, 0};
+    for (size_t c = 0; c < sizeof(fail_rank) / sizeof(fail_rank[0]); c++) {
+        struct gpt_kv kv;
+        char prefix[64];
+        struct load_rank ranks[LOAD_WORLD];
+        pthread_t th[LOAD_WORLD];
+        snprintf(prefix, sizeof(prefix), "loadfail/%d/%zu/", (int)getpid(), c);
+        assert_int_equal(gpt_kv_mem_new(&kv, NULL), 0);
+        for (int r = 0; r < LOAD_WORLD; r++) {
+            ranks[r] = (struct load_rank){
+                .kv = &kv, .prefix = prefix, .snap = snap, .rank = r, .fail = r == fail_rank[c]};
+            assert_int_equal(pthread_create(&th[r], NULL, load_rank_main, &ranks[r]), 0);
+        }
+        for (int r = 0; r < LOAD_WORLD; r++)
+            pthread_join(th[r], NULL);
+        gpt_kv_mem_free(&kv);
+        for (int r = 0; r < LOAD_WORLD; r++) {
+            print_message("fail rank %d: rank %d returned %d: %s\n", fail_rank[c], r, ranks[r].rc,
+                          ranks[r].rc ? ranks[r].err.msg : "ok");
+            if (fail_rank[c] < 0) {
+                assert_int_equal(ranks[r].rc, 0);
+                continue;
+            }
+            assert_int_equal(ranks[r].rc, -EIO);
+            char want[32];
+            snprintf(want, sizeof(want), "rank %d failed", fail_rank[c]);
+            if (r == fail_rank[c])
+                assert_non_null(strstr(ranks[r].err.msg, "this rank's slice"));
+            else
+                assert_non_null(strstr(ranks[r].err.msg, want));
+        }
+        if (fail_rank[c] < 0)
+            assert_true(ranks[0].first == 1.0f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -601,7 +721,7 @@ int main(void)
         cmocka_unit_test(test_flipped_slice),     cmocka_unit_test(test_truncated_slice),
         cmocka_unit_test(test_stale_slice),       cmocka_unit_test(test_manifest_parse),
         cmocka_unit_test(test_prune_and_orphans), cmocka_unit_test(test_no_full_size_buffer),
-        cmocka_unit_test(test_init_stream),
+        cmocka_unit_test(test_init_stream),       cmocka_unit_test(test_load_fails_together),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
