@@ -682,8 +682,8 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
                               ? sh->model->params + (s.n_pieces ? mine[0].off : 0)
                               : sh->sp;
     struct gpt_err werr = {0};
-    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, params, sh->sm, sh->sv,
-                                       &s, &werr);
+    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, meta->owner.token,
+                                       params, sh->sm, sh->sv, &s, &werr);
     written = wrc == 0;
 
     /* 2. Everyone learns every slice's outcome (rank 0 needs the sizes

@@ -10,6 +10,7 @@
  *   - the manifest parser refuses gaps, overlaps, pieces out of range,
  *     bad sizes and checksums with a message;
  *   - pruning removes a manifest's slices with it, and orphan slices;
+ *     cleaning orphans for an owner spares another job's slices;
  *   - the streamed fresh weights (gpt_shard_init_*) equal
  *     gpt_model_init_weights_host's bit for bit;
  *   - the save path of a sharded model (gpt_shard_snapshot_write) and its
@@ -176,7 +177,7 @@ static uint64_t write_sharded(const char *dir, int64_t step, char *path, size_t 
                     buf[a][at++] = value(a, pieces[r][i].off + k);
         }
         assert_int_equal(
-            gpt_snapshot_slice_write(dir, step, id, 3, buf[0], buf[1], buf[2], &slices[r], &err),
+            gpt_snapshot_slice_write(dir, step, id, 3, 0, buf[0], buf[1], buf[2], &slices[r], &err),
             0);
         assert_int_equal(slices[r].floats, floats);
         for (int a = 0; a < 3; a++)
@@ -480,7 +481,7 @@ static void test_prune_and_orphans(void **state)
     assert_int_equal(meta.step, 30);
     /* Nothing to clean now. */
     int removed = -1;
-    assert_int_equal(gpt_snapshot_clean_slices(dir, &removed, &err), 0);
+    assert_int_equal(gpt_snapshot_clean_slices(dir, NULL, &removed, &err), 0);
     assert_int_equal(removed, 0);
 }
 
@@ -595,6 +596,62 @@ static void test_init_stream(void **state)
     }
     free(want);
     free(got);
+}
+
+/* An orphan slice (no manifest names it) of `owner` at step 50, rank r. */
+static void write_orphan(const char *dir, uint32_t r, uint64_t owner)
+{
+    struct gpt_snapshot_piece piece = {0, 4};
+    struct gpt_snapshot_slice sl = {.rank = r, .pieces = &piece, .n_pieces = 1};
+    float x[4] = {1, 2, 3, 4};
+    struct gpt_err err;
+    assert_int_equal(gpt_snapshot_slice_write(dir, 50, 99, 4, owner, x, NULL, NULL, &sl, &err), 0);
+}
+
+static bool slice_exists(const char *dir, uint32_t r)
+{
+    char p[700];
+    assert_int_equal(gpt_snapshot_slice_path(dir, 50, 99, r, p, sizeof(p)), 0);
+    return access(p, F_OK) == 0;
+}
+
+/* Cleaning orphan slices for an owner removes that owner's and those that
+ * record none, never another job's (it may be writing its snapshot into
+ * the same folder) nor one whose header cannot be read; without an owner,
+ * every orphan goes. Pruning for an owner cleans the same way. */
+static void test_clean_slices_owner(void **state)
+{
+    (void)state;
+    char dir[300];
+    struct gpt_err err;
+    struct gpt_snapshot_owner mine = {.token = 0x1111, .job = 7, .uid = 1000};
+    snprintf(dir, sizeof(dir), "%s/owners", tmpdir);
+    for (int pass = 0; pass < 2; pass++) {
+        write_orphan(dir, 0, mine.token);
+        write_orphan(dir, 1, 0x2222); /* another job's */
+        write_orphan(dir, 2, 0);      /* no owner recorded */
+        char junk[700];
+        assert_int_equal(gpt_snapshot_slice_path(dir, 50, 99, 3, junk, sizeof(junk)), 0);
+        FILE *f = fopen(junk, "w");
+        assert_non_null(f);
+        fputs("not a slice", f);
+        fclose(f);
+        int removed = -1;
+        if (pass == 0)
+            assert_int_equal(gpt_snapshot_clean_slices(dir, &mine, &removed, &err), 0);
+        else
+            assert_int_equal(gpt_snapshot_prune(dir, 1, &mine, &err), 0);
+        if (pass == 0)
+            assert_int_equal(removed, 2);
+        assert_false(slice_exists(dir, 0));
+        assert_true(slice_exists(dir, 1));
+        assert_false(slice_exists(dir, 2));
+        assert_true(slice_exists(dir, 3));
+        /* No owner: every orphan. */
+        assert_int_equal(gpt_snapshot_clean_slices(dir, NULL, &removed, &err), 0);
+        assert_int_equal(removed, 2);
+        assert_int_equal(count_files(dir, GPT_SNAPSHOT_SLICE_SUFFIX), 0);
+    }
 }
 
 /* ---- a load that fails on one rank fails on every rank ---- */
@@ -717,11 +774,12 @@ static void test_load_fails_together(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_missing_slice),
-        cmocka_unit_test(test_flipped_slice),     cmocka_unit_test(test_truncated_slice),
-        cmocka_unit_test(test_stale_slice),       cmocka_unit_test(test_manifest_parse),
-        cmocka_unit_test(test_prune_and_orphans), cmocka_unit_test(test_no_full_size_buffer),
-        cmocka_unit_test(test_init_stream),       cmocka_unit_test(test_load_fails_together),
+        cmocka_unit_test(test_round_trip),         cmocka_unit_test(test_missing_slice),
+        cmocka_unit_test(test_flipped_slice),      cmocka_unit_test(test_truncated_slice),
+        cmocka_unit_test(test_stale_slice),        cmocka_unit_test(test_manifest_parse),
+        cmocka_unit_test(test_prune_and_orphans),  cmocka_unit_test(test_no_full_size_buffer),
+        cmocka_unit_test(test_init_stream),        cmocka_unit_test(test_load_fails_together),
+        cmocka_unit_test(test_clean_slices_owner),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
