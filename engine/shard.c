@@ -283,7 +283,7 @@ int gpt_shard_buffer_count(size_t max_unit, size_t shard_len)
         return env[0] - '0';
     /* The second pair costs 2 x max_unit floats; the persistent state is
      * params, grads and both moments of the shard. */
-    return (double)max_unit * 2 * 16 <= (double)shard_len * 4 ? 2 : 1;
+    return (double)max_unit * 2 * 32 <= (double)shard_len * 4 ? 2 : 1;
 }
 
 int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,

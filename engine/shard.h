@@ -84,7 +84,7 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
  * the world, rounded up: the same on every rank) and the largest unit but
  * the embeddings max_unit: 2 (the next unit's
  * all-gather and the last one's reduce-scatter overlap compute) when the
- * second pair costs at most 1/16 of the rank's persistent state (params,
+ * second pair costs at most 1/32 of the rank's persistent state (params,
  * grads, m, v of its shard), else 1 (every collective waits, one unit less
  * of each). GPTD_SHARD_BUFFERS=1 or 2 in the environment forces the count
  * (any other value is ignored). Reads the environment; any thread. */

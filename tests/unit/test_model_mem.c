@@ -211,17 +211,18 @@ static int check_full_shard(int L, const char *bufs)
 static void test_full_shard_buffers(void **state)
 {
     (void)state;
-    /* Four blocks at world 1: a unit pair is cheap next to the state. */
-    assert_int_equal(check_full_shard(4, NULL), 2);
-    /* One block: the second pair would cost more than 1/16 of it. */
+    /* Eight blocks at world 1: a unit pair is cheap next to the state. */
+    assert_int_equal(check_full_shard(8, NULL), 2);
+    /* One block: the second pair would cost more than 1/32 of it. */
     assert_int_equal(check_full_shard(1, NULL), 1);
-    assert_int_equal(check_full_shard(4, "1"), 1);
+    assert_int_equal(check_full_shard(8, "1"), 1);
     assert_int_equal(check_full_shard(1, "2"), 2);
     assert_int_equal(check_full_shard(1, "3"), 1); /* not 1 or 2: ignored */
-    /* The rule, at the bench's model (8 blocks of C = 512) over 4 ranks:
-     * one buffer; over 1 rank: two. */
+    /* The rule, at the bench's model (8 blocks of C = 512) over 2 to 4
+     * ranks: one buffer; over 1 rank: two. */
     size_t unit = 4 * 512 * 512 + 6 * 512, P = 8 * (12 * 512 * 512 + 13 * 512);
-    assert_int_equal(gpt_shard_buffer_count(unit, P / 4), 1);
+    for (size_t w = 2; w <= 4; w++)
+        assert_int_equal(gpt_shard_buffer_count(unit, (P + w - 1) / w), 1);
     assert_int_equal(gpt_shard_buffer_count(unit, P), 2);
 }
 
