@@ -15,9 +15,14 @@
 #                     memory. RSS also counts the pages of the shared-memory
 #                     communicator (engine/comm_shm.c: one segment per host
 #                     that every rank maps and reads) in every process:
-#   shmem_rss_kb      the largest RssShmem sampled, that segment's part.
-# The goal's ratio is given for the peak (ratio) and for the private
-# memory (anon_ratio). MODES="full" (or "none optimizer") limits the modes.
+#   shmem_rss_kb      the largest RssShmem sampled, that segment's part;
+#   pss_kb            the largest Pss sampled (/proc/PID/smaps_rollup):
+#                     RSS with each shared page (the segment, the shared
+#                     libraries) divided among the processes that map it,
+#                     so the ranks' Pss add up to what they take together.
+# The goal's ratio is given for the peak (ratio), for the private memory
+# (anon_ratio) and for Pss (pss_ratio). MODES="full" (or "none optimizer")
+# limits the modes (the goal needs "none" for the unsharded state).
 # Model: bench/jobs/shard_mem.json (8 layers, 512 wide: about 25 M
 # parameters, so the training state dominates), 2 steps.
 # Goal (issue 19): with full, peak per rank at world N at most
@@ -67,6 +72,9 @@ for mode in ${MODES:-none optimizer full}; do
                         sed -n 's/.*--rank \([0-9]*\).*/\1/p' || true)
                     rss=$({ awk '/^(VmRSS|RssAnon|RssShmem)/ {printf "%s ", $2}' \
                         "/proc/$p/status"; } 2>/dev/null || true)
+                    pss=$({ awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"; } 2>/dev/null ||
+                        true)
+                    [[ -n $rss ]] && rss="$rss${pss:-0}"
                     if [[ -n $r && -n $rss ]]; then echo "$r $phase $rss" >> "$run/samples"; fi
                 done
             done
@@ -86,14 +94,16 @@ for mode in ${MODES:-none optimizer full}; do
             sn=$(awk -v r=$r '$1 == r && $2 == "snapshot" && $3 > m {m = $3} END {print m + 0}' "$run/samples")
             an=$(awk -v r=$r '$1 == r && $4 > m {m = $4} END {print m + 0}' "$run/samples")
             sh=$(awk -v r=$r '$1 == r && $5 > m {m = $5} END {print m + 0}' "$run/samples")
+            ps=$(awk -v r=$r '$1 == r && $6 > m {m = $6} END {print m + 0}' "$run/samples")
             hwm=$(tail -n 1 "$run/hwm.$r")
             goal=""
             if [[ $mode == full ]]; then
                 gk=$(( (base_state / w + a + layer_bytes) * 115 / 100 / 1024 ))
-                goal=$(printf ',"goal_kb":%d,"ratio":%.3f,"anon_ratio":%.3f' "$gk" \
-                    "$(echo "$hwm / ($gk / 1.15)" | bc -l)" "$(echo "$an / ($gk / 1.15)" | bc -l)")
+                goal=$(printf ',"goal_kb":%d,"ratio":%.3f,"anon_ratio":%.3f,"pss_ratio":%.3f' "$gk" \
+                    "$(echo "$hwm / ($gk / 1.15)" | bc -l)" "$(echo "$an / ($gk / 1.15)" | bc -l)" \
+                    "$(echo "$ps / ($gk / 1.15)" | bc -l)")
             fi
-            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"anon_rss_kb\":$an,\"shmem_rss_kb\":$sh,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$goal}"
+            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"anon_rss_kb\":$an,\"shmem_rss_kb\":$sh,\"pss_kb\":$ps,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$goal}"
         done
     done
 done

@@ -41,6 +41,8 @@ enum model_blk {
 #define T_LNFW(L)        (2 + (size_t)(L)*BLK_COUNT)
 #define T_LNFB(L)        (3 + (size_t)(L)*BLK_COUNT)
 #define MODEL_MAX_LAYERS ((GPT_MAX_TENSORS - 4) / BLK_COUNT) /* 42 */
+_Static_assert(MODEL_MAX_LAYERS *GPT_BLOCK_UNITS + 2 <= GPT_MAX_UNITS,
+               "every unit of the largest model fits GPT_MAX_UNITS");
 _Static_assert(MODEL_MAX_LAYERS == GPT_JOB_N_LAYER_MAX,
                "gpt_config.h's layer limit is the model's");
 
@@ -111,11 +113,30 @@ static size_t model_round_up(size_t x, size_t to)
     return (x + to - 1) / to * to;
 }
 
-/* The unit holding tensor `idx`: 0 embeddings, 1..L blocks, L+1 final LN. */
+/* The first tensor of each of a block's parameter units (GPT_BLOCK_UNITS):
+ * attention, the MLP's first product, its second. */
+static const int model_blk_unit_first[GPT_BLOCK_UNITS + 1] = {BLK_LN1W, BLK_LN2W, BLK_FCPROJW,
+                                                              BLK_COUNT};
+
+/* Unit of block l's part k. */
+static int model_blk_unit(size_t l, int k)
+{
+    return 1 + (int)l * GPT_BLOCK_UNITS + k;
+}
+
+/* The unit holding tensor `idx`: 0 embeddings, then the blocks' parts,
+ * the last the final LN. */
 static int model_unit_of(const struct gpt_model *m, size_t idx)
 {
     int layer = m->tensors[idx].layer;
-    return layer < 0 ? 0 : layer + 1;
+    if (layer < 0)
+        return 0;
+    if (layer >= m->cfg.n_layer)
+        return gpt_model_num_units(m) - 1;
+    int k = (int)((idx - T_BLK(layer, 0)) % BLK_COUNT), part = 0;
+    while (k >= model_blk_unit_first[part + 1])
+        part++;
+    return model_blk_unit((size_t)layer, part);
 }
 
 static size_t model_unit_first(const struct gpt_model *m, int unit)
@@ -123,7 +144,9 @@ static size_t model_unit_first(const struct gpt_model *m, int unit)
     size_t L = (size_t)m->cfg.n_layer;
     if (unit == 0)
         return T_WTE;
-    return (size_t)unit <= L ? T_BLK(unit - 1, 0) : T_LNFW(L);
+    if (unit == gpt_model_num_units(m) - 1)
+        return T_LNFW(L);
+    return T_BLK((unit - 1) / GPT_BLOCK_UNITS, model_blk_unit_first[(unit - 1) % GPT_BLOCK_UNITS]);
 }
 
 static size_t model_unit_last(const struct gpt_model *m, int unit)
@@ -131,7 +154,10 @@ static size_t model_unit_last(const struct gpt_model *m, int unit)
     size_t L = (size_t)m->cfg.n_layer;
     if (unit == 0)
         return T_WPE;
-    return (size_t)unit <= L ? T_BLK(unit - 1, BLK_COUNT - 1) : T_LNFB(L);
+    if (unit == gpt_model_num_units(m) - 1)
+        return T_LNFB(L);
+    return T_BLK((unit - 1) / GPT_BLOCK_UNITS,
+                 model_blk_unit_first[(unit - 1) % GPT_BLOCK_UNITS + 1] - 1);
 }
 
 /* Parameters of tensor idx: in the flat buffer, or in its unit's fetched
@@ -401,7 +427,7 @@ int gpt_model_init_cancellable(struct gpt_model *m, const struct gpt_model_confi
 
 int gpt_model_num_units(const struct gpt_model *m)
 {
-    return m->cfg.n_layer + 2;
+    return m->cfg.n_layer * GPT_BLOCK_UNITS + 2;
 }
 
 void gpt_model_unit_span(const struct gpt_model *m, int unit, size_t *ret_off, size_t *ret_count)
@@ -576,7 +602,7 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
         return rc;
     const float *residual = a->encoded; /* (B,T,C) */
     for (size_t l = 0; l < L; l++) {
-        if ((rc = model_unit_acquire(m, (int)l + 1, 0)) < 0)
+        if ((rc = model_unit_acquire(m, model_blk_unit(l, 0), 0)) < 0)
             return rc;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
         float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
@@ -598,23 +624,30 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
         gpt_backend_matmul_residual_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
                                             model_param(m, T_BLK(l, BLK_ATTPROJB)), residual, N, C,
                                             C);
+        if ((rc = model_unit_release(m, model_blk_unit(l, 0), 0)) < 0 ||
+            (rc = model_unit_acquire(m, model_blk_unit(l, 1), 0)) < 0)
+            return rc;
         gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
                                       model_param(m, T_BLK(l, BLK_LN2W)),
                                       model_param(m, T_BLK(l, BLK_LN2B)), N, C);
         gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
                                         model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
+        if ((rc = model_unit_release(m, model_blk_unit(l, 1), 0)) < 0 ||
+            (rc = model_unit_acquire(m, model_blk_unit(l, 2), 0)) < 0)
+            return rc;
         gpt_backend_matmul_residual_forward(
             be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
             model_param(m, T_BLK(l, BLK_FCPROJB)), res2, N, 4 * C, C);
         residual = res3;
-        if ((rc = model_unit_release(m, (int)l + 1, 0)) < 0)
+        if ((rc = model_unit_release(m, model_blk_unit(l, 2), 0)) < 0)
             return rc;
     }
-    if ((rc = model_unit_acquire(m, (int)L + 1, 0)) < 0)
+    int lnf_unit = gpt_model_num_units(m) - 1;
+    if ((rc = model_unit_acquire(m, lnf_unit, 0)) < 0)
         return rc;
     gpt_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                   model_param(m, T_LNFW(L)), model_param(m, T_LNFB(L)), N, C);
-    if ((rc = model_unit_release(m, (int)L + 1, 0)) < 0)
+    if ((rc = model_unit_release(m, lnf_unit, 0)) < 0)
         return rc;
     /* Tied LM head: logits = lnf @ wte^T; padded rows of wte are 0. */
     if ((rc = model_unit_acquire(m, 0, 0)) < 0)
@@ -735,17 +768,18 @@ static int model_backward(struct gpt_model *m, float loss_scale)
                                 model_param(m, T_WTE), N, C, Vp);
     const float *res_last = a->residual3 + (L - 1) * N * C;
     gpt_backend_memzero(be, a->dres, N * C * sizeof(float));
-    if ((rc = model_unit_acquire(m, (int)L + 1, 1)) < 0)
+    int lnf_unit = gpt_model_num_units(m) - 1;
+    if ((rc = model_unit_acquire(m, lnf_unit, 1)) < 0)
         return rc;
     gpt_backend_layernorm_backward(be, a->dres, model_grad(m, T_LNFW(L)), model_grad(m, T_LNFB(L)),
                                    a->dc, res_last, model_param(m, T_LNFW(L)), a->lnf_mean,
                                    a->lnf_rstd, N, C);
     model_span_ready(m, T_LNFW(L), T_LNFB(L));
-    if ((rc = model_unit_release(m, (int)L + 1, 1)) < 0)
+    if ((rc = model_unit_release(m, lnf_unit, 1)) < 0)
         return rc;
 
     for (size_t l = L; l-- > 0;) {
-        if ((rc = model_unit_acquire(m, (int)l + 1, 1)) < 0)
+        if ((rc = model_unit_acquire(m, model_blk_unit(l, 2), 1)) < 0)
             return rc;
         const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
         float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
@@ -760,12 +794,18 @@ static int model_backward(struct gpt_model *m, float loss_scale)
         gpt_backend_matmul_backward_dgelu(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
                                           model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, fch_gelu,
                                           model_param(m, T_BLK(l, BLK_FCPROJW)), fch, N, 4 * C, C);
+        if ((rc = model_unit_release(m, model_blk_unit(l, 2), 1)) < 0 ||
+            (rc = model_unit_acquire(m, model_blk_unit(l, 1), 1)) < 0)
+            return rc;
         gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_FCW)),
                                     model_grad(m, T_BLK(l, BLK_FCB)), a->d4c, ln2,
                                     model_param(m, T_BLK(l, BLK_FCW)), N, C, 4 * C);
         gpt_backend_layernorm_backward(
             be, a->dres, model_grad(m, T_BLK(l, BLK_LN2W)), model_grad(m, T_BLK(l, BLK_LN2B)),
             a->dc, res2, model_param(m, T_BLK(l, BLK_LN2W)), ln2_mean, ln2_rstd, N, C);
+        if ((rc = model_unit_release(m, model_blk_unit(l, 1), 1)) < 0 ||
+            (rc = model_unit_acquire(m, model_blk_unit(l, 0), 1)) < 0)
+            return rc;
         /* dres now holds d(residual2); it passes unchanged to the input. */
         gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_ATTPROJW)),
                                     model_grad(m, T_BLK(l, BLK_ATTPROJB)), a->dres, atty,
@@ -779,7 +819,7 @@ static int model_backward(struct gpt_model *m, float loss_scale)
             be, a->dres, model_grad(m, T_BLK(l, BLK_LN1W)), model_grad(m, T_BLK(l, BLK_LN1B)),
             a->dc, residual, model_param(m, T_BLK(l, BLK_LN1W)), ln1_mean, ln1_rstd, N, C);
         model_span_ready(m, T_BLK(l, 0), T_BLK(l, BLK_COUNT - 1));
-        if ((rc = model_unit_release(m, (int)l + 1, 1)) < 0)
+        if ((rc = model_unit_release(m, model_blk_unit(l, 0), 1)) < 0)
             return rc;
     }
     if (assign) /* the encoder adds to wte's (the head's) and wpe's (zeroed) */

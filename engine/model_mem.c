@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_plan.h"
+#include "shard.h"
 
 /* The smallest opt-in shared memory per block among the GPUs the CUDA
  * backend is built for (sm_86/89: 99 KiB; sm_80 163, sm_90 227): a flash
@@ -79,9 +80,15 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     double slice = mem_round_up(P / W, 1);
     double params, grads, optim;
     if (sharding == GPT_SHARD_FULL) {
-        /* The shard, plus the embeddings and two block buffers gathered. */
-        params = slice + emb + 2 * block;
-        grads = slice + emb + 2 * block;
+        /* The shard, plus the embeddings and one or two unit buffers
+         * gathered (model.h: a block's largest unit is its attention or
+         * the MLP's first product, 4 C^2 + 6 C floats each; shard.c
+         * picks the count). */
+        double unit = 4 * C * C + 6 * C;
+        double bufs = gpt_shard_buffer_count((size_t)(unit < 1e18 ? unit : 1e18),
+                                             (size_t)(slice < 1e18 ? slice : 1e18));
+        params = slice + emb + bufs * unit;
+        grads = slice + emb + bufs * unit;
         optim = 2 * slice;
     } else {
         params = P;

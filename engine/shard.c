@@ -8,9 +8,12 @@
  *
  * Full sharding keeps, besides the shard, the embeddings unit gathered for
  * the whole step (the tied LM head uses it at both ends of forward and
- * backward) and two block-sized buffers for the unit in use and the next
- * one being prefetched, plus two block-sized gradient buffers so that the
- * reduce-scatter of one block overlaps the backward of the next. Gathered
+ * backward) and one or two unit-sized buffers (a unit is a third of a
+ * block: model.h's GPT_BLOCK_UNITS) with as many unit-sized gradient
+ * buffers (gpt_shard_buffer_count). With two, the next unit is prefetched
+ * while the current one computes and the reduce-scatter of one unit's
+ * gradients overlaps the backward of the next; with one, every gather and
+ * reduction waits, and the rank holds one unit less of each. Gathered
  * units stay valid until the optimizer step changes the parameters, so
  * a unit used at the end of forward is not gathered again at the start of
  * backward.
@@ -71,12 +74,14 @@ struct gpt_shard {
 
     /* full mode buffers */
     size_t max_unit; /* floats in the largest non-embedding unit */
+    int n_bufs;      /* gathered unit buffers: 1 or 2 (gpt_shard_buffer_count) */
     float *emb_p, *emb_g;
     bool emb_valid;
     float *blk_p[2];
     int blk_unit[2];     /* unit held (or being gathered), -1 = none */
     uint64_t blk_seq[2]; /* op that fills it */
-    int blk_cur;         /* buffer of the unit in use */
+    int blk_cur;         /* buffer of the unit in use (the other one's, 1 - blk_cur, for
+                          * the prefetch; 0 alone with one buffer) */
     float *blk_g[2];
     uint64_t blk_g_seq[2]; /* reduce that reads it */
     int g_next;
@@ -92,6 +97,8 @@ struct gpt_shard {
     uint64_t issued, done;
     int error;
     bool quit;
+
+    int test_load_fail; /* gpt_shard_test_fail_load: the next load fails with it */
 
     /* sharded snapshots: whether every rank sees the same folder */
     bool shared, shared_known;
@@ -173,19 +180,31 @@ static int shard_wait(struct gpt_shard *sh, uint64_t seq)
 /* The unit used after `unit` in this pass, to prefetch; -1 = none. */
 static int shard_next_unit(const struct gpt_shard *sh, int unit, int pass)
 {
-    int L = sh->model->cfg.n_layer;
+    int last = (int)sh->n_pieces - 1; /* the final LayerNorm */
     if (unit == 0)
         return -1;
     if (pass == 0)
-        return unit <= L ? unit + 1 : -1;
+        return unit < last ? unit + 1 : -1;
     return unit > 1 ? unit - 1 : -1;
 }
 
-/* Starts gathering `unit` into the block buffer that is not in use. */
+/* The buffer to gather a unit into: the one not in use, or with one
+ * buffer, that one once the backend has finished reading the unit it
+ * held (the model released it, but its products may still be queued). */
+static int shard_free_buf(struct gpt_shard *sh)
+{
+    if (sh->n_bufs == 2)
+        return 1 - sh->blk_cur;
+    sh->blk_unit[0] = -1;
+    return gpt_backend_sync(sh->be) < 0 ? -1 : 0;
+}
+
+/* Starts gathering `unit` into the block buffer that is not in use (two
+ * buffers only: with one, fetch gathers each unit when asked). */
 static void shard_prefetch(struct gpt_shard *sh, int unit)
 {
     int i = 1 - sh->blk_cur;
-    if (unit < 0 || sh->blk_unit[0] == unit || sh->blk_unit[1] == unit)
+    if (sh->n_bufs < 2 || unit < 0 || sh->blk_unit[0] == unit || sh->blk_unit[1] == unit)
         return;
     sh->blk_unit[i] = unit;
     sh->blk_seq[i] = shard_enqueue(sh, SHARD_OP_GATHER, unit, sh->blk_p[i]);
@@ -204,7 +223,8 @@ static const float *shard_fetch(void *ctx, int unit, int pass)
     }
     int i = sh->blk_unit[0] == unit ? 0 : sh->blk_unit[1] == unit ? 1 : -1;
     if (i < 0) {
-        i = 1 - sh->blk_cur;
+        if ((i = shard_free_buf(sh)) < 0)
+            return NULL;
         sh->blk_unit[i] = unit;
         sh->blk_seq[i] = shard_enqueue(sh, SHARD_OP_GATHER, unit, sh->blk_p[i]);
     }
@@ -225,7 +245,7 @@ static float *shard_grads(void *ctx, int unit)
         g = sh->emb_g;
     } else {
         int j = sh->g_next;
-        sh->g_next = 1 - j;
+        sh->g_next = sh->n_bufs == 2 ? 1 - j : 0;
         /* The buffer's previous reduce must have read it before reuse. */
         if (shard_wait(sh, sh->blk_g_seq[j]) < 0)
             return NULL;
@@ -255,6 +275,16 @@ static int shard_release(void *ctx, int unit, int pass)
 }
 
 /* ---- set-up ---- */
+
+int gpt_shard_buffer_count(size_t max_unit, size_t shard_len)
+{
+    const char *env = getenv("GPTD_SHARD_BUFFERS");
+    if (env && (strcmp(env, "1") == 0 || strcmp(env, "2") == 0))
+        return env[0] - '0';
+    /* The second pair costs 2 x max_unit floats; the persistent state is
+     * params, grads and both moments of the shard. */
+    return (double)max_unit * 2 * 32 <= (double)shard_len * 4 ? 2 : 1;
+}
 
 int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,
                   struct gpt_err *err)
@@ -314,7 +344,11 @@ int gpt_shard_attach(struct gpt_shard *sh, struct gpt_model *m, struct gpt_err *
             (rc = shard_alloc(sh, emb, &sh->emb_p)) < 0 ||
             (rc = shard_alloc(sh, emb, &sh->emb_g)) < 0)
             goto fail;
-        for (int i = 0; i < 2; i++)
+        /* From what every rank knows alike (not this rank's shard_len),
+         * so that all ranks choose the same count. */
+        sh->n_bufs =
+            gpt_shard_buffer_count(sh->max_unit, (m->n_params + (size_t)world - 1) / (size_t)world);
+        for (int i = 0; i < sh->n_bufs; i++)
             if ((rc = shard_alloc(sh, sh->max_unit, &sh->blk_p[i])) < 0 ||
                 (rc = shard_alloc(sh, sh->max_unit, &sh->blk_g[i])) < 0)
                 goto fail;
@@ -511,9 +545,9 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret)
     } else {
         ret->params = sh->shard_len * f;
         ret->grads = sh->shard_len * f;
-        /* The gathered embeddings and two block buffers, for parameters
+        /* The gathered embeddings and the unit buffers, for parameters
          * and for gradients. */
-        ret->work = 2 * (sh->pieces[0].unit_count + 2 * sh->max_unit) * f;
+        ret->work = 2 * (sh->pieces[0].unit_count + (uint64_t)sh->n_bufs * sh->max_unit) * f;
     }
     ret->optim = 2 * sh->shard_len * f;
 }
@@ -648,8 +682,8 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
                               ? sh->model->params + (s.n_pieces ? mine[0].off : 0)
                               : sh->sp;
     struct gpt_err werr = {0};
-    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, params, sh->sm, sh->sv,
-                                       &s, &werr);
+    int wrc = gpt_snapshot_slice_write(dir, meta->step, id, (uint32_t)world, meta->owner.token,
+                                       params, sh->sm, sh->sv, &s, &werr);
     written = wrc == 0;
 
     /* 2. Everyone learns every slice's outcome (rank 0 needs the sizes
@@ -741,21 +775,67 @@ static void shard_load_chunk(struct gpt_shard *sh, int which, size_t off, size_t
     }
 }
 
+/* After a step every rank takes part in: whether any rank failed on its
+ * own (mine < 0, why saying why), from an all-reduce of a count, a rank
+ * and a status, so that all ranks go on or all stop together. Returns 0
+ * when none failed; else this rank's own status and message, or the
+ * failing rank's status with err naming it. */
+static int shard_agree(struct gpt_shard *sh, int mine, const struct gpt_err *why, const char *what,
+                       struct gpt_err *err)
+{
+    float v[3] = {mine < 0 ? 1.0f : 0.0f, mine < 0 ? (float)sh->comm->rank : 0.0f,
+                  mine < 0 ? (float)mine : 0.0f};
+    int rc = gpt_comm_allreduce(sh->comm, v, 3, GPT_REDUCE_SUM);
+    if (mine < 0) {
+        *err = *why;
+        return mine;
+    }
+    if (rc < 0)
+        return gpt_err_set(err, rc, NULL, "%s: the ranks could not agree on its outcome: %s", what,
+                           gpt_strerror(rc));
+    if (v[0] == 0.0f)
+        return 0;
+    if (v[0] == 1.0f)
+        return gpt_err_set(err, (int)v[2], NULL, "%s: rank %d failed: %s", what, (int)v[1],
+                           gpt_strerror((int)v[2]));
+    return gpt_err_set(err, -EIO, NULL, "%s: %d ranks failed", what, (int)v[0]);
+}
+
+void gpt_shard_test_fail_load(struct gpt_shard *sh, int rc)
+{
+    GPT_ASSERT(rc < 0);
+    sh->test_load_fail = rc;
+}
+
 int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *ctx, int moments,
                           struct gpt_err *err)
 {
+    static const char what[] = "loading the start state";
     size_t n = sh->model->n_params, chunk = shard_min(n ? n : 1, GPT_SHARD_CHUNK_FLOATS);
     float *host = NULL, *dev = NULL;
-    int rank = sh->comm->rank, rc;
-    int64_t flag = moments;
-    if ((rc = gpt_comm_broadcast(sh->comm, &flag, sizeof(flag), 0)) < 0)
+    int rank = sh->comm->rank, rc, mine = 0; /* mine: this rank's own failure */
+    struct gpt_err why = {0};
+    /* Rank 0's moments flag and unit buffer count: ranks that gather into
+     * different numbers of buffers issue their collectives in different
+     * orders (shard_prefetch), so they must not train together. */
+    int64_t hdr[2] = {moments, sh->n_bufs};
+    if ((rc = gpt_comm_broadcast(sh->comm, hdr, sizeof(hdr), 0)) < 0)
         return gpt_err_set(err, rc, NULL, "broadcast of the start state failed: %s",
                            gpt_strerror(rc));
-    if ((rank == 0 && !(host = malloc(chunk * sizeof(float)))) ||
-        gpt_backend_alloc(sh->be, chunk * sizeof(float), (void **)&dev) < 0)
-        rc = -ENOMEM; /* told to the others with the first chunk's status */
+    if (hdr[1] != sh->n_bufs)
+        mine = gpt_err_set(&why, -EINVAL, NULL,
+                           "this rank keeps %d gathered unit buffers and rank 0 %d: set "
+                           "GPTD_SHARD_BUFFERS alike on every rank",
+                           sh->n_bufs, (int)hdr[1]);
+    if (mine == 0 && ((rank == 0 && !(host = malloc(chunk * sizeof(float)))) ||
+                      gpt_backend_alloc(sh->be, chunk * sizeof(float), (void **)&dev) < 0))
+        mine = gpt_err_set(&why, -ENOMEM, NULL, "out of memory for the start state's chunks");
+    /* No rank may leave the broadcasts below alone: the others would wait
+     * in them until the communicator's timeout. */
+    if ((rc = shard_agree(sh, mine, &why, what, err)) < 0)
+        goto out;
     for (int which = 0; which < 3; which++) {
-        if (which > 0 && !flag) {
+        if (which > 0 && !hdr[0]) {
             float *zero[2] = {sh->sm, sh->sv};
             gpt_backend_memzero(sh->be, zero[which - 1],
                                 (sh->shard_len ? sh->shard_len : 1) * sizeof(float));
@@ -763,44 +843,46 @@ int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *
         }
         for (size_t off = 0; off < n; off += chunk) {
             size_t k = shard_min(chunk, n - off);
-            int64_t status = rc;
-            if (rank == 0 && rc == 0) {
+            int64_t status = 0;
+            if (rank == 0) {
                 struct gpt_err rerr;
                 status = read(ctx, which, off, k, host, &rerr);
                 if (status < 0)
                     *err = rerr;
-                else
-                    status = gpt_backend_upload(sh->be, dev, host, k * sizeof(float));
+                else if ((status = gpt_backend_upload(sh->be, dev, host, k * sizeof(float))) < 0)
+                    gpt_err_set(err, (int)status, NULL, "upload of the start state failed: %s",
+                                gpt_strerror((int)status));
             }
-            int brc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0);
-            if (brc < 0) {
-                rc = gpt_err_set(err, brc, NULL, "broadcast of the start state failed: %s",
-                                 gpt_strerror(brc));
+            /* Rank 0's read status: every rank stops at the same chunk. */
+            if ((rc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0)) < 0 ||
+                (status == 0 &&
+                 (rc = gpt_comm_broadcast(sh->comm, dev, k * sizeof(float), 0)) < 0)) {
+                gpt_err_set(err, rc, NULL, "broadcast of the start state failed: %s",
+                            gpt_strerror(rc));
                 goto out;
             }
             if (status < 0) {
-                if (rc == 0 && rank != 0)
+                if (rank != 0)
                     gpt_err_set(err, (int)status, NULL, "rank 0 failed to read the start state: %s",
                                 gpt_strerror((int)status));
-                else if (rc == -ENOMEM)
-                    gpt_err_set(err, rc, NULL, "out of memory for the start state's chunks");
                 rc = (int)status;
                 goto out;
             }
-            if (rc < 0) { /* this rank alone could not allocate: the others go on */
-                gpt_err_set(err, rc, NULL, "out of memory for the start state's chunks");
-                goto out;
-            }
-            if ((brc = gpt_comm_broadcast(sh->comm, dev, k * sizeof(float), 0)) < 0) {
-                rc = gpt_err_set(err, brc, NULL, "broadcast of the start state failed: %s",
-                                 gpt_strerror(brc));
-                goto out;
-            }
+            if (mine < 0) /* keep taking part; the outcome is agreed below */
+                continue;
             shard_load_chunk(sh, which, off, k, dev);
-            if ((rc = gpt_backend_sync(sh->be)) < 0)
-                goto out;
+            if ((mine = gpt_backend_sync(sh->be)) < 0)
+                gpt_err_set(&why, mine, NULL, "storing this rank's slice of the start state: %s",
+                            gpt_strerror(mine));
         }
     }
+    if (mine == 0 && sh->test_load_fail < 0) {
+        mine = gpt_err_set(&why, sh->test_load_fail, NULL,
+                           "storing this rank's slice of the start state: %s (test)",
+                           gpt_strerror(sh->test_load_fail));
+        sh->test_load_fail = 0;
+    }
+    rc = shard_agree(sh, mine, &why, what, err);
 out:
     sh->emb_valid = false;
     sh->blk_unit[0] = sh->blk_unit[1] = -1;

@@ -6,8 +6,8 @@
  *     Gradients are reduce-scattered, the slice is updated, parameters are
  *     all-gathered.
  *   full (FSDP-like): parameters, gradients and moments are all sharded.
- *     The model fetches each parameter unit (embeddings, each block, final
- *     LayerNorm) through struct gpt_model_units: the unit is all-gathered
+ *     The model fetches each parameter unit (embeddings, each third of a
+ *     block, final LayerNorm) through struct gpt_model_units: the unit is all-gathered
  *     just before use and released after; gradients of a unit are
  *     reduce-scattered as soon as backward finishes it. A communication
  *     thread runs every collective in issue order and prefetches the next
@@ -79,6 +79,17 @@ int gpt_shard_update(struct gpt_shard *sh, const struct gpt_optim_spec *o, float
 
 void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
 
+/* How many gathered unit buffers (and as many unit gradient buffers) full
+ * sharding keeps when a rank's shard holds shard_len floats (n_params over
+ * the world, rounded up: the same on every rank) and the largest unit but
+ * the embeddings max_unit: 2 (the next unit's
+ * all-gather and the last one's reduce-scatter overlap compute) when the
+ * second pair costs at most 1/32 of the rank's persistent state (params,
+ * grads, m, v of its shard), else 1 (every collective waits, one unit less
+ * of each). GPTD_SHARD_BUFFERS=1 or 2 in the environment forces the count
+ * (any other value is ignored). Reads the environment; any thread. */
+int gpt_shard_buffer_count(size_t max_unit, size_t shard_len);
+
 /* ---- sharded snapshots and loading without full-size copies ---- */
 
 /* Whether every rank sees `dir` (its own snapshot folder, "" or NULL
@@ -108,9 +119,15 @@ typedef int (*gpt_shard_source_fn)(void *ctx, int which, size_t off, size_t coun
  * GPT_SHARD_CHUNK_FLOATS at a time (rank 0 passes read and whether there
  * are moments; the others NULL): no rank holds more than a chunk beyond
  * its own state. Moments are zero when rank 0 says there are none.
- * Collective. */
+ * Collective, and so is its outcome: when any rank fails (rank 0's
+ * source, or a rank on its own: its chunk buffer, storing its slice,
+ * a gathered-buffer count unlike rank 0's) every rank returns an error,
+ * the failing rank its own, the others one naming it. */
 int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *ctx, int moments,
                           struct gpt_err *err);
+/* Tests: the next gpt_shard_load_stream on this rank fails with rc (< 0)
+ * after its last chunk, as a rank that cannot store its slice would. */
+void gpt_shard_test_fail_load(struct gpt_shard *sh, int rc);
 
 /* The fresh weights of gpt_model_init_weights_host, produced in layout
  * order a chunk at a time (no full-size buffer), the same values bit for

@@ -315,7 +315,7 @@ int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owne
     gpt_snapshot_list_free(paths, n);
     struct gpt_err serr;
     int orphans = 0;
-    (void)gpt_snapshot_clean_slices(dir, &orphans, &serr);
+    (void)gpt_snapshot_clean_slices(dir, owner, &orphans, &serr);
     removed += (size_t)orphans;
     if (rc == 0 && removed > 0 && (rc = snap_fsync_dir(dir)) < 0)
         gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));

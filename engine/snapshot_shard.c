@@ -9,7 +9,8 @@
  *   16  i64 step, u64 snapshot id
  *   32  u32 rank, u32 world (slices of the snapshot)
  *   40  u64 floats (per array), u32 flags (bit 0: moments)
- *   52  zero padding up to 60
+ *   52  u64 owner token (the writing job's, as in the manifest; 0: none
+ *       recorded, as in slices written before it was)
  *   60  u32 crc32 of the header bytes before it
  *   64  params (floats), then m and v when flagged: the slice's pieces
  *       back to back, in the manifest's order
@@ -43,6 +44,7 @@
 #define SLICE_MAGIC        "GPTDSLCE"
 #define SLICE_VERSION      1u
 #define SLICE_HEADER_BYTES 64u
+#define SLICE_OWNER_OFF    52u /* the owner token in the header */
 #define MAN_SLICE_BYTES    32u /* a slice's fixed part in the table */
 #define MAN_PIECE_BYTES    16u
 
@@ -108,7 +110,7 @@ static int slice_name_parse(const char *name, int64_t *ret_step, uint64_t *ret_i
 /* ---- slice files ---- */
 
 static void slice_encode_header(int64_t step, uint64_t id, uint32_t rank, uint32_t world,
-                                uint64_t floats, uint32_t flags, unsigned char *h)
+                                uint64_t floats, uint32_t flags, uint64_t owner, unsigned char *h)
 {
     struct snap_buf b = {h, 8};
     memset(h, 0, SLICE_HEADER_BYTES);
@@ -121,12 +123,13 @@ static void slice_encode_header(int64_t step, uint64_t id, uint32_t rank, uint32
     put_u32(&b, world);
     put_u64(&b, floats);
     put_u32(&b, flags);
+    put_u64(&b, owner);
     b.off = SLICE_HEADER_BYTES - 4;
     put_u32(&b, snap_crc(0, h, SLICE_HEADER_BYTES - 4));
 }
 
 int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_t world,
-                             const float *params, const float *m, const float *v,
+                             uint64_t owner, const float *params, const float *m, const float *v,
                              struct gpt_snapshot_slice *slice, struct gpt_err *err)
 {
     GPT_ASSERT(dir && slice && (slice->n_pieces == 0 || slice->pieces));
@@ -152,7 +155,8 @@ int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_
     (void)fchmod(fd, 0600); /* a job's weights are its owner's alone */
     uint32_t crc = 0;
     size_t bytes = (size_t)floats * sizeof(float);
-    slice_encode_header(step, id, slice->rank, world, floats, m ? SNAP_FLAG_MOMENTS : 0, header);
+    slice_encode_header(step, id, slice->rank, world, floats, m ? SNAP_FLAG_MOMENTS : 0, owner,
+                        header);
     rc = snap_write_all(fd, header, sizeof(header), &crc);
     const float *arrays[3] = {params, m, v};
     for (int a = 0; a < 3 && rc == 0; a++)
@@ -574,7 +578,30 @@ out:
 
 /* ---- orphans ---- */
 
-int gpt_snapshot_clean_slices(const char *dir, int *ret_removed, struct gpt_err *err)
+/* The owner token a slice file's header records: 0 and *ret_token, or -1
+ * when the header cannot be read or is not a slice header. */
+static int slice_owner(int dfd, const char *name, uint64_t *ret_token)
+{
+    unsigned char h[SLICE_HEADER_BYTES];
+    int fd = openat(dfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC), rc = -1;
+    struct stat st;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && snap_read_all(fd, h, sizeof(h)) == 0 &&
+        memcmp(h, SLICE_MAGIC, 8) == 0) {
+        struct snap_buf b = {h, SLICE_HEADER_BYTES - 4};
+        if (get_u32(&b) == snap_crc(0, h, SLICE_HEADER_BYTES - 4)) {
+            b.off = SLICE_OWNER_OFF;
+            *ret_token = get_u64(&b);
+            rc = 0;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int gpt_snapshot_clean_slices(const char *dir, const struct gpt_snapshot_owner *owner,
+                              int *ret_removed, struct gpt_err *err)
 {
     GPT_ASSERT(dir);
     int removed = 0, rc = 0;
@@ -611,6 +638,14 @@ int gpt_snapshot_clean_slices(const char *dir, int *ret_removed, struct gpt_err 
             gpt_snapshot_manifest_free(man);
         }
         if (cached_ok && cached_id == id)
+            continue;
+        /* Another job may be writing its slices into this folder right
+         * now (its manifest comes last): only slices that record our
+         * owner, or none, are ours to remove. */
+        uint64_t token = 0;
+        if (owner && owner->token != 0 &&
+            (slice_owner(dirfd(d), de->d_name, &token) < 0 ||
+             (token != 0 && token != owner->token)))
             continue;
         char sp[GPT_JOB_PATH_MAX + 300];
         snprintf(sp, sizeof(sp), "%s/%s", dir, de->d_name);

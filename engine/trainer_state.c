@@ -117,7 +117,7 @@ static int write_snapshot_sharded(struct trainer *t, struct gpt_err *err)
         (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);
     } else {
         struct gpt_err cerr;
-        (void)gpt_snapshot_clean_slices(t->snapdir, NULL, &cerr);
+        (void)gpt_snapshot_clean_slices(t->snapdir, &t->owner, NULL, &cerr);
     }
     return 0;
 }

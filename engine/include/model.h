@@ -39,16 +39,23 @@ struct gpt_tensor_info {
 };
 
 #define GPT_MAX_TENSORS 512
-#define GPT_MAX_UNITS   64 /* embeddings + up to 42 blocks + final LN, rounded up */
+/* Parameter units of a transformer block under full sharding: attention
+ * (ln1, qkv, attention projection), the MLP's first product (ln2, fc) and
+ * its second (fc projection), about 4 C^2 floats each, so the gathered
+ * buffer is a third of a block. */
+#define GPT_BLOCK_UNITS 3
+#define GPT_MAX_UNITS   128 /* embeddings + 3 x up to 42 blocks + final LN, rounded up */
 
 /* Sharded (FSDP-style) training: the model asks for each parameter unit
  * just before it reads it and says when it is done, instead of reading the
- * flat buffers. Units: 0 = embeddings (wte, wpe), 1..L = blocks 0..L-1,
- * L+1 = final LayerNorm. A unit's buffers are laid out like its span of the
- * flat buffer (gpt_model_unit_span). All callbacks run on the worker
- * thread inside forward/backward. The order is fixed: forward uses units
- * 0, 1..L, L+1, 0 (the tied LM head); backward uses 0 (LM head), L+1,
- * L..1, then 0 again (embedding backward) before releasing it. */
+ * flat buffers. Units: 0 = embeddings (wte, wpe), then GPT_BLOCK_UNITS per
+ * block (block l's part k is unit 1 + l * GPT_BLOCK_UNITS + k), and the
+ * last, N-1 = final LayerNorm (N = gpt_model_num_units). A unit's buffers
+ * are laid out like its span of the flat buffer (gpt_model_unit_span). All
+ * callbacks run on the worker thread inside forward/backward. The order
+ * is fixed: forward uses units 0, 1..N-1, 0 (the tied LM head); backward
+ * uses 0 (LM head), N-1, N-2..1, then 0 again (embedding backward) before
+ * releasing it. Besides unit 0, at most one unit is acquired at a time. */
 struct gpt_model_units {
     void *ctx;
     /* Full parameters of `unit` for this pass (0 forward, 1 backward),
@@ -121,13 +128,14 @@ int gpt_model_init_cancellable(struct gpt_model *m, const struct gpt_model_confi
                                const struct gpt_model_units *units, int (*cancelled)(void *ctx),
                                void *ctx, struct gpt_err *err);
 
-/* Number of parameter units (L + 2) and the flat span of one. */
 /* Fills only m's config, Vp, tensor table and n_params for cfg (checked
  * as gpt_model_init checks it), with no backend and no memory: the layout
  * that the file formats (engine/fmt) read and write parameters in. m needs
  * no gpt_model_done. */
 int gpt_model_layout(struct gpt_model *m, const struct gpt_model_config *cfg, struct gpt_err *err);
 
+/* Number of parameter units (GPT_BLOCK_UNITS x L + 2) and the flat span
+ * of one. */
 int gpt_model_num_units(const struct gpt_model *m);
 void gpt_model_unit_span(const struct gpt_model *m, int unit, size_t *ret_off, size_t *ret_count);
 

@@ -243,7 +243,7 @@ int gpt_snapshot_slice_path(const char *dir, int64_t step, uint64_t id, uint32_t
  * and n_pieces are read; floats, bytes and crc are filled. Never allocates
  * more than one I/O chunk. Blocks. */
 int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_t world,
-                             const float *params, const float *m, const float *v,
+                             uint64_t owner, const float *params, const float *m, const float *v,
                              struct gpt_snapshot_slice *slice, struct gpt_err *err);
 
 /* Writes dir/snap-<step>.gpts as the manifest of `n` slices already
@@ -263,9 +263,14 @@ int gpt_snapshot_manifest_parse(const void *buf, size_t len, const char *name,
 void gpt_snapshot_manifest_free(struct gpt_snapshot_manifest *man);
 
 /* Removes slice files of dir that no manifest refers to (a writer that
- * died before its manifest, or a pruned snapshot). Call only when no
- * snapshot of this folder is being written. *ret_removed may be NULL. */
-int gpt_snapshot_clean_slices(const char *dir, int *ret_removed, struct gpt_err *err);
+ * died before its manifest, or a pruned snapshot). With an owner (token
+ * not 0), only slices whose header records that owner's token, or none,
+ * are removed: never another job's, which may be writing its snapshot in
+ * the same folder, nor a slice whose header cannot be read. Call only
+ * when this owner writes no snapshot in the folder. owner and
+ * *ret_removed may be NULL. */
+int gpt_snapshot_clean_slices(const char *dir, const struct gpt_snapshot_owner *owner,
+                              int *ret_removed, struct gpt_err *err);
 
 /* Reads ranges of a snapshot (plain or sharded) without the whole arrays
  * in memory: for loading a sharded run. The payload checksums are not

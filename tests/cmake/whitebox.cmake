@@ -10,6 +10,7 @@ set(GPTD_WHITEBOX
     test_flash_tc  ${CMAKE_SOURCE_DIR}/engine/ops # cuda/gpt_bf16.h (the kernels' bf16 rounding)
     test_trainer_ddp ${CMAKE_SOURCE_DIR}/engine   # trainer_ddp.h (bucket and event order)
     test_snapshot_shard ${CMAKE_SOURCE_DIR}/engine # shard.h (sharded save and load paths)
+    test_model_mem ${CMAKE_SOURCE_DIR}/engine      # shard.h (full sharding's unit buffers)
 )
 while(GPTD_WHITEBOX)
   list(POP_FRONT GPTD_WHITEBOX gptd_wb_test gptd_wb_dir)

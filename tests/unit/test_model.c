@@ -2,7 +2,8 @@
  * test_model: the GPT model on the CPU backend: layout and spans, config
  * validation, initialisation, a finite-difference check of the gradient of
  * the whole model (tiny config with vocab padding), causality, padded vocab
- * rows, the grads_ready order and gradient accumulation.
+ * rows, the grads_ready order, gradient accumulation, and the parameter
+ * units of sharded training.
  */
 #include <errno.h>
 #include <math.h>
@@ -483,6 +484,127 @@ static void test_zero_grad_deferred(void **state)
     free(want), free(got), free(junk);
 }
 
+/* A units provider over a flat copy of the parameters, as full sharding
+ * uses the model: each fetch copies the unit into a buffer of its own,
+ * each release poisons it (a read after release shows up as NaN), each
+ * backward's gradients go to a buffer added into a flat total on release. */
+struct fake_units {
+    const struct gpt_model *m;
+    const float *params; /* host copy (n_params) */
+    float *grads;        /* flat total (n_params) */
+    float *buf[GPT_MAX_UNITS], *gbuf[GPT_MAX_UNITS];
+    int held, max_held; /* units held at once besides the embeddings */
+    size_t max_count;   /* largest unit but the embeddings handed out */
+    int order[4 * GPT_MAX_UNITS], n_order;
+};
+
+static const float *fake_fetch(void *ctx, int unit, int pass)
+{
+    struct fake_units *f = ctx;
+    size_t off, count;
+    gpt_model_unit_span(f->m, unit, &off, &count);
+    if (!f->buf[unit] && !(f->buf[unit] = malloc(count * sizeof(float))))
+        return NULL;
+    memcpy(f->buf[unit], f->params + off, count * sizeof(float));
+    if (unit > 0) {
+        f->held++;
+        f->max_held = f->held > f->max_held ? f->held : f->max_held;
+        f->max_count = count > f->max_count ? count : f->max_count;
+    }
+    f->order[f->n_order++] = pass ? -unit - 1 : unit;
+    return f->buf[unit];
+}
+
+static float *fake_grads(void *ctx, int unit)
+{
+    struct fake_units *f = ctx;
+    size_t off, count;
+    gpt_model_unit_span(f->m, unit, &off, &count);
+    if (!f->gbuf[unit] && !(f->gbuf[unit] = malloc(count * sizeof(float))))
+        return NULL;
+    memset(f->gbuf[unit], 0, count * sizeof(float));
+    return f->gbuf[unit];
+}
+
+static int fake_release(void *ctx, int unit, int pass)
+{
+    struct fake_units *f = ctx;
+    size_t off, count;
+    gpt_model_unit_span(f->m, unit, &off, &count);
+    for (size_t i = 0; i < count; i++)
+        f->buf[unit][i] = NAN;
+    if (unit > 0)
+        f->held--;
+    if (pass == 1)
+        for (size_t i = 0; i < count; i++)
+            f->grads[off + i] += f->gbuf[unit][i];
+    return 0;
+}
+
+/* The units of a sharded model: three per block of about 4 C^2 floats,
+ * tiling the layout; forward and backward through them hold one unit at a
+ * time besides the embeddings and give the flat model's loss and
+ * gradients. */
+static void test_units(void **state)
+{
+    struct tm_state *s = *state;
+    struct gpt_model *m = &s->m;
+    size_t C = 16, L = 2;
+    random_params(s, 11);
+    assert_int_equal(gpt_model_num_units(m), GPT_BLOCK_UNITS * L + 2);
+    size_t at = 0;
+    for (int u = 0; u < gpt_model_num_units(m); u++) {
+        size_t off, count;
+        gpt_model_unit_span(m, u, &off, &count);
+        assert_int_equal(off, at);
+        if (u > 0 && u < gpt_model_num_units(m) - 1)
+            assert_true(count <= 4 * C * C + 6 * C && count >= 4 * C * C);
+        at += count;
+    }
+    assert_int_equal(at, m->n_params);
+
+    float loss_flat, loss_units;
+    float *g_flat = calloc(m->n_params, sizeof(float));
+    struct fake_units f = {.m = m, .params = s->host, .grads = calloc(m->n_params, sizeof(float))};
+    assert_non_null(g_flat);
+    assert_non_null(f.grads);
+    gpt_model_zero_grad(m);
+    assert_int_equal(gpt_model_forward(m, tok_a, tgt_a, 2, 8, &loss_flat), 0);
+    assert_int_equal(gpt_model_backward(m, 1.0f), 0);
+    gpt_backend_download(s->be, g_flat, m->grads, m->n_params * sizeof(float));
+
+    struct gpt_model sm;
+    struct gpt_err err;
+    const struct gpt_model_units units = {
+        .ctx = &f, .fetch = fake_fetch, .grads = fake_grads, .release = fake_release};
+    assert_int_equal(gpt_model_init_sharded(&sm, &tiny_cfg, s->be, 3, &units, &err), 0);
+    assert_int_equal(gpt_model_forward(&sm, tok_a, tgt_a, 2, 8, &loss_units), 0);
+    assert_int_equal(gpt_model_backward(&sm, 1.0f), 0);
+    assert_true(fabsf(loss_units - loss_flat) <= 1e-6f * fabsf(loss_flat));
+    double d2 = 0.0, n2 = 0.0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        d2 += ((double)g_flat[i] - f.grads[i]) * ((double)g_flat[i] - f.grads[i]);
+        n2 += (double)g_flat[i] * g_flat[i];
+    }
+    assert_true(sqrt(d2) <= 1e-6 * sqrt(n2));
+    assert_int_equal(f.max_held, 1);
+    assert_true(f.max_count <= 4 * C * C + 6 * C); /* a third of a block, not 12 C^2 */
+    /* Forward 0, 1..N-1, 0; backward 0, N-1..1 (the embeddings stay held). */
+    int N = gpt_model_num_units(m), k = 0;
+    assert_int_equal(f.n_order, 2 * N + 1);
+    for (int u = 0; u < N; u++)
+        assert_int_equal(f.order[k++], u);
+    assert_int_equal(f.order[k++], 0);
+    assert_int_equal(f.order[k++], -1);
+    for (int u = N - 1; u >= 1; u--)
+        assert_int_equal(f.order[k++], -u - 1);
+    gpt_model_done(&sm);
+    for (int u = 0; u < GPT_MAX_UNITS; u++)
+        free(f.buf[u]), free(f.gbuf[u]);
+    free(f.grads);
+    free(g_flat);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_grad_accumulation),
         cmocka_unit_test(test_forward_train),
         cmocka_unit_test(test_zero_grad_deferred),
+        cmocka_unit_test(test_units),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

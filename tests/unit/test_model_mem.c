@@ -2,20 +2,24 @@
  * test_model_mem: the memory estimate a submit is checked with (engine/
  * model_mem.c) against what the engine really allocates: gpt_model_init and
  * gpt_model_alloc_optim on the CPU backend for a few shapes; the sharding
- * modes divide what they should; absurd specs saturate instead of wrapping.
+ * modes divide what they should (full sharding's buffers as the shard
+ * allocates them); absurd specs saturate instead of wrapping.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "cuda_plan.h"
 #include "model.h"
 #include "model_mem.h"
+#include "shard.h"
 
 static void check_shape(int L, int NH, int C, int T, int V, int B)
 {
@@ -135,7 +139,7 @@ static void test_sharding(void **state)
     assert_true(none.n_params > 124000000 && none.n_params < 125000000);
     assert_int_equal(opt.params, none.params);
     assert_true(opt.optim * 8 >= none.optim && opt.optim * 8 <= none.optim + 64);
-    /* full: the shard plus the gathered embeddings (which dominate GPT-2) and two blocks */
+    /* full: the shard plus the gathered embeddings (which dominate GPT-2) and unit buffers */
     assert_true(full.params < none.params * 6 / 10 && full.grads == full.params);
     assert_int_equal(full.optim, opt.optim);
     /* sharded ranks gather the full state (3 P) for the start and snapshots */
@@ -164,12 +168,69 @@ static void test_saturates(void **state)
     assert_int_equal(m.acts, GPT_MEM_HUGE);
 }
 
+/* Full sharding at world 1 (one local rank): the estimate's parameters and
+ * gradients are what the shard allocates (shard, gathered embeddings and
+ * unit buffers), with GPTD_SHARD_BUFFERS unset, 1 or 2. Returns the
+ * shard's unit buffer count. */
+static int check_full_shard(int L, const char *bufs)
+{
+    struct gpt_model_config cfg = {
+        .n_layer = L, .n_head = 4, .n_embd = 64, .block_size = 16, .vocab_size = 65};
+    struct gpt_backend *be;
+    struct gpt_comm *comm;
+    struct gpt_shard *sh;
+    struct gpt_model m;
+    struct gpt_err err;
+    if (bufs)
+        assert_int_equal(setenv("GPTD_SHARD_BUFFERS", bufs, 1), 0);
+    else
+        assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+    assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
+    assert_int_equal(gpt_comm_local_new(&comm, &err), 0);
+    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &err), 0);
+    assert_int_equal(gpt_model_init_sharded(&m, &cfg, be, 1, gpt_shard_units(sh), &err), 0);
+    assert_int_equal(gpt_shard_attach(sh, &m, &err), 0);
+    struct gpt_shard_mem sm;
+    gpt_shard_mem(sh, &sm);
+    struct gpt_model_mem est;
+    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_FULL, 1, 0, 0, &est);
+    uint64_t unit = (4 * 64 * 64 + 6 * 64) * sizeof(float);
+    uint64_t emb = (m.Vp + 16) * 64 * sizeof(float); /* wte and wpe (T 16) */
+    uint64_t n_bufs = (sm.work / 2 - emb) / unit;
+    assert_int_equal(sm.work, 2 * (emb + n_bufs * unit));
+    assert_int_equal(est.params + est.grads, sm.params + sm.grads + sm.work);
+    assert_int_equal(est.optim, sm.optim);
+    gpt_model_done(&m);
+    gpt_shard_free(sh);
+    gpt_comm_free(comm);
+    gpt_backend_free(be);
+    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+    return (int)n_bufs;
+}
+
+static void test_full_shard_buffers(void **state)
+{
+    (void)state;
+    /* Eight blocks at world 1: a unit pair is cheap next to the state. */
+    assert_int_equal(check_full_shard(8, NULL), 2);
+    /* One block: the second pair would cost more than 1/32 of it. */
+    assert_int_equal(check_full_shard(1, NULL), 1);
+    assert_int_equal(check_full_shard(8, "1"), 1);
+    assert_int_equal(check_full_shard(1, "2"), 2);
+    assert_int_equal(check_full_shard(1, "3"), 1); /* not 1 or 2: ignored */
+    /* The rule, at the bench's model (8 blocks of C = 512) over 2 to 4
+     * ranks: one buffer; over 1 rank: two. */
+    size_t unit = 4 * 512 * 512 + 6 * 512, P = 8 * (12 * 512 * 512 + 13 * 512);
+    for (size_t w = 2; w <= 4; w++)
+        assert_int_equal(gpt_shard_buffer_count(unit, (P + w - 1) / w), 1);
+    assert_int_equal(gpt_shard_buffer_count(unit, P), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches_engine),
-        cmocka_unit_test(test_gpu_flash),
-        cmocka_unit_test(test_sharding),
+        cmocka_unit_test(test_matches_engine), cmocka_unit_test(test_gpu_flash),
+        cmocka_unit_test(test_sharding),       cmocka_unit_test(test_full_shard_buffers),
         cmocka_unit_test(test_saturates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,17 +10,21 @@
  *   - the manifest parser refuses gaps, overlaps, pieces out of range,
  *     bad sizes and checksums with a message;
  *   - pruning removes a manifest's slices with it, and orphan slices;
+ *     cleaning orphans for an owner spares another job's slices;
  *   - the streamed fresh weights (gpt_shard_init_*) equal
  *     gpt_model_init_weights_host's bit for bit;
  *   - the save path of a sharded model (gpt_shard_snapshot_write) and its
  *     load path (gpt_shard_load_stream) allocate no buffer of the model's
  *     full size: every allocation is recorded (malloc, calloc, realloc,
- *     aligned_alloc and posix_memalign are wrapped in this executable).
+ *     aligned_alloc and posix_memalign are wrapped in this executable);
+ *   - a load that one rank of three fails (gpt_shard_test_fail_load)
+ *     fails on every rank, promptly, with an error naming that rank.
  */
 #define _GNU_SOURCE /* nftw */
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -173,7 +177,7 @@ static uint64_t write_sharded(const char *dir, int64_t step, char *path, size_t 
                     buf[a][at++] = value(a, pieces[r][i].off + k);
         }
         assert_int_equal(
-            gpt_snapshot_slice_write(dir, step, id, 3, buf[0], buf[1], buf[2], &slices[r], &err),
+            gpt_snapshot_slice_write(dir, step, id, 3, 0, buf[0], buf[1], buf[2], &slices[r], &err),
             0);
         assert_int_equal(slices[r].floats, floats);
         for (int a = 0; a < 3; a++)
@@ -477,7 +481,7 @@ static void test_prune_and_orphans(void **state)
     assert_int_equal(meta.step, 30);
     /* Nothing to clean now. */
     int removed = -1;
-    assert_int_equal(gpt_snapshot_clean_slices(dir, &removed, &err), 0);
+    assert_int_equal(gpt_snapshot_clean_slices(dir, NULL, &removed, &err), 0);
     assert_int_equal(removed, 0);
 }
 
@@ -594,14 +598,188 @@ static void test_init_stream(void **state)
     free(got);
 }
 
+/* An orphan slice (no manifest names it) of `owner` at step 50, rank r. */
+static void write_orphan(const char *dir, uint32_t r, uint64_t owner)
+{
+    struct gpt_snapshot_piece piece = {0, 4};
+    struct gpt_snapshot_slice sl = {.rank = r, .pieces = &piece, .n_pieces = 1};
+    float x[4] = {1, 2, 3, 4};
+    struct gpt_err err;
+    assert_int_equal(gpt_snapshot_slice_write(dir, 50, 99, 4, owner, x, NULL, NULL, &sl, &err), 0);
+}
+
+static bool slice_exists(const char *dir, uint32_t r)
+{
+    char p[700];
+    assert_int_equal(gpt_snapshot_slice_path(dir, 50, 99, r, p, sizeof(p)), 0);
+    return access(p, F_OK) == 0;
+}
+
+/* Cleaning orphan slices for an owner removes that owner's and those that
+ * record none, never another job's (it may be writing its snapshot into
+ * the same folder) nor one whose header cannot be read; without an owner,
+ * every orphan goes. Pruning for an owner cleans the same way. */
+static void test_clean_slices_owner(void **state)
+{
+    (void)state;
+    char dir[300];
+    struct gpt_err err;
+    struct gpt_snapshot_owner mine = {.token = 0x1111, .job = 7, .uid = 1000};
+    snprintf(dir, sizeof(dir), "%s/owners", tmpdir);
+    for (int pass = 0; pass < 2; pass++) {
+        write_orphan(dir, 0, mine.token);
+        write_orphan(dir, 1, 0x2222); /* another job's */
+        write_orphan(dir, 2, 0);      /* no owner recorded */
+        char junk[700];
+        assert_int_equal(gpt_snapshot_slice_path(dir, 50, 99, 3, junk, sizeof(junk)), 0);
+        FILE *f = fopen(junk, "w");
+        assert_non_null(f);
+        fputs("not a slice", f);
+        fclose(f);
+        int removed = -1;
+        if (pass == 0)
+            assert_int_equal(gpt_snapshot_clean_slices(dir, &mine, &removed, &err), 0);
+        else
+            assert_int_equal(gpt_snapshot_prune(dir, 1, &mine, &err), 0);
+        if (pass == 0)
+            assert_int_equal(removed, 2);
+        assert_false(slice_exists(dir, 0));
+        assert_true(slice_exists(dir, 1));
+        assert_false(slice_exists(dir, 2));
+        assert_true(slice_exists(dir, 3));
+        /* No owner: every orphan. */
+        assert_int_equal(gpt_snapshot_clean_slices(dir, NULL, &removed, &err), 0);
+        assert_int_equal(removed, 2);
+        assert_int_equal(count_files(dir, GPT_SNAPSHOT_SLICE_SUFFIX), 0);
+    }
+}
+
+/* ---- a load that fails on one rank fails on every rank ---- */
+
+#define LOAD_WORLD 3
+
+struct load_rank {
+    struct gpt_kv *kv;
+    const char *prefix, *snap; /* the world's key prefix; the snapshot rank 0 reads */
+    int rank, fail;            /* fail: this rank's slice cannot be stored */
+    int rc;
+    struct gpt_err err;
+    float first; /* rank 0, success: the first parameter after a gather */
+};
+
+static void *load_rank_main(void *arg)
+{
+    struct load_rank *lr = arg;
+    struct gpt_backend *be = NULL;
+    struct gpt_comm *comm = NULL;
+    struct gpt_shard *sh = NULL;
+    struct gpt_model model;
+    struct gpt_snapshot_reader *r = NULL;
+    struct gpt_snapshot_meta meta;
+    struct gpt_model_config cfg = {
+        .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 8, .vocab_size = 65};
+    struct gpt_comm_opts o = {
+        .rank = lr->rank, .world = LOAD_WORLD, .prefix = lr->prefix, .timeout_ms = 10000};
+    bool model_ok = false;
+    memset(&model, 0, sizeof(model));
+    if ((lr->rc = gpt_backend_cpu_new(1, &be, &lr->err)) < 0 ||
+        (lr->rc = gpt_comm_tcp_new(&o, lr->kv, &comm, &lr->err)) < 0 ||
+        (lr->rc = gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &lr->err)) < 0 ||
+        (lr->rc = gpt_model_init_sharded(&model, &cfg, be, 1, gpt_shard_units(sh), &lr->err)) < 0)
+        goto out;
+    model_ok = true;
+    if ((lr->rc = gpt_shard_attach(sh, &model, &lr->err)) < 0 ||
+        (lr->rank == 0 && (lr->rc = gpt_snapshot_reader_open(lr->snap, &meta, &r, &lr->err)) < 0))
+        goto out;
+    if (lr->fail)
+        gpt_shard_test_fail_load(sh, -EIO);
+    lr->rc = gpt_shard_load_stream(sh, lr->rank == 0 ? read_snap : NULL, r, 1, &lr->err);
+    if (lr->rc == 0) { /* the ranks still work together: gather what was loaded */
+        float *p = malloc(model.n_params * sizeof(float));
+        if (!p || (lr->rc = gpt_shard_gather_full(sh, p, NULL, NULL)) == 0)
+            lr->first = p ? p[1] : 0.0f;
+        free(p);
+    }
+out:
+    gpt_snapshot_reader_close(r);
+    if (model_ok)
+        gpt_model_done(&model);
+    gpt_shard_free(sh);
+    gpt_comm_free(comm);
+    gpt_backend_free(be);
+    return NULL;
+}
+
+/* Three ranks (threads over the tcp/shm communicator) load a snapshot;
+ * one rank (none, rank 1, rank 0) cannot store its slice. Every rank
+ * returns: all succeed, or all fail, the failing rank with its own error
+ * and the others with one naming it, none waiting in a collective for the
+ * communicator's timeout. */
+static void test_load_fails_together(void **state)
+{
+    (void)state;
+    struct gpt_model m;
+    struct gpt_err err;
+    struct gpt_model_config cfg = {
+        .n_layer = 2, .n_head = 2, .n_embd = 32, .block_size = 8, .vocab_size = 65};
+    assert_int_equal(gpt_model_layout(&m, &cfg, &err), 0);
+    float *p = malloc(m.n_params * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < m.n_params; i++)
+        p[i] = (float)i;
+    char dir[300], snap[512];
+    snprintf(dir, sizeof(dir), "%s/loadfail", tmpdir);
+    struct gpt_snapshot_meta meta;
+    fill_meta(&meta, 5, m.n_params);
+    meta.cfg = cfg;
+    assert_int_equal(gpt_snapshot_write(dir, &meta, p, p, p, snap, sizeof(snap), &err), 0);
+    free(p);
+
+    const int fail_rank[] = {-1, 1, 0};
+    for (size_t c = 0; c < sizeof(fail_rank) / sizeof(fail_rank[0]); c++) {
+        struct gpt_kv kv;
+        char prefix[64];
+        struct load_rank ranks[LOAD_WORLD];
+        pthread_t th[LOAD_WORLD];
+        snprintf(prefix, sizeof(prefix), "loadfail/%d/%zu/", (int)getpid(), c);
+        assert_int_equal(gpt_kv_mem_new(&kv, NULL), 0);
+        for (int r = 0; r < LOAD_WORLD; r++) {
+            ranks[r] = (struct load_rank){
+                .kv = &kv, .prefix = prefix, .snap = snap, .rank = r, .fail = r == fail_rank[c]};
+            assert_int_equal(pthread_create(&th[r], NULL, load_rank_main, &ranks[r]), 0);
+        }
+        for (int r = 0; r < LOAD_WORLD; r++)
+            pthread_join(th[r], NULL);
+        gpt_kv_mem_free(&kv);
+        for (int r = 0; r < LOAD_WORLD; r++) {
+            print_message("fail rank %d: rank %d returned %d: %s\n", fail_rank[c], r, ranks[r].rc,
+                          ranks[r].rc ? ranks[r].err.msg : "ok");
+            if (fail_rank[c] < 0) {
+                assert_int_equal(ranks[r].rc, 0);
+                continue;
+            }
+            assert_int_equal(ranks[r].rc, -EIO);
+            char want[32];
+            snprintf(want, sizeof(want), "rank %d failed", fail_rank[c]);
+            if (r == fail_rank[c])
+                assert_non_null(strstr(ranks[r].err.msg, "this rank's slice"));
+            else
+                assert_non_null(strstr(ranks[r].err.msg, want));
+        }
+        if (fail_rank[c] < 0)
+            assert_true(ranks[0].first == 1.0f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_missing_slice),
-        cmocka_unit_test(test_flipped_slice),     cmocka_unit_test(test_truncated_slice),
-        cmocka_unit_test(test_stale_slice),       cmocka_unit_test(test_manifest_parse),
-        cmocka_unit_test(test_prune_and_orphans), cmocka_unit_test(test_no_full_size_buffer),
-        cmocka_unit_test(test_init_stream),
+        cmocka_unit_test(test_round_trip),         cmocka_unit_test(test_missing_slice),
+        cmocka_unit_test(test_flipped_slice),      cmocka_unit_test(test_truncated_slice),
+        cmocka_unit_test(test_stale_slice),        cmocka_unit_test(test_manifest_parse),
+        cmocka_unit_test(test_prune_and_orphans),  cmocka_unit_test(test_no_full_size_buffer),
+        cmocka_unit_test(test_init_stream),        cmocka_unit_test(test_load_fails_together),
+        cmocka_unit_test(test_clean_slices_owner),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
