@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# `gptctl submit --resume-from` reads a snapshot from the source job's
+# folder, which the job's owner may write. A test user replaces job A's
+# snapshot with a sparse file whose header claims 6e9 parameters (with
+# moments: a 72 GB file that costs nothing): the submit is refused before
+# anything is allocated for it, naming the file and both counts; gptd's
+# peak memory (VmHWM) does not grow and other clients are answered all
+# along. A header of the right count in a file of the wrong size is
+# refused too; with only the newest snapshot planted, the newest that
+# verifies is taken. Then the read and the copy run off the loop: while
+# a large snapshot (a 50M-parameter model's, 600 MB) is copied for job
+# B, `gptctl list` answers and shows B held, and a second --resume-from
+# is refused by max_queued_jobs = 1 (B's slot is held from the start),
+# after which B is queued.
+source "$(dirname "$0")/daemon_common.sh"
+
+make_test_user gptdrh
+
+chmod 0711 "$T"
+mkdir -p "$T/bin"
+cp "$GPTCTL" "$T/bin/gptctl"
+chmod 0755 "$T/bin" "$T/bin/gptctl"
+as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
+db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
+njobs() { db "SELECT count(*) FROM jobs"; }
+hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$GPTD_PID/status"; }
+snap_id() { # snap_id JOB STEP
+    "$GPTCTL" --json snapshots "$1" | grep -o "\"id\":[0-9]*,\"step\":$2," | cut -d: -f2 | cut -d, -f1
+}
+
+# plant SRC DST N_PARAMS EXTRA: as the test user, DST becomes SRC's header
+# with n_params N_PARAMS (header checksum fixed) in a sparse file of the
+# size that count implies, plus EXTRA bytes (negative: short).
+plant() {
+    runuser -u "$U" -- python3 - "$@" <<'EOF'
+import os, struct, sys, zlib
+src, dst, n, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+h = bytearray(open(src, "rb").read(512))
+assert h[:8] == b"GPTDSNAP" and struct.unpack_from("<I", h, 12)[0] == 512
+struct.pack_into("<Q", h, 380, n)  # n_params
+arrays = 3 if struct.unpack_from("<I", h, 388)[0] & 1 else 1  # moments
+struct.pack_into("<I", h, 508, zlib.crc32(bytes(h[:508])))
+tmp = dst + ".tmp"
+with open(tmp, "wb") as f:
+    f.write(h)
+    f.truncate(512 + 4 * arrays * n + 4 + extra)
+os.rename(tmp, dst)
+EOF
+}
+n_params_of() { python3 -c 'import struct,sys; print(struct.unpack_from("<Q", open(sys.argv[1],"rb").read(512), 380)[0])' "$1"; }
+
+# refused_live WANT1 WANT2 -- gptctl args: refused with both in the message,
+# nothing queued, and `gptctl status` from another client answers within
+# 2 s all the while.
+refused_live() {
+    local w1=$1 w2=$2 n out rc
+    shift 3
+    n=$(njobs)
+    rm -f "$T/stall" "$T/polled"
+    (
+        while :; do
+            timeout 2 "$GPTCTL" status >/dev/null 2>&1 || echo stalled >>"$T/stall"
+            echo >>"$T/polled"
+            sleep 0.05
+        done
+    ) &
+    local poller=$!
+    wait_for 10 test -s "$T/polled" # the other client is connected before the attempt
+    set +e
+    out=$("$@" 2>&1)
+    rc=$?
+    set -e
+    sleep 0.2 # a few more polls after the answer
+    kill "$poller"
+    wait "$poller" 2>/dev/null || true
+    [[ $rc -ne 0 && $out == *"$w1"* && $out == *"$w2"* ]] ||
+        fail "$*: want a refusal with '$w1' and '$w2', got rc $rc: $out"
+    [[ $(njobs) == "$n" ]] || fail "$*: the refusal queued a job"
+    [[ ! -e $T/stall ]] || fail "$*: gptctl status stalled $(wc -l <"$T/stall") times meanwhile"
+}
+
+tiny_job "$T/job.json" 20 5 10
+chmod 0644 "$T/job.json"
+start_gptd --socket-mode 0666 --max-queued-jobs 1
+
+a=$(as_user submit "$T/job.json")
+wait_for 60 job_is "$a" completed
+adir=$("$GPTCTL" --json snapshots "$a" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
+s10=$(snap_id "$a" 10)
+s20=$(snap_id "$a" 20)
+[[ -n $s10 && -n $s20 && -f $adir/snap-000000000020.gpts ]] || fail "job $a has no snapshots at 10 and 20"
+real=$(n_params_of "$adir/snap-000000000020.gpts")
+cp "$adir/snap-000000000010.gpts" "$T/good10.gpts"
+chmod 0644 "$T/good10.gpts" # the user reads it back when planting
+
+# --- a header claiming 6e9 parameters, in a sparse file of that size.
+plant "$adir/snap-000000000020.gpts" "$adir/snap-000000000020.gpts" 6000000000 0
+[[ $(stat -c %s "$adir/snap-000000000020.gpts") -eq $((512 + 6000000000 * 12 + 4)) ]] ||
+    fail "the planted file is not 72 GB"
+before=$(hwm_kb)
+refused_live "claims 6000000000 parameters" "has $real" -- as_user submit "$T/job.json" \
+    --resume-from "$a:$s20" trainer.max_steps=40
+out=$(as_user submit "$T/job.json" --resume-from "$a:$s20" trainer.max_steps=40 2>&1 || true)
+want="$adir/snap-000000000020.gpts claims 6000000000 parameters, but the job's model (n_layer 2,"
+want+=" n_head 2, n_embd 32, block_size 6, vocab_size 10) has $real"
+[[ $out == *"$want"* ]] || fail "the refusal does not name the file and both counts: $out"
+after=$(hwm_kb)
+((after - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $after kB"
+
+# --- the newest that verifies: step 10's, past the planted step 20.
+b=$(as_user submit "$T/job.json" --resume-from "$a" trainer.max_steps=12 2>"$T/b.err")
+grep -q "continues job $a from its snapshot $s10 (step 10)" "$T/b.err" ||
+    fail "B did not continue from step 10: $(cat "$T/b.err")"
+wait_for 60 job_is "$b" completed
+
+# --- every snapshot planted: none verifies, and the counts are named.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" 6000000000 0
+refused_live "has no snapshot that verifies" "claims 6000000000 parameters" -- \
+    as_user submit "$T/job.json" --resume-from "$a" trainer.max_steps=40
+
+# --- the right count in a file of the wrong size: refused by the size.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 4
+refused_live "bad size" "$real parameters with moments need" -- \
+    as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
+final=$(hwm_kb)
+((final - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $final kB"
+
+# --- a large snapshot is read and copied off the loop; its slot is held.
+cat >"$T/big.json" <<EOF
+{"name": "big",
+ "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
+ "data": {"kind": "synthetic", "task": "addition", "digits": 2},
+ "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1, "threads": 1},
+ "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+ "snapshot": {"every": 1}}
+EOF
+chmod 0644 "$T/big.json"
+g=$(as_user submit "$T/big.json")
+wait_for 120 job_is "$g" completed
+as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 >"$T/h.out" 2>&1 &
+hsub=$!
+held=""
+while kill -0 "$hsub" 2>/dev/null; do
+    held=$("$GPTCTL" --json list | python3 -c 'import json, sys
+print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if "being copied" in j.get("error", "")])' || true)
+    [[ -z $held ]] || break
+done
+[[ -n $held ]] || fail "no gptctl list answered while B's snapshot was copied: $(cat "$T/h.out")"
+"$GPTCTL" status >/dev/null || fail "gptctl status did not answer during the copy"
+set +e
+out=$(as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=3 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 && $out == *"1 more being submitted (max_queued_jobs)"* ]] ||
+    fail "a second --resume-from during the copy: want max_queued_jobs, got rc $rc: $out"
+wait "$hsub" || fail "B's submit failed: $(cat "$T/h.out")"
+grep -q "job $held continues job $g" "$T/h.out" || fail "B ($held) submit said: $(cat "$T/h.out")"
+st=$(job_state "$held")
+[[ $st == queued || $st == running ]] || fail "B is $st after its submit, want queued or running"
+as_user cancel "$held" >/dev/null # its run is daemon_resume_from's; spare the CPU
+wait_for 120 job_is "$held" cancelled
+echo "daemon_resume_from_hostile: ok (VmHWM $before -> $final kB; B $held held during its copy)"
