@@ -9,7 +9,8 @@
 # refused too; with only the newest snapshot planted, the newest that
 # verifies is taken. Then the read and the copy run off the loop: while
 # a large snapshot (a 50M-parameter model's, 600 MB) is copied for job
-# B, `gptctl list` answers and shows B held, and a second --resume-from
+# B, `gptctl list` answers and shows B held, `gptctl resume B` is refused
+# (it would start without its snapshot), and a second --resume-from
 # is refused by max_queued_jobs = 1 (B's slot is held from the start),
 # after which B is queued.
 source "$(dirname "$0")/daemon_common.sh"
@@ -148,6 +149,12 @@ print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if "being copied" in j.get
 done
 [[ -n $held ]] || fail "no gptctl list answered while B's snapshot was copied: $(cat "$T/h.out")"
 "$GPTCTL" status >/dev/null || fail "gptctl status did not answer during the copy"
+set +e
+out=$(as_user resume "$held" 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 && $out == *"is being submitted (its --resume-from snapshot is being copied)"* ]] ||
+    fail "gptctl resume of held job $held: want a refusal, got rc $rc: $out"
 set +e
 out=$(as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=3 2>&1)
 rc=$?
