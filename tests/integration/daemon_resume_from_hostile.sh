@@ -6,7 +6,9 @@
 # anything is allocated for it, naming the file and both counts; gptd's
 # peak memory (VmHWM) does not grow and other clients are answered all
 # along. A header of the right count in a file of the wrong size is
-# refused too; with only the newest snapshot planted, the newest that
+# refused too, and so are a header of another model's shape and one whose
+# vocabulary (for a job that takes it from its data) is larger than the
+# data can give; with only the newest snapshot planted, the newest that
 # verifies is taken. Then the read and the copy run off the loop: while
 # a large snapshot (a 50M-parameter model's, 600 MB) is copied for job
 # B, `gptctl list` answers and shows B held, `gptctl resume B` is refused
@@ -29,9 +31,10 @@ snap_id() { # snap_id JOB STEP
     "$GPTCTL" --json snapshots "$1" | grep -o "\"id\":[0-9]*,\"step\":$2," | cut -d: -f2 | cut -d, -f1
 }
 
-# plant SRC DST N_PARAMS EXTRA: as the test user, DST becomes SRC's header
-# with n_params N_PARAMS (header checksum fixed) in a sparse file of the
-# size that count implies, plus EXTRA bytes (negative: short).
+# plant SRC DST N_PARAMS EXTRA [OFFSET:U32...]: as the test user, DST
+# becomes SRC's header with n_params N_PARAMS (and the u32 fields at the
+# OFFSETs changed; header checksum fixed) in a sparse file of the size
+# that count implies, plus EXTRA bytes (negative: short).
 plant() {
     runuser -u "$U" -- python3 - "$@" <<'EOF'
 import os, struct, sys, zlib
@@ -39,6 +42,9 @@ src, dst, n, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]
 h = bytearray(open(src, "rb").read(512))
 assert h[:8] == b"GPTDSNAP" and struct.unpack_from("<I", h, 12)[0] == 512
 struct.pack_into("<Q", h, 380, n)  # n_params
+for f in sys.argv[5:]:
+    off, val = f.split(":")
+    struct.pack_into("<I", h, int(off), int(val))
 arrays = 3 if struct.unpack_from("<I", h, 388)[0] & 1 else 1  # moments
 struct.pack_into("<I", h, 508, zlib.crc32(bytes(h[:508])))
 tmp = dst + ".tmp"
@@ -125,6 +131,23 @@ refused_live "bad size" "$real parameters with moments need" -- \
     as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
 final=$(hwm_kb)
 ((final - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $final kB"
+
+# --- another model's shape; a vocabulary larger than the job's data has.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 0 24:4096 # n_embd
+refused_live "n_embd 4096" "the job's is 2, 2, 32, 6" -- \
+    as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
+sed 's/"vocab_size": 10/"vocab_size": 0/' "$T/job.json" >"$T/job0.json"
+chmod 0644 "$T/job0.json"
+z=$(as_user submit "$T/job0.json")
+wait_for 60 job_is "$z" completed
+zdir=$("$GPTCTL" --json snapshots "$z" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
+for f in "$zdir"/snap-*.gpts; do # a count that fits the claimed vocabulary: 16M x 32 + ...
+    plant "$f" "$f" 600000000 0 32:16777216
+done
+refused_live "a vocabulary of 16777216 tokens" "the job's data gives it at most 256" -- \
+    as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=40
+mid=$(hwm_kb)
+((mid - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $mid kB"
 
 # --- a large snapshot is read and copied off the loop; its slot is held.
 cat >"$T/big.json" <<EOF
