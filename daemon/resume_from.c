@@ -236,17 +236,14 @@ int resume_from_read(struct resume_from *rf, struct gpt_err *err)
 struct rf_list {
     struct resume_from *rf;
     const char *node;
-    bool other_node; /* a snapshot was skipped as another node's */
 };
 
 static void rf_list_add(void *ctx, const struct db_snapshot *s)
 {
     struct rf_list *l = ctx;
     struct resume_from *rf = l->rf;
-    if (strcmp(s->node, l->node) != 0) {
-        l->other_node = true;
+    if (strcmp(s->node, l->node) != 0)
         return; /* another node's copy: not readable here */
-    }
     if (rf->n_tries == RESUME_FROM_TRIES)
         return; /* older ones: the newest that verify are enough */
     rf->try_id[rf->n_tries] = s->id;

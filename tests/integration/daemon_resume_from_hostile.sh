@@ -141,6 +141,9 @@ chmod 0644 "$T/job0.json"
 z=$(as_user submit "$T/job0.json")
 wait_for 60 job_is "$z" completed
 zdir=$("$GPTCTL" --json snapshots "$z" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
+zb=$(as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=21 2>/dev/null) ||
+    fail "--resume-from a job whose vocabulary comes from its data was refused"
+wait_for 60 job_is "$zb" completed
 for f in "$zdir"/snap-*.gpts; do # a count that fits the claimed vocabulary: 16M x 32 + ...
     plant "$f" "$f" 600000000 0 32:16777216
 done
