@@ -7,6 +7,10 @@
  * A queue slot is held from the first step to the answer (jobs_reserve),
  * so submits in flight together cannot pass max_queued_jobs; the new job
  * is recorded held (jobs_submit_held) until its copy is in its folder.
+ * A copy holds the whole training state in memory, so copies run one at
+ * a time (HANDLER_RF_AT_ONCE) and the others wait their turn in order:
+ * gptd holds no more of them at once than it did when they ran on the
+ * loop.
  * Owns the request's state on its way through. Loop thread, except
  * handler_rf_read and handler_rf_write.
  */
@@ -24,8 +28,11 @@
     "--resume-from: its snapshot is being copied (if gptd stopped meanwhile, the copy was not"     \
     " finished: submit again)"
 
+#define HANDLER_RF_AT_ONCE 1 /* copies under way at once (each holds a snapshot) */
+
 struct handler_rf {
     uv_work_t work;
+    struct handler_rf *next; /* waiting for its turn (daemon_ctx.rf_wait) */
     struct daemon_ctx *d;
     struct control_client *cl;
     json_t *id;
@@ -38,6 +45,8 @@ struct handler_rf {
     int rc;
     struct gpt_err err;
 };
+
+static void handler_rf_start(struct handler_rf *x);
 
 static void handler_rf_free(struct handler_rf *x)
 {
@@ -81,6 +90,14 @@ static void handler_rf_finish(struct handler_rf *x)
     control_client_idle_check(cl);
     control_client_unref(cl);
     handler_rf_free(x);
+    d->rf_running--;
+    struct handler_rf *next = d->rf_wait;
+    if (next) { /* its turn */
+        d->rf_wait = next->next;
+        if (!d->rf_wait)
+            d->rf_wait_tail = NULL;
+        handler_rf_start(next);
+    }
 }
 
 static void handler_rf_write(uv_work_t *w)
@@ -135,6 +152,24 @@ static void handler_rf_read_done(uv_work_t *w, int status)
     handler_rf_finish(x);
 }
 
+/* Reads the snapshot on a work thread; the request counts as running
+ * until handler_rf_finish. */
+static void handler_rf_start(struct handler_rf *x)
+{
+    struct daemon_ctx *d = x->d;
+    d->rf_running++;
+    if (d->stopping) {
+        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
+        handler_rf_finish(x);
+        return;
+    }
+    int rc = uv_queue_work(d->loop, &x->work, handler_rf_read, handler_rf_read_done);
+    if (rc < 0) {
+        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
+        handler_rf_finish(x);
+    }
+}
+
 int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
                             const struct gpt_ctl_request *req, struct gpt_err *err)
 {
@@ -163,13 +198,16 @@ int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
     x->priority = req->priority;
     snprintf(x->sweep, sizeof(x->sweep), "%s", req->sweep ? req->sweep : "");
     x->work.data = x;
-    rc = uv_queue_work(d->loop, &x->work, handler_rf_read, handler_rf_read_done);
-    if (rc < 0) {
-        jobs_unreserve(d->jobs);
-        handler_rf_free(x);
-        return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
-    }
     control_client_ref(cl);
     cl->busy++;
+    if (d->rf_running < HANDLER_RF_AT_ONCE) {
+        handler_rf_start(x); /* answers itself, even when it cannot start */
+    } else {
+        if (d->rf_wait_tail)
+            d->rf_wait_tail->next = x;
+        else
+            d->rf_wait = x;
+        d->rf_wait_tail = x;
+    }
     return 0;
 }
