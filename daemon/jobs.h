@@ -66,7 +66,8 @@ void jobs_unreserve(struct jobs *js);
  * still being written (a --resume-from snapshot copied on a work thread):
  * the job is recorded failed with `held_msg` as its error, so that it
  * never starts, not even after gptd dies before jobs_release_held, and
- * is not scheduled; `gptctl resume` refuses it while it is held. No room
+ * is not scheduled; `gptctl resume` and `cancel` refuse it while it is
+ * held. No room
  * check: the reservation holds its place. */
 int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                      const char *held_msg, int64_t *ret_id, struct gpt_err *err);

@@ -154,6 +154,11 @@ int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, in
 
 int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
 {
+    if (jobs_is_held(js, id)) /* its copy would queue it again */
+        return gpt_err_set(err, -EAGAIN, "job",
+                           "job %lld is being submitted (its --resume-from snapshot is being"
+                           " copied); cancel it once it is queued",
+                           (long long)id);
     struct db_job j;
     int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)

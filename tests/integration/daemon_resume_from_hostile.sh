@@ -13,7 +13,8 @@
 # copy at a time: two submits continue a 50M-parameter model's job (600
 # MB snapshots) at once; while the first is copied `gptctl list` answers
 # and shows it held, `gptctl resume` of it is refused (it would start
-# without its snapshot) and a third --resume-from is refused by
+# without its snapshot), so is `gptctl cancel` (the copy would queue it
+# again), and a third --resume-from is refused by
 # max_queued_jobs = 2 (both slots are held from the start); never are two
 # copies under way, and gptd's peak memory grows by one copy's, not two.
 source "$(dirname "$0")/daemon_common.sh"
@@ -192,6 +193,12 @@ while kill -0 "${hsub[1]}" 2>/dev/null || kill -0 "${hsub[2]}" 2>/dev/null; do
     set -e
     [[ $rc -ne 0 && $out == *"is being submitted (its --resume-from snapshot is being copied)"* ]] ||
         fail "gptctl resume of held job $first: want a refusal, got rc $rc: $out"
+    set +e
+    out=$(as_user cancel "$first" 2>&1)
+    rc=$?
+    set -e
+    [[ $rc -ne 0 && $out == *"cancel it once it is queued"* ]] ||
+        fail "gptctl cancel of held job $first: want a refusal, got rc $rc: $out"
     set +e
     out=$(as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=3 2>&1)
     rc=$?
