@@ -15,6 +15,7 @@
  * handler_rf_read and handler_rf_write.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,7 @@ struct handler_rf {
     int64_t priority;
     char sweep[64]; /* "" none */
     int64_t job_id; /* the new job, once recorded (held) */
+    bool queued;    /* its copy recorded and the job queued */
     struct resume_from rf;
     int rc;
     struct gpt_err err;
@@ -82,7 +84,7 @@ static void handler_rf_finish(struct handler_rf *x)
     }
     if (d->jobs) { /* NULL once a stop has freed it: nothing is counted any more */
         if (x->job_id > 0)
-            jobs_release_held(d->jobs, x->job_id, x->rc == 0);
+            jobs_release_held(d->jobs, x->job_id, x->queued);
         else
             jobs_unreserve(d->jobs);
     }
@@ -112,6 +114,7 @@ static void handler_rf_write_done(uv_work_t *w, int status)
     if (status < 0)
         x->rc = gpt_err_set(&x->err, -ECANCELED, NULL, "cancelled");
     x->rc = resume_from_commit(x->d->db, x->d->cfg.node_name, &x->rf, x->rc, &x->err);
+    x->queued = x->rc == 0; /* even if the sweep tag below fails (as a plain submit) */
     if (x->rc == 0 && x->sweep[0])
         x->rc = db_job_set_sweep(x->d->db, x->job_id, x->sweep, &x->err);
     handler_rf_finish(x);
