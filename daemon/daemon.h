@@ -32,6 +32,10 @@ struct daemon_ctx {
     struct mirror *mirror; /* a member's view of the coordinator's jobs */
     double started;        /* unix seconds */
     bool stopping;
+    /* submit --resume-from (handlers_resume_from.c): copies under way, and
+     * those waiting for their turn, oldest first. */
+    int rf_running;
+    struct handler_rf *rf_wait, *rf_wait_tail;
 };
 
 /* Handles one decoded request (handlers.c): looks up the op's handler in a const

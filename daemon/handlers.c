@@ -1,12 +1,15 @@
 /*
  * handlers: the one dispatcher of control ops (see handlers.h), its table of
- * handlers, and the handlers of every op but `sample` (handlers_sample.c).
+ * handlers, and the handlers of every op but `sample` (handlers_sample.c),
+ * `export` (handlers_export.c) and submit's --resume-from
+ * (handlers_resume_from.c).
  *
  * Most ops are a `result` function: the answer from the queue of record,
  * used both for this node's clients and, on the coordinator, for the reads
  * members forward (handler_read), so the owner check, the stopping check and
- * the answer are the same code either way. The others (`logs`, `sample`)
- * reply themselves, and have a member path of their own.
+ * the answer are the same code either way. The others (`logs`, `sample`,
+ * `export`, `submit`) reply themselves, and have a member path of their
+ * own.
  *
  * Loop thread only.
  */
@@ -24,7 +27,6 @@
 #include "handlers.h"
 #include "jobspec_sweep.h"
 #include "init_from.h"
-#include "resume_from.h"
 #include "paths.h"
 #include "snapshot.h"
 
@@ -83,6 +85,19 @@ static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, ui
     return rc;
 }
 
+int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                         struct gpt_job *job, struct gpt_err *err)
+{
+    if (req->sweep && !gpt_sweep_id_ok(req->sweep))
+        return gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
+    int rc = handler_parse_spec(d, req->spec, uid, job, err);
+    if (rc == 0 && !(req->present & (1u << GPT_CTL_F_RESUME_FROM)) &&
+        (req->present & (1u << GPT_CTL_F_SNAPSHOT)))
+        rc = gpt_err_set(err, -EINVAL, "snapshot",
+                         "a submit takes a snapshot only with resume_from");
+    return rc;
+}
+
 /* A submit on a node that is not the coordinator travels to the
  * coordinator, whose queue is the one of record; the reply waits for its
  * answer. */
@@ -135,36 +150,31 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
-    int rc = 0;
-    if (req->sweep && !gpt_sweep_id_ok(req->sweep))
-        rc = gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
-    if (rc == 0)
-        rc = handler_parse_spec(d, req->spec, uid, job, err);
-    struct resume_from rf = {0}; /* --resume-from: checked and read before queueing */
-    bool from = rc == 0 && (req->present & (1u << GPT_CTL_F_RESUME_FROM));
-    if (rc == 0 && !from && (req->present & (1u << GPT_CTL_F_SNAPSHOT)))
-        rc = gpt_err_set(err, -EINVAL, "snapshot",
-                         "a submit takes a snapshot only with resume_from");
-    if (from)
-        rc = resume_from_prepare(d->db, d->cfg.node_name, req->resume_from,
-                                 req->present & (1u << GPT_CTL_F_SNAPSHOT) ? req->snapshot : 0, uid,
-                                 job, &rf, err);
+    int rc = handler_submit_check(d, req, uid, job, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
-    if (rc == 0 && from)
-        rc = resume_from_commit(d->db, d->cfg.state_dir, d->cfg.node_name, &rf, id, err);
-    resume_from_done(&rf);
     if (rc == 0 && req->sweep)
         rc = db_job_set_sweep(d->db, id, req->sweep, err);
     if (rc == 0)
         *ret = json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
                          job->name[0] ? job->name : "job", "state", "queued");
-    if (rc == 0 && from && *ret)
-        json_object_set_new(*ret, "resumed_from",
-                            json_pack("{s:I, s:I, s:I}", "job", (json_int_t)rf.src_job, "snapshot",
-                                      (json_int_t)rf.src_snapshot, "step",
-                                      (json_int_t)rf.meta.step));
     free(job);
+    return rc;
+}
+
+/* submit: --resume-from reads a snapshot first, on a work thread
+ * (handlers_resume_from.c); any other submit is answered at once. */
+static int handler_submit_run(struct daemon_ctx *d, struct control_client *cl,
+                              const struct gpt_ctl_request *req, struct gpt_err *err)
+{
+    if (req->present & (1u << GPT_CTL_F_RESUME_FROM))
+        return handler_resume_from_run(d, cl, req, err);
+    json_t *r = NULL;
+    int rc = op_submit(d, req, cl->uid, &r, err);
+    if (rc == 0 && !r)
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        control_reply_ok(cl, req->id, r);
     return rc;
 }
 
@@ -558,7 +568,7 @@ static const struct handler_entry {
     const char *limit_key;
     int64_t limit_default;
 } handler_table[GPT_CTL_OP_COUNT] = {
-    [GPT_CTL_OP_SUBMIT] = {.result = op_submit, .member = op_submit_member},
+    [GPT_CTL_OP_SUBMIT] = {.run = handler_submit_run, .member = op_submit_member},
     [GPT_CTL_OP_VALIDATE] = {.result = op_validate},
     [GPT_CTL_OP_LIST] = {.result = op_list},
     [GPT_CTL_OP_STATUS] = {.result = op_status},

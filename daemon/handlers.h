@@ -39,4 +39,17 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
 int handler_export_member(struct daemon_ctx *d, struct control_client *cl,
                           const struct gpt_ctl_request *req, struct gpt_err *err);
 
+/* submit's checks before anything is queued: the sweep id, the spec (as
+ * `gptd run` would, paths as the client `uid`), a snapshot only with
+ * --resume-from. Fills *job. */
+int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                         struct gpt_job *job, struct gpt_err *err);
+
+/* submit --resume-from (handlers_resume_from.c): checks the request,
+ * holds a queue slot, reads the source's snapshot and writes the new
+ * job's copy on uv work threads (as the source's and the new job's
+ * owners); the reply comes when the job is queued or refused. */
+int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
+                            const struct gpt_ctl_request *req, struct gpt_err *err);
+
 #endif

@@ -533,6 +533,8 @@ static void jobs_on_handle_closed(uv_handle_t *h)
     struct jobs *js = h->data;
     if (--js->handles == 0) {
         free(js->waits);
+        free(js->held);
+        free(js->resv);
         free(js);
     }
 }

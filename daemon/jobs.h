@@ -58,6 +58,29 @@ void jobs_schedule(struct jobs *js);
 int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                 int64_t *ret_id, struct gpt_err *err);
 
+/* A queue slot for a submit that is checked on a work thread before it is
+ * queued (--resume-from reads a snapshot first): until jobs_unreserve (or
+ * jobs_release_held) every other submit counts it as a queued job, so
+ * submits in flight together cannot pass max_queued_jobs nor the owner's
+ * max_queued_jobs_per_uid. Refused (-EPERM, -GPT_E_LIMIT) as jobs_submit. */
+int jobs_reserve(struct jobs *js, uid_t owner, int64_t priority, struct gpt_err *err);
+/* Gives back a slot of jobs_reserve (of `owner`) whose submit was refused. */
+void jobs_unreserve(struct jobs *js, uid_t owner);
+
+/* jobs_submit for a reserved submit whose first run needs files that are
+ * still being written (a --resume-from snapshot copied on a work thread):
+ * the job is recorded failed with `held_msg` as its error, so that it
+ * never starts, not even after gptd dies before jobs_release_held, and
+ * is not scheduled; `gptctl resume` and `cancel` refuse it while it is
+ * held. No room
+ * check: the reservation holds its place. */
+int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                     const char *held_msg, int64_t *ret_id, struct gpt_err *err);
+/* Ends the hold of job `id` and gives back its reservation. The caller
+ * has already moved it to queued (then it is scheduled) or left it
+ * failed with the reason. */
+void jobs_release_held(struct jobs *js, int64_t id, bool queued);
+
 /* Cancels a queued or running job (a running one stops at the next step
  * boundary, writing a snapshot). The caller (handler_dispatch) has checked
  * that `who` is the owner or root. */

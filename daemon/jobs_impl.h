@@ -53,6 +53,17 @@ struct jobs {
     struct jobs_wait *waits; /* the queue as the last pass saw it */
     int nwaits;
     struct cluster *cluster; /* coordinator of a cluster: jobs run on its world */
+    /* Submits checked on a work thread before they are queued
+     * (--resume-from): each holds a queue slot (counted as queued by every
+     * other submit) until it is queued or refused; those already recorded
+     * are held (jobs_submit_held) until their snapshot is copied. */
+    uid_t *resv; /* the owner of each slot */
+    int reserved, resv_cap;
+    struct jobs_held {
+        int64_t id;
+        uid_t owner;
+    } * held;
+    int nheld, held_cap;
     bool shutting_down;
     int shutdown_calls;
     void (*done)(void *ctx);

@@ -26,17 +26,21 @@ static int jobs_queue_room(struct jobs *js, uid_t owner, uid_t who, struct gpt_e
     int rc = db_job_count(js->db, DB_JOB_QUEUED, &n, err);
     if (rc < 0)
         return rc;
-    if (n >= js->cfg->max_queued_jobs)
-        return gpt_err_set(err, -GPT_E_LIMIT, NULL, "%lld jobs are queued (max_queued_jobs)",
-                           (long long)n);
+    if (n + js->reserved >= js->cfg->max_queued_jobs)
+        return gpt_err_set(err, -GPT_E_LIMIT, NULL,
+                           "%lld jobs are queued and %d more being submitted (max_queued_jobs)",
+                           (long long)n, js->reserved);
     if (who == 0)
         return 0;
     rc = db_job_count_owned(js->db, DB_JOB_QUEUED, owner, &n, err);
     if (rc < 0)
         return rc;
+    for (int i = 0; i < js->reserved; i++)
+        n += js->resv[i] == owner;
     if (n >= js->cfg->max_queued_jobs_per_uid)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL,
-                           "uid %u already has %lld jobs queued (max_queued_jobs_per_uid = %d)",
+                           "uid %u already has %lld jobs queued or being submitted"
+                           " (max_queued_jobs_per_uid = %d)",
                            (unsigned)owner, (long long)n, js->cfg->max_queued_jobs_per_uid);
     return 0;
 }
@@ -54,14 +58,63 @@ static int jobs_priority_check(const struct jobs *js, uid_t owner, int64_t prior
                        (long long)priority, js->cfg->user_max_priority);
 }
 
-int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
-                int64_t *ret_id, struct gpt_err *err)
+int jobs_reserve(struct jobs *js, uid_t owner, int64_t priority, struct gpt_err *err)
 {
     int rc = jobs_priority_check(js, owner, priority, err);
     if (rc == 0)
         rc = jobs_queue_room(js, owner, owner, err);
     if (rc < 0)
         return rc;
+    if (js->reserved == js->resv_cap) {
+        int cap = js->resv_cap ? 2 * js->resv_cap : 8;
+        uid_t *v = realloc(js->resv, (size_t)cap * sizeof(*v));
+        if (!v)
+            return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        js->resv = v;
+        js->resv_cap = cap;
+    }
+    js->resv[js->reserved++] = owner;
+    return 0;
+}
+
+void jobs_unreserve(struct jobs *js, uid_t owner)
+{
+    for (int i = 0; i < js->reserved; i++)
+        if (js->resv[i] == owner) {
+            js->resv[i] = js->resv[--js->reserved];
+            return;
+        }
+    GPT_ASSERT(!"jobs_unreserve: no slot of this owner");
+}
+
+static bool jobs_is_held(const struct jobs *js, int64_t id)
+{
+    for (int i = 0; i < js->nheld; i++)
+        if (js->held[i].id == id)
+            return true;
+    return false;
+}
+
+void jobs_release_held(struct jobs *js, int64_t id, bool queued)
+{
+    for (int i = 0; i < js->nheld; i++)
+        if (js->held[i].id == id) {
+            uid_t owner = js->held[i].owner;
+            js->held[i] = js->held[--js->nheld];
+            jobs_unreserve(js, owner);
+            if (queued)
+                jobs_schedule(js);
+            return;
+        }
+    GPT_ASSERT(!"jobs_release_held: job not held");
+}
+
+/* Records a checked job: queued, or held (failed with held_msg) when
+ * held_msg is not NULL. */
+static int jobs_insert(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                       const char *held_msg, int64_t *ret_id, struct gpt_err *err)
+{
+    int rc;
     if (!fsid_can_act_as(owner)) /* the job's files are opened as `owner` (fsid.h) */
         return gpt_err_set(err, -EPERM, NULL,
                            "gptd runs as uid %u without CAP_SETUID and CAP_SETGID, so it cannot "
@@ -97,6 +150,8 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
         if (rc == 0)
             rc = statedir_snapdir_free(j.snapshot_dir, !job->snapshot.dir[0], owner, err);
     }
+    if (rc == 0 && held_msg) /* in the same transaction: never queued without its files */
+        rc = db_job_set_state(js->db, id, DB_JOB_FAILED, held_msg, j.created, err);
     if (rc == 0)
         rc = db_commit(js->db, err);
     else
@@ -108,13 +163,48 @@ int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t
              (unsigned)owner, (long long)priority);
     jobs_event(js, id, 0, 0, "queued", "submitted by uid %u with priority %lld", (unsigned)owner,
                (long long)priority);
-    jobs_schedule(js);
     *ret_id = id;
     return 0;
 }
 
+int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                int64_t *ret_id, struct gpt_err *err)
+{
+    int rc = jobs_priority_check(js, owner, priority, err);
+    if (rc == 0)
+        rc = jobs_queue_room(js, owner, owner, err);
+    if (rc == 0)
+        rc = jobs_insert(js, job, owner, priority, NULL, ret_id, err);
+    if (rc == 0)
+        jobs_schedule(js);
+    return rc;
+}
+
+int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
+                     const char *held_msg, int64_t *ret_id, struct gpt_err *err)
+{
+    GPT_ASSERT(js->reserved > js->nheld && held_msg);
+    if (js->nheld == js->held_cap) {
+        int cap = js->held_cap ? 2 * js->held_cap : 8;
+        struct jobs_held *v = realloc(js->held, (size_t)cap * sizeof(*v));
+        if (!v)
+            return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        js->held = v;
+        js->held_cap = cap;
+    }
+    int rc = jobs_insert(js, job, owner, priority, held_msg, ret_id, err);
+    if (rc == 0)
+        js->held[js->nheld++] = (struct jobs_held){*ret_id, owner};
+    return rc;
+}
+
 int jobs_cancel(struct jobs *js, int64_t id, uid_t who, struct gpt_err *err)
 {
+    if (jobs_is_held(js, id)) /* its copy would queue it again */
+        return gpt_err_set(err, -EAGAIN, "job",
+                           "job %lld is being submitted (its --resume-from snapshot is being"
+                           " copied); cancel it once it is queued",
+                           (long long)id);
     struct db_job j;
     int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)
@@ -157,6 +247,13 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *
     int rc = db_job_get(js->db, id, &j, err); /* handler_dispatch checked the owner */
     if (rc < 0)
         return rc;
+    if (jobs_is_held(js, id)) {
+        rc = gpt_err_set(err, -EALREADY, "job",
+                         "job %lld is being submitted (its --resume-from snapshot is being"
+                         " copied); it is queued once the copy is done",
+                         (long long)id);
+        goto out;
+    }
     if (!db_job_state_final(j.state)) {
         rc = gpt_err_set(err, -EALREADY, "job",
                          "job %lld is %s; only a completed, failed"

@@ -1,7 +1,8 @@
 /*
  * resume_from: a new job continuing another job's snapshot (see
- * resume_from.h). Owns the snapshot's buffers between prepare and done.
- * Loop thread.
+ * resume_from.h). Owns the snapshot's buffers between read and done.
+ * Loop thread, except resume_from_read and resume_from_write (work
+ * threads), which touch neither the database nor the loop.
  */
 #include "resume_from.h"
 
@@ -17,6 +18,8 @@
 #include "fsid.h"
 #include "jobspec_resume.h"
 #include "log.h"
+#include "model.h"
+#include "tok.h"
 #include "paths.h"
 #include "statedir.h"
 
@@ -105,18 +108,70 @@ out:
     return rc;
 }
 
-/* Reads and verifies one snapshot file into rf (as the caller's
- * file-system identity). A file of another owner is -EPERM. */
-static int rf_read(struct resume_from *rf, const struct db_job *src, const char *path,
-                   struct gpt_err *err)
+/* The largest vocabulary the job's data may give it when its spec leaves
+ * model.vocab_size to the data (as the job would find it). */
+static int rf_vocab_max(const struct gpt_job *job)
+{
+    if (job->data.tokenizer == GPT_TOK_GPT2 || job->data.kind == GPT_DATA_SHARDS)
+        return GPT_TOK_VOCAB_MAX; /* GPT-2's 50257, or another data.vocab's */
+    return GPT_VOCAB_MAX;
+}
+
+/* Whether the header describes the new job's model: the spec's shape, a
+ * vocabulary the spec or its data allows, and the parameter count that
+ * shape has. Checked before anything is allocated for the file, so that a
+ * header planted in the source's folder (which its owner may write)
+ * cannot claim more memory than the job was admitted with. */
+static int rf_check_model(const struct resume_from *rf, const struct gpt_snapshot_meta *meta,
+                          const char *path, struct gpt_err *err)
+{
+    const struct gpt_model_config *want = &rf->model, *got = &meta->cfg;
+    if (got->n_layer != want->n_layer || got->n_head != want->n_head ||
+        got->n_embd != want->n_embd || got->block_size != want->block_size)
+        return gpt_err_set(err, -GPT_E_MODEL, "snapshot",
+                           "%s holds a model of n_layer %d, n_head %d, n_embd %d, block_size %d;"
+                           " the job's is %d, %d, %d, %d",
+                           path, got->n_layer, got->n_head, got->n_embd, got->block_size,
+                           want->n_layer, want->n_head, want->n_embd, want->block_size);
+    if (want->vocab_size > 0 ? got->vocab_size != want->vocab_size
+                             : got->vocab_size < 1 || got->vocab_size > rf->vocab_max)
+        return gpt_err_set(
+            err, -GPT_E_MODEL, "snapshot",
+            want->vocab_size > 0 ? "%s holds a vocabulary of %d tokens; the job's model.vocab_size"
+                                   " is %d"
+                                 : "%s holds a vocabulary of %d tokens; the job's data gives it at"
+                                   " most %d",
+            path, got->vocab_size, want->vocab_size > 0 ? want->vocab_size : rf->vocab_max);
+    struct gpt_model layout;
+    struct gpt_err why;
+    struct gpt_model_config cfg = *want;
+    cfg.vocab_size = got->vocab_size;
+    if (gpt_model_layout(&layout, &cfg, &why) < 0)
+        return gpt_err_set(err, -GPT_E_MODEL, "snapshot", "%s: %s: %s", path, why.path, why.msg);
+    if (meta->n_params != (uint64_t)layout.n_params)
+        return gpt_err_set(err, -GPT_E_MODEL, "snapshot",
+                           "%s claims %llu parameters, but the job's model (n_layer %d, n_head"
+                           " %d, n_embd %d, block_size %d, vocab_size %d) has %zu",
+                           path, (unsigned long long)meta->n_params, cfg.n_layer, cfg.n_head,
+                           cfg.n_embd, cfg.block_size, cfg.vocab_size, layout.n_params);
+    return 0;
+}
+
+/* Reads and verifies one snapshot file into rf (as the calling thread's
+ * file-system identity). A file of another owner is -EPERM. The header is
+ * checked before anything is allocated: its sizes against the file's
+ * (gpt_snapshot_read_meta) and its model against the job's. */
+static int rf_read_one(struct resume_from *rf, const char *path, struct gpt_err *err)
 {
     struct gpt_snapshot_meta meta;
     int rc = gpt_snapshot_read_meta(path, &meta, err);
     if (rc < 0)
         return rc;
-    if (meta.owner.token != 0 && meta.owner.token != src->token)
+    if (meta.owner.token != 0 && meta.owner.token != rf->src_token)
         return gpt_err_set(err, -EPERM, "snapshot", "%s was not written by job %lld", path,
-                           (long long)src->id);
+                           (long long)rf->src_job);
+    if ((rc = rf_check_model(rf, &meta, path, err)) < 0)
+        return rc;
     size_t n = (size_t)meta.n_params;
     rf->params = malloc(n * sizeof(float));
     if (meta.has_moments) {
@@ -136,37 +191,71 @@ static int rf_read(struct resume_from *rf, const struct db_job *src, const char 
     return 0;
 }
 
+int resume_from_read(struct resume_from *rf, struct gpt_err *err)
+{
+    struct fsid_user u;
+    struct fsid_saved saved = {0};
+    struct gpt_err why;
+    /* The identity is this thread's (setfsuid): taken and given back here. */
+    int rc = fsid_user_lookup(rf->src_owner, &u, err);
+    if (rc < 0 || (rc = fsid_enter(&u, &saved, err)) < 0)
+        return rc;
+    gpt_err_clear(&why);
+    rc = -ENOENT;
+    for (size_t i = 0; i < rf->n_tries && rc < 0; i++) {
+        resume_from_done(rf);
+        rc = rf_read_one(rf, rf->try_path[i], &why);
+        if (rc == 0)
+            rf->src_snapshot = rf->try_id[i];
+        else
+            log_info("job %lld: snapshot %lld (%s) not usable for --resume-from: %s",
+                     (long long)rf->src_job, (long long)rf->try_id[i], rf->try_path[i], why.msg);
+    }
+    fsid_leave(&saved);
+    if (rc < 0) {
+        resume_from_done(rf);
+        /* A header that does not describe the job's model says so itself. */
+        int code = rc == -ENOMEM || rc == -GPT_E_MODEL ? rc : -ENOENT;
+        return gpt_err_set(err, code, "snapshot",
+                           rf->by_id ? "job %lld's snapshot cannot be read: %s"
+                                     : "job %lld has no snapshot that verifies: %s",
+                           (long long)rf->src_job, why.msg);
+    }
+    int64_t step = rf->meta.step;
+    if (rf->max_steps > 0 && step >= rf->max_steps) {
+        resume_from_done(rf);
+        return gpt_err_set(err, -EALREADY, "trainer.max_steps",
+                           "job %lld's snapshot is at step %lld and trainer.max_steps is %lld:"
+                           " nothing left to train; give trainer.max_steps=N for some N above %lld",
+                           (long long)rf->src_job, (long long)step, (long long)rf->max_steps,
+                           (long long)step);
+    }
+    return 0;
+}
+
 struct rf_list {
-    struct db_snapshot *v;
-    size_t n, cap;
+    struct resume_from *rf;
     const char *node;
 };
 
 static void rf_list_add(void *ctx, const struct db_snapshot *s)
 {
     struct rf_list *l = ctx;
+    struct resume_from *rf = l->rf;
     if (strcmp(s->node, l->node) != 0)
         return; /* another node's copy: not readable here */
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 8;
-        struct db_snapshot *v = realloc(l->v, cap * sizeof(*v));
-        if (!v)
-            return;
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = *s;
+    if (rf->n_tries == RESUME_FROM_TRIES)
+        return; /* older ones: the newest that verify are enough */
+    rf->try_id[rf->n_tries] = s->id;
+    snprintf(rf->try_path[rf->n_tries], sizeof(rf->try_path[0]), "%s", s->path);
+    rf->n_tries++;
 }
 
-/* Picks the snapshot (the given one, or the newest that verifies) and reads
- * it as the source job's owner. */
+/* The snapshots to read: the given one, or the newest ones (newest first). */
 static int rf_pick(struct db *db, const char *node, const struct db_job *src, int64_t snapshot_id,
                    struct resume_from *rf, struct gpt_err *err)
 {
-    struct rf_list l = {.node = node};
-    struct fsid_user u;
-    struct fsid_saved saved = {0};
-    struct gpt_err why;
+    struct rf_list l = {.rf = rf, .node = node};
     int rc;
     if (snapshot_id > 0) {
         struct db_snapshot s;
@@ -174,44 +263,19 @@ static int rf_pick(struct db *db, const char *node, const struct db_job *src, in
             return gpt_err_set(err, -ENOENT, "snapshot", "job %lld has no snapshot %lld",
                                (long long)src->id, (long long)snapshot_id);
         rf_list_add(&l, &s);
-        if (l.n == 0)
+        if (rf->n_tries == 0)
             return gpt_err_set(err, -ENOENT, "snapshot",
                                "snapshot %lld of job %lld was written on node %s, not on this"
                                " one; submit on that node's gptd",
                                (long long)snapshot_id, (long long)src->id, s.node);
+        rf->by_id = true;
     } else if ((rc = db_snapshot_list(db, src->id, rf_list_add, &l, err)) < 0) {
         return rc;
     }
-    if (l.n == 0) {
-        rc = gpt_err_set(err, -ENOENT, "snapshot", "job %lld has no snapshot (on this node) yet",
-                         (long long)src->id);
-        goto out;
-    }
-    if ((rc = fsid_user_lookup(src->owner_uid, &u, err)) < 0 ||
-        (rc = fsid_enter(&u, &saved, err)) < 0)
-        goto out;
-    gpt_err_clear(&why);
-    rc = -ENOENT;
-    for (size_t i = 0; i < l.n && rc < 0; i++) {
-        resume_from_done(rf);
-        rc = rf_read(rf, src, l.v[i].path, &why);
-        if (rc == 0)
-            rf->src_snapshot = l.v[i].id;
-        else
-            log_info("job %lld: snapshot %lld (%s) not usable for --resume-from: %s",
-                     (long long)src->id, (long long)l.v[i].id, l.v[i].path, why.msg);
-    }
-    fsid_leave(&saved);
-    if (rc < 0) {
-        resume_from_done(rf);
-        rc = gpt_err_set(err, rc == -ENOMEM ? -ENOMEM : -ENOENT, "snapshot",
-                         snapshot_id > 0 ? "job %lld's snapshot cannot be read: %s"
-                                         : "job %lld has no snapshot that verifies: %s",
-                         (long long)src->id, why.msg);
-    }
-out:
-    free(l.v);
-    return rc;
+    if (rf->n_tries == 0)
+        return gpt_err_set(err, -ENOENT, "snapshot", "job %lld has no snapshot (on this node) yet",
+                           (long long)src->id);
+    return 0;
 }
 
 int resume_from_prepare(struct db *db, const char *node, int64_t src, int64_t snapshot_id,
@@ -235,60 +299,65 @@ int resume_from_prepare(struct db *db, const char *node, int64_t src, int64_t sn
         goto out;
     if ((rc = rf_pick(db, node, &j, snapshot_id, ret, err)) < 0)
         goto out;
-    int64_t step = ret->meta.step;
-    if (job->trainer.max_steps > 0 && step >= job->trainer.max_steps) {
-        rc = gpt_err_set(err, -EALREADY, "trainer.max_steps",
-                         "job %lld's snapshot is at step %lld and trainer.max_steps is %lld:"
-                         " nothing left to train; give trainer.max_steps=N for some N above %lld",
-                         (long long)src, (long long)step, (long long)job->trainer.max_steps,
-                         (long long)step);
-        resume_from_done(ret);
-    }
+    ret->src_owner = j.owner_uid;
+    ret->src_token = j.token;
+    ret->model = job->model;
+    ret->vocab_max = rf_vocab_max(job);
+    ret->max_steps = job->trainer.max_steps;
 out:
     db_job_done(&j);
     return rc;
 }
 
-/* Writes the snapshot, owned by job `j`, into its folder (as its owner). */
-static int rf_write(const struct resume_from *rf, const struct db_job *j, char *ret_path,
-                    size_t cap, int64_t *ret_size, struct gpt_err *err)
+int resume_from_stage(struct db *db, const char *state_dir, struct resume_from *rf, int64_t id,
+                      struct gpt_err *err)
 {
+    int rc = db_job_get(db, id, &rf->dst, err);
+    if (rc < 0)
+        return rc;
+    free(rf->dst.spec_json); /* not needed on the work thread */
+    rf->dst.spec_json = NULL;
+    return paths_snapshot_dir_prepare(state_dir, rf->dst.snapshot_dir, rf->dst.owner_uid, err);
+}
+
+int resume_from_write(struct resume_from *rf, struct gpt_err *err)
+{
+    const struct db_job *j = &rf->dst;
     struct gpt_snapshot_meta meta = rf->meta;
     struct fsid_user u;
     struct fsid_saved saved = {0};
     struct stat st;
     meta.owner = (struct gpt_snapshot_owner){j->token, j->id, (uint32_t)j->owner_uid};
-    int rc = fsid_user_lookup(j->owner_uid, &u, err);
-    if (rc < 0 || (rc = fsid_enter(&u, &saved, err)) < 0)
+    int rc = statedir_snapdir_claim(j, err); /* the folder is this job's */
+    if (rc < 0 || (rc = fsid_user_lookup(j->owner_uid, &u, err)) < 0 ||
+        (rc = fsid_enter(&u, &saved, err)) < 0)
         return rc;
-    rc = gpt_snapshot_write(j->snapshot_dir, &meta, rf->params, rf->m, rf->v, ret_path, cap, err);
+    rc = gpt_snapshot_write(j->snapshot_dir, &meta, rf->params, rf->m, rf->v, rf->dst_path,
+                            sizeof(rf->dst_path), err);
     if (rc == 0)
-        *ret_size = stat(ret_path, &st) == 0 ? (int64_t)st.st_size : 0;
+        rf->dst_size = stat(rf->dst_path, &st) == 0 ? (int64_t)st.st_size : 0;
     fsid_leave(&saved);
     return rc;
 }
 
-int resume_from_commit(struct db *db, const char *state_dir, const char *node,
-                       const struct resume_from *rf, int64_t id, struct gpt_err *err)
+int resume_from_commit(struct db *db, const char *node, const struct resume_from *rf, int rc,
+                       struct gpt_err *err)
 {
-    struct db_job j;
+    int64_t id = rf->dst.id;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    int rc = db_job_get(db, id, &j, err);
-    if (rc < 0)
-        return rc;
-    j.resume = 1;
-    struct db_snapshot s = {.job_id = id, .step = rf->meta.step, .created = now};
+    struct db_snapshot s = {
+        .job_id = id, .step = rf->meta.step, .created = now, .size = rf->dst_size};
     snprintf(s.node, sizeof(s.node), "%s", node);
-    if ((rc = paths_snapshot_dir_prepare(state_dir, j.snapshot_dir, j.owner_uid, err)) < 0 ||
-        (rc = statedir_snapdir_claim(&j, err)) < 0 ||
-        (rc = rf_write(rf, &j, s.path, sizeof(s.path), &s.size, err)) < 0 ||
-        (rc = db_begin(db, err)) < 0)
+    snprintf(s.path, sizeof(s.path), "%s", rf->dst_path);
+    if (rc < 0 || (rc = db_begin(db, err)) < 0)
         goto fail;
     rc = db_snapshot_insert(db, &s, NULL, err);
     if (rc == 0)
         rc = db_job_set_resume(db, id, 1, 0, err);
+    if (rc == 0) /* out of its hold (jobs_submit_held) */
+        rc = db_job_set_state(db, id, DB_JOB_QUEUED, NULL, now, err);
     if (rc == 0) {
         struct gpt_event e = {.step = rf->meta.step, .time = now};
         snprintf(e.kind, sizeof(e.kind), "queued");
@@ -309,16 +378,14 @@ int resume_from_commit(struct db *db, const char *state_dir, const char *node,
         goto fail;
     log_info("job %lld continues job %lld from step %lld (%s)", (long long)id,
              (long long)rf->src_job, (long long)rf->meta.step, s.path);
-    db_job_done(&j);
     return 0;
 fail:;
-    /* Queued but without its snapshot: it must not start from scratch. */
+    /* Held (failed) without its snapshot: it must not start from scratch. */
     struct gpt_err ignored;
     char msg[DB_ERROR_MAX];
     snprintf(msg, sizeof(msg), "--resume-from: %s", err->msg);
     if (db_job_set_state(db, id, DB_JOB_FAILED, msg, now, &ignored) < 0)
         log_error("job %lld: cannot mark failed: %s", (long long)id, ignored.msg);
-    db_job_done(&j);
     return rc;
 }
 

@@ -65,7 +65,7 @@ u3=$(as_user submit "$T/job.json")
 if out=$(as_user submit "$T/job.json" 2>&1); then
     fail "the user queued a fourth job past max_queued_jobs_per_uid 3: $out"
 fi
-[[ $out == *"uid $uid already has 3 jobs queued (max_queued_jobs_per_uid = 3)"* ]] ||
+[[ $out == *"uid $uid already has 3 jobs queued or being submitted (max_queued_jobs_per_uid = 3)"* ]] ||
     fail "queue cap refusal: $out"
 echo "refused: $out"
 for i in 1 2 3; do "$GPTCTL" submit "$T/job.json" >/dev/null || fail "root was capped at $i"; done

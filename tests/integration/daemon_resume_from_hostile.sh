@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# `gptctl submit --resume-from` reads a snapshot from the source job's
+# folder, which the job's owner may write. A test user replaces job A's
+# snapshot with a sparse file whose header claims 6e9 parameters (with
+# moments: a 72 GB file that costs nothing): the submit is refused before
+# anything is allocated for it, naming the file and both counts; gptd's
+# peak memory (VmHWM) does not grow and other clients are answered all
+# along. A header of the right count in a file of the wrong size is
+# refused too, and so are a header of another model's shape and one whose
+# vocabulary (for a job that takes it from its data) is larger than the
+# data can give; with only the newest snapshot planted, the newest that
+# verifies is taken. Then the read and the copy run off the loop, one
+# copy at a time: two submits continue a 50M-parameter model's job (600
+# MB snapshots) at once; while the first is copied `gptctl list` answers
+# and shows it held, `gptctl resume` of it is refused (it would start
+# without its snapshot), so is `gptctl cancel` (the copy would queue it
+# again), and a third --resume-from is refused by
+# max_queued_jobs = 2 (both slots are held from the start); never are two
+# copies under way, and gptd's peak memory grows by one copy's, not two.
+source "$(dirname "$0")/daemon_common.sh"
+
+make_test_user gptdrh
+
+chmod 0711 "$T"
+mkdir -p "$T/bin"
+cp "$GPTCTL" "$T/bin/gptctl"
+chmod 0755 "$T/bin" "$T/bin/gptctl"
+as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
+db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
+njobs() { db "SELECT count(*) FROM jobs"; }
+hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$GPTD_PID/status"; }
+snap_id() { # snap_id JOB STEP
+    "$GPTCTL" --json snapshots "$1" | grep -o "\"id\":[0-9]*,\"step\":$2," | cut -d: -f2 | cut -d, -f1
+}
+
+# plant SRC DST N_PARAMS EXTRA [OFFSET:U32...]: as the test user, DST
+# becomes SRC's header with n_params N_PARAMS (and the u32 fields at the
+# OFFSETs changed; header checksum fixed) in a sparse file of the size
+# that count implies, plus EXTRA bytes (negative: short).
+plant() {
+    runuser -u "$U" -- python3 - "$@" <<'EOF'
+import os, struct, sys, zlib
+src, dst, n, extra = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+h = bytearray(open(src, "rb").read(512))
+assert h[:8] == b"GPTDSNAP" and struct.unpack_from("<I", h, 12)[0] == 512
+struct.pack_into("<Q", h, 380, n)  # n_params
+for f in sys.argv[5:]:
+    off, val = f.split(":")
+    struct.pack_into("<I", h, int(off), int(val))
+arrays = 3 if struct.unpack_from("<I", h, 388)[0] & 1 else 1  # moments
+struct.pack_into("<I", h, 508, zlib.crc32(bytes(h[:508])))
+tmp = dst + ".tmp"
+with open(tmp, "wb") as f:
+    f.write(h)
+    f.truncate(512 + 4 * arrays * n + 4 + extra)
+os.rename(tmp, dst)
+EOF
+}
+n_params_of() { python3 -c 'import struct,sys; print(struct.unpack_from("<Q", open(sys.argv[1],"rb").read(512), 380)[0])' "$1"; }
+
+# refused_live WANT1 WANT2 -- gptctl args: refused with both in the message,
+# nothing queued, and `gptctl status` from another client answers within
+# 2 s all the while.
+refused_live() {
+    local w1=$1 w2=$2 n out rc
+    shift 3
+    n=$(njobs)
+    rm -f "$T/stall" "$T/polled"
+    (
+        while :; do
+            timeout 2 "$GPTCTL" status >/dev/null 2>&1 || echo stalled >>"$T/stall"
+            echo >>"$T/polled"
+            sleep 0.05
+        done
+    ) &
+    local poller=$!
+    wait_for 10 test -s "$T/polled" # the other client is connected before the attempt
+    set +e
+    out=$("$@" 2>&1)
+    rc=$?
+    set -e
+    sleep 0.2 # a few more polls after the answer
+    kill "$poller"
+    wait "$poller" 2>/dev/null || true
+    [[ $rc -ne 0 && $out == *"$w1"* && $out == *"$w2"* ]] ||
+        fail "$*: want a refusal with '$w1' and '$w2', got rc $rc: $out"
+    [[ $(njobs) == "$n" ]] || fail "$*: the refusal queued a job"
+    [[ ! -e $T/stall ]] || fail "$*: gptctl status stalled $(wc -l <"$T/stall") times meanwhile"
+}
+
+tiny_job "$T/job.json" 20 5 10
+chmod 0644 "$T/job.json"
+start_gptd --socket-mode 0666 --max-queued-jobs 2
+
+a=$(as_user submit "$T/job.json")
+wait_for 60 job_is "$a" completed
+adir=$("$GPTCTL" --json snapshots "$a" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
+s10=$(snap_id "$a" 10)
+s20=$(snap_id "$a" 20)
+[[ -n $s10 && -n $s20 && -f $adir/snap-000000000020.gpts ]] || fail "job $a has no snapshots at 10 and 20"
+real=$(n_params_of "$adir/snap-000000000020.gpts")
+cp "$adir/snap-000000000010.gpts" "$T/good10.gpts"
+chmod 0644 "$T/good10.gpts" # the user reads it back when planting
+
+# --- a header claiming 6e9 parameters, in a sparse file of that size.
+plant "$adir/snap-000000000020.gpts" "$adir/snap-000000000020.gpts" 6000000000 0
+[[ $(stat -c %s "$adir/snap-000000000020.gpts") -eq $((512 + 6000000000 * 12 + 4)) ]] ||
+    fail "the planted file is not 72 GB"
+before=$(hwm_kb)
+refused_live "claims 6000000000 parameters" "has $real" -- as_user submit "$T/job.json" \
+    --resume-from "$a:$s20" trainer.max_steps=40
+out=$(as_user submit "$T/job.json" --resume-from "$a:$s20" trainer.max_steps=40 2>&1 || true)
+want="$adir/snap-000000000020.gpts claims 6000000000 parameters, but the job's model (n_layer 2,"
+want+=" n_head 2, n_embd 32, block_size 6, vocab_size 10) has $real"
+[[ $out == *"$want"* ]] || fail "the refusal does not name the file and both counts: $out"
+after=$(hwm_kb)
+((after - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $after kB"
+
+# --- the queue's policy holds for a submit checked on a work thread too:
+# a priority above user_max_priority (0 by default) is refused at once.
+rc=0
+out=$(as_user submit "$T/job.json" --resume-from "$a" --priority 3 trainer.max_steps=12 2>&1) ||
+    rc=$?
+[[ $rc -ne 0 && $out == *"priority 3 is above user_max_priority (0)"* ]] ||
+    fail "--resume-from with priority 3: want the user_max_priority refusal, got rc $rc: $out"
+
+# --- the newest that verifies: step 10's, past the planted step 20.
+b=$(as_user submit "$T/job.json" --resume-from "$a" trainer.max_steps=12 2>"$T/b.err")
+grep -q "continues job $a from its snapshot $s10 (step 10)" "$T/b.err" ||
+    fail "B did not continue from step 10: $(cat "$T/b.err")"
+wait_for 60 job_is "$b" completed
+
+# --- every snapshot planted: none verifies, and the counts are named.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" 6000000000 0
+refused_live "has no snapshot that verifies" "claims 6000000000 parameters" -- \
+    as_user submit "$T/job.json" --resume-from "$a" trainer.max_steps=40
+
+# --- the right count in a file of the wrong size: refused by the size.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 4
+refused_live "bad size" "$real parameters with moments need" -- \
+    as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
+final=$(hwm_kb)
+((final - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $final kB"
+
+# --- another model's shape; a vocabulary larger than the job's data has.
+plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 0 24:4096 # n_embd
+refused_live "n_embd 4096" "the job's is 2, 2, 32, 6" -- \
+    as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
+sed 's/"vocab_size": 10/"vocab_size": 0/' "$T/job.json" >"$T/job0.json"
+chmod 0644 "$T/job0.json"
+z=$(as_user submit "$T/job0.json")
+wait_for 60 job_is "$z" completed
+zdir=$("$GPTCTL" --json snapshots "$z" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
+zb=$(as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=21 2>/dev/null) ||
+    fail "--resume-from a job whose vocabulary comes from its data was refused"
+wait_for 60 job_is "$zb" completed
+for f in "$zdir"/snap-*.gpts; do # a count that fits the claimed vocabulary: 16M x 32 + ...
+    plant "$f" "$f" 600000000 0 32:16777216
+done
+refused_live "a vocabulary of 16777216 tokens" "the job's data gives it at most 256" -- \
+    as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=40
+mid=$(hwm_kb)
+((mid - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $mid kB"
+
+# --- a large snapshot is read and copied off the loop; its slot is held.
+cat >"$T/big.json" <<EOF
+{"name": "big",
+ "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
+ "data": {"kind": "synthetic", "task": "addition", "digits": 2},
+ "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1, "threads": 1},
+ "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+ "snapshot": {"every": 1}}
+EOF
+chmod 0644 "$T/big.json"
+g=$(as_user submit "$T/big.json")
+wait_for 120 job_is "$g" completed
+hwm0=$(hwm_kb)
+declare -a hsub
+for i in 1 2; do
+    as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 >"$T/h$i.id" 2>"$T/h$i.out" &
+    hsub[$i]=$!
+done
+held_ids() {
+    "$GPTCTL" --json list | python3 -c 'import json, sys
+print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if "being copied" in j.get("error", "")])'
+}
+first="" most=0
+while kill -0 "${hsub[1]}" 2>/dev/null || kill -0 "${hsub[2]}" 2>/dev/null; do
+    ids=$(held_ids || true)
+    n=$(wc -w <<<"$ids")
+    ((n <= most)) || most=$n
+    [[ -z $ids || -n $first ]] && continue
+    # During the first copy (the loop answered that list): status answers,
+    # the held job cannot be resumed, and no third submit fits.
+    first=$ids
+    "$GPTCTL" status >/dev/null || fail "gptctl status did not answer during the copy"
+    set +e
+    out=$(as_user resume "$first" 2>&1)
+    rc=$?
+    set -e
+    [[ $rc -ne 0 && $out == *"is being submitted (its --resume-from snapshot is being copied)"* ]] ||
+        fail "gptctl resume of held job $first: want a refusal, got rc $rc: $out"
+    set +e
+    out=$(as_user cancel "$first" 2>&1)
+    rc=$?
+    set -e
+    [[ $rc -ne 0 && $out == *"cancel it once it is queued"* ]] ||
+        fail "gptctl cancel of held job $first: want a refusal, got rc $rc: $out"
+    set +e
+    out=$(as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=3 2>&1)
+    rc=$?
+    set -e
+    [[ $rc -ne 0 && $out == *"2 more being submitted (max_queued_jobs)"* ]] ||
+        fail "a third --resume-from during the copies: want max_queued_jobs, got rc $rc: $out"
+done
+[[ -n $first ]] || fail "no gptctl list answered while a snapshot was copied: $(cat "$T"/h?.out)"
+((most == 1)) || fail "$most copies were under way at once, want 1"
+hwm1=$(hwm_kb)
+ids=()
+for i in 1 2; do
+    wait "${hsub[$i]}" || fail "submit $i failed: $(cat "$T/h$i.out")"
+    id=$(cat "$T/h$i.id")
+    grep -q "job $id continues job $g from its snapshot" "$T/h$i.out" ||
+        fail "submit $i said: $(cat "$T/h$i.out")"
+    ids+=("$id")
+done
+# One copy's arrays (50M parameters, with moments: 600 MB) at a time, not two.
+grown=$(((hwm1 - hwm0) / 1024))
+((grown > 200 && grown < 900)) || fail "gptd's VmHWM grew by $grown MB over two copies, want one's"
+for id in "${ids[@]}"; do
+    st=$(job_state "$id")
+    [[ $st == queued || $st == running ]] || fail "job $id is $st after its submit"
+    as_user cancel "$id" >/dev/null # its run is daemon_resume_from's; spare the CPU
+done
+for id in "${ids[@]}"; do
+    wait_for 120 job_is "$id" cancelled
+done
+echo "daemon_resume_from_hostile: ok (VmHWM $before -> $final kB; copies: +$grown MB, one at a time)"
