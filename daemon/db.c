@@ -617,6 +617,18 @@ int db_job_queue(struct db *db, int64_t *ids, int max, int *ret_n, struct gpt_er
     return rc;
 }
 
+/* Steps a bound COUNT statement into *ret_n and resets it. */
+static int db_count_step(struct db *db, sqlite3_stmt *s, int64_t *ret_n, struct gpt_err *err)
+{
+    int rc = 0, src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        *ret_n = sqlite3_column_int64(s, 0);
+    else
+        rc = db_fail(db, err, src, "count jobs");
+    sqlite3_reset(s);
+    return rc;
+}
+
 int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err)
 {
     int rc = 0;
@@ -624,13 +636,7 @@ int db_job_count(struct db *db, int state, int64_t *ret_n, struct gpt_err *err)
     if (!s)
         return rc;
     sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
-    int src = sqlite3_step(s);
-    if (src == SQLITE_ROW)
-        *ret_n = sqlite3_column_int64(s, 0);
-    else
-        rc = db_fail(db, err, src, "count jobs");
-    sqlite3_reset(s);
-    return rc;
+    return db_count_step(db, s, ret_n, err);
 }
 
 int db_job_count_owned(struct db *db, int state, uid_t owner, int64_t *ret_n, struct gpt_err *err)
@@ -641,13 +647,7 @@ int db_job_count_owned(struct db *db, int state, uid_t owner, int64_t *ret_n, st
         return rc;
     sqlite3_bind_text(s, 1, db_job_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, owner);
-    int src = sqlite3_step(s);
-    if (src == SQLITE_ROW)
-        *ret_n = sqlite3_column_int64(s, 0);
-    else
-        rc = db_fail(db, err, src, "count jobs");
-    sqlite3_reset(s);
-    return rc;
+    return db_count_step(db, s, ret_n, err);
 }
 
 int db_job_list(struct db *db, int limit, void (*fn)(void *ctx, const struct db_job *j), void *ctx,
