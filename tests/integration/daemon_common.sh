@@ -40,7 +40,15 @@ make_test_user() {
     useradd -M -U -s /usr/sbin/nologin "$U" || fail "useradd $U"
     # set +e: `(exit $rc)` must hand the status to cleanup, not end the trap.
     trap 'rc=$?; set +e; drop_test_user; (exit $rc); cleanup' EXIT
+    # The user reaches gptd's socket, the job files and a copy of gptctl
+    # (the build tree may be closed to it) through $T.
+    chmod 0711 "$T"
+    mkdir -p "$T/bin"
+    cp "$GPTCTL" "$T/bin/gptctl"
+    chmod 0755 "$T/bin" "$T/bin/gptctl"
 }
+# as_user ARGS...: gptctl as the test user, on gptd's socket.
+as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 drop_test_user() {
     for p in "${PIDS[@]}"; do
         { kill -9 "$p" && wait "$p"; } 2>/dev/null || true

@@ -16,12 +16,9 @@ make_test_user gptdff
 
 # The user reaches the socket and the data through $T (search only) and
 # runs a copy of gptctl (the build tree may be closed to it).
-chmod 0711 "$T"
-mkdir -p "$T/bin" "$T/data" "$T/snaps/root" "$T/snaps/user"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl" "$T/data" "$T/snaps" "$T/snaps/root"
+mkdir -p "$T/data" "$T/snaps/root" "$T/snaps/user"
+chmod 0755 "$T/data" "$T/snaps" "$T/snaps/root"
 chown "$U" "$T/snaps/user"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 text() { printf 'the quick brown fox jumps over the lazy dog\n%.0s' {1..40}; }
 text >"$T/data/good.txt"
 text >"$T/data/later.txt"

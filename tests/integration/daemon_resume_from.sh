@@ -13,12 +13,6 @@ source "$(dirname "$0")/daemon_common.sh"
 
 make_test_user gptdrf
 
-# The test user reaches the socket and the job file through $T.
-chmod 0711 "$T"
-mkdir -p "$T/bin"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
 njobs() { db "SELECT count(*) FROM jobs"; }
 refused() { # refused WANT1 WANT2 -- gptctl args: fails, output has both, nothing queued

