@@ -48,7 +48,7 @@ for mode in ${MODES:-none optimizer full}; do
     for w in 1 2 3 4; do
         [[ $mode != none && $w == 1 ]] && continue # sharding over one rank is none
         # a port nobody listens on now (a busy one failed the whole bench)
-        until port=$((30000 + RANDOM % 20000)); ! ss -Htln "sport = :$port" | grep -q .; do :; done
+        until port=$((30000 + RANDOM % 20000)); [[ -z $(ss -Htln "sport = :$port") ]]; do :; done
         run=$tmp/$mode$w
         mkdir -p "$run"
         pids=()
