@@ -1,6 +1,6 @@
 # Optional CUDA backend (engine/ops/cuda: the backend and the NCCL
 # communicator). GPTD_CUDA=AUTO enables it when nvcc is found; ON requires it; OFF skips it. The target
-# links cudart, cuBLAS, cuBLASLt and NCCL (all loaded at run time by cudart
+# links cudart and NCCL, and loads cuBLAS(Lt) at its first backend (all loaded at run time by cudart
 # and never the driver library libcuda), so binaries start on hosts with no
 # driver and run CPU jobs there.
 set(GPTD_HAVE_CUDA OFF)
@@ -60,9 +60,13 @@ if(GPTD_HAVE_CUDA)
   # binaries start on hosts without one. gptengine provides gpt_err_set and
   # the launch/padding plans (engine/ops/cuda_plan.c); linking it here
   # orders the static libraries correctly.
-  target_link_libraries(gptcuda PUBLIC gptengine CUDA::cudart CUDA::cublas CUDA::cublasLt
-                                       ${NCCL_LIBRARY})
+  # cuBLAS(Lt) is not linked: cuda_blas.c loads it when the first backend
+  # is made (libcublasLt costs ~210 MB resident in every process that maps
+  # it); its headers come with CUDA::cudart's include folder.
+  target_link_libraries(gptcuda PUBLIC gptengine CUDA::cudart ${NCCL_LIBRARY} ${CMAKE_DL_LIBS})
   target_compile_definitions(gptcuda PUBLIC GPTD_HAVE_CUDA=1)
+  target_compile_definitions(
+    gptcuda PRIVATE GPTD_CUBLAS_SONAME="libcublas.so.${CUDAToolkit_VERSION_MAJOR}")
   set_target_properties(gptcuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF CUDA_STANDARD 17
                                            CUDA_STANDARD_REQUIRED ON POSITION_INDEPENDENT_CODE ON)
   # C sources get the project's warnings; kernels get line info (for

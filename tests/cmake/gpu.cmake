@@ -20,6 +20,8 @@ endforeach()
 # test_cuda_absent calls the CUDA backend directly (the daemon reaches it
 # only through gptfactory, which keeps gptcuda and GPTD_HAVE_CUDA private).
 target_link_libraries(test_cuda_absent PRIVATE gptcuda)
+# ... and white-box the loader of cuBLAS (engine/ops/cuda/cuda_blas.h).
+target_include_directories(test_cuda_absent PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda)
 
 # The daemon, linked with the CUDA target, must start on a host without a
 # GPU or driver (a binary linked to libcuda would not even load there).

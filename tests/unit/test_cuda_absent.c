@@ -3,8 +3,9 @@
  * without a GPU or driver: the probe reports zero devices, the backend and
  * the NCCL communicator refuse with -GPT_E_NODEVICE (and fill the error
  * detail) instead of crashing, and the CPU backend still works in the same
- * process. On a host with a GPU, or in a build without CUDA, it exits 77
- * (skipped): there the gpu tests cover the same ground.
+ * process; cuBLAS is not mapped until the loader is asked for it, which
+ * then resolves every function the backend calls. On a host with a GPU, or in a build without CUDA,
+ * it exits 77 (skipped): there the gpu tests cover the same ground.
  */
 #include <stdio.h>
 #include <string.h>
@@ -22,6 +23,39 @@
 #include "cuda/comm_nccl.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
+#include "cuda_blas.h"
+
+/* Whether a library whose name contains `name` is mapped into this process. */
+static int mapped(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, name) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Every gptd links this backend; cuBLASLt alone costs ~210 MB resident,
+ * so it is loaded by the first backend made, never at start. The failed
+ * backends above load nothing (no device comes first); the loader then
+ * maps it and fills the whole table, and a second call is a no-op. */
+static void test_cublas_at_first_use(void **state)
+{
+    (void)state;
+    assert_false(mapped("libcublas"));
+    struct gpt_err err;
+    memset(&err, 0, sizeof(err));
+    assert_int_equal(gpt_cublas_load(&err), 0);
+    assert_true(mapped("libcublasLt"));
+    void *const *fn = (void *const *)&gpt_cublas;
+    for (size_t i = 0; i < sizeof(gpt_cublas) / sizeof(void *); i++)
+        assert_non_null(fn[i]);
+    assert_int_equal(gpt_cublas_load(NULL), 0);
+    assert_string_equal(GPT_CUBLAS(cublasGetStatusString)(CUBLAS_STATUS_SUCCESS), "success");
+}
 
 static void test_backend_absent(void **state)
 {
@@ -84,10 +118,9 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_backend_absent),
-        cmocka_unit_test(test_nccl_absent),
-        cmocka_unit_test(test_probe_no_gpu),
-        cmocka_unit_test(test_cpu_still_works),
+        cmocka_unit_test(test_backend_absent),      cmocka_unit_test(test_nccl_absent),
+        cmocka_unit_test(test_probe_no_gpu),        cmocka_unit_test(test_cpu_still_works),
+        cmocka_unit_test(test_cublas_at_first_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

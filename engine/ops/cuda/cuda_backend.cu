@@ -58,8 +58,8 @@
  * which converts owned floats back and LEARNS the range: its producer
  * writes fp32 (with the bf16 copy where it can) there from then on. A
  * download converts back without learning (a trainer sampling from the
- * logits now and then keeps the head's bf16 output). So the steady state converts nothing either way: qkv, the MLP's
- * hidden activations and their gradient, the LayerNorm outputs and the
+ * logits now and then keeps the head's bf16 output). So the steady state converts nothing either
+ * way: qkv, the MLP's hidden activations and their gradient, the LayerNorm outputs and the
  * logits/dlogits live in bf16 only, and the residual stream, which fp32
  * readers want, stays fp32. The rules are gpt_cuda_shd_state
  * (engine/ops/cuda_plan.c, unit-tested against a host model).
@@ -149,9 +149,9 @@ static void cuda_destroy(struct gpt_backend *be)
     if (cb->comm)
         cudaStreamSynchronize(cb->comm);
     if (cb->lt)
-        cublasLtDestroy(cb->lt);
+        GPT_CUBLAS(cublasLtDestroy)(cb->lt);
     if (cb->blas)
-        cublasDestroy(cb->blas);
+        GPT_CUBLAS(cublasDestroy)(cb->blas);
     if (cb->ws)
         cudaFree(cb->ws);
     if (cb->scratch)
@@ -307,8 +307,8 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         uint16_t *own = cu_shd_own(cb, out, n);
         uint16_t *ob = own ? own : cu_shd_out(cb, out, n, NULL);
         cu_shd_wrote(cb, att, (plan.lse_floats + n) * sizeof(float));
-        cudaError_t e = cuk_flash_forward(cb->compute, &plan, own ? NULL : out, ob, att, qkv, qb,
-                                          B, T, C, NH);
+        cudaError_t e =
+            cuk_flash_forward(cb->compute, &plan, own ? NULL : out, ob, att, qkv, qb, B, T, C, NH);
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_forward smem");
         cu_check(cb, "flash_forward");
@@ -328,7 +328,7 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         const float *q = qkv + q0, *k = q + C;
         /* att (T,T) = scale * q (T,hs) @ k (T,hs)^T */
         cu_gemm_rm(cb, false, true, t, t, hs, scale, q, ld3, (long long)qs, k, ld3, (long long)qs,
-                0.0f, att + a0, t, (long long)as, batch);
+                   0.0f, att + a0, t, (long long)as, batch);
     }
     cuk_att_softmax_forward(cb->compute, att, B * NH * T, T);
     cu_check(cb, "att_softmax_forward");
@@ -338,8 +338,8 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         att_offsets(&g, o, C, &o0, &os, &a0, &as);
         const float *v = qkv + q0 + 2 * C;
         /* out (T,hs) = att (T,T) @ v (T,hs) */
-        cu_gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3, (long long)qs,
-                0.0f, out + o0, (int)C, (long long)os, batch);
+        cu_gemm_rm(cb, false, false, t, hs, t, 1.0f, att + a0, t, (long long)as, v, ld3,
+                   (long long)qs, 0.0f, out + o0, (int)C, (long long)os, batch);
     }
 }
 
@@ -402,11 +402,11 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         const float *v = qkv + q0 + 2 * C, *d = dout + d0;
         float *dv = dqkv + q0 + 2 * C;
         /* datt (T,T) = d (T,hs) @ v (T,hs)^T */
-        cu_gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs, 0.0f,
-                scratch + a0, t, (long long)as, batch);
+        cu_gemm_rm(cb, false, true, t, t, hs, 1.0f, d, ldc, (long long)ds, v, ld3, (long long)qs,
+                   0.0f, scratch + a0, t, (long long)as, batch);
         /* dv (T,hs) = att^T (T,T) @ d (T,hs) */
-        cu_gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc, (long long)ds,
-                0.0f, dv, ld3, (long long)qs, batch);
+        cu_gemm_rm(cb, true, false, t, hs, t, 1.0f, att + a0, t, (long long)as, d, ldc,
+                   (long long)ds, 0.0f, dv, ld3, (long long)qs, batch);
     }
     cuk_att_softmax_backward(cb->compute, scratch, att, B * NH * T, T);
     cu_check(cb, "att_softmax_backward");
@@ -417,10 +417,10 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         float *dq = dqkv + q0, *dk = dq + C;
         /* dq (T,hs) = scale * dpre (T,T) @ k (T,hs) */
         cu_gemm_rm(cb, false, false, t, hs, t, scale, scratch + a0, t, (long long)as, k, ld3,
-                (long long)qs, 0.0f, dq, ld3, (long long)qs, batch);
+                   (long long)qs, 0.0f, dq, ld3, (long long)qs, batch);
         /* dk (T,hs) = scale * dpre^T (T,T) @ q (T,hs) */
         cu_gemm_rm(cb, true, false, t, hs, t, scale, scratch + a0, t, (long long)as, q, ld3,
-                (long long)qs, 0.0f, dk, ld3, (long long)qs, batch);
+                   (long long)qs, 0.0f, dk, ld3, (long long)qs, batch);
     }
 }
 
@@ -499,9 +499,8 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
      * feeds the next products' backward: its bf16 copy is written
      * alongside. dout (a product's dinp) is read from its bf16 copy where
      * that is current, so the product may write it bf16 only. */
-    const uint16_t *dob = gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0
-                              ? cu_shd_cur(cb, dout, N * C)
-                              : NULL;
+    const uint16_t *dob =
+        gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0 ? cu_shd_cur(cb, dout, N * C) : NULL;
     if (!dob)
         cu_f32(cb, dout, N * C * sizeof(float));
     cu_f32(cb, inp, N * C * sizeof(float));
@@ -527,8 +526,8 @@ void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, siz
     cu_check(cb, "gelu_forward");
 }
 
-void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
-                               const float *dout, size_t n)
+void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
+                        size_t n)
 {
     struct gpt_cuda_backend *cb = cu(be);
     if (n == 0)
@@ -584,9 +583,9 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
         cu_shd_wrote(cb, losses, N * sizeof(float));
     size_t stage =
         write_dlogits && !have_loss ? gpt_cuda_plan_xent_stage(Vp, lb ? 2 : 4, cb->smem_optin) : 0;
-    cudaError_t e = cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db,
-                                     losses, targets, N, V, Vp, dscale, write_dlogits, have_loss,
-                                     stage);
+    cudaError_t e =
+        cuk_softmax_xent(cb->compute, lb ? NULL : logits, lb, own ? NULL : logits, db, losses,
+                         targets, N, V, Vp, dscale, write_dlogits, have_loss, stage);
     if (e != cudaSuccess)
         (void)cu_ret(cb, e, "softmax_xent smem");
     cu_check(cb, "softmax_xent");
@@ -624,8 +623,8 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
  * bf16 mode the weights' shadow gets the stochastically rounded copy in
  * the same pass, one random stream per call. */
 static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
-                             float *v, const struct gpt_adamw_span *spans, size_t n_spans,
-                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, float bc1, float bc2)
 {
     struct gpt_cuda_backend *cb = cu(be);
@@ -671,8 +670,8 @@ static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float 
     cu_shd_wrote(cb, v + o, total * sizeof(float));
     uint64_t stream = cb->sr_stream++;
     cuk_adamw_multi(cb->compute, params + o, pb, grads + o, m + o, v + o, total, cb->aw_dev_ends,
-                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale,
-                    bc1, bc2, cb->sr_seed, stream, index0);
+                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
+                    bc2, cb->sr_seed, stream, index0);
     cu_check(cb, "adamw_multi");
 }
 
@@ -815,20 +814,25 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     if ((e = cudaStreamCreateWithFlags(&cb->compute, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&cb->comm, cudaStreamNonBlocking)) != cudaSuccess)
         return cu_fail_new(cb, err, "cudaStreamCreate", cudaGetErrorString(e));
+    struct gpt_err blas_err;
+    if (gpt_cublas_load(&blas_err) < 0) /* the first backend of the process loads it */
+        return cu_fail_new(cb, err, "cuBLAS", blas_err.msg);
     cublasStatus_t st;
-    if ((st = cublasCreate(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
-        (st = cublasSetStream(cb->blas, cb->compute)) != CUBLAS_STATUS_SUCCESS ||
-        (st = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS)
-        return cu_fail_new(cb, err, "cuBLAS", cublasGetStatusString(st));
-    if ((st = cublasLtCreate(&cb->lt)) != CUBLAS_STATUS_SUCCESS)
-        return cu_fail_new(cb, err, "cublasLtCreate", cublasGetStatusString(st));
+    if ((st = GPT_CUBLAS(cublasCreate)(&cb->blas)) != CUBLAS_STATUS_SUCCESS ||
+        (st = GPT_CUBLAS(cublasSetStream)(cb->blas, cb->compute)) != CUBLAS_STATUS_SUCCESS ||
+        (st = GPT_CUBLAS(cublasSetMathMode)(cb->blas, CUBLAS_DEFAULT_MATH)) !=
+            CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cuBLAS", GPT_CUBLAS(cublasGetStatusString)(st));
+    if ((st = GPT_CUBLAS(cublasLtCreate)(&cb->lt)) != CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cublasLtCreate", GPT_CUBLAS(cublasGetStatusString)(st));
     void *p;
     if (cu_malloc(cb, LT_WORKSPACE_BYTES, &p) < 0)
         return cu_fail_new(cb, err, "workspace", "cudaMalloc failed");
     cb->ws = p;
     /* cuBLAS and cuBLASLt run on the same stream, so they can share it. */
-    if ((st = cublasSetWorkspace(cb->blas, cb->ws, LT_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS)
-        return cu_fail_new(cb, err, "cublasSetWorkspace", cublasGetStatusString(st));
+    if ((st = GPT_CUBLAS(cublasSetWorkspace)(cb->blas, cb->ws, LT_WORKSPACE_BYTES)) !=
+        CUBLAS_STATUS_SUCCESS)
+        return cu_fail_new(cb, err, "cublasSetWorkspace", GPT_CUBLAS(cublasGetStatusString)(st));
     if (cu_malloc(cb, SCRATCH_FLOATS * sizeof(float), &p) < 0)
         return cu_fail_new(cb, err, "scratch", "cudaMalloc failed");
     cb->scratch = (float *)p;
@@ -874,9 +878,10 @@ extern "C" void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
     cb->tf32 = on != 0;
-    cu_check_blas(
-        cb, cublasSetMathMode(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-        "cublasSetMathMode");
+    cu_check_blas(cb,
+                  GPT_CUBLAS(cublasSetMathMode)(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                             : CUBLAS_DEFAULT_MATH),
+                  "cublasSetMathMode");
 }
 
 extern "C" void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be)

@@ -16,8 +16,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 /* The engine's headers are C; gpt_err.h spells the C11 _Noreturn. */
@@ -28,6 +26,7 @@ extern "C" {
 #include "backend.h"
 #include "cuda_plan.h"
 }
+#include "cuda_blas.h" /* cuBLAS(Lt), loaded at the first backend */
 
 /* --- the backend's state (cuda_backend.cu, cuda_matmul.cu, cuda_shadow.cu) -- */
 
@@ -128,7 +127,7 @@ static inline void cu_check(struct gpt_cuda_backend *cb, const char *what)
 static inline void cu_check_blas(struct gpt_cuda_backend *cb, cublasStatus_t st, const char *what)
 {
     if (st != CUBLAS_STATUS_SUCCESS)
-        cu_record(cb, what, cublasGetStatusString(st));
+        cu_record(cb, what, GPT_CUBLAS(cublasGetStatusString)(st));
 }
 
 /* Turns a runtime error of a fallible slot into a return code, clearing

@@ -15,7 +15,6 @@
 
 #include "cuda_impl.h"
 
-
 /* Largest power of two (<= 256) dividing both the address and the byte
  * leading dimension: what cuBLASLt may assume about every column. */
 static int cu_align(const void *p, size_t ld_bytes)
@@ -75,9 +74,22 @@ static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpe
         (dt == CUDA_R_16BF && (ab != CUDA_R_16BF || e->bgrad)))
         return 1;
     /* (ab, dt) packed in one int: both are small enum values. */
-    int key[LT_KEY_INTS] = {(int)ta, (int)tb,      m,        n,       k,   lda, ldb, ldd,
-                            al_a,    al_b,         al_d,     (int)e->kind, beta != 0.0f,
-                            cb->tf32, (int)ab * 256 + (int)dt, e->ldaux};
+    int key[LT_KEY_INTS] = {(int)ta,
+                            (int)tb,
+                            m,
+                            n,
+                            k,
+                            lda,
+                            ldb,
+                            ldd,
+                            al_a,
+                            al_b,
+                            al_d,
+                            (int)e->kind,
+                            beta != 0.0f,
+                            cb->tf32,
+                            (int)ab * 256 + (int)dt,
+                            e->ldaux};
     cublasComputeType_t ct =
         ab == CUDA_R_32F && cb->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
@@ -90,56 +102,61 @@ static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpe
             hit = &cb->cache[i];
     if (hit && hit->valid == LT_REFUSED)
         return 1;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&desc, ct, CUDA_R_32F);
+    cublasStatus_t st = GPT_CUBLAS(cublasLtMatmulDescCreate)(&desc, ct, CUDA_R_32F);
     if (st != CUBLAS_STATUS_SUCCESS)
         goto out;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    GPT_CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    GPT_CUBLAS(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     if (e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
         cublasLtEpilogue_t epi = e->kind;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        GPT_CUBLAS(cublasLtMatmulDescSetAttribute)
+        (desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
     }
     if (epi_vec) {
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_vec,
-                                       sizeof(epi_vec));
+        GPT_CUBLAS(cublasLtMatmulDescSetAttribute)
+        (desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epi_vec, sizeof(epi_vec));
         cudaDataType_t bt = dt;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+        GPT_CUBLAS(cublasLtMatmulDescSetAttribute)
+        (desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
     }
     if (e->aux) {
         /* The aux type is left at its default, D's. */
         int64_t ldaux = e->ldaux;
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux,
-                                       sizeof(e->aux));
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux,
-                                       sizeof(ldaux));
+        GPT_CUBLAS(cublasLtMatmulDescSetAttribute)
+        (desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof(e->aux));
+        GPT_CUBLAS(cublasLtMatmulDescSetAttribute)
+        (desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof(ldaux));
     }
-    if (cublasLtMatrixLayoutCreate(&la, ab, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m,
-                                   lda) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&lb, ab, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k,
-                                   ldb) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatrixLayoutCreate(&ld, dt, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
+    if (GPT_CUBLAS(cublasLtMatrixLayoutCreate)(&la, ab, ta == CUBLAS_OP_N ? m : k,
+                                               ta == CUBLAS_OP_N ? k : m,
+                                               lda) != CUBLAS_STATUS_SUCCESS ||
+        GPT_CUBLAS(cublasLtMatrixLayoutCreate)(&lb, ab, tb == CUBLAS_OP_N ? k : n,
+                                               tb == CUBLAS_OP_N ? n : k,
+                                               ldb) != CUBLAS_STATUS_SUCCESS ||
+        GPT_CUBLAS(cublasLtMatrixLayoutCreate)(&ld, dt, m, n, ldd) != CUBLAS_STATUS_SUCCESS)
         goto out;
     if (!hit) {
         hit = &cb->cache[cb->cache_next++ % LT_CACHE_SIZE];
         hit->valid = LT_REFUSED; /* until an algorithm is found */
         memcpy(hit->key, key, sizeof(key));
-        if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        if (GPT_CUBLAS(cublasLtMatmulPreferenceCreate)(&pref) != CUBLAS_STATUS_SUCCESS)
             goto out;
         size_t wsb = LT_WORKSPACE_BYTES;
         uint32_t u_a = (uint32_t)al_a, u_b = (uint32_t)al_b, u_d = (uint32_t)al_d;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb,
-                                             sizeof(wsb));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                             &u_a, sizeof(u_a));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                             &u_b, sizeof(u_b));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &u_d, sizeof(u_d));
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                             &u_d, sizeof(u_d));
+        GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
+        (pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+        GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
+        (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &u_a, sizeof(u_a));
+        GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
+        (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &u_b, sizeof(u_b));
+        GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
+        (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &u_d, sizeof(u_d));
+        GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
+        (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &u_d, sizeof(u_d));
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(cb->lt, desc, la, lb, ld, ld, pref, 1, &res, &found);
+        st = GPT_CUBLAS(cublasLtMatmulAlgoGetHeuristic)(cb->lt, desc, la, lb, ld, ld, pref, 1, &res,
+                                                        &found);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0)
             goto out;
         hit->valid = LT_USABLE;
@@ -147,8 +164,8 @@ static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpe
     }
     {
         float alpha = 1.0f;
-        st = cublasLtMatmul(cb->lt, desc, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld, &hit->algo,
-                            cb->ws, LT_WORKSPACE_BYTES, cb->compute);
+        st = GPT_CUBLAS(cublasLtMatmul)(cb->lt, desc, &alpha, A, la, B, lb, &beta, Cm, ld, D, ld,
+                                        &hit->algo, cb->ws, LT_WORKSPACE_BYTES, cb->compute);
         if (st == CUBLAS_STATUS_NOT_SUPPORTED && e->kind != CUBLASLT_EPILOGUE_DEFAULT) {
             hit->valid = LT_REFUSED; /* nothing was enqueued: fall back */
             goto out;
@@ -158,15 +175,15 @@ static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpe
     }
 out:
     if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
+        GPT_CUBLAS(cublasLtMatmulPreferenceDestroy)(pref);
     if (ld)
-        cublasLtMatrixLayoutDestroy(ld);
+        GPT_CUBLAS(cublasLtMatrixLayoutDestroy)(ld);
     if (lb)
-        cublasLtMatrixLayoutDestroy(lb);
+        GPT_CUBLAS(cublasLtMatrixLayoutDestroy)(lb);
     if (la)
-        cublasLtMatrixLayoutDestroy(la);
+        GPT_CUBLAS(cublasLtMatrixLayoutDestroy)(la);
     if (desc)
-        cublasLtMatmulDescDestroy(desc);
+        GPT_CUBLAS(cublasLtMatmulDescDestroy)(desc);
     return ret;
 }
 
@@ -181,12 +198,12 @@ static int lt_matmul(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpera
 /* Row-major, strided-batched: C(M,N) = alpha op(A) op(B) + beta C, each
  * computed as the column-major C^T = op(B)^T op(A)^T. */
 void cu_gemm_rm(struct gpt_cuda_backend *cb, bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
-                    float beta, float *C, int ldc, long long sc, int batch)
+                const float *A, int lda, long long sa, const float *B, int ldb, long long sb,
+                float beta, float *C, int ldc, long long sc, int batch)
 {
-    cublasStatus_t st = cublasSgemmStridedBatched(cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                  ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                                                  B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
+    cublasStatus_t st = GPT_CUBLAS(cublasSgemmStridedBatched)(
+        cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+        B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch);
     cu_check_blas(cb, st, "cublasSgemmStridedBatched");
 }
 
@@ -209,9 +226,9 @@ static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasO
     }
     float alpha = 1.0f;
     cu_check_blas(cb,
-                  cublasGemmEx(cb->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B,
-                               CUDA_R_16BF, ldb, &beta, D, CUDA_R_32F, ldd, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT),
+                  GPT_CUBLAS(cublasGemmEx)(cb->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
+                                           B, CUDA_R_16BF, ldb, &beta, D, CUDA_R_32F, ldd,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                   "cublasGemmEx bf16");
 }
 
@@ -245,9 +262,8 @@ static int gemm_bf16_own(struct gpt_cuda_backend *cb, cublasOperation_t ta, cubl
     return 1;
 }
 
-void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
-                                const float *weight, const float *bias, size_t N, size_t C,
-                                size_t OC)
+void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp, const float *weight,
+                         const float *bias, size_t N, size_t C, size_t OC)
 {
     /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias: column-major
      * out^T (OC,N) = W^T^T ... i.e. m = OC, n = N, k = C, A = weight (T). */
@@ -260,8 +276,8 @@ void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
         const uint16_t *wb = cu_shd_in(cb, weight, OC * C), *ib = cu_shd_in(cb, inp, N * C);
         if (wb && ib) {
             if (gemm_bf16_own(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, N * OC,
-                              bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias,
-                              NULL, NULL))
+                              bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
+                              NULL))
                 return;
             cu_shd_wrote(cb, out, N * OC * sizeof(float));
             gemm_bf16(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, m, 0.0f, bias);
@@ -286,8 +302,8 @@ void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
 }
 
 void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const float *inp, const float *weight, size_t N,
-                                 size_t C, size_t OC)
+                          const float *dout, const float *inp, const float *weight, size_t N,
+                          size_t C, size_t OC)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
@@ -348,7 +364,7 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
         if (!summed && lt_matmul(cb, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, inp, c, dout,
                                  oc, CUDA_R_32F, dweight, c, gb, NULL))
             cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, gb, dweight, c, 0,
-                    1);
+                       1);
     }
     if (dbias && summed && assign) { /* dbias = bgrad */
         cudaError_t ce = cudaMemcpyAsync(dbias, cb->scratch, OC * sizeof(float),
@@ -416,9 +432,8 @@ void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const floa
  * written as bf16 only where the shadow rules allow (the bias read as
  * bf16). Falls back to the separate product and GELU kernel where cuBLASLt
  * refuses. */
-void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
-                                     const float *inp, const float *weight, const float *bias,
-                                     size_t N, size_t C, size_t OC)
+void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre, const float *inp,
+                              const float *weight, const float *bias, size_t N, size_t C, size_t OC)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
@@ -462,10 +477,9 @@ void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
  * where the shadow rules allow, the aux then read as bf16 (the bf16-only
  * pre-activation of matmul_gelu_forward: no conversion). Falls back to the
  * separate ops where cuBLASLt refuses. */
-void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight,
-                                       float *dbias, const float *dout, const float *inp,
-                                       const float *weight, const float *pre_gelu, size_t N,
-                                       size_t C, size_t OC)
+void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *pre_gelu, size_t N, size_t C, size_t OC)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
