@@ -26,8 +26,9 @@
 /* A held job's error until its copy is done; what stays if gptd stops
  * before that (the job never starts from scratch). */
 #define HANDLER_RF_HELD                                                                            \
-    "--resume-from: its snapshot is being copied (if gptd stopped meanwhile, the copy was not"     \
-    " finished: submit again)"
+    JOBS_RESUME_FROM_ERROR                                                                         \
+        "its snapshot is being copied (if gptd stopped meanwhile, the copy was not"                \
+        " finished: submit again)"
 
 #define HANDLER_RF_AT_ONCE 1 /* copies under way at once (each holds a snapshot) */
 
