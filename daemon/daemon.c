@@ -358,6 +358,7 @@ static void daemon_on_stop_signal(uv_signal_t *h, int signum)
         log_notice("%s: stopping", strsignal(signum));
         (void)notify_stopping();
         m->d.stopping = true;
+        handler_resume_from_stop(&m->d);
         control_stop_listening(m->d.ctl);
         jobs_shutdown(m->d.jobs, daemon_on_jobs_stopped, m);
     } else if (m->stop_signals == 2) {

@@ -46,4 +46,10 @@ void handler_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gp
  * ctx is the daemon_ctx). */
 int handler_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err);
 
+/* A stop has begun (d->stopping; handlers_resume_from.c): the
+ * --resume-from submits still waiting for their turn are refused now,
+ * while their clients can be answered (the copy under way ends only after
+ * the control socket has closed). Nothing of theirs was recorded. */
+void handler_resume_from_stop(struct daemon_ctx *d);
+
 #endif

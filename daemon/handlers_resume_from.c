@@ -26,8 +26,9 @@
 /* A held job's error until its copy is done; what stays if gptd stops
  * before that (the job never starts from scratch). */
 #define HANDLER_RF_HELD                                                                            \
-    "--resume-from: its snapshot is being copied (if gptd stopped meanwhile, the copy was not"     \
-    " finished: submit again)"
+    JOBS_RESUME_FROM_ERROR                                                                         \
+        "its snapshot is being copied (if gptd stopped meanwhile, the copy was not"                \
+        " finished: submit again)"
 
 #define HANDLER_RF_AT_ONCE 1 /* copies under way at once (each holds a snapshot) */
 
@@ -59,8 +60,8 @@ static void handler_rf_free(struct handler_rf *x)
 }
 
 /* The answer, the client released, the slot given back (when the job was
- * not recorded: a recorded one's slot goes with its hold). */
-static void handler_rf_finish(struct handler_rf *x)
+ * not recorded: a recorded one's slot goes with its hold), x freed. */
+static void handler_rf_answer(struct handler_rf *x)
 {
     struct control_client *cl = x->cl;
     struct daemon_ctx *d = x->d;
@@ -92,6 +93,13 @@ static void handler_rf_finish(struct handler_rf *x)
     control_client_idle_check(cl);
     control_client_unref(cl);
     handler_rf_free(x);
+}
+
+/* A running request's end: answered, and the next one's turn. */
+static void handler_rf_finish(struct handler_rf *x)
+{
+    struct daemon_ctx *d = x->d;
+    handler_rf_answer(x);
     d->rf_running--;
     struct handler_rf *next = d->rf_wait;
     if (next) { /* its turn */
@@ -213,4 +221,16 @@ int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
         d->rf_wait_tail = x;
     }
     return 0;
+}
+
+void handler_resume_from_stop(struct daemon_ctx *d)
+{
+    struct handler_rf *x;
+    while ((x = d->rf_wait)) {
+        d->rf_wait = x->next;
+        if (!d->rf_wait)
+            d->rf_wait_tail = NULL;
+        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
+        handler_rf_answer(x);
+    }
 }

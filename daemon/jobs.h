@@ -76,6 +76,11 @@ void jobs_unreserve(struct jobs *js, uid_t owner);
  * check: the reservation holds its place. */
 int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                      const char *held_msg, int64_t *ret_id, struct gpt_err *err);
+/* How the error of a job submitted with --resume-from begins while its
+ * copy is not recorded (held, or failed before the copy was): such a job
+ * with no snapshot is not resumed (jobs_resume), which would start it
+ * from scratch. */
+#define JOBS_RESUME_FROM_ERROR "--resume-from: "
 /* Ends the hold of job `id` and gives back its reservation. The caller
  * has already moved it to queued (then it is scheduled) or left it
  * failed with the reason. */

@@ -261,6 +261,22 @@ int jobs_resume(struct jobs *js, int64_t id, int64_t snapshot_id, const json_t *
                          (long long)id, db_job_state_name(j.state));
         goto out;
     }
+    if (j.state == DB_JOB_FAILED &&
+        strncmp(j.error, JOBS_RESUME_FROM_ERROR, strlen(JOBS_RESUME_FROM_ERROR)) == 0) {
+        /* Its --resume-from copy was never recorded (gptd died during it,
+         * or it failed): with no snapshot of its own it would start fresh. */
+        int64_t newest = -1;
+        if ((rc = db_snapshot_newest_step(js->db, id, &newest, err)) < 0)
+            goto out;
+        if (newest < 0) {
+            rc = gpt_err_set(err, -ENOENT, "snapshot",
+                             "job %lld has no snapshot: its --resume-from copy was not finished,"
+                             " and a resume would start it from scratch; submit it again with"
+                             " --resume-from",
+                             (long long)id);
+            goto out;
+        }
+    }
     int64_t from = -1;
     if (snapshot_id > 0) {
         struct db_snapshot s;

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "fsid.h"
+#include "jobs.h"
 #include "jobspec_resume.h"
 #include "log.h"
 #include "model.h"
@@ -383,7 +384,7 @@ fail:;
     /* Held (failed) without its snapshot: it must not start from scratch. */
     struct gpt_err ignored;
     char msg[DB_ERROR_MAX];
-    snprintf(msg, sizeof(msg), "--resume-from: %s", err->msg);
+    snprintf(msg, sizeof(msg), JOBS_RESUME_FROM_ERROR "%s", err->msg);
     if (db_job_set_state(db, id, DB_JOB_FAILED, msg, now, &ignored) < 0)
         log_error("job %lld: cannot mark failed: %s", (long long)id, ignored.msg);
     return rc;

@@ -24,6 +24,11 @@ make_test_user gptdrh
 db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
 njobs() { db "SELECT count(*) FROM jobs"; }
 hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$GPTD_PID/status"; }
+# What a refused header may add to gptd's peak memory. Under ASan
+# (packaging/sanitize.sh sets GPTD_SANITIZED) freed memory waits in its
+# quarantine and the shadow grows with it: the bound widens, still far
+# below one planted claim's allocation.
+hwm_slack=$((${GPTD_SANITIZED:-0} ? 131072 : 4096))
 snap_id() { # snap_id JOB STEP
     "$GPTCTL" --json snapshots "$1" | grep -o "\"id\":[0-9]*,\"step\":$2," | cut -d: -f2 | cut -d, -f1
 }
@@ -109,7 +114,7 @@ want="$adir/snap-000000000020.gpts claims 6000000000 parameters, but the job's m
 want+=" n_head 2, n_embd 32, block_size 6, vocab_size 10) has $real"
 [[ $out == *"$want"* ]] || fail "the refusal does not name the file and both counts: $out"
 after=$(hwm_kb)
-((after - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $after kB"
+((after - before < hwm_slack)) || fail "gptd's VmHWM grew from $before kB to $after kB"
 
 # --- the queue's policy holds for a submit checked on a work thread too:
 # a priority above user_max_priority (0 by default) is refused at once.
@@ -135,7 +140,7 @@ plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 4
 refused_live "bad size" "$real parameters with moments need" -- \
     as_user submit "$T/job.json" --resume-from "$a:$s10" trainer.max_steps=40
 final=$(hwm_kb)
-((final - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $final kB"
+((final - before < hwm_slack)) || fail "gptd's VmHWM grew from $before kB to $final kB"
 
 # --- another model's shape; a vocabulary larger than the job's data has.
 plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" "$real" 0 24:4096 # n_embd
@@ -155,7 +160,7 @@ done
 refused_live "a vocabulary of 16777216 tokens" "the job's data gives it at most 256" -- \
     as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=40
 mid=$(hwm_kb)
-((mid - before < 4096)) || fail "gptd's VmHWM grew from $before kB to $mid kB"
+((mid - before < hwm_slack)) || fail "gptd's VmHWM grew from $before kB to $mid kB"
 
 # --- a large snapshot is read and copied off the loop; its slot is held.
 cat >"$T/big.json" <<EOF
