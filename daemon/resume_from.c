@@ -314,8 +314,10 @@ int resume_from_stage(struct db *db, const char *state_dir, struct resume_from *
                       struct gpt_err *err)
 {
     int rc = db_job_get(db, id, &rf->dst, err);
-    if (rc < 0)
+    if (rc < 0) {
+        rf->dst.id = id; /* resume_from_commit fails this job, not job 0 */
         return rc;
+    }
     free(rf->dst.spec_json); /* not needed on the work thread */
     rf->dst.spec_json = NULL;
     return paths_snapshot_dir_prepare(state_dir, rf->dst.snapshot_dir, rf->dst.owner_uid, err);
