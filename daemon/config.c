@@ -287,7 +287,8 @@ int config_set(struct config *c, const char *key, const char *value, struct gpt_
         return 0;
     default:
         GPT_ASSERT(!"bad option type");
-    }    return -EINVAL; /* not reached: the assertion aborts (unoptimised builds cannot see it) */
+    }
+    return -EINVAL; /* not reached: the assertion aborts (unoptimised builds cannot see it) */
 }
 
 void config_defaults(struct config *c)

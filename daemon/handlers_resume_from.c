@@ -27,8 +27,8 @@
  * before that (the job never starts from scratch). */
 #define HANDLER_RF_HELD                                                                            \
     JOBS_RESUME_FROM_ERROR                                                                         \
-        "its snapshot is being copied (if gptd stopped meanwhile, the copy was not"                \
-        " finished: submit again)"
+    "its snapshot is being copied (if gptd stopped meanwhile, the copy was not"                    \
+    " finished: submit again)"
 
 #define HANDLER_RF_AT_ONCE 1 /* copies under way at once (each holds a snapshot) */
 

@@ -402,7 +402,8 @@ static int entry_apply(const struct jobspec_entry *e, const json_t *v, struct gp
         *(int *)field(job, e->off) = (int)i;
         return 0;
     }
-    GPT_ASSERT(!"unknown entry type");    return -EINVAL; /* not reached: the assertion aborts (unoptimised builds cannot see it) */
+    GPT_ASSERT(!"unknown entry type");
+    return -EINVAL; /* not reached: the assertion aborts (unoptimised builds cannot see it) */
 }
 
 /* Re-checks the value already in `job` (a struct may be built by code). */
@@ -490,7 +491,8 @@ json_t *jobspec_entry_to_json(const struct jobspec_entry *e, const struct gpt_jo
         i = *(const int *)cfield(job, e->off);
         return i == 0 ? json_string("auto") : json_integer(i);
     }
-    GPT_ASSERT(!"unknown entry type");    return NULL; /* not reached */
+    GPT_ASSERT(!"unknown entry type");
+    return NULL; /* not reached */
 }
 
 /* 1 when `s` is well-formed UTF-8 (no overlongs, surrogates or code points

@@ -47,6 +47,19 @@ make_test_user() {
     cp "$GPTCTL" "$T/bin/gptctl"
     chmod 0755 "$T/bin" "$T/bin/gptctl"
 }
+# big_job FILE: a one-step job of ~50M parameters (its snapshot is 600 MB,
+# so reading and copying it takes seconds: a window tests can act in).
+big_job() {
+    cat >"$1" <<EOF
+{"name": "big",
+ "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
+ "data": {"kind": "synthetic", "task": "addition", "digits": 2},
+ "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1, "threads": 1},
+ "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+ "snapshot": {"every": 1}}
+EOF
+}
 # as_user ARGS...: gptctl as the test user, on gptd's socket.
 as_user() { runuser -u "$U" -- env GPTD_SOCKET="$SOCK" "$T/bin/gptctl" "$@"; }
 drop_test_user() {

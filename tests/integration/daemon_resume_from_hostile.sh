@@ -163,15 +163,7 @@ mid=$(hwm_kb)
 ((mid - before < hwm_slack)) || fail "gptd's VmHWM grew from $before kB to $mid kB"
 
 # --- a large snapshot is read and copied off the loop; its slot is held.
-cat >"$T/big.json" <<EOF
-{"name": "big",
- "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
- "data": {"kind": "synthetic", "task": "addition", "digits": 2},
- "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
-             "eval_every": 0, "eval_batches": 1, "threads": 1},
- "optimizer": {"lr": 1e-3, "warmup_steps": 0},
- "snapshot": {"every": 1}}
-EOF
+big_job "$T/big.json"
 chmod 0644 "$T/big.json"
 g=$(as_user submit "$T/big.json")
 wait_for 120 job_is "$g" completed

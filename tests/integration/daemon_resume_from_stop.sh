@@ -49,15 +49,7 @@ copied() {
         fail "job $1 has no snapshot recorded"
 }
 
-cat >"$T/big.json" <<EOF
-{"name": "big",
- "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
- "data": {"kind": "synthetic", "task": "addition", "digits": 2},
- "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
-             "eval_every": 0, "eval_batches": 1, "threads": 1},
- "optimizer": {"lr": 1e-3, "warmup_steps": 0},
- "snapshot": {"every": 1}}
-EOF
+big_job "$T/big.json"
 start_gptd --max-queued-jobs 4
 
 g=$("$GPTCTL" submit "$T/big.json")
