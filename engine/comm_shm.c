@@ -39,7 +39,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,12 +55,14 @@
 #define COMM_SHM_WORLD_MAX 64
 #define COMM_SHM_LINE      128 /* two cache lines: no false sharing with the prefetcher */
 #define COMM_SHM_ALIGN     64
-/* Staging per rank and slot by default: small enough that a step's staging
- * stays in cache (large buffers are bound by memory bandwidth), but 4 MiB
- * when ranks outnumber cores, where every step's barrier costs each rank a
- * context switch. */
+/* Staging per rank and slot: small enough that a step's staging stays in
+ * cache (large buffers are bound by memory bandwidth), and every rank maps
+ * (and its RSS counts) all ranks' slots: world x 3 x this. One size also
+ * when ranks outnumber cores: 4 MiB slots there (fewer barriers, each a
+ * context switch) measured no faster with bench_allreduce at worlds 3 and
+ * 4 on 2 cores (64 MiB: 18.8 ms at 1 MiB vs 22.3 at 4 MiB, world 4) and
+ * cost each rank 36 MiB more resident memory at world 4. */
 #define COMM_SHM_SLOT_BYTES      (1024u * 1024u)
-#define COMM_SHM_SLOT_BYTES_OVER (4u * 1024u * 1024u)
 #define COMM_SHM_SLOT_MIN        64u
 #define COMM_SHM_SLOT_MAX        (64u * 1024u * 1024u)
 #define COMM_SHM_STAGE_MAX       (64ull * 1024 * 1024) /* all ranks' slots together */
@@ -738,15 +739,6 @@ static int comm_shm_attach(struct comm_shm *s, const char *name)
     return 0;
 }
 
-/* CPUs this process may run on (taskset, cpusets), else online. */
-static long comm_shm_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        return CPU_COUNT(&set);
-    return sysconf(_SC_NPROCESSORS_ONLN);
-}
-
 static bool comm_shm_wanted(const struct gpt_comm_opts *opts)
 {
     if (opts->shm < 0)
@@ -817,10 +809,7 @@ int comm_shm_setup(const struct comm_shm_link *link, const struct gpt_comm_opts 
             same = comm_shm_key(key, sizeof(key), opts->prefix, "host", q) == 0 &&
                    comm_shm_kv_get(opts, kv, key, other, sizeof(other), deadline_ms) == 0 &&
                    strcmp(host, other) == 0;
-        long cpus = comm_shm_cpus();
-        size_t slot = opts->chunk_bytes          ? opts->chunk_bytes
-                      : cpus > 0 && world > cpus ? COMM_SHM_SLOT_BYTES_OVER
-                                                 : COMM_SHM_SLOT_BYTES;
+        size_t slot = opts->chunk_bytes ? opts->chunk_bytes : COMM_SHM_SLOT_BYTES;
         slot = slot < COMM_SHM_SLOT_MIN ? COMM_SHM_SLOT_MIN : slot;
         slot = slot > COMM_SHM_SLOT_MAX ? COMM_SHM_SLOT_MAX : slot;
         int rc = same ? comm_shm_create(s, opts->prefix, slot, name, sizeof(name)) : -EINVAL;
