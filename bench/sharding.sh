@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Measured memory per rank for distributed.sharding none / optimizer / full
 # at worlds 1 to 4, beside the engine's own accounting (mem_* metrics).
-# One rank per process (`gptd run --world N --rank R` over the TCP ring on
-# loopback, all ranks sharing one snapshot folder, so sharded runs write
-# sliced snapshots), so a process's memory is its rank's:
+# One rank per process (`gptd run --world N --rank R`, collectives through
+# the shared-memory communicator, all ranks sharing one snapshot folder,
+# so sharded runs write sliced snapshots), so a process's memory is its
+# rank's:
 #   peak_rss_kb       VmHWM of the process over the whole run (getrusage
 #                     via /usr/bin/time): start, training and the final
 #                     snapshot;
@@ -20,6 +21,12 @@
 #                     RSS with each shared page (the segment, the shared
 #                     libraries) divided among the processes that map it,
 #                     so the ranks' Pss add up to what they take together.
+#   device_peak_kb    on a host where nvidia-smi lists GPUs (the ranks then
+#                     train on them, the CUDA backend being the default
+#                     there; world N needs N GPUs): the largest device memory
+#                     nvidia-smi reports for the process, CUDA context and
+#                     NCCL's buffers included (device_ratio beside it);
+#                     absent elsewhere.
 # The goal's ratio is given for the peak (ratio), for the private memory
 # (anon_ratio) and for Pss (pss_ratio). MODES="full" (or "none optimizer")
 # limits the modes (the goal needs "none" for the unsharded state).
@@ -49,9 +56,11 @@ C=$(jq .model.n_embd "$job")
 steps=$(jq .trainer.max_steps "$job")
 layer_bytes=$(( (12 * C * C + 13 * C) * 4 ))
 base_state=0
+gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
 for mode in ${MODES:-none optimizer full}; do
     for w in 1 2 3 4; do
         [[ $mode != none && $w == 1 ]] && continue # sharding over one rank is none
+        ((gpus == 0 || w <= gpus)) || continue     # one GPU per rank
         # a port nobody listens on now (a busy one failed the whole bench)
         until port=$((30000 + RANDOM % 20000)); [[ -z $(ss -Htln "sport = :$port") ]]; do :; done
         run=$tmp/$mode$w
@@ -68,6 +77,11 @@ for mode in ${MODES:-none optimizer full}; do
         : > "$run/samples"
         while :; do
             alive=0
+            gpu_mib=""
+            if ((gpus)); then
+                gpu_mib=$(nvidia-smi --query-compute-apps=pid,used_memory \
+                    --format=csv,noheader,nounits 2>/dev/null || true)
+            fi
             phase=train
             grep -q "\"type\":\"metric\",\"step\":$steps," "$run/log.0" 2>/dev/null &&
                 phase=snapshot
@@ -80,7 +94,8 @@ for mode in ${MODES:-none optimizer full}; do
                         "/proc/$p/status"; } 2>/dev/null || true)
                     pss=$({ awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"; } 2>/dev/null ||
                         true)
-                    [[ -n $rss ]] && rss="$rss${pss:-0}"
+                    dev=$(awk -F', *' -v p="$p" '$1 == p {print $2 * 1024}' <<< "$gpu_mib")
+                    [[ -n $rss ]] && rss="$rss${pss:-0} ${dev:-0}"
                     if [[ -n $r && -n $rss ]]; then echo "$r $phase $rss" >> "$run/samples"; fi
                 done
             done
@@ -101,6 +116,9 @@ for mode in ${MODES:-none optimizer full}; do
             an=$(awk -v r=$r '$1 == r && $4 > m {m = $4} END {print m + 0}' "$run/samples")
             sh=$(awk -v r=$r '$1 == r && $5 > m {m = $5} END {print m + 0}' "$run/samples")
             ps=$(awk -v r=$r '$1 == r && $6 > m {m = $6} END {print m + 0}' "$run/samples")
+            dv=$(awk -v r=$r '$1 == r && $7 > m {m = $7} END {print m + 0}' "$run/samples")
+            device=""
+            if ((gpus)); then device=",\"device_peak_kb\":$dv"; fi
             hwm=$(tail -n 1 "$run/hwm.$r")
             goal=""
             if [[ $mode == full ]]; then
@@ -108,8 +126,11 @@ for mode in ${MODES:-none optimizer full}; do
                 goal=$(printf ',"goal_kb":%d,"ratio":%.3f,"anon_ratio":%.3f,"pss_ratio":%.3f' "$gk" \
                     "$(echo "$hwm / ($gk / 1.15)" | bc -l)" "$(echo "$an / ($gk / 1.15)" | bc -l)" \
                     "$(echo "$ps / ($gk / 1.15)" | bc -l)")
+                if ((gpus)); then
+                    goal+=$(printf ',"device_ratio":%.3f' "$(echo "$dv / ($gk / 1.15)" | bc -l)")
+                fi
             fi
-            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"anon_rss_kb\":$an,\"shmem_rss_kb\":$sh,\"pss_kb\":$ps,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$goal}"
+            echo "{\"bench\":\"sharding\",\"sharding\":\"$mode\",\"world\":$w,\"rank\":$r,\"peak_rss_kb\":$hwm,\"train_rss_kb\":$tr,\"snapshot_rss_kb\":$sn,\"anon_rss_kb\":$an,\"shmem_rss_kb\":$sh,\"pss_kb\":$ps,\"mem_params_bytes\":$p,\"mem_grads_bytes\":$g,\"mem_optim_bytes\":$o,\"mem_state_bytes\":$state,\"mem_work_bytes\":$k,\"mem_acts_bytes\":$a,\"unsharded_state_bytes\":$base_state,\"snapshot_slices\":$slices$device$goal}"
         done
     done
 done
