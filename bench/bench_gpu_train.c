@@ -49,8 +49,11 @@ static int probe_main(void);
  * follow the backend's shadow rules, with the same state machine
  * (gpt_cuda_shd_state, one per allocation): a bf16 reader converts on a
  * miss; LayerNorm, GELU, attention and AdamW write the bf16 copy
- * alongside; products, LayerNorm's output and the dlogits are written as
- * bf16 only (owned) where no fp32 reader wanted them, an fp32 reader of
+ * alongside; products, LayerNorm's output, the dlogits and the residual
+ * stream and its gradient (the encoder, the skip connection's products,
+ * memzero, LayerNorm's backward) are written as bf16 only (owned) where no
+ * fp32 reader wanted them, readers that take either copy read the bf16
+ * one where a range is held in bf16 only, an fp32 reader of
  * an owned range converts it back (bf16_to_f32) and the range is learned;
  * every other write makes the bf16 copy stale. Device memory is never touched: allocations are
  * addresses in an unmapped range, so a host dereference would crash the
@@ -218,6 +221,17 @@ static int rec_cur(struct rec_be *r, const float *p, size_t n)
     return gpt_cuda_spans_covers(&a->st->cur, lo, lo + n);
 }
 
+/* shd_held: 1 when a reader that takes either copy reads the bf16 one
+ * (current, some of it held in bf16 only). */
+static int rec_held(struct rec_be *r, const float *p, size_t n)
+{
+    struct rec_alloc *a = r->bf16 ? rec_find(r, p, n) : NULL;
+    if (!a || !a->st)
+        return 0;
+    size_t lo = ((uintptr_t)p - a->base) / sizeof(float);
+    return gpt_cuda_shd_held(a->st, lo, lo + n);
+}
+
 /* shd_out: a producer that writes the bf16 copy when a shadow exists. */
 static int rec_out(struct rec_be *r, const float *p, size_t n)
 {
@@ -334,12 +348,22 @@ static void rec_copy(struct gpt_backend *be, void *dst, const void *src, size_t 
             bytes);
 }
 
+/* As cuda_memzero: whole floats zeroed in bf16 only where allowed. */
 static void rec_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
 {
-    rec_wrote(rec(be), ptr, bytes);
-    rec_add(rec(be), "memset", GPT_KC_MEM, GPT_KU_FP32, 0, (double)bytes, "bytes=%zu", bytes);
+    struct rec_be *r = rec(be);
+    size_t n = bytes / sizeof(float);
+    if (bytes % sizeof(float) == 0 && (uintptr_t)ptr % sizeof(float) == 0 && rec_own(r, ptr, n)) {
+        rec_owned(r, ptr, n);
+        rec_add(r, "memset", GPT_KC_MEM, GPT_KU_FP32, 0, 2.0 * n, "bytes=%zu bf16", bytes);
+        return;
+    }
+    rec_wrote(r, ptr, bytes);
+    rec_add(r, "memset", GPT_KC_MEM, GPT_KU_FP32, 0, (double)bytes, "bytes=%zu", bytes);
 }
 
+/* As cuda_encoder_forward: the residual stream's start, bf16 only where
+ * allowed, else fp32 with the bf16 copy where the slab has a shadow. */
 static void rec_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
                                 const float *wte, const float *wpe, size_t B, size_t T, size_t C)
 {
@@ -347,27 +371,42 @@ static void rec_encoder_forward(struct gpt_backend *be, float *out, const int *i
     (void)wte;
     (void)wpe;
     struct rec_be *r = rec(be);
-    double btc = (double)(B * T * C);
-    rec_wrote(r, out, B * T * C * sizeof(float));
-    rec_add(r, "encoder_forward", GPT_KC_EMBED, GPT_KU_FP32, btc, 12.0 * btc + 4.0 * B * T,
-            "B=%zu T=%zu C=%zu", B, T, C);
+    size_t n = B * T * C;
+    double btc = (double)n;
+    int own = rec_own(r, out, n);
+    int ob = own || rec_out(r, out, n);
+    if (own)
+        rec_owned(r, out, n);
+    /* wte and wpe rows read, the tokens read, out written. */
+    rec_add(r, "encoder_forward", GPT_KC_EMBED, GPT_KU_FP32, btc,
+            8.0 * btc + (own ? 0 : 4.0 * btc) + (ob ? 2.0 * btc : 0) + 4.0 * B * T,
+            "B=%zu T=%zu C=%zu%s", B, T, C,
+            own  ? " ->bf16"
+            : ob ? " +bf16"
+                 : "");
 }
 
+/* As cuda_encoder_backward: dout (the residual gradient) from its bf16
+ * copy where held in bf16 only. */
 static void rec_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
                                  const float *dout, const int *inp, size_t B, size_t T, size_t C)
 {
     (void)inp;
     struct rec_be *r = rec(be);
     double btc = (double)(B * T * C), bt = (double)(B * T);
-    rec_f32(r, dout, B * T * C * sizeof(float));
+    int dob = rec_held(r, dout, B * T * C);
+    if (!dob)
+        rec_f32(r, dout, B * T * C * sizeof(float));
     rec_wrote(r, dwte, SIZE_MAX);
     rec_wrote(r, dwpe, T * C * sizeof(float));
-    rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, 4.0 * btc + 8.0 * T * C,
-            "B=%zu T=%zu C=%zu", B, T, C);
+    double es = dob ? 2.0 : 4.0;
+    rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, es * btc + 8.0 * T * C,
+            "B=%zu T=%zu C=%zu%s", B, T, C, dob ? " bf16 dout" : "");
     /* Deterministic: first-occurrence scan over the tokens, then each
      * token's rows summed in order (dout read once, dwte rows once). */
     rec_add(r, "encoder_backward_wte", GPT_KC_EMBED, GPT_KU_FP32, btc + bt * bt / 2,
-            4.0 * btc + 8.0 * btc + 4.0 * bt, "B=%zu T=%zu C=%zu", B, T, C);
+            es * btc + 8.0 * btc + 4.0 * bt, "B=%zu T=%zu C=%zu%s", B, T, C,
+            dob ? " bf16 dout" : "");
 }
 
 static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
@@ -377,8 +416,11 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
     (void)w;
     (void)b;
     struct rec_be *r = rec(be);
-    rec_f32(r, inp, N * C * sizeof(float));
-    /* As cuda_layernorm_forward: bf16 only where allowed, else both. */
+    /* As cuda_layernorm_forward: the input from its bf16 copy where held
+     * in bf16 only; the output bf16 only where allowed, else both. */
+    int ib = rec_held(r, inp, N * C);
+    if (!ib)
+        rec_f32(r, inp, N * C * sizeof(float));
     int own = rec_own(r, out, N * C);
     int ob = own || rec_out(r, out, N * C);
     rec_wrote(r, mean, N * sizeof(float));
@@ -387,8 +429,9 @@ static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mea
         rec_owned(r, out, N * C);
     double nc = (double)(N * C);
     rec_add(r, "layernorm_forward", GPT_KC_NORM, GPT_KU_FP32, 8.0 * nc,
-            4.0 * nc + (own ? 0 : 4.0 * nc) + (ob ? 2.0 * nc : 0) + 8.0 * N, "N=%zu C=%zu%s", N, C,
-            own  ? " bf16"
+            (ib ? 2.0 : 4.0) * nc + (own ? 0 : 4.0 * nc) + (ob ? 2.0 * nc : 0) + 8.0 * N,
+            "N=%zu C=%zu%s%s", N, C, ib ? " bf16 in" : "",
+            own  ? " ->bf16"
             : ob ? " +bf16"
                  : "");
 }
@@ -430,24 +473,36 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
     struct rec_be *r = rec(be);
     /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
     unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
-    /* As cuda_layernorm_backward: dout from its current bf16 copy where
-     * the single-pass kernel runs. */
+    /* As cuda_layernorm_backward: where the single-pass kernel runs, dout
+     * from its current bf16 copy, inp from its bf16 copy where held in
+     * bf16 only, and dinp accumulated in bf16 only where so held and
+     * allowed. */
     int dob = blocks > 0 && rec_cur(r, dout, N * C);
     if (!dob)
         rec_f32(r, dout, N * C * sizeof(float));
-    rec_f32(r, inp, N * C * sizeof(float));
-    rec_f32(r, dinp, N * C * sizeof(float));
-    int db = rec_out(r, dinp, N * C);
+    int ib = blocks > 0 && rec_held(r, inp, N * C);
+    if (!ib)
+        rec_f32(r, inp, N * C * sizeof(float));
     rec_wrote(r, dweight, C * sizeof(float));
     rec_wrote(r, dbias, C * sizeof(float));
+    int own = blocks > 0 && rec_held(r, dinp, N * C) && rec_own(r, dinp, N * C), db = own;
+    if (!own) {
+        rec_f32(r, dinp, N * C * sizeof(float));
+        db = rec_out(r, dinp, N * C);
+    }
+    if (own)
+        rec_owned(r, dinp, N * C);
     double nc = (double)(N * C);
     if (blocks > 0) {
-        /* One pass: dout (bf16 or fp32), inp read; dinp read and written
-         * (it accumulates), plus its bf16 copy; the blocks' partials. */
+        /* One pass: dout and inp read (bf16 or fp32); dinp read and
+         * written (it accumulates): bf16 only, or fp32 plus its bf16
+         * copy; the blocks' partials. The shape names what is read or
+         * written as bf16: " bf16 dout inp dinp" in the steady state. */
         rec_add(r, "layernorm_backward", GPT_KC_NORM, GPT_KU_FP32, 14.0 * nc,
-                (dob ? 2.0 : 4.0) * nc + 12.0 * nc + (db ? 2.0 * nc : 0) + 8.0 * N +
-                    8.0 * blocks * C,
-                "N=%zu C=%zu%s%s", N, C, dob ? " bf16 dout" : "", db ? " +bf16" : "");
+                (dob ? 2.0 : 4.0) * nc + (ib ? 2.0 : 4.0) * nc + (own ? 4.0 : 8.0) * nc +
+                    (db && !own ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C,
+                "N=%zu C=%zu%s%s%s%s%s", N, C, dob || ib || own ? " bf16" : "", dob ? " dout" : "",
+                ib ? " inp" : "", own ? " dinp" : "", db && !own ? " +bf16" : "");
         /* The partials summed into dweight and dbias (stored, without a
          * read, under be->grad_assign). */
         for (int i = 0; i < 2; i++)
@@ -566,21 +621,27 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
 }
 
 /* As cuda_matmul_residual_forward: one product whose beta term is the
- * skip connection (C = res read once, out written fp32), assuming
- * cuBLASLt takes it. */
+ * skip connection (C = res read once), assuming cuBLASLt takes it; in
+ * bf16 mode C and D bf16 (the residual stream bf16 only) where res is
+ * held in bf16 only and the shadow rules allow, else out written fp32. */
 static void rec_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
                                         const float *weight, const float *bias, const float *res,
                                         size_t N, size_t C, size_t OC)
 {
     struct rec_be *r = rec(be);
     int bf = 0;
-    rec_f32(r, res, N * OC * sizeof(float));
     if (bias)
         rec_f32(r, bias, OC * sizeof(float));
     if (r->bf16) {
         int wb = rec_in(r, weight, OC * C), ib = rec_in(r, inp, N * C);
         bf = wb && ib;
     }
+    if (bf && rec_held(r, res, N * OC) && rec_gemm_own(r, out, N * OC, bias, OC, NULL, NULL)) {
+        rec_gemm(r, bias ? "gemm_fwd+bias+res" : "gemm_fwd+res", 1, 1, OC, N, C,
+                 2.0 * (double)N * OC + (bias ? 2.0 * OC : 0));
+        return;
+    }
+    rec_f32(r, res, N * OC * sizeof(float));
     if (!bf) {
         rec_f32(r, inp, N * C * sizeof(float));
         rec_f32(r, weight, OC * C * sizeof(float));
@@ -1144,15 +1205,35 @@ static int plan_main(size_t B, size_t T, const char *mode)
     /* bf16: the steady-state step converts nothing (every bf16-only range
      * is read as bf16), and the gradient the products write into a->dc
      * stays bf16 only: the tensor-core attention backward and LayerNorm's
-     * backward read it from its bf16 copy. */
+     * backward read it from its bf16 copy. The residual stream and its
+     * gradient are bf16 only too: the encoder and the skip connection's
+     * products write the stream as bf16, LayerNorm reads it as bf16 both
+     * ways, its backward accumulates the gradient in bf16, and the
+     * encoder's backward reads that. */
     if (strcmp(mode, "bf16") == 0) {
-        size_t fp32_dout = 0;
+        size_t fp32_dout = 0, fp32_resid = 0;
         int lnb_single = gpt_cuda_plan_lnb_blocks(BT, 768, (size_t)1 << 20) > 0;
         for (size_t i = 0; i < r->n; i++) {
             const struct gpt_cuda_kernel *k = &r->k[i];
-            int dout_reader = strcmp(k->name, "flash_tc_prep") == 0 ||
-                              (strcmp(k->name, "layernorm_backward") == 0 && lnb_single);
+            int lnb = strcmp(k->name, "layernorm_backward") == 0 && lnb_single;
+            int dout_reader = strcmp(k->name, "flash_tc_prep") == 0 || lnb;
             fp32_dout += dout_reader && !strstr(k->shape, "bf16 dout");
+            if (strcmp(k->name, "layernorm_forward") == 0)
+                fp32_resid += !strstr(k->shape, " bf16 in");
+            else if (strcmp(k->name, "gemm_fwd+bias+res") == 0 ||
+                     strcmp(k->name, "gemm_fwd+res") == 0 ||
+                     strcmp(k->name, "encoder_forward") == 0)
+                fp32_resid += !strstr(k->shape, "->bf16");
+            else if (strncmp(k->name, "encoder_backward", 16) == 0)
+                fp32_resid += !strstr(k->shape, " bf16 dout");
+            else if (lnb)
+                fp32_resid += !strstr(k->shape, " inp") || !strstr(k->shape, " dinp");
+        }
+        if (fp32_resid > 0) {
+            fprintf(stderr,
+                    "plan broken: %zu kernels keep the residual stream or its gradient in fp32\n",
+                    fp32_resid);
+            broken = 1;
         }
         if (by_class[GPT_KC_CONVERT] > 0) {
             fprintf(stderr, "plan broken: conversion kernels in the steady-state bf16 step\n");

@@ -295,6 +295,15 @@ size_t gpt_cuda_shd_read_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi,
  * owned parts were converted back by gpt_cuda_shd_read_f32 on the same
  * range, which the caller runs first), and the range becomes current. */
 int gpt_cuda_shd_read_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* For a reader that takes either copy (LayerNorm, the encoder's backward
+ * and the skip connection's product reading the residual stream or its
+ * gradient): 1 when it reads the bf16 copy, i.e. that copy is current over
+ * [lo, hi) and some of the range is owned (its fp32 floats stale), so
+ * nothing is converted; 0 when the fp32 floats are read: current there
+ * wherever nothing is owned (more exact than the bf16 copy), else made so
+ * by gpt_cuda_shd_read_f32 (learned) as for any fp32 reader. Changes
+ * nothing. */
+int gpt_cuda_shd_held(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
 
 /* ---- step cost model (bench_gpu_train --plan) ---------------------------- */
 

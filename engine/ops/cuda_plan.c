@@ -322,6 +322,11 @@ int gpt_cuda_shd_may_own(const struct gpt_cuda_shd_state *s, size_t lo, size_t h
            s->cur.n + 4 <= GPT_CUDA_SPANS_MAX && s->own.n + 4 <= GPT_CUDA_SPANS_MAX;
 }
 
+int gpt_cuda_shd_held(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    return gpt_cuda_spans_meets(&s->own, lo, hi) && gpt_cuda_spans_covers(&s->cur, lo, hi);
+}
+
 void gpt_cuda_shd_wrote_bf16(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
 {
     GPT_ASSERT(gpt_cuda_shd_may_own(s, lo, hi));

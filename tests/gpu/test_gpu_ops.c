@@ -13,7 +13,11 @@
  * the classifier's dlogits): read by the next products, converted back for
  * an fp32 reader, and written in fp32 from then on there; the tensor-core
  * flash kernels (head sizes 32 to 128, T from 65 to 4096, taken for
- * certain and bit-reproducible). The error of an
+ * certain and bit-reproducible); the residual stream and its gradient in
+ * bf16 only (the encoder's output, the skip connection's product with a
+ * bf16 C and D, LayerNorm reading it as bf16, LayerNorm's backward
+ * accumulating the gradient in bf16 after a bf16 memzero, the encoder's
+ * backward reading it). The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
  * check; exits 77 without a GPU.
@@ -59,6 +63,11 @@ static const struct {
     {"flash_tc_deterministic", "bf16", 0.0}, /* 1 = two backward passes differ */
     /* dout read from a product's bf16-only output: a product's bound. */
     {"layernorm_backward_bf16_dout", "bf16", 2e-2},
+    /* The residual stream and its gradient held in bf16 only (rounded once
+     * per write, 2^-9 relative) and read as bf16 by the encoder's backward,
+     * LayerNorm both ways and the skip connection's product: within a
+     * product's bound. */
+    {"bf16_resid", "bf16", 2e-2},
     {"flash_attention_forward", "fp32", 1e-4},
     {"flash_attention_backward", "fp32", 2e-4},
     {"memory", "fp32", 0.0},
@@ -1003,6 +1012,105 @@ static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp, int fus
     free(t);
 }
 
+/* bf16 mode, the residual stream: in one slab (so it has a bf16 copy
+ * once a product reads the slab) the encoder writes x0, LayerNorm reads it
+ * (ln1), the skip connection's product writes x1 = ln1 W^T + b + x0, a
+ * second LayerNorm reads x1 (ln2); then the backward's way: dres zeroed,
+ * LayerNorm's backward of ln2 and of ln1 accumulate into it (inputs x1 and
+ * x0), and the encoder's backward reads it. Round 0 creates the slab's copy
+ * (its first product); from round 1 x0, x1 and dres are bf16 only (state
+ * checked), read as bf16 by every reader, and every output matches the
+ * fp32 CPU ops within bf16 error; the downloads convert them without
+ * learning. Round 2 then reads x1 with an fp32 op (residual_forward):
+ * round 3 finds x1 written in fp32 (learned) and dres still bf16 only,
+ * with the same values. wpe is offset so the rows' means stay away from
+ * 0 (the statistics are compared relative to their largest value). */
+static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
+{
+    char tag[96];
+    size_t N = B * T, nc = N * C;
+    int *tok = malloc(N * sizeof(int)), *tc, *tg;
+    if (!tok)
+        abort();
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (int)gpt_rng_below(&rng, V);
+    ints_new(tok, N, &tc, &tg);
+    /* The slab: x0, ln1, x1, ln2, dres. */
+    struct pair act = pair_new(5 * nc, 0, 0);
+    struct pair x0 = region(&act, 0, nc), ln1 = region(&act, nc, nc), x1 = region(&act, 2 * nc, nc);
+    struct pair ln2 = region(&act, 3 * nc, nc), dres = region(&act, 4 * nc, nc);
+    struct pair wte = pair_new(V * C, -1, 1), wpe = pair_new(T * C, 0.5f, 1.5f);
+    struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1);
+    struct pair w = pair_new(C * C, -0.02f, 0.02f), b = pair_new(C, -0.2f, 0.2f);
+    struct pair m1 = pair_new(N, 0, 0), r1 = pair_new(N, 0, 0), m2 = pair_new(N, 0, 0);
+    struct pair r2 = pair_new(N, 0, 0), dy1 = pair_new(nc, -1, 1), dy2 = pair_new(nc, -1, 1);
+    struct pair dlw1 = pair_new(C, 0, 0), dlb1 = pair_new(C, 0, 0), dlw2 = pair_new(C, 0, 0);
+    struct pair dlb2 = pair_new(C, 0, 0), dwte = pair_new(V * C, 0, 0),
+                dwpe = pair_new(T * C, 0, 0);
+    struct pair sum = pair_new(nc, 0, 0);
+    for (int round = 0; round < 4; round++) {
+        struct gpt_backend *bes[2] = {cpu, gpu};
+        for (int k = 0; k < 2; k++) {
+            struct gpt_backend *be = bes[k];
+            int g = k == 1;
+#define P(pr) (g ? (pr).g : (pr).c)
+            gpt_backend_encoder_forward(be, P(x0), g ? tg : tc, P(wte), P(wpe), B, T, C);
+            gpt_backend_layernorm_forward(be, P(ln1), P(m1), P(r1), P(x0), P(lw), P(lb), N, C);
+            gpt_backend_matmul_residual_forward(be, P(x1), P(ln1), P(w), P(b), P(x0), N, C, C);
+            gpt_backend_layernorm_forward(be, P(ln2), P(m2), P(r2), P(x1), P(lw), P(lb), N, C);
+            gpt_backend_memzero(be, P(dres), nc * sizeof(float));
+            gpt_backend_layernorm_backward(be, P(dres), P(dlw2), P(dlb2), P(dy2), P(x1), P(lw),
+                                           P(m2), P(r2), N, C);
+            gpt_backend_layernorm_backward(be, P(dres), P(dlw1), P(dlb1), P(dy1), P(x0), P(lw),
+                                           P(m1), P(r1), N, C);
+            gpt_backend_memzero(be, P(dwte), V * C * sizeof(float));
+            gpt_backend_memzero(be, P(dwpe), T * C * sizeof(float));
+            gpt_backend_encoder_backward(be, P(dwte), P(dwpe), P(dres), g ? tg : tc, B, T, C);
+#undef P
+        }
+        /* The state before any download: bf16 only from round 1 on, but
+         * x1 in round 3 (learned by round 2's fp32 read). */
+        struct pair *held[] = {&x0, &x1, &dres};
+        const char *names[] = {"encoder out", "skip product out", "residual gradient"};
+        for (size_t i = 0; round > 0 && i < 3; i++) {
+            if (round == 3 && i == 0)
+                continue; /* the fp32 skip product of round 3 read it as fp32 */
+            int want = !(round == 3 && i == 1);
+            snprintf(tag, sizeof(tag), "B%zu T%zu C%zu round %d: %s %s", B, T, C, round, names[i],
+                     want ? "bf16 only" : "fp32 (learned)");
+            int bo = gpt_cuda_backend_bf16_only(gpu, held[i]->g, held[i]->n * sizeof(float));
+            report("bf16_only_state", tag, bo != want);
+        }
+        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu round %d", B, T, C, round);
+        struct pair *outs[] = {&m1, &r1, &m2, &r2, &dlw1, &dlb1, &dlw2, &dlb2, &dwte, &dwpe};
+        for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++)
+            check("bf16_resid", tag, outs[i]);
+        /* The bf16-only ranges and the products' outputs, downloaded. */
+        struct pair *acts[] = {&x0, &ln1, &x1, &ln2, &dres};
+        for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
+            check("bf16_resid", tag, acts[i]);
+        for (size_t i = 0; round > 0 && round < 3 && i < 3; i++) {
+            snprintf(tag, sizeof(tag), "B%zu T%zu C%zu round %d: %s after the download", B, T, C,
+                     round, names[i]);
+            report("bf16_only_state", tag,
+                   !gpt_cuda_backend_bf16_only(gpu, held[i]->g, held[i]->n * sizeof(float)));
+        }
+        if (round == 2) { /* an op reading x1 as fp32 */
+            gpt_backend_residual_forward(cpu, sum.c, x1.c, x1.c, nc);
+            gpt_backend_residual_forward(gpu, sum.g, x1.g, x1.g, nc);
+            report("bf16_resid", "an op's fp32 read of the bf16-only stream",
+                   pair_err(&sum, NULL, NULL));
+        }
+    }
+    struct pair *all[] = {&act, &wte, &wpe, &lw,   &lb,   &w,    &b,    &m1,   &r1,   &m2,
+                          &r2,  &dy1, &dy2, &dlw1, &dlb1, &dlw2, &dlb2, &dwte, &dwpe, &sum};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+    gpt_backend_mem_free(cpu, tc);
+    gpt_backend_mem_free(gpu, tg);
+    free(tok);
+}
+
 int main(void)
 {
     char probe[512];
@@ -1120,6 +1228,8 @@ int main(void)
     test_bf16_only_dout(1, 200, 256, 2);
     test_bf16_only_xent(64, 768, 50257, 50304, 0);
     test_bf16_only_xent(64, 768, 50257, 50304, 1);
+    test_bf16_resid(2, 64, 64, 50);
+    test_bf16_resid(4, 256, 768, 1000);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 

@@ -720,7 +720,7 @@ static void test_shd_state_model(void **state)
             size_t lo = round == 0 ? (x >> 8) % SHD_N : ((x >> 8) % (SHD_N / 8)) * 8;
             size_t len = round == 0 ? 1 + (x >> 20) % 300 : 1 + (x >> 20) % 3;
             size_t hi = lo + len > SHD_N ? SHD_N : lo + len;
-            unsigned op = (x >> 3) % 5;
+            unsigned op = (x >> 3) % 6;
             crowded_seen |= gpt_cuda_shd_crowded(&m.st);
             if (op == 0) { /* fp32 write */
                 shd_ready(&m);
@@ -749,6 +749,15 @@ static void test_shd_state_model(void **state)
                 shd_read_f32(&m, lo, hi, (x >> 11) & 1);
                 for (size_t i = lo; i < hi; i++)
                     assert_int_equal(m.f32[i], m.truth[i]);
+            } else if (op == 5) { /* either copy (gpt_cuda_shd_held) */
+                if (gpt_cuda_shd_held(&m.st, lo, hi)) {
+                    for (size_t i = lo; i < hi; i++)
+                        assert_int_equal(m.bf[i], m.truth[i]);
+                } else {
+                    shd_read_f32(&m, lo, hi, 1);
+                    for (size_t i = lo; i < hi; i++)
+                        assert_int_equal(m.f32[i], m.truth[i]);
+                }
             } else { /* bf16 reader: convert on a miss */
                 if (!gpt_cuda_spans_covers(&m.st.cur, lo, hi)) {
                     shd_read_f32(&m, lo, hi, 1);
@@ -812,6 +821,33 @@ static void test_shd_state_learns(void **state)
     assert_int_equal(s.own.n, 0);
     assert_false(gpt_cuda_shd_may_own(&s, 15, 16));
     assert_false(gpt_cuda_shd_crowded(&s)); /* nothing owned: never crowded */
+}
+
+/* A reader that takes either copy (the residual stream's) reads bf16 only
+ * where something is held in bf16 only and the copy is current: a range
+ * current in both copies is read in fp32 (more exact), a stale one too
+ * (after cu_f32 converts what is owned). */
+static void test_shd_held(void **state)
+{
+    (void)state;
+    static struct gpt_cuda_shd_state s;
+    size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
+    gpt_cuda_shd_clear(&s);
+    assert_false(gpt_cuda_shd_held(&s, 0, 100)); /* nothing current */
+    gpt_cuda_shd_wrote_both(&s, 0, 100);
+    assert_false(gpt_cuda_shd_held(&s, 0, 100)); /* current in both: fp32 */
+    gpt_cuda_shd_wrote_bf16(&s, 40, 60);
+    assert_true(gpt_cuda_shd_held(&s, 40, 60));
+    assert_true(gpt_cuda_shd_held(&s, 0, 100)); /* partly owned, all current */
+    assert_false(gpt_cuda_shd_held(&s, 0, 40));
+    assert_false(gpt_cuda_shd_held(&s, 50, 50)); /* empty */
+    gpt_cuda_shd_wrote_f32(&s, 90, 120);
+    assert_false(gpt_cuda_shd_held(&s, 50, 100)); /* [90, 100) stale in bf16 */
+    /* After an fp32 reader converted the owned part back: fp32 again. */
+    assert_int_equal(gpt_cuda_shd_read_f32(&s, 0, 100, 1, rlo, rhi), 1);
+    assert_true(rlo[0] == 40 && rhi[0] == 60);
+    assert_false(gpt_cuda_shd_held(&s, 40, 60));
+    assert_true(gpt_cuda_spans_covers(&s.cur, 40, 60));
 }
 
 /* ---- cost model ------------------------------------------------------------ */
@@ -891,6 +927,7 @@ int main(void)
         cmocka_unit_test(test_spans),
         cmocka_unit_test(test_shd_state_model),
         cmocka_unit_test(test_shd_state_learns),
+        cmocka_unit_test(test_shd_held),
         cmocka_unit_test(test_roofline),
         cmocka_unit_test(test_flash_pairs),
     };

@@ -58,11 +58,26 @@
  * which converts owned floats back and LEARNS the range: its producer
  * writes fp32 (with the bf16 copy where it can) there from then on. A
  * download converts back without learning (a trainer sampling from the
- * logits now and then keeps the head's bf16 output). So the steady state converts nothing either
- * way: qkv, the MLP's hidden activations and their gradient, the LayerNorm outputs and the
- * logits/dlogits live in bf16 only, and the residual stream, which fp32
- * readers want, stays fp32. The rules are gpt_cuda_shd_state
- * (engine/ops/cuda_plan.c, unit-tested against a host model).
+ * logits now and then keeps the head's bf16 output).
+ *
+ * The residual stream and its gradient are bf16 only as well (llm.c's
+ * way): the encoder writes the stream's start as bf16, the skip
+ * connection's products (matmul_residual_forward) read it as their bf16
+ * C and write the sum as a bf16 D (beta 1, fp32 accumulation, one
+ * rounding), LayerNorm's forward and backward read it as bf16 (statistics
+ * fp32), memzero zeroes the gradient (a->dres) in bf16, LayerNorm's
+ * backward accumulates into it in bf16 (read, added to in fp32, rounded
+ * once; no separate copy), the products' backward read it as their bf16
+ * dout and the encoder's backward reads it as bf16. These readers take
+ * either copy: they read the bf16 one where a range is held in bf16 only
+ * (cu_shd_held), the fp32 floats elsewhere (more exact where both are
+ * current). So the steady state converts nothing either way: qkv, the
+ * MLP's hidden activations and their gradient, the LayerNorm outputs,
+ * the logits/dlogits, the residual stream and its gradient live in bf16
+ * only; fp32 stay the master weights, the moments, the weights'
+ * gradients, LayerNorm's statistics, softmax and the loss. The rules are
+ * gpt_cuda_shd_state (engine/ops/cuda_plan.c, unit-tested against a host
+ * model).
  */
 #include <errno.h>
 #include <math.h>
@@ -235,10 +250,24 @@ static void cuda_copy(struct gpt_backend *be, void *dst, const void *src, size_t
         (void)cu_ret(cb, e, "copy");
 }
 
+/* In bf16 mode whole floats are zeroed in bf16 only where the shadow
+ * rules allow (the residual gradient, zeroed before LayerNorm's backward
+ * accumulates into it in bf16): +0 is all zero bits in both formats. */
 static void cuda_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    size_t n = bytes / sizeof(float);
+    uint16_t *own = bytes % sizeof(float) == 0 && (uintptr_t)ptr % sizeof(float) == 0
+                        ? cu_shd_own(cb, (float *)ptr, n)
+                        : NULL;
+    if (own) {
+        cudaError_t e = cudaMemsetAsync(own, 0, n * sizeof(uint16_t), cb->compute);
+        if (e != cudaSuccess)
+            (void)cu_ret(cb, e, "memzero");
+        cu_shd_owned(cb, (float *)ptr, n);
+        return;
+    }
     cu_shd_wrote(cb, ptr, bytes);
     cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, cb->compute);
     if (e != cudaSuccess)
@@ -426,25 +455,36 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
 
 /* ---- thin wrappers over cuda_kernels.cu ----------------------------------------- */
 
+/* The residual stream's start: bf16 only where the shadow rules allow
+ * (its readers, LayerNorm and the skip connection's product, read bf16),
+ * else fp32 with the bf16 copy alongside where the slab has a shadow. */
 static void cuda_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
                                  const float *wte, const float *wpe, size_t B, size_t T, size_t C)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    cu_shd_wrote(cb, out, B * T * C * sizeof(float));
-    cuk_encoder_forward(cb->compute, out, inp, wte, wpe, B, T, C);
+    size_t n = B * T * C;
+    uint16_t *own = cu_shd_own(cb, out, n);
+    uint16_t *ob = own ? own : cu_shd_out(cb, out, n, NULL);
+    cuk_encoder_forward(cb->compute, own ? NULL : out, ob, inp, wte, wpe, B, T, C);
     cu_check(cb, "encoder_forward");
+    if (own)
+        cu_shd_owned(cb, out, n);
 }
 
+/* dout (the residual gradient) from its bf16 copy where it is held in
+ * bf16 only (LayerNorm's backward keeps it so). */
 static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
                                   const float *dout, const int *inp, size_t B, size_t T, size_t C)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    cu_f32(cb, dout, B * T * C * sizeof(float));
+    const uint16_t *dob = cu_shd_held(cb, dout, B * T * C);
+    if (!dob)
+        cu_f32(cb, dout, B * T * C * sizeof(float));
     cu_shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
     cu_shd_wrote(cb, dwpe, T * C * sizeof(float));
-    cuk_encoder_backward(cb->compute, dwte, dwpe, dout, inp, B, T, C);
+    cuk_encoder_backward(cb->compute, dwte, dwpe, dout, dob, inp, B, T, C);
     cu_check(cb, "encoder_backward");
 }
 
@@ -454,14 +494,20 @@ static void cuda_layernorm_forward(struct gpt_backend *be, float *out, float *me
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    cu_f32(cb, inp, N * C * sizeof(float));
+    /* The input (the residual stream) is read from its bf16 copy where
+     * it is held in bf16 only (its producers write it so): no conversion;
+     * elsewhere from the fp32 floats (more exact). */
+    const uint16_t *ib = cu_shd_held(cb, inp, N * C);
+    if (!ib)
+        cu_f32(cb, inp, N * C * sizeof(float));
     /* The normalised output feeds products: bf16 only where the shadow
      * rules allow, else fp32 with the bf16 copy alongside. */
     uint16_t *own = cu_shd_own(cb, out, N * C);
     uint16_t *ob = own ? own : cu_shd_out(cb, out, N * C, NULL);
     cu_shd_wrote(cb, mean, N * sizeof(float));
     cu_shd_wrote(cb, rstd, N * sizeof(float));
-    cuk_layernorm_forward(cb->compute, own ? NULL : out, ob, mean, rstd, inp, weight, bias, N, C);
+    cuk_layernorm_forward(cb->compute, own ? NULL : out, ob, mean, rstd, inp, ib, weight, bias, N,
+                          C);
     cu_check(cb, "layernorm_forward");
     if (own)
         cu_shd_owned(cb, out, N * C);
@@ -495,23 +541,35 @@ static void cuda_layernorm_backward(struct gpt_backend *be, float *dinp, float *
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
-    /* dinp (the residual stream's gradient) accumulates here in fp32 and
-     * feeds the next products' backward: its bf16 copy is written
-     * alongside. dout (a product's dinp) is read from its bf16 copy where
-     * that is current, so the product may write it bf16 only. */
-    const uint16_t *dob =
-        gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0 ? cu_shd_cur(cb, dout, N * C) : NULL;
+    /* Where the single-pass kernel runs, its inputs may come from their
+     * bf16 copies: dout (a product's dinp) where that is current, inp (the
+     * residual stream) where it is held in bf16 only, so their producers
+     * may write them bf16 only. dinp (the residual stream's gradient)
+     * accumulates here and feeds the next products' backward and the
+     * encoder's: where it is held in bf16 only (memzero wrote it so) and
+     * the shadow rules allow, it stays so (read, added to in fp32, rounded
+     * once), else fp32 with its bf16 copy alongside. */
+    int single = gpt_cuda_plan_lnb_blocks(N, C, SCRATCH_FLOATS) > 0;
+    const uint16_t *dob = single ? cu_shd_cur(cb, dout, N * C) : NULL;
     if (!dob)
         cu_f32(cb, dout, N * C * sizeof(float));
-    cu_f32(cb, inp, N * C * sizeof(float));
-    cu_f32(cb, dinp, N * C * sizeof(float)); /* accumulated */
-    uint16_t *db = cu_shd_out(cb, dinp, N * C, NULL);
+    const uint16_t *ib = single ? cu_shd_held(cb, inp, N * C) : NULL;
+    if (!ib)
+        cu_f32(cb, inp, N * C * sizeof(float));
     cu_shd_wrote(cb, dweight, C * sizeof(float));
     cu_shd_wrote(cb, dbias, C * sizeof(float));
+    uint16_t *own = single && cu_shd_held(cb, dinp, N * C) ? cu_shd_own(cb, dinp, N * C) : NULL;
+    uint16_t *db = own;
+    if (!own) {
+        cu_f32(cb, dinp, N * C * sizeof(float)); /* accumulated */
+        db = cu_shd_out(cb, dinp, N * C, NULL);
+    }
     /* be->grad_assign: dweight and dbias stored, not added to. */
-    cuk_layernorm_backward(cb->compute, dinp, db, dweight, dbias, dout, dob, inp, weight, mean,
-                           rstd, N, C, cb->scratch, SCRATCH_FLOATS, be->grad_assign);
+    cuk_layernorm_backward(cb->compute, own ? NULL : dinp, db, dweight, dbias, dout, dob, inp, ib,
+                           weight, mean, rstd, N, C, cb->scratch, SCRATCH_FLOATS, be->grad_assign);
     cu_check(cb, "layernorm_backward");
+    if (own)
+        cu_shd_owned(cb, dinp, N * C);
 }
 
 void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)

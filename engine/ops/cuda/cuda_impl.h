@@ -181,6 +181,10 @@ void cu_shd_owned(struct gpt_cuda_backend *cb, float *p, size_t n);
 /* The bf16 copy of [p, p + n) when it is current there, else NULL; never
  * converts. */
 const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n);
+/* The bf16 copy of [p, p + n) when a reader that takes either copy should
+ * read it (current there, some of it held in bf16 only), else NULL: then
+ * cu_f32 and read fp32. Never converts. */
+const uint16_t *cu_shd_held(struct gpt_cuda_backend *cb, const float *p, size_t n);
 /* Every op that reads device floats as fp32 calls this first: owned
  * floats among the bytes [p, p + bytes) are converted back (and learned). */
 void cu_f32(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
@@ -217,16 +221,21 @@ void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, c
 
 /* --- cuda_kernels.cu ---------------------------------------------------- */
 
-void cuk_encoder_forward(cudaStream_t s, float *out, const int *inp, const float *wte,
-                         const float *wpe, size_t B, size_t T, size_t C);
-void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
-                          const int *inp, size_t B, size_t T, size_t C);
 /* Every launcher taking a `uint16_t *..._bf` may be given NULL; otherwise
  * it also writes that output as bf16 (round to nearest even) there, at the
- * same element offsets. */
+ * same element offsets. A `const uint16_t *..._bf` input (optional) is
+ * read instead of its fp32 twin (a range held in bf16 only: the residual
+ * stream and its gradient in bf16 mode); the arithmetic stays fp32. Where
+ * an fp32 output may be NULL (said below), only its bf16 copy is written.
+ * The encoder's out may be NULL. */
+void cuk_encoder_forward(cudaStream_t s, float *out, uint16_t *out_bf, const int *inp,
+                         const float *wte, const float *wpe, size_t B, size_t T, size_t C);
+void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
+                          const uint16_t *dout_bf, const int *inp, size_t B, size_t T, size_t C);
+/* out may be NULL. */
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
-                           const float *inp, const float *weight, const float *bias, size_t N,
-                           size_t C);
+                           const float *inp, const uint16_t *inp_bf, const float *weight,
+                           const float *bias, size_t N, size_t C);
 /* res = a + b (res may alias a or b), then layernorm_forward of res. */
 void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint16_t *out_bf,
                                     float *mean, float *rstd, const float *a, const float *b,
@@ -236,15 +245,17 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
  * allows (then two tiny kernels add the blocks' partials), else a row
  * kernel and the two-pass column sums. dinp_bf as above (of the
  * accumulated dinp). */
-/* dout_bf (optional): dout's current bf16 copy, read instead of dout; only
- * where gpt_cuda_plan_lnb_blocks(N, C, scratch_floats) > 0 (the single-pass
- * kernel; the two-pass fallback reads dout as fp32). assign: dweight and
+/* dout_bf, inp_bf (optional): current bf16 copies, read instead of dout
+ * and inp; dinp NULL: the accumulated gradient is bf16 only, dinp_bf read,
+ * added to in fp32 and rounded once. All three only where
+ * gpt_cuda_plan_lnb_blocks(N, C, scratch_floats) > 0 (the single-pass
+ * kernel; the two-pass fallback is fp32 throughout). assign: dweight and
  * dbias are stored, not added to (not read). */
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, size_t N, size_t C, float *scratch,
-                            size_t scratch_floats, int assign);
+                            const float *inp, const uint16_t *inp_bf, const float *weight,
+                            const float *mean, const float *rstd, size_t N, size_t C,
+                            float *scratch, size_t scratch_floats, int assign);
 /* out[n, :] = bias for every row n. */
 void cuk_bias_broadcast(cudaStream_t s, float *out, const float *bias, size_t N, size_t OC);
 /* dst[c] += sum_n src[n, c] (deterministic, two passes through scratch);

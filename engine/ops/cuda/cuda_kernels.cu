@@ -80,35 +80,51 @@ __device__ __forceinline__ void warp_online(float &m, float &s)
     }
 }
 
+/* x[i] of an input that comes as fp32 or, when x_bf is non-NULL, as its
+ * bf16 copy (a range its producer wrote as bf16 only): fp32 math either
+ * way. */
+static __device__ __forceinline__ float ld_f(const float *x, const uint16_t *x_bf, size_t i)
+{
+    return x_bf ? gpt_bf16_to_float(x_bf[i]) : x[i];
+}
+
 /* ---- encoder ----------------------------------------------------------- */
 
-__global__ void encoder_forward_kernel(float *out, const int *inp, const float *wte,
-                                       const float *wpe, size_t T, size_t C, size_t n)
+/* out and/or out_bf (either may be NULL): the sum in fp32, rounded once
+ * for the bf16 copy. */
+__global__ void encoder_forward_kernel(float *out, uint16_t *out_bf, const int *inp,
+                                       const float *wte, const float *wpe, size_t T, size_t C,
+                                       size_t n)
 {
     GRID_LOOP(i, n)
     {
         size_t bt = i / C, c = i % C;
-        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+        float v = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+        if (out)
+            out[i] = v;
+        if (out_bf)
+            out_bf[i] = gpt_bf16_from_float_rne(v);
     }
 }
 
-void cuk_encoder_forward(cudaStream_t s, float *out, const int *inp, const float *wte,
-                         const float *wpe, size_t B, size_t T, size_t C)
+void cuk_encoder_forward(cudaStream_t s, float *out, uint16_t *out_bf, const int *inp,
+                         const float *wte, const float *wpe, size_t B, size_t T, size_t C)
 {
     size_t n = B * T * C;
-    encoder_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, inp, wte, wpe, T, C, n);
+    encoder_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, out_bf, inp, wte, wpe, T, C,
+                                                                 n);
 }
 
 /* dwpe[t, c] += sum over b, in b order: one thread per (t, c). */
-__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, size_t B, size_t T,
-                                            size_t C)
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, const uint16_t *dout_bf,
+                                            size_t B, size_t T, size_t C)
 {
     size_t n = T * C;
     GRID_LOOP(i, n)
     {
         float acc = 0.0f;
         for (size_t b = 0; b < B; b++)
-            acc += dout[b * n + i];
+            acc += ld_f(dout, dout_bf, b * n + i);
         dwpe[i] += acc;
     }
 }
@@ -120,8 +136,8 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, size
  * positions in chunks of blockDim.x, marks the matches in shared memory,
  * and each thread (one column per pass) adds the marked rows in order.
  * All branches around __syncthreads depend only on block-uniform values. */
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *inp,
-                                            size_t BT, size_t C)
+__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const uint16_t *dout_bf,
+                                            const int *inp, size_t BT, size_t C)
 {
     __shared__ int hit[GPT_CUDA_BLOCK];
     for (size_t p = blockIdx.x; p < BT; p += gridDim.x) {
@@ -142,7 +158,7 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, cons
                 if (c < C)
                     for (size_t j = 0; j < m; j++)
                         if (hit[j])
-                            acc += dout[(q0 + j) * C + c];
+                            acc += ld_f(dout, dout_bf, (q0 + j) * C + c);
                 __syncthreads();
             }
             if (c < C)
@@ -152,41 +168,44 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, cons
 }
 
 void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
-                          const int *inp, size_t B, size_t T, size_t C)
+                          const uint16_t *dout_bf, const int *inp, size_t B, size_t T, size_t C)
 {
-    encoder_backward_wpe_kernel<<<ew_grid(T * C), GPT_CUDA_BLOCK, 0, s>>>(dwpe, dout, B, T, C);
+    encoder_backward_wpe_kernel<<<ew_grid(T * C), GPT_CUDA_BLOCK, 0, s>>>(dwpe, dout, dout_bf, B, T,
+                                                                          C);
     size_t BT = B * T;
     encoder_backward_wte_kernel<<<gpt_cuda_plan_grid(BT, 1, GPT_CUDA_MAX_GRID), GPT_CUDA_BLOCK, 0,
-                                  s>>>(dwte, dout, inp, BT, C);
+                                  s>>>(dwte, dout, dout_bf, inp, BT, C);
 }
 
 /* ---- LayerNorm --------------------------------------------------------- */
 
 /* One warp per row; two passes for the variance, like the CPU backend.
  * out may be NULL (a bf16-only output: out_bf alone is written); so may
- * residual_layernorm_forward_kernel's. */
+ * residual_layernorm_forward_kernel's. The input comes from inp, or from
+ * inp_bf when that is non-NULL (the bf16-only residual stream); the
+ * statistics are fp32 either way. */
 __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *mean, float *rstd,
-                                         const float *inp, const float *weight, const float *bias,
-                                         size_t N, size_t C)
+                                         const float *inp, const uint16_t *inp_bf,
+                                         const float *weight, const float *bias, size_t N, size_t C)
 {
     int lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
     for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
          r += warps) {
-        const float *x = inp + r * C;
+        size_t x0 = r * C;
         float sum = 0.0f;
         for (size_t c = lane; c < C; c += WARP)
-            sum += x[c];
+            sum += ld_f(inp, inp_bf, x0 + c);
         float mu = warp_sum(sum) / (float)C;
         float var = 0.0f;
         for (size_t c = lane; c < C; c += WARP) {
-            float d = x[c] - mu;
+            float d = ld_f(inp, inp_bf, x0 + c) - mu;
             var += d * d;
         }
         float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
         float *o = out ? out + r * C : NULL;
         for (size_t c = lane; c < C; c += WARP) {
-            float y = (x[c] - mu) * rs * weight[c] + bias[c];
+            float y = (ld_f(inp, inp_bf, x0 + c) - mu) * rs * weight[c] + bias[c];
             if (o)
                 o[c] = y;
             if (out_bf)
@@ -252,18 +271,11 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
 }
 
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
-                           const float *inp, const float *weight, const float *bias, size_t N,
-                           size_t C)
+                           const float *inp, const uint16_t *inp_bf, const float *weight,
+                           const float *bias, size_t N, size_t C)
 {
     layernorm_forward_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
-        out, out_bf, mean, rstd, inp, weight, bias, N, C);
-}
-
-/* dout[i] of LayerNorm's backward: from its bf16 copy when the caller
- * passed one (a range its producer wrote as bf16 only), else fp32. */
-static __device__ __forceinline__ float lnb_dout(const float *d, const uint16_t *d_bf, size_t i)
-{
-    return d_bf ? gpt_bf16_to_float(d_bf[i]) : d[i];
+        out, out_bf, mean, rstd, inp, inp_bf, weight, bias, N, C);
 }
 
 /* dinp += for each row (one warp per row); the fallback of the fused
@@ -301,21 +313,24 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, c
 
 /* Single-pass LayerNorm backward (llm.c-style): one read of dout and inp
  * gives dinp (accumulated, plus its optional bf16 copy) and the parameter
- * gradients. Block b owns rows [b * rows_per, min(N, (b + 1) * rows_per));
- * warp w of it takes rows r0 + w, r0 + w + W, ... in order and adds each
- * row's dweight/dbias terms into its OWN shared arrays (lane l owns
- * columns l, l + 32, ...: no two threads touch one slot, no atomics).
- * Then the block sums its W warps in warp order per column and writes the
- * sums to part_w[b * C + c] and part_b[b * C + c]; colsum_pass2_kernel
- * adds the blocks in block order. Every sum has a fixed order that depends
- * only on (N, C) and the plan (gpt_cuda_plan_lnb_blocks): deterministic.
- * Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C floats. */
+ * gradients. dout and inp come from their bf16 copies where dout_bf and
+ * inp_bf are given. With dinp NULL the accumulated gradient is bf16 only:
+ * dinp_bf is read, the term added in fp32 and the sum rounded once (the
+ * bf16-only residual gradient); else dinp is read and written in fp32 and
+ * dinp_bf (optional) gets the sum's copy. Block b owns rows [b * rows_per, min(N, (b + 1) *
+ * rows_per)); warp w of it takes rows r0 + w, r0 + w + W, ... in order and adds each row's
+ * dweight/dbias terms into its OWN shared arrays (lane l owns columns l, l + 32, ...: no two
+ * threads touch one slot, no atomics). Then the block sums its W warps in warp order per column and
+ * writes the sums to part_w[b * C + c] and part_b[b * C + c]; colsum_pass2_kernel adds the blocks
+ * in block order. Every sum has a fixed order that depends only on (N, C) and the plan
+ * (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C
+ * floats. */
 __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, float *part_w,
                                                 float *part_b, const float *dout,
                                                 const uint16_t *dout_bf, const float *inp,
-                                                const float *weight, const float *mean,
-                                                const float *rstd, size_t N, size_t C,
-                                                size_t rows_per)
+                                                const uint16_t *inp_bf, const float *weight,
+                                                const float *mean, const float *rstd, size_t N,
+                                                size_t C, size_t rows_per)
 {
     extern __shared__ float lnb_sh[]; /* [warp][0..C) dweight, [warp][C..2C) dbias */
     const unsigned W = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
@@ -327,23 +342,25 @@ __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, 
     size_t r0 = (size_t)blockIdx.x * rows_per;
     size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
     for (size_t r = r0 + w; r < r1; r += W) {
-        const float *x = inp + r * C;
+        size_t x0 = r * C;
         float mu = mean[r], rs = rstd[r];
         float m1 = 0.0f, m2 = 0.0f;
         for (size_t c = lane; c < C; c += WARP) {
-            float dn = weight[c] * lnb_dout(dout, dout_bf, r * C + c);
+            float dn = weight[c] * ld_f(dout, dout_bf, x0 + c);
             m1 += dn;
-            m2 += dn * (x[c] - mu) * rs;
+            m2 += dn * (ld_f(inp, inp_bf, x0 + c) - mu) * rs;
         }
         m1 = warp_sum(m1) / (float)C;
         m2 = warp_sum(m2) / (float)C;
-        float *di = dinp + r * C;
         for (size_t c = lane; c < C; c += WARP) {
-            float norm = (x[c] - mu) * rs, d = lnb_dout(dout, dout_bf, r * C + c);
-            float v = di[c] + rs * (weight[c] * d - m1 - norm * m2);
-            di[c] = v;
+            size_t i = x0 + c;
+            float norm = (ld_f(inp, inp_bf, i) - mu) * rs, d = ld_f(dout, dout_bf, i);
+            float v = (dinp ? dinp[i] : gpt_bf16_to_float(dinp_bf[i])) +
+                      rs * (weight[c] * d - m1 - norm * m2);
+            if (dinp)
+                dinp[i] = v;
             if (dinp_bf)
-                dinp_bf[r * C + c] = gpt_bf16_from_float_rne(v);
+                dinp_bf[i] = gpt_bf16_from_float_rne(v);
             sw[c] += d * norm; /* this lane's own slot */
             sb[c] += d;
         }
@@ -424,20 +441,20 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
 
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, size_t N, size_t C, float *scratch,
-                            size_t scratch_floats, int assign)
+                            const float *inp, const uint16_t *inp_bf, const float *weight,
+                            const float *mean, const float *rstd, size_t N, size_t C,
+                            float *scratch, size_t scratch_floats, int assign)
 {
     unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
-    /* dout_bf only comes with blocks > 0 (cuda_impl.h): the fallback below
-     * reads dout as fp32. */
+    /* dout_bf, inp_bf and a NULL dinp only come with blocks > 0
+     * (cuda_impl.h): the fallback below reads and writes fp32. */
     if (blocks > 0) {
         /* Single pass, then the blocks' partial sums added in order. */
         size_t rows_per = (N + blocks - 1) / blocks;
         float *pw = scratch, *pb = scratch + (size_t)blocks * C;
         layernorm_backward_fused_kernel<<<blocks, GPT_CUDA_LNB_WARPS * WARP,
                                           GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float), s>>>(
-            dinp, dinp_bf, pw, pb, dout, dout_bf, inp, weight, mean, rstd, N, C, rows_per);
+            dinp, dinp_bf, pw, pb, dout, dout_bf, inp, inp_bf, weight, mean, rstd, N, C, rows_per);
         colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks, assign);
         colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks, assign);
         return;
@@ -685,8 +702,8 @@ __global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const flo
                                    float *v, size_t n, const uint64_t *ends,
                                    const uint32_t *decay_flags, size_t n_spans, float beta1,
                                    float beta2, float eps, float decay, float step_size,
-                                   float bc2_sqrt, float grad_scale, uint64_t seed,
-                                   uint64_t stream, uint64_t index0)
+                                   float bc2_sqrt, float grad_scale, uint64_t seed, uint64_t stream,
+                                   uint64_t index0)
 {
     GRID_LOOP(i, n)
     {
@@ -846,9 +863,9 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t
     float *of = write_dlogits ? dlogits : NULL;
     uint16_t *ob = write_dlogits ? dlogits_bf : NULL;
     if (stage_bytes > 0 && write_dlogits && !have_loss) {
-        cudaError_t e = cudaFuncSetAttribute(softmax_xent_kernel<true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)stage_bytes);
+        cudaError_t e =
+            cudaFuncSetAttribute(softmax_xent_kernel<true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)stage_bytes);
         if (e != cudaSuccess)
             return e;
         softmax_xent_kernel<true><<<(unsigned)N, XENT_THREADS, stage_bytes, s>>>(

@@ -238,11 +238,14 @@ static void gemm_bf16(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasO
  * shadow rules allow it there (cu_shd_own) and cuBLASLt takes it. Returns
  * 1 when done (the range is then owned), 0 when the caller must write
  * fp32 as usual. `aux_out` (optional, count floats too): the GELU_AUX
- * epilogue's pre-activation, also bf16-only in its own shadow range. */
-static int gemm_bf16_own(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
-                         int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
-                         int ldb, float *out, size_t count, cublasLtEpilogue_t kind,
-                         const float *bias, float *aux_out, const float *aux_in)
+ * epilogue's pre-activation, also bf16-only in its own shadow range.
+ * `res` (optional): a bf16 matrix laid out as D added with beta 1 (the
+ * skip connection, cuBLASLt's C). */
+static int gemm_bf16_own_c(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
+                           int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                           int ldb, float *out, size_t count, cublasLtEpilogue_t kind,
+                           const float *bias, float *aux_out, const float *aux_in,
+                           const uint16_t *res)
 {
     /* In this order, each step only when the ones before succeeded (the
      * plan's recorder, bench_gpu_train's rec_gemm_own, mirrors it). */
@@ -254,12 +257,22 @@ static int gemm_bf16_own(struct gpt_cuda_backend *cb, cublasOperation_t ta, cubl
         return 0;
     struct lt_epi e = {kind, bb, NULL, aux_out ? (const void *)xb : (const void *)ab,
                        aux_out || aux_in ? m : 0};
-    if (lt_matmul(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, CUDA_R_16BF, ob, m, 0.0f, &e))
+    if (lt_matmul_c(cb, CUDA_R_16BF, ta, tb, m, n, k, A, lda, B, ldb, CUDA_R_16BF, ob, m,
+                    res ? 1.0f : 0.0f, &e, res))
         return 0;
     cu_shd_owned(cb, out, count);
     if (aux_out)
         cu_shd_owned(cb, aux_out, count);
     return 1;
+}
+
+static int gemm_bf16_own(struct gpt_cuda_backend *cb, cublasOperation_t ta, cublasOperation_t tb,
+                         int m, int n, int k, const uint16_t *A, int lda, const uint16_t *B,
+                         int ldb, float *out, size_t count, cublasLtEpilogue_t kind,
+                         const float *bias, float *aux_out, const float *aux_in)
+{
+    return gemm_bf16_own_c(cb, ta, tb, m, n, k, A, lda, B, ldb, out, count, kind, bias, aux_out,
+                           aux_in, NULL);
 }
 
 void cuda_matmul_forward(struct gpt_backend *be, float *out, const float *inp, const float *weight,
@@ -383,9 +396,12 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
 
 /* out = inp @ weight^T + bias + res: the skip connection is the product's
  * beta term (cuBLASLt's C = res, D = out, beta 1), read once by the
- * epilogue instead of a separate residual pass over out. out is fp32 (the
- * residual stream, which fp32 readers want). Falls back to the product
- * and the residual kernel where cuBLASLt refuses. */
+ * epilogue instead of a separate residual pass over out. In bf16 mode,
+ * where res is held in bf16 only (its producer, the encoder or the
+ * previous block's product, wrote it so) and the shadow rules allow, C and D
+ * are bf16 (the residual stream stays bf16 only; fp32 accumulation, the
+ * sum rounded once); else out is fp32. Falls back to the product and the
+ * residual kernel where cuBLASLt refuses. */
 void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const float *inp,
                                   const float *weight, const float *bias, const float *res,
                                   size_t N, size_t C, size_t OC)
@@ -393,14 +409,21 @@ void cuda_matmul_residual_forward(struct gpt_backend *be, float *out, const floa
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     int m = (int)OC, n = (int)N, k = (int)C;
-    cu_f32(cb, res, N * OC * sizeof(float));
     if (bias)
         cu_f32(cb, bias, OC * sizeof(float));
-    const uint16_t *wb = NULL, *ib = NULL;
+    const uint16_t *wb = NULL, *ib = NULL, *rb = NULL;
     if (cb->bf16) {
         wb = cu_shd_in(cb, weight, OC * C);
         ib = cu_shd_in(cb, inp, N * C);
+        rb = wb && ib ? cu_shd_held(cb, res, N * OC) : NULL;
     }
+    /* In this order (bench_gpu_train's rec_matmul_residual_forward
+     * mirrors it). */
+    if (rb && gemm_bf16_own_c(cb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, wb, k, ib, k, out, N * OC,
+                              bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL,
+                              NULL, rb))
+        return;
+    cu_f32(cb, res, N * OC * sizeof(float));
     struct lt_epi e = {bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias, NULL, NULL,
                        0};
     int done;

@@ -274,6 +274,26 @@ const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n
     return r;
 }
 
+/* The current bf16 copy of the floats [p, p + n) when a reader that takes
+ * either copy should read it (gpt_cuda_shd_held: some of it is held in
+ * bf16 only), else NULL: the caller reads fp32 after cu_f32. */
+const uint16_t *cu_shd_held(struct gpt_cuda_backend *cb, const float *p, size_t n)
+{
+    if (!cb->bf16 || !p || n == 0)
+        return NULL;
+    pthread_mutex_lock(&cb->shd_mu);
+    long i = shd_find_locked(cb, p, n);
+    const uint16_t *r = NULL;
+    if (i >= 0) {
+        struct shadow *m = &cb->shd[i];
+        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
+        if (gpt_cuda_shd_held(&m->st, lo, lo + n))
+            r = m->bf + lo;
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+    return r;
+}
+
 /* An op reads the fp32 bytes [p, p + bytes): owned floats among them get
  * their fp32 values back first (and are learned, so their producer writes
  * fp32 next time). */
