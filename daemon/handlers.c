@@ -43,19 +43,24 @@ static json_t *handler_real_or_null(double v)
     return v == v ? json_real(v) : json_null();
 }
 
-static json_t *handler_job_json(const struct db_job *j)
+/* A job as list and status show it. A held job (its --resume-from copy
+ * under way) is recorded failed, so that it never starts if gptd dies
+ * before the copy is done; until then it shows "copying", without the
+ * error that stands for that case. */
+static json_t *handler_job_json(const struct jobs *js, const struct db_job *j)
 {
+    bool held = jobs_is_held(js, j->id);
     json_t *o = json_pack("{s:I, s:s, s:I, s:s, s:I, s:I, s:I, s:f}", "id", (json_int_t)j->id,
                           "name", j->name, "owner_uid", (json_int_t)j->owner_uid, "state",
-                          db_job_state_name(j->state), "priority", (json_int_t)j->priority, "step",
-                          (json_int_t)j->step, "max_steps", (json_int_t)j->max_steps, "created",
-                          j->created);
+                          held ? "copying" : db_job_state_name(j->state), "priority",
+                          (json_int_t)j->priority, "step", (json_int_t)j->step, "max_steps",
+                          (json_int_t)j->max_steps, "created", j->created);
     if (!o)
         return NULL;
     json_object_set_new(o, "loss", handler_real_or_null(j->loss));
     json_object_set_new(o, "started", j->started > 0 ? json_real(j->started) : json_null());
     json_object_set_new(o, "finished", j->finished > 0 ? json_real(j->finished) : json_null());
-    if (j->error[0])
+    if (j->error[0] && !held)
         json_object_set_new(o, "error", json_string(j->error));
     return o;
 }
@@ -230,7 +235,7 @@ static void handler_list_add(void *ctx, const struct db_job *j)
     struct handler_list *l = ctx;
     if (l->sweep && strcmp(l->sweep, j->sweep) != 0)
         return;
-    json_t *o = handler_job_json(j);
+    json_t *o = handler_job_json(l->jobs, j);
     if (o && j->sweep[0])
         json_object_set_new(o, "sweep", json_string(j->sweep));
     const char *why = NULL;
@@ -280,7 +285,7 @@ static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, st
     int rc = db_job_get(d->db, id, &j, err);
     if (rc < 0)
         return rc;
-    json_t *o = handler_job_json(&j);
+    json_t *o = handler_job_json(d->jobs, &j);
     if (o) {
         json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
         json_object_set_new(o, "restarts", json_integer(j.restarts));

@@ -85,6 +85,9 @@ int jobs_submit_held(struct jobs *js, const struct gpt_job *job, uid_t owner, in
  * has already moved it to queued (then it is scheduled) or left it
  * failed with the reason. */
 void jobs_release_held(struct jobs *js, int64_t id, bool queued);
+/* Whether job `id` is held (its --resume-from copy under way): list and
+ * status show it "copying", not as the failure it is recorded as. */
+bool jobs_is_held(const struct jobs *js, int64_t id);
 
 /* Cancels a queued or running job (a running one stops at the next step
  * boundary, writing a snapshot). The caller (handler_dispatch) has checked

@@ -87,7 +87,7 @@ void jobs_unreserve(struct jobs *js, uid_t owner)
     GPT_ASSERT(!"jobs_unreserve: no slot of this owner");
 }
 
-static bool jobs_is_held(const struct jobs *js, int64_t id)
+bool jobs_is_held(const struct jobs *js, int64_t id)
 {
     for (int i = 0; i < js->nheld; i++)
         if (js->held[i].id == id)

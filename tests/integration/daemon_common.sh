@@ -108,3 +108,9 @@ job_step_at_least() { (($(job_field "$1" step) >= $2)); }
 metric_steps() {
     grep '"type":"metric"' "$1" | grep -o '"step":[0-9]*' | cut -d: -f2
 }
+
+# held_ids: the jobs `gptctl list` shows held during their --resume-from copy.
+held_ids() {
+    "$GPTCTL" --json list | python3 -c 'import json, sys
+print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if j["state"] == "copying"])'
+}

@@ -173,10 +173,6 @@ for i in 1 2; do
     as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 >"$T/h$i.id" 2>"$T/h$i.out" &
     hsub[$i]=$!
 done
-held_ids() {
-    "$GPTCTL" --json list | python3 -c 'import json, sys
-print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if "being copied" in j.get("error", "")])'
-}
 first="" most=0
 while kill -0 "${hsub[1]}" 2>/dev/null || kill -0 "${hsub[2]}" 2>/dev/null; do
     ids=$(held_ids || true)
@@ -187,6 +183,11 @@ while kill -0 "${hsub[1]}" 2>/dev/null || kill -0 "${hsub[2]}" 2>/dev/null; do
     # the held job cannot be resumed, and no third submit fits.
     first=$ids
     "$GPTCTL" status >/dev/null || fail "gptctl status did not answer during the copy"
+    # Shown copying, not as the failure it is recorded as until the copy is done.
+    shown=$("$GPTCTL" --json status "$first")
+    [[ $(jq -r '.job.state + " " + (.job.error // "-")' <<<"$shown") == "copying -" ]] ||
+        fail "status of held job $first: want copying without an error, got $shown"
+    "$GPTCTL" list | has "^ *$first .*copying" || fail "gptctl list does not show $first copying"
     set +e
     out=$(as_user resume "$first" 2>&1)
     rc=$?

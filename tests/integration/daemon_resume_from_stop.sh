@@ -18,10 +18,6 @@ source "$(dirname "$0")/daemon_common.sh"
 
 db() { "$ITEST" sql "$T/state/gptd.db" "$1"; }
 njobs() { db "SELECT count(*) FROM jobs"; }
-held_ids() {
-    "$GPTCTL" --json list | python3 -c 'import json, sys
-print(*[j["id"] for j in json.load(sys.stdin)["jobs"] if "being copied" in j.get("error", "")])'
-}
 # wait_held: the id of a job held during its copy, once `gptctl list` shows one.
 wait_held() {
     local ids=""
