@@ -169,6 +169,8 @@ static int ctl_submit_sweep(struct ctl *c, const char *file, char **over, int n_
         json_object_set_new(r, "spec", specs[j]);
         specs[j] = NULL;
         json_object_set_new(r, "sweep", json_string(id));
+        if (j == 0) /* all of them fit, or none is queued */
+            json_object_set_new(r, "sweep_jobs", json_integer((json_int_t)sw.n_jobs));
         if (priority)
             json_object_set_new(r, "priority", json_integer(priority));
         if ((rc = ctl_call(c, r, &reply)))

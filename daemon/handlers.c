@@ -95,6 +95,8 @@ int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req
 {
     if (req->sweep && !gpt_sweep_id_ok(req->sweep))
         return gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
+    if (!req->sweep && (req->present & (1u << GPT_CTL_F_SWEEP_JOBS)))
+        return gpt_err_set(err, -EINVAL, "sweep_jobs", "sweep_jobs comes only with a sweep");
     int rc = handler_parse_spec(d, req->spec, uid, job, err);
     if (rc == 0 && !(req->present & (1u << GPT_CTL_F_RESUME_FROM)) &&
         (req->present & (1u << GPT_CTL_F_SNAPSHOT)))
@@ -156,6 +158,8 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
     int rc = handler_submit_check(d, req, uid, job, err);
+    if (rc == 0 && (req->present & (1u << GPT_CTL_F_SWEEP_JOBS)))
+        rc = jobs_room_for(d->jobs, uid, req->sweep_jobs, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
     if (rc == 0 && req->sweep)

@@ -58,6 +58,13 @@ void jobs_schedule(struct jobs *js);
 int jobs_submit(struct jobs *js, const struct gpt_job *job, uid_t owner, int64_t priority,
                 int64_t *ret_id, struct gpt_err *err);
 
+/* Whether `n` more jobs of `owner` fit in the queue now (max_queued_jobs,
+ * and max_queued_jobs_per_uid unless `owner` is root): a sweep's first
+ * submit asks for all of its jobs, so that a sweep that cannot fit is
+ * refused whole instead of queued in part. -GPT_E_LIMIT naming the count
+ * and the limit when not. */
+int jobs_room_for(struct jobs *js, uid_t owner, int64_t n, struct gpt_err *err);
+
 /* A queue slot for a submit that is checked on a work thread before it is
  * queued (--resume-from reads a snapshot first): until jobs_unreserve (or
  * jobs_release_held) every other submit counts it as a queued job, so

@@ -17,19 +17,25 @@
 #include "resume_plan.h"
 #include "statedir.h"
 
-/* Room in the queue for one more job of `owner`, queued by `who` (the
- * owner, or root for someone else's resume): max_queued_jobs in all, and
- * max_queued_jobs_per_uid of the owner's own unless root queues it. */
-static int jobs_queue_room(struct jobs *js, uid_t owner, uid_t who, struct gpt_err *err)
+/* Room in the queue for `want` more jobs of `owner`, queued by `who`
+ * (the owner, or root for someone else's resume): max_queued_jobs in all,
+ * and max_queued_jobs_per_uid of the owner's own unless root queues them.
+ * The errors name a sweep's count (want > 1). */
+static int jobs_queue_room_n(struct jobs *js, uid_t owner, uid_t who, int64_t want,
+                             struct gpt_err *err)
 {
+    char what[64] = "";
+    if (want > 1)
+        snprintf(what, sizeof(what), "a sweep of %lld jobs does not fit: ", (long long)want);
     int64_t n = 0;
     int rc = db_job_count(js->db, DB_JOB_QUEUED, &n, err);
     if (rc < 0)
         return rc;
-    if (n + js->reserved >= js->cfg->max_queued_jobs)
+    if (n + js->reserved + want > js->cfg->max_queued_jobs)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL,
-                           "%lld jobs are queued and %d more being submitted (max_queued_jobs)",
-                           (long long)n, js->reserved);
+                           "%s%lld jobs are queued and %d more being submitted (max_queued_jobs"
+                           " = %d)",
+                           what, (long long)n, js->reserved, js->cfg->max_queued_jobs);
     if (who == 0)
         return 0;
     rc = db_job_count_owned(js->db, DB_JOB_QUEUED, owner, &n, err);
@@ -37,12 +43,22 @@ static int jobs_queue_room(struct jobs *js, uid_t owner, uid_t who, struct gpt_e
         return rc;
     for (int i = 0; i < js->reserved; i++)
         n += js->resv[i] == owner;
-    if (n >= js->cfg->max_queued_jobs_per_uid)
+    if (n + want > js->cfg->max_queued_jobs_per_uid)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL,
-                           "uid %u already has %lld jobs queued or being submitted"
+                           "%suid %u already has %lld jobs queued or being submitted"
                            " (max_queued_jobs_per_uid = %d)",
-                           (unsigned)owner, (long long)n, js->cfg->max_queued_jobs_per_uid);
+                           what, (unsigned)owner, (long long)n, js->cfg->max_queued_jobs_per_uid);
     return 0;
+}
+
+static int jobs_queue_room(struct jobs *js, uid_t owner, uid_t who, struct gpt_err *err)
+{
+    return jobs_queue_room_n(js, owner, who, 1, err);
+}
+
+int jobs_room_for(struct jobs *js, uid_t owner, int64_t n, struct gpt_err *err)
+{
+    return jobs_queue_room_n(js, owner, owner, n, err);
 }
 
 /* A priority above user_max_priority puts a job ahead of other users'

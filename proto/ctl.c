@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE /* memrchr */
 #include "ctl.h"
+#include "jobspec_sweep.h"
 #include "prompt_ids.h"
 
 #include <errno.h>
@@ -34,6 +35,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_PROMPT_IDS] = {"prompt_ids", GPT_CTL_T_STRING, 0, GPT_PROMPT_IDS_TEXT_MAX,
                               SLOT(prompt_ids)},
     [GPT_CTL_F_RESUME_FROM] = {"resume_from", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(resume_from)},
+    [GPT_CTL_F_SWEEP_JOBS] = {"sweep_jobs", GPT_CTL_T_INT, 1, GPT_SWEEP_JOBS_MAX, SLOT(sweep_jobs)},
 };
 
 #undef SLOT
@@ -49,8 +51,9 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
  * handlers have member paths of their own (daemon/handlers.c). */
 static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_SUBMIT] = {"submit",
-                           F(SPEC) | F(PRIORITY) | F(SWEEP) | F(RESUME_FROM) | F(SNAPSHOT), F(SPEC),
-                           NOT_STOP},
+                           F(SPEC) | F(PRIORITY) | F(SWEEP) | F(SWEEP_JOBS) | F(RESUME_FROM) |
+                               F(SNAPSHOT),
+                           F(SPEC), NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
     [GPT_CTL_OP_LIST] = {"list", F(SWEEP), 0, FWD},
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},

@@ -82,6 +82,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_DTYPE,       /* string: export: f32, f16 or bf16 (gguf matrices) */
     GPT_CTL_F_PROMPT_IDS,  /* string: sample prompt as token ids "15496,11" (prompt_ids.h) */
     GPT_CTL_F_RESUME_FROM, /* integer >= 1: submit continues this job's snapshot */
+    GPT_CTL_F_SWEEP_JOBS,  /* integer >= 1: a sweep's first submit: the jobs it will queue */
     GPT_CTL_F_COUNT
 };
 
@@ -97,6 +98,7 @@ struct gpt_ctl_request {
     json_t *overrides;
     int64_t job, priority, since, snapshot, tokens, top_k;
     int64_t resume_from; /* submit: the job whose state the new job continues */
+    int64_t sweep_jobs;  /* submit with a sweep: room wanted for this many jobs */
     bool follow;
     double temperature;
     const char *prompt;

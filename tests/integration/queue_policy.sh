@@ -9,6 +9,7 @@
 #  - the user's fourth queued job is refused with an error naming
 #    max_queued_jobs_per_uid; root queues more than 3; once one of the
 #    user's jobs leaves the queue (cancelled) the user may submit again;
+#    a sweep (submit -m) of 4 is refused whole, one of 3 queued whole;
 #  - head of line: a job needing 2 nodes on this 1-node cluster stays queued
 #    with "needs 2 nodes, cluster has 1" and does not hold up the 1-node job
 #    behind it, which starts as soon as the root job ends; once nothing else
@@ -74,6 +75,29 @@ print(" ".join(str(j["id"]) for j in json.load(sys.stdin)["jobs"] if j["state"] 
     "$GPTCTL" cancel "$id" >/dev/null
 done
 job_is "$u4" cancelled || fail "job $u4: $(job_state "$u4")"
+# A sweep is refused whole when its jobs do not all fit, never queued in
+# part; one that fits is queued whole.
+if out=$(as_user submit "$T/job.json" -m trainer.seed=1,2,3,4 2>&1); then
+    fail "the user queued a sweep of 4 past max_queued_jobs_per_uid 3: $out"
+fi
+[[ $out == *"a sweep of 4 jobs does not fit: uid $uid already has 0 jobs queued or being submitted (max_queued_jobs_per_uid = 3)"* ]] ||
+    fail "sweep refusal: $out"
+echo "refused: $out"
+queued_mine() {
+    "$GPTCTL" --json list | /usr/bin/python3 -c '
+import json, sys
+print(sum(j["state"] == "queued" and j["owner_uid"] == int(sys.argv[1])
+          for j in json.load(sys.stdin)["jobs"]))' "$uid"
+}
+[[ $(queued_mine) == 0 ]] || fail "a refused sweep left $(queued_mine) jobs queued"
+as_user submit "$T/job.json" -m trainer.seed=1,2,3 >/dev/null || fail "a sweep of 3 was refused"
+[[ $(queued_mine) == 3 ]] || fail "a sweep of 3 queued $(queued_mine) jobs"
+
+for id in $("$GPTCTL" --json list | /usr/bin/python3 -c '
+import json, sys
+print(" ".join(str(j["id"]) for j in json.load(sys.stdin)["jobs"] if j["state"] == "queued"))'); do
+    "$GPTCTL" cancel "$id" >/dev/null
+done
 
 # --- head of line: a job the cluster is too small for is passed over.
 big=$("$GPTCTL" submit "$T/job.json" distributed.nodes=2:2)

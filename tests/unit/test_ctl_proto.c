@@ -66,6 +66,15 @@ static void test_decode_ok(void **state)
     assert_true(req.present & (1u << GPT_CTL_F_RESUME_FROM));
     gpt_ctl_request_done(&req);
 
+    /* a sweep's first submit asks room for all of its jobs */
+    assert_int_equal(decode("{\"op\":\"submit\",\"id\":2,\"spec\":{},\"sweep\":\"sw-1\","
+                            "\"sweep_jobs\":256}",
+                            &req, &err),
+                     0);
+    assert_int_equal(req.sweep_jobs, 256);
+    assert_true(req.present & (1u << GPT_CTL_F_SWEEP_JOBS));
+    gpt_ctl_request_done(&req);
+
     /* Every op in the table decodes with its required fields. */
     for (int op = 0; op < GPT_CTL_OP_COUNT; op++) {
         char line[256];
@@ -112,6 +121,11 @@ static void test_decode_errors(void **state)
         {"{\"id\":1,\"op\":\"submit\",\"spec\":{},\"resume_from\":0}", GPT_CTL_E_BAD_FIELD,
          "resume_from", 1},
         {"{\"id\":1,\"op\":\"list\",\"resume_from\":1}", GPT_CTL_E_BAD_FIELD, "resume_from", 1},
+        {"{\"id\":1,\"op\":\"submit\",\"spec\":{},\"sweep_jobs\":0}", GPT_CTL_E_BAD_FIELD,
+         "sweep_jobs", 1},
+        {"{\"id\":1,\"op\":\"submit\",\"spec\":{},\"sweep_jobs\":257}", GPT_CTL_E_BAD_FIELD,
+         "sweep_jobs", 1},
+        {"{\"id\":1,\"op\":\"list\",\"sweep_jobs\":1}", GPT_CTL_E_BAD_FIELD, "sweep_jobs", 1},
         {"{\"id\":1,\"op\":\"sample\",\"job\":1,\"prompt\":\"a\",\"temperature\":0}",
          GPT_CTL_E_BAD_FIELD, "temperature", 1},
         /* jansson refuses \u0000 unless asked, so a NUL never reaches a field. */
