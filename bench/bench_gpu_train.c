@@ -668,7 +668,7 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
              * computed pair (the live 16 x 16 groups). Bytes are DRAM
              * bytes: q, k and v read once (bf16); out written (bf16, and
              * fp32 unless bf16 only) and the logsumexp (fp32). The re-reads
-             * of k and v (once per visited tile, per 64 query rows) hit
+             * of k and v (once per visited tile, per 128 query rows) hit
              * L2: the blocks of one head are adjacent in the grid and run
              * together, a head's k and v are 2 T hs bf16 (256 KiB at T
              * 1024), the resident heads' a few MiB of the 50 MiB L2. */

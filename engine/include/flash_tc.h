@@ -11,10 +11,11 @@
  * the kernels' work with gpt_flash_tc_pairs.
  *
  * Tiles (all rows of one (b, h) pair, T rows in all):
- *   forward       a block owns FWD_BR = 64 query rows, 16 per warp (one
- *                 m16 row block of the mma) over 4 warps, and streams key
- *                 tiles of BC = 64 rows through shared memory
- *                 (double-buffered cp.async);
+ *   forward       a block owns FWD_BR = 128 query rows (FlashAttention-2's
+ *                 block for head dim 64), 16 per warp (one m16 row block
+ *                 of the mma) over 8 warps, and streams key tiles of
+ *                 BC = 64 rows through shared memory (double-buffered
+ *                 cp.async): each K/V tile serves 128 rows;
  *   backward      one fused pass (FlashAttention-2's): a block owns BR = 64
  *                 key rows, 16 per warp over 4 warps, and streams query
  *                 tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs 64, 32
@@ -62,9 +63,14 @@
 #define GPT_FLASH_TC_WROWS 16 /* rows each warp owns: one m16 block */
 #define GPT_FLASH_TC_BR    (GPT_FLASH_TC_WARPS * GPT_FLASH_TC_WROWS) /* 64 key rows */
 #define GPT_FLASH_TC_BC    64 /* key rows per streamed tile (forward) */
-/* Warps per forward block and the query rows it owns. */
-#define GPT_FLASH_TC_FWD_WARPS 4
-#define GPT_FLASH_TC_FWD_BR    (GPT_FLASH_TC_FWD_WARPS * GPT_FLASH_TC_WROWS) /* 64 */
+/* Warps per forward block and the query rows it owns: 8 warps of one m16
+ * block each keep every warp's code and registers as with 4 (the Q
+ * fragments, S over 64 keys and O stay in registers up to hs 128, no
+ * spills; FA2's 4 warps of 32 rows would double S and O per thread), and
+ * give FlashAttention-2's 128-row block, so a K/V tile is fetched and
+ * staged once per 128 query rows. */
+#define GPT_FLASH_TC_FWD_WARPS 8
+#define GPT_FLASH_TC_FWD_BR    (GPT_FLASH_TC_FWD_WARPS * GPT_FLASH_TC_WROWS) /* 128 */
 /* bf16 elements of padding per shared-memory row: the row stride becomes
  * 2 hs + 16 bytes, so the eight 16-byte rows of one ldmatrix phase start
  * 4 banks apart and never conflict. */
@@ -249,7 +255,7 @@ GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
 
 /* Tiles the tensor-core kernels visit per (b, h) at T (each streams one
  * tile of the other side per visit): forward (own_is_query 1: key tiles
- * of BC rows per 64-row query block), backward (0: query tiles of bcq
+ * of BC rows per 128-row query block), backward (0: query tiles of bcq
  * rows per 64-key block; each visit also sums D over the tile's rows). */
 GPT_FLASH_FN double gpt_flash_tc_tiles(int T, size_t hs, int own_is_query)
 {

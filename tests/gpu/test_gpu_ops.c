@@ -495,12 +495,13 @@ static const struct shape flash_shapes[] = {
 };
 
 /* Shapes for the tensor-core flash kernels (bf16 mode; head sizes 32, 64,
- * 96 and 128): T against the 64-row blocks and the backward's 64- or
- * 32-row query tiles: a multiple of 64 (64, 128, 192, 256, 1024, 2048,
- * 4096) and not (40, 65, 77, 95, 127, 129, 130, 200, 300, 333, 1000),
- * under one block (40), odd B*NH*T (the logsumexp of the next head
- * starts at an odd float), several heads and batches (the (b, h)
- * indexing), and long rows (T 2048 and 4096). Each must run the
+ * 96 and 128): T against the forward's 128-row query blocks and the
+ * backward's 64-key blocks and 64- or 32-row query tiles: a multiple of
+ * 128 (128, 256, 1024, 2048, 4096), of 64 only (64, 192), neither (40,
+ * 65, 77, 95, 127, 129, 200, 300, 333, 1000), under one forward block
+ * (40 .. 127: most of its warps past T), odd B*NH*T (the logsumexp of
+ * the next head starts at an odd float), several heads and batches (the
+ * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
  * tensor-core path: the launch count grows. */
 static const struct shape tc_shapes[] = {
     {1, 65, 64, 1, 0, 0},     {2, 64, 128, 2, 0, 0},   {3, 95, 192, 3, 0, 0},

@@ -491,25 +491,35 @@ static void test_mask_and_spans(void **state)
     assert_true(gpt_flash_tc_needs_mask(64, 16, 0, 64, 70));
     assert_true(gpt_flash_tc_needs_mask(0, 64, 0, 16, 10));
     int f, e;
+    /* The forward's 128-row query blocks: keys up to their last row. */
     gpt_flash_tc_kv_span(0, 1024, &f, &e);
     assert_int_equal(f, 0);
-    assert_int_equal(e, 1);
-    gpt_flash_tc_kv_span(960, 1024, &f, &e);
-    assert_int_equal(e, 16);
-    gpt_flash_tc_kv_span(64, 70, &f, &e);
     assert_int_equal(e, 2);
+    gpt_flash_tc_kv_span(896, 1024, &f, &e);
+    assert_int_equal(e, 16);
+    gpt_flash_tc_kv_span(128, 140, &f, &e); /* rows 128..139: keys 0..139 */
+    assert_int_equal(e, 3);
+    gpt_flash_tc_kv_span(0, 70, &f, &e); /* T under one block */
+    assert_int_equal(e, 2);
+    gpt_flash_tc_kv_span(0, 40, &f, &e);
+    assert_int_equal(e, 1);
     gpt_flash_tc_q_span(128, 1024, 32, &f, &e);
     assert_int_equal(f, 4);
     assert_int_equal(e, 32);
     gpt_flash_tc_q_span(128, 130, 64, &f, &e);
     assert_int_equal(f, 2);
     assert_int_equal(e, 3);
-    /* At T = 1024 the causal kernels visit 136 of the 256 tiles of 64 x
-     * 64: the 120 below the diagonal and the 16 diagonal ones, and compute
-     * the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the T (T + 1) / 2
-     * causal pairs (a whole diagonal tile would be 1.06). */
-    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 136.0);
+    /* At T = 1024 the backward visits 136 of the 256 tiles of 64 x 64:
+     * the 120 below the diagonal and the 16 diagonal ones; the forward's
+     * 8 blocks of 128 rows visit 2, 4, .. 16 key tiles of 64, 72 in all
+     * (each 128 x 64: the same area plus the 8 upper halves of the
+     * diagonal 128 x 128 blocks, whose 16 x 16 groups it skips). Both
+     * compute the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the
+     * T (T + 1) / 2 causal pairs (a whole diagonal tile would be 1.06). */
+    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 72.0);
     assert_true(gpt_flash_tc_tiles(1024, 64, 0) == 136.0);
+    assert_true(gpt_flash_tc_tiles(100, 64, 1) == 2.0);              /* one block, T < 128 */
+    assert_true(gpt_flash_tc_tiles(200, 64, 1) == 6.0);              /* 2 + 4 (keys 128..199) */
     assert_true(gpt_flash_tc_tiles(200, 128, 0) == 7.0 + 5 + 3 + 1); /* 32-row q tiles */
     assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 64.0 * 65 / 2 * 256);
     assert_true(gpt_flash_tc_pairs(1024, 128, 0) == 64.0 * 65 / 2 * 256);
@@ -555,10 +565,11 @@ static void test_smem_and_offsets(void **state)
             sgroups |= 1u << ((r * srow / 4) % 32 / 4);
         assert_int_equal(sgroups, 0xffu);
     }
-    /* Forward: Q of 64 rows, two stages of K and V of 64. Backward: K, V,
+    /* Forward: Q of 128 rows, two stages of K and V of 64. Backward: K, V,
      * two stages of Q and dO and one of O; two stages of lse and one of
      * D; dS^T. */
-    assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_fwd(64), (128 + 4 * 64) * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_fwd(128), (128 + 4 * 64) * 136 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(128),
                      (2 * 64 + 5 * 32) * 136 * 2 + 3 * 32 * 4 + 64 * 40 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(64),

@@ -616,14 +616,15 @@ __device__ __forceinline__ void tc_store2(float *f, uint16_t *bf, size_t at, flo
 }
 
 /* ---- tensor-core forward ----------------------------------------------------
- * Grid (ceil(T / 64), B*NH), 4 warps; block x takes query block
- * x_blocks - 1 - x (64 rows), so the blocks with the most keys start
+ * Grid (ceil(T / 128), B*NH), 8 warps; block x takes query block
+ * x_blocks - 1 - x (128 rows), so the blocks with the most keys start
  * first. Warp w owns query rows q0 + 16 w .. + 15; lane l holds, for rows
  * ia = q0 + 16 w + l/4 and ib = ia + 8, the running maximum m (log2
  * units), its own columns' part of the running sum l (the quad's four
  * parts add up at the end) and the output accumulator o[n] over head
  * columns 8 n + 2 (l % 4) + {0, 1}. A warp whose 16 rows all precede a
- * key tile or lie past T skips that tile: none of its groups is live, so its scores would all
+ * key tile (the block's last tile, for its first four warps) or lie past
+ * T skips that tile: none of its groups is live, so its scores would all
  * be masked (alpha 1, P 0) and nothing would change. */
 template <int HS>
 __global__ void __launch_bounds__(TC_FWD_THREADS)
