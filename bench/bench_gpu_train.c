@@ -720,19 +720,19 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
         /* As cuda_attention_forward: out bf16 only where allowed. */
         int own = rec_own(r, out, B * T * C);
         int ob = own || rec_out(r, out, B * T * C);
-        rec_wrote(r, att, (p.lse_floats + B * T * C) * sizeof(float));
+        rec_wrote(r, att, p.lse_floats * sizeof(float));
         if (own)
             rec_owned(r, out, B * T * C);
-        double ow = own ? 4.0 * btc : 8.0 * btc; /* out (unless owned) and its copy, fp32 */
+        double ow = own ? 0 : 4.0 * btc; /* out as fp32, unless bf16 only */
         if (qb && gpt_flash_tc_applies(p.hs)) {
             /* Tensor cores: S = q k^T and o += P v, 2 hs FLOPs each per
              * computed pair (the live 16 x 16 groups). Bytes are DRAM
-             * bytes: q, k and v read once (bf16); out (unless bf16 only),
-             * its copy and the logsumexp written (fp32), out as bf16. The re-reads of
-             * k and v (once per visited tile) hit L2: the blocks of one
-             * head are adjacent in the grid and run together, a head's k
-             * and v are 2 T hs bf16 (256 KiB at T 1024), the resident
-             * heads' a few MiB of the 50 MiB L2. */
+             * bytes: q, k and v read once (bf16); out written (bf16, and
+             * fp32 unless bf16 only) and the logsumexp (fp32). The re-reads
+             * of k and v (once per visited tile, per 128 query rows) hit
+             * L2: the blocks of one head are adjacent in the grid and run
+             * together, a head's k and v are 2 T hs bf16 (256 KiB at T
+             * 1024), the resident heads' a few MiB of the 50 MiB L2. */
             double pairs = gpt_flash_tc_pairs((int)T, p.hs, 1);
             rec_add(r, "flash_tc_forward", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pairs * 4.0 * hs,
                     6.0 * btc + ow + (ob ? 2.0 * btc : 0) + 4.0 * p.lse_floats,
@@ -761,8 +761,8 @@ static void rec_attention_forward(struct gpt_backend *be, float *out, float *att
 }
 
 static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                   const float *dout, const float *qkv, const float *att, size_t B,
-                                   size_t T, size_t C, size_t NH)
+                                   const float *dout, const float *out, const float *qkv,
+                                   const float *att, size_t B, size_t T, size_t C, size_t NH)
 {
     (void)att;
     struct rec_be *r = rec(be);
@@ -774,36 +774,45 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         if (!qb)
             rec_f32(r, qkv, B * T * 3 * C * sizeof(float));
         /* As cuda_attention_backward: the tensor-core pass reads dout's
-         * current bf16 copy (the recorder assumes it aligned). */
-        int dob = qb && gpt_flash_tc_applies(p.hs) && rec_cur(r, dout, B * T * C);
-        if (!dob)
+         * current bf16 copy and out's (converted on a miss); the recorder
+         * assumes them aligned. Without out's, the CUDA-core kernels read
+         * both as fp32. */
+        int tc = qb && gpt_flash_tc_applies(p.hs);
+        int dob = tc && rec_cur(r, dout, B * T * C);
+        tc = tc && rec_in(r, out, B * T * C);
+        if (!dob || !tc)
             rec_f32(r, dout, B * T * C * sizeof(float));
+        if (!tc)
+            rec_f32(r, out, B * T * C * sizeof(float));
         int db = rec_out(r, dqkv, B * T * 3 * C);
-        if (qb && gpt_flash_tc_applies(p.hs)) {
-            rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
+        rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
+        if (tc) {
             double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
             double nq = (double)gpt_flash_tc_q_tiles(T, p.hs);
-            /* D = dout . out: dout (bf16 from its shadow, else fp32 and
-             * then its bf16 copy written) and the output copy (fp32) read,
-             * D written, the dQ turns zeroed. */
-            rec_add(r, "flash_tc_prep", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc,
-                    (dob ? 2.0 * btc : 6.0 * btc) + 4.0 * btc + 4.0 * p.lse_floats + 4.0 * bh * nq,
-                    "rows=%zu hs=%zu%s", p.lse_floats, p.hs, dob ? " bf16 dout" : "");
-            /* One fused pass per key block: S^T = K Q^T, dP^T = V dO^T,
-             * dv += P^T dO, dk += dS^T q, dq share dS K (2 hs each per
-             * computed pair: S and P once, not once per output). DRAM
-             * bytes: q, k, v and dO read once (bf16), logsumexp and D once,
-             * dk, dv and dq written once (fp32, and bf16 when wanted). As
-             * in the forward, the per-tile re-reads of q, dO, logsumexp
-             * and D hit L2, and so do the dq shares' loads and stores
+            double d_rows = gpt_flash_tc_tiles((int)T, p.hs, 0) * gpt_flash_tc_bcq(p.hs);
+            double turns = 4.0 * (bh * nq + 1);
+            /* The dQ turns and the block ticket zeroed; dout as bf16 when
+             * it has no current copy (not in the steady state). */
+            rec_add(r, "memset", GPT_KC_MEM, GPT_KU_FP32, 0, turns, "bytes=%.0f", turns);
+            if (!dob)
+                rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * btc, "n=%.0f", btc);
+            /* One fused pass per key block: per visited query tile D =
+             * dO . O over its rows (2 hs each, on CUDA cores, ~0.3% of the
+             * tile's products), S^T = K Q^T, dP^T = V dO^T, dv += P^T dO,
+             * dk += dS^T q, dq share dS K (2 hs each per computed pair: S
+             * and P once, not once per output). DRAM bytes: q, k, v, dO
+             * and O read once (bf16), the logsumexp once, dk, dv and dq
+             * written once (fp32, and bf16 when wanted), the turns. As in
+             * the forward, the per-tile re-reads of q, dO, O and the
+             * logsumexp hit L2, and so do the dq shares' loads and stores
              * (bcq x hs fp32 per visited tile): the key blocks of one head
              * run together and pass each query tile's dq on in lock-step. */
-            rec_add(r, "flash_tc_bwd", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 10.0 * hs,
-                    8.0 * btc + 8.0 * p.lse_floats + 12.0 * btc + (db ? 6.0 * btc : 0),
-                    "B=%zu NH=%zu T=%zu hs=%zu", B, NH, T, p.hs);
+            rec_add(r, "flash_tc_bwd", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD,
+                    bh * (pk * 10.0 * hs + d_rows * 2.0 * hs),
+                    10.0 * btc + 4.0 * p.lse_floats + 12.0 * btc + (db ? 6.0 * btc : 0) + turns,
+                    "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, dob ? " bf16 dout" : "");
             return;
         }
-        rec_wrote(r, scratch, p.lse_floats * sizeof(float));
         double es = qb ? 2.0 : 4.0;
         double pq = gpt_cuda_plan_flash_pairs(T, 1), pk = gpt_cuda_plan_flash_pairs(T, 0);
         rec_add(r, "flash_d", GPT_KC_ATTN, GPT_KU_FP32, 2.0 * btc, 8.0 * btc + 4.0 * p.lse_floats,
@@ -1192,15 +1201,55 @@ static int plan_main(size_t B, size_t T, const char *mode)
     /* The tensor-core flash kernels do 14 hs FLOPs per causal pair (4 in
      * the forward, 10 in the fused backward) over the T (T + 1) / 2 pairs
      * of each (layer, b, h), plus at most 8 T masked pairs (the diagonal
-     * 16 x 16 groups' 120 each): more means the kernels (or their entries
-     * here) redo work, less that they miss some. */
+     * 16 x 16 groups' 120 each), and the backward's D, 2 hs per query row
+     * of each visited tile: more means the kernels (or their entries here)
+     * redo work, less that they miss some. */
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
+    double d_flops =
+        12.0 * B * 12 * gpt_flash_tc_tiles((int)T, 64, 0) * gpt_flash_tc_bcq(64) * 2.0 * hs;
     if (flash_tc_flops > 0 &&
-        !(flash_tc_flops >= 14.0 * hs * pairs_min &&
-          flash_tc_flops <= 14.0 * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
+        !(flash_tc_flops - d_flops >= 14.0 * hs * pairs_min &&
+          flash_tc_flops - d_flops <= 14.0 * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
         fprintf(stderr, "plan broken: flash FLOPs %.4g, causal pairs need %.4g\n", flash_tc_flops,
-                14.0 * hs * pairs_min);
+                14.0 * hs * pairs_min + d_flops);
         broken = 1;
+    }
+    /* With the tensor-core kernels each layer runs two attention kernels,
+     * the forward and the fused backward (D inside it, no prep pass), and
+     * the forward writes out (bf16, bf16 only in the steady state) and the
+     * logsumexp, nothing else: att holds the logsumexp only, no copy of out. */
+    if (flash_tc_flops > 0) {
+        struct gpt_cuda_attn_plan ap;
+        gpt_cuda_plan_attention(&ap, B, T, 768, 12, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+        size_t attn_launches = 0, fwd = 0, bwd = 0;
+        double fwd_bytes = 0, btc = (double)B * T * 768;
+        for (size_t i = 0; i < r->n; i++) {
+            const struct gpt_cuda_kernel *k = &r->k[i];
+            attn_launches += k->cls == GPT_KC_ATTN;
+            fwd += strcmp(k->name, "flash_tc_forward") == 0;
+            bwd += strcmp(k->name, "flash_tc_bwd") == 0;
+            if (strcmp(k->name, "flash_tc_forward") == 0)
+                fwd_bytes += k->bytes;
+        }
+        if (attn_launches != 24 || fwd != 12 || bwd != 12) {
+            fprintf(stderr,
+                    "plan broken: %zu attention kernels (%zu forward, %zu fused backward), want "
+                    "one forward and one backward per layer\n",
+                    attn_launches, fwd, bwd);
+            broken = 1;
+        }
+        if (gpt_cuda_plan_att_floats(&ap, B, T, 768, 12, 0) != ap.lse_floats) {
+            fprintf(stderr, "plan broken: att holds %zu floats per layer, the logsumexp %zu\n",
+                    gpt_cuda_plan_att_floats(&ap, B, T, 768, 12, 0), ap.lse_floats);
+            broken = 1;
+        }
+        if (strcmp(mode, "bf16") == 0 && fwd_bytes > 12.0 * (8.0 * btc + 4.0 * ap.lse_floats)) {
+            fprintf(stderr,
+                    "plan broken: the attention forwards move %.1f MB, more than q, k, v "
+                    "read and out written as bf16 and the logsumexp\n",
+                    fwd_bytes / 1e6);
+            broken = 1;
+        }
     }
     /* bf16: the steady-state step converts nothing (every bf16-only range
      * is read as bf16), and the gradient the products write into a->dc
@@ -1216,7 +1265,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
         for (size_t i = 0; i < r->n; i++) {
             const struct gpt_cuda_kernel *k = &r->k[i];
             int lnb = strcmp(k->name, "layernorm_backward") == 0 && lnb_single;
-            int dout_reader = strcmp(k->name, "flash_tc_prep") == 0 || lnb;
+            int dout_reader = strcmp(k->name, "flash_tc_bwd") == 0 || lnb;
             fp32_dout += dout_reader && !strstr(k->shape, "bf16 dout");
             if (strcmp(k->name, "layernorm_forward") == 0)
                 fp32_resid += !strstr(k->shape, " bf16 in");

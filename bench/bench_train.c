@@ -122,10 +122,11 @@ static void prof_att_f(struct gpt_backend *be, float *out, float *att, const flo
     PROF_CALL(PROF_ATT_F, prof_base->attention_forward(be, out, att, qkv, B, T, C, NH));
 }
 static void prof_att_b(struct gpt_backend *be, float *dqkv, float *scratch, const float *dout,
-                       const float *qkv, const float *att, size_t B, size_t T, size_t C, size_t NH)
+                       const float *out, const float *qkv, const float *att, size_t B, size_t T,
+                       size_t C, size_t NH)
 {
     PROF_CALL(PROF_ATT_B,
-              prof_base->attention_backward(be, dqkv, scratch, dout, qkv, att, B, T, C, NH));
+              prof_base->attention_backward(be, dqkv, scratch, dout, out, qkv, att, B, T, C, NH));
 }
 static void prof_gelu_f(struct gpt_backend *be, float *out, const float *inp, size_t n)
 {

@@ -811,7 +811,7 @@ static int model_backward(struct gpt_model *m, float loss_scale)
                                     model_grad(m, T_BLK(l, BLK_ATTPROJB)), a->dres, atty,
                                     model_param(m, T_BLK(l, BLK_ATTPROJW)), N, C, C);
         float *dqkv = a->d4c; /* (B,T,3C) */
-        gpt_backend_attention_backward(be, dqkv, a->datt, a->dc, qkv, att, B, T, C, NH);
+        gpt_backend_attention_backward(be, dqkv, a->datt, a->dc, atty, qkv, att, B, T, C, NH);
         gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_QKVW)),
                                     model_grad(m, T_BLK(l, BLK_QKVB)), dqkv, ln1,
                                     model_param(m, T_BLK(l, BLK_QKVW)), N, C, 3 * C);

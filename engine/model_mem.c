@@ -17,8 +17,9 @@
 
 /* Floats of attention's saved state (scratch 0: `att`, per layer) and of
  * the backward's scratch (1), as backend.h's att_floats answers them: the
- * full (B, NH, T, T) on the CPU; on a GPU the flash plan's logsumexp and
- * output copy, nothing of size T x T, wherever the plan takes flash. */
+ * full (B, NH, T, T) on the CPU; on a GPU the flash plan's logsumexp (and
+ * the backward's per-row state), nothing of size T x T, wherever the plan
+ * takes flash. */
 static double mem_att_floats(int gpu, double B, double T, double C, double NH, int scratch)
 {
     double full = B * NH * T * T;

@@ -96,18 +96,20 @@ struct gpt_backend_ops {
      * the forward for backward, in a buffer the model sizes (B,NH,T,T)
      * floats: the CPU backend and the CUDA GEMM path keep the softmax
      * probabilities there (only entries j <= i are defined); the CUDA flash
-     * kernels never form them and keep the per-row log-sum-exp (B,NH,T) and
-     * a copy of out in its first floats instead. Only the same backend's attention_backward may
-     * read it. */
+     * kernels never form them and keep the per-row log-sum-exp (B,NH,T) in
+     * its first floats instead. Only the same backend's attention_backward
+     * may read it. */
     void (*attention_forward)(struct gpt_backend *be, float *out /* (B,T,C) */,
                               float *att /* (B,NH,T,T) */, const float *qkv /* (B,T,3C) */,
                               size_t B, size_t T, size_t C, size_t NH);
     /* dqkv overwritten; scratch is caller-provided workspace of the same
-     * size as att, clobbered. */
+     * size as att, clobbered. out is the forward's output, unchanged since
+     * (the flash kernels take the rows' dout . out from it). */
     void (*attention_backward)(struct gpt_backend *be, float *dqkv /* (B,T,3C) */,
                                float *scratch /* (B,NH,T,T) */, const float *dout /* (B,T,C) */,
-                               const float *qkv /* (B,T,3C) */, const float *att /* (B,NH,T,T) */,
-                               size_t B, size_t T, size_t C, size_t NH);
+                               const float *out /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
+                               const float *att /* (B,NH,T,T) */, size_t B, size_t T, size_t C,
+                               size_t NH);
 
     /* GELU, tanh approximation (GPT-2). dinp may alias dout. */
     void (*gelu_forward)(struct gpt_backend *be, float *out, const float *inp, size_t n);
@@ -261,8 +263,8 @@ void gpt_backend_matmul_backward(struct gpt_backend *be, float *dinp, float *dwe
 void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
                                    size_t B, size_t T, size_t C, size_t NH);
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                    const float *dout, const float *qkv, const float *att, size_t B,
-                                    size_t T, size_t C, size_t NH);
+                                    const float *dout, const float *out, const float *qkv,
+                                    const float *att, size_t B, size_t T, size_t C, size_t NH);
 /* The fused product + GELU (ops slots above), or the separate ops. */
 void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,
                                      const float *inp, const float *weight, const float *bias,

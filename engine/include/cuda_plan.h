@@ -161,9 +161,10 @@ enum gpt_cuda_attn_kind {
 };
 
 /* How one attention call runs. With flash, the forward keeps in `att`
- * (B*NH*T*T floats) the per-row logsumexp (B*NH*T floats) followed by a
- * copy of its output (B*T*C floats), which fits when T > hs; the backward
- * keeps the rows' dout . out in `scratch`. */
+ * (B*NH*T*T floats) the per-row logsumexp (B*NH*T floats); the backward
+ * reads the forward's output (the caller passes it back) and keeps in
+ * `scratch` the rows' dout . out (CUDA-core kernels) or a bf16 copy of
+ * dout and the dQ turns (tensor cores), which fits when T > hs. */
 struct gpt_cuda_attn_plan {
     enum gpt_cuda_attn_kind kind;
     const char *why;  /* static text: why the GEMM path was chosen, or "" */
@@ -182,8 +183,8 @@ struct gpt_cuda_attn_plan {
  * to smem_limit bytes of shared memory (the opt-in limit). `want` is the
  * caller's preference: GPT_CUDA_ATTN_GEMM forces the GEMM path; FLASH
  * takes the fused kernels when they apply, i.e. when hs is a multiple of 4
- * and at most GPT_CUDA_FLASH_MAX_HS, T > hs (the att buffer holds the
- * saved state), B*NH fits a grid dimension and every kernel's shared
+ * and at most GPT_CUDA_FLASH_MAX_HS, T > hs (a (B,NH,T,T) scratch holds
+ * the backward's state), B*NH fits a grid dimension and every kernel's shared
  * memory fits. Fills *p either way. */
 void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C, size_t NH,
                              size_t smem_limit, enum gpt_cuda_attn_kind want);
@@ -191,7 +192,7 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
 /* Floats the attention buffers need under plan p (from
  * gpt_cuda_plan_attention for the same shape): the forward's `att`
  * (scratch 0) and the backward's scratch (scratch 1). GEMM: B*NH*T*T for
- * both. FLASH: the logsumexp and the output copy (lse_floats + B*T*C) and
+ * both. FLASH: the logsumexp (lse_floats) and
  * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
  * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
  * ceil(B*T*C / 2) floats, and at gpt_flash_tc_sem_off by the fused
@@ -320,22 +321,36 @@ int gpt_cuda_shd_held(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
  *    counted on the FLOPs they execute (the live 16 x 16 groups, masked
  *    pairs inside them included: at T 1024, 1.016 times the causal half
  *    that FlashAttention's own figures count) and on DRAM bytes only
- *    (their per-tile re-reads are L2 hits, bench_gpu_train says why):
- *    forward 200 TFLOP/s (20% of the dense peak). Public reference: the
+ *    (their per-tile re-reads are L2 hits, bench_gpu_train says why).
+ *    Forward 220 TFLOP/s (22% of the dense peak). Public reference: the
  *    FlashAttention-3 paper (Shah et al. 2024, arXiv 2407.08608, forward
  *    speed charts, H100 SXM5, bf16, causal, head dim 64) measures
  *    FlashAttention-2 (the same algorithm on mma.sync, no wgmma) at 229
- *    TFLOP/s at T 1k (~233 on our executed count); ours takes 64-row
- *    blocks of 4 warps where FA2 takes 128, so less, kept at 200.
- *    Backward (one fused pass, 10 hs FLOPs per pair: S, dP, dV, dK, dQ)
- *    170 TFLOP/s (17%). Same paper, backward chart (head dim 64, no mask):
- *    FA2's backward 238 TFLOP/s at T 1k; causal costs FA2's forward
- *    229/306 = 0.75 of that at the same shape, so ~178 causal (~181
- *    executed), less ~5% for our 64-key blocks of 4 warps and the
- *    ordered (deterministic) dQ adds in place of FA2's atomics.
- *    Our own limits: the ldmatrix traffic per mma, one exponential per
- *    pair and pass on the SFUs, and 4 warps per 64-row tile (2-3 blocks
- *    per SM) hide little latency. wgmma kernels (FlashAttention-3: 265
+ *    TFLOP/s at T 1k (~233 on our executed count). FA2's block for head
+ *    dim 64 is 128 query rows by 128 keys on 4 warps of 32 rows. Ours
+ *    has the same 128 query rows (so each K/V tile is staged once per
+ *    128 rows, as in FA2), on 8 warps of 16 rows, streaming 64-key tiles:
+ *    a warp reads each K and V fragment (ldmatrix) for 16 rows where
+ *    FA2's reads it for 32, so twice the ldmatrix traffic per mma, and a
+ *    128 x 64 tile costs one more barrier and softmax rescale per 64 keys
+ *    than FA2's 128 x 128. Both are issue slots and shared-memory
+ *    bandwidth beside the mma, not more tensor-core work; taken as ~5%
+ *    under FA2's 233: 220. (The 64-row blocks of 4 warps this replaced
+ *    staged each K/V tile for half as many rows and were held at 200.)
+ *    The rate is head dim 64's (GPT-2's); at hs 128 the 8-warp block
+ *    takes ~174 registers a thread, one block (8 warps) per SM.
+ *    Backward (one fused pass, 10 hs FLOPs per pair: S, dP, dV, dK, dQ;
+ *    plus the rows' D = dO . O, 2 hs per row of each visited query tile,
+ *    ~0.3% more, counted at the same rate) 170 TFLOP/s (17%). Same paper,
+ *    backward chart (head dim 64, no mask): FA2's backward 238 TFLOP/s at
+ *    T 1k; causal costs FA2's forward 229/306 = 0.75 of that at the same
+ *    shape, so ~178 causal (~181 executed), less ~5% for our 64-key blocks
+ *    of 4 warps and the ordered (deterministic) dQ adds in place of FA2's
+ *    atomics. FA2 takes D in a separate pass; ours takes it inside the
+ *    fused pass from the bf16 dO and O tiles (no pass, no DRAM re-read).
+ *    Our own limits: one exponential per pair and pass on the SFUs, and
+ *    4 warps per 64-key block (2 blocks per SM, by registers) hide little
+ *    latency in the backward. wgmma kernels (FlashAttention-3: 265
  *    forward causal, 363 backward non-causal at the same shape) would be
  *    the next step. The acceptance run's per-kernel times calibrate both.
  * Launch overheads are not modelled (steps are tens of ms, launches a few
@@ -346,7 +361,7 @@ int gpt_cuda_shd_held(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
 #define GPT_H200_MEM_BPS       4.0e12
 #define GPT_H200_PEAK_FLOPS    989e12 /* dense bf16, the MFU denominator */
 
-#define GPT_H200_FLASH_FWD_FLOPS 200e12
+#define GPT_H200_FLASH_FWD_FLOPS 220e12
 #define GPT_H200_FLASH_BWD_FLOPS 170e12
 
 enum gpt_cuda_kclass {

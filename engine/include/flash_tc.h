@@ -11,16 +11,21 @@
  * the kernels' work with gpt_flash_tc_pairs.
  *
  * Tiles (all rows of one (b, h) pair, T rows in all):
- *   forward       a block owns BR = 64 query rows, 16 per warp (one m16
- *                 row block of the mma), and streams key tiles of BC = 64
- *                 rows through shared memory (double-buffered cp.async);
+ *   forward       a block owns FWD_BR = 128 query rows (FlashAttention-2's
+ *                 block for head dim 64), 16 per warp (one m16 row block
+ *                 of the mma) over 8 warps, and streams key tiles of
+ *                 BC = 64 rows through shared memory (double-buffered
+ *                 cp.async): each K/V tile serves 128 rows;
  *   backward      one fused pass (FlashAttention-2's): a block owns BR = 64
- *                 key rows, 16 per warp, and streams query tiles of
- *                 gpt_flash_tc_bcq(hs) rows (64 up to hs 64, 32 above: the
- *                 two fp32 accumulators dK and dV already take 2 hs / 2
- *                 registers per thread). Per query tile it recomputes S and
- *                 P once, accumulates dK and dV in registers and adds the
- *                 tile's dQ share dS K to dq in global memory.
+ *                 key rows, 16 per warp over 4 warps, and streams query
+ *                 tiles of gpt_flash_tc_bcq(hs) rows (64 up to hs 64, 32
+ *                 above: the two fp32 accumulators dK and dV already take
+ *                 2 hs / 2 registers per thread). Per query tile it
+ *                 recomputes S and P once, takes the rows' D = dO . O
+ *                 from the tile's dO and O (bf16, 2 hs FLOPs per row:
+ *                 ~0.3% of the tile's products), accumulates dK and dV in
+ *                 registers and adds the tile's dQ share dS K to dq in
+ *                 global memory.
  * Causal skipping: a query block visits key tiles 0 .. the one holding
  * its last row; a key block visits query tiles from the one holding its
  * first key to the end. Only tiles that straddle the diagonal (or T) are
@@ -54,10 +59,18 @@
 #define GPT_FLASH_FN static inline
 #endif
 
-#define GPT_FLASH_TC_WARPS 4  /* warps per block */
+#define GPT_FLASH_TC_WARPS 4  /* warps per backward block */
 #define GPT_FLASH_TC_WROWS 16 /* rows each warp owns: one m16 block */
-#define GPT_FLASH_TC_BR    (GPT_FLASH_TC_WARPS * GPT_FLASH_TC_WROWS) /* 64 */
-#define GPT_FLASH_TC_BC    64 /* key rows per streamed tile (forward, dq) */
+#define GPT_FLASH_TC_BR    (GPT_FLASH_TC_WARPS * GPT_FLASH_TC_WROWS) /* 64 key rows */
+#define GPT_FLASH_TC_BC    64 /* key rows per streamed tile (forward) */
+/* Warps per forward block and the query rows it owns: 8 warps of one m16
+ * block each keep every warp's code and registers as with 4 (the Q
+ * fragments, S over 64 keys and O stay in registers up to hs 128, no
+ * spills; FA2's 4 warps of 32 rows would double S and O per thread), and
+ * give FlashAttention-2's 128-row block, so a K/V tile is fetched and
+ * staged once per 128 query rows. */
+#define GPT_FLASH_TC_FWD_WARPS 8
+#define GPT_FLASH_TC_FWD_BR    (GPT_FLASH_TC_FWD_WARPS * GPT_FLASH_TC_WROWS) /* 128 */
 /* bf16 elements of padding per shared-memory row: the row stride becomes
  * 2 hs + 16 bytes, so the eight 16-byte rows of one ldmatrix phase start
  * 4 banks apart and never conflict. */
@@ -78,12 +91,12 @@ GPT_FLASH_FN int gpt_flash_tc_bcq(size_t hs)
     return hs > 64 ? 32 : 64;
 }
 
-/* Key tiles [*ret_first, *ret_end) (BC rows each) that the query block
- * owning rows [q0, q0 + BR) visits: keys past its last row (or T) never
- * enter. */
+/* Key tiles [*ret_first, *ret_end) (BC rows each) that the forward's
+ * query block owning rows [q0, q0 + FWD_BR) visits: keys past its last
+ * row (or T) never enter. */
 GPT_FLASH_FN void gpt_flash_tc_kv_span(int q0, int T, int *ret_first, int *ret_end)
 {
-    int last = q0 + GPT_FLASH_TC_BR < T ? q0 + GPT_FLASH_TC_BR : T; /* one past */
+    int last = q0 + GPT_FLASH_TC_FWD_BR < T ? q0 + GPT_FLASH_TC_FWD_BR : T; /* one past */
     *ret_first = 0;
     *ret_end = (last + GPT_FLASH_TC_BC - 1) / GPT_FLASH_TC_BC;
 }
@@ -181,18 +194,22 @@ GPT_FLASH_FN int gpt_flash_tc_st_a_off(int l, int r, int ld, int m0, int k0)
 }
 
 /* Dynamic shared memory of each kernel, bytes: bf16 rows of hs + PAD;
- * forward: Q and two stages of (K, V); backward: K, V and two stages of
- * (Q, dO), the stages' logsumexp and D (fp32, bcq each), and the tile's
- * dS^T (BR rows of bcq + PAD) that the dQ product reads back. */
+ * forward: Q (FWD_BR rows) and two stages of (K, V); backward: K, V and
+ * two stages of (Q, dO), the stages' logsumexp and the tile's D (fp32,
+ * bcq each), the tile's dS^T (BR rows of bcq + PAD) that the dQ product
+ * reads back, and the tile's O (bcq rows, one stage: it is consumed, by
+ * D, before the next one is fetched). At most 82 KiB, so shared memory
+ * never holds the backward below the 2 blocks per SM its registers
+ * allow (~190 per thread, 128 threads). */
 GPT_FLASH_FN size_t gpt_flash_tc_smem_fwd(size_t hs)
 {
-    return (size_t)(GPT_FLASH_TC_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
+    return (size_t)(GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
 }
 
 GPT_FLASH_FN size_t gpt_flash_tc_smem_bwd(size_t hs)
 {
     size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
-    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4 +
+    return (2 * GPT_FLASH_TC_BR + 5 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 3 * bcq * 4 +
            (size_t)GPT_FLASH_TC_BR * (bcq + GPT_FLASH_TC_PAD) * 2;
 }
 
@@ -219,9 +236,10 @@ GPT_FLASH_FN size_t gpt_flash_tc_q_tiles(size_t T, size_t hs)
     return (T + bcq - 1) / bcq;
 }
 
-/* Where the backward's bf16 copy of dout starts in its scratch, in floats
- * after the rows' D = dout . out (lse_floats of them), rounded up to 16
- * bytes for cp.async. The copy takes ceil(B*T*C / 2) floats. */
+/* Where the backward's bf16 copy of dout (made when dout has no current
+ * bf16 copy of its own) starts in its scratch, in floats after the CUDA-core
+ * kernels' D = dout . out (lse_floats of them), rounded up to 16 bytes for
+ * cp.async. The copy takes ceil(B*T*C / 2) floats. */
 GPT_FLASH_FN size_t gpt_flash_tc_dob_off(size_t lse_floats)
 {
     return (lse_floats + 3) & ~(size_t)3;
@@ -237,13 +255,14 @@ GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
 
 /* Tiles the tensor-core kernels visit per (b, h) at T (each streams one
  * tile of the other side per visit): forward (own_is_query 1: key tiles
- * of BC rows per 64-row query block), backward (0: query tiles of bcq
- * rows per 64-key block). */
+ * of BC rows per 128-row query block), backward (0: query tiles of bcq
+ * rows per 64-key block; each visit also sums D over the tile's rows). */
 GPT_FLASH_FN double gpt_flash_tc_tiles(int T, size_t hs, int own_is_query)
 {
     double tiles = 0;
     int bcq = gpt_flash_tc_bcq(hs);
-    for (int own0 = 0; own0 < T; own0 += GPT_FLASH_TC_BR) {
+    int br = own_is_query ? GPT_FLASH_TC_FWD_BR : GPT_FLASH_TC_BR;
+    for (int own0 = 0; own0 < T; own0 += br) {
         int first, end;
         if (own_is_query)
             gpt_flash_tc_kv_span(own0, T, &first, &end);

@@ -144,13 +144,13 @@ void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *at
 }
 
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                    const float *dout, const float *qkv, const float *att, size_t B,
-                                    size_t T, size_t C, size_t NH)
+                                    const float *dout, const float *out, const float *qkv,
+                                    const float *att, size_t B, size_t T, size_t C, size_t NH)
 {
     BE_CHECK(be, attention_backward);
-    GPT_ASSERT(dqkv && scratch && dout && qkv && att && scratch != att);
+    GPT_ASSERT(dqkv && scratch && dout && out && qkv && att && scratch != att);
     GPT_ASSERT(B > 0 && T > 0 && NH > 0 && C % NH == 0 && C > 0);
-    be->ops->attention_backward(be, dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    be->ops->attention_backward(be, dqkv, scratch, dout, out, qkv, att, B, T, C, NH);
 }
 
 void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,

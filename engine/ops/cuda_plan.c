@@ -139,7 +139,7 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
     else if (hs > GPT_CUDA_FLASH_MAX_HS)
         p->why = "head size above the flash maximum";
     else if (T <= hs)
-        p->why = "T <= head size: att cannot hold the saved state";
+        p->why = "T <= head size: the (B,NH,T,T) scratch cannot hold the backward's state";
     else if (B * NH > 65535u)
         p->why = "B * NH exceeds a grid dimension";
     else if (p->smem_fwd > smem_limit || p->smem_dq > smem_limit || p->smem_dkv > smem_limit)
@@ -371,7 +371,7 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
     if (p->kind != GPT_CUDA_ATTN_FLASH)
         return B * NH * T * T;
     if (!scratch)
-        return p->lse_floats + B * T * C;
+        return p->lse_floats; /* the logsumexp: out comes back to the backward */
     /* The tensor-core backward also keeps a bf16 copy of dout there, and
      * its dQ turn counters (one int per (b, h, query tile)). */
     if (gpt_flash_tc_applies(p->hs))

@@ -479,8 +479,10 @@ static void test_attention_as(const struct shape *s, const char *tag, enum gpt_c
         report(fwd, tag, pair_err(&att, causal_mask, &T));
     struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 7, 7);
     struct pair scratch = pair_new(B * NH * T * T, 0, 0);
-    gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, qkv.c, att.c, B, T, C, NH);
-    gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, qkv.g, att.g, B, T, C, NH);
+    gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, out.c, qkv.c, att.c, B, T, C,
+                                   NH);
+    gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
+                                   NH);
     check(bwd, tag, &dqkv); /* the 7s must all be overwritten */
     struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -501,10 +503,13 @@ static const struct shape flash_shapes[] = {
     {1, 65, 96, 3, 0, 0},   {4, 64, 48, 4, 0, 0},     {2, 31, 8, 2, 0, 0},  {1, 257, 384, 6, 0, 0},
 };
 
-/* Shapes for the tensor-core flash kernels (bf16 mode; head size 64 or
- * 128, and 32 and 96 in the last two): T a multiple of the 64-row tiles
- * and not (65, 77, 95, 200, 300, 333, 1000), odd B*NH*T (the saved output
- * copy then starts at an odd float), several heads and batches (the
+/* Shapes for the tensor-core flash kernels (bf16 mode; head sizes 32, 64,
+ * 96 and 128): T against the forward's 128-row query blocks and the
+ * backward's 64-key blocks and 64- or 32-row query tiles: a multiple of
+ * 128 (128, 256, 1024, 2048, 4096), of 64 only (64, 192), neither (40,
+ * 65, 77, 95, 127, 129, 200, 300, 333, 1000), under one forward block
+ * (40 .. 127: most of its warps past T), odd B*NH*T (the logsumexp of
+ * the next head starts at an odd float), several heads and batches (the
  * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
  * tensor-core path: the launch count grows. */
 static const struct shape tc_shapes[] = {
@@ -512,6 +517,8 @@ static const struct shape tc_shapes[] = {
     {1, 200, 256, 2, 0, 0},   {2, 1000, 512, 4, 0, 0}, {1, 129, 128, 1, 0, 0},
     {2, 1024, 768, 12, 0, 0}, {1, 2048, 128, 2, 0, 0}, {1, 4096, 128, 1, 0, 0},
     {3, 333, 384, 3, 0, 0},   {2, 77, 128, 4, 0, 0},   {1, 300, 384, 4, 0, 0},
+    {3, 40, 64, 2, 0, 0},     {1, 128, 256, 4, 0, 0},  {2, 192, 128, 2, 0, 0},
+    {1, 127, 96, 1, 0, 0},    {2, 256, 256, 2, 0, 0},  {1, 130, 96, 3, 0, 0},
 };
 
 /* Forward and backward of one tc_shapes entry in bf16, against the CPU,
@@ -535,7 +542,8 @@ static void test_attention_tc(const struct shape *s)
         abort();
     for (int r = 0; r < 2; r++) {
         gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
-        gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, qkv.g, att.g, B, T, C, NH);
+        gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
+                                       NH);
         check_rc(
             gpt_backend_download(gpu, r ? again : first, dqkv.g, B * T * 3 * C * sizeof(float)),
             "download");
@@ -919,7 +927,7 @@ static void test_bf16_only_dout(size_t B, size_t T, size_t C, size_t NH)
             gpt_backend_layernorm_forward(be, P(ln), P(mean), P(rstd), P(x), P(lw), P(lb), N, C);
             gpt_backend_memzero(be, P(dw), C * C * sizeof(float));
             gpt_backend_matmul_backward(be, P(rdc), P(dw), NULL, P(dy), P(ry), P(w), N, C, C);
-            gpt_backend_attention_backward(be, P(dqkv), sc, P(rdc), P(rq), a, B, T, C, NH);
+            gpt_backend_attention_backward(be, P(dqkv), sc, P(rdc), P(ry), P(rq), a, B, T, C, NH);
             gpt_backend_memzero(be, P(dres), nc * sizeof(float));
             gpt_backend_memzero(be, P(dlw), C * sizeof(float));
             gpt_backend_memzero(be, P(dlb), C * sizeof(float));

@@ -15,10 +15,14 @@
  * causal pair exactly once per pass, and as many computed pairs as the cost
  * model's gpt_flash_tc_pairs. The backward's dQ adds run under a random
  * interleaving of the blocks and under lock-step rounds (where no block
- * may wait for its turn): same bits either way. With bf16 rounding on (inputs, P and dS before
- * their products, dout for the backward, as the kernels round) it must stay
- * within bf16 tolerance of the reference; with rounding off, within fp32
- * rounding. No GPU needed: the PTX is tested by tests/gpu/test_gpu_ops.
+ * may wait for its turn): same bits either way. The backward takes each
+ * query tile's D = dO . O on every visit from the bf16 dO and the forward's
+ * bf16 output, as the kernel does (FlashAttention-2's row term), and
+ * counts those row sums against the cost model's. With bf16 rounding on
+ * (inputs, P and dS before their products, dout and out for the backward,
+ * as the kernels round) it must stay within bf16 tolerance of the
+ * reference; with rounding off, within fp32 rounding. No GPU needed: the
+ * PTX is tested by tests/gpu/test_gpu_ops.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,8 +46,9 @@ struct head {
     /* naive reference (double) */
     double *ref_out, *ref_lse, *ref_dq, *ref_dk, *ref_dv;
     /* emulated kernels */
-    float *out, *lse, *D, *dob, *dq, *dk, *dv;
-    int *seen; /* T x T visit counts of one pass */
+    float *out, *lse, *D, *dob, *ob, *dq, *dk, *dv;
+    int *seen;     /* T x T visit counts of one pass */
+    double d_rows; /* rows whose D the backward summed, all visits */
 };
 
 static float rnd(uint64_t *s)
@@ -77,7 +82,9 @@ static void head_init(struct head *h, int T, int hs, int round, uint64_t seed)
     h->T = T;
     h->hs = hs;
     h->round = round;
-    float **in[] = {&h->q, &h->k, &h->v, &h->dout, &h->out, &h->dob, &h->dq, &h->dk, &h->dv};
+    h->d_rows = 0;
+    float **in[] = {&h->q,   &h->k,  &h->v,  &h->dout, &h->out,
+                    &h->dob, &h->ob, &h->dq, &h->dk,   &h->dv};
     for (size_t a = 0; a < sizeof(in) / sizeof(in[0]); a++) {
         *in[a] = calloc(n, sizeof(float));
         assert_non_null(*in[a]);
@@ -106,9 +113,9 @@ static void head_init(struct head *h, int T, int hs, int round, uint64_t seed)
 
 static void head_done(struct head *h)
 {
-    void *all[] = {h->q,      h->k,       h->v,   h->dout,    h->out,    h->dob,
-                   h->dq,     h->dk,      h->dv,  h->ref_out, h->ref_dq, h->ref_dk,
-                   h->ref_dv, h->ref_lse, h->lse, h->D,       h->seen};
+    void *all[] = {h->q,      h->k,      h->v,       h->dout, h->out,     h->dob,
+                   h->ob,     h->dq,     h->dk,      h->dv,   h->ref_out, h->ref_dq,
+                   h->ref_dk, h->ref_dv, h->ref_lse, h->lse,  h->D,       h->seen};
     for (size_t a = 0; a < sizeof(all) / sizeof(all[0]); a++)
         free(all[a]);
 }
@@ -182,19 +189,19 @@ static void check_seen(struct head *h)
     memset(h->seen, 0, (size_t)h->T * h->T * sizeof(int));
 }
 
-/* The forward kernel: blocks of BR query rows (last tile first), warps of
- * 16 rows, key tiles of the causal span, online softmax per row. */
+/* The forward kernel: blocks of FWD_BR query rows (last tile first), warps
+ * of 16 rows, key tiles of the causal span, online softmax per row. */
 static double emulate_forward(struct head *h)
 {
-    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
+    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_FWD_BR - 1) / GPT_FLASH_TC_FWD_BR;
     const float scale2 = 1.0f / sqrtf((float)hs) * GPT_FLASH_LOG2E;
     float x[GPT_FLASH_TC_BC];
     double pairs = 0;
     for (int bx = 0; bx < tiles; bx++) {
-        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_BR;
+        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_FWD_BR;
         int kt0, nkt;
         gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
-        for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
+        for (int w = 0; w < GPT_FLASH_TC_FWD_WARPS; w++) {
             const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
             for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
                 float m = -INFINITY, l = 0, o[128] = {0};
@@ -238,16 +245,13 @@ static double emulate_forward(struct head *h)
     return pairs;
 }
 
-/* The prep kernel: D = dout . out (fp32 out) and dout as bf16. Round 2
- * is the prep reading dout's bf16 copy (a product wrote dout bf16 only):
- * D then comes from the bf16 values the backward also reads. */
-static void emulate_prep(struct head *h)
+/* What the backward reads besides q, k, v: dout as bf16 (its producer's
+ * bf16 copy) and the forward's output as bf16 (its bf16 copy). */
+static void emulate_bwd_inputs(struct head *h)
 {
-    for (int i = 0; i < h->T; i++) {
-        for (int d = 0; d < h->hs; d++)
-            h->dob[(size_t)i * h->hs + d] = op(h, h->dout[(size_t)i * h->hs + d]);
-        const float *g = h->round == 2 ? h->dob : h->dout;
-        h->D[i] = dotf(g + (size_t)i * h->hs, h->out + (size_t)i * h->hs, h->hs);
+    for (size_t e = 0; e < (size_t)h->T * h->hs; e++) {
+        h->dob[e] = op(h, h->dout[e]);
+        h->ob[e] = op(h, h->out[e]);
     }
 }
 
@@ -280,6 +284,11 @@ static double emulate_bwd(struct head *h, uint64_t sched)
         gpt_flash_tc_q_span(k0, T, bq, &qt0, &nq);
         assert_int_equal(nq, nqt);
         cur[kb] = qt0;
+        /* Each visit of a query tile first sums its rows' D = dO . O
+         * (rows past T are zero-filled: D 0). */
+        for (int qt = qt0; qt < nqt; qt++)
+            for (int i = qt * bq; i < (qt + 1) * bq; i++, h->d_rows++)
+                h->D[i] = dotf(h->dob + (size_t)i * hs, h->ob + (size_t)i * hs, hs);
         for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
             const int r0 = k0 + w * GPT_FLASH_TC_WROWS;
             for (int j = r0; j < r0 + GPT_FLASH_TC_WROWS; j++) {
@@ -394,7 +403,7 @@ static void run_case(int T, int hs, int round)
         if (!(d <= e_lse))
             e_lse = isnan(d) ? INFINITY : d;
     }
-    emulate_prep(&h);
+    emulate_bwd_inputs(&h);
     /* A random interleaving first, then the lock-step one: dq must come
      * out with the same bits (the order of the adds is fixed). */
     double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T);
@@ -409,6 +418,8 @@ static void run_case(int T, int hs, int round)
     free(dq_random);
     assert_true(pr == pk);
     assert_true(pk == gpt_flash_tc_pairs(T, (size_t)hs, 0));
+    /* D summed once per visited tile row, as the cost model counts it. */
+    assert_true(h.d_rows == 2 * gpt_flash_tc_tiles(T, (size_t)hs, 0) * gpt_flash_tc_bcq(hs));
     double e_dq = max_err(h.dq, h.ref_dq, n), e_dk = max_err(h.dk, h.ref_dk, n);
     double e_dv = max_err(h.dv, h.ref_dv, n);
     if (getenv("FLASH_TC_VERBOSE") || e_out > tol_out || e_lse > 1e-4 || e_dq > tol_grad ||
@@ -442,16 +453,6 @@ static void test_blocked_bf16(void **state)
     for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
         for (int hs = 32; hs <= 128; hs += 32)
             run_case(Ts[t], hs, 1);
-}
-
-/* dout arriving as bf16 (the prep's bf16-dout path): D from the rounded
- * dout; still within bf16 tolerance of the fp32-dout reference. */
-static void test_blocked_bf16_dout(void **state)
-{
-    (void)state;
-    for (size_t t = 0; t < sizeof(Ts) / sizeof(Ts[0]); t++)
-        for (int hs = 32; hs <= 128; hs += 32)
-            run_case(Ts[t], hs, 2);
 }
 
 static void test_rescale(void **state)
@@ -490,25 +491,36 @@ static void test_mask_and_spans(void **state)
     assert_true(gpt_flash_tc_needs_mask(64, 16, 0, 64, 70));
     assert_true(gpt_flash_tc_needs_mask(0, 64, 0, 16, 10));
     int f, e;
+    /* The forward's 128-row query blocks: keys up to their last row. */
     gpt_flash_tc_kv_span(0, 1024, &f, &e);
     assert_int_equal(f, 0);
-    assert_int_equal(e, 1);
-    gpt_flash_tc_kv_span(960, 1024, &f, &e);
-    assert_int_equal(e, 16);
-    gpt_flash_tc_kv_span(64, 70, &f, &e);
     assert_int_equal(e, 2);
+    gpt_flash_tc_kv_span(896, 1024, &f, &e);
+    assert_int_equal(e, 16);
+    gpt_flash_tc_kv_span(128, 140, &f, &e); /* rows 128..139: keys 0..139 */
+    assert_int_equal(e, 3);
+    gpt_flash_tc_kv_span(0, 70, &f, &e); /* T under one block */
+    assert_int_equal(e, 2);
+    gpt_flash_tc_kv_span(0, 40, &f, &e);
+    assert_int_equal(e, 1);
     gpt_flash_tc_q_span(128, 1024, 32, &f, &e);
     assert_int_equal(f, 4);
     assert_int_equal(e, 32);
     gpt_flash_tc_q_span(128, 130, 64, &f, &e);
     assert_int_equal(f, 2);
     assert_int_equal(e, 3);
-    /* At T = 1024 the causal kernels visit 136 of the 256 tiles of 64 x
-     * 64: the 120 below the diagonal and the 16 diagonal ones, and compute
-     * the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the T (T + 1) / 2
-     * causal pairs (a whole diagonal tile would be 1.06). */
-    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 136.0);
+    /* At T = 1024 the backward visits 136 of the 256 tiles of 64 x 64:
+     * the 120 below the diagonal and the 16 diagonal ones; the forward's
+     * 8 blocks of 128 rows visit 2, 4, .. 16 key tiles of 64, 72 in all
+     * (each 128 x 64: the same area plus the 8 upper halves of the
+     * diagonal 128 x 128 blocks, whose 16 x 16 groups it skips). Both
+     * compute the 64 * 65 / 2 live 16 x 16 groups: 1.016 times the
+     * T (T + 1) / 2 causal pairs (a whole diagonal tile would be 1.06). */
+    assert_true(gpt_flash_tc_tiles(1024, 64, 1) == 72.0);
     assert_true(gpt_flash_tc_tiles(1024, 64, 0) == 136.0);
+    assert_true(gpt_flash_tc_tiles(100, 64, 1) == 2.0);              /* one block, T < 128 */
+    assert_true(gpt_flash_tc_tiles(200, 64, 1) == 6.0);              /* 2 + 4 (keys 128..199) */
+    assert_true(gpt_flash_tc_tiles(200, 128, 0) == 7.0 + 5 + 3 + 1); /* 32-row q tiles */
     assert_true(gpt_flash_tc_pairs(1024, 64, 1) == 64.0 * 65 / 2 * 256);
     assert_true(gpt_flash_tc_pairs(1024, 128, 0) == 64.0 * 65 / 2 * 256);
     /* Key block k0 visits (1024 - k0) / 32 tiles of 32 queries. */
@@ -540,9 +552,12 @@ static void test_smem_and_offsets(void **state)
         for (size_t r = 0; r < 8; r++)
             groups |= 1u << ((r * row / 4) % 32 / 4);
         assert_int_equal(groups, 0xffu);
-        /* Every kernel fits the H100/H200 opt-in limit of 227 KiB. */
+        /* Every kernel fits the H100/H200 opt-in limit of 227 KiB, and two
+         * backward blocks (what its registers allow) fit an SM's 228 KiB
+         * (1 KiB of it reserved per block). */
         assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
         assert_true(gpt_flash_tc_smem_bwd(hs) <= 227 * 1024);
+        assert_true(2 * (gpt_flash_tc_smem_bwd(hs) + 1024) <= 228 * 1024);
         /* The dS^T tile (rows of bcq + PAD) is conflict-free as well. */
         size_t srow = ((size_t)gpt_flash_tc_bcq(hs) + GPT_FLASH_TC_PAD) * 2;
         unsigned sgroups = 0;
@@ -550,11 +565,15 @@ static void test_smem_and_offsets(void **state)
             sgroups |= 1u << ((r * srow / 4) % 32 / 4);
         assert_int_equal(sgroups, 0xffu);
     }
-    assert_int_equal(gpt_flash_tc_smem_fwd(64), (64 + 4 * 64) * 72 * 2);
+    /* Forward: Q of 128 rows, two stages of K and V of 64. Backward: K, V,
+     * two stages of Q and dO and one of O; two stages of lse and one of
+     * D; dS^T. */
+    assert_int_equal(gpt_flash_tc_smem_fwd(64), (128 + 4 * 64) * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_fwd(128), (128 + 4 * 64) * 136 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(128),
-                     (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4 + 64 * 40 * 2);
+                     (2 * 64 + 5 * 32) * 136 * 2 + 3 * 32 * 4 + 64 * 40 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(64),
-                     (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4 + 64 * 72 * 2);
+                     (2 * 64 + 5 * 64) * 72 * 2 + 3 * 64 * 4 + 64 * 72 * 2);
     /* The bf16 dout copy starts 16-byte aligned after D. */
     assert_int_equal(gpt_flash_tc_dob_off(0), 0);
     assert_int_equal(gpt_flash_tc_dob_off(1), 4);
@@ -711,7 +730,6 @@ int main(void)
         cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_fragments),        cmocka_unit_test(test_blocked_fp32),
         cmocka_unit_test(test_blocked_bf16),
-        cmocka_unit_test(test_blocked_bf16_dout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,7 +248,7 @@ static void check_attention(int threads, size_t B, size_t T, size_t C, size_t NH
     float *scratch = zero_buf(B * NH * T * T);
     float *dqkv = rand_buf(n, 1.0); /* garbage: must be overwritten */
     att_loss(&c);
-    gpt_backend_attention_backward(c.be, dqkv, scratch, c.g, c.qkv, c.att, B, T, C, NH);
+    gpt_backend_attention_backward(c.be, dqkv, scratch, c.g, c.out, c.qkv, c.att, B, T, C, NH);
     assert_true(grad_error("attention dqkv", c.qkv, n, dqkv, att_loss, &c) < 1e-2);
     free(c.qkv), free(c.g), free(c.out), free(c.att), free(scratch), free(dqkv);
     gpt_backend_free(c.be);
@@ -494,7 +494,10 @@ static void test_threads_match(void **state)
     assert_true(max_rel_diff(o3[0], o3[1], 3 * C) < 1e-5);
     BOTH(gpt_backend_attention_forward(be[k], out[k], o3[k], qkv, B, T, C, NH));
     assert_true(max_rel_diff(out[0], out[1], N * C) < 1e-5);
-    BOTH(gpt_backend_attention_backward(be[k], out[k], o4[k], dout, qkv, o3[0], B, T, C, NH));
+    for (int k = 0; k < 2; k++) /* the forward's output, which BOTH clears in out */
+        memcpy(o5[k], out[k], N * C * sizeof(float));
+    BOTH(
+        gpt_backend_attention_backward(be[k], out[k], o4[k], dout, o5[k], qkv, o3[0], B, T, C, NH));
     assert_true(max_rel_diff(out[0], out[1], N * 3 * C) < 1e-5);
     BOTH(gpt_backend_gelu_forward(be[k], out[k], dout, N * 3 * C));
     assert_true(max_rel_diff(out[0], out[1], N * 3 * C) < 1e-6);

@@ -115,11 +115,13 @@ static void att_softmax_backward_rows(float *restrict datt, const float *restric
 }
 
 void gpt_cpu_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                const float *dout, const float *qkv, const float *att, size_t B,
-                                size_t T, size_t C, size_t NH)
+                                const float *dout, const float *out, const float *qkv,
+                                const float *att, size_t B, size_t T, size_t C, size_t NH)
 {
     /* dqkv (B,T,3C) overwritten, scratch (B,NH,T,T), dout (B,T,C),
-     * qkv (B,T,3C), att (B,NH,T,T) */
+     * qkv (B,T,3C), att (B,NH,T,T); out is not needed (att holds the
+     * probabilities) */
+    (void)out;
     size_t hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     int ld3 = (int)(3 * C);

@@ -96,8 +96,8 @@ void gpt_cpu_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight
 void gpt_cpu_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
                                size_t B, size_t T, size_t C, size_t NH);
 void gpt_cpu_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                const float *dout, const float *qkv, const float *att, size_t B,
-                                size_t T, size_t C, size_t NH);
+                                const float *dout, const float *out, const float *qkv,
+                                const float *att, size_t B, size_t T, size_t C, size_t NH);
 void gpt_cpu_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n);
 void gpt_cpu_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
                            size_t n);

@@ -2,10 +2,11 @@
  * cuda_attention: fused causal attention (FlashAttention-2 style) for the
  * CUDA backend. Nothing of size T x T is materialised: the forward streams
  * key/value tiles through shared memory with an online softmax and keeps
- * only each query row's logsumexp (and a copy of its output, for the
- * backward's row terms); the backward recomputes the probabilities tile by
- * tile. Tiling and the choice against the batched-GEMM path are planned on
- * the host (gpt_cuda_plan_attention in cuda_plan.c, unit-tested in CI).
+ * only each query row's logsumexp; the backward recomputes the
+ * probabilities tile by tile, and takes the rows' D = dout . out from the
+ * output itself (the caller passes it back, FlashAttention-2's way).
+ * Tiling and the choice against the batched-GEMM path are planned on the
+ * host (gpt_cuda_plan_attention in cuda_plan.c, unit-tested in CI).
  *
  * Layout of one block: GPT_CUDA_FLASH_WARPS warps, each owning
  * GPT_CUDA_FLASH_ROWS rows of one (b, h) pair, so a block owns BR rows.
@@ -16,7 +17,7 @@
  * broadcast by shuffles while each lane owns head dimensions lane, lane +
  * 32, ... (at most GPT_CUDA_FLASH_MAX_HS / 32 of them).
  *
- *   forward   blocks over (query tile, b*h): out, lse, a copy of out
+ *   forward   blocks over (query tile, b*h): out, lse
  *   D         one warp per (b, h, i): D_i = dout_i . out_i
  *   dq        blocks over (query tile, b*h), keys streamed: dq
  *   dk, dv    blocks over (key tile, b*h), queries streamed: dk, dv
@@ -35,10 +36,10 @@
  * forward and ONE fused backward kernel (dq, dk, dv from a single
  * recomputation of S and P; dq added across key blocks in a fixed order
  * behind per-tile turn counters, still no atomics and the same bits every
- * run) with mma.sync m16n8k16 bf16 and fp32 accumulation, plus a prep
- * kernel that computes D, a bf16 copy of dout and zeroes the turns. The
- * saved state (natural logsumexp, fp32 output copy) is the same in both,
- * so either backward can follow either forward.
+ * run) with mma.sync m16n8k16 bf16 and fp32 accumulation; D comes from
+ * the bf16 dout and out inside the fused pass, the turns are zeroed by a
+ * memset. The saved state (the natural logsumexp) is the same in both, so
+ * either backward can follow either forward.
  */
 #include <math.h>
 #include <stdint.h>
@@ -108,8 +109,8 @@ __device__ __forceinline__ float fa_dot4(float4 a, float4 b)
 
 template <bool BF>
 __global__ void __launch_bounds__(FA_THREADS)
-    flash_forward_kernel(float *out, uint16_t *out_bf, float *lse, float *ocopy, const void *qkv,
-                         int T, int C, int NH, int hs, int ld, float scale)
+    flash_forward_kernel(float *out, uint16_t *out_bf, float *lse, const void *qkv, int T, int C,
+                         int NH, int hs, int ld, float scale)
 {
     extern __shared__ float4 fa_smem[];
     float *sq = (float *)fa_smem, *sk = sq + FA_BR * ld, *sv = sk + FA_BC * ld;
@@ -195,7 +196,6 @@ __global__ void __launch_bounds__(FA_THREADS)
                 float y = o[r][k] * inv;
                 if (out) /* NULL: bf16 only */
                     out[row + d] = y;
-                ocopy[row + d] = y;
                 if (out_bf)
                     out_bf[row + d] = gpt_bf16_from_float_rne(y);
             }
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 /* ---- backward: D_i = dout_i . out_i ---------------------------------------- */
 
-__global__ void flash_d_kernel(float *Dv, const float *dout, const float *ocopy, size_t rows, int T,
+__global__ void flash_d_kernel(float *Dv, const float *dout, const float *out, size_t rows, int T,
                                int C, int NH, int hs)
 {
     int lane = threadIdx.x % FA_WARP;
@@ -218,7 +218,7 @@ __global__ void flash_d_kernel(float *Dv, const float *dout, const float *ocopy,
         size_t off = (b * T + i) * C + h * hs;
         float acc = 0.0f;
         for (int d = lane; d < hs; d += FA_WARP)
-            acc += dout[off + d] * ocopy[off + d];
+            acc += dout[off + d] * out[off + d];
         acc = fa_warp_sum(acc);
         if (lane == 0)
             Dv[r] = acc;
@@ -456,10 +456,12 @@ __global__ void __launch_bounds__(FA_THREADS)
  *             backward stores, gpt_flash_tc_st_a_off).
  */
 
-#define TC_THREADS (GPT_FLASH_TC_WARPS * FA_WARP)
-#define TC_BR      GPT_FLASH_TC_BR
-#define TC_BC      GPT_FLASH_TC_BC
-#define TC_WR      GPT_FLASH_TC_WROWS
+#define TC_THREADS     (GPT_FLASH_TC_WARPS * FA_WARP) /* backward */
+#define TC_BR          GPT_FLASH_TC_BR
+#define TC_FWD_THREADS (GPT_FLASH_TC_FWD_WARPS * FA_WARP)
+#define TC_FWD_BR      GPT_FLASH_TC_FWD_BR
+#define TC_BC          GPT_FLASH_TC_BC
+#define TC_WR          GPT_FLASH_TC_WROWS
 
 __device__ __forceinline__ uint32_t tc_saddr(const void *p)
 {
@@ -553,6 +555,13 @@ __device__ __forceinline__ void tc_pack_a(uint32_t a[4], const float (*c)[4], in
     a[3] = tc_pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
+/* The dot product of two bf16 pairs (low halves first), in fp32. */
+__device__ __forceinline__ float tc_dot2(uint32_t a, uint32_t b)
+{
+    return __uint_as_float(a << 16) * __uint_as_float(b << 16) +
+           __uint_as_float(a & 0xffff0000u) * __uint_as_float(b & 0xffff0000u);
+}
+
 /* Rows t0 .. t0+rows-1 of a bf16 matrix (row t at src + t * stride,
  * columns 0 .. HS-1) into s (row stride HS + PAD) with cp.async, 16 bytes
  * per copy; rows at or past T are zero-filled (source size 0, the address
@@ -607,29 +616,33 @@ __device__ __forceinline__ void tc_store2(float *f, uint16_t *bf, size_t at, flo
 }
 
 /* ---- tensor-core forward ----------------------------------------------------
- * Grid (q tiles, B*NH); block x takes query tile q_tiles - 1 - x, so the
- * tiles with the most keys start first. Warp w owns query rows
- * q0 + 16 w .. + 15; lane l holds, for rows ia = q0 + 16 w + l/4 and
- * ib = ia + 8, the running maximum m (log2 units), its own columns' part of
- * the running sum l (the quad's four parts add up at the end) and the
- * output accumulator o[n] over head columns 8 n + 2 (l % 4) + {0, 1}. */
+ * Grid (ceil(T / 128), B*NH), 8 warps; block x takes query block
+ * x_blocks - 1 - x (128 rows), so the blocks with the most keys start
+ * first. Warp w owns query rows q0 + 16 w .. + 15; lane l holds, for rows
+ * ia = q0 + 16 w + l/4 and ib = ia + 8, the running maximum m (log2
+ * units), its own columns' part of the running sum l (the quad's four
+ * parts add up at the end) and the output accumulator o[n] over head
+ * columns 8 n + 2 (l % 4) + {0, 1}. A warp whose 16 rows all precede a
+ * key tile (the block's last tile, for its first four warps) or lie past
+ * T skips that tile: none of its groups is live, so its scores would all
+ * be masked (alpha 1, P 0) and nothing would change. */
 template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
-    flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, float *ocopy,
-                            const uint16_t *qkv, int T, int C, int NH, float scale2)
+__global__ void __launch_bounds__(TC_FWD_THREADS)
+    flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
+                            int C, int NH, float scale2)
 {
     constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
     extern __shared__ __align__(16) uint16_t tc_smem[];
-    uint16_t *sq = tc_smem, *skv = sq + TC_BR * LD; /* stage s: K at skv + 2 s TILE, V after */
+    uint16_t *sq = tc_smem, *skv = sq + TC_FWD_BR * LD; /* stage s: K at skv + 2 s TILE, V after */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_BR;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_FWD_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
     int kt0, nkt;
     gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
 
-    tc_load<HS>(sq, gq, ld3, q0, TC_BR, T);
+    tc_load<HS>(sq, gq, ld3, q0, TC_FWD_BR, T);
     tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
     tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
     tc_commit();
@@ -659,75 +672,79 @@ __global__ void __launch_bounds__(TC_THREADS)
             for (int ks = 0; ks < HS / 16; ks++)
                 tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
         }
-        /* S = Q K^T for this warp's 16 rows and the tile's 64 keys; the
-         * 16-key groups with no valid pair for these rows stay 0 (the mask
-         * below turns them into -inf). */
-        float s[TC_BC / 8][4];
+        /* Warp-uniform: the tile's first 16 keys meet these rows (else
+         * none of its keys does). */
+        if (gpt_flash_tc_live(q0 + wr, k0, T)) {
+            /* S = Q K^T for this warp's 16 rows and the tile's 64 keys; the
+             * 16-key groups with no valid pair for these rows stay 0 (the
+             * mask below turns them into -inf). */
+            float s[TC_BC / 8][4];
 #pragma unroll
-        for (int n = 0; n < TC_BC / 8; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int n = 0; n < TC_BC / 8; n++)
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
+            for (int ks = 0; ks < HS / 16; ks++) {
 #pragma unroll
-            for (int np = 0; np < TC_BC / 16; np++) {
-                if (!gpt_flash_tc_live(q0 + wr, k0 + np * 16, T))
+                for (int np = 0; np < TC_BC / 16; np++) {
+                    if (!gpt_flash_tc_live(q0 + wr, k0 + np * 16, T))
+                        continue;
+                    uint32_t kb[4];
+                    tc_ld_b(kb, sk, LD, np * 16, ks * 16);
+                    tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
+                    tc_mma(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+                }
+            }
+            /* Scale to log2 units, mask, and take the tile's row maxima. */
+            const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                    float x = s[n][e] * scale2;
+                    if (mask && (j > i || j >= T))
+                        x = -INFINITY;
+                    s[n][e] = x;
+                    mx[e / 2] = fmaxf(mx[e / 2], x);
+                }
+            }
+            float sub[2], alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                alpha[r] = gpt_flash_tc_rescale(m[r], tc_quad_max(mx[r]), &m[r], &sub[r]);
+            l[0] *= alpha[0];
+            l[1] *= alpha[1];
+#pragma unroll
+            for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[n][e] = exp2f(s[n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
+                l[0] += s[n][0] + s[n][1];
+                l[1] += s[n][2] + s[n][3];
+            }
+#pragma unroll
+            for (int n = 0; n < HS / 8; n++) {
+                o[n][0] *= alpha[0];
+                o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1];
+                o[n][3] *= alpha[1];
+            }
+            /* o += P V: P (16 x 64) from the S registers, V (64 x HS); P
+             * is 0 in the skipped groups. */
+#pragma unroll
+            for (int kk = 0; kk < TC_BC / 16; kk++) {
+                if (!gpt_flash_tc_live(q0 + wr, k0 + kk * 16, T))
                     continue;
-                uint32_t kb[4];
-                tc_ld_b(kb, sk, LD, np * 16, ks * 16);
-                tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
-                tc_mma(s[2 * np + 1], qf[ks], kb[2], kb[3]);
-            }
-        }
-        /* Scale to log2 units, mask, and take the tile's row maxima. */
-        const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
-        float mx[2] = {-INFINITY, -INFINITY};
+                uint32_t pa[4];
+                tc_pack_a(pa, s, kk);
 #pragma unroll
-        for (int n = 0; n < TC_BC / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                float x = s[n][e] * scale2;
-                if (mask && (j > i || j >= T))
-                    x = -INFINITY;
-                s[n][e] = x;
-                mx[e / 2] = fmaxf(mx[e / 2], x);
-            }
-        }
-        float sub[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            alpha[r] = gpt_flash_tc_rescale(m[r], tc_quad_max(mx[r]), &m[r], &sub[r]);
-        l[0] *= alpha[0];
-        l[1] *= alpha[1];
-#pragma unroll
-        for (int n = 0; n < TC_BC / 8; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = exp2f(s[n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
-            l[0] += s[n][0] + s[n][1];
-            l[1] += s[n][2] + s[n][3];
-        }
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            o[n][0] *= alpha[0];
-            o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1];
-            o[n][3] *= alpha[1];
-        }
-        /* o += P V: P (16 x 64) from the S registers, V (64 x HS); P is 0
-         * in the skipped groups. */
-#pragma unroll
-        for (int kk = 0; kk < TC_BC / 16; kk++) {
-            if (!gpt_flash_tc_live(q0 + wr, k0 + kk * 16, T))
-                continue;
-            uint32_t pa[4];
-            tc_pack_a(pa, s, kk);
-#pragma unroll
-            for (int dp = 0; dp < HS / 16; dp++) {
-                uint32_t vb[4];
-                tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
-                tc_mma(o[2 * dp], pa, vb[0], vb[1]);
-                tc_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+                for (int dp = 0; dp < HS / 16; dp++) {
+                    uint32_t vb[4];
+                    tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
+                    tc_mma(o[2 * dp], pa, vb[0], vb[1]);
+                    tc_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+                }
             }
         }
         __syncthreads(); /* this stage is consumed before it is refilled */
@@ -741,59 +758,10 @@ __global__ void __launch_bounds__(TC_THREADS)
         const float inv = 1.0f / lt;
         const size_t at = ((size_t)b * T + rows[r]) * C + (size_t)h * HS + 2 * (lane % 4);
 #pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            float x = o[n][2 * r] * inv, y = o[n][2 * r + 1] * inv;
-            tc_store2(out, out_bf, at + n * 8, x, y);
-            ocopy[at + n * 8] = x; /* scalar: ocopy = att + B*NH*T may be odd */
-            ocopy[at + n * 8 + 1] = y;
-        }
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(out, out_bf, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         if (lane % 4 == 0)
             lse[(size_t)bh * T + rows[r]] = gpt_flash_tc_lse(m[r], lt);
-    }
-}
-
-/* ---- tensor-core backward: D, the bf16 copy of dout, the dQ turns ------------
- * One warp per row (b, h, i): D_i = dout_i . out_i over the head's columns,
- * and, with fp32 dout (DOB_IN false), dob = bf16(dout) in dout's (B, T, C)
- * layout, which the backward kernel then streams with cp.async like q, k
- * and v. With DOB_IN, dob is dout's current bf16 copy (the shadow its
- * producer wrote): D comes from it and nothing is copied. The grid also
- * zeroes the nsem dQ turn counters and the block ticket after them
- * (before the backward kernel: same stream). */
-template <bool DOB_IN>
-__global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t nsem,
-                                     const float *dout, const float *ocopy, size_t rows, int T,
-                                     int C, int NH, int hs)
-{
-    int lane = threadIdx.x % FA_WARP;
-    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < nsem;
-         k += (size_t)gridDim.x * blockDim.x)
-        sem[k] = 0;
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-        sem[nsem] = 0; /* the backward's block ticket */
-    size_t warps = (size_t)gridDim.x * (blockDim.x / FA_WARP);
-    for (size_t r = (size_t)blockIdx.x * (blockDim.x / FA_WARP) + threadIdx.x / FA_WARP; r < rows;
-         r += warps) {
-        size_t bh = r / (size_t)T, i = r % (size_t)T, b = bh / (size_t)NH, h = bh % (size_t)NH;
-        size_t off = (b * T + i) * C + h * hs;
-        float acc = 0.0f;
-        for (int d = 2 * lane; d < hs; d += 2 * FA_WARP) {
-            float gx, gy;
-            if (DOB_IN) {
-                uint32_t w = *(const uint32_t *)(dob + off + d);
-                gx = gpt_bf16_to_float((uint16_t)(w & 0xffffu));
-                gy = gpt_bf16_to_float((uint16_t)(w >> 16));
-            } else {
-                float2 g = *(const float2 *)(dout + off + d);
-                gx = g.x;
-                gy = g.y;
-                *(uint32_t *)(dob + off + d) = tc_pack(g.x, g.y);
-            }
-            acc += gx * ocopy[off + d] + gy * ocopy[off + d + 1];
-        }
-        acc = fa_warp_sum(acc);
-        if (lane == 0)
-            Dv[r] = acc;
     }
 }
 
@@ -802,7 +770,10 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t 
  * key) pair, not once for dq and once more for dk, dv. Grid (k tiles,
  * B*NH); block x owns key block kb = k_tiles - 1 - x, keys k0 = 64 kb.
  * Warp w owns keys k0 + 16 w ..; lane l rows ja = k0 + 16 w + l/4 and
- * jb = ja + 8. Per query tile of BQ rows (gpt_flash_tc_bcq): S^T = K Q^T
+ * jb = ja + 8. Per query tile of BQ rows (gpt_flash_tc_bcq): the rows'
+ * D_i = dO_i . O_i from the tile's bf16 dO and O (each warp sums BQ / 4
+ * rows; 2 hs FLOPs per row, 1 / (5 * 64) of the tile's products: ~0.3%,
+ * where a separate pass would read dO and O once more from DRAM), S^T = K Q^T
  * and dP^T = V dO^T (16 x BQ per warp), P^T = exp2(S^T scale2 - lse2_i)
  * (0 where i < j or past T), dS^T = P^T (dP^T - D_i), then dv += P^T dO
  * and dk += dS^T Q, both with the left operand from registers and the
@@ -817,11 +788,18 @@ __global__ void flash_tc_prep_kernel(float *Dv, uint16_t *dob, int *sem, size_t 
  * block's (key block, head) comes from a ticket taken at its start (one
  * atomicAdd on the int after the turn counters), not from blockIdx, since
  * CUDA does not promise to dispatch blocks in blockIdx order; a block
- * holding a ticket is resident, so every wait ends. */
+ * holding a ticket is resident, so every wait ends. The turn counters
+ * and the ticket start at zero (the launcher's memset).
+ * Shared memory (gpt_flash_tc_smem_bwd): K, V; two stages of (Q, dO) and
+ * of lse2, one of O (read by D at the top of a tile, refilled for the
+ * next tile right after) and one of D; dS^T. cp.async groups: the
+ * initial one (K, V, Q, dO, O of the first tile), then per tile the next
+ * tile's (Q, dO) at its top and the next tile's O after D, so the
+ * wait_group 1 at a tile's top leaves only the newest (Q, dO) in flight. */
 template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
     flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const uint16_t *dob,
-                        const uint16_t *qkv, const float *lse, const float *Dv, int T, int C,
+                        const uint16_t *ob, const uint16_t *qkv, const float *lse, int T, int C,
                         int NH, float scale, float scale2)
 {
     constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, TILE = BQ * LD;
@@ -830,10 +808,16 @@ __global__ void __launch_bounds__(TC_THREADS)
      * between them, DC each. */
     constexpr int MB = BQ / 16, DC = HS / (GPT_FLASH_TC_WARPS / MB);
     static_assert(GPT_FLASH_TC_WARPS % MB == 0 && DC % 16 == 0, "dQ split");
+    /* D: each warp sums DR rows, DL lanes per row, DCH 16-byte chunks of
+     * a row each (a lane's chunks adjacent: with the padded rows the 8
+     * lanes of a 128-bit phase hit distinct banks at hs 64). */
+    constexpr int DR = BQ / GPT_FLASH_TC_WARPS, DL = FA_WARP / DR, DCH = HS / 8 / DL;
+    static_assert(FA_WARP % DR == 0 && DCH * DL * 8 == HS, "D split");
     extern __shared__ __align__(16) uint16_t tc_smem[];
     uint16_t *sk = tc_smem, *sv = sk + TC_BR * LD, *sqd = sv + TC_BR * LD;
-    float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + 2 s BQ, D after */
-    uint16_t *sds = (uint16_t *)(srow + 4 * BQ);
+    float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + s BQ */
+    float *sD = srow + 2 * BQ;               /* the tile's D */
+    uint16_t *sds = (uint16_t *)(srow + 3 * BQ), *so = sds + TC_BR * SLD;
     __shared__ unsigned tc_ticket;
     if (threadIdx.x == 0)
         tc_ticket = atomicAdd((unsigned *)sem + nsem, 1u);
@@ -846,7 +830,8 @@ __global__ void __launch_bounds__(TC_THREADS)
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
     const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
-    const float *glse = lse + (size_t)bh * T, *gD = Dv + (size_t)bh * T;
+    const uint16_t *go = ob + (size_t)b * T * C + (size_t)h * HS;
+    const float *glse = lse + (size_t)bh * T;
     int qt0, nqt;
     gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
     int *cnt = sem + (size_t)bh * nqt; /* this head's dQ turn counters */
@@ -855,11 +840,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     tc_load<HS>(sv, gv, ld3, k0, TC_BR, T);
     tc_load<HS>(sqd, gq, ld3, qt0 * BQ, BQ, T);
     tc_load<HS>(sqd + TILE, gdo, C, qt0 * BQ, BQ, T);
+    tc_load<HS>(so, go, C, qt0 * BQ, BQ, T);
     tc_commit();
     for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
         int i = qt0 * BQ + t;
         srow[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
-        srow[BQ + t] = i < T ? gD[i] : 0.0f;
     }
 
     const int wr = warp * TC_WR, ja = k0 + wr + lane / 4, jb = ja + 8;
@@ -873,23 +858,42 @@ __global__ void __launch_bounds__(TC_THREADS)
     for (int qt = qt0; qt < nqt; qt++) {
         const int st = (qt - qt0) & 1, i0 = qt * BQ;
         const uint16_t *sq = sqd + 2 * st * TILE, *sdo = sq + TILE;
-        const float *sl = srow + 2 * st * BQ, *sD = sl + BQ;
+        const float *sl = srow + st * BQ;
         if (qt + 1 < nqt) {
             uint16_t *nq = sqd + 2 * (st ^ 1) * TILE;
-            float *nl = srow + 2 * (st ^ 1) * BQ;
+            float *nl = srow + (st ^ 1) * BQ;
             tc_load<HS>(nq, gq, ld3, i0 + BQ, BQ, T);
             tc_load<HS>(nq + TILE, gdo, C, i0 + BQ, BQ, T);
             tc_commit();
             for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
                 int i = i0 + BQ + t;
                 nl[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
-                nl[BQ + t] = i < T ? gD[i] : 0.0f;
             }
-            tc_wait<1>();
+            tc_wait<1>(); /* all but this (Q, dO): the tile's O came before */
         } else {
             tc_wait<0>();
         }
         __syncthreads();
+        { /* D of the tile's rows (zero-filled past T: D 0) */
+            const int r = warp * DR + lane / DL, c0 = (lane % DL) * DCH * 8;
+            float d = 0.0f;
+#pragma unroll
+            for (int c = 0; c < DCH; c++) {
+                const uint4 x = *(const uint4 *)(sdo + r * LD + c0 + c * 8);
+                const uint4 y = *(const uint4 *)(so + r * LD + c0 + c * 8);
+                d += tc_dot2(x.x, y.x) + tc_dot2(x.y, y.y) + tc_dot2(x.z, y.z) + tc_dot2(x.w, y.w);
+            }
+#pragma unroll
+            for (int o = DL / 2; o > 0; o /= 2)
+                d += __shfl_xor_sync(FA_FULL, d, o);
+            if (lane % DL == 0)
+                sD[r] = d;
+        }
+        __syncthreads(); /* D complete, O consumed */
+        if (qt + 1 < nqt) {
+            tc_load<HS>(so, go, C, i0 + BQ, BQ, T);
+            tc_commit();
+        }
         float s[BQ / 8][4], dp[BQ / 8][4];
 #pragma unroll
         for (int n = 0; n < BQ / 8; n++)
@@ -1039,25 +1043,24 @@ static bool tc_aligned(const void *p, size_t a)
 /* The tensor-core kernels run when q, k, v come as bf16 (the backend's
  * bf16 mode), the head size is one they are compiled for, and the
  * pointers allow their vector accesses: 16 bytes for cp.async sources,
- * 8 for float2, 4 for bf16 pairs. Anything else takes the CUDA-core
- * kernels, whose saved state (logsumexp, output copy) is the same, so a
- * forward and a backward may differ in path. */
+ * 8 for float2, 4 for bf16 pairs. The backward also needs out as bf16 (it
+ * streams it for D). Anything else takes the CUDA-core kernels, whose
+ * saved state (the logsumexp) is the same, so a forward and a backward
+ * may differ in path. */
 static bool tc_forward_ok(const struct gpt_cuda_attn_plan *p, const float *out,
-                          const uint16_t *out_bf, const float *ocopy, const uint16_t *qkv_bf)
+                          const uint16_t *out_bf, const uint16_t *qkv_bf)
 {
-    (void)ocopy; /* written with scalar stores */
     return qkv_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) && tc_aligned(out, 8) &&
            tc_aligned(out_bf, 4) && p->q_tiles <= GPT_CUDA_MAX_GRID;
 }
 
 static bool tc_backward_ok(const struct gpt_cuda_attn_plan *p, const float *dqkv,
-                           const uint16_t *dqkv_bf, const float *dout, const float *ocopy,
-                           const uint16_t *qkv_bf, const uint16_t *dob)
+                           const uint16_t *dqkv_bf, const uint16_t *out_bf, const uint16_t *qkv_bf,
+                           const uint16_t *dob)
 {
-    (void)ocopy; /* read with scalar loads */
-    return qkv_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) && tc_aligned(dqkv, 8) &&
-           tc_aligned(dqkv_bf, 4) && tc_aligned(dout, 8) && tc_aligned(dob, 16) &&
-           p->q_tiles <= GPT_CUDA_MAX_GRID;
+    return qkv_bf && out_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) &&
+           tc_aligned(dqkv, 8) && tc_aligned(dqkv_bf, 4) && tc_aligned(out_bf, 16) &&
+           tc_aligned(dob, 16) && p->q_tiles <= GPT_CUDA_MAX_GRID;
 }
 
 /* Tensor-core passes launched in this process (forward and backward
@@ -1069,14 +1072,14 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* D, dout's bf16 copy (unless dob_in: dob is dout's current bf16 copy)
- * and the zeroed dQ turns, then the fused pass; the shared-memory opt-in
- * first, so a refusal leaves nothing launched. */
+/* The zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in:
+ * dob is dout's current bf16 copy), then the fused pass; the
+ * shared-memory opt-in first, so a refusal leaves nothing launched. */
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in, int *sem,
-                               const float *dout, const float *ocopy, const uint16_t *qkv_bf,
-                               const float *lse, size_t T, size_t C, size_t NH)
+                               uint16_t *dqkv_bf, uint16_t *dob, bool dob_in, int *sem,
+                               const float *dout, const uint16_t *out_bf, const uint16_t *qkv_bf,
+                               const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
     size_t smem = gpt_flash_tc_smem_bwd(HS);
     cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS>, smem);
@@ -1085,16 +1088,13 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
     size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, HS);
-    unsigned pg = gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS);
-    if (dob_in)
-        flash_tc_prep_kernel<true><<<pg, FA_THREADS, 0, s>>>(Dv, dob, sem, nsem, dout, ocopy,
-                                                             p->lse_floats, t, c, nh, HS);
-    else
-        flash_tc_prep_kernel<false><<<pg, FA_THREADS, 0, s>>>(Dv, dob, sem, nsem, dout, ocopy,
-                                                              p->lse_floats, t, c, nh, HS);
+    if ((e = cudaMemsetAsync(sem, 0, (nsem + 1) * sizeof(int), s)) != cudaSuccess)
+        return e;
+    if (!dob_in)
+        cuk_f32_to_bf16(s, dob, dout, B * T * C);
     unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
     flash_tc_bwd_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, nsem, dob, qkv_bf, lse, Dv, t, c, nh, scale, scale2);
+        dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1103,14 +1103,14 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
  * shared-memory opt-in (then nothing is launched). */
 template <int HS>
 static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out, uint16_t *out_bf,
-                              float *lse, float *ocopy, const uint16_t *qkv_bf, int T, int C,
-                              int NH, float scale2)
+                              float *lse, const uint16_t *qkv_bf, int T, int C, int NH,
+                              float scale2)
 {
     cudaError_t e = fa_smem_optin(flash_tc_forward_kernel<HS>, smem);
     if (e != cudaSuccess)
         return e;
     flash_tc_forward_kernel<HS>
-        <<<grid, TC_THREADS, smem, s>>>(out, out_bf, lse, ocopy, qkv_bf, T, C, NH, scale2);
+        <<<grid, TC_FWD_THREADS, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1120,21 +1120,19 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
                               const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH)
 {
     (void)B;
-    float *lse = att, *ocopy = att + p->lse_floats;
+    float *lse = att;
     dim3 grid(p->q_tiles, p->bh);
     float scale = 1.0f / sqrtf((float)p->hs);
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     cudaError_t e;
-    if (tc_forward_ok(p, out, out_bf, ocopy, qkv_bf)) {
-        dim3 g((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
+    if (tc_forward_ok(p, out, out_bf, qkv_bf)) {
+        dim3 g((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
         size_t smem = gpt_flash_tc_smem_fwd(p->hs);
         float scale2 = scale * GPT_FLASH_LOG2E;
-        e = hs == 32 ? tc_forward<32>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
-            : hs == 64
-                ? tc_forward<64>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
-            : hs == 96
-                ? tc_forward<96>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2)
-                : tc_forward<128>(s, g, smem, out, out_bf, lse, ocopy, qkv_bf, t, c, nh, scale2);
+        e = hs == 32   ? tc_forward<32>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+            : hs == 64 ? tc_forward<64>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+            : hs == 96 ? tc_forward<96>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+                       : tc_forward<128>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernel below */
@@ -1142,48 +1140,48 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
     if (qkv_bf) {
         if ((e = fa_smem_optin(flash_forward_kernel<true>, p->smem_fwd)) != cudaSuccess)
             return e;
-        flash_forward_kernel<true><<<grid, FA_THREADS, p->smem_fwd, s>>>(
-            out, out_bf, lse, ocopy, qkv_bf, t, c, nh, hs, ld, scale);
+        flash_forward_kernel<true><<<grid, FA_THREADS, p->smem_fwd, s>>>(out, out_bf, lse, qkv_bf,
+                                                                         t, c, nh, hs, ld, scale);
     } else {
         if ((e = fa_smem_optin(flash_forward_kernel<false>, p->smem_fwd)) != cudaSuccess)
             return e;
-        flash_forward_kernel<false><<<grid, FA_THREADS, p->smem_fwd, s>>>(
-            out, out_bf, lse, ocopy, qkv, t, c, nh, hs, ld, scale);
+        flash_forward_kernel<false>
+            <<<grid, FA_THREADS, p->smem_fwd, s>>>(out, out_bf, lse, qkv, t, c, nh, hs, ld, scale);
     }
     return cudaSuccess;
 }
 
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *scratch, const float *dout,
-                               const uint16_t *dout_bf, const float *qkv, const uint16_t *qkv_bf,
-                               const float *att, size_t B, size_t T, size_t C, size_t NH)
+                               const uint16_t *dout_bf, const float *out, const uint16_t *out_bf,
+                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
+                               size_t T, size_t C, size_t NH)
 {
-    const float *lse = att, *ocopy = att + p->lse_floats;
+    const float *lse = att;
     float *Dv = scratch;
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
     float scale = 1.0f / sqrtf((float)p->hs);
     bool dob_in = dout_bf != NULL;
-    uint16_t *dob = dob_in ? (uint16_t *)dout_bf
-                           : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
+    uint16_t *dob =
+        dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
-    if (tc_backward_ok(p, dqkv, dqkv_bf, dout, ocopy, qkv_bf, dob)) {
-        cudaError_t e =
-            hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
-                                         qkv_bf, lse, T, C, NH)
-            : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
-                                         qkv_bf, lse, T, C, NH)
-            : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
-                                         qkv_bf, lse, T, C, NH)
-                       : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout, ocopy,
-                                          qkv_bf, lse, T, C, NH);
+    if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
+        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
+                                                   out_bf, qkv_bf, lse, B, T, C, NH)
+                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
+                                                     out_bf, qkv_bf, lse, B, T, C, NH)
+                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
+                                                     out_bf, qkv_bf, lse, B, T, C, NH)
+                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
+                                                      out_bf, qkv_bf, lse, B, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
     }
-    if (dob_in) /* the CUDA-core kernels read dout as fp32: the caller's turn */
+    if (dob_in || out_bf) /* the CUDA-core kernels read dout and out as fp32: the caller's turn */
         return cudaErrorNotSupported;
     flash_d_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS, 0,
-                     s>>>(Dv, dout, ocopy, p->lse_floats, t, c, nh, hs);
+                     s>>>(Dv, dout, out, p->lse_floats, t, c, nh, hs);
     dim3 gq(p->q_tiles, p->bh), gk(p->k_tiles, p->bh);
     cudaError_t e;
     if (qkv_bf) {

@@ -10,8 +10,9 @@
  *
  * Matrix products: cuda_matmul.cu (cuBLASLt with epilogues, else cuBLAS).
  * Attention: the fused flash kernels of cuda_attention.cu whenever
- * gpt_cuda_plan_attention allows (then `att` holds the logsumexp and a copy
- * of the output, not probabilities); otherwise, or when the GEMM path is
+ * gpt_cuda_plan_attention allows (then `att` holds the logsumexp, not
+ * probabilities, and the backward takes its row terms from the output the
+ * caller passes back); otherwise, or when the GEMM path is
  * requested, QK^T and att V (and the four backward products) are cuBLAS
  * strided-batched GEMMs straight on the strided views of qkv, batched over
  * heads (or batches, whichever is larger) and looped over the other, with
@@ -329,13 +330,13 @@ static void cuda_attention_forward(struct gpt_backend *be, float *out, float *at
         const uint16_t *qb = cb->bf16 ? cu_shd_in(cb, qkv, B * T * 3 * C) : NULL;
         if (!qb) /* the kernels read qkv as fp32 only without its bf16 copy */
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
-        /* The output feeds the projection's products: bf16 only where the
-         * shadow rules allow (the backward keeps its own fp32 copy in
-         * att), else fp32 with the bf16 copy alongside. */
+        /* The output feeds the projection's products and the backward's
+         * D: bf16 only where the shadow rules allow, else fp32 with the
+         * bf16 copy alongside. */
         size_t n = B * T * C;
         uint16_t *own = cu_shd_own(cb, out, n);
         uint16_t *ob = own ? own : cu_shd_out(cb, out, n, NULL);
-        cu_shd_wrote(cb, att, (plan.lse_floats + n) * sizeof(float));
+        cu_shd_wrote(cb, att, plan.lse_floats * sizeof(float));
         cudaError_t e =
             cuk_flash_forward(cb->compute, &plan, own ? NULL : out, ob, att, qkv, qb, B, T, C, NH);
         if (e != cudaSuccess)
@@ -383,12 +384,12 @@ static size_t cuda_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t
 }
 
 static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
-                                    const float *dout, const float *qkv, const float *att, size_t B,
-                                    size_t T, size_t C, size_t NH)
+                                    const float *dout, const float *out, const float *qkv,
+                                    const float *att, size_t B, size_t T, size_t C, size_t NH)
 {
     /* Relies on the zeros this backend's forward wrote above the diagonal
-     * of att (the dv product runs over all T rows), or on the logsumexp and
-     * output copy the flash forward wrote there (the plan is the same). */
+     * of att (the dv product runs over all T rows), or on the logsumexp
+     * the flash forward wrote there (the plan is the same) and its out. */
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
     struct gpt_cuda_attn_plan plan;
@@ -398,19 +399,27 @@ static void cuda_attention_backward(struct gpt_backend *be, float *dqkv, float *
         if (!qb)
             cu_f32(cb, qkv, B * T * 3 * C * sizeof(float));
         /* The tensor-core backward reads dout's bf16 copy where it is
-         * current (its producer, attproj's dinp, may then write bf16 only). */
-        const uint16_t *dob =
-            qb && gpt_flash_tc_applies(plan.hs) ? cu_shd_cur(cb, dout, B * T * C) : NULL;
+         * current (its producer, attproj's dinp, may then write bf16 only)
+         * and out's (the forward's output, usually bf16 only), for D. */
+        size_t n = B * T * C;
+        const uint16_t *dob = NULL, *obf = NULL;
+        if (qb && gpt_flash_tc_applies(plan.hs)) {
+            dob = cu_shd_cur(cb, dout, n);
+            obf = cu_shd_in(cb, out, n);
+        }
         if (!dob)
-            cu_f32(cb, dout, B * T * C * sizeof(float));
+            cu_f32(cb, dout, n * sizeof(float));
+        if (!obf)
+            cu_f32(cb, out, n * sizeof(float));
         uint16_t *db = cu_shd_out(cb, dqkv, B * T * 3 * C, NULL);
         cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
-        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, dob, qkv,
-                                           qb, att, B, T, C, NH);
-        if (e == cudaErrorNotSupported && dob) { /* not on tensor cores: fp32 dout */
-            cu_f32(cb, dout, B * T * C * sizeof(float));
-            e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, NULL, qkv, qb, att,
-                                   B, T, C, NH);
+        cudaError_t e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, dob, out,
+                                           obf, qkv, qb, att, B, T, C, NH);
+        if (e == cudaErrorNotSupported && (dob || obf)) { /* not on tensor cores: fp32 */
+            cu_f32(cb, dout, n * sizeof(float));
+            cu_f32(cb, out, n * sizeof(float));
+            e = cuk_flash_backward(cb->compute, &plan, dqkv, db, scratch, dout, NULL, out, NULL,
+                                   qkv, qb, att, B, T, C, NH);
         }
         if (e != cudaSuccess)
             (void)cu_ret(cb, e, "flash_backward smem");

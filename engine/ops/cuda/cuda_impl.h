@@ -316,25 +316,29 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
 /* Fused causal attention with the plan of gpt_cuda_plan_attention (kind
  * FLASH). The forward reads q, k, v from qkv_bf (bf16) when it is non-NULL,
  * else from qkv; writes out (and out_bf if non-NULL; out NULL: out_bf
- * only), and in att the logsumexp per row followed by a copy of out. The backward needs the att
- * its forward wrote, overwrites every element of dqkv (and dqkv_bf if
- * non-NULL) and uses scratch (gpt_cuda_plan_att_floats(p, ..., 1) floats)
- * for the rows' dout . out and, on the tensor-core path (bf16 q, k, v and
- * a head size of engine/include/flash_tc.h), a bf16 copy of dout and the
- * fused kernel's dQ turn counters.
+ * only), and in att the logsumexp per row. The backward needs the att
+ * and the out its forward wrote, overwrites every element of dqkv (and
+ * dqkv_bf if non-NULL) and uses scratch (gpt_cuda_plan_att_floats(p, ...,
+ * 1) floats) for the rows' dout . out on the CUDA-core path, and on the
+ * tensor-core path (bf16 q, k, v and out, a head size of
+ * engine/include/flash_tc.h) for a bf16 copy of dout (when dout_bf is
+ * NULL) and the fused kernel's dQ turn counters.
  * Return the error of the shared-memory opt-in (launch errors are left for
  * cudaGetLastError). */
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
                               uint16_t *out_bf, float *att, const float *qkv,
                               const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH);
 /* dout_bf (optional): dout's current bf16 copy, which the tensor-core
- * backward reads instead of dout (no bf16 copy of its own). Where the
- * tensor-core path does not run, nothing is launched and the result is
- * cudaErrorNotSupported: the caller makes dout's fp32 current and calls
- * again without dout_bf. */
+ * backward reads instead of dout (no bf16 copy of its own). out_bf: out's
+ * current bf16 copy, which the tensor-core backward needs (NULL: the
+ * CUDA-core kernels, reading out). Where the tensor-core path does not
+ * run and dout_bf or out_bf was given, nothing is launched and the result
+ * is cudaErrorNotSupported: the caller makes dout's and out's fp32
+ * current and calls again without either. */
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *scratch, const float *dout,
-                               const uint16_t *dout_bf, const float *qkv, const uint16_t *qkv_bf,
-                               const float *att, size_t B, size_t T, size_t C, size_t NH);
+                               const uint16_t *dout_bf, const float *out, const uint16_t *out_bf,
+                               const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
+                               size_t T, size_t C, size_t NH);
 
 #endif

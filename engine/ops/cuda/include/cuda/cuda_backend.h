@@ -29,8 +29,8 @@
  *
  * Attention: the fused flash kernels when gpt_cuda_plan_attention allows
  * (the default), else batched GEMMs. With flash, the `att` buffer holds the
- * per-row logsumexp and a copy of the output instead of probabilities, so
- * the backward must get the att its own forward wrote (as the model does).
+ * per-row logsumexp instead of probabilities, so the backward must get the
+ * att and the out its own forward wrote (as the model does).
  * In bf16 mode with head size 32, 64, 96 or 128 the flash kernels run on tensor
  * cores (engine/ops/flash_tc.h), elsewhere on CUDA cores in fp32.
  */
