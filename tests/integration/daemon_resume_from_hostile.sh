@@ -204,7 +204,7 @@ while kill -0 "${hsub[1]}" 2>/dev/null || kill -0 "${hsub[2]}" 2>/dev/null; do
     out=$(as_user submit "$T/big.json" --resume-from "$g" trainer.max_steps=3 2>&1)
     rc=$?
     set -e
-    [[ $rc -ne 0 && $out == *"2 more being submitted (max_queued_jobs)"* ]] ||
+    [[ $rc -ne 0 && $out == *"2 more being submitted (max_queued_jobs = 2)"* ]] ||
         fail "a third --resume-from during the copies: want max_queued_jobs, got rc $rc: $out"
 done
 [[ -n $first ]] || fail "no gptctl list answered while a snapshot was copied: $(cat "$T"/h?.out)"

@@ -16,6 +16,7 @@ set -euo pipefail
 
 BUILD=$1
 SRC=$2
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" # has, fail: before the checks that use them
 skip() {
     echo "SKIP: $*"
     exit 77
@@ -61,9 +62,6 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
-
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-
 
 # --- build the package from this build directory.
 cpack -G DEB -B "$T/pkg" --config "$BUILD/CPackConfig.cmake" >"$T/cpack.log" 2>&1 ||
