@@ -30,6 +30,12 @@ int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_
     return c->ops->allreduce_after(c, buf, n, op, slot);
 }
 
+int gpt_comm_wait_after(struct gpt_comm *c)
+{
+    GPT_ASSERT(c);
+    return c->ops->wait_after ? c->ops->wait_after(c) : 0;
+}
+
 int gpt_comm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root)
 {
     GPT_ASSERT(c && (buf || bytes == 0) && root >= 0 && root < c->world);

@@ -50,7 +50,8 @@ static void *ddp_thread_main(void *arg)
         d->busy = true;
         pthread_mutex_unlock(&d->mu);
         /* After this bucket's own ready mark, not after the whole backward
-         * enqueued by now. */
+         * enqueued by now; on a device it returns once enqueued, and the
+         * next bucket follows at once (trainer_ddp_wait waits for all). */
         int rc = d->error ? 0
                           : gpt_comm_allreduce_after(d->comm, d->grads + off, count, GPT_REDUCE_AVG,
                                                      slot);
@@ -117,7 +118,10 @@ int trainer_ddp_wait(struct trainer_ddp *d)
     d->armed = false;
     int rc = d->error;
     pthread_mutex_unlock(&d->mu);
-    return rc;
+    /* The communicator is this thread's again: the buckets' collectives,
+     * issued back to back, are waited for once, here. */
+    int w = gpt_comm_wait_after(d->comm);
+    return rc < 0 ? rc : w;
 }
 
 int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_model *model)

@@ -83,7 +83,8 @@ int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_m
  * Worker thread, before the last micro-batch's backward. */
 void trainer_ddp_arm(struct trainer_ddp *d);
 
-/* Blocks until every queued span is reduced and disarms; returns 0 or the
+/* Blocks until every queued span is reduced (the collectives issued, then
+ * waited for together: gpt_comm_wait_after) and disarms; returns 0 or the
  * first collective error (sticky: later spans are not reduced). Worker
  * thread. */
 int trainer_ddp_wait(struct trainer_ddp *d);

@@ -68,15 +68,20 @@ struct gpt_comm_ops {
     int (*barrier)(struct gpt_comm *c);
     void (*abort)(struct gpt_comm *c);
     void (*free)(struct gpt_comm *c);
-    /* Optional pair (NULL: a collective waits for all work enqueued before
-     * it). mark_ready notes, on the device stream the communicator is
-     * bound to, that the work enqueued so far is what the collective later
-     * issued with the same slot (< GPT_COMM_READY_SLOTS) waits for; it
-     * does not block. allreduce_after is allreduce ordered after that mark
-     * only. A slot may be marked again once its collective has returned. */
+    /* Optional trio (NULL: a collective waits for all work enqueued
+     * before it, and returns done). mark_ready notes, on the device stream
+     * the communicator is bound to, that the work enqueued so far is what
+     * the collective later issued with the same slot (< GPT_COMM_READY_SLOTS)
+     * waits for; it does not block. allreduce_after is allreduce ordered
+     * after that mark only, and may return once it is enqueued (a device
+     * buffer): the buffer holds the result only after wait_after, which
+     * waits for every allreduce_after enqueued since the last one (their
+     * errors and timeouts surface there). A slot may be marked again once
+     * its collective has returned. */
     int (*mark_ready)(struct gpt_comm *c, unsigned slot);
     int (*allreduce_after)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
                            unsigned slot);
+    int (*wait_after)(struct gpt_comm *c);
 };
 
 /* Ready marks a communicator keeps (see gpt_comm_ops.mark_ready). */
@@ -112,11 +117,13 @@ int gpt_comm_barrier(struct gpt_comm *c);
 /* Gradient overlap (DDP buckets): gpt_comm_mark_ready, from the thread
  * that enqueues the compute work, when a bucket's gradients are enqueued;
  * gpt_comm_allreduce_after, from the communication thread, reduces that
- * bucket after the mark only. Without the optional slots: 0, and a plain
- * allreduce. */
+ * bucket after the mark only, enqueued back to back with the buckets
+ * before it; gpt_comm_wait_after, once all are issued, waits for them
+ * together. Without the optional ops: 0, a plain allreduce, and 0. */
 int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot);
 int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
                              unsigned slot);
+int gpt_comm_wait_after(struct gpt_comm *c);
 /* Any thread: makes the current and every later collective fail with
  * -ECANCELED within one second. */
 void gpt_comm_abort(struct gpt_comm *c);

@@ -295,9 +295,10 @@ out:
     gpt_kv_mem_free(&kv);
 }
 
-/* DDP overlap: a bucket's all-reduce waits for its ready mark only. The
- * mark is taken, then the compute stream is held (the backward still
- * running); allreduce_after must finish while it is held, with the right
+/* DDP overlap: a bucket's all-reduce waits for its ready mark only. Two
+ * marks are taken, then the compute stream is held (the backward still
+ * running); the two buckets' allreduce_after (enqueued back to back) and
+ * the one wait_after for both must finish while it is held, with the right
  * values, where a plain allreduce would wait for the hold. */
 static void test_overlap(void)
 {
@@ -319,22 +320,27 @@ static void test_overlap(void)
         h[i] = (float)i;
     gpt_backend_upload(be, dev, h, sizeof(h));
     EXPECT(gpt_comm_mark_ready(c, 5) == 0, "mark_ready failed");
+    EXPECT(gpt_comm_mark_ready(c, 6) == 0, "mark_ready failed");
     atomic_store(&gate, 1);
     cudaLaunchHostFunc((cudaStream_t)gpt_cuda_backend_compute_stream(be), hold_stream, NULL);
     int64_t t0 = now_ms();
-    rc = gpt_comm_allreduce_after(c, dev, 4096, GPT_REDUCE_SUM, 5);
+    rc = gpt_comm_allreduce_after(c, dev, 2048, GPT_REDUCE_SUM, 5);
+    if (rc == 0)
+        rc = gpt_comm_allreduce_after(c, dev + 2048, 2048, GPT_REDUCE_SUM, 6);
+    if (rc == 0)
+        rc = gpt_comm_wait_after(c);
     int64_t t1 = now_ms();
     int held = atomic_load(&gate);
     atomic_store(&gate, 0);
     EXPECT(rc == 0 && held && t1 - t0 < 2000,
-           "overlap: the bucket waited for later compute work (rc %d, held %d, %lld ms)", rc, held,
+           "overlap: the buckets waited for later compute work (rc %d, held %d, %lld ms)", rc, held,
            (long long)(t1 - t0));
     gpt_backend_download(be, h, dev, sizeof(h));
     int bad = 0;
     for (size_t i = 0; i < 4096; i++)
         bad += h[i] != (float)i; /* world 1: the sum is the value */
     EXPECT(bad == 0, "overlap: %d wrong values", bad);
-    printf("overlap: bucket reduced in %lld ms while the compute stream was held\n",
+    printf("overlap: two buckets reduced in %lld ms while the compute stream was held\n",
            (long long)(t1 - t0));
 out:
     gpt_comm_free(c);

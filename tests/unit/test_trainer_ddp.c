@@ -7,8 +7,11 @@
  * order, a slot is never marked again while its collective has not run
  * (the hook waits when every slot is in flight), unarmed spans are not
  * reduced, the first error is sticky, and a communicator without the
- * optional slots (local) still reduces through plain allreduce. Also the
- * batch plan of an uneven global batch (trainer_batch_*).
+ * optional slots (local) still reduces through plain allreduce. The fake's
+ * all-reduces are only enqueued (their results land at wait_after, as on
+ * a device): trainer_ddp_wait waits for them once per step, on the worker
+ * thread, after the last was issued, and returns wait_after's error. Also
+ * the batch plan of an uneven global batch (trainer_batch_*).
  *
  * The fake runs its collectives on the trainer's communication thread; it
  * records into a table under its own mutex and the main thread asserts
@@ -47,6 +50,9 @@ struct fake {
     size_t max_in_flight;
     int slow_us;    /* each collective takes this long */
     size_t fail_at; /* the reduce with this index fails (0 = never) */
+    size_t applied; /* reduces whose results wait_after has made visible */
+    size_t waits;   /* wait_after calls */
+    int wait_fail;  /* wait_after's result */
     float *grads_base;
 };
 
@@ -90,9 +96,23 @@ static int fake_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_
     }
     f->reduces++;
     pthread_mutex_unlock(&f->mu);
-    for (size_t i = 0; i < n; i++)
-        buf[i] += 1.0f; /* visible: each element reduced exactly once */
     return f->fail_at && k + 1 == f->fail_at ? -EPIPE : 0;
+}
+
+/* Completes every enqueued reduce: only now are the results visible
+ * (each element reduced exactly once: + 1). */
+static int fake_wait(struct gpt_comm *c)
+{
+    struct fake *f = (struct fake *)c;
+    pthread_mutex_lock(&f->mu);
+    if (!pthread_equal(pthread_self(), f->marker))
+        f->violations++; /* the worker's, once the comm thread is done */
+    for (; f->applied < f->reduces && f->applied < SPANS_MAX; f->applied++)
+        for (size_t i = 0; i < f->red_n[f->applied]; i++)
+            f->grads_base[f->red_off[f->applied] + i] += 1.0f;
+    f->waits++;
+    pthread_mutex_unlock(&f->mu);
+    return f->wait_fail;
 }
 
 static int fake_plain(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
@@ -115,6 +135,7 @@ static const struct gpt_comm_ops fake_ops = {
     .free = fake_free,
     .mark_ready = fake_mark,
     .allreduce_after = fake_after,
+    .wait_after = fake_wait,
 };
 
 struct rig {
@@ -179,6 +200,7 @@ static void test_order(void **state)
     assert_int_equal(r.f.violations, 0);
     assert_int_equal(r.f.marks, spans);
     assert_int_equal(r.f.reduces, spans);
+    assert_int_equal(r.f.waits, 1); /* once, after the last was issued */
     for (size_t k = 0; k < spans; k++) {
         assert_int_equal(r.f.red_off[k], (spans - 1 - k) * len); /* report order */
         assert_int_equal(r.f.red_n[k], len);
@@ -194,6 +216,7 @@ static void test_order(void **state)
     report_spans(&r, 2, len);
     assert_int_equal(trainer_ddp_wait(&r.d), 0);
     assert_int_equal(r.f.reduces, spans + 2);
+    assert_int_equal(r.f.waits, 2);
     assert_int_equal(r.f.red_slot[spans], spans % GPT_COMM_READY_SLOTS);
     assert_int_equal(r.f.violations, 0);
     rig_done(&r);
@@ -234,6 +257,24 @@ static void test_error_sticky(void **state)
     report_spans(&r, spans, len);
     assert_int_equal(trainer_ddp_wait(&r.d), -EPIPE);
     assert_int_equal(r.f.reduces, 4);
+    assert_int_equal(r.f.violations, 0);
+    rig_done(&r);
+}
+
+/* An error of the collectives that only surfaces when they are waited
+ * for (a timeout, a peer lost mid-reduce) is the step's error. */
+static void test_wait_error(void **state)
+{
+    (void)state;
+    struct rig r;
+    const size_t spans = 6, len = 8;
+    rig_init(&r, spans * len);
+    r.f.wait_fail = -ETIMEDOUT;
+    trainer_ddp_arm(&r.d);
+    report_spans(&r, spans, len);
+    assert_int_equal(trainer_ddp_wait(&r.d), -ETIMEDOUT);
+    assert_int_equal(r.f.reduces, spans);
+    assert_int_equal(r.f.waits, 1);
     assert_int_equal(r.f.violations, 0);
     rig_done(&r);
 }
@@ -322,9 +363,10 @@ static void test_batch_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slot_math),      cmocka_unit_test(test_order),
-        cmocka_unit_test(test_wraparound),     cmocka_unit_test(test_error_sticky),
-        cmocka_unit_test(test_fallback_local), cmocka_unit_test(test_batch_plan),
+        cmocka_unit_test(test_slot_math),  cmocka_unit_test(test_order),
+        cmocka_unit_test(test_wraparound), cmocka_unit_test(test_error_sticky),
+        cmocka_unit_test(test_wait_error), cmocka_unit_test(test_fallback_local),
+        cmocka_unit_test(test_batch_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

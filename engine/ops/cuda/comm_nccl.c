@@ -87,6 +87,7 @@ struct comm_nccl {
     atomic_bool abort_req;
     int (*cancelled)(void *ctx); /* gpt_comm_opts.cancelled, during init only */
     void *cancel_ctx;
+    int pending; /* allreduce_after enqueued, not yet waited for (nccl_wait_after) */
     int dead;    /* sticky failure, 0 while usable */
     int aborted; /* ncclCommAbort issued (maybe still running on ab.th) */
     struct nccl_aborter ab;
@@ -261,8 +262,10 @@ static int nccl_begin(struct comm_nccl *c, const char *what)
     return nccl_begin_after(c, what, NULL);
 }
 
-/* Issues one NCCL call's result and waits for the stream. */
-static int nccl_finish(struct comm_nccl *c, ncclResult_t r, const char *what)
+/* Checks one NCCL call's result and waits until it is enqueued (a
+ * non-blocking communicator may still be enqueueing: ncclInProgress) and,
+ * with `stream`, until the stream is idle. */
+static int nccl_issued(struct comm_nccl *c, ncclResult_t r, const char *what, int stream)
 {
     if (r != ncclSuccess && r != ncclInProgress) {
         const char *detail = ncclGetLastError(c->nc);
@@ -271,7 +274,13 @@ static int nccl_finish(struct comm_nccl *c, ncclResult_t r, const char *what)
         nccl_abort_now(c);
         return code;
     }
-    return nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, what);
+    return nccl_wait(c, stream, nccl_now_ms() + c->timeout_ms, what);
+}
+
+/* Issues one NCCL call's result and waits for the stream. */
+static int nccl_finish(struct comm_nccl *c, ncclResult_t r, const char *what)
+{
+    return nccl_issued(c, r, what, 1);
 }
 
 static int nccl_is_device(const void *p)
@@ -401,11 +410,37 @@ static int nccl_mark_ready(struct gpt_comm *gc, unsigned slot)
     return -GPT_E_CUDA; /* the collective of this slot then fails on its own */
 }
 
+/* A bucket's all-reduce after its ready mark. In place on device memory
+ * it is only enqueued (nccl_wait_after waits for all of them at once), so
+ * the buckets run back to back on the comm stream; a host buffer is
+ * staged and waited for here, as by allreduce. */
 static int nccl_allreduce_after(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op,
                                 unsigned slot)
 {
     struct comm_nccl *c = (struct comm_nccl *)gc;
-    return nccl_allreduce_ev(c, buf, n, op, c->compute ? c->marks[slot] : NULL);
+    if (!c->compute || n == 0 || !nccl_is_device(buf))
+        return nccl_allreduce_ev(c, buf, n, op, c->compute ? c->marks[slot] : NULL);
+    int rc = nccl_begin_after(c, "allreduce", c->marks[slot]);
+    if (rc < 0)
+        return rc;
+    rc = nccl_issued(c, ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), c->nc, c->stream),
+                     "allreduce", 0);
+    nccl_wrote(c, buf, n * sizeof(float));
+    c->pending = 1;
+    return rc;
+}
+
+/* Waits once for every all-reduce nccl_allreduce_after enqueued: the
+ * stream idle, the communicator without an async error, within the
+ * timeout (as one collective's). */
+static int nccl_wait_after(struct gpt_comm *gc)
+{
+    struct comm_nccl *c = (struct comm_nccl *)gc;
+    if (!c->pending || c->dead)
+        return c->dead;
+    c->pending = 0;
+    int rc = nccl_cuda(c, cudaSetDevice(c->device), "cudaSetDevice");
+    return rc < 0 ? rc : nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "allreduce");
 }
 
 static int nccl_broadcast(struct gpt_comm *gc, void *buf, size_t bytes, int root)
@@ -598,6 +633,7 @@ static const struct gpt_comm_ops nccl_ops = {
     .free = nccl_free,
     .mark_ready = nccl_mark_ready,
     .allreduce_after = nccl_allreduce_after,
+    .wait_after = nccl_wait_after,
 };
 
 /* The unique id through the kv store: rank 0 creates and publishes it. */
