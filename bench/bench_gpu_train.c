@@ -343,6 +343,56 @@ struct bench_row {
     float loss;
 };
 
+/* One profiled step's time by backend op (gpt_cuda_backend_profile_*),
+ * summed over the op's calls, and by the cost model's class. */
+#define PROF_OPS_MAX  64
+#define PROF_STEP_OPS 4096 /* events for one step (GPT-2 124M: ~350 ops) */
+
+struct prof {
+    const char *op[PROF_OPS_MAX];
+    int calls[PROF_OPS_MAX];
+    double ms[PROF_OPS_MAX];
+    size_t n;
+    double by_class[GPT_KC_COUNT];
+};
+
+/* The cost model's class of a backend op (engine/ops/cuda's function
+ * names): the class of the kernels it launches. */
+static enum gpt_cuda_kclass prof_class(const char *op)
+{
+    static const struct {
+        const char *prefix;
+        enum gpt_cuda_kclass cls;
+    } map[] = {
+        {"cuda_matmul_", GPT_KC_GEMM},         {"cuda_attention_", GPT_KC_ATTN},
+        {"cuda_layernorm_", GPT_KC_NORM},      {"cuda_residual_layernorm_", GPT_KC_NORM},
+        {"cuda_softmax_xent", GPT_KC_XENT},    {"cuda_encoder_", GPT_KC_EMBED},
+        {"cuda_adamw", GPT_KC_OPTIM},          {"cuda_sumsq", GPT_KC_OPTIM},
+        {"cuda_scale", GPT_KC_OPTIM},          {"cuda_gelu_", GPT_KC_ELT},
+        {"cuda_residual_forward", GPT_KC_ELT},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strncmp(op, map[i].prefix, strlen(map[i].prefix)) == 0)
+            return map[i].cls;
+    return GPT_KC_MEM; /* memzero, copy, upload, download, sync */
+}
+
+static void prof_add(void *ctx, const char *op, double ms)
+{
+    struct prof *p = ctx;
+    p->by_class[prof_class(op)] += ms;
+    size_t i = 0;
+    while (i < p->n && strcmp(p->op[i], op) != 0)
+        i++;
+    if (i == p->n) {
+        if (p->n == PROF_OPS_MAX)
+            return;
+        p->op[p->n++] = op;
+    }
+    p->calls[i]++;
+    p->ms[i] += ms;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -413,6 +463,29 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         if (s >= 0)
             total += now_s() - t0;
     }
+    /* One more step with each op's GPU time (CUDA events), for the cost
+     * model's calibration: bench_gpu_train --plan B prints its prediction
+     * by the same classes. */
+    struct prof prof = {0};
+    if (rc == 0 && (rc = gpt_cuda_backend_profile_start(be, PROF_STEP_OPS)) == 0) {
+        gpt_model_zero_grad_deferred(&m);
+        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) == 0 &&
+            (rc = gpt_model_backward(&m, 1.0f)) == 0) {
+            double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
+            gpt_adamw_update(&m, &opt, 3e-4f, steps + WARMUP + 1, gpt_clip_scale(norm, 1.0), 0,
+                             m.n_params);
+        }
+        int prc = gpt_cuda_backend_profile_stop(be, prof_add, &prof);
+        rc = rc < 0 ? rc : prc;
+    }
+    /* An eval at another shape (half the batch, forward only) must not
+     * grow device memory: every shadow and buffer exists since step 1. */
+    size_t bytes_train = 0, bytes_eval = 0, peak;
+    gpt_cuda_backend_mem_stats(be, &bytes_train, &peak);
+    float eval_loss = 0;
+    if (rc == 0 && B > 1 && (rc = gpt_model_forward(&m, x, y, B / 2, T, &eval_loss)) == 0)
+        rc = gpt_backend_sync(be);
+    gpt_cuda_backend_mem_stats(be, &bytes_eval, &peak);
     free(x);
     free(y);
     if (rc < 0) {
@@ -422,8 +495,6 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     }
     double step_s = total / steps;
     double flops = gpt_model_flops_per_token(&m, T) * (double)BT;
-    size_t bytes, peak;
-    gpt_cuda_backend_mem_stats(be, &bytes, &peak);
     *row = (struct bench_row){mode,
                               plan.kind == GPT_CUDA_ATTN_FLASH ? "flash" : "gemm",
                               step_s * 1e3,
@@ -438,6 +509,20 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f}\n",
            row->mode, row->attn, B, T, steps, row->ms, row->tokens_s, row->tflops, row->mfu,
            row->peak_gib, (double)loss);
+    /* The profiled step: ms by op and by the cost model's class. */
+    printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
+           "\"eval_grew_bytes\":%lld,\"ms_by_class\":{",
+           mode, B, T, (long long)bytes_eval - (long long)bytes_train);
+    for (int c = 0; c < GPT_KC_COUNT; c++)
+        printf("%s\"%s\":%.3f", c ? "," : "", gpt_cuda_kclass_name(c), prof.by_class[c]);
+    printf("},\"ms_by_op\":{");
+    for (size_t i = 0; i < prof.n; i++)
+        printf("%s\"%s\":{\"calls\":%d,\"ms\":%.3f}", i ? "," : "", prof.op[i], prof.calls[i],
+               prof.ms[i]);
+    printf("}}\n");
+    if (bytes_eval != bytes_train)
+        fprintf(stderr, "bench_gpu_train: an eval at batch %zu grew device memory by %lld bytes\n",
+                B / 2, (long long)bytes_eval - (long long)bytes_train);
     fflush(stdout);
 out:
     gpt_model_done(&m);

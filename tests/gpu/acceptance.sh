@@ -19,7 +19,9 @@
 # versions and the real cudaGetDeviceCount error); ops against the CPU
 # backend (test_gpu_ops); 20 training steps against CPU (test_gpu_train);
 # benchmark of GPT-2 124M at B=16 and B=32 in bf16 (ms/step, tokens/s, MFU,
-# peak memory) beside the cost model's prediction (bench_gpu_train --plan);
+# peak memory, the memory an eval at half the batch adds: must be none, and
+# one step's GPU time by kernel class from CUDA events per op) beside the
+# cost model's prediction (bench_gpu_train --plan);
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (final losses within 2%); compute-sanitizer
 # memcheck and racecheck on a tiny model for 2 steps; NCCL world-1
@@ -158,8 +160,20 @@ for B in 16 32; do
     gib=$(echo "$MEAS" | sed -n 's/.*"peak_mem_gib":\([0-9.]*\).*/\1/p')
     pms=$(echo "$PLAN" | sed -n 's/.*"predicted_ms_per_step":\([0-9.]*\).*/\1/p')
     pmfu=$(echo "$PLAN" | sed -n 's/.*"predicted_mfu":\([0-9.]*\).*/\1/p')
-    if [ "$RC" = 0 ] && [ -n "$ms" ]; then
-        row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB; predicted ${pms} ms, MFU ${pmfu}"
+    # The profiled step's ms by class beside the plan's (measured/predicted),
+    # and the device memory an eval at half the batch added (must be 0).
+    OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/bench_b$B.log" | tail -1)
+    echo "$OPS" >>"$OUT/ops.jsonl"
+    grew=$(echo "$OPS" | sed -n 's/.*"eval_grew_bytes":\(-*[0-9]*\).*/\1/p')
+    cls=$(printf '%s\n%s\n' "$OPS" "$PLAN" | python3 -c '
+import json, sys
+m, p = (json.loads(l)["ms_by_class"] for l in sys.stdin.read().split("\n")[:2])
+print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.get(c, 0)))
+' 2>/dev/null || echo "?")
+    if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew" = 0 ]; then
+        row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB; predicted ${pms} ms, MFU ${pmfu}; ms measured/predicted: ${cls}"
+    elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
+        row "bench_b$B" FAIL "$SECS" "an eval at batch $((B / 2)) grew device memory by ${grew:-?} bytes ($OUT/bench_b$B.log)"
     else
         row "bench_b$B" FAIL "$SECS" "rc $RC ($OUT/bench_b$B.log)"
     fi

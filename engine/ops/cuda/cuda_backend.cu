@@ -156,12 +156,26 @@ static void cu_untrack_free(struct gpt_cuda_backend *cb, void *ptr)
     }
 }
 
+/* The profile's events (gpt_cuda_backend_profile_start), if any. */
+static void cu_prof_free(struct gpt_cuda_backend *cb)
+{
+    for (size_t i = 0; i < cb->prof_made; i++)
+        cudaEventDestroy(cb->prof_ev[i]);
+    (void)cudaGetLastError();
+    free(cb->prof_ev);
+    free(cb->prof_op);
+    cb->prof_ev = NULL;
+    cb->prof_op = NULL;
+    cb->prof_n = cb->prof_cap = cb->prof_made = 0;
+}
+
 static void cuda_destroy(struct gpt_backend *be)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cudaSetDevice(cb->device);
     if (cb->compute)
         cudaStreamSynchronize(cb->compute);
+    cu_prof_free(cb);
     if (cb->comm)
         cudaStreamSynchronize(cb->comm);
     if (cb->lt)
@@ -934,6 +948,59 @@ extern "C" void gpt_cuda_backend_mem_stats(const struct gpt_backend *be, size_t 
         *ret_bytes = cb->bytes;
     if (ret_peak_bytes)
         *ret_peak_bytes = cb->peak;
+}
+
+extern "C" int gpt_cuda_backend_profile_start(struct gpt_backend *be, size_t max_ops)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (cb->prof_cap || max_ops == 0)
+        return -EINVAL;
+    if (cudaSetDevice(cb->device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -GPT_E_CUDA;
+    }
+    /* One more than the ops: _stop's end mark. */
+    cb->prof_ev = (cudaEvent_t *)calloc(max_ops + 1, sizeof(*cb->prof_ev));
+    cb->prof_op = (const char **)calloc(max_ops + 1, sizeof(*cb->prof_op));
+    if (!cb->prof_ev || !cb->prof_op) {
+        cu_prof_free(cb);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i <= max_ops; i++) {
+        if (cudaEventCreate(&cb->prof_ev[i]) != cudaSuccess) {
+            cu_prof_free(cb); /* the prof_made made so far */
+            return -GPT_E_CUDA;
+        }
+        cb->prof_made = i + 1;
+    }
+    cb->prof_cap = max_ops; /* the last event is _stop's */
+    cb->prof_n = 0;
+    return 0;
+}
+
+extern "C" int gpt_cuda_backend_profile_stop(struct gpt_backend *be,
+                                             void (*fn)(void *ctx, const char *op, double ms),
+                                             void *ctx)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    if (!cb->prof_cap)
+        return -EINVAL;
+    size_t n = cb->prof_n;
+    cb->prof_cap = 0; /* no more marks, whatever follows */
+    int rc = 0;
+    if (cudaSetDevice(cb->device) != cudaSuccess ||
+        cudaEventRecord(cb->prof_ev[n], cb->compute) != cudaSuccess ||
+        cudaEventSynchronize(cb->prof_ev[n]) != cudaSuccess)
+        rc = -GPT_E_CUDA;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, cb->prof_ev[i], cb->prof_ev[i + 1]) != cudaSuccess)
+            rc = -GPT_E_CUDA;
+        else
+            fn(ctx, cb->prof_op[i], ms);
+    }
+    cu_prof_free(cb);
+    return rc;
 }
 
 extern "C" int gpt_cuda_backend_device(const struct gpt_backend *be)

@@ -99,6 +99,13 @@ struct gpt_cuda_backend {
     size_t aw_n;
     uint64_t aw_ends[AW_CAP], aw_new_ends[AW_CAP];
     uint32_t aw_decay[AW_CAP], aw_new_decay[AW_CAP];
+    /* Per-op profile (gpt_cuda_backend_profile_start): prof_cap events
+     * made beforehand, the first prof_n recorded at ops' entries, with the
+     * op each starts, prof_made made (prof_cap + 1: the end mark too).
+     * prof_cap 0: off. */
+    cudaEvent_t *prof_ev;
+    const char **prof_op;
+    size_t prof_n, prof_cap, prof_made;
 };
 
 static inline struct gpt_cuda_backend *cu(struct gpt_backend *be)
@@ -143,14 +150,24 @@ static inline int cu_ret(struct gpt_cuda_backend *cb, cudaError_t e, const char 
 
 /* Every entry point makes the backend's device current for this thread
  * (cheap; a worker may have touched another device in between). */
-static inline void cu_enter(struct gpt_cuda_backend *cb)
+/* Every op's first call: the device current, and, while profiling
+ * (gpt_cuda_backend_profile_start), an event on the compute stream that
+ * starts this op's time (`op` is the op function's name: cu_enter). */
+static inline void cu_enter_op(struct gpt_cuda_backend *cb, const char *op)
 {
     cudaError_t e = cudaSetDevice(cb->device);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         cu_record(cb, "cudaSetDevice", cudaGetErrorString(e));
     }
+    if (cb->prof_n < cb->prof_cap) {
+        if (cudaEventRecord(cb->prof_ev[cb->prof_n], cb->compute) == cudaSuccess)
+            cb->prof_op[cb->prof_n++] = op;
+        else
+            (void)cudaGetLastError();
+    }
 }
+#define cu_enter(cb) cu_enter_op(cb, __func__)
 
 /* --- cuda_shadow.cu: the bf16 shadow cache ------------------------------ */
 

@@ -68,6 +68,20 @@ int gpt_backend_is_cuda(const struct gpt_backend *be);
 void gpt_cuda_backend_mem_stats(const struct gpt_backend *be, size_t *ret_bytes,
                                 size_t *ret_peak_bytes);
 
+/* Per-op GPU times, to calibrate the step cost model (bench_gpu_train):
+ * from _start until _stop, each op (at most max_ops of them) records a CUDA
+ * event on the compute stream as it begins; an op's time is the gap to the
+ * next op's event (to _stop's for the last), so it covers every kernel,
+ * GEMM and memset the op enqueued, and any idle gap while the host was
+ * late. The events are made in _start, so the profiled ops allocate
+ * nothing. _stop synchronises, calls fn(ctx, op, ms) for each op in order
+ * (op: the backend function's name, e.g. "cuda_matmul_forward") and frees
+ * the events. Owner thread. Both return 0 or -GPT_E_CUDA (-EINVAL: _start
+ * twice, or _stop without _start; -ENOMEM). */
+int gpt_cuda_backend_profile_start(struct gpt_backend *be, size_t max_ops);
+int gpt_cuda_backend_profile_stop(struct gpt_backend *be,
+                                  void (*fn)(void *ctx, const char *op, double ms), void *ctx);
+
 /* The device ordinal of the backend. */
 int gpt_cuda_backend_device(const struct gpt_backend *be);
 
