@@ -377,11 +377,18 @@ static void rec_encoder_backward(struct gpt_backend *be, float *dwte, float *dwp
     double es = dob ? 2.0 : 4.0;
     rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, es * btc + 8.0 * T * C,
             "B=%zu T=%zu C=%zu%s", B, T, C, dob ? " bf16 dout" : "");
-    /* Deterministic: first-occurrence scan over the tokens, then each
-     * token's rows summed in order (dout read once, dwte rows once). */
-    rec_add(r, "encoder_backward_wte", GPT_KC_EMBED, GPT_KU_FP32, btc + bt * bt / 2,
-            es * btc + 8.0 * btc + 4.0 * bt, "B=%zu T=%zu C=%zu%s", B, T, C,
-            dob ? " bf16 dout" : "");
+    /* Deterministic, as cuk_encoder_backward (where B*T fits the links'
+     * scratch, SCRATCH_FLOATS ints): each position's link to the next of
+     * its token (B*T x B*T token compares, ~4 integer instructions each,
+     * priced at the CUDA-core rate; the tokens staged through shared
+     * memory: DRAM reads them once, writes the links once), then
+     * each token's rows summed in position order from its first position
+     * (dout read once, dwte rows read and written once, at most B*T of
+     * them; the links' re-reads are cache hits). */
+    rec_add(r, "encoder_wte_links", GPT_KC_EMBED, GPT_KU_FP32, 4.0 * bt * bt, 8.0 * bt, "BT=%zu",
+            B * T);
+    rec_add(r, "encoder_wte_sum", GPT_KC_EMBED, GPT_KU_FP32, btc, es * btc + 8.0 * btc + 8.0 * bt,
+            "B=%zu T=%zu C=%zu%s", B, T, C, dob ? " bf16 dout" : "");
 }
 
 static void rec_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,

@@ -76,6 +76,7 @@ static const struct {
     {"memzero", "fp32", 0.0},
     {"encoder_forward", "fp32", 1e-6},
     {"encoder_backward", "fp32", 1e-5},
+    {"encoder_wte_deterministic", "fp32", 0.0}, /* 1 = two backward passes differ */
     {"layernorm_forward", "fp32", 2e-5},
     {"layernorm_backward", "fp32", 1e-4},
     {"matmul_forward", "fp32", 1e-4},
@@ -256,6 +257,55 @@ static void test_encoder(const struct shape *s, const char *tag)
     pair_free(&dout);
     gpt_backend_mem_free(cpu, tc);
     gpt_backend_mem_free(gpu, tg);
+    free(tok);
+}
+
+/* The token-embedding gradient at GPT-2's shape (B 8, T 1024, C 768,
+ * vocabulary 50304): tokens drawn from the whole vocabulary (most
+ * distinct, some repeated) and, in a second round, from 64 (long chains
+ * of the same token); against the CPU, and two GPU passes into zeroed
+ * buffers give the same bits (deterministic: no atomics). */
+static void test_encoder_wte(void)
+{
+    const size_t B = 8, T = 1024, C = 768, Vp = 50304, BT = B * T;
+    int *tok = malloc(BT * sizeof(int));
+    if (!tok)
+        abort();
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < BT; i++)
+            tok[i] = (int)gpt_rng_below(&rng, round == 0 ? 50257 : 64);
+        int *tc, *tg;
+        ints_new(tok, BT, &tc, &tg);
+        struct pair wte = pair_new(Vp * C, -1, 1), wpe = pair_new(T * C, -1, 1);
+        struct pair dout = pair_new(BT * C, -1, 1);
+        gpt_backend_encoder_backward(cpu, wte.c, wpe.c, dout.c, tc, B, T, C);
+        gpt_backend_encoder_backward(gpu, wte.g, wpe.g, dout.g, tg, B, T, C);
+        const char *tag = round == 0 ? "B8 T1024 C768, 50257 tokens" : "B8 T1024 C768, 64 tokens";
+        check("encoder_backward", tag, &wte);
+        check("encoder_backward", tag, &wpe);
+        float *z[2], *zp[2], *h[2];
+        for (int k = 0; k < 2; k++) {
+            check_rc(gpt_backend_alloc(gpu, Vp * C * sizeof(float), (void **)&z[k]), "alloc");
+            check_rc(gpt_backend_alloc(gpu, T * C * sizeof(float), (void **)&zp[k]), "alloc");
+            gpt_backend_encoder_backward(gpu, z[k], zp[k], dout.g, tg, B, T, C);
+            h[k] = malloc(Vp * C * sizeof(float));
+            if (!h[k])
+                abort();
+            check_rc(gpt_backend_download(gpu, h[k], z[k], Vp * C * sizeof(float)), "download");
+        }
+        report("encoder_wte_deterministic", tag,
+               memcmp(h[0], h[1], Vp * C * sizeof(float)) != 0 ? 1.0 : 0.0);
+        for (int k = 0; k < 2; k++) {
+            gpt_backend_mem_free(gpu, z[k]);
+            gpt_backend_mem_free(gpu, zp[k]);
+            free(h[k]);
+        }
+        pair_free(&wte);
+        pair_free(&wpe);
+        pair_free(&dout);
+        gpt_backend_mem_free(cpu, tc);
+        gpt_backend_mem_free(gpu, tg);
+    }
     free(tok);
 }
 
@@ -1140,6 +1190,7 @@ int main(void)
     size_t bytes0, bytes, peak;
     gpt_cuda_backend_mem_stats(gpu, &bytes0, &peak);
     test_memory();
+    test_encoder_wte();
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const struct shape *s = &shapes[i];
         char tag[64];

@@ -14,9 +14,11 @@
  * with a grid that depends only on n). The token-embedding gradient, where
  * tokens repeat across (b, t), uses no atomics either: the block of a
  * token's first position sums every position holding that token in
- * position order (encoder_backward_wte_kernel), so two runs give the same
+ * position order, following links to the next position of the same token
+ * (encoder_wte_links_kernel, encoder_wte_sum_kernel), so two runs give the same
  * bits.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -129,15 +131,70 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, cons
     }
 }
 
-/* dwte[v, c] += sum of dout[q, c] over the positions q (q < BT = B*T)
- * holding token v, added in q order: deterministic, no atomics. One block
+/* The token-embedding gradient in two passes, O(BT^2) integer compares
+ * and O(BT C) sums (a scan of the positions per first occurrence cost
+ * O(BT C) per distinct token: milliseconds at GPT-2 shapes). Pass 1, one
+ * thread per position p, the positions' tokens staged through shared
+ * memory: link[p] = the next position holding p's token (-1: none), or
+ * -3 - that (-2 and below) when an earlier position holds it too (p is not
+ * its token's first). */
+static __device__ __forceinline__ int wte_next(int link)
+{
+    return link < -1 ? -3 - link : link;
+}
+
+__global__ void encoder_wte_links_kernel(int *link, const int *inp, int BT)
+{
+    __shared__ int tok[GPT_CUDA_BLOCK];
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    int v = p < BT ? inp[p] : -1, next = -1, earlier = 0;
+    for (int q0 = 0; q0 < BT; q0 += blockDim.x) {
+        int q = q0 + (int)threadIdx.x;
+        tok[threadIdx.x] = q < BT ? inp[q] : -1;
+        __syncthreads();
+        int m = BT - q0 < (int)blockDim.x ? BT - q0 : (int)blockDim.x;
+        for (int j = 0; j < m; j++) {
+            int hit = tok[j] == v;
+            earlier |= hit && q0 + j < p;
+            if (hit && q0 + j > p && next < 0)
+                next = q0 + j;
+        }
+        __syncthreads();
+    }
+    if (p < BT)
+        link[p] = earlier ? -3 - next : next;
+}
+
+/* Pass 2, one block per position (grid-stride): the block of a token's
+ * first position follows the links and adds the token's dout rows in
+ * position order, one column per thread: each dwte row has one writer,
+ * no atomics, the same bits every run. */
+__global__ void encoder_wte_sum_kernel(float *dwte, const float *dout, const uint16_t *dout_bf,
+                                       const int *inp, const int *link, int BT, size_t C)
+{
+    for (int p = blockIdx.x; p < BT; p += gridDim.x) {
+        if (link[p] < -1)
+            continue; /* an earlier position owns the token */
+        int v = inp[p];
+        for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float acc = 0.0f;
+            for (int q = p; q >= 0; q = wte_next(link[q]))
+                acc += ld_f(dout, dout_bf, (size_t)q * C + c);
+            dwte[(size_t)v * C + c] += acc;
+        }
+    }
+}
+
+/* The fallback where B*T outgrows the links' scratch: the same sums, in
+ * the same order, found by scanning. dwte[v, c] += sum of dout[q, c] over
+ * the positions q (q < BT = B*T) holding token v, added in q order. One block
  * per position p (grid-stride); only the block of v's first position does
  * the work, so each dwte row has exactly one writer. The block scans the
  * positions in chunks of blockDim.x, marks the matches in shared memory,
  * and each thread (one column per pass) adds the marked rows in order.
  * All branches around __syncthreads depend only on block-uniform values. */
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const uint16_t *dout_bf,
-                                            const int *inp, size_t BT, size_t C)
+__global__ void encoder_wte_scan_kernel(float *dwte, const float *dout, const uint16_t *dout_bf,
+                                        const int *inp, size_t BT, size_t C)
 {
     __shared__ int hit[GPT_CUDA_BLOCK];
     for (size_t p = blockIdx.x; p < BT; p += gridDim.x) {
@@ -168,13 +225,21 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, cons
 }
 
 void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
-                          const uint16_t *dout_bf, const int *inp, size_t B, size_t T, size_t C)
+                          const uint16_t *dout_bf, const int *inp, int *links, size_t links_cap,
+                          size_t B, size_t T, size_t C)
 {
     encoder_backward_wpe_kernel<<<ew_grid(T * C), GPT_CUDA_BLOCK, 0, s>>>(dwpe, dout, dout_bf, B, T,
                                                                           C);
-    size_t BT = B * T;
-    encoder_backward_wte_kernel<<<gpt_cuda_plan_grid(BT, 1, GPT_CUDA_MAX_GRID), GPT_CUDA_BLOCK, 0,
-                                  s>>>(dwte, dout, dout_bf, inp, BT, C);
+    if (B * T > links_cap || B * T > (size_t)INT_MAX) {
+        encoder_wte_scan_kernel<<<gpt_cuda_plan_grid(B * T, 1, GPT_CUDA_MAX_GRID), GPT_CUDA_BLOCK,
+                                  0, s>>>(dwte, dout, dout_bf, inp, B * T, C);
+        return;
+    }
+    int BT = (int)(B * T);
+    encoder_wte_links_kernel<<<(unsigned)((BT + GPT_CUDA_BLOCK - 1) / GPT_CUDA_BLOCK),
+                               GPT_CUDA_BLOCK, 0, s>>>(links, inp, BT);
+    encoder_wte_sum_kernel<<<gpt_cuda_plan_grid((size_t)BT, 1, GPT_CUDA_MAX_GRID), GPT_CUDA_BLOCK,
+                             0, s>>>(dwte, dout, dout_bf, inp, links, BT, C);
 }
 
 /* ---- LayerNorm --------------------------------------------------------- */
