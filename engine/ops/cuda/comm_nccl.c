@@ -399,8 +399,10 @@ static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_re
 static int nccl_mark_ready(struct gpt_comm *gc, unsigned slot)
 {
     struct comm_nccl *c = (struct comm_nccl *)gc;
-    if (!c->compute || c->dead)
-        return c->dead;
+    /* Not c->dead: the comm thread writes it meanwhile; on a dead
+     * communicator the bucket's collective fails by itself. */
+    if (!c->compute)
+        return 0;
     cudaError_t e = cudaSetDevice(c->device);
     if (e == cudaSuccess)
         e = cudaEventRecord(c->marks[slot], c->compute);

@@ -802,8 +802,10 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
         precision = 1; /* auto: bf16 is this backend's fast path */
     if (precision != 0 && precision != 1)
         return -EINVAL;
-    cb->tf32 = tf32;
     cu_enter(cb);
+    /* The Lt products read cb->tf32; the cuBLAS fallbacks (strided-batched
+     * SGEMM) take the handle's math mode. */
+    gpt_cuda_backend_set_tf32(be, tf32);
     pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
         cu_shd_free_all_locked(cb);
