@@ -4,7 +4,7 @@
 # everything written under an output folder, a short table printed last,
 # exit status non-zero on any failure.
 #
-#   tests/gpu/acceptance.sh [--build] [--build-dir DIR] [--out DIR]
+#   tests/gpu/acceptance.sh [--build] [--build-dir DIR] [--out DIR] [--data FILE]
 #
 #   --build-dir DIR  a build directory configured with -DGPTD_CUDA=ON and
 #                    built beforehand (on a CPU host with nvcc, so no GPU time
@@ -13,6 +13,8 @@
 #                    9 minutes)
 #   --out DIR        where logs, JSON lines and the table go; default:
 #                    gpu-acceptance-YYYYmmdd-HHMMSS
+#   --data FILE      the curves' text; default ../shared/data/
+#                    tinyshakespeare.txt, else bench-data/ (a carried copy)
 #
 # Phases, in order, each under its own time cap (and never past the 9
 # minutes): preflight (nvidia-smi driver and GPU, CUDA driver/runtime
@@ -36,12 +38,17 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$ROOT/build
 OUT=""
 DO_BUILD=0
+# The curves' text: ../shared (benchmark data only) where it is, else a
+# copy carried to a machine that has no ../shared (bench-data/ is ignored).
+DATA=$ROOT/../shared/data/tinyshakespeare.txt
+[ -r "$DATA" ] || DATA=$ROOT/bench-data/tinyshakespeare.txt
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) DO_BUILD=1 ;;
     --build-dir) BUILD=${2:?--build-dir needs a directory}; shift ;;
     --out) OUT=${2:?--out needs a directory}; shift ;;
-    *) echo "usage: $0 [--build] [--build-dir DIR] [--out DIR]" >&2; exit 2 ;;
+    --data) DATA=${2:?--data needs a file}; shift ;;
+    *) echo "usage: $0 [--build] [--build-dir DIR] [--out DIR] [--data FILE]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -50,7 +57,6 @@ mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 TABLE=$OUT/table.txt
 : >"$TABLE"
-DATA=$ROOT/../shared/data/tinyshakespeare.txt
 
 if [ "$DO_BUILD" = 1 ]; then
     echo "== build in $BUILD (not counted in the 9 minutes)"
