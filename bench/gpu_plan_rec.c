@@ -16,27 +16,26 @@
 
 /* ---- --plan: one training step's launches, recorded, not executed --------
  *
- * A recording backend stands in for the CUDA backend under the real model
- * code (engine/model.c, the trainer's AdamW and grad-norm calls), so the
- * sequence of ops and their shapes is the code's own. Each op records the
- * kernels and GEMMs that engine/ops/cuda/cuda_backend.cu's implementation
- * of that op launches, with the same decisions: the attention plan is
- * gpt_cuda_plan_attention (shared), and the bf16 operand conversions
- * follow the backend's shadow rules, with the same state machine
- * (gpt_cuda_shd_state, one per allocation): a bf16 reader converts on a
- * miss; LayerNorm, GELU, attention and AdamW write the bf16 copy
- * alongside; products, LayerNorm's output, the dlogits and the residual
- * stream and its gradient (the encoder, the skip connection's products,
- * memzero, LayerNorm's backward) are written as bf16 only (owned) where no
- * fp32 reader wanted them, readers that take either copy read the bf16
- * one where a range is held in bf16 only, an fp32 reader of
- * an owned range converts it back (bf16_to_f32) and the range is learned;
- * every other write makes the bf16 copy stale. Device memory is never touched: allocations are
- * addresses in an unmapped range, so a host dereference would crash the
- * plan instead of hiding. Three steps run (the first creates the shadows,
- * the second learns which owned ranges fp32 readers want); the third
- * (steady state) is the one reported. The per-op kernel lists below must change with the
- * launchers in cuda_backend.cu. */
+ * A recording backend stands in for the CUDA backend under the real model code
+ * (engine/model.c, the trainer's AdamW and grad-norm calls), so the sequence of
+ * ops and their shapes is the code's own. Each op records the kernels and GEMMs
+ * that engine/ops/cuda/cuda_backend.cu's implementation of that op launches,
+ * with the same decisions: the attention plan is gpt_cuda_plan_attention
+ * (shared), and the bf16 operand conversions follow the backend's shadow rules,
+ * with the same state machine (gpt_cuda_shd_state, one per allocation): a bf16
+ * reader converts on a miss; LayerNorm, GELU, attention and AdamW write the
+ * bf16 copy alongside; products, LayerNorm's output, the dlogits and the
+ * residual stream and its gradient (the encoder, the skip connection's
+ * products, memzero, LayerNorm's backward) are written as bf16 only (owned)
+ * where no fp32 reader wanted them, readers that take either copy read the bf16
+ * one where a range is held in bf16 only, an fp32 reader of an owned range
+ * converts it back (bf16_to_f32) and the range is learned; every other write
+ * makes the bf16 copy stale. Device memory is never touched: allocations are
+ * addresses in an unmapped range, so a host dereference would crash the plan
+ * instead of hiding. Three steps run (the first creates the shadows, the second
+ * learns which owned ranges fp32 readers want); the third (steady state) is the
+ * one reported. The per-op kernel lists below must change with the launchers in
+ * cuda_backend.cu. */
 
 #define REC_MAX_ALLOCS 64
 #define REC_BASE       ((uintptr_t)0x7e0000000000ull) /* never mapped: fake device addresses */

@@ -1,14 +1,14 @@
 /*
- * trainer_ddp: data-parallel gradient all-reduce for the trainer (private
- * to engine/trainer*.c). On the last micro-batch of a step the model
- * reports finished gradient spans (its grads_ready hook); a communication
- * thread all-reduces (averages) them in the order they come while the
- * backward carries on with earlier layers. On a device the hook marks the
- * compute stream as each span is enqueued (gpt_comm_mark_ready) and the
- * span's collective waits for that mark only, so buckets reduce while the
- * backward still runs; the optimizer waits once, in trainer_ddp_wait. Between trainer_ddp_arm and
- * the matching trainer_ddp_wait the communication thread owns the communicator; otherwise the
- * worker thread does.
+ * trainer_ddp: data-parallel gradient all-reduce for the trainer (private to
+ * engine/trainer*.c). On the last micro-batch of a step the model reports
+ * finished gradient spans (its grads_ready hook); a communication thread
+ * all-reduces (averages) them in the order they come while the backward carries
+ * on with earlier layers. On a device the hook marks the compute stream as each
+ * span is enqueued (gpt_comm_mark_ready) and the span's collective waits for
+ * that mark only, so buckets reduce while the backward still runs; the
+ * optimizer waits once, in trainer_ddp_wait. Between trainer_ddp_arm and the
+ * matching trainer_ddp_wait the communication thread owns the communicator;
+ * otherwise the worker thread does.
  */
 #ifndef GPT_TRAINER_DDP_H
 #define GPT_TRAINER_DDP_H

@@ -1,7 +1,8 @@
 /*
- * cuda_plan: launch shapes, reduction splits, the NCCL padding plan and
- * bucket boundaries and the attention plan of the CUDA backend (see cuda_plan.h). Plain C with no
- * CUDA dependency, so it lives in the CPU engine and is tested there.
+ * cuda_plan: launch shapes, reduction splits, the NCCL padding plan and bucket
+ * boundaries and the attention plan of the CUDA backend (see cuda_plan.h).
+ * Plain C with no CUDA dependency, so it lives in the CPU engine and is tested
+ * there.
  */
 #include "cuda_plan.h"
 

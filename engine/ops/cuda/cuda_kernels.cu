@@ -1,13 +1,12 @@
 /*
- * cuda_kernels: the CUDA backend's own kernels (everything that is not a
- * GEMM): encoder, LayerNorm, GELU, residual, the causal softmax of
- * attention, fused softmax + cross-entropy, AdamW, scale and the
- * deterministic sum of squares, and the bf16 pieces of the bf16 mode
- * (conversion, optional bf16 copies of the outputs that feed matrix
- * products, stochastic rounding of the bf16 weights in AdamW). fp32
- * storage, fp32 math (double for sumsq), no fast-math intrinsics, so
- * results track the CPU backend to a few ulp. Launchers enqueue on the given stream and never
- * synchronise.
+ * cuda_kernels: the CUDA backend's own kernels (everything that is not a GEMM):
+ * encoder, LayerNorm, GELU, residual, the causal softmax of attention, fused
+ * softmax + cross-entropy, AdamW, scale and the deterministic sum of squares,
+ * and the bf16 pieces of the bf16 mode (conversion, optional bf16 copies of the
+ * outputs that feed matrix products, stochastic rounding of the bf16 weights in
+ * AdamW). fp32 storage, fp32 math (double for sumsq), no fast-math intrinsics,
+ * so results track the CPU backend to a few ulp. Launchers enqueue on the given
+ * stream and never synchronise.
  *
  * Determinism: every reduction has a fixed order that depends only on the
  * shapes (warp/block trees, two-pass column sums through scratch, sumsq
@@ -382,14 +381,16 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, c
  * inp_bf are given. With dinp NULL the accumulated gradient is bf16 only:
  * dinp_bf is read, the term added in fp32 and the sum rounded once (the
  * bf16-only residual gradient); else dinp is read and written in fp32 and
- * dinp_bf (optional) gets the sum's copy. Block b owns rows [b * rows_per, min(N, (b + 1) *
- * rows_per)); warp w of it takes rows r0 + w, r0 + w + W, ... in order and adds each row's
- * dweight/dbias terms into its OWN shared arrays (lane l owns columns l, l + 32, ...: no two
- * threads touch one slot, no atomics). Then the block sums its W warps in warp order per column and
- * writes the sums to part_w[b * C + c] and part_b[b * C + c]; colsum_pass2_kernel adds the blocks
- * in block order. Every sum has a fixed order that depends only on (N, C) and the plan
- * (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory: GPT_CUDA_LNB_WARPS * 2 * C
- * floats. */
+ * dinp_bf (optional) gets the sum's copy. Block b owns rows [b * rows_per,
+ * min(N, (b + 1) * rows_per)); warp w of it takes rows r0 + w, r0 + w + W,
+ * ... in order and adds each row's dweight/dbias terms into its OWN shared
+ * arrays (lane l owns columns l, l + 32, ...: no two threads touch one
+ * slot, no atomics). Then the block sums its W warps in warp order per
+ * column and writes the sums to part_w[b * C + c] and part_b[b * C + c];
+ * colsum_pass2_kernel adds the blocks in block order. Every sum has a
+ * fixed order that depends only on (N, C) and the plan
+ * (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory:
+ * GPT_CUDA_LNB_WARPS * 2 * C floats. */
 __global__ void layernorm_backward_fused_kernel(float *dinp, uint16_t *dinp_bf, float *part_w,
                                                 float *part_b, const float *dout,
                                                 const uint16_t *dout_bf, const float *inp,
