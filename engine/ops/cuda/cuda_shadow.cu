@@ -255,9 +255,11 @@ void cu_shd_owned(struct gpt_cuda_backend *cb, float *p, size_t n)
     pthread_mutex_unlock(&cb->shd_mu);
 }
 
-/* The current bf16 copy of the floats [p, p + n), or NULL when it is not
- * current there (nothing is converted). */
-const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n)
+/* The bf16 copy of the floats [p, p + n) where `want` says a reader
+ * should take it there, else NULL; never converts. */
+static const uint16_t *shd_view(struct gpt_cuda_backend *cb, const float *p, size_t n,
+                                int (*want)(const struct gpt_cuda_shd_state *s, size_t lo,
+                                            size_t hi))
 {
     if (!cb->bf16 || !p || n == 0)
         return NULL;
@@ -267,11 +269,23 @@ const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n
     if (i >= 0) {
         struct shadow *m = &cb->shd[i];
         size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
-        if (gpt_cuda_spans_covers(&m->st.cur, lo, lo + n))
+        if (want(&m->st, lo, lo + n))
             r = m->bf + lo;
     }
     pthread_mutex_unlock(&cb->shd_mu);
     return r;
+}
+
+static int shd_current(const struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    return gpt_cuda_spans_covers(&s->cur, lo, hi);
+}
+
+/* The current bf16 copy of the floats [p, p + n), or NULL when it is not
+ * current there (nothing is converted). */
+const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n)
+{
+    return shd_view(cb, p, n, shd_current);
 }
 
 /* The current bf16 copy of the floats [p, p + n) when a reader that takes
@@ -279,19 +293,7 @@ const uint16_t *cu_shd_cur(struct gpt_cuda_backend *cb, const float *p, size_t n
  * bf16 only), else NULL: the caller reads fp32 after cu_f32. */
 const uint16_t *cu_shd_held(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
-    if (!cb->bf16 || !p || n == 0)
-        return NULL;
-    pthread_mutex_lock(&cb->shd_mu);
-    long i = shd_find_locked(cb, p, n);
-    const uint16_t *r = NULL;
-    if (i >= 0) {
-        struct shadow *m = &cb->shd[i];
-        size_t lo = ((uintptr_t)p - m->base) / sizeof(float);
-        if (gpt_cuda_shd_held(&m->st, lo, lo + n))
-            r = m->bf + lo;
-    }
-    pthread_mutex_unlock(&cb->shd_mu);
-    return r;
+    return shd_view(cb, p, n, gpt_cuda_shd_held);
 }
 
 /* An op reads the fp32 bytes [p, p + bytes): owned floats among them get
