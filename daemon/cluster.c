@@ -244,7 +244,8 @@ void cluster_publish(void *ctx, const char *key, const char *value)
         (void)store_client_async_delete(c->cc, key, cluster_on_publish, c);
 }
 
-static void cluster_coord_event(void *ctx, int64_t job, const char *kind, const char *msg)
+static void cluster_coord_event(void *ctx, int64_t job, int64_t step, const char *kind,
+                                const char *msg)
 {
     struct cluster *c = ctx;
     log_notice("cluster: %s: %s", kind, msg);
@@ -254,7 +255,7 @@ static void cluster_coord_event(void *ctx, int64_t job, const char *kind, const 
     memset(&e, 0, sizeof(e));
     snprintf(e.kind, sizeof(e.kind), "%s", kind);
     snprintf(e.message, sizeof(e.message), "%s", msg);
-    e.step = -1; /* the job's newest step (filled in by the job queue) */
+    e.step = step; /* -1: the job's newest step (filled in by the job queue) */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     e.time = (double)ts.tv_sec + ts.tv_nsec * 1e-9;

@@ -42,19 +42,42 @@ int rdzv_phase_parse(const char *name)
 
 /* ---- helpers ---- */
 
+static void rdzv_event_v(struct rdzv_coord *c, const struct rdzv_jrun *j, int64_t step,
+                         const char *kind, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (c->h.event)
+        c->h.event(c->h.ctx, j ? j->job : 0, step, kind, msg);
+}
+
 static void rdzv_event(struct rdzv_coord *c, const struct rdzv_jrun *j, const char *kind,
                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* An event at the job's newest step. */
 static void rdzv_event(struct rdzv_coord *c, const struct rdzv_jrun *j, const char *kind,
                        const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    rdzv_event_v(c, j, -1, kind, fmt, ap);
     va_end(ap);
-    if (c->h.event)
-        c->h.event(c->h.ctx, j ? j->job : 0, kind, msg);
+}
+
+static void rdzv_event_at(struct rdzv_coord *c, const struct rdzv_jrun *j, int64_t step,
+                          const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* An event at `step`: a world that resumes from a snapshot belongs to the
+ * snapshot's step, where its run starts, not to the step the last run
+ * reached (the job's history orders a run's records by step). */
+static void rdzv_event_at(struct rdzv_coord *c, const struct rdzv_jrun *j, int64_t step,
+                          const char *kind, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rdzv_event_v(c, j, step, kind, fmt, ap);
+    va_end(ap);
 }
 
 static uint64_t rdzv_hash(const char *id)
@@ -266,10 +289,10 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
     if (c->h.world)
         c->h.world(c->h.ctx, j->job, j->world, (int)nj, &j->run_id);
     if (snap >= 0)
-        rdzv_event(c, j, "world",
-                   "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d; resuming from "
-                   "the step %" PRId64 " snapshot on %s",
-                   j->round, reason, nj, nj == 1 ? "" : "s", names, j->world, snap, first);
+        rdzv_event_at(c, j, snap, "world",
+                      "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d; resuming "
+                      "from the step %" PRId64 " snapshot on %s",
+                      j->round, reason, nj, nj == 1 ? "" : "s", names, j->world, snap, first);
     else
         rdzv_event(c, j, "world", "round %" PRId64 " closed (%s): %zu node%s (%s), world size %d",
                    j->round, reason, nj, nj == 1 ? "" : "s", names, j->world);

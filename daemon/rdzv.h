@@ -87,8 +87,8 @@ struct rdzv_hooks {
      * value deletes it. */
     void (*publish)(void *ctx, const char *key, const char *value);
     /* A membership change or failure worth an event in the job's history
-     * (job 0: no job runs). */
-    void (*event)(void *ctx, int64_t job, const char *kind, const char *msg);
+     * (job 0: no job runs), at `step` (-1: the job's newest). */
+    void (*event)(void *ctx, int64_t job, int64_t step, const char *kind, const char *msg);
     /* A world closed: record a run of `world_size` ranks; *ret_run_id gets
      * its id (0 when none is recorded). */
     void (*world)(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id);

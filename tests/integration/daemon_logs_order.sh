@@ -20,7 +20,7 @@ check() {
     dups=$(sort "$f.recs" | uniq -d | wc -l)
     [[ $dups == 0 ]] || fail "$what: $dups records printed twice"
     bad=$(grep -o '"time":[0-9.e+-]*' "$f.recs" | cut -d: -f2 |
-        awk 'NR > 1 && $1 < prev { print NR; exit } { prev = $1 }')
+        awk 'NR > 1 && $1 < prev && !bad { bad = NR } { prev = $1 } END { if (bad) print bad }')
     [[ -z $bad ]] || fail "$what: out of time order at record $bad: $(sed -n "$((bad - 1)),${bad}p" "$f.recs" | cut -c1-200)"
     [[ $(grep -c '"time":' "$f.recs") == "$n" ]] || fail "$what: a record without a time"
     # Run 2's metrics are steps 101..400 (or FIRST..400), each once.

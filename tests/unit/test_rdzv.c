@@ -37,10 +37,10 @@ static void h_publish(void *ctx, const char *key, const char *value)
     (void)ctx, (void)key, (void)value;
 }
 
-static void h_event(void *ctx, int64_t job, const char *kind, const char *msg)
+static void h_event(void *ctx, int64_t job, int64_t step, const char *kind, const char *msg)
 {
     struct rec *r = ctx;
-    (void)job;
+    (void)job, (void)step;
     if (strcmp(kind, "world") == 0)
         snprintf(r->last_event, sizeof(r->last_event), "%s", msg);
 }

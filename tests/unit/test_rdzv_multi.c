@@ -49,9 +49,9 @@ static void h_publish(void *ctx, const char *key, const char *value)
     rec.doc[i] = value ? json_loads(value, 0, NULL) : NULL;
 }
 
-static void h_event(void *ctx, int64_t job, const char *kind, const char *msg)
+static void h_event(void *ctx, int64_t job, int64_t step, const char *kind, const char *msg)
 {
-    (void)ctx, (void)job, (void)kind, (void)msg;
+    (void)ctx, (void)job, (void)step, (void)kind, (void)msg;
 }
 
 static void h_world(void *ctx, int64_t job, int world_size, int nodes, int64_t *ret_run_id)
