@@ -62,11 +62,11 @@
  * context switch) measured no faster with bench_allreduce at worlds 3 and
  * 4 on 2 cores (64 MiB: 18.8 ms at 1 MiB vs 22.3 at 4 MiB, world 4) and
  * cost each rank 36 MiB more resident memory at world 4. */
-#define COMM_SHM_SLOT_BYTES      (1024u * 1024u)
-#define COMM_SHM_SLOT_MIN        64u
-#define COMM_SHM_SLOT_MAX        (64u * 1024u * 1024u)
-#define COMM_SHM_STAGE_MAX       (64ull * 1024 * 1024) /* all ranks' slots together */
-#define COMM_SHM_SHRINK_MIN      (256u * 1024u) /* when /dev/shm is short, halve down to this */
+#define COMM_SHM_SLOT_BYTES (1024u * 1024u)
+#define COMM_SHM_SLOT_MIN   64u
+#define COMM_SHM_SLOT_MAX   (64u * 1024u * 1024u)
+#define COMM_SHM_STAGE_MAX  (64ull * 1024 * 1024) /* all ranks' slots together */
+#define COMM_SHM_SHRINK_MIN (256u * 1024u)        /* when /dev/shm is short, halve down to this */
 /* allreduce of at most this many bytes: every rank reduces the whole buffer
  * instead of its slice (no step to copy the results out). */
 #define COMM_SHM_WHOLE_MAX (256u * 1024u)

@@ -62,6 +62,10 @@ check "$T/since.json" "logs --since 150" 150
 grep -n '"kind":"resume"' "$T/all.json.recs" | head -n1 | cut -d: -f1 >"$T/resume.line"
 grep -n '"run_id":1,' "$T/all.json.recs" | tail -n1 | cut -d: -f1 >"$T/run1.last"
 (($(cat "$T/run1.last") < $(cat "$T/resume.line"))) || fail "a run-1 record after run 2's resume"
+# Run 2's world resumes from the step-100 snapshot: its event is at step
+# 100, where the run starts, not at 300, where run 1 ended.
+grep '"kind":"world"' "$T/all.json.recs" | grep '"run_id":2,' | has '"step":100,' ||
+    fail "run 2's world event is not at step 100: $(grep '"kind":"world"' "$T/all.json.recs")"
 # The text output has the same records in the same order.
 "$GPTCTL" logs "$a" | grep -c . >"$T/text.n"
 (($(cat "$T/text.n") >= $(wc -l <"$T/all.json.recs"))) || fail "text logs print fewer records"

@@ -9,7 +9,8 @@
 #  - the user's fourth queued job is refused with an error naming
 #    max_queued_jobs_per_uid; root queues more than 3; once one of the
 #    user's jobs leaves the queue (cancelled) the user may submit again;
-#    a sweep (submit -m) of 4 is refused whole, one of 3 queued whole;
+#    a sweep (submit -m) of 4 is refused whole, one of 3 queued whole; a
+#    raw sweep_jobs that lies cannot pass the cap, nor come without a sweep;
 #  - head of line: a job needing 2 nodes on this 1-node cluster stays queued
 #    with "needs 2 nodes, cluster has 1" and does not hold up the 1-node job
 #    behind it, which starts as soon as the root job ends; once nothing else
@@ -92,6 +93,20 @@ print(sum(j["state"] == "queued" and j["owner_uid"] == int(sys.argv[1])
 [[ $(queued_mine) == 0 ]] || fail "a refused sweep left $(queued_mine) jobs queued"
 as_user submit "$T/job.json" -m trainer.seed=1,2,3 >/dev/null || fail "a sweep of 3 was refused"
 [[ $(queued_mine) == 3 ]] || fail "a sweep of 3 queued $(queued_mine) jobs"
+# The user's own control lines, not gptctl's: sweep_jobs is only a request
+# for room, so a lie cannot pass the cap (each submit is still counted),
+# and it comes with a sweep or not at all.
+cp "$ITEST" "$T/bin/itest_client"
+chmod 0755 "$T/bin/itest_client"
+raw() { runuser -u "$U" -- "$T/bin/itest_client" send "$SOCK"; }
+spec=$(jq -c . "$T/job.json")
+out=$(echo "{\"op\":\"submit\",\"id\":1,\"spec\":$spec,\"sweep\":\"sw-lie\",\"sweep_jobs\":1}" | raw)
+[[ $out == *'"ok":false'* && $out == *"uid $uid already has 3 jobs queued or being submitted (max_queued_jobs_per_uid = 3)"* ]] ||
+    fail "a sweep claiming 1 job past the cap: $out"
+out=$(echo "{\"op\":\"submit\",\"id\":2,\"spec\":$spec,\"sweep_jobs\":2}" | raw)
+[[ $out == *'"ok":false'* && $out == *"sweep_jobs comes only with a sweep"* ]] ||
+    fail "sweep_jobs without a sweep: $out"
+[[ $(queued_mine) == 3 ]] || fail "the raw submits queued jobs: $(queued_mine) queued"
 
 for id in $("$GPTCTL" --json list | /usr/bin/python3 -c '
 import json, sys
