@@ -1019,6 +1019,7 @@ static const struct gpt_backend_ops rec_ops = {
     .adamw_multi = rec_adamw_multi,
     .matmul_residual_forward = rec_matmul_residual_forward,
     .grads_assign = 1, /* as the CUDA backend */
+    .device_memory = 1,
 };
 
 struct gpt_backend *gpu_plan_rec_new(void)

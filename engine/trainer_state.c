@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,42 @@ static void full_state_free(struct trainer *t, struct full_state *fs)
     gpt_backend_mem_free(t->be, fs->v);
 }
 
+/* The snapshot file's reader and writer take host memory: on a backend
+ * whose buffers are device memory the state passes through one host copy
+ * of all three arrays (host->params NULL when the backend's own buffers
+ * serve). */
+static int host_state_alloc(struct trainer *t, struct full_state *host, struct gpt_err *err)
+{
+    size_t n = t->model.n_params;
+    memset(host, 0, sizeof(*host));
+    if (!gpt_backend_device_memory(t->be))
+        return 0;
+    float *all = n <= SIZE_MAX / (3 * sizeof(float)) ? malloc(3 * n * sizeof(float)) : NULL;
+    if (!all)
+        return gpt_err_set(err, -ENOMEM, NULL,
+                           "out of host memory for a copy of the training state (%zu parameters)",
+                           n);
+    *host = (struct full_state){all, all + n, all + 2 * n};
+    return 0;
+}
+
+/* Device -> host (to_host) or host -> device, for the arrays present in
+ * src (m and v may be NULL). */
+static int host_state_copy(struct trainer *t, const struct full_state *dev,
+                           const struct full_state *host, bool to_host, bool moments)
+{
+    size_t bytes = t->model.n_params * sizeof(float);
+    float *const d[3] = {dev->params, dev->m, dev->v}, *const h[3] = {host->params, host->m,
+                                                                      host->v};
+    for (int i = 0; i < (moments ? 3 : 1); i++) {
+        int rc = to_host ? gpt_backend_download(t->be, h[i], d[i], bytes)
+                         : gpt_backend_upload(t->be, d[i], h[i], bytes);
+        if (rc < 0)
+            return rc;
+    }
+    return to_host ? 0 : gpt_backend_sync(t->be);
+}
+
 /* A sharded snapshot: each rank writes its slice into the folder all
  * ranks share, rank 0 the manifest (no full-size copy on any rank). */
 static int write_snapshot_sharded(struct trainer *t, struct gpt_err *err)
@@ -129,7 +166,7 @@ static int write_snapshot_sharded(struct trainer *t, struct gpt_err *err)
 int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
 {
     bool writer = snapshot_writer(t), shared = false;
-    struct full_state fs = {t->model.params, t->model.m, t->model.v};
+    struct full_state fs = {t->model.params, t->model.m, t->model.v}, host = {0};
     int rc = 0;
     if (t->shard && (rc = gpt_shard_snapshot_shared(t->shard, t->snapdir, &shared)) < 0)
         return gpt_err_set(err, rc, NULL, "snapshot: probing the folder failed: %s",
@@ -151,7 +188,16 @@ int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
     fill_meta(t, &meta);
     char path[1024];
     double t0 = now_s();
-    rc = gpt_snapshot_write(t->snapdir, &meta, fs.params, fs.m, fs.v, path, sizeof(path), err);
+    if ((rc = host_state_alloc(t, &host, err)) < 0)
+        goto out;
+    if (host.params && (rc = host_state_copy(t, &fs, &host, true, true)) < 0) {
+        rc = gpt_err_set(err, rc, NULL, "snapshot: copying the state from the device failed: %s",
+                         gpt_strerror(rc));
+        goto out;
+    }
+    rc = gpt_snapshot_write(t->snapdir, &meta, host.params ? host.params : fs.params,
+                            host.params ? host.m : fs.m, host.params ? host.v : fs.v, path,
+                            sizeof(path), err);
     if (rc < 0)
         goto out;
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
@@ -170,6 +216,7 @@ int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
         (void)gpt_snapshot_prune(t->snapdir, t->job->snapshot.keep, &t->owner, &perr);
     }
 out:
+    free(host.params);
     if (t->shard)
         full_state_free(t, &fs);
     return rc;
@@ -252,11 +299,20 @@ static int load_snapshot(struct trainer *t, const struct full_state *fs, char *r
                            "snapshot %s was taken with other data (data.kind, data.path or "
                            "data.task differ)",
                            path);
-    if (fs)
-        rc = gpt_snapshot_read_sized(path, meta.n_params, &meta, fs->params,
-                                     meta.has_moments ? fs->m : NULL,
-                                     meta.has_moments ? fs->v : NULL, err);
-    else if (t->opts->resume_path) /* found in the folder: verified by gpt_snapshot_find */
+    if (fs) {
+        struct full_state host;
+        if ((rc = host_state_alloc(t, &host, err)) < 0)
+            return rc;
+        const struct full_state *to = host.params ? &host : fs;
+        rc = gpt_snapshot_read_sized(path, meta.n_params, &meta, to->params,
+                                     meta.has_moments ? to->m : NULL,
+                                     meta.has_moments ? to->v : NULL, err);
+        if (rc >= 0 && host.params &&
+            (rc = host_state_copy(t, fs, &host, false, meta.has_moments)) < 0)
+            rc = gpt_err_set(err, rc, NULL, "copying snapshot %s to the device failed: %s", path,
+                             gpt_strerror(rc));
+        free(host.params);
+    } else if (t->opts->resume_path) /* found in the folder: verified by gpt_snapshot_find */
         rc = gpt_snapshot_read(path, &meta, NULL, NULL, NULL, err);
     if (rc < 0)
         return rc;

@@ -207,6 +207,10 @@ struct gpt_backend_ops {
      * step need not zero them first). encoder_backward always
      * accumulates. */
     int grads_assign;
+    /* Non-zero when buffers live in device memory that host code cannot
+     * address (cuda): host code reaches them only through upload and
+     * download (gpt_backend_device_memory). */
+    int device_memory;
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -232,6 +236,13 @@ int gpt_backend_cpu_new(int threads, struct gpt_backend **ret, struct gpt_err *e
 
 /* Frees a backend; NULL is a no-op. */
 void gpt_backend_free(struct gpt_backend *be);
+
+/* True when the backend's buffers are device memory: a host reader or
+ * writer (the snapshot file's) needs host copies. */
+static inline int gpt_backend_device_memory(const struct gpt_backend *be)
+{
+    return be->ops->device_memory;
+}
 
 /* --- front-end wrappers (assert arguments, then dispatch) --------------- */
 int gpt_backend_alloc(struct gpt_backend *be, size_t bytes, void **ret_ptr);

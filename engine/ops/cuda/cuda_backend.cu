@@ -849,6 +849,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .adamw_multi = */ cuda_adamw_multi,
     /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
     /* .grads_assign = */ 1,
+    /* .device_memory = */ 1,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
