@@ -100,11 +100,16 @@ static struct gpt_rng rng;
 static int failures, checks;
 static const char *prec = "fp32"; /* the GPU backend's precision now */
 
+/* The op's bound in this precision; in bf16 an op with no bf16 entry
+ * writes fp32 from fp32 inputs and keeps its fp32 bound. */
 static double tol_of(const char *op)
 {
-    for (size_t i = 0; i < sizeof(tolerances) / sizeof(tolerances[0]); i++)
-        if (strcmp(tolerances[i].op, op) == 0 && strcmp(tolerances[i].prec, prec) == 0)
-            return tolerances[i].tol;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *want = pass == 0 ? prec : "fp32";
+        for (size_t i = 0; i < sizeof(tolerances) / sizeof(tolerances[0]); i++)
+            if (strcmp(tolerances[i].op, op) == 0 && strcmp(tolerances[i].prec, want) == 0)
+                return tolerances[i].tol;
+    }
     fprintf(stderr, "no tolerance for %s in %s\n", op, prec);
     abort();
 }
@@ -171,9 +176,11 @@ static void ints_new(const int *h, size_t n, int **ret_c, int **ret_g)
     check_rc(gpt_backend_upload(gpu, *ret_g, h, n * sizeof(int)), "gpu upload");
 }
 
-/* Normalised error of p (optionally only where mask(i) is true). */
-static double pair_err(const struct pair *p, int (*mask)(size_t i, const void *ctx),
-                       const void *ctx)
+/* Normalised error of p (optionally only where mask(i) is true): the
+ * largest difference over the largest reference value, or over `floor`
+ * where that is larger. */
+static double pair_err_floor(const struct pair *p, int (*mask)(size_t i, const void *ctx),
+                             const void *ctx, double floor)
 {
     float *hc = malloc(p->n * sizeof(float) + 1), *hg = malloc(p->n * sizeof(float) + 1);
     if (!hc || !hg)
@@ -192,7 +199,14 @@ static double pair_err(const struct pair *p, int (*mask)(size_t i, const void *c
     }
     free(hc);
     free(hg);
+    maxref = maxref > floor ? maxref : floor;
     return maxref > 0.0 ? maxdiff / maxref : maxdiff;
+}
+
+static double pair_err(const struct pair *p, int (*mask)(size_t i, const void *ctx),
+                       const void *ctx)
+{
+    return pair_err_floor(p, mask, ctx, 0.0);
 }
 
 static void check(const char *op, const char *what, const struct pair *p)
@@ -561,9 +575,10 @@ static const struct shape flash_shapes[] = {
  * (40 .. 127: most of its warps past T), odd B*NH*T (the logsumexp of
  * the next head starts at an odd float), several heads and batches (the
  * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
- * tensor-core path: the launch count grows. */
+ * tensor-core path: the launch count grows (so T is above the head size:
+ * at T <= hs the plan takes the GEMM attention). */
 static const struct shape tc_shapes[] = {
-    {1, 65, 64, 1, 0, 0},     {2, 64, 128, 2, 0, 0},   {3, 95, 192, 3, 0, 0},
+    {1, 65, 64, 1, 0, 0},     {2, 64, 128, 4, 0, 0},   {3, 95, 192, 3, 0, 0},
     {1, 200, 256, 2, 0, 0},   {2, 1000, 512, 4, 0, 0}, {1, 129, 128, 1, 0, 0},
     {2, 1024, 768, 12, 0, 0}, {1, 2048, 128, 2, 0, 0}, {1, 4096, 128, 1, 0, 0},
     {3, 333, 384, 3, 0, 0},   {2, 77, 128, 4, 0, 0},   {1, 300, 384, 4, 0, 0},
@@ -670,18 +685,25 @@ static void test_elementwise(size_t n)
     char tag[64];
     snprintf(tag, sizeof(tag), "n %zu", n);
     struct pair x = pair_new(n, -6, 6), y = pair_new(n, 0, 0), d = pair_new(n, -1, 1);
+    /* GELU's error relative to its inputs' scale (1): for n 1 the largest
+     * output can be ~1e-6 (x near -6, where 1 + tanh cancels), and a one-ulp
+     * tanhf difference is then 1e-4 of it (seen on an H200). */
     gpt_backend_gelu_forward(cpu, y.c, x.c, n);
     gpt_backend_gelu_forward(gpu, y.g, x.g, n);
-    check("gelu_forward", tag, &y);
+    report("gelu_forward", tag, pair_err_floor(&y, NULL, NULL, 1.0));
     gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, n); /* in place, as the model does */
     gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, n);
-    check("gelu_backward", tag, &d);
-    gpt_backend_residual_forward(cpu, y.c, y.c, x.c, n);
-    gpt_backend_residual_forward(gpu, y.g, y.g, x.g, n);
-    check("residual_forward", tag, &y);
-    gpt_backend_scale(cpu, y.c, 0.37f, n);
-    gpt_backend_scale(gpu, y.g, 0.37f, n);
-    check("scale", tag, &y);
+    report("gelu_backward", tag, pair_err_floor(&d, NULL, NULL, 1.0));
+    /* One IEEE operation each, on inputs both sides hold bit for bit (not
+     * on GELU's outputs, which differ in the last bit): the same bits. */
+    struct pair r = pair_new(n, -3, 3);
+    gpt_backend_residual_forward(cpu, r.c, r.c, x.c, n);
+    gpt_backend_residual_forward(gpu, r.g, r.g, x.g, n);
+    check("residual_forward", tag, &r);
+    gpt_backend_scale(cpu, r.c, 0.37f, n);
+    gpt_backend_scale(gpu, r.g, 0.37f, n);
+    check("scale", tag, &r);
+    pair_free(&r);
     double sc = gpt_backend_sumsq(cpu, x.c, n), sg = gpt_backend_sumsq(gpu, x.g, n);
     report("sumsq", tag, fabs(sg - sc) / sc);
     /* Determinism: the same sum twice. */
@@ -1260,10 +1282,10 @@ int main(void)
         struct pair d = pair_new(ns[i], -1, 1);
         gpt_backend_gelu_forward(cpu, y.c, x.c, ns[i]);
         gpt_backend_gelu_forward(gpu, y.g, x.g, ns[i]);
-        check("gelu_forward", tag, &y);
+        report("gelu_forward", tag, pair_err_floor(&y, NULL, NULL, 1.0)); /* test_elementwise */
         gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, ns[i]);
         gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, ns[i]);
-        check("gelu_backward", tag, &d);
+        report("gelu_backward", tag, pair_err_floor(&d, NULL, NULL, 1.0));
         pair_free(&x);
         pair_free(&y);
         pair_free(&d);
