@@ -26,7 +26,8 @@
 # cost model's prediction (bench_gpu_train --plan);
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (every 10-step window's mean loss after the
-# warm-up within 2%); compute-sanitizer
+# warm-up within 2%); resume from a snapshot in a new process, bitwise
+# against a straight run (tiny model); compute-sanitizer
 # memcheck and racecheck on a tiny model for 2 steps; NCCL world-1
 # collectives and the abort/timeout test (test_gpu_nccl).
 #
@@ -232,6 +233,39 @@ EOF
     fi
 else
     row curves FAIL 0 "no $DATA"
+fi
+
+# ---- resume on the device: bitwise ----------------------------------------------
+# A tiny model 6 steps straight, and 3 steps, a snapshot, then 3 more from
+# it in a new process (state through host memory both ways): the same
+# last loss to the last digit, as on the CPU.
+if [ -r "$DATA" ]; then
+    cat >"$OUT/resume.json" <<EOF
+{"name": "acceptance-resume", "data": {"path": "$DATA"},
+ "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64},
+ "trainer": {"max_steps": 6, "micro_batch": 4, "global_batch": 4, "log_every": 1,
+             "eval_every": 0, "eval_batches": 1}}
+EOF
+    last_loss() {
+        grep '"type":"metric"' "$1" | grep '"step":6,' | sed -n 's/.*"loss":\([0-9.eE+-]*\).*/\1/p'
+    }
+    run resume 40 "$OUT/resume.log" sh -c "
+        '$GPTD' run '$OUT/resume.json' --json --snapshot-dir '$OUT/snap_straight' >'$OUT/resume_straight.jsonl' &&
+        '$GPTD' run '$OUT/resume.json' --json --stop-after 3 --snapshot-dir '$OUT/snap_split' >'$OUT/resume_first.jsonl' &&
+        '$GPTD' run '$OUT/resume.json' --json --resume --snapshot-dir '$OUT/snap_split' >'$OUT/resume_second.jsonl'"
+    a=$(last_loss "$OUT/resume_straight.jsonl") b=$(last_loss "$OUT/resume_second.jsonl")
+    if [ "$RC" != 0 ]; then
+        row resume FAIL "$SECS" "rc $RC ($OUT/resume.log)"
+    elif ! grep -q '"kind":"resume"' "$OUT/resume_second.jsonl"; then
+        row resume FAIL "$SECS" "the second run did not resume ($OUT/resume_second.jsonl)"
+    elif [ -z "$a" ] || [ "$a" != "$b" ]; then
+        row resume FAIL "$SECS" "step 6 loss straight ${a:-?}, resumed at 3 ${b:-?}"
+    else
+        row resume PASS "$SECS" "step 6 loss $a straight and resumed at step 3"
+    fi
+    rm -rf "$OUT/snap_straight" "$OUT/snap_split"
+else
+    row resume FAIL 0 "no $DATA"
 fi
 
 # ---- compute-sanitizer on a tiny model -----------------------------------------
