@@ -8,6 +8,7 @@
  * it exits 77 (skipped): there the gpu tests cover the same ground.
  */
 #include <stdio.h>
+#include <errno.h>
 #include <string.h>
 
 #ifdef GPTD_HAVE_CUDA
@@ -96,6 +97,46 @@ static void test_probe_no_gpu(void **state)
     assert_int_equal(gpt_cuda_probe(NULL, 0), 0);
 }
 
+/* A host with GPU device nodes whose CUDA cannot start: the probe fails
+ * (GPU tests then fail instead of skipping) and says why, with the CUDA
+ * error's name and text and the versions. The facts are those of this
+ * host's runtime with device nodes pretended. */
+static void test_probe_broken_host(void **state)
+{
+    (void)state;
+    char msg[512] = "";
+    struct gpt_cuda_probe_facts f = {.err = 35,
+                                     .err_name = "cudaErrorInsufficientDriver",
+                                     .err_text = "CUDA driver version is insufficient for CUDA "
+                                                 "runtime version",
+                                     .count = 0,
+                                     .has_nodes = 1,
+                                     .driver = 12020,
+                                     .runtime = 13000};
+    assert_int_equal(gpt_cuda_probe_verdict(&f, msg, sizeof(msg)), -EIO);
+    assert_non_null(strstr(msg, "cudaErrorInsufficientDriver"));
+    assert_non_null(strstr(msg, "insufficient for CUDA runtime"));
+    assert_non_null(strstr(msg, "driver supports CUDA 12.2, runtime is 13.0"));
+    assert_non_null(strstr(msg, "too old"));
+    /* Another initialisation failure: named, not called "too old". */
+    f.err = 3, f.err_name = "cudaErrorInitializationError", f.err_text = "initialization error";
+    assert_int_equal(gpt_cuda_probe_verdict(&f, msg, sizeof(msg)), -EIO);
+    assert_non_null(strstr(msg, "cudaErrorInitializationError (initialization error)"));
+    assert_null(strstr(msg, "too old"));
+    assert_int_equal(gpt_cuda_probe_verdict(&f, NULL, 0), -EIO);
+    /* The same failure without device nodes is "no GPU" (this host). */
+    f.has_nodes = 0;
+    assert_int_equal(gpt_cuda_probe_verdict(&f, msg, sizeof(msg)), 0);
+    assert_non_null(strstr(msg, "no GPU (initialization error)"));
+    /* No visible device with nodes present (CUDA_VISIBLE_DEVICES=""): no GPU. */
+    f.has_nodes = 1, f.err = 100, f.err_text = "no CUDA-capable device is detected";
+    assert_int_equal(gpt_cuda_probe_verdict(&f, msg, sizeof(msg)), 0);
+    /* Success. */
+    f.err = 0, f.count = 2;
+    assert_int_equal(gpt_cuda_probe_verdict(&f, msg, sizeof(msg)), 2);
+    assert_non_null(strstr(msg, "2 GPU(s)"));
+}
+
 static void test_cpu_still_works(void **state)
 {
     (void)state;
@@ -118,9 +159,9 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_backend_absent),      cmocka_unit_test(test_nccl_absent),
-        cmocka_unit_test(test_probe_no_gpu),        cmocka_unit_test(test_cpu_still_works),
-        cmocka_unit_test(test_cublas_at_first_use),
+        cmocka_unit_test(test_backend_absent),  cmocka_unit_test(test_nccl_absent),
+        cmocka_unit_test(test_probe_no_gpu),    cmocka_unit_test(test_probe_broken_host),
+        cmocka_unit_test(test_cpu_still_works), cmocka_unit_test(test_cublas_at_first_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,43 +18,46 @@ int gpt_cuda_host_has_gpu_nodes(void)
     return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
 }
 
-int gpt_cuda_probe(char *msg, size_t cap)
+int gpt_cuda_probe_verdict(const struct gpt_cuda_probe_facts *f, char *msg, size_t cap)
 {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaSuccess && n > 0) {
-        if (msg && cap) {
-            int drv = 0, rt = 0;
-            cudaDriverGetVersion(&drv);
-            cudaRuntimeGetVersion(&rt);
-            (void)cudaGetLastError();
-            snprintf(msg, cap, "%d GPU(s); driver supports CUDA %d.%d, runtime %d.%d", n,
-                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
-        }
-        return n;
+    if (f->err == 0 && f->count > 0) {
+        if (msg && cap)
+            snprintf(msg, cap, "%d GPU(s); driver supports CUDA %d.%d, runtime %d.%d", f->count,
+                     f->driver / 1000, f->driver % 1000 / 10, f->runtime / 1000,
+                     f->runtime % 1000 / 10);
+        return f->count;
     }
-    (void)cudaGetLastError();
     /* No visible device (CUDA_VISIBLE_DEVICES empty or no GPU) is the
      * ordinary "no GPU"; so is any failure on a host without device nodes. */
-    if (e == cudaSuccess || e == cudaErrorNoDevice || !gpt_cuda_host_has_gpu_nodes()) {
+    if (f->err == 0 || f->err == cudaErrorNoDevice || !f->has_nodes) {
         if (msg && cap)
-            snprintf(msg, cap, "no GPU (%s)",
-                     e == cudaSuccess ? "no device" : cudaGetErrorString(e));
+            snprintf(msg, cap, "no GPU (%s)", f->err == 0 ? "no device" : f->err_text);
         return 0;
     }
-    int drv = 0, rt = 0;
-    cudaDriverGetVersion(&drv);
-    cudaRuntimeGetVersion(&rt);
-    (void)cudaGetLastError();
     if (msg && cap)
         snprintf(msg, cap,
                  "GPU device nodes exist but CUDA failed to initialise: cudaGetDeviceCount: "
                  "%s (%s); driver supports CUDA %d.%d, runtime is %d.%d%s",
-                 cudaGetErrorName(e), cudaGetErrorString(e), drv / 1000, drv % 1000 / 10, rt / 1000,
-                 rt % 1000 / 10,
-                 e == cudaErrorInsufficientDriver ? ": the driver is too old for this runtime"
-                                                  : "");
+                 f->err_name, f->err_text, f->driver / 1000, f->driver % 1000 / 10,
+                 f->runtime / 1000, f->runtime % 1000 / 10,
+                 f->err == cudaErrorInsufficientDriver ? ": the driver is too old for this runtime"
+                                                       : "");
     return -EIO;
+}
+
+int gpt_cuda_probe(char *msg, size_t cap)
+{
+    struct gpt_cuda_probe_facts f = {0};
+    cudaError_t e = cudaGetDeviceCount(&f.count);
+    (void)cudaGetLastError();
+    f.err = (int)e;
+    f.err_name = cudaGetErrorName(e);
+    f.err_text = cudaGetErrorString(e);
+    f.has_nodes = e == cudaSuccess ? 1 : gpt_cuda_host_has_gpu_nodes();
+    cudaDriverGetVersion(&f.driver);
+    cudaRuntimeGetVersion(&f.runtime);
+    (void)cudaGetLastError();
+    return gpt_cuda_probe_verdict(&f, msg, cap);
 }
 
 int gpt_cuda_device_count(void)

@@ -20,6 +20,20 @@ int gpt_cuda_device_count(void);
  * versions on failure. GPU tests skip (77) only on 0 and fail on -EIO. */
 int gpt_cuda_probe(char *msg, size_t cap);
 
+/* What gpt_cuda_probe learnt from the runtime, for its verdict. */
+struct gpt_cuda_probe_facts {
+    int err;              /* cudaGetDeviceCount's cudaError_t (0: success) */
+    const char *err_name; /* its name and text (cudaGetErrorName/String) */
+    const char *err_text;
+    int count;           /* the device count it returned */
+    int has_nodes;       /* gpt_cuda_host_has_gpu_nodes() */
+    int driver, runtime; /* cudaDriverGetVersion, cudaRuntimeGetVersion */
+};
+
+/* gpt_cuda_probe's decision and message from those facts. Pure (unit
+ * tests give it the facts of a broken host). */
+int gpt_cuda_probe_verdict(const struct gpt_cuda_probe_facts *f, char *msg, size_t cap);
+
 /* 1 when the NVIDIA driver's device nodes exist (/dev/nvidiactl or
  * /dev/nvidia0), whether or not CUDA can use them. */
 int gpt_cuda_host_has_gpu_nodes(void);
