@@ -451,6 +451,9 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     }
     double total = 0;
     float loss = 0;
+    /* Device memory held after step 2 and after the timed steps: the goal
+     * is none allocated after step 2. */
+    size_t bytes_step2 = 0, bytes_steps = 0, peak;
     for (int s = -WARMUP; s < steps && rc == 0; s++) {
         double t0 = now_s();
         gpt_model_zero_grad_deferred(&m); /* as the trainer */
@@ -462,7 +465,10 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         rc = gpt_backend_sync(be);
         if (s >= 0)
             total += now_s() - t0;
+        if (s == 1 - WARMUP)
+            gpt_cuda_backend_mem_stats(be, &bytes_step2, &peak);
     }
+    gpt_cuda_backend_mem_stats(be, &bytes_steps, &peak);
     /* One more step with each op's GPU time (CUDA events), for the cost
      * model's calibration: bench_gpu_train --plan B prints its prediction
      * by the same classes. */
@@ -480,7 +486,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     }
     /* An eval at another shape (half the batch, forward only) must not
      * grow device memory: every shadow and buffer exists since step 1. */
-    size_t bytes_train = 0, bytes_eval = 0, peak;
+    size_t bytes_train = 0, bytes_eval = 0;
     gpt_cuda_backend_mem_stats(be, &bytes_train, &peak);
     float eval_loss = 0;
     if (rc == 0 && B > 1 && (rc = gpt_model_forward(&m, x, y, B / 2, T, &eval_loss)) == 0)
@@ -511,8 +517,9 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            row->peak_gib, (double)loss);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
-           "\"eval_grew_bytes\":%lld,\"ms_by_class\":{",
-           mode, B, T, (long long)bytes_eval - (long long)bytes_train);
+           "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",
+           mode, B, T, (long long)bytes_steps - (long long)bytes_step2,
+           (long long)bytes_eval - (long long)bytes_train);
     for (int c = 0; c < GPT_KC_COUNT; c++)
         printf("%s\"%s\":%.3f", c ? "," : "", gpt_cuda_kclass_name(c), prof.by_class[c]);
     printf("},\"ms_by_op\":{");
@@ -520,6 +527,9 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         printf("%s\"%s\":{\"calls\":%d,\"ms\":%.3f}", i ? "," : "", prof.op[i], prof.calls[i],
                prof.ms[i]);
     printf("}}\n");
+    if (bytes_steps != bytes_step2)
+        fprintf(stderr, "bench_gpu_train: steps 3 to %d grew device memory by %lld bytes\n",
+                steps + WARMUP, (long long)bytes_steps - (long long)bytes_step2);
     if (bytes_eval != bytes_train)
         fprintf(stderr, "bench_gpu_train: an eval at batch %zu grew device memory by %lld bytes\n",
                 B / 2, (long long)bytes_eval - (long long)bytes_train);

@@ -21,7 +21,8 @@
 # versions and the real cudaGetDeviceCount error); ops against the CPU
 # backend (test_gpu_ops); 20 training steps against CPU (test_gpu_train);
 # benchmark of GPT-2 124M at B=16 and B=32 in bf16 (ms/step, tokens/s, MFU,
-# peak memory, the memory an eval at half the batch adds: must be none, and
+# peak memory, the memory held after step 2 and an eval at half the batch
+# add: must be none, and
 # one step's GPU time by kernel class from CUDA events per op) beside the
 # cost model's prediction (bench_gpu_train --plan);
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
@@ -175,12 +176,15 @@ for B in 16 32; do
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/bench_b$B.log" | tail -1)
     echo "$OPS" >>"$OUT/ops.jsonl"
     grew=$(echo "$OPS" | sed -n 's/.*"eval_grew_bytes":\(-*[0-9]*\).*/\1/p')
+    grew2=$(echo "$OPS" | sed -n 's/.*"step2_grew_bytes":\(-*[0-9]*\).*/\1/p')
     cls=$(printf '%s\n%s\n' "$OPS" "$PLAN" | python3 -c '
 import json, sys
 m, p = (json.loads(l)["ms_by_class"] for l in sys.stdin.read().split("\n")[:2])
 print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.get(c, 0)))
 ' 2>/dev/null || echo "?")
-    if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew" = 0 ]; then
+    if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew2" != 0 ]; then
+        row "bench_b$B" FAIL "$SECS" "steps after the second grew device memory by ${grew2:-?} bytes ($OUT/bench_b$B.log)"
+    elif [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew" = 0 ]; then
         row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB; predicted ${pms} ms, MFU ${pmfu}; ms measured/predicted: ${cls}"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
         row "bench_b$B" FAIL "$SECS" "an eval at batch $((B / 2)) grew device memory by ${grew:-?} bytes ($OUT/bench_b$B.log)"
