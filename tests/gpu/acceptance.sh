@@ -21,10 +21,10 @@
 # versions and the real cudaGetDeviceCount error); ops against the CPU
 # backend (test_gpu_ops); 20 training steps against CPU (test_gpu_train);
 # benchmark of GPT-2 124M at B=16 and B=32 in bf16 (ms/step, tokens/s, MFU,
-# peak memory, the memory held after step 2 and an eval at half the batch
-# add: must be none, and
-# one step's GPU time by kernel class from CUDA events per op) beside the
-# cost model's prediction (bench_gpu_train --plan);
+# peak memory, the device memory that steps after the second and an eval
+# at half the batch add: must be none, and one step's GPU time by kernel
+# class from CUDA events per op) beside the cost model's prediction
+# (bench_gpu_train --plan);
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (every 10-step window's mean loss after the
 # warm-up within 2%); resume from a snapshot in a new process, bitwise
