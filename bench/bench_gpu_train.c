@@ -45,6 +45,37 @@ struct plan_row {
     double flops, bytes, s;
 };
 
+/* One optimizer step (AdamW step number t, clip 1) as the trainer runs it
+ * in a world of one: on a backend with the step-on-device ops the loss and
+ * the norm stay on the device and come back in one download after the
+ * update (the step's one synchronisation); otherwise the host path, ending
+ * with a sync. */
+static int bench_step(struct gpt_model *m, const struct gpt_optim_spec *opt, const int *x,
+                      const int *y, size_t B, size_t T, int64_t t, float *ret_loss)
+{
+    int rc;
+    gpt_model_zero_grad_deferred(m); /* as the trainer */
+    if (m->step_dev) {
+        double loss_sum, sumsq;
+        m->backward_async = 1;
+        if ((rc = gpt_model_forward_train_acc(m, x, y, B, T, 1.0f, 1.0, 1)) < 0 ||
+            (rc = gpt_model_backward(m, 1.0f)) < 0)
+            return rc;
+        gpt_grad_sumsq_dev(m, 0, m->n_params);
+        gpt_adamw_update_clip_dev(m, opt, 3e-4f, t, 1.0, 0, m->n_params);
+        if ((rc = gpt_model_step_fetch(m, &loss_sum, &sumsq)) < 0)
+            return rc;
+        *ret_loss = (float)loss_sum;
+        return 0;
+    }
+    if ((rc = gpt_model_forward_train(m, x, y, B, T, 1.0f, ret_loss)) < 0 ||
+        (rc = gpt_model_backward(m, 1.0f)) < 0)
+        return rc;
+    double norm = sqrt(gpt_grad_sumsq(m, 0, m->n_params));
+    gpt_adamw_update(m, opt, 3e-4f, t, gpt_clip_scale(norm, 1.0), 0, m->n_params);
+    return gpt_backend_sync(m->be);
+}
+
 static int plan_main(size_t B, size_t T, const char *mode)
 {
     struct gpt_backend *be = gpu_plan_rec_new();
@@ -76,13 +107,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     float loss = 0;
     for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
-        gpu_plan_rec_clear(be);           /* keep only the last (steady-state) step */
-        gpt_model_zero_grad_deferred(&m); /* as the trainer */
-        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
-            (rc = gpt_model_backward(&m, 1.0f)) < 0)
-            break;
-        double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
-        gpt_adamw_update(&m, &opt, 3e-4f, s + 1, gpt_clip_scale(norm, 1.0), 0, m.n_params);
+        gpu_plan_rec_clear(be); /* keep only the last (steady-state) step */
+        rc = bench_step(&m, &opt, x, y, B, T, s + 1, &loss);
     }
     free(x);
     free(y);
@@ -369,7 +395,7 @@ static enum gpt_cuda_kclass prof_class(const char *op)
         {"cuda_softmax_xent", GPT_KC_XENT},    {"cuda_encoder_", GPT_KC_EMBED},
         {"cuda_adamw", GPT_KC_OPTIM},          {"cuda_sumsq", GPT_KC_OPTIM},
         {"cuda_scale", GPT_KC_OPTIM},          {"cuda_gelu_", GPT_KC_ELT},
-        {"cuda_residual_forward", GPT_KC_ELT},
+        {"cuda_residual_forward", GPT_KC_ELT}, {"cuda_loss_accum", GPT_KC_XENT},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strncmp(op, map[i].prefix, strlen(map[i].prefix)) == 0)
@@ -454,19 +480,18 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     /* Device memory held after step 2 and after the timed steps: the goal
      * is none allocated after step 2. */
     size_t bytes_step2 = 0, bytes_steps = 0, peak;
+    uint64_t max_syncs = 0; /* host synchronisations in one step, at most */
     for (int s = -WARMUP; s < steps && rc == 0; s++) {
         double t0 = now_s();
-        gpt_model_zero_grad_deferred(&m); /* as the trainer */
-        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) < 0 ||
-            (rc = gpt_model_backward(&m, 1.0f)) < 0)
+        uint64_t syncs0 = gpt_cuda_backend_host_syncs(be);
+        if ((rc = bench_step(&m, &opt, x, y, B, T, s + WARMUP + 1, &loss)) < 0)
             break;
-        double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
-        gpt_adamw_update(&m, &opt, 3e-4f, s + WARMUP + 1, gpt_clip_scale(norm, 1.0), 0, m.n_params);
-        rc = gpt_backend_sync(be);
         if (s >= 0)
             total += now_s() - t0;
         if (s == 1 - WARMUP)
             gpt_cuda_backend_mem_stats(be, &bytes_step2, &peak);
+        uint64_t syncs = gpt_cuda_backend_host_syncs(be) - syncs0;
+        max_syncs = syncs > max_syncs ? syncs : max_syncs;
     }
     gpt_cuda_backend_mem_stats(be, &bytes_steps, &peak);
     /* One more step with each op's GPU time (CUDA events), for the cost
@@ -474,13 +499,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
      * by the same classes. */
     struct prof prof = {0};
     if (rc == 0 && (rc = gpt_cuda_backend_profile_start(be, PROF_STEP_OPS)) == 0) {
-        gpt_model_zero_grad_deferred(&m);
-        if ((rc = gpt_model_forward_train(&m, x, y, B, T, 1.0f, &loss)) == 0 &&
-            (rc = gpt_model_backward(&m, 1.0f)) == 0) {
-            double norm = sqrt(gpt_grad_sumsq(&m, 0, m.n_params));
-            gpt_adamw_update(&m, &opt, 3e-4f, steps + WARMUP + 1, gpt_clip_scale(norm, 1.0), 0,
-                             m.n_params);
-        }
+        rc = bench_step(&m, &opt, x, y, B, T, steps + WARMUP + 1, &loss);
         int prc = gpt_cuda_backend_profile_stop(be, prof_add, &prof);
         rc = rc < 0 ? rc : prc;
     }
@@ -509,12 +528,13 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
                               flops / step_s / PEAK_FLOPS,
                               (double)peak / (double)(1ull << 30),
                               loss};
-    printf("{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
-           "\"%s\",\"batch\":%zu,"
-           "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
-           "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f}\n",
-           row->mode, row->attn, B, T, steps, row->ms, row->tokens_s, row->tflops, row->mfu,
-           row->peak_gib, (double)loss);
+    printf(
+        "{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
+        "\"%s\",\"batch\":%zu,"
+        "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
+        "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"host_syncs_per_step\":%llu}\n",
+        row->mode, row->attn, B, T, steps, row->ms, row->tokens_s, row->tflops, row->mfu,
+        row->peak_gib, (double)loss, (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",

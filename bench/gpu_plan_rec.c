@@ -958,6 +958,38 @@ static double rec_sumsq(struct gpt_backend *be, const float *x, size_t n)
     return 1.0;
 }
 
+/* The step-on-device ops, as the CUDA backend's: sumsq's kernels with the
+ * result left on the device, adamw_multi's kernel reading the clip factor
+ * (8 bytes) there, and one block summing a micro-batch's row losses. */
+static void rec_sumsq_dev(struct gpt_backend *be, double *out, const float *x, size_t n)
+{
+    (void)out;
+    if (n > 0)
+        (void)rec_sumsq(be, x, n);
+}
+
+static void rec_adamw_multi_clip(struct gpt_backend *be, float *params, const float *grads,
+                                 float *m, float *v, const struct gpt_adamw_span *spans,
+                                 size_t n_spans, float lr, float beta1, float beta2, float eps,
+                                 float weight_decay, const double *sumsq, double clip, float bc1,
+                                 float bc2)
+{
+    (void)sumsq;
+    (void)clip;
+    rec_adamw_multi(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps, weight_decay,
+                    1.0f, bc1, bc2);
+}
+
+static void rec_loss_accum(struct gpt_backend *be, double *acc, const float *losses, size_t N,
+                           double weight, int reset)
+{
+    (void)acc;
+    (void)weight;
+    (void)reset;
+    rec_f32(rec(be), losses, N * sizeof(float));
+    rec_add(rec(be), "loss_accum", GPT_KC_XENT, GPT_KU_FP32, (double)N, 4.0 * N + 16.0, "N=%zu", N);
+}
+
 static void rec_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     (void)s;
@@ -1010,6 +1042,9 @@ static const struct gpt_backend_ops rec_ops = {
     .softmax_xent = rec_softmax_xent,
     .adamw = rec_adamw,
     .sumsq = rec_sumsq,
+    .loss_accum = rec_loss_accum,
+    .sumsq_dev = rec_sumsq_dev,
+    .adamw_multi_clip = rec_adamw_multi_clip,
     .scale = rec_scale,
     .set_precision = rec_set_precision,
     .att_floats = rec_att_floats,

@@ -449,6 +449,7 @@ void gpt_model_done(struct gpt_model *m)
         gpt_backend_mem_free(be, m->grads);
         gpt_backend_mem_free(be, m->m);
         gpt_backend_mem_free(be, m->v);
+        gpt_backend_mem_free(be, m->step_dev);
         if (m->acts) {
             gpt_backend_mem_free(be, m->acts->slab);
             gpt_backend_mem_free(be, m->acts->tokens);
@@ -460,12 +461,13 @@ void gpt_model_done(struct gpt_model *m)
     free(m->acts);
     m->acts = NULL;
     m->params = m->grads = m->m = m->v = NULL;
+    m->step_dev = NULL;
 }
 
 int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err)
 {
     GPT_ASSERT(m && m->params);
-    if (m->m && m->v)
+    if (m->m && m->v && (m->step_dev || !gpt_backend_step_on_device(m->be)))
         return 0;
     size_t bytes = m->n_params * sizeof(float);
     int rc = 0;
@@ -478,6 +480,9 @@ int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err)
     if (rc < 0)
         return gpt_err_set(err, rc, NULL, "model: cannot allocate AdamW moments (%zu floats)",
                            2 * m->n_params);
+    if (!m->step_dev && gpt_backend_step_on_device(m->be) &&
+        (rc = gpt_backend_alloc(m->be, 2 * sizeof(double), (void **)&m->step_dev)) < 0)
+        return gpt_err_set(err, rc, NULL, "model: cannot allocate the step's results");
     return 0;
 }
 
@@ -562,10 +567,19 @@ double gpt_model_flops_per_token(const struct gpt_model *m, size_t T)
     return 6.0 * N + 12.0 * m->cfg.n_layer * (double)C * (double)T;
 }
 
+/* Where a forward with targets puts its loss: with `acc` NULL the row
+ * losses are downloaded and their mean returned; else weight times the
+ * mean goes to step_dev[0] on the device (reset: stored, not added). */
+struct model_loss_acc {
+    double weight;
+    int reset;
+};
+
 /* The forward; train: the classifier writes dlogits for loss_scale in
  * the pass that computes the loss (targets required). */
 static int model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
-                         size_t T, int train, float loss_scale, float *ret_loss)
+                         size_t T, int train, float loss_scale, float *ret_loss,
+                         const struct model_loss_acc *acc)
 {
     GPT_ASSERT(m && m->acts && inputs);
     struct gpt_model_acts *a = m->acts;
@@ -665,12 +679,18 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
      * backward's scale (the logits are not needed again). */
     float dscale = train && n_valid ? loss_scale / (float)n_valid : 0.0f;
     gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale, train);
-    rc = gpt_backend_download(be, a->host_losses, a->losses, N * sizeof(float));
-    if (rc < 0)
-        return rc;
     double sum = 0.0;
-    for (size_t i = 0; i < N; i++)
-        sum += a->host_losses[i];
+    if (acc) {
+        /* Ignored rows' losses are 0: the sum over all rows, over n_valid. */
+        double w = n_valid ? acc->weight / (double)n_valid : 0.0;
+        gpt_backend_loss_accum(be, m->step_dev, a->losses, N, w, acc->reset);
+    } else {
+        rc = gpt_backend_download(be, a->host_losses, a->losses, N * sizeof(float));
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < N; i++)
+            sum += a->host_losses[i];
+    }
     a->n_valid = n_valid;
     a->have_targets = 1;
     a->have_dlogits = train;
@@ -683,14 +703,34 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
 int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
                       size_t T, float *ret_loss)
 {
-    return model_forward(m, inputs, targets, B, T, 0, 0.0f, ret_loss);
+    return model_forward(m, inputs, targets, B, T, 0, 0.0f, ret_loss, NULL);
 }
 
 int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
                             size_t T, float loss_scale, float *ret_loss)
 {
     GPT_ASSERT(targets);
-    return model_forward(m, inputs, targets, B, T, 1, loss_scale, ret_loss);
+    return model_forward(m, inputs, targets, B, T, 1, loss_scale, ret_loss, NULL);
+}
+
+int gpt_model_forward_train_acc(struct gpt_model *m, const int *inputs, const int *targets,
+                                size_t B, size_t T, float loss_scale, double loss_weight, int first)
+{
+    GPT_ASSERT(m && targets && m->step_dev);
+    struct model_loss_acc acc = {loss_weight, first};
+    return model_forward(m, inputs, targets, B, T, 1, loss_scale, NULL, &acc);
+}
+
+int gpt_model_step_fetch(struct gpt_model *m, double *ret_loss_sum, double *ret_sumsq)
+{
+    GPT_ASSERT(m && m->step_dev);
+    double r[2];
+    int rc = gpt_backend_download(m->be, r, m->step_dev, sizeof(r));
+    if (rc < 0)
+        return rc;
+    *ret_loss_sum = r[0];
+    *ret_sumsq = r[1];
+    return 0;
 }
 
 static void model_span_ready(struct gpt_model *m, size_t first, size_t last)
@@ -829,5 +869,5 @@ static int model_backward(struct gpt_model *m, float loss_scale)
     model_span_ready(m, T_WTE, T_WPE);
     if ((rc = model_unit_release(m, 0, 1)) < 0)
         return rc;
-    return gpt_backend_sync(be);
+    return m->backward_async ? 0 : gpt_backend_sync(be);
 }

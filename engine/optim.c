@@ -39,12 +39,37 @@ double gpt_grad_sumsq(const struct gpt_model *m, size_t off, size_t len)
     return gpt_backend_sumsq(m->be, m->grads + off, len);
 }
 
+void gpt_grad_sumsq_dev(const struct gpt_model *m, size_t off, size_t len)
+{
+    GPT_ASSERT(m && m->grads && m->step_dev && off <= m->n_params && len <= m->n_params - off);
+    gpt_backend_sumsq_dev(m->be, m->step_dev + 1, m->grads + off, len);
+}
+
 float gpt_clip_scale(double norm, double clip)
 {
     if (clip <= 0.0 || !(norm == norm))
         return 1.0f;
     double s = clip / (norm + 1e-6);
     return s < 1.0 ? (float)s : 1.0f;
+}
+
+/* The pieces of params[off, off+len) with their decay rule. The span may
+ * start or end inside a tensor (sharded optimizer state); walk the tensors
+ * it overlaps so each piece gets its rule, and hand all pieces to the
+ * backend at once (one launch on a GPU). */
+static size_t adamw_spans(const struct gpt_model *m, size_t off, size_t len,
+                          struct gpt_adamw_span spans[GPT_MAX_TENSORS])
+{
+    size_t end = off + len, n = 0;
+    for (size_t i = 0; i < m->n_tensors && n < GPT_MAX_TENSORS; i++) {
+        const struct gpt_tensor_info *ti = &m->tensors[i];
+        size_t a = ti->offset > off ? ti->offset : off;
+        size_t b = ti->offset + ti->count < end ? ti->offset + ti->count : end;
+        if (a >= b)
+            continue;
+        spans[n++] = (struct gpt_adamw_span){a, b - a, ti->ndim >= 2};
+    }
+    return n;
 }
 
 void gpt_adamw_update(struct gpt_model *m, const struct gpt_optim_spec *o, float lr, int64_t t,
@@ -54,21 +79,23 @@ void gpt_adamw_update(struct gpt_model *m, const struct gpt_optim_spec *o, float
     GPT_ASSERT(off <= m->n_params && len <= m->n_params - off);
     float bc1 = (float)(1.0 - pow(o->beta1, (double)t));
     float bc2 = (float)(1.0 - pow(o->beta2, (double)t));
-    size_t end = off + len;
-    /* The span may start or end inside a tensor (sharded optimizer state);
-     * walk the tensors it overlaps so each piece gets its decay rule, and
-     * hand all pieces to the backend at once (one launch on a GPU). */
     struct gpt_adamw_span spans[GPT_MAX_TENSORS];
-    size_t n = 0;
-    for (size_t i = 0; i < m->n_tensors && n < GPT_MAX_TENSORS; i++) {
-        const struct gpt_tensor_info *ti = &m->tensors[i];
-        size_t a = ti->offset > off ? ti->offset : off;
-        size_t b = ti->offset + ti->count < end ? ti->offset + ti->count : end;
-        if (a >= b)
-            continue;
-        spans[n++] = (struct gpt_adamw_span){a, b - a, ti->ndim >= 2};
-    }
+    size_t n = adamw_spans(m, off, len, spans);
     gpt_backend_adamw_multi(m->be, m->params, m->grads, m->m, m->v, spans, n, lr, (float)o->beta1,
                             (float)o->beta2, (float)o->eps, (float)o->weight_decay, grad_scale, bc1,
                             bc2);
+}
+
+void gpt_adamw_update_clip_dev(struct gpt_model *m, const struct gpt_optim_spec *o, float lr,
+                               int64_t t, double clip, size_t off, size_t len)
+{
+    GPT_ASSERT(m && o && m->m && m->v && m->step_dev && t >= 1);
+    GPT_ASSERT(off <= m->n_params && len <= m->n_params - off);
+    float bc1 = (float)(1.0 - pow(o->beta1, (double)t));
+    float bc2 = (float)(1.0 - pow(o->beta2, (double)t));
+    struct gpt_adamw_span spans[GPT_MAX_TENSORS];
+    size_t n = adamw_spans(m, off, len, spans);
+    gpt_backend_adamw_multi_clip(m->be, m->params, m->grads, m->m, m->v, spans, n, lr,
+                                 (float)o->beta1, (float)o->beta2, (float)o->eps,
+                                 (float)o->weight_decay, m->step_dev + 1, clip, bc1, bc2);
 }

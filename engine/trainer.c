@@ -285,12 +285,27 @@ static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
 /* ---- the step ---- */
 
 /* One optimizer step. Writes the loss (mean over the global batch) and the
- * global grad norm. */
+ * global grad norm.
+ *
+ * Without sharding, on a backend with the step-on-device ops
+ * (model.step_dev), the micro-batches' losses are summed on the device,
+ * the norm and the clip factor stay there for the update, and both come
+ * back in one download after it: the step's only synchronisation in a
+ * world of one. DDP keeps one more, at the end of the last backward: the
+ * rank's compute time is measured up to it, before the wait for the
+ * gradients' all-reduce; without it that wait would absorb the rank's
+ * own device time, which trainer_ddp_wait cannot tell from a slow peer's,
+ * and rank_step_ms would hide a straggler. As on the host
+ * path, the update runs before run_loop sees a non-finite loss (and
+ * gpt_clip_scale's factor for a NaN norm is 1 on both), and run_loop
+ * then fails the job without writing a snapshot. */
 static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, double *ret_lr)
 {
     const struct trainer_batch *plan = &t->batch;
     int global = t->job->trainer.global_batch;
+    bool dev = !t->shard && t->model.step_dev;
     double loss_sum = 0; /* sum over this rank's sequences of their mean loss */
+    double t_step = now_s(), compute_s = 0;
     int rc;
 
     if (t->shard)
@@ -304,7 +319,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
          * still runs one sequence with weight 0: full sharding's and the
          * all-reduce's collectives stay in step on every rank. */
         size_t b = n > 0 ? n : 1;
-        float loss;
+        float loss = 0;
         rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, n > 0 ? first : plan->first, b,
                                      t->inputs, t->targets);
         if (rc < 0)
@@ -312,13 +327,16 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         double tc = now_s();
         /* Loss and dlogits in one pass over the vocabulary. */
         float scale = trainer_batch_scale(n, t->world, global);
-        rc = gpt_model_forward_train(&t->model, t->inputs, t->targets, b, t->T, scale, &loss);
+        rc = dev ? gpt_model_forward_train_acc(&t->model, t->inputs, t->targets, b, t->T, scale,
+                                               (double)n, micro == 0)
+                 : gpt_model_forward_train(&t->model, t->inputs, t->targets, b, t->T, scale, &loss);
         if (rc < 0)
             return rc;
         if (t->ddp.started && micro == plan->accum - 1)
             trainer_ddp_arm(&t->ddp);
+        t->model.backward_async = dev && !(t->ddp.started && micro == plan->accum - 1);
         rc = gpt_model_backward(&t->model, scale);
-        t->compute_s += now_s() - tc; /* before the wait for the gradients */
+        compute_s += now_s() - tc; /* before the wait for the gradients */
         if (t->ddp.started && micro == plan->accum - 1) {
             int wrc = trainer_ddp_wait(&t->ddp);
             if (rc >= 0)
@@ -326,7 +344,8 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         }
         if (rc < 0)
             return rc;
-        loss_sum += (double)loss * (double)n;
+        if (!dev)
+            loss_sum += (double)loss * (double)n;
     }
 
     /* Sharded gradients first: until they are reduced the shard's thread
@@ -334,7 +353,8 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
     if (t->shard && (rc = gpt_shard_reduce_grads(t->shard)) < 0)
         return rc;
     float loss_mean = (float)(loss_sum / global);
-    if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_SUM)) < 0)
+    if (!dev && t->world > 1 &&
+        (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_SUM)) < 0)
         return rc;
 
     double norm, lr = gpt_lr_at(&t->job->optimizer, t->st.step, t->max_steps);
@@ -343,11 +363,31 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
             (rc = gpt_shard_update(t->shard, &t->job->optimizer, (float)lr, t->st.step + 1,
                                    gpt_clip_scale(norm, t->job->trainer.grad_clip))) < 0)
             return rc;
+    } else if (dev) {
+        double sumsq;
+        gpt_grad_sumsq_dev(&t->model, 0, t->model.n_params);
+        gpt_adamw_update_clip_dev(&t->model, &t->job->optimizer, (float)lr, t->st.step + 1,
+                                  t->job->trainer.grad_clip, 0, t->model.n_params);
+        /* The step's one synchronisation: it waits for the update too. */
+        if ((rc = gpt_model_step_fetch(&t->model, &loss_sum, &sumsq)) < 0)
+            return rc;
+        norm = sqrt(sumsq);
+        /* In a world of one no backward synced: the step's device time
+         * ends here (there is no communication to leave out). */
+        if (!t->ddp.started)
+            compute_s = now_s() - t_step;
+        loss_mean = (float)(loss_sum / global);
+        /* The loss is not part of the update: reduced after it, as a host
+         * value (NCCL stages it on the communicator's stream, not the
+         * compute stream). */
+        if (t->world > 1 && (rc = gpt_comm_allreduce(t->comm, &loss_mean, 1, GPT_REDUCE_SUM)) < 0)
+            return rc;
     } else {
         norm = sqrt(gpt_grad_sumsq(&t->model, 0, t->model.n_params));
         gpt_adamw_update(&t->model, &t->job->optimizer, (float)lr, t->st.step + 1,
                          gpt_clip_scale(norm, t->job->trainer.grad_clip), 0, t->model.n_params);
     }
+    t->compute_s += compute_s;
 
     gpt_data_cursor_advance(t->ds, &t->st.cursor, (uint64_t)t->job->trainer.global_batch);
     t->st.step++;

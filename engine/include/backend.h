@@ -10,7 +10,17 @@
  * cuda). Host data crosses only through upload/download. Ops are enqueued
  * in call order on the backend's one compute stream; gpt_backend_sync()
  * waits for all of them. download() and the ops returning a value (sumsq)
- * synchronise implicitly.
+ * synchronise implicitly; nothing else does.
+ *
+ * Synchronisations per training step: each one idles a GPU until the host
+ * enqueues again, so a backend with the optional step-on-device ops
+ * (loss_accum, sumsq_dev, adamw_multi_clip: gpt_backend_step_on_device)
+ * keeps the step's loss, its gradient norm and the clip factor in device
+ * memory, and the trainer reads them back with one download after the
+ * update: one synchronisation per optimizer step (a DDP step also syncs
+ * at the backward's end, for its compute time: see trainer.c). Without
+ * those ops (cpu, which is synchronous anyway) the losses are downloaded
+ * after each forward and sumsq returns the norm.
  *
  * Threads: a backend belongs to one worker thread; it is not shared.
  * Errors: only construction, alloc and transfers can fail; ops on valid
@@ -200,6 +210,26 @@ struct gpt_backend_ops {
                                     const float *weight, const float *bias, const float *res,
                                     size_t N, size_t C, size_t OC);
 
+    /* Optional, all three or none (NULL: the host path, whose losses are
+     * downloaded and whose sumsq returns its sum): a training step's
+     * results stay on the device until one download after the update.
+     * `acc`, `out` and `sumsq` are doubles in backend memory.
+     * loss_accum: acc[0] = (reset ? 0 : acc[0]) + weight * the sum of
+     * losses[0..N), summed in double in a fixed order (the same bits on
+     * every run). */
+    void (*loss_accum)(struct gpt_backend *be, double *acc, const float *losses, size_t N,
+                       double weight, int reset);
+    /* out[0] = sumsq(x, n), the same arithmetic as sumsq, without a
+     * synchronisation. */
+    void (*sumsq_dev)(struct gpt_backend *be, double *out, const float *x, size_t n);
+    /* adamw_multi with grad_scale = gpt_clip_scale(sqrt(sumsq[0]), clip)
+     * (cuda_plan.h's gpt_cuda_clip_scale), read on the device when the
+     * update runs: the same bits as adamw_multi given that factor. */
+    void (*adamw_multi_clip)(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             const double *sumsq, double clip, float bc1, float bc2);
+
     /* Non-zero when the ops honour be->grad_assign: while it is set,
      * matmul_backward's and matmul_backward_dgelu's dweight and dbias and
      * layernorm_backward's dweight and dbias are OVERWRITTEN with this
@@ -310,6 +340,18 @@ void gpt_backend_adamw_multi(struct gpt_backend *be, float *params, const float 
                              float beta1, float beta2, float eps, float weight_decay,
                              float grad_scale, float bc1, float bc2);
 double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n);
+/* True when the backend has the step-on-device ops (loss_accum, sumsq_dev,
+ * adamw_multi_clip); the three wrappers below may be called only then.
+ * Any thread. */
+int gpt_backend_step_on_device(const struct gpt_backend *be);
+void gpt_backend_loss_accum(struct gpt_backend *be, double *acc, const float *losses, size_t N,
+                            double weight, int reset);
+void gpt_backend_sumsq_dev(struct gpt_backend *be, double *out, const float *x, size_t n);
+void gpt_backend_adamw_multi_clip(struct gpt_backend *be, float *params, const float *grads,
+                                  float *m, float *v, const struct gpt_adamw_span *spans,
+                                  size_t n_spans, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, const double *sumsq, double clip, float bc1,
+                                  float bc2);
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n);
 /* 0 when done; -ENOTSUP for bf16 or auto on a backend without the slot
  * (cpu), which then keeps computing in fp32. Owner thread, before the

@@ -14,6 +14,7 @@
 #ifndef GPT_CUDA_PLAN_H
 #define GPT_CUDA_PLAN_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -129,6 +130,22 @@ static inline GPT_CUDA_HD size_t gpt_cuda_span_of(const uint64_t *ends, size_t n
             lo = mid + 1;
     }
     return lo;
+}
+
+/* The clip factor of a global gradient norm given as its square, on the
+ * device (adamw_multi_clip reads the sum the step's sumsq_dev wrote):
+ * optim.c's gpt_clip_scale(sqrt(sumsq), clip) in the same double
+ * arithmetic, so the same bits on both sides (sqrt and division are
+ * correctly rounded in IEEE double on the host and the device). 1 when
+ * clip <= 0 or the norm is NaN; min(1, clip / (norm + 1e-6)) otherwise,
+ * so an infinite norm gives 0. */
+static inline GPT_CUDA_HD float gpt_cuda_clip_scale(double sumsq, double clip)
+{
+    double norm = sqrt(sumsq);
+    if (clip <= 0.0 || !(norm == norm))
+        return 1.0f;
+    double s = clip / (norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
 }
 
 struct gpt_adamw_span;

@@ -81,6 +81,15 @@ struct gpt_model {
     float *grads;
     float *m; /* AdamW first moment; NULL until gpt_model_alloc_optim */
     float *v; /* AdamW second moment */
+    /* (2) doubles in backend memory, a step's results kept on the device
+     * (gpt_backend_step_on_device; NULL without, or before
+     * gpt_model_alloc_optim): [0] the weighted loss sum of
+     * gpt_model_forward_train_acc, [1] the gradients' sum of squares of
+     * gpt_grad_sumsq_dev, read together by gpt_model_step_fetch. */
+    double *step_dev;
+    /* Set by the owner: gpt_model_backward returns with its work enqueued
+     * instead of synchronising the backend (a later download waits). */
+    int backward_async;
 
     size_t n_tensors;
     struct gpt_tensor_info tensors[GPT_MAX_TENSORS];
@@ -145,7 +154,8 @@ void gpt_model_init_weights_host(const struct gpt_model *m, uint64_t seed, float
 
 /* Frees everything; safe on a zeroed or half-initialised model. */
 void gpt_model_done(struct gpt_model *m);
-/* Allocates the AdamW moments (zeroed). */
+/* Allocates the AdamW moments (zeroed), and step_dev on a backend with
+ * the step-on-device ops. */
 int gpt_model_alloc_optim(struct gpt_model *m, struct gpt_err *err);
 
 /* GPT-2 initialisation: N(0, 0.02), residual projections (attprojw,
@@ -168,12 +178,29 @@ int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets
 int gpt_model_forward_train(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
                             size_t T, float loss_scale, float *ret_loss);
 
+/* gpt_model_forward_train whose loss stays on the device (m->step_dev
+ * set): loss_weight times this batch's mean loss (over targets >= 0; 0
+ * when there are none) is added to step_dev[0], or stored there when
+ * `first` (the step's first micro-batch). The trainer passes the
+ * micro-batch's sequences as weight, so step_dev[0] becomes the sum it
+ * formed on the host before. Does not synchronise. */
+int gpt_model_forward_train_acc(struct gpt_model *m, const int *inputs, const int *targets,
+                                size_t B, size_t T, float loss_scale, double loss_weight,
+                                int first);
+
+/* The step's results (m->step_dev set) in one download, which waits for
+ * every op enqueued: the loss sum of gpt_model_forward_train_acc and the
+ * sum of squares of gpt_grad_sumsq_dev. 0, or the backend's error (a
+ * sticky device failure surfaces here). Worker thread; blocks. */
+int gpt_model_step_fetch(struct gpt_model *m, double *ret_loss_sum, double *ret_sumsq);
+
 /* Logits of the last forward, (B, T, Vp), backend memory. */
 const float *gpt_model_logits(const struct gpt_model *m);
 
 /* Backward of the last forward with targets. Parameter gradients are
  * ACCUMULATED into m->grads, scaled by `loss_scale` (use 1/accum_steps
- * for gradient accumulation). Calls grads_ready per span. */
+ * for gradient accumulation). Calls grads_ready per span. Synchronises
+ * the backend at the end unless m->backward_async. */
 int gpt_model_backward(struct gpt_model *m, float loss_scale);
 
 void gpt_model_zero_grad(struct gpt_model *m);

@@ -285,6 +285,41 @@ double gpt_backend_sumsq(struct gpt_backend *be, const float *x, size_t n)
     return be->ops->sumsq(be, x, n);
 }
 
+int gpt_backend_step_on_device(const struct gpt_backend *be)
+{
+    GPT_ASSERT(be && be->ops);
+    const struct gpt_backend_ops *o = be->ops;
+    GPT_ASSERT(!o->loss_accum == !o->sumsq_dev && !o->sumsq_dev == !o->adamw_multi_clip);
+    return o->loss_accum != NULL;
+}
+
+void gpt_backend_loss_accum(struct gpt_backend *be, double *acc, const float *losses, size_t N,
+                            double weight, int reset)
+{
+    GPT_ASSERT(gpt_backend_step_on_device(be) && acc && losses && N > 0);
+    be->ops->loss_accum(be, acc, losses, N, weight, reset);
+}
+
+void gpt_backend_sumsq_dev(struct gpt_backend *be, double *out, const float *x, size_t n)
+{
+    GPT_ASSERT(gpt_backend_step_on_device(be) && out && (x || n == 0));
+    be->ops->sumsq_dev(be, out, x, n);
+}
+
+void gpt_backend_adamw_multi_clip(struct gpt_backend *be, float *params, const float *grads,
+                                  float *m, float *v, const struct gpt_adamw_span *spans,
+                                  size_t n_spans, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, const double *sumsq, double clip, float bc1,
+                                  float bc2)
+{
+    GPT_ASSERT(gpt_backend_step_on_device(be) && params && grads && m && v && sumsq);
+    GPT_ASSERT(spans || n_spans == 0);
+    for (size_t i = 1; i < n_spans; i++)
+        GPT_ASSERT(spans[i].off >= spans[i - 1].off + spans[i - 1].n);
+    be->ops->adamw_multi_clip(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps,
+                              weight_decay, sumsq, clip, bc1, bc2);
+}
+
 void gpt_backend_scale(struct gpt_backend *be, float *x, float s, size_t n)
 {
     BE_CHECK(be, scale);

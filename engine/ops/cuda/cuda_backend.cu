@@ -236,6 +236,7 @@ static int cuda_sync(struct gpt_backend *be)
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    cb->host_syncs++;
     int rc = cu_ret(cb, cudaStreamSynchronize(cb->compute), "cudaStreamSynchronize");
     if (rc == 0)
         cu_check(cb, "kernel");
@@ -677,14 +678,17 @@ static void cuda_softmax_xent(struct gpt_backend *be, float *logits, float *loss
         cu_shd_owned(cb, logits, n);
 }
 
-static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
-                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, float grad_scale, float bc1, float bc2)
+/* adamw, with the clip factor read on the device from clip_sumsq when
+ * that is non-NULL (adamw_multi_clip's fallback), else grad_scale. */
+static void cu_adamw(struct gpt_backend *be, float *params, const float *grads, float *m, float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float grad_scale, const double *clip_sumsq, double clip, float bc1, float bc2)
 {
     struct gpt_cuda_backend *cb = cu(be);
     if (n == 0)
         return;
-    cu_enter(cb);
+    /* The op's name for the profile (cu_enter would say cu_adamw). */
+    cu_enter_op(cb, clip_sumsq ? "cuda_adamw_clip" : "cuda_adamw");
     /* In bf16 mode the weights' shadow (if a product has read them) gets
      * the new values with stochastic rounding; one random stream per call,
      * indexed by the element's place in the shadow. */
@@ -696,8 +700,16 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
     cu_shd_wrote(cb, v, n * sizeof(float));
     uint64_t stream = cb->sr_stream++;
     cuk_adamw(cb->compute, params, pb, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-              grad_scale, bc1, bc2, cb->sr_seed, stream, index0);
+              grad_scale, clip_sumsq, clip, bc1, bc2, cb->sr_seed, stream, index0);
     cu_check(cb, "adamw");
+}
+
+static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, float grad_scale, float bc1, float bc2)
+{
+    cu_adamw(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, NULL, 0.0,
+             bc1, bc2);
 }
 
 /* AdamW over all the spans in one launch when they are contiguous and at
@@ -706,10 +718,11 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
  * only when it differs from the last one (in steady state: never). In
  * bf16 mode the weights' shadow gets the stochastically rounded copy in
  * the same pass, one random stream per call. */
-static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
-                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
-                             float beta1, float beta2, float eps, float weight_decay,
-                             float grad_scale, float bc1, float bc2)
+static void cu_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                           float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                           float beta1, float beta2, float eps, float weight_decay,
+                           float grad_scale, const double *clip_sumsq, double clip, float bc1,
+                           float bc2)
 {
     struct gpt_cuda_backend *cb = cu(be);
     size_t total = 0;
@@ -719,12 +732,12 @@ static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float 
         gpt_cuda_adamw_table(spans, n_spans, cb->aw_new_ends, cb->aw_new_decay, &total) < 0) {
         for (size_t i = 0; i < n_spans; i++) {
             size_t o = spans[i].off;
-            cuda_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
-                       spans[i].decay ? weight_decay : 0.0f, grad_scale, bc1, bc2);
+            cu_adamw(be, params + o, grads + o, m + o, v + o, spans[i].n, lr, beta1, beta2, eps,
+                     spans[i].decay ? weight_decay : 0.0f, grad_scale, clip_sumsq, clip, bc1, bc2);
         }
         return;
     }
-    cu_enter(cb);
+    cu_enter_op(cb, clip_sumsq ? "cuda_adamw_multi_clip" : "cuda_adamw_multi");
     if (n_spans != cb->aw_n ||
         memcmp(cb->aw_ends, cb->aw_new_ends, n_spans * sizeof(uint64_t)) != 0 ||
         memcmp(cb->aw_decay, cb->aw_new_decay, n_spans * sizeof(uint32_t)) != 0) {
@@ -754,9 +767,57 @@ static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float 
     cu_shd_wrote(cb, v + o, total * sizeof(float));
     uint64_t stream = cb->sr_stream++;
     cuk_adamw_multi(cb->compute, params + o, pb, grads + o, m + o, v + o, total, cb->aw_dev_ends,
-                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
-                    bc2, cb->sr_seed, stream, index0);
+                    cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale,
+                    clip_sumsq, clip, bc1, bc2, cb->sr_seed, stream, index0);
     cu_check(cb, "adamw_multi");
+}
+
+static void cuda_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
+                             float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
+                             float beta1, float beta2, float eps, float weight_decay,
+                             float grad_scale, float bc1, float bc2)
+{
+    cu_adamw_multi(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps, weight_decay,
+                   grad_scale, NULL, 0.0, bc1, bc2);
+}
+
+/* The step-on-device ops (backend.h): the update's clip factor comes from
+ * the squared norm sumsq_dev left in device memory. */
+static void cuda_adamw_multi_clip(struct gpt_backend *be, float *params, const float *grads,
+                                  float *m, float *v, const struct gpt_adamw_span *spans,
+                                  size_t n_spans, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, const double *sumsq, double clip, float bc1,
+                                  float bc2)
+{
+    cu_adamw_multi(be, params, grads, m, v, spans, n_spans, lr, beta1, beta2, eps, weight_decay,
+                   1.0f, sumsq, clip, bc1, bc2);
+}
+
+/* sumsq's two passes (the same partials buffer, the same bits) into the
+ * caller's device double instead of the pinned host word: no sync. */
+static void cuda_sumsq_dev(struct gpt_backend *be, double *out, const float *x, size_t n)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cu_shd_wrote(cb, out, sizeof(double));
+    if (n == 0) {
+        (void)cu_ret(cb, cudaMemsetAsync(out, 0, sizeof(double), cb->compute), "sumsq_dev");
+        return;
+    }
+    cu_f32(cb, x, n * sizeof(float));
+    cuk_sumsq(cb->compute, x, n, cb->sumsq_dev, out);
+    cu_check(cb, "sumsq_dev");
+}
+
+static void cuda_loss_accum(struct gpt_backend *be, double *acc, const float *losses, size_t N,
+                            double weight, int reset)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cu_enter(cb);
+    cu_f32(cb, losses, N * sizeof(float));
+    cu_shd_wrote(cb, acc, sizeof(double));
+    cuk_loss_accum(cb->compute, acc, losses, N, weight, reset);
+    cu_check(cb, "loss_accum");
 }
 
 static double cuda_sumsq(struct gpt_backend *be, const float *x, size_t n)
@@ -848,6 +909,9 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
     /* .adamw_multi = */ cuda_adamw_multi,
     /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
+    /* .loss_accum = */ cuda_loss_accum,
+    /* .sumsq_dev = */ cuda_sumsq_dev,
+    /* .adamw_multi_clip = */ cuda_adamw_multi_clip,
     /* .grads_assign = */ 1,
     /* .device_memory = */ 1,
 };
@@ -1037,6 +1101,11 @@ extern "C" void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be)
 extern "C" const char *gpt_cuda_backend_last_error(const struct gpt_backend *be)
 {
     return cu_const(be)->err_msg;
+}
+
+extern "C" uint64_t gpt_cuda_backend_host_syncs(const struct gpt_backend *be)
+{
+    return cu_const(be)->host_syncs;
 }
 
 extern "C" void gpt_cuda_backend_set_attention(struct gpt_backend *be, enum gpt_cuda_attn_kind want)

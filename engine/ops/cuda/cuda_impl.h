@@ -72,6 +72,7 @@ struct gpt_cuda_backend {
     float *scratch;
     double *sumsq_dev; /* GPT_CUDA_SUMSQ_MAX_BLOCKS partials, then the result */
     double *sumsq_host;
+    uint64_t host_syncs; /* cuda_sync calls (download and sumsq too): gpt_cuda_backend_host_syncs */
     int tf32;
     int err_code;
     char err_msg[ERR_MSG_MAX];
@@ -309,19 +310,23 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t
                              int write_dlogits, int have_loss, size_t stage_bytes);
 /* With params_bf non-NULL the new parameters are also written there as
  * bf16 with stochastic rounding, element i using the random bits
- * gpt_bf16_sr_bits(seed, stream, index0 + i). */
+ * gpt_bf16_sr_bits(seed, stream, index0 + i). With clip_sumsq non-NULL
+ * (one device double, the squared global norm) the gradient factor is
+ * gpt_cuda_clip_scale(*clip_sumsq, clip), read when the kernel runs,
+ * instead of grad_scale. */
 void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
-               uint64_t stream, uint64_t index0);
+               float weight_decay, float grad_scale, const double *clip_sumsq, double clip,
+               float bc1, float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
 /* cuk_adamw over a run of n contiguous elements made of n_spans spans
  * (gpt_cuda_adamw_table's device copy: ends, decay flags), each decayed
  * with weight_decay or not by its flag; one launch. */
 void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
                      float *m, float *v, size_t n, const uint64_t *ends,
                      const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
-                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
+                     float beta2, float eps, float weight_decay, float grad_scale,
+                     const double *clip_sumsq, double clip, float bc1, float bc2, uint64_t seed,
+                     uint64_t stream, uint64_t index0);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 /* dst[i] = src[i] widened (exact). */
@@ -330,6 +335,10 @@ void cuk_scale(cudaStream_t s, float *x, float sc, size_t n);
 /* *result = sum of x^2 in double; `partials` holds
  * gpt_cuda_plan_sumsq_blocks(n, GPT_CUDA_BLOCK) doubles. */
 void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, double *result);
+/* *acc = (reset ? 0 : *acc) + weight * sum of losses[0..N) in double, in
+ * a fixed order (one block). */
+void cuk_loss_accum(cudaStream_t s, double *acc, const float *losses, size_t N, double weight,
+                    int reset);
 
 /* --- cuda_attention.cu --------------------------------------------------- */
 

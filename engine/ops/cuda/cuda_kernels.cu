@@ -839,12 +839,18 @@ void cuk_scale(cudaStream_t s, float *x, float sc, size_t n)
     scale_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(x, sc, n);
 }
 
-/* Same operation order as the CPU backend (torch.optim.AdamW, foreach off). */
+/* Same operation order as the CPU backend (torch.optim.AdamW, foreach off).
+ * clip_sumsq (optional): the factor is gpt_cuda_clip_scale(*clip_sumsq,
+ * clip), read here, instead of grad_scale (the step's norm stays on the
+ * device). */
 __global__ void adamw_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
                              float *v, size_t n, float beta1, float beta2, float eps, float decay,
-                             float step_size, float bc2_sqrt, float grad_scale, uint64_t seed,
-                             uint64_t stream, uint64_t index0)
+                             float step_size, float bc2_sqrt, float grad_scale,
+                             const double *clip_sumsq, double clip, uint64_t seed, uint64_t stream,
+                             uint64_t index0)
 {
+    if (clip_sumsq)
+        grad_scale = gpt_cuda_clip_scale(*clip_sumsq, clip);
     GRID_LOOP(i, n)
     {
         float g = grads[i] * grad_scale;
@@ -863,25 +869,27 @@ __global__ void adamw_kernel(float *params, uint16_t *params_bf, const float *gr
 
 void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
-               float weight_decay, float grad_scale, float bc1, float bc2, uint64_t seed,
-               uint64_t stream, uint64_t index0)
+               float weight_decay, float grad_scale, const double *clip_sumsq, double clip,
+               float bc1, float bc2, uint64_t seed, uint64_t stream, uint64_t index0)
 {
     adamw_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
         params, params_bf, grads, m, v, n, beta1, beta2, eps, 1.0f - lr * weight_decay, lr / bc1,
-        sqrtf(bc2), grad_scale, seed, stream, index0);
+        sqrtf(bc2), grad_scale, clip_sumsq, clip, seed, stream, index0);
 }
 
 /* AdamW over a run of contiguous spans in one launch: element i of the
  * run belongs to span gpt_cuda_span_of(ends, n_spans, i) (the same binary
  * search the unit test checks), which says whether it decays; otherwise
- * exactly adamw_kernel's arithmetic. */
+ * exactly adamw_kernel's arithmetic (its clip_sumsq too). */
 __global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
                                    float *v, size_t n, const uint64_t *ends,
                                    const uint32_t *decay_flags, size_t n_spans, float beta1,
                                    float beta2, float eps, float decay, float step_size,
-                                   float bc2_sqrt, float grad_scale, uint64_t seed, uint64_t stream,
-                                   uint64_t index0)
+                                   float bc2_sqrt, float grad_scale, const double *clip_sumsq,
+                                   double clip, uint64_t seed, uint64_t stream, uint64_t index0)
 {
+    if (clip_sumsq)
+        grad_scale = gpt_cuda_clip_scale(*clip_sumsq, clip);
     GRID_LOOP(i, n)
     {
         size_t sp = gpt_cuda_span_of(ends, n_spans, (uint64_t)i);
@@ -903,12 +911,14 @@ __global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const flo
 void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads,
                      float *m, float *v, size_t n, const uint64_t *ends,
                      const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, float grad_scale, float bc1,
-                     float bc2, uint64_t seed, uint64_t stream, uint64_t index0)
+                     float beta2, float eps, float weight_decay, float grad_scale,
+                     const double *clip_sumsq, double clip, float bc1, float bc2, uint64_t seed,
+                     uint64_t stream, uint64_t index0)
 {
     adamw_multi_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
         params, params_bf, grads, m, v, n, ends, decay_flags, n_spans, beta1, beta2, eps,
-        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, seed, stream, index0);
+        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, clip_sumsq, clip, seed, stream,
+        index0);
 }
 
 /* ---- fused softmax + cross-entropy ---------------------------------------- */
@@ -1196,4 +1206,27 @@ void cuk_sumsq(cudaStream_t s, const float *x, size_t n, double *partials, doubl
     unsigned g = gpt_cuda_plan_sumsq_blocks(n, GPT_CUDA_BLOCK);
     sumsq_pass1_kernel<<<g, GPT_CUDA_BLOCK, 0, s>>>(x, n, partials);
     sumsq_pass2_kernel<<<1, GPT_CUDA_BLOCK, 0, s>>>(partials, g, result);
+}
+
+/* ---- a step's loss on the device -------------------------------------------- */
+
+/* One block: acc = (reset ? 0 : acc) + weight * sum(losses), the sum in
+ * double over a fixed split (thread j takes rows j, j + blockDim, ...;
+ * then block_sum_d's tree), so every run gives the same bits. N is B*T
+ * rows, a few thousand: one block reads them in microseconds. */
+__global__ void loss_accum_kernel(double *acc, const float *losses, size_t N, double weight,
+                                  int reset)
+{
+    double sum = 0.0;
+    for (size_t i = threadIdx.x; i < N; i += blockDim.x)
+        sum += (double)losses[i];
+    sum = block_sum_d(sum);
+    if (threadIdx.x == 0)
+        *acc = (reset ? 0.0 : *acc) + weight * sum;
+}
+
+void cuk_loss_accum(cudaStream_t s, double *acc, const float *losses, size_t N, double weight,
+                    int reset)
+{
+    loss_accum_kernel<<<1, GPT_CUDA_BLOCK, 0, s>>>(acc, losses, N, weight, reset);
 }

@@ -6,7 +6,9 @@
  * kernels (cuda_kernels.cu). One compute stream (every op, in call order)
  * and one communication stream (for the NCCL communicator) per backend;
  * ops never synchronise the host except download, sync and sumsq, as
- * backend.h says. CUDA and cuBLAS failures inside ops are recorded as a
+ * backend.h says (gpt_cuda_backend_host_syncs counts them); the
+ * step-on-device ops keep a training step's loss, norm and clip factor
+ * on the device. CUDA and cuBLAS failures inside ops are recorded as a
  * sticky error that gpt_backend_sync() (and download/sumsq) report.
  *
  * This header includes no CUDA header, so C code built without CUDA can
@@ -100,6 +102,11 @@ void *gpt_cuda_backend_comm_stream(const struct gpt_backend *be);
  * the CUDA/cuBLAS message, for the detail of a -GPT_E_CUDA from sync.
  * Borrowed; valid until the backend is freed. Owner thread. */
 const char *gpt_cuda_backend_last_error(const struct gpt_backend *be);
+
+/* Host synchronisations with the compute stream so far: every sync,
+ * download and sumsq (each waits for all the work enqueued). Tests count
+ * them per training step. Owner thread; does not block. */
+uint64_t gpt_cuda_backend_host_syncs(const struct gpt_backend *be);
 
 /* GPT_CUDA_ATTN_FLASH (default: the fused kernels wherever the plan allows
  * them) or GPT_CUDA_ATTN_GEMM (always the batched GEMMs, whose att holds
