@@ -372,8 +372,10 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         if ((rc = gpt_model_step_fetch(&t->model, &loss_sum, &sumsq)) < 0)
             return rc;
         norm = sqrt(sumsq);
-        /* In a world of one no backward synced: the step's device time
-         * ends here (there is no communication to leave out). */
+        /* In a world of one no backward synced, so the forward and
+         * backward timed above were only enqueued: the step's wall time
+         * up to here (its device work has ended) is its compute time,
+         * there being no communication to leave out. */
         if (!t->ddp.started)
             compute_s = now_s() - t_step;
         loss_mean = (float)(loss_sum / global);

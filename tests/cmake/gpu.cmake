@@ -17,6 +17,9 @@ foreach(src ${GPTD_GPU_TESTS})
                        ENVIRONMENT "OMP_NUM_THREADS=4")
 endforeach()
 
+# test_gpu_step runs gpt_train, whose job spec defaults are in gptproto.
+target_link_libraries(test_gpu_step PRIVATE gptproto)
+
 # test_cuda_absent calls the CUDA backend directly (the daemon reaches it
 # only through gptfactory, which keeps gptcuda and GPTD_HAVE_CUDA private).
 target_link_libraries(test_cuda_absent PRIVATE gptcuda)

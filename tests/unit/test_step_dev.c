@@ -11,8 +11,8 @@
  *    micro-batches: every step's grad norm has the plain CPU run's bits,
  *    the loss agrees to 1e-6, and a step synchronises once;
  *  - the same in a world of two (DDP over TCP): the norm's bits, and two
- *    synchronisations per step (the backward keeps its sync for the
- *    compute time; see trainer.c);
+ *    synchronisations per step (the last backward keeps its sync for the
+ *    rank's compute time; see trainer.c);
  *  - a diverging run stops at the same step with the same error on both.
  */
 #include <errno.h>
