@@ -20,6 +20,8 @@
 # minutes): preflight (nvidia-smi driver and GPU, CUDA driver/runtime
 # versions and the real cudaGetDeviceCount error); ops against the CPU
 # backend (test_gpu_ops); 20 training steps against CPU (test_gpu_train);
+# the step's loss, norm and clip factor on the device with one host
+# synchronisation per step (test_gpu_step);
 # benchmark of GPT-2 124M at B=16 and B=32 in bf16 (ms/step, tokens/s, MFU,
 # peak memory, the device memory that steps after the second and an eval
 # at half the batch add: must be none, and one step's GPU time by kernel
@@ -70,7 +72,7 @@ fi
 BENCH=$BUILD/bench/bench_gpu_train
 GPTD=$BUILD/gptd
 for f in "$BENCH" "$GPTD" "$BUILD/tests/test_gpu_ops" "$BUILD/tests/test_gpu_train" \
-    "$BUILD/tests/test_gpu_nccl"; do
+    "$BUILD/tests/test_gpu_step" "$BUILD/tests/test_gpu_nccl"; do
     if [ ! -x "$f" ]; then
         echo "acceptance: $f missing: build with -DGPTD_CUDA=ON first, or pass --build" >&2
         exit 2
@@ -158,6 +160,13 @@ else
     row train FAIL "$SECS" "test_gpu_train rc $RC ($OUT/train.log)"
 fi
 
+run step 40 "$OUT/step.log" env OMP_NUM_THREADS=4 "$BUILD/tests/test_gpu_step"
+if [ "$RC" = 0 ]; then
+    row step PASS "$SECS" "loss, norm and clip on the device; one host sync per step"
+else
+    row step FAIL "$SECS" "test_gpu_step rc $RC ($OUT/step.log)"
+fi
+
 # ---- benchmark beside the cost model ----------------------------------------
 for B in 16 32; do
     "$BENCH" --plan "$B" 1024 bf16 >"$OUT/plan_b$B.log" 2>&1
@@ -168,6 +177,7 @@ for B in 16 32; do
     echo "$PLAN" >>"$OUT/plan.jsonl"
     ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
     mfu=$(echo "$MEAS" | sed -n 's/.*"mfu_vs_989":\([0-9.]*\).*/\1/p')
+    syncs=$(echo "$MEAS" | sed -n 's/.*"host_syncs_per_step":\([0-9]*\).*/\1/p')
     gib=$(echo "$MEAS" | sed -n 's/.*"peak_mem_gib":\([0-9.]*\).*/\1/p')
     pms=$(echo "$PLAN" | sed -n 's/.*"predicted_ms_per_step":\([0-9.]*\).*/\1/p')
     pmfu=$(echo "$PLAN" | sed -n 's/.*"predicted_mfu":\([0-9.]*\).*/\1/p')
@@ -185,7 +195,7 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
     if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew2" != 0 ]; then
         row "bench_b$B" FAIL "$SECS" "steps after the second grew device memory by ${grew2:-?} bytes ($OUT/bench_b$B.log)"
     elif [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$grew" = 0 ]; then
-        row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB; predicted ${pms} ms, MFU ${pmfu}; ms measured/predicted: ${cls}"
+        row "bench_b$B" PASS "$SECS" "${ms} ms/step, MFU ${mfu}, peak ${gib} GiB, ${syncs:-?} host sync(s)/step; predicted ${pms} ms, MFU ${pmfu}; ms measured/predicted: ${cls}"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
         row "bench_b$B" FAIL "$SECS" "an eval at batch $((B / 2)) grew device memory by ${grew:-?} bytes ($OUT/bench_b$B.log)"
     else
