@@ -161,8 +161,10 @@ struct gpt_backend_ops {
     /* Optional (NULL = fp32 only). The arithmetic behind this fp32
      * interface: 0 fp32, 1 bf16, 2 auto (the backend's fast default: bf16
      * on CUDA), as enum gpt_precision, optionally or'd with
-     * GPT_BACKEND_PREC_NO_TF32; `seed` for any stochastic rounding. Every
-     * buffer stays fp32; see the backend's header for what bf16 changes.
+     * GPT_BACKEND_PREC_NO_TF32; `seed` for a backend that rounds
+     * stochastically (none does: rounding to nearest keeps a resumed run
+     * bitwise). Every buffer stays fp32; see the backend's header for
+     * what bf16 changes.
      * Returns 0 or -EINVAL. */
     int (*set_precision)(struct gpt_backend *be, int precision, uint64_t seed);
 

@@ -7,7 +7,7 @@
  * fused flash kernels (out and dqkv), on shapes whose T is not a multiple
  * of the tiles and head sizes from 4 to 128. Then the bf16 mode: matrix
  * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
- * a weight update written to the bf16 copy by stochastic rounding (and
+ * a weight update written to the bf16 copy, rounded to nearest (and
  * reproducible), a bf16 copy made stale by an upload, and the bf16-only
  * outputs (products with a bf16 D, LayerNorm's output, GELU_AUX and DGELU,
  * the classifier's dlogits): read by the next products, converted back for
@@ -54,7 +54,7 @@ static const struct {
     {"matmul_backward_dgelu", "bf16", 2e-2},
     {"gelu_backward", "bf16", 1e-5},
     {"adamw", "bf16", 1e-5},
-    {"bf16_sr", "bf16", 0.0},                /* the same seed twice: bit-identical */
+    {"bf16_repeat", "bf16", 0.0},            /* the same updates twice: bit-identical */
     {"bf16_invalidate", "bf16", 2e-2},       /* a product after an upload of its weight */
     {"flash_tc_path", "bf16", 0.0},          /* 1 = the CUDA-core fallback ran */
     {"bf16_only", "bf16", 2e-2},             /* values written as bf16 only, downloaded */
@@ -622,9 +622,9 @@ static void test_attention_tc(const struct shape *s)
         pair_free(all[i]);
 }
 
-/* bf16 mode: a weight that AdamW updates is written to its bf16 copy with
- * stochastic rounding; the next product must see the new weights (within
- * bf16 error), and the same seed must give the same bits. */
+/* bf16 mode: a weight that AdamW updates is written to its bf16 copy,
+ * rounded to nearest; the next product must see the new weights (within
+ * bf16 error), and the same updates must give the same bits. */
 static void test_bf16_weights(size_t N, size_t C, size_t OC)
 {
     char tag[64];
@@ -655,14 +655,14 @@ static void test_bf16_weights(size_t N, size_t C, size_t OC)
         }
         gpt_backend_matmul_forward(cpu, out.c, inp.c, w.c, NULL, N, C, OC);
         gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, NULL, N, C, OC);
-        check("matmul_forward", "after AdamW (stochastic rounding)", &out);
+        check("matmul_forward", "after AdamW (bf16 copy rounded to nearest)", &out);
         check_rc(gpt_backend_download(gpu, round ? again : first, out.g, N * OC * sizeof(float)),
                  "download");
     }
     double diff = 0.0;
     for (size_t i = 0; i < N * OC; i++)
         diff = fmax(diff, fabs((double)first[i] - (double)again[i]));
-    report("bf16_sr", tag, diff);
+    report("bf16_repeat", tag, diff);
     /* An upload makes the bf16 copy stale: the product must use the new
      * values. */
     float *h2 = host_rand(OC * C, -0.5f, 0.5f);

@@ -35,7 +35,8 @@
  * is counted in the memory statistics); producers whose output has a
  * shadow write the bf16 copy alongside (LayerNorm, GELU and its backward,
  * attention and its backward), and AdamW writes the weights' bf16 copy
- * with stochastic rounding (seeded counter-based bits: reproducible). Every
+ * rounded to nearest (a function of the fp32 weights alone: a resumed run
+ * reads the bits the run that wrote the snapshot read). Every
  * other write to device memory (ops, upload, copy, memzero, collectives via
  * gpt_cuda_backend_note_write) takes the written range out of the shadows
  * that cover it, so a stale bf16 value is never read. A shadow covers one
@@ -690,17 +691,14 @@ static void cu_adamw(struct gpt_backend *be, float *params, const float *grads, 
     /* The op's name for the profile (cu_enter would say cu_adamw). */
     cu_enter_op(cb, clip_sumsq ? "cuda_adamw_clip" : "cuda_adamw");
     /* In bf16 mode the weights' shadow (if a product has read them) gets
-     * the new values with stochastic rounding; one random stream per call,
-     * indexed by the element's place in the shadow. */
-    uint64_t index0 = 0;
+     * the new values, rounded to nearest. */
     cu_f32(cb, params, n * sizeof(float));
     cu_f32(cb, grads, n * sizeof(float));
-    uint16_t *pb = cu_shd_out(cb, params, n, &index0);
+    uint16_t *pb = cu_shd_out(cb, params, n, NULL);
     cu_shd_wrote(cb, m, n * sizeof(float));
     cu_shd_wrote(cb, v, n * sizeof(float));
-    uint64_t stream = cb->sr_stream++;
     cuk_adamw(cb->compute, params, pb, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-              grad_scale, clip_sumsq, clip, bc1, bc2, cb->sr_seed, stream, index0);
+              grad_scale, clip_sumsq, clip, bc1, bc2);
     cu_check(cb, "adamw");
 }
 
@@ -716,8 +714,8 @@ static void cuda_adamw(struct gpt_backend *be, float *params, const float *grads
  * most AW_CAP (the optimizer's usual call: every tensor of the model, or
  * of a shard), else one adamw per span. The span table goes to the device
  * only when it differs from the last one (in steady state: never). In
- * bf16 mode the weights' shadow gets the stochastically rounded copy in
- * the same pass, one random stream per call. */
+ * bf16 mode the weights' shadow gets the new values in the same pass,
+ * rounded to nearest. */
 static void cu_adamw_multi(struct gpt_backend *be, float *params, const float *grads, float *m,
                            float *v, const struct gpt_adamw_span *spans, size_t n_spans, float lr,
                            float beta1, float beta2, float eps, float weight_decay,
@@ -759,16 +757,14 @@ static void cu_adamw_multi(struct gpt_backend *be, float *params, const float *g
         cb->aw_n = n_spans;
     }
     size_t o = spans[0].off;
-    uint64_t index0 = 0;
     cu_f32(cb, params + o, total * sizeof(float));
     cu_f32(cb, grads + o, total * sizeof(float));
-    uint16_t *pb = cu_shd_out(cb, params + o, total, &index0);
+    uint16_t *pb = cu_shd_out(cb, params + o, total, NULL);
     cu_shd_wrote(cb, m + o, total * sizeof(float));
     cu_shd_wrote(cb, v + o, total * sizeof(float));
-    uint64_t stream = cb->sr_stream++;
     cuk_adamw_multi(cb->compute, params + o, pb, grads + o, m + o, v + o, total, cb->aw_dev_ends,
                     cb->aw_dev_decay, n_spans, lr, beta1, beta2, eps, weight_decay, grad_scale,
-                    clip_sumsq, clip, bc1, bc2, cb->sr_seed, stream, index0);
+                    clip_sumsq, clip, bc1, bc2);
     cu_check(cb, "adamw_multi");
 }
 
@@ -850,10 +846,12 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 /* fp32 (0), bf16 (1) or auto (2, = bf16), enum gpt_precision, with
  * GPT_BACKEND_PREC_NO_TF32 or'd in to keep fp32 products strict; without
  * it fp32 products run on TF32 tensor cores (trainer.tf32, default true).
- * Leaving bf16 frees the shadows; entering it starts the
- * stochastic-rounding streams afresh. */
+ * Leaving bf16 frees the shadows. No rounding here is random: `seed` is
+ * unused (the weights' bf16 copy is rounded to nearest, so that a resumed
+ * run computes with the bits the interrupted one had). */
 static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
 {
+    (void)seed;
     struct gpt_cuda_backend *cb = cu(be);
     int tf32 = !(precision & GPT_BACKEND_PREC_NO_TF32);
     if (precision & ~(GPT_BACKEND_PREC_MASK | GPT_BACKEND_PREC_NO_TF32))
@@ -871,8 +869,6 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     if (!precision)
         cu_shd_free_all_locked(cb);
     cb->bf16 = precision;
-    cb->sr_seed = seed;
-    cb->sr_stream = 0;
     pthread_mutex_unlock(&cb->shd_mu);
     return 0;
 }

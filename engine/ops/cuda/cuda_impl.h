@@ -86,7 +86,6 @@ struct gpt_cuda_backend {
     /* bf16 mode. The shadow table is also touched by the communication
      * thread (note_write), hence the mutex; everything else is the owner's. */
     int bf16;
-    uint64_t sr_seed, sr_stream;
     pthread_mutex_t shd_mu;
     struct shadow *shd;
     size_t n_shd, cap_shd;
@@ -309,15 +308,16 @@ cudaError_t cuk_softmax_xent(cudaStream_t s, const float *logits, const uint16_t
                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
                              int write_dlogits, int have_loss, size_t stage_bytes);
 /* With params_bf non-NULL the new parameters are also written there as
- * bf16 with stochastic rounding, element i using the random bits
- * gpt_bf16_sr_bits(seed, stream, index0 + i). With clip_sumsq non-NULL
+ * bf16, rounded to nearest even: a function of the fp32 weights alone, so
+ * a run resumed from a snapshot (fp32 weights) reads the same bf16 copy
+ * as the run that wrote it. With clip_sumsq non-NULL
  * (one device double, the squared global norm) the gradient factor is
  * gpt_cuda_clip_scale(*clip_sumsq, clip), read when the kernel runs,
  * instead of grad_scale. */
 void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float weight_decay, float grad_scale, const double *clip_sumsq, double clip,
-               float bc1, float bc2, uint64_t seed, uint64_t stream, uint64_t index0);
+               float bc1, float bc2);
 /* cuk_adamw over a run of n contiguous elements made of n_spans spans
  * (gpt_cuda_adamw_table's device copy: ends, decay flags), each decayed
  * with weight_decay or not by its flag; one launch. */
@@ -325,8 +325,7 @@ void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const f
                      float *m, float *v, size_t n, const uint64_t *ends,
                      const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
                      float beta2, float eps, float weight_decay, float grad_scale,
-                     const double *clip_sumsq, double clip, float bc1, float bc2, uint64_t seed,
-                     uint64_t stream, uint64_t index0);
+                     const double *clip_sumsq, double clip, float bc1, float bc2);
 /* dst[i] = bf16(src[i]), round to nearest even. */
 void cuk_f32_to_bf16(cudaStream_t s, uint16_t *dst, const float *src, size_t n);
 /* dst[i] = src[i] widened (exact). */

@@ -3,7 +3,7 @@
  * encoder, LayerNorm, GELU, residual, the causal softmax of attention, fused
  * softmax + cross-entropy, AdamW, scale and the deterministic sum of squares,
  * and the bf16 pieces of the bf16 mode (conversion, optional bf16 copies of the
- * outputs that feed matrix products, stochastic rounding of the bf16 weights in
+ * outputs that feed matrix products, the bf16 weights' copy rounded to nearest in
  * AdamW). fp32 storage, fp32 math (double for sumsq), no fast-math intrinsics,
  * so results track the CPU backend to a few ulp. Launchers enqueue on the given
  * stream and never synchronise.
@@ -846,8 +846,7 @@ void cuk_scale(cudaStream_t s, float *x, float sc, size_t n)
 __global__ void adamw_kernel(float *params, uint16_t *params_bf, const float *grads, float *m,
                              float *v, size_t n, float beta1, float beta2, float eps, float decay,
                              float step_size, float bc2_sqrt, float grad_scale,
-                             const double *clip_sumsq, double clip, uint64_t seed, uint64_t stream,
-                             uint64_t index0)
+                             const double *clip_sumsq, double clip)
 {
     if (clip_sumsq)
         grad_scale = gpt_cuda_clip_scale(*clip_sumsq, clip);
@@ -862,19 +861,18 @@ __global__ void adamw_kernel(float *params, uint16_t *params_bf, const float *gr
         float p = params[i] * decay - step_size * mi / denom;
         params[i] = p;
         if (params_bf)
-            params_bf[i] =
-                gpt_bf16_from_float_sr(p, gpt_bf16_sr_bits(seed, stream, index0 + (uint64_t)i));
+            params_bf[i] = gpt_bf16_from_float_rne(p);
     }
 }
 
 void cuk_adamw(cudaStream_t s, float *params, uint16_t *params_bf, const float *grads, float *m,
                float *v, size_t n, float lr, float beta1, float beta2, float eps,
                float weight_decay, float grad_scale, const double *clip_sumsq, double clip,
-               float bc1, float bc2, uint64_t seed, uint64_t stream, uint64_t index0)
+               float bc1, float bc2)
 {
     adamw_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
         params, params_bf, grads, m, v, n, beta1, beta2, eps, 1.0f - lr * weight_decay, lr / bc1,
-        sqrtf(bc2), grad_scale, clip_sumsq, clip, seed, stream, index0);
+        sqrtf(bc2), grad_scale, clip_sumsq, clip);
 }
 
 /* AdamW over a run of contiguous spans in one launch: element i of the
@@ -886,7 +884,7 @@ __global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const flo
                                    const uint32_t *decay_flags, size_t n_spans, float beta1,
                                    float beta2, float eps, float decay, float step_size,
                                    float bc2_sqrt, float grad_scale, const double *clip_sumsq,
-                                   double clip, uint64_t seed, uint64_t stream, uint64_t index0)
+                                   double clip)
 {
     if (clip_sumsq)
         grad_scale = gpt_cuda_clip_scale(*clip_sumsq, clip);
@@ -903,8 +901,7 @@ __global__ void adamw_multi_kernel(float *params, uint16_t *params_bf, const flo
         float p = params[i] * dk - step_size * mi / denom;
         params[i] = p;
         if (params_bf)
-            params_bf[i] =
-                gpt_bf16_from_float_sr(p, gpt_bf16_sr_bits(seed, stream, index0 + (uint64_t)i));
+            params_bf[i] = gpt_bf16_from_float_rne(p);
     }
 }
 
@@ -912,13 +909,11 @@ void cuk_adamw_multi(cudaStream_t s, float *params, uint16_t *params_bf, const f
                      float *m, float *v, size_t n, const uint64_t *ends,
                      const uint32_t *decay_flags, size_t n_spans, float lr, float beta1,
                      float beta2, float eps, float weight_decay, float grad_scale,
-                     const double *clip_sumsq, double clip, float bc1, float bc2, uint64_t seed,
-                     uint64_t stream, uint64_t index0)
+                     const double *clip_sumsq, double clip, float bc1, float bc2)
 {
     adamw_multi_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(
         params, params_bf, grads, m, v, n, ends, decay_flags, n_spans, beta1, beta2, eps,
-        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, clip_sumsq, clip, seed, stream,
-        index0);
+        1.0f - lr * weight_decay, lr / bc1, sqrtf(bc2), grad_scale, clip_sumsq, clip);
 }
 
 /* ---- fused softmax + cross-entropy ---------------------------------------- */

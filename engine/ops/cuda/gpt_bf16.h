@@ -6,9 +6,6 @@
  * bit patterns (the C side has no __nv_bfloat16).
  *
  *   gpt_bf16_from_float_rne  round to nearest, ties to even (IEEE default)
- *   gpt_bf16_from_float_sr   stochastic rounding with 16 random bits
- *   gpt_bf16_sr_bits         counter-based random bits: the same (seed,
- *                            stream, index) always gives the same bits
  *
  * NaN stays NaN (quietened, sign kept), +-Inf stays +-Inf, and finite
  * values that round past the largest finite bf16 become Inf, as in IEEE.
@@ -70,34 +67,6 @@ GPT_BF16_FN uint16_t gpt_bf16_from_float_rne(float f)
         return (uint16_t)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
-}
-
-/* Stochastic rounding: rounds the magnitude up with probability equal to
- * the discarded fraction (bits / 2^16), using the low 16 bits of `rnd`, so
- * E[result] = f exactly over the 2^16 values of those bits. Values that
- * are already bf16 are returned unchanged; NaN and Inf as above. */
-GPT_BF16_FN uint16_t gpt_bf16_from_float_sr(float f, uint32_t rnd)
-{
-    uint32_t u = gpt_bf16_f2u(f);
-    if (gpt_bf16_is_nan_bits(u))
-        return (uint16_t)((u >> 16) | 0x0040u);
-    if ((u & 0x7fffffffu) == 0x7f800000u)
-        return (uint16_t)(u >> 16);
-    u += rnd & 0xffffu;
-    return (uint16_t)(u >> 16);
-}
-
-/* 32 random bits for element `index` of stream `stream` under `seed`
- * (splitmix64's finaliser over a mix of the three). */
-GPT_BF16_FN uint32_t gpt_bf16_sr_bits(uint64_t seed, uint64_t stream, uint64_t index)
-{
-    uint64_t x = seed ^ (stream * 0x9e3779b97f4a7c15ull) ^ (index * 0xd1b54a32d192ed03ull);
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return (uint32_t)(x >> 32);
 }
 
 #endif

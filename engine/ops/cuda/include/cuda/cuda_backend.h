@@ -26,7 +26,7 @@
  * loss), and the backend keeps bf16 shadows of the weights and of the
  * activations that matrix products and attention read, which run on bf16
  * tensor cores with fp32 accumulation; AdamW refreshes the weights' bf16
- * copy with seeded stochastic rounding. cuda_backend.cu's header comment
+ * copy, rounded to nearest. cuda_backend.cu's header comment
  * has the rules that keep the shadows current.
  *
  * Attention: the fused flash kernels when gpt_cuda_plan_attention allows
