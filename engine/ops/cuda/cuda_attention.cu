@@ -43,6 +43,8 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
 
@@ -796,8 +798,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS)
  * initial one (K, V, Q, dO, O of the first tile), then per tile the next
  * tile's (Q, dO) at its top and the next tile's O after D, so the
  * wait_group 1 at a tile's top leaves only the newest (Q, dO) in flight. */
-template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
+template <int HS, int SPLIT>
+__global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
     flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const uint16_t *dob,
                         const uint16_t *ob, const uint16_t *qkv, const float *lse, int T, int C,
                         int NH, float scale, float scale2)
@@ -894,67 +896,81 @@ __global__ void __launch_bounds__(TC_THREADS)
             tc_load<HS>(so, go, C, i0 + BQ, BQ, T);
             tc_commit();
         }
-        float s[BQ / 8][4], dp[BQ / 8][4];
-#pragma unroll
-        for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < HS / 16; ks++) {
-            uint32_t ka[4], va[4];
-            tc_ld_a(ka, sk, LD, wr, ks * 16);
-            tc_ld_a(va, sv, LD, wr, ks * 16);
-#pragma unroll
-            for (int np = 0; np < BQ / 16; np++) {
-                if (!gpt_flash_tc_live(i0 + np * 16, k0 + wr, T))
-                    continue; /* no valid pair: P^T and dS^T become 0 */
-                uint32_t qb[4], db[4];
-                tc_ld_b(qb, sq, LD, np * 16, ks * 16);
-                tc_ld_b(db, sdo, LD, np * 16, ks * 16);
-                tc_mma(s[2 * np], ka, qb[0], qb[1]);
-                tc_mma(s[2 * np + 1], ka, qb[2], qb[3]);
-                tc_mma(dp[2 * np], va, db[0], db[1]);
-                tc_mma(dp[2 * np + 1], va, db[2], db[3]);
-            }
-        }
         /* Keys are this warp's rows, queries the columns: the mask is
          * i < j (a query before the key) or either past T. */
         const bool mask = gpt_flash_tc_needs_mask(i0, BQ, k0 + wr, TC_WR, T);
+        /* The tile's queries in SPLIT parts of QP columns, one after the
+         * other: S^T and dP^T of a part, then its P^T and dS^T into dV, dK
+         * and the dS^T tile. Every value comes from the same products in
+         * the same order as with one part, and the parts' dV and dK
+         * products run in the same kk order: the same bits; a part holds
+         * 1 / SPLIT of the S and dP accumulators (registers: occupancy). */
+        constexpr int QP = BQ / SPLIT;
+        static_assert(QP % 16 == 0, "query part");
 #pragma unroll
-        for (int n = 0; n < BQ / 8; n++) {
+        for (int part = 0; part < SPLIT; part++) {
+            const int q0 = part * QP; /* the part's first column in the tile */
+            float s[QP / 8][4], dp[QP / 8][4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = e < 2 ? ja : jb, c = n * 8 + 2 * (lane % 4) + (e & 1), i = i0 + c;
-                float p = exp2f(s[n][e] * scale2 - sl[c]);
-                if (mask && (i < j || i >= T || j >= T))
-                    p = 0.0f;
-                s[n][e] = p;                       /* P^T */
-                dp[n][e] = p * (dp[n][e] - sD[c]); /* dS^T */
-            }
-        }
+            for (int n = 0; n < QP / 8; n++)
 #pragma unroll
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t pa[4], sa[4];
-            tc_pack_a(pa, s, kk);
-            tc_pack_a(sa, dp, kk);
-            if (gpt_flash_tc_live(i0 + kk * 16, k0 + wr, T)) { /* else P^T = dS^T = 0 */
+                for (int e = 0; e < 4; e++)
+                    s[n][e] = dp[n][e] = 0.0f;
 #pragma unroll
-                for (int dd = 0; dd < HS / 16; dd++) {
-                    uint32_t ob[4], qb[4];
-                    tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
-                    tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
-                    tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
-                    tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
-                    tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
-                    tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+            for (int ks = 0; ks < HS / 16; ks++) {
+                uint32_t ka[4], va[4];
+                tc_ld_a(ka, sk, LD, wr, ks * 16);
+                tc_ld_a(va, sv, LD, wr, ks * 16);
+#pragma unroll
+                for (int np = 0; np < QP / 16; np++) {
+                    if (!gpt_flash_tc_live(i0 + q0 + np * 16, k0 + wr, T))
+                        continue; /* no valid pair: P^T and dS^T become 0 */
+                    uint32_t qb[4], db[4];
+                    tc_ld_b(qb, sq, LD, q0 + np * 16, ks * 16);
+                    tc_ld_b(db, sdo, LD, q0 + np * 16, ks * 16);
+                    tc_mma(s[2 * np], ka, qb[0], qb[1]);
+                    tc_mma(s[2 * np + 1], ka, qb[2], qb[3]);
+                    tc_mma(dp[2 * np], va, db[0], db[1]);
+                    tc_mma(dp[2 * np + 1], va, db[2], db[3]);
                 }
             }
-            /* dS^T as bf16 into the (key, query) tile, one word per register. */
 #pragma unroll
-            for (int r = 0; r < 4; r++)
-                *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) = sa[r];
-        }
+            for (int n = 0; n < QP / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = e < 2 ? ja : jb, c = q0 + n * 8 + 2 * (lane % 4) + (e & 1),
+                              i = i0 + c;
+                    float p = exp2f(s[n][e] * scale2 - sl[c]);
+                    if (mask && (i < j || i >= T || j >= T))
+                        p = 0.0f;
+                    s[n][e] = p;                       /* P^T */
+                    dp[n][e] = p * (dp[n][e] - sD[c]); /* dS^T */
+                }
+            }
+#pragma unroll
+            for (int kl = 0; kl < QP / 16; kl++) {
+                const int kk = q0 / 16 + kl; /* the 16-query block in the tile */
+                uint32_t pa[4], sa[4];
+                tc_pack_a(pa, s, kl);
+                tc_pack_a(sa, dp, kl);
+                if (gpt_flash_tc_live(i0 + kk * 16, k0 + wr, T)) { /* else P^T = dS^T = 0 */
+#pragma unroll
+                    for (int dd = 0; dd < HS / 16; dd++) {
+                        uint32_t ob[4], qb[4];
+                        tc_ld_bt(ob, sdo, LD, kk * 16, dd * 16);
+                        tc_ld_bt(qb, sq, LD, kk * 16, dd * 16);
+                        tc_mma(dv[2 * dd], pa, ob[0], ob[1]);
+                        tc_mma(dv[2 * dd + 1], pa, ob[2], ob[3]);
+                        tc_mma(dk[2 * dd], sa, qb[0], qb[1]);
+                        tc_mma(dk[2 * dd + 1], sa, qb[2], qb[3]);
+                    }
+                }
+                /* dS^T as bf16 into the (key, query) tile, one word per register. */
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) = sa[r];
+            }
+        }                /* part */
         __syncthreads(); /* dS^T complete */
         /* The dQ share dS K: warp rows mb * 16 .. of the tile, head
          * columns cb * DC ..; A = dS from the (key, query) tile with
@@ -1075,6 +1091,46 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
 /* The zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in:
  * dob is dout's current bf16 copy), then the fused pass; the
  * shared-memory opt-in first, so a refusal leaves nothing launched. */
+/* GPTD_FLASH_BWD=split in the environment: the backward's tiles in two
+ * query parts, with three blocks per multiprocessor instead of two (head
+ * sizes up to 64; the same bits). The first H200 run measured the one-part
+ * kernel at 12% occupancy and latency-bound (81% of cycles without an
+ * eligible warp); whether the extra blocks pay for the reloaded K and V
+ * fragments and a small spill is for a GPU to say: tests/gpu/acceptance.sh
+ * measures both. Read once. */
+static bool tc_bwd_split(void)
+{
+    static std::atomic<int> split{-1};
+    int v = split.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("GPTD_FLASH_BWD");
+        v = e && strcmp(e, "split") == 0;
+        split.store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+template <int HS, int SPLIT>
+static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *dqkv,
+                                 uint16_t *dqkv_bf, int *sem, size_t nsem, const uint16_t *dob,
+                                 const uint16_t *out_bf, const uint16_t *qkv_bf, const float *lse,
+                                 int T, int C, int NH, float scale, float scale2)
+{
+    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, SPLIT>, smem);
+    /* Three blocks of the split kernel need the largest shared-memory
+     * carve-out; a refusal only costs the third block. */
+    if (e == cudaSuccess && SPLIT > 1)
+        (void)cudaFuncSetAttribute(flash_tc_bwd_kernel<HS, SPLIT>,
+                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+    (void)cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    flash_tc_bwd_kernel<HS, SPLIT><<<grid, TC_THREADS, smem, s>>>(
+        dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
+    return cudaSuccess;
+}
+
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, uint16_t *dob, bool dob_in, int *sem,
@@ -1082,7 +1138,7 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
     size_t smem = gpt_flash_tc_smem_bwd(HS);
-    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS>, smem);
+    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, 1>, smem);
     if (e != cudaSuccess)
         return e;
     int t = (int)T, c = (int)C, nh = (int)NH;
@@ -1092,9 +1148,20 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
         return e;
     if (!dob_in)
         cuk_f32_to_bf16(s, dob, dout, B * T * C);
-    unsigned tiles = (unsigned)((T + TC_BR - 1) / TC_BR);
-    flash_tc_bwd_kernel<HS><<<dim3(tiles, p->bh), TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
+    dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
+    if constexpr (HS <= 64) {
+        if (tc_bwd_split())
+            e = tc_bwd_launch<HS, 2>(s, grid, smem, dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf,
+                                     lse, t, c, nh, scale, scale2);
+        else
+            e = tc_bwd_launch<HS, 1>(s, grid, smem, dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf,
+                                     lse, t, c, nh, scale, scale2);
+    } else {
+        e = tc_bwd_launch<HS, 1>(s, grid, smem, dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse,
+                                 t, c, nh, scale, scale2);
+    }
+    if (e != cudaSuccess)
+        return e;
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
