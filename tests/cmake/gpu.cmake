@@ -30,3 +30,8 @@ target_include_directories(test_cuda_absent PRIVATE ${CMAKE_SOURCE_DIR}/engine/o
 # GPU or driver (a binary linked to libcuda would not even load there).
 add_test(NAME gptd_starts_without_gpu COMMAND gptd run --help)
 set_tests_properties(gptd_starts_without_gpu PROPERTIES LABELS unit TIMEOUT 30)
+
+# The acceptance run's bundle for GPU machines without the build host's
+# libraries: packed from this build, unpacked, every program loading.
+add_test(NAME gpu_bundle COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/bundle.sh selftest ${CMAKE_BINARY_DIR})
+set_tests_properties(gpu_bundle PROPERTIES LABELS unit TIMEOUT 120)

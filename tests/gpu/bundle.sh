@@ -36,9 +36,11 @@ pack() {
     echo "bundle: $out ($(du -h "$out" | cut -f1))"
 }
 
-run() {
-    local bundle=${1:-gpu-bundle.tgz} dir=/tmp/gptd-bundle
-    shift
+# unpack BUNDLE DIR: the programs under DIR/build, the libraries this
+# machine lacks linked into DIR/need, which goes first on LD_LIBRARY_PATH;
+# fails naming any library a program still cannot find.
+unpack() {
+    local bundle=$1 dir=$2 p
     rm -rf "$dir" && mkdir -p "$dir/need" && tar -C "$dir" -xzf "$bundle" || exit 2
     for lib in "$dir"/libs/*; do
         ldconfig -p | grep -q "[[:space:]]$(basename "$lib") " || ln -s "$lib" "$dir/need/"
@@ -50,15 +52,36 @@ run() {
     done
     export LD_LIBRARY_PATH=$dir/need${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     echo "bundle: linked $(ls "$dir/need" | tr '\n' ' ')"
-    if ldd "$dir/build/gptd" | grep -q "not found"; then
-        ldd "$dir/build/gptd" | grep "not found" >&2
-        exit 2
-    fi
-    exec "$ROOT/tests/gpu/acceptance.sh" --build-dir "$dir/build" "$@"
+    for p in $PROGS; do
+        if ldd "$dir/build/$p" | grep -q "not found"; then
+            echo "bundle: $p:" $(ldd "$dir/build/$p" | grep "not found") >&2
+            exit 2
+        fi
+    done
+}
+
+run() {
+    local bundle=${1:-gpu-bundle.tgz}
+    [ $# -gt 0 ] && shift
+    unpack "$bundle" /tmp/gptd-bundle
+    exec "$ROOT/tests/gpu/acceptance.sh" --build-dir /tmp/gptd-bundle/build "$@"
 }
 
 case "${1:-}" in
 pack) shift; pack "$@" ;;
 run) shift; run "$@" ;;
-*) echo "usage: $0 pack [BUILD_DIR] [BUNDLE.tgz] | run [BUNDLE.tgz] [acceptance options]" >&2; exit 2 ;;
+# check BUNDLE DIR: unpack only, and say whether every program would load.
+check) shift; unpack "${1:?bundle}" "${2:?folder}" && echo "bundle: every program loads" ;;
+# selftest BUILD_DIR (ctest gpu_bundle): pack, then check, in a scratch folder.
+selftest)
+    tmp=$(mktemp -d) || exit 2
+    trap 'rm -rf "$tmp"' EXIT
+    (pack "${2:?build folder}" "$tmp/b.tgz") && (unpack "$tmp/b.tgz" "$tmp/u") &&
+        echo "bundle: every program loads"
+    ;;
+*)
+    echo "usage: $0 pack [BUILD_DIR] [BUNDLE.tgz] | run [BUNDLE.tgz] [acceptance options]" \
+        "| check BUNDLE DIR" >&2
+    exit 2
+    ;;
 esac
