@@ -33,6 +33,7 @@
 #include "cuda/comm_nccl.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
+#include "gpu/gpu_gate.h"
 
 #define MAX_WORLD 8
 
@@ -442,16 +443,9 @@ int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--peer") == 0)
         return peer_main(atoi(argv[2]), argv[3]);
-    char probe[512];
-    int n = gpt_cuda_probe(probe, sizeof(probe));
-    if (n < 0) {
-        fprintf(stderr, "FAIL: %s\n", probe);
-        return 1;
-    }
-    if (n == 0) {
-        printf("%s: skipped\n", probe);
-        return 77;
-    }
+    int n = gpu_test_gate();
+    if (n <= 0)
+        return -n;
     static const size_t sizes[] = {1, 7, 1000003};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
         test_world(1, sizes[i]);

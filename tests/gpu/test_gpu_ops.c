@@ -30,6 +30,7 @@
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
+#include "gpu/gpu_gate.h"
 #include "rng.h"
 
 /* Normalised error bounds, one per op and precision. GEMM-based ops sum up
@@ -1193,16 +1194,9 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
 
 int main(void)
 {
-    char probe[512];
-    int probed = gpt_cuda_probe(probe, sizeof(probe));
-    if (probed < 0) {
-        fprintf(stderr, "FAIL: %s\n", probe);
-        return 1;
-    }
-    if (probed == 0) {
-        printf("%s: skipped\n", probe);
-        return 77;
-    }
+    int probed = gpu_test_gate();
+    if (probed <= 0)
+        return -probed;
     struct gpt_err err;
     if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &gpu, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);

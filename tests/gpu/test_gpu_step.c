@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
+#include "gpu/gpu_gate.h"
 #include "jobspec.h"
 #include "optim.h"
 #include "rng.h"
@@ -301,16 +302,9 @@ static void test_train(void)
 
 int main(void)
 {
-    char probe[512];
-    int probed = gpt_cuda_probe(probe, sizeof(probe));
-    if (probed < 0) {
-        fprintf(stderr, "FAIL: %s\n", probe);
-        return 1;
-    }
-    if (probed == 0) {
-        printf("%s: skipped\n", probe);
-        return 77;
-    }
+    int probed = gpu_test_gate();
+    if (probed <= 0)
+        return -probed;
     struct gpt_backend *be = NULL;
     struct gpt_err err;
     if (gpt_backend_cuda_new(0, &be, &err) < 0) {

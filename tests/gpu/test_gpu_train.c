@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
+#include "gpu/gpu_gate.h"
 #include "model.h"
 #include "optim.h"
 #include "rng.h"
@@ -125,16 +126,9 @@ static int compare(const char *name, const float *lc, const float *lg, const flo
 
 int main(void)
 {
-    char probe[512];
-    int probed = gpt_cuda_probe(probe, sizeof(probe));
-    if (probed < 0) {
-        fprintf(stderr, "FAIL: %s\n", probe);
-        return 1;
-    }
-    if (probed == 0) {
-        printf("%s: skipped\n", probe);
-        return 77;
-    }
+    int probed = gpu_test_gate();
+    if (probed <= 0)
+        return -probed;
     struct gpt_backend *cpu = NULL, *gpu = NULL;
     struct gpt_err err;
     if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &gpu, &err) < 0) {
