@@ -1088,16 +1088,13 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* The zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in:
- * dob is dout's current bf16 copy), then the fused pass; the
- * shared-memory opt-in first, so a refusal leaves nothing launched. */
 /* GPTD_FLASH_BWD=split in the environment: the backward's tiles in two
  * query parts, with three blocks per multiprocessor instead of two (head
- * sizes up to 64; the same bits). The first H200 run measured the one-part
- * kernel at 12% occupancy and latency-bound (81% of cycles without an
- * eligible warp); whether the extra blocks pay for the reloaded K and V
- * fragments and a small spill is for a GPU to say: tests/gpu/acceptance.sh
- * measures both. Read once. */
+ * sizes up to 64; the same bits; 168 registers at hs 64, no spills). The
+ * first H200 run measured the one-part kernel at 12% occupancy and
+ * latency-bound (81% of cycles without an eligible warp); whether the
+ * extra blocks pay for the reloaded K and V fragments is for a GPU to
+ * say: tests/gpu/acceptance.sh measures both. Read once. */
 static bool tc_bwd_split(void)
 {
     static std::atomic<int> split{-1};
@@ -1131,6 +1128,9 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
     return cudaSuccess;
 }
 
+/* The zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in:
+ * dob is dout's current bf16 copy), then the fused pass; the
+ * shared-memory opt-in first, so a refusal leaves nothing launched. */
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, uint16_t *dob, bool dob_in, int *sem,
