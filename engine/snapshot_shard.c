@@ -263,8 +263,10 @@ int snap_manifest_read_slices(const char *path, const struct gpt_snapshot_meta *
         const struct gpt_snapshot_slice *sl = &man->slices[s];
         uint32_t crc;
         int fd = slice_open(dir, meta, man, s, &crc, err);
-        if (fd < 0)
-            return fd;
+        if (fd < 0) {
+            rc = fd; /* the scratch of an earlier slice is freed below */
+            break;
+        }
         for (int a = 0; a < arrays && rc == 0; a++) {
             for (uint32_t i = 0; i < sl->n_pieces && rc == 0; i++) {
                 const struct gpt_snapshot_piece *p = &sl->pieces[i];

@@ -47,13 +47,23 @@
 
 /* ---- allocation recorder ---- */
 
+/* ASan interposes malloc itself, and a second definition here breaks its
+ * start-up (CHECK tsd_key_inited): under it the recorder is left out and
+ * the allocation bounds are checked by the plain build only. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_RECORDER 0
+#else
+#define ALLOC_RECORDER 1
+#endif
+
+static size_t largest_alloc; /* bytes of the largest allocation since reset */
+static bool recording;
+
+#if ALLOC_RECORDER
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t n, size_t k);
 extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
-
-static size_t largest_alloc; /* bytes of the largest allocation since reset */
-static bool recording;
 
 static void record(size_t n)
 {
@@ -94,6 +104,7 @@ int posix_memalign(void **ret, size_t align, size_t n)
     *ret = p;
     return 0;
 }
+#endif
 
 /* ---- fixtures ---- */
 
@@ -537,9 +548,11 @@ static void test_no_full_size_buffer(void **state)
     print_message("largest allocation while loading: %zu bytes (full size %zu)\n", largest_alloc,
                   full);
     /* The recorder works: the load's chunk buffers are seen. */
-    assert_true(largest_alloc >= GPT_SHARD_CHUNK_FLOATS * sizeof(float));
-    assert_true(largest_alloc <= GPT_SHARD_CHUNK_FLOATS * sizeof(float) + 64);
-    assert_true(largest_alloc < full);
+    if (ALLOC_RECORDER) {
+        assert_true(largest_alloc >= GPT_SHARD_CHUNK_FLOATS * sizeof(float));
+        assert_true(largest_alloc <= GPT_SHARD_CHUNK_FLOATS * sizeof(float) + 64);
+        assert_true(largest_alloc < full);
+    }
 
     bool shared = false;
     assert_int_equal(gpt_shard_snapshot_shared(sh, dir, &shared), 0);
@@ -552,7 +565,7 @@ static void test_no_full_size_buffer(void **state)
     recording = false;
     print_message("largest allocation while saving: %zu bytes (full size %zu)\n", largest_alloc,
                   full);
-    assert_true(largest_alloc < full / 4);
+    assert_true(!ALLOC_RECORDER || largest_alloc < full / 4);
 
     /* What was saved is what was loaded. */
     memset(p, 0, full);
