@@ -13,7 +13,11 @@
  *  - the same in a world of two (DDP over TCP): the norm's bits, and two
  *    synchronisations per step (the last backward keeps its sync for the
  *    rank's compute time; see trainer.c);
- *  - a diverging run stops at the same step with the same error on both.
+ *  - a diverging run stops at the same step with the same error on both;
+ *  - on a backend that says its buffers are device memory, the trainer
+ *    writes a snapshot from a host copy (params, m and v downloaded whole)
+ *    and resumes through one (uploaded whole), and the resumed run ends
+ *    with the straight run's bits.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -32,6 +37,7 @@
 #include "cuda_plan.h"
 #include "jobspec.h"
 #include "optim.h"
+#include "snapshot.h"
 #include "trainer.h"
 
 /* ---- the CPU backend with host step-on-device ops ---- */
@@ -43,6 +49,11 @@ struct dev_wrap {
 
 static struct dev_wrap wraps[2]; /* one per rank; rank r's backend uses wraps[r] */
 static _Atomic long n_syncs[2];
+
+/* Transfers of exactly `whole` bytes (the model's parameter count in
+ * floats, set by the test), as the device-memory snapshot path makes. */
+static size_t whole;
+static long whole_downloads, whole_uploads;
 
 static struct dev_wrap *wrap_of(struct gpt_backend *be)
 {
@@ -57,7 +68,14 @@ static int rank_of(struct gpt_backend *be)
 static int dev_download(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
 {
     n_syncs[rank_of(be)]++;
+    whole_downloads += whole && bytes == whole;
     return wrap_of(be)->cpu->download(be, dst, src, bytes);
+}
+
+static int dev_upload(struct gpt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    whole_uploads += whole && bytes == whole;
+    return wrap_of(be)->cpu->upload(be, dst, src, bytes);
 }
 
 static double dev_sumsq(struct gpt_backend *be, const float *x, size_t n)
@@ -105,7 +123,7 @@ static void dev_adamw_multi_clip(struct gpt_backend *be, float *params, const fl
 
 /* A CPU backend whose ops are wraps[rank]: with step (the ops above) or
  * without (the plain CPU ops, counting the same calls). */
-static struct gpt_backend *backend_new(int rank, int step)
+static struct gpt_backend *backend_new(int rank, int step, int device_memory)
 {
     struct gpt_backend *be = NULL;
     struct gpt_err err;
@@ -116,6 +134,8 @@ static struct gpt_backend *backend_new(int rank, int step)
     w->ops.download = dev_download;
     w->ops.sumsq = dev_sumsq;
     w->ops.sync = dev_sync;
+    w->ops.upload = dev_upload;
+    w->ops.device_memory = device_memory;
     if (step) {
         w->ops.loss_accum = dev_loss_accum;
         w->ops.sumsq_dev = dev_sumsq_dev;
@@ -172,6 +192,10 @@ static void test_clip_scale_bits(void **state)
 
 struct run {
     int rank, world, step_ops;
+    int device_memory, resume;
+    int64_t stop_after; /* a snapshot and GPT_TRAIN_STOPPED once this step is done */
+    const char *snapdir;
+    char last_snapshot[1024];
     struct gpt_kv *kv;
     const struct gpt_job *job;
     int rc;
@@ -194,12 +218,19 @@ static void hook_metric(void *ctx, const struct gpt_metric *m)
     r->n++;
 }
 
+static int hook_stop(void *ctx)
+{
+    const struct run *r = ctx;
+    return r->stop_after > 0 && r->n > 0 && r->steps[r->n - 1] >= r->stop_after ? GPT_STOP_SNAPSHOT
+                                                                                : GPT_STOP_NO;
+}
+
 static void *run_main(void *arg)
 {
     struct run *r = arg;
     struct gpt_comm *c = NULL;
     struct gpt_err err;
-    struct gpt_backend *be = backend_new(r->rank, r->step_ops);
+    struct gpt_backend *be = backend_new(r->rank, r->step_ops, r->device_memory);
     if (r->world > 1) {
         struct gpt_comm_opts o = {
             .rank = r->rank, .world = r->world, .prefix = "sd/", .timeout_ms = 60000};
@@ -213,12 +244,16 @@ static void *run_main(void *arg)
         .job = r->job,
         .comm = c,
         .backend = be,
-        .hooks = {.ctx = r, .metric = hook_metric},
+        .snapshot_dir = r->snapdir,
+        .resume = r->resume,
+        .hooks = {.ctx = r, .metric = hook_metric, .should_stop = hook_stop},
     };
     struct gpt_train_result res;
+    memset(&res, 0, sizeof(res));
     r->rc = gpt_train(&to, &res, &err);
     if (r->rc < 0)
         snprintf(r->err, sizeof(r->err), "%.500s", err.msg);
+    snprintf(r->last_snapshot, sizeof(r->last_snapshot), "%s", res.last_snapshot);
     gpt_comm_free(c);
     backend_free(be);
     return NULL;
@@ -342,6 +377,76 @@ static void test_diverge(void **state)
     assert_int_equal(host.n, dev.n);
 }
 
+/* One rank on the device-memory wrapper with the step-on-device ops,
+ * from `snapdir`'s newest snapshot (resume) or from the start, stopping
+ * with a snapshot after step stop_after (0: at max_steps). */
+static void run_dev(const struct gpt_job *job, const char *snapdir, int resume, int64_t stop_after,
+                    struct run *r)
+{
+    memset(r, 0, sizeof(*r));
+    *r = (struct run){.rank = 0,
+                      .world = 1,
+                      .step_ops = 1,
+                      .device_memory = 1,
+                      .resume = resume,
+                      .snapdir = snapdir,
+                      .stop_after = stop_after,
+                      .job = job};
+    run_main(r);
+}
+
+static void test_device_memory_snapshot(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/test_step_dev.XXXXXX", a[64], b[64];
+    assert_non_null(mkdtemp(root));
+    snprintf(a, sizeof(a), "%s/a", root);
+    snprintf(b, sizeof(b), "%s/b", root);
+    struct gpt_job job;
+    job_make(&job, 4, 3e-3);
+    job.trainer.global_batch = 4;
+    static struct run straight, first, second;
+
+    /* Straight: 4 steps and the final snapshot, from a host copy. */
+    run_dev(&job, a, 0, 0, &straight);
+    assert_int_equal(straight.rc, GPT_TRAIN_DONE);
+    struct gpt_snapshot_meta meta;
+    struct gpt_err err;
+    assert_int_equal(gpt_snapshot_read_meta(straight.last_snapshot, &meta, &err), 0);
+    assert_true(meta.has_moments);
+
+    /* Stopped after 2 steps with a snapshot: params, m and v each
+     * downloaded whole. */
+    whole = meta.n_params * sizeof(float);
+    whole_downloads = whole_uploads = 0;
+    run_dev(&job, b, 0, 2, &first);
+    assert_int_equal(first.rc, GPT_TRAIN_STOPPED);
+    assert_int_equal(whole_downloads, 3);
+    assert_int_equal(whole_uploads, 1); /* the initial weights */
+
+    /* Resumed to 4: the three arrays uploaded whole, then its own final
+     * snapshot; the last step's loss and norm are the straight run's. */
+    whole_downloads = whole_uploads = 0;
+    run_dev(&job, b, 1, 0, &second);
+    whole = 0;
+    print_message("resumed: rc %d \"%s\", %d metrics, uploads %ld, downloads %ld\n", second.rc,
+                  second.err, second.n, whole_uploads, whole_downloads);
+    assert_int_equal(second.rc, GPT_TRAIN_DONE);
+    assert_int_equal(whole_uploads, 1 + 3);
+    assert_int_equal(whole_downloads, 3);
+    assert_int_equal(straight.n, 4);
+    assert_int_equal(second.n, 2);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(second.steps[i], straight.steps[2 + i]);
+        assert_memory_equal(&second.loss[i], &straight.loss[2 + i], sizeof(double));
+        assert_memory_equal(&second.norm[i], &straight.norm[2 + i], sizeof(double));
+    }
+
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_train_world1),
         cmocka_unit_test(test_train_ddp),
         cmocka_unit_test(test_diverge),
+        cmocka_unit_test(test_device_memory_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
