@@ -1113,16 +1113,19 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
                                  const uint16_t *out_bf, const uint16_t *qkv_bf, const float *lse,
                                  int T, int C, int NH, float scale, float scale2)
 {
-    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, SPLIT>, smem);
-    /* Three blocks of the split kernel need the largest shared-memory
-     * carve-out; a refusal only costs the third block. */
-    if (e == cudaSuccess && SPLIT > 1)
+    /* tc_backward opted the one-part kernel in before anything was
+     * enqueued; the split kernel's opt-in is its own, and three of its
+     * blocks need the largest shared-memory carve-out (a refusal of that
+     * only costs the third block). */
+    if (SPLIT > 1) {
+        cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, SPLIT>, smem);
+        if (e != cudaSuccess)
+            return e;
         (void)cudaFuncSetAttribute(flash_tc_bwd_kernel<HS, SPLIT>,
                                    cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
-    (void)cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
+        (void)cudaGetLastError();
+    }
     flash_tc_bwd_kernel<HS, SPLIT><<<grid, TC_THREADS, smem, s>>>(
         dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
     return cudaSuccess;
