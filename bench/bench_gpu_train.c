@@ -224,39 +224,48 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * of each (layer, b, h), plus at most 8 T masked pairs (the diagonal
      * 16 x 16 groups' 120 each), and the backward's D, 2 hs per query row
      * of each visited tile: more means the kernels (or their entries here)
-     * redo work, less that they miss some. */
+     * redo work, less that they miss some. With GPTD_FLASH_BWD=twopass,
+     * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
+     * and D once per row. */
+    const int twopass = gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_TWOPASS;
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
-    double d_flops =
-        12.0 * B * 12 * gpt_flash_tc_tiles((int)T, 64, 0) * gpt_flash_tc_bcq(64) * 2.0 * hs;
+    double per_pair = twopass ? 18.0 : 14.0;
+    double d_flops = twopass ? 12.0 * B * T * 768 * 2.0
+                             : 12.0 * B * 12 * gpt_flash_tc_tiles((int)T, 64, 0) *
+                                   gpt_flash_tc_bcq(64) * 2.0 * hs;
     if (flash_tc_flops > 0 &&
-        !(flash_tc_flops - d_flops >= 14.0 * hs * pairs_min &&
-          flash_tc_flops - d_flops <= 14.0 * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
+        !(flash_tc_flops - d_flops >= per_pair * hs * pairs_min &&
+          flash_tc_flops - d_flops <= per_pair * hs * (pairs_min + 12.0 * B * 12 * 8.0 * T))) {
         fprintf(stderr, "plan broken: flash FLOPs %.4g, causal pairs need %.4g\n", flash_tc_flops,
-                14.0 * hs * pairs_min + d_flops);
+                per_pair * hs * pairs_min + d_flops);
         broken = 1;
     }
     /* With the tensor-core kernels each layer runs two attention kernels,
-     * the forward and the fused backward (D inside it, no prep pass), and
-     * the forward writes out (bf16, bf16 only in the steady state) and the
-     * logsumexp, nothing else: att holds the logsumexp only, no copy of out. */
+     * the forward and the fused backward (D inside it, no prep pass), or
+     * three with two backward passes, and the forward writes out (bf16,
+     * bf16 only in the steady state) and the logsumexp, nothing else: att
+     * holds the logsumexp only, no copy of out. */
     if (flash_tc_flops > 0) {
         struct gpt_cuda_attn_plan ap;
         gpt_cuda_plan_attention(&ap, B, T, 768, 12, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
-        size_t attn_launches = 0, fwd = 0, bwd = 0;
+        size_t attn_launches = 0, fwd = 0, bwd = 0, bwd2 = 0;
         double fwd_bytes = 0, btc = (double)B * T * 768;
         for (size_t i = 0; i < nk; i++) {
             const struct gpt_cuda_kernel *k = &ks[i];
             attn_launches += k->cls == GPT_KC_ATTN;
             fwd += strcmp(k->name, "flash_tc_forward") == 0;
-            bwd += strcmp(k->name, "flash_tc_bwd") == 0;
+            bwd += strcmp(k->name, twopass ? "flash_tc_bwd_dq" : "flash_tc_bwd") == 0;
+            bwd2 += strcmp(k->name, "flash_tc_bwd_dkv") == 0;
             if (strcmp(k->name, "flash_tc_forward") == 0)
                 fwd_bytes += k->bytes;
         }
-        if (attn_launches != 24 || fwd != 12 || bwd != 12) {
+        if (attn_launches != (twopass ? 36u : 24u) || fwd != 12 || bwd != 12 ||
+            bwd2 != (twopass ? 12u : 0u)) {
             fprintf(stderr,
-                    "plan broken: %zu attention kernels (%zu forward, %zu fused backward), want "
-                    "one forward and one backward per layer\n",
-                    attn_launches, fwd, bwd);
+                    "plan broken: %zu attention kernels (%zu forward, %zu + %zu backward), want "
+                    "one forward and %s per layer\n",
+                    attn_launches, fwd, bwd, bwd2,
+                    twopass ? "the two backward passes" : "one fused backward");
             broken = 1;
         }
         if (gpt_cuda_plan_att_floats(&ap, B, T, 768, 12, 0) != ap.lse_floats) {
@@ -286,7 +295,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
         for (size_t i = 0; i < nk; i++) {
             const struct gpt_cuda_kernel *k = &ks[i];
             int lnb = strcmp(k->name, "layernorm_backward") == 0 && lnb_single;
-            int dout_reader = strcmp(k->name, "flash_tc_bwd") == 0 || lnb;
+            int dout_reader = strncmp(k->name, "flash_tc_bwd", 12) == 0 || lnb;
             fp32_dout += dout_reader && !strstr(k->shape, "bf16 dout");
             if (strcmp(k->name, "layernorm_forward") == 0)
                 fp32_resid += !strstr(k->shape, " bf16 in");

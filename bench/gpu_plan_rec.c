@@ -767,6 +767,29 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
             rec_f32(r, out, B * T * C * sizeof(float));
         int db = rec_out(r, dqkv, B * T * 3 * C);
         rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
+        if (tc && gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_TWOPASS) {
+            /* Two passes (flash_tc.h): dout as bf16 when it has no
+             * current copy; the dQ pass (D = dO . O once per row, 2 hs;
+             * S = q k^T, dP = dO v^T, dq += dS k: 6 hs per computed
+             * pair, the forward's pairs) reads q, k, v, dO and O once
+             * (bf16) and the logsumexp, writes D and dq; the dK/dV pass
+             * (S^T, dP^T, dv += P^T dO, dk += dS^T q: 8 hs per pair)
+             * reads q, k, v and dO, the logsumexp and D, writes dk and
+             * dv. Re-reads of the other side's tiles hit L2 as in the
+             * forward. No turns, no memset. */
+            double pq = gpt_flash_tc_pairs((int)T, p.hs, 1),
+                   pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
+            if (!dob)
+                rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * btc, "n=%.0f", btc);
+            rec_add(r, "flash_tc_bwd_dq", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD,
+                    bh * pq * 6.0 * hs + 2.0 * btc,
+                    10.0 * btc + 8.0 * p.lse_floats + 4.0 * btc + (db ? 2.0 * btc : 0),
+                    "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, dob ? " bf16 dout" : "");
+            rec_add(r, "flash_tc_bwd_dkv", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD, bh * pk * 8.0 * hs,
+                    8.0 * btc + 8.0 * p.lse_floats + 8.0 * btc + (db ? 4.0 * btc : 0),
+                    "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, dob ? " bf16 dout" : "");
+            return;
+        }
         if (tc) {
             double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
             double nq = (double)gpt_flash_tc_q_tiles(T, p.hs);

@@ -33,6 +33,14 @@
  * of the 16 x 16 (rows, keys) groups that hold no valid pair
  * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
+ * Two passes instead (GPTD_FLASH_BWD=twopass, opt-in until a GPU has
+ * timed it): a dQ pass with the forward's blocks (128 query rows, key
+ * tiles of BC) that takes D once per row, keeps it in the backward's
+ * scratch and accumulates dq in registers, then the dK/dV pass above
+ * without the dQ share, reading D like the logsumexp. S and dP are
+ * computed in both (18 hs FLOPs per pair in all, the fused pass 14), but
+ * no block waits on another.
+ *
  * dQ without atomics, in a fixed order: the key blocks that visit query
  * tile qt (0 .. gpt_flash_tc_dq_last_kb) add their shares in descending
  * key-block order, the diagonal block first (it stores, the others load,
@@ -52,6 +60,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define GPT_FLASH_FN static __host__ __device__ __forceinline__
@@ -76,6 +85,24 @@
  * 4 banks apart and never conflict. */
 #define GPT_FLASH_TC_PAD 8
 #define GPT_FLASH_LOG2E  1.4426950408889634f
+
+/* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
+ * them: the fused pass (unset or "fused"), "split" (the fused pass in two
+ * query parts, three blocks per SM up to hs 64; the same bits) and
+ * "twopass" (a dQ pass, then dK/dV). -1 for any other value: the caller
+ * says so and takes the fused pass. Host only. */
+enum gpt_flash_bwd { GPT_FLASH_BWD_FUSED, GPT_FLASH_BWD_SPLIT, GPT_FLASH_BWD_TWOPASS };
+
+static inline int gpt_flash_tc_bwd_variant(const char *env)
+{
+    if (!env || strcmp(env, "fused") == 0)
+        return GPT_FLASH_BWD_FUSED;
+    if (strcmp(env, "split") == 0)
+        return GPT_FLASH_BWD_SPLIT;
+    if (strcmp(env, "twopass") == 0)
+        return GPT_FLASH_BWD_TWOPASS;
+    return -1;
+}
 
 /* The head sizes the tensor-core kernels are compiled for: 32, 64, 96 and
  * 128 (multiples of the 16-wide k step and of the 32-element bank period
@@ -211,6 +238,22 @@ GPT_FLASH_FN size_t gpt_flash_tc_smem_bwd(size_t hs)
     size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
     return (2 * GPT_FLASH_TC_BR + 5 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 3 * bcq * 4 +
            (size_t)GPT_FLASH_TC_BR * (bcq + GPT_FLASH_TC_PAD) * 2;
+}
+
+/* The two-pass backward (GPTD_FLASH_BWD=twopass): the dQ pass has the
+ * forward's blocks and stages plus a dO tile beside Q; the dK/dV pass is
+ * the fused one without O, dS^T and the dQ share, with two stages of D
+ * (fp32, bcq each) beside the two of the logsumexp, since D now comes
+ * from the dQ pass through global memory like the logsumexp. */
+GPT_FLASH_FN size_t gpt_flash_tc_smem_dq(size_t hs)
+{
+    return (size_t)(2 * GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * (hs + GPT_FLASH_TC_PAD) * 2;
+}
+
+GPT_FLASH_FN size_t gpt_flash_tc_smem_dkv(size_t hs)
+{
+    size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
+    return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4;
 }
 
 /* The last key block (BR keys each) that visits query tile qt (bcq rows):

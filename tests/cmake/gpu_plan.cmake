@@ -15,3 +15,9 @@ set_tests_properties(gpu_plan_124m_tf32 PROPERTIES LABELS unit TIMEOUT 60
 add_test(NAME gpu_plan_124m_t4096 COMMAND bench_gpu_train --plan 2 4096 bf16)
 set_tests_properties(gpu_plan_124m_t4096 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")
+# The two-pass attention backward (GPTD_FLASH_BWD=twopass): its dQ and
+# dK/dV passes at 18 hs per causal pair, three attention kernels a layer.
+add_test(NAME gpu_plan_124m_twopass COMMAND bench_gpu_train --plan 16 1024 bf16)
+set_tests_properties(gpu_plan_124m_twopass PROPERTIES LABELS unit TIMEOUT 60
+                     ENVIRONMENT GPTD_FLASH_BWD=twopass
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"plan_ok\":true")

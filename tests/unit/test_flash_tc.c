@@ -13,7 +13,11 @@
  * calls dead (asserting they hold no valid pair), and counts every (query,
  * key) pair it uses: each
  * causal pair exactly once per pass, and as many computed pairs as the cost
- * model's gpt_flash_tc_pairs. The backward's dQ adds run under a random
+ * model's gpt_flash_tc_pairs. The two-pass backward (GPTD_FLASH_BWD=twopass)
+ * is emulated as well: its dQ pass (the forward's blocks, D once per row,
+ * key tiles in two halves) against the reference, and its dK/dV pass
+ * (the fused pass without the dQ shares, D from the dQ pass) against the
+ * fused pass's dk and dv, bit for bit. The backward's dQ adds run under a random
  * interleaving of the blocks and under lock-step rounds (where no block
  * may wait for its turn): same bits either way. The backward takes each
  * query tile's D = dO . O on every visit from the bf16 dO and the forward's
@@ -266,7 +270,7 @@ static void emulate_bwd_inputs(struct head *h)
  * finds its turn not yet come; any other value is the seed of a random
  * interleaving in which a block whose turn has not come waits, and a
  * state where every live block waits fails the test (deadlock). */
-static double emulate_bwd(struct head *h, uint64_t sched)
+static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
 {
     const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
     const int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
@@ -285,8 +289,9 @@ static double emulate_bwd(struct head *h, uint64_t sched)
         assert_int_equal(nq, nqt);
         cur[kb] = qt0;
         /* Each visit of a query tile first sums its rows' D = dO . O
-         * (rows past T are zero-filled: D 0). */
-        for (int qt = qt0; qt < nqt; qt++)
+         * (rows past T are zero-filled: D 0). The dK/dV pass of two reads
+         * D as the dQ pass left it. */
+        for (int qt = qt0; dq_shares && qt < nqt; qt++)
             for (int i = qt * bq; i < (qt + 1) * bq; i++, h->d_rows++)
                 h->D[i] = dotf(h->dob + (size_t)i * hs, h->ob + (size_t)i * hs, hs);
         for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
@@ -315,7 +320,8 @@ static double emulate_bwd(struct head *h, uint64_t sched)
                         for (int d = 0; d < hs; d++) {
                             dv[d] += pr * doi[d];
                             dk[d] += dsr * qi[d];
-                            sh[(size_t)c * hs + d] += dsr * kj[d];
+                            if (dq_shares)
+                                sh[(size_t)c * hs + d] += dsr * kj[d];
                         }
                     }
                 }
@@ -329,7 +335,7 @@ static double emulate_bwd(struct head *h, uint64_t sched)
     }
     /* The ordered dQ adds: the turn's first share stores, the others
      * load, add and store; the counter then passes the turn on. */
-    for (int live = tiles; live > 0;) {
+    for (int live = dq_shares ? tiles : 0; live > 0;) {
         int ready[64], n = 0, waiting = 0;
         for (int x = 0; x < tiles; x++) { /* launch order: kb = tiles - 1 - x */
             const int kb = tiles - 1 - x;
@@ -365,11 +371,66 @@ static double emulate_bwd(struct head *h, uint64_t sched)
                 live--;
         }
     }
-    for (int qt = 0; qt < nqt; qt++)
+    for (int qt = 0; dq_shares && qt < nqt; qt++)
         assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
     free(share);
     free(turn);
     free(cur);
+    return pairs;
+}
+
+/* The two-pass backward's dQ pass: the forward's blocks of FWD_BR query
+ * rows and warps of 16, D = dO . O once per row (kept for the dK/dV
+ * pass), key tiles of the causal span in two halves of BC / 2 keys (a
+ * half none of the warp's rows meets is skipped whole), P from the saved
+ * logsumexp, dS = P (dP - D) rounded as the kernel packs it, dq += dS k
+ * summed over the tiles in order. */
+static double emulate_dq_pass(struct head *h)
+{
+    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_FWD_BR - 1) / GPT_FLASH_TC_FWD_BR;
+    const int kp = GPT_FLASH_TC_BC / 2;
+    const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
+    double pairs = 0;
+    for (int bx = 0; bx < tiles; bx++) {
+        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_FWD_BR;
+        int kt0, nkt;
+        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+        for (int w = 0; w < GPT_FLASH_TC_FWD_WARPS; w++) {
+            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
+            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
+                const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
+                const float Di = i < T ? dotf(doi, h->ob + (size_t)i * hs, hs) : 0;
+                const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
+                float dq[128] = {0};
+                if (i < T)
+                    h->D[i] = Di;
+                for (int kt = kt0; kt < nkt; kt++) {
+                    for (int part = 0; part < 2; part++) {
+                        const int j0 = kt * GPT_FLASH_TC_BC + part * kp;
+                        const int mask = gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, j0, kp, T);
+                        for (int c = 0; c < kp; c++) {
+                            const int j = j0 + c;
+                            if (!gpt_flash_tc_live(r0, j0 + c / 16 * 16, T)) {
+                                dead(h, i, j);
+                                continue;
+                            }
+                            pairs++;
+                            const float *kj = h->k + (size_t)j * hs, *vj = h->v + (size_t)j * hs;
+                            float p = exp2f(dotf(qi, kj, hs) * scale2 - l2);
+                            if (!pair(h, mask, i, j) && mask)
+                                p = 0;
+                            const float ds = op(h, p * (dotf(doi, vj, hs) - Di));
+                            for (int d = 0; d < hs; d++)
+                                dq[d] += ds * kj[d];
+                        }
+                    }
+                }
+                if (i < T)
+                    for (int d = 0; d < hs; d++)
+                        h->dq[(size_t)i * hs + d] = dq[d] * scale;
+            }
+        }
+    }
     return pairs;
 }
 
@@ -406,13 +467,13 @@ static void run_case(int T, int hs, int round)
     emulate_bwd_inputs(&h);
     /* A random interleaving first, then the lock-step one: dq must come
      * out with the same bits (the order of the adds is fixed). */
-    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T);
+    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T, 1);
     check_seen(&h);
     float *dq_random = malloc(n * sizeof(float));
     assert_non_null(dq_random);
     memcpy(dq_random, h.dq, n * sizeof(float));
     memset(h.dq, 0xff, n * sizeof(float)); /* NaN: the first share must store, not add */
-    double pk = emulate_bwd(&h, 0);
+    double pk = emulate_bwd(&h, 0, 1);
     check_seen(&h);
     assert_memory_equal(dq_random, h.dq, n * sizeof(float));
     free(dq_random);
@@ -431,6 +492,33 @@ static void run_case(int T, int hs, int round)
     assert_true(e_dq <= tol_grad);
     assert_true(e_dk <= tol_grad);
     assert_true(e_dv <= tol_grad);
+
+    /* Two passes: dq from the dQ pass (NaN first: every row must be
+     * stored), dk and dv from the dK/dV pass with the dQ pass's D, the
+     * fused pass's bits. */
+    float *dk_fused = malloc(n * sizeof(float)), *dv_fused = malloc(n * sizeof(float));
+    assert_non_null(dk_fused);
+    assert_non_null(dv_fused);
+    memcpy(dk_fused, h.dk, n * sizeof(float));
+    memcpy(dv_fused, h.dv, n * sizeof(float));
+    memset(h.dq, 0xff, n * sizeof(float));
+    memset(h.dk, 0xff, n * sizeof(float));
+    memset(h.dv, 0xff, n * sizeof(float));
+    memset(h.D, 0xff, (size_t)T * sizeof(float)); /* the dQ pass must fill D */
+    double p2q = emulate_dq_pass(&h);
+    check_seen(&h);
+    assert_true(p2q == gpt_flash_tc_pairs(T, (size_t)hs, 1));
+    double p2k = emulate_bwd(&h, 0, 0);
+    check_seen(&h);
+    assert_true(p2k == pk);
+    assert_memory_equal(dk_fused, h.dk, n * sizeof(float));
+    assert_memory_equal(dv_fused, h.dv, n * sizeof(float));
+    double e_dq2 = max_err(h.dq, h.ref_dq, n);
+    if (getenv("FLASH_TC_VERBOSE") || e_dq2 > tol_grad)
+        print_error("T=%d hs=%d round=%d: two-pass dq %.2e\n", T, hs, round, e_dq2);
+    assert_true(e_dq2 <= tol_grad);
+    free(dk_fused);
+    free(dv_fused);
     head_done(&h);
 }
 
@@ -558,6 +646,12 @@ static void test_smem_and_offsets(void **state)
         assert_true(gpt_flash_tc_smem_fwd(hs) <= 227 * 1024);
         assert_true(gpt_flash_tc_smem_bwd(hs) <= 227 * 1024);
         assert_true(2 * (gpt_flash_tc_smem_bwd(hs) + 1024) <= 228 * 1024);
+        /* The two-pass kernels: up to hs 64, two dQ blocks (what its
+         * registers allow, 128 each) and three dK/dV blocks (164) fit an
+         * SM; above, one and two. */
+        assert_true(gpt_flash_tc_smem_dq(hs) <= 227 * 1024);
+        assert_true((hs <= 64 ? 2 : 1) * (gpt_flash_tc_smem_dq(hs) + 1024) <= 228 * 1024);
+        assert_true((hs <= 64 ? 3 : 2) * (gpt_flash_tc_smem_dkv(hs) + 1024) <= 228 * 1024);
         /* The dS^T tile (rows of bcq + PAD) is conflict-free as well. */
         size_t srow = ((size_t)gpt_flash_tc_bcq(hs) + GPT_FLASH_TC_PAD) * 2;
         unsigned sgroups = 0;
@@ -574,6 +668,11 @@ static void test_smem_and_offsets(void **state)
                      (2 * 64 + 5 * 32) * 136 * 2 + 3 * 32 * 4 + 64 * 40 * 2);
     assert_int_equal(gpt_flash_tc_smem_bwd(64),
                      (2 * 64 + 5 * 64) * 72 * 2 + 3 * 64 * 4 + 64 * 72 * 2);
+    /* dQ pass: Q and dO of 128 rows, two stages of K and V of 64. dK/dV
+     * pass: K, V, two stages of Q and dO, of the logsumexp and of D. */
+    assert_int_equal(gpt_flash_tc_smem_dq(64), (2 * 128 + 4 * 64) * 72 * 2);
+    assert_int_equal(gpt_flash_tc_smem_dkv(64), (2 * 64 + 4 * 64) * 72 * 2 + 4 * 64 * 4);
+    assert_int_equal(gpt_flash_tc_smem_dkv(128), (2 * 64 + 4 * 32) * 136 * 2 + 4 * 32 * 4);
     /* The bf16 dout copy starts 16-byte aligned after D. */
     assert_int_equal(gpt_flash_tc_dob_off(0), 0);
     assert_int_equal(gpt_flash_tc_dob_off(1), 4);
@@ -583,6 +682,20 @@ static void test_smem_and_offsets(void **state)
     assert_int_equal(gpt_flash_tc_sem_off(12288, 2 * 1024 * 64), 12288 + 1024 * 64);
     assert_int_equal(gpt_flash_tc_sem_off(5, 3), 8 + 4);
     assert_true(gpt_flash_tc_sem_off(5, 3) * 4 >= gpt_flash_tc_dob_off(5) * 4 + 3 * 2);
+}
+
+/* GPTD_FLASH_BWD's values: exact names only; anything else is -1 (the
+ * backend says so and runs the fused pass). */
+static void test_bwd_variant(void **state)
+{
+    (void)state;
+    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_FUSED);
+    assert_int_equal(gpt_flash_tc_bwd_variant("fused"), GPT_FLASH_BWD_FUSED);
+    assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
+    assert_int_equal(gpt_flash_tc_bwd_variant("twopass"), GPT_FLASH_BWD_TWOPASS);
+    const char *bad[] = {"", "Split", "twopass ", "two", "splitx", "fused\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
 }
 
 /* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal
@@ -729,7 +842,7 @@ int main(void)
         cmocka_unit_test(test_rescale),          cmocka_unit_test(test_mask_and_spans),
         cmocka_unit_test(test_smem_and_offsets), cmocka_unit_test(test_dq_turns),
         cmocka_unit_test(test_fragments),        cmocka_unit_test(test_blocked_fp32),
-        cmocka_unit_test(test_blocked_bf16),
+        cmocka_unit_test(test_blocked_bf16),     cmocka_unit_test(test_bwd_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

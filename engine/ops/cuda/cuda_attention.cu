@@ -43,6 +43,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -792,17 +793,21 @@ __global__ void __launch_bounds__(TC_FWD_THREADS)
  * CUDA does not promise to dispatch blocks in blockIdx order; a block
  * holding a ticket is resident, so every wait ends. The turn counters
  * and the ticket start at zero (the launcher's memset).
+ * DQ false: the dK/dV pass of the two-pass backward (flash_tc.h): no O,
+ * no D sum, no dS^T tile, no dQ share, no ticket (blockIdx gives the
+ * block's key block); each tile's D comes from Dg, the dQ pass's, staged
+ * with the logsumexp (gpt_flash_tc_smem_dkv).
  * Shared memory (gpt_flash_tc_smem_bwd): K, V; two stages of (Q, dO) and
  * of lse2, one of O (read by D at the top of a tile, refilled for the
  * next tile right after) and one of D; dS^T. cp.async groups: the
  * initial one (K, V, Q, dO, O of the first tile), then per tile the next
  * tile's (Q, dO) at its top and the next tile's O after D, so the
  * wait_group 1 at a tile's top leaves only the newest (Q, dO) in flight. */
-template <int HS, int SPLIT>
+template <int HS, int SPLIT, bool DQ>
 __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
-    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const uint16_t *dob,
-                        const uint16_t *ob, const uint16_t *qkv, const float *lse, int T, int C,
-                        int NH, float scale, float scale2)
+    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const float *Dg,
+                        const uint16_t *dob, const uint16_t *ob, const uint16_t *qkv,
+                        const float *lse, int T, int C, int NH, float scale, float scale2)
 {
     constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, TILE = BQ * LD;
     constexpr int SLD = BQ + GPT_FLASH_TC_PAD; /* dS^T rows (keys) of BQ queries */
@@ -818,16 +823,21 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
     extern __shared__ __align__(16) uint16_t tc_smem[];
     uint16_t *sk = tc_smem, *sv = sk + TC_BR * LD, *sqd = sv + TC_BR * LD;
     float *srow = (float *)(sqd + 4 * TILE); /* stage s: lse2 at srow + s BQ */
-    float *sD = srow + 2 * BQ;               /* the tile's D */
+    /* DQ: the tile's D, then dS^T and O. Else (the dK/dV pass of two,
+     * gpt_flash_tc_smem_dkv) stage s's D at sD + s BQ, nothing after. */
+    float *sD = srow + 2 * BQ;
     uint16_t *sds = (uint16_t *)(srow + 3 * BQ), *so = sds + TC_BR * SLD;
     __shared__ unsigned tc_ticket;
-    if (threadIdx.x == 0)
-        tc_ticket = atomicAdd((unsigned *)sem + nsem, 1u);
-    __syncthreads();
+    if (DQ) { /* only the dQ turns need the ticket */
+        if (threadIdx.x == 0)
+            tc_ticket = atomicAdd((unsigned *)sem + nsem, 1u);
+        __syncthreads();
+    }
     /* Ticket order is blockIdx order's: x fastest, so a head's key blocks
      * from the last (diagonal of the most query tiles) down. */
-    const int bh = (int)(tc_ticket / gridDim.x), b = bh / NH, h = bh % NH;
-    const int kb = gridDim.x - 1 - (int)(tc_ticket % gridDim.x), k0 = kb * TC_BR;
+    const unsigned tk = DQ ? tc_ticket : blockIdx.y * gridDim.x + blockIdx.x;
+    const int bh = (int)(tk / gridDim.x), b = bh / NH, h = bh % NH;
+    const int kb = gridDim.x - 1 - (int)(tk % gridDim.x), k0 = kb * TC_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
@@ -836,17 +846,21 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
     const float *glse = lse + (size_t)bh * T;
     int qt0, nqt;
     gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
-    int *cnt = sem + (size_t)bh * nqt; /* this head's dQ turn counters */
+    int *cnt = DQ ? sem + (size_t)bh * nqt : NULL; /* this head's dQ turn counters */
+    const float *gD = DQ ? NULL : Dg + (size_t)bh * T;
 
     tc_load<HS>(sk, gk, ld3, k0, TC_BR, T);
     tc_load<HS>(sv, gv, ld3, k0, TC_BR, T);
     tc_load<HS>(sqd, gq, ld3, qt0 * BQ, BQ, T);
     tc_load<HS>(sqd + TILE, gdo, C, qt0 * BQ, BQ, T);
-    tc_load<HS>(so, go, C, qt0 * BQ, BQ, T);
+    if (DQ)
+        tc_load<HS>(so, go, C, qt0 * BQ, BQ, T);
     tc_commit();
     for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
         int i = qt0 * BQ + t;
         srow[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+        if (!DQ)
+            sD[t] = i < T ? gD[i] : 0.0f;
     }
 
     const int wr = warp * TC_WR, ja = k0 + wr + lane / 4, jb = ja + 8;
@@ -870,13 +884,16 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
             for (int t = threadIdx.x; t < BQ; t += blockDim.x) {
                 int i = i0 + BQ + t;
                 nl[t] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+                if (!DQ)
+                    sD[(st ^ 1) * BQ + t] = i < T ? gD[i] : 0.0f;
             }
             tc_wait<1>(); /* all but this (Q, dO): the tile's O came before */
         } else {
             tc_wait<0>();
         }
         __syncthreads();
-        { /* D of the tile's rows (zero-filled past T: D 0) */
+        const float *sd = DQ ? sD : sD + st * BQ; /* the tile's D */
+        if constexpr (DQ) { /* D of the tile's rows (zero-filled past T: D 0) */
             const int r = warp * DR + lane / DL, c0 = (lane % DL) * DCH * 8;
             float d = 0.0f;
 #pragma unroll
@@ -890,11 +907,11 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
                 d += __shfl_xor_sync(FA_FULL, d, o);
             if (lane % DL == 0)
                 sD[r] = d;
-        }
-        __syncthreads(); /* D complete, O consumed */
-        if (qt + 1 < nqt) {
-            tc_load<HS>(so, go, C, i0 + BQ, BQ, T);
-            tc_commit();
+            __syncthreads(); /* D complete, O consumed */
+            if (qt + 1 < nqt) {
+                tc_load<HS>(so, go, C, i0 + BQ, BQ, T);
+                tc_commit();
+            }
         }
         /* Keys are this warp's rows, queries the columns: the mask is
          * i < j (a query before the key) or either past T. */
@@ -944,7 +961,7 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
                     if (mask && (i < j || i >= T || j >= T))
                         p = 0.0f;
                     s[n][e] = p;                       /* P^T */
-                    dp[n][e] = p * (dp[n][e] - sD[c]); /* dS^T */
+                    dp[n][e] = p * (dp[n][e] - sd[c]); /* dS^T */
                 }
             }
 #pragma unroll
@@ -966,11 +983,18 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
                     }
                 }
                 /* dS^T as bf16 into the (key, query) tile, one word per register. */
+                if (DQ) {
 #pragma unroll
-                for (int r = 0; r < 4; r++)
-                    *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) = sa[r];
+                    for (int r = 0; r < 4; r++)
+                        *(uint32_t *)(sds + gpt_flash_tc_st_a_off(lane, r, SLD, wr, kk * 16)) =
+                            sa[r];
+                }
             }
-        }                /* part */
+        } /* part */
+        if constexpr (!DQ) {
+            __syncthreads(); /* this stage, its lse2 and D consumed before they are refilled */
+            continue;
+        }
         __syncthreads(); /* dS^T complete */
         /* The dQ share dS K: warp rows mb * 16 .. of the tile, head
          * columns cb * DC ..; A = dS from the (key, query) tile with
@@ -1042,6 +1066,174 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
     }
 }
 
+/* ---- tensor-core backward, two passes: dQ -----------------------------------------
+ * GPTD_FLASH_BWD=twopass (flash_tc.h): dq in a pass of its own, laid out
+ * as the forward (grid (ceil(T / 128), B*NH), 8 warps, block x owns query
+ * block x_blocks - 1 - x, warp w rows q0 + 16 w .., lane l rows ia and
+ * ib = ia + 8), then flash_tc_bwd_kernel<HS, 1, false> for dk and dv.
+ * While the first tiles load, each warp takes D = dO . O of its 16 rows
+ * from global memory (bf16, two lanes a row, 16-byte loads; rows past T:
+ * 0) and stores it to Dg for the dK/dV pass. Per key tile: S = Q K^T and
+ * dP = dO V^T (the Q and dO fragments in registers, K and V as B from
+ * their (key, dim) = (n, k) tiles), P = exp2(S scale2 - lse2_i) (0 where
+ * j > i or past T), dS = P (dP - D_i), then dq += dS K with dS packed
+ * from the registers as the forward packs P, and K (k, n) through
+ * ldmatrix .trans as the forward reads V. Each dq row is one warp's, its
+ * key tiles summed in order: the same bits every run, no atomics, no
+ * turns, no waiting on other blocks. The forward's skips apply: a warp
+ * whose rows all precede a tile skips it, and 16-key groups without a
+ * valid pair stay out of the products (their dS is 0). */
+template <int HS>
+__global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
+    flash_tc_dq_kernel(float *dqkv, uint16_t *dqkv_bf, float *Dg, const uint16_t *dob,
+                       const uint16_t *ob, const uint16_t *qkv, const float *lse, int T, int C,
+                       int NH, float scale, float scale2)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    /* Q, dO (128 rows each), then stage s's K at skv + 2 s TILE, V after. */
+    uint16_t *sq = tc_smem, *sdo = sq + TC_FWD_BR * LD, *skv = sdo + TC_FWD_BR * LD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_FWD_BR;
+    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *go = ob + (size_t)b * T * C + (size_t)h * HS;
+    int kt0, nkt;
+    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+
+    tc_load<HS>(sq, gq, ld3, q0, TC_FWD_BR, T);
+    tc_load<HS>(sdo, gdo, C, q0, TC_FWD_BR, T);
+    tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
+    tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_commit();
+
+    const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
+    float dr[2], lr[2]; /* D and lse2 of rows ia, ib */
+    {
+        /* Lane l sums half of row wr + l / 2 (HS / 2 columns from
+         * (l % 2) HS / 2); rows ia and ib are then lanes 2 (l / 4) and
+         * 2 (l / 4) + 16. The pointers are 16-byte aligned: dob and out's
+         * copy are (tc_backward_ok), C and h HS are multiples of 32. */
+        const int i = q0 + wr + lane / 2;
+        float d = 0.0f;
+        if (i < T) {
+            const size_t at = (size_t)i * C + (lane % 2) * (HS / 2);
+            const uint4 *x = (const uint4 *)(gdo + at), *y = (const uint4 *)(go + at);
+#pragma unroll
+            for (int c = 0; c < HS / 16; c++) {
+                const uint4 u = x[c], v = y[c];
+                d += tc_dot2(u.x, v.x) + tc_dot2(u.y, v.y) + tc_dot2(u.z, v.z) + tc_dot2(u.w, v.w);
+            }
+        }
+        d += __shfl_xor_sync(FA_FULL, d, 1);
+        if (lane % 2 == 0 && i < T)
+            Dg[(size_t)bh * T + i] = d;
+        dr[0] = __shfl_sync(FA_FULL, d, 2 * (lane / 4));
+        dr[1] = __shfl_sync(FA_FULL, d, 2 * (lane / 4) + 16);
+        lr[0] = ia < T ? lse[(size_t)bh * T + ia] * GPT_FLASH_LOG2E : 0.0f;
+        lr[1] = ib < T ? lse[(size_t)bh * T + ib] * GPT_FLASH_LOG2E : 0.0f;
+    }
+
+    uint32_t qf[HS / 16][4], df[HS / 16][4];
+    float dq[HS / 8][4];
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
+        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
+        if (kt + 1 < nkt) { /* prefetch the next tile into the other stage */
+            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
+            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        __syncthreads();
+        if (kt == kt0) {
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) {
+                tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
+                tc_ld_a(df[ks], sdo, LD, wr, ks * 16);
+            }
+        }
+        /* The tile's keys in two halves of KP, one after the other: S and
+         * dP of a half (8 accumulators each per thread, not 16: with dq's
+         * and the Q and dO fragments, two blocks of 256 threads fit an
+         * SM's registers), then its dS into dq. */
+        constexpr int KP = TC_BC / 2;
+#pragma unroll
+        for (int part = 0; part < 2; part++) {
+            const int j0 = k0 + part * KP; /* the half's first key */
+            if (!gpt_flash_tc_live(q0 + wr, j0, T))
+                continue; /* warp-uniform: none of these rows meets the half */
+            float s[KP / 8][4], dp[KP / 8][4];
+#pragma unroll
+            for (int n = 0; n < KP / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) {
+#pragma unroll
+                for (int np = 0; np < KP / 16; np++) {
+                    if (!gpt_flash_tc_live(q0 + wr, j0 + np * 16, T))
+                        continue; /* masked below: dS 0 */
+                    uint32_t kb[4], vb[4];
+                    tc_ld_b(kb, sk, LD, part * KP + np * 16, ks * 16);
+                    tc_ld_b(vb, sv, LD, part * KP + np * 16, ks * 16);
+                    tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
+                    tc_mma(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+                    tc_mma(dp[2 * np], df[ks], vb[0], vb[1]);
+                    tc_mma(dp[2 * np + 1], df[ks], vb[2], vb[3]);
+                }
+            }
+            const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, j0, KP, T);
+#pragma unroll
+            for (int n = 0; n < KP / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, i = r ? ib : ia, j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                    float p = exp2f(s[n][e] * scale2 - lr[r]);
+                    if (mask && (j > i || i >= T || j >= T))
+                        p = 0.0f;
+                    s[n][e] = p * (dp[n][e] - dr[r]); /* dS */
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KP / 16; kk++) {
+                if (!gpt_flash_tc_live(q0 + wr, j0 + kk * 16, T))
+                    continue;
+                uint32_t da[4];
+                tc_pack_a(da, s, kk);
+#pragma unroll
+                for (int dd = 0; dd < HS / 16; dd++) {
+                    uint32_t kb4[4];
+                    tc_ld_bt(kb4, sk, LD, part * KP + kk * 16, dd * 16);
+                    tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
+                    tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
+                }
+            }
+        }
+        __syncthreads(); /* this stage is consumed before it is refilled */
+    }
+    const int rows[2] = {ia, ib};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T)
+            continue;
+        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------ */
 
 template <typename K> static cudaError_t fa_smem_optin(K *kernel, size_t smem)
@@ -1088,23 +1280,33 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* GPTD_FLASH_BWD=split in the environment: the backward's tiles in two
- * query parts, with three blocks per multiprocessor instead of two (head
- * sizes up to 64; the same bits; 168 registers at hs 64, no spills). The
- * first H200 run measured the one-part kernel at 12% occupancy and
- * latency-bound (81% of cycles without an eligible warp); whether the
- * extra blocks pay for the reloaded K and V fragments is for a GPU to
- * say: tests/gpu/acceptance.sh measures both. Read once. */
-static bool tc_bwd_split(void)
+/* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
+ * (read once): the fused pass (default); "split": its tiles in two query
+ * parts, three blocks per multiprocessor instead of two (head sizes up to
+ * 64; the same bits; 168 registers at hs 64, no spills); "twopass": a dQ
+ * pass, then the dK/dV pass without the ordered dQ shares (flash_tc.h).
+ * The first H200 runs measured the fused pass at 12% occupancy and
+ * latency-bound (81% of cycles without an eligible warp, 40% of stalls
+ * on the dQ turns' L2 traffic), ~50 TFLOP/s against the forward's ~140.
+ * Which variant is fastest is for a GPU to say: tests/gpu/acceptance.sh
+ * checks and times each. */
+static enum gpt_flash_bwd tc_bwd_mode(void)
 {
-    static std::atomic<int> split{-1};
-    int v = split.load(std::memory_order_relaxed);
+    static std::atomic<int> mode{-1};
+    int v = mode.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("GPTD_FLASH_BWD");
-        v = e && strcmp(e, "split") == 0;
-        split.store(v, std::memory_order_relaxed);
+        v = gpt_flash_tc_bwd_variant(e);
+        if (v < 0) {
+            fprintf(stderr,
+                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (fused, split, "
+                    "twopass): running the fused one\n",
+                    e);
+            v = GPT_FLASH_BWD_FUSED;
+        }
+        mode.store(v, std::memory_order_relaxed);
     }
-    return v == 1;
+    return (enum gpt_flash_bwd)v;
 }
 
 template <int HS, int SPLIT>
@@ -1118,16 +1320,55 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
      * blocks need the largest shared-memory carve-out (a refusal of that
      * only costs the third block). */
     if (SPLIT > 1) {
-        cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, SPLIT>, smem);
+        cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, SPLIT, true>, smem);
         if (e != cudaSuccess)
             return e;
-        (void)cudaFuncSetAttribute(flash_tc_bwd_kernel<HS, SPLIT>,
+        (void)cudaFuncSetAttribute(flash_tc_bwd_kernel<HS, SPLIT, true>,
                                    cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
         (void)cudaGetLastError();
     }
-    flash_tc_bwd_kernel<HS, SPLIT><<<grid, TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
+    flash_tc_bwd_kernel<HS, SPLIT, true><<<grid, TC_THREADS, smem, s>>>(
+        dqkv, dqkv_bf, sem, nsem, NULL, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
+    return cudaSuccess;
+}
+
+/* The two-pass backward: both kernels' opt-ins first (a refusal leaves
+ * nothing launched), dout's bf16 copy (unless dob_in), the dQ pass (it
+ * writes D to Dv), then the dK/dV pass: in two query parts up to head
+ * size 64, so that three of its blocks fit an SM (registers and the
+ * largest shared-memory carve-out; a refused carve-out only costs the
+ * third block). */
+template <int HS>
+static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_attn_plan *p,
+                                       float *dqkv, uint16_t *dqkv_bf, float *Dv, uint16_t *dob,
+                                       bool dob_in, const float *dout, const uint16_t *out_bf,
+                                       const uint16_t *qkv_bf, const float *lse, size_t B, size_t T,
+                                       size_t C, size_t NH)
+{
+    constexpr int SPLIT = HS <= 64 ? 2 : 1;
+    auto *dkv = flash_tc_bwd_kernel<HS, SPLIT, false>;
+    const size_t smem_dq = gpt_flash_tc_smem_dq(HS), smem_dkv = gpt_flash_tc_smem_dkv(HS);
+    cudaError_t e;
+    if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, smem_dq)) != cudaSuccess ||
+        (e = fa_smem_optin(dkv, smem_dkv)) != cudaSuccess)
+        return e;
+    if (SPLIT > 1) {
+        (void)cudaFuncSetAttribute(dkv, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+        (void)cudaGetLastError();
+    }
+    int t = (int)T, c = (int)C, nh = (int)NH;
+    float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
+    if (!dob_in)
+        cuk_f32_to_bf16(s, dob, dout, B * T * C);
+    dim3 gq((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
+    dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
+    flash_tc_dq_kernel<HS><<<gq, TC_FWD_THREADS, smem_dq, s>>>(
+        dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
+    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, Dv, dob, out_bf, qkv_bf, lse, t, c,
+                                         nh, scale, scale2);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
 
@@ -1136,12 +1377,16 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
  * shared-memory opt-in first, so a refusal leaves nothing launched. */
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, uint16_t *dob, bool dob_in, int *sem,
+                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in, int *sem,
                                const float *dout, const uint16_t *out_bf, const uint16_t *qkv_bf,
                                const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
+    const enum gpt_flash_bwd mode = tc_bwd_mode();
+    if (mode == GPT_FLASH_BWD_TWOPASS)
+        return tc_backward_twopass<HS>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf,
+                                       lse, B, T, C, NH);
     size_t smem = gpt_flash_tc_smem_bwd(HS);
-    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, 1>, smem);
+    cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, 1, true>, smem);
     if (e != cudaSuccess)
         return e;
     int t = (int)T, c = (int)C, nh = (int)NH;
@@ -1153,7 +1398,7 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
         cuk_f32_to_bf16(s, dob, dout, B * T * C);
     dim3 grid((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
     if constexpr (HS <= 64) {
-        if (tc_bwd_split())
+        if (mode == GPT_FLASH_BWD_SPLIT)
             e = tc_bwd_launch<HS, 2>(s, grid, smem, dqkv, dqkv_bf, sem, nsem, dob, out_bf, qkv_bf,
                                      lse, t, c, nh, scale, scale2);
         else
@@ -1236,14 +1481,14 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
         dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
-        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
+        cudaError_t e = hs == 32 ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout,
                                                    out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
-                                                     out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
-                                                     out_bf, qkv_bf, lse, B, T, C, NH)
-                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, dob, dob_in, sem, dout,
-                                                      out_bf, qkv_bf, lse, B, T, C, NH);
+                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+                                                     dout, out_bf, qkv_bf, lse, B, T, C, NH)
+                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+                                                     dout, out_bf, qkv_bf, lse, B, T, C, NH)
+                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+                                                      dout, out_bf, qkv_bf, lse, B, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
