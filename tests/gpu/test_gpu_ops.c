@@ -1224,6 +1224,7 @@ int main(void)
     }
     test_layernorm(4096, 768, "N4096 C768 (single pass)");
     test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
+    test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
     test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
     test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
@@ -1269,6 +1270,7 @@ int main(void)
         test_attention_tc(&tc_shapes[i]);
     test_layernorm(4096, 768, "N4096 C768");
     test_layernorm(33, 48, "N33 C48");
+    test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         char tag[64];
         snprintf(tag, sizeof(tag), "n %zu", ns[i]);
