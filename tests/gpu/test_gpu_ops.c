@@ -740,19 +740,24 @@ static void test_adamw(size_t n)
  * GPU's adamw_multi: a span table and a binary search per element)
  * against the CPU backend's per-span adamw; `gap` leaves a hole between
  * two spans, which the GPU must handle by its per-span fallback (and
- * leave the hole untouched). */
-static void test_adamw_multi(size_t n_spans, int gap)
+ * leave the hole untouched). The run starts `start` floats into the
+ * buffers: 3 takes the scalar loop; 0 (with the last span stretched to
+ * a multiple of 4 in all) the four-at-a-time one, where most spans end
+ * inside a group of four. */
+static void test_adamw_multi(size_t n_spans, int gap, size_t start)
 {
     char tag[64];
-    snprintf(tag, sizeof(tag), "%zu spans%s", n_spans, gap ? ", a gap" : "");
+    snprintf(tag, sizeof(tag), "%zu spans%s from %zu", n_spans, gap ? ", a gap" : "", start);
     struct gpt_adamw_span *sp = calloc(n_spans, sizeof(*sp));
     if (!sp)
         abort();
-    size_t pos = 3;
+    size_t pos = start;
     for (size_t i = 0; i < n_spans; i++) {
         size_t n = 1 + (i * 7919) % 3000;
         if (gap && i == n_spans / 2)
             pos += 17;
+        if (start % 4 == 0 && i == n_spans - 1)
+            n += (4 - (pos + n - start) % 4) % 4;
         sp[i] = (struct gpt_adamw_span){pos, n, (int)(i % 2)};
         pos += n;
     }
@@ -1236,10 +1241,12 @@ int main(void)
     for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
         for (int bias = 0; bias < 2; bias++)
             test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
-    test_adamw_multi(1, 0);
-    test_adamw_multi(148, 0);
-    test_adamw_multi(148, 1);
-    test_adamw_multi(1500, 0); /* more than one launch's table: per span */
+    test_adamw_multi(1, 0, 3);
+    test_adamw_multi(148, 0, 3);
+    test_adamw_multi(148, 1, 3);
+    test_adamw_multi(1500, 0, 3); /* more than one launch's table: per span */
+    test_adamw_multi(1, 0, 0);
+    test_adamw_multi(148, 0, 0);
     test_matmul_gelu(64, 48, 192, 1);
     test_matmul_gelu(1024, 768, 3072, 1);
     test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
@@ -1292,7 +1299,8 @@ int main(void)
     test_matmul_residual(7, 5, 3, 1);
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(33, 48, 144);
-    test_adamw_multi(148, 0);
+    test_adamw_multi(148, 0, 3);
+    test_adamw_multi(148, 0, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);
