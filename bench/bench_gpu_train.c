@@ -291,7 +291,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * encoder's backward reads that. */
     if (strcmp(mode, "bf16") == 0) {
         size_t fp32_dout = 0, fp32_resid = 0;
-        int lnb_single = gpt_cuda_plan_lnb_blocks(BT, 768, (size_t)1 << 20) > 0;
+        int lnb_single = gpt_cuda_plan_lnb_blocks(BT, 768, GPT_CUDA_SCRATCH_FLOATS) > 0;
         for (size_t i = 0; i < nk; i++) {
             const struct gpt_cuda_kernel *k = &ks[i];
             int lnb = strcmp(k->name, "layernorm_backward") == 0 && lnb_single;

@@ -377,13 +377,13 @@ static void rec_encoder_backward(struct gpt_backend *be, float *dwte, float *dwp
     rec_add(r, "encoder_backward_wpe", GPT_KC_EMBED, GPT_KU_FP32, btc, es * btc + 8.0 * T * C,
             "B=%zu T=%zu C=%zu%s", B, T, C, dob ? " bf16 dout" : "");
     /* Deterministic, as cuk_encoder_backward (where B*T fits the links'
-     * scratch, SCRATCH_FLOATS ints): each position's link to the next of
-     * its token (B*T x B*T token compares, ~4 integer instructions each,
-     * priced at the CUDA-core rate; the tokens staged through shared
-     * memory: DRAM reads them once, writes the links once), then
-     * each token's rows summed in position order from its first position
-     * (dout read once, dwte rows read and written once, at most B*T of
-     * them; the links' re-reads are cache hits). */
+     * scratch, GPT_CUDA_SCRATCH_FLOATS ints): each position's link to the
+     * next of its token (B*T x B*T token compares, ~4 integer
+     * instructions each, priced at the CUDA-core rate; the tokens staged
+     * through shared memory: DRAM reads them once, writes the links
+     * once), then each token's rows summed in position order from its
+     * first position (dout read once, dwte rows read and written once, at
+     * most B*T of them; the links' re-reads are cache hits). */
     rec_add(r, "encoder_wte_links", GPT_KC_EMBED, GPT_KU_FP32, 4.0 * bt * bt, 8.0 * bt, "BT=%zu",
             B * T);
     rec_add(r, "encoder_wte_sum", GPT_KC_EMBED, GPT_KU_FP32, btc, es * btc + 8.0 * btc + 8.0 * bt,
@@ -452,8 +452,8 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
     (void)mean;
     (void)rstd;
     struct rec_be *r = rec(be);
-    /* As cuk_layernorm_backward: the backend's scratch is 1 << 20 floats. */
-    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, (size_t)1 << 20);
+    /* As cuk_layernorm_backward, with the backend's scratch. */
+    unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, GPT_CUDA_SCRATCH_FLOATS);
     /* As cuda_layernorm_backward: where the single-pass kernel runs, dout
      * from its current bf16 copy, inp from its bf16 copy where held in
      * bf16 only, and dinp accumulated in bf16 only where so held and
@@ -484,12 +484,11 @@ static void rec_layernorm_backward(struct gpt_backend *be, float *dinp, float *d
                     (db && !own ? 2.0 * nc : 0) + 8.0 * N + 8.0 * blocks * C,
                 "N=%zu C=%zu%s%s%s%s%s", N, C, dob || ib || own ? " bf16" : "", dob ? " dout" : "",
                 ib ? " inp" : "", own ? " dinp" : "", db && !own ? " +bf16" : "");
-        /* The partials summed into dweight and dbias (stored, without a
-         * read, under be->grad_assign). */
-        for (int i = 0; i < 2; i++)
-            rec_add(r, "colsum_pass2", GPT_KC_NORM, GPT_KU_FP32, (double)blocks * C,
-                    4.0 * blocks * C + (be->grad_assign ? 4.0 : 8.0) * C, "blocks=%u C=%zu", blocks,
-                    C);
+        /* The partials summed into dweight and dbias by one launch
+         * (stored, without a read, under be->grad_assign). */
+        rec_add(r, "layernorm_backward_sum", GPT_KC_NORM, GPT_KU_FP32, 2.0 * blocks * C,
+                8.0 * blocks * C + (be->grad_assign ? 8.0 : 16.0) * C, "blocks=%u C=%zu", blocks,
+                C);
         return;
     }
     /* dout, inp read; dinp read and written; the two-pass column sums

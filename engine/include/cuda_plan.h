@@ -52,20 +52,44 @@ unsigned gpt_cuda_plan_sumsq_blocks(size_t n, unsigned block);
  * destination. */
 unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
 
+/* Floats of the CUDA backend's scratch (8 MiB, one per backend): the
+ * two-pass column sums' and the single-pass LayerNorm backward's partial
+ * sums, the encoder backward's links. Here so that the plan's tests and
+ * the step recorder (bench/) size their plans as the backend does. Sized
+ * for the LayerNorm backward: its 2 * blocks * C partials at GPT-2's
+ * shape (1024 blocks at N = 16384, C = 768) take 1.5 M floats; 1 << 20
+ * capped it at 682 blocks. */
+#define GPT_CUDA_SCRATCH_FLOATS ((size_t)2 << 20)
+
 /* Warps per block of the single-pass LayerNorm backward, rows one block
- * aims at, and the most shared memory it uses without an opt-in. */
+ * aims at, blocks one SM is to hold at once (the kernel's
+ * __launch_bounds__: at most 64 registers a thread), and the most shared
+ * memory it uses without an opt-in.
+ *
+ * 16 rows (4 per warp): the kernel is bound by memory latency (each warp
+ * walks its rows one at a time), so it wants every SM full of warps. At
+ * C = 768 a block takes 4 * 2 * C floats of shared memory (24 KiB, plus
+ * 1 KiB the driver reserves), so an H200 SM (228 KiB) holds 8 of them:
+ * 1056 blocks on 132 SMs in one wave. GPT-2's N = 16384 gives 1024
+ * blocks, ~7.8 per SM; 64 rows gave 256 blocks, under 2 per SM (12%
+ * occupancy, ~2x the memory time). Fewer rows would take a second wave
+ * and more partials (each block writes 2 * C floats that pass 2 reads
+ * back: 12.6 MB at 1024 blocks against ~100 MB of rows). */
 #define GPT_CUDA_LNB_WARPS      4u
-#define GPT_CUDA_LNB_ROWS       64u
+#define GPT_CUDA_LNB_ROWS       16u
+#define GPT_CUDA_LNB_SM_BLOCKS  8u
 #define GPT_CUDA_LNB_SMEM_BYTES ((size_t)48 * 1024)
 
 /* Blocks of the single-pass LayerNorm backward over N rows of C, whose
  * per-block partial parameter sums take 2 * blocks * C floats of a scratch
  * of `scratch_floats`: ceil(N / GPT_CUDA_LNB_ROWS) capped by the scratch
- * and by GPT_CUDA_MAX_GRID, at least 1. Depends only on its arguments (the
- * sums' order with it). 0 when the kernel does not apply: its shared
- * memory (GPT_CUDA_LNB_WARPS * 2 * C floats) exceeds
- * GPT_CUDA_LNB_SMEM_BYTES or not even one block's partials fit; the
- * backend then runs the row kernel and the two-pass column sums. */
+ * and by GPT_CUDA_MAX_GRID, then trimmed so that no block is empty (the
+ * kernel gives each block ceil(N / blocks) rows; trimming leaves that
+ * unchanged), at least 1. Depends only on its arguments (the sums' order
+ * with it). 0 when the kernel does not apply: its shared memory
+ * (GPT_CUDA_LNB_WARPS * 2 * C floats) exceeds GPT_CUDA_LNB_SMEM_BYTES or
+ * not even one block's partials fit; the backend then runs the row kernel
+ * and the two-pass column sums. */
 unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
 
 /* Shared memory the classifier's softmax + cross-entropy kernel keeps

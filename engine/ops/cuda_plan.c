@@ -57,7 +57,15 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
         b = cap;
     if (b > GPT_CUDA_MAX_GRID)
         b = GPT_CUDA_MAX_GRID;
-    return b < 1 ? 1u : (unsigned)b;
+    if (b <= 1)
+        return 1u;
+    /* A cap leaves ceil(N / b) rows a block and, past the last row, empty
+     * blocks that would only write zero partials: drop them. With
+     * rows = ceil(N / b), ceil(N / rows) <= b blocks still get rows rows
+     * each (ceil(N / ceil(N / rows)) == rows), so the kernel's split is
+     * the same. */
+    size_t rows = (N + b - 1) / b;
+    return (unsigned)((N + rows - 1) / rows);
 }
 
 size_t gpt_cuda_plan_xent_stage(size_t Vp, size_t elem_bytes, size_t smem_limit)

@@ -17,7 +17,9 @@
  * bf16 only (the encoder's output, the skip connection's product with a
  * bf16 C and D, LayerNorm reading it as bf16, LayerNorm's backward
  * accumulating the gradient in bf16 after a bf16 memzero, the encoder's
- * backward reading it). The error of an
+ * backward reading it); LayerNorm's backward at GPT-2's shape (its many
+ * blocks, and blocks capped by the backend's scratch) and bit-identical
+ * when repeated. The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
  * check; exits 77 without a GPU.
@@ -78,6 +80,7 @@ static const struct {
     {"encoder_forward", "fp32", 1e-6},
     {"encoder_backward", "fp32", 1e-5},
     {"encoder_wte_deterministic", "fp32", 0.0}, /* 1 = two backward passes differ */
+    {"layernorm_deterministic", "fp32", 0.0},   /* 1 = two backward passes differ */
     {"layernorm_forward", "fp32", 2e-5},
     {"layernorm_backward", "fp32", 1e-4},
     {"matmul_forward", "fp32", 1e-4},
@@ -403,6 +406,42 @@ static void pair_nan(struct pair *p)
     check_rc(gpt_backend_upload(cpu, p->c, h, p->n * sizeof(float)), "cpu upload");
     check_rc(gpt_backend_upload(gpu, p->g, h, p->n * sizeof(float)), "gpu upload");
     free(h);
+}
+
+/* LayerNorm's backward twice on the same inputs, each time into a copy
+ * of the same dinp and of the same dweight and dbias (added to): the same
+ * bits, the blocks' partials being summed in a fixed order without
+ * atomics. At GPT-2's shape (N 16384, C 768) that is 1024 blocks. */
+static void test_layernorm_repeat(size_t N, size_t C, const char *tag)
+{
+    struct pair inp = pair_new(N * C, -3, 5), w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
+    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
+    struct pair dout = pair_new(N * C, -1, 1), dinp = pair_new(N * C, -1, 1);
+    struct pair dp = pair_new(2 * C, -1, 1);
+    gpt_backend_layernorm_forward(gpu, out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
+    const size_t n = N * C + 2 * C;
+    float *h[2];
+    for (int k = 0; k < 2; k++) {
+        float *d, *p;
+        check_rc(gpt_backend_alloc(gpu, N * C * sizeof(float), (void **)&d), "alloc");
+        check_rc(gpt_backend_alloc(gpu, 2 * C * sizeof(float), (void **)&p), "alloc");
+        gpt_backend_copy(gpu, d, dinp.g, N * C * sizeof(float));
+        gpt_backend_copy(gpu, p, dp.g, 2 * C * sizeof(float));
+        gpt_backend_layernorm_backward(gpu, d, p, p + C, dout.g, inp.g, w.g, mean.g, rstd.g, N, C);
+        h[k] = malloc(n * sizeof(float));
+        if (!h[k])
+            abort();
+        check_rc(gpt_backend_download(gpu, h[k], d, N * C * sizeof(float)), "download");
+        check_rc(gpt_backend_download(gpu, h[k] + N * C, p, 2 * C * sizeof(float)), "download");
+        gpt_backend_mem_free(gpu, d);
+        gpt_backend_mem_free(gpu, p);
+    }
+    report("layernorm_deterministic", tag, memcmp(h[0], h[1], n * sizeof(float)) != 0 ? 1.0 : 0.0);
+    free(h[0]);
+    free(h[1]);
+    struct pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &dout, &dinp, &dp};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
 }
 
 /* be->grad_assign (a step's first backward): the parameter gradients of
@@ -1230,6 +1269,10 @@ int main(void)
     test_layernorm(4096, 768, "N4096 C768 (single pass)");
     test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
     test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
+    test_layernorm(16384, 768, "N16384 C768 (GPT-2: 1024 blocks)");
+    test_layernorm(16384, 1536, "N16384 C1536 (blocks capped by the scratch)");
+    test_layernorm_repeat(16384, 768, "N16384 C768");
+    test_layernorm_repeat(100, 2048, "N100 C2048 (row kernel fallback)");
     test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
     test_residual_layernorm(33, 48, "residual+LN N33 C48");
     test_xent(64, 50257, 50304);
@@ -1278,6 +1321,7 @@ int main(void)
     test_layernorm(4096, 768, "N4096 C768");
     test_layernorm(33, 48, "N33 C48");
     test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
+    test_layernorm_repeat(16384, 768, "N16384 C768");
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
         char tag[64];
         snprintf(tag, sizeof(tag), "n %zu", ns[i]);

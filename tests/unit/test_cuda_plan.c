@@ -56,29 +56,60 @@ static void test_sumsq_blocks(void **state)
         assert_int_equal(gpt_cuda_plan_sumsq_blocks(n, 256), gpt_cuda_plan_sumsq_blocks(n, 256));
 }
 
-/* The single-pass LayerNorm backward's block count: ~64 rows a block,
- * capped so the partials fit the scratch; 0 (fallback) for rows too wide
- * for its shared memory or a scratch too small for one block. */
+/* The single-pass LayerNorm backward's block count: ~16 rows a block,
+ * capped so the partials fit the scratch, no empty block; 0 (fallback)
+ * for rows too wide for its shared memory or a scratch too small for one
+ * block. At GPT-2's shape with the backend's scratch the grid must fill
+ * an H200 (132 SMs) several blocks deep and still run in one wave (the
+ * 256 blocks of 64 rows left it at 12% occupancy). */
 static void test_lnb_blocks(void **state)
 {
     (void)state;
-    assert_int_equal(gpt_cuda_plan_lnb_blocks(16384, 768, 1 << 20), 256);
-    assert_int_equal(gpt_cuda_plan_lnb_blocks(1, 768, 1 << 20), 1);
-    assert_int_equal(gpt_cuda_plan_lnb_blocks(0, 768, 1 << 20), 1);
-    assert_int_equal(gpt_cuda_plan_lnb_blocks(65, 48, 1 << 20), 2);
-    /* 2 * blocks * C floats must fit: (1 << 20) / 2 / 768 = 682. */
+    const size_t S = GPT_CUDA_SCRATCH_FLOATS, sms = 132;
+    unsigned gpt2 = gpt_cuda_plan_lnb_blocks(16384, 768, S);
+    assert_int_equal(gpt2, 1024);
+    assert_true(gpt2 >= 4 * sms && gpt2 <= GPT_CUDA_LNB_SM_BLOCKS * sms);
+    /* An SM holds GPT_CUDA_LNB_SM_BLOCKS blocks' shared memory (228 KiB,
+     * 1 KiB reserved per block) at GPT-2's width. */
+    assert_true(GPT_CUDA_LNB_SM_BLOCKS * (GPT_CUDA_LNB_WARPS * 2 * 768 * sizeof(float) + 1024) <=
+                228 * 1024);
+    /* B = 8 and B = 32 at T = 1024: at least 2 blocks per SM; B = 32 is
+     * capped by the scratch, 2 * 1365 * 768 <= 2 << 20 floats (1365
+     * blocks of 25 rows trimmed to the 1311 that hold rows). */
+    assert_true(gpt_cuda_plan_lnb_blocks(8192, 768, S) >= 2 * sms);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(32768, 768, S), 1311);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(1, 768, S), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(0, 768, S), 1);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(65, 48, S), 5);
+    /* 2 * blocks * C floats must fit: (1 << 20) / 2 / 768 = 682, 16384
+     * rows then 25 a block, 656 blocks. */
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(16384, 768, 1 << 20), 656);
     assert_int_equal(gpt_cuda_plan_lnb_blocks(1 << 20, 768, 1 << 20), 682);
-    for (size_t N = 1; N < 5000; N += 97)
-        for (size_t C = 16; C <= 1536; C += 160) {
-            unsigned b = gpt_cuda_plan_lnb_blocks(N, C, 1 << 20);
-            assert_true(b >= 1 && 2 * (size_t)b * C <= (1 << 20));
-            /* Every row is owned by exactly one block. */
-            size_t rows_per = (N + b - 1) / b;
-            assert_true(rows_per * b >= N && rows_per * (b - 1) < N);
-        }
+    /* A scratch too small for 2 blocks: one block of every row. */
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(16384, 768, 3 * 768), 1);
+    const size_t scratches[] = {2 * 16, 3000, 1 << 16, 1 << 20, GPT_CUDA_SCRATCH_FLOATS};
+    for (size_t si = 0; si < sizeof(scratches) / sizeof(scratches[0]); si++)
+        for (size_t N = 1; N < 40000; N = N * 5 / 4 + 37)
+            for (size_t C = 16; C <= 1536; C += 160) {
+                size_t sf = scratches[si];
+                unsigned b = gpt_cuda_plan_lnb_blocks(N, C, sf);
+                if (2 * C > sf) {
+                    assert_int_equal(b, 0);
+                    continue;
+                }
+                /* The partials fit; no more blocks than 16 rows each need. */
+                assert_true(b >= 1 && 2 * (size_t)b * C <= sf);
+                assert_true(b <= (N + GPT_CUDA_LNB_ROWS - 1) / GPT_CUDA_LNB_ROWS || b == 1);
+                /* Every row is owned by exactly one block, none empty. */
+                size_t rows_per = (N + b - 1) / b;
+                assert_true(rows_per * b >= N && rows_per * (b - 1) < N);
+                /* Where the scratch does not bind, 16 rows a block. */
+                if (2 * C * ((N + GPT_CUDA_LNB_ROWS - 1) / GPT_CUDA_LNB_ROWS) <= sf)
+                    assert_int_equal(b, (N + GPT_CUDA_LNB_ROWS - 1) / GPT_CUDA_LNB_ROWS);
+            }
     /* 4 warps * 2 * C floats of shared memory: C = 1536 fits 48 KiB, 1537 not. */
-    assert_true(gpt_cuda_plan_lnb_blocks(100, 1536, 1 << 20) > 0);
-    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 1537, 1 << 20), 0);
+    assert_true(gpt_cuda_plan_lnb_blocks(100, 1536, S) > 0);
+    assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 1537, S), 0);
     assert_int_equal(gpt_cuda_plan_lnb_blocks(100, 768, 1000), 0);
 }
 

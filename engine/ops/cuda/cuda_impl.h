@@ -31,7 +31,7 @@ extern "C" {
 /* --- the backend's state (cuda_backend.cu, cuda_matmul.cu, cuda_shadow.cu) -- */
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20)
-#define SCRATCH_FLOATS     ((size_t)1 << 20)
+#define SCRATCH_FLOATS     GPT_CUDA_SCRATCH_FLOATS /* cuda_plan.h */
 #define LT_CACHE_SIZE      64
 #define LT_KEY_INTS        16
 #define LT_USABLE          1 /* lt_cache_ent.valid: algo holds the heuristic's choice */
@@ -262,7 +262,7 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
                                     const float *weight, const float *bias, size_t N, size_t C);
 /* `scratch` holds `scratch_floats` floats for the parameter gradients'
  * partial sums. One pass over dout and inp when gpt_cuda_plan_lnb_blocks
- * allows (then two tiny kernels add the blocks' partials), else a row
+ * allows (then one small kernel adds the blocks' partials), else a row
  * kernel and the two-pass column sums. dinp_bf as above (of the
  * accumulated dinp). */
 /* dout_bf, inp_bf (optional): current bf16 copies, read instead of dout

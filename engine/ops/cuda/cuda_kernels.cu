@@ -25,12 +25,15 @@
 #include "flash_tc.h"
 #include "gpt_bf16.h"
 
-#define WARP          32
-#define ROW_WARPS     8 /* warps per block of row kernels */
-#define XENT_THREADS  512
-#define COLSUM_ROWS_Y 8 /* threadIdx.y extent of the column-sum kernels */
-#define GELU_SCALE    0.7978845608028654f
-#define GELU_CUBE     0.044715f
+#define WARP            32
+#define ROW_WARPS       8 /* warps per block of row kernels */
+#define XENT_THREADS    512
+#define COLSUM_ROWS_Y   8 /* threadIdx.y extent of the column-sum kernels */
+#define LNB_THREADS     (GPT_CUDA_LNB_WARPS * WARP) /* the fused LayerNorm backward's block */
+#define LNB_SUM_Y       32 /* threadIdx.y extent of layernorm_backward_sum_kernel */
+#define LNB_SUM_THREADS (LNB_SUM_Y * WARP)
+#define GELU_SCALE      0.7978845608028654f
+#define GELU_CUBE       0.044715f
 
 /* Grid-stride index helpers (sizes may exceed 2^31). */
 #define GRID_LOOP(i, n)                                                                            \
@@ -444,9 +447,9 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, c
  * arrays (lane l owns columns l, l + 32, ...: no two threads touch one
  * slot, no atomics). Then the block sums its W warps in warp order per
  * column and writes the sums to part_w[b * C + c] and part_b[b * C + c];
- * colsum_pass2_kernel adds the blocks in block order. Every sum has a
- * fixed order that depends only on (N, C) and the plan
- * (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory:
+ * layernorm_backward_sum_kernel adds the blocks in a fixed order (see
+ * there). Every sum has a fixed order that depends only on (N, C) and the
+ * plan (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory:
  * GPT_CUDA_LNB_WARPS * 2 * C floats. */
 /* Eight consecutive elements of x as ld_f reads them: from the bf16 copy
  * x_bf when it is given (the fp32 x may then be stale), else from x; with
@@ -481,15 +484,20 @@ static bool lnb_vec_ok(const void *const *p, int n, size_t C)
     return true;
 }
 
+/* At most 64 registers a thread (the 16-byte path takes 72 unbounded,
+ * with no spill at 64) so that an SM holds GPT_CUDA_LNB_SM_BLOCKS blocks
+ * and GPT-2's 1024 blocks run in one wave (cuda_plan.h). */
 template <bool VEC>
-__global__ void
-layernorm_backward_fused_kernel(float *__restrict__ dinp, uint16_t *__restrict__ dinp_bf,
-                                float *__restrict__ part_w, float *__restrict__ part_b,
-                                const float *__restrict__ dout,
-                                const uint16_t *__restrict__ dout_bf, const float *__restrict__ inp,
-                                const uint16_t *__restrict__ inp_bf,
-                                const float *__restrict__ weight, const float *__restrict__ mean,
-                                const float *__restrict__ rstd, size_t N, size_t C, size_t rows_per)
+__global__ void __launch_bounds__(LNB_THREADS, GPT_CUDA_LNB_SM_BLOCKS)
+    layernorm_backward_fused_kernel(float *__restrict__ dinp, uint16_t *__restrict__ dinp_bf,
+                                    float *__restrict__ part_w, float *__restrict__ part_b,
+                                    const float *__restrict__ dout,
+                                    const uint16_t *__restrict__ dout_bf,
+                                    const float *__restrict__ inp,
+                                    const uint16_t *__restrict__ inp_bf,
+                                    const float *__restrict__ weight,
+                                    const float *__restrict__ mean, const float *__restrict__ rstd,
+                                    size_t N, size_t C, size_t rows_per)
 {
     extern __shared__ __align__(16) float lnb_sh[]; /* [warp][0..C) dweight, [warp][C..2C) dbias */
     const unsigned W = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
@@ -665,6 +673,39 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
     }
 }
 
+/* Pass 2 of the single-pass LayerNorm backward: dweight[c] and dbias[c]
+ * get the sums over the blocks' partials part_w[b * C + c] and
+ * part_b[b * C + c] (blockIdx.y 0: dweight, 1: dbias; one launch for
+ * both), stored with assign, else added. Block (32, LNB_SUM_Y) covers 32
+ * columns: thread (x, y) adds blocks y, y + LNB_SUM_Y, ... in that order
+ * (loads in flight, adds in order), then thread (x, 0) adds the LNB_SUM_Y
+ * sums in y order. The order depends only on (blocks, C): deterministic.
+ * 1024 threads per 32 columns keep the partials' reads (mostly L2 hits)
+ * in flight; one thread per column walking all the blocks waited on each
+ * load in turn. */
+__global__ void __launch_bounds__(LNB_SUM_THREADS)
+    layernorm_backward_sum_kernel(float *dweight, float *dbias, const float *part_w,
+                                  const float *part_b, unsigned blocks, size_t C, int assign)
+{
+    __shared__ float sh[LNB_SUM_Y][WARP + 1];
+    const size_t c = (size_t)blockIdx.x * WARP + threadIdx.x;
+    const float *part = blockIdx.y == 0 ? part_w : part_b;
+    float *dst = blockIdx.y == 0 ? dweight : dbias;
+    float acc = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+        for (unsigned b = threadIdx.y; b < blocks; b += LNB_SUM_Y)
+            acc += __ldg(part + (size_t)b * C + c);
+    }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C)
+        return;
+    for (int y = 1; y < LNB_SUM_Y; y++)
+        acc += sh[y][threadIdx.x];
+    dst[c] = assign ? acc : dst[c] + acc;
+}
+
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
                             const float *inp, const uint16_t *inp_bf, const float *weight,
@@ -681,15 +722,16 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
         const void *ptrs[] = {dinp, dinp_bf, dout, dout_bf, inp, inp_bf, weight};
         const size_t smem = GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float);
         if (lnb_vec_ok(ptrs, 7, C))
-            layernorm_backward_fused_kernel<true><<<blocks, GPT_CUDA_LNB_WARPS * WARP, smem, s>>>(
-                dinp, dinp_bf, pw, pb, dout, dout_bf, inp, inp_bf, weight, mean, rstd, N, C,
-                rows_per);
+            layernorm_backward_fused_kernel<true>
+                <<<blocks, LNB_THREADS, smem, s>>>(dinp, dinp_bf, pw, pb, dout, dout_bf, inp,
+                                                   inp_bf, weight, mean, rstd, N, C, rows_per);
         else
-            layernorm_backward_fused_kernel<false><<<blocks, GPT_CUDA_LNB_WARPS * WARP, smem, s>>>(
-                dinp, dinp_bf, pw, pb, dout, dout_bf, inp, inp_bf, weight, mean, rstd, N, C,
-                rows_per);
-        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dweight, pw, C, blocks, assign);
-        colsum_pass2_kernel<<<ew_grid(C), GPT_CUDA_BLOCK, 0, s>>>(dbias, pb, C, blocks, assign);
+            layernorm_backward_fused_kernel<false>
+                <<<blocks, LNB_THREADS, smem, s>>>(dinp, dinp_bf, pw, pb, dout, dout_bf, inp,
+                                                   inp_bf, weight, mean, rstd, N, C, rows_per);
+        layernorm_backward_sum_kernel<<<dim3((unsigned)((C + WARP - 1) / WARP), 2),
+                                        dim3(WARP, LNB_SUM_Y), 0, s>>>(dweight, dbias, pw, pb,
+                                                                       blocks, C, assign);
         return;
     }
     layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
