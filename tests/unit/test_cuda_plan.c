@@ -548,6 +548,12 @@ static void test_bf16_rne(void **state)
         float f = bits_f(u);
         assert_int_equal(gpt_bf16_from_float_rne(f), ref_rne(f));
     }
+    /* The pair: lo in the low half, hi in the high one, each rounded as
+     * alone (the device's cvt.rn.bf16x2.f32 takes hi first). */
+    assert_int_equal(gpt_bf16x2_from_floats_rne(1.0f, -2.0f), 0xc0003f80u);
+    assert_int_equal(gpt_bf16x2_from_floats_rne(bits_f(0x3f808000u), bits_f(0x3f818000u)),
+                     0x3f823f80u);
+    assert_int_equal(gpt_bf16x2_from_floats_rne(INFINITY, 0.0f), 0x00007f80u);
 }
 
 /* ---- bf16 shadows: indexing and current spans ------------------------- */

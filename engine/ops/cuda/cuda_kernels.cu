@@ -306,8 +306,7 @@ __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *me
                     uint32_t w[4];
 #pragma unroll
                     for (int k = 0; k < 4; k++)
-                        w[k] = (uint32_t)gpt_bf16_from_float_rne(y[2 * k]) |
-                               (uint32_t)gpt_bf16_from_float_rne(y[2 * k + 1]) << 16;
+                        w[k] = gpt_bf16x2_from_floats_rne(y[2 * k], y[2 * k + 1]);
                     *(uint4 *)(out_bf + x0 + c) = make_uint4(w[0], w[1], w[2], w[3]);
                 }
             }
@@ -566,8 +565,7 @@ __global__ void __launch_bounds__(LNB_THREADS, GPT_CUDA_LNB_SM_BLOCKS)
                 if (dinp_bf) {
 #pragma unroll
                     for (int k = 0; k < 4; k++)
-                        packed[k] = (uint32_t)gpt_bf16_from_float_rne(acc[2 * k]) |
-                                    (uint32_t)gpt_bf16_from_float_rne(acc[2 * k + 1]) << 16;
+                        packed[k] = gpt_bf16x2_from_floats_rne(acc[2 * k], acc[2 * k + 1]);
                     *(uint4 *)(dinp_bf + x0 + c) =
                         make_uint4(packed[0], packed[1], packed[2], packed[3]);
                 }
@@ -1022,11 +1020,8 @@ adamw_multi_kernel(float *params, uint16_t *params_bf, const float *grads, float
             ((float4 *)m)[q] = make_float4(mk[0], mk[1], mk[2], mk[3]);
             ((float4 *)v)[q] = make_float4(vk[0], vk[1], vk[2], vk[3]);
             if (params_bf)
-                ((uint2 *)params_bf)[q] =
-                    make_uint2((uint32_t)gpt_bf16_from_float_rne(pk[0]) |
-                                   (uint32_t)gpt_bf16_from_float_rne(pk[1]) << 16,
-                               (uint32_t)gpt_bf16_from_float_rne(pk[2]) |
-                                   (uint32_t)gpt_bf16_from_float_rne(pk[3]) << 16);
+                ((uint2 *)params_bf)[q] = make_uint2(gpt_bf16x2_from_floats_rne(pk[0], pk[1]),
+                                                     gpt_bf16x2_from_floats_rne(pk[2], pk[3]));
         }
     } else {
         GRID_LOOP(i, n)
@@ -1252,8 +1247,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
                                    (j == (size_t)t ? dscale : 0.0f)
                              : 0.0f;
             }
-            o[e] = (uint32_t)gpt_bf16_from_float_rne(d[0]) | (uint32_t)gpt_bf16_from_float_rne(d[1])
-                                                                 << 16;
+            o[e] = gpt_bf16x2_from_floats_rne(d[0], d[1]);
         }
         wrow[q] = make_uint4(o[0], o[1], o[2], o[3]);
     }
