@@ -1174,14 +1174,41 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     }
 }
 
+/* 2^x with MUFU.EX2 alone: exp2f adds a range test and two multiplies
+ * per call to keep results below 2^-126 (subnormal) exact; here those
+ * are softmax terms under 1e-38 of a row's largest, flushed to 0, which
+ * changes neither a sum of tens of thousands of terms near 1 nor a bf16
+ * gradient. */
+static __device__ __forceinline__ float xent_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The eight columns of a 16-byte chunk of a bf16 row as floats. */
+static __device__ __forceinline__ void xent_unpack8(float x[8], uint4 u)
+{
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        x[2 * k] = __uint_as_float(w[k] << 16);
+        x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+
 /* The training case of softmax_xent_kernel, bf16 logits in, bf16
  * dlogits out (in place or not), with 16-byte loads and stores of 8
  * columns and one online-softmax update per 8 (their max first), exp2
  * with the log2(e) scale folded in. The scalar kernel issues ~50
  * instructions per column and reads 2 bytes per load: 5x its memory time
- * on an H200 at GPT-2's vocabulary. Needs Vp % 8 == 0 and 16-byte aligned
- * rows (xent_vec_ok). STAGE: as softmax_xent_kernel, the row kept in
- * shared memory between the passes. */
+ * on an H200 at GPT-2's vocabulary. This one measured 2x its memory time
+ * there, compute-bound (76%): the padding test (column < V) and the
+ * target test (column == t) now run only in the one chunk that needs
+ * them, and exp2 is MUFU.EX2 alone (xent_exp2), ~20 instructions per
+ * column down to ~12. Needs Vp % 8 == 0 and 16-byte aligned rows
+ * (xent_vec_ok). STAGE: as softmax_xent_kernel, the row kept in shared
+ * memory between the passes. */
 template <bool STAGE>
 __global__ void __launch_bounds__(XENT_THREADS)
     softmax_xent_bf16_kernel(const uint16_t *lb, uint16_t *ob, float *losses, const int *targets,
@@ -1206,24 +1233,28 @@ __global__ void __launch_bounds__(XENT_THREADS)
         const uint4 u = row[q];
         if (STAGE)
             srow[q] = u;
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        float x[8], cm = -INFINITY;
+        float x[8];
+        xent_unpack8(x, u);
+        if (8 * q + 8 > V) { /* the chunk that holds padding */
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint16_t h = (uint16_t)(k & 1 ? w[k / 2] >> 16 : w[k / 2] & 0xffffu);
-            x[k] = 8 * q + k < V ? gpt_bf16_to_float(h) : -INFINITY;
-            cm = fmaxf(cm, x[k]);
+            for (int k = 0; k < 8; k++)
+                if (8 * q + k >= V)
+                    x[k] = -INFINITY;
         }
+        float cm = x[0];
+#pragma unroll
+        for (int k = 1; k < 8; k++)
+            cm = fmaxf(cm, x[k]);
         if (cm == -INFINITY)
             continue; /* padding only */
         if (cm > m) {
-            sum *= exp2f((m - cm) * GPT_FLASH_LOG2E);
+            sum *= xent_exp2((m - cm) * GPT_FLASH_LOG2E);
             m = cm;
         }
         const float ml = m * GPT_FLASH_LOG2E;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            sum += exp2f(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
+            sum += xent_exp2(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
     }
     block_online(m, sum);
     if (losses && threadIdx.x == 0)
@@ -1233,23 +1264,23 @@ __global__ void __launch_bounds__(XENT_THREADS)
     /* Every thread read zt and its chunks before block_online's barrier. */
     const float k = dscale / sum, ml = m * GPT_FLASH_LOG2E;
     for (size_t q = threadIdx.x; q < nq; q += blockDim.x) {
-        const uint4 u = STAGE ? srow[q] : row[q];
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        uint32_t o[4];
+        float x[8], e[8], d[8];
+        xent_unpack8(x, STAGE ? srow[q] : row[q]);
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float d[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const size_t j = 8 * q + 2 * e + h;
-                const float x = gpt_bf16_to_float((uint16_t)(h ? w[e] >> 16 : w[e] & 0xffffu));
-                d[h] = j < V ? exp2f(fmaf(x, GPT_FLASH_LOG2E, -ml)) * k -
-                                   (j == (size_t)t ? dscale : 0.0f)
-                             : 0.0f;
-            }
-            o[e] = gpt_bf16x2_from_floats_rne(d[0], d[1]);
+        for (int c = 0; c < 8; c++) {
+            e[c] = xent_exp2(fmaf(x[c], GPT_FLASH_LOG2E, -ml));
+            d[c] = e[c] * k;
         }
-        wrow[q] = make_uint4(o[0], o[1], o[2], o[3]);
+        if (8 * q + 8 > V || (size_t)t - 8 * q < 8) { /* padding, or the target */
+#pragma unroll
+            for (int c = 0; c < 8; c++) {
+                const size_t j = 8 * q + c;
+                d[c] = j >= V ? 0.0f : j == (size_t)t ? fmaf(e[c], k, -dscale) : d[c];
+            }
+        }
+        wrow[q] = make_uint4(
+            gpt_bf16x2_from_floats_rne(d[0], d[1]), gpt_bf16x2_from_floats_rne(d[2], d[3]),
+            gpt_bf16x2_from_floats_rne(d[4], d[5]), gpt_bf16x2_from_floats_rne(d[6], d[7]));
     }
 }
 
