@@ -618,6 +618,33 @@ __device__ __forceinline__ void tc_store2(float *f, uint16_t *bf, size_t at, flo
         *(uint32_t *)(bf + at) = tc_pack(x, y);
 }
 
+/* The top of a key-tile loop (the forward's and the dQ pass's): tile kt's
+ * K and V sit in stage (kt - kt0) & 1 of skv (K, then V, TILE = BC rows
+ * each); this prefetches tile kt + 1 into the other stage with cp.async,
+ * waits for tile kt's copies (the one group before the newest, or all at
+ * the last tile) and for every thread's (__syncthreads), and returns tile
+ * kt's K. The caller ends each tile with a barrier, so a stage is
+ * consumed before it is refilled. */
+template <int HS>
+__device__ __forceinline__ const uint16_t *tc_kv_stage(uint16_t *skv, const uint16_t *gk,
+                                                       const uint16_t *gv, size_t ld3, int kt,
+                                                       int kt0, int nkt, int T)
+{
+    constexpr int TILE = TC_BC * (HS + GPT_FLASH_TC_PAD);
+    const int st = (kt - kt0) & 1;
+    if (kt + 1 < nkt) {
+        uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+        tc_load<HS>(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
+        tc_load<HS>(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
+        tc_commit();
+        tc_wait<1>();
+    } else {
+        tc_wait<0>();
+    }
+    __syncthreads();
+    return skv + 2 * st * TILE;
+}
+
 /* ---- tensor-core forward ----------------------------------------------------
  * Grid (ceil(T / 128), B*NH), 8 warps; block x takes query block
  * x_blocks - 1 - x (128 rows), so the blocks with the most keys start
@@ -658,18 +685,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
     for (int kt = kt0; kt < nkt; kt++) {
-        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
-        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
-        if (kt + 1 < nkt) { /* prefetch the next tile into the other stage */
-            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
-            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
-            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
-        __syncthreads();
+        const int k0 = kt * TC_BC;
+        const uint16_t *sk = tc_kv_stage<HS>(skv, gk, gv, ld3, kt, kt0, nkt, T), *sv = sk + TILE;
         if (kt == kt0) {
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
@@ -1143,18 +1160,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     for (int kt = kt0; kt < nkt; kt++) {
-        const int st = (kt - kt0) & 1, k0 = kt * TC_BC;
-        const uint16_t *sk = skv + 2 * st * TILE, *sv = sk + TILE;
-        if (kt + 1 < nkt) { /* prefetch the next tile into the other stage */
-            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
-            tc_load<HS>(nk, gk, ld3, k0 + TC_BC, TC_BC, T);
-            tc_load<HS>(nk + TILE, gv, ld3, k0 + TC_BC, TC_BC, T);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
-        __syncthreads();
+        const int k0 = kt * TC_BC;
+        const uint16_t *sk = tc_kv_stage<HS>(skv, gk, gv, ld3, kt, kt0, nkt, T), *sv = sk + TILE;
         if (kt == kt0) {
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
