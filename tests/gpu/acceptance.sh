@@ -359,7 +359,10 @@ else
 fi
 
 # ---- kernel profile (information, not a check) -------------------------------
-# Nsight Compute over the kernels still short of the cost model, with the
+# Nsight Compute over the kernels still short of the cost model (one
+# step's worth of launches: 25 LayerNorm forwards and 25 backwards with
+# their sums, 12 attention forwards and 12 or 24 backward passes, the
+# cross-entropy, AdamW), with the
 # fused attention backward and the two-pass one: time, occupancy and
 # registers per kernel in the table, the sections (with warp stalls) in
 # the CSV, so that the next change to them starts from numbers. SKIP
@@ -368,8 +371,8 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
     for V in fused twopass; do
         run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V "$NCU" --csv --page details \
-            --kernel-name regex:'flash_tc|layernorm_|softmax_xent|adamw|colsum' \
-            --launch-count 80 --section SpeedOfLight --section Occupancy \
+            --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \
+            --launch-count 90 --section SpeedOfLight --section Occupancy \
             --section LaunchStats --section WarpStateStats "$BENCH" 4 2 0 bf16
         sum=$(python3 "$ROOT/tests/gpu/ncu_summary.py" "$OUT/ncu_$V.csv" 2>/dev/null)
         if [ "$RC" = 0 ] && [ -n "$sum" ]; then
