@@ -372,7 +372,7 @@ if [ -x "$NCU" ]; then
     for V in fused twopass; do
         run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V "$NCU" --csv --page details \
             --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \
-            --launch-count 90 --section SpeedOfLight --section Occupancy \
+            --launch-count 120 --section SpeedOfLight --section Occupancy \
             --section LaunchStats --section WarpStateStats "$BENCH" 4 2 0 bf16
         sum=$(python3 "$ROOT/tests/gpu/ncu_summary.py" "$OUT/ncu_$V.csv" 2>/dev/null)
         if [ "$RC" = 0 ] && [ -n "$sum" ]; then
