@@ -104,6 +104,18 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
     return -1;
 }
 
+/* The forward's m16 tiles per warp, as GPTD_FLASH_FWD names them: 1 (unset
+ * or "m16": 8 warps of 16 rows) or 2 ("m32": 4 warps of 32 rows, head
+ * sizes up to 64); -1 for any other value. Host only. */
+static inline int gpt_flash_tc_fwd_mtiles(const char *env)
+{
+    if (!env || strcmp(env, "m16") == 0)
+        return 1;
+    if (strcmp(env, "m32") == 0)
+        return 2;
+    return -1;
+}
+
 /* The head sizes the tensor-core kernels are compiled for: 32, 64, 96 and
  * 128 (multiples of the 16-wide k step and of the 32-element bank period
  * that keeps the padded rows conflict-free). */

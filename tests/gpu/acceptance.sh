@@ -204,26 +204,28 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
     fi
 done
 
-# ---- the attention backward's variants ---------------------------------------
+# ---- the attention kernels' variants -----------------------------------------
 # GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): split, the fused pass in
 # two query parts at three blocks per multiprocessor (the same bits: the
 # same loss as the default's); twopass, a dQ pass and a dK/dV pass with no
 # block waiting on another (dq summed in another order: the loss within
-# 1e-3, relative, of the default's after 10 steps). Each one's ops against
-# the CPU (test_gpu_ops: tolerances, the tensor-core path, two backward
-# calls with the same bits), then B=16 beside the default's row: the
-# fastest that passes should become the default.
+# 1e-3, relative, of the default's after 10 steps). GPTD_FLASH_FWD=m32:
+# the forward with 4 warps of 32 rows (the same bits). Each one's ops
+# against the CPU (test_gpu_ops: tolerances, the tensor-core path, two
+# backward calls with the same bits), then B=16 beside the default's row:
+# the fastest that passes should become the default.
 loss_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' | tail -1)
 ms_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p' | tail -1)
-for V in split twopass; do
-    run "${V}_ops" 70 "$OUT/${V}_ops.log" env GPTD_FLASH_BWD=$V OMP_NUM_THREADS=4 \
+for SET in GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m32; do
+    V=${SET#*=}
+    run "${V}_ops" 70 "$OUT/${V}_ops.log" env "$SET" OMP_NUM_THREADS=4 \
         "$BUILD/tests/test_gpu_ops"
     if [ "$RC" = 0 ]; then
-        row "${V}_ops" PASS "$SECS" "test_gpu_ops with GPTD_FLASH_BWD=$V"
+        row "${V}_ops" PASS "$SECS" "test_gpu_ops with $SET"
     else
-        row "${V}_ops" FAIL "$SECS" "test_gpu_ops with GPTD_FLASH_BWD=$V rc $RC ($OUT/${V}_ops.log)"
+        row "${V}_ops" FAIL "$SECS" "test_gpu_ops with $SET rc $RC ($OUT/${V}_ops.log)"
     fi
-    run "${V}_b16" 70 "$OUT/${V}_b16.log" env GPTD_FLASH_BWD=$V "$BENCH" 16 10 0 bf16
+    run "${V}_b16" 70 "$OUT/${V}_b16.log" env "$SET" "$BENCH" 16 10 0 bf16
     MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/${V}_b16.log" | tail -1)
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/${V}_b16.log" | tail -1)
     ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
@@ -330,17 +332,18 @@ if [ -x "$SAN" ] && [ -r "$DATA" ]; then
  "trainer": {"max_steps": 2, "micro_batch": 4, "global_batch": 4, "log_every": 1,
              "eval_every": 0, "eval_batches": 1}}
 EOF
-    # memcheck and racecheck with the default attention backward, then
-    # memcheck with the two-pass one (its dQ pass reads dout and out rows
-    # straight from global memory).
-    for TOOL in memcheck racecheck memcheck_twopass; do
-        V=fused
-        [ "$TOOL" = memcheck_twopass ] && V=twopass
-        run "$TOOL" 35 "$OUT/$TOOL.log" env GPTD_FLASH_BWD=$V "$SAN" \
-            --tool "${TOOL%_twopass}" --error-exitcode 3 \
+    # memcheck and racecheck with the default attention kernels, then
+    # memcheck with the variants (the two-pass backward's dQ pass reads
+    # dout and out rows straight from global memory; the 32-row forward).
+    for TOOL in memcheck racecheck memcheck_variants; do
+        V="GPTD_FLASH_BWD=fused GPTD_FLASH_FWD=m16"
+        [ "$TOOL" = memcheck_variants ] && V="GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m32"
+        # shellcheck disable=SC2086 # V is two assignments
+        run "$TOOL" 35 "$OUT/$TOOL.log" env $V "$SAN" \
+            --tool "${TOOL%_variants}" --error-exitcode 3 \
             "$GPTD" run "$OUT/tiny.json" --snapshot-dir "$OUT/snap_$TOOL"
         if [ "$RC" = 0 ]; then
-            row "$TOOL" PASS "$SECS" "tiny model, 2 steps, no errors (GPTD_FLASH_BWD=$V)"
+            row "$TOOL" PASS "$SECS" "tiny model, 2 steps, no errors ($V)"
         else
             row "$TOOL" FAIL "$SECS" "rc $RC ($OUT/$TOOL.log)"
         fi
@@ -370,13 +373,18 @@ fi
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
     for V in fused twopass; do
-        run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V "$NCU" --csv --page details \
+        # the default kernels, then the variants: the two-pass backward and
+        # the 32-row forward
+        FWD=m16
+        [ "$V" = twopass ] && FWD=m32
+        run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V GPTD_FLASH_FWD=$FWD \
+            "$NCU" --csv --page details \
             --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \
             --launch-count 120 --section SpeedOfLight --section Occupancy \
             --section LaunchStats --section WarpStateStats "$BENCH" 4 2 0 bf16
         sum=$(python3 "$ROOT/tests/gpu/ncu_summary.py" "$OUT/ncu_$V.csv" 2>/dev/null)
         if [ "$RC" = 0 ] && [ -n "$sum" ]; then
-            row "ncu_$V" PASS "$SECS" "$sum"
+            row "ncu_$V" PASS "$SECS" "(GPTD_FLASH_FWD=$FWD) $sum"
         else
             row "ncu_$V" SKIP "$SECS" "ncu rc $RC ($OUT/ncu_$V.csv)"
         fi

@@ -684,8 +684,8 @@ static void test_smem_and_offsets(void **state)
     assert_true(gpt_flash_tc_sem_off(5, 3) * 4 >= gpt_flash_tc_dob_off(5) * 4 + 3 * 2);
 }
 
-/* GPTD_FLASH_BWD's values: exact names only; anything else is -1 (the
- * backend says so and runs the fused pass). */
+/* GPTD_FLASH_BWD's and GPTD_FLASH_FWD's values: exact names only;
+ * anything else is -1 (the backend says so and runs the default). */
 static void test_bwd_variant(void **state)
 {
     (void)state;
@@ -696,6 +696,13 @@ static void test_bwd_variant(void **state)
     const char *bad[] = {"", "Split", "twopass ", "two", "splitx", "fused\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
+    /* GPTD_FLASH_FWD: m16 tiles per warp. */
+    assert_int_equal(gpt_flash_tc_fwd_mtiles(NULL), 1);
+    assert_int_equal(gpt_flash_tc_fwd_mtiles("m16"), 1);
+    assert_int_equal(gpt_flash_tc_fwd_mtiles("m32"), 2);
+    const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3"};
+    for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
+        assert_int_equal(gpt_flash_tc_fwd_mtiles(badf[i]), -1);
 }
 
 /* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal

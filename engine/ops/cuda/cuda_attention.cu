@@ -645,6 +645,18 @@ __device__ __forceinline__ const uint16_t *tc_kv_stage(uint16_t *skv, const uint
     return skv + 2 * st * TILE;
 }
 
+/* Whether the 16-key group at j0 holds a valid pair for any of the MT
+ * m-tiles (16 rows from rt[t] each): the products of a K or V fragment
+ * that no m-tile needs are skipped, its load with them. */
+template <int MT> __device__ __forceinline__ bool tc_any_live(const int *rt, int j0, int T)
+{
+    bool any = false;
+#pragma unroll
+    for (int t = 0; t < MT; t++)
+        any |= gpt_flash_tc_live(rt[t], j0, T);
+    return any;
+}
+
 /* ---- tensor-core forward ----------------------------------------------------
  * Grid (ceil(T / 128), B*NH), 8 warps; block x takes query block
  * x_blocks - 1 - x (128 rows), so the blocks with the most keys start
@@ -655,13 +667,21 @@ __device__ __forceinline__ const uint16_t *tc_kv_stage(uint16_t *skv, const uint
  * columns 8 n + 2 (l % 4) + {0, 1}. A warp whose 16 rows all precede a
  * key tile (the block's last tile, for its first four warps) or lie past
  * T skips that tile: none of its groups is live, so its scores would all
- * be masked (alpha 1, P 0) and nothing would change. */
-template <int HS>
-__global__ void __launch_bounds__(TC_FWD_THREADS)
+ * be masked (alpha 1, P 0) and nothing would change.
+ * MT = 2 (GPTD_FLASH_FWD=m32, head sizes up to 64): 4 warps of two m16
+ * tiles each (rows q0 + 32 w ..), FlashAttention-2's layout for this
+ * block: each K and V fragment loaded through ldmatrix feeds two mma
+ * instead of one (the 8-warp layout issues one ldmatrix per two mma, which
+ * may bind on shared-memory bandwidth), for twice the accumulators per
+ * thread and half the warps per SM. The same arithmetic per row. MT = 1
+ * is the 8-warp kernel the H200 runs measured (its PTX has the same
+ * instructions as before MT existed, in a slightly different order). */
+template <int HS, int MT>
+__global__ void __launch_bounds__(TC_FWD_THREADS / MT)
     flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
                             int C, int NH, float scale2)
 {
-    constexpr int LD = HS + GPT_FLASH_TC_PAD, TILE = TC_BC * LD;
+    constexpr int LD = HS + GPT_FLASH_TC_PAD;
     extern __shared__ __align__(16) uint16_t tc_smem[];
     uint16_t *sq = tc_smem, *skv = sq + TC_FWD_BR * LD; /* stage s: K at skv + 2 s TILE, V after */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -674,114 +694,156 @@ __global__ void __launch_bounds__(TC_FWD_THREADS)
 
     tc_load<HS>(sq, gq, ld3, q0, TC_FWD_BR, T);
     tc_load<HS>(skv, gk, ld3, 0, TC_BC, T);
-    tc_load<HS>(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_load<HS>(skv + TC_BC * LD, gv, ld3, 0, TC_BC, T);
     tc_commit();
 
-    const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
-    uint32_t qf[HS / 16][4];
-    float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    /* The warp's m-tiles: rows rt[t] .. rt[t] + 15 of the block's tile
+     * (t < MT, 16 rows each); lane l holds rows ia[t] and ia[t] + 8. */
+    const int wr = warp * MT * TC_WR;
+    int rt[MT], ia[MT], ib[MT];
 #pragma unroll
-    for (int n = 0; n < HS / 8; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int t = 0; t < MT; t++) {
+        rt[t] = q0 + wr + t * TC_WR;
+        ia[t] = rt[t] + lane / 4;
+        ib[t] = ia[t] + 8;
+    }
+    uint32_t qf[MT][HS / 16][4];
+    float o[MT][HS / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int t = 0; t < MT; t++) {
+        m[t][0] = m[t][1] = -INFINITY;
+        l[t][0] = l[t][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            o[t][n][0] = o[t][n][1] = o[t][n][2] = o[t][n][3] = 0.0f;
+    }
 
     for (int kt = kt0; kt < nkt; kt++) {
         const int k0 = kt * TC_BC;
-        const uint16_t *sk = tc_kv_stage<HS>(skv, gk, gv, ld3, kt, kt0, nkt, T), *sv = sk + TILE;
+        const uint16_t *sk = tc_kv_stage<HS>(skv, gk, gv, ld3, kt, kt0, nkt, T),
+                       *sv = sk + TC_BC * LD;
         if (kt == kt0) {
 #pragma unroll
-            for (int ks = 0; ks < HS / 16; ks++)
-                tc_ld_a(qf[ks], sq, LD, wr, ks * 16);
-        }
-        /* Warp-uniform: the tile's first 16 keys meet these rows (else
-         * none of its keys does). */
-        if (gpt_flash_tc_live(q0 + wr, k0, T)) {
-            /* S = Q K^T for this warp's 16 rows and the tile's 64 keys; the
-             * 16-key groups with no valid pair for these rows stay 0 (the
-             * mask below turns them into -inf). */
-            float s[TC_BC / 8][4];
+            for (int t = 0; t < MT; t++)
 #pragma unroll
-            for (int n = 0; n < TC_BC / 8; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+                for (int ks = 0; ks < HS / 16; ks++)
+                    tc_ld_a(qf[t][ks], sq, LD, wr + t * TC_WR, ks * 16);
+        }
+        /* Warp-uniform: the tile's first 16 keys meet the warp's last
+         * m-tile below T (else none of its keys meets any of its rows). */
+        if (tc_any_live<MT>(rt, k0, T)) {
+            /* S = Q K^T for each m-tile and the tile's 64 keys; a K
+             * fragment is loaded once for the warp's MT m-tiles. The
+             * 16-key groups with no valid pair for an m-tile's rows stay 0
+             * (the mask below turns them into -inf). */
+            float s[MT][TC_BC / 8][4];
+#pragma unroll
+            for (int t = 0; t < MT; t++)
+#pragma unroll
+                for (int n = 0; n < TC_BC / 8; n++)
+                    s[t][n][0] = s[t][n][1] = s[t][n][2] = s[t][n][3] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
 #pragma unroll
                 for (int np = 0; np < TC_BC / 16; np++) {
-                    if (!gpt_flash_tc_live(q0 + wr, k0 + np * 16, T))
+                    if (!tc_any_live<MT>(rt, k0 + np * 16, T))
                         continue;
                     uint32_t kb[4];
                     tc_ld_b(kb, sk, LD, np * 16, ks * 16);
-                    tc_mma(s[2 * np], qf[ks], kb[0], kb[1]);
-                    tc_mma(s[2 * np + 1], qf[ks], kb[2], kb[3]);
+#pragma unroll
+                    for (int t = 0; t < MT; t++) {
+                        if (!gpt_flash_tc_live(rt[t], k0 + np * 16, T))
+                            continue;
+                        tc_mma(s[t][2 * np], qf[t][ks], kb[0], kb[1]);
+                        tc_mma(s[t][2 * np + 1], qf[t][ks], kb[2], kb[3]);
+                    }
                 }
             }
-            /* Scale to log2 units, mask, and take the tile's row maxima. */
-            const bool mask = gpt_flash_tc_needs_mask(q0 + wr, TC_WR, k0, TC_BC, T);
-            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int n = 0; n < TC_BC / 8; n++) {
+            for (int t = 0; t < MT; t++) {
+                if (!gpt_flash_tc_live(rt[t], k0, T))
+                    continue; /* every score masked: nothing would change */
+                /* Scale to log2 units, mask, and take the tile's row maxima. */
+                const bool mask = gpt_flash_tc_needs_mask(rt[t], TC_WR, k0, TC_BC, T);
+                float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int i = e < 2 ? ia : ib, j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                    float x = s[n][e] * scale2;
-                    if (mask && (j > i || j >= T))
-                        x = -INFINITY;
-                    s[n][e] = x;
-                    mx[e / 2] = fmaxf(mx[e / 2], x);
+                for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = e < 2 ? ia[t] : ib[t],
+                                  j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                        float x = s[t][n][e] * scale2;
+                        if (mask && (j > i || j >= T))
+                            x = -INFINITY;
+                        s[t][n][e] = x;
+                        mx[e / 2] = fmaxf(mx[e / 2], x);
+                    }
+                }
+                float sub[2], alpha[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    alpha[r] = gpt_flash_tc_rescale(m[t][r], tc_quad_max(mx[r]), &m[t][r], &sub[r]);
+                l[t][0] *= alpha[0];
+                l[t][1] *= alpha[1];
+#pragma unroll
+                for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        s[t][n][e] = exp2f(s[t][n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
+                    l[t][0] += s[t][n][0] + s[t][n][1];
+                    l[t][1] += s[t][n][2] + s[t][n][3];
+                }
+#pragma unroll
+                for (int n = 0; n < HS / 8; n++) {
+                    o[t][n][0] *= alpha[0];
+                    o[t][n][1] *= alpha[0];
+                    o[t][n][2] *= alpha[1];
+                    o[t][n][3] *= alpha[1];
                 }
             }
-            float sub[2], alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                alpha[r] = gpt_flash_tc_rescale(m[r], tc_quad_max(mx[r]), &m[r], &sub[r]);
-            l[0] *= alpha[0];
-            l[1] *= alpha[1];
-#pragma unroll
-            for (int n = 0; n < TC_BC / 8; n++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[n][e] = exp2f(s[n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
-                l[0] += s[n][0] + s[n][1];
-                l[1] += s[n][2] + s[n][3];
-            }
-#pragma unroll
-            for (int n = 0; n < HS / 8; n++) {
-                o[n][0] *= alpha[0];
-                o[n][1] *= alpha[0];
-                o[n][2] *= alpha[1];
-                o[n][3] *= alpha[1];
-            }
-            /* o += P V: P (16 x 64) from the S registers, V (64 x HS); P
+            /* o += P V: P (16 x 64 per m-tile) from the S registers, V
+             * (64 x HS), each V fragment loaded once for the MT m-tiles; P
              * is 0 in the skipped groups. */
 #pragma unroll
             for (int kk = 0; kk < TC_BC / 16; kk++) {
-                if (!gpt_flash_tc_live(q0 + wr, k0 + kk * 16, T))
+                if (!tc_any_live<MT>(rt, k0 + kk * 16, T))
                     continue;
-                uint32_t pa[4];
-                tc_pack_a(pa, s, kk);
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int t = 0; t < MT; t++)
+                    tc_pack_a(pa[t], s[t], kk);
 #pragma unroll
                 for (int dp = 0; dp < HS / 16; dp++) {
                     uint32_t vb[4];
                     tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
-                    tc_mma(o[2 * dp], pa, vb[0], vb[1]);
-                    tc_mma(o[2 * dp + 1], pa, vb[2], vb[3]);
+#pragma unroll
+                    for (int t = 0; t < MT; t++) {
+                        if (!gpt_flash_tc_live(rt[t], k0 + kk * 16, T))
+                            continue;
+                        tc_mma(o[t][2 * dp], pa[t], vb[0], vb[1]);
+                        tc_mma(o[t][2 * dp + 1], pa[t], vb[2], vb[3]);
+                    }
                 }
             }
         }
         __syncthreads(); /* this stage is consumed before it is refilled */
     }
-    const int rows[2] = {ia, ib};
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float lt = tc_quad_sum(l[r]);
-        if (rows[r] >= T)
-            continue;
-        const float inv = 1.0f / lt;
-        const size_t at = ((size_t)b * T + rows[r]) * C + (size_t)h * HS + 2 * (lane % 4);
+    for (int t = 0; t < MT; t++) {
 #pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            tc_store2(out, out_bf, at + n * 8, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        if (lane % 4 == 0)
-            lse[(size_t)bh * T + rows[r]] = gpt_flash_tc_lse(m[r], lt);
+        for (int r = 0; r < 2; r++) {
+            const int row = r ? ib[t] : ia[t];
+            const float lt = tc_quad_sum(l[t][r]);
+            if (row >= T)
+                continue;
+            const float inv = 1.0f / lt;
+            const size_t at = ((size_t)b * T + row) * C + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+            for (int n = 0; n < HS / 8; n++)
+                tc_store2(out, out_bf, at + n * 8, o[t][n][2 * r] * inv, o[t][n][2 * r + 1] * inv);
+            if (lane % 4 == 0)
+                lse[(size_t)bh * T + row] = gpt_flash_tc_lse(m[t][r], lt);
+        }
     }
 }
 
@@ -1297,6 +1359,27 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
  * on the dQ turns' L2 traffic), ~50 TFLOP/s against the forward's ~140.
  * Which variant is fastest is for a GPU to say: tests/gpu/acceptance.sh
  * checks and times each. */
+/* m16 tiles per warp of the forward: GPTD_FLASH_FWD=m32 asks for two
+ * (flash_tc_forward_kernel's MT; head sizes up to 64), unset or "m16" for
+ * one. Read once; another value is named and ignored. */
+static int tc_fwd_mtiles(void)
+{
+    static std::atomic<int> mt{-1};
+    int v = mt.load(std::memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("GPTD_FLASH_FWD");
+        v = gpt_flash_tc_fwd_mtiles(e);
+        if (v < 0) {
+            fprintf(stderr,
+                    "gptd: GPTD_FLASH_FWD=%s is not a forward variant (m16, m32): running m16\n",
+                    e);
+            v = 1;
+        }
+        mt.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
 static enum gpt_flash_bwd tc_bwd_mode(void)
 {
     static std::atomic<int> mode{-1};
@@ -1428,11 +1511,20 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
                               float *lse, const uint16_t *qkv_bf, int T, int C, int NH,
                               float scale2)
 {
-    cudaError_t e = fa_smem_optin(flash_tc_forward_kernel<HS>, smem);
-    if (e != cudaSuccess)
-        return e;
-    flash_tc_forward_kernel<HS>
-        <<<grid, TC_FWD_THREADS, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
+    constexpr int MT_MAX = HS <= 64 ? 2 : 1; /* two m-tiles' registers fit up to hs 64 */
+    const int mt = tc_fwd_mtiles() > MT_MAX ? MT_MAX : tc_fwd_mtiles();
+    cudaError_t e;
+    if (mt == 2) {
+        auto *k = flash_tc_forward_kernel<HS, MT_MAX>;
+        if ((e = fa_smem_optin(k, smem)) != cudaSuccess)
+            return e;
+        k<<<grid, TC_FWD_THREADS / MT_MAX, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
+    } else {
+        if ((e = fa_smem_optin(flash_tc_forward_kernel<HS, 1>, smem)) != cudaSuccess)
+            return e;
+        flash_tc_forward_kernel<HS, 1>
+            <<<grid, TC_FWD_THREADS, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
+    }
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
