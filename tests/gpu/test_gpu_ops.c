@@ -19,7 +19,8 @@
  * accumulating the gradient in bf16 after a bf16 memzero, the encoder's
  * backward reading it); LayerNorm's backward at GPT-2's shape (its many
  * blocks, and blocks capped by the backend's scratch) and bit-identical
- * when repeated. The error of an
+ * when repeated; the token-embedding gradient bit for bit the sequential
+ * sum of each token's rows in position order. The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
  * check; exits 77 without a GPU.
