@@ -54,11 +54,12 @@ unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
 
 /* Floats of the CUDA backend's scratch (8 MiB, one per backend): the
  * two-pass column sums' and the single-pass LayerNorm backward's partial
- * sums, the encoder backward's links. Here so that the plan's tests and
- * the step recorder (bench/) size their plans as the backend does. Sized
- * for the LayerNorm backward: its 2 * blocks * C partials at GPT-2's
- * shape (1024 blocks at N = 16384, C = 768) take 1.5 M floats; 1 << 20
- * capped it at 682 blocks. */
+ * sums, the encoder backward's order of the positions by token and their
+ * counts (4 B*T ints). Here so that the plan's tests and the step
+ * recorder (bench/) size their plans as the backend does. Sized for the
+ * LayerNorm backward: its 2 * blocks * C partials at GPT-2's shape (1024
+ * blocks at N = 16384, C = 768) take 1.5 M floats; 1 << 20 capped it at
+ * 682 blocks. */
 #define GPT_CUDA_SCRATCH_FLOATS ((size_t)2 << 20)
 
 /* Warps per block of the single-pass LayerNorm backward, rows one block

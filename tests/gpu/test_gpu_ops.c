@@ -19,7 +19,8 @@
  * accumulating the gradient in bf16 after a bf16 memzero, the encoder's
  * backward reading it); LayerNorm's backward at GPT-2's shape (its many
  * blocks, and blocks capped by the backend's scratch) and bit-identical
- * when repeated. The error of an
+ * when repeated; the token-embedding gradient bit for bit the sequential
+ * sum of each token's rows in position order. The error of an
  * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
  * all ops and precisions are in the one table below. Prints one line per
  * check; exits 77 without a GPU.
@@ -80,6 +81,7 @@ static const struct {
     {"encoder_forward", "fp32", 1e-6},
     {"encoder_backward", "fp32", 1e-5},
     {"encoder_wte_deterministic", "fp32", 0.0}, /* 1 = two backward passes differ */
+    {"encoder_wte_exact", "fp32", 0.0},         /* 1 = not the sequential sum's bits */
     {"layernorm_deterministic", "fp32", 0.0},   /* 1 = two backward passes differ */
     {"layernorm_forward", "fp32", 2e-5},
     {"layernorm_backward", "fp32", 1e-4},
@@ -280,25 +282,47 @@ static void test_encoder(const struct shape *s, const char *tag)
 
 /* The token-embedding gradient at GPT-2's shape (B 8, T 1024, C 768,
  * vocabulary 50304): tokens drawn from the whole vocabulary (most
- * distinct, some repeated) and, in a second round, from 64 (long chains
- * of the same token); against the CPU, and two GPU passes into zeroed
- * buffers give the same bits (deterministic: no atomics). */
+ * distinct, some repeated) and from 64 (long segments of the same token);
+ * then B 7, T 1000 (27 chunks of the order's 256 positions and a partly
+ * filled one, four count slices, the last partial) with one token at a
+ * quarter of the positions and in a run of 1300 (~2700 in all), the rest
+ * once each. Against the CPU; two GPU passes into zeroed buffers give the
+ * same bits (deterministic: no atomics), and those bits are the
+ * sequential sum of each token's rows in position order, added to dwte
+ * once (the kernels' order since they were written: a change of kernels
+ * must keep it). */
 static void test_encoder_wte(void)
 {
-    const size_t B = 8, T = 1024, C = 768, Vp = 50304, BT = B * T;
-    int *tok = malloc(BT * sizeof(int));
-    if (!tok)
-        abort();
-    for (int round = 0; round < 2; round++) {
-        for (size_t i = 0; i < BT; i++)
-            tok[i] = (int)gpt_rng_below(&rng, round == 0 ? 50257 : 64);
+    static const struct {
+        size_t B, T;
+        int mode; /* 0: any of 50257 tokens, 1: of 64, 2: a frequent token and runs */
+        const char *tag;
+    } rounds[] = {
+        {8, 1024, 0, "B8 T1024 C768, 50257 tokens"},
+        {8, 1024, 1, "B8 T1024 C768, 64 tokens"},
+        {7, 1000, 2, "B7 T1000 C768, one token x ~2700"},
+    };
+    const size_t C = 768, Vp = 50304;
+    for (size_t round = 0; round < sizeof(rounds) / sizeof(rounds[0]); round++) {
+        size_t B = rounds[round].B, T = rounds[round].T, BT = B * T;
+        const char *tag = rounds[round].tag;
+        int *tok = malloc(BT * sizeof(int));
+        if (!tok)
+            abort();
+        for (size_t i = 0; i < BT; i++) {
+            if (rounds[round].mode == 2)
+                tok[i] = (i >= 1000 && i < 2300) || gpt_rng_below(&rng, 4) == 0
+                             ? 7
+                             : (int)(100 + i); /* 100 + i < 50257 */
+            else
+                tok[i] = (int)gpt_rng_below(&rng, rounds[round].mode == 0 ? 50257 : 64);
+        }
         int *tc, *tg;
         ints_new(tok, BT, &tc, &tg);
         struct pair wte = pair_new(Vp * C, -1, 1), wpe = pair_new(T * C, -1, 1);
         struct pair dout = pair_new(BT * C, -1, 1);
         gpt_backend_encoder_backward(cpu, wte.c, wpe.c, dout.c, tc, B, T, C);
         gpt_backend_encoder_backward(gpu, wte.g, wpe.g, dout.g, tg, B, T, C);
-        const char *tag = round == 0 ? "B8 T1024 C768, 50257 tokens" : "B8 T1024 C768, 64 tokens";
         check("encoder_backward", tag, &wte);
         check("encoder_backward", tag, &wpe);
         float *z[2], *zp[2], *h[2];
@@ -313,6 +337,20 @@ static void test_encoder_wte(void)
         }
         report("encoder_wte_deterministic", tag,
                memcmp(h[0], h[1], Vp * C * sizeof(float)) != 0 ? 1.0 : 0.0);
+        /* The sequential sums on the host (fp32 adds in position order). */
+        float *hd = malloc(BT * C * sizeof(float)), *acc = calloc(Vp * C, sizeof(float));
+        if (!hd || !acc)
+            abort();
+        check_rc(gpt_backend_download(cpu, hd, dout.c, BT * C * sizeof(float)), "download");
+        for (size_t q = 0; q < BT; q++)
+            for (size_t c = 0; c < C; c++)
+                acc[(size_t)tok[q] * C + c] += hd[q * C + c];
+        for (size_t i = 0; i < Vp * C; i++)
+            acc[i] = 0.0f + acc[i]; /* the one add into the zeroed dwte */
+        report("encoder_wte_exact", tag,
+               memcmp(h[0], acc, Vp * C * sizeof(float)) != 0 ? 1.0 : 0.0);
+        free(hd);
+        free(acc);
         for (int k = 0; k < 2; k++) {
             gpt_backend_mem_free(gpu, z[k]);
             gpt_backend_mem_free(gpu, zp[k]);
@@ -323,8 +361,8 @@ static void test_encoder_wte(void)
         pair_free(&dout);
         gpt_backend_mem_free(cpu, tc);
         gpt_backend_mem_free(gpu, tg);
+        free(tok);
     }
-    free(tok);
 }
 
 static void test_layernorm(size_t N, size_t C, const char *tag)

@@ -509,8 +509,8 @@ static void cuda_encoder_backward(struct gpt_backend *be, float *dwte, float *dw
         cu_f32(cb, dout, B * T * C * sizeof(float));
     cu_shd_wrote(cb, dwte, SIZE_MAX); /* rows by token id: up to the vocabulary's end */
     cu_shd_wrote(cb, dwpe, T * C * sizeof(float));
-    /* The scratch holds the positions' links (it keeps nothing across ops:
-     * they run in stream order). */
+    /* The scratch holds the positions' order by token and their counts
+     * (it keeps nothing across ops: they run in stream order). */
     cuk_encoder_backward(cb->compute, dwte, dwpe, dout, dob, inp, (int *)cb->scratch,
                          SCRATCH_FLOATS, B, T, C);
     cu_check(cb, "encoder_backward");

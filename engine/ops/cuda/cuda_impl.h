@@ -247,11 +247,12 @@ void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, c
  * The encoder's out may be NULL. */
 void cuk_encoder_forward(cudaStream_t s, float *out, uint16_t *out_bf, const int *inp,
                          const float *wte, const float *wpe, size_t B, size_t T, size_t C);
-/* links: scratch for links_cap ints (the positions' next of the same
- * token); B*T beyond it takes a slower scan with the same sums. */
+/* scratch: scratch_ints ints for the positions' order by token and their
+ * counts (4 B*T); B*T beyond a quarter of it takes a slower scan with the
+ * same sums. */
 void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float *dout,
-                          const uint16_t *dout_bf, const int *inp, int *links, size_t links_cap,
-                          size_t B, size_t T, size_t C);
+                          const uint16_t *dout_bf, const int *inp, int *scratch,
+                          size_t scratch_ints, size_t B, size_t T, size_t C);
 /* out may be NULL. */
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const uint16_t *inp_bf, const float *weight,
