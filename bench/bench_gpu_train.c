@@ -35,6 +35,26 @@
 #include "optim.h"
 #include "rng.h"
 
+/* The attention kernels' variants this process runs, as the CUDA backend
+ * reads GPTD_FLASH_BWD and GPTD_FLASH_FWD (flash_tc.h; a value it does not
+ * know runs the default), for the JSON lines: a row says what it timed. */
+static const char *flash_bwd_name(void)
+{
+    switch (gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD"))) {
+    case GPT_FLASH_BWD_SPLIT:
+        return "split";
+    case GPT_FLASH_BWD_TWOPASS:
+        return "twopass";
+    default:
+        return "fused";
+    }
+}
+
+static const char *flash_fwd_name(void)
+{
+    return gpt_flash_tc_fwd_mtiles(getenv("GPTD_FLASH_FWD")) == 2 ? "m32" : "m16";
+}
+
 static int gpu_main(int argc, char **argv);
 static int probe_main(void);
 
@@ -325,9 +345,11 @@ static int plan_main(size_t B, size_t T, const char *mode)
         }
     }
     printf("{\"bench\":\"gpu_train_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"B\":%zu,"
-           "\"T\":%zu,\"kernels\":%zu,\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"
+           "\"T\":%zu,\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"kernels\":%zu,"
+           "\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"
            "\"model_tflop_per_step\":%.3f,\"share\":{",
-           mode, B, T, nk, total * 1e3, mfu, model_flops / 1e12);
+           mode, B, T, flash_bwd_name(), flash_fwd_name(), nk, total * 1e3, mfu,
+           model_flops / 1e12);
     for (int c = 0, first = 1; c < GPT_KC_COUNT; c++) {
         printf("%s\"%s\":%.4f", first ? "" : ",", gpt_cuda_kclass_name((enum gpt_cuda_kclass)c),
                total > 0 ? by_class[c] / total : 0.0);
@@ -539,11 +561,12 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
                               loss};
     printf(
         "{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
-        "\"%s\",\"batch\":%zu,"
+        "\"%s\",\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"batch\":%zu,"
         "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
         "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"host_syncs_per_step\":%llu}\n",
-        row->mode, row->attn, B, T, steps, row->ms, row->tokens_s, row->tflops, row->mfu,
-        row->peak_gib, (double)loss, (unsigned long long)max_syncs);
+        row->mode, row->attn, flash_bwd_name(), flash_fwd_name(), B, T, steps, row->ms,
+        row->tokens_s, row->tflops, row->mfu, row->peak_gib, (double)loss,
+        (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",
