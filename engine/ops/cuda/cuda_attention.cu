@@ -674,8 +674,8 @@ template <int MT> __device__ __forceinline__ bool tc_any_live(const int *rt, int
  * instead of one (the 8-warp layout issues one ldmatrix per two mma, which
  * may bind on shared-memory bandwidth), for twice the accumulators per
  * thread and half the warps per SM. The same arithmetic per row. MT = 1
- * is the 8-warp kernel the H200 runs measured (its PTX has the same
- * instructions as before MT existed, in a slightly different order). */
+ * is the 8-warp kernel the H200 runs measured: its PTX is the same but
+ * for how one lane index is formed (the per-m-tile checks compile away). */
 template <int HS, int MT>
 __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
     flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
@@ -752,8 +752,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
                     tc_ld_b(kb, sk, LD, np * 16, ks * 16);
 #pragma unroll
                     for (int t = 0; t < MT; t++) {
-                        if (!gpt_flash_tc_live(rt[t], k0 + np * 16, T))
-                            continue;
+                        if (MT > 1 && !gpt_flash_tc_live(rt[t], k0 + np * 16, T))
+                            continue; /* (one m-tile: tc_any_live said it) */
                         tc_mma(s[t][2 * np], qf[t][ks], kb[0], kb[1]);
                         tc_mma(s[t][2 * np + 1], qf[t][ks], kb[2], kb[3]);
                     }
@@ -761,7 +761,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
             }
 #pragma unroll
             for (int t = 0; t < MT; t++) {
-                if (!gpt_flash_tc_live(rt[t], k0, T))
+                if (MT > 1 && !gpt_flash_tc_live(rt[t], k0, T))
                     continue; /* every score masked: nothing would change */
                 /* Scale to log2 units, mask, and take the tile's row maxima. */
                 const bool mask = gpt_flash_tc_needs_mask(rt[t], TC_WR, k0, TC_BC, T);
@@ -818,7 +818,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
                     tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
 #pragma unroll
                     for (int t = 0; t < MT; t++) {
-                        if (!gpt_flash_tc_live(rt[t], k0 + kk * 16, T))
+                        if (MT > 1 && !gpt_flash_tc_live(rt[t], k0 + kk * 16, T))
                             continue;
                         tc_mma(o[t][2 * dp], pa[t], vb[0], vb[1]);
                         tc_mma(o[t][2 * dp + 1], pa[t], vb[2], vb[3]);
