@@ -22,12 +22,17 @@ wait_for() {
     done
 }
 
-# free_port: a TCP port nobody listens on now (for endpoints that must be
-# fixed before a process starts, such as --rdzv).
+# free_port: a TCP port no socket uses now (for endpoints that must be
+# fixed before a process starts, such as --rdzv), below the kernel's
+# ephemeral range: a port in that range can be taken at any moment as the
+# local end of some outgoing connection (a concurrent test's client), and
+# the listen then fails with "address already in use" (seen in CI).
 free_port() {
-    local p
+    local p lo
+    read -r lo _ </proc/sys/net/ipv4/ip_local_port_range
+    ((lo > 12000)) || lo=32768 # an unusual range: keep to the old span's low end
     while :; do
-        p=$((20000 + RANDOM % 30000))
-        ss -Htln "sport = :$p" | has . || { echo "$p"; return; }
+        p=$((10000 + RANDOM % (lo - 10000)))
+        ss -Htan "sport = :$p" | has . || { echo "$p"; return; }
     done
 }

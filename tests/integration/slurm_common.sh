@@ -4,7 +4,7 @@
 # and killed by PID on exit. Needs root (slurmd runs jobs as their user).
 # After slurm_up: SLURM_CONF is exported and `sinfo` shows n1, n2 idle.
 slurm_up() { # DIR
-    local d=$1 port=$((17000 + RANDOM % 20000))
+    local d=$1 port=$((17000 + RANDOM % 15000)) # below the ephemeral range (lib.sh free_port)
     mkdir -p "$d/munge" "$d/spool" "$d/state" "$d/log"
     chmod 0755 "$d" # munged runs as munge and must reach its directory
     chown munge:munge "$d/munge" 2>/dev/null || true
