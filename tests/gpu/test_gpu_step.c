@@ -302,6 +302,7 @@ static void test_train(void)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the log keeps what came before an abort */
     int probed = gpu_test_gate();
     if (probed <= 0)
         return -probed;

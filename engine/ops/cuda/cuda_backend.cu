@@ -849,6 +849,19 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
  * Leaving bf16 frees the shadows. No rounding here is random: `seed` is
  * unused (the weights' bf16 copy is rounded to nearest, so that a resumed
  * run computes with the bits the interrupted one had). */
+
+/* The Lt products read cb->tf32; the cuBLAS fallbacks (strided-batched
+ * SGEMM) take the handle's math mode. Ops reach this through cb, not the
+ * accessor, so a test may run the backend under a copy of its vtable. */
+static void cu_set_tf32(struct gpt_cuda_backend *cb, int on)
+{
+    cb->tf32 = on != 0;
+    cu_check_blas(cb,
+                  GPT_CUBLAS(cublasSetMathMode)(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                             : CUBLAS_DEFAULT_MATH),
+                  "cublasSetMathMode");
+}
+
 static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t seed)
 {
     (void)seed;
@@ -862,9 +875,7 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     if (precision != 0 && precision != 1)
         return -EINVAL;
     cu_enter(cb);
-    /* The Lt products read cb->tf32; the cuBLAS fallbacks (strided-batched
-     * SGEMM) take the handle's math mode. */
-    gpt_cuda_backend_set_tf32(be, tf32);
+    cu_set_tf32(cb, tf32);
     pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
         cu_shd_free_all_locked(cb);
@@ -1076,12 +1087,7 @@ extern "C" int gpt_cuda_backend_device(const struct gpt_backend *be)
 
 extern "C" void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on)
 {
-    struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
-    cb->tf32 = on != 0;
-    cu_check_blas(cb,
-                  GPT_CUBLAS(cublasSetMathMode)(cb->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                             : CUBLAS_DEFAULT_MATH),
-                  "cublasSetMathMode");
+    cu_set_tf32((struct gpt_cuda_backend *)cu_const(be), on);
 }
 
 extern "C" void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be)
