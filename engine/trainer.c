@@ -400,6 +400,36 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
     return 0;
 }
 
+/* On a device backend (bf16 copies of device floats: cuda_backend.cu), two
+ * forwards and backwards of the next step's first micro-batch before the
+ * process's first step, their results discarded. That backend settles
+ * during a process's first passes: bf16 copies are made at their
+ * allocations' first reads (the first pass reads some values as fp32
+ * that later passes read as bf16), and producers learn in the second
+ * which outputs an fp32 reader needs. Without this a resumed process's
+ * first step would differ in the last bits from the same step of a run
+ * that went straight through (tests/gpu/acceptance.sh, resume). The
+ * gradients are overwritten by the step's first backward; the data
+ * cursor is not moved; the all-reduce hooks are not armed; sharding
+ * (whose passes are collectives) is left out. */
+static int trainer_settle(struct trainer *t)
+{
+    if (t->shard || !gpt_backend_device_memory(t->model.be))
+        return 0;
+    uint64_t first;
+    size_t n = trainer_batch_micro(&t->batch, 0, &first), b = n > 0 ? n : 1;
+    int rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, n > 0 ? first : t->batch.first, b,
+                                     t->inputs, t->targets);
+    for (int pass = 0; pass < 2 && rc >= 0; pass++) {
+        float loss;
+        rc = gpt_model_forward_train(&t->model, t->inputs, t->targets, b, t->T, 1.0f, &loss);
+        t->model.backward_async = 0;
+        if (rc >= 0)
+            rc = gpt_model_backward(&t->model, 1.0f);
+    }
+    return rc;
+}
+
 /* Rank 0's should_stop answer, agreed by the world. */
 static int agree_stop(struct trainer *t, int *ret_how)
 {
@@ -502,6 +532,9 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->batch.accum,
                t->B, t->T, ts->global_batch, (long long)t->max_steps);
 
+    if (t->st.step < t->max_steps && (rc = trainer_settle(t)) < 0)
+        return gpt_err_set(err, rc, NULL, "settling the backend before step %lld failed: %s",
+                           (long long)t->st.step + 1, gpt_strerror(rc));
     while (t->st.step < t->max_steps) {
         if ((rc = agree_stop(t, &how)) < 0)
             return gpt_err_set(err, rc, NULL, "collective failed: %s", gpt_strerror(rc));
