@@ -15,7 +15,9 @@
  * (full fp32), all with the fused flash attention where the plan allows
  * it (it does for GPT-2: head size 64). Prints one JSON line per mode
  * (tokens/s, ms/step, achieved TFLOP/s, MFU against the H200's dense bf16
- * rate of 989 TFLOP/s, peak device memory of the backend, last loss), then
+ * rate of 989 TFLOP/s, peak device memory of the backend, the last loss
+ * and step 2's: after one update, where backward variants that sum in
+ * another order still agree closely), then
  * a short table. Exits 77 when there is no GPU (or when built without
  * CUDA).
  */
@@ -40,7 +42,7 @@
  * know runs the default), for the JSON lines: a row says what it timed. */
 static const char *flash_bwd_name(void)
 {
-    switch (gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD"))) {
+    switch (gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"))) {
     case GPT_FLASH_BWD_SPLIT:
         return "split";
     case GPT_FLASH_BWD_TWOPASS:
@@ -247,7 +249,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * redo work, less that they miss some. With GPTD_FLASH_BWD=twopass,
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
      * and D once per row. */
-    const int twopass = gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_TWOPASS;
+    const int twopass = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_TWOPASS;
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
     double per_pair = twopass ? 18.0 : 14.0;
     double d_flops = twopass ? 12.0 * B * T * 768 * 2.0
@@ -507,7 +509,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         y[i] = (int)gpt_rng_below(&rng, 50257);
     }
     double total = 0;
-    float loss = 0;
+    float loss = 0, loss2 = 0; /* the last step's, step 2's (after one update) */
     /* Device memory held after step 2 and after the timed steps: the goal
      * is none allocated after step 2. */
     size_t bytes_step2 = 0, bytes_steps = 0, peak;
@@ -519,8 +521,10 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
             break;
         if (s >= 0)
             total += now_s() - t0;
-        if (s == 1 - WARMUP)
+        if (s == 1 - WARMUP) {
             gpt_cuda_backend_mem_stats(be, &bytes_step2, &peak);
+            loss2 = loss;
+        }
         uint64_t syncs = gpt_cuda_backend_host_syncs(be) - syncs0;
         max_syncs = syncs > max_syncs ? syncs : max_syncs;
     }
@@ -559,14 +563,14 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
                               flops / step_s / PEAK_FLOPS,
                               (double)peak / (double)(1ull << 30),
                               loss};
-    printf(
-        "{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
-        "\"%s\",\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"batch\":%zu,"
-        "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
-        "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"host_syncs_per_step\":%llu}\n",
-        row->mode, row->attn, flash_bwd_name(), flash_fwd_name(), B, T, steps, row->ms,
-        row->tokens_s, row->tflops, row->mfu, row->peak_gib, (double)loss,
-        (unsigned long long)max_syncs);
+    printf("{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
+           "\"%s\",\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"batch\":%zu,"
+           "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
+           "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"loss_step2\":%.9g,"
+           "\"host_syncs_per_step\":%llu}\n",
+           row->mode, row->attn, flash_bwd_name(), flash_fwd_name(), B, T, steps, row->ms,
+           row->tokens_s, row->tflops, row->mfu, row->peak_gib, (double)loss, (double)loss2,
+           (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",

@@ -87,21 +87,34 @@
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
 /* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
- * them: the fused pass (unset or "fused"), "split" (the fused pass in two
- * query parts, three blocks per SM up to hs 64; the same bits) and
- * "twopass" (a dQ pass, then dK/dV). -1 for any other value: the caller
- * says so and takes the fused pass. Host only. */
+ * them: "twopass" (unset: a dQ pass, then dK/dV; the default since the
+ * third H200 run timed it at 10.3 ms of attention per B=16 step against
+ * the fused pass's 17.6), "fused" (one pass, dQ shares added in a fixed
+ * turn order) and "split" (the fused pass in two query parts, three
+ * blocks per SM up to hs 64; the fused pass's bits). -1 for any other
+ * value: the caller says so and takes the default. Host only. */
 enum gpt_flash_bwd { GPT_FLASH_BWD_FUSED, GPT_FLASH_BWD_SPLIT, GPT_FLASH_BWD_TWOPASS };
+#define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
 
 static inline int gpt_flash_tc_bwd_variant(const char *env)
 {
-    if (!env || strcmp(env, "fused") == 0)
+    if (!env)
+        return GPT_FLASH_BWD_DEFAULT;
+    if (strcmp(env, "fused") == 0)
         return GPT_FLASH_BWD_FUSED;
     if (strcmp(env, "split") == 0)
         return GPT_FLASH_BWD_SPLIT;
     if (strcmp(env, "twopass") == 0)
         return GPT_FLASH_BWD_TWOPASS;
     return -1;
+}
+
+/* The variant the backend runs for GPTD_FLASH_BWD's value (an unknown
+ * one runs the default), for the cost model and the benchmark's rows. */
+static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
+{
+    int v = gpt_flash_tc_bwd_variant(env);
+    return v < 0 ? GPT_FLASH_BWD_DEFAULT : (enum gpt_flash_bwd)v;
 }
 
 /* The forward's m16 tiles per warp, as GPTD_FLASH_FWD names them: 1 (unset

@@ -26,8 +26,8 @@
 # peak memory, the device memory that steps after the second and an eval
 # at half the batch add: must be none, and one step's GPU time by kernel
 # class from CUDA events per op) beside the cost model's prediction
-# (bench_gpu_train --plan); the attention backward's variants
-# (GPTD_FLASH_BWD=split and twopass): their ops and B=16;
+# (bench_gpu_train --plan); the attention kernels' variants
+# (GPTD_FLASH_BWD=fused and split, GPTD_FLASH_FWD=m32): their ops and B=16;
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (every 10-step window's mean loss after the
 # warm-up within 2%); resume from a snapshot in a new process, bitwise
@@ -205,18 +205,22 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
 done
 
 # ---- the attention kernels' variants -----------------------------------------
-# GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): split, the fused pass in
-# two query parts at three blocks per multiprocessor (the same bits: the
-# same loss as the default's); twopass, a dQ pass and a dK/dV pass with no
-# block waiting on another (dq summed in another order: the loss within
-# 1e-3, relative, of the default's after 10 steps). GPTD_FLASH_FWD=m32:
-# the forward with 4 warps of 32 rows (the same bits). Each one's ops
-# against the CPU (test_gpu_ops: tolerances, the tensor-core path, two
-# backward calls with the same bits), then B=16 beside the default's row:
-# the fastest that passes should become the default.
+# GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): the default is twopass
+# (a dQ pass, then a dK/dV pass, no block waiting on another); fused, one
+# pass whose dQ shares are added in a fixed turn order; split, the fused
+# pass in two query parts at three blocks per multiprocessor (the fused
+# pass's bits). GPTD_FLASH_FWD=m32: the forward with 4 warps of 32 rows
+# (the same bits as m16). Each one's ops against the CPU (test_gpu_ops:
+# tolerances, the tensor-core path, each variant against the fused pass
+# on the same inputs), then B=16 beside the default's row. Step 2's loss
+# (after one update) within 1e-4, relative, of the default's for the
+# backward variants (dq summed in another order; by step 10 AdamW and
+# bf16 rounding have amplified that to ~1%), and equal for m32 (the same
+# bits everywhere: its 10th step's loss too).
+l2_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss_step2":\([0-9.eE+-]*\).*/\1/p' | tail -1)
 loss_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' | tail -1)
 ms_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p' | tail -1)
-for SET in GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m32; do
+for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=split GPTD_FLASH_FWD=m32; do
     V=${SET#*=}
     run "${V}_ops" 70 "$OUT/${V}_ops.log" env "$SET" OMP_NUM_THREADS=4 \
         "$BUILD/tests/test_gpu_ops"
@@ -231,14 +235,16 @@ for SET in GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m32; do
     ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
     attb=$(echo "$OPS" | sed -n 's/.*"cuda_attention_backward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
     loss=$(echo "$MEAS" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p')
-    tol=0
-    [ "$V" = twopass ] && tol=1e-3
-    same=$(python3 -c 'import sys; a, b, t = sys.argv[1:]; print(int(abs(float(a) - float(b)) <= float(t) * abs(float(b))))' \
-        "${loss:-nan}" "${loss_def:-nan}" "$tol" 2>/dev/null)
+    l2=$(echo "$MEAS" | sed -n 's/.*"loss_step2":\([0-9.eE+-]*\).*/\1/p')
+    tol=1e-4
+    [ "$V" = m32 ] && tol=0
+    same=$(python3 -c 'import sys; a, b, c, d, t = sys.argv[1:]; t = float(t)
+ok = abs(float(a) - float(b)) <= t * abs(float(b)) and (t > 0 or float(c) == float(d))
+print(int(ok))' "${l2:-nan}" "${l2_def:-nan}" "${loss:-nan}" "${loss_def:-nan}" "$tol" 2>/dev/null)
     if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$same" != 1 ]; then
-        row "${V}_b16" FAIL "$SECS" "loss ${loss:-?} after 10 steps, the default's ${loss_def:-?} (tolerance $tol)"
+        row "${V}_b16" FAIL "$SECS" "step 2 loss ${l2:-?}, the default's ${l2_def:-?} (tolerance $tol); step 10 ${loss:-?}, ${loss_def:-?}"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
-        row "${V}_b16" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), attention backward ${attb:-?} ms, loss ${loss} (default ${loss_def})"
+        row "${V}_b16" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), attention backward ${attb:-?} ms, step 2 loss ${l2} (default ${l2_def}), step 10 ${loss} (${loss_def})"
     else
         row "${V}_b16" FAIL "$SECS" "rc $RC ($OUT/${V}_b16.log)"
     fi
@@ -332,12 +338,13 @@ if [ -x "$SAN" ] && [ -r "$DATA" ]; then
  "trainer": {"max_steps": 2, "micro_batch": 4, "global_batch": 4, "log_every": 1,
              "eval_every": 0, "eval_batches": 1}}
 EOF
-    # memcheck and racecheck with the default attention kernels, then
-    # memcheck with the variants (the two-pass backward's dQ pass reads
-    # dout and out rows straight from global memory; the 32-row forward).
+    # memcheck and racecheck with the default attention kernels (the
+    # two-pass backward's dQ pass reads dout and out rows straight from
+    # global memory), then memcheck with the variants (the fused backward
+    # and the 32-row forward).
     for TOOL in memcheck racecheck memcheck_variants; do
-        V="GPTD_FLASH_BWD=fused GPTD_FLASH_FWD=m16"
-        [ "$TOOL" = memcheck_variants ] && V="GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m32"
+        V="GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m16"
+        [ "$TOOL" = memcheck_variants ] && V="GPTD_FLASH_BWD=fused GPTD_FLASH_FWD=m32"
         # shellcheck disable=SC2086 # V is two assignments
         run "$TOOL" 35 "$OUT/$TOOL.log" env $V "$SAN" \
             --tool "${TOOL%_variants}" --error-exitcode 3 \
@@ -365,18 +372,15 @@ fi
 # Nsight Compute over the kernels still short of the cost model (one
 # step's worth of launches: 25 LayerNorm forwards and 25 backwards with
 # their sums, 12 attention forwards and 12 or 24 backward passes, the
-# cross-entropy, AdamW), with the
-# fused attention backward and the two-pass one: time, occupancy and
-# registers per kernel in the table, the sections (with warp stalls) in
-# the CSV, so that the next change to them starts from numbers. SKIP
-# where ncu is missing or refused (the counters need permission).
+# cross-entropy, AdamW), with the default attention kernels (the
+# two-pass backward, the m16 forward): time, occupancy and registers per
+# kernel in the table, the sections (with warp stalls) in the CSV, so
+# that the next change to them starts from numbers. SKIP where ncu is
+# missing or refused (the counters need permission).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
-    for V in fused twopass; do
-        # the default kernels, then the variants: the two-pass backward and
-        # the 32-row forward
+    for V in twopass; do
         FWD=m16
-        [ "$V" = twopass ] && FWD=m32
         run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V GPTD_FLASH_FWD=$FWD \
             "$NCU" --csv --page details \
             --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \

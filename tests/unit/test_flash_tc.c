@@ -689,13 +689,17 @@ static void test_smem_and_offsets(void **state)
 static void test_bwd_variant(void **state)
 {
     (void)state;
-    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_FUSED);
+    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_TWOPASS);
     assert_int_equal(gpt_flash_tc_bwd_variant("fused"), GPT_FLASH_BWD_FUSED);
     assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass"), GPT_FLASH_BWD_TWOPASS);
     const char *bad[] = {"", "Split", "twopass ", "two", "splitx", "fused\n"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
+        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);
+    }
+    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
+    assert_int_equal(gpt_flash_tc_bwd_runs("fused"), GPT_FLASH_BWD_FUSED);
     /* GPTD_FLASH_FWD: m16 tiles per warp. */
     assert_int_equal(gpt_flash_tc_fwd_mtiles(NULL), 1);
     assert_int_equal(gpt_flash_tc_fwd_mtiles("m16"), 1);

@@ -1350,22 +1350,24 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
 }
 
 /* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
- * (read once): the fused pass (default); "split": its tiles in two query
+ * (read once): "twopass" (default): a dQ pass, then the dK/dV pass
+ * without the ordered dQ shares (flash_tc.h); "fused": one pass, its dQ
+ * shares added in turn; "split": the fused pass's tiles in two query
  * parts, three blocks per multiprocessor instead of two (head sizes up to
- * 64; the same bits; 168 registers at hs 64, no spills); "twopass": a dQ
- * pass, then the dK/dV pass without the ordered dQ shares (flash_tc.h).
- * The first H200 runs measured the fused pass at 12% occupancy and
- * latency-bound (81% of cycles without an eligible warp, 40% of stalls
- * on the dQ turns' L2 traffic), ~50 TFLOP/s against the forward's ~140.
- * Which variant is fastest is for a GPU to say: tests/gpu/acceptance.sh
- * checks and times each. */
-/* m16 tiles per warp of the forward: GPTD_FLASH_FWD=m32 asks for two
+ * 64; the fused pass's bits). The first H200 runs measured the fused pass
+ * at 12% occupancy and latency-bound (81% of cycles without an eligible
+ * warp, 40% of stalls on the dQ turns' L2 traffic), 456 us a call at
+ * B=16 against the two passes' 118 + 161 (third run, ncu).
+ * m16 tiles per warp of the forward: GPTD_FLASH_FWD=m32 asks for two
  * (flash_tc_forward_kernel's MT; head sizes up to 64), unset or "m16" for
- * one. Read once; another value is named and ignored. */
+ * one (the third run: 87 us a call against m32's 137, 219 registers and
+ * half the warps). Read once; another value is named and ignored.
+ * tests/gpu/acceptance.sh checks and times each variant. */
+static std::atomic<int> tc_fwd_mt{-1}, tc_bwd_v{-1}; /* -1: not read yet */
+
 static int tc_fwd_mtiles(void)
 {
-    static std::atomic<int> mt{-1};
-    int v = mt.load(std::memory_order_relaxed);
+    int v = tc_fwd_mt.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("GPTD_FLASH_FWD");
         v = gpt_flash_tc_fwd_mtiles(e);
@@ -1375,28 +1377,33 @@ static int tc_fwd_mtiles(void)
                     e);
             v = 1;
         }
-        mt.store(v, std::memory_order_relaxed);
+        tc_fwd_mt.store(v, std::memory_order_relaxed);
     }
     return v;
 }
 
 static enum gpt_flash_bwd tc_bwd_mode(void)
 {
-    static std::atomic<int> mode{-1};
-    int v = mode.load(std::memory_order_relaxed);
+    int v = tc_bwd_v.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("GPTD_FLASH_BWD");
         v = gpt_flash_tc_bwd_variant(e);
         if (v < 0) {
             fprintf(stderr,
-                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (fused, split, "
-                    "twopass): running the fused one\n",
+                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (twopass, fused, "
+                    "split): running twopass\n",
                     e);
-            v = GPT_FLASH_BWD_FUSED;
+            v = GPT_FLASH_BWD_DEFAULT;
         }
-        mode.store(v, std::memory_order_relaxed);
+        tc_bwd_v.store(v, std::memory_order_relaxed);
     }
     return (enum gpt_flash_bwd)v;
+}
+
+extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd_mtiles)
+{
+    tc_bwd_v.store(bwd, std::memory_order_relaxed);
+    tc_fwd_mt.store(fwd_mtiles, std::memory_order_relaxed);
 }
 
 template <int HS, int SPLIT>
