@@ -47,6 +47,8 @@ static const char *flash_bwd_name(void)
         return "split";
     case GPT_FLASH_BWD_TWOPASS:
         return "twopass";
+    case GPT_FLASH_BWD_TWOPASS4:
+        return "twopass4";
     default:
         return "fused";
     }
@@ -249,7 +251,8 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * redo work, less that they miss some. With GPTD_FLASH_BWD=twopass,
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
      * and D once per row. */
-    const int twopass = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_TWOPASS;
+    const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+    const int twopass = bv == GPT_FLASH_BWD_TWOPASS || bv == GPT_FLASH_BWD_TWOPASS4;
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
     double per_pair = twopass ? 18.0 : 14.0;
     double d_flops = twopass ? 12.0 * B * T * 768 * 2.0

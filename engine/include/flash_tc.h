@@ -33,8 +33,8 @@
  * of the 16 x 16 (rows, keys) groups that hold no valid pair
  * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
- * Two passes instead (GPTD_FLASH_BWD=twopass, opt-in until a GPU has
- * timed it): a dQ pass with the forward's blocks (128 query rows, key
+ * Two passes instead (GPTD_FLASH_BWD=twopass, the default since an
+ * H200 timed them against the fused pass): a dQ pass with the forward's blocks (128 query rows, key
  * tiles of BC) that takes D once per row, keeps it in the backward's
  * scratch and accumulates dq in registers, then the dK/dV pass above
  * without the dQ share, reading D like the logsumexp. S and dP are
@@ -89,11 +89,18 @@
 /* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
  * them: "twopass" (unset: a dQ pass, then dK/dV; the default since the
  * third H200 run timed it at 10.3 ms of attention per B=16 step against
- * the fused pass's 17.6), "fused" (one pass, dQ shares added in a fixed
- * turn order) and "split" (the fused pass in two query parts, three
- * blocks per SM up to hs 64; the fused pass's bits). -1 for any other
- * value: the caller says so and takes the default. Host only. */
-enum gpt_flash_bwd { GPT_FLASH_BWD_FUSED, GPT_FLASH_BWD_SPLIT, GPT_FLASH_BWD_TWOPASS };
+ * the fused pass's 17.6), "twopass4" (the same bits, its dK/dV pass at
+ * four blocks per SM instead of three up to hs 64), "fused" (one pass,
+ * dQ shares added in a fixed turn order) and "split" (the fused pass in
+ * two query parts, three blocks per SM up to hs 64; the fused pass's
+ * bits). -1 for any other value: the caller says so and takes the
+ * default. Host only. */
+enum gpt_flash_bwd {
+    GPT_FLASH_BWD_FUSED,
+    GPT_FLASH_BWD_SPLIT,
+    GPT_FLASH_BWD_TWOPASS,
+    GPT_FLASH_BWD_TWOPASS4
+};
 #define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
 
 static inline int gpt_flash_tc_bwd_variant(const char *env)
@@ -106,6 +113,8 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
         return GPT_FLASH_BWD_SPLIT;
     if (strcmp(env, "twopass") == 0)
         return GPT_FLASH_BWD_TWOPASS;
+    if (strcmp(env, "twopass4") == 0)
+        return GPT_FLASH_BWD_TWOPASS4;
     return -1;
 }
 

@@ -693,7 +693,9 @@ static void test_bwd_variant(void **state)
     assert_int_equal(gpt_flash_tc_bwd_variant("fused"), GPT_FLASH_BWD_FUSED);
     assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass"), GPT_FLASH_BWD_TWOPASS);
-    const char *bad[] = {"", "Split", "twopass ", "two", "splitx", "fused\n"};
+    assert_int_equal(gpt_flash_tc_bwd_variant("twopass4"), GPT_FLASH_BWD_TWOPASS4);
+    const char *bad[] = {"",       "Split",   "twopass ", "two",
+                         "splitx", "fused\n", "twopass3", "twopass44"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
         assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);

@@ -882,8 +882,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
  * initial one (K, V, Q, dO, O of the first tile), then per tile the next
  * tile's (Q, dO) at its top and the next tile's O after D, so the
  * wait_group 1 at a tile's top leaves only the newest (Q, dO) in flight. */
-template <int HS, int SPLIT, bool DQ>
-__global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
+template <int HS, int SPLIT, bool DQ, int MINB = (SPLIT > 1 ? 3 : 0)>
+__global__ void __launch_bounds__(TC_THREADS, MINB)
     flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const float *Dg,
                         const uint16_t *dob, const uint16_t *ob, const uint16_t *qkv,
                         const float *lse, int T, int C, int NH, float scale, float scale2)
@@ -1149,7 +1149,7 @@ __global__ void __launch_bounds__(TC_THREADS, SPLIT > 1 ? 3 : 0)
  * GPTD_FLASH_BWD=twopass (flash_tc.h): dq in a pass of its own, laid out
  * as the forward (grid (ceil(T / 128), B*NH), 8 warps, block x owns query
  * block x_blocks - 1 - x, warp w rows q0 + 16 w .., lane l rows ia and
- * ib = ia + 8), then flash_tc_bwd_kernel<HS, 1, false> for dk and dv.
+ * ib = ia + 8), then flash_tc_bwd_kernel<HS, SPLIT, false> for dk and dv.
  * While the first tiles load, each warp takes D = dO . O of its 16 rows
  * from global memory (bf16, two lanes a row, 16-byte loads; rows past T:
  * 0) and stores it to Dg for the dK/dV pass. Per key tile: S = Q K^T and
@@ -1357,7 +1357,12 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
  * 64; the fused pass's bits). The first H200 runs measured the fused pass
  * at 12% occupancy and latency-bound (81% of cycles without an eligible
  * warp, 40% of stalls on the dQ turns' L2 traffic), 456 us a call at
- * B=16 against the two passes' 118 + 161 (third run, ncu).
+ * B=4 against the two passes' 118 + 161 (third run, ncu); "twopass4":
+ * the two passes with the dK/dV pass at four blocks of 4 warps per SM
+ * instead of three up to hs 64 (__launch_bounds__ caps it at 128
+ * registers, no spills; the PTX is the three-block kernel's, so the same
+ * bits), for the next GPU run to time: ncu found that pass latency-bound
+ * at 16% occupancy.
  * m16 tiles per warp of the forward: GPTD_FLASH_FWD=m32 asks for two
  * (flash_tc_forward_kernel's MT; head sizes up to 64), unset or "m16" for
  * one (the third run: 87 us a call against m32's 137, 219 registers and
@@ -1390,8 +1395,8 @@ static enum gpt_flash_bwd tc_bwd_mode(void)
         v = gpt_flash_tc_bwd_variant(e);
         if (v < 0) {
             fprintf(stderr,
-                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (twopass, fused, "
-                    "split): running twopass\n",
+                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (twopass, twopass4, "
+                    "fused, split): running twopass\n",
                     e);
             v = GPT_FLASH_BWD_DEFAULT;
         }
@@ -1445,6 +1450,9 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
 {
     constexpr int SPLIT = HS <= 64 ? 2 : 1;
     auto *dkv = flash_tc_bwd_kernel<HS, SPLIT, false>;
+    if constexpr (SPLIT > 1) /* GPTD_FLASH_BWD=twopass4: four dK/dV blocks per SM */
+        if (tc_bwd_mode() == GPT_FLASH_BWD_TWOPASS4)
+            dkv = flash_tc_bwd_kernel<HS, SPLIT, false, 4>;
     const size_t smem_dq = gpt_flash_tc_smem_dq(HS), smem_dkv = gpt_flash_tc_smem_dkv(HS);
     cudaError_t e;
     if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, smem_dq)) != cudaSuccess ||
@@ -1479,7 +1487,7 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
     const enum gpt_flash_bwd mode = tc_bwd_mode();
-    if (mode == GPT_FLASH_BWD_TWOPASS)
+    if (mode == GPT_FLASH_BWD_TWOPASS || mode == GPT_FLASH_BWD_TWOPASS4)
         return tc_backward_twopass<HS>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf,
                                        lse, B, T, C, NH);
     size_t smem = gpt_flash_tc_smem_bwd(HS);
