@@ -789,7 +789,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
                 for (int n = 0; n < TC_BC / 8; n++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        s[t][n][e] = exp2f(s[t][n][e] - sub[e / 2]); /* masked: exp2(-inf) = 0 */
+                        s[t][n][e] = cu_exp2_ftz(s[t][n][e] - sub[e / 2]); /* masked: 2^-inf = 0 */
                     l[t][0] += s[t][n][0] + s[t][n][1];
                     l[t][1] += s[t][n][2] + s[t][n][3];
                 }
@@ -1036,7 +1036,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
                 for (int e = 0; e < 4; e++) {
                     const int j = e < 2 ? ja : jb, c = q0 + n * 8 + 2 * (lane % 4) + (e & 1),
                               i = i0 + c;
-                    float p = exp2f(s[n][e] * scale2 - sl[c]);
+                    float p = cu_exp2_ftz(s[n][e] * scale2 - sl[c]);
                     if (mask && (i < j || i >= T || j >= T))
                         p = 0.0f;
                     s[n][e] = p;                       /* P^T */
@@ -1268,7 +1268,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e / 2, i = r ? ib : ia, j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
-                    float p = exp2f(s[n][e] * scale2 - lr[r]);
+                    float p = cu_exp2_ftz(s[n][e] * scale2 - lr[r]);
                     if (mask && (j > i || i >= T || j >= T))
                         p = 0.0f;
                     s[n][e] = p * (dp[n][e] - dr[r]); /* dS */

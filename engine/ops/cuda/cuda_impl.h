@@ -113,6 +113,21 @@ static inline struct gpt_cuda_backend *cu(struct gpt_backend *be)
     return (struct gpt_cuda_backend *)be;
 }
 
+/* ---- device helpers -------------------------------------------------------- */
+
+/* 2^x with MUFU.EX2 alone: exp2f adds a range test and two multiplies
+ * per call to keep results below 2^-126 (subnormal) exact. The softmax
+ * kernels (cross-entropy, the tensor-core attention) call it on x <= 0
+ * relative to a row's largest term, which is 1: terms under 1e-38 of it
+ * are flushed to 0, which changes neither a row sum of terms near 1, nor
+ * an fp32 accumulator of P V, nor a bf16 gradient. */
+static __device__ __forceinline__ float cu_exp2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 static inline void cu_record(struct gpt_cuda_backend *cb, const char *what, const char *detail)

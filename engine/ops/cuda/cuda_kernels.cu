@@ -1280,18 +1280,6 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     }
 }
 
-/* 2^x with MUFU.EX2 alone: exp2f adds a range test and two multiplies
- * per call to keep results below 2^-126 (subnormal) exact; here those
- * are softmax terms under 1e-38 of a row's largest, flushed to 0, which
- * changes neither a sum of tens of thousands of terms near 1 nor a bf16
- * gradient. */
-static __device__ __forceinline__ float xent_exp2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* The eight columns of a 16-byte chunk of a bf16 row as floats. */
 static __device__ __forceinline__ void xent_unpack8(float x[8], uint4 u)
 {
@@ -1311,7 +1299,7 @@ static __device__ __forceinline__ void xent_unpack8(float x[8], uint4 u)
  * on an H200 at GPT-2's vocabulary. This one measured 2x its memory time
  * there, compute-bound (76%): the padding test (column < V) and the
  * target test (column == t) now run only in the one chunk that needs
- * them, and exp2 is MUFU.EX2 alone (xent_exp2), ~20 instructions per
+ * them, and exp2 is MUFU.EX2 alone (cu_exp2_ftz), ~20 instructions per
  * column down to ~12. Needs Vp % 8 == 0 and 16-byte aligned rows
  * (xent_vec_ok). STAGE: as softmax_xent_kernel, the row kept in shared
  * memory between the passes. */
@@ -1354,13 +1342,13 @@ __global__ void __launch_bounds__(XENT_THREADS)
         if (cm == -INFINITY)
             continue; /* padding only */
         if (cm > m) {
-            sum *= xent_exp2((m - cm) * GPT_FLASH_LOG2E);
+            sum *= cu_exp2_ftz((m - cm) * GPT_FLASH_LOG2E);
             m = cm;
         }
         const float ml = m * GPT_FLASH_LOG2E;
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            sum += xent_exp2(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
+            sum += cu_exp2_ftz(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
     }
     block_online(m, sum);
     if (losses && threadIdx.x == 0)
@@ -1374,7 +1362,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
         xent_unpack8(x, STAGE ? srow[q] : row[q]);
 #pragma unroll
         for (int c = 0; c < 8; c++) {
-            e[c] = xent_exp2(fmaf(x[c], GPT_FLASH_LOG2E, -ml));
+            e[c] = cu_exp2_ftz(fmaf(x[c], GPT_FLASH_LOG2E, -ml));
             d[c] = e[c] * k;
         }
         if (8 * q + 8 > V || (size_t)t - 8 * q < 8) { /* padding, or the target */
