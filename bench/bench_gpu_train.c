@@ -56,7 +56,14 @@ static const char *flash_bwd_name(void)
 
 static const char *flash_fwd_name(void)
 {
-    return gpt_flash_tc_fwd_mtiles(getenv("GPTD_FLASH_FWD")) == 2 ? "m32" : "m16";
+    switch (gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"))) {
+    case GPT_FLASH_FWD_M32:
+        return "m32";
+    case GPT_FLASH_FWD_K32:
+        return "k32";
+    default:
+        return "m16";
+    }
 }
 
 static int gpu_main(int argc, char **argv);

@@ -126,15 +126,22 @@ static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
     return v < 0 ? GPT_FLASH_BWD_DEFAULT : (enum gpt_flash_bwd)v;
 }
 
-/* The forward's m16 tiles per warp, as GPTD_FLASH_FWD names them: 1 (unset
- * or "m16": 8 warps of 16 rows) or 2 ("m32": 4 warps of 32 rows, head
- * sizes up to 64); -1 for any other value. Host only. */
-static inline int gpt_flash_tc_fwd_mtiles(const char *env)
+/* The forward's variants, as GPTD_FLASH_FWD names them: GPT_FLASH_FWD_M16
+ * (unset or "m16": 8 warps of 16 rows, 64-key steps), GPT_FLASH_FWD_M32
+ * ("m32": 4 warps of two m16 tiles; the same bits) and GPT_FLASH_FWD_K32
+ * ("k32": 8 warps of 16 rows, each 64-key tile in two online-softmax steps
+ * of 32 keys, so that three blocks fit an SM's registers); the variants
+ * only up to head size 64. -1 for any other value. Host only. */
+enum gpt_flash_fwd { GPT_FLASH_FWD_M16 = 1, GPT_FLASH_FWD_M32 = 2, GPT_FLASH_FWD_K32 = 3 };
+
+static inline int gpt_flash_tc_fwd_variant(const char *env)
 {
     if (!env || strcmp(env, "m16") == 0)
-        return 1;
+        return GPT_FLASH_FWD_M16;
     if (strcmp(env, "m32") == 0)
-        return 2;
+        return GPT_FLASH_FWD_M32;
+    if (strcmp(env, "k32") == 0)
+        return GPT_FLASH_FWD_K32;
     return -1;
 }
 

@@ -27,8 +27,8 @@
 # at half the batch add: must be none, and one step's GPU time by kernel
 # class from CUDA events per op) beside the cost model's prediction
 # (bench_gpu_train --plan); the attention kernels' variants
-# (GPTD_FLASH_BWD=fused, split and twopass4, GPTD_FLASH_FWD=m32): their ops
-# and B=16;
+# (GPTD_FLASH_BWD=fused, split and twopass4, GPTD_FLASH_FWD=m32 and k32):
+# their ops and B=16;
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (every 10-step window's mean loss after the
 # warm-up within 2%); resume from a snapshot in a new process, bitwise
@@ -212,7 +212,9 @@ done
 # pass in two query parts at three blocks per multiprocessor (the fused
 # pass's bits); twopass4, the default with its dK/dV pass at four blocks
 # per multiprocessor (the default's bits). GPTD_FLASH_FWD=m32: the
-# forward with 4 warps of 32 rows (the same bits as m16). Each one's ops against the CPU (test_gpu_ops:
+# forward with 4 warps of 32 rows (the same bits as m16); k32: 8 warps of
+# 16 rows in online-softmax steps of 32 keys, three blocks per
+# multiprocessor (another rounding: like the backward variants). Each one's ops against the CPU (test_gpu_ops:
 # tolerances, the tensor-core path, each variant against the fused pass
 # on the same inputs), then B=16 beside the default's row. Step 2's loss
 # (after one update) within 1e-4, relative, of the default's for the
@@ -222,7 +224,8 @@ done
 l2_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss_step2":\([0-9.eE+-]*\).*/\1/p' | tail -1)
 loss_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' | tail -1)
 ms_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p' | tail -1)
-for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass4 GPTD_FLASH_FWD=m32; do
+for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass4 GPTD_FLASH_FWD=m32 \
+    GPTD_FLASH_FWD=k32; do
     V=${SET#*=}
     run "${V}_ops" 70 "$OUT/${V}_ops.log" env "$SET" OMP_NUM_THREADS=4 \
         "$BUILD/tests/test_gpu_ops"
@@ -375,8 +378,9 @@ fi
 # step's worth of launches: 25 LayerNorm forwards and 25 backwards with
 # their sums, 12 attention forwards and 12 or 24 backward passes, the
 # cross-entropy, AdamW), with the default attention kernels (the
-# two-pass backward, the m16 forward), then with twopass4 (its dK/dV pass
-# at four blocks per multiprocessor): time, occupancy and registers per
+# two-pass backward, the m16 forward), then with the variants for more
+# occupancy (twopass4: the dK/dV pass at four blocks per multiprocessor;
+# k32: the forward at three): time, occupancy and registers per
 # kernel in the table, the sections (with warp stalls) in the CSV, so
 # that the next change to them starts from numbers. SKIP where ncu is
 # missing or refused (the counters need permission).
@@ -384,6 +388,7 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
     for V in twopass twopass4; do
         FWD=m16
+        [ "$V" = twopass4 ] && FWD=k32
         run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V GPTD_FLASH_FWD=$FWD \
             "$NCU" --csv --page details \
             --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \

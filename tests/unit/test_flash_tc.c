@@ -702,13 +702,14 @@ static void test_bwd_variant(void **state)
     }
     assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
     assert_int_equal(gpt_flash_tc_bwd_runs("fused"), GPT_FLASH_BWD_FUSED);
-    /* GPTD_FLASH_FWD: m16 tiles per warp. */
-    assert_int_equal(gpt_flash_tc_fwd_mtiles(NULL), 1);
-    assert_int_equal(gpt_flash_tc_fwd_mtiles("m16"), 1);
-    assert_int_equal(gpt_flash_tc_fwd_mtiles("m32"), 2);
-    const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3"};
+    /* GPTD_FLASH_FWD: the forward variants. */
+    assert_int_equal(gpt_flash_tc_fwd_variant(NULL), GPT_FLASH_FWD_M16);
+    assert_int_equal(gpt_flash_tc_fwd_variant("m16"), GPT_FLASH_FWD_M16);
+    assert_int_equal(gpt_flash_tc_fwd_variant("m32"), GPT_FLASH_FWD_M32);
+    assert_int_equal(gpt_flash_tc_fwd_variant("k32"), GPT_FLASH_FWD_K32);
+    const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3", "k16", "K32", "k32\n"};
     for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
-        assert_int_equal(gpt_flash_tc_fwd_mtiles(badf[i]), -1);
+        assert_int_equal(gpt_flash_tc_fwd_variant(badf[i]), -1);
 }
 
 /* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal

@@ -676,12 +676,13 @@ template <int MT> __device__ __forceinline__ bool tc_any_live(const int *rt, int
  * thread and half the warps per SM. The same arithmetic per row. MT = 1
  * is the 8-warp kernel the H200 runs measured: its PTX is the same but
  * for how one lane index is formed (the per-m-tile checks compile away). */
-template <int HS, int MT>
-__global__ void __launch_bounds__(TC_FWD_THREADS / MT)
+template <int HS, int MT, int KS = 1>
+__global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
     flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
                             int C, int NH, float scale2)
 {
-    constexpr int LD = HS + GPT_FLASH_TC_PAD;
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, KP = TC_BC / KS;
+    static_assert(KP % 16 == 0 && (KS == 1 || MT == 1), "key parts");
     extern __shared__ __align__(16) uint16_t tc_smem[];
     uint16_t *sq = tc_smem, *skv = sq + TC_FWD_BR * LD; /* stage s: K at skv + 2 s TILE, V after */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
@@ -707,7 +708,9 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
         ia[t] = rt[t] + lane / 4;
         ib[t] = ia[t] + 8;
     }
-    uint32_t qf[MT][HS / 16][4];
+    /* Q's fragments, loaded once (KS 1) or per part from shared memory
+     * (KS 2: the registers go to three blocks per SM instead). */
+    uint32_t qf[MT][KS > 1 ? 1 : HS / 16][4];
     float o[MT][HS / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
     for (int t = 0; t < MT; t++) {
@@ -722,56 +725,68 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
         const int k0 = kt * TC_BC;
         const uint16_t *sk = tc_kv_stage<HS>(skv, gk, gv, ld3, kt, kt0, nkt, T),
                        *sv = sk + TC_BC * LD;
-        if (kt == kt0) {
+        if constexpr (KS == 1) {
+            if (kt == kt0) {
 #pragma unroll
-            for (int t = 0; t < MT; t++)
+                for (int t = 0; t < MT; t++)
 #pragma unroll
-                for (int ks = 0; ks < HS / 16; ks++)
-                    tc_ld_a(qf[t][ks], sq, LD, wr + t * TC_WR, ks * 16);
+                    for (int ks = 0; ks < HS / 16; ks++)
+                        tc_ld_a(qf[t][ks], sq, LD, wr + t * TC_WR, ks * 16);
+            }
         }
-        /* Warp-uniform: the tile's first 16 keys meet the warp's last
-         * m-tile below T (else none of its keys meets any of its rows). */
-        if (tc_any_live<MT>(rt, k0, T)) {
-            /* S = Q K^T for each m-tile and the tile's 64 keys; a K
-             * fragment is loaded once for the warp's MT m-tiles. The
-             * 16-key groups with no valid pair for an m-tile's rows stay 0
-             * (the mask below turns them into -inf). */
-            float s[MT][TC_BC / 8][4];
+        /* The tile's keys in KS parts of KP, one after the other, each a
+         * step of the online softmax (KS 2: S holds half the keys'
+         * scores, so three blocks fit an SM's registers). */
+#pragma unroll
+        for (int part = 0; part < KS; part++) {
+            const int j0 = k0 + part * KP; /* the part's first key */
+            /* Warp-uniform: the part's first 16 keys meet the warp's last
+             * m-tile below T (else none of its keys meets any of its rows). */
+            if (!tc_any_live<MT>(rt, j0, T))
+                continue;
+            /* S = Q K^T for each m-tile and the part's keys; a K fragment
+             * is loaded once for the warp's MT m-tiles. The 16-key groups
+             * with no valid pair for an m-tile's rows stay 0 (the mask
+             * below turns them into -inf). */
+            float s[MT][KP / 8][4];
 #pragma unroll
             for (int t = 0; t < MT; t++)
 #pragma unroll
-                for (int n = 0; n < TC_BC / 8; n++)
+                for (int n = 0; n < KP / 8; n++)
                     s[t][n][0] = s[t][n][1] = s[t][n][2] = s[t][n][3] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
+                if (KS > 1) /* this k step's Q fragment (MT 1) */
+                    tc_ld_a(qf[0][0], sq, LD, wr, ks * 16);
+                const int qk = KS > 1 ? 0 : ks;
 #pragma unroll
-                for (int np = 0; np < TC_BC / 16; np++) {
-                    if (!tc_any_live<MT>(rt, k0 + np * 16, T))
+                for (int np = 0; np < KP / 16; np++) {
+                    if (!tc_any_live<MT>(rt, j0 + np * 16, T))
                         continue;
                     uint32_t kb[4];
-                    tc_ld_b(kb, sk, LD, np * 16, ks * 16);
+                    tc_ld_b(kb, sk, LD, part * KP + np * 16, ks * 16);
 #pragma unroll
                     for (int t = 0; t < MT; t++) {
-                        if (MT > 1 && !gpt_flash_tc_live(rt[t], k0 + np * 16, T))
+                        if (MT > 1 && !gpt_flash_tc_live(rt[t], j0 + np * 16, T))
                             continue; /* (one m-tile: tc_any_live said it) */
-                        tc_mma(s[t][2 * np], qf[t][ks], kb[0], kb[1]);
-                        tc_mma(s[t][2 * np + 1], qf[t][ks], kb[2], kb[3]);
+                        tc_mma(s[t][2 * np], qf[t][qk], kb[0], kb[1]);
+                        tc_mma(s[t][2 * np + 1], qf[t][qk], kb[2], kb[3]);
                     }
                 }
             }
 #pragma unroll
             for (int t = 0; t < MT; t++) {
-                if (MT > 1 && !gpt_flash_tc_live(rt[t], k0, T))
+                if (MT > 1 && !gpt_flash_tc_live(rt[t], j0, T))
                     continue; /* every score masked: nothing would change */
-                /* Scale to log2 units, mask, and take the tile's row maxima. */
-                const bool mask = gpt_flash_tc_needs_mask(rt[t], TC_WR, k0, TC_BC, T);
+                /* Scale to log2 units, mask, and take the part's row maxima. */
+                const bool mask = gpt_flash_tc_needs_mask(rt[t], TC_WR, j0, KP, T);
                 float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int n = 0; n < TC_BC / 8; n++) {
+                for (int n = 0; n < KP / 8; n++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = e < 2 ? ia[t] : ib[t],
-                                  j = k0 + n * 8 + 2 * (lane % 4) + (e & 1);
+                                  j = j0 + n * 8 + 2 * (lane % 4) + (e & 1);
                         float x = s[t][n][e] * scale2;
                         if (mask && (j > i || j >= T))
                             x = -INFINITY;
@@ -786,10 +801,10 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
                 l[t][0] *= alpha[0];
                 l[t][1] *= alpha[1];
 #pragma unroll
-                for (int n = 0; n < TC_BC / 8; n++) {
+                for (int n = 0; n < KP / 8; n++) {
 #pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        s[t][n][e] = cu_exp2_ftz(s[t][n][e] - sub[e / 2]); /* masked: 2^-inf = 0 */
+                    for (int e = 0; e < 4; e++) /* masked: 2^-inf = 0 */
+                        s[t][n][e] = cu_exp2_ftz(s[t][n][e] - sub[e / 2]);
                     l[t][0] += s[t][n][0] + s[t][n][1];
                     l[t][1] += s[t][n][2] + s[t][n][3];
                 }
@@ -801,12 +816,12 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
                     o[t][n][3] *= alpha[1];
                 }
             }
-            /* o += P V: P (16 x 64 per m-tile) from the S registers, V
-             * (64 x HS), each V fragment loaded once for the MT m-tiles; P
-             * is 0 in the skipped groups. */
+            /* o += P V: P (16 x KP per m-tile) from the S registers, V
+             * (KP x HS), each V fragment loaded once for the MT m-tiles;
+             * P is 0 in the skipped groups. */
 #pragma unroll
-            for (int kk = 0; kk < TC_BC / 16; kk++) {
-                if (!tc_any_live<MT>(rt, k0 + kk * 16, T))
+            for (int kk = 0; kk < KP / 16; kk++) {
+                if (!tc_any_live<MT>(rt, j0 + kk * 16, T))
                     continue;
                 uint32_t pa[MT][4];
 #pragma unroll
@@ -815,10 +830,10 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT)
 #pragma unroll
                 for (int dp = 0; dp < HS / 16; dp++) {
                     uint32_t vb[4];
-                    tc_ld_bt(vb, sv, LD, kk * 16, dp * 16);
+                    tc_ld_bt(vb, sv, LD, part * KP + kk * 16, dp * 16);
 #pragma unroll
                     for (int t = 0; t < MT; t++) {
-                        if (MT > 1 && !gpt_flash_tc_live(rt[t], k0 + kk * 16, T))
+                        if (MT > 1 && !gpt_flash_tc_live(rt[t], j0 + kk * 16, T))
                             continue;
                         tc_mma(o[t][2 * dp], pa[t], vb[0], vb[1]);
                         tc_mma(o[t][2 * dp + 1], pa[t], vb[2], vb[3]);
@@ -1363,26 +1378,30 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
  * registers, no spills; the PTX is the three-block kernel's, so the same
  * bits), for the next GPU run to time: ncu found that pass latency-bound
  * at 16% occupancy.
- * m16 tiles per warp of the forward: GPTD_FLASH_FWD=m32 asks for two
- * (flash_tc_forward_kernel's MT; head sizes up to 64), unset or "m16" for
- * one (the third run: 87 us a call against m32's 137, 219 registers and
- * half the warps). Read once; another value is named and ignored.
+ * The forward's: unset or "m16", 8 warps of one m16 tile; "m32"
+ * (flash_tc_forward_kernel's MT 2; head sizes up to 64), 4 warps of two
+ * (the third run: 137 us a call at B=4 against m16's 87, 219 registers
+ * and half the warps); "k32" (KS 2, up to hs 64), 8 warps of one m16 tile
+ * taking each 64-key tile in two steps of 32 keys, capped at 80
+ * registers for three blocks per SM (not yet timed). Read once; another
+ * value is named and ignored.
  * tests/gpu/acceptance.sh checks and times each variant. */
-static std::atomic<int> tc_fwd_mt{-1}, tc_bwd_v{-1}; /* -1: not read yet */
+static std::atomic<int> tc_fwd_v{-1}, tc_bwd_v{-1}; /* -1: not read yet */
 
-static int tc_fwd_mtiles(void)
+static int tc_fwd_mode(void)
 {
-    int v = tc_fwd_mt.load(std::memory_order_relaxed);
+    int v = tc_fwd_v.load(std::memory_order_relaxed);
     if (v < 0) {
         const char *e = getenv("GPTD_FLASH_FWD");
-        v = gpt_flash_tc_fwd_mtiles(e);
+        v = gpt_flash_tc_fwd_variant(e);
         if (v < 0) {
             fprintf(stderr,
-                    "gptd: GPTD_FLASH_FWD=%s is not a forward variant (m16, m32): running m16\n",
+                    "gptd: GPTD_FLASH_FWD=%s is not a forward variant (m16, m32, k32): running "
+                    "m16\n",
                     e);
             v = 1;
         }
-        tc_fwd_mt.store(v, std::memory_order_relaxed);
+        tc_fwd_v.store(v, std::memory_order_relaxed);
     }
     return v;
 }
@@ -1405,10 +1424,10 @@ static enum gpt_flash_bwd tc_bwd_mode(void)
     return (enum gpt_flash_bwd)v;
 }
 
-extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd_mtiles)
+extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
 {
     tc_bwd_v.store(bwd, std::memory_order_relaxed);
-    tc_fwd_mt.store(fwd_mtiles, std::memory_order_relaxed);
+    tc_fwd_v.store(fwd, std::memory_order_relaxed);
 }
 
 template <int HS, int SPLIT>
@@ -1526,20 +1545,28 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
                               float *lse, const uint16_t *qkv_bf, int T, int C, int NH,
                               float scale2)
 {
-    constexpr int MT_MAX = HS <= 64 ? 2 : 1; /* two m-tiles' registers fit up to hs 64 */
-    const int mt = tc_fwd_mtiles() > MT_MAX ? MT_MAX : tc_fwd_mtiles();
-    cudaError_t e;
-    if (mt == 2) {
-        auto *k = flash_tc_forward_kernel<HS, MT_MAX>;
-        if ((e = fa_smem_optin(k, smem)) != cudaSuccess)
-            return e;
-        k<<<grid, TC_FWD_THREADS / MT_MAX, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
-    } else {
-        if ((e = fa_smem_optin(flash_tc_forward_kernel<HS, 1>, smem)) != cudaSuccess)
-            return e;
-        flash_tc_forward_kernel<HS, 1>
-            <<<grid, TC_FWD_THREADS, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
+    auto *k = flash_tc_forward_kernel<HS, 1>;
+    unsigned threads = TC_FWD_THREADS;
+    bool three = false;
+    if constexpr (HS <= 64) { /* the variants' registers fit up to hs 64 */
+        const int v = tc_fwd_mode();
+        if (v == GPT_FLASH_FWD_M32) {
+            k = flash_tc_forward_kernel<HS, 2>;
+            threads = TC_FWD_THREADS / 2;
+        } else if (v == GPT_FLASH_FWD_K32) {
+            k = flash_tc_forward_kernel<HS, 1, 2>;
+            three = true;
+        }
     }
+    cudaError_t e = fa_smem_optin(k, smem);
+    if (e != cudaSuccess)
+        return e;
+    if (three) { /* three blocks need the largest carve-out; a refusal costs the third */
+        (void)cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+        (void)cudaGetLastError();
+    }
+    k<<<grid, threads, smem, s>>>(out, out_bf, lse, qkv_bf, T, C, NH, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }

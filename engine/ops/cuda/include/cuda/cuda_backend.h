@@ -124,10 +124,10 @@ void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, siz
 uint64_t gpt_cuda_flash_tc_launches(void);
 /* For tests: the attention kernels' variants from now on, as
  * GPTD_FLASH_BWD and GPTD_FLASH_FWD would choose them (enum gpt_flash_bwd
- * in flash_tc.h; m16 tiles per warp, 1 or 2); -1 reads the environment
+ * and enum gpt_flash_fwd in flash_tc.h); -1 reads the environment
  * again at the next launch. Not for use while kernels are being
  * launched from another thread. */
-void gpt_cuda_flash_tc_set_variants(int bwd, int fwd_mtiles);
+void gpt_cuda_flash_tc_set_variants(int bwd, int fwd);
 
 /* 1 when some of the device floats [ptr, ptr + bytes) are held only in
  * bf16 now (bf16 mode: a product, LayerNorm or the classifier wrote them
