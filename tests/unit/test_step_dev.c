@@ -17,7 +17,9 @@
  *  - on a backend that says its buffers are device memory, the trainer
  *    writes a snapshot from a host copy (params, m and v downloaded whole)
  *    and resumes through one (uploaded whole), and the resumed run ends
- *    with the straight run's bits.
+ *    with the straight run's bits;
+ *  - there it also settles the backend before the first step: two more
+ *    forward passes, every step's loss and norm unchanged.
  */
 #include <errno.h>
 #include <math.h>
@@ -78,6 +80,16 @@ static int dev_upload(struct gpt_backend *be, void *dst, const void *src, size_t
     return wrap_of(be)->cpu->upload(be, dst, src, bytes);
 }
 
+/* Forward passes (each starts with the encoder), per rank. */
+static _Atomic long n_forwards[2];
+
+static void dev_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
+                                const float *wte, const float *wpe, size_t B, size_t T, size_t C)
+{
+    n_forwards[rank_of(be)]++;
+    wrap_of(be)->cpu->encoder_forward(be, out, inp, wte, wpe, B, T, C);
+}
+
 static double dev_sumsq(struct gpt_backend *be, const float *x, size_t n)
 {
     n_syncs[rank_of(be)]++;
@@ -136,6 +148,7 @@ static struct gpt_backend *backend_new(int rank, int step, int device_memory)
     w->ops.sync = dev_sync;
     w->ops.upload = dev_upload;
     w->ops.device_memory = device_memory;
+    w->ops.encoder_forward = dev_encoder_forward;
     if (step) {
         w->ops.loss_accum = dev_loss_accum;
         w->ops.sumsq_dev = dev_sumsq_dev;
@@ -143,6 +156,7 @@ static struct gpt_backend *backend_new(int rank, int step, int device_memory)
     }
     be->ops = &w->ops;
     n_syncs[rank] = 0;
+    n_forwards[rank] = 0;
     return be;
 }
 
@@ -447,6 +461,36 @@ static void test_device_memory_snapshot(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* On a backend that says its buffers are device memory the trainer
+ * settles it first (trainer_settle: two discarded forward and backward
+ * passes before the process's first step, for the CUDA backend's bf16
+ * state): exactly two more forwards than on the same backend without the
+ * flag, and every step's loss and norm bit for bit the same (the passes
+ * move no data cursor, leave no gradient behind and update nothing). */
+static void test_settle(void **state)
+{
+    (void)state;
+    struct gpt_job job;
+    job_make(&job, 3, 3e-3);
+    static struct run host, dev;
+    long forwards[2];
+    for (int k = 0; k < 2; k++) {
+        struct run *r = k ? &dev : &host;
+        *r = (struct run){.rank = 0, .world = 1, .step_ops = 1, .device_memory = k, .job = &job};
+        run_main(r);
+        forwards[k] = n_forwards[0];
+        assert_int_equal(r->rc, GPT_TRAIN_DONE);
+        assert_int_equal(r->n, 3);
+    }
+    print_message("forwards: %ld plain, %ld on device memory\n", forwards[0], forwards[1]);
+    assert_int_equal(forwards[1] - forwards[0], 2);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(host.steps[i], dev.steps[i]);
+        assert_memory_equal(&host.loss[i], &dev.loss[i], sizeof(double));
+        assert_memory_equal(&host.norm[i], &dev.norm[i], sizeof(double));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_train_ddp),
         cmocka_unit_test(test_diverge),
         cmocka_unit_test(test_device_memory_snapshot),
+        cmocka_unit_test(test_settle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
