@@ -34,12 +34,12 @@
  * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
  * Two passes instead (GPTD_FLASH_BWD=twopass, the default since an
- * H200 timed them against the fused pass): a dQ pass with the forward's blocks (128 query rows, key
- * tiles of BC) that takes D once per row, keeps it in the backward's
- * scratch and accumulates dq in registers, then the dK/dV pass above
- * without the dQ share, reading D like the logsumexp. S and dP are
- * computed in both (18 hs FLOPs per pair in all, the fused pass 14), but
- * no block waits on another.
+ * H200 timed them against the fused pass): a dQ pass with the forward's
+ * blocks (128 query rows, key tiles of BC) that takes D once per row,
+ * keeps it in the backward's scratch and accumulates dq in registers,
+ * then the dK/dV pass above without the dQ share, reading D like the
+ * logsumexp. S and dP are computed in both (18 hs FLOPs per pair in all,
+ * the fused pass 14), but no block waits on another.
  *
  * dQ without atomics, in a fixed order: the key blocks that visit query
  * tile qt (0 .. gpt_flash_tc_dq_last_kb) add their shares in descending

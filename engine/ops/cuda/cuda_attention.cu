@@ -675,7 +675,13 @@ template <int MT> __device__ __forceinline__ bool tc_any_live(const int *rt, int
  * may bind on shared-memory bandwidth), for twice the accumulators per
  * thread and half the warps per SM. The same arithmetic per row. MT = 1
  * is the 8-warp kernel the H200 runs measured: its PTX is the same but
- * for how one lane index is formed (the per-m-tile checks compile away). */
+ * for how one lane index is formed (the per-m-tile checks compile away).
+ * KS = 2 (GPTD_FLASH_FWD=k32, MT 1, head sizes up to 64): each 64-key
+ * tile in two online-softmax steps of 32 keys, with Q's fragments loaded
+ * from shared memory per k step instead of held: 80 registers, three
+ * blocks per SM instead of two (the runs found the kernel latency-bound
+ * at 22% occupancy); each row's maximum and sum are updated twice per
+ * tile, so the result is rounded differently (within 1e-3). */
 template <int HS, int MT, int KS = 1>
 __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
     flash_tc_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
