@@ -49,14 +49,16 @@ static const char *flash_bwd_name(void)
         return "twopass";
     case GPT_FLASH_BWD_TWOPASS4:
         return "twopass4";
-    default:
+    case GPT_FLASH_BWD_FUSED:
         return "fused";
     }
+    return "?";
 }
 
 static const char *flash_fwd_name(void)
 {
-    switch (gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"))) {
+    int v = gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"));
+    switch (v < 0 ? GPT_FLASH_FWD_DEFAULT : v) {
     case GPT_FLASH_FWD_M32:
         return "m32";
     case GPT_FLASH_FWD_K32:

@@ -133,10 +133,13 @@ static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
  * of 32 keys, so that three blocks fit an SM's registers); the variants
  * only up to head size 64. -1 for any other value. Host only. */
 enum gpt_flash_fwd { GPT_FLASH_FWD_M16 = 1, GPT_FLASH_FWD_M32 = 2, GPT_FLASH_FWD_K32 = 3 };
+#define GPT_FLASH_FWD_DEFAULT GPT_FLASH_FWD_M16
 
 static inline int gpt_flash_tc_fwd_variant(const char *env)
 {
-    if (!env || strcmp(env, "m16") == 0)
+    if (!env)
+        return GPT_FLASH_FWD_DEFAULT;
+    if (strcmp(env, "m16") == 0)
         return GPT_FLASH_FWD_M16;
     if (strcmp(env, "m32") == 0)
         return GPT_FLASH_FWD_M32;

@@ -1403,9 +1403,9 @@ static int tc_fwd_mode(void)
         if (v < 0) {
             fprintf(stderr,
                     "gptd: GPTD_FLASH_FWD=%s is not a forward variant (m16, m32, k32): running "
-                    "m16\n",
+                    "the default\n",
                     e);
-            v = 1;
+            v = GPT_FLASH_FWD_DEFAULT;
         }
         tc_fwd_v.store(v, std::memory_order_relaxed);
     }
@@ -1421,7 +1421,7 @@ static enum gpt_flash_bwd tc_bwd_mode(void)
         if (v < 0) {
             fprintf(stderr,
                     "gptd: GPTD_FLASH_BWD=%s is not a backward variant (twopass, twopass4, "
-                    "fused, split): running twopass\n",
+                    "fused, split): running the default\n",
                     e);
             v = GPT_FLASH_BWD_DEFAULT;
         }
