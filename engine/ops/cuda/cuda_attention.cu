@@ -1394,40 +1394,36 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
  * tests/gpu/acceptance.sh checks and times each variant. */
 static std::atomic<int> tc_fwd_v{-1}, tc_bwd_v{-1}; /* -1: not read yet */
 
-static int tc_fwd_mode(void)
+/* The variant in *cache, read from the environment variable `var` the
+ * first time (parse: flash_tc.h's, -1 for an unknown value, which is
+ * named on stderr and runs the default `def`). */
+static int tc_variant(std::atomic<int> *cache, const char *var, int (*parse)(const char *), int def,
+                      const char *known)
 {
-    int v = tc_fwd_v.load(std::memory_order_relaxed);
+    int v = cache->load(std::memory_order_relaxed);
     if (v < 0) {
-        const char *e = getenv("GPTD_FLASH_FWD");
-        v = gpt_flash_tc_fwd_variant(e);
+        const char *e = getenv(var);
+        v = parse(e);
         if (v < 0) {
-            fprintf(stderr,
-                    "gptd: GPTD_FLASH_FWD=%s is not a forward variant (m16, m32, k32): running "
-                    "the default\n",
-                    e);
-            v = GPT_FLASH_FWD_DEFAULT;
+            fprintf(stderr, "gptd: %s=%.40s is not a variant (%s): running the default\n", var, e,
+                    known);
+            v = def;
         }
-        tc_fwd_v.store(v, std::memory_order_relaxed);
+        cache->store(v, std::memory_order_relaxed);
     }
     return v;
 }
 
+static int tc_fwd_mode(void)
+{
+    return tc_variant(&tc_fwd_v, "GPTD_FLASH_FWD", gpt_flash_tc_fwd_variant, GPT_FLASH_FWD_DEFAULT,
+                      "m16, m32, k32");
+}
+
 static enum gpt_flash_bwd tc_bwd_mode(void)
 {
-    int v = tc_bwd_v.load(std::memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("GPTD_FLASH_BWD");
-        v = gpt_flash_tc_bwd_variant(e);
-        if (v < 0) {
-            fprintf(stderr,
-                    "gptd: GPTD_FLASH_BWD=%s is not a backward variant (twopass, twopass4, "
-                    "fused, split): running the default\n",
-                    e);
-            v = GPT_FLASH_BWD_DEFAULT;
-        }
-        tc_bwd_v.store(v, std::memory_order_relaxed);
-    }
-    return (enum gpt_flash_bwd)v;
+    return (enum gpt_flash_bwd)tc_variant(&tc_bwd_v, "GPTD_FLASH_BWD", gpt_flash_tc_bwd_variant,
+                                          GPT_FLASH_BWD_DEFAULT, "twopass, twopass4, fused, split");
 }
 
 extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
