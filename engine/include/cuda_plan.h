@@ -93,6 +93,19 @@ unsigned gpt_cuda_plan_colsum_splits(size_t N, size_t C, size_t scratch_floats);
  * and the two-pass column sums. */
 unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
 
+/* Chunks of a LayerNorm row that one warp holds in registers in the bf16
+ * forms of the LayerNorm kernels: lane l owns columns [8 l + 256 k, + 8)
+ * for k < chunks, and every chunk's 16-byte loads are issued before the
+ * first is used (the streaming loops they replace read a chunk, used it,
+ * and read the next: one DRAM latency per chunk and pass, ~55% of the
+ * memory rate on the H200 runs). ceil(C / 256) for C a multiple of 8 up
+ * to GPT_CUDA_LN_HELD_CHUNKS * 256 (GPT-2's 768: 3; 1024: 4), else 0 (the
+ * streaming loops: wider rows, or C % 8). A held chunk of bf16 takes 4
+ * registers: the single-pass backward holds dout, inp and its bf16-only
+ * dinp, 12 per chunk, inside its 64. */
+#define GPT_CUDA_LN_HELD_CHUNKS 4u
+unsigned gpt_cuda_plan_ln_chunks(size_t C);
+
 /* Shared memory the classifier's softmax + cross-entropy kernel keeps
  * for its own reductions (bytes, a bound), and the dynamic shared memory
  * of its one-read form: a call that writes dlogits without a previous

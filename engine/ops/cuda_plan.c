@@ -68,6 +68,13 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
     return (unsigned)((N + rows - 1) / rows);
 }
 
+unsigned gpt_cuda_plan_ln_chunks(size_t C)
+{
+    if (C == 0 || C % 8 != 0 || C > (size_t)GPT_CUDA_LN_HELD_CHUNKS * 256)
+        return 0;
+    return (unsigned)((C + 255) / 256);
+}
+
 size_t gpt_cuda_plan_xent_stage(size_t Vp, size_t elem_bytes, size_t smem_limit)
 {
     GPT_ASSERT(elem_bytes == 2 || elem_bytes == 4);

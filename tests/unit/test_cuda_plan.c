@@ -62,6 +62,38 @@ static void test_sumsq_blocks(void **state)
  * block. At GPT-2's shape with the backend's scratch the grid must fill
  * an H200 (132 SMs) several blocks deep and still run in one wave (the
  * 256 blocks of 64 rows left it at 12% occupancy). */
+/* The held LayerNorm rows: lane l's chunk k is columns [8 l + 256 k, + 8),
+ * so chunks = ceil(C / 256) cover every column once; none past the limit
+ * or for C % 8. */
+static void test_ln_chunks(void **state)
+{
+    (void)state;
+    assert_int_equal(gpt_cuda_plan_ln_chunks(768), 3);
+    assert_int_equal(gpt_cuda_plan_ln_chunks(1024), 4);
+    assert_int_equal(gpt_cuda_plan_ln_chunks(1280), 0);
+    assert_int_equal(gpt_cuda_plan_ln_chunks(44), 0);
+    assert_int_equal(gpt_cuda_plan_ln_chunks(0), 0);
+    assert_int_equal(gpt_cuda_plan_ln_chunks(48), 1);
+    for (size_t C = 8; C <= 2048; C += 8) {
+        unsigned k = gpt_cuda_plan_ln_chunks(C);
+        if (C > GPT_CUDA_LN_HELD_CHUNKS * 256) {
+            assert_int_equal(k, 0);
+            continue;
+        }
+        assert_true(k >= 1 && k <= GPT_CUDA_LN_HELD_CHUNKS);
+        unsigned char seen[GPT_CUDA_LN_HELD_CHUNKS * 256] = {0};
+        for (unsigned ch = 0; ch < k; ch++)
+            for (size_t lane = 0; lane < 32; lane++)
+                for (size_t e = 0; e < 8; e++) {
+                    size_t c = 8 * lane + 256 * ch + e;
+                    if (c < C)
+                        seen[c]++;
+                }
+        for (size_t c = 0; c < C; c++)
+            assert_int_equal(seen[c], 1);
+    }
+}
+
 static void test_lnb_blocks(void **state)
 {
     (void)state;
@@ -911,6 +943,7 @@ int main(void)
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
+        cmocka_unit_test(test_ln_chunks),
         cmocka_unit_test(test_lnb_blocks),
         cmocka_unit_test(test_xent_stage),
         cmocka_unit_test(test_adamw_table),

@@ -31,8 +31,10 @@
 #define XENT_THREADS    512
 #define COLSUM_ROWS_Y   8 /* threadIdx.y extent of the column-sum kernels */
 #define LNB_THREADS     (GPT_CUDA_LNB_WARPS * WARP) /* the fused LayerNorm backward's block */
-#define LNB_SUM_Y       32 /* threadIdx.y extent of layernorm_backward_sum_kernel */
-#define LNB_SUM_THREADS (LNB_SUM_Y * WARP)
+#define LNB_SUM_COLS    8   /* columns of a layernorm_backward_sum_kernel block */
+#define LNB_SUM_Y       128 /* its threadIdx.y extent */
+#define LNB_SUM_GROUP   16  /* y sums each thread of its second stage adds */
+#define LNB_SUM_THREADS (LNB_SUM_Y * LNB_SUM_COLS)
 #define GELU_SCALE      0.7978845608028654f
 #define GELU_CUBE       0.044715f
 
@@ -353,9 +355,150 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 
 /* ---- LayerNorm --------------------------------------------------------- */
 
+/* The eight bf16 values of u (lowest address first) as floats. */
+static __device__ __forceinline__ void bf16x8_f(float v[8], uint4 u)
+{
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = gpt_bf16_to_float((uint16_t)(w[k] & 0xffffu));
+        v[2 * k + 1] = gpt_bf16_to_float((uint16_t)(w[k] >> 16));
+    }
+}
+
+/* Eight consecutive elements of x as ld_f reads them: from the bf16 copy
+ * x_bf when it is given (the fp32 x may then be stale), else from x; with
+ * 16-byte loads (i a multiple of 8, rows 16-byte aligned: lnb_vec_ok). */
 static __device__ __forceinline__ void ld8_f(float v[8], const float *x, const uint16_t *x_bf,
-                                             size_t i);
-static bool lnb_vec_ok(const void *const *p, int n, size_t C);
+                                             size_t i)
+{
+    if (!x_bf) {
+        const float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        return;
+    }
+    bf16x8_f(v, *(const uint4 *)(x_bf + i));
+}
+
+/* The 16-byte paths of the LayerNorm kernels: C a multiple of 8 and
+ * every row pointer 16-byte aligned. */
+static bool lnb_vec_ok(const void *const *p, int n, size_t C)
+{
+    if (C % 8 != 0)
+        return false;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] % 16 != 0)
+            return false;
+    return true;
+}
+
+/* A row of the 16-byte LayerNorm paths, chunk by chunk: lane l's chunk k
+ * is columns [8 l + 256 k, + 8) of the row at x0, and ln_for_chunks
+ * visits a lane's chunks in k order, so both sources give the same sums
+ * in the same order (the same bits).
+ *  - ln_stream: reads the chunk (fp32, or the bf16 copy where bf is
+ *    given) each time it is asked: any C, but a lane waits on each
+ *    chunk's load in turn;
+ *  - ln_held<N>: the N chunks of a bf16 row loaded into registers at
+ *    once, every load in flight before the first is used, then handed out
+ *    from there (C <= 256 N: gpt_cuda_plan_ln_chunks). */
+struct ln_stream {
+    static constexpr int NCH = 0;
+    const float *f;
+    const uint16_t *bf;
+    size_t x0;
+    __device__ __forceinline__ void get(float v[8], int, size_t c) const
+    {
+        ld8_f(v, f, bf, x0 + c);
+    }
+};
+
+template <int N> struct ln_held {
+    static constexpr int NCH = N;
+    uint4 u[N];
+    __device__ __forceinline__ ln_held(const uint16_t *bf, size_t x0, size_t C, unsigned lane)
+    {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const size_t c = 8 * (size_t)lane + 8 * WARP * (size_t)k;
+            u[k] = c < C ? *(const uint4 *)(bf + x0 + c) : make_uint4(0, 0, 0, 0);
+        }
+    }
+    __device__ __forceinline__ void get(float v[8], int k, size_t) const
+    {
+        bf16x8_f(v, u[k]);
+    }
+};
+
+/* f(k, c) for each of a lane's chunks k of a C-column row (c its first
+ * column), in k order: NCH of them unrolled (held rows), else while c < C. */
+template <int NCH, typename F>
+__device__ __forceinline__ void ln_for_chunks(size_t C, unsigned lane, F f)
+{
+    if constexpr (NCH > 0) {
+#pragma unroll
+        for (int k = 0; k < NCH; k++) {
+            const size_t c = 8 * (size_t)lane + 8 * WARP * (size_t)k;
+            if (c < C)
+                f(k, c);
+        }
+    } else {
+        int k = 0;
+#pragma unroll 4
+        for (size_t c = 8 * (size_t)lane; c < C; c += 8 * WARP)
+            f(k++, c);
+    }
+}
+
+/* LayerNorm of the row x (a source above) into o (fp32, may be NULL) and
+ * out_bf (may be NULL) at x0: the mean, then the variance in a second
+ * pass, like the CPU backend; returns the mean and 1 / std. */
+template <typename S>
+__device__ __forceinline__ void ln_forward_row(const S &x, float *o, uint16_t *out_bf, size_t x0,
+                                               const float *weight, const float *bias, size_t C,
+                                               unsigned lane, float *ret_mu, float *ret_rs)
+{
+    float sum = 0.0f, var = 0.0f;
+    ln_for_chunks<S::NCH>(C, lane, [&](int k, size_t c) {
+        float v[8];
+        x.get(v, k, c);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            sum += v[e];
+    });
+    const float mu = warp_sum(sum) / (float)C;
+    ln_for_chunks<S::NCH>(C, lane, [&](int k, size_t c) {
+        float v[8];
+        x.get(v, k, c);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            var += (v[e] - mu) * (v[e] - mu);
+    });
+    const float rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
+    ln_for_chunks<S::NCH>(C, lane, [&](int k, size_t c) {
+        float v[8], g[8], bb[8], y[8];
+        x.get(v, k, c);
+        ld8_f(g, weight, NULL, c);
+        ld8_f(bb, bias, NULL, c);
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            y[e] = (v[e] - mu) * rs * g[e] + bb[e];
+        if (o) {
+            *(float4 *)(o + c) = make_float4(y[0], y[1], y[2], y[3]);
+            *(float4 *)(o + c + 4) = make_float4(y[4], y[5], y[6], y[7]);
+        }
+        if (out_bf) {
+            uint32_t w[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                w[e] = gpt_bf16x2_from_floats_rne(y[2 * e], y[2 * e + 1]);
+            *(uint4 *)(out_bf + x0 + c) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+    });
+    *ret_mu = mu;
+    *ret_rs = rs;
+}
 
 /* One warp per row; two passes for the variance, like the CPU backend.
  * out may be NULL (a bf16-only output: out_bf alone is written); so may
@@ -365,57 +508,28 @@ static bool lnb_vec_ok(const void *const *p, int n, size_t C);
  * 16-byte aligned: lnb_vec_ok): lane l owns columns [8 l + 256 k, + 8),
  * one 16-byte load per array and chunk, and the 16-byte bf16 store; the
  * scalar loop's 2-byte loads and stores of the bf16 residual stream ran
- * at ~1/5 of the memory rate on the first H200 run. The row's second
- * and third reads hit L1. */
-template <bool VEC>
+ * at ~1/5 of the memory rate on the first H200 run. NCH > 0 (VEC, inp_bf
+ * given, C <= 256 NCH): the row held in registers (ln_held), else
+ * streamed, its second and third reads L1 hits. */
+template <bool VEC, int NCH = 0>
 __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *mean, float *rstd,
                                          const float *inp, const uint16_t *inp_bf,
                                          const float *weight, const float *bias, size_t N, size_t C)
 {
-    int lane = threadIdx.x % WARP;
+    static_assert(VEC || NCH == 0, "held rows are 16-byte rows");
+    const unsigned lane = threadIdx.x % WARP;
     size_t warps = (size_t)gridDim.x * (blockDim.x / WARP);
     for (size_t r = (size_t)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP; r < N;
          r += warps) {
         size_t x0 = r * C;
         float *o = out ? out + r * C : NULL;
         float sum = 0.0f, var = 0.0f, mu, rs;
-        if (VEC) {
-            for (size_t c = 8 * (size_t)lane; c < C; c += 8 * WARP) {
-                float x[8];
-                ld8_f(x, inp, inp_bf, x0 + c);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    sum += x[k];
-            }
-            mu = warp_sum(sum) / (float)C;
-            for (size_t c = 8 * (size_t)lane; c < C; c += 8 * WARP) {
-                float x[8];
-                ld8_f(x, inp, inp_bf, x0 + c);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    var += (x[k] - mu) * (x[k] - mu);
-            }
-            rs = 1.0f / sqrtf(warp_sum(var) / (float)C + 1e-5f);
-            for (size_t c = 8 * (size_t)lane; c < C; c += 8 * WARP) {
-                float x[8], g[8], bb[8], y[8];
-                ld8_f(x, inp, inp_bf, x0 + c);
-                ld8_f(g, weight, NULL, c);
-                ld8_f(bb, bias, NULL, c);
-#pragma unroll
-                for (int k = 0; k < 8; k++)
-                    y[k] = (x[k] - mu) * rs * g[k] + bb[k];
-                if (o) {
-                    *(float4 *)(o + c) = make_float4(y[0], y[1], y[2], y[3]);
-                    *(float4 *)(o + c + 4) = make_float4(y[4], y[5], y[6], y[7]);
-                }
-                if (out_bf) {
-                    uint32_t w[4];
-#pragma unroll
-                    for (int k = 0; k < 4; k++)
-                        w[k] = gpt_bf16x2_from_floats_rne(y[2 * k], y[2 * k + 1]);
-                    *(uint4 *)(out_bf + x0 + c) = make_uint4(w[0], w[1], w[2], w[3]);
-                }
-            }
+        if constexpr (NCH > 0) {
+            const ln_held<NCH> x(inp_bf, x0, C, lane);
+            ln_forward_row(x, o, out_bf, x0, weight, bias, C, lane, &mu, &rs);
+        } else if (VEC) {
+            ln_forward_row(ln_stream{inp, inp_bf, x0}, o, out_bf, x0, weight, bias, C, lane, &mu,
+                           &rs);
         } else {
             for (size_t c = lane; c < C; c += WARP)
                 sum += ld_f(inp, inp_bf, x0 + c);
@@ -492,19 +606,24 @@ void cuk_residual_layernorm_forward(cudaStream_t s, float *res, float *out, uint
                                              C);
 }
 
+typedef void (*ln_fwd_kernel_t)(float *, uint16_t *, float *, float *, const float *,
+                                const uint16_t *, const float *, const float *, size_t, size_t);
+
 void cuk_layernorm_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *mean, float *rstd,
                            const float *inp, const uint16_t *inp_bf, const float *weight,
                            const float *bias, size_t N, size_t C)
 {
+    static_assert(GPT_CUDA_LN_HELD_CHUNKS == 4, "one kernel per held chunk count");
+    static const ln_fwd_kernel_t held[] = {
+        layernorm_forward_kernel<true, 0>, layernorm_forward_kernel<true, 1>,
+        layernorm_forward_kernel<true, 2>, layernorm_forward_kernel<true, 3>,
+        layernorm_forward_kernel<true, 4>};
     const void *ptrs[] = {out, out_bf, inp, inp_bf, weight, bias};
+    ln_fwd_kernel_t k = layernorm_forward_kernel<false>;
     if (lnb_vec_ok(ptrs, 6, C))
-        layernorm_forward_kernel<true>
-            <<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
-                out, out_bf, mean, rstd, inp, inp_bf, weight, bias, N, C);
-    else
-        layernorm_forward_kernel<false>
-            <<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
-                out, out_bf, mean, rstd, inp, inp_bf, weight, bias, N, C);
+        k = held[inp_bf ? gpt_cuda_plan_ln_chunks(C) : 0];
+    k<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0, s>>>(
+        out, out_bf, mean, rstd, inp, inp_bf, weight, bias, N, C);
 }
 
 /* dinp += for each row (one warp per row); the fallback of the fused
@@ -556,43 +675,80 @@ __global__ void layernorm_backward_dinp_kernel(float *dinp, uint16_t *dinp_bf, c
  * there). Every sum has a fixed order that depends only on (N, C) and the
  * plan (gpt_cuda_plan_lnb_blocks): deterministic. Dynamic shared memory:
  * GPT_CUDA_LNB_WARPS * 2 * C floats. */
-/* Eight consecutive elements of x as ld_f reads them: from the bf16 copy
- * x_bf when it is given (the fp32 x may then be stale), else from x; with
- * 16-byte loads (i a multiple of 8, rows 16-byte aligned: lnb_vec_ok). */
-static __device__ __forceinline__ void ld8_f(float v[8], const float *x, const uint16_t *x_bf,
-                                             size_t i)
+/* One row of the single-pass backward's 16-byte path: dout d, inp x and
+ * the accumulated gradient that acc_of() returns once the row's two sums
+ * are taken (sources as for ln_forward_row; the accumulated fp32 dinp, or
+ * the bf16-only dinp_bf: a held one is loaded then, not across the first
+ * pass, for the registers) give dinp (written where non-NULL, and/or its
+ * bf16 copy) and the row's dweight and dbias terms added into this
+ * lane's own slots of sw and sb. */
+template <typename D, typename X, typename A>
+__device__ __forceinline__ void
+lnb_row(const D &d, const X &x, A acc_of, float *dinp, uint16_t *dinp_bf, float *sw, float *sb,
+        const float *weight, float mu, float rs, size_t x0, size_t C, unsigned lane)
 {
-    if (!x_bf) {
-        const float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + 4);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        return;
-    }
-    const uint4 u = *(const uint4 *)(x_bf + i);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    float m1 = 0.0f, m2 = 0.0f;
+    ln_for_chunks<X::NCH>(C, lane, [&](int k, size_t c) {
+        float dv[8], xv[8], g[8];
+        d.get(dv, k, c);
+        x.get(xv, k, c);
+        ld8_f(g, weight, NULL, c);
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        v[2 * k] = gpt_bf16_to_float((uint16_t)(w[k] & 0xffffu));
-        v[2 * k + 1] = gpt_bf16_to_float((uint16_t)(w[k] >> 16));
-    }
+        for (int e = 0; e < 8; e++) {
+            const float dn = g[e] * dv[e];
+            m1 += dn;
+            m2 += dn * (xv[e] - mu) * rs;
+        }
+    });
+    m1 = warp_sum(m1) / (float)C;
+    m2 = warp_sum(m2) / (float)C;
+    const auto acc = acc_of();
+    ln_for_chunks<X::NCH>(C, lane, [&](int k, size_t c) {
+        float dv[8], xv[8], g[8], av[8];
+        d.get(dv, k, c);
+        x.get(xv, k, c);
+        ld8_f(g, weight, NULL, c);
+        acc.get(av, k, c);
+        float4 *pw = (float4 *)(sw + c), *pb = (float4 *)(sb + c);
+        const float4 w0 = pw[0], w1 = pw[1], b0 = pb[0], b1 = pb[1];
+        float aw[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        float ab[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const float norm = (xv[e] - mu) * rs;
+            av[e] += rs * (g[e] * dv[e] - m1 - norm * m2);
+            aw[e] += dv[e] * norm; /* this lane's own slots */
+            ab[e] += dv[e];
+        }
+        pw[0] = make_float4(aw[0], aw[1], aw[2], aw[3]);
+        pw[1] = make_float4(aw[4], aw[5], aw[6], aw[7]);
+        pb[0] = make_float4(ab[0], ab[1], ab[2], ab[3]);
+        pb[1] = make_float4(ab[4], ab[5], ab[6], ab[7]);
+        if (dinp) {
+            *(float4 *)(dinp + x0 + c) = make_float4(av[0], av[1], av[2], av[3]);
+            *(float4 *)(dinp + x0 + c + 4) = make_float4(av[4], av[5], av[6], av[7]);
+        }
+        if (dinp_bf) {
+            uint32_t packed[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                packed[e] = gpt_bf16x2_from_floats_rne(av[2 * e], av[2 * e + 1]);
+            *(uint4 *)(dinp_bf + x0 + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+    });
 }
 
-/* The 16-byte path of layernorm_backward_fused_kernel: C a multiple of 8
- * and every row pointer 16-byte aligned. */
-static bool lnb_vec_ok(const void *const *p, int n, size_t C)
-{
-    if (C % 8 != 0)
-        return false;
-    for (int i = 0; i < n; i++)
-        if ((uintptr_t)p[i] % 16 != 0)
-            return false;
-    return true;
-}
-
-/* At most 64 registers a thread (the 16-byte path takes 72 unbounded,
- * with no spill at 64) so that an SM holds GPT_CUDA_LNB_SM_BLOCKS blocks
- * and GPT-2's 1024 blocks run in one wave (cuda_plan.h). */
-template <bool VEC>
+/* At most 64 registers a thread (the streaming 16-byte path takes 72
+ * unbounded, with no spill at 64) so that an SM holds
+ * GPT_CUDA_LNB_SM_BLOCKS blocks and GPT-2's 1024 blocks run in one wave
+ * (cuda_plan.h). VEC: lane l owns columns [8 l + 256 k, + 8), one 16-byte
+ * load per array and chunk (a scalar lane loop waits on ~2 C / 32 loads
+ * in a row per row: latency-bound, ~0.4 ms per call at GPT-2's shape
+ * whatever the batch). NCH > 0 (VEC, dout_bf and inp_bf given, C <= 256
+ * NCH): a row's dout, inp and, when bf16 only, dinp are loaded into
+ * registers at its start (ln_held), all in flight at once; else streamed
+ * (each chunk's loads waited on in turn, twice). */
+template <bool VEC, int NCH = 0>
 __global__ void __launch_bounds__(LNB_THREADS, GPT_CUDA_LNB_SM_BLOCKS)
     layernorm_backward_fused_kernel(float *__restrict__ dinp, uint16_t *__restrict__ dinp_bf,
                                     float *__restrict__ part_w, float *__restrict__ part_b,
@@ -604,6 +760,7 @@ __global__ void __launch_bounds__(LNB_THREADS, GPT_CUDA_LNB_SM_BLOCKS)
                                     const float *__restrict__ mean, const float *__restrict__ rstd,
                                     size_t N, size_t C, size_t rows_per)
 {
+    static_assert(VEC || NCH == 0, "held rows are 16-byte rows");
     extern __shared__ __align__(16) float lnb_sh[]; /* [warp][0..C) dweight, [warp][C..2C) dbias */
     const unsigned W = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     float *sw = lnb_sh + (size_t)w * 2 * C, *sb = sw + C;
@@ -614,68 +771,19 @@ __global__ void __launch_bounds__(LNB_THREADS, GPT_CUDA_LNB_SM_BLOCKS)
     __syncwarp(); /* the 16-byte path's lanes own other columns than they zeroed */
     size_t r0 = (size_t)blockIdx.x * rows_per;
     size_t r1 = r0 + rows_per < N ? r0 + rows_per : N;
-    if (VEC) {
-        /* Lane l owns columns [8 l + 256 k, + 8): one 16-byte load per
-         * array and chunk, every chunk's loads independent (a scalar lane
-         * loop waits on ~2 C / 32 loads in a row per row: latency-bound,
-         * ~0.4 ms per call at GPT-2's shape whatever the batch). */
-        for (size_t r = r0 + w; r < r1; r += W) {
-            const size_t x0 = r * C;
-            const float mu = mean[r], rs = rstd[r];
-            float m1 = 0.0f, m2 = 0.0f;
-#pragma unroll 4
-            for (size_t c = 8 * lane; c < C; c += 8 * WARP) {
-                float d[8], x[8], g[8];
-                ld8_f(d, dout, dout_bf, x0 + c);
-                ld8_f(x, inp, inp_bf, x0 + c);
-                ld8_f(g, weight, NULL, c);
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float dn = g[k] * d[k];
-                    m1 += dn;
-                    m2 += dn * (x[k] - mu) * rs;
-                }
-            }
-            m1 = warp_sum(m1) / (float)C;
-            m2 = warp_sum(m2) / (float)C;
-#pragma unroll 4
-            for (size_t c = 8 * lane; c < C; c += 8 * WARP) {
-                float d[8], x[8], g[8], acc[8];
-                ld8_f(d, dout, dout_bf, x0 + c);
-                ld8_f(x, inp, inp_bf, x0 + c);
-                ld8_f(g, weight, NULL, c);
-                if (dinp) /* fp32 when present, as the scalar loop */
-                    ld8_f(acc, dinp, NULL, x0 + c);
-                else
-                    ld8_f(acc, NULL, dinp_bf, x0 + c);
-                float4 *pw = (float4 *)(sw + c), *pb = (float4 *)(sb + c);
-                const float4 w0 = pw[0], w1 = pw[1], b0 = pb[0], b1 = pb[1];
-                float aw[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-                float ab[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-                uint32_t packed[4];
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float norm = (x[k] - mu) * rs;
-                    acc[k] += rs * (g[k] * d[k] - m1 - norm * m2);
-                    aw[k] += d[k] * norm; /* this lane's own slots */
-                    ab[k] += d[k];
-                }
-                pw[0] = make_float4(aw[0], aw[1], aw[2], aw[3]);
-                pw[1] = make_float4(aw[4], aw[5], aw[6], aw[7]);
-                pb[0] = make_float4(ab[0], ab[1], ab[2], ab[3]);
-                pb[1] = make_float4(ab[4], ab[5], ab[6], ab[7]);
-                if (dinp) {
-                    *(float4 *)(dinp + x0 + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-                    *(float4 *)(dinp + x0 + c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-                }
-                if (dinp_bf) {
-#pragma unroll
-                    for (int k = 0; k < 4; k++)
-                        packed[k] = gpt_bf16x2_from_floats_rne(acc[2 * k], acc[2 * k + 1]);
-                    *(uint4 *)(dinp_bf + x0 + c) =
-                        make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                }
-            }
+    for (size_t r = r0 + w; VEC && r < r1; r += W) {
+        const size_t x0 = r * C;
+        const float mu = mean[r], rs = rstd[r];
+        /* The accumulated gradient: fp32 when present, as the scalar loop. */
+        const auto acc = [&] {
+            return dinp ? ln_stream{dinp, NULL, x0} : ln_stream{NULL, dinp_bf, x0};
+        };
+        if constexpr (NCH > 0) {
+            const ln_held<NCH> d(dout_bf, x0, C, lane), x(inp_bf, x0, C, lane);
+            lnb_row(d, x, acc, dinp, dinp_bf, sw, sb, weight, mu, rs, x0, C, lane);
+        } else {
+            lnb_row(ln_stream{dout, dout_bf, x0}, ln_stream{inp, inp_bf, x0}, acc, dinp, dinp_bf,
+                    sw, sb, weight, mu, rs, x0, C, lane);
         }
     }
     for (size_t r = r0 + w; !VEC && r < r1; r += W) {
@@ -780,35 +888,52 @@ __global__ void colsum_pass2_kernel(float *dst, const float *part, size_t C, uns
 /* Pass 2 of the single-pass LayerNorm backward: dweight[c] and dbias[c]
  * get the sums over the blocks' partials part_w[b * C + c] and
  * part_b[b * C + c] (blockIdx.y 0: dweight, 1: dbias; one launch for
- * both), stored with assign, else added. Block (32, LNB_SUM_Y) covers 32
- * columns: thread (x, y) adds blocks y, y + LNB_SUM_Y, ... in that order
- * (loads in flight, adds in order), then thread (x, 0) adds the LNB_SUM_Y
- * sums in y order. The order depends only on (blocks, C): deterministic.
- * 1024 threads per 32 columns keep the partials' reads (mostly L2 hits)
- * in flight; one thread per column walking all the blocks waited on each
- * load in turn. */
+ * both), stored with assign, else added. Block (LNB_SUM_COLS, LNB_SUM_Y)
+ * covers LNB_SUM_COLS columns: thread (x, y) adds blocks y, y + LNB_SUM_Y,
+ * ... in that order (loads in flight, adds in order), thread (x, g) for
+ * g < LNB_SUM_Y / LNB_SUM_GROUP then adds the sums of y = g LNB_SUM_GROUP
+ * .. + LNB_SUM_GROUP - 1 in y order, and thread (x, 0) those in g order.
+ * The order depends only on (blocks, C): deterministic. Narrow blocks
+ * spread GPT-2's 1024 partials of 768 columns (6.3 MB, mostly L2 hits)
+ * over 192 blocks; 32-column blocks gave 48, two thirds of the SMs idle
+ * and each of the others waiting on its loads. */
 __global__ void __launch_bounds__(LNB_SUM_THREADS)
     layernorm_backward_sum_kernel(float *dweight, float *dbias, const float *part_w,
                                   const float *part_b, unsigned blocks, size_t C, int assign)
 {
-    __shared__ float sh[LNB_SUM_Y][WARP + 1];
-    const size_t c = (size_t)blockIdx.x * WARP + threadIdx.x;
+    constexpr int G = LNB_SUM_Y / LNB_SUM_GROUP;
+    static_assert(G * LNB_SUM_GROUP == LNB_SUM_Y, "groups");
+    __shared__ float sh[LNB_SUM_Y][LNB_SUM_COLS + 1];
+    const size_t c = (size_t)blockIdx.x * LNB_SUM_COLS + threadIdx.x;
     const float *part = blockIdx.y == 0 ? part_w : part_b;
     float *dst = blockIdx.y == 0 ? dweight : dbias;
     float acc = 0.0f;
     if (c < C) {
-#pragma unroll 4
+#pragma unroll 8
         for (unsigned b = threadIdx.y; b < blocks; b += LNB_SUM_Y)
             acc += __ldg(part + (size_t)b * C + c);
     }
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
+    float group = 0.0f;
+    if (threadIdx.y < G)
+        for (int i = 0; i < LNB_SUM_GROUP; i++)
+            group += sh[threadIdx.y * LNB_SUM_GROUP + i][threadIdx.x];
+    __syncthreads(); /* every group read before row g is overwritten */
+    if (threadIdx.y < G)
+        sh[threadIdx.y][threadIdx.x] = group;
+    __syncthreads();
     if (threadIdx.y != 0 || c >= C)
         return;
-    for (int y = 1; y < LNB_SUM_Y; y++)
-        acc += sh[y][threadIdx.x];
-    dst[c] = assign ? acc : dst[c] + acc;
+    float sum = 0.0f;
+    for (int g = 0; g < G; g++)
+        sum += sh[g][threadIdx.x];
+    dst[c] = assign ? sum : dst[c] + sum;
 }
+
+typedef void (*lnb_kernel_t)(float *, uint16_t *, float *, float *, const float *, const uint16_t *,
+                             const float *, const uint16_t *, const float *, const float *,
+                             const float *, size_t, size_t, size_t);
 
 void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, float *dweight,
                             float *dbias, const float *dout, const uint16_t *dout_bf,
@@ -816,6 +941,11 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
                             const float *mean, const float *rstd, size_t N, size_t C,
                             float *scratch, size_t scratch_floats, int assign)
 {
+    static_assert(GPT_CUDA_LN_HELD_CHUNKS == 4, "one kernel per held chunk count");
+    static const lnb_kernel_t held[] = {
+        layernorm_backward_fused_kernel<true, 0>, layernorm_backward_fused_kernel<true, 1>,
+        layernorm_backward_fused_kernel<true, 2>, layernorm_backward_fused_kernel<true, 3>,
+        layernorm_backward_fused_kernel<true, 4>};
     unsigned blocks = gpt_cuda_plan_lnb_blocks(N, C, scratch_floats);
     /* dout_bf, inp_bf and a NULL dinp only come with blocks > 0
      * (cuda_impl.h): the fallback below reads and writes fp32. */
@@ -825,17 +955,14 @@ void cuk_layernorm_backward(cudaStream_t s, float *dinp, uint16_t *dinp_bf, floa
         float *pw = scratch, *pb = scratch + (size_t)blocks * C;
         const void *ptrs[] = {dinp, dinp_bf, dout, dout_bf, inp, inp_bf, weight};
         const size_t smem = GPT_CUDA_LNB_WARPS * 2 * C * sizeof(float);
+        lnb_kernel_t k = layernorm_backward_fused_kernel<false>;
         if (lnb_vec_ok(ptrs, 7, C))
-            layernorm_backward_fused_kernel<true>
-                <<<blocks, LNB_THREADS, smem, s>>>(dinp, dinp_bf, pw, pb, dout, dout_bf, inp,
-                                                   inp_bf, weight, mean, rstd, N, C, rows_per);
-        else
-            layernorm_backward_fused_kernel<false>
-                <<<blocks, LNB_THREADS, smem, s>>>(dinp, dinp_bf, pw, pb, dout, dout_bf, inp,
-                                                   inp_bf, weight, mean, rstd, N, C, rows_per);
-        layernorm_backward_sum_kernel<<<dim3((unsigned)((C + WARP - 1) / WARP), 2),
-                                        dim3(WARP, LNB_SUM_Y), 0, s>>>(dweight, dbias, pw, pb,
-                                                                       blocks, C, assign);
+            k = held[dout_bf && inp_bf ? gpt_cuda_plan_ln_chunks(C) : 0];
+        k<<<blocks, LNB_THREADS, smem, s>>>(dinp, dinp_bf, pw, pb, dout, dout_bf, inp, inp_bf,
+                                            weight, mean, rstd, N, C, rows_per);
+        layernorm_backward_sum_kernel<<<dim3((unsigned)((C + LNB_SUM_COLS - 1) / LNB_SUM_COLS), 2),
+                                        dim3(LNB_SUM_COLS, LNB_SUM_Y), 0, s>>>(
+            dweight, dbias, pw, pb, blocks, C, assign);
         return;
     }
     layernorm_backward_dinp_kernel<<<gpt_cuda_plan_row_grid(N, ROW_WARPS), ROW_WARPS * WARP, 0,
