@@ -1,6 +1,12 @@
 # GPU tests (label gpu): built only when the CUDA target exists; each exits
 # 77 (skipped) on a host without a GPU. tests/gpu/acceptance.sh runs them
 # on a GPU machine together with the training benchmark.
+
+# The acceptance run's profile summary reads Nsight Compute's CSV layouts:
+# checked on samples here, where no GPU or ncu is needed.
+add_test(NAME gpu_ncu_summary COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/gpu/ncu_summary.py --selftest)
+set_tests_properties(gpu_ncu_summary PROPERTIES LABELS unit TIMEOUT 30)
+
 if(NOT TARGET gptcuda)
   return()
 endif()

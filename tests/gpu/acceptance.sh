@@ -378,25 +378,39 @@ fi
 # step's worth of launches: 25 LayerNorm forwards and 25 backwards with
 # their sums, 12 attention forwards and 12 or 24 backward passes, the
 # cross-entropy, AdamW), with the default attention kernels (the
-# two-pass backward, the m16 forward), then with the variants for more
-# occupancy (twopass4: the dK/dV pass at four blocks per multiprocessor;
-# k32: the forward at three): time, occupancy and registers per
-# kernel in the table, the sections (with warp stalls) in the CSV, so
-# that the next change to them starts from numbers. SKIP where ncu is
-# missing or refused (the counters need permission).
+# two-pass backward, the m16 forward); the attention kernels alone with
+# the variants for more occupancy (twopass4: the dK/dV pass at four
+# blocks per multiprocessor; k32: the forward at three); then the default
+# attention kernels once more in depth (ncu_flash: one step's 36
+# launches, the raw page with the warp stall reasons, pipe use,
+# instruction mix and shared-memory bank conflicts: the three runs so far
+# found them latency-bound at ~130 TFLOP/s without saying on what). Time,
+# occupancy and registers per kernel (and for ncu_flash issue slots,
+# tensor pipe, bank conflicts and the top stalls) in the table, every
+# metric in the CSVs, so that the next change to them starts from
+# numbers. SKIP where ncu is missing or refused (the counters need
+# permission).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
-    for V in twopass twopass4; do
-        FWD=m16
-        [ "$V" = twopass4 ] && FWD=k32
-        run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$V GPTD_FLASH_FWD=$FWD \
-            "$NCU" --csv --page details \
-            --kernel-name regex:'flash_tc|layernorm_|softmax_xent_bf16|adamw_multi' \
-            --launch-count 120 --section SpeedOfLight --section Occupancy \
-            --section LaunchStats --section WarpStateStats "$BENCH" 4 2 0 bf16
+    for V in twopass twopass4 flash; do
+        FWD=m16 BWD=twopass KERNELS='flash_tc|layernorm_|softmax_xent_bf16|adamw_multi'
+        SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+        PAGE=details COUNT=120
+        case $V in
+        twopass4) FWD=k32 BWD=twopass4 KERNELS=flash_tc ;;
+        flash)
+            KERNELS=flash_tc PAGE=raw COUNT=36
+            SECTIONS="$SECTIONS --section ComputeWorkloadAnalysis --section InstructionStats"
+            SECTIONS="$SECTIONS --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables"
+            ;;
+        esac
+        # shellcheck disable=SC2086 # SECTIONS is a list of options
+        run "ncu_$V" 90 "$OUT/ncu_$V.csv" env GPTD_FLASH_BWD=$BWD GPTD_FLASH_FWD=$FWD \
+            "$NCU" --csv --page $PAGE --kernel-name regex:"$KERNELS" \
+            --launch-count $COUNT $SECTIONS "$BENCH" 4 2 0 bf16
         sum=$(python3 "$ROOT/tests/gpu/ncu_summary.py" "$OUT/ncu_$V.csv" 2>/dev/null)
         if [ "$RC" = 0 ] && [ -n "$sum" ]; then
-            row "ncu_$V" PASS "$SECS" "(GPTD_FLASH_FWD=$FWD) $sum"
+            row "ncu_$V" PASS "$SECS" "(GPTD_FLASH_BWD=$BWD GPTD_FLASH_FWD=$FWD) $sum"
         else
             row "ncu_$V" SKIP "$SECS" "ncu rc $RC ($OUT/ncu_$V.csv)"
         fi
