@@ -29,6 +29,7 @@
 #define WARP            32
 #define ROW_WARPS       8 /* warps per block of row kernels */
 #define XENT_THREADS    512
+#define XENT_LOADS      4 /* 16-byte loads in flight per thread, softmax_xent_bf16_kernel */
 #define COLSUM_ROWS_Y   8 /* threadIdx.y extent of the column-sum kernels */
 #define LNB_THREADS     (GPT_CUDA_LNB_WARPS * WARP) /* the fused LayerNorm backward's block */
 #define LNB_SUM_COLS    8   /* columns of a layernorm_backward_sum_kernel block */
@@ -1407,17 +1408,6 @@ __global__ void softmax_xent_kernel(const float *lf, const uint16_t *lb, float *
     }
 }
 
-/* The eight columns of a 16-byte chunk of a bf16 row as floats. */
-static __device__ __forceinline__ void xent_unpack8(float x[8], uint4 u)
-{
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        x[2 * k] = __uint_as_float(w[k] << 16);
-        x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    }
-}
-
 /* The training case of softmax_xent_kernel, bf16 logits in, bf16
  * dlogits out (in place or not), with 16-byte loads and stores of 8
  * columns and one online-softmax update per 8 (their max first), exp2
@@ -1450,32 +1440,47 @@ __global__ void __launch_bounds__(XENT_THREADS)
     uint4 *srow = (uint4 *)xent_row;
     const float zt = gpt_bf16_to_float(lb[n * Vp + (size_t)t]);
     float m = -INFINITY, sum = 0.0f;
-    for (size_t q = threadIdx.x; q < nq; q += blockDim.x) {
-        const uint4 u = row[q];
-        if (STAGE)
-            srow[q] = u;
-        float x[8];
-        xent_unpack8(x, u);
-        if (8 * q + 8 > V) { /* the chunk that holds padding */
+    /* A thread's chunks q, q + blockDim.x, ... in that order, XENT_LOADS
+     * loads issued before the first is used (one in flight per thread
+     * left the H200 at ~55% of its memory rate), the updates in q order
+     * as one at a time would make them: the same bits. */
+    for (size_t q0 = threadIdx.x; q0 < nq; q0 += XENT_LOADS * (size_t)blockDim.x) {
+        uint4 u[XENT_LOADS];
+#pragma unroll
+        for (int i = 0; i < XENT_LOADS; i++) {
+            const size_t q = q0 + i * (size_t)blockDim.x;
+            u[i] = q < nq ? row[q] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < XENT_LOADS; i++) {
+            const size_t q = q0 + i * (size_t)blockDim.x;
+            if (q >= nq)
+                break;
+            if (STAGE)
+                srow[q] = u[i];
+            float x[8];
+            bf16x8_f(x, u[i]);
+            if (8 * q + 8 > V) { /* the chunk that holds padding */
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (8 * q + k >= V)
+                        x[k] = -INFINITY;
+            }
+            float cm = x[0];
+#pragma unroll
+            for (int k = 1; k < 8; k++)
+                cm = fmaxf(cm, x[k]);
+            if (cm == -INFINITY)
+                continue; /* padding only */
+            if (cm > m) {
+                sum *= cu_exp2_ftz((m - cm) * GPT_FLASH_LOG2E);
+                m = cm;
+            }
+            const float ml = m * GPT_FLASH_LOG2E;
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                if (8 * q + k >= V)
-                    x[k] = -INFINITY;
+                sum += cu_exp2_ftz(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
         }
-        float cm = x[0];
-#pragma unroll
-        for (int k = 1; k < 8; k++)
-            cm = fmaxf(cm, x[k]);
-        if (cm == -INFINITY)
-            continue; /* padding only */
-        if (cm > m) {
-            sum *= cu_exp2_ftz((m - cm) * GPT_FLASH_LOG2E);
-            m = cm;
-        }
-        const float ml = m * GPT_FLASH_LOG2E;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            sum += cu_exp2_ftz(fmaf(x[k], GPT_FLASH_LOG2E, -ml));
     }
     block_online(m, sum);
     if (losses && threadIdx.x == 0)
@@ -1486,7 +1491,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
     const float k = dscale / sum, ml = m * GPT_FLASH_LOG2E;
     for (size_t q = threadIdx.x; q < nq; q += blockDim.x) {
         float x[8], e[8], d[8];
-        xent_unpack8(x, STAGE ? srow[q] : row[q]);
+        bf16x8_f(x, STAGE ? srow[q] : row[q]);
 #pragma unroll
         for (int c = 0; c < 8; c++) {
             e[c] = cu_exp2_ftz(fmaf(x[c], GPT_FLASH_LOG2E, -ml));
