@@ -1308,9 +1308,12 @@ static void test_bf16_only_xent(size_t N, size_t C, size_t V, size_t Vp, int fus
 /* bf16 mode, the residual stream: in one slab (so it has a bf16 copy
  * once a product reads the slab) the encoder writes x0, LayerNorm reads it
  * (ln1), the skip connection's product writes x1 = ln1 W^T + b + x0, a
- * second LayerNorm reads x1 (ln2); then the backward's way: dres zeroed,
- * LayerNorm's backward of ln2 and of ln1 accumulate into it (inputs x1 and
- * x0), and the encoder's backward reads it. Round 0 creates the slab's copy
+ * second LayerNorm reads x1 (ln2), and products of ln1 and ln2 write the
+ * LayerNorms' output gradients dy1 and dy2; then the backward's way: dres
+ * zeroed, LayerNorm's backward of ln2 and of ln1 accumulate into it
+ * (inputs x1 and x0; dout, inp and dres all read from bf16 copies: the
+ * kernels that hold a row in registers, as in training), and the
+ * encoder's backward reads it. Round 0 creates the slab's copy
  * (its first product); from round 1 x0, x1 and dres are bf16 only (state
  * checked), read as bf16 by every reader, and every output matches the
  * fp32 CPU ops within bf16 error. Round 2 reads x1 with an fp32 op
@@ -1329,15 +1332,16 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
     for (size_t i = 0; i < N; i++)
         tok[i] = (int)gpt_rng_below(&rng, V);
     ints_new(tok, N, &tc, &tg);
-    /* The slab: x0, ln1, x1, ln2, dres. */
-    struct pair act = pair_new(5 * nc, 0, 0);
+    /* The slab: x0, ln1, x1, ln2, dres, dy1, dy2. */
+    struct pair act = pair_new(7 * nc, 0, 0);
     struct pair x0 = region(&act, 0, nc), ln1 = region(&act, nc, nc), x1 = region(&act, 2 * nc, nc);
     struct pair ln2 = region(&act, 3 * nc, nc), dres = region(&act, 4 * nc, nc);
+    struct pair dy1 = region(&act, 5 * nc, nc), dy2 = region(&act, 6 * nc, nc);
     struct pair wte = pair_new(V * C, -1, 1), wpe = pair_new(T * C, 0.5f, 1.5f);
     struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1);
     struct pair w = pair_new(C * C, -0.02f, 0.02f), b = pair_new(C, -0.2f, 0.2f);
     struct pair m1 = pair_new(N, 0, 0), r1 = pair_new(N, 0, 0), m2 = pair_new(N, 0, 0);
-    struct pair r2 = pair_new(N, 0, 0), dy1 = pair_new(nc, -1, 1), dy2 = pair_new(nc, -1, 1);
+    struct pair r2 = pair_new(N, 0, 0);
     struct pair dlw1 = pair_new(C, 0, 0), dlb1 = pair_new(C, 0, 0), dlw2 = pair_new(C, 0, 0);
     struct pair dlb2 = pair_new(C, 0, 0), dwte = pair_new(V * C, 0, 0),
                 dwpe = pair_new(T * C, 0, 0);
@@ -1352,6 +1356,8 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
             gpt_backend_layernorm_forward(be, P(ln1), P(m1), P(r1), P(x0), P(lw), P(lb), N, C);
             gpt_backend_matmul_residual_forward(be, P(x1), P(ln1), P(w), P(b), P(x0), N, C, C);
             gpt_backend_layernorm_forward(be, P(ln2), P(m2), P(r2), P(x1), P(lw), P(lb), N, C);
+            gpt_backend_matmul_forward(be, P(dy1), P(ln1), P(w), P(b), N, C, C);
+            gpt_backend_matmul_forward(be, P(dy2), P(ln2), P(w), P(b), N, C, C);
             gpt_backend_memzero(be, P(dres), nc * sizeof(float));
             gpt_backend_layernorm_backward(be, P(dres), P(dlw2), P(dlb2), P(dy2), P(x1), P(lw),
                                            P(m2), P(r2), N, C);
@@ -1388,7 +1394,7 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
         /* The bf16-only ranges and the products' outputs, downloaded:
          * converted back (both copies current, so no longer bf16 only),
          * and not learned (round 2 and 3 find x0 and dres bf16 only). */
-        struct pair *acts[] = {&x0, &ln1, &x1, &ln2, &dres};
+        struct pair *acts[] = {&x0, &ln1, &x1, &ln2, &dres, &dy1, &dy2};
         for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++)
             check("bf16_resid", tag, acts[i]);
         for (size_t i = 0; round > 0 && round < 3 && i < 3; i++) {
@@ -1398,8 +1404,8 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
                    gpt_cuda_backend_bf16_only(gpu, held[i]->g, held[i]->n * sizeof(float)));
         }
     }
-    struct pair *all[] = {&act, &wte, &wpe, &lw,   &lb,   &w,    &b,    &m1,   &r1,   &m2,
-                          &r2,  &dy1, &dy2, &dlw1, &dlb1, &dlw2, &dlb2, &dwte, &dwpe, &sum};
+    struct pair *all[] = {&act, &wte, &wpe,  &lw,   &lb,   &w,    &b,    &m1,   &r1,
+                          &m2,  &r2,  &dlw1, &dlb1, &dlw2, &dlb2, &dwte, &dwpe, &sum};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
     gpt_backend_mem_free(cpu, tc);
