@@ -604,13 +604,16 @@ static void rec_matmul_backward(struct gpt_backend *be, float *dinp, float *dwei
      * dout's columns in the same pass (the plan assumes cuBLASLt accepts
      * it, as it does for llm.c's same call; the backend falls back to
      * colsum_dbias where it refuses), then a tiny kernel adds them to
-     * dbias, or a copy stores them. */
+     * dbias, or where they are stored the epilogue writes dbias itself
+     * (a copy follows only for an unaligned dbias). */
     double acc = be->grad_assign ? 0.0 : 4.0 * (double)OC * C;
     if (!dbias) {
         rec_gemm(r, "gemm_bwd_dweight", ib && db, 0, C, OC, N, acc);
         return;
     }
     rec_gemm(r, "gemm_bwd_dweight+bgrad", ib && db, 0, C, OC, N, acc + 4.0 * OC);
+    if (gpt_cuda_plan_bgrad_direct(dbias, be->grad_assign))
+        return;
     if (be->grad_assign)
         rec_add(r, "dbias_copy", GPT_KC_MEM, GPT_KU_FP32, 0, 8.0 * OC, "OC=%zu", OC);
     else

@@ -106,6 +106,13 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats);
 #define GPT_CUDA_LN_HELD_CHUNKS 4u
 unsigned gpt_cuda_plan_ln_chunks(size_t C);
 
+/* Whether a product's bias gradient (cuBLASLt's BGRADB epilogue, which
+ * writes its sums, not adds them) goes straight into dbias: only when the
+ * step stores gradients (grad_assign) and dbias is 16-byte aligned (what
+ * the epilogue's vector needs); else it goes to scratch, and a copy or an
+ * add follows (a launch each, ~48 a GPT-2 step). */
+int gpt_cuda_plan_bgrad_direct(const void *dbias, int assign);
+
 /* Shared memory the classifier's softmax + cross-entropy kernel keeps
  * for its own reductions (bytes, a bound), and the dynamic shared memory
  * of its one-read form: a call that writes dlogits without a previous

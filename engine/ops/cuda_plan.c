@@ -68,6 +68,11 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
     return (unsigned)((N + rows - 1) / rows);
 }
 
+int gpt_cuda_plan_bgrad_direct(const void *dbias, int assign)
+{
+    return assign && dbias && (uintptr_t)dbias % 16 == 0;
+}
+
 unsigned gpt_cuda_plan_ln_chunks(size_t C)
 {
     if (C == 0 || C % 8 != 0 || C > (size_t)GPT_CUDA_LN_HELD_CHUNKS * 256)

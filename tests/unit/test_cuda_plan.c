@@ -94,6 +94,20 @@ static void test_ln_chunks(void **state)
     }
 }
 
+/* BGRADB writes the bias gradient straight into dbias only where the
+ * step stores gradients and dbias suits the epilogue (16-byte aligned);
+ * GPT-2's biases all are (every tensor a multiple of 4 floats). */
+static void test_bgrad_direct(void **state)
+{
+    (void)state;
+    _Alignas(16) float g[8] = {0};
+    assert_true(gpt_cuda_plan_bgrad_direct(g, 1));
+    assert_false(gpt_cuda_plan_bgrad_direct(g, 0));
+    assert_false(gpt_cuda_plan_bgrad_direct(g + 1, 1));
+    assert_true(gpt_cuda_plan_bgrad_direct(g + 4, 1));
+    assert_false(gpt_cuda_plan_bgrad_direct(NULL, 1));
+}
+
 static void test_lnb_blocks(void **state)
 {
     (void)state;
@@ -944,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_sumsq_blocks),
         cmocka_unit_test(test_colsum_splits),
         cmocka_unit_test(test_ln_chunks),
+        cmocka_unit_test(test_bgrad_direct),
         cmocka_unit_test(test_lnb_blocks),
         cmocka_unit_test(test_xent_stage),
         cmocka_unit_test(test_adamw_table),

@@ -355,14 +355,15 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C): column-major D (c, oc)
      * = A (c, N) B^T with A = inp, B = dout (oc, N), k = N. With a bias,
      * the BGRADB epilogue sums op(B) = dout^T over k in the same pass:
-     * bgrad[j] = sum_n dout[n, j], dbias's increment. It writes, and dbias
-     * accumulates, so it goes to scratch and is added after. */
-    struct lt_epi bg = {CUBLASLT_EPILOGUE_BGRADB, NULL, cb->scratch, NULL, 0};
-    const struct lt_epi *e = dbias && OC <= SCRATCH_FLOATS ? &bg : NULL;
+     * bgrad[j] = sum_n dout[n, j], dbias's increment. It writes: where
+     * dbias is stored (be->grad_assign) it goes there, else to scratch and
+     * is added after (gpt_cuda_plan_bgrad_direct). */
+    int assign = be->grad_assign, direct = gpt_cuda_plan_bgrad_direct(dbias, assign);
+    struct lt_epi bg = {CUBLASLT_EPILOGUE_BGRADB, NULL, direct ? dbias : cb->scratch, NULL, 0};
+    const struct lt_epi *e = dbias && (direct || OC <= SCRATCH_FLOATS) ? &bg : NULL;
     int summed = 0;
     /* be->grad_assign: dweight = the product (beta 0: not read), dbias =
      * the sums. */
-    int assign = be->grad_assign;
     float gb = assign ? 0.0f : 1.0f;
     if (ib && db) {
         summed = e && lt_matmul(cb, CUDA_R_16BF, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, ib, c, db, oc,
@@ -379,15 +380,15 @@ void cuda_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, f
             cu_gemm_rm(cb, true, false, oc, c, n, 1.0f, dout, oc, 0, inp, c, 0, gb, dweight, c, 0,
                        1);
     }
-    if (dbias && summed && assign) { /* dbias = bgrad */
+    if (dbias && summed && assign && !direct) { /* dbias = bgrad (direct: written there) */
         cudaError_t ce = cudaMemcpyAsync(dbias, cb->scratch, OC * sizeof(float),
                                          cudaMemcpyDeviceToDevice, cb->compute);
         if (ce != cudaSuccess)
             (void)cu_ret(cb, ce, "matmul_backward dbias copy");
-    } else if (dbias && summed) {
+    } else if (dbias && summed && !assign) {
         cuk_residual_forward(cb->compute, dbias, dbias, cb->scratch, OC); /* dbias += bgrad */
         cu_check(cb, "matmul_backward dbias add");
-    } else if (dbias) {
+    } else if (dbias && !summed) {
         cu_f32(cb, dout, N * OC * sizeof(float));
         cuk_colsum_add(cb->compute, dbias, dout, N, OC, cb->scratch, SCRATCH_FLOATS, assign);
         cu_check(cb, "matmul_backward dbias");
