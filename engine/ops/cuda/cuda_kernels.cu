@@ -97,22 +97,86 @@ static __device__ __forceinline__ float ld_f(const float *x, const uint16_t *x_b
     return x_bf ? gpt_bf16_to_float(x_bf[i]) : x[i];
 }
 
+/* The eight bf16 values of u (lowest address first) as floats. */
+static __device__ __forceinline__ void bf16x8_f(float v[8], uint4 u)
+{
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        v[2 * k] = gpt_bf16_to_float((uint16_t)(w[k] & 0xffffu));
+        v[2 * k + 1] = gpt_bf16_to_float((uint16_t)(w[k] >> 16));
+    }
+}
+
+/* Eight consecutive elements of x as ld_f reads them: from the bf16 copy
+ * x_bf when it is given (the fp32 x may then be stale), else from x; with
+ * 16-byte loads (i a multiple of 8, rows 16-byte aligned: lnb_vec_ok). */
+static __device__ __forceinline__ void ld8_f(float v[8], const float *x, const uint16_t *x_bf,
+                                             size_t i)
+{
+    if (!x_bf) {
+        const float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        return;
+    }
+    bf16x8_f(v, *(const uint4 *)(x_bf + i));
+}
+
+/* The 16-byte paths (the encoder, LayerNorm): C a multiple of 8 and
+ * every row pointer 16-byte aligned. */
+static bool lnb_vec_ok(const void *const *p, int n, size_t C)
+{
+    if (C % 8 != 0)
+        return false;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] % 16 != 0)
+            return false;
+    return true;
+}
+
 /* ---- encoder ----------------------------------------------------------- */
 
 /* out and/or out_bf (either may be NULL): the sum in fp32, rounded once
- * for the bf16 copy. */
+ * for the bf16 copy. VEC (lnb_vec_ok): a thread per 8 columns, 16-byte
+ * loads and stores (the same values). */
+template <bool VEC>
 __global__ void encoder_forward_kernel(float *out, uint16_t *out_bf, const int *inp,
                                        const float *wte, const float *wpe, size_t T, size_t C,
                                        size_t n)
 {
-    GRID_LOOP(i, n)
-    {
-        size_t bt = i / C, c = i % C;
-        float v = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
-        if (out)
-            out[i] = v;
-        if (out_bf)
-            out_bf[i] = gpt_bf16_from_float_rne(v);
+    if constexpr (VEC) {
+        GRID_LOOP(q, n / 8)
+        {
+            const size_t i = 8 * q, bt = i / C, c = i % C;
+            float a[8], p[8], v[8];
+            ld8_f(a, wte, NULL, (size_t)inp[bt] * C + c);
+            ld8_f(p, wpe, NULL, (bt % T) * C + c);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v[e] = a[e] + p[e];
+            if (out) {
+                *(float4 *)(out + i) = make_float4(v[0], v[1], v[2], v[3]);
+                *(float4 *)(out + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+            }
+            if (out_bf) {
+                uint32_t w[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    w[e] = gpt_bf16x2_from_floats_rne(v[2 * e], v[2 * e + 1]);
+                *(uint4 *)(out_bf + i) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+    } else {
+        GRID_LOOP(i, n)
+        {
+            size_t bt = i / C, c = i % C;
+            float v = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+            if (out)
+                out[i] = v;
+            if (out_bf)
+                out_bf[i] = gpt_bf16_from_float_rne(v);
+        }
     }
 }
 
@@ -120,8 +184,13 @@ void cuk_encoder_forward(cudaStream_t s, float *out, uint16_t *out_bf, const int
                          const float *wte, const float *wpe, size_t B, size_t T, size_t C)
 {
     size_t n = B * T * C;
-    encoder_forward_kernel<<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, out_bf, inp, wte, wpe, T, C,
-                                                                 n);
+    const void *ptrs[] = {out, out_bf, wte, wpe};
+    if (lnb_vec_ok(ptrs, 4, C))
+        encoder_forward_kernel<true>
+            <<<ew_grid(n / 8), GPT_CUDA_BLOCK, 0, s>>>(out, out_bf, inp, wte, wpe, T, C, n);
+    else
+        encoder_forward_kernel<false>
+            <<<ew_grid(n), GPT_CUDA_BLOCK, 0, s>>>(out, out_bf, inp, wte, wpe, T, C, n);
 }
 
 /* dwpe[t, c] += sum over b, in b order: one thread per (t, c). */
@@ -355,44 +424,6 @@ void cuk_encoder_backward(cudaStream_t s, float *dwte, float *dwpe, const float 
 }
 
 /* ---- LayerNorm --------------------------------------------------------- */
-
-/* The eight bf16 values of u (lowest address first) as floats. */
-static __device__ __forceinline__ void bf16x8_f(float v[8], uint4 u)
-{
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        v[2 * k] = gpt_bf16_to_float((uint16_t)(w[k] & 0xffffu));
-        v[2 * k + 1] = gpt_bf16_to_float((uint16_t)(w[k] >> 16));
-    }
-}
-
-/* Eight consecutive elements of x as ld_f reads them: from the bf16 copy
- * x_bf when it is given (the fp32 x may then be stale), else from x; with
- * 16-byte loads (i a multiple of 8, rows 16-byte aligned: lnb_vec_ok). */
-static __device__ __forceinline__ void ld8_f(float v[8], const float *x, const uint16_t *x_bf,
-                                             size_t i)
-{
-    if (!x_bf) {
-        const float4 a = *(const float4 *)(x + i), b = *(const float4 *)(x + i + 4);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-        return;
-    }
-    bf16x8_f(v, *(const uint4 *)(x_bf + i));
-}
-
-/* The 16-byte paths of the LayerNorm kernels: C a multiple of 8 and
- * every row pointer 16-byte aligned. */
-static bool lnb_vec_ok(const void *const *p, int n, size_t C)
-{
-    if (C % 8 != 0)
-        return false;
-    for (int i = 0; i < n; i++)
-        if ((uintptr_t)p[i] % 16 != 0)
-            return false;
-    return true;
-}
 
 /* A row of the 16-byte LayerNorm paths, chunk by chunk: lane l's chunk k
  * is columns [8 l + 256 k, + 8) of the row at x0, and ln_for_chunks
