@@ -123,6 +123,23 @@ static __device__ __forceinline__ void ld8_f(float v[8], const float *x, const u
     bf16x8_f(v, *(const uint4 *)(x_bf + i));
 }
 
+/* Eight consecutive results v at i: to f (fp32) and/or to bf (their bf16
+ * copy, rounded to nearest), either may be NULL; 16-byte stores. */
+static __device__ __forceinline__ void st8_f(float *f, uint16_t *bf, size_t i, const float v[8])
+{
+    if (f) {
+        *(float4 *)(f + i) = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4 *)(f + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    }
+    if (bf) {
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            w[e] = gpt_bf16x2_from_floats_rne(v[2 * e], v[2 * e + 1]);
+        *(uint4 *)(bf + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
 /* The 16-byte paths (the encoder, LayerNorm): C a multiple of 8 and
  * every row pointer 16-byte aligned. */
 static bool lnb_vec_ok(const void *const *p, int n, size_t C)
@@ -155,17 +172,7 @@ __global__ void encoder_forward_kernel(float *out, uint16_t *out_bf, const int *
 #pragma unroll
             for (int e = 0; e < 8; e++)
                 v[e] = a[e] + p[e];
-            if (out) {
-                *(float4 *)(out + i) = make_float4(v[0], v[1], v[2], v[3]);
-                *(float4 *)(out + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
-            }
-            if (out_bf) {
-                uint32_t w[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    w[e] = gpt_bf16x2_from_floats_rne(v[2 * e], v[2 * e + 1]);
-                *(uint4 *)(out_bf + i) = make_uint4(w[0], w[1], w[2], w[3]);
-            }
+            st8_f(out, out_bf, i, v);
         }
     } else {
         GRID_LOOP(i, n)
@@ -483,11 +490,11 @@ __device__ __forceinline__ void ln_for_chunks(size_t C, unsigned lane, F f)
     }
 }
 
-/* LayerNorm of the row x (a source above) into o (fp32, may be NULL) and
- * out_bf (may be NULL) at x0: the mean, then the variance in a second
+/* LayerNorm of the row x (a source above) into out (fp32, may be NULL)
+ * and out_bf (may be NULL) at x0: the mean, then the variance in a second
  * pass, like the CPU backend; returns the mean and 1 / std. */
 template <typename S>
-__device__ __forceinline__ void ln_forward_row(const S &x, float *o, uint16_t *out_bf, size_t x0,
+__device__ __forceinline__ void ln_forward_row(const S &x, float *out, uint16_t *out_bf, size_t x0,
                                                const float *weight, const float *bias, size_t C,
                                                unsigned lane, float *ret_mu, float *ret_rs)
 {
@@ -516,17 +523,7 @@ __device__ __forceinline__ void ln_forward_row(const S &x, float *o, uint16_t *o
 #pragma unroll
         for (int e = 0; e < 8; e++)
             y[e] = (v[e] - mu) * rs * g[e] + bb[e];
-        if (o) {
-            *(float4 *)(o + c) = make_float4(y[0], y[1], y[2], y[3]);
-            *(float4 *)(o + c + 4) = make_float4(y[4], y[5], y[6], y[7]);
-        }
-        if (out_bf) {
-            uint32_t w[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                w[e] = gpt_bf16x2_from_floats_rne(y[2 * e], y[2 * e + 1]);
-            *(uint4 *)(out_bf + x0 + c) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
+        st8_f(out, out_bf, x0 + c, y);
     });
     *ret_mu = mu;
     *ret_rs = rs;
@@ -558,9 +555,9 @@ __global__ void layernorm_forward_kernel(float *out, uint16_t *out_bf, float *me
         float sum = 0.0f, var = 0.0f, mu, rs;
         if constexpr (NCH > 0) {
             const ln_held<NCH> x(inp_bf, x0, C, lane);
-            ln_forward_row(x, o, out_bf, x0, weight, bias, C, lane, &mu, &rs);
+            ln_forward_row(x, out, out_bf, x0, weight, bias, C, lane, &mu, &rs);
         } else if (VEC) {
-            ln_forward_row(ln_stream{inp, inp_bf, x0}, o, out_bf, x0, weight, bias, C, lane, &mu,
+            ln_forward_row(ln_stream{inp, inp_bf, x0}, out, out_bf, x0, weight, bias, C, lane, &mu,
                            &rs);
         } else {
             for (size_t c = lane; c < C; c += WARP)
@@ -756,17 +753,7 @@ lnb_row(const D &d, const X &x, A acc_of, float *dinp, uint16_t *dinp_bf, float 
         pw[1] = make_float4(aw[4], aw[5], aw[6], aw[7]);
         pb[0] = make_float4(ab[0], ab[1], ab[2], ab[3]);
         pb[1] = make_float4(ab[4], ab[5], ab[6], ab[7]);
-        if (dinp) {
-            *(float4 *)(dinp + x0 + c) = make_float4(av[0], av[1], av[2], av[3]);
-            *(float4 *)(dinp + x0 + c + 4) = make_float4(av[4], av[5], av[6], av[7]);
-        }
-        if (dinp_bf) {
-            uint32_t packed[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                packed[e] = gpt_bf16x2_from_floats_rne(av[2 * e], av[2 * e + 1]);
-            *(uint4 *)(dinp_bf + x0 + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        }
+        st8_f(dinp, dinp_bf, x0 + c, av);
     });
 }
 
