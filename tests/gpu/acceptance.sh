@@ -112,6 +112,10 @@ run() {
     [ "$RC" = 124 ] || [ "$RC" = 137 ] && echo "   timed out after ${cap}s" >>"$log"
     tail -3 "$log" | sed 's/^/   /'
 }
+# num KEY JSON: the number at "KEY": in one JSON line (empty if none).
+num() {
+    printf '%s\n' "$2" | sed -n "s/.*\"$1\":\(-\{0,1\}[0-9][0-9.eE+-]*\).*/\1/p"
+}
 
 # ---- preflight -----------------------------------------------------------
 {
@@ -177,18 +181,18 @@ for B in 16 32; do
     MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/bench_b$B.log" | tail -1)
     echo "$MEAS" >>"$OUT/bench.jsonl"
     echo "$PLAN" >>"$OUT/plan.jsonl"
-    ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
-    mfu=$(echo "$MEAS" | sed -n 's/.*"mfu_vs_989":\([0-9.]*\).*/\1/p')
-    syncs=$(echo "$MEAS" | sed -n 's/.*"host_syncs_per_step":\([0-9]*\).*/\1/p')
-    gib=$(echo "$MEAS" | sed -n 's/.*"peak_mem_gib":\([0-9.]*\).*/\1/p')
-    pms=$(echo "$PLAN" | sed -n 's/.*"predicted_ms_per_step":\([0-9.]*\).*/\1/p')
-    pmfu=$(echo "$PLAN" | sed -n 's/.*"predicted_mfu":\([0-9.]*\).*/\1/p')
+    ms=$(num ms_per_step "$MEAS")
+    mfu=$(num mfu_vs_989 "$MEAS")
+    syncs=$(num host_syncs_per_step "$MEAS")
+    gib=$(num peak_mem_gib "$MEAS")
+    pms=$(num predicted_ms_per_step "$PLAN")
+    pmfu=$(num predicted_mfu "$PLAN")
     # The profiled step's ms by class beside the plan's (measured/predicted),
     # and the device memory an eval at half the batch added (must be 0).
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/bench_b$B.log" | tail -1)
     echo "$OPS" >>"$OUT/ops.jsonl"
-    grew=$(echo "$OPS" | sed -n 's/.*"eval_grew_bytes":\(-*[0-9]*\).*/\1/p')
-    grew2=$(echo "$OPS" | sed -n 's/.*"step2_grew_bytes":\(-*[0-9]*\).*/\1/p')
+    grew=$(num eval_grew_bytes "$OPS")
+    grew2=$(num step2_grew_bytes "$OPS")
     cls=$(printf '%s\n%s\n' "$OPS" "$PLAN" | python3 -c '
 import json, sys
 m, p = (json.loads(l)["ms_by_class"] for l in sys.stdin.read().split("\n")[:2])
@@ -221,9 +225,8 @@ done
 # backward variants (dq summed in another order; by step 10 AdamW and
 # bf16 rounding have amplified that to ~1%), and equal for twopass4 and
 # m32 (the same bits everywhere: their 10th step's loss too).
-l2_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss_step2":\([0-9.eE+-]*\).*/\1/p' | tail -1)
-loss_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p' | tail -1)
-ms_def=$(grep '"batch":16,' "$OUT/bench.jsonl" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p' | tail -1)
+DEF=$(grep '"batch":16,' "$OUT/bench.jsonl" | tail -1)
+l2_def=$(num loss_step2 "$DEF") loss_def=$(num loss "$DEF") ms_def=$(num ms_per_step "$DEF")
 for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass4 GPTD_FLASH_FWD=m32 \
     GPTD_FLASH_FWD=k32; do
     V=${SET#*=}
@@ -237,10 +240,10 @@ for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=split GPTD_FLASH_BWD=twopass4 GPT
     run "${V}_b16" 70 "$OUT/${V}_b16.log" env "$SET" "$BENCH" 16 10 0 bf16
     MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/${V}_b16.log" | tail -1)
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/${V}_b16.log" | tail -1)
-    ms=$(echo "$MEAS" | sed -n 's/.*"ms_per_step":\([0-9.]*\).*/\1/p')
+    ms=$(num ms_per_step "$MEAS")
     attb=$(echo "$OPS" | sed -n 's/.*"cuda_attention_backward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
-    loss=$(echo "$MEAS" | sed -n 's/.*"loss":\([0-9.]*\).*/\1/p')
-    l2=$(echo "$MEAS" | sed -n 's/.*"loss_step2":\([0-9.eE+-]*\).*/\1/p')
+    loss=$(num loss "$MEAS")
+    l2=$(num loss_step2 "$MEAS")
     tol=1e-4
     [ "$V" = m32 ] || [ "$V" = twopass4 ] && tol=0
     same=$(python3 -c 'import sys; a, b, c, d, t = sys.argv[1:]; t = float(t)

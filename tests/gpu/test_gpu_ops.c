@@ -469,6 +469,13 @@ static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_d
         pair_free(all[i]);
 }
 
+/* A region [off, off + n) of a pair. */
+static struct pair region(const struct pair *p, size_t off, size_t n)
+{
+    struct pair r = {p->c + off, p->g + off, n};
+    return r;
+}
+
 /* Both copies of p set to NaN: what an overwrite must not read. */
 static void pair_nan(struct pair *p)
 {
@@ -523,7 +530,10 @@ static void test_layernorm_repeat(size_t N, size_t C, const char *tag)
  * epilogue's sums or the column sums) and of LayerNorm (its column sums
  * stored) overwrite what was there (NaN, which any read would spread),
  * then the same ops with the overwrite off add to them; each against the
- * CPU backend. LayerNorm is C wide: 768 takes the single-pass kernel, 2048
+ * CPU backend. The first product's dbias sits one float into its
+ * allocation, so its epilogue's sums go through scratch and a copy; the
+ * second's is aligned, so they are written there directly
+ * (gpt_cuda_plan_bgrad_direct). LayerNorm is C wide: 768 takes the single-pass kernel, 2048
  * the row kernel with the column sums. */
 static void test_grad_assign(size_t N, size_t C, size_t OC)
 {
@@ -532,7 +542,8 @@ static void test_grad_assign(size_t N, size_t C, size_t OC)
     struct pair dout = pair_new(N * OC, -1, 1), dinp = pair_new(N * C, 0, 0);
     struct pair pre = pair_new(N * OC, -3, 3), w2 = pair_new(C * OC, -0.5f, 0.5f);
     struct pair dinp2 = pair_new(N * OC, 0, 0), dln = pair_new(N * C, -1, 1);
-    struct pair dw = pair_new(OC * C, 0, 0), db = pair_new(OC, 0, 0);
+    struct pair dw = pair_new(OC * C, 0, 0), dbs = pair_new(OC + 1, 0, 0);
+    struct pair db = region(&dbs, 1, OC);
     struct pair dw2 = pair_new(C * OC, 0, 0), db2 = pair_new(C, 0, 0);
     struct pair lw = pair_new(C, 0.5f, 1.5f), lb = pair_new(C, -1, 1), ln = pair_new(N * C, 0, 0);
     struct pair mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0), dres = pair_new(N * C, -1, 1);
@@ -566,7 +577,7 @@ static void test_grad_assign(size_t N, size_t C, size_t OC)
         check("layernorm_backward", tag, &dlw);
         check("layernorm_backward", tag, &dlb);
     }
-    struct pair *all[] = {&inp, &w,  &dout, &dinp, &pre,  &w2,   &dinp2, &dw,  &db,  &dw2,
+    struct pair *all[] = {&inp, &w,  &dout, &dinp, &pre,  &w2,   &dinp2, &dw,  &dbs, &dw2,
                           &db2, &lw, &lb,   &ln,   &mean, &rstd, &dres,  &dlw, &dlb, &dln};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
@@ -1078,13 +1089,6 @@ static void test_bf16_copies(size_t N, size_t C, size_t V, size_t Vp)
     gpt_backend_mem_free(cpu, tc);
     gpt_backend_mem_free(gpu, tg);
     free(t);
-}
-
-/* A region [off, off + n) of a pair. */
-static struct pair region(const struct pair *p, size_t off, size_t n)
-{
-    struct pair r = {p->c + off, p->g + off, n};
-    return r;
 }
 
 /* bf16 mode: outputs that only products read are written as bf16 only

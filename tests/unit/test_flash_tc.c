@@ -193,60 +193,79 @@ static void check_seen(struct head *h)
     memset(h->seen, 0, (size_t)h->T * h->T * sizeof(int));
 }
 
-/* The forward kernel: blocks of FWD_BR query rows (last tile first), warps
- * of 16 rows, key tiles of the causal span, online softmax per row. */
-static double emulate_forward(struct head *h)
+/* Row i of a forward-shaped kernel (the forward, the dQ pass): r0 is its
+ * warp's first row, [kt0, nkt) the block's key tiles; returns the pairs it
+ * computed. */
+typedef double (*fwd_row_fn)(struct head *h, int i, int r0, int kt0, int nkt);
+
+/* The forward's layout: blocks of FWD_BR query rows (last tile first),
+ * warps of 16 rows, each row of each warp through f; the pairs summed. */
+static double for_fwd_rows(struct head *h, fwd_row_fn f)
 {
-    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_FWD_BR - 1) / GPT_FLASH_TC_FWD_BR;
-    const float scale2 = 1.0f / sqrtf((float)hs) * GPT_FLASH_LOG2E;
-    float x[GPT_FLASH_TC_BC];
+    const int tiles = (h->T + GPT_FLASH_TC_FWD_BR - 1) / GPT_FLASH_TC_FWD_BR;
     double pairs = 0;
     for (int bx = 0; bx < tiles; bx++) {
         const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_FWD_BR;
         int kt0, nkt;
-        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+        gpt_flash_tc_kv_span(q0, h->T, &kt0, &nkt);
         for (int w = 0; w < GPT_FLASH_TC_FWD_WARPS; w++) {
             const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
-            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
-                float m = -INFINITY, l = 0, o[128] = {0};
-                for (int kt = kt0; kt < nkt; kt++) {
-                    const int k0 = kt * GPT_FLASH_TC_BC;
-                    const int mask =
-                        gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
-                    float mx = -INFINITY, sub;
-                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
-                        const int j = k0 + c;
-                        if (!gpt_flash_tc_live(r0, k0 + c / 16 * 16, T)) {
-                            dead(h, i, j); /* skipped: must hold no valid pair */
-                            x[c] = -INFINITY;
-                        } else {
-                            x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
-                            if (!pair(h, mask, i, j) && mask)
-                                x[c] = -INFINITY;
-                            pairs++;
-                        }
-                        mx = fmaxf(mx, x[c]);
-                    }
-                    const float alpha = gpt_flash_tc_rescale(m, mx, &m, &sub);
-                    l *= alpha;
-                    for (int d = 0; d < hs; d++)
-                        o[d] *= alpha;
-                    for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
-                        const float p = exp2f(x[c] - sub);
-                        l += p;
-                        for (int d = 0; d < hs; d++)
-                            o[d] += op(h, p) * h->v[(size_t)(k0 + c) * hs + d];
-                    }
-                }
-                if (i >= T)
-                    continue;
-                for (int d = 0; d < hs; d++)
-                    h->out[(size_t)i * hs + d] = o[d] / l;
-                h->lse[i] = gpt_flash_tc_lse(m, l);
-            }
+            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++)
+                pairs += f(h, i, r0, kt0, nkt);
         }
     }
     return pairs;
+}
+
+/* The forward kernel's row: key tiles of the causal span, online softmax. */
+static double forward_row(struct head *h, int i, int r0, int kt0, int nkt)
+{
+    const int T = h->T, hs = h->hs;
+    const float scale2 = 1.0f / sqrtf((float)hs) * GPT_FLASH_LOG2E;
+    float x[GPT_FLASH_TC_BC];
+    double pairs = 0;
+    float m = -INFINITY, l = 0, o[128] = {0};
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int k0 = kt * GPT_FLASH_TC_BC;
+        const int mask = gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, k0, GPT_FLASH_TC_BC, T);
+        float mx = -INFINITY, sub;
+        for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
+            const int j = k0 + c;
+            if (!gpt_flash_tc_live(r0, k0 + c / 16 * 16, T)) {
+                dead(h, i, j); /* skipped: must hold no valid pair */
+                x[c] = -INFINITY;
+            } else {
+                x[c] = dotf(h->q + (size_t)i * hs, h->k + (size_t)j * hs, hs) * scale2;
+                if (!pair(h, mask, i, j) && mask)
+                    x[c] = -INFINITY;
+                pairs++;
+            }
+            mx = fmaxf(mx, x[c]);
+        }
+        const float alpha = gpt_flash_tc_rescale(m, mx, &m, &sub);
+        l *= alpha;
+        for (int d = 0; d < hs; d++)
+            o[d] *= alpha;
+        for (int c = 0; c < GPT_FLASH_TC_BC; c++) {
+            const float p = exp2f(x[c] - sub);
+            l += p;
+            for (int d = 0; d < hs; d++)
+                o[d] += op(h, p) * h->v[(size_t)(k0 + c) * hs + d];
+        }
+    }
+    if (i >= T)
+        return pairs;
+    for (int d = 0; d < hs; d++)
+        h->out[(size_t)i * hs + d] = o[d] / l;
+    h->lse[i] = gpt_flash_tc_lse(m, l);
+    return pairs;
+}
+
+/* The forward kernel: blocks of FWD_BR query rows (last tile first), warps
+ * of 16 rows, key tiles of the causal span, online softmax per row. */
+static double emulate_forward(struct head *h)
+{
+    return for_fwd_rows(h, forward_row);
 }
 
 /* What the backward reads besides q, k, v: dout as bf16 (its producer's
@@ -379,59 +398,54 @@ static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
     return pairs;
 }
 
-/* The two-pass backward's dQ pass: the forward's blocks of FWD_BR query
- * rows and warps of 16, D = dO . O once per row (kept for the dK/dV
- * pass), key tiles of the causal span in two halves of BC / 2 keys (a
- * half none of the warp's rows meets is skipped whole), P from the saved
- * logsumexp, dS = P (dP - D) rounded as the kernel packs it, dq += dS k
- * summed over the tiles in order. */
-static double emulate_dq_pass(struct head *h)
+/* The dQ pass's row: D = dO . O (kept for the dK/dV pass), key tiles of
+ * the causal span in two halves of BC / 2 keys (a half none of the warp's
+ * rows meets is skipped whole), P from the saved logsumexp, dS = P (dP -
+ * D) rounded as the kernel packs it, dq += dS k summed over the tiles in
+ * order. */
+static double dq_row(struct head *h, int i, int r0, int kt0, int nkt)
 {
-    const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_FWD_BR - 1) / GPT_FLASH_TC_FWD_BR;
-    const int kp = GPT_FLASH_TC_BC / 2;
+    const int T = h->T, hs = h->hs, kp = GPT_FLASH_TC_BC / 2;
     const float scale = 1.0f / sqrtf((float)hs), scale2 = scale * GPT_FLASH_LOG2E;
     double pairs = 0;
-    for (int bx = 0; bx < tiles; bx++) {
-        const int q0 = (tiles - 1 - bx) * GPT_FLASH_TC_FWD_BR;
-        int kt0, nkt;
-        gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
-        for (int w = 0; w < GPT_FLASH_TC_FWD_WARPS; w++) {
-            const int r0 = q0 + w * GPT_FLASH_TC_WROWS;
-            for (int i = r0; i < r0 + GPT_FLASH_TC_WROWS; i++) {
-                const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
-                const float Di = i < T ? dotf(doi, h->ob + (size_t)i * hs, hs) : 0;
-                const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
-                float dq[128] = {0};
-                if (i < T)
-                    h->D[i] = Di;
-                for (int kt = kt0; kt < nkt; kt++) {
-                    for (int part = 0; part < 2; part++) {
-                        const int j0 = kt * GPT_FLASH_TC_BC + part * kp;
-                        const int mask = gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, j0, kp, T);
-                        for (int c = 0; c < kp; c++) {
-                            const int j = j0 + c;
-                            if (!gpt_flash_tc_live(r0, j0 + c / 16 * 16, T)) {
-                                dead(h, i, j);
-                                continue;
-                            }
-                            pairs++;
-                            const float *kj = h->k + (size_t)j * hs, *vj = h->v + (size_t)j * hs;
-                            float p = exp2f(dotf(qi, kj, hs) * scale2 - l2);
-                            if (!pair(h, mask, i, j) && mask)
-                                p = 0;
-                            const float ds = op(h, p * (dotf(doi, vj, hs) - Di));
-                            for (int d = 0; d < hs; d++)
-                                dq[d] += ds * kj[d];
-                        }
-                    }
+    const float *qi = h->q + (size_t)i * hs, *doi = h->dob + (size_t)i * hs;
+    const float Di = i < T ? dotf(doi, h->ob + (size_t)i * hs, hs) : 0;
+    const float l2 = i < T ? h->lse[i] * GPT_FLASH_LOG2E : 0;
+    float dq[128] = {0};
+    if (i < T)
+        h->D[i] = Di;
+    for (int kt = kt0; kt < nkt; kt++) {
+        for (int part = 0; part < 2; part++) {
+            const int j0 = kt * GPT_FLASH_TC_BC + part * kp;
+            const int mask = gpt_flash_tc_needs_mask(r0, GPT_FLASH_TC_WROWS, j0, kp, T);
+            for (int c = 0; c < kp; c++) {
+                const int j = j0 + c;
+                if (!gpt_flash_tc_live(r0, j0 + c / 16 * 16, T)) {
+                    dead(h, i, j);
+                    continue;
                 }
-                if (i < T)
-                    for (int d = 0; d < hs; d++)
-                        h->dq[(size_t)i * hs + d] = dq[d] * scale;
+                pairs++;
+                const float *kj = h->k + (size_t)j * hs, *vj = h->v + (size_t)j * hs;
+                float p = exp2f(dotf(qi, kj, hs) * scale2 - l2);
+                if (!pair(h, mask, i, j) && mask)
+                    p = 0;
+                const float ds = op(h, p * (dotf(doi, vj, hs) - Di));
+                for (int d = 0; d < hs; d++)
+                    dq[d] += ds * kj[d];
             }
         }
     }
+    if (i < T)
+        for (int d = 0; d < hs; d++)
+            h->dq[(size_t)i * hs + d] = dq[d] * scale;
     return pairs;
+}
+
+/* The two-pass backward's dQ pass: the forward's blocks of FWD_BR query
+ * rows and warps of 16, each row as dq_row. */
+static double emulate_dq_pass(struct head *h)
+{
+    return for_fwd_rows(h, dq_row);
 }
 
 /* Largest |a - ref| over n, relative to the largest |ref| (at least 1). */

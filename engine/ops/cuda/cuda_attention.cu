@@ -542,6 +542,14 @@ __device__ __forceinline__ void tc_mma(float c[4], const uint32_t a[4], uint32_t
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Zeroes N mma accumulator fragments (four floats each). */
+template <int N> __device__ __forceinline__ void tc_zero(float (&c)[N][4])
+{
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.0f;
+}
+
 /* Two floats as bf16x2, round to nearest even; lo in the low half. */
 __device__ __forceinline__ uint32_t tc_pack(float lo, float hi)
 {
@@ -722,9 +730,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
     for (int t = 0; t < MT; t++) {
         m[t][0] = m[t][1] = -INFINITY;
         l[t][0] = l[t][1] = 0.0f;
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            o[t][n][0] = o[t][n][1] = o[t][n][2] = o[t][n][3] = 0.0f;
+        tc_zero(o[t]);
     }
 
     for (int kt = kt0; kt < nkt; kt++) {
@@ -757,9 +763,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
             float s[MT][KP / 8][4];
 #pragma unroll
             for (int t = 0; t < MT; t++)
-#pragma unroll
-                for (int n = 0; n < KP / 8; n++)
-                    s[t][n][0] = s[t][n][1] = s[t][n][2] = s[t][n][3] = 0.0f;
+                tc_zero(s[t]);
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
                 if (KS > 1) /* this k step's Q fragment (MT 1) */
@@ -965,11 +969,8 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
 
     const int wr = warp * TC_WR, ja = k0 + wr + lane / 4, jb = ja + 8;
     float dk[HS / 8][4], dv[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            dk[n][e] = dv[n][e] = 0.0f;
+    tc_zero(dk);
+    tc_zero(dv);
 
     for (int qt = qt0; qt < nqt; qt++) {
         const int st = (qt - qt0) & 1, i0 = qt * BQ;
@@ -1028,11 +1029,8 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
         for (int part = 0; part < SPLIT; part++) {
             const int q0 = part * QP; /* the part's first column in the tile */
             float s[QP / 8][4], dp[QP / 8][4];
-#pragma unroll
-            for (int n = 0; n < QP / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[n][e] = dp[n][e] = 0.0f;
+            tc_zero(s);
+            tc_zero(dp);
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
                 uint32_t ka[4], va[4];
@@ -1101,9 +1099,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
          * ldmatrix .trans, B = K stored (key, dim) = (k, n). */
         const int mb = warp % MB, cb = warp / MB;
         float dq[DC / 8][4];
-#pragma unroll
-        for (int n = 0; n < DC / 8; n++)
-            dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+        tc_zero(dq);
 #pragma unroll
         for (int kk = 0; kk < TC_BR / 16; kk++) {
             if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
@@ -1238,9 +1234,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
 
     uint32_t qf[HS / 16][4], df[HS / 16][4];
     float dq[HS / 8][4];
-#pragma unroll
-    for (int n = 0; n < HS / 8; n++)
-        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    tc_zero(dq);
 
     for (int kt = kt0; kt < nkt; kt++) {
         const int k0 = kt * TC_BC;
@@ -1263,11 +1257,8 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
             if (!gpt_flash_tc_live(q0 + wr, j0, T))
                 continue; /* warp-uniform: none of these rows meets the half */
             float s[KP / 8][4], dp[KP / 8][4];
-#pragma unroll
-            for (int n = 0; n < KP / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[n][e] = dp[n][e] = 0.0f;
+            tc_zero(s);
+            tc_zero(dp);
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++) {
 #pragma unroll
