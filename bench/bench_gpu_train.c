@@ -63,6 +63,8 @@ static const char *flash_fwd_name(void)
         return "m32";
     case GPT_FLASH_FWD_K32:
         return "k32";
+    case GPT_FLASH_FWD_WG:
+        return "wg";
     default:
         return "m16";
     }

@@ -78,6 +78,14 @@ if(GPTD_HAVE_CUDA)
   if(GPTD_WERROR)
     target_compile_options(gptcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
+  # The attention kernels also as sm_90a code: the warpgroup forward
+  # (GPTD_FLASH_FWD=wg) uses wgmma, which only the arch-specific target
+  # has; its sm_90 build traps, and a probe kernel tells the backend which
+  # of the two the driver loaded.
+  if("90" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "90-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+    set_source_files_properties(${CMAKE_SOURCE_DIR}/engine/ops/cuda/cuda_attention.cu
+                                PROPERTIES COMPILE_OPTIONS "--generate-code=arch=compute_90a,code=[sm_90a]")
+  endif()
   message(STATUS "gptd: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "gptd: CUDA backend OFF")

@@ -131,8 +131,15 @@ static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
  * ("m32": 4 warps of two m16 tiles; the same bits) and GPT_FLASH_FWD_K32
  * ("k32": 8 warps of 16 rows, each 64-key tile in two online-softmax steps
  * of 32 keys, so that three blocks fit an SM's registers); the variants
- * only up to head size 64. -1 for any other value. Host only. */
-enum gpt_flash_fwd { GPT_FLASH_FWD_M16 = 1, GPT_FLASH_FWD_M32 = 2, GPT_FLASH_FWD_K32 = 3 };
+ * only up to head size 64. GPT_FLASH_FWD_WG ("wg"): two warpgroups of 64
+ * rows on wgmma (sm_90a, head size 64 only; flash_wg.h). -1 for any other
+ * value. Host only. */
+enum gpt_flash_fwd {
+    GPT_FLASH_FWD_M16 = 1,
+    GPT_FLASH_FWD_M32 = 2,
+    GPT_FLASH_FWD_K32 = 3,
+    GPT_FLASH_FWD_WG = 4
+};
 #define GPT_FLASH_FWD_DEFAULT GPT_FLASH_FWD_M16
 
 static inline int gpt_flash_tc_fwd_variant(const char *env)
@@ -145,6 +152,8 @@ static inline int gpt_flash_tc_fwd_variant(const char *env)
         return GPT_FLASH_FWD_M32;
     if (strcmp(env, "k32") == 0)
         return GPT_FLASH_FWD_K32;
+    if (strcmp(env, "wg") == 0)
+        return GPT_FLASH_FWD_WG;
     return -1;
 }
 

@@ -69,7 +69,8 @@ static const struct {
     {"softmax_xent", "bf16", 3e-2},           /* the logits read as bf16 */
     {"flash_tc_deterministic", "bf16", 0.0},  /* 1 = two backward passes differ */
     {"flash_tc_variant_same", "bf16", 0.0},   /* 1 = a variant's bits differ from the fused */
-    {"flash_tc_variant_close", "bf16", 1e-3}, /* twopass, k32 against fused, m16 */
+    {"flash_tc_variant_close", "bf16", 1e-3}, /* twopass, k32, wg against fused, m16 */
+    {"flash_wg_live", "bf16", 0.0},           /* 1 = the wg forward's sm_90a code not loaded */
     /* dout read from a product's bf16-only output: a product's bound. */
     {"layernorm_backward_bf16_dout", "bf16", 2e-2},
     /* The residual stream and its gradient held in bf16 only (rounded once
@@ -778,7 +779,9 @@ static void variant_check(const char *tag, int how, const float *x, const float 
  * 64-key tile in two online-softmax steps: within 1e-3 of the largest
  * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
  * 1e-2 and up; the H200 measured 1.0e-5 at most for the two-pass
- * backward); twopass4 gives twopass's bits. The environment's choice is
+ * backward); twopass4 gives twopass's bits. The wg forward (wgmma, head
+ * size 64; the others run m16) sums each product's k steps in the tensor
+ * cores' own order: within the same bound. The environment's choice is
  * restored after. */
 static void test_attention_tc_variants(const struct shape *s)
 {
@@ -802,6 +805,7 @@ static void test_attention_tc_variants(const struct shape *s)
               {GPT_FLASH_BWD_SPLIT, GPT_FLASH_FWD_M16, SAME, SAME, "split"},
               {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M32, SAME, SAME, "m32 forward"},
               {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_K32, CLOSE, CLOSE, "k32 forward"},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward"},
               {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass"},
               {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"}};
     /* k -1: a pass that settles out's state (its first backward makes its
@@ -1501,6 +1505,7 @@ int main(void)
         test_attention_tc(&tc_shapes[i]);
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc_variants(&tc_shapes[i]);
+    report("flash_wg_live", "the wg forward's sm_90a code ran", gpt_cuda_flash_wg_live() ? 0 : 1);
     test_layernorm(4096, 768, "N4096 C768");
     test_layernorm(33, 48, "N33 C48");
     test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");

@@ -721,7 +721,8 @@ static void test_bwd_variant(void **state)
     assert_int_equal(gpt_flash_tc_fwd_variant("m16"), GPT_FLASH_FWD_M16);
     assert_int_equal(gpt_flash_tc_fwd_variant("m32"), GPT_FLASH_FWD_M32);
     assert_int_equal(gpt_flash_tc_fwd_variant("k32"), GPT_FLASH_FWD_K32);
-    const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3", "k16", "K32", "k32\n"};
+    assert_int_equal(gpt_flash_tc_fwd_variant("wg"), GPT_FLASH_FWD_WG);
+    const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3", "k16", "K32", "k32\n", "WG", "wg "};
     for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
         assert_int_equal(gpt_flash_tc_fwd_variant(badf[i]), -1);
 }

@@ -53,6 +53,7 @@
 
 #include "cuda_impl.h"
 #include "flash_tc.h"
+#include "flash_wg.h"
 #include "gpt_bf16.h"
 
 #define FA_WARP    32
@@ -872,6 +873,237 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
     }
 }
 
+/* ---- warpgroup forward (GPTD_FLASH_FWD=wg, sm_90a) ---------------------------
+ * The forward above with wgmma in place of mma.sync: two warpgroups of
+ * 64 query rows (the same 128-row blocks, grid and key tiles), each
+ * taking S = Q K^T for a 64-key tile in four m64n64k16 steps straight from
+ * shared memory (no ldmatrix) and O += P V in four more with P from the
+ * registers. The tiles are stored swizzled (flash_wg.h, whose CPU test
+ * replays the descriptors); the softmax between the products is the m16
+ * kernel's, per row, on the same register layout. A warpgroup whose 64
+ * rows all precede a tile skips it (wgmma is collective: the skip is the
+ * warpgroup's, the mask the warp's). Head size 64 only. The instructions
+ * exist only in the sm_90a build of this file (__CUDA_ARCH_FEAT_SM90_ALL);
+ * elsewhere the kernel traps, and gpt_cuda_flash_wg_live (the probe
+ * below) says which build the driver loaded. */
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_LIVE 1
+#else
+#define WG_LIVE 0
+#endif
+
+__global__ void flash_wg_probe_kernel(int *live)
+{
+    *live = WG_LIVE;
+}
+
+#if WG_LIVE
+__device__ __forceinline__ void wg_fence(void)
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_commit(void)
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_wait0(void)
+{
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+/* Pins the accumulator registers at this point of the program: the
+ * wgmma's results exist only after its wait, which the compiler cannot
+ * see from the asm's operands. */
+__device__ __forceinline__ void wg_pin(float (&d)[32])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Makes this thread's generic-proxy writes to shared memory (cp.async
+ * included) visible to the async proxy that wgmma reads through. */
+__device__ __forceinline__ void wg_fence_smem(void)
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+#define WG_D32                                                                                     \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "  \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WG_D32_OUT(d)                                                                              \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+/* d (+)= A B, m64n64k16, A and B K-major in shared memory; acc 0: d = A B. */
+__device__ __forceinline__ void wg_mma_ss(float (&d)[32], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D32_OUT(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d += A B, m64n64k16, A from registers, B MN-major in shared memory. */
+__device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t a[4], uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32
+                 ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+                 : WG_D32_OUT(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#endif
+
+/* Rows t0 .. t0+rows-1 (64 bf16 columns) into a swizzled tile, cp.async
+ * 16 bytes per copy, rows at or past T zero-filled. */
+__device__ __forceinline__ void wg_load(uint16_t *s, const uint16_t *src, size_t stride, int t0,
+                                        int rows, int T)
+{
+    for (int idx = threadIdx.x; idx < rows * 8; idx += blockDim.x) {
+        int r = idx / 8, c = idx % 8, t = t0 + r;
+        const uint16_t *g = src + (size_t)(t < T ? t : 0) * stride + c * 8;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                         tc_saddr(s + gpt_flash_wg_sw(r, c * 8))),
+                     "l"(g), "r"(t < T ? 16 : 0)
+                     : "memory");
+    }
+}
+
+__global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
+    flash_wg_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
+                            int C, int NH, float scale2)
+{
+#if WG_LIVE
+    constexpr int HS = GPT_FLASH_WG_HS, TILE = TC_BC * HS;
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    /* An atom-aligned base (the descriptors' base offset is 0). */
+    uint16_t *sq = (uint16_t *)(wg_smem + gpt_flash_wg_align_pad(tc_saddr(wg_smem)));
+    uint16_t *skv = sq + TC_FWD_BR * HS; /* stage s: K at skv + 2 s TILE, V after */
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_FWD_BR;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    int kt0, nkt;
+    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+
+    wg_load(sq, gq, ld3, q0, TC_FWD_BR, T);
+    wg_load(skv, gk, ld3, 0, TC_BC, T);
+    wg_load(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_commit();
+
+    const int r0 = q0 + wg * GPT_FLASH_WG_WGROWS; /* the warpgroup's first row */
+    const int rt = r0 + 16 * (t / 32);            /* the warp's */
+    const int ia = r0 + gpt_flash_wg_acc_row(t, 0), ib = ia + 8;
+    const uint32_t qa = tc_saddr(sq);
+    float o[32], s[32], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        o[i] = s[i] = 0.0f;
+
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int k0 = kt * TC_BC, st = (kt - kt0) & 1;
+        if (kt + 1 < nkt) {
+            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+            wg_load(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
+            wg_load(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        wg_fence_smem();
+        __syncthreads();
+        /* Warpgroup-uniform: a key of the tile at or before its last row. */
+        if (k0 <= r0 + GPT_FLASH_WG_WGROWS - 1 && r0 < T) {
+            const uint32_t ka = tc_saddr(skv + 2 * st * TILE), va = ka + TILE * 2;
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++)
+                wg_mma_ss(s,
+                          gpt_flash_wg_desc(qa + gpt_flash_wg_kmajor_off(wg * 64, ks),
+                                            GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                          gpt_flash_wg_desc(ka + gpt_flash_wg_kmajor_off(0, ks), GPT_FLASH_WG_K_LBO,
+                                            GPT_FLASH_WG_K_SBO),
+                          ks);
+            wg_commit();
+            wg_wait0();
+            wg_pin(s);
+            /* The m16 kernel's softmax step over this warp's 16 rows. */
+            const bool mask = gpt_flash_tc_needs_mask(rt, TC_WR, k0, TC_BC, T);
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = e < 2 ? ia : ib, j = k0 + gpt_flash_wg_acc_col(t, n, e);
+                    float x = s[4 * n + e] * scale2;
+                    if (mask && (j > i || j >= T))
+                        x = -INFINITY;
+                    s[4 * n + e] = x;
+                    mx[e / 2] = fmaxf(mx[e / 2], x);
+                }
+            }
+            float sub[2], alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                alpha[r] = gpt_flash_tc_rescale(m[r], tc_quad_max(mx[r]), &m[r], &sub[r]);
+            l[0] *= alpha[0];
+            l[1] *= alpha[1];
+#pragma unroll
+            for (int n = 0; n < TC_BC / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) /* masked: 2^-inf = 0 */
+                    s[4 * n + e] = cu_exp2_ftz(s[4 * n + e] - sub[e / 2]);
+                l[0] += s[4 * n] + s[4 * n + 1];
+                l[1] += s[4 * n + 2] + s[4 * n + 3];
+            }
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                o[i] *= alpha[(i / 2) % 2];
+            /* o += P V: P's A fragments from the S registers. */
+            uint32_t pa[TC_BC / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < TC_BC / 16; kk++)
+                tc_pack_a(pa[kk], (const float(*)[4])s, kk);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < TC_BC / 16; kk++)
+                wg_mma_rs(o, pa[kk],
+                          gpt_flash_wg_desc(va + gpt_flash_wg_mnmajor_off(kk), GPT_FLASH_WG_MN_LBO,
+                                            GPT_FLASH_WG_MN_SBO));
+            wg_commit();
+            wg_wait0();
+            wg_pin(o);
+        }
+        __syncthreads(); /* this stage is consumed before it is refilled */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r ? ib : ia;
+        const float lt = tc_quad_sum(l[r]);
+        if (row >= T)
+            continue;
+        const float inv = 1.0f / lt;
+        const size_t at = ((size_t)b * T + row) * C + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(out, out_bf, at + n * 8, o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+        if (lane % 4 == 0)
+            lse[(size_t)bh * T + row] = gpt_flash_tc_lse(m[r], lt);
+    }
+#else
+    (void)out, (void)out_bf, (void)lse, (void)qkv, (void)T, (void)C, (void)NH, (void)scale2;
+    __trap();
+#endif
+}
+
 /* ---- tensor-core backward: one fused pass ----------------------------------------
  * FlashAttention-2's backward: S and P are recomputed once per (query,
  * key) pair, not once for dq and once more for dk, dv. Grid (k tiles,
@@ -1408,7 +1640,7 @@ static int tc_variant(std::atomic<int> *cache, const char *var, int (*parse)(con
 static int tc_fwd_mode(void)
 {
     return tc_variant(&tc_fwd_v, "GPTD_FLASH_FWD", gpt_flash_tc_fwd_variant, GPT_FLASH_FWD_DEFAULT,
-                      "m16, m32, k32");
+                      "m16, m32, k32, wg");
 }
 
 static enum gpt_flash_bwd tc_bwd_mode(void)
@@ -1531,6 +1763,40 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     return cudaSuccess;
 }
 
+/* Whether the driver loaded this file's sm_90a code (the warpgroup
+ * forward's instructions), asked once by the probe kernel; -1 before. */
+static std::atomic<int> wg_live{-1};
+__device__ int wg_probe_flag;
+
+extern "C" int gpt_cuda_flash_wg_live(void)
+{
+    int v = wg_live.load(std::memory_order_relaxed);
+    if (v < 0) {
+        int got = 0;
+        flash_wg_probe_kernel<<<1, 1>>>(&wg_probe_flag);
+        if (cudaMemcpyFromSymbol(&got, wg_probe_flag, sizeof(got)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            got = 0;
+        }
+        v = got ? 1 : 0;
+        wg_live.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+/* The warpgroup forward runs: its code is loaded; else says once that
+ * GPTD_FLASH_FWD=wg runs the default here. */
+static bool wg_ready(void)
+{
+    static std::atomic<bool> said{false};
+    if (gpt_cuda_flash_wg_live())
+        return true;
+    if (!said.exchange(true))
+        fprintf(stderr, "gptd: GPTD_FLASH_FWD=wg needs the sm_90a build of the attention "
+                        "kernels, which this GPU did not load: running m16\n");
+    return false;
+}
+
 /* The tensor-core forward for head size HS; the error of a refused
  * shared-memory opt-in (then nothing is launched). */
 template <int HS>
@@ -1549,6 +1815,18 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
         } else if (v == GPT_FLASH_FWD_K32) {
             k = flash_tc_forward_kernel<HS, 1, 2>;
             three = true;
+        }
+    }
+    if constexpr (HS == GPT_FLASH_WG_HS) {
+        if (tc_fwd_mode() == GPT_FLASH_FWD_WG && wg_ready()) {
+            const size_t wsmem = gpt_flash_wg_smem_fwd();
+            cudaError_t e = fa_smem_optin(flash_wg_forward_kernel, wsmem);
+            if (e != cudaSuccess)
+                return e;
+            flash_wg_forward_kernel<<<grid, GPT_FLASH_WG_THREADS, wsmem, s>>>(
+                out, out_bf, lse, qkv_bf, T, C, NH, scale2);
+            tc_launches.fetch_add(1, std::memory_order_relaxed);
+            return cudaSuccess;
         }
     }
     cudaError_t e = fa_smem_optin(k, smem);

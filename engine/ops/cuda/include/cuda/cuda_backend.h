@@ -128,6 +128,11 @@ uint64_t gpt_cuda_flash_tc_launches(void);
  * again at the next launch. Not for use while kernels are being
  * launched from another thread. */
 void gpt_cuda_flash_tc_set_variants(int bwd, int fwd);
+/* 1 when the driver loaded the sm_90a build of the attention kernels, so
+ * GPTD_FLASH_FWD=wg runs the warpgroup (wgmma) forward; 0 and it runs the
+ * default. Asked of the GPU once (a probe kernel and a synchronous copy
+ * on the default stream). Any thread. */
+int gpt_cuda_flash_wg_live(void);
 
 /* 1 when some of the device floats [ptr, ptr + bytes) are held only in
  * bf16 now (bf16 mode: a product, LayerNorm or the classifier wrote them
