@@ -51,6 +51,8 @@ static const char *flash_bwd_name(void)
         return "twopass4";
     case GPT_FLASH_BWD_FUSED:
         return "fused";
+    case GPT_FLASH_BWD_WG:
+        return "wg";
     }
     return "?";
 }
@@ -263,7 +265,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
      * and D once per row. */
     const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
-    const int twopass = bv == GPT_FLASH_BWD_TWOPASS || bv == GPT_FLASH_BWD_TWOPASS4;
+    const int twopass = gpt_flash_tc_bwd_twopass(bv);
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
     double per_pair = twopass ? 18.0 : 14.0;
     double d_flops = twopass ? 12.0 * B * T * 768 * 2.0

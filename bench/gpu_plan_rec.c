@@ -787,7 +787,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int db = rec_out(r, dqkv, B * T * 3 * C);
         rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
         const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
-        if (tc && (bv == GPT_FLASH_BWD_TWOPASS || bv == GPT_FLASH_BWD_TWOPASS4)) {
+        if (tc && gpt_flash_tc_bwd_twopass(bv)) {
             /* Two passes (flash_tc.h): dout as bf16 when it has no
              * current copy; the dQ pass (D = dO . O once per row, 2 hs;
              * S = q k^T, dP = dO v^T, dq += dS k: 6 hs per computed

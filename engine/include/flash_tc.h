@@ -91,15 +91,17 @@
  * third H200 run timed it at 10.3 ms of attention per B=16 step against
  * the fused pass's 17.6), "twopass4" (the same bits, its dK/dV pass at
  * four blocks per SM instead of three up to hs 64), "fused" (one pass,
- * dQ shares added in a fixed turn order) and "split" (the fused pass in
+ * dQ shares added in a fixed turn order), "split" (the fused pass in
  * two query parts, three blocks per SM up to hs 64; the fused pass's
- * bits). -1 for any other value: the caller says so and takes the
- * default. Host only. */
+ * bits) and "wg" (twopass with its dQ pass on wgmma, sm_90a, head size
+ * 64; flash_wg.h). -1 for any other value: the caller says so and takes
+ * the default. Host only. */
 enum gpt_flash_bwd {
     GPT_FLASH_BWD_FUSED,
     GPT_FLASH_BWD_SPLIT,
     GPT_FLASH_BWD_TWOPASS,
-    GPT_FLASH_BWD_TWOPASS4
+    GPT_FLASH_BWD_TWOPASS4,
+    GPT_FLASH_BWD_WG
 };
 #define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
 
@@ -115,6 +117,8 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
         return GPT_FLASH_BWD_TWOPASS;
     if (strcmp(env, "twopass4") == 0)
         return GPT_FLASH_BWD_TWOPASS4;
+    if (strcmp(env, "wg") == 0)
+        return GPT_FLASH_BWD_WG;
     return -1;
 }
 
@@ -124,6 +128,13 @@ static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
 {
     int v = gpt_flash_tc_bwd_variant(env);
     return v < 0 ? GPT_FLASH_BWD_DEFAULT : (enum gpt_flash_bwd)v;
+}
+
+/* 1 for the variants that run the backward in two passes (a dQ pass,
+ * then dK/dV): twopass, twopass4 and wg. */
+static inline int gpt_flash_tc_bwd_twopass(enum gpt_flash_bwd v)
+{
+    return v == GPT_FLASH_BWD_TWOPASS || v == GPT_FLASH_BWD_TWOPASS4 || v == GPT_FLASH_BWD_WG;
 }
 
 /* The forward's variants, as GPTD_FLASH_FWD names them: GPT_FLASH_FWD_M16

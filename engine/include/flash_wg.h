@@ -110,4 +110,12 @@ GPT_FLASH_FN size_t gpt_flash_wg_smem_fwd(void)
            (size_t)(GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * GPT_FLASH_WG_ROW;
 }
 
+/* The warpgroup dQ pass's (GPTD_FLASH_BWD=wg): Q and dO (128 rows each)
+ * and two stages of K and V, plus the alignment slack. */
+GPT_FLASH_FN size_t gpt_flash_wg_smem_dq(void)
+{
+    return (size_t)GPT_FLASH_WG_ATOM +
+           (size_t)(2 * GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * GPT_FLASH_WG_ROW;
+}
+
 #endif

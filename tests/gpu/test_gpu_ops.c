@@ -779,9 +779,10 @@ static void variant_check(const char *tag, int how, const float *x, const float 
  * 64-key tile in two online-softmax steps: within 1e-3 of the largest
  * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
  * 1e-2 and up; the H200 measured 1.0e-5 at most for the two-pass
- * backward); twopass4 gives twopass's bits. The wg forward (wgmma, head
- * size 64; the others run m16) sums each product's k steps in the tensor
- * cores' own order: within the same bound. The environment's choice is
+ * backward); twopass4 gives twopass's bits. The wg forward and the wg
+ * backward's dQ pass (wgmma, head size 64; other sizes run m16 and
+ * twopass) sum each product's k steps in the tensor cores' own order:
+ * within the same bound. The environment's choice is
  * restored after. */
 static void test_attention_tc_variants(const struct shape *s)
 {
@@ -807,7 +808,8 @@ static void test_attention_tc_variants(const struct shape *s)
               {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_K32, CLOSE, CLOSE, "k32 forward"},
               {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward"},
               {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass"},
-              {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"}};
+              {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"},
+              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward"}};
     /* k -1: a pass that settles out's state (its first backward makes its
      * bf16 copy; from then on the forward writes it bf16 only, so every
      * download below converts the same way). */

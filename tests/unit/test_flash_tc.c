@@ -708,13 +708,21 @@ static void test_bwd_variant(void **state)
     assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass"), GPT_FLASH_BWD_TWOPASS);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass4"), GPT_FLASH_BWD_TWOPASS4);
-    const char *bad[] = {"",       "Split",   "twopass ", "two",
-                         "splitx", "fused\n", "twopass3", "twopass44"};
+    assert_int_equal(gpt_flash_tc_bwd_variant("wg"), GPT_FLASH_BWD_WG);
+    const char *bad[] = {"",        "Split",    "twopass ",  "two", "splitx",
+                         "fused\n", "twopass3", "twopass44", "wg2", "WG"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
         assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);
     }
     assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
+    /* The two-pass variants (the cost model and the benchmark count them
+     * as two passes). */
+    assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_TWOPASS));
+    assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_TWOPASS4));
+    assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_WG));
+    assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_FUSED));
+    assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_SPLIT));
     assert_int_equal(gpt_flash_tc_bwd_runs("fused"), GPT_FLASH_BWD_FUSED);
     /* GPTD_FLASH_FWD: the forward variants. */
     assert_int_equal(gpt_flash_tc_fwd_variant(NULL), GPT_FLASH_FWD_M16);

@@ -8,7 +8,9 @@
  * tiles the kernel stores through the descriptors the kernel builds:
  * S = Q K^T per warpgroup must equal the naive product, the per-thread
  * accumulators must cover S once, P packed from them as the kernel packs
- * it (tc_pack_a) and V read transposed must give P V. A wrong swizzle,
+ * it (tc_pack_a) and V read transposed must give P V; for the dQ pass
+ * (GPTD_FLASH_BWD=wg) likewise S and dP of each 32-key half and
+ * dq += dS K with K read transposed. A wrong swizzle,
  * descriptor stride, start offset or register mapping fails here; the
  * PTX itself is tested by tests/gpu/test_gpu_ops on a GPU.
  */
@@ -247,12 +249,111 @@ static void test_products(void **state)
     }
 }
 
+/* S (64 x n) = A B^T in four k steps, both K-major through the kernels'
+ * descriptors: A's rows from a0 (the warpgroup's), B's from b0. */
+static void emul_ss(double s[64][64], uint32_t abase, int a0, uint32_t bbase, int b0, int n)
+{
+    memset(s, 0, 64 * sizeof(s[0]));
+    for (int ks = 0; ks < 4; ks++) {
+        uint64_t da = gpt_flash_wg_desc(abase + gpt_flash_wg_kmajor_off(a0, ks), GPT_FLASH_WG_K_LBO,
+                                        GPT_FLASH_WG_K_SBO);
+        uint64_t db = gpt_flash_wg_desc(bbase + gpt_flash_wg_kmajor_off(b0, ks), GPT_FLASH_WG_K_LBO,
+                                        GPT_FLASH_WG_K_SBO);
+        for (int m = 0; m < 64; m++)
+            for (int j = 0; j < n; j++)
+                for (int kx = 0; kx < 16; kx++)
+                    s[m][j] += hw_read(da, 0, m, kx) * hw_read(db, 0, j, kx);
+    }
+}
+
+/* The dQ pass (GPTD_FLASH_BWD=wg): per warpgroup and half of a 64-key
+ * tile, S = Q K^T and dP = dO V^T as m64n32 products (B from the half's
+ * rows), dS from their accumulators, dq += dS K with K read MN-major at
+ * the half's k steps; over both halves dq must be the naive dS K. */
+static void test_dq_products(void **state)
+{
+    (void)state;
+    static uint16_t q[128 * 64], dob[128 * 64], k[64 * 64], v[64 * 64];
+    srand(11);
+    for (int i = 0; i < 128 * 64; i++) {
+        q[i] = bf_of(rand() % 255 - 127);
+        dob[i] = bf_of(rand() % 255 - 127);
+    }
+    for (int i = 0; i < 64 * 64; i++) {
+        k[i] = bf_of(rand() % 255 - 127);
+        v[i] = bf_of(rand() % 255 - 127);
+    }
+    /* The kernel's layout: Q, dO, then stage 0's K and V. */
+    const uint32_t dyn = 0x0470, tile = 64 * 64 * 2;
+    const uint32_t sq = dyn + gpt_flash_wg_align_pad(dyn), sdo = sq + 128 * 128;
+    const uint32_t sk = sdo + 128 * 128, sv = sk + tile;
+    for (size_t i = 0; i < SMEM / 2; i++)
+        smem[i] = bf_of(1000);
+    store_tile(sq, q, 128);
+    store_tile(sdo, dob, 128);
+    store_tile(sk, k, 64);
+    store_tile(sv, v, 64);
+    assert_true(sv + 3 * tile <= dyn + gpt_flash_wg_smem_dq());
+
+    for (int wg = 0; wg < 2; wg++) {
+        static double dq[64][64], ds_all[64][64];
+        memset(dq, 0, sizeof(dq));
+        for (int part = 0; part < 2; part++) {
+            static double s[64][64], dp[64][64];
+            emul_ss(s, sq, wg * 64, sk, part * 32, 32);
+            emul_ss(dp, sdo, wg * 64, sv, part * 32, 32);
+            for (int m = 0; m < 64; m++)
+                for (int j = 0; j < 32; j++) {
+                    double rs = 0.0, rp = 0.0;
+                    for (int c = 0; c < 64; c++) {
+                        rs +=
+                            bf_val(q[(wg * 64 + m) * 64 + c]) * bf_val(k[(part * 32 + j) * 64 + c]);
+                        rp += bf_val(dob[(wg * 64 + m) * 64 + c]) *
+                              bf_val(v[(part * 32 + j) * 64 + c]);
+                    }
+                    assert_true(fabs(s[m][j] - rs) <= 1e-9 * (1.0 + fabs(rs)));
+                    assert_true(fabs(dp[m][j] - rp) <= 1e-9 * (1.0 + fabs(rp)));
+                }
+            /* dS in the threads' registers (n32: blocks 0..3). */
+            static double acc[128][16];
+            for (int t = 0; t < 128; t++)
+                for (int n = 0; n < 4; n++)
+                    for (int e = 0; e < 4; e++) {
+                        int r = gpt_flash_wg_acc_row(t, e), c = gpt_flash_wg_acc_col(t, n, e);
+                        acc[t][4 * n + e] = floor((s[r][c] - dp[r][c]) * 4.0) / 64.0;
+                        ds_all[r][part * 32 + c] = acc[t][4 * n + e];
+                    }
+            for (int kk = 0; kk < 2; kk++) {
+                uint64_t db = gpt_flash_wg_desc(sk + gpt_flash_wg_mnmajor_off(part * 2 + kk),
+                                                GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO);
+                for (int t = 0; t < 128; t++)
+                    for (int j = 0; j < 4; j++)
+                        for (int half = 0; half < 2; half++) {
+                            int r, c;
+                            a_layout(t, j, half, &r, &c);
+                            double a = pack_a(acc[t], kk, j, half);
+                            for (int n = 0; n < 64; n++)
+                                dq[r][n] += a * hw_read(db, 1, n, c);
+                        }
+            }
+        }
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < 64; n++) {
+                double ref = 0.0;
+                for (int j = 0; j < 64; j++)
+                    ref += ds_all[m][j] * bf_val(k[j * 64 + n]);
+                assert_true(fabs(dq[m][n] - ref) <= 1e-9 * (1.0 + fabs(ref)));
+            }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_swizzle_and_desc),
         cmocka_unit_test(test_acc_layout),
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_dq_products),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1411,6 +1411,38 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
  * turns, no waiting on other blocks. The forward's skips apply: a warp
  * whose rows all precede a tile skips it, and 16-key groups without a
  * valid pair stay out of the products (their dS is 0). */
+/* The dQ pass's row terms for the warp whose 16 rows start at w0 (lane
+ * l holds rows ia = w0 + l / 4 and ib = ia + 8): D = dO . O of each row
+ * (stored to Dg + at0 for the dK/dV pass; 0 past T) into dr, and the
+ * logsumexp in log2 units into lr. Lane l sums half of row w0 + l / 2
+ * (HS / 2 columns from (l % 2) HS / 2); rows ia and ib are then lanes
+ * 2 (l / 4) and 2 (l / 4) + 16. The pointers are 16-byte aligned: dob
+ * and out's copy are (tc_backward_ok), C and h HS are multiples of 32. */
+template <int HS>
+__device__ __forceinline__ void tc_dq_rows(float dr[2], float lr[2], float *Dg, const uint16_t *gdo,
+                                           const uint16_t *go, const float *lse, size_t at0, int w0,
+                                           int T, int C)
+{
+    const int lane = threadIdx.x % FA_WARP, i = w0 + lane / 2, ia = w0 + lane / 4, ib = ia + 8;
+    float d = 0.0f;
+    if (i < T) {
+        const size_t at = (size_t)i * C + (lane % 2) * (HS / 2);
+        const uint4 *x = (const uint4 *)(gdo + at), *y = (const uint4 *)(go + at);
+#pragma unroll
+        for (int c = 0; c < HS / 16; c++) {
+            const uint4 u = x[c], v = y[c];
+            d += tc_dot2(u.x, v.x) + tc_dot2(u.y, v.y) + tc_dot2(u.z, v.z) + tc_dot2(u.w, v.w);
+        }
+    }
+    d += __shfl_xor_sync(FA_FULL, d, 1);
+    if (lane % 2 == 0 && i < T)
+        Dg[at0 + i] = d;
+    dr[0] = __shfl_sync(FA_FULL, d, 2 * (lane / 4));
+    dr[1] = __shfl_sync(FA_FULL, d, 2 * (lane / 4) + 16);
+    lr[0] = ia < T ? lse[at0 + ia] * GPT_FLASH_LOG2E : 0.0f;
+    lr[1] = ib < T ? lse[at0 + ib] * GPT_FLASH_LOG2E : 0.0f;
+}
+
 template <int HS>
 __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
     flash_tc_dq_kernel(float *dqkv, uint16_t *dqkv_bf, float *Dg, const uint16_t *dob,
@@ -1439,30 +1471,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
 
     const int wr = warp * TC_WR, ia = q0 + wr + lane / 4, ib = ia + 8;
     float dr[2], lr[2]; /* D and lse2 of rows ia, ib */
-    {
-        /* Lane l sums half of row wr + l / 2 (HS / 2 columns from
-         * (l % 2) HS / 2); rows ia and ib are then lanes 2 (l / 4) and
-         * 2 (l / 4) + 16. The pointers are 16-byte aligned: dob and out's
-         * copy are (tc_backward_ok), C and h HS are multiples of 32. */
-        const int i = q0 + wr + lane / 2;
-        float d = 0.0f;
-        if (i < T) {
-            const size_t at = (size_t)i * C + (lane % 2) * (HS / 2);
-            const uint4 *x = (const uint4 *)(gdo + at), *y = (const uint4 *)(go + at);
-#pragma unroll
-            for (int c = 0; c < HS / 16; c++) {
-                const uint4 u = x[c], v = y[c];
-                d += tc_dot2(u.x, v.x) + tc_dot2(u.y, v.y) + tc_dot2(u.z, v.z) + tc_dot2(u.w, v.w);
-            }
-        }
-        d += __shfl_xor_sync(FA_FULL, d, 1);
-        if (lane % 2 == 0 && i < T)
-            Dg[(size_t)bh * T + i] = d;
-        dr[0] = __shfl_sync(FA_FULL, d, 2 * (lane / 4));
-        dr[1] = __shfl_sync(FA_FULL, d, 2 * (lane / 4) + 16);
-        lr[0] = ia < T ? lse[(size_t)bh * T + ia] * GPT_FLASH_LOG2E : 0.0f;
-        lr[1] = ib < T ? lse[(size_t)bh * T + ib] * GPT_FLASH_LOG2E : 0.0f;
-    }
+    tc_dq_rows<HS>(dr, lr, Dg, gdo, go, lse, (size_t)bh * T, q0 + wr, T, C);
 
     uint32_t qf[HS / 16][4], df[HS / 16][4];
     float dq[HS / 8][4];
@@ -1545,6 +1554,168 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
         for (int n = 0; n < HS / 8; n++)
             tc_store2(dqkv, dqkv_bf, at + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
     }
+}
+
+/* ---- warpgroup dQ pass (GPTD_FLASH_BWD=wg, sm_90a) ----------------------------
+ * The dQ pass above with wgmma, laid out as the warpgroup forward (two
+ * warpgroups of 64 rows; warp w still owns rows q0 + 16 w .., so the row
+ * terms are tc_dq_rows'). Per key tile, in two halves of 32 keys as above
+ * (S and dP of a half are 16 accumulators each per thread, dq 32: two
+ * blocks per SM): S = Q K^T and dP = dO V^T in m64n32k16 steps from the
+ * swizzled Q, dO, K and V tiles (the half's keys: its K and V rows, 4
+ * atoms in), then dS as above and dq += dS K in two m64n64k16 steps, dS
+ * from the registers and K read MN-major, as the forward reads V. The
+ * dK/dV pass that follows is twopass's. Head size 64 only. */
+#if WG_LIVE
+#define WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define WG_D16_OUT(d)                                                                              \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15])
+
+/* d (+)= A B, m64n32k16, A and B K-major in shared memory; acc 0: d = A B. */
+__device__ __forceinline__ void wg_mma_ss32(float (&d)[16], uint64_t da, uint64_t db, int acc)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " WG_D16
+                 ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : WG_D16_OUT(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+__device__ __forceinline__ void wg_pin16(float (&d)[16])
+{
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+#endif
+
+__global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
+    flash_wg_dq_kernel(float *dqkv, uint16_t *dqkv_bf, float *Dg, const uint16_t *dob,
+                       const uint16_t *ob, const uint16_t *qkv, const float *lse, int T, int C,
+                       int NH, float scale, float scale2)
+{
+#if WG_LIVE
+    constexpr int HS = GPT_FLASH_WG_HS, TILE = TC_BC * HS, KP = TC_BC / 2;
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    /* Q, dO (128 rows each), then stage s's K at skv + 2 s TILE, V after;
+     * from an atom-aligned base. */
+    uint16_t *sq = (uint16_t *)(wg_smem + gpt_flash_wg_align_pad(tc_saddr(wg_smem)));
+    uint16_t *sdo = sq + TC_FWD_BR * HS, *skv = sdo + TC_FWD_BR * HS;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_FWD_BR;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, lane = threadIdx.x % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
+    const uint16_t *go = ob + (size_t)b * T * C + (size_t)h * HS;
+    int kt0, nkt;
+    gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+
+    wg_load(sq, gq, ld3, q0, TC_FWD_BR, T);
+    wg_load(sdo, gdo, C, q0, TC_FWD_BR, T);
+    wg_load(skv, gk, ld3, 0, TC_BC, T);
+    wg_load(skv + TILE, gv, ld3, 0, TC_BC, T);
+    tc_commit();
+
+    const int r0 = q0 + wg * GPT_FLASH_WG_WGROWS, rt = r0 + 16 * (t / 32);
+    const int ia = r0 + gpt_flash_wg_acc_row(t, 0), ib = ia + 8;
+    float dr[2], lr[2]; /* D and lse2 of rows ia, ib */
+    tc_dq_rows<HS>(dr, lr, Dg, gdo, go, lse, (size_t)bh * T, rt, T, C);
+    const uint32_t qa = tc_saddr(sq), doa = tc_saddr(sdo);
+    float dq[32], s[16], dp[16];
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        dq[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        s[i] = dp[i] = 0.0f;
+
+    for (int kt = kt0; kt < nkt; kt++) {
+        const int k0 = kt * TC_BC, st = (kt - kt0) & 1;
+        if (kt + 1 < nkt) {
+            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+            wg_load(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
+            wg_load(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        wg_fence_smem();
+        __syncthreads();
+        const uint32_t ka = tc_saddr(skv + 2 * st * TILE), va = ka + TILE * 2;
+#pragma unroll
+        for (int part = 0; part < 2; part++) {
+            const int j0 = k0 + part * KP; /* the half's first key */
+            /* Warpgroup-uniform: a key of the half at or before its last row. */
+            if (j0 > r0 + GPT_FLASH_WG_WGROWS - 1 || r0 >= T)
+                continue;
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) {
+                const uint64_t kd = gpt_flash_wg_desc(ka + gpt_flash_wg_kmajor_off(part * KP, ks),
+                                                      GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                               vd = gpt_flash_wg_desc(va + gpt_flash_wg_kmajor_off(part * KP, ks),
+                                                      GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO);
+                wg_mma_ss32(s,
+                            gpt_flash_wg_desc(qa + gpt_flash_wg_kmajor_off(wg * 64, ks),
+                                              GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                            kd, ks);
+                wg_mma_ss32(dp,
+                            gpt_flash_wg_desc(doa + gpt_flash_wg_kmajor_off(wg * 64, ks),
+                                              GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                            vd, ks);
+            }
+            wg_commit();
+            wg_wait0();
+            wg_pin16(s);
+            wg_pin16(dp);
+            const bool mask = gpt_flash_tc_needs_mask(rt, TC_WR, j0, KP, T);
+#pragma unroll
+            for (int n = 0; n < KP / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e / 2, i = r ? ib : ia, j = j0 + gpt_flash_wg_acc_col(t, n, e);
+                    float p = cu_exp2_ftz(s[4 * n + e] * scale2 - lr[r]);
+                    if (mask && (j > i || i >= T || j >= T))
+                        p = 0.0f;
+                    s[4 * n + e] = p * (dp[4 * n + e] - dr[r]); /* dS */
+                }
+            }
+            uint32_t da[KP / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < KP / 16; kk++)
+                tc_pack_a(da[kk], (const float(*)[4])s, kk);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < KP / 16; kk++)
+                wg_mma_rs(dq, da[kk],
+                          gpt_flash_wg_desc(ka + gpt_flash_wg_mnmajor_off(part * KP / 16 + kk),
+                                            GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
+            wg_commit();
+            wg_wait0();
+            wg_pin(dq);
+        }
+        __syncthreads(); /* this stage is consumed before it is refilled */
+    }
+    const int rows[2] = {ia, ib};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T)
+            continue;
+        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[4 * n + 2 * r] * scale,
+                      dq[4 * n + 2 * r + 1] * scale);
+    }
+#else
+    (void)dqkv, (void)dqkv_bf, (void)Dg, (void)dob, (void)ob, (void)qkv, (void)lse, (void)T;
+    (void)C, (void)NH, (void)scale, (void)scale2;
+    __trap();
+#endif
 }
 
 /* ---- launchers ------------------------------------------------------------------ */
@@ -1646,13 +1817,48 @@ static int tc_fwd_mode(void)
 static enum gpt_flash_bwd tc_bwd_mode(void)
 {
     return (enum gpt_flash_bwd)tc_variant(&tc_bwd_v, "GPTD_FLASH_BWD", gpt_flash_tc_bwd_variant,
-                                          GPT_FLASH_BWD_DEFAULT, "twopass, twopass4, fused, split");
+                                          GPT_FLASH_BWD_DEFAULT,
+                                          "twopass, twopass4, fused, split, wg");
 }
 
 extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
 {
     tc_bwd_v.store(bwd, std::memory_order_relaxed);
     tc_fwd_v.store(fwd, std::memory_order_relaxed);
+}
+
+/* Whether the driver loaded this file's sm_90a code (the warpgroup
+ * forward's instructions), asked once by the probe kernel; -1 before. */
+static std::atomic<int> wg_live{-1};
+__device__ int wg_probe_flag;
+
+extern "C" int gpt_cuda_flash_wg_live(void)
+{
+    int v = wg_live.load(std::memory_order_relaxed);
+    if (v < 0) {
+        int got = 0;
+        flash_wg_probe_kernel<<<1, 1>>>(&wg_probe_flag);
+        if (cudaMemcpyFromSymbol(&got, wg_probe_flag, sizeof(got)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            got = 0;
+        }
+        v = got ? 1 : 0;
+        wg_live.store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
+/* The warpgroup kernels run: their code is loaded; else says once that
+ * the wg variants run the defaults here. */
+static bool wg_ready(void)
+{
+    static std::atomic<bool> said{false};
+    if (gpt_cuda_flash_wg_live())
+        return true;
+    if (!said.exchange(true))
+        fprintf(stderr, "gptd: the wg attention variants need the sm_90a build of the attention "
+                        "kernels, which this GPU did not load: running the defaults\n");
+    return false;
 }
 
 template <int HS, int SPLIT>
@@ -1697,9 +1903,18 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
     if constexpr (SPLIT > 1) /* GPTD_FLASH_BWD=twopass4: four dK/dV blocks per SM */
         if (tc_bwd_mode() == GPT_FLASH_BWD_TWOPASS4)
             dkv = flash_tc_bwd_kernel<HS, SPLIT, false, 4>;
-    const size_t smem_dq = gpt_flash_tc_smem_dq(HS), smem_dkv = gpt_flash_tc_smem_dkv(HS);
+    /* GPTD_FLASH_BWD=wg: the dQ pass on wgmma (head size 64) */
+    auto *dqk = flash_tc_dq_kernel<HS>;
+    size_t smem_dq = gpt_flash_tc_smem_dq(HS);
+    unsigned dq_threads = TC_FWD_THREADS;
+    if (HS == GPT_FLASH_WG_HS && tc_bwd_mode() == GPT_FLASH_BWD_WG && wg_ready()) {
+        dqk = flash_wg_dq_kernel;
+        smem_dq = gpt_flash_wg_smem_dq();
+        dq_threads = GPT_FLASH_WG_THREADS;
+    }
+    const size_t smem_dkv = gpt_flash_tc_smem_dkv(HS);
     cudaError_t e;
-    if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, smem_dq)) != cudaSuccess ||
+    if ((e = fa_smem_optin(dqk, smem_dq)) != cudaSuccess ||
         (e = fa_smem_optin(dkv, smem_dkv)) != cudaSuccess)
         return e;
     if (SPLIT > 1) {
@@ -1713,8 +1928,8 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
         cuk_f32_to_bf16(s, dob, dout, B * T * C);
     dim3 gq((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
     dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
-    flash_tc_dq_kernel<HS><<<gq, TC_FWD_THREADS, smem_dq, s>>>(
-        dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
+    dqk<<<gq, dq_threads, smem_dq, s>>>(dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh,
+                                        scale, scale2);
     dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, Dv, dob, out_bf, qkv_bf, lse, t, c,
                                          nh, scale, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
@@ -1731,7 +1946,7 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
     const enum gpt_flash_bwd mode = tc_bwd_mode();
-    if (mode == GPT_FLASH_BWD_TWOPASS || mode == GPT_FLASH_BWD_TWOPASS4)
+    if (gpt_flash_tc_bwd_twopass(mode))
         return tc_backward_twopass<HS>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf,
                                        lse, B, T, C, NH);
     size_t smem = gpt_flash_tc_smem_bwd(HS);
@@ -1761,40 +1976,6 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
         return e;
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
-}
-
-/* Whether the driver loaded this file's sm_90a code (the warpgroup
- * forward's instructions), asked once by the probe kernel; -1 before. */
-static std::atomic<int> wg_live{-1};
-__device__ int wg_probe_flag;
-
-extern "C" int gpt_cuda_flash_wg_live(void)
-{
-    int v = wg_live.load(std::memory_order_relaxed);
-    if (v < 0) {
-        int got = 0;
-        flash_wg_probe_kernel<<<1, 1>>>(&wg_probe_flag);
-        if (cudaMemcpyFromSymbol(&got, wg_probe_flag, sizeof(got)) != cudaSuccess) {
-            (void)cudaGetLastError();
-            got = 0;
-        }
-        v = got ? 1 : 0;
-        wg_live.store(v, std::memory_order_relaxed);
-    }
-    return v;
-}
-
-/* The warpgroup forward runs: its code is loaded; else says once that
- * GPTD_FLASH_FWD=wg runs the default here. */
-static bool wg_ready(void)
-{
-    static std::atomic<bool> said{false};
-    if (gpt_cuda_flash_wg_live())
-        return true;
-    if (!said.exchange(true))
-        fprintf(stderr, "gptd: GPTD_FLASH_FWD=wg needs the sm_90a build of the attention "
-                        "kernels, which this GPU did not load: running m16\n");
-    return false;
 }
 
 /* The tensor-core forward for head size HS; the error of a refused
