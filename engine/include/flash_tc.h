@@ -93,7 +93,7 @@
  * four blocks per SM instead of three up to hs 64), "fused" (one pass,
  * dQ shares added in a fixed turn order), "split" (the fused pass in
  * two query parts, three blocks per SM up to hs 64; the fused pass's
- * bits) and "wg" (twopass with its dQ pass on wgmma, sm_90a, head size
+ * bits) and "wg" (twopass with both passes on wgmma, sm_90a, head size
  * 64; flash_wg.h). -1 for any other value: the caller says so and takes
  * the default. Host only. */
 enum gpt_flash_bwd {

@@ -1,12 +1,13 @@
 /*
  * flash_wg: the shared-memory layout and the operand descriptors of the
- * warpgroup (wgmma, sm_90a) flash attention forward (GPTD_FLASH_FWD=wg,
- * engine/ops/cuda/cuda_attention.cu), in plain C. The kernel and the CPU
+ * warpgroup (wgmma, sm_90a) flash attention kernels (the forward,
+ * GPTD_FLASH_FWD=wg, and the two backward passes, GPTD_FLASH_BWD=wg;
+ * engine/ops/cuda/cuda_attention.cu), in plain C. The kernels and the CPU
  * test (tests/unit/test_flash_wg.c) use the same functions: the test
  * replays what the PTX ISA says a wgmma reads through a descriptor
  * (section "Shared Memory Matrix Layout": canonical layouts, 128-byte
- * swizzle) and checks that the tiles the kernel stores and the
- * descriptors it builds give Q K^T and P V, so the addressing is tested
+ * swizzle) and checks that the tiles the kernels store and the
+ * descriptors they build give their products, so the addressing is tested
  * on machines without a GPU.
  *
  * Head size 64 only (GPT-2's): one bf16 row of a Q, K or V tile is 128
@@ -116,6 +117,15 @@ GPT_FLASH_FN size_t gpt_flash_wg_smem_dq(void)
 {
     return (size_t)GPT_FLASH_WG_ATOM +
            (size_t)(2 * GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * GPT_FLASH_WG_ROW;
+}
+
+/* The warpgroup dK/dV pass's: K and V (64 rows each), two stages of Q
+ * and dO (64 rows each) and of the rows' lse2 and D (fp32), plus the
+ * alignment slack. */
+GPT_FLASH_FN size_t gpt_flash_wg_smem_dkv(void)
+{
+    return (size_t)GPT_FLASH_WG_ATOM + (size_t)(2 * GPT_FLASH_TC_BR + 4 * 64) * GPT_FLASH_WG_ROW +
+           4 * 64 * sizeof(float);
 }
 
 #endif

@@ -214,7 +214,7 @@ done
 # (a dQ pass, then a dK/dV pass, no block waiting on another); fused, one
 # pass whose dQ shares are added in a fixed turn order; twopass4, the
 # default with its dK/dV pass at four blocks per multiprocessor (the
-# default's bits); wg, the default with its dQ pass on wgmma.
+# default's bits); wg, the default with both passes on wgmma.
 # GPTD_FLASH_FWD=k32: 8 warps of 16 rows in online-softmax steps of 32
 # keys, three blocks per multiprocessor; wg: two warpgroups of 64 rows on
 # wgmma. The wg variants need the sm_90a build of the attention kernels

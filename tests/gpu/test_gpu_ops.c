@@ -780,7 +780,7 @@ static void variant_check(const char *tag, int how, const float *x, const float 
  * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
  * 1e-2 and up; the H200 measured 1.0e-5 at most for the two-pass
  * backward); twopass4 gives twopass's bits. The wg forward and the wg
- * backward's dQ pass (wgmma, head size 64; other sizes run m16 and
+ * backward's two passes (wgmma, head size 64; other sizes run m16 and
  * twopass) sum each product's k steps in the tensor cores' own order:
  * within the same bound. The environment's choice is
  * restored after. */

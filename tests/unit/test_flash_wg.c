@@ -10,9 +10,10 @@
  * accumulators must cover S once, P packed from them as the kernel packs
  * it (tc_pack_a) and V read transposed must give P V; for the dQ pass
  * (GPTD_FLASH_BWD=wg) likewise S and dP of each 32-key half and
- * dq += dS K with K read transposed. A wrong swizzle,
- * descriptor stride, start offset or register mapping fails here; the
- * PTX itself is tested by tests/gpu/test_gpu_ops on a GPU.
+ * dq += dS K with K read transposed, and for the dK/dV pass S^T = K Q^T
+ * per 32-query part and dv += P^T dO with dO read transposed. A wrong
+ * swizzle, descriptor stride, start offset or register mapping fails
+ * here; the PTX itself is tested by tests/gpu/test_gpu_ops on a GPU.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -266,6 +267,27 @@ static void emul_ss(double s[64][64], uint32_t abase, int a0, uint32_t bbase, in
     }
 }
 
+/* out (64 x 64) += A B over two k steps: A (64 x 32) from the threads'
+ * m64n32 accumulators acc, packed as the kernels pack them, B read
+ * MN-major from the tile at bbase, k steps kstep0 and kstep0 + 1 (16
+ * rows each) through the kernels' descriptors. */
+static void emul_rs32(double out[64][64], double acc[128][16], uint32_t bbase, int kstep0)
+{
+    for (int kk = 0; kk < 2; kk++) {
+        uint64_t db = gpt_flash_wg_desc(bbase + gpt_flash_wg_mnmajor_off(kstep0 + kk),
+                                        GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO);
+        for (int t = 0; t < 128; t++)
+            for (int j = 0; j < 4; j++)
+                for (int half = 0; half < 2; half++) {
+                    int r, c;
+                    a_layout(t, j, half, &r, &c);
+                    double a = pack_a(acc[t], kk, j, half);
+                    for (int n = 0; n < 64; n++)
+                        out[r][n] += a * hw_read(db, 1, n, c);
+                }
+    }
+}
+
 /* The dQ pass (GPTD_FLASH_BWD=wg): per warpgroup and half of a 64-key
  * tile, S = Q K^T and dP = dO V^T as m64n32 products (B from the half's
  * rows), dS from their accumulators, dq += dS K with K read MN-major at
@@ -323,19 +345,7 @@ static void test_dq_products(void **state)
                         acc[t][4 * n + e] = floor((s[r][c] - dp[r][c]) * 4.0) / 64.0;
                         ds_all[r][part * 32 + c] = acc[t][4 * n + e];
                     }
-            for (int kk = 0; kk < 2; kk++) {
-                uint64_t db = gpt_flash_wg_desc(sk + gpt_flash_wg_mnmajor_off(part * 2 + kk),
-                                                GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO);
-                for (int t = 0; t < 128; t++)
-                    for (int j = 0; j < 4; j++)
-                        for (int half = 0; half < 2; half++) {
-                            int r, c;
-                            a_layout(t, j, half, &r, &c);
-                            double a = pack_a(acc[t], kk, j, half);
-                            for (int n = 0; n < 64; n++)
-                                dq[r][n] += a * hw_read(db, 1, n, c);
-                        }
-            }
+            emul_rs32(dq, acc, sk, part * 2);
         }
         for (int m = 0; m < 64; m++)
             for (int n = 0; n < 64; n++) {
@@ -347,13 +357,69 @@ static void test_dq_products(void **state)
     }
 }
 
+/* The dK/dV pass (GPTD_FLASH_BWD=wg): for each 32-query part of a
+ * 64-row tile, S^T = K Q^T as an m64n32 product (B from the part's Q
+ * rows), then dv += P^T dO with dO read MN-major at the part's k steps;
+ * over both parts dv must be the naive P^T dO (dk += dS^T Q takes the
+ * same addresses in Q). */
+static void test_dkv_products(void **state)
+{
+    (void)state;
+    static uint16_t q[64 * 64], dob[64 * 64], k[64 * 64];
+    srand(13);
+    for (int i = 0; i < 64 * 64; i++) {
+        q[i] = bf_of(rand() % 255 - 127);
+        dob[i] = bf_of(rand() % 255 - 127);
+        k[i] = bf_of(rand() % 255 - 127);
+    }
+    /* The kernel's layout: K, V, then stage 1's Q and dO. */
+    const uint32_t dyn = 0x0810, tile = 64 * 64 * 2;
+    const uint32_t sk = dyn + gpt_flash_wg_align_pad(dyn), sq = sk + 2 * tile + 2 * tile;
+    const uint32_t sdo = sq + tile;
+    for (size_t i = 0; i < SMEM / 2; i++)
+        smem[i] = bf_of(1000);
+    store_tile(sk, k, 64);
+    store_tile(sq, q, 64);
+    store_tile(sdo, dob, 64);
+    assert_true(sdo + tile + 4 * 64 * 4 <= dyn + gpt_flash_wg_smem_dkv());
+
+    static double dv[64][64], p_all[64][64];
+    memset(dv, 0, sizeof(dv));
+    for (int part = 0; part < 2; part++) {
+        static double st[64][64];
+        emul_ss(st, sk, 0, sq, part * 32, 32);
+        for (int m = 0; m < 64; m++)
+            for (int j = 0; j < 32; j++) {
+                double ref = 0.0;
+                for (int c = 0; c < 64; c++)
+                    ref += bf_val(k[m * 64 + c]) * bf_val(q[(part * 32 + j) * 64 + c]);
+                assert_true(fabs(st[m][j] - ref) <= 1e-9 * (1.0 + fabs(ref)));
+            }
+        static double acc[128][16];
+        for (int t = 0; t < 128; t++)
+            for (int n = 0; n < 4; n++)
+                for (int e = 0; e < 4; e++) {
+                    int r = gpt_flash_wg_acc_row(t, e), c = gpt_flash_wg_acc_col(t, n, e);
+                    acc[t][4 * n + e] = floor(st[r][c] * 8.0) / 64.0;
+                    p_all[r][part * 32 + c] = acc[t][4 * n + e];
+                }
+        emul_rs32(dv, acc, sdo, part * 2);
+    }
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < 64; n++) {
+            double ref = 0.0;
+            for (int i = 0; i < 64; i++)
+                ref += p_all[m][i] * bf_val(dob[i * 64 + n]);
+            assert_true(fabs(dv[m][n] - ref) <= 1e-9 * (1.0 + fabs(ref)));
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_swizzle_and_desc),
-        cmocka_unit_test(test_acc_layout),
-        cmocka_unit_test(test_products),
-        cmocka_unit_test(test_dq_products),
+        cmocka_unit_test(test_swizzle_and_desc), cmocka_unit_test(test_acc_layout),
+        cmocka_unit_test(test_products),         cmocka_unit_test(test_dq_products),
+        cmocka_unit_test(test_dkv_products),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

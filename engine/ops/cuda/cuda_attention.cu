@@ -1565,7 +1565,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
  * swizzled Q, dO, K and V tiles (the half's keys: its K and V rows, 4
  * atoms in), then dS as above and dq += dS K in two m64n64k16 steps, dS
  * from the registers and K read MN-major, as the forward reads V. The
- * dK/dV pass that follows is twopass's. Head size 64 only. */
+ * dK/dV pass that follows is flash_wg_dkv_kernel. Head size 64 only. */
 #if WG_LIVE
 #define WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define WG_D16_OUT(d)                                                                              \
@@ -1714,6 +1714,167 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
 #else
     (void)dqkv, (void)dqkv_bf, (void)Dg, (void)dob, (void)ob, (void)qkv, (void)lse, (void)T;
     (void)C, (void)NH, (void)scale, (void)scale2;
+    __trap();
+#endif
+}
+
+/* ---- warpgroup dK/dV pass (GPTD_FLASH_BWD=wg, sm_90a) --------------------------
+ * The two-pass backward's dK/dV pass (flash_tc_bwd_kernel<64, 2, false>)
+ * with wgmma: one warpgroup owns 64 keys (the same grid and key blocks;
+ * warp w keys k0 + 16 w ..), K and V swizzled in shared memory, and
+ * streams query tiles of 64 rows (Q and dO, two stages, with their lse2
+ * and the dQ pass's D). Per tile, in two parts of 32 queries: S^T = K Q^T
+ * and dP^T = V dO^T as m64n32 products (K and V as A, the part's Q and
+ * dO rows as B, all K-major), P^T and dS^T as in the mma.sync pass, then
+ * dv += P^T dO and dk += dS^T Q in two m64n64k16 steps each, P^T and
+ * dS^T from the registers and dO and Q read MN-major. A part whose
+ * queries all precede the block's keys (or lie past T) is skipped by the
+ * whole warpgroup. Head size 64 only. */
+__global__ void __launch_bounds__(128, 3)
+    flash_wg_dkv_kernel(float *dqkv, uint16_t *dqkv_bf, const float *Dg, const uint16_t *dob,
+                        const uint16_t *qkv, const float *lse, int T, int C, int NH, float scale,
+                        float scale2)
+{
+#if WG_LIVE
+    constexpr int HS = GPT_FLASH_WG_HS, BQ = 64, QP = BQ / 2, TILE = BQ * HS;
+    extern __shared__ __align__(16) uint8_t wg_smem[];
+    /* K, V (64 rows each), two stages of (Q, dO), then lse2 and D of each
+     * stage (fp32, BQ each); from an atom-aligned base. */
+    uint16_t *sk = (uint16_t *)(wg_smem + gpt_flash_wg_align_pad(tc_saddr(wg_smem)));
+    uint16_t *sv = sk + TC_BR * HS, *sqd = sv + TC_BR * HS;
+    float *srow = (float *)(sqd + 4 * TILE), *sD = srow + 2 * BQ;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kb = gridDim.x - 1 - blockIdx.x, k0 = kb * TC_BR;
+    const int t = threadIdx.x, lane = t % FA_WARP;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
+    const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
+    const float *glse = lse + (size_t)bh * T, *gD = Dg + (size_t)bh * T;
+    int qt0, nqt;
+    gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
+
+    wg_load(sk, gk, ld3, k0, TC_BR, T);
+    wg_load(sv, gv, ld3, k0, TC_BR, T);
+    wg_load(sqd, gq, ld3, qt0 * BQ, BQ, T);
+    wg_load(sqd + TILE, gdo, C, qt0 * BQ, BQ, T);
+    tc_commit();
+    for (int x = t; x < BQ; x += blockDim.x) {
+        int i = qt0 * BQ + x;
+        srow[x] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+        sD[x] = i < T ? gD[i] : 0.0f;
+    }
+
+    const int wr = 16 * (t / 32), ja = k0 + gpt_flash_wg_acc_row(t, 0), jb = ja + 8;
+    const uint32_t ka = tc_saddr(sk), vsa = tc_saddr(sv);
+    float dk[32], dv[32], s[16], dp[16];
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        s[i] = dp[i] = 0.0f;
+
+    for (int qt = qt0; qt < nqt; qt++) {
+        const int st = (qt - qt0) & 1, i0 = qt * BQ;
+        const uint16_t *sq = sqd + 2 * st * TILE, *sdo = sq + TILE;
+        const float *sl = srow + st * BQ, *sd = sD + st * BQ;
+        if (qt + 1 < nqt) {
+            uint16_t *nq = sqd + 2 * (st ^ 1) * TILE;
+            wg_load(nq, gq, ld3, i0 + BQ, BQ, T);
+            wg_load(nq + TILE, gdo, C, i0 + BQ, BQ, T);
+            tc_commit();
+            for (int x = t; x < BQ; x += blockDim.x) {
+                int i = i0 + BQ + x;
+                srow[(st ^ 1) * BQ + x] = i < T ? glse[i] * GPT_FLASH_LOG2E : 0.0f;
+                sD[(st ^ 1) * BQ + x] = i < T ? gD[i] : 0.0f;
+            }
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        wg_fence_smem();
+        __syncthreads();
+        const uint32_t qa = tc_saddr(sq), doa = tc_saddr(sdo);
+        /* Keys are the rows, queries the columns: the mask is i < j (a
+         * query before the key) or either past T. */
+        const bool mask = gpt_flash_tc_needs_mask(i0, BQ, k0 + wr, TC_WR, T);
+#pragma unroll
+        for (int part = 0; part < 2; part++) {
+            const int c0 = part * QP; /* the part's first query in the tile */
+            if (i0 + c0 + QP - 1 < k0 || i0 + c0 >= T)
+                continue; /* warpgroup-uniform: no valid pair */
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < HS / 16; ks++) {
+                const uint64_t qd = gpt_flash_wg_desc(qa + gpt_flash_wg_kmajor_off(c0, ks),
+                                                      GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                               dd = gpt_flash_wg_desc(doa + gpt_flash_wg_kmajor_off(c0, ks),
+                                                      GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO);
+                wg_mma_ss32(s,
+                            gpt_flash_wg_desc(ka + gpt_flash_wg_kmajor_off(0, ks),
+                                              GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                            qd, ks);
+                wg_mma_ss32(dp,
+                            gpt_flash_wg_desc(vsa + gpt_flash_wg_kmajor_off(0, ks),
+                                              GPT_FLASH_WG_K_LBO, GPT_FLASH_WG_K_SBO),
+                            dd, ks);
+            }
+            wg_commit();
+            wg_wait0();
+            wg_pin16(s);
+            wg_pin16(dp);
+#pragma unroll
+            for (int n = 0; n < QP / 8; n++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = e < 2 ? ja : jb, c = c0 + gpt_flash_wg_acc_col(t, n, e),
+                              i = i0 + c;
+                    float p = cu_exp2_ftz(s[4 * n + e] * scale2 - sl[c]);
+                    if (mask && (i < j || i >= T || j >= T))
+                        p = 0.0f;
+                    s[4 * n + e] = p;                            /* P^T */
+                    dp[4 * n + e] = p * (dp[4 * n + e] - sd[c]); /* dS^T */
+                }
+            }
+            uint32_t pa[QP / 16][4], sa[QP / 16][4];
+#pragma unroll
+            for (int kl = 0; kl < QP / 16; kl++) {
+                tc_pack_a(pa[kl], (const float(*)[4])s, kl);
+                tc_pack_a(sa[kl], (const float(*)[4])dp, kl);
+            }
+            wg_fence();
+#pragma unroll
+            for (int kl = 0; kl < QP / 16; kl++) {
+                const uint32_t off = gpt_flash_wg_mnmajor_off(c0 / 16 + kl);
+                wg_mma_rs(dv, pa[kl],
+                          gpt_flash_wg_desc(doa + off, GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
+                wg_mma_rs(dk, sa[kl],
+                          gpt_flash_wg_desc(qa + off, GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
+            }
+            wg_commit();
+            wg_wait0();
+            wg_pin(dv);
+            wg_pin(dk);
+        }
+        __syncthreads(); /* this stage, its lse2 and D consumed before they are refilled */
+    }
+    const int rows[2] = {ja, jb};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (rows[r] >= T)
+            continue;
+        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            tc_store2(dqkv, dqkv_bf, at + C + n * 8, dk[4 * n + 2 * r] * scale,
+                      dk[4 * n + 2 * r + 1] * scale);
+            tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[4 * n + 2 * r],
+                      dv[4 * n + 2 * r + 1]);
+        }
+    }
+#else
+    (void)dqkv, (void)dqkv_bf, (void)Dg, (void)dob, (void)qkv, (void)lse, (void)T, (void)C;
+    (void)NH, (void)scale, (void)scale2;
     __trap();
 #endif
 }
@@ -1903,24 +2064,28 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
     if constexpr (SPLIT > 1) /* GPTD_FLASH_BWD=twopass4: four dK/dV blocks per SM */
         if (tc_bwd_mode() == GPT_FLASH_BWD_TWOPASS4)
             dkv = flash_tc_bwd_kernel<HS, SPLIT, false, 4>;
-    /* GPTD_FLASH_BWD=wg: the dQ pass on wgmma (head size 64) */
-    auto *dqk = flash_tc_dq_kernel<HS>;
-    size_t smem_dq = gpt_flash_tc_smem_dq(HS);
-    unsigned dq_threads = TC_FWD_THREADS;
-    if (HS == GPT_FLASH_WG_HS && tc_bwd_mode() == GPT_FLASH_BWD_WG && wg_ready()) {
-        dqk = flash_wg_dq_kernel;
-        smem_dq = gpt_flash_wg_smem_dq();
-        dq_threads = GPT_FLASH_WG_THREADS;
-    }
-    const size_t smem_dkv = gpt_flash_tc_smem_dkv(HS);
+    /* GPTD_FLASH_BWD=wg: both passes on wgmma (head size 64) */
+    const bool wg = HS == GPT_FLASH_WG_HS && tc_bwd_mode() == GPT_FLASH_BWD_WG && wg_ready();
+    const size_t smem_dq = wg ? gpt_flash_wg_smem_dq() : gpt_flash_tc_smem_dq(HS);
+    const size_t smem_dkv = wg ? gpt_flash_wg_smem_dkv() : gpt_flash_tc_smem_dkv(HS);
     cudaError_t e;
-    if ((e = fa_smem_optin(dqk, smem_dq)) != cudaSuccess ||
-        (e = fa_smem_optin(dkv, smem_dkv)) != cudaSuccess)
-        return e;
-    if (SPLIT > 1) {
-        (void)cudaFuncSetAttribute(dkv, cudaFuncAttributePreferredSharedMemoryCarveout,
+    if (wg) {
+        if ((e = fa_smem_optin(flash_wg_dq_kernel, smem_dq)) != cudaSuccess ||
+            (e = fa_smem_optin(flash_wg_dkv_kernel, smem_dkv)) != cudaSuccess)
+            return e;
+        (void)cudaFuncSetAttribute(flash_wg_dkv_kernel,
+                                   cudaFuncAttributePreferredSharedMemoryCarveout,
                                    cudaSharedmemCarveoutMaxShared);
         (void)cudaGetLastError();
+    } else {
+        if ((e = fa_smem_optin(flash_tc_dq_kernel<HS>, smem_dq)) != cudaSuccess ||
+            (e = fa_smem_optin(dkv, smem_dkv)) != cudaSuccess)
+            return e;
+        if (SPLIT > 1) {
+            (void)cudaFuncSetAttribute(dkv, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared);
+            (void)cudaGetLastError();
+        }
     }
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
@@ -1928,10 +2093,17 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
         cuk_f32_to_bf16(s, dob, dout, B * T * C);
     dim3 gq((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
     dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
-    dqk<<<gq, dq_threads, smem_dq, s>>>(dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh,
-                                        scale, scale2);
-    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, Dv, dob, out_bf, qkv_bf, lse, t, c,
-                                         nh, scale, scale2);
+    if (wg) {
+        flash_wg_dq_kernel<<<gq, GPT_FLASH_WG_THREADS, smem_dq, s>>>(
+            dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
+        flash_wg_dkv_kernel<<<gk, GPT_FLASH_WG_THREADS / 2, smem_dkv, s>>>(
+            dqkv, dqkv_bf, Dv, dob, qkv_bf, lse, t, c, nh, scale, scale2);
+    } else {
+        flash_tc_dq_kernel<HS><<<gq, TC_FWD_THREADS, smem_dq, s>>>(
+            dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
+        dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, Dv, dob, out_bf, qkv_bf, lse,
+                                             t, c, nh, scale, scale2);
+    }
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
