@@ -39,7 +39,27 @@ if(GPTD_HAVE_CUDA)
   if(NOT GPTD_CUDA_SRC)
     message(FATAL_ERROR "engine/ops/cuda has no sources")
   endif()
-  add_library(gptcuda STATIC ${GPTD_CUDA_SRC})
+  # The attention kernels build for sm_90a where the others build for
+  # sm_90 (90 -> sm_90a code and compute_90 PTX, so other GPUs still JIT
+  # them): the warpgroup kernels (GPTD_FLASH_FWD/BWD=wg) use wgmma, which
+  # only the arch-specific target has. Elsewhere they trap, and a probe
+  # kernel tells the backend which code the driver loaded.
+  set(GPTD_CUDA_ATTN_SRC ${CMAKE_SOURCE_DIR}/engine/ops/cuda/cuda_attention.cu)
+  list(REMOVE_ITEM GPTD_CUDA_SRC ${GPTD_CUDA_ATTN_SRC})
+  set(gptd_attn_archs "")
+  foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+    if(arch STREQUAL "90")
+      list(APPEND gptd_attn_archs 90a-real 90-virtual)
+    elseif(arch STREQUAL "90-real")
+      list(APPEND gptd_attn_archs 90a-real)
+    else()
+      list(APPEND gptd_attn_archs ${arch})
+    endif()
+  endforeach()
+  add_library(gptcuda_attn OBJECT ${GPTD_CUDA_ATTN_SRC})
+  # Directory-wide options are gcc/clang flags (below): none for nvcc.
+  set_target_properties(gptcuda_attn PROPERTIES COMPILE_OPTIONS "")
+  add_library(gptcuda STATIC ${GPTD_CUDA_SRC} $<TARGET_OBJECTS:gptcuda_attn>)
   # Directory-wide options (sanitizers, fuzzing, -march=native) are gcc/clang
   # flags that nvcc rejects: keep them for the C sources only.
   get_target_property(gptd_cuda_inherited gptcuda COMPILE_OPTIONS)
@@ -56,6 +76,16 @@ if(GPTD_HAVE_CUDA)
   target_include_directories(gptcuda PUBLIC ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include
                              PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda
                                      ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include/cuda ${NCCL_INCLUDE_DIR})
+  target_include_directories(gptcuda_attn PRIVATE ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include
+                                                  ${CMAKE_SOURCE_DIR}/engine/ops/cuda
+                                                  ${CMAKE_SOURCE_DIR}/engine/ops/cuda/include/cuda)
+  target_link_libraries(gptcuda_attn PRIVATE gptengine CUDA::cudart)
+  set_target_properties(gptcuda_attn PROPERTIES CUDA_ARCHITECTURES "${gptd_attn_archs}"
+                                                CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+                                                POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(gptcuda_attn PRIVATE GPTD_HAVE_CUDA=1)
+  target_compile_options(gptcuda_attn PRIVATE -lineinfo -Xcompiler=-Wall,-Wextra
+                                              $<$<BOOL:${GPTD_WERROR}>:-Werror=all-warnings>)
   # Runtime libraries only: cudart loads the driver (libcuda) itself, so the
   # binaries start on hosts without one. gptengine provides gpt_err_set and
   # the launch/padding plans (engine/ops/cuda_plan.c); linking it here
@@ -78,14 +108,7 @@ if(GPTD_HAVE_CUDA)
   if(GPTD_WERROR)
     target_compile_options(gptcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
-  # The attention kernels also as sm_90a code: the warpgroup forward
-  # (GPTD_FLASH_FWD=wg) uses wgmma, which only the arch-specific target
-  # has; its sm_90 build traps, and a probe kernel tells the backend which
-  # of the two the driver loaded.
-  if("90" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "90-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
-    set_source_files_properties(${CMAKE_SOURCE_DIR}/engine/ops/cuda/cuda_attention.cu
-                                PROPERTIES COMPILE_OPTIONS "--generate-code=arch=compute_90a,code=[sm_90a]")
-  endif()
+
   message(STATUS "gptd: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "gptd: CUDA backend OFF")
