@@ -892,9 +892,13 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
 #define WG_LIVE 0
 #endif
 
-__global__ void flash_wg_probe_kernel(int *live)
+/* What the probe kernel found: 1 in the sm_90a build (written by the
+ * kernel itself: a host pointer to it would not be the device's). */
+__device__ int wg_probe_flag;
+
+__global__ void flash_wg_probe_kernel(void)
 {
-    *live = WG_LIVE;
+    wg_probe_flag = WG_LIVE;
 }
 
 #if WG_LIVE
@@ -1991,14 +1995,12 @@ extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
 /* Whether the driver loaded this file's sm_90a code (the warpgroup
  * forward's instructions), asked once by the probe kernel; -1 before. */
 static std::atomic<int> wg_live{-1};
-__device__ int wg_probe_flag;
-
 extern "C" int gpt_cuda_flash_wg_live(void)
 {
     int v = wg_live.load(std::memory_order_relaxed);
     if (v < 0) {
         int got = 0;
-        flash_wg_probe_kernel<<<1, 1>>>(&wg_probe_flag);
+        flash_wg_probe_kernel<<<1, 1>>>();
         if (cudaMemcpyFromSymbol(&got, wg_probe_flag, sizeof(got)) != cudaSuccess) {
             (void)cudaGetLastError();
             got = 0;
