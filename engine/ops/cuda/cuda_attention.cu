@@ -979,6 +979,32 @@ __device__ __forceinline__ void wg_load(uint16_t *s, const uint16_t *src, size_t
     }
 }
 
+#if WG_LIVE
+/* tc_kv_stage for the swizzled tiles (64 keys of 64 columns): prefetches
+ * tile kt + 1's K and V into the other stage, waits for tile kt's, makes
+ * them visible to wgmma (the async proxy) and to every thread, and
+ * returns the shared-memory address of tile kt's K (its V follows). */
+__device__ __forceinline__ uint32_t wg_kv_stage(uint16_t *skv, const uint16_t *gk,
+                                                const uint16_t *gv, size_t ld3, int kt, int kt0,
+                                                int nkt, int T)
+{
+    constexpr int TILE = TC_BC * GPT_FLASH_WG_HS;
+    const int st = (kt - kt0) & 1;
+    if (kt + 1 < nkt) {
+        uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
+        wg_load(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
+        wg_load(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
+        tc_commit();
+        tc_wait<1>();
+    } else {
+        tc_wait<0>();
+    }
+    wg_fence_smem();
+    __syncthreads();
+    return tc_saddr(skv + 2 * st * TILE);
+}
+#endif
+
 __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
     flash_wg_forward_kernel(float *out, uint16_t *out_bf, float *lse, const uint16_t *qkv, int T,
                             int C, int NH, float scale2)
@@ -1012,21 +1038,10 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
         o[i] = s[i] = 0.0f;
 
     for (int kt = kt0; kt < nkt; kt++) {
-        const int k0 = kt * TC_BC, st = (kt - kt0) & 1;
-        if (kt + 1 < nkt) {
-            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
-            wg_load(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
-            wg_load(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
-        wg_fence_smem();
-        __syncthreads();
+        const int k0 = kt * TC_BC;
+        const uint32_t ka = wg_kv_stage(skv, gk, gv, ld3, kt, kt0, nkt, T), va = ka + TILE * 2;
         /* Warpgroup-uniform: a key of the tile at or before its last row. */
         if (k0 <= r0 + GPT_FLASH_WG_WGROWS - 1 && r0 < T) {
-            const uint32_t ka = tc_saddr(skv + 2 * st * TILE), va = ka + TILE * 2;
             wg_fence();
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
@@ -1637,19 +1652,8 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
         s[i] = dp[i] = 0.0f;
 
     for (int kt = kt0; kt < nkt; kt++) {
-        const int k0 = kt * TC_BC, st = (kt - kt0) & 1;
-        if (kt + 1 < nkt) {
-            uint16_t *nk = skv + 2 * (st ^ 1) * TILE;
-            wg_load(nk, gk, ld3, (kt + 1) * TC_BC, TC_BC, T);
-            wg_load(nk + TILE, gv, ld3, (kt + 1) * TC_BC, TC_BC, T);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
-        wg_fence_smem();
-        __syncthreads();
-        const uint32_t ka = tc_saddr(skv + 2 * st * TILE), va = ka + TILE * 2;
+        const int k0 = kt * TC_BC;
+        const uint32_t ka = wg_kv_stage(skv, gk, gv, ld3, kt, kt0, nkt, T), va = ka + TILE * 2;
 #pragma unroll
         for (int part = 0; part < 2; part++) {
             const int j0 = k0 + part * KP; /* the half's first key */
