@@ -128,4 +128,20 @@ GPT_FLASH_FN size_t gpt_flash_wg_smem_dkv(void)
            4 * 64 * sizeof(float);
 }
 
+/* Whether a warpgroup's 64 rows starting at r0 meet the keys from j0 (a
+ * key at or before one of its rows, both below T): the forward and the
+ * dQ pass skip a tile or half that they do not meet (every pair of it is
+ * masked). */
+GPT_FLASH_FN int gpt_flash_wg_rows_live(int r0, int j0, int T)
+{
+    return r0 < T && j0 < T && j0 <= r0 + GPT_FLASH_WG_WGROWS - 1;
+}
+
+/* The dK/dV pass's: whether queries [i0, i0 + ni) meet the block's keys
+ * from k0 (a query at or after its first key, below T). */
+GPT_FLASH_FN int gpt_flash_wg_keys_live(int k0, int i0, int ni, int T)
+{
+    return i0 < T && i0 + ni - 1 >= k0;
+}
+
 #endif

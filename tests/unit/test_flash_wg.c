@@ -414,12 +414,60 @@ static void test_dkv_products(void **state)
         }
 }
 
+/* The skips drop only masked pairs: for T around the tile sizes, every
+ * valid (query, key) pair lies in a tile (forward), half (dQ pass) or
+ * part (dK/dV pass) that its warpgroup runs; and a tile that is run holds
+ * a valid pair for some row of it below T (no work on nothing). */
+static void test_skips(void **state)
+{
+    (void)state;
+    static const int Ts[] = {1, 2, 63, 64, 65, 127, 128, 129, 191, 200, 256, 1000, 1024};
+    for (size_t n = 0; n < sizeof(Ts) / sizeof(Ts[0]); n++) {
+        const int T = Ts[n];
+        for (int q0 = 0; q0 < T; q0 += 128) { /* forward and dQ blocks */
+            int kt0, nkt;
+            gpt_flash_tc_kv_span(q0, T, &kt0, &nkt);
+            for (int wg = 0; wg < 2; wg++) {
+                const int r0 = q0 + 64 * wg;
+                for (int kt = kt0; kt < nkt; kt++)
+                    for (int part = 0; part < 3; part++) { /* 2: the whole tile */
+                        const int j0 = kt * 64 + (part < 2 ? part * 32 : 0);
+                        const int nj = part < 2 ? 32 : 64;
+                        int valid = 0;
+                        for (int i = r0; i < r0 + 64 && i < T; i++)
+                            for (int j = j0; j < j0 + nj && j < T; j++)
+                                valid += j <= i;
+                        assert_int_equal(gpt_flash_wg_rows_live(r0, j0, T), valid > 0);
+                    }
+                /* Every valid key of its rows lies in the visited tiles. */
+                for (int i = r0; i < r0 + 64 && i < T; i++)
+                    assert_true(i < nkt * 64);
+            }
+        }
+        for (int k0 = 0; k0 < T; k0 += 64) { /* dK/dV blocks */
+            int qt0, nqt;
+            gpt_flash_tc_q_span(k0, T, 64, &qt0, &nqt);
+            assert_true(qt0 * 64 <= k0); /* no query at or after k0 left out */
+            assert_true(nqt * 64 >= T);
+            for (int qt = qt0; qt < nqt; qt++)
+                for (int part = 0; part < 2; part++) {
+                    const int i0 = qt * 64 + part * 32;
+                    int valid = 0;
+                    for (int j = k0; j < k0 + 64 && j < T; j++)
+                        for (int i = i0; i < i0 + 32 && i < T; i++)
+                            valid += i >= j;
+                    assert_int_equal(gpt_flash_wg_keys_live(k0, i0, 32, T), valid > 0);
+                }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_swizzle_and_desc), cmocka_unit_test(test_acc_layout),
         cmocka_unit_test(test_products),         cmocka_unit_test(test_dq_products),
-        cmocka_unit_test(test_dkv_products),
+        cmocka_unit_test(test_dkv_products),     cmocka_unit_test(test_skips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1041,7 +1041,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
         const int k0 = kt * TC_BC;
         const uint32_t ka = wg_kv_stage(skv, gk, gv, ld3, kt, kt0, nkt, T), va = ka + TILE * 2;
         /* Warpgroup-uniform: a key of the tile at or before its last row. */
-        if (k0 <= r0 + GPT_FLASH_WG_WGROWS - 1 && r0 < T) {
+        if (gpt_flash_wg_rows_live(r0, k0, T)) {
             wg_fence();
 #pragma unroll
             for (int ks = 0; ks < HS / 16; ks++)
@@ -1658,7 +1658,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
         for (int part = 0; part < 2; part++) {
             const int j0 = k0 + part * KP; /* the half's first key */
             /* Warpgroup-uniform: a key of the half at or before its last row. */
-            if (j0 > r0 + GPT_FLASH_WG_WGROWS - 1 || r0 >= T)
+            if (!gpt_flash_wg_rows_live(r0, j0, T))
                 continue;
             wg_fence();
 #pragma unroll
@@ -1809,7 +1809,7 @@ __global__ void __launch_bounds__(128, 3)
 #pragma unroll
         for (int part = 0; part < 2; part++) {
             const int c0 = part * QP; /* the part's first query in the tile */
-            if (i0 + c0 + QP - 1 < k0 || i0 + c0 >= T)
+            if (!gpt_flash_wg_keys_live(k0, i0 + c0, QP, T))
                 continue; /* warpgroup-uniform: no valid pair */
             wg_fence();
 #pragma unroll
