@@ -1752,7 +1752,10 @@ __global__ void __launch_bounds__(128, 3)
     uint16_t *sv = sk + TC_BR * HS, *sqd = sv + TC_BR * HS;
     float *srow = (float *)(sqd + 4 * TILE), *sD = srow + 2 * BQ;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int kb = gridDim.x - 1 - blockIdx.x, k0 = kb * TC_BR;
+    /* Key block x: a head's blocks with the most query tiles first (no
+     * dQ turns here to order them otherwise), so the last blocks of the
+     * grid are its lightest. */
+    const int kb = blockIdx.x, k0 = kb * TC_BR;
     const int t = threadIdx.x, lane = t % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
