@@ -1728,16 +1728,16 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
 
 /* ---- warpgroup dK/dV pass (GPTD_FLASH_BWD=wg, sm_90a) --------------------------
  * The two-pass backward's dK/dV pass (flash_tc_bwd_kernel<64, 2, false>)
- * with wgmma: one warpgroup owns 64 keys (the same grid and key blocks;
- * warp w keys k0 + 16 w ..), K and V swizzled in shared memory, and
- * streams query tiles of 64 rows (Q and dO, two stages, with their lse2
- * and the dQ pass's D). Per tile, in two parts of 32 queries: S^T = K Q^T
- * and dP^T = V dO^T as m64n32 products (K and V as A, the part's Q and
- * dO rows as B, all K-major), P^T and dS^T as in the mma.sync pass, then
- * dv += P^T dO and dk += dS^T Q in two m64n64k16 steps each, P^T and
- * dS^T from the registers and dO and Q read MN-major. A part whose
- * queries all precede the block's keys (or lie past T) is skipped by the
- * whole warpgroup. Head size 64 only. */
+ * with wgmma: one warpgroup owns 64 keys (the same grid, block x taking
+ * key block x; warp w keys k0 + 16 w ..), K and V swizzled in shared
+ * memory, and streams query tiles of 64 rows (Q and dO, two stages, with
+ * their lse2 and the dQ pass's D). Per tile, in two parts of 32 queries:
+ * S^T = K Q^T and dP^T = V dO^T as m64n32 products (K and V as A, the
+ * part's Q and dO rows as B, all K-major), P^T and dS^T as in the
+ * mma.sync pass, then dv += P^T dO and dk += dS^T Q in two m64n64k16
+ * steps each, P^T and dS^T from the registers and dO and Q read
+ * MN-major. A part whose queries all precede the block's keys (or lie
+ * past T) is skipped by the whole warpgroup. Head size 64 only. */
 __global__ void __launch_bounds__(128, 3)
     flash_wg_dkv_kernel(float *dqkv, uint16_t *dqkv_bf, const float *Dg, const uint16_t *dob,
                         const uint16_t *qkv, const float *lse, int T, int C, int NH, float scale,
