@@ -1423,8 +1423,27 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
     free(tok);
 }
 
-int main(void)
+/* The bf16 attention checks alone: the tensor-core shapes against the
+ * CPU and the variants against the fused pass (what an attention variant
+ * chosen by GPTD_FLASH_BWD or GPTD_FLASH_FWD changes). */
+static void test_attention_bf16(void)
 {
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
+        test_attention_tc(&tc_shapes[i]);
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
+        test_attention_tc_variants(&tc_shapes[i]);
+    report("flash_wg_live", "the wg kernels' sm_90a code ran", gpt_cuda_flash_wg_live() ? 0 : 1);
+}
+
+/* test_gpu_ops [--attention]: every op, or (--attention, for the
+ * acceptance run's variant rows) the bf16 attention checks only. */
+int main(int argc, char **argv)
+{
+    int only_attention = argc == 2 && strcmp(argv[1], "--attention") == 0;
+    if (argc > 2 || (argc == 2 && !only_attention)) {
+        fprintf(stderr, "usage: %s [--attention]\n", argv[0]);
+        return 2;
+    }
     int probed = gpu_test_gate();
     if (probed <= 0)
         return -probed;
@@ -1436,6 +1455,12 @@ int main(void)
     gpt_rng_seed(&rng, 20261202);
     size_t bytes0, bytes, peak;
     gpt_cuda_backend_mem_stats(gpu, &bytes0, &peak);
+    if (only_attention) {
+        check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
+        prec = "bf16";
+        test_attention_bf16();
+        goto done;
+    }
     test_memory();
     test_encoder_wte();
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
@@ -1503,11 +1528,7 @@ int main(void)
         snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
         test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
     }
-    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
-        test_attention_tc(&tc_shapes[i]);
-    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
-        test_attention_tc_variants(&tc_shapes[i]);
-    report("flash_wg_live", "the wg forward's sm_90a code ran", gpt_cuda_flash_wg_live() ? 0 : 1);
+    test_attention_bf16();
     test_layernorm(4096, 768, "N4096 C768");
     test_layernorm(33, 48, "N33 C48");
     test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
@@ -1552,6 +1573,7 @@ int main(void)
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 
+done:;
     int rc = gpt_backend_sync(gpu);
     if (rc < 0) {
         fprintf(stderr, "sticky error: %s\n", gpt_cuda_backend_last_error(gpu));
