@@ -108,7 +108,6 @@ if(GPTD_HAVE_CUDA)
   if(GPTD_WERROR)
     target_compile_options(gptcuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
   endif()
-
   message(STATUS "gptd: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "gptd: CUDA backend OFF")
