@@ -61,14 +61,12 @@ static uint32_t hw_addr(uint64_t d, int mn_major, int mn, int k)
              sbo = (uint32_t)((d >> 32) & 0x3FFF) << 4;
     assert_int_equal((int)(d >> 62), 1);       /* 128-byte swizzle */
     assert_int_equal((int)((d >> 49) & 7), 0); /* base offset */
+    assert_true(k < 16);                       /* one k16 step */
     uint32_t off;
-    if (!mn_major) {
-        assert_true(k < 16);
+    if (!mn_major)
         off = (uint32_t)((mn % 8) * 128 + (mn / 8) * (int)sbo + k * 2);
-    } else {
-        assert_true(k < 16);
+    else
         off = (uint32_t)((mn % 64) * 2 + (mn / 64) * (int)lbo + (k % 8) * 128 + (k / 8) * (int)sbo);
-    }
     uint32_t a = start + off;
     a ^= ((a >> 7) & 7) << 4;
     assert_true(a + 2 <= SMEM);
