@@ -389,9 +389,9 @@ fi
 # step's worth of launches: 25 LayerNorm forwards and 25 backwards with
 # their sums, 12 attention forwards and 12 or 24 backward passes, the
 # cross-entropy, AdamW), with the default attention kernels (the
-# two-pass backward, the m16 forward); the attention kernels alone with
-# the variants (twopass4: the dK/dV pass at four blocks per
-# multiprocessor; wg: the warpgroup forward); then the default
+# two-pass backward, the m16 forward); the wgmma attention kernels
+# alone (ncu_wg: GPTD_FLASH_FWD=wg and GPTD_FLASH_BWD=wg; the b16 rows
+# above time twopass4 and k32); then the default
 # attention kernels once more in depth (ncu_flash: one step's 36
 # launches, the raw page with the warp stall reasons, pipe use,
 # instruction mix and shared-memory bank conflicts: the three runs so far
@@ -403,12 +403,12 @@ fi
 # permission).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
-    for V in twopass twopass4 flash; do
+    for V in twopass wg flash; do
         FWD=m16 BWD=twopass KERNELS='flash_tc|layernorm_|softmax_xent_bf16|adamw_multi'
         SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
         PAGE=details COUNT=120
         case $V in
-        twopass4) FWD=wg BWD=twopass4 KERNELS='flash_tc|flash_wg' ;;
+        wg) FWD=wg BWD=wg KERNELS='flash_wg' ;;
         flash)
             KERNELS=flash_tc PAGE=raw COUNT=36
             SECTIONS="$SECTIONS --section ComputeWorkloadAnalysis --section InstructionStats"
