@@ -408,7 +408,7 @@ if [ -x "$NCU" ]; then
         SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
         PAGE=details COUNT=120
         case $V in
-        wg) FWD=wg BWD=wg KERNELS='flash_wg' ;;
+        wg) FWD=wg BWD=wg KERNELS=flash_wg COUNT=36 ;;
         flash)
             KERNELS=flash_tc PAGE=raw COUNT=36
             SECTIONS="$SECTIONS --section ComputeWorkloadAnalysis --section InstructionStats"
