@@ -1462,6 +1462,29 @@ __device__ __forceinline__ void tc_dq_rows(float dr[2], float lr[2], float *Dg, 
     lr[1] = ib < T ? lse[at0 + ib] * GPT_FLASH_LOG2E : 0.0f;
 }
 
+/* A dQ pass's rows ia and ia + 8 (those below T) into dq's columns of
+ * head h (rows b T + i of dqkv, row stride ld3), times scale: acc holds
+ * the lane's accumulators, 8-column block n at acc[4 n ..] (the mma and
+ * the wgmma layouts alike: rows ia, ib in elements 0, 1 and 2, 3). */
+template <int HS>
+__device__ __forceinline__ void tc_store_dq(float *dqkv, uint16_t *dqkv_bf, const float *acc,
+                                            size_t row0, int ia, int T, size_t ld3, int h,
+                                            float scale)
+{
+    const int lane = threadIdx.x % FA_WARP;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = ia + 8 * r;
+        if (row >= T)
+            continue;
+        const size_t at = (row0 + row) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++)
+            tc_store2(dqkv, dqkv_bf, at + n * 8, acc[4 * n + 2 * r] * scale,
+                      acc[4 * n + 2 * r + 1] * scale);
+    }
+}
+
 template <int HS>
 __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
     flash_tc_dq_kernel(float *dqkv, uint16_t *dqkv_bf, float *Dg, const uint16_t *dob,
@@ -1563,16 +1586,7 @@ __global__ void __launch_bounds__(TC_FWD_THREADS, HS <= 64 ? 2 : 1)
         }
         __syncthreads(); /* this stage is consumed before it is refilled */
     }
-    const int rows[2] = {ia, ib};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T)
-            continue;
-        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-    }
+    tc_store_dq<HS>(dqkv, dqkv_bf, &dq[0][0], (size_t)b * T, ia, T, ld3, h, scale);
 }
 
 /* ---- warpgroup dQ pass (GPTD_FLASH_BWD=wg, sm_90a) ----------------------------
@@ -1624,7 +1638,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
     uint16_t *sdo = sq + TC_FWD_BR * HS, *skv = sdo + TC_FWD_BR * HS;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * TC_FWD_BR;
-    const int wg = threadIdx.x / 128, t = threadIdx.x % 128, lane = threadIdx.x % FA_WARP;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
     const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
@@ -1708,17 +1722,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
         }
         __syncthreads(); /* this stage is consumed before it is refilled */
     }
-    const int rows[2] = {ia, ib};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T)
-            continue;
-        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++)
-            tc_store2(dqkv, dqkv_bf, at + n * 8, dq[4 * n + 2 * r] * scale,
-                      dq[4 * n + 2 * r + 1] * scale);
-    }
+    tc_store_dq<HS>(dqkv, dqkv_bf, dq, (size_t)b * T, ia, T, ld3, h, scale);
 #else
     (void)dqkv, (void)dqkv_bf, (void)Dg, (void)dob, (void)ob, (void)qkv, (void)lse, (void)T;
     (void)C, (void)NH, (void)scale, (void)scale2;
