@@ -962,6 +962,27 @@ __device__ __forceinline__ void wg_mma_rs(float (&d)[32], const uint32_t a[4], u
                  : WG_D32_OUT(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
+
+/* d += A B over NK k steps, issued (the caller commits and waits): A is
+ * the lane's accumulators acc (8-column block n at acc[4 n ..]: columns
+ * 16 kk .. of step kk) packed to bf16 as the next product's operand, B
+ * the rows of k steps kstep0 .. of the tile at shared address base,
+ * read MN-major (V, K, dO or Q: rows are the k dimension). */
+template <int NK>
+__device__ __forceinline__ void wg_mma_acc(float (&d)[32], const float *acc, uint32_t base,
+                                           int kstep0)
+{
+    uint32_t a[NK][4];
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++)
+        tc_pack_a(a[kk], (const float(*)[4])acc, kk);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++)
+        wg_mma_rs(d, a[kk],
+                  gpt_flash_wg_desc(base + gpt_flash_wg_mnmajor_off(kstep0 + kk),
+                                    GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
+}
 #endif
 
 /* Rows t0 .. t0+rows-1 (64 bf16 columns) into a swizzled tile, cp.async
@@ -1087,16 +1108,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
             for (int i = 0; i < 32; i++)
                 o[i] *= alpha[(i / 2) % 2];
             /* o += P V: P's A fragments from the S registers. */
-            uint32_t pa[TC_BC / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < TC_BC / 16; kk++)
-                tc_pack_a(pa[kk], (const float(*)[4])s, kk);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < TC_BC / 16; kk++)
-                wg_mma_rs(o, pa[kk],
-                          gpt_flash_wg_desc(va + gpt_flash_wg_mnmajor_off(kk), GPT_FLASH_WG_MN_LBO,
-                                            GPT_FLASH_WG_MN_SBO));
+            wg_mma_acc<TC_BC / 16>(o, s, va, 0);
             wg_commit();
             wg_wait0();
             wg_pin(o);
@@ -1706,16 +1718,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
                     s[4 * n + e] = p * (dp[4 * n + e] - dr[r]); /* dS */
                 }
             }
-            uint32_t da[KP / 16][4];
-#pragma unroll
-            for (int kk = 0; kk < KP / 16; kk++)
-                tc_pack_a(da[kk], (const float(*)[4])s, kk);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < KP / 16; kk++)
-                wg_mma_rs(dq, da[kk],
-                          gpt_flash_wg_desc(ka + gpt_flash_wg_mnmajor_off(part * KP / 16 + kk),
-                                            GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
+            wg_mma_acc<KP / 16>(dq, s, ka, part * KP / 16); /* dq += dS K */
             wg_commit();
             wg_wait0();
             wg_pin(dq);
@@ -1851,21 +1854,8 @@ __global__ void __launch_bounds__(128, 3)
                     dp[4 * n + e] = p * (dp[4 * n + e] - sd[c]); /* dS^T */
                 }
             }
-            uint32_t pa[QP / 16][4], sa[QP / 16][4];
-#pragma unroll
-            for (int kl = 0; kl < QP / 16; kl++) {
-                tc_pack_a(pa[kl], (const float(*)[4])s, kl);
-                tc_pack_a(sa[kl], (const float(*)[4])dp, kl);
-            }
-            wg_fence();
-#pragma unroll
-            for (int kl = 0; kl < QP / 16; kl++) {
-                const uint32_t off = gpt_flash_wg_mnmajor_off(c0 / 16 + kl);
-                wg_mma_rs(dv, pa[kl],
-                          gpt_flash_wg_desc(doa + off, GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
-                wg_mma_rs(dk, sa[kl],
-                          gpt_flash_wg_desc(qa + off, GPT_FLASH_WG_MN_LBO, GPT_FLASH_WG_MN_SBO));
-            }
+            wg_mma_acc<QP / 16>(dv, s, doa, c0 / 16); /* dv += P^T dO */
+            wg_mma_acc<QP / 16>(dk, dp, qa, c0 / 16); /* dk += dS^T Q */
             wg_commit();
             wg_wait0();
             wg_pin(dv);
