@@ -920,10 +920,10 @@ __device__ __forceinline__ void wg_wait0(void)
 /* Pins the accumulator registers at this point of the program: the
  * wgmma's results exist only after its wait, which the compiler cannot
  * see from the asm's operands. */
-__device__ __forceinline__ void wg_pin(float (&d)[32])
+template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N])
 {
 #pragma unroll
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
@@ -1628,12 +1628,6 @@ __device__ __forceinline__ void wg_mma_ss32(float (&d)[16], uint64_t da, uint64_
                  : "l"(da), "l"(db), "r"(acc));
 }
 
-__device__ __forceinline__ void wg_pin16(float (&d)[16])
-{
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
 #endif
 
 __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
@@ -1704,8 +1698,8 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
             }
             wg_commit();
             wg_wait0();
-            wg_pin16(s);
-            wg_pin16(dp);
+            wg_pin(s);
+            wg_pin(dp);
             const bool mask = gpt_flash_tc_needs_mask(rt, TC_WR, j0, KP, T);
 #pragma unroll
             for (int n = 0; n < KP / 8; n++) {
@@ -1839,8 +1833,8 @@ __global__ void __launch_bounds__(128, 3)
             }
             wg_commit();
             wg_wait0();
-            wg_pin16(s);
-            wg_pin16(dp);
+            wg_pin(s);
+            wg_pin(dp);
 #pragma unroll
             for (int n = 0; n < QP / 8; n++) {
 #pragma unroll
