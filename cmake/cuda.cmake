@@ -39,12 +39,13 @@ if(GPTD_HAVE_CUDA)
   if(NOT GPTD_CUDA_SRC)
     message(FATAL_ERROR "engine/ops/cuda has no sources")
   endif()
-  # The attention kernels build for sm_90a where the others build for
+  # The warpgroup attention kernels (cuda_attention_wg.cu,
+  # GPTD_FLASH_FWD/BWD=wg) build for sm_90a where the rest builds for
   # sm_90 (90 -> sm_90a code and compute_90 PTX, so other GPUs still JIT
-  # them): the warpgroup kernels (GPTD_FLASH_FWD/BWD=wg) use wgmma, which
-  # only the arch-specific target has. Elsewhere they trap, and a probe
-  # kernel tells the backend which code the driver loaded.
-  set(GPTD_CUDA_ATTN_SRC ${CMAKE_SOURCE_DIR}/engine/ops/cuda/cuda_attention.cu)
+  # it): they use wgmma, which only the arch-specific target has.
+  # Elsewhere they trap, and a probe kernel tells the backend which code
+  # the driver loaded.
+  set(GPTD_CUDA_ATTN_SRC ${CMAKE_SOURCE_DIR}/engine/ops/cuda/cuda_attention_wg.cu)
   list(REMOVE_ITEM GPTD_CUDA_SRC ${GPTD_CUDA_ATTN_SRC})
   set(gptd_attn_archs "")
   foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)

@@ -2,7 +2,7 @@
  * flash_wg: the shared-memory layout and the operand descriptors of the
  * warpgroup (wgmma, sm_90a) flash attention kernels (the forward,
  * GPTD_FLASH_FWD=wg, and the two backward passes, GPTD_FLASH_BWD=wg;
- * engine/ops/cuda/cuda_attention.cu), in plain C. The kernels and the CPU
+ * engine/ops/cuda/cuda_attention_wg.cu), in plain C. The kernels and the CPU
  * test (tests/unit/test_flash_wg.c) use the same functions: the test
  * replays what the PTX ISA says a wgmma reads through a descriptor
  * (section "Shared Memory Matrix Layout": canonical layouts, 128-byte

@@ -1,6 +1,6 @@
 /*
  * test_flash_wg: the addressing of the warpgroup flash forward
- * (GPTD_FLASH_FWD=wg, engine/ops/cuda/cuda_attention.cu) replayed on the
+ * (GPTD_FLASH_FWD=wg, engine/ops/cuda/cuda_attention_wg.cu) replayed on the
  * CPU with the kernel's own helpers (engine/include/flash_wg.h). A model
  * of the hardware, written from the PTX ISA's description of wgmma
  * (descriptor bit fields, the canonical K-major and MN-major layouts
