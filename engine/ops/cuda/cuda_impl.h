@@ -1,8 +1,9 @@
 /*
  * cuda_impl: private declarations shared by the CUDA backend's translation
  * units (cuda_backend.cu: lifecycle, memory, the vtable; cuda_matmul.cu:
- * the products; cuda_shadow.cu: the bf16 shadow cache; cuda_kernels.cu:
- * our own kernels; cuda_attention.cu: fused attention).
+ * the products; cuda_shadow.cu: the bf16 shadow cache; cuda_kernels.cu,
+ * cuda_layernorm.cu and cuda_xent.cu: our own kernels; cuda_attention.cu:
+ * fused attention).
  * C++ (nvcc) only; not part of the
  * engine API. Every launcher enqueues on the stream it is given and never
  * synchronises; the caller checks cudaGetLastError() afterwards.
@@ -251,7 +252,7 @@ void cuda_gelu_forward(struct gpt_backend *be, float *out, const float *inp, siz
 void cuda_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
                         size_t n);
 
-/* --- cuda_kernels.cu ---------------------------------------------------- */
+/* --- cuda_kernels.cu (LayerNorm: cuda_layernorm.cu; softmax_xent: cuda_xent.cu) */
 
 /* Every launcher taking a `uint16_t *..._bf` may be given NULL; otherwise
  * it also writes that output as bf16 (round to nearest even) there, at the

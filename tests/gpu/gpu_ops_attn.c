@@ -1,0 +1,235 @@
+/*
+ * gpu_ops_attn: test_gpu_ops's attention checks: both ways against the CPU
+ * (the batched-GEMM path, whose att holds probabilities, and the fused
+ * flash kernels), the tensor-core flash kernels in bf16 (taken for
+ * certain and bit-reproducible), and each attention variant on the same
+ * inputs against the fused pass. Single-threaded.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda/cuda_backend.h"
+#include "flash_tc.h"
+#include "gpu/gpu_ops_common.h"
+
+static int causal_mask(size_t idx, const void *ctx)
+{
+    size_t T = *(const size_t *)ctx;
+    return idx % T <= (idx / T) % T; /* j <= i */
+}
+
+/* Attention the way `want` asks; with flash only out and dqkv are
+ * comparable (att holds the flash kernels' saved state). */
+void test_attention_as(const struct shape *s, const char *tag, enum gpt_cuda_attn_kind want)
+{
+    size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    struct gpt_cuda_attn_plan plan;
+    gpt_cuda_backend_set_attention(gpu, want);
+    gpt_cuda_backend_attention_plan(gpu, B, T, C, NH, &plan);
+    if (plan.kind != want) {
+        printf("skip %-4s attention %s: %s\n", prec, tag, plan.why);
+        return;
+    }
+    int flash = want == GPT_CUDA_ATTN_FLASH;
+    const char *fwd = flash ? "flash_attention_forward" : "attention_forward";
+    const char *bwd = flash ? "flash_attention_backward" : "attention_backward";
+    struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
+    struct pair att = pair_new(B * NH * T * T, 0, 0);
+    gpt_backend_attention_forward(cpu, out.c, att.c, qkv.c, B, T, C, NH);
+    gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
+    check(fwd, tag, &out);
+    if (!flash)
+        report(fwd, tag, pair_err(&att, causal_mask, &T));
+    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 7, 7);
+    struct pair scratch = pair_new(B * NH * T * T, 0, 0);
+    gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, out.c, qkv.c, att.c, B, T, C,
+                                   NH);
+    gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
+                                   NH);
+    check(bwd, tag, &dqkv); /* the 7s must all be overwritten */
+    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+    gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
+}
+
+void test_attention(const struct shape *s, const char *tag)
+{
+    test_attention_as(s, tag, GPT_CUDA_ATTN_GEMM);
+    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+}
+
+/* Shapes for the tensor-core flash kernels (bf16 mode; head sizes 32, 64,
+ * 96 and 128): T against the forward's 128-row query blocks and the
+ * backward's 64-key blocks and 64- or 32-row query tiles: a multiple of
+ * 128 (128, 256, 1024, 2048, 4096), of 64 only (64, 192), neither (40,
+ * 65, 77, 95, 127, 129, 200, 300, 333, 1000), under one forward block
+ * (40 .. 127: most of its warps past T), odd B*NH*T (the logsumexp of
+ * the next head starts at an odd float), several heads and batches (the
+ * (b, h) indexing), and long rows (T 2048 and 4096). Each must run the
+ * tensor-core path: the launch count grows (so T is above the head size:
+ * at T <= hs the plan takes the GEMM attention). */
+static const struct shape tc_shapes[] = {
+    {1, 65, 64, 1, 0, 0},     {2, 64, 128, 4, 0, 0},   {3, 95, 192, 3, 0, 0},
+    {1, 200, 256, 2, 0, 0},   {2, 1000, 512, 4, 0, 0}, {1, 129, 128, 1, 0, 0},
+    {2, 1024, 768, 12, 0, 0}, {1, 2048, 128, 2, 0, 0}, {1, 4096, 128, 1, 0, 0},
+    {3, 333, 384, 3, 0, 0},   {2, 77, 128, 4, 0, 0},   {1, 300, 384, 4, 0, 0},
+    {3, 40, 64, 2, 0, 0},     {1, 128, 256, 4, 0, 0},  {2, 192, 128, 2, 0, 0},
+    {1, 127, 96, 1, 0, 0},    {2, 256, 256, 2, 0, 0},  {1, 130, 96, 3, 0, 0},
+};
+
+/* Forward and backward of one tc_shapes entry in bf16, against the CPU,
+ * and twice: the backward (no atomics) must give the same bits again. */
+static void test_attention_tc(const struct shape *s)
+{
+    size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
+    char tag[80];
+    snprintf(tag, sizeof(tag), "tensor cores B%zu T%zu hs%zu NH%zu", B, T, C / NH, NH);
+    uint64_t before = gpt_cuda_flash_tc_launches();
+    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
+    /* One forward and one backward went through the tensor-core path. */
+    report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
+    struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
+    struct pair att = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 0), 0, 0);
+    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 0, 0);
+    struct pair scratch = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 1), 0, 0);
+    float *first = malloc(B * T * 3 * C * sizeof(float)),
+          *again = malloc(B * T * 3 * C * sizeof(float));
+    if (!first || !again)
+        abort();
+    for (int r = 0; r < 2; r++) {
+        gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
+        gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
+                                       NH);
+        check_rc(
+            gpt_backend_download(gpu, r ? again : first, dqkv.g, B * T * 3 * C * sizeof(float)),
+            "download");
+    }
+    report("flash_tc_deterministic", tag,
+           (double)(memcmp(first, again, B * T * 3 * C * sizeof(float)) != 0));
+    free(first);
+    free(again);
+    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* max |x - ref| / max |ref| over n floats (infinite where x has a NaN). */
+static double rel_err(const float *x, const float *ref, size_t n)
+{
+    double maxref = 0.0, maxdiff = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        maxref = fmax(maxref, fabs((double)ref[i]));
+        maxdiff = isnan(x[i]) ? INFINITY : fmax(maxdiff, fabs((double)x[i] - (double)ref[i]));
+    }
+    return maxref > 0.0 ? maxdiff / maxref : maxdiff;
+}
+
+/* One output of a variant against its reference: the same bits (SAME) or
+ * within flash_tc_variant_close's bound (CLOSE). */
+enum { SAME, CLOSE };
+
+static void variant_check(const char *tag, int how, const float *x, const float *ref, size_t n)
+{
+    if (how == SAME)
+        report("flash_tc_variant_same", tag, (double)(memcmp(x, ref, n * sizeof(float)) != 0));
+    else
+        report("flash_tc_variant_close", tag, rel_err(x, ref, n));
+}
+
+/* The attention kernels' variants on one tc_shapes entry's inputs, each
+ * against the fused backward and the m16 forward. The 32-row forward
+ * (GPTD_FLASH_FWD=m32) and the split backward give their bits; the
+ * two-pass backward (the default) sums dq over key tiles in another order
+ * and takes D = dO . O in its dQ pass, and the k32 forward takes each
+ * 64-key tile in two online-softmax steps: within 1e-3 of the largest
+ * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
+ * 1e-2 and up; the H200 measured 1.0e-5 at most for the two-pass
+ * backward); twopass4 gives twopass's bits. The wg forward and the wg
+ * backward's two passes (wgmma, head size 64; other sizes run m16 and
+ * twopass) sum each product's k steps in the tensor cores' own order:
+ * within the same bound; with_wg 0 leaves them out (a fault in kernels
+ * never yet run on a GPU must not cost the checks after them: only the
+ * acceptance run's wg rows take them). The environment's choice is
+ * restored after. */
+static void test_attention_tc_variants(const struct shape *s, int with_wg)
+{
+    size_t B = s->B, T = s->T, C = s->C, NH = s->NH, nq = B * T * 3 * C, no = B * T * C;
+    char tag[96];
+    struct pair qkv = pair_new(nq, -2, 2), out = pair_new(no, 0, 0);
+    struct pair att = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 0), 0, 0);
+    struct pair dout = pair_new(no, -1, 1), dqkv = pair_new(nq, 0, 0);
+    struct pair scratch = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 1), 0, 0);
+    float *ro = malloc(no * sizeof(float)), *rd = malloc(nq * sizeof(float));
+    float *o = malloc(no * sizeof(float)), *d = malloc(nq * sizeof(float));
+    float *d2 = malloc(nq * sizeof(float)); /* twopass's, for twopass4 */
+    if (!ro || !rd || !o || !d || !d2)
+        abort();
+    /* fwd_how, bwd_how: against the reference (entry 0); bwd_how 2:
+     * against twopass's gradient. */
+    static const struct {
+        int bwd, fwd, fwd_how, bwd_how;
+        const char *name;
+    } vs[] = {{GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M16, SAME, SAME, "fused, m16"},
+              {GPT_FLASH_BWD_SPLIT, GPT_FLASH_FWD_M16, SAME, SAME, "split"},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M32, SAME, SAME, "m32 forward"},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_K32, CLOSE, CLOSE, "k32 forward"},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward"},
+              {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass"},
+              {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"},
+              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward"}};
+    /* k -1: a pass that settles out's state (its first backward makes its
+     * bf16 copy; from then on the forward writes it bf16 only, so every
+     * download below converts the same way). */
+    for (int k = -1; k < (int)(sizeof(vs) / sizeof(vs[0])); k++) {
+        if (k > 0 && !with_wg && (vs[k].bwd == GPT_FLASH_BWD_WG || vs[k].fwd == GPT_FLASH_FWD_WG))
+            continue;
+        gpt_cuda_flash_tc_set_variants(vs[k < 0 ? 0 : k].bwd, vs[k < 0 ? 0 : k].fwd);
+        gpt_backend_memzero(gpu, dqkv.g, nq * sizeof(float));
+        gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
+        gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
+                                       NH);
+        check_rc(gpt_backend_download(gpu, k ? o : ro, out.g, no * sizeof(float)), "download");
+        check_rc(gpt_backend_download(gpu, k ? d : rd, dqkv.g, nq * sizeof(float)), "download");
+        if (k <= 0)
+            continue;
+        snprintf(tag, sizeof(tag), "B%zu T%zu hs%zu NH%zu %s: forward", B, T, C / NH, NH,
+                 vs[k].name);
+        variant_check(tag, vs[k].fwd_how, o, ro, no);
+        snprintf(tag, sizeof(tag), "B%zu T%zu hs%zu NH%zu %s: backward", B, T, C / NH, NH,
+                 vs[k].name);
+        if (vs[k].bwd_how == 2)
+            variant_check(tag, SAME, d, d2, nq);
+        else
+            variant_check(tag, vs[k].bwd_how, d, rd, nq);
+        if (vs[k].bwd == GPT_FLASH_BWD_TWOPASS)
+            memcpy(d2, d, nq * sizeof(float));
+    }
+    gpt_cuda_flash_tc_set_variants(-1, -1);
+    free(ro);
+    free(rd);
+    free(o);
+    free(d);
+    free(d2);
+    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        pair_free(all[i]);
+}
+
+/* The bf16 attention checks: the tensor-core shapes against the CPU and
+ * the variants against the fused pass (what an attention variant chosen
+ * by GPTD_FLASH_BWD or GPTD_FLASH_FWD changes); with_wg: the wg variants
+ * too, and whether their sm_90a code ran. */
+void test_attention_bf16(int with_wg)
+{
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
+        test_attention_tc(&tc_shapes[i]);
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
+        test_attention_tc_variants(&tc_shapes[i], with_wg);
+    if (with_wg)
+        report("flash_wg_live", "the wg kernels' sm_90a code ran",
+               gpt_cuda_flash_wg_live() ? 0 : 1);
+}

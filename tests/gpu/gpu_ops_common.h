@@ -1,0 +1,53 @@
+/*
+ * gpu_ops_common: what test_gpu_ops.c, gpu_ops_common.c and gpu_ops_attn.c
+ * share: the backends under test, the report of a check, pairs of buffers
+ * on both backends and their comparison, the shape of a check, and the
+ * attention checks (gpu_ops_attn.c) that main runs. Private to the
+ * test_gpu_ops program; single-threaded.
+ */
+#ifndef GPT_TEST_GPU_OPS_COMMON_H
+#define GPT_TEST_GPU_OPS_COMMON_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "cuda/cuda_backend.h"
+#include "rng.h"
+
+extern struct gpt_backend *cpu, *gpu;
+extern struct gpt_rng rng; /* seeded by main */
+extern int failures, checks;
+extern const char *prec; /* the GPU backend's precision now: "fp32" or "bf16" */
+
+/* A buffer that exists on both backends with the same contents. */
+struct pair {
+    float *c, *g;
+    size_t n;
+};
+
+struct shape {
+    size_t B, T, C, NH, V, Vp;
+};
+
+/* One line for a check of `op` (its tolerance in this precision) with
+ * error e; counts it, and the failure. */
+void report(const char *op, const char *what, double e);
+/* n uniform floats in [lo, hi); aborts when out of memory. */
+float *host_rand(size_t n, float lo, float hi);
+/* Ends the program (exit 1) when rc < 0, saying what failed. */
+void check_rc(int rc, const char *what);
+struct pair pair_new(size_t n, float lo, float hi);
+void pair_free(struct pair *p);
+void ints_new(const int *h, size_t n, int **ret_c, int **ret_g);
+double pair_err_floor(const struct pair *p, int (*mask)(size_t i, const void *ctx), const void *ctx,
+                      double floor);
+double pair_err(const struct pair *p, int (*mask)(size_t i, const void *ctx), const void *ctx);
+/* report of pair_err over all of p. */
+void check(const char *op, const char *what, const struct pair *p);
+
+/* gpu_ops_attn.c */
+void test_attention_as(const struct shape *s, const char *tag, enum gpt_cuda_attn_kind want);
+void test_attention(const struct shape *s, const char *tag);
+void test_attention_bf16(int with_wg);
+
+#endif
