@@ -39,8 +39,9 @@
 
 /* The attention kernels' variants this process runs, as the CUDA backend
  * reads GPTD_FLASH_BWD and GPTD_FLASH_FWD (flash_tc.h; a value it does not
- * know runs the default), for the JSON lines: a row says what it timed. */
-static const char *flash_bwd_name(void)
+ * know runs the default), for the JSON lines: a row says what it timed
+ * (ds runs twopass where 124M's B x 12 heads' dS tiles would not fit). */
+static const char *flash_bwd_name(size_t B, size_t T)
 {
     switch (gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"))) {
     case GPT_FLASH_BWD_SPLIT:
@@ -53,6 +54,8 @@ static const char *flash_bwd_name(void)
         return "fused";
     case GPT_FLASH_BWD_WG:
         return "wg";
+    case GPT_FLASH_BWD_DS:
+        return gpt_flash_tc_ds_fits(B * 12, (int)T, 64) ? "ds" : "twopass";
     }
     return "?";
 }
@@ -263,9 +266,11 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * of each visited tile: more means the kernels (or their entries here)
      * redo work, less that they miss some. With GPTD_FLASH_BWD=twopass,
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
-     * and D once per row. */
+     * and D once per row. GPTD_FLASH_BWD=ds: the fused pass's FLOPs, its
+     * dQ shares in a second pass. */
     const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
-    const int twopass = gpt_flash_tc_bwd_twopass(bv);
+    const int ds = bv == GPT_FLASH_BWD_DS && gpt_flash_tc_ds_fits(B * 12, (int)T, 64);
+    const int twopass = gpt_flash_tc_bwd_twopass(bv) || (bv == GPT_FLASH_BWD_DS && !ds);
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
     double per_pair = twopass ? 18.0 : 14.0;
     double d_flops = twopass ? 12.0 * B * T * 768 * 2.0
@@ -292,18 +297,21 @@ static int plan_main(size_t B, size_t T, const char *mode)
             const struct gpt_cuda_kernel *k = &ks[i];
             attn_launches += k->cls == GPT_KC_ATTN;
             fwd += strcmp(k->name, "flash_tc_forward") == 0;
-            bwd += strcmp(k->name, twopass ? "flash_tc_bwd_dq" : "flash_tc_bwd") == 0;
-            bwd2 += strcmp(k->name, "flash_tc_bwd_dkv") == 0;
+            bwd += strcmp(k->name, twopass ? "flash_tc_bwd_dq"
+                                   : ds    ? "flash_tc_bwd_ds"
+                                           : "flash_tc_bwd") == 0;
+            bwd2 += strcmp(k->name, ds ? "flash_tc_dsq" : "flash_tc_bwd_dkv") == 0;
             if (strcmp(k->name, "flash_tc_forward") == 0)
                 fwd_bytes += k->bytes;
         }
-        if (attn_launches != (twopass ? 36u : 24u) || fwd != 12 || bwd != 12 ||
-            bwd2 != (twopass ? 12u : 0u)) {
+        const int two = twopass || ds; /* backward passes per layer, less one */
+        if (attn_launches != (two ? 36u : 24u) || fwd != 12 || bwd != 12 ||
+            bwd2 != (two ? 12u : 0u)) {
             fprintf(stderr,
                     "plan broken: %zu attention kernels (%zu forward, %zu + %zu backward), want "
                     "one forward and %s per layer\n",
                     attn_launches, fwd, bwd, bwd2,
-                    twopass ? "the two backward passes" : "one fused backward");
+                    two ? "the two backward passes" : "one fused backward");
             broken = 1;
         }
         if (gpt_cuda_plan_att_floats(&ap, B, T, 768, 12, 0) != ap.lse_floats) {
@@ -366,7 +374,7 @@ static int plan_main(size_t B, size_t T, const char *mode)
            "\"T\":%zu,\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"kernels\":%zu,"
            "\"predicted_ms_per_step\":%.3f,\"predicted_mfu\":%.4f,"
            "\"model_tflop_per_step\":%.3f,\"share\":{",
-           mode, B, T, flash_bwd_name(), flash_fwd_name(), nk, total * 1e3, mfu,
+           mode, B, T, flash_bwd_name(B, T), flash_fwd_name(), nk, total * 1e3, mfu,
            model_flops / 1e12);
     for (int c = 0, first = 1; c < GPT_KC_COUNT; c++) {
         printf("%s\"%s\":%.4f", first ? "" : ",", gpt_cuda_kclass_name((enum gpt_cuda_kclass)c),
@@ -584,7 +592,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
            "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"loss_step2\":%.9g,"
            "\"host_syncs_per_step\":%llu}\n",
-           row->mode, row->attn, flash_bwd_name(), flash_fwd_name(), B, T, steps, row->ms,
+           row->mode, row->attn, flash_bwd_name(B, T), flash_fwd_name(), B, T, steps, row->ms,
            row->tokens_s, row->tflops, row->mfu, row->peak_gib, (double)loss, (double)loss2,
            (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */

@@ -33,8 +33,12 @@
  * of the 16 x 16 (rows, keys) groups that hold no valid pair
  * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
- * Two passes instead (GPTD_FLASH_BWD=twopass, the default since an
- * H200 timed them against the fused pass): a dQ pass with the forward's
+ * The default backward (GPTD_FLASH_BWD=ds, below) runs the fused pass
+ * without its ordered dQ shares: each dS^T tile goes to global memory,
+ * and a second pass sums them into dQ in the same order.
+ *
+ * Two passes instead (GPTD_FLASH_BWD=twopass, the default of the first
+ * three H200 runs, which timed it against the fused pass): a dQ pass with the forward's
  * blocks (128 query rows, key tiles of BC) that takes D once per row,
  * keeps it in the backward's scratch and accumulates dq in registers,
  * then the dK/dV pass above without the dQ share, reading D like the
@@ -87,23 +91,31 @@
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
 /* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
- * them: "twopass" (unset: a dQ pass, then dK/dV; the default since the
+ * them: "ds" (unset, below), "twopass" (a dQ pass, then dK/dV; the
  * third H200 run timed it at 10.3 ms of attention per B=16 step against
  * the fused pass's 17.6), "twopass4" (the same bits, its dK/dV pass at
  * four blocks per SM instead of three up to hs 64), "fused" (one pass,
  * dQ shares added in a fixed turn order), "split" (the fused pass in
  * two query parts, three blocks per SM up to hs 64; the fused pass's
- * bits) and "wg" (twopass with both passes on wgmma, sm_90a, head size
- * 64; flash_wg.h). -1 for any other value: the caller says so and takes
- * the default. Host only. */
+ * bits), "wg" (twopass with both passes on wgmma, sm_90a, head size
+ * 64; flash_wg.h) and "ds" (the fused pass's dK/dV and dS^T tiles, the
+ * tiles stored to global memory in place of the ordered dQ shares, then
+ * a dQ pass that sums them: the fused pass's bits and FLOPs without its
+ * waits; twopass where the tiles would not fit, gpt_flash_tc_ds_fits).
+ * ds is the default on the cost model's word (bench_gpu_train --plan:
+ * 26.4 ms a B=16 step against twopass's 28.2) and on its parts' record:
+ * pass one is the fused pass, whose dS^T tiles and dQ products passed
+ * the third H200 run; not yet timed. -1 for any other value: the caller
+ * says so and takes the default. Host only. */
 enum gpt_flash_bwd {
     GPT_FLASH_BWD_FUSED,
     GPT_FLASH_BWD_SPLIT,
     GPT_FLASH_BWD_TWOPASS,
     GPT_FLASH_BWD_TWOPASS4,
-    GPT_FLASH_BWD_WG
+    GPT_FLASH_BWD_WG,
+    GPT_FLASH_BWD_DS
 };
-#define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
+#define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_DS
 
 static inline int gpt_flash_tc_bwd_variant(const char *env)
 {
@@ -119,6 +131,8 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
         return GPT_FLASH_BWD_TWOPASS4;
     if (strcmp(env, "wg") == 0)
         return GPT_FLASH_BWD_WG;
+    if (strcmp(env, "ds") == 0)
+        return GPT_FLASH_BWD_DS;
     return -1;
 }
 
@@ -320,6 +334,14 @@ GPT_FLASH_FN size_t gpt_flash_tc_smem_dkv(size_t hs)
     return (2 * GPT_FLASH_TC_BR + 4 * bcq) * (hs + GPT_FLASH_TC_PAD) * 2 + 4 * bcq * 4;
 }
 
+/* The dS backward's dQ pass (flash_tc.h, below): two stages of a dS^T
+ * tile (BR keys by bcq queries) and K's BR rows. */
+GPT_FLASH_FN size_t gpt_flash_tc_smem_dsq(size_t hs)
+{
+    size_t bcq = (size_t)gpt_flash_tc_bcq(hs);
+    return 2 * (size_t)GPT_FLASH_TC_BR * (bcq + hs + 2 * GPT_FLASH_TC_PAD) * 2;
+}
+
 /* The last key block (BR keys each) that visits query tile qt (bcq rows):
  * the one holding the tile's last row below T. Key blocks 0 .. that one
  * visit it (gpt_flash_tc_q_span). */
@@ -358,6 +380,68 @@ GPT_FLASH_FN size_t gpt_flash_tc_dob_off(size_t lse_floats)
 GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
 {
     return (gpt_flash_tc_dob_off(lse_floats) + (btc + 1) / 2 + 3) & ~(size_t)3;
+}
+
+/* ---- the dS backward (GPTD_FLASH_BWD=ds) ----------------------------------
+ * Pass one is the fused pass (D, S^T, dP^T, dV, dK and the bf16 dS^T tile
+ * of each visited (query tile, key block)), except that each dS^T tile
+ * (BR keys by bcq queries, row-major, no padding) goes to global memory
+ * instead of into ordered dQ shares; pass two (one block per query tile)
+ * takes tile qt's dQ = scale * sum over its key blocks kb of dS K_kb,
+ * adding the shares in the fused pass's turn order (the diagonal block
+ * first, each share's product scaled, then added), so dq has the fused
+ * pass's bits and nobody waits. 10 hs FLOPs per pair, as fused; the dS
+ * tiles take 2 bytes a pair through DRAM, twice.
+ * Tiles of one (b, h) are stored query tile by query tile, key blocks 0
+ * .. gpt_flash_tc_dq_last_kb within each: tile (qt, kb) at index
+ * gpt_flash_tc_ds_tile. */
+
+/* Tiles of query tiles 0 .. qt - 1 (all full: only the last can be short):
+ * the sum over q < qt of last_kb(q) + 1 = floor(((q + 1) bcq - 1) / BR) + 1
+ * = floor(q / r) + 1, r = BR / bcq (1 or 2): qt, plus r m (m - 1) / 2 for
+ * the m = floor(qt / r) whole groups of r tiles, plus m for each of the
+ * qt mod r tiles after them. */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_first(int qt, int bcq)
+{
+    size_t r = (size_t)(GPT_FLASH_TC_BR / bcq), n = (size_t)qt, m = n / r;
+    return n + (m > 0 ? r * m * (m - 1) / 2 : 0) + (n % r) * m;
+}
+
+/* Index of tile (query tile qt, key block kb) among its (b, h)'s. */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_tile(int qt, int kb, int bcq)
+{
+    return gpt_flash_tc_ds_first(qt, bcq) + (size_t)kb;
+}
+
+/* dS^T tiles per (b, h) at T. */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_tiles(int T, size_t hs)
+{
+    int bcq = gpt_flash_tc_bcq(hs), last = (T + bcq - 1) / bcq - 1;
+    return gpt_flash_tc_ds_first(last, bcq) + (size_t)gpt_flash_tc_dq_last_kb(last, bcq, T) + 1;
+}
+
+/* Bytes of the dS^T tiles of bh (b, h) pairs at T. */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_bytes(size_t bh, int T, size_t hs)
+{
+    return bh * gpt_flash_tc_ds_tiles(T, hs) * GPT_FLASH_TC_BR * (size_t)gpt_flash_tc_bcq(hs) * 2;
+}
+
+/* The dS backward's tiles are kept in the backward's scratch (and the ds
+ * variant runs) while they take at most this much; larger shapes run
+ * twopass. 1 GiB holds B*NH = 960 heads at T 1024 (1.1 MB each) or 248
+ * at T 2048. */
+#define GPT_FLASH_TC_DS_MAX ((size_t)1 << 30)
+
+GPT_FLASH_FN int gpt_flash_tc_ds_fits(size_t bh, int T, size_t hs)
+{
+    return gpt_flash_tc_ds_bytes(bh, T, hs) <= GPT_FLASH_TC_DS_MAX;
+}
+
+/* Where the dS^T tiles start in the backward's scratch, in floats: after
+ * the dQ turn counters (nsem ints) and the block ticket, 16-byte aligned. */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_off(size_t lse_floats, size_t btc, size_t nsem)
+{
+    return (gpt_flash_tc_sem_off(lse_floats, btc) + nsem + 1 + 3) & ~(size_t)3;
 }
 
 /* Tiles the tensor-core kernels visit per (b, h) at T (each streams one

@@ -5,12 +5,24 @@
 # non-finite times; in bf16 also conversions in the steady state, or a
 # residual stream or residual gradient that is not bf16 only); the
 # predicted MFU itself is a benchmark figure, not a threshold.
-# The default attention backward is the two-pass one (flash_tc.h): its dQ
-# and dK/dV passes at 18 hs per causal pair, three attention kernels a
-# layer.
+# The default attention backward is the dS one (flash_tc.h): the fused
+# pass's 14 hs per causal pair in two kernels (dK/dV with the dS^T tiles
+# written, then the dQ sums), three attention kernels a layer.
 add_test(NAME gpu_plan_124m COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m PROPERTIES LABELS unit TIMEOUT 60
-                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
+                     PASS_REGULAR_EXPRESSION "flash_tc_dsq.*\"flash_bwd\":\"ds\".*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
+# Past the dS tiles' cap (1 GiB: B 96 is 1152 heads of 1.1 MB) the same
+# variant runs the two passes (18 hs per pair), with no dS tiles kept.
+add_test(NAME gpu_plan_124m_ds_cap COMMAND bench_gpu_train --plan 96 1024 bf16)
+set_tests_properties(gpu_plan_124m_ds_cap PROPERTIES LABELS unit TIMEOUT 60
+                     FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"plan_ok\":true")
+# The two-pass backward (GPTD_FLASH_BWD=twopass, the first runs' default).
+add_test(NAME gpu_plan_124m_twopass COMMAND bench_gpu_train --plan 16 1024 bf16)
+set_tests_properties(gpu_plan_124m_twopass PROPERTIES LABELS unit TIMEOUT 60
+                     ENVIRONMENT GPTD_FLASH_BWD=twopass
+                     FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"plan_ok\":true")
 add_test(NAME gpu_plan_124m_tf32 COMMAND bench_gpu_train --plan 8 1024 tf32)
 set_tests_properties(gpu_plan_124m_tf32 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")
@@ -23,5 +35,5 @@ set_tests_properties(gpu_plan_124m_t4096 PROPERTIES LABELS unit TIMEOUT 60
 add_test(NAME gpu_plan_124m_fused COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m_fused PROPERTIES LABELS unit TIMEOUT 60
                      ENVIRONMENT GPTD_FLASH_BWD=fused
-                     FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
+                     FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv|flash_tc_dsq"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd.*\"plan_ok\":true")

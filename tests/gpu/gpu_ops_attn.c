@@ -44,7 +44,10 @@ void test_attention_as(const struct shape *s, const char *tag, enum gpt_cuda_att
     if (!flash)
         report(fwd, tag, pair_err(&att, causal_mask, &T));
     struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 7, 7);
-    struct pair scratch = pair_new(B * NH * T * T, 0, 0);
+    /* the CPU's (B,NH,T,T) or the GPU's, whichever is larger (at short T
+     * the dS backward's whole 64-key tiles) */
+    size_t ns = gpt_backend_att_floats(gpu, B, T, C, NH, 1);
+    struct pair scratch = pair_new(ns > B * NH * T * T ? ns : B * NH * T * T, 0, 0);
     gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, out.c, qkv.c, att.c, B, T, C,
                                    NH);
     gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
@@ -142,8 +145,10 @@ static void variant_check(const char *tag, int how, const float *x, const float 
 
 /* The attention kernels' variants on one tc_shapes entry's inputs, each
  * against the fused backward and the m16 forward. The 32-row forward
- * (GPTD_FLASH_FWD=m32) and the split backward give their bits; the
- * two-pass backward (the default) sums dq over key tiles in another order
+ * (GPTD_FLASH_FWD=m32), the split backward and the dS backward (the
+ * default: the fused pass's dk, dv and dS^T tiles, its dQ shares summed
+ * in a second pass in the same order with the same roundings) give their
+ * bits; the two-pass backward sums dq over key tiles in another order
  * and takes D = dO . O in its dQ pass, and the k32 forward takes each
  * 64-key tile in two online-softmax steps: within 1e-3 of the largest
  * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
@@ -180,7 +185,8 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
               {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward"},
               {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass"},
               {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"},
-              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward"}};
+              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward"},
+              {GPT_FLASH_BWD_DS, GPT_FLASH_FWD_M16, SAME, SAME, "ds"}};
     /* k -1: a pass that settles out's state (its first backward makes its
      * bf16 copy; from then on the forward writes it bf16 only, so every
      * download below converts the same way). */

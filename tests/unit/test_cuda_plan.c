@@ -402,9 +402,12 @@ static void test_att_floats(void **state)
         assert_int_equal(att, B * 12 * 1024);
         /* D per row, then (hs 64: the tensor-core backward) dout as bf16
          * and one dQ turn counter per (b, h, 64-row query tile), then
-         * the block ticket. */
+         * the block ticket, then (16-byte aligned) the dS backward's
+         * tiles: 136 of 64 x 64 bf16 per (b, h). */
+        size_t ds_at = (B * 12 * 1024 + B * 1024 * 768 / 2 + B * 12 * 16 + 1 + 3) & ~(size_t)3;
+        assert_int_equal(gpt_flash_tc_ds_off(B * 12 * 1024, B * 1024 * 768, B * 12 * 16), ds_at);
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1),
-                         B * 12 * 1024 + B * 1024 * 768 / 2 + B * 12 * 16 + 1);
+                         ds_at + B * 12 * 136 * 64 * 64 / 2);
         assert_true(att * 8 < B * 12 * 1024 * 1024);
         assert_true(att > prev); /* never grows when B shrinks */
         prev = att;
@@ -413,21 +416,34 @@ static void test_att_floats(void **state)
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024 * 1024);
     }
     /* Head size 16 (no tensor-core kernels): D only. The scratch never
-     * exceeds the (B,NH,T,T) of the GEMM path, as T > hs. */
+     * exceeds the (B,NH,T,T) of the GEMM path, as T > hs, but for the dS
+     * tiles at short T (test_attn_plan_invariants). */
     gpt_cuda_plan_attention(&p, 2, 128, 128, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(gpt_cuda_plan_att_floats(&p, 2, 128, 128, 8, 1), 2 * 8 * 128);
     gpt_cuda_plan_attention(&p, 1, 33, 32, 1, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
-    assert_true(gpt_cuda_plan_att_floats(&p, 1, 33, 32, 1, 1) <= 33 * 33);
+    /* hs 32: one dS tile of 64 x 64 bf16 beyond that at T 33 */
+    assert_true(gpt_cuda_plan_att_floats(&p, 1, 33, 32, 1, 1) <= 33 * 33 + 64 * 64 / 2);
     gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_int_equal(p.kind, GPT_CUDA_ATTN_FLASH);
-    /* hs 128: query tiles of 32 rows, 5 per head at T = 129. */
+    /* hs 128: query tiles of 32 rows, 5 per head at T = 129, visited by
+     * 1, 1, 2, 2 and 3 key blocks: 9 dS tiles of 64 x 32 per head. */
     assert_int_equal(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1),
-                     gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) + 3 * 8 * 5 + 1);
+                     gpt_flash_tc_ds_off(3 * 8 * 129, 3 * 129 * 1024, 3 * 8 * 5) +
+                         3 * 8 * 9 * 64 * 32 / 2);
+    assert_true(gpt_flash_tc_ds_off(3 * 8 * 129, 3 * 129 * 1024, 3 * 8 * 5) >=
+                gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) + 3 * 8 * 5 + 1);
+    /* Tiles past the cap (1 GiB): none kept, the ds variant runs twopass. */
+    gpt_cuda_plan_attention(&p, 81, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+    assert_false(gpt_flash_tc_ds_fits(p.bh, 1024, 64));
+    assert_int_equal(gpt_cuda_plan_att_floats(&p, 81, 1024, 768, 12, 1),
+                     gpt_flash_tc_sem_off(81 * 12 * 1024, 81 * 1024 * 768) + 81 * 12 * 16 + 1);
+    gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_true(gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) >=
                 gpt_flash_tc_dob_off(3 * 8 * 129) + (3 * 129 * 1024 + 1) / 2);
-    assert_true(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1) <= 3 * 8 * 129 * 129);
+    assert_true(gpt_cuda_plan_att_floats(&p, 3, 129, 1024, 8, 1) <=
+                3 * 8 * 129 * 129 + 3 * 8 * 9 * 64 * 32 / 2);
     /* The CPU backend keeps the full probabilities (no att_floats slot). */
     struct gpt_backend *cpu = NULL;
     assert_int_equal(gpt_backend_cpu_new(1, &cpu, NULL), 0);
@@ -484,7 +500,15 @@ static void test_attn_plan_invariants(void **state)
             assert_int_equal((p.ld / 4) % 2, 1);
             assert_true(p.ld >= hs + 4);
             assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 0) <= B * NH * T * T);
-            assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) <= B * NH * T * T);
+            /* The scratch less the dS backward's tiles (whole 64-key
+             * tiles: at short T, more than the scores of the GEMM path);
+             * from T 256 all of it. */
+            size_t ds = gpt_flash_tc_applies(hs) && gpt_flash_tc_ds_fits(B * NH, (int)T, hs)
+                            ? gpt_flash_tc_ds_bytes(B * NH, (int)T, hs) / 4
+                            : 0;
+            assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) <= B * NH * T * T + ds);
+            if (T >= 256)
+                assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) <= B * NH * T * T);
             assert_true((size_t)p.q_tiles * GPT_CUDA_FLASH_BR >= T);
             assert_true((size_t)(p.q_tiles - 1) * GPT_CUDA_FLASH_BR < T);
             assert_int_equal(p.bh, B * NH);

@@ -288,8 +288,23 @@ static void emulate_bwd_inputs(struct head *h)
  * one tile per round, in launch order) and asserts that no block ever
  * finds its turn not yet come; any other value is the seed of a random
  * interleaving in which a block whose turn has not come waits, and a
- * state where every live block waits fails the test (deadlock). */
-static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
+ * state where every live block waits fails the test (deadlock).
+ * dq_shares: BWD_SHARES as above; BWD_DKV the two-pass backward's dK/dV
+ * pass (no D, no dQ); BWD_DS pass one of the dS backward: D and the bf16
+ * dS^T tiles, each stored at its gpt_flash_tc_ds_tile place in ds (and
+ * counted in ds_writes), no dQ shares. */
+enum { BWD_DKV, BWD_SHARES, BWD_DS };
+
+/* One dQ add, shared by the fused pass's turns and the dS backward's
+ * second pass so that both round alike: the first share stores. */
+static float dq_add(float dq, float share, float scale, int first)
+{
+    float add = share * scale;
+    return first ? add : dq + add;
+}
+
+static double emulate_bwd_ds(struct head *h, uint64_t sched, int dq_shares, float *ds_tiles,
+                             int *ds_writes)
 {
     const int T = h->T, hs = h->hs, tiles = (T + GPT_FLASH_TC_BR - 1) / GPT_FLASH_TC_BR;
     const int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
@@ -339,8 +354,15 @@ static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
                         for (int d = 0; d < hs; d++) {
                             dv[d] += pr * doi[d];
                             dk[d] += dsr * qi[d];
-                            if (dq_shares)
+                            if (dq_shares == BWD_SHARES)
                                 sh[(size_t)c * hs + d] += dsr * kj[d];
+                        }
+                        if (dq_shares == BWD_DS) {
+                            size_t t = gpt_flash_tc_ds_tile(qt, kb, bq);
+                            assert_true(t < gpt_flash_tc_ds_tiles(T, (size_t)hs));
+                            ds_tiles[(t * GPT_FLASH_TC_BR + (size_t)(j - k0)) * bq + c] = dsr;
+                            if (j == k0 && c == 0)
+                                ds_writes[t]++;
                         }
                     }
                 }
@@ -354,7 +376,7 @@ static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
     }
     /* The ordered dQ adds: the turn's first share stores, the others
      * load, add and store; the counter then passes the turn on. */
-    for (int live = dq_shares ? tiles : 0; live > 0;) {
+    for (int live = dq_shares == BWD_SHARES ? tiles : 0; live > 0;) {
         int ready[64], n = 0, waiting = 0;
         for (int x = 0; x < tiles; x++) { /* launch order: kb = tiles - 1 - x */
             const int kb = tiles - 1 - x;
@@ -380,8 +402,7 @@ static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
             for (int c = 0; c < bq && i0 + c < T; c++)
                 for (int d = 0; d < hs; d++) {
                     float *dq = h->dq + (size_t)(i0 + c) * hs + d;
-                    float add = sh[(size_t)c * hs + d] * scale;
-                    *dq = turn[qt] == 0 ? add : *dq + add;
+                    *dq = dq_add(*dq, sh[(size_t)c * hs + d], scale, turn[qt] == 0);
                 }
             turn[qt]++;
             if (kb == 0) /* the last share: every visitor has added */
@@ -390,12 +411,55 @@ static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
                 live--;
         }
     }
-    for (int qt = 0; dq_shares && qt < nqt; qt++)
+    for (int qt = 0; dq_shares == BWD_SHARES && qt < nqt; qt++)
         assert_int_equal(turn[qt], gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
     free(share);
     free(turn);
     free(cur);
     return pairs;
+}
+
+static double emulate_bwd(struct head *h, uint64_t sched, int dq_shares)
+{
+    return emulate_bwd_ds(h, sched, dq_shares, NULL, NULL);
+}
+
+/* The dS backward's second pass: per query tile (last first), its key
+ * blocks from the diagonal one down to 0, each share dS K summed as the
+ * fused pass sums it (warps in order, each warp's 16 keys in order,
+ * skipping the groups it skips) from the stored tile, then added. */
+static void emulate_dsq(struct head *h, const float *ds)
+{
+    const int T = h->T, hs = h->hs, bq = gpt_flash_tc_bcq((size_t)hs);
+    const int nqt = (int)gpt_flash_tc_q_tiles(T, hs);
+    const float scale = 1.0f / sqrtf((float)hs);
+    float *sh = malloc((size_t)bq * hs * sizeof(float));
+    assert_non_null(sh);
+    for (int qt = nqt - 1; qt >= 0; qt--) {
+        const int i0 = qt * bq, last = gpt_flash_tc_dq_last_kb(qt, bq, T);
+        for (int kb = last; kb >= 0; kb--) {
+            const int k0 = kb * GPT_FLASH_TC_BR;
+            const float *tile = ds + gpt_flash_tc_ds_tile(qt, kb, bq) * GPT_FLASH_TC_BR * bq;
+            memset(sh, 0, (size_t)bq * hs * sizeof(float));
+            for (int w = 0; w < GPT_FLASH_TC_WARPS; w++) {
+                const int r0 = k0 + w * GPT_FLASH_TC_WROWS;
+                for (int j = r0; j < r0 + GPT_FLASH_TC_WROWS; j++)
+                    for (int c = 0; c < bq; c++) {
+                        if (!gpt_flash_tc_live(i0 + c / 16 * 16, r0, T))
+                            continue;
+                        const float x = tile[(size_t)(j - k0) * bq + c];
+                        for (int d = 0; d < hs; d++)
+                            sh[(size_t)c * hs + d] += x * h->k[(size_t)j * hs + d];
+                    }
+            }
+            for (int c = 0; c < bq && i0 + c < T; c++)
+                for (int d = 0; d < hs; d++) {
+                    float *dq = h->dq + (size_t)(i0 + c) * hs + d;
+                    *dq = dq_add(*dq, sh[(size_t)c * hs + d], scale, kb == last);
+                }
+        }
+    }
+    free(sh);
 }
 
 /* The dQ pass's row: D = dO . O (kept for the dK/dV pass), key tiles of
@@ -481,13 +545,13 @@ static void run_case(int T, int hs, int round)
     emulate_bwd_inputs(&h);
     /* A random interleaving first, then the lock-step one: dq must come
      * out with the same bits (the order of the adds is fixed). */
-    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T, 1);
+    double pr = emulate_bwd(&h, 0x5851f42d4c957f2dull ^ (uint64_t)T, BWD_SHARES);
     check_seen(&h);
     float *dq_random = malloc(n * sizeof(float));
     assert_non_null(dq_random);
     memcpy(dq_random, h.dq, n * sizeof(float));
     memset(h.dq, 0xff, n * sizeof(float)); /* NaN: the first share must store, not add */
-    double pk = emulate_bwd(&h, 0, 1);
+    double pk = emulate_bwd(&h, 0, BWD_SHARES);
     check_seen(&h);
     assert_memory_equal(dq_random, h.dq, n * sizeof(float));
     free(dq_random);
@@ -511,10 +575,13 @@ static void run_case(int T, int hs, int round)
      * stored), dk and dv from the dK/dV pass with the dQ pass's D, the
      * fused pass's bits. */
     float *dk_fused = malloc(n * sizeof(float)), *dv_fused = malloc(n * sizeof(float));
+    float *dq_fused = malloc(n * sizeof(float));
     assert_non_null(dk_fused);
     assert_non_null(dv_fused);
+    assert_non_null(dq_fused);
     memcpy(dk_fused, h.dk, n * sizeof(float));
     memcpy(dv_fused, h.dv, n * sizeof(float));
+    memcpy(dq_fused, h.dq, n * sizeof(float));
     memset(h.dq, 0xff, n * sizeof(float));
     memset(h.dk, 0xff, n * sizeof(float));
     memset(h.dv, 0xff, n * sizeof(float));
@@ -522,7 +589,7 @@ static void run_case(int T, int hs, int round)
     double p2q = emulate_dq_pass(&h);
     check_seen(&h);
     assert_true(p2q == gpt_flash_tc_pairs(T, (size_t)hs, 1));
-    double p2k = emulate_bwd(&h, 0, 0);
+    double p2k = emulate_bwd(&h, 0, BWD_DKV);
     check_seen(&h);
     assert_true(p2k == pk);
     assert_memory_equal(dk_fused, h.dk, n * sizeof(float));
@@ -531,8 +598,35 @@ static void run_case(int T, int hs, int round)
     if (getenv("FLASH_TC_VERBOSE") || e_dq2 > tol_grad)
         print_error("T=%d hs=%d round=%d: two-pass dq %.2e\n", T, hs, round, e_dq2);
     assert_true(e_dq2 <= tol_grad);
+
+    /* The dS backward: pass one writes every tile of the triangle once
+     * (NaN first: nothing unwritten is read), pass two's dq, and pass
+     * one's dk and dv, are the fused pass's bits. */
+    const size_t nds = gpt_flash_tc_ds_tiles(T, (size_t)hs);
+    const size_t tile_elems = (size_t)GPT_FLASH_TC_BR * gpt_flash_tc_bcq((size_t)hs);
+    assert_true(gpt_flash_tc_ds_bytes(3, T, (size_t)hs) == 3 * nds * tile_elems * 2);
+    float *ds = malloc(nds * tile_elems * sizeof(float));
+    int *ds_writes = calloc(nds, sizeof(int));
+    assert_non_null(ds);
+    assert_non_null(ds_writes);
+    memset(ds, 0xff, nds * tile_elems * sizeof(float));
+    memset(h.dq, 0xff, n * sizeof(float));
+    memset(h.dk, 0xff, n * sizeof(float));
+    memset(h.dv, 0xff, n * sizeof(float));
+    double p3 = emulate_bwd_ds(&h, 0, BWD_DS, ds, ds_writes);
+    check_seen(&h);
+    assert_true(p3 == pk);
+    for (size_t t = 0; t < nds; t++)
+        assert_int_equal(ds_writes[t], 1);
+    emulate_dsq(&h, ds);
+    assert_memory_equal(dq_fused, h.dq, n * sizeof(float));
+    assert_memory_equal(dk_fused, h.dk, n * sizeof(float));
+    assert_memory_equal(dv_fused, h.dv, n * sizeof(float));
+    free(ds);
+    free(ds_writes);
     free(dk_fused);
     free(dv_fused);
+    free(dq_fused);
     head_done(&h);
 }
 
@@ -703,19 +797,20 @@ static void test_smem_and_offsets(void **state)
 static void test_bwd_variant(void **state)
 {
     (void)state;
-    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_TWOPASS);
+    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_DS);
+    assert_int_equal(gpt_flash_tc_bwd_variant("ds"), GPT_FLASH_BWD_DS);
     assert_int_equal(gpt_flash_tc_bwd_variant("fused"), GPT_FLASH_BWD_FUSED);
     assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass"), GPT_FLASH_BWD_TWOPASS);
     assert_int_equal(gpt_flash_tc_bwd_variant("twopass4"), GPT_FLASH_BWD_TWOPASS4);
     assert_int_equal(gpt_flash_tc_bwd_variant("wg"), GPT_FLASH_BWD_WG);
-    const char *bad[] = {"",        "Split",    "twopass ",  "two", "splitx",
-                         "fused\n", "twopass3", "twopass44", "wg2", "WG"};
+    const char *bad[] = {"",          "Split", "twopass ", "two", "splitx", "fused\n", "twopass3",
+                         "twopass44", "wg2",   "WG",       "DS",  "ds ",    "dsq"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
-        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);
+        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_DS);
     }
-    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
+    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_DS);
     /* The two-pass variants (the cost model and the benchmark count them
      * as two passes). */
     assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_TWOPASS));
@@ -723,6 +818,7 @@ static void test_bwd_variant(void **state)
     assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_WG));
     assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_FUSED));
     assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_SPLIT));
+    assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_DS)); /* but where its tiles do not fit */
     assert_int_equal(gpt_flash_tc_bwd_runs("fused"), GPT_FLASH_BWD_FUSED);
     /* GPTD_FLASH_FWD: the forward variants. */
     assert_int_equal(gpt_flash_tc_fwd_variant(NULL), GPT_FLASH_FWD_M16);
@@ -776,6 +872,26 @@ static void test_dq_turns(void **state)
                 assert_int_equal(visitors, gpt_flash_tc_dq_last_kb(qt, bq, T) + 1);
             }
         }
+    /* The dS backward's tiles: query tile qt's start at the sum of the
+     * visitor counts before it (closed form against the running sum),
+     * and a (b, h) holds that sum over all its tiles. */
+    for (int hs = 32; hs <= 128; hs += 32)
+        for (int T = 1; T <= 4200; T += 37) {
+            int bq = gpt_flash_tc_bcq((size_t)hs), nqt = (int)gpt_flash_tc_q_tiles(T, hs);
+            size_t sum = 0;
+            for (int qt = 0; qt < nqt; qt++) {
+                assert_int_equal(gpt_flash_tc_ds_first(qt, bq), sum);
+                assert_int_equal(gpt_flash_tc_ds_tile(qt, 1, bq), sum + 1);
+                sum += (size_t)gpt_flash_tc_dq_last_kb(qt, bq, T) + 1;
+            }
+            assert_int_equal(gpt_flash_tc_ds_tiles(T, (size_t)hs), sum);
+        }
+    /* GPT-2 124M at T 1024: 136 tiles of 8 KiB a head; B 16 (192 heads)
+     * and 32 fit the 1 GiB cap, B 80 (960 heads) just does, 81 not. */
+    assert_int_equal(gpt_flash_tc_ds_tiles(1024, 64), 136);
+    assert_int_equal(gpt_flash_tc_ds_bytes(192, 1024, 64), 192u * 136 * 8192);
+    assert_true(gpt_flash_tc_ds_fits(192, 1024, 64) && gpt_flash_tc_ds_fits(384, 1024, 64));
+    assert_true(gpt_flash_tc_ds_fits(960, 1024, 64) && !gpt_flash_tc_ds_fits(972, 1024, 64));
 }
 
 /* ---- fragment addressing -------------------------------------------------- */

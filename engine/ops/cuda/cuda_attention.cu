@@ -670,18 +670,24 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
  * no D sum, no dS^T tile, no dQ share, no ticket (blockIdx gives the
  * block's key block); each tile's D comes from Dg, the dQ pass's, staged
  * with the logsumexp (gpt_flash_tc_smem_dkv).
+ * DS (with DQ): pass one of the dS backward (flash_tc.h): all the above
+ * up to the dS^T tile, which is then copied to its place in dsg
+ * (gpt_flash_tc_ds_tile) instead of going into a dQ share: no turns, no
+ * ticket; flash_tc_dsq_kernel sums the tiles into dq.
  * Shared memory (gpt_flash_tc_smem_bwd): K, V; two stages of (Q, dO) and
  * of lse2, one of O (read by D at the top of a tile, refilled for the
  * next tile right after) and one of D; dS^T. cp.async groups: the
  * initial one (K, V, Q, dO, O of the first tile), then per tile the next
  * tile's (Q, dO) at its top and the next tile's O after D, so the
  * wait_group 1 at a tile's top leaves only the newest (Q, dO) in flight. */
-template <int HS, int SPLIT, bool DQ, int MINB = (SPLIT > 1 ? 3 : 0)>
+template <int HS, int SPLIT, bool DQ, int MINB = (SPLIT > 1 ? 3 : 0), bool DS = false>
 __global__ void __launch_bounds__(TC_THREADS, MINB)
-    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, const float *Dg,
-                        const uint16_t *dob, const uint16_t *ob, const uint16_t *qkv,
-                        const float *lse, int T, int C, int NH, float scale, float scale2)
+    flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, uint16_t *dsg,
+                        const float *Dg, const uint16_t *dob, const uint16_t *ob,
+                        const uint16_t *qkv, const float *lse, int T, int C, int NH, float scale,
+                        float scale2)
 {
+    static_assert(!DS || DQ, "the dS tiles are the fused pass's");
     constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, TILE = BQ * LD;
     constexpr int SLD = BQ + GPT_FLASH_TC_PAD; /* dS^T rows (keys) of BQ queries */
     /* The dQ share: BQ / 16 row blocks, the warps split the head columns
@@ -701,14 +707,15 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
     float *sD = srow + 2 * BQ;
     uint16_t *sds = (uint16_t *)(srow + 3 * BQ), *so = sds + TC_BR * SLD;
     __shared__ unsigned tc_ticket;
-    if (DQ) { /* only the dQ turns need the ticket */
+    constexpr bool TURNS = DQ && !DS; /* dQ shares added in turn */
+    if (TURNS) {                      /* only the dQ turns need the ticket */
         if (threadIdx.x == 0)
             tc_ticket = atomicAdd((unsigned *)sem + nsem, 1u);
         __syncthreads();
     }
     /* Ticket order is blockIdx order's: x fastest, so a head's key blocks
      * from the last (diagonal of the most query tiles) down. */
-    const unsigned tk = DQ ? tc_ticket : blockIdx.y * gridDim.x + blockIdx.x;
+    const unsigned tk = TURNS ? tc_ticket : blockIdx.y * gridDim.x + blockIdx.x;
     const int bh = (int)(tk / gridDim.x), b = bh / NH, h = bh % NH;
     const int kb = gridDim.x - 1 - (int)(tk % gridDim.x), k0 = kb * TC_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
@@ -719,7 +726,9 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
     const float *glse = lse + (size_t)bh * T;
     int qt0, nqt;
     gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
-    int *cnt = DQ ? sem + (size_t)bh * nqt : NULL; /* this head's dQ turn counters */
+    int *cnt = TURNS ? sem + (size_t)bh * nqt : NULL; /* this head's dQ turn counters */
+    /* DS: this head's dS^T tiles (gpt_flash_tc_ds_tile) */
+    uint16_t *gds = DS ? dsg + (size_t)bh * gpt_flash_tc_ds_tiles(T, HS) * (TC_BR * BQ) : NULL;
     const float *gD = DQ ? NULL : Dg + (size_t)bh * T;
 
     tc_load<HS>(sk, gk, ld3, k0, TC_BR, T);
@@ -862,7 +871,17 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
             __syncthreads(); /* this stage, its lse2 and D consumed before they are refilled */
             continue;
         }
-        __syncthreads(); /* dS^T complete */
+        __syncthreads();    /* dS^T complete */
+        if constexpr (DS) { /* the tile to gds, 16 bytes a copy; rows of BQ queries */
+            constexpr int CH = BQ / 8;
+            uint16_t *g = gds + gpt_flash_tc_ds_tile(qt, kb, BQ) * (TC_BR * BQ);
+            for (int x = threadIdx.x; x < TC_BR * CH; x += blockDim.x) {
+                const int r = x / CH, c = (x - r * CH) * 8;
+                __stcg((uint4 *)(g + r * BQ + c), *(const uint4 *)(sds + r * SLD + c));
+            }
+            __syncthreads(); /* stage and dS^T consumed */
+            continue;
+        }
         /* The dQ share dS K: warp rows mb * 16 .. of the tile, head
          * columns cb * DC ..; A = dS from the (key, query) tile with
          * ldmatrix .trans, B = K stored (key, dim) = (k, n). */
@@ -900,11 +919,12 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
 #pragma unroll
             for (int n = 0; n < DC / 8; n++) {
                 float *g = dqkv + at + n * 8;
-                float x = dq[n][2 * r] * scale, y = dq[n][2 * r + 1] * scale;
+                /* rounded apart (no fma): the dS backward's dQ pass repeats these bits */
+                float x = __fmul_rn(dq[n][2 * r], scale), y = __fmul_rn(dq[n][2 * r + 1], scale);
                 if (turn != 0) {
                     const float2 o = __ldcg((const float2 *)g);
-                    x = o.x + x;
-                    y = o.y + y;
+                    x = __fadd_rn(o.x, x);
+                    y = __fadd_rn(o.y, y);
                 }
                 __stcg((float2 *)g, make_float2(x, y));
                 if (kb == 0 && dqkv_bf) /* the last share: dq is final */
@@ -928,6 +948,93 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
                       dk[n][2 * r + 1] * scale);
             tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
         }
+    }
+}
+
+/* ---- tensor-core backward, the dS backward's dQ pass -------------------------------
+ * GPTD_FLASH_BWD=ds (flash_tc.h): pass two, after flash_tc_bwd_kernel<..,
+ * DS> stored every visited (query tile, key block) dS^T tile in dsg. Grid
+ * (query tiles of BQ rows, B*NH), 4 warps; block x owns query tile qt =
+ * tiles - 1 - x (the most key blocks first). The key blocks kb that
+ * visited the tile, from the diagonal one (gpt_flash_tc_dq_last_kb) down
+ * to 0, the fused pass's turn order: the tile's dS^T (BR keys x BQ
+ * queries) and K's rows k0 .. k0 + BR - 1 stream through two stages of
+ * shared memory (cp.async: the next block's copied during this one's
+ * products); each warp takes the fused pass's share of dS K (rows mb * 16
+ * .., head columns cb * DC ..; same fragments, same products, same
+ * skips), scales it and adds it to its running dq, the first stored: the
+ * fused pass's bits, with no turns and no waiting. */
+template <int HS>
+__global__ void __launch_bounds__(TC_THREADS)
+    flash_tc_dsq_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dsg, const uint16_t *qkv,
+                        int T, int C, int NH, float scale)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, SLD = BQ + GPT_FLASH_TC_PAD;
+    constexpr int MB = BQ / 16, DC = HS / (GPT_FLASH_TC_WARPS / MB);
+    constexpr int STAGE = TC_BR * (SLD + LD); /* dS^T, then K */
+    constexpr size_t TILE = (size_t)TC_BR * BQ;
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int qt = gridDim.x - 1 - blockIdx.x, i0 = qt * BQ,
+              last = gpt_flash_tc_dq_last_kb(qt, BQ, T);
+    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
+    const int mb = warp % MB, cb = warp / MB;
+    const size_t ld3 = 3 * (size_t)C;
+    const uint16_t *gk = qkv + (size_t)b * T * ld3 + C + (size_t)h * HS;
+    const uint16_t *gds =
+        dsg + ((size_t)bh * gpt_flash_tc_ds_tiles(T, HS) + gpt_flash_tc_ds_first(qt, BQ)) * TILE;
+
+    tc_load<BQ>(tc_smem, gds + (size_t)last * TILE, BQ, 0, TC_BR, TC_BR);
+    tc_load<HS>(tc_smem + TC_BR * SLD, gk, ld3, last * TC_BR, TC_BR, T);
+    tc_commit();
+    float acc[DC / 8][4];
+    for (int kb = last; kb >= 0; kb--) {
+        const uint16_t *sds = tc_smem + ((last - kb) & 1) * STAGE, *sk = sds + TC_BR * SLD;
+        if (kb > 0) {
+            uint16_t *nds = tc_smem + ((last - kb + 1) & 1) * STAGE;
+            tc_load<BQ>(nds, gds + (size_t)(kb - 1) * TILE, BQ, 0, TC_BR, TC_BR);
+            tc_load<HS>(nds + TC_BR * SLD, gk, ld3, (kb - 1) * TC_BR, TC_BR, T);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
+        __syncthreads();
+        const int k0 = kb * TC_BR;
+        float dq[DC / 8][4];
+        tc_zero(dq);
+#pragma unroll
+        for (int kk = 0; kk < TC_BR / 16; kk++) {
+            if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
+                continue; /* dS is 0 there */
+            uint32_t da[4];
+            tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
+#pragma unroll
+            for (int dd = 0; dd < DC / 16; dd++) {
+                uint32_t kb4[4];
+                tc_ld_bt(kb4, sk, LD, kk * 16, cb * DC + dd * 16);
+                tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
+                tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < DC / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float x = __fmul_rn(dq[n][e], scale);
+                acc[n][e] = kb == last ? x : __fadd_rn(acc[n][e], x);
+            }
+        __syncthreads(); /* this stage consumed before it is refilled */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = i0 + mb * 16 + lane / 4 + 8 * r;
+        if (i >= T)
+            continue;
+        const size_t at = ((size_t)b * T + i) * ld3 + (size_t)h * HS + cb * DC + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < DC / 8; n++)
+            tc_store2(dqkv, dqkv_bf, at + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
     }
 }
 
@@ -1092,8 +1199,11 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
 }
 
 /* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
- * (read once): "twopass" (default): a dQ pass, then the dK/dV pass
- * without the ordered dQ shares (flash_tc.h); "fused": one pass, its dQ
+ * (read once): "ds" (default): the fused pass with its dS^T tiles stored
+ * in place of the ordered dQ shares, then flash_tc_dsq_kernel (twopass
+ * where the tiles would pass gpt_flash_tc_ds_fits' cap); "twopass": a
+ * dQ pass, then the dK/dV pass without the ordered dQ shares
+ * (flash_tc.h), the default until the dS backward; "fused": one pass, its dQ
  * shares added in turn; "split": the fused pass's tiles in two query
  * parts, three blocks per multiprocessor instead of two (head sizes up to
  * 64; the fused pass's bits). The first H200 runs measured the fused pass
@@ -1145,7 +1255,7 @@ static enum gpt_flash_bwd tc_bwd_mode(void)
 {
     return (enum gpt_flash_bwd)tc_variant(&tc_bwd_v, "GPTD_FLASH_BWD", gpt_flash_tc_bwd_variant,
                                           GPT_FLASH_BWD_DEFAULT,
-                                          "twopass, twopass4, fused, split, wg");
+                                          "twopass, twopass4, fused, split, wg, ds");
 }
 
 extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
@@ -1187,7 +1297,7 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
         (void)cudaGetLastError();
     }
     flash_tc_bwd_kernel<HS, SPLIT, true><<<grid, TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, nsem, NULL, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
+        dqkv, dqkv_bf, sem, nsem, NULL, NULL, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
     return cudaSuccess;
 }
 
@@ -1236,8 +1346,44 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
     dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
     flash_tc_dq_kernel<HS><<<gq, TC_FWD_THREADS, smem_dq, s>>>(
         dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
-    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, Dv, dob, out_bf, qkv_bf, lse, t, c,
-                                         nh, scale, scale2);
+    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, NULL, Dv, dob, out_bf, qkv_bf, lse,
+                                         t, c, nh, scale, scale2);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return cudaSuccess;
+}
+
+/* The dS backward (flash_tc.h): both passes' opt-ins first (a refusal
+ * leaves nothing launched), dout's bf16 copy (unless dob_in), pass one
+ * (in two query parts up to head size 64, three blocks per SM, as
+ * "split"; its dS^T tiles to dsg), then pass two, the dQ sums. */
+template <int HS>
+static cudaError_t tc_backward_ds(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
+                                  uint16_t *dqkv_bf, uint16_t *dsg, uint16_t *dob, bool dob_in,
+                                  const float *dout, const uint16_t *out_bf, const uint16_t *qkv_bf,
+                                  const float *lse, size_t B, size_t T, size_t C, size_t NH)
+{
+    constexpr int SPLIT = HS <= 64 ? 2 : 1;
+    auto *one = flash_tc_bwd_kernel<HS, SPLIT, true, (SPLIT > 1 ? 3 : 0), true>;
+    auto *two = flash_tc_dsq_kernel<HS>;
+    const size_t smem1 = gpt_flash_tc_smem_bwd(HS), smem2 = gpt_flash_tc_smem_dsq(HS);
+    cudaError_t e;
+    if ((e = fa_smem_optin(one, smem1)) != cudaSuccess ||
+        (e = fa_smem_optin(two, smem2)) != cudaSuccess)
+        return e;
+    if (SPLIT > 1) { /* three blocks need the largest carve-out; a refusal costs the third */
+        (void)cudaFuncSetAttribute(one, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   cudaSharedmemCarveoutMaxShared);
+        (void)cudaGetLastError();
+    }
+    if (!dob_in)
+        cuk_f32_to_bf16(s, dob, dout, B * T * C);
+    int t = (int)T, c = (int)C, nh = (int)NH;
+    float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
+    dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
+    dim3 gq((unsigned)gpt_flash_tc_q_tiles(T, HS), p->bh);
+    one<<<gk, TC_THREADS, smem1, s>>>(dqkv, dqkv_bf, NULL, 0, dsg, NULL, dob, out_bf, qkv_bf, lse,
+                                      t, c, nh, scale, scale2);
+    two<<<gq, TC_THREADS, smem2, s>>>(dqkv, dqkv_bf, dsg, qkv_bf, t, c, nh, scale);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1248,11 +1394,15 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
 template <int HS>
 static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in, int *sem,
-                               const float *dout, const uint16_t *out_bf, const uint16_t *qkv_bf,
-                               const float *lse, size_t B, size_t T, size_t C, size_t NH)
+                               uint16_t *dsg, const float *dout, const uint16_t *out_bf,
+                               const uint16_t *qkv_bf, const float *lse, size_t B, size_t T,
+                               size_t C, size_t NH)
 {
     const enum gpt_flash_bwd mode = tc_bwd_mode();
-    if (gpt_flash_tc_bwd_twopass(mode))
+    if (mode == GPT_FLASH_BWD_DS && dsg) /* else (its tiles too large) twopass */
+        return tc_backward_ds<HS>(s, p, dqkv, dqkv_bf, dsg, dob, dob_in, dout, out_bf, qkv_bf, lse,
+                                  B, T, C, NH);
+    if (gpt_flash_tc_bwd_twopass(mode) || mode == GPT_FLASH_BWD_DS)
         return tc_backward_twopass<HS>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf,
                                        lse, B, T, C, NH);
     size_t smem = gpt_flash_tc_smem_bwd(HS);
@@ -1377,15 +1527,23 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     uint16_t *dob =
         dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
+    /* the dS backward's tiles, where gpt_cuda_plan_att_floats made room */
+    uint16_t *dsg = NULL;
+    if (gpt_flash_tc_applies(p->hs) && gpt_flash_tc_ds_fits(p->bh, t, p->hs)) {
+        const size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
+        dsg = (uint16_t *)(scratch + gpt_flash_tc_ds_off(p->lse_floats, B * T * C, nsem));
+    }
+    if (!tc_aligned(dsg, 16)) /* as dob is, when the scratch is */
+        dsg = NULL;
     if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
-        cudaError_t e = hs == 32 ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dout,
-                                                   out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
+                                                   dout, out_bf, qkv_bf, lse, B, T, C, NH)
+                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
                                                      dout, out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
                                                      dout, out_bf, qkv_bf, lse, B, T, C, NH)
                                    : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
-                                                      dout, out_bf, qkv_bf, lse, B, T, C, NH);
+                                                      dsg, dout, out_bf, qkv_bf, lse, B, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */
