@@ -32,7 +32,8 @@ endif()
 
 if(GPTD_HAVE_CUDA)
   # engine/ops/cuda: cuda_backend.cu (memory, streams, GEMMs), cuda_kernels.cu,
-  # cuda_layernorm.cu and cuda_xent.cu (our kernels), cuda_probe.c and
+  # cuda_layernorm.cu and cuda_xent.cu (our kernels), cuda_attention.cu and
+  # cuda_attention_cc.cu (attention on tensor cores and CUDA cores), cuda_probe.c and
   # comm_nccl.c (plain C). Few .cu files on purpose: nvcc costs 10-20 s per
   # file on the build machines.
   file(GLOB GPTD_CUDA_SRC CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/ops/cuda/*.cu

@@ -1,45 +1,25 @@
 /*
- * cuda_attention: fused causal attention (FlashAttention-2 style) for the
- * CUDA backend. Nothing of size T x T is materialised: the forward streams
- * key/value tiles through shared memory with an online softmax and keeps
- * only each query row's logsumexp; the backward recomputes the
- * probabilities tile by tile, and takes the rows' D = dout . out from the
- * output itself (the caller passes it back, FlashAttention-2's way).
- * Tiling and the choice against the batched-GEMM path are planned on the
- * host (gpt_cuda_plan_attention in cuda_plan.c, unit-tested in CI).
- *
- * Layout of one block: GPT_CUDA_FLASH_WARPS warps, each owning
- * GPT_CUDA_FLASH_ROWS rows of one (b, h) pair, so a block owns BR rows.
- * The other side streams through shared memory BC = 32 rows at a time,
- * one row per lane: a lane computes whole dot products for "its" inner
- * row (float4 reads, row stride padded so lanes hit distinct banks), and
- * the weighted sums over the inner rows are accumulated with the weights
- * broadcast by shuffles while each lane owns head dimensions lane, lane +
- * 32, ... (at most GPT_CUDA_FLASH_MAX_HS / 32 of them).
- *
- *   forward   blocks over (query tile, b*h): out, lse
- *   D         one warp per (b, h, i): D_i = dout_i . out_i
- *   dq        blocks over (query tile, b*h), keys streamed: dq
- *   dk, dv    blocks over (key tile, b*h), queries streamed: dk, dv
- *
- * Two backward kernels instead of atomics keep the result deterministic
- * (each output element is written once, by one thread, in a fixed order).
- * Inputs q, k, v are fp32 or bf16 (template BF; the backend passes its bf16
- * shadow of qkv in bf16 mode); all arithmetic and accumulation is fp32 and
- * the outputs are fp32, with an optional bf16 copy written alongside.
- * Tiles wholly above the diagonal are skipped; inside a tile the mask is
- * j <= i (and rows past T are zero-padded, never written).
- *
- * Those kernels (CUDA cores, fp32 arithmetic) are the fallback. In bf16
- * mode, for head sizes 32, 64, 96 and 128, attention runs on tensor cores
- * (the second half of this file, tiling in engine/include/flash_tc.h): the
- * forward and ONE fused backward kernel (dq, dk, dv from a single
- * recomputation of S and P; dq added across key blocks in a fixed order
- * behind per-tile turn counters, still no atomics and the same bits every
- * run) with mma.sync m16n8k16 bf16 and fp32 accumulation; D comes from
- * the bf16 dout and out inside the fused pass, the turns are zeroed by a
- * memset. The saved state (the natural logsumexp) is the same in both, so
- * either backward can follow either forward.
+ * cuda_attention: fused causal attention (FlashAttention-2 style) on
+ * tensor cores for the CUDA backend, in bf16 mode for head sizes 32, 64,
+ * 96 and 128, and the entry points that choose between these kernels,
+ * their variants (GPTD_FLASH_FWD, GPTD_FLASH_BWD), the warpgroup kernels
+ * of cuda_attention_wg.cu and the CUDA-core fallback of
+ * cuda_attention_cc.cu (fp32 mode, other head sizes). Nothing of size
+ * T x T is materialised: the forward streams key/value tiles through
+ * shared memory with an online softmax and keeps only each query row's
+ * logsumexp; the backward recomputes the probabilities tile by tile and
+ * takes the rows' D = dout . out from the output itself (the caller
+ * passes it back, FlashAttention-2's way). The default backward is the
+ * dS backward (flash_tc.h): the fused pass's dK, dV and dS^T tiles, the
+ * tiles summed into dQ by a second pass in a fixed order; the others
+ * (two passes, the fused pass with dQ shares added in turn) are variants.
+ * No atomics: the same bits every run. Tiling and the choice against
+ * the batched-GEMM path are planned on the host (gpt_cuda_plan_attention
+ * in cuda_plan.c, unit-tested in CI); the tensor-core tiling, spans and
+ * softmax recurrence are engine/include/flash_tc.h, replayed on the CPU
+ * by tests/unit/test_flash_tc.c. The saved state (the natural
+ * logsumexp) is the same on every path, so either backward can follow
+ * either forward.
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,367 +36,6 @@
 #include "flash_tc.h"
 #include "flash_wg.h"
 #include "gpt_bf16.h"
-
-#define FA_THREADS (GPT_CUDA_FLASH_WARPS * FA_WARP)
-#define FA_R       GPT_CUDA_FLASH_ROWS
-#define FA_BR      GPT_CUDA_FLASH_BR
-#define FA_BC      GPT_CUDA_FLASH_BC
-#define FA_DPL     (GPT_CUDA_FLASH_MAX_HS / FA_WARP) /* head dims per lane */
-
-static_assert(FA_BC == FA_WARP, "one inner row per lane");
-
-__device__ __forceinline__ float fa_warp_sum(float v)
-{
-#pragma unroll
-    for (int o = FA_WARP / 2; o > 0; o /= 2)
-        v += __shfl_xor_sync(FA_FULL, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float fa_warp_max(float v)
-{
-#pragma unroll
-    for (int o = FA_WARP / 2; o > 0; o /= 2)
-        v = fmaxf(v, __shfl_xor_sync(FA_FULL, v, o));
-    return v;
-}
-
-template <bool BF> __device__ __forceinline__ float fa_ld(const void *base, size_t i)
-{
-    if (BF)
-        return gpt_bf16_to_float(((const uint16_t *)base)[i]);
-    return ((const float *)base)[i];
-}
-
-/* Rows t0 .. t0+nrows-1 (zero past T) of a matrix whose element (t, d) is
- * src[off + t * stride + d], columns 0..hs-1, into sm[r * ld + d]. The
- * padding columns hs..ld-1 are never read. */
-template <bool BF>
-__device__ __forceinline__ void fa_load(float *sm, int ld, const void *src, size_t off,
-                                        size_t stride, int t0, int nrows, int T, int hs)
-{
-    for (int idx = threadIdx.x; idx < nrows * hs; idx += blockDim.x) {
-        int r = idx / hs, d = idx - r * hs, t = t0 + r;
-        sm[r * ld + d] = t < T ? fa_ld<BF>(src, off + (size_t)t * stride + d) : 0.0f;
-    }
-}
-
-__device__ __forceinline__ float fa_dot4(float4 a, float4 b)
-{
-    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-}
-
-/* ---- forward ------------------------------------------------------------ */
-
-template <bool BF>
-__global__ void __launch_bounds__(FA_THREADS)
-    flash_forward_kernel(float *out, uint16_t *out_bf, float *lse, const void *qkv, int T, int C,
-                         int NH, int hs, int ld, float scale)
-{
-    extern __shared__ float4 fa_smem[];
-    float *sq = (float *)fa_smem, *sk = sq + FA_BR * ld, *sv = sk + FA_BC * ld;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = blockIdx.x * FA_BR;
-    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP, hs4 = hs / 4;
-    const size_t ld3 = 3 * (size_t)C, qoff = (size_t)b * T * ld3 + (size_t)h * hs;
-    fa_load<BF>(sq, ld, qkv, qoff, ld3, q0, FA_BR, T, hs);
-
-    float m[FA_R], l[FA_R], o[FA_R][FA_DPL];
-#pragma unroll
-    for (int r = 0; r < FA_R; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++)
-            o[r][k] = 0.0f;
-    }
-    /* Causal tile skipping: keys past the block's last query never enter. */
-    const int qlast = q0 + FA_BR < T ? q0 + FA_BR : T;
-    const int nkt = (qlast + FA_BC - 1) / FA_BC;
-    for (int kt = 0; kt < nkt; kt++) {
-        const int k0 = kt * FA_BC, j = k0 + lane;
-        __syncthreads(); /* the previous tile is consumed */
-        fa_load<BF>(sk, ld, qkv, qoff + C, ld3, k0, FA_BC, T, hs);
-        fa_load<BF>(sv, ld, qkv, qoff + 2 * (size_t)C, ld3, k0, FA_BC, T, hs);
-        __syncthreads();
-        float s[FA_R];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++)
-            s[r] = 0.0f;
-        const float4 *kr = (const float4 *)(sk + lane * ld);
-        for (int d4 = 0; d4 < hs4; d4++) {
-            float4 kv = kr[d4];
-#pragma unroll
-            for (int r = 0; r < FA_R; r++)
-                s[r] += fa_dot4(((const float4 *)(sq + (warp * FA_R + r) * ld))[d4], kv);
-        }
-        float p[FA_R];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++) {
-            const int i = q0 + warp * FA_R + r;
-            float x = (j <= i && j < T) ? s[r] * scale : -INFINITY;
-            float mnew = fmaxf(m[r], fa_warp_max(x));
-            float alpha = 1.0f, pr = 0.0f;
-            if (mnew != -INFINITY) {
-                alpha = expf(m[r] - mnew); /* 0 while m was -inf */
-                pr = x == -INFINITY ? 0.0f : expf(x - mnew);
-            }
-            l[r] = l[r] * alpha + fa_warp_sum(pr);
-            m[r] = mnew;
-#pragma unroll
-            for (int k = 0; k < FA_DPL; k++)
-                o[r][k] *= alpha;
-            p[r] = pr;
-        }
-        for (int jj = 0; jj < FA_BC; jj++) {
-            float v[FA_DPL];
-#pragma unroll
-            for (int k = 0; k < FA_DPL; k++) {
-                int d = lane + k * FA_WARP;
-                v[k] = d < hs ? sv[jj * ld + d] : 0.0f;
-            }
-#pragma unroll
-            for (int r = 0; r < FA_R; r++) {
-                float pj = __shfl_sync(FA_FULL, p[r], jj);
-#pragma unroll
-                for (int k = 0; k < FA_DPL; k++)
-                    o[r][k] += pj * v[k];
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < FA_R; r++) {
-        const int i = q0 + warp * FA_R + r;
-        if (i >= T)
-            continue;
-        float inv = 1.0f / l[r];
-        size_t row = ((size_t)b * T + i) * C + (size_t)h * hs;
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++) {
-            int d = lane + k * FA_WARP;
-            if (d < hs) {
-                float y = o[r][k] * inv;
-                if (out) /* NULL: bf16 only */
-                    out[row + d] = y;
-                if (out_bf)
-                    out_bf[row + d] = gpt_bf16_from_float_rne(y);
-            }
-        }
-        if (lane == 0)
-            lse[(size_t)bh * T + i] = m[r] + logf(l[r]);
-    }
-}
-
-/* ---- backward: D_i = dout_i . out_i ---------------------------------------- */
-
-__global__ void flash_d_kernel(float *Dv, const float *dout, const float *out, size_t rows, int T,
-                               int C, int NH, int hs)
-{
-    int lane = threadIdx.x % FA_WARP;
-    size_t warps = (size_t)gridDim.x * (blockDim.x / FA_WARP);
-    for (size_t r = (size_t)blockIdx.x * (blockDim.x / FA_WARP) + threadIdx.x / FA_WARP; r < rows;
-         r += warps) {
-        size_t bh = r / (size_t)T, i = r % (size_t)T, b = bh / (size_t)NH, h = bh % (size_t)NH;
-        size_t off = (b * T + i) * C + h * hs;
-        float acc = 0.0f;
-        for (int d = lane; d < hs; d += FA_WARP)
-            acc += dout[off + d] * out[off + d];
-        acc = fa_warp_sum(acc);
-        if (lane == 0)
-            Dv[r] = acc;
-    }
-}
-
-/* ---- backward: dq (query blocks, keys streamed) ------------------------------ */
-
-template <bool BF>
-__global__ void __launch_bounds__(FA_THREADS)
-    flash_dq_kernel(float *dqkv, uint16_t *dqkv_bf, const float *dout, const void *qkv,
-                    const float *lse, const float *Dv, int T, int C, int NH, int hs, int ld,
-                    float scale)
-{
-    extern __shared__ float4 fa_smem[];
-    float *sq = (float *)fa_smem, *sdo = sq + FA_BR * ld, *sk = sdo + FA_BR * ld;
-    float *sv = sk + FA_BC * ld;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = blockIdx.x * FA_BR;
-    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP, hs4 = hs / 4;
-    const size_t ld3 = 3 * (size_t)C, qoff = (size_t)b * T * ld3 + (size_t)h * hs;
-    fa_load<BF>(sq, ld, qkv, qoff, ld3, q0, FA_BR, T, hs);
-    fa_load<false>(sdo, ld, dout, (size_t)b * T * C + (size_t)h * hs, C, q0, FA_BR, T, hs);
-
-    float lr[FA_R], Dr[FA_R], dq[FA_R][FA_DPL];
-#pragma unroll
-    for (int r = 0; r < FA_R; r++) {
-        const int i = q0 + warp * FA_R + r;
-        lr[r] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
-        Dr[r] = i < T ? Dv[(size_t)bh * T + i] : 0.0f;
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++)
-            dq[r][k] = 0.0f;
-    }
-    const int qlast = q0 + FA_BR < T ? q0 + FA_BR : T;
-    const int nkt = (qlast + FA_BC - 1) / FA_BC;
-    for (int kt = 0; kt < nkt; kt++) {
-        const int k0 = kt * FA_BC, j = k0 + lane;
-        __syncthreads();
-        fa_load<BF>(sk, ld, qkv, qoff + C, ld3, k0, FA_BC, T, hs);
-        fa_load<BF>(sv, ld, qkv, qoff + 2 * (size_t)C, ld3, k0, FA_BC, T, hs);
-        __syncthreads();
-        float s[FA_R], dp[FA_R];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++)
-            s[r] = dp[r] = 0.0f;
-        const float4 *kr = (const float4 *)(sk + lane * ld), *vr = (const float4 *)(sv + lane * ld);
-        for (int d4 = 0; d4 < hs4; d4++) {
-            float4 kv = kr[d4], vv = vr[d4];
-#pragma unroll
-            for (int r = 0; r < FA_R; r++) {
-                s[r] += fa_dot4(((const float4 *)(sq + (warp * FA_R + r) * ld))[d4], kv);
-                dp[r] += fa_dot4(((const float4 *)(sdo + (warp * FA_R + r) * ld))[d4], vv);
-            }
-        }
-        float ds[FA_R];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++) {
-            const int i = q0 + warp * FA_R + r;
-            float p = (j <= i && j < T && i < T) ? expf(s[r] * scale - lr[r]) : 0.0f;
-            ds[r] = p * (dp[r] - Dr[r]);
-        }
-        for (int jj = 0; jj < FA_BC; jj++) {
-            float kv[FA_DPL];
-#pragma unroll
-            for (int k = 0; k < FA_DPL; k++) {
-                int d = lane + k * FA_WARP;
-                kv[k] = d < hs ? sk[jj * ld + d] : 0.0f;
-            }
-#pragma unroll
-            for (int r = 0; r < FA_R; r++) {
-                float w = __shfl_sync(FA_FULL, ds[r], jj);
-#pragma unroll
-                for (int k = 0; k < FA_DPL; k++)
-                    dq[r][k] += w * kv[k];
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < FA_R; r++) {
-        const int i = q0 + warp * FA_R + r;
-        if (i >= T)
-            continue;
-        size_t row = ((size_t)b * T + i) * ld3 + (size_t)h * hs;
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++) {
-            int d = lane + k * FA_WARP;
-            if (d < hs) {
-                float g = dq[r][k] * scale;
-                dqkv[row + d] = g;
-                if (dqkv_bf)
-                    dqkv_bf[row + d] = gpt_bf16_from_float_rne(g);
-            }
-        }
-    }
-}
-
-/* ---- backward: dk, dv (key blocks, queries streamed) -------------------------- */
-
-template <bool BF>
-__global__ void __launch_bounds__(FA_THREADS)
-    flash_dkv_kernel(float *dqkv, uint16_t *dqkv_bf, const float *dout, const void *qkv,
-                     const float *lse, const float *Dv, int T, int C, int NH, int hs, int ld,
-                     float scale)
-{
-    extern __shared__ float4 fa_smem[];
-    float *sk = (float *)fa_smem, *sv = sk + FA_BR * ld, *sq = sv + FA_BR * ld;
-    float *sdo = sq + FA_BC * ld, *slse = sdo + FA_BC * ld, *sD = slse + FA_BC;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * FA_BR;
-    const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP, hs4 = hs / 4;
-    const size_t ld3 = 3 * (size_t)C, qoff = (size_t)b * T * ld3 + (size_t)h * hs;
-    const size_t doff = (size_t)b * T * C + (size_t)h * hs;
-    fa_load<BF>(sk, ld, qkv, qoff + C, ld3, k0, FA_BR, T, hs);
-    fa_load<BF>(sv, ld, qkv, qoff + 2 * (size_t)C, ld3, k0, FA_BR, T, hs);
-
-    float dk[FA_R][FA_DPL], dv[FA_R][FA_DPL];
-#pragma unroll
-    for (int r = 0; r < FA_R; r++)
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++)
-            dk[r][k] = dv[r][k] = 0.0f;
-    /* Causal tile skipping: queries before the block's first key never
-     * attend to it. */
-    const int first = k0 / FA_BC, end = (T + FA_BC - 1) / FA_BC;
-    for (int qt = first; qt < end; qt++) {
-        const int q0 = qt * FA_BC, i = q0 + lane;
-        __syncthreads();
-        fa_load<BF>(sq, ld, qkv, qoff, ld3, q0, FA_BC, T, hs);
-        fa_load<false>(sdo, ld, dout, doff, C, q0, FA_BC, T, hs);
-        if (threadIdx.x < FA_BC) {
-            int t = q0 + threadIdx.x;
-            slse[threadIdx.x] = t < T ? lse[(size_t)bh * T + t] : 0.0f;
-            sD[threadIdx.x] = t < T ? Dv[(size_t)bh * T + t] : 0.0f;
-        }
-        __syncthreads();
-        float s[FA_R], dp[FA_R];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++)
-            s[r] = dp[r] = 0.0f;
-        const float4 *qr = (const float4 *)(sq + lane * ld),
-                     *dr = (const float4 *)(sdo + lane * ld);
-        for (int d4 = 0; d4 < hs4; d4++) {
-            float4 qv = qr[d4], dov = dr[d4];
-#pragma unroll
-            for (int r = 0; r < FA_R; r++) {
-                s[r] += fa_dot4(((const float4 *)(sk + (warp * FA_R + r) * ld))[d4], qv);
-                dp[r] += fa_dot4(((const float4 *)(sv + (warp * FA_R + r) * ld))[d4], dov);
-            }
-        }
-        float p[FA_R], ds[FA_R];
-        const float li = slse[lane], Di = sD[lane];
-#pragma unroll
-        for (int r = 0; r < FA_R; r++) {
-            const int j = k0 + warp * FA_R + r;
-            p[r] = (j <= i && i < T && j < T) ? expf(s[r] * scale - li) : 0.0f;
-            ds[r] = p[r] * (dp[r] - Di);
-        }
-        for (int jj = 0; jj < FA_BC; jj++) {
-            float qv[FA_DPL], dov[FA_DPL];
-#pragma unroll
-            for (int k = 0; k < FA_DPL; k++) {
-                int d = lane + k * FA_WARP;
-                qv[k] = d < hs ? sq[jj * ld + d] : 0.0f;
-                dov[k] = d < hs ? sdo[jj * ld + d] : 0.0f;
-            }
-#pragma unroll
-            for (int r = 0; r < FA_R; r++) {
-                float pj = __shfl_sync(FA_FULL, p[r], jj);
-                float dsj = __shfl_sync(FA_FULL, ds[r], jj);
-#pragma unroll
-                for (int k = 0; k < FA_DPL; k++) {
-                    dv[r][k] += pj * dov[k];
-                    dk[r][k] += dsj * qv[k];
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < FA_R; r++) {
-        const int j = k0 + warp * FA_R + r;
-        if (j >= T)
-            continue;
-        size_t row = ((size_t)b * T + j) * ld3 + (size_t)h * hs;
-#pragma unroll
-        for (int k = 0; k < FA_DPL; k++) {
-            int d = lane + k * FA_WARP;
-            if (d < hs) {
-                float gk = dk[r][k] * scale, gv = dv[r][k];
-                dqkv[row + C + d] = gk;
-                dqkv[row + 2 * (size_t)C + d] = gv;
-                if (dqkv_bf) {
-                    dqkv_bf[row + C + d] = gpt_bf16_from_float_rne(gk);
-                    dqkv_bf[row + 2 * (size_t)C + d] = gpt_bf16_from_float_rne(gv);
-                }
-            }
-        }
-    }
-}
 
 /* ==== tensor-core kernels (bf16, head sizes 32, 64, 96, 128) ===============
  *
@@ -1483,9 +1102,8 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
 {
     (void)B;
     float *lse = att;
-    dim3 grid(p->q_tiles, p->bh);
     float scale = 1.0f / sqrtf((float)p->hs);
-    int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
+    int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs;
     cudaError_t e;
     if (tc_forward_ok(p, out, out_bf, qkv_bf)) {
         dim3 g((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
@@ -1499,18 +1117,7 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernel below */
     }
-    if (qkv_bf) {
-        if ((e = fa_smem_optin(flash_forward_kernel<true>, p->smem_fwd)) != cudaSuccess)
-            return e;
-        flash_forward_kernel<true><<<grid, FA_THREADS, p->smem_fwd, s>>>(out, out_bf, lse, qkv_bf,
-                                                                         t, c, nh, hs, ld, scale);
-    } else {
-        if ((e = fa_smem_optin(flash_forward_kernel<false>, p->smem_fwd)) != cudaSuccess)
-            return e;
-        flash_forward_kernel<false>
-            <<<grid, FA_THREADS, p->smem_fwd, s>>>(out, out_bf, lse, qkv, t, c, nh, hs, ld, scale);
-    }
-    return cudaSuccess;
+    return cuk_flash_cc_forward(s, p, out, out_bf, lse, qkv, qkv_bf, T, C, NH);
 }
 
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
@@ -1521,8 +1128,7 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
 {
     const float *lse = att;
     float *Dv = scratch;
-    int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs, ld = (int)p->ld;
-    float scale = 1.0f / sqrtf((float)p->hs);
+    int t = (int)T, hs = (int)p->hs;
     bool dob_in = dout_bf != NULL;
     uint16_t *dob =
         dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
@@ -1550,26 +1156,5 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     }
     if (dob_in || out_bf) /* the CUDA-core kernels read dout and out as fp32: the caller's turn */
         return cudaErrorNotSupported;
-    flash_d_kernel<<<gpt_cuda_plan_row_grid(p->lse_floats, GPT_CUDA_FLASH_WARPS), FA_THREADS, 0,
-                     s>>>(Dv, dout, out, p->lse_floats, t, c, nh, hs);
-    dim3 gq(p->q_tiles, p->bh), gk(p->k_tiles, p->bh);
-    cudaError_t e;
-    if (qkv_bf) {
-        if ((e = fa_smem_optin(flash_dq_kernel<true>, p->smem_dq)) != cudaSuccess ||
-            (e = fa_smem_optin(flash_dkv_kernel<true>, p->smem_dkv)) != cudaSuccess)
-            return e;
-        flash_dq_kernel<true><<<gq, FA_THREADS, p->smem_dq, s>>>(dqkv, dqkv_bf, dout, qkv_bf, lse,
-                                                                 Dv, t, c, nh, hs, ld, scale);
-        flash_dkv_kernel<true><<<gk, FA_THREADS, p->smem_dkv, s>>>(dqkv, dqkv_bf, dout, qkv_bf, lse,
-                                                                   Dv, t, c, nh, hs, ld, scale);
-    } else {
-        if ((e = fa_smem_optin(flash_dq_kernel<false>, p->smem_dq)) != cudaSuccess ||
-            (e = fa_smem_optin(flash_dkv_kernel<false>, p->smem_dkv)) != cudaSuccess)
-            return e;
-        flash_dq_kernel<false><<<gq, FA_THREADS, p->smem_dq, s>>>(dqkv, dqkv_bf, dout, qkv, lse, Dv,
-                                                                  t, c, nh, hs, ld, scale);
-        flash_dkv_kernel<false><<<gk, FA_THREADS, p->smem_dkv, s>>>(dqkv, dqkv_bf, dout, qkv, lse,
-                                                                    Dv, t, c, nh, hs, ld, scale);
-    }
-    return cudaSuccess;
+    return cuk_flash_cc_backward(s, p, dqkv, dqkv_bf, Dv, dout, out, qkv, qkv_bf, lse, T, C, NH);
 }

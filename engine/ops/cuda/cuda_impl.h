@@ -385,5 +385,17 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const uint16_t *dout_bf, const float *out, const uint16_t *out_bf,
                                const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
                                size_t T, size_t C, size_t NH);
+/* The CUDA-core fallback kernels (cuda_attention_cc.cu) that those two
+ * launch where the tensor-core ones do not apply: the forward (out, its
+ * bf16 copy if out_bf, the logsumexp lse; q, k, v from qkv_bf if
+ * non-NULL, else qkv), and the backward (D = dout . out into Dv, then dq
+ * and dk, dv; dout and out as fp32). The error of a refused opt-in. */
+cudaError_t cuk_flash_cc_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
+                                 uint16_t *out_bf, float *lse, const float *qkv,
+                                 const uint16_t *qkv_bf, size_t T, size_t C, size_t NH);
+cudaError_t cuk_flash_cc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
+                                  uint16_t *dqkv_bf, float *Dv, const float *dout, const float *out,
+                                  const float *qkv, const uint16_t *qkv_bf, const float *lse,
+                                  size_t T, size_t C, size_t NH);
 
 #endif
