@@ -260,6 +260,36 @@ __global__ void __launch_bounds__(TC_FWD_THREADS / MT, KS > 1 ? 3 : 0)
     }
 }
 
+/* A query tile's dQ share from one key block: dq = dS K for the warp's
+ * rows mb * 16 .. of the tile and head columns cb * DC .., A = dS from
+ * the (key, query) dS^T tile sds (BR x BQ, rows of BQ + PAD) with
+ * ldmatrix .trans, B = K's rows k0 .. from sk (key, dim) = (k, n); the
+ * 16-key groups with no valid pair are skipped (dS is 0 there). The fused
+ * pass and the dS backward's dQ pass both take their shares here, so
+ * their products are the same. */
+template <int HS, int BQ, int DC = HS / (GPT_FLASH_TC_WARPS / (BQ / 16))>
+__device__ __forceinline__ void tc_dq_share(float (&dq)[DC / 8][4], const uint16_t *sds,
+                                            const uint16_t *sk, int i0, int k0, int mb, int cb,
+                                            int T)
+{
+    constexpr int LD = HS + GPT_FLASH_TC_PAD, SLD = BQ + GPT_FLASH_TC_PAD;
+    tc_zero(dq);
+#pragma unroll
+    for (int kk = 0; kk < TC_BR / 16; kk++) {
+        if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
+            continue; /* dS is 0 there */
+        uint32_t da[4];
+        tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
+#pragma unroll
+        for (int dd = 0; dd < DC / 16; dd++) {
+            uint32_t kb4[4];
+            tc_ld_bt(kb4, sk, LD, kk * 16, cb * DC + dd * 16);
+            tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
+            tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
+        }
+    }
+}
+
 /* ---- tensor-core backward: one fused pass ----------------------------------------
  * FlashAttention-2's backward: S and P are recomputed once per (query,
  * key) pair, not once for dq and once more for dk, dv. Grid (k tiles,
@@ -506,21 +536,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
          * ldmatrix .trans, B = K stored (key, dim) = (k, n). */
         const int mb = warp % MB, cb = warp / MB;
         float dq[DC / 8][4];
-        tc_zero(dq);
-#pragma unroll
-        for (int kk = 0; kk < TC_BR / 16; kk++) {
-            if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
-                continue; /* dS is 0 there */
-            uint32_t da[4];
-            tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
-#pragma unroll
-            for (int dd = 0; dd < DC / 16; dd++) {
-                uint32_t kb4[4];
-                tc_ld_bt(kb4, sk, LD, kk * 16, cb * DC + dd * 16);
-                tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
-                tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
-            }
-        }
+        tc_dq_share<HS, BQ>(dq, sds, sk, i0, k0, mb, cb, T);
         /* This block's turn in the tile's dQ order (flash_tc.h). */
         const int turn = gpt_flash_tc_dq_turn(kb, qt, BQ, T);
         if (threadIdx.x == 0) {
@@ -621,21 +637,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         __syncthreads();
         const int k0 = kb * TC_BR;
         float dq[DC / 8][4];
-        tc_zero(dq);
-#pragma unroll
-        for (int kk = 0; kk < TC_BR / 16; kk++) {
-            if (!gpt_flash_tc_live(i0 + mb * 16, k0 + kk * 16, T))
-                continue; /* dS is 0 there */
-            uint32_t da[4];
-            tc_ld_at(da, sds, SLD, mb * 16, kk * 16);
-#pragma unroll
-            for (int dd = 0; dd < DC / 16; dd++) {
-                uint32_t kb4[4];
-                tc_ld_bt(kb4, sk, LD, kk * 16, cb * DC + dd * 16);
-                tc_mma(dq[2 * dd], da, kb4[0], kb4[1]);
-                tc_mma(dq[2 * dd + 1], da, kb4[2], kb4[3]);
-            }
-        }
+        tc_dq_share<HS, BQ>(dq, sds, sk, i0, k0, mb, cb, T);
 #pragma unroll
         for (int n = 0; n < DC / 8; n++)
 #pragma unroll
