@@ -40,7 +40,7 @@
 /* The attention kernels' variants this process runs, as the CUDA backend
  * reads GPTD_FLASH_BWD and GPTD_FLASH_FWD (flash_tc.h; a value it does not
  * know runs the default), for the JSON lines: a row says what it timed
- * (ds runs twopass where 124M's B x 12 heads' dS tiles would not fit). */
+ * (ds runs twopass where not one of 124M's heads' dS tiles would fit). */
 static const char *flash_bwd_name(size_t B, size_t T)
 {
     switch (gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"))) {
@@ -55,7 +55,7 @@ static const char *flash_bwd_name(size_t B, size_t T)
     case GPT_FLASH_BWD_WG:
         return "wg";
     case GPT_FLASH_BWD_DS:
-        return gpt_flash_tc_ds_fits(B * 12, (int)T, 64) ? "ds" : "twopass";
+        return gpt_flash_tc_ds_chunk(B * 12, (int)T, 64) > 0 ? "ds" : "twopass";
     }
     return "?";
 }
@@ -269,8 +269,11 @@ static int plan_main(size_t B, size_t T, const char *mode)
      * and D once per row. GPTD_FLASH_BWD=ds: the fused pass's FLOPs, its
      * dQ shares in a second pass. */
     const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
-    const int ds = bv == GPT_FLASH_BWD_DS && gpt_flash_tc_ds_fits(B * 12, (int)T, 64);
+    const size_t ds_chunk = gpt_flash_tc_ds_chunk(B * 12, (int)T, 64);
+    const int ds = bv == GPT_FLASH_BWD_DS && ds_chunk > 0;
     const int twopass = gpt_flash_tc_bwd_twopass(bv) || (bv == GPT_FLASH_BWD_DS && !ds);
+    /* backward launches per pass and layer: one, or the dS backward's chunks */
+    const size_t per_layer = ds ? (B * 12 + ds_chunk - 1) / ds_chunk : 1;
     double pairs_min = 12.0 * B * 12 * (double)T * (T + 1) / 2, hs = 768 / 12;
     double per_pair = twopass ? 18.0 : 14.0;
     double d_flops = twopass ? 12.0 * B * T * 768 * 2.0
@@ -305,13 +308,13 @@ static int plan_main(size_t B, size_t T, const char *mode)
                 fwd_bytes += k->bytes;
         }
         const int two = twopass || ds; /* backward passes per layer, less one */
-        if (attn_launches != (two ? 36u : 24u) || fwd != 12 || bwd != 12 ||
-            bwd2 != (two ? 12u : 0u)) {
+        if (attn_launches != 12 + (two ? 24u : 12u) * per_layer || fwd != 12 ||
+            bwd != 12 * per_layer || bwd2 != (two ? 12u * per_layer : 0u)) {
             fprintf(stderr,
                     "plan broken: %zu attention kernels (%zu forward, %zu + %zu backward), want "
-                    "one forward and %s per layer\n",
+                    "one forward and %s per layer (in %zu chunks)\n",
                     attn_launches, fwd, bwd, bwd2,
-                    two ? "the two backward passes" : "one fused backward");
+                    two ? "the two backward passes" : "one fused backward", per_layer);
             broken = 1;
         }
         if (gpt_cuda_plan_att_floats(&ap, B, T, 768, 12, 0) != ap.lse_floats) {

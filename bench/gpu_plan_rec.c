@@ -787,7 +787,8 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int db = rec_out(r, dqkv, B * T * 3 * C);
         rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
         const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
-        if (tc && bv == GPT_FLASH_BWD_DS && gpt_flash_tc_ds_fits(p.bh, (int)T, p.hs)) {
+        const size_t chunk = gpt_flash_tc_ds_chunk(p.bh, (int)T, p.hs);
+        if (tc && bv == GPT_FLASH_BWD_DS && chunk > 0) {
             /* The dS backward (flash_tc.h): pass one is the fused pass
              * (D per visited tile row, S^T, dP^T, dv, dk: 8 hs per pair)
              * with no dQ share, no turns and no memset, its bf16 dS^T
@@ -796,22 +797,28 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
              * as the fused pass's shares), priced at the forward's rate:
              * the same mma.sync products from ldmatrix fragments, without
              * the softmax (at T 1024 the tiles' DRAM reads take about as
-             * long as the products). */
+             * long as the products). Where all pairs' tiles would take
+             * more than GPT_FLASH_TC_DS_MAX, both passes run per chunk
+             * of pairs, each chunk's share of the work and bytes. */
             double pk = gpt_flash_tc_pairs((int)T, p.hs, 0);
             double d_rows = gpt_flash_tc_tiles((int)T, p.hs, 0) * gpt_flash_tc_bcq(p.hs);
             double dsb = (double)gpt_flash_tc_ds_bytes(p.bh, (int)T, p.hs);
             if (!dob)
                 rec_add(r, "f32_to_bf16", GPT_KC_CONVERT, GPT_KU_FP32, 0, 6.0 * btc, "n=%.0f", btc);
-            rec_add(r, "flash_tc_bwd_ds", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD,
-                    bh * (pk * 8.0 * hs + d_rows * 2.0 * hs),
-                    10.0 * btc + 4.0 * p.lse_floats + 8.0 * btc + (db ? 4.0 * btc : 0) + dsb,
+            for (size_t bh0 = 0; bh0 < p.bh; bh0 += chunk) {
+                double f = (double)(p.bh - bh0 < chunk ? p.bh - bh0 : chunk) / bh;
+                rec_add(
+                    r, "flash_tc_bwd_ds", GPT_KC_ATTN, GPT_KU_TC_FLASH_BWD,
+                    f * bh * (pk * 8.0 * hs + d_rows * 2.0 * hs),
+                    f * (10.0 * btc + 4.0 * p.lse_floats + 8.0 * btc + (db ? 4.0 * btc : 0) + dsb),
                     "B=%zu NH=%zu T=%zu hs=%zu%s", B, NH, T, p.hs, dob ? " bf16 dout" : "");
-            rec_add(r, "flash_tc_dsq", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, bh * pk * 2.0 * hs,
-                    dsb + 2.0 * btc + 4.0 * btc + (db ? 2.0 * btc : 0),
-                    "B=%zu NH=%zu T=%zu hs=%zu dS %.0f MB", B, NH, T, p.hs, dsb / 1e6);
+                rec_add(r, "flash_tc_dsq", GPT_KC_ATTN, GPT_KU_TC_FLASH_FWD, f * bh * pk * 2.0 * hs,
+                        f * (dsb + 2.0 * btc + 4.0 * btc + (db ? 2.0 * btc : 0)),
+                        "B=%zu NH=%zu T=%zu hs=%zu dS %.0f MB", B, NH, T, p.hs, dsb / 1e6);
+            }
             return;
         }
-        /* ds past its tiles' cap runs twopass (cuda_attention.cu) */
+        /* ds where not one pair's tiles fit runs twopass (cuda_attention.cu) */
         if (tc && (gpt_flash_tc_bwd_twopass(bv) || bv == GPT_FLASH_BWD_DS)) {
             /* Two passes (flash_tc.h): dout as bf16 when it has no
              * current copy; the dQ pass (D = dO . O once per row, 2 hs;

@@ -95,6 +95,7 @@ struct gpt_model_acts {
     float *d4c;         /* (B,T,4C), also dqkv (B,T,3C) */
     float *datt;        /* (B,NH,T,T) */
     float *slab;        /* the one float allocation everything above is carved from */
+    size_t slab_floats; /* its size */
     float *host_losses; /* (B,T) host memory */
     /* state of the last forward */
     size_t B, T;
@@ -371,7 +372,14 @@ static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
         if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
             rc = gpt_backend_alloc(be, pbytes, (void **)&m->grads);
     }
+    /* Sized for the largest shape a forward may take. Every part grows
+     * with B and with T, but for the attention buffers at T up to the head
+     * size, where the backends take the batched-GEMM path and its
+     * (B, NH, T, T) scores: those peak at T = min(block_size, hs). */
     size_t nact = model_carve(a, NULL, be, max_B, T, C, L, NH, m->Vp);
+    size_t hs = C / NH,
+           nact_gemm = model_carve(a, NULL, be, max_B, T < hs ? T : hs, C, L, NH, m->Vp);
+    nact = nact > nact_gemm ? nact : nact_gemm;
     float *slab = NULL;
     if (rc == 0 && !(rc = model_cancelled(m) ? -ECANCELED : 0))
         rc = gpt_backend_alloc(be, nact * sizeof(float), (void **)&slab);
@@ -390,6 +398,7 @@ static int model_init(struct gpt_model *m, const struct gpt_model_config *cfg,
         goto fail;
     }
     a->slab = slab;
+    a->slab_floats = nact;
     a->host_losses = malloc(max_B * T * sizeof(float));
     if (!a->host_losses) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "model: out of memory");
@@ -600,7 +609,12 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
     }
     a->have_targets = 0;
     a->have_dlogits = 0;
-    /* Re-carve for this (B, T) so each layer's slice is packed. */
+    /* Re-carve for this (B, T) so each layer's slice is packed; never past
+     * the slab (the set-up sized it for the largest shape; a backend whose
+     * buffers did not grow with B and T would be refused here, not
+     * overrun). */
+    if (model_carve(a, NULL, be, B, T, C, L, NH, Vp) > a->slab_floats)
+        return -EOVERFLOW;
     model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
     a->B = B;
     a->T = T;

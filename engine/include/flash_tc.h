@@ -91,21 +91,22 @@
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
 /* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
- * them: "ds" (unset, below), "twopass" (a dQ pass, then dK/dV; the
- * third H200 run timed it at 10.3 ms of attention per B=16 step against
- * the fused pass's 17.6), "twopass4" (the same bits, its dK/dV pass at
- * four blocks per SM instead of three up to hs 64), "fused" (one pass,
- * dQ shares added in a fixed turn order), "split" (the fused pass in
- * two query parts, three blocks per SM up to hs 64; the fused pass's
- * bits), "wg" (twopass with both passes on wgmma, sm_90a, head size
- * 64; flash_wg.h) and "ds" (the fused pass's dK/dV and dS^T tiles, the
- * tiles stored to global memory in place of the ordered dQ shares, then
- * a dQ pass that sums them: the fused pass's bits and FLOPs without its
- * waits; twopass where the tiles would not fit, gpt_flash_tc_ds_fits).
- * ds is the default on the cost model's word (bench_gpu_train --plan:
- * 26.4 ms a B=16 step against twopass's 28.2) and on its parts' record:
- * pass one is the fused pass, whose dS^T tiles and dQ products passed
- * the third H200 run; not yet timed. -1 for any other value: the caller
+ * them: "ds" (unset: the default) runs the fused pass's dK/dV with its
+ * dS^T tiles stored to global memory in place of the ordered dQ shares,
+ * then a dQ pass that sums them: the fused pass's bits and FLOPs without
+ * its waits (below; in chunks of (b, h) pairs where the tiles of all
+ * would take more than GPT_FLASH_TC_DS_MAX, twopass where one pair's
+ * would). It is the default on the cost model's word (bench_gpu_train
+ * --plan: 26.4 ms a B=16 step against twopass's 28.2) and on its parts'
+ * record (pass one is the fused pass, whose dS^T tiles and dQ products
+ * passed the third H200 run); not yet timed. "twopass" (a dQ pass, then
+ * dK/dV; the third H200 run timed it at 10.3 ms of attention per B=16
+ * step against the fused pass's 17.6), "twopass4" (the same bits, its
+ * dK/dV pass at four blocks per SM instead of three up to hs 64),
+ * "fused" (one pass, dQ shares added in a fixed turn order), "split"
+ * (the fused pass in two query parts, three blocks per SM up to hs 64;
+ * the fused pass's bits) and "wg" (twopass with both passes on wgmma,
+ * sm_90a, head size 64; flash_wg.h). -1 for any other value: the caller
  * says so and takes the default. Host only. */
 enum gpt_flash_bwd {
     GPT_FLASH_BWD_FUSED,
@@ -426,15 +427,31 @@ GPT_FLASH_FN size_t gpt_flash_tc_ds_bytes(size_t bh, int T, size_t hs)
     return bh * gpt_flash_tc_ds_tiles(T, hs) * GPT_FLASH_TC_BR * (size_t)gpt_flash_tc_bcq(hs) * 2;
 }
 
-/* The dS backward's tiles are kept in the backward's scratch (and the ds
- * variant runs) while they take at most this much; larger shapes run
- * twopass. 1 GiB holds B*NH = 960 heads at T 1024 (1.1 MB each) or 248
- * at T 2048. */
+/* The backward's scratch keeps at most this much of dS^T tiles: the dS
+ * backward runs over chunks of (b, h) pairs whose tiles fit it (each
+ * chunk's two passes in turn on the stream, reusing the space), and
+ * twopass where not even one pair's do (hs 64 past T ~32k). 1 GiB holds
+ * 963 pairs at T 1024 (1.1 MB each: GPT-2 124M in one chunk up to B 80)
+ * or 248 at T 2048. */
 #define GPT_FLASH_TC_DS_MAX ((size_t)1 << 30)
 
-GPT_FLASH_FN int gpt_flash_tc_ds_fits(size_t bh, int T, size_t hs)
+/* Bytes of dS^T tiles the backward's scratch reserves for bh pairs at T:
+ * all of theirs, at most GPT_FLASH_TC_DS_MAX. Never less for a larger bh
+ * or T, so the scratch carved for the largest shape holds any smaller
+ * one's (the model sizes its buffers once, for its largest batch). */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_reserve(size_t bh, int T, size_t hs)
 {
-    return gpt_flash_tc_ds_bytes(bh, T, hs) <= GPT_FLASH_TC_DS_MAX;
+    size_t all = gpt_flash_tc_ds_bytes(bh, T, hs);
+    return all < GPT_FLASH_TC_DS_MAX ? all : GPT_FLASH_TC_DS_MAX;
+}
+
+/* (b, h) pairs per chunk of the dS backward at (bh, T): as many as the
+ * reserve holds, at most bh; 0 when not one pair's tiles fit (the ds
+ * variant then runs twopass). */
+GPT_FLASH_FN size_t gpt_flash_tc_ds_chunk(size_t bh, int T, size_t hs)
+{
+    size_t one = gpt_flash_tc_ds_bytes(1, T, hs), n = gpt_flash_tc_ds_reserve(bh, T, hs) / one;
+    return n < bh ? n : bh;
 }
 
 /* Where the dS^T tiles start in the backward's scratch, in floats: after

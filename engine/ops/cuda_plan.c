@@ -395,13 +395,13 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
         return p->lse_floats; /* the logsumexp: out comes back to the backward */
     /* The tensor-core backward also keeps a bf16 copy of dout there, its
      * dQ turn counters (one int per (b, h, query tile)) and block ticket,
-     * and where they fit, the dS backward's tiles. */
+     * and the dS backward's tiles (at most GPT_FLASH_TC_DS_MAX bytes of
+     * them; every part grows with B and T, so a smaller shape's scratch
+     * fits in a larger one's). */
     if (gpt_flash_tc_applies(p->hs)) {
         size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
-        if (!gpt_flash_tc_ds_fits(p->bh, (int)T, p->hs))
-            return gpt_flash_tc_sem_off(p->lse_floats, B * T * C) + nsem + 1;
         return gpt_flash_tc_ds_off(p->lse_floats, B * T * C, nsem) +
-               gpt_flash_tc_ds_bytes(p->bh, (int)T, p->hs) / sizeof(float);
+               gpt_flash_tc_ds_reserve(p->bh, (int)T, p->hs) / sizeof(float);
     }
     return p->lse_floats;
 }

@@ -11,12 +11,13 @@
 add_test(NAME gpu_plan_124m COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "flash_tc_dsq.*\"flash_bwd\":\"ds\".*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
-# Past the dS tiles' cap (1 GiB: B 96 is 1152 heads of 1.1 MB) the same
-# variant runs the two passes (18 hs per pair), with no dS tiles kept.
-add_test(NAME gpu_plan_124m_ds_cap COMMAND bench_gpu_train --plan 96 1024 bf16)
-set_tests_properties(gpu_plan_124m_ds_cap PROPERTIES LABELS unit TIMEOUT 60
-                     FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
-                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"plan_ok\":true")
+# Past the dS tiles' cap (1 GiB: B 96 is 1152 heads of 1.1 MB) the dS
+# backward runs in two chunks of heads (963 and 189), each its two passes:
+# the plan's check counts 24 launches of each a step and the same FLOPs.
+add_test(NAME gpu_plan_124m_ds_chunks COMMAND bench_gpu_train --plan 96 1024 bf16)
+set_tests_properties(gpu_plan_124m_ds_chunks PROPERTIES LABELS unit TIMEOUT 60
+                     FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_ds +attn.* 24 .*flash_tc_dsq +attn.* 24 .*\"flash_bwd\":\"ds\".*\"plan_ok\":true")
 # The two-pass backward (GPTD_FLASH_BWD=twopass, the first runs' default).
 add_test(NAME gpu_plan_124m_twopass COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m_twopass PROPERTIES LABELS unit TIMEOUT 60

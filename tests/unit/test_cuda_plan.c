@@ -434,11 +434,20 @@ static void test_att_floats(void **state)
                          3 * 8 * 9 * 64 * 32 / 2);
     assert_true(gpt_flash_tc_ds_off(3 * 8 * 129, 3 * 129 * 1024, 3 * 8 * 5) >=
                 gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) + 3 * 8 * 5 + 1);
-    /* Tiles past the cap (1 GiB): none kept, the ds variant runs twopass. */
+    /* Tiles past the cap (1 GiB): the cap kept, the dS backward in chunks
+     * of the pairs whose tiles fit it (963 of 1.1 MB at T 1024). */
     gpt_cuda_plan_attention(&p, 81, 1024, 768, 12, SMEM_H100, GPT_CUDA_ATTN_FLASH);
-    assert_false(gpt_flash_tc_ds_fits(p.bh, 1024, 64));
+    assert_int_equal(gpt_flash_tc_ds_reserve(p.bh, 1024, 64), (size_t)1 << 30);
+    assert_int_equal(gpt_flash_tc_ds_chunk(p.bh, 1024, 64), 963);
+    assert_int_equal(gpt_flash_tc_ds_chunk(80 * 12, 1024, 64), 960); /* all in one */
     assert_int_equal(gpt_cuda_plan_att_floats(&p, 81, 1024, 768, 12, 1),
-                     gpt_flash_tc_sem_off(81 * 12 * 1024, 81 * 1024 * 768) + 81 * 12 * 16 + 1);
+                     gpt_flash_tc_ds_off(81 * 12 * 1024, 81 * 1024 * 768, 81 * 12 * 16) +
+                         ((size_t)1 << 28));
+    /* One pair's tiles past the cap (hs 64, T 32768: 131328 tiles of 8
+     * KiB): no chunk, twopass; the reserve stays at the cap. */
+    assert_int_equal(gpt_flash_tc_ds_chunk(4, 32768, 64), 0);
+    assert_int_equal(gpt_flash_tc_ds_reserve(4, 32768, 64), (size_t)1 << 30);
+    assert_int_equal(gpt_flash_tc_ds_chunk(4, 16384, 64), 3);
     gpt_cuda_plan_attention(&p, 3, 129, 1024, 8, SMEM_H100, GPT_CUDA_ATTN_FLASH);
     assert_true(gpt_flash_tc_sem_off(3 * 8 * 129, 3 * 129 * 1024) >=
                 gpt_flash_tc_dob_off(3 * 8 * 129) + (3 * 129 * 1024 + 1) / 2);
@@ -450,6 +459,46 @@ static void test_att_floats(void **state)
     assert_int_equal(gpt_backend_att_floats(cpu, 2, 64, 32, 4, 0), 2 * 4 * 64 * 64);
     assert_int_equal(gpt_backend_att_floats(cpu, 2, 64, 32, 4, 1), 2 * 4 * 64 * 64);
     gpt_backend_free(cpu);
+}
+
+/* The model carves the attention buffers once, for its largest batch and
+ * sequence, and re-carves them for smaller ones: on the flash path
+ * neither att nor the backward's scratch may ever need more for a smaller
+ * B or T (the dS tiles' reserve is capped, never dropped), at any head
+ * size, across the dS cap (B 80 / 81 at T 1024, hs 64) and one pair past
+ * it. (At T up to hs the plan takes the GEMM path, whose (B,NH,T,T)
+ * scores the model sizes for separately: model.c.) */
+static void test_att_floats_monotone(void **state)
+{
+    (void)state;
+    static const size_t Ts[] = {64, 65, 200, 1024, 1025, 2048, 4096, 32768};
+    static const size_t Bs[] = {1, 2, 3, 16, 79, 80, 81, 96, 200};
+    static const size_t hss[] = {32, 48, 64, 96, 128};
+    for (size_t h = 0; h < sizeof(hss) / sizeof(hss[0]); h++)
+        for (int scratch = 0; scratch <= 1; scratch++) {
+            size_t NH = 12, C = hss[h] * NH;
+            for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++)
+                for (size_t bi = 0; bi < sizeof(Bs) / sizeof(Bs[0]); bi++) {
+                    struct gpt_cuda_attn_plan p, q;
+                    size_t T = Ts[ti], B = Bs[bi];
+                    gpt_cuda_plan_attention(&p, B, T, C, NH, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+                    size_t big = gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
+                    assert_int_equal(p.kind, T > hss[h] ? GPT_CUDA_ATTN_FLASH : GPT_CUDA_ATTN_GEMM);
+                    if (p.kind != GPT_CUDA_ATTN_FLASH)
+                        continue;
+                    if (bi > 0) { /* one batch smaller */
+                        size_t b = Bs[bi - 1];
+                        gpt_cuda_plan_attention(&q, b, T, C, NH, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+                        assert_true(gpt_cuda_plan_att_floats(&q, b, T, C, NH, scratch) <= big);
+                    }
+                    if (ti > 0) { /* one length shorter */
+                        size_t t = Ts[ti - 1];
+                        gpt_cuda_plan_attention(&q, B, t, C, NH, SMEM_H100, GPT_CUDA_ATTN_FLASH);
+                        if (q.kind == GPT_CUDA_ATTN_FLASH)
+                            assert_true(gpt_cuda_plan_att_floats(&q, B, t, C, NH, scratch) <= big);
+                    }
+                }
+        }
 }
 
 static void test_attn_plan_limits(void **state)
@@ -503,9 +552,8 @@ static void test_attn_plan_invariants(void **state)
             /* The scratch less the dS backward's tiles (whole 64-key
              * tiles: at short T, more than the scores of the GEMM path);
              * from T 256 all of it. */
-            size_t ds = gpt_flash_tc_applies(hs) && gpt_flash_tc_ds_fits(B * NH, (int)T, hs)
-                            ? gpt_flash_tc_ds_bytes(B * NH, (int)T, hs) / 4
-                            : 0;
+            size_t ds =
+                gpt_flash_tc_applies(hs) ? gpt_flash_tc_ds_reserve(B * NH, (int)T, hs) / 4 : 0;
             assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) <= B * NH * T * T + ds);
             if (T >= 256)
                 assert_true(gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) <= B * NH * T * T);
@@ -990,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_pad_plan),
         cmocka_unit_test(test_attn_plan_gpt2),
         cmocka_unit_test(test_att_floats),
+        cmocka_unit_test(test_att_floats_monotone),
         cmocka_unit_test(test_attn_plan_limits),
         cmocka_unit_test(test_attn_plan_invariants),
         cmocka_unit_test(test_flash_span),

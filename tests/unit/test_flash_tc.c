@@ -887,11 +887,16 @@ static void test_dq_turns(void **state)
             assert_int_equal(gpt_flash_tc_ds_tiles(T, (size_t)hs), sum);
         }
     /* GPT-2 124M at T 1024: 136 tiles of 8 KiB a head; B 16 (192 heads)
-     * and 32 fit the 1 GiB cap, B 80 (960 heads) just does, 81 not. */
+     * and 32 in one chunk under the 1 GiB cap, B 80 (960 heads) just, 81
+     * (972) in chunks of 963. */
     assert_int_equal(gpt_flash_tc_ds_tiles(1024, 64), 136);
     assert_int_equal(gpt_flash_tc_ds_bytes(192, 1024, 64), 192u * 136 * 8192);
-    assert_true(gpt_flash_tc_ds_fits(192, 1024, 64) && gpt_flash_tc_ds_fits(384, 1024, 64));
-    assert_true(gpt_flash_tc_ds_fits(960, 1024, 64) && !gpt_flash_tc_ds_fits(972, 1024, 64));
+    assert_int_equal(gpt_flash_tc_ds_reserve(192, 1024, 64), 192u * 136 * 8192);
+    assert_int_equal(gpt_flash_tc_ds_chunk(192, 1024, 64), 192);
+    assert_int_equal(gpt_flash_tc_ds_chunk(384, 1024, 64), 384);
+    assert_int_equal(gpt_flash_tc_ds_chunk(960, 1024, 64), 960);
+    assert_int_equal(gpt_flash_tc_ds_chunk(972, 1024, 64), 963);
+    assert_int_equal(gpt_flash_tc_ds_reserve(972, 1024, 64), (size_t)1 << 30);
 }
 
 /* ---- fragment addressing -------------------------------------------------- */

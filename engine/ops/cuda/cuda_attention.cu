@@ -332,7 +332,7 @@ __device__ __forceinline__ void tc_dq_share(float (&dq)[DC / 8][4], const uint16
 template <int HS, int SPLIT, bool DQ, int MINB = (SPLIT > 1 ? 3 : 0), bool DS = false>
 __global__ void __launch_bounds__(TC_THREADS, MINB)
     flash_tc_bwd_kernel(float *dqkv, uint16_t *dqkv_bf, int *sem, size_t nsem, uint16_t *dsg,
-                        const float *Dg, const uint16_t *dob, const uint16_t *ob,
+                        int bh0, const float *Dg, const uint16_t *dob, const uint16_t *ob,
                         const uint16_t *qkv, const float *lse, int T, int C, int NH, float scale,
                         float scale2)
 {
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
     /* Ticket order is blockIdx order's: x fastest, so a head's key blocks
      * from the last (diagonal of the most query tiles) down. */
     const unsigned tk = TURNS ? tc_ticket : blockIdx.y * gridDim.x + blockIdx.x;
-    const int bh = (int)(tk / gridDim.x), b = bh / NH, h = bh % NH;
+    const int bh = bh0 + (int)(tk / gridDim.x), b = bh / NH, h = bh % NH;
     const int kb = gridDim.x - 1 - (int)(tk % gridDim.x), k0 = kb * TC_BR;
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
     const size_t ld3 = 3 * (size_t)C;
@@ -376,8 +376,10 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
     int qt0, nqt;
     gpt_flash_tc_q_span(k0, T, BQ, &qt0, &nqt);
     int *cnt = TURNS ? sem + (size_t)bh * nqt : NULL; /* this head's dQ turn counters */
-    /* DS: this head's dS^T tiles (gpt_flash_tc_ds_tile) */
-    uint16_t *gds = DS ? dsg + (size_t)bh * gpt_flash_tc_ds_tiles(T, HS) * (TC_BR * BQ) : NULL;
+    /* DS: this head's dS^T tiles (gpt_flash_tc_ds_tile), the chunk's
+     * heads from bh0 */
+    uint16_t *gds =
+        DS ? dsg + (size_t)(bh - bh0) * gpt_flash_tc_ds_tiles(T, HS) * (TC_BR * BQ) : NULL;
     const float *gD = DQ ? NULL : Dg + (size_t)bh * T;
 
     tc_load<HS>(sk, gk, ld3, k0, TC_BR, T);
@@ -588,8 +590,9 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
 
 /* ---- tensor-core backward, the dS backward's dQ pass -------------------------------
  * GPTD_FLASH_BWD=ds (flash_tc.h): pass two, after flash_tc_bwd_kernel<..,
- * DS> stored every visited (query tile, key block) dS^T tile in dsg. Grid
- * (query tiles of BQ rows, B*NH), 4 warps; block x owns query tile qt =
+ * DS> stored every visited (query tile, key block) dS^T tile of (b, h)
+ * pairs bh0 .. in dsg. Grid (query tiles of BQ rows, the chunk's pairs),
+ * 4 warps; block x owns query tile qt =
  * tiles - 1 - x (the most key blocks first). The key blocks kb that
  * visited the tile, from the diagonal one (gpt_flash_tc_dq_last_kb) down
  * to 0, the fused pass's turn order: the tile's dS^T (BR keys x BQ
@@ -601,15 +604,15 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
  * fused pass's bits, with no turns and no waiting. */
 template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
-    flash_tc_dsq_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dsg, const uint16_t *qkv,
-                        int T, int C, int NH, float scale)
+    flash_tc_dsq_kernel(float *dqkv, uint16_t *dqkv_bf, const uint16_t *dsg, int bh0,
+                        const uint16_t *qkv, int T, int C, int NH, float scale)
 {
     constexpr int LD = HS + GPT_FLASH_TC_PAD, BQ = HS > 64 ? 32 : 64, SLD = BQ + GPT_FLASH_TC_PAD;
     constexpr int MB = BQ / 16, DC = HS / (GPT_FLASH_TC_WARPS / MB);
     constexpr int STAGE = TC_BR * (SLD + LD); /* dS^T, then K */
     constexpr size_t TILE = (size_t)TC_BR * BQ;
     extern __shared__ __align__(16) uint16_t tc_smem[];
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int bh = bh0 + (int)blockIdx.y, b = bh / NH, h = bh % NH;
     const int qt = gridDim.x - 1 - blockIdx.x, i0 = qt * BQ,
               last = gpt_flash_tc_dq_last_kb(qt, BQ, T);
     const int warp = threadIdx.x / FA_WARP, lane = threadIdx.x % FA_WARP;
@@ -617,12 +620,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gk = qkv + (size_t)b * T * ld3 + C + (size_t)h * HS;
     const uint16_t *gds =
-        dsg + ((size_t)bh * gpt_flash_tc_ds_tiles(T, HS) + gpt_flash_tc_ds_first(qt, BQ)) * TILE;
+        dsg + ((size_t)blockIdx.y * gpt_flash_tc_ds_tiles(T, HS) + gpt_flash_tc_ds_first(qt, BQ)) *
+                  TILE; /* the chunk's heads from bh0 */
 
     tc_load<BQ>(tc_smem, gds + (size_t)last * TILE, BQ, 0, TC_BR, TC_BR);
     tc_load<HS>(tc_smem + TC_BR * SLD, gk, ld3, last * TC_BR, TC_BR, T);
     tc_commit();
     float acc[DC / 8][4];
+    tc_zero(acc); /* each element is stored (not added to) at kb == last */
     for (int kb = last; kb >= 0; kb--) {
         const uint16_t *sds = tc_smem + ((last - kb) & 1) * STAGE, *sk = sds + TC_BR * SLD;
         if (kb > 0) {
@@ -821,8 +826,9 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
 
 /* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
  * (read once): "ds" (default): the fused pass with its dS^T tiles stored
- * in place of the ordered dQ shares, then flash_tc_dsq_kernel (twopass
- * where the tiles would pass gpt_flash_tc_ds_fits' cap); "twopass": a
+ * in place of the ordered dQ shares, then flash_tc_dsq_kernel (in chunks
+ * of (b, h) pairs, gpt_flash_tc_ds_chunk; twopass where not one pair's
+ * tiles fit); "twopass": a
  * dQ pass, then the dK/dV pass without the ordered dQ shares
  * (flash_tc.h), the default until the dS backward; "fused": one pass, its dQ
  * shares added in turn; "split": the fused pass's tiles in two query
@@ -918,7 +924,7 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
         (void)cudaGetLastError();
     }
     flash_tc_bwd_kernel<HS, SPLIT, true><<<grid, TC_THREADS, smem, s>>>(
-        dqkv, dqkv_bf, sem, nsem, NULL, NULL, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
+        dqkv, dqkv_bf, sem, nsem, NULL, 0, NULL, dob, out_bf, qkv_bf, lse, T, C, NH, scale, scale2);
     return cudaSuccess;
 }
 
@@ -967,8 +973,8 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_att
     dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
     flash_tc_dq_kernel<HS><<<gq, TC_FWD_THREADS, smem_dq, s>>>(
         dqkv, dqkv_bf, Dv, dob, out_bf, qkv_bf, lse, t, c, nh, scale, scale2);
-    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, NULL, Dv, dob, out_bf, qkv_bf, lse,
-                                         t, c, nh, scale, scale2);
+    dkv<<<gk, TC_THREADS, smem_dkv, s>>>(dqkv, dqkv_bf, NULL, 0, NULL, 0, Dv, dob, out_bf, qkv_bf,
+                                         lse, t, c, nh, scale, scale2);
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1000,11 +1006,18 @@ static cudaError_t tc_backward_ds(cudaStream_t s, const struct gpt_cuda_attn_pla
         cuk_f32_to_bf16(s, dob, dout, B * T * C);
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
-    dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), p->bh);
-    dim3 gq((unsigned)gpt_flash_tc_q_tiles(T, HS), p->bh);
-    one<<<gk, TC_THREADS, smem1, s>>>(dqkv, dqkv_bf, NULL, 0, dsg, NULL, dob, out_bf, qkv_bf, lse,
-                                      t, c, nh, scale, scale2);
-    two<<<gq, TC_THREADS, smem2, s>>>(dqkv, dqkv_bf, dsg, qkv_bf, t, c, nh, scale);
+    /* chunks of (b, h) pairs whose tiles fit the reserve, one after the
+     * other on the stream: chunk n + 1's pass one overwrites the tiles
+     * only after chunk n's pass two has read them */
+    const unsigned chunk = (unsigned)gpt_flash_tc_ds_chunk(p->bh, t, HS);
+    for (unsigned bh0 = 0; bh0 < p->bh; bh0 += chunk) {
+        const unsigned n = p->bh - bh0 < chunk ? p->bh - bh0 : chunk;
+        dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), n),
+            gq((unsigned)gpt_flash_tc_q_tiles(T, HS), n);
+        one<<<gk, TC_THREADS, smem1, s>>>(dqkv, dqkv_bf, NULL, 0, dsg, (int)bh0, NULL, dob, out_bf,
+                                          qkv_bf, lse, t, c, nh, scale, scale2);
+        two<<<gq, TC_THREADS, smem2, s>>>(dqkv, dqkv_bf, dsg, (int)bh0, qkv_bf, t, c, nh, scale);
+    }
     tc_launches.fetch_add(1, std::memory_order_relaxed);
     return cudaSuccess;
 }
@@ -1020,7 +1033,8 @@ static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                size_t C, size_t NH)
 {
     const enum gpt_flash_bwd mode = tc_bwd_mode();
-    if (mode == GPT_FLASH_BWD_DS && dsg) /* else (its tiles too large) twopass */
+    /* ds, unless not one (b, h) pair's tiles fit the reserve: twopass */
+    if (mode == GPT_FLASH_BWD_DS && dsg && gpt_flash_tc_ds_chunk(p->bh, (int)T, HS) > 0)
         return tc_backward_ds<HS>(s, p, dqkv, dqkv_bf, dsg, dob, dob_in, dout, out_bf, qkv_bf, lse,
                                   B, T, C, NH);
     if (gpt_flash_tc_bwd_twopass(mode) || mode == GPT_FLASH_BWD_DS)
@@ -1130,14 +1144,14 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
 {
     const float *lse = att;
     float *Dv = scratch;
-    int t = (int)T, hs = (int)p->hs;
+    int hs = (int)p->hs;
     bool dob_in = dout_bf != NULL;
     uint16_t *dob =
         dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     /* the dS backward's tiles, where gpt_cuda_plan_att_floats made room */
     uint16_t *dsg = NULL;
-    if (gpt_flash_tc_applies(p->hs) && gpt_flash_tc_ds_fits(p->bh, t, p->hs)) {
+    if (gpt_flash_tc_applies(p->hs)) {
         const size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
         dsg = (uint16_t *)(scratch + gpt_flash_tc_ds_off(p->lse_floats, B * T * C, nsem));
     }
