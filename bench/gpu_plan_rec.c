@@ -768,6 +768,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
     struct rec_be *r = rec(be);
     struct gpt_cuda_attn_plan p;
     gpt_cuda_plan_attention(&p, B, T, C, NH, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+    p.tc = r->bf16; /* as cu_attn_plan */
     double bh = (double)(B * NH), hs = (double)p.hs, btc = (double)(B * T * C);
     if (p.kind == GPT_CUDA_ATTN_FLASH) {
         int qb = r->bf16 ? rec_in(r, qkv, B * T * 3 * C) : 0;
@@ -1088,9 +1089,9 @@ static int rec_set_precision(struct gpt_backend *be, int precision, uint64_t see
 static size_t rec_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
                              int scratch)
 {
-    (void)be;
     struct gpt_cuda_attn_plan p;
     gpt_cuda_plan_attention(&p, B, T, C, NH, REC_SMEM_OPTIN, GPT_CUDA_ATTN_FLASH);
+    p.tc = rec(be)->bf16; /* as cu_attn_plan */
     return gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
 }
 

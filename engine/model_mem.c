@@ -20,7 +20,8 @@
  * full (B, NH, T, T) on the CPU; on a GPU the flash plan's logsumexp (and
  * the backward's per-row state), nothing of size T x T, wherever the plan
  * takes flash. */
-static double mem_att_floats(int gpu, double B, double T, double C, double NH, int scratch)
+static double mem_att_floats(int gpu, int bf16, double B, double T, double C, double NH,
+                             int scratch)
 {
     double full = B * NH * T * T;
     if (!gpu || NH < 1 || C < 1 || T < 1 || B < 1 || (uint64_t)C % (uint64_t)NH != 0 ||
@@ -29,6 +30,7 @@ static double mem_att_floats(int gpu, double B, double T, double C, double NH, i
     struct gpt_cuda_attn_plan p;
     gpt_cuda_plan_attention(&p, (size_t)B, (size_t)T, (size_t)C, (size_t)NH, MEM_SMEM_MIN_OPTIN,
                             GPT_CUDA_ATTN_FLASH);
+    p.tc = bf16; /* as the backend's plan: the tensor-core backward's state in bf16 mode */
     return (double)gpt_cuda_plan_att_floats(&p, (size_t)B, (size_t)T, (size_t)C, (size_t)NH,
                                             scratch);
 }
@@ -60,8 +62,8 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     double P = emb + L * block + 2 * C;
 
     /* model_carve, buffer by buffer (each rounded to 16 floats). */
-    double BT = B * T, att = mem_att_floats(gpu, B, T, C, NH, 0);
-    double datt = mem_att_floats(gpu, B, T, C, NH, 1);
+    double BT = B * T, att = mem_att_floats(gpu, bf16, B, T, C, NH, 0);
+    double datt = mem_att_floats(gpu, bf16, B, T, C, NH, 1);
     double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
                           BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
     double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, datt};

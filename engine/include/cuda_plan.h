@@ -239,6 +239,10 @@ struct gpt_cuda_attn_plan {
     size_t smem_dq;
     size_t smem_dkv;
     size_t lse_floats; /* B*NH*T: logsumexp at att[0], D at scratch[0] */
+    /* 1 (gpt_cuda_plan_attention's default): the tensor-core backward may
+     * run, so the backward's scratch holds its state too; the backend
+     * clears it in fp32 mode, where only the CUDA-core kernels run. */
+    int tc;
 };
 
 /* Plans attention for (B, T, C, NH) on a device whose blocks may use up

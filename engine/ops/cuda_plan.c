@@ -145,6 +145,7 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
     p->kind = GPT_CUDA_ATTN_GEMM;
     p->why = "";
     p->hs = hs;
+    p->tc = 1;
     p->ld = 4 * ld4;
     p->q_tiles = (unsigned)((T + br - 1) / br);
     p->k_tiles = p->q_tiles;
@@ -398,7 +399,7 @@ size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, si
      * and the dS backward's tiles (at most GPT_FLASH_TC_DS_MAX bytes of
      * them; every part grows with B and T, so a smaller shape's scratch
      * fits in a larger one's). */
-    if (gpt_flash_tc_applies(p->hs)) {
+    if (p->tc && gpt_flash_tc_applies(p->hs)) {
         size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
         return gpt_flash_tc_ds_off(p->lse_floats, B * T * C, nsem) +
                gpt_flash_tc_ds_reserve(p->bh, (int)T, p->hs) / sizeof(float);

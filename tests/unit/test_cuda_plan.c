@@ -408,6 +408,10 @@ static void test_att_floats(void **state)
         assert_int_equal(gpt_flash_tc_ds_off(B * 12 * 1024, B * 1024 * 768, B * 12 * 16), ds_at);
         assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1),
                          ds_at + B * 12 * 136 * 64 * 64 / 2);
+        /* fp32 mode (the backend clears tc): the CUDA-core kernels' D only */
+        p.tc = 0;
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 1), B * 12 * 1024);
+        assert_int_equal(gpt_cuda_plan_att_floats(&p, B, 1024, 768, 12, 0), att);
         assert_true(att * 8 < B * 12 * 1024 * 1024);
         assert_true(att > prev); /* never grows when B shrinks */
         prev = att;

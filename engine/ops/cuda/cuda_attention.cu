@@ -810,7 +810,7 @@ static bool tc_backward_ok(const struct gpt_cuda_attn_plan *p, const float *dqkv
                            const uint16_t *dqkv_bf, const uint16_t *out_bf, const uint16_t *qkv_bf,
                            const uint16_t *dob)
 {
-    return qkv_bf && out_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) &&
+    return p->tc && qkv_bf && out_bf && gpt_flash_tc_applies(p->hs) && tc_aligned(qkv_bf, 16) &&
            tc_aligned(dqkv, 8) && tc_aligned(dqkv_bf, 4) && tc_aligned(out_bf, 16) &&
            tc_aligned(dob, 16) && p->q_tiles <= GPT_CUDA_MAX_GRID;
 }
@@ -1151,7 +1151,7 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
     /* the dS backward's tiles, where gpt_cuda_plan_att_floats made room */
     uint16_t *dsg = NULL;
-    if (gpt_flash_tc_applies(p->hs)) {
+    if (p->tc && gpt_flash_tc_applies(p->hs)) {
         const size_t nsem = (size_t)p->bh * gpt_flash_tc_q_tiles(T, p->hs);
         dsg = (uint16_t *)(scratch + gpt_flash_tc_ds_off(p->lse_floats, B * T * C, nsem));
     }

@@ -332,6 +332,7 @@ static void cu_attn_plan(const struct gpt_cuda_backend *cb, struct gpt_cuda_attn
                          size_t T, size_t C, size_t NH)
 {
     gpt_cuda_plan_attention(p, B, T, C, NH, cb->smem_optin, cb->attn_want);
+    p->tc = cb->bf16; /* fp32 mode: no tensor-core backward, no scratch for it */
 }
 
 static void cuda_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
