@@ -258,13 +258,15 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
 /* Floats the attention buffers need under plan p (from
  * gpt_cuda_plan_attention for the same shape): the forward's `att`
  * (scratch 0) and the backward's scratch (scratch 1). GEMM: B*NH*T*T for
- * both. FLASH: the logsumexp (lse_floats) and
- * the rows' dout . out (lse_floats; for head sizes the tensor-core kernels
- * take, followed at gpt_flash_tc_dob_off by a bf16 copy of dout,
- * ceil(B*T*C / 2) floats, and at gpt_flash_tc_sem_off by the fused
- * backward's dQ turn counters, B*NH*gpt_flash_tc_q_tiles ints, then its
- * block ticket, one int), nothing
- * of size T x T. */
+ * both. FLASH: the logsumexp (lse_floats) and the rows' dout . out
+ * (lse_floats); where p->tc and the head size is one the tensor-core
+ * kernels take, that is followed at gpt_flash_tc_dob_off by a bf16 copy
+ * of dout, ceil(B*T*C / 2) floats, at gpt_flash_tc_sem_off by the fused
+ * backward's dQ turn counters, B*NH*gpt_flash_tc_q_tiles ints, and its
+ * block ticket, one int, and at gpt_flash_tc_ds_off by the dS
+ * backward's tiles, gpt_flash_tc_ds_reserve bytes (at most 1 GiB: about
+ * T * T bytes a head, in whole 64-key tiles). Each part grows with B and
+ * with T, so a larger shape's buffers hold a smaller one's. */
 size_t gpt_cuda_plan_att_floats(const struct gpt_cuda_attn_plan *p, size_t B, size_t T, size_t C,
                                 size_t NH, int scratch);
 
