@@ -3,8 +3,11 @@
  * model_mem.c) against what the engine really allocates: gpt_model_init and
  * gpt_model_alloc_optim on the CPU backend for a few shapes; the sharding
  * modes divide what they should (full sharding's buffers as the shard
- * allocates them); absurd specs saturate instead of wrapping.
+ * allocates them); absurd specs saturate instead of wrapping; the
+ * activation slab holds every shape a forward may take, and a forward it
+ * could not hold is refused.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,12 +232,77 @@ static void test_full_shard_buffers(void **state)
     assert_int_equal(gpt_shard_buffer_count(unit, P), 2);
 }
 
+/* flash_att_floats in fp32 mode: no tensor-core backward state. */
+static size_t flash_att_floats_fp32(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                                    int scratch)
+{
+    (void)be;
+    struct gpt_cuda_attn_plan p;
+    gpt_cuda_plan_attention(&p, B, T, C, NH, (size_t)99 * 1024, GPT_CUDA_ATTN_FLASH);
+    p.tc = 0;
+    return gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
+}
+
+/* A backend whose attention buffers do not grow with B (here: larger
+ * for the smaller batch): the model must refuse the forward it has no
+ * room for, not write past its slab. */
+static size_t shrinking_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
+                                   int scratch)
+{
+    (void)be;
+    (void)C;
+    (void)scratch;
+    return B < 4 ? (size_t)1 << 22 : B * NH * T * T;
+}
+
+static void test_carve_bound(void **state)
+{
+    (void)state;
+    struct gpt_model_config cfg = {
+        .n_layer = 1, .n_head = 2, .n_embd = 32, .block_size = 16, .vocab_size = 64};
+    struct gpt_backend *be = NULL;
+    struct gpt_err err;
+    struct gpt_model m;
+    assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
+    struct gpt_backend_ops ops = *be->ops;
+    ops.att_floats = shrinking_att_floats;
+    be->ops = &ops;
+    assert_int_equal(gpt_model_init(&m, &cfg, be, 4, &err), 0);
+    gpt_model_init_weights(&m, 1);
+    int tok[4 * 16];
+    for (int i = 0; i < 4 * 16; i++)
+        tok[i] = i % 64;
+    float loss = 0;
+    assert_int_equal(gpt_model_forward(&m, tok, tok, 4, 16, &loss), 0);
+    assert_int_equal(gpt_model_forward(&m, tok, tok, 2, 16, &loss), -EOVERFLOW);
+    gpt_model_done(&m);
+    /* The flash plan in fp32 mode (gpt_cuda_plan_attention: the GEMM
+     * path's (B,NH,T,T) scores at T up to the head size, the logsumexp
+     * above it) with the block one past the head size, 16 heads of 64:
+     * at T 64 the scores need more than all T 65 saves; the model sizes
+     * its slab for both, so every T runs. */
+    ops.att_floats = flash_att_floats_fp32;
+    cfg.n_embd = 1024;
+    cfg.n_head = 16;
+    cfg.block_size = 65;
+    assert_int_equal(gpt_model_init(&m, &cfg, be, 4, &err), 0);
+    gpt_model_init_weights(&m, 1);
+    int tok65[4 * 65];
+    for (int i = 0; i < 4 * 65; i++)
+        tok65[i] = i % 64;
+    static const size_t Ts[] = {1, 33, 63, 64, 65};
+    for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++)
+        assert_int_equal(gpt_model_forward(&m, tok65, tok65, 4, Ts[i], &loss), 0);
+    gpt_model_done(&m);
+    gpt_backend_free(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_engine), cmocka_unit_test(test_gpu_flash),
         cmocka_unit_test(test_sharding),       cmocka_unit_test(test_full_shard_buffers),
-        cmocka_unit_test(test_saturates),
+        cmocka_unit_test(test_saturates),      cmocka_unit_test(test_carve_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
