@@ -147,16 +147,14 @@ static void variant_check(const char *tag, int how, const float *x, const float 
  * against the fused backward and the m16 forward. The 32-row forward
  * (GPTD_FLASH_FWD=m32), the split backward and the dS backward (the
  * default: the fused pass's dk, dv and dS^T tiles, its dQ shares summed
- * in a second pass in the same order with the same roundings) give their
- * bits; the two-pass backward sums dq over key tiles in another order
- * and takes D = dO . O in its dQ pass, and the k32 forward takes each
- * 64-key tile in two online-softmax steps: within 1e-3 of the largest
- * value (an fp32 ordering difference is ~1e-6; a wrong tile, mask or D is
- * 1e-2 and up; the H200 measured 1.0e-5 at most for the two-pass
- * backward); twopass4 gives twopass's bits. The wg forward and the wg
- * backward's two passes (wgmma, head size 64; other sizes run m16 and
- * twopass) sum each product's k steps in the tensor cores' own order:
- * within the same bound; with_wg 0 leaves them out (a fault in kernels
+ * in a second pass in the same order with the same roundings; again over
+ * chunks of 3 (b, h) pairs, as past its 1 GiB of tiles) give their bits; the two-pass backward sums
+ * dq over key tiles in another order and takes D = dO . O in its dQ pass, and the k32 forward takes
+ * each 64-key tile in two online-softmax steps: within 1e-3 of the largest value (an fp32 ordering
+ * difference is ~1e-6; a wrong tile, mask or D is 1e-2 and up; the H200 measured 1.0e-5 at most for
+ * the two-pass backward); twopass4 gives twopass's bits. The wg forward and the wg backward's two
+ * passes (wgmma, head size 64; other sizes run m16 and twopass) sum each product's k steps in the
+ * tensor cores' own order: within the same bound; with_wg 0 leaves them out (a fault in kernels
  * never yet run on a GPU must not cost the checks after them: only the
  * acceptance run's wg rows take them). The environment's choice is
  * restored after. */
@@ -178,15 +176,17 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
     static const struct {
         int bwd, fwd, fwd_how, bwd_how;
         const char *name;
-    } vs[] = {{GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M16, SAME, SAME, "fused, m16"},
-              {GPT_FLASH_BWD_SPLIT, GPT_FLASH_FWD_M16, SAME, SAME, "split"},
-              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M32, SAME, SAME, "m32 forward"},
-              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_K32, CLOSE, CLOSE, "k32 forward"},
-              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward"},
-              {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass"},
-              {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4"},
-              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward"},
-              {GPT_FLASH_BWD_DS, GPT_FLASH_FWD_M16, SAME, SAME, "ds"}};
+        size_t ds_chunk; /* the dS backward's heads per chunk (0: all) */
+    } vs[] = {{GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M16, SAME, SAME, "fused, m16", 0},
+              {GPT_FLASH_BWD_SPLIT, GPT_FLASH_FWD_M16, SAME, SAME, "split", 0},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_M32, SAME, SAME, "m32 forward", 0},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_K32, CLOSE, CLOSE, "k32 forward", 0},
+              {GPT_FLASH_BWD_FUSED, GPT_FLASH_FWD_WG, CLOSE, CLOSE, "wg forward", 0},
+              {GPT_FLASH_BWD_TWOPASS, GPT_FLASH_FWD_M16, SAME, CLOSE, "twopass", 0},
+              {GPT_FLASH_BWD_TWOPASS4, GPT_FLASH_FWD_M16, SAME, 2, "twopass4", 0},
+              {GPT_FLASH_BWD_WG, GPT_FLASH_FWD_M16, SAME, CLOSE, "wg backward", 0},
+              {GPT_FLASH_BWD_DS, GPT_FLASH_FWD_M16, SAME, SAME, "ds", 0},
+              {GPT_FLASH_BWD_DS, GPT_FLASH_FWD_M16, SAME, SAME, "ds in chunks of 3 heads", 3}};
     /* k -1: a pass that settles out's state (its first backward makes its
      * bf16 copy; from then on the forward writes it bf16 only, so every
      * download below converts the same way). */
@@ -194,6 +194,7 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
         if (k > 0 && !with_wg && (vs[k].bwd == GPT_FLASH_BWD_WG || vs[k].fwd == GPT_FLASH_FWD_WG))
             continue;
         gpt_cuda_flash_tc_set_variants(vs[k < 0 ? 0 : k].bwd, vs[k < 0 ? 0 : k].fwd);
+        gpt_cuda_flash_tc_set_ds_chunk(k < 0 ? 0 : vs[k].ds_chunk);
         gpt_backend_memzero(gpu, dqkv.g, nq * sizeof(float));
         gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
         gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
@@ -215,6 +216,7 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
             memcpy(d2, d, nq * sizeof(float));
     }
     gpt_cuda_flash_tc_set_variants(-1, -1);
+    gpt_cuda_flash_tc_set_ds_chunk(0);
     free(ro);
     free(rd);
     free(o);

@@ -891,6 +891,13 @@ extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
     tc_fwd_v.store(fwd, std::memory_order_relaxed);
 }
 
+static std::atomic<size_t> tc_ds_chunk_max{0}; /* tests: heads per dS chunk, 0 any */
+
+extern "C" void gpt_cuda_flash_tc_set_ds_chunk(size_t heads)
+{
+    tc_ds_chunk_max.store(heads, std::memory_order_relaxed);
+}
+
 /* The warpgroup kernels run: their code is loaded; else says once that
  * the wg variants run the defaults here. */
 static bool wg_ready(void)
@@ -1009,7 +1016,10 @@ static cudaError_t tc_backward_ds(cudaStream_t s, const struct gpt_cuda_attn_pla
     /* chunks of (b, h) pairs whose tiles fit the reserve, one after the
      * other on the stream: chunk n + 1's pass one overwrites the tiles
      * only after chunk n's pass two has read them */
-    const unsigned chunk = (unsigned)gpt_flash_tc_ds_chunk(p->bh, t, HS);
+    unsigned chunk = (unsigned)gpt_flash_tc_ds_chunk(p->bh, t, HS);
+    const size_t most = tc_ds_chunk_max.load(std::memory_order_relaxed); /* tests */
+    if (most > 0 && most < chunk)
+        chunk = (unsigned)most; /* fewer heads: less of the reserve */
     for (unsigned bh0 = 0; bh0 < p->bh; bh0 += chunk) {
         const unsigned n = p->bh - bh0 < chunk ? p->bh - bh0 : chunk;
         dim3 gk((unsigned)((T + TC_BR - 1) / TC_BR), n),

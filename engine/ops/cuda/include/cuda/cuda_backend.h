@@ -128,6 +128,10 @@ uint64_t gpt_cuda_flash_tc_launches(void);
  * again at the next launch. Not for use while kernels are being
  * launched from another thread. */
 void gpt_cuda_flash_tc_set_variants(int bwd, int fwd);
+/* For tests: at most `heads` (b, h) pairs per chunk of the dS backward
+ * (GPTD_FLASH_BWD=ds), as when their tiles pass the 1 GiB reserve; 0:
+ * as many as the reserve holds. The same caveat. */
+void gpt_cuda_flash_tc_set_ds_chunk(size_t heads);
 /* 1 when the driver loaded the sm_90a build of the attention kernels, so
  * GPTD_FLASH_FWD=wg runs the warpgroup (wgmma) forward; 0 and it runs the
  * default. Asked of the GPU once (a probe kernel and a synchronous copy
