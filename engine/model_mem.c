@@ -44,6 +44,24 @@ static double mem_round_up(double x, double to)
     return (r < q ? r + 1 : r) * to;
 }
 
+/* Bytes of model_carve's slab at (B, T), buffer by buffer (each rounded
+ * to 16 floats). */
+static double mem_slab(int gpu, int bf16, double L, double B, double T, double C, double NH,
+                       double Vp)
+{
+    double BT = B * T, att = mem_att_floats(gpu, bf16, B, T, C, NH, 0);
+    double datt = mem_att_floats(gpu, bf16, B, T, C, NH, 1);
+    double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
+                          BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
+    double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, datt};
+    double floats = 0;
+    for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)
+        floats += mem_round_up(L * per_layer[i], 16);
+    for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
+        floats += mem_round_up(once[i], 16);
+    return floats * sizeof(float);
+}
+
 static uint64_t mem_bytes(double x)
 {
     return x >= (double)GPT_MEM_HUGE ? GPT_MEM_HUGE : (uint64_t)x;
@@ -61,19 +79,15 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     double emb = Vp * C + T * C, block = 12 * C * C + 13 * C;
     double P = emb + L * block + 2 * C;
 
-    /* model_carve, buffer by buffer (each rounded to 16 floats). */
-    double BT = B * T, att = mem_att_floats(gpu, bf16, B, T, C, NH, 0);
-    double datt = mem_att_floats(gpu, bf16, B, T, C, NH, 1);
-    double per_layer[] = {BT * C, BT, BT, BT * 3 * C, BT * C,     att,   BT * C,
-                          BT * C, BT, BT, BT * 4 * C, BT * 4 * C, BT * C};
-    double once[] = {BT * C, BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C, datt};
-    double acts = 0;
-    for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)
-        acts += mem_round_up(L * per_layer[i], 16);
-    for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
-        acts += mem_round_up(once[i], 16);
-    double slab = acts * f;             /* one allocation (model_alloc) */
-    acts = slab + 2 * BT * sizeof(int); /* tokens, targets */
+    /* model_alloc's slab: the larger of model_carve at block_size and at
+     * the head size (where the GEMM path's scores peak). */
+    double BT = B * T, hs = NH >= 1 ? C / NH : C;
+    double slab = mem_slab(gpu, bf16, L, B, T, C, NH, Vp);
+    if (hs < T) {
+        double at_hs = mem_slab(gpu, bf16, L, B, hs, C, NH, Vp);
+        slab = at_hs > slab ? at_hs : slab;
+    }
+    double acts = slab + 2 * BT * sizeof(int); /* tokens, targets */
 
     /* trainer.c: host batch buffers, the host copy of the logits, the
      * model's host losses. */

@@ -290,6 +290,9 @@ static void test_carve_bound(void **state)
     int tok65[4 * 65];
     for (int i = 0; i < 4 * 65; i++)
         tok65[i] = i % 64;
+    struct gpt_model_mem est; /* the estimate sizes the slab the same way */
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 1, 1, 0, &est);
+    assert_true((double)est.acts >= (double)m.act_bytes);
     static const size_t Ts[] = {1, 33, 63, 64, 65};
     for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++)
         assert_int_equal(gpt_model_forward(&m, tok65, tok65, 4, Ts[i], &loss), 0);
