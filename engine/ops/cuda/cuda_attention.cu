@@ -573,19 +573,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
         if (threadIdx.x == 0)
             tc_st_release(cnt + qt, turn + 1);
     }
-    const int rows[2] = {ja, jb};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T)
-            continue;
-        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            tc_store2(dqkv, dqkv_bf, at + C + n * 8, dk[n][2 * r] * scale,
-                      dk[n][2 * r + 1] * scale);
-            tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[n][2 * r], dv[n][2 * r + 1]);
-        }
-    }
+    tc_store_dkv<HS>(dqkv, dqkv_bf, &dk[0][0], &dv[0][0], (size_t)b * T, ja, T, ld3, C, h, scale);
 }
 
 /* ---- tensor-core backward, the dS backward's dQ pass -------------------------------
@@ -652,16 +640,9 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
         __syncthreads(); /* this stage consumed before it is refilled */
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = i0 + mb * 16 + lane / 4 + 8 * r;
-        if (i >= T)
-            continue;
-        const size_t at = ((size_t)b * T + i) * ld3 + (size_t)h * HS + cb * DC + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < DC / 8; n++)
-            tc_store2(dqkv, dqkv_bf, at + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
-    }
+    /* already scaled: times 1, exactly */
+    tc_store_dq<HS, DC>(dqkv, dqkv_bf, &acc[0][0], (size_t)b * T, i0 + mb * 16 + lane / 4, T, ld3,
+                        h, 1.0f, cb * DC);
 }
 
 /* ---- tensor-core backward, two passes: dQ -----------------------------------------

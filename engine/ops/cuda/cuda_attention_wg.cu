@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(128, 3)
      * dQ turns here to order them otherwise), so the last blocks of the
      * grid are its lightest. */
     const int kb = blockIdx.x, k0 = kb * TC_BR;
-    const int t = threadIdx.x, lane = t % FA_WARP;
+    const int t = threadIdx.x;
     const size_t ld3 = 3 * (size_t)C;
     const uint16_t *gq = qkv + (size_t)b * T * ld3 + (size_t)h * HS, *gk = gq + C, *gv = gq + 2 * C;
     const uint16_t *gdo = dob + (size_t)b * T * C + (size_t)h * HS;
@@ -543,20 +543,7 @@ __global__ void __launch_bounds__(128, 3)
         }
         __syncthreads(); /* this stage, its lse2 and D consumed before they are refilled */
     }
-    const int rows[2] = {ja, jb};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (rows[r] >= T)
-            continue;
-        const size_t at = ((size_t)b * T + rows[r]) * ld3 + (size_t)h * HS + 2 * (lane % 4);
-#pragma unroll
-        for (int n = 0; n < HS / 8; n++) {
-            tc_store2(dqkv, dqkv_bf, at + C + n * 8, dk[4 * n + 2 * r] * scale,
-                      dk[4 * n + 2 * r + 1] * scale);
-            tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[4 * n + 2 * r],
-                      dv[4 * n + 2 * r + 1]);
-        }
-    }
+    tc_store_dkv<HS>(dqkv, dqkv_bf, dk, dv, (size_t)b * T, ja, T, ld3, C, h, scale);
 #else
     (void)dqkv, (void)dqkv_bf, (void)Dg, (void)dob, (void)qkv, (void)lse, (void)T, (void)C;
     (void)NH, (void)scale, (void)scale2;

@@ -294,11 +294,12 @@ __device__ __forceinline__ void tc_dq_rows(float dr[2], float lr[2], float *Dg, 
 /* A dQ pass's rows ia and ia + 8 (those below T) into dq's columns of
  * head h (rows b T + i of dqkv, row stride ld3), times scale: acc holds
  * the lane's accumulators, 8-column block n at acc[4 n ..] (the mma and
- * the wgmma layouts alike: rows ia, ib in elements 0, 1 and 2, 3). */
-template <int HS>
+ * the wgmma layouts alike: rows ia, ib in elements 0, 1 and 2, 3). NC
+ * columns from the head's column c0 (a warp's share of them). */
+template <int HS, int NC = HS>
 __device__ __forceinline__ void tc_store_dq(float *dqkv, uint16_t *dqkv_bf, const float *acc,
                                             size_t row0, int ia, int T, size_t ld3, int h,
-                                            float scale)
+                                            float scale, int c0 = 0)
 {
     const int lane = threadIdx.x % FA_WARP;
 #pragma unroll
@@ -306,11 +307,36 @@ __device__ __forceinline__ void tc_store_dq(float *dqkv, uint16_t *dqkv_bf, cons
         const int row = ia + 8 * r;
         if (row >= T)
             continue;
-        const size_t at = (row0 + row) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+        const size_t at = (row0 + row) * ld3 + (size_t)h * HS + c0 + 2 * (lane % 4);
 #pragma unroll
-        for (int n = 0; n < HS / 8; n++)
+        for (int n = 0; n < NC / 8; n++)
             tc_store2(dqkv, dqkv_bf, at + n * 8, acc[4 * n + 2 * r] * scale,
                       acc[4 * n + 2 * r + 1] * scale);
+    }
+}
+
+/* A dK/dV pass's key rows ja and ja + 8 (those below T) into dk (times
+ * scale) and dv, head h's columns, as tc_store_dq lays the
+ * accumulators out. */
+template <int HS>
+__device__ __forceinline__ void tc_store_dkv(float *dqkv, uint16_t *dqkv_bf, const float *dk,
+                                             const float *dv, size_t row0, int ja, int T,
+                                             size_t ld3, int C, int h, float scale)
+{
+    const int lane = threadIdx.x % FA_WARP;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = ja + 8 * r;
+        if (row >= T)
+            continue;
+        const size_t at = (row0 + row) * ld3 + (size_t)h * HS + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < HS / 8; n++) {
+            tc_store2(dqkv, dqkv_bf, at + C + n * 8, dk[4 * n + 2 * r] * scale,
+                      dk[4 * n + 2 * r + 1] * scale);
+            tc_store2(dqkv, dqkv_bf, at + 2 * (size_t)C + n * 8, dv[4 * n + 2 * r],
+                      dv[4 * n + 2 * r + 1]);
+        }
     }
 }
 
