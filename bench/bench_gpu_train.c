@@ -14,8 +14,9 @@
  * trainer.precision: bf16), tf32 (fp32 buffers, TF32 tensor cores) or fp32
  * (full fp32), all with the fused flash attention where the plan allows
  * it (it does for GPT-2: head size 64). Prints one JSON line per mode
- * (tokens/s, ms/step, achieved TFLOP/s, MFU against the H200's dense bf16
- * rate of 989 TFLOP/s, peak device memory of the backend, the last loss
+ * (tokens/s, ms/step, achieved TFLOP/s, MFU on llm.c's count over the
+ * device's dense peak for the mode from peak.h's table, "mfu": null for a
+ * device the table lacks; peak device memory of the backend, the last loss
  * and step 2's: after one update, where backward variants that sum in
  * another order still agree closely), then
  * a short table. Exits 77 when there is no GPU (or when built without
@@ -35,6 +36,7 @@
 #include "gpu_plan_rec.h"
 #include "model.h"
 #include "optim.h"
+#include "peak.h"
 #include "rng.h"
 
 /* The attention kernels' variants this process runs, as the CUDA backend
@@ -152,11 +154,9 @@ static int plan_main(size_t B, size_t T, const char *mode)
     }
     free(x);
     free(y);
-    /* Model FLOPs per step, llm.c's count. */
-    /* N as the model counts it (no wpe, no vocabulary padding): its
-     * nanoGPT estimate is 6 N + 12 L C T. */
-    double n_params = (gpt_model_flops_per_token(&m, T) - 12.0 * 12 * 768 * (double)T) / 6.0;
-    double model_flops = gpt_cuda_model_flops_per_token(n_params, 12, 768, T) * (double)BT;
+    /* Model FLOPs per step, llm.c's count (model.h). */
+    double n_params = (double)m.n_params;
+    double model_flops = gpt_model_flops_per_token(&m, T) * (double)BT;
     size_t grad_bytes = m.n_params * sizeof(float);
     gpt_model_done(&m);
     size_t nk;
@@ -417,17 +417,44 @@ int main(int argc, char **argv)
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
 
-#define PEAK_FLOPS 989e12 /* H200 SXM dense bf16 */
-#define WARMUP     2
+#define WARMUP 2
 
 #define MAX_MODES 3
 
 struct bench_row {
     const char *mode;
     const char *attn;
-    double ms, tokens_s, tflops, mfu, peak_gib;
+    double ms, tokens_s, tflops, mfu, peak_gib; /* mfu NAN: the device's peak is unknown */
     float loss;
 };
+
+/* v with `digits` decimals, or null where it is not finite: a JSON
+ * number. */
+static const char *json_num(char *buf, size_t cap, int digits, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, cap, "%.*f", digits, v);
+    return buf;
+}
+
+/* The device's dense peak for `mode` (peak.h's table), NAN when the table
+ * lacks the device; its name and capability to *gpu. */
+static double mode_peak(struct gpt_backend *be, const char *mode, char *gpu, size_t cap)
+{
+    int cc = 0;
+    if (gpt_backend_device_info(be, gpu, cap, &cc) < 0) {
+        snprintf(gpu, cap, "?");
+        return NAN;
+    }
+    const struct gpt_device_peak *p = gpt_peak_device_find(gpu, cc);
+    size_t n = strlen(gpu);
+    snprintf(gpu + n, cap - n, " (cc %d.%d)", cc / 10, cc % 10);
+    enum gpt_peak_math math = strcmp(mode, "bf16") == 0   ? GPT_PEAK_BF16
+                              : strcmp(mode, "tf32") == 0 ? GPT_PEAK_TF32
+                                                          : GPT_PEAK_FP32;
+    return p ? p->flops[math] : NAN;
+}
 
 /* One profiled step's time by backend op (gpt_cuda_backend_profile_*),
  * summed over the op's calls, and by the cost model's class. */
@@ -581,23 +608,27 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         goto out;
     }
     double step_s = total / steps;
-    double flops = gpt_model_flops_per_token(&m, T) * (double)BT;
+    double flops = gpt_model_flops_per_token(&m, T) * (double)BT; /* llm.c's count */
+    char gpu[300];
+    double peak_flops = mode_peak(be, mode, gpu, sizeof(gpu));
     *row = (struct bench_row){mode,
                               plan.kind == GPT_CUDA_ATTN_FLASH ? "flash" : "gemm",
                               step_s * 1e3,
                               (double)BT / step_s,
                               flops / step_s / 1e12,
-                              flops / step_s / PEAK_FLOPS,
+                              flops / step_s / peak_flops,
                               (double)peak / (double)(1ull << 30),
                               loss};
+    char mfu_s[32], peak_s[32];
     printf("{\"bench\":\"gpu_train\",\"model\":\"gpt2-124M\",\"mode\":\"%s\",\"attention\":"
            "\"%s\",\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"batch\":%zu,"
            "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
-           "\"mfu_vs_989\":%.4f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"loss_step2\":%.9g,"
-           "\"host_syncs_per_step\":%llu}\n",
+           "\"mfu\":%s,\"peak_tflops\":%s,\"gpu\":\"%s\",\"peak_mem_gib\":%.2f,"
+           "\"loss\":%.4f,\"loss_step2\":%.9g,\"host_syncs_per_step\":%llu}\n",
            row->mode, row->attn, flash_bwd_name(B, T), flash_fwd_name(), B, T, steps, row->ms,
-           row->tokens_s, row->tflops, row->mfu, row->peak_gib, (double)loss, (double)loss2,
-           (unsigned long long)max_syncs);
+           row->tokens_s, row->tflops, json_num(mfu_s, sizeof(mfu_s), 4, row->mfu),
+           json_num(peak_s, sizeof(peak_s), 1, peak_flops / 1e12), gpu, row->peak_gib,
+           (double)loss, (double)loss2, (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",
@@ -685,7 +716,8 @@ static int gpu_main(int argc, char **argv)
             printf("%-5s %-6s %10.1f %12.0f %9.1f %7.2f%% %10.2f %8.4f\n", rows[i].mode,
                    rows[i].attn, rows[i].ms, rows[i].tokens_s, rows[i].tflops, rows[i].mfu * 100.0,
                    rows[i].peak_gib, (double)rows[i].loss);
-    printf("MFU is against 989 TFLOP/s (H200 dense bf16).\n");
+    printf("MFU: llm.c's count (6N + 6LCT per token) over the device's dense peak for the "
+           "mode (nan: a device the peak table lacks).\n");
     return ok == n_modes ? 0 : 1;
 }
 

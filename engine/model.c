@@ -568,12 +568,12 @@ void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off,
 
 double gpt_model_flops_per_token(const struct gpt_model *m, size_t T)
 {
-    /* nanoGPT's estimate_mfu: 6N + 12 L C T per token for forward plus
-     * backward, N the parameters without wpe and without the vocab padding. */
-    size_t C = (size_t)m->cfg.n_embd;
-    double N = (double)m->n_params - (double)m->tensors[T_WPE].count -
-               (double)(m->Vp - (size_t)m->cfg.vocab_size) * (double)C;
-    return 6.0 * N + 12.0 * m->cfg.n_layer * (double)C * (double)T;
+    /* llm.c's count: 6 per parameter per token (forward 2, backward 4),
+     * every trained parameter, and 6 L C T for attention's two products
+     * over the causal half (forward 2 x 2 L C T / 2, backward twice
+     * that). */
+    return 6.0 * (double)m->n_params +
+           6.0 * (double)m->cfg.n_layer * (double)m->cfg.n_embd * (double)T;
 }
 
 /* Where a forward with targets puts its loss: with `acc` NULL the row

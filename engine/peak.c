@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double peak_now_s(void)
@@ -43,4 +44,35 @@ out:
     free(b);
     free(c);
     return best;
+}
+
+/* Dense peaks from NVIDIA's datasheets (bf16 and TF32 tensor cores
+ * without sparsity, fp32 on the CUDA cores), FLOP/s. Rows that share a
+ * part of their names come most specific first. */
+static const struct gpt_device_peak peak_devices[] = {
+    {"H100 PCIe", 90, {756e12, 378e12, 51.2e12}},
+    {"H100 NVL", 90, {835e12, 418e12, 60e12}},
+    {"H200 NVL", 90, {835e12, 418e12, 60e12}},
+    {"GH200", 90, {989e12, 494.7e12, 66.9e12}},
+    {"H100", 90, {989e12, 494.7e12, 66.9e12}}, /* SXM5 ("H100 80GB HBM3") */
+    {"H200", 90, {989e12, 494.7e12, 66.9e12}}, /* SXM */
+    {"A100", 80, {312e12, 156e12, 19.5e12}}, /* SXM4 and PCIe alike */
+    {"L40S", 89, {362e12, 183e12, 91.6e12}},
+    {"B200", 100, {2250e12, 1100e12, 80e12}}, /* HGX, 1000 W */
+};
+
+const struct gpt_device_peak *gpt_peak_device_find(const char *name, int cc)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof(peak_devices) / sizeof(peak_devices[0]); i++)
+        if (peak_devices[i].cc == cc && strstr(name, peak_devices[i].name))
+            return &peak_devices[i];
+    return NULL;
+}
+
+const char *gpt_peak_math_name(enum gpt_peak_math m)
+{
+    static const char *const names[GPT_PEAK_MATH_COUNT] = {"bf16", "tf32", "fp32"};
+    return (unsigned)m < GPT_PEAK_MATH_COUNT ? names[m] : "?";
 }

@@ -52,14 +52,35 @@ static int64_t plan_max_steps(const struct trainer *t)
     return steps;
 }
 
-/* Peak FLOP/s of one rank for MFU: configured, or measured once with
- * sgemm on the model's largest matrix shape. */
+/* Peak FLOP/s of one rank for MFU: configured; on a device, the peak
+ * table's for the math the job's precision runs (a device the table lacks
+ * gets NAN, and an event that says so, not an MFU of 0); on the CPU,
+ * measured once with sgemm on the model's largest matrix shape. */
 static double measure_peak(struct trainer *t)
 {
-    if (t->job->trainer.peak_gflops > 0)
-        return t->job->trainer.peak_gflops * 1e9;
+    const struct gpt_trainer_spec *ts = &t->job->trainer;
+    if (ts->peak_gflops > 0)
+        return ts->peak_gflops * 1e9;
+    char name[256];
+    int cc = 0;
+    if (gpt_backend_device_info(t->be, name, sizeof(name), &cc) == 0) {
+        enum gpt_peak_math math = t->bf16     ? GPT_PEAK_BF16
+                                  : ts->tf32 ? GPT_PEAK_TF32
+                                             : GPT_PEAK_FP32;
+        const struct gpt_device_peak *p = gpt_peak_device_find(name, cc);
+        if (!p) {
+            emit_event(t, "peak",
+                       "MFU unknown: no peak for %s (compute capability %d.%d) in the device "
+                       "table; set trainer.peak_gflops",
+                       name, cc / 10, cc % 10);
+            return NAN;
+        }
+        emit_event(t, "peak", "MFU over %s (compute capability %d.%d): %s dense peak %.0f TFLOP/s",
+                   name, cc / 10, cc % 10, gpt_peak_math_name(math), p->flops[math] / 1e12);
+        return p->flops[math];
+    }
     if (strcmp(t->be->name, "cpu") != 0)
-        return 0; /* GPU peaks come from the device table, or the job */
+        return NAN; /* a backend that names no device has no known peak */
     return gpt_peak_sgemm_flops(t->B * t->T, (size_t)t->model.cfg.n_embd,
                                 4 * (size_t)t->model.cfg.n_embd, 0.1);
 }
@@ -97,6 +118,7 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     if (rc < 0 && rc != -ENOTSUP)
         return gpt_err_set(err, rc, "trainer.precision", "backend %s: precision not supported",
                            t->be->name);
+    t->bf16 = rc == 0 && job->trainer.precision != GPT_PREC_FP32;
     rc = gpt_dataset_open_checked(&job->data, (size_t)job->model.block_size, job->trainer.seed,
                                   t->opts->data_policy, &t->ds, err);
     if (rc < 0)
@@ -461,7 +483,8 @@ static void fill_metric(struct trainer *t, struct gpt_metric *m, double loss, do
     m->tokens_per_s = dt_s > 0 ? tokens / dt_s : 0;
     m->ms_per_step = steps_in_dt > 0 ? dt_s * 1e3 / (double)steps_in_dt : 0;
     double flops = gpt_model_flops_per_token(&t->model, t->T) * m->tokens_per_s;
-    m->mfu = t->peak_flops > 0 ? flops / (t->peak_flops * t->world) : 0;
+    /* NAN (left out of the record) where the peak is unknown */
+    m->mfu = t->peak_flops > 0 ? flops / (t->peak_flops * t->world) : NAN;
     m->eta_s = m->max_steps > 0 ? (double)(m->max_steps - m->step) * m->ms_per_step / 1e3 : 0;
     m->tokens = t->st.tokens;
     m->world_size = t->world;

@@ -241,7 +241,8 @@ const struct jobspec_entry jobspec_entries[] = {
      .min = 0,
      .max = 1e9,
      .def_d = 0,
-     .help = "Peak GFLOP/s of one worker, the denominator of MFU; 0 = measured at start-up."},
+     .help = "Peak GFLOP/s of one worker, the denominator of MFU; 0 = measured at start-up on a"
+             " CPU, the device table's dense peak on a GPU (MFU unknown for a GPU it lacks)."},
 
     {.path = "optimizer.lr",
      .type = JOBSPEC_DOUBLE,

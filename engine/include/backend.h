@@ -243,6 +243,12 @@ struct gpt_backend_ops {
      * address (cuda): host code reaches them only through upload and
      * download (gpt_backend_device_memory). */
     int device_memory;
+
+    /* Optional (GPU backends): the device's name as it reports it
+     * (NUL-terminated, truncated to cap) and its compute capability as
+     * major * 10 + minor, for the peak table (peak.h). 0 or a negative
+     * error. Owner thread; does not block. */
+    int (*device_info)(struct gpt_backend *be, char *name, size_t cap, int *ret_cc);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -363,6 +369,9 @@ int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t se
  * nothing set) for on != 0 on a backend whose ops always accumulate.
  * Owner thread, between ops. */
 int gpt_backend_set_grad_assign(struct gpt_backend *be, int on);
+/* ops->device_info: 0 and the device's name and compute capability, or
+ * -ENOTSUP on a backend without a device (cpu). */
+int gpt_backend_device_info(struct gpt_backend *be, char *name, size_t cap, int *ret_cc);
 /* Size of attention's att (scratch 0) or backward scratch (1), in floats:
  * ops->att_floats, or B*NH*T*T without the slot. */
 size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,

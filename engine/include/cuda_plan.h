@@ -475,8 +475,5 @@ double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k);
  * flash kernels do, including the masked half of the diagonal tiles.
  * own_is_query as in gpt_cuda_plan_flash_span. */
 double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query);
-/* Model FLOPs per token as llm.c counts them: 6 N + 6 L C T, with N the
- * parameters without the position table and the vocabulary padding. */
-double gpt_cuda_model_flops_per_token(double n_params, size_t L, size_t C, size_t T);
 
 #endif

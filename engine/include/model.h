@@ -215,8 +215,12 @@ void gpt_model_zero_grad_deferred(struct gpt_model *m);
 /* Span of block `layer` (0..L-1) in the flat layout. */
 void gpt_model_block_span(const struct gpt_model *m, int layer, size_t *ret_off, size_t *ret_count);
 
-/* Forward FLOPs per token (6N + attention, as in the PaLM/nanoGPT MFU
- * estimate) times 3 for forward+backward: the model FLOPs of one token. */
+/* Model FLOPs of one token, forward plus backward, as llm.c counts them:
+ * 6 N + 6 L C T, N every trained parameter (wpe and the padded vocabulary
+ * rows included): 803,478,528 for GPT-2 124M at T 1024. The one count
+ * behind every FLOPs and MFU figure: the trainer's mfu metric (and so
+ * /metrics and the dashboard), bench_gpu_train and its cost model. Works
+ * on a gpt_model_layout model. Pure. */
 double gpt_model_flops_per_token(const struct gpt_model *m, size_t T);
 
 #endif

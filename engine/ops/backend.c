@@ -346,6 +346,14 @@ int gpt_backend_set_grad_assign(struct gpt_backend *be, int on)
     return 0;
 }
 
+int gpt_backend_device_info(struct gpt_backend *be, char *name, size_t cap, int *ret_cc)
+{
+    GPT_ASSERT(be && be->ops && name && cap > 0 && ret_cc);
+    if (!be->ops->device_info)
+        return -ENOTSUP;
+    return be->ops->device_info(be, name, cap, ret_cc);
+}
+
 size_t gpt_backend_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t C, size_t NH,
                               int scratch)
 {

@@ -438,8 +438,3 @@ double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query)
     }
     return pairs;
 }
-
-double gpt_cuda_model_flops_per_token(double n_params, size_t L, size_t C, size_t T)
-{
-    return 6.0 * n_params + 6.0 * (double)L * (double)C * (double)T;
-}

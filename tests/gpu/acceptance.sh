@@ -182,7 +182,7 @@ for B in 16 32; do
     echo "$MEAS" >>"$OUT/bench.jsonl"
     echo "$PLAN" >>"$OUT/plan.jsonl"
     ms=$(num ms_per_step "$MEAS")
-    mfu=$(num mfu_vs_989 "$MEAS")
+    mfu=$(num mfu "$MEAS")
     syncs=$(num host_syncs_per_step "$MEAS")
     gib=$(num peak_mem_gib "$MEAS")
     pms=$(num predicted_ms_per_step "$PLAN")

@@ -104,9 +104,24 @@ static void test_layout(void **state)
     assert_int_equal(c0, c1);
     assert_int_equal(o1 + c1 + 2 * C, m->n_params);
     assert_true(m->act_bytes > 0);
-    /* 6N + 12 L C T, N without wpe and padding. */
-    double n_nonemb = (double)m->n_params - 8.0 * C - (double)(m->Vp - 11) * C;
-    assert_true(fabs(gpt_model_flops_per_token(m, 8) - (6 * n_nonemb + 12.0 * L * C * 8)) < 1e-6);
+    /* llm.c's count: 6 N + 6 L C T, N every parameter. */
+    assert_true(gpt_model_flops_per_token(m, 8) == 6.0 * (double)m->n_params + 6.0 * L * C * 8);
+}
+
+/* The count behind every MFU figure, pinned at GPT-2 124M, T 1024: N =
+ * 124,475,904 (wpe and the vocabulary padded to 50,304 included), so 6 N
+ * + 6 L C T = 803,478,528 FLOPs per token, llm.c's figure. */
+static void test_flops_gpt2_124m(void **state)
+{
+    (void)state;
+    struct gpt_model m;
+    struct gpt_err err;
+    struct gpt_model_config c = {
+        .vocab_size = 50257, .block_size = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
+    assert_int_equal(gpt_model_layout(&m, &c, &err), 0);
+    assert_int_equal(m.Vp, 50304);
+    assert_int_equal(m.n_params, 124475904);
+    assert_true(gpt_model_flops_per_token(&m, 1024) == 803478528.0);
 }
 
 static void test_config_validation(void **state)
@@ -609,6 +624,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_flops_gpt2_124m),
         cmocka_unit_test(test_config_validation),
         cmocka_unit_test(test_init_weights),
         cmocka_unit_test(test_model_gradcheck),

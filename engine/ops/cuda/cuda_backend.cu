@@ -885,6 +885,20 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     return 0;
 }
 
+static int cuda_device_info(struct gpt_backend *be, char *name, size_t cap, int *ret_cc)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, cb->device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -GPT_E_CUDA;
+    }
+    snprintf(name, cap, "%s", prop.name);
+    *ret_cc = prop.major * 10 + prop.minor;
+    return 0;
+}
+
 static const struct gpt_backend_ops cuda_ops = {
     /* .name = */ "cuda",
     /* .destroy = */ cuda_destroy,
@@ -922,6 +936,7 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .adamw_multi_clip = */ cuda_adamw_multi_clip,
     /* .grads_assign = */ 1,
     /* .device_memory = */ 1,
+    /* .device_info = */ cuda_device_info,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
