@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpt_atomic_file.h"
 #include "gptctl.h"
 
 #define PLOT_JOBS_MAX 16
@@ -368,11 +369,14 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     for (int i = 0; i < n && rc == 0; i++)
         rc = plot_fetch(c, &jobs[i]);
     if (rc == 0) {
-        /* Written beside the target and renamed: a failed plot leaves no
-         * half file, and a symlink at the name is replaced, not followed. */
-        char tmp[4096];
-        int k = snprintf(tmp, sizeof(tmp), "%s.tmp.%d", out, (int)getpid());
-        FILE *f = k > 0 && (size_t)k < sizeof(tmp) ? fopen(tmp, "wx") : NULL;
+        /* Built in memory, then written beside the target and renamed
+         * (gpt_atomic_file): a failed plot leaves no half file, and a
+         * symlink at the name is replaced, not followed. */
+        char *svg = NULL;
+        size_t svg_len = 0;
+        struct gpt_atomic_file af = {.fd = -1};
+        struct gpt_err err;
+        FILE *f = open_memstream(&svg, &svg_len);
         if (!f) {
             fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
             rc = EXIT_FAIL;
@@ -382,13 +386,15 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                 fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
                 rc = EXIT_FAIL;
             }
-            if (rc == 0 && rename(tmp, out) != 0) {
-                fprintf(stderr, "%s: %s: %s\n", ctl_prog, out, strerror(errno));
-                rc = EXIT_FAIL;
-            }
-            if (rc != 0)
-                unlink(tmp);
         }
+        if (rc == 0 && (gpt_atomic_file_open(&af, out, NULL, 0644, &err) < 0 ||
+                        gpt_atomic_file_write(&af, svg, svg_len, &err) < 0 ||
+                        gpt_atomic_file_commit(&af, &err) < 0)) {
+            fprintf(stderr, "%s: %s\n", ctl_prog, err.msg);
+            rc = EXIT_FAIL;
+        }
+        gpt_atomic_file_abort(&af);
+        free(svg);
         if (rc == 0 && !c->json)
             for (int i = 0; i < n; i++)
                 printf("%s: job %lld: %zu train, %zu validation, %zu learning-rate points\n", out,

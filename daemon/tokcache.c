@@ -29,6 +29,7 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
+#include "gpt_atomic_file.h"
 #include "gpt_file.h"
 #include "paths.h"
 #include "prompt_ids.h"
@@ -291,51 +292,28 @@ static void tokc_prune(const char *dir)
     free(ents);
 }
 
-/* Writes a cache file (temporary name, fsync, rename). */
+/* Writes a cache file (a gpt_atomic_file: temporary name, fsync, rename). */
 static int tokc_store(const struct tokcache *tc, const char *path, const unsigned char sha[32],
                       const uint16_t *ids, size_t n)
 {
-    int mk = gpt_mkdirs(tc->cache_dir, 0700);
-    if (mk < 0)
-        return mk;
-    char tmp[PATH_MAX];
-    int k = snprintf(tmp, sizeof(tmp), "%s/.tmp-XXXXXX", tc->cache_dir);
-    if (k < 0 || (size_t)k >= sizeof(tmp))
-        return -ENAMETOOLONG;
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+    int rc = gpt_mkdirs(tc->cache_dir, 0700);
+    if (rc < 0)
+        return rc;
     unsigned char h[TOKC_HEADER_BYTES], t[4];
     tokc_header(tc, sha, n, h);
     uint32_t crc = tokc_crc(tokc_crc(0, h, sizeof(h)), ids, 2 * n);
     for (int i = 0; i < 4; i++)
         t[i] = (unsigned char)(crc >> (8 * i));
-    const struct {
-        const void *p;
-        size_t n;
-    } parts[3] = {{h, sizeof(h)}, {ids, 2 * n}, {t, 4}};
-    int rc = fchmod(fd, 0600) < 0 ? -errno : 0;
-    for (int p = 0; rc == 0 && p < 3; p++) {
-        const char *q = parts[p].p;
-        size_t left = parts[p].n;
-        while (rc == 0 && left > 0) {
-            ssize_t w = write(fd, q, left);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0)
-                rc = -errno;
-            else
-                q += w, left -= (size_t)w;
-        }
+    struct gpt_atomic_file f;
+    if ((rc = gpt_atomic_file_open(&f, path, ".tmp-", 0600, NULL)) < 0)
+        return rc;
+    if ((rc = gpt_atomic_file_write(&f, h, sizeof(h), NULL)) < 0 ||
+        (rc = gpt_atomic_file_write(&f, ids, 2 * n, NULL)) < 0 ||
+        (rc = gpt_atomic_file_write(&f, t, sizeof(t), NULL)) < 0) {
+        gpt_atomic_file_abort(&f);
+        return rc;
     }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc < 0)
-        unlink(tmp);
-    else
+    if ((rc = gpt_atomic_file_commit(&f, NULL)) == 0)
         tokc_prune(tc->cache_dir);
     return rc;
 }

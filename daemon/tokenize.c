@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "gpt_atomic_file.h"
 #include "monotime.h"
 #include "tok.h"
 #include "tokenize.h"
@@ -82,10 +83,9 @@ struct tz_writer {
     const char *prefix, *split;
     uint64_t cap;   /* tokens per shard */
     int index;      /* of the shard being written */
-    int fd;         /* -1 when none is open */
     uint64_t count; /* tokens in the open shard */
     uint64_t total;
-    char tmp[PATH_MAX];
+    struct gpt_atomic_file f; /* f.fd is -1 when no shard is open */
     uint16_t buf[32768];
     size_t nbuf;
 };
@@ -137,51 +137,36 @@ static int tz_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *ret)
 
 static int tz_writer_flush(struct tz_writer *w)
 {
-    size_t off = 0, n = w->nbuf * sizeof(uint16_t);
-    const char *p = (const char *)w->buf;
-    while (off < n) {
-        ssize_t k = write(w->fd, p + off, n - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -errno;
-        off += (size_t)k;
-    }
+    int rc = gpt_atomic_file_write(&w->f, w->buf, w->nbuf * sizeof(uint16_t), NULL);
     w->nbuf = 0;
-    return 0;
+    return rc;
 }
 
-static void tz_final_name(const struct tz_writer *w, int index, char *out, size_t cap)
+/* -ENAMETOOLONG when the name does not fit cap. */
+static int tz_final_name(const struct tz_writer *w, int index, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s_%s_%06d.bin", w->prefix, w->split, index);
+    int n = snprintf(out, cap, "%s_%s_%06d.bin", w->prefix, w->split, index);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
 /* Writes the header, syncs and renames the open shard into place. */
 static int tz_writer_close(struct tz_writer *w)
 {
-    if (w->fd < 0)
+    if (w->f.fd < 0)
         return 0;
+    struct gpt_err err;
     int rc = tz_writer_flush(w);
     int32_t hdr[256] = {0};
     hdr[0] = (int32_t)htole32(GPT_SHARD_MAGIC);
     hdr[1] = (int32_t)htole32(GPT_SHARD_VERSION);
     hdr[2] = (int32_t)htole32((uint32_t)w->count);
-    if (rc == 0 && pwrite(w->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
+    if (rc == 0 && pwrite(w->f.fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
         rc = errno ? -errno : -EIO;
-    if (rc == 0 && fsync(w->fd) < 0)
-        rc = -errno;
-    if (close(w->fd) < 0 && rc == 0)
-        rc = -errno;
-    w->fd = -1;
-    char final[PATH_MAX + 32];
-    tz_final_name(w, w->index, final, sizeof(final));
-    if (rc == 0 && rename(w->tmp, final) < 0)
-        rc = -errno;
-    if (rc < 0) {
-        fprintf(stderr, "gptd tokenize: %s: %s\n", final, strerror(-rc));
-        unlink(w->tmp);
-    }
-    w->tmp[0] = '\0';
+    if (rc == 0 && (rc = gpt_atomic_file_commit(&w->f, &err)) < 0)
+        fprintf(stderr, "gptd tokenize: %s\n", err.msg);
+    else if (rc < 0)
+        fprintf(stderr, "gptd tokenize: %s: %s\n", w->f.path, strerror(-rc));
+    gpt_atomic_file_abort(&w->f);
     w->index++;
     w->count = 0;
     return rc;
@@ -189,27 +174,29 @@ static int tz_writer_close(struct tz_writer *w)
 
 static int tz_writer_open(struct tz_writer *w)
 {
+    char final[PATH_MAX], prefix[NAME_MAX];
+    struct gpt_err err;
     if (w->index >= TZ_SHARDS_MAX) {
         fprintf(stderr, "gptd tokenize: more than %d %s shards; raise --shard-tokens\n",
                 TZ_SHARDS_MAX, w->split);
         return -EFBIG;
     }
-    int n =
-        snprintf(w->tmp, sizeof(w->tmp), "%s_%s_%06d.bin.tmpXXXXXX", w->prefix, w->split, w->index);
-    if (n < 0 || (size_t)n >= sizeof(w->tmp)) {
+    const char *slash;
+    if (tz_final_name(w, w->index, final, sizeof(final)) < 0 ||
+        snprintf(prefix, sizeof(prefix), "%s.tmp",
+                 (slash = strrchr(final, '/')) ? slash + 1 : final) >= (int)sizeof(prefix)) {
         fprintf(stderr, "gptd tokenize: output prefix too long\n");
         return -ENAMETOOLONG;
     }
-    w->fd = mkostemp(w->tmp, O_CLOEXEC);
-    if (w->fd < 0) {
-        int rc = -errno;
-        fprintf(stderr, "gptd tokenize: cannot create %s: %s\n", w->tmp, strerror(errno));
-        w->tmp[0] = '\0';
+    int rc = gpt_atomic_file_open(&w->f, final, prefix, 0644, &err);
+    if (rc < 0) {
+        fprintf(stderr, "gptd tokenize: %s\n", err.msg);
         return rc;
     }
-    if (fchmod(w->fd, 0644) < 0 || lseek(w->fd, GPT_SHARD_HEADER_BYTES, SEEK_SET) < 0) {
-        int rc = -errno;
-        fprintf(stderr, "gptd tokenize: %s: %s\n", w->tmp, strerror(errno));
+    if (lseek(w->f.fd, GPT_SHARD_HEADER_BYTES, SEEK_SET) < 0) {
+        rc = -errno;
+        fprintf(stderr, "gptd tokenize: %s: %s\n", w->f.tmp, strerror(errno));
+        gpt_atomic_file_abort(&w->f);
         return rc;
     }
     return 0;
@@ -218,7 +205,7 @@ static int tz_writer_open(struct tz_writer *w)
 static int tz_writer_put(struct tz_writer *w, const int32_t *ids, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (w->fd < 0) {
+        if (w->f.fd < 0) {
             int rc = tz_writer_open(w);
             if (rc < 0)
                 return rc;
@@ -229,7 +216,7 @@ static int tz_writer_put(struct tz_writer *w, const int32_t *ids, size_t n)
         if (w->nbuf == sizeof(w->buf) / sizeof(w->buf[0])) {
             int rc = tz_writer_flush(w);
             if (rc < 0) {
-                fprintf(stderr, "gptd tokenize: %s: %s\n", w->tmp, strerror(-rc));
+                fprintf(stderr, "gptd tokenize: %s: %s\n", w->f.tmp, strerror(-rc));
                 return rc;
             }
         }
@@ -240,18 +227,6 @@ static int tz_writer_put(struct tz_writer *w, const int32_t *ids, size_t n)
         }
     }
     return 0;
-}
-
-/* Removes a half-written shard after a failure. */
-static void tz_writer_abort(struct tz_writer *w)
-{
-    if (w->fd >= 0) {
-        close(w->fd);
-        w->fd = -1;
-    }
-    if (w->tmp[0])
-        unlink(w->tmp);
-    w->tmp[0] = '\0';
 }
 
 /* Warns about shards of an earlier run that the new ones did not replace
@@ -459,8 +434,8 @@ int gptd_tokenize_main(int argc, char **argv)
     struct tz_file *files = calloc((size_t)nf, sizeof(*files));
     struct tz_chunk *chunks = NULL;
     size_t n_chunks = 0;
-    struct tz_writer wv = {.prefix = prefix, .split = "val", .cap = shard_tokens, .fd = -1};
-    struct tz_writer wt = {.prefix = prefix, .split = "train", .cap = shard_tokens, .fd = -1};
+    struct tz_writer wv = {.prefix = prefix, .split = "val", .cap = shard_tokens, .f.fd = -1};
+    struct tz_writer wt = {.prefix = prefix, .split = "train", .cap = shard_tokens, .f.fd = -1};
     pthread_t *tids = calloc(threads, sizeof(*tids));
     int status = 1;
     if (!files || !tids) {
@@ -513,8 +488,8 @@ int gptd_tokenize_main(int argc, char **argv)
         goto out;
     }
 
-    tz_tmp_names[0] = wv.tmp;
-    tz_tmp_names[1] = wt.tmp;
+    tz_tmp_names[0] = wv.f.tmp;
+    tz_tmp_names[1] = wt.f.tmp;
     signal(SIGINT, tz_on_signal);
     signal(SIGTERM, tz_on_signal);
     int tty = isatty(STDERR_FILENO);
@@ -540,7 +515,7 @@ int gptd_tokenize_main(int argc, char **argv)
                 goto out;
             }
             struct tz_writer *w = ch->val ? &wv : &wt;
-            if (!ch->val && wv.fd >= 0 && tz_writer_close(&wv) < 0)
+            if (!ch->val && wv.f.fd >= 0 && tz_writer_close(&wv) < 0)
                 goto out;
             if (tz_writer_put(w, ch->ids.v, ch->ids.n) < 0)
                 goto out;
@@ -578,8 +553,8 @@ int gptd_tokenize_main(int argc, char **argv)
     printf(", %.2f s\n", monotime_s() - t0);
     status = 0;
 out:
-    tz_writer_abort(&wv);
-    tz_writer_abort(&wt);
+    gpt_atomic_file_abort(&wv.f);
+    gpt_atomic_file_abort(&wt.f);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     tz_tmp_names[0] = tz_tmp_names[1] = NULL;

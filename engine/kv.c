@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "comm.h"
+#include "gpt_atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -135,9 +136,9 @@ void gpt_kv_mem_free(struct gpt_kv *kv)
  * a value; get polls. */
 #define KV_DIR_PATH_MAX 1024
 
-static int kv_dir_path(const char *dir, const char *key, const char *tmp, char *out, size_t cap)
+static int kv_dir_path(const char *dir, const char *key, char *out, size_t cap)
 {
-    size_t n = (size_t)snprintf(out, cap, "%s/%s", dir, tmp);
+    size_t n = (size_t)snprintf(out, cap, "%s/", dir);
     for (; *key && n + 4 < cap; key++) {
         unsigned char ch = (unsigned char)*key;
         bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
@@ -150,23 +151,14 @@ static int kv_dir_path(const char *dir, const char *key, const char *tmp, char *
 
 static int kv_dir_set(void *ctx, const char *key, const void *val, size_t len)
 {
-    char tmp[64], path[KV_DIR_PATH_MAX], final[KV_DIR_PATH_MAX];
-    snprintf(tmp, sizeof(tmp), ".tmp.%ld.%lx.", (long)getpid(), (unsigned long)pthread_self());
-    if (kv_dir_path(ctx, key, tmp, path, sizeof(path)) ||
-        kv_dir_path(ctx, key, "", final, sizeof(final)))
+    char final[KV_DIR_PATH_MAX];
+    struct gpt_atomic_file f;
+    if (kv_dir_path(ctx, key, final, sizeof(final)))
         return -EINVAL;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    int rc = 0;
-    if (write(fd, val, len) != (ssize_t)len)
-        rc = -EIO;
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(path, final) < 0)
-        rc = -errno;
-    if (rc)
-        unlink(path);
+    int rc = gpt_atomic_file_open(&f, final, ".tmp.", 0600, NULL);
+    if (rc == 0 && (rc = gpt_atomic_file_write(&f, val, len, NULL)) == 0)
+        return gpt_atomic_file_commit(&f, NULL);
+    gpt_atomic_file_abort(&f);
     return rc;
 }
 
@@ -174,7 +166,7 @@ static int kv_dir_get(void *ctx, const char *key, void *buf, size_t cap, size_t 
                       int timeout_ms)
 {
     char path[KV_DIR_PATH_MAX];
-    if (kv_dir_path(ctx, key, "", path, sizeof(path)))
+    if (kv_dir_path(ctx, key, path, sizeof(path)))
         return -EINVAL;
     int64_t deadline = kv_now_ms() + timeout_ms;
     long sleep_ms = 1;

@@ -133,23 +133,11 @@ static uint32_t snap_decode_header(const unsigned char *h, struct gpt_snapshot_m
 
 /* ---- plain I/O -------------------------------------------------------------- */
 
-int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc)
+int snap_write_all(struct gpt_atomic_file *f, const void *p, size_t n, uint32_t *crc)
 {
-    const unsigned char *q = p;
     if (crc)
         *crc = snap_crc(*crc, p, n);
-    while (n > 0) {
-        size_t k = n < SNAP_CHUNK_BYTES ? n : SNAP_CHUNK_BYTES;
-        ssize_t w = write(fd, q, k);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        q += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return gpt_atomic_file_write(f, p, n, NULL);
 }
 
 /* Reads exactly n bytes; -GPT_E_CORRUPT when the file ends first. */
@@ -200,13 +188,10 @@ int snap_mkdirs(const char *dir)
     return gpt_mkdirs(dir, 0700);
 }
 
-int snap_fsync_dir(const char *dir)
+int snap_err_in_dir(struct gpt_err *err, int rc)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
+    if (err)
+        snprintf(err->path, sizeof(err->path), "snapshot.dir");
     return rc;
 }
 
@@ -217,58 +202,46 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
                        struct gpt_err *err)
 {
     GPT_ASSERT(dir && meta && (params || meta->n_params == 0));
-    char final[GPT_JOB_PATH_MAX + 64], tmp[GPT_JOB_PATH_MAX + 64];
+    char final[GPT_JOB_PATH_MAX + 64], prefix[64];
     unsigned char header[SNAP_HEADER_BYTES];
-    int fd = -1, rc;
+    struct gpt_atomic_file f = {.fd = -1};
+    int rc;
     if (meta->step < 0 || (!m) != (!v) || meta->n_params > UINT64_MAX / 16)
         return gpt_err_set(err, -EINVAL, NULL, "snapshot: bad step, moments or parameter count");
     if (strlen(dir) >= GPT_JOB_PATH_MAX)
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
     snprintf(final, sizeof(final), "%s/" SNAP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX, dir,
              meta->step);
-    snprintf(tmp, sizeof(tmp), "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".XXXXXX",
-             dir, meta->step);
+    snprintf(prefix, sizeof(prefix), SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".",
+             meta->step);
     if (ret_path && strlen(final) >= path_cap)
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "%s: longer than the caller's buffer", final);
     if ((rc = snap_mkdirs(dir)) < 0)
         return gpt_err_set(err, rc, "snapshot.dir", "snapshot directory %s: %s", dir,
                            strerror(-rc));
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        return gpt_err_set(err, rc, "snapshot.dir", "%s: %s", tmp, strerror(-rc));
-    }
-    (void)fchmod(fd, 0600); /* a job's weights are its owner's alone */
-
+    /* 0600: a job's weights are its owner's alone */
+    if ((rc = gpt_atomic_file_open(&f, final, prefix, 0600, err)) < 0)
+        return snap_err_in_dir(err, rc);
     uint32_t crc = 0;
     size_t bytes = (size_t)meta->n_params * sizeof(float);
     snap_encode_header(meta, m ? SNAP_FLAG_MOMENTS : 0, header);
-    rc = snap_write_all(fd, header, sizeof(header), &crc);
+    rc = snap_write_all(&f, header, sizeof(header), &crc);
     if (rc == 0)
-        rc = snap_write_all(fd, params, bytes, &crc);
+        rc = snap_write_all(&f, params, bytes, &crc);
     if (rc == 0 && m)
-        rc = snap_write_all(fd, m, bytes, &crc);
+        rc = snap_write_all(&f, m, bytes, &crc);
     if (rc == 0 && v)
-        rc = snap_write_all(fd, v, bytes, &crc);
+        rc = snap_write_all(&f, v, bytes, &crc);
     if (rc == 0) {
         unsigned char trailer[SNAP_TRAILER_BYTES];
         struct snap_buf b = {trailer, 0};
         put_u32(&b, crc);
-        rc = snap_write_all(fd, trailer, sizeof(trailer), NULL);
+        rc = snap_write_all(&f, trailer, sizeof(trailer), NULL);
     }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
     if (rc < 0) {
-        gpt_err_set(err, rc, NULL, "%s: write: %s", tmp, strerror(-rc));
+        gpt_err_set(err, rc, NULL, "%s: write: %s", f.tmp, strerror(-rc));
         goto fail;
     }
-    if (close(fd) < 0) {
-        fd = -1;
-        rc = -errno;
-        gpt_err_set(err, rc, NULL, "%s: close: %s", tmp, strerror(-rc));
-        goto fail;
-    }
-    fd = -1;
     if (meta->owner.token != 0) {
         /* Never replace another owner's file of the same step. */
         struct gpt_snapshot_meta old;
@@ -281,20 +254,13 @@ int gpt_snapshot_write(const char *dir, const struct gpt_snapshot_meta *meta, co
             goto fail;
         }
     }
-    if (rename(tmp, final) < 0) {
-        rc = -errno;
-        gpt_err_set(err, rc, "snapshot.dir", "rename %s -> %s: %s", tmp, final, strerror(-rc));
-        goto fail;
-    }
-    if ((rc = snap_fsync_dir(dir)) < 0)
-        return gpt_err_set(err, rc, "snapshot.dir", "%s: fsync directory: %s", dir, strerror(-rc));
+    if ((rc = gpt_atomic_file_commit(&f, err)) < 0)
+        return snap_err_in_dir(err, rc);
     if (ret_path)
         snprintf(ret_path, path_cap, "%s", final);
     return 0;
 fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
+    gpt_atomic_file_abort(&f);
     return rc;
 }
 

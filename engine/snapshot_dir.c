@@ -317,7 +317,7 @@ int gpt_snapshot_prune(const char *dir, int keep, const struct gpt_snapshot_owne
     int orphans = 0;
     (void)gpt_snapshot_clean_slices(dir, owner, &orphans, &serr);
     removed += (size_t)orphans;
-    if (rc == 0 && removed > 0 && (rc = snap_fsync_dir(dir)) < 0)
+    if (rc == 0 && removed > 0 && (rc = gpt_atomic_fsync_dir(dir)) < 0)
         gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
     return rc;
 }
@@ -552,7 +552,7 @@ int gpt_snapshot_owner_claim(const char *dir, const struct gpt_snapshot_owner *m
             rc = -errno;
         unlink(tmp);
         if (rc == 0) {
-            (void)snap_fsync_dir(dir); /* the marker is in place either way */
+            (void)gpt_atomic_fsync_dir(dir); /* the marker is in place either way */
             return 0;
         }
         if (rc != -EEXIST)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <zlib.h>
 
+#include "gpt_atomic_file.h"
 #include "snapshot.h"
 
 #define SNAP_MAGIC         "GPTDSNAP"
@@ -69,12 +70,14 @@ static inline uint32_t snap_crc(uint32_t crc, const void *p, size_t n)
 
 /* The 512-byte header of a snapshot or manifest, checksum included. */
 void snap_encode_header(const struct gpt_snapshot_meta *m, uint32_t flags, unsigned char *h);
-/* Writes all n bytes (crc updated when non-NULL). 0 or -errno. */
-int snap_write_all(int fd, const void *p, size_t n, uint32_t *crc);
+/* Appends all n bytes to f (crc updated when non-NULL). 0 or -errno. */
+int snap_write_all(struct gpt_atomic_file *f, const void *p, size_t n, uint32_t *crc);
 /* Reads exactly n bytes; -GPT_E_CORRUPT when the file ends first. */
 int snap_read_all(int fd, void *p, size_t n);
 int snap_mkdirs(const char *dir);
-int snap_fsync_dir(const char *dir);
+/* Points err (which may be NULL), filled by a failed file step, at the
+ * "snapshot.dir" key of the job spec; returns rc. */
+int snap_err_in_dir(struct gpt_err *err, int rc);
 
 /* ---- manifests and slices (snapshot_shard.c) ---- */
 

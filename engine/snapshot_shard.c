@@ -133,64 +133,49 @@ int gpt_snapshot_slice_write(const char *dir, int64_t step, uint64_t id, uint32_
                              struct gpt_snapshot_slice *slice, struct gpt_err *err)
 {
     GPT_ASSERT(dir && slice && (slice->n_pieces == 0 || slice->pieces));
-    char final[GPT_JOB_PATH_MAX + 96], tmp[GPT_JOB_PATH_MAX + 96];
+    char final[GPT_JOB_PATH_MAX + 96], prefix[64];
     unsigned char header[SLICE_HEADER_BYTES];
+    struct gpt_atomic_file f;
     uint64_t floats = 0;
-    int fd = -1, rc;
+    int rc;
     for (uint32_t i = 0; i < slice->n_pieces; i++)
         floats += slice->pieces[i].len;
     if (step < 0 || (!m) != (!v) || (floats > 0 && !params))
         return gpt_err_set(err, -EINVAL, NULL, "snapshot slice: bad step, moments or buffers");
-    if (gpt_snapshot_slice_path(dir, step, id, slice->rank, final, sizeof(final)) < 0 ||
-        snprintf(tmp, sizeof(tmp),
-                 "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".XXXXXX", dir,
-                 step) >= (int)sizeof(tmp))
+    if (gpt_snapshot_slice_path(dir, step, id, slice->rank, final, sizeof(final)) < 0)
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
+    snprintf(prefix, sizeof(prefix), SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".", step);
     if ((rc = snap_mkdirs(dir)) < 0)
         return gpt_err_set(err, rc, NULL, "snapshot directory %s: %s", dir, strerror(-rc));
-    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-        rc = -errno;
-        return gpt_err_set(err, rc, NULL, "%s: %s", tmp, strerror(-rc));
-    }
-    (void)fchmod(fd, 0600); /* a job's weights are its owner's alone */
+    /* 0600: a job's weights are its owner's alone */
+    if ((rc = gpt_atomic_file_open(&f, final, prefix, 0600, err)) < 0)
+        return rc;
     uint32_t crc = 0;
     size_t bytes = (size_t)floats * sizeof(float);
     slice_encode_header(step, id, slice->rank, world, floats, m ? SNAP_FLAG_MOMENTS : 0, owner,
                         header);
-    rc = snap_write_all(fd, header, sizeof(header), &crc);
+    rc = snap_write_all(&f, header, sizeof(header), &crc);
     const float *arrays[3] = {params, m, v};
     for (int a = 0; a < 3 && rc == 0; a++)
         if (arrays[a] && bytes > 0)
-            rc = snap_write_all(fd, arrays[a], bytes, &crc);
+            rc = snap_write_all(&f, arrays[a], bytes, &crc);
     if (rc == 0) {
         unsigned char trailer[SNAP_TRAILER_BYTES];
         struct snap_buf b = {trailer, 0};
         put_u32(&b, crc);
-        rc = snap_write_all(fd, trailer, sizeof(trailer), NULL);
+        rc = snap_write_all(&f, trailer, sizeof(trailer), NULL);
     }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    fd = -1;
     if (rc < 0) {
-        gpt_err_set(err, rc, NULL, "%s: write: %s", tmp, strerror(-rc));
-        goto fail;
+        gpt_err_set(err, rc, NULL, "%s: write: %s", f.tmp, strerror(-rc));
+        gpt_atomic_file_abort(&f);
+        return rc;
     }
-    if (rename(tmp, final) < 0) {
-        rc = -errno;
-        gpt_err_set(err, rc, "snapshot.dir", "rename %s -> %s: %s", tmp, final, strerror(-rc));
-        goto fail;
-    }
-    if ((rc = snap_fsync_dir(dir)) < 0)
-        return gpt_err_set(err, rc, NULL, "%s: fsync directory: %s", dir, strerror(-rc));
+    if ((rc = gpt_atomic_file_commit(&f, err)) < 0)
+        return snap_err_in_dir(err, rc);
     slice->floats = floats;
     slice->bytes = SLICE_HEADER_BYTES + bytes * (m ? 3 : 1) + SNAP_TRAILER_BYTES;
     slice->crc = crc;
     return 0;
-fail:
-    unlink(tmp);
-    return rc;
 }
 
 /* Opens a slice file of `man` and checks its size and header against the
@@ -315,11 +300,12 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
                                 size_t path_cap, uint64_t *ret_total_bytes, struct gpt_err *err)
 {
     GPT_ASSERT(dir && meta && slices && n > 0);
-    char final[GPT_JOB_PATH_MAX + 64], tmp[GPT_JOB_PATH_MAX + 64];
+    char final[GPT_JOB_PATH_MAX + 64], prefix[64];
     unsigned char *buf = NULL;
     size_t len = SNAP_HEADER_BYTES + 16 + SNAP_TRAILER_BYTES;
     uint64_t total = 0;
-    int fd = -1, rc;
+    struct gpt_atomic_file f = {.fd = -1};
+    int rc;
     if (n > GPT_SNAPSHOT_SLICES_MAX)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "snapshot: more than %d slices",
                            GPT_SNAPSHOT_SLICES_MAX);
@@ -335,10 +321,9 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
                            len);
     snprintf(final, sizeof(final), "%s/" SNAP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX, dir,
              meta->step);
-    int k = snprintf(tmp, sizeof(tmp),
-                     "%s/" SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".XXXXXX", dir,
-                     meta->step);
-    if (k < 0 || (size_t)k >= sizeof(tmp) || (ret_path && strlen(final) >= path_cap))
+    snprintf(prefix, sizeof(prefix), SNAP_TMP_PREFIX "%012" PRId64 GPT_SNAPSHOT_SUFFIX ".",
+             meta->step);
+    if (strlen(dir) >= GPT_JOB_PATH_MAX || (ret_path && strlen(final) >= path_cap))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "snapshot directory name too long");
     if (!(buf = calloc(1, len)))
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory for a snapshot manifest");
@@ -367,18 +352,13 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
     if ((rc = gpt_snapshot_manifest_parse(buf, len, final, &check, &man, err)) < 0)
         goto out;
     gpt_snapshot_manifest_free(man);
-    if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-        rc = -errno;
-        gpt_err_set(err, rc, NULL, "%s: %s", tmp, strerror(-rc));
+    if ((rc = gpt_atomic_file_open(&f, final, prefix, 0600, err)) < 0)
+        goto out;
+    if ((rc = snap_write_all(&f, buf, len, NULL)) < 0) {
+        gpt_err_set(err, rc, "snapshot.dir", "%s: write: %s", final, strerror(-rc));
         goto out;
     }
-    (void)fchmod(fd, 0600);
-    rc = snap_write_all(fd, buf, len, NULL);
-    if (rc == 0 && fsync(fd) < 0)
-        rc = -errno;
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && meta->owner.token != 0) {
+    if (meta->owner.token != 0) {
         /* Never replace another owner's snapshot of the same step. */
         struct gpt_snapshot_meta old;
         struct gpt_err ignored;
@@ -387,22 +367,15 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
             rc = gpt_err_set(err, -EEXIST, NULL,
                              "%s belongs to job %" PRId64 " (uid %" PRIu32 "): not overwritten",
                              final, old.owner.job, old.owner.uid);
-            unlink(tmp);
             goto out;
         }
     }
-    if (rc == 0 && rename(tmp, final) < 0)
-        rc = -errno;
-    if (rc < 0) {
-        gpt_err_set(err, rc, "snapshot.dir", "%s: write: %s", final, strerror(-rc));
-        unlink(tmp);
-        goto out;
-    }
-    if ((rc = snap_fsync_dir(dir)) < 0) {
+    if ((rc = gpt_atomic_file_commit(&f, err)) < 0) {
         /* Not committed: take the manifest back, since every rank now
          * deletes its slice. */
-        unlink(final);
-        gpt_err_set(err, rc, "snapshot.dir", "%s: fsync directory: %s", dir, strerror(-rc));
+        if (f.renamed)
+            unlink(final);
+        snap_err_in_dir(err, rc);
         goto out;
     }
     if (ret_path)
@@ -410,6 +383,7 @@ int gpt_snapshot_manifest_write(const char *dir, const struct gpt_snapshot_meta 
     if (ret_total_bytes)
         *ret_total_bytes = total + len;
 out:
+    gpt_atomic_file_abort(&f);
     free(buf);
     return rc;
 }

@@ -1,10 +1,8 @@
 /* fmt_out: atomic output files and float conversions (see fmt_out.h). */
-#define _GNU_SOURCE /* mkostemp */
 #include "fmt_out.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +15,12 @@
 static int fmt_out_fail(struct gpt_fmt_out *o, int rc, const char *what, struct gpt_err *err)
 {
     o->failed = 1;
-    return gpt_err_set(err, rc, NULL, "%s: %s: %s", o->path, what, strerror(-rc));
+    return gpt_err_set(err, rc, NULL, "%s: %s: %s", o->f.path, what, strerror(-rc));
 }
 
 int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *err)
 {
     memset(o, 0, sizeof(*o));
-    o->fd = -1;
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof(o->path))
-        return gpt_err_set(err, -ENAMETOOLONG, NULL, "output path empty or too long");
-    memcpy(o->path, path, n + 1);
     /* Replace a regular file only: a link or a folder there is a mistake */
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
@@ -35,47 +28,29 @@ int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *er
                            path);
     if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return gpt_err_set(err, -EEXIST, "output", "%s exists and is not a regular file", path);
-    /* ".NAME.XXXXXX" in the target's folder, so the rename stays on one file system */
-    char dir[sizeof(o->path)], base[sizeof(o->path)];
-    memcpy(dir, path, n + 1);
-    memcpy(base, path, n + 1);
-    snprintf(o->tmp, sizeof(o->tmp), "%s/.%s.XXXXXX", dirname(dir), basename(base));
     o->buf = malloc(FMT_OUT_BUF_BYTES);
     if (!o->buf)
         return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);
-    o->fd = mkostemp(o->tmp, O_CLOEXEC);
-    if (o->fd < 0) {
-        int rc = -errno;
+    int rc = gpt_atomic_file_open(&o->f, path, NULL, 0644, err);
+    if (rc < 0) {
         free(o->buf);
         o->buf = NULL;
-        return gpt_err_set(err, rc, NULL, "%s: cannot create a temporary file: %s", path,
-                           strerror(-rc));
     }
-    (void)fchmod(o->fd, 0644);
-    return 0;
+    return rc;
 }
 
 static int fmt_out_flush(struct gpt_fmt_out *o)
 {
-    size_t done = 0;
-    while (done < o->used) {
-        ssize_t w = write(o->fd, o->buf + done, o->used - done);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        done += (size_t)w;
-    }
+    int rc = gpt_atomic_file_write(&o->f, o->buf, o->used, NULL);
     o->used = 0;
-    return 0;
+    return rc;
 }
 
 int gpt_fmt_out_write(struct gpt_fmt_out *o, const void *p, size_t n, struct gpt_err *err)
 {
     const unsigned char *q = p;
     if (o->failed)
-        return gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->path);
+        return gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->f.path);
     o->written += n;
     while (n > 0) {
         size_t k = FMT_OUT_BUF_BYTES - o->used;
@@ -104,11 +79,7 @@ int gpt_fmt_out_pad(struct gpt_fmt_out *o, size_t align, struct gpt_err *err)
 
 void gpt_fmt_out_abort(struct gpt_fmt_out *o)
 {
-    if (o->fd >= 0) {
-        close(o->fd);
-        unlink(o->tmp);
-    }
-    o->fd = -1;
+    gpt_atomic_file_abort(&o->f);
     free(o->buf);
     o->buf = NULL;
 }
@@ -117,41 +88,15 @@ int gpt_fmt_out_commit(struct gpt_fmt_out *o, struct gpt_err *err)
 {
     int rc;
     if (o->failed) {
-        rc = gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->path);
-        goto fail;
+        rc = gpt_err_set(err, -EIO, NULL, "%s: an earlier write failed", o->f.path);
+        goto out;
     }
-    rc = fmt_out_flush(o);
-    if (rc == 0 && fsync(o->fd) < 0)
-        rc = -errno;
-    if (rc < 0) {
+    if ((rc = fmt_out_flush(o)) < 0) {
         fmt_out_fail(o, rc, "write", err);
-        goto fail;
+        goto out;
     }
-    if (close(o->fd) < 0) {
-        o->fd = -1;
-        rc = -errno;
-        gpt_err_set(err, rc, NULL, "%s: close: %s", o->tmp, strerror(-rc));
-        unlink(o->tmp);
-        goto fail;
-    }
-    o->fd = -1;
-    if (rename(o->tmp, o->path) < 0) {
-        rc = -errno;
-        gpt_err_set(err, rc, NULL, "%s: rename: %s", o->path, strerror(-rc));
-        unlink(o->tmp);
-        goto fail;
-    }
-    char dir[sizeof(o->path)];
-    memcpy(dir, o->path, sizeof(dir));
-    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    free(o->buf);
-    o->buf = NULL;
-    return 0;
-fail:
+    rc = gpt_atomic_file_commit(&o->f, err);
+out:
     gpt_fmt_out_abort(o);
     return rc;
 }

@@ -1,9 +1,9 @@
 /*
  * fmt_out: one output file of a model format written atomically: bytes go
- * through a buffer into a temporary file beside the target
- * (".NAME.XXXXXX"), which gpt_fmt_out_commit fsyncs and renames over the
- * target (then fsyncs the folder), so a file under its final name is
- * always complete; gpt_fmt_out_abort (or a failed commit) removes it.
+ * through a buffer into a gpt_atomic_file (a temporary file beside the
+ * target that commit syncs and renames over it), so a file under its final
+ * name is always complete; gpt_fmt_out_abort (or a failed commit) removes
+ * the temporary file.
  *
  * Private to engine/fmt (llmc.c, gguf.c). Blocking I/O on the calling
  * thread; one writer per struct.
@@ -14,12 +14,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt_atomic_file.h"
 #include "gpt_err.h"
 
 struct gpt_fmt_out {
-    int fd;
-    char path[1024]; /* the target */
-    char tmp[1040];  /* the temporary file */
+    struct gpt_atomic_file f;
     unsigned char *buf;
     size_t used;
     uint64_t written; /* bytes passed to gpt_fmt_out_write so far */

@@ -269,7 +269,7 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
     struct gpt_model *m = malloc(sizeof(*m));
     struct gguf_tensor *t = malloc(GGUF_PLAN_MAX * sizeof(*t));
     struct gpt_tok *tok = NULL;
-    struct gpt_fmt_out o = {.fd = -1};
+    struct gpt_fmt_out o = {.f.fd = -1};
     int rc;
     if (!m || !t) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt_atomic_file.h"
 #include "gpt_file.h"
 #include "safetensors.h"
 
@@ -262,26 +264,13 @@ out:
 static int hf_write_text(const char *dir, const char *name, const char *text, struct gpt_err *err)
 {
     char path[PATH_MAX];
+    struct gpt_atomic_file f;
     if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return gpt_err_set(err, -errno, NULL, "cannot create %s: %s", path, strerror(errno));
-    size_t len = strlen(text), off = 0;
-    int rc = 0;
-    while (off < len) {
-        ssize_t k = write(fd, text + off, len - off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = gpt_err_set(err, -errno, NULL, "cannot write %s: %s", path, strerror(errno));
-            break;
-        }
-        off += (size_t)k;
-    }
-    if (rc == 0 && fsync(fd) < 0)
-        rc = gpt_err_set(err, -errno, NULL, "cannot sync %s: %s", path, strerror(errno));
-    close(fd);
+    int rc = gpt_atomic_file_open(&f, path, NULL, 0644, err);
+    if (rc == 0 && (rc = gpt_atomic_file_write(&f, text, strlen(text), err)) == 0)
+        return gpt_atomic_file_commit(&f, err);
+    gpt_atomic_file_abort(&f);
     return rc;
 }
 
@@ -336,7 +325,8 @@ static int hf_write_weights(const char *dir, const struct gpt_model *m, const fl
     char path[PATH_MAX];
     struct gpt_st_out *outs = calloc(m->n_tensors, sizeof(*outs));
     struct hf_map *maps = calloc(m->n_tensors, sizeof(*maps));
-    int fd = -1, rc = 0;
+    struct gpt_atomic_file f = {.fd = -1};
+    int rc = 0;
     if (!outs || !maps) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         goto out;
@@ -359,19 +349,13 @@ static int hf_write_weights(const char *dir, const struct gpt_model *m, const fl
         rc = gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
         goto out;
     }
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) {
-        rc = gpt_err_set(err, -errno, NULL, "cannot create %s: %s", path, strerror(errno));
+    if ((rc = gpt_atomic_file_open(&f, path, NULL, 0644, err)) < 0)
         goto out;
-    }
     static const char *const meta[] = {"format", "pt", NULL};
-    if ((rc = gpt_st_write_fd(fd, outs, m->n_tensors, meta, err)) < 0)
-        goto out;
-    if (fsync(fd) < 0)
-        rc = gpt_err_set(err, -errno, NULL, "cannot sync %s: %s", path, strerror(errno));
+    if ((rc = gpt_st_write_fd(f.fd, outs, m->n_tensors, meta, err)) == 0)
+        rc = gpt_atomic_file_commit(&f, err);
 out:
-    if (fd >= 0)
-        close(fd);
+    gpt_atomic_file_abort(&f);
     free(outs);
     free(maps);
     return rc;
@@ -445,6 +429,11 @@ int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err
         goto out;
     }
     made = 0;
+    /* The folder's new name must survive a crash too. */
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%s", path);
+    if ((rc = gpt_atomic_fsync_dir(dirname(parent))) < 0)
+        rc = gpt_err_set(err, rc, NULL, "%s: fsync of the folder: %s", path, strerror(-rc));
 out:
     if (made)
         hf_remove_tmp(tmp);

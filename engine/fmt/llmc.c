@@ -330,7 +330,7 @@ int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const f
 {
     (void)vocab_dir;
     struct gpt_model *m = malloc(sizeof(*m));
-    struct gpt_fmt_out o = {.fd = -1};
+    struct gpt_fmt_out o = {.f.fd = -1};
     int rc;
     if (!m)
         return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);

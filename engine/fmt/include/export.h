@@ -66,15 +66,6 @@ void gpt_fmt_loaded_done(struct gpt_fmt_loaded *l);
 int gpt_fmt_probe(const char *path, enum gpt_fmt_kind *ret_kind, struct gpt_model_config *ret_cfg,
                   struct gpt_err *err);
 
-/* Atomic file writing for the single-file formats: begin opens a new
- * temporary file beside `path` (its name into tmp); commit fsyncs, closes
- * and renames it over path (a symlink or folder at path is refused, never
- * followed); abort closes and removes it. */
-int gpt_fmt_file_begin(const char *path, char *tmp, size_t tmp_cap, int *ret_fd,
-                       struct gpt_err *err);
-int gpt_fmt_file_commit(int fd, const char *tmp, const char *path, struct gpt_err *err);
-void gpt_fmt_file_abort(int fd, const char *tmp);
-
 /* Refuses a path whose final component exists as a symlink or a folder
  * (for files), or exists at all (for folders: dir nonzero). */
 int gpt_fmt_check_target(const char *path, int dir, struct gpt_err *err);
