@@ -1,8 +1,7 @@
 /*
  * export: the format table (one row per format), detection, whole loads and
- * the atomic-write helpers (see export.h). Any thread; blocking I/O.
+ * the output-path check (see export.h). Any thread; blocking I/O.
  */
-#define _GNU_SOURCE /* mkostemp */
 #include "export.h"
 #include "gguf.h"
 #include "llmc.h"
