@@ -124,6 +124,22 @@ static int daemon_mkdir(const char *path, struct gpt_err *err)
     return 0;
 }
 
+/* The state directory lists nothing to anyone but gptd: no read or write
+ * bit for group or others (an existing folder is fixed too). Its search
+ * bits stay: users reach their jobs' snapshot folders through it. */
+static int daemon_state_dir_private(const char *path, struct gpt_err *err)
+{
+    if (mkdir(path, 0700) < 0 && errno != EEXIST)
+        return gpt_err_set(err, -errno, NULL, "mkdir %s: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return gpt_err_set(err, -errno, NULL, "state directory %s: %s", path, strerror(errno));
+    mode_t want = st.st_mode & 07777 & ~(mode_t)(S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH);
+    if (want != (st.st_mode & 07777) && chmod(path, want) < 0)
+        return gpt_err_set(err, -errno, NULL, "chmod %s: %s", path, strerror(errno));
+    return 0;
+}
+
 /* A coordinator's secret when none is named: <state_dir>/cluster.secret,
  * made once (32 random bytes, hex, mode 0600) so that only who may read the
  * state directory can join or talk to its store. A cluster always has one. */
@@ -612,7 +628,7 @@ int gptd_daemon_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     char path[CONFIG_PATH_MAX + 32];
-    if (daemon_mkdir(d->cfg.state_dir, &err) < 0)
+    if (daemon_state_dir_private(d->cfg.state_dir, &err) < 0)
         goto fail;
     /* One gptd per state directory; a missing, empty or damaged database
      * stops gptd instead of starting empty (statedir.h, db.h). */

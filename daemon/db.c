@@ -9,6 +9,8 @@
 #include "db_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdbool.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Schema migrations: migrations[v] takes a database from user_version v to
  * v + 1. Append only; never edit a migration that has shipped. */
@@ -324,6 +327,36 @@ static int db_check(struct db *db, const char *path, struct gpt_err *err)
     return rc;
 }
 
+/* The database and its -wal and -shm files hold every job's ownership
+ * token and spec: gptd's alone (0600), whatever the umask, and fixed on an
+ * existing file; SQLite gives a new -wal or -shm the database file's mode.
+ * A missing file is fine; a link or anything not a regular file is left
+ * alone (SQLite refuses it). Only before SQLite opens the files: closing
+ * any descriptor of a file drops every POSIX lock the process holds on it,
+ * SQLite's included. */
+static int db_private(const char *path, struct gpt_err *err)
+{
+    static const char *const suffix[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        char p[PATH_MAX];
+        if (snprintf(p, sizeof(p), "%s%s", path, suffix[i]) >= (int)sizeof(p))
+            return gpt_err_set(err, -ENAMETOOLONG, NULL, "database path too long: %s", path);
+        int fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 && (errno == ENOENT || errno == ELOOP))
+            continue;
+        struct stat st;
+        int rc = fd < 0 || fstat(fd, &st) < 0 ? -errno : 0;
+        if (rc == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077) && fchmod(fd, 0600) < 0)
+            rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        if (rc < 0)
+            return gpt_err_set(err, rc, NULL, "cannot make %s private (mode 0600): %s", p,
+                               strerror(-rc));
+    }
+    return 0;
+}
+
 int db_open(const char *path, struct db **ret, struct gpt_err *err)
 {
     struct db *db = calloc(1, sizeof(*db));
@@ -337,6 +370,15 @@ int db_open(const char *path, struct db **ret, struct gpt_err *err)
                          "database %s is empty (0 bytes): its jobs are lost" DB_WHAT_TO_DO, path);
         goto fail;
     }
+    /* A new database is made 0600 before SQLite opens it (SQLite would
+     * make it 0644 less the umask). */
+    if (!existed) {
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+    }
+    if ((rc = db_private(path, err)) < 0)
+        goto fail;
     int src = sqlite3_open_v2(
         path, &db->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
