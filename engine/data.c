@@ -2,12 +2,16 @@
  * data: opening text files, llm.c token shards and synthetic tasks, the
  * stateless epoch shuffle and the batch readers.
  *
- * A dataset owns its memory maps and segment tables; after
+ * A dataset owns its open files and segment tables; after
  * gpt_dataset_open returns it is never written again, so the batch
  * readers may run on any number of worker threads at once. Token files are
- * mmap'd read-only: text tokens go through a byte -> token table, shard
- * tokens are read as little-endian uint16. The tokenizer lives in
- * data_vocab.c.
+ * read with pread, window by window, never mapped: the files belong to
+ * users, who may truncate, grow or replace them while a job trains, and a
+ * mapped page past a file's new end raises SIGBUS, which would kill the
+ * daemon and every job in it. A read that comes up short fails that batch
+ * with the file's name instead. Text tokens go through a byte -> token
+ * table, shard tokens are read as little-endian uint16. The tokenizer
+ * lives in data_vocab.c.
  */
 #include "data.h"
 
@@ -18,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,17 +33,22 @@
 #define DATA_HOLDOUT_KEY    0x6164646974696f6eull /* keys the synthetic val/train split */
 #define DATA_HOLDOUT_MAX    1000                  /* held-out problems at most */
 
-/* One mmap'd file. */
-struct data_map {
-    void *addr;
-    size_t len;
+/* One token file, kept open for the job's reads; or, for BPE-encoded
+ * text, the ids in memory. */
+struct data_file {
+    int fd;                   /* -1 when the tokens are in mem */
+    const unsigned char *mem; /* BPE ids (owned by ds->bpe_ids), or NULL */
+    uint64_t len;             /* bytes when opened (ids * 2 for mem) */
     dev_t dev;
     ino_t ino;
+    char *name;            /* the file's name as the spec gave it (owned) */
+    const char *json_path; /* "data.path" or "data.val_path" */
 };
 
 /* A run of consecutive tokens, cut into windows of T+1 every `stride`. */
 struct data_seg {
-    const unsigned char *base; /* first token */
+    const struct data_file *file;
+    uint64_t offset; /* byte offset of the first token in file */
     uint64_t n_tokens;
     uint64_t first_sample; /* samples in the segments before this one */
     uint64_t n_samples;
@@ -60,8 +68,8 @@ struct gpt_dataset {
     uint64_t seed;
     int width;              /* bytes per token in the files: 1 text, 2 shards */
     unsigned char lut[256]; /* text: byte -> token */
-    struct data_map *maps;
-    size_t n_maps;
+    struct data_file *files;
+    size_t n_files;
     struct data_split train, val;
     /* synthetic addition */
     int digits;
@@ -151,9 +159,46 @@ static void data_split_finish(struct data_split *sp, size_t T)
     sp->n_samples = total;
 }
 
-/* Copies window k of a split into (T) inputs and targets. */
+/* Reads n bytes at byte `off` of f into dst. A file that ends early was
+ * truncated (or replaced in place) after the job opened it: that is the
+ * job's data error, named, never a fault. */
+static int data_read(const struct data_file *f, uint64_t off, void *dst, size_t n,
+                     struct gpt_err *err)
+{
+    GPT_ASSERT(off <= f->len && n <= f->len - off);
+    if (f->mem) {
+        memcpy(dst, f->mem + off, n);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(f->fd, (unsigned char *)dst + done, n - done, (off_t)(off + done));
+        if (r > 0) {
+            done += (size_t)r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            return gpt_err_set(err, -e, f->json_path, "%s: %s: read: %s", f->json_path, f->name,
+                               strerror(e));
+        }
+        struct stat st;
+        long long now = fstat(f->fd, &st) == 0 ? (long long)st.st_size : -1;
+        return gpt_err_set(err, -GPT_E_DATA, f->json_path,
+                           "%s: %s shrank to %lld bytes while the job read it (it held %llu when "
+                           "the job started); a job's data files must not change until it ends",
+                           f->json_path, f->name, now, (unsigned long long)f->len);
+    }
+    return 0;
+}
+
+/* Copies window k of a split into (T) inputs and targets. The window's
+ * (T + 1) raw tokens are read into `targets` first, as scratch: they take
+ * at most 2 (T + 1) bytes of its 4 T. */
 static int data_window(const struct gpt_dataset *ds, const struct data_split *sp, uint64_t k,
-                       int *inputs, int *targets)
+                       int *inputs, int *targets, struct gpt_err *err)
 {
     size_t lo = 0, hi = sp->n_segs;
     while (hi - lo > 1) { /* last segment with first_sample <= k */
@@ -166,26 +211,37 @@ static int data_window(const struct gpt_dataset *ds, const struct data_split *sp
     const struct data_seg *s = &sp->segs[lo];
     GPT_ASSERT(k >= s->first_sample && k - s->first_sample < s->n_samples);
     uint64_t start = (k - s->first_sample) * sp->stride;
-    if (ds->width == 1) {
-        const unsigned char *p = s->base + start;
-        for (size_t t = 0; t < ds->T; t++) {
-            inputs[t] = ds->lut[p[t]];
-            targets[t] = ds->lut[p[t + 1]];
+    size_t T = ds->T, w = (size_t)ds->width;
+    unsigned char *raw = (unsigned char *)targets;
+    GPT_ASSERT((T + 1) * w <= T * sizeof(*targets));
+    int rc = data_read(s->file, s->offset + start * w, raw, (T + 1) * w, err);
+    if (rc < 0)
+        return rc;
+    int last = 0;
+    if (w == 1) {
+        for (size_t t = 0; t < T; t++)
+            inputs[t] = ds->lut[raw[t]];
+        last = ds->lut[raw[T]];
+    } else {
+        for (size_t t = 0; t <= T; t++) {
+            int tok = raw[2 * t] | raw[2 * t + 1] << 8;
+            if (tok >= ds->vocab.size)
+                return gpt_err_set(err, -GPT_E_DATA, s->file->json_path,
+                                   "%s: %s: token %d at byte %llu is outside the vocabulary of "
+                                   "%d",
+                                   s->file->json_path, s->file->name, tok,
+                                   (unsigned long long)(s->offset + (start + t) * 2),
+                                   ds->vocab.size);
+            if (t < T)
+                inputs[t] = tok;
+            else
+                last = tok;
         }
-        return 0;
     }
-    const unsigned char *p = s->base + 2 * start;
-    int prev = p[0] | p[1] << 8;
-    if (prev >= ds->vocab.size)
-        return -GPT_E_DATA;
-    for (size_t t = 0; t < ds->T; t++) {
-        int next = p[2 * t + 2] | p[2 * t + 3] << 8;
-        if (next >= ds->vocab.size)
-            return -GPT_E_DATA;
-        inputs[t] = prev;
-        targets[t] = next;
-        prev = next;
-    }
+    /* raw is consumed: the targets are the inputs shifted by one. */
+    for (size_t t = 0; t + 1 < T; t++)
+        targets[t] = inputs[t + 1];
+    targets[T - 1] = last;
     return 0;
 }
 
@@ -248,7 +304,8 @@ int gpt_dataset_val_problem(const struct gpt_dataset *ds, uint64_t index, int *p
 /* ---- batches -------------------------------------------------------------- */
 
 int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
-                            uint64_t first, size_t B, int *inputs, int *targets)
+                            uint64_t first, size_t B, int *inputs, int *targets,
+                            struct gpt_err *err)
 {
     GPT_ASSERT(ds && cur && (B == 0 || (inputs && targets)));
     size_t T = ds->T;
@@ -258,7 +315,7 @@ int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_
             data_addition_sample(ds, data_train_problem(ds, k), inputs + b * T, targets + b * T);
             continue;
         }
-        int rc = data_window(ds, &ds->train, k, inputs + b * T, targets + b * T);
+        int rc = data_window(ds, &ds->train, k, inputs + b * T, targets + b * T, err);
         if (rc < 0)
             return rc;
     }
@@ -266,7 +323,7 @@ int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_
 }
 
 int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B, int *inputs,
-                          int *targets)
+                          int *targets, struct gpt_err *err)
 {
     GPT_ASSERT(ds && (B == 0 || (inputs && targets)));
     size_t T = ds->T;
@@ -277,7 +334,7 @@ int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B
             data_addition_sample(ds, data_holdout_problem(ds, k), inputs + b * T, targets + b * T);
             continue;
         }
-        int rc = data_window(ds, &ds->val, k, inputs + b * T, targets + b * T);
+        int rc = data_window(ds, &ds->val, k, inputs + b * T, targets + b * T, err);
         if (rc < 0)
             return rc;
     }
@@ -334,11 +391,12 @@ void gpt_dataset_free(struct gpt_dataset *ds)
 {
     if (!ds)
         return;
-    for (size_t i = 0; i < ds->n_maps; i++)
-        if (ds->maps[i].addr && ds->maps[i].addr != ds->bpe_ids[0] &&
-            ds->maps[i].addr != ds->bpe_ids[1])
-            munmap(ds->maps[i].addr, ds->maps[i].len);
-    free(ds->maps);
+    for (size_t i = 0; i < ds->n_files; i++) {
+        if (ds->files[i].fd >= 0)
+            close(ds->files[i].fd);
+        free(ds->files[i].name);
+    }
+    free(ds->files);
     free(ds->bpe_ids[0]);
     free(ds->bpe_ids[1]);
     free(ds->train.segs);
@@ -362,53 +420,42 @@ static const char *data_file_kind(mode_t mode)
     return "not a plain file";
 }
 
-/* Maps a whole file read-only into ds->maps[ds->n_maps++] (the array has
- * room). An empty file is an error: there is nothing to map. The open
- * never blocks (O_NONBLOCK: a FIFO with no writer would wait forever) and
- * never takes a terminal; only a regular file gets past fstat. */
-static int data_map_file(struct gpt_dataset *ds, const char *file, const char *json_path,
-                         struct data_map **ret, struct gpt_err *err)
+/* Opens a file for reading into ds->files[ds->n_files++] (the array has
+ * room). An empty file is an error: it holds no token. The open never
+ * blocks (O_NONBLOCK: a FIFO with no writer would wait forever) and never
+ * takes a terminal; only a regular file gets past fstat. */
+static int data_open_file(struct gpt_dataset *ds, const char *file, const char *json_path,
+                          struct data_file **ret, struct gpt_err *err)
 {
     int fd = open(file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         return gpt_err_set(err, -e, json_path, "%s: %s: %s", json_path, file, strerror(e));
     }
+    struct data_file *f = &ds->files[ds->n_files++];
+    *f = (struct data_file){.fd = fd, .json_path = json_path};
+    if (!(f->name = strdup(file)))
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     struct stat st;
-    int rc = 0;
+    int rc;
     if (fstat(fd, &st) < 0) {
         rc = -errno;
-        gpt_err_set(err, rc, json_path, "%s: %s", file, strerror(-rc));
-        goto out;
+        return gpt_err_set(err, rc, json_path, "%s: %s", file, strerror(-rc));
     }
-    if (!S_ISREG(st.st_mode)) {
-        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: %s is %s, not a regular file", json_path,
-                         file, data_file_kind(st.st_mode));
-        goto out;
-    }
+    if (!S_ISREG(st.st_mode))
+        return gpt_err_set(err, -GPT_E_DATA, json_path, "%s: %s is %s, not a regular file",
+                           json_path, file, data_file_kind(st.st_mode));
     if (ds->policy && ds->policy->check &&
         (rc = ds->policy->check(ds->policy->ctx, fd, file, json_path, err)) < 0)
-        goto out;
-    if (st.st_size == 0) {
-        rc = gpt_err_set(err, -GPT_E_DATA, json_path, "%s: file is empty", file);
-        goto out;
-    }
-    void *addr = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (addr == MAP_FAILED) {
-        rc = -errno;
-        gpt_err_set(err, rc, json_path, "%s: mmap: %s", file, strerror(-rc));
-        goto out;
-    }
-    (void)madvise(addr, (size_t)st.st_size, MADV_RANDOM); /* shuffled reads */
-    struct data_map *m = &ds->maps[ds->n_maps++];
-    m->addr = addr;
-    m->len = (size_t)st.st_size;
-    m->dev = st.st_dev;
-    m->ino = st.st_ino;
-    *ret = m;
-out:
-    close(fd);
-    return rc;
+        return rc;
+    if (st.st_size == 0)
+        return gpt_err_set(err, -GPT_E_DATA, json_path, "%s: file is empty", file);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* shuffled reads */
+    f->len = (uint64_t)st.st_size;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    *ret = f;
+    return 0;
 }
 
 static int data_alloc_segs(struct data_split *sp, size_t n, uint64_t stride)
@@ -421,18 +468,22 @@ static int data_alloc_segs(struct data_split *sp, size_t n, uint64_t stride)
     return 0;
 }
 
-static void data_add_seg(struct data_split *sp, const unsigned char *base, uint64_t n_tokens)
+static void data_add_seg(struct data_split *sp, const struct data_file *file, uint64_t offset,
+                         uint64_t n_tokens)
 {
     struct data_seg *s = &sp->segs[sp->n_segs++];
-    s->base = base;
+    s->file = file;
+    s->offset = offset;
     s->n_tokens = n_tokens;
 }
 
-/* Cuts one token run at train_split into a train and a val segment. */
+/* Cuts the n tokens at byte `offset` of f at train_split into a train and
+ * a val segment. */
 static int data_split_run(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
-                          const char *file, const unsigned char *base, uint64_t n,
+                          const struct data_file *f, uint64_t offset, uint64_t n,
                           struct gpt_err *err)
 {
+    const char *file = f->name;
     if (!(spec->train_split > 0.0 && spec->train_split < 1.0))
         return gpt_err_set(err, -GPT_E_SPEC, "data.train_split",
                            "must be in (0, 1) to split %s into train and val", file);
@@ -454,8 +505,8 @@ static int data_split_run(struct gpt_dataset *ds, const struct gpt_data_spec *sp
         rc = data_alloc_segs(&ds->val, 1, ds->T);
     if (rc < 0)
         return gpt_err_set(err, rc, NULL, "out of memory");
-    data_add_seg(&ds->train, base, n_train);
-    data_add_seg(&ds->val, base + (size_t)ds->width * n_train, n_val);
+    data_add_seg(&ds->train, f, offset, n_train);
+    data_add_seg(&ds->val, f, offset + (uint64_t)ds->width * n_train, n_val);
     return 0;
 }
 
@@ -487,34 +538,60 @@ static int data_bpe_vocab(struct gpt_dataset *ds, struct gpt_err *err)
     return 0;
 }
 
-/* Encodes mapped text file `i` with the caller's BPE encoder. Afterwards
- * the map is unmapped, and its entry describes the ids instead: addr the
- * ids (owned by ds->bpe_ids[i]), len their count; the dataset's width is
- * 2 (uint16 tokens in host order, little-endian here as data_window reads
- * them; snapshot.c refuses big-endian hosts too). */
-static int data_bpe_encode(struct gpt_dataset *ds, size_t i, const char *file,
-                           const char *json_path, struct gpt_err *err)
+/* Encodes text file `i` with the caller's BPE encoder, which takes the
+ * whole text in memory. Afterwards the file is closed, and its entry
+ * describes the ids instead: mem the ids (owned by ds->bpe_ids[i]), len
+ * their bytes; the dataset's width is 2 (uint16 tokens in host order,
+ * little-endian here as data_window reads them; snapshot.c refuses
+ * big-endian hosts too). */
+static int data_bpe_encode(struct gpt_dataset *ds, size_t i, struct gpt_err *err)
 {
     const struct gpt_data_bpe *bpe = ds->policy->bpe;
-    struct data_map *m = &ds->maps[i];
+    struct data_file *f = &ds->files[i];
     char note[256] = "";
     size_t n = 0;
-    int rc = bpe->encode(bpe->ctx, m->addr, m->len, file, json_path, &ds->bpe_ids[i], &n, note,
-                         sizeof(note), err);
+    if (f->len > SIZE_MAX)
+        return gpt_err_set(err, -EFBIG, f->json_path, "%s: too large to encode", f->name);
+    unsigned char *text = malloc((size_t)f->len);
+    if (!text)
+        return gpt_err_set(err, -ENOMEM, f->json_path, "%s: no memory for its %llu bytes", f->name,
+                           (unsigned long long)f->len);
+    int rc = data_read(f, 0, text, (size_t)f->len, err);
+    if (rc == 0)
+        rc = bpe->encode(bpe->ctx, text, (size_t)f->len, f->name, f->json_path, &ds->bpe_ids[i], &n,
+                         note, sizeof(note), err);
+    free(text);
     if (rc < 0)
         return rc;
     for (size_t k = 0; k < n; k++)
         if (ds->bpe_ids[i][k] >= bpe->vocab_size)
-            return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
-                               "%s: the encoder gave token %u, outside its vocabulary of %d", file,
-                               ds->bpe_ids[i][k], bpe->vocab_size);
-    munmap(m->addr, m->len);
-    m->addr = ds->bpe_ids[i];
-    m->len = n;
+            return gpt_err_set(err, -GPT_E_CORRUPT, f->json_path,
+                               "%s: the encoder gave token %u, outside its vocabulary of %d",
+                               f->name, ds->bpe_ids[i][k], bpe->vocab_size);
+    close(f->fd);
+    f->fd = -1;
+    f->mem = (const unsigned char *)ds->bpe_ids[i];
+    f->len = 2 * (uint64_t)n;
     ds->width = 2;
     if (note[0]) {
         size_t used = strlen(ds->note);
         snprintf(ds->note + used, sizeof(ds->note) - used, "%s%s", used ? "; " : "", note);
+    }
+    return 0;
+}
+
+/* The char vocabulary: every byte value file f holds, marked in seen. */
+static int data_scan_bytes(const struct data_file *f, unsigned char seen[256], struct gpt_err *err)
+{
+    unsigned char buf[1 << 14];
+    for (uint64_t off = 0; off < f->len;) {
+        size_t n = f->len - off < sizeof(buf) ? (size_t)(f->len - off) : sizeof(buf);
+        int rc = data_read(f, off, buf, n, err);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < n; i++)
+            seen[buf[i]] = 1;
+        off += n;
     }
     return 0;
 }
@@ -524,24 +601,21 @@ static int data_bpe_encode(struct gpt_dataset *ds, size_t i, const char *file,
 static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *spec,
                           struct gpt_err *err)
 {
-    struct data_map *m, *vm = NULL;
+    struct data_file *m, *vm = NULL;
     int have_val = spec->val_path[0] != '\0';
-    ds->maps = calloc(2, sizeof(*ds->maps));
-    if (!ds->maps)
+    ds->files = calloc(2, sizeof(*ds->files));
+    if (!ds->files)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = data_map_file(ds, spec->path, "data.path", &m, err);
+    int rc = data_open_file(ds, spec->path, "data.path", &m, err);
     if (rc == 0 && have_val)
-        rc = data_map_file(ds, spec->val_path, "data.val_path", &vm, err);
+        rc = data_open_file(ds, spec->val_path, "data.val_path", &vm, err);
     if (rc < 0)
         return rc;
     ds->width = 1;
     if (spec->tokenizer == GPT_TOK_GPT2) {
-        if ((rc = data_bpe_vocab(ds, err)) < 0 ||
-            (rc = data_bpe_encode(ds, 0, spec->path, "data.path", err)) < 0 ||
-            (have_val && (rc = data_bpe_encode(ds, 1, spec->val_path, "data.val_path", err)) < 0))
+        if ((rc = data_bpe_vocab(ds, err)) < 0 || (rc = data_bpe_encode(ds, 0, err)) < 0 ||
+            (have_val && (rc = data_bpe_encode(ds, 1, err)) < 0))
             return rc;
-        m = &ds->maps[0];
-        vm = have_val ? &ds->maps[1] : NULL;
     } else if (spec->tokenizer == GPT_TOK_BYTE) {
         ds->vocab.kind = GPT_TOK_BYTE;
         ds->vocab.size = 256;
@@ -549,11 +623,9 @@ static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *sp
             ds->vocab.chars[i] = ds->lut[i] = (unsigned char)i;
     } else if (spec->tokenizer == GPT_TOK_CHAR) {
         unsigned char seen[256] = {0};
-        for (size_t f = 0; f < ds->n_maps; f++) {
-            const unsigned char *p = ds->maps[f].addr;
-            for (size_t i = 0; i < ds->maps[f].len; i++)
-                seen[p[i]] = 1;
-        }
+        for (size_t f = 0; f < ds->n_files; f++)
+            if ((rc = data_scan_bytes(&ds->files[f], seen, err)) < 0)
+                return rc;
         ds->vocab.kind = GPT_TOK_CHAR;
         ds->vocab.size = 0;
         for (int c = 0; c < 256; c++) {
@@ -566,34 +638,37 @@ static int data_open_text(struct gpt_dataset *ds, const struct gpt_data_spec *sp
         return gpt_err_set(err, -GPT_E_SPEC, "data.tokenizer", "unknown tokenizer %d",
                            spec->tokenizer);
     }
-    /* Tokens: the file's bytes, or the BPE ids (the maps then hold the
-     * id counts in len and the ids in addr, see data_bpe_encode). */
+    /* Tokens: the file's bytes, or the BPE ids (data_bpe_encode). */
+    uint64_t n = m->len / (uint64_t)ds->width, vn = vm ? vm->len / (uint64_t)ds->width : 0;
     if (!have_val)
-        return data_split_run(ds, spec, spec->path, m->addr, m->len, err);
-    if ((rc = data_check_run(ds, spec->path, "data.path", m->len, err)) < 0 ||
-        (rc = data_check_run(ds, spec->val_path, "data.val_path", vm->len, err)) < 0)
+        return data_split_run(ds, spec, m, 0, n, err);
+    if ((rc = data_check_run(ds, spec->path, "data.path", n, err)) < 0 ||
+        (rc = data_check_run(ds, spec->val_path, "data.val_path", vn, err)) < 0)
         return rc;
     if ((rc = data_alloc_segs(&ds->train, 1, 1)) < 0 ||
         (rc = data_alloc_segs(&ds->val, 1, ds->T)) < 0)
         return gpt_err_set(err, rc, NULL, "out of memory");
-    data_add_seg(&ds->train, m->addr, m->len);
-    data_add_seg(&ds->val, vm->addr, vm->len);
+    data_add_seg(&ds->train, m, 0, n);
+    data_add_seg(&ds->val, vm, 0, vn);
     return 0;
 }
 
-/* Opens and checks one llm.c shard; its tokens go to ret_base/ret_n. */
+/* Opens and checks one llm.c shard; its tokens are ret_n at byte
+ * GPT_SHARD_HEADER_BYTES of *ret_file. */
 static int data_open_shard(struct gpt_dataset *ds, const char *file, const char *json_path,
-                           const unsigned char **ret_base, uint64_t *ret_n, struct gpt_err *err)
+                           const struct data_file **ret_file, uint64_t *ret_n, struct gpt_err *err)
 {
-    struct data_map *m;
-    int rc = data_map_file(ds, file, json_path, &m, err);
+    struct data_file *m;
+    int rc = data_open_file(ds, file, json_path, &m, err);
     if (rc < 0)
         return rc;
     if (m->len < GPT_SHARD_HEADER_BYTES)
         return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
-                           "%s: truncated token shard (%zu bytes, the header alone is %d)", file,
-                           m->len, GPT_SHARD_HEADER_BYTES);
-    const unsigned char *h = m->addr;
+                           "%s: truncated token shard (%llu bytes, the header alone is %d)", file,
+                           (unsigned long long)m->len, GPT_SHARD_HEADER_BYTES);
+    unsigned char h[12];
+    if ((rc = data_read(m, 0, h, sizeof(h), err)) < 0)
+        return rc;
     int32_t word[3];
     for (int i = 0; i < 3; i++)
         word[i] = (int32_t)((uint32_t)h[4 * i] | (uint32_t)h[4 * i + 1] << 8 |
@@ -611,13 +686,13 @@ static int data_open_shard(struct gpt_dataset *ds, const char *file, const char 
         return gpt_err_set(err, -GPT_E_CORRUPT, json_path, "%s: negative token count %d", file,
                            word[2]);
     uint64_t want = GPT_SHARD_HEADER_BYTES + 2 * (uint64_t)word[2];
-    if ((uint64_t)m->len != want)
+    if (m->len != want)
         return gpt_err_set(err, -GPT_E_CORRUPT, json_path,
-                           "%s: %s token shard: %zu bytes, but its header counts %d tokens "
+                           "%s: %s token shard: %llu bytes, but its header counts %d tokens "
                            "(%llu bytes)",
-                           file, (uint64_t)m->len < want ? "truncated" : "oversized", m->len,
-                           word[2], (unsigned long long)want);
-    *ret_base = h + GPT_SHARD_HEADER_BYTES;
+                           file, m->len < want ? "truncated" : "oversized",
+                           (unsigned long long)m->len, word[2], (unsigned long long)want);
+    *ret_file = m;
     *ret_n = (uint64_t)word[2];
     return 0;
 }
@@ -733,17 +808,17 @@ static int data_open_shards(struct gpt_dataset *ds, const struct gpt_data_spec *
     if (rc < 0)
         goto out;
     size_t nt = tg.gl_pathc, nv = have_val ? vg.gl_pathc : 0;
-    ds->maps = calloc(nt + nv, sizeof(*ds->maps));
-    if (!ds->maps) {
+    ds->files = calloc(nt + nv, sizeof(*ds->files));
+    if (!ds->files) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         goto out;
     }
-    const unsigned char *base;
+    const struct data_file *f;
     uint64_t n;
     if (!have_val && nt == 1) {
-        rc = data_open_shard(ds, tg.gl_pathv[0], "data.path", &base, &n, err);
+        rc = data_open_shard(ds, tg.gl_pathv[0], "data.path", &f, &n, err);
         if (rc == 0)
-            rc = data_split_run(ds, spec, tg.gl_pathv[0], base, n, err);
+            rc = data_split_run(ds, spec, f, GPT_SHARD_HEADER_BYTES, n, err);
         goto out;
     }
     if ((rc = data_alloc_segs(&ds->train, nt, ds->T)) < 0 ||
@@ -752,25 +827,24 @@ static int data_open_shards(struct gpt_dataset *ds, const struct gpt_data_spec *
         goto out;
     }
     for (size_t i = 0; i < nv; i++) {
-        rc = data_open_shard(ds, vg.gl_pathv[i], "data.val_path", &base, &n, err);
+        rc = data_open_shard(ds, vg.gl_pathv[i], "data.val_path", &f, &n, err);
         if (rc < 0)
             goto out;
-        data_add_seg(&ds->val, base, n);
+        data_add_seg(&ds->val, f, GPT_SHARD_HEADER_BYTES, n);
     }
     for (size_t i = 0; i < nt; i++) {
-        rc = data_open_shard(ds, tg.gl_pathv[i], "data.path", &base, &n, err);
+        rc = data_open_shard(ds, tg.gl_pathv[i], "data.path", &f, &n, err);
         if (rc < 0)
             goto out;
-        const struct data_map *m = &ds->maps[ds->n_maps - 1];
         int dup = 0; /* a file named by both globs is validation data */
         for (size_t j = 0; j < nv; j++)
-            dup |= ds->maps[j].dev == m->dev && ds->maps[j].ino == m->ino;
+            dup |= ds->files[j].dev == f->dev && ds->files[j].ino == f->ino;
         if (dup)
             continue;
         if (!have_val && i == nt - 1)
-            data_add_seg(&ds->val, base, n);
+            data_add_seg(&ds->val, f, GPT_SHARD_HEADER_BYTES, n);
         else
-            data_add_seg(&ds->train, base, n);
+            data_add_seg(&ds->train, f, GPT_SHARD_HEADER_BYTES, n);
     }
     if (ds->train.n_segs == 0) {
         rc = gpt_err_set(err, -GPT_E_DATA, "data.path",

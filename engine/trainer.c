@@ -276,7 +276,8 @@ static int evaluate(struct trainer *t, double *ret_loss, double *ret_acc)
         if (!real && !t->shard)
             continue;
         float loss;
-        rc = gpt_dataset_val_batch(t->ds, (uint64_t)(real ? i : 0), t->B, t->inputs, t->targets);
+        rc = gpt_dataset_val_batch(t->ds, (uint64_t)(real ? i : 0), t->B, t->inputs, t->targets,
+                                   &t->data_err);
         if (rc < 0)
             return rc;
         rc = gpt_model_forward(&t->model, t->inputs, t->targets, t->B, t->T, &loss);
@@ -343,7 +344,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
         size_t b = n > 0 ? n : 1;
         float loss = 0;
         rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, n > 0 ? first : plan->first, b,
-                                     t->inputs, t->targets);
+                                     t->inputs, t->targets, &t->data_err);
         if (rc < 0)
             return rc;
         double tc = now_s();
@@ -441,7 +442,7 @@ static int trainer_settle(struct trainer *t)
     uint64_t first;
     size_t n = trainer_batch_micro(&t->batch, 0, &first), b = n > 0 ? n : 1;
     int rc = gpt_dataset_train_batch(t->ds, &t->st.cursor, n > 0 ? first : t->batch.first, b,
-                                     t->inputs, t->targets);
+                                     t->inputs, t->targets, &t->data_err);
     for (int pass = 0; pass < 2 && rc >= 0; pass++) {
         float loss;
         rc = gpt_model_forward_train(&t->model, t->inputs, t->targets, b, t->T, 1.0f, &loss);
@@ -532,6 +533,23 @@ static void emit_metric(struct trainer *t, const struct gpt_metric *m)
         t->opts->hooks.metric(t->opts->hooks.ctx, m);
 }
 
+/* What failed with rc: a batch read's detail (it names the file) when
+ * that was the failure, else the code's description; and its job key. */
+static bool trainer_data_failed(const struct trainer *t, int rc)
+{
+    return t->data_err.code == rc && t->data_err.msg[0];
+}
+
+static const char *trainer_why(const struct trainer *t, int rc)
+{
+    return trainer_data_failed(t, rc) ? t->data_err.msg : gpt_strerror(rc);
+}
+
+static const char *trainer_why_key(const struct trainer *t, int rc)
+{
+    return trainer_data_failed(t, rc) ? t->data_err.path : NULL;
+}
+
 static int run_loop(struct trainer *t, struct gpt_err *err)
 {
     const struct gpt_trainer_spec *ts = &t->job->trainer;
@@ -556,8 +574,9 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                t->B, t->T, ts->global_batch, (long long)t->max_steps);
 
     if (t->st.step < t->max_steps && (rc = trainer_settle(t)) < 0)
-        return gpt_err_set(err, rc, NULL, "settling the backend before step %lld failed: %s",
-                           (long long)t->st.step + 1, gpt_strerror(rc));
+        return gpt_err_set(err, rc, trainer_why_key(t, rc),
+                           "settling the backend before step %lld failed: %s",
+                           (long long)t->st.step + 1, trainer_why(t, rc));
     while (t->st.step < t->max_steps) {
         if ((rc = agree_stop(t, &how)) < 0)
             return gpt_err_set(err, rc, NULL, "collective failed: %s", gpt_strerror(rc));
@@ -573,8 +592,9 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
             return rc == -ECANCELED || rc == -ETIMEDOUT || rc == -EPIPE || rc == -ECONNRESET
                        ? gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
                                      (long long)t->st.step, gpt_strerror(rc))
-                       : gpt_err_set(err, rc, NULL, "training step %lld failed: %s",
-                                     (long long)t->st.step, gpt_strerror(rc));
+                       : gpt_err_set(err, rc, trainer_why_key(t, rc),
+                                     "training step %lld failed: %s", (long long)t->st.step,
+                                     trainer_why(t, rc));
         if (!isfinite(loss))
             return gpt_err_set(err, -ERANGE, NULL,
                                "loss is not finite at step %lld (lower optimizer.lr?)",
@@ -593,7 +613,8 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
             if (eval) {
                 double vl, acc;
                 if ((rc = evaluate(t, &vl, &acc)) < 0)
-                    return gpt_err_set(err, rc, NULL, "evaluation failed: %s", gpt_strerror(rc));
+                    return gpt_err_set(err, rc, trainer_why_key(t, rc), "evaluation failed: %s",
+                                       trainer_why(t, rc));
                 m.val_loss = vl;
                 m.accuracy = acc;
                 t->result->final_val_loss = vl;

@@ -51,6 +51,7 @@ struct trainer {
     /* This rank's share of every step's global batch. */
     struct trainer_batch batch;
     int *inputs, *targets; /* (B, T) host */
+    struct gpt_err data_err; /* why a batch read failed: it names the file */
     float *logits_host;    /* (B, T, Vp) host, for evaluation and sampling */
     int64_t max_steps;
     struct train_state st;

@@ -74,7 +74,7 @@ struct gpt_data_cursor {
 struct gpt_dataset;
 
 /* A caller's policy on each data file, run on the opened descriptor (a
- * regular file) before it is mapped: the daemon checks there that the file
+ * regular file) before it is read: the daemon checks there that the file
  * it really opened lies under its data roots. Returns 0 or a negative
  * error with err filled (err->path = json_path). */
 struct gpt_data_policy {
@@ -86,8 +86,8 @@ struct gpt_data_policy {
 /*
  * The BPE tokenizer of data.tokenizer gpt2, supplied by the caller (the
  * engine links no tokenizer; the daemon's is engine/tok behind a cache).
- * A gpt2 text job's files are mapped as usual (policy check included),
- * then encode turns each whole file into token ids; a gpt2 shards job
+ * A gpt2 text job's files are opened as usual (policy check included)
+ * and read whole, then encode turns each file's text into token ids; a gpt2 shards job
  * only takes vocab_size and fingerprint (its tokens are already ids).
  */
 struct gpt_data_bpe {
@@ -111,7 +111,11 @@ struct gpt_data_bpe {
  * the calling thread's file-system identity; a shard glob reads at most
  * GPT_GLOB_ENTRIES_MAX directory entries in GPT_GLOB_SECONDS_MAX seconds,
  * and its errors name the pattern, never a file of a directory it could
- * not read. Blocks on file I/O; worker thread. */
+ * not read. The dataset keeps each token file open and reads windows from
+ * it as the job trains (never mapped): a file truncated later fails the
+ * batch that reaches past its new end, naming it; one replaced by rename
+ * goes on being read as it was opened; bytes appended are not seen.
+ * Blocks on file I/O; worker thread. */
 int gpt_dataset_open(const struct gpt_data_spec *spec, size_t T, uint64_t seed,
                      struct gpt_dataset **ret, struct gpt_err *err);
 /* The same, with `policy` (borrowed; NULL = none) run on every file. */
@@ -146,17 +150,21 @@ void gpt_data_rank_range(uint64_t global, int world, int rank, uint64_t *ret_fir
 /* Fills inputs/targets (B, T) with global samples first .. first+B-1 after
  * the cursor (wrapping into later epochs). Targets < 0 are ignored by the
  * loss (synthetic tasks mask their prompt). Does not move the cursor.
- * Returns 0, or -GPT_E_DATA when a shard holds a token >= 50257 (shard
- * tokens are range-checked here, lazily, not at open). Any thread. */
+ * Reads the data files (pread; blocks on disk). Returns 0; -GPT_E_DATA
+ * when a shard holds a token outside the vocabulary (shard tokens are
+ * range-checked here, lazily, not at open) or a file shrank since open
+ * (truncated while the job trains: never a fault); or a read's -errno.
+ * `err` then names the file. Any thread. */
 int gpt_dataset_train_batch(const struct gpt_dataset *ds, const struct gpt_data_cursor *cur,
-                            uint64_t first, size_t B, int *inputs, int *targets);
+                            uint64_t first, size_t B, int *inputs, int *targets,
+                            struct gpt_err *err);
 /* Moves the cursor n samples on, rolling epochs over. */
 void gpt_data_cursor_advance(const struct gpt_dataset *ds, struct gpt_data_cursor *cur, uint64_t n);
 /* Validation batch number `index` (deterministic; wraps around the val
  * split): samples index*B .. index*B+B-1 of it. Same errors as
  * gpt_dataset_train_batch. */
 int gpt_dataset_val_batch(const struct gpt_dataset *ds, uint64_t index, size_t B, int *inputs,
-                          int *targets);
+                          int *targets, struct gpt_err *err);
 
 /* Synthetic tasks: problem `index` of the held-out set (wrapping around
  * it). `prompt` gets the tokens the model is given, `answer` the tokens it

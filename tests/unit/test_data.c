@@ -148,7 +148,7 @@ static void test_char_vocab(void **state)
     struct gpt_data_cursor cur;
     gpt_data_cursor_init(ds, &cur);
     int in[8], tg[8];
-    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg, NULL), 0);
     char a[16], b[16];
     gpt_vocab_decode(v, in, 8, a, sizeof(a));
     gpt_vocab_decode(v, tg, 8, b, sizeof(b));
@@ -196,15 +196,15 @@ static void test_split(void **state)
     struct gpt_data_cursor cur;
     gpt_data_cursor_init(ds, &cur);
     int in[3 * 100], tg[3 * 100], in2[3 * 100], tg2[3 * 100];
-    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 97, in, tg), 0);
-    assert_int_equal(gpt_dataset_train_batch(ds2, &cur, 0, 97, in2, tg2), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 97, in, tg, NULL), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds2, &cur, 0, 97, in2, tg2, NULL), 0);
     assert_memory_equal(in, in2, sizeof(int) * 3 * 97); /* deterministic */
     assert_memory_equal(tg, tg2, sizeof(int) * 3 * 97);
     for (size_t i = 0; i < 97 * T; i++) {
         assert_true(in[i] < 100 && tg[i] < 100); /* train tokens are [0, 100) */
         assert_int_equal(tg[i], in[i] + 1);
     }
-    assert_int_equal(gpt_dataset_val_batch(ds, 0, 33, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 33, in, tg, NULL), 0);
     for (size_t i = 0; i < 33 * T; i++) {
         assert_true(in[i] >= 100 && tg[i] < 200); /* val tokens are [100, 200) */
         assert_int_equal(tg[i], in[i] + 1);
@@ -212,7 +212,7 @@ static void test_split(void **state)
     assert_int_equal(in[0], 100);
     assert_int_equal(in[3], 103); /* val windows every T */
     /* Val batches wrap around the split. */
-    assert_int_equal(gpt_dataset_val_batch(ds, 33, 1, in2, tg2), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 33, 1, in2, tg2, NULL), 0);
     assert_int_equal(in2[0], 100);
     /* Synthetic-only API. */
     int p[8], a[8];
@@ -269,12 +269,12 @@ static void test_text_val_path(void **state)
     assert_int_equal(gpt_dataset_val_samples(ds), (9 - 1) / 4);
     int in[8], tg[8];
     char a[16];
-    assert_int_equal(gpt_dataset_val_batch(ds, 0, 2, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 2, in, tg, NULL), 0);
     gpt_vocab_decode(v, in, 8, a, sizeof(a));
     assert_string_equal(a, "ZabZabZa");
     struct gpt_data_cursor cur;
     gpt_data_cursor_init(ds, &cur);
-    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 2, in, tg), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 2, in, tg, NULL), 0);
     for (int i = 0; i < 8; i++)
         assert_true(in[i] == 1 || in[i] == 2);
     gpt_dataset_free(ds);
@@ -303,7 +303,7 @@ static void epoch_starts(struct gpt_dataset *ds, int *starts)
     gpt_data_cursor_init(ds, &cur);
     int *in = malloc(sizeof(int) * T), *tg = malloc(sizeof(int) * T);
     for (size_t i = 0; i < N; i++) {
-        assert_int_equal(gpt_dataset_train_batch(ds, &cur, i, 1, in, tg), 0);
+        assert_int_equal(gpt_dataset_train_batch(ds, &cur, i, 1, in, tg, NULL), 0);
         for (size_t t = 0; t + 1 < T; t++)
             assert_int_equal(in[t + 1], in[t] + 1);
         assert_int_equal(tg[T - 1], in[T - 1] + 1);
@@ -342,7 +342,7 @@ static void test_shards(void **state)
     for (int k = 0; k < 6; k++)
         assert_int_equal(starts[12 + k], 2000 + 8 * k);
     int in[4 * 8], tg[4 * 8];
-    assert_int_equal(gpt_dataset_val_batch(ds, 0, 4, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 4, in, tg, NULL), 0);
     for (int b = 0; b < 4; b++)
         assert_int_equal(in[8 * b], 3000 + 8 * b);
     gpt_dataset_free(ds);
@@ -351,7 +351,7 @@ static void test_shards(void **state)
     shard_spec(&s, "shard_*.bin", NULL);
     assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
     assert_int_equal(gpt_dataset_train_samples(ds), 12);
-    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, NULL), 0);
     assert_int_equal(in[0], 2000);
     gpt_dataset_free(ds);
 
@@ -365,7 +365,7 @@ static void test_shards(void **state)
     shard_spec(&s, "shard_000.bin", NULL);
     assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
     assert_int_equal(gpt_dataset_train_samples(ds), (90 - 1) / 8);
-    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, NULL), 0);
     assert_int_equal(in[0], 1090);
     gpt_dataset_free(ds);
 
@@ -375,7 +375,7 @@ static void test_shards(void **state)
     assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
     struct gpt_data_cursor cur;
     gpt_data_cursor_init(ds, &cur);
-    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg), -GPT_E_DATA);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg, NULL), -GPT_E_DATA);
     gpt_dataset_free(ds);
 }
 
@@ -418,6 +418,70 @@ static void test_shard_errors(void **state)
 
 /* A FIFO or a folder as data.path is refused at once (the open never waits
  * for a writer), naming the key and what the file is. */
+/* Files truncated, grown or replaced after open (issue 36): a read past a
+ * truncated file's new end fails with -GPT_E_DATA naming the file (a
+ * mapping would raise SIGBUS); a grown or renamed-over file goes on being
+ * read as it was opened. */
+static void test_file_changes(void **state)
+{
+    (void)state;
+    write_shard("change.bin", 20240520, 1, 4000, 4000, 0);
+    struct gpt_data_spec s;
+    struct gpt_err err = {0};
+    struct gpt_dataset *ds = NULL;
+    int in[8], tg[8];
+    char path[512], other[512];
+    path_in(path, sizeof(path), "change.bin");
+    path_in(other, sizeof(other), "change.new");
+
+    shard_spec(&s, "change.bin", NULL);
+    s.train_split = 0.5;
+    assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, &err), 0);
+    assert_int_equal(in[0], 2000); /* the val half starts at token 2000 */
+    /* Grown: the same tokens. */
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    assert_int_equal(fwrite(tg, 1, sizeof(tg), f), sizeof(tg));
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, &err), 0);
+    assert_int_equal(in[0], 2000);
+    /* Truncated to its header: every window is past the end. */
+    assert_int_equal(truncate(path, 1024), 0);
+    memset(&err, 0, sizeof(err));
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, &err), -GPT_E_DATA);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "shrank to 1024 bytes"));
+    assert_string_equal(err.path, "data.path");
+    struct gpt_data_cursor cur;
+    gpt_data_cursor_init(ds, &cur);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg, &err), -GPT_E_DATA);
+    gpt_dataset_free(ds);
+
+    /* Replaced by rename: the open file is still the old one. */
+    write_shard("change.bin", 20240520, 1, 4000, 4000, 0);
+    assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
+    write_shard("change.new", 20240520, 1, 100, 100, 30000);
+    assert_int_equal(rename(other, path), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 0, 1, in, tg, &err), 0);
+    assert_int_equal(in[0], 2000);
+    gpt_dataset_free(ds);
+
+    /* A text file truncated to nothing. */
+    unsigned char b[200];
+    for (int i = 0; i < 200; i++)
+        b[i] = (unsigned char)i;
+    write_file("change.txt", b, sizeof(b));
+    text_spec(&s, "change.txt", GPT_TOK_BYTE, 0.5);
+    assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
+    gpt_data_cursor_init(ds, &cur);
+    path_in(path, sizeof(path), "change.txt");
+    assert_int_equal(truncate(path, 0), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg, &err), -GPT_E_DATA);
+    assert_non_null(strstr(err.msg, path));
+    gpt_dataset_free(ds);
+}
+
 static void test_not_regular(void **state)
 {
     (void)state;
@@ -518,7 +582,7 @@ static void test_sampler_world_sizes(void **state)
     gpt_data_cursor_init(ds, &cur);
     int want_in[7 * 3], want_tg[7 * 3], got_in[7 * 3], got_tg[7 * 3];
     for (int step = 0; step < 40; step++) { /* 280 samples: almost 3 epochs of 97 */
-        assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, G, want_in, want_tg), 0);
+        assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, G, want_in, want_tg, NULL), 0);
         for (int world = 1; world <= 3; world++) {
             size_t filled = 0;
             for (int rank = 0; rank < world; rank++) {
@@ -526,7 +590,8 @@ static void test_sampler_world_sizes(void **state)
                 gpt_data_rank_range(G, world, rank, &first, &count);
                 assert_int_equal(first, filled);
                 assert_int_equal(gpt_dataset_train_batch(ds, &cur, first, count,
-                                                         got_in + filled * T, got_tg + filled * T),
+                                                         got_in + filled * T, got_tg + filled * T,
+                                                         NULL),
                                  0);
                 filled += count;
             }
@@ -557,7 +622,7 @@ static void test_epochs(void **state)
         int seen[97] = {0};
         for (uint64_t i = 0; i < N; i++) {
             /* Global sample e*N + i from a cursor at epoch 0 is sample i of epoch e. */
-            assert_int_equal(gpt_dataset_train_batch(ds, &cur, e * N + i, 1, in, tg), 0);
+            assert_int_equal(gpt_dataset_train_batch(ds, &cur, e * N + i, 1, in, tg, NULL), 0);
             assert_true(in[0] >= 0 && in[0] < 97);
             seen[in[0]]++;
             order[e][i] = in[0];
@@ -573,9 +638,9 @@ static void test_epochs(void **state)
     gpt_data_cursor_advance(ds, &c2, 2 * N + 10);
     assert_int_equal(c2.epoch, 2);
     assert_int_equal(c2.position, 10);
-    assert_int_equal(gpt_dataset_train_batch(ds, &c2, 0, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &c2, 0, 1, in, tg, NULL), 0);
     assert_int_equal(in[0], order[2][10]);
-    assert_int_equal(gpt_dataset_train_batch(ds, &c2, N, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &c2, N, 1, in, tg, NULL), 0);
     assert_int_equal(in[0], order[3][10]);
     gpt_data_cursor_advance(ds, &c2, N - 10);
     assert_int_equal(c2.epoch, 3);
@@ -587,7 +652,7 @@ static void test_epochs(void **state)
     struct gpt_data_cursor c3 = {.epoch = 0, .position = 0, .seed = 6};
     int diff = 0;
     for (uint64_t i = 0; i < N; i++) {
-        assert_int_equal(gpt_dataset_train_batch(ds, &c3, i, 1, in, tg), 0);
+        assert_int_equal(gpt_dataset_train_batch(ds, &c3, i, 1, in, tg, NULL), 0);
         diff += in[0] != order[0][i];
     }
     assert_true(diff > 0);
@@ -600,7 +665,7 @@ static void test_epochs(void **state)
     assert_int_equal(gpt_dataset_open(&s, 3, 1, &ds, &err), 0);
     assert_int_equal(gpt_dataset_train_samples(ds), 1);
     gpt_data_cursor_init(ds, &cur);
-    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 5, 1, in, tg), 0);
+    assert_int_equal(gpt_dataset_train_batch(ds, &cur, 5, 1, in, tg, NULL), 0);
     assert_int_equal(in[0], 0);
     gpt_data_cursor_advance(ds, &cur, 5);
     assert_int_equal(cur.epoch, 5);
@@ -672,7 +737,7 @@ static void test_addition(void **state)
         is_val[p] = 1;
     }
     /* Val batches are the held-out problems, wrapping around. */
-    assert_int_equal(gpt_dataset_val_batch(ds, 1, 64, in, tg), 0);
+    assert_int_equal(gpt_dataset_val_batch(ds, 1, 64, in, tg, NULL), 0);
     for (int b = 0; b < 64; b++)
         assert_true(is_val[check_addition(in + 9 * b, tg + 9 * b, 3)]);
     assert_int_equal(gpt_dataset_val_problem(ds, 1000 + 7, prompt, &np, answer, &na), 0);
@@ -684,7 +749,7 @@ static void test_addition(void **state)
     struct gpt_data_cursor cur;
     gpt_data_cursor_init(ds, &cur);
     for (int k = 0; k < 200000 / 64; k++) {
-        assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 64, in, tg), 0);
+        assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 64, in, tg, NULL), 0);
         for (int b = 0; b < 64; b++)
             assert_false(is_val[check_addition(in + 9 * b, tg + 9 * b, 3)]);
         gpt_data_cursor_advance(ds, &cur, 64);
@@ -706,7 +771,7 @@ static void test_addition(void **state)
     }
     gpt_data_cursor_init(ds, &cur);
     for (uint64_t i = 0; i < N; i++) {
-        assert_int_equal(gpt_dataset_train_batch(ds, &cur, N + i, 1, in, tg), 0);
+        assert_int_equal(gpt_dataset_train_batch(ds, &cur, N + i, 1, in, tg, NULL), 0);
         seen[check_addition(in, tg, 2)] += 1;
     }
     for (int p = 0; p < 10000; p++)
@@ -771,7 +836,7 @@ int main(void)
         cmocka_unit_test(test_epochs),          cmocka_unit_test(test_addition),
         cmocka_unit_test(test_addition_errors), cmocka_unit_test(test_rank_range),
         cmocka_unit_test(test_not_regular),     cmocka_unit_test(test_policy),
-        cmocka_unit_test(test_glob_limit),
+        cmocka_unit_test(test_glob_limit),      cmocka_unit_test(test_file_changes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
