@@ -2,8 +2,11 @@
  * workers: K training threads of one job in this process (see workers.h).
  *
  * Each worker thread owns its communicator and runs gpt_train(). The owner
- * thread talks to the workers only through atomics (stop, abort) and the
- * join. For a world that lives entirely in this process the ranks exchange
+ * thread talks to the workers only through atomics (stop, abort), the
+ * join, and workers_abort's use of the communicators, which holds
+ * comm_lock: a worker publishes and withdraws its communicator under that
+ * lock, so one that an abort reached is not freed until the abort is done
+ * with it. For a world that lives entirely in this process the ranks exchange
  * their ring addresses through the engine's in-memory key-value store.
  */
 #include "workers.h"
@@ -32,8 +35,8 @@ struct worker {
     struct workers *ws;
     pthread_t thread;
     bool started;
-    int rank; /* global */
-    _Atomic(struct gpt_comm *) comm;
+    int rank;              /* global */
+    struct gpt_comm *comm; /* while the worker may use it; under ws->comm_lock */
     int rc;
     struct gpt_err err;
     struct gpt_train_result result;
@@ -57,6 +60,7 @@ struct workers {
     atomic_bool aborted;
     atomic_int running;
     atomic_bool finished;
+    pthread_mutex_t comm_lock; /* guards every w[i].comm */
     bool joined;
     int n;
     struct worker *w;
@@ -204,7 +208,11 @@ static void *worker_main(void *arg)
     rc = worker_open(wk, (int)(wk - ws->w), &be, &comm);
     if (rc < 0)
         goto out;
-    atomic_store(&wk->comm, comm);
+    pthread_mutex_lock(&ws->comm_lock);
+    wk->comm = comm;
+    pthread_mutex_unlock(&ws->comm_lock);
+    /* An abort that scanned the workers before the line above missed this
+     * one, but set `aborted` first. */
     if (atomic_load(&ws->aborted))
         gpt_comm_abort(comm);
     if (ws->has_access &&
@@ -249,8 +257,12 @@ out:
     fsid_leave(&saved);
     wk->rc = rc;
     /* The owner may free everything once `finished` is set and on_exit ran,
-     * so the comm goes first and nothing of `wk` is touched afterwards. */
-    atomic_store(&wk->comm, NULL);
+     * so the comm goes first and nothing of `wk` is touched afterwards. An
+     * abort still using the comm holds comm_lock: withdrawing it waits for
+     * that abort to finish. */
+    pthread_mutex_lock(&ws->comm_lock);
+    wk->comm = NULL;
+    pthread_mutex_unlock(&ws->comm_lock);
     gpt_comm_free(comm);
     gpt_backend_free(be);
     if (atomic_fetch_sub(&ws->running, 1) == 1) {
@@ -306,10 +318,12 @@ int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt
     atomic_init(&ws->stop_how, GPT_STOP_NO);
     atomic_init(&ws->aborted, false);
     atomic_init(&ws->finished, false);
+    pthread_mutex_init(&ws->comm_lock, NULL);
     ws->n = o->n_workers;
     atomic_init(&ws->running, ws->n);
     ws->w = calloc((size_t)ws->n, sizeof(*ws->w));
     if (!ws->w) {
+        pthread_mutex_destroy(&ws->comm_lock);
         gpt_kv_mem_free(&ws->kv_local);
         free(ws);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory for workers");
@@ -318,7 +332,6 @@ int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt
         struct worker *wk = &ws->w[i];
         wk->ws = ws;
         wk->rank = o->rank_base + i;
-        atomic_init(&wk->comm, NULL);
     }
     for (int i = 0; i < ws->n; i++) {
         if (pthread_create(&ws->w[i].thread, NULL, worker_main, &ws->w[i]) != 0) {
@@ -328,6 +341,7 @@ int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt
             workers_abort(ws);
             for (int j = 0; j < i; j++)
                 pthread_join(ws->w[j].thread, NULL);
+            pthread_mutex_destroy(&ws->comm_lock);
             gpt_kv_mem_free(&ws->kv_local);
             free(ws->w);
             free(ws);
@@ -348,11 +362,13 @@ void workers_abort(struct workers *ws)
 {
     atomic_store(&ws->aborted, true);
     atomic_store(&ws->stop_how, GPT_STOP_NOW);
-    for (int i = 0; i < ws->n; i++) {
-        struct gpt_comm *c = atomic_load(&ws->w[i].comm);
-        if (c)
-            gpt_comm_abort(c);
-    }
+    /* Under the lock: a worker that ends meanwhile frees its comm only
+     * after this loop is done with it. gpt_comm_abort does not block. */
+    pthread_mutex_lock(&ws->comm_lock);
+    for (int i = 0; i < ws->n; i++)
+        if (ws->w[i].comm)
+            gpt_comm_abort(ws->w[i].comm);
+    pthread_mutex_unlock(&ws->comm_lock);
 }
 
 int workers_join(struct workers *ws, struct gpt_train_result *ret, struct gpt_err *err)
@@ -390,6 +406,7 @@ void workers_free(struct workers *ws)
         return;
     if (!ws->joined)
         (void)workers_join(ws, NULL, NULL);
+    pthread_mutex_destroy(&ws->comm_lock);
     gpt_kv_mem_free(&ws->kv_local);
     free(ws->w);
     free(ws);
