@@ -1,7 +1,7 @@
 /*
  * bench_rdzv: the control plane against the number of nodes. A coordinator
- * (daemon/cluster.c: the store server, the heartbeat table, the inbox and
- * daemon/rdzv.c) runs on its own loop thread; N lightweight simulated
+ * (daemon/cluster/cluster.c: the store server, the heartbeat table, the inbox and
+ * daemon/cluster/rdzv.c) runs on its own loop thread; N lightweight simulated
  * nodes, each one asynchronous store client, run in SIM_PROCS child
  * processes (one loop each: a process holds at most RLIMIT_NOFILE
  * descriptors, and the coordinator holds one per node already) and speak

@@ -202,7 +202,7 @@ int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
         goto out;
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
     /* The size travels in the event: a coordinator cannot stat a file
-     * written on another node (daemon/jobs.c reads it back). */
+     * written on another node (daemon/jobs/jobs.c reads it back). */
     double ms = (now_s() - t0) * 1e3;
     struct stat st;
     if (stat(path, &st) == 0)

@@ -663,7 +663,7 @@ int gpt_jobspec_override(struct gpt_job *job, const char *assignment, struct gpt
 /* What the engine would refuse at run time (data.c, model.c, trainer.c),
  * refused here instead with the key named, so that such a job fails at
  * submit rather than after it was queued, started and retried. Checks that
- * need the data files (their length) are the daemon's (daemon/limits.c). */
+ * need the data files (their length) are the daemon's (daemon/node/job_limits.c). */
 static int jobspec_validate_engine(const struct gpt_job *job, struct gpt_err *err)
 {
     const struct gpt_model_config *m = &job->model;

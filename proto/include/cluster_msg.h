@@ -1,6 +1,6 @@
 /*
  * cluster_msg: the messages cluster members and the coordinator exchange
- * through the rendezvous store (daemon/cluster*.c). JSON, one object per
+ * through the rendezvous store (daemon/cluster/cluster*.c). JSON, one object per
  * line for the inbox, one object per key for the rest.
  *
  *   inbox line  member -> coordinator, appended to "c/inbox":
@@ -45,7 +45,7 @@
 #define CLUSTER_MSG_ADDR_MAX     64         /* advertised worker address, NUL included */
 #define CLUSTER_MSG_VERSION_MAX  32
 #define CLUSTER_MSG_DEVICES_MAX  128
-#define CLUSTER_MSG_GPUS_MAX     512 /* "gpu": the node's GPU readings (daemon/nvml.h) */
+#define CLUSTER_MSG_GPUS_MAX     512 /* "gpu": the node's GPU readings (daemon/node/include/nvml.h) */
 #define CLUSTER_MSG_STATE_MAX    16
 #define CLUSTER_MSG_EXIT_MSG_MAX 256
 #define CLUSTER_MSG_WORKERS_MAX  1024

@@ -33,7 +33,7 @@
  * receiver closes the connection. The frame's length field does not count
  * the tag. This module only frames and finds tags (parser: tag_bytes and a
  * verify callback; encoders: tag_bytes reserved after each frame); the MACs
- * are computed by the caller (daemon/store_auth.c).
+ * are computed by the caller (daemon/store/store_auth.c).
  * Limits: frames are authenticated, not encrypted (a peer on the path reads
  * keys and values, and can cut the connection, but not change, add, replay
  * or reorder a frame); whoever holds K is a member and fully trusted.
@@ -80,7 +80,7 @@
  * HEARTBEAT stores the node's report in the server's heartbeat table, in
  * place (one entry per key, overwritten; not a key of the key-value table)
  * and notes the time. The server's owner reads the table in-process
- * (daemon/store_server.h); the value is opaque here (gptd: a cluster_msg
+ * (daemon/store/include/store_server.h); the value is opaque here (gptd: a cluster_msg
  * "hb" object, proto/cluster_msg.h), at most GPT_STORE_HB_VALUE_MAX bytes.
  */
 #ifndef GPT_PROTO_STORE_H

@@ -1,11 +1,11 @@
-# The HTTP listener (daemon/http.c) scraped by a real Prometheus.
+# The HTTP listener (daemon/http/http.c) scraped by a real Prometheus.
 add_test(NAME http_prometheus
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_prometheus.sh $<TARGET_FILE:gptd>
                  $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
 set_tests_properties(http_prometheus PROPERTIES LABELS integration TIMEOUT 180
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 
-# A stand-in libnvidia-ml.so.1 for the dlopen path (daemon/nvml.c) on hosts
+# A stand-in libnvidia-ml.so.1 for the dlopen path (daemon/node/nvml.c) on hosts
 # without a GPU: test_metrics_text loads it by path.
 add_library(fake_nvml SHARED ${CMAKE_CURRENT_SOURCE_DIR}/unit/fake_nvml.c)
 target_compile_options(fake_nvml PRIVATE -Wall -Wextra -Werror)

@@ -1,5 +1,5 @@
 # Operating gptd: the systemd unit, service notifications, the man pages and
-# the Debian package (systemd/, daemon/notify.c, packaging/).
+# the Debian package (systemd/, daemon/base/notify.c, packaging/).
 add_executable(notify_listen ${CMAKE_CURRENT_SOURCE_DIR}/tools/notify_listen.c)
 gptd_target(notify_listen)
 
@@ -17,7 +17,7 @@ add_test(NAME ops_notify_watchdog
                  $<TARGET_FILE:notify_listen> watchdog)
 # Every man page renders without a warning (gptd-job.5 is built by the
 # `man` target in packaging/cpack.cmake), and gptd.conf(5) documents every
-# option in daemon/config.c's table.
+# option in daemon/base/config.c's table.
 add_test(NAME ops_man_lint COMMAND ${GPTD_IT}/man_lint.sh ${CMAKE_SOURCE_DIR}/packaging/man
                                    ${CMAKE_BINARY_DIR}/man $<TARGET_FILE:gptd>)
 set_tests_properties(ops_unit_verify ops_notify ops_notify_watchdog ops_man_lint PROPERTIES

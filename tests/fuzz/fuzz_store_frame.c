@@ -1,7 +1,7 @@
 /*
  * fuzz_store_frame: libFuzzer target for the store's frame decoder, its
  * incremental parser and the sealed-frame layer (proto/store.h,
- * daemon/store_auth.h). The first input byte picks the feed chunk size (bits
+ * daemon/store/include/store_auth.h). The first input byte picks the feed chunk size (bits
  * 0-5), the parser's frame limit (bit 6) and the sealed mode (bit 7); the
  * rest is the byte stream. Every decoded view is read end to end so the
  * sanitizers see any out-of-bounds view.

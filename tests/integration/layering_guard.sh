@@ -26,7 +26,7 @@ config_h=$(headers_of engine/config)
 engine_above_h=$( (cd "$top" && find engine -path engine/config -prune -o -name '*.h' -printf '%f\n' \
                    2>/dev/null) | sort -u | sed 's/\./\\./g' | tr '\n' '|' | sed 's/|$//')
 # libuv and SQLite by any spelling; our own headers only in quotes (so that a
-# system header such as <paths.h> is not mistaken for daemon/paths.h).
+# system header such as <paths.h> is not mistaken for daemon/node/include/paths.h).
 sys='uv\.h|uv/[^>]*|sqlite3\.h'
 base='daemon/[^"]*|\.\./daemon/[^"]*'
 

@@ -1,6 +1,6 @@
 /*
  * A stand-in for NVIDIA's libnvidia-ml.so.1 with the entry points
- * daemon/nvml.c resolves, so that the dlopen path is tested on hosts
+ * daemon/node/nvml.c resolves, so that the dlopen path is tested on hosts
  * without a GPU (test_metrics_text loads it by path). Two GPUs: the first
  * reports everything, the second no power (NVML_ERROR_NOT_SUPPORTED).
  */

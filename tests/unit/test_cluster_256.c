@@ -1,7 +1,7 @@
 /*
  * test_cluster_256: the control plane with 256 nodes, end to end on one
- * loop: a real coordinator (daemon/cluster.c with its store server and
- * daemon/rdzv.c) and 256 real member clusters (each its own store
+ * loop: a real coordinator (daemon/cluster/cluster.c with its store server and
+ * daemon/cluster/rdzv.c) and 256 real member clusters (each its own store
  * connection, heartbeats, round watch), each with a simulated agent that
  * joins rounds and takes its assignment as gptd's agent does. Asserts:
  * every node registers; a job "128:256" forms one world with every node,

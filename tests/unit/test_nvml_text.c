@@ -1,5 +1,5 @@
 /*
- * Unit tests of the GPU text a heartbeat carries (daemon/nvml_text.c):
+ * Unit tests of the GPU text a heartbeat carries (daemon/node/nvml_text.c):
  * formatting fake NVML samples, parsing them back, refusing malformed
  * texts with a message naming the entry, and the JSON the coordinator's
  * node table shows; and nvml_gpus_local through the stand-in library
