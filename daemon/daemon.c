@@ -536,6 +536,14 @@ static void daemon_on_closed(void *ctx, struct control_client *cl)
     }
 }
 
+/* max_clients_per_uid, read live from the configuration (reloadable). */
+static int daemon_on_admit(void *ctx, struct control *srv, const struct control_client *cl,
+                           struct gpt_err *err)
+{
+    struct daemon_ctx *d = ctx;
+    return control_limits_admit(srv, cl, &d->cfg, err);
+}
+
 /* Splits argv into special flags and option flags. Returns -1 to continue,
  * else the exit status. */
 static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *print)
@@ -659,7 +667,8 @@ int gptd_daemon_main(int argc, char **argv)
      * before anything runs. */
     if (daemon_http_start(m, &err) < 0)
         goto fail;
-    struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed};
+    struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed,
+                                  daemon_on_admit};
     if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, &err) < 0)
         goto fail;
     if (jobs_new(&m->loop, d->db, &d->cfg, d->ctl, d->cfg.state_dir, &d->jobs, &err) < 0) {

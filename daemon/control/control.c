@@ -20,7 +20,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "control_limits.h"
 #include "log.h"
 
 #define CONTROL_READ_CHUNK 65536
@@ -336,7 +335,7 @@ static void control_on_connection(uv_stream_t *server, int status)
         return;
     }
     struct gpt_err lerr;
-    if (control_limits_admit(srv, cl, srv->cfg, &lerr) < 0) {
+    if (srv->hooks.admit && srv->hooks.admit(srv->hooks.ctx, srv, cl, &lerr) < 0) {
         log_warn("control: client pid %d refused: %s", (int)cl->pid, lerr.msg);
         control_reply_err(cl, NULL, -GPT_E_LIMIT, &lerr);
         control_client_shutdown(cl);

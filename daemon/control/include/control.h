@@ -65,6 +65,11 @@ struct control_hooks {
     void (*drained)(void *ctx, struct control_client *cl);
     /* The client is closing: drop anything that points at it. */
     void (*closed)(void *ctx, struct control_client *cl);
+    /* A just-accepted client (already counted among srv's clients), past
+     * max_clients: 0 admits it; below 0 refuses it with err, which the
+     * client is sent (the daemon checks control_limits here). NULL: all. */
+    int (*admit)(void *ctx, struct control *srv, const struct control_client *cl,
+                 struct gpt_err *err);
 };
 
 /* Binds and listens on cfg->socket (a stale socket file is replaced; a live

@@ -2,8 +2,9 @@
  * control_limits: what keeps one client, or one user, from holding the
  * control socket: a cap on the connections of one uid (max_clients_per_uid)
  * and the idle timeout (client_idle_timeout_s). Built on control.h's public
- * interface only; control.c calls the admission check, the daemon's
- * periodic tick calls the sweep.
+ * interface only (control.c does not include it): the daemon passes the
+ * admission check as control.h's admit hook and calls the sweep from its
+ * periodic tick.
  *
  * Loop thread only.
  */
