@@ -2,7 +2,7 @@
  * handlers: the one dispatcher of control ops (see handlers.h), its table of
  * handlers, and the handlers of every op but `sample` (handlers_sample.c),
  * `export` (handlers_export.c) and submit's --resume-from
- * (handlers_resume_from.c).
+ * (handlers_resume_from.c); submit's spec checks are handlers_spec.c's.
  *
  * Most ops are a `result` function: the answer from the queue of record,
  * used both for this node's clients and, on the coordinator, for the reads
@@ -22,12 +22,8 @@
 
 #include "devices.h"
 #include "fdlimit.h"
-#include "job_limits.h"
 #include "log.h"
 #include "handlers.h"
-#include "jobspec_sweep.h"
-#include "init_from.h"
-#include "paths.h"
 #include "snapshot.h"
 
 #define HANDLER_LIST_MAX    1000 /* jobs in one `list` reply */
@@ -63,46 +59,6 @@ static json_t *handler_job_json(const struct jobs *js, const struct db_job *j)
     if (j->error[0] && !held)
         json_object_set_new(o, "error", json_string(j->error));
     return o;
-}
-
-/* Parses and fully validates a spec object (as `gptd run` would). */
-static int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
-                              struct gpt_job *job, struct gpt_err *err)
-{
-    char *text = json_dumps(spec, JSON_COMPACT);
-    if (!text)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    int rc = gpt_jobspec_parse(text, strlen(text), NULL, 0, job, err);
-    free(text);
-    if (rc == 0)
-        rc = paths_check_job(job, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir, err);
-    if (rc == 0) /* as the client: gptd's own rights prove nothing (paths.h) */
-        rc = paths_check_access(job, uid, err);
-    if (rc == 0) /* model.init_from gives the model's shape (read as the client) */
-        rc = init_from_submit(job, uid, d->cfg.data_roots, d->cfg.snapshot_roots, d->cfg.state_dir,
-                              err);
-    if (rc == 0) /* memory and data sizes (of files the client may open), before queueing */
-        rc = job_limits_check(job, &d->cfg, err);
-    if (rc == 0 && job->distributed.nodes_min > 1 && !d->cluster)
-        rc = gpt_err_set(err, -GPT_E_SPEC, "distributed.nodes",
-                         "this gptd is not in a cluster (no rdzv); nodes must be 1 (got min %d)",
-                         job->distributed.nodes_min);
-    return rc;
-}
-
-int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
-                         struct gpt_job *job, struct gpt_err *err)
-{
-    if (req->sweep && !gpt_sweep_id_ok(req->sweep))
-        return gpt_err_set(err, -EINVAL, "sweep", "a sweep id is 1-63 of [A-Za-z0-9_.-]");
-    if (!req->sweep && (req->present & (1u << GPT_CTL_F_SWEEP_JOBS)))
-        return gpt_err_set(err, -EINVAL, "sweep_jobs", "sweep_jobs comes only with a sweep");
-    int rc = handler_parse_spec(d, req->spec, uid, job, err);
-    if (rc == 0 && !(req->present & (1u << GPT_CTL_F_RESUME_FROM)) &&
-        (req->present & (1u << GPT_CTL_F_SNAPSHOT)))
-        rc = gpt_err_set(err, -EINVAL, "snapshot",
-                         "a submit takes a snapshot only with resume_from");
-    return rc;
 }
 
 /* A submit on a node that is not the coordinator travels to the

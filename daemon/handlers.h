@@ -39,9 +39,13 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
 int handler_export_member(struct daemon_ctx *d, struct control_client *cl,
                           const struct gpt_ctl_request *req, struct gpt_err *err);
 
-/* submit's checks before anything is queued: the sweep id, the spec (as
- * `gptd run` would, paths as the client `uid`), a snapshot only with
- * --resume-from. Fills *job. */
+/* Parses and fully validates a spec object (as `gptd run` would), paths
+ * and file access as the client `uid` (handlers_spec.c). */
+int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
+                       struct gpt_job *job, struct gpt_err *err);
+/* submit's checks before anything is queued (handlers_spec.c): the sweep
+ * id, the spec (as `gptd run` would, paths as the client `uid`), a
+ * snapshot only with --resume-from. Fills *job. */
 int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
                          struct gpt_job *job, struct gpt_err *err);
 
