@@ -458,6 +458,7 @@ static int daemon_http_start(struct daemon_main *m, struct gpt_err *err)
     struct http_opts ho = {
         .addr = cfg->http,
         .token_file = cfg->http_token_file,
+        .allowed_hosts = cfg->http_allowed_hosts,
         .max_connections = cfg->http_max_connections,
         .timeout_s = cfg->http_timeout_s,
         .request_max_bytes = (size_t)cfg->http_request_max_bytes,
@@ -507,6 +508,8 @@ static void daemon_on_notify_timer(uv_timer_t *h)
     }
     (void)notify_watchdog();
     control_limits_sweep(d->ctl, &d->cfg, uv_now(&m->loop));
+    if (m->http)
+        (void)http_sweep(m->http);
     daemon_http_publish(m);
 }
 

@@ -161,10 +161,19 @@ static const struct config_option config_options[] = {
             "regular file, no access for group or others, 16 to 4096 bytes of\n"
             "printable ASCII (one trailing newline is dropped). Required when `http` is\n"
             "not a loopback address; when set, required on loopback too."),
+    OPT_STR(http_allowed_hosts, "", false,
+            "Host names (',' or ' '-separated) a loopback listener answers besides\n"
+            "localhost and loopback addresses. A request to a loopback `http` whose\n"
+            "Host: header names anything else gets 421, so that a web page cannot\n"
+            "read the listener through a DNS name it points at 127.0.0.1."),
     OPT_NUM(http_max_connections, CONFIG_T_INT, "16", 1, 10000, false,
-            "HTTP connections served at once; further ones are refused."),
+            "HTTP connections served at once. A new connection beyond it closes the\n"
+            "oldest one without a request in progress; when every one has a request\n"
+            "in progress, the new one is answered 503 at once."),
     OPT_NUM(http_timeout_s, CONFIG_T_INT, "10", 1, 3600, false,
-            "Seconds an HTTP connection may stay idle before it is closed."),
+            "Seconds an HTTP connection may take to send a complete request (from its\n"
+            "start, or from the end of its previous reply) before it is closed, so\n"
+            "that idle and slow (byte-by-byte) connections go."),
     OPT_NUM(http_request_max_bytes, CONFIG_T_SIZE, "16384", 4096, INT64_C(1) << 20, false,
             "Memory one HTTP connection may use for its request (request line and\n"
             "headers; bytes, suffixes k, M). A larger request is refused (431 or 414);\n"
@@ -390,7 +399,7 @@ int config_finish(struct config *c, struct gpt_err *err)
     int rc = c->http[0] ? http_addr_check(c->http, c->http_token_file, &loopback, err) : 0;
     if (rc < 0)
         return rc;
-    return 0;
+    return http_hosts_check(c->http_allowed_hosts, err);
 }
 
 /* Formats an option's current value the way the file spells it. */

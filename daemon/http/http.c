@@ -6,6 +6,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -13,21 +14,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "hostport.h"
 #include "http_api.h"
+#include "http_conns.h"
 #include "http_db.h"
 #include "http_web.h"
+#include "monotime.h"
 #include "store_client.h"
 
 #define HTTP_TOKEN_MAX 4096
+/* Connections libmicrohttpd may hold beyond http_max_connections: those
+ * accepted in one turn of its loop before the ones they displaced
+ * (http_conns.h) are closed. At its own limit it stops accepting. */
+#define HTTP_CONN_SLACK 64
+#define HTTP_HOST_MAX   255 /* a DNS name's longest text form, and then some */
 #define HTTP_CSP                                                                                   \
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 struct http {
     struct MHD_Daemon *mhd;
+    struct http_conns *conns; /* locked itself (http_conns.h) */
+    bool loopback;            /* the listener's address: Host: is checked */
+    char *allowed_hosts;      /* http_allowed_hosts, read only once started */
     char node[64];
     char token[HTTP_TOKEN_MAX + 1];
     size_t token_len; /* 0: no token required */
@@ -99,6 +111,87 @@ static int http_load_token(struct http *h, const char *path, struct gpt_err *err
     h->token[n] = '\0';
     h->token_len = n;
     return 0;
+}
+
+/* 1 to 5 digits and nothing else: a port. */
+static bool http_is_port(const char *p)
+{
+    size_t n = strspn(p, "0123456789");
+    return n >= 1 && n <= 5 && !p[n];
+}
+
+/* Walks the names of an http_allowed_hosts value (',' or blank separated).
+ * Returns the next name's start and sets *ret_len; NULL at the end. */
+static const char *http_hosts_next(const char **at, size_t *ret_len)
+{
+    const char *p = *at + strspn(*at, ", \t");
+    size_t n = strcspn(p, ", \t");
+    *at = p + n;
+    *ret_len = n;
+    return n ? p : NULL;
+}
+
+int http_hosts_check(const char *list, struct gpt_err *err)
+{
+    const char *at = list, *name;
+    size_t n;
+    while ((name = http_hosts_next(&at, &n)))
+        if (n > HTTP_HOST_MAX || strspn(name, "abcdefghijklmnopqrstuvwxyz"
+                                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") < n)
+            return gpt_err_set(err, -EINVAL, "http_allowed_hosts",
+                               "\"%.*s\" is not a host name (letters, digits, '-' and '.')",
+                               (int)(n > 64 ? 64 : n), name);
+    return 0;
+}
+
+/* Whether a loopback listener answers a request with this Host: value:
+ * localhost, a loopback address (127.0.0.0/8, [::1]) or a name listed in
+ * http_allowed_hosts, with or without a port; no Host (HTTP/1.0) too. A
+ * DNS name that an attacker points at 127.0.0.1 is none of these, so a web
+ * page cannot read the listener through it (DNS rebinding). */
+static bool http_host_ok(const struct http *h, const char *v)
+{
+    if (!h->loopback || !v)
+        return true;
+    char host[HTTP_HOST_MAX + 1];
+    size_t n = strlen(v);
+    if (v[0] == '[') {
+        const char *end = strchr(v, ']');
+        struct in6_addr a6;
+        if (!end || (end[1] && (end[1] != ':' || !http_is_port(end + 2))) ||
+            (size_t)(end - v - 1) >= sizeof(host))
+            return false;
+        memcpy(host, v + 1, (size_t)(end - v - 1));
+        host[end - v - 1] = '\0';
+        return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+    }
+    const char *colon = strrchr(v, ':');
+    if (colon) {
+        if (!http_is_port(colon + 1))
+            return false;
+        n = (size_t)(colon - v);
+    }
+    if (n && v[n - 1] == '.')
+        n--; /* "localhost." is localhost */
+    if (!n || n >= sizeof(host))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        host[i] = (char)tolower((unsigned char)v[i]);
+    host[n] = '\0';
+    struct in_addr a4;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    const char *at = h->allowed_hosts, *name;
+    size_t k;
+    while (at && (name = http_hosts_next(&at, &k))) {
+        if (k && name[k - 1] == '.')
+            k--;
+        if (k == n && strncasecmp(name, host, n) == 0)
+            return true;
+    }
+    return false;
 }
 
 /* Constant time in the token's length: a wrong guess learns nothing from
@@ -255,6 +348,27 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (http_conns_request(h->conns, ci ? ci->socket_context : NULL))
+        return http_text(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                         "gptd: every HTTP connection (http_max_connections) is answering a "
+                         "request; try again\n",
+                         MHD_HTTP_HEADER_CONNECTION, "close");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!http_host_ok(h, host)) {
+        char shown[64], body[256];
+        size_t i = 0;
+        for (; host[i] && i < sizeof(shown) - 1; i++)
+            shown[i] = host[i] > 0x20 && host[i] < 0x7f && host[i] != '"' ? host[i] : '?';
+        shown[i] = '\0';
+        snprintf(body, sizeof(body),
+                 "gptd: Host \"%s%s\" is not a name of this loopback listener: it answers "
+                 "localhost, loopback addresses and the names in http_allowed_hosts "
+                 "(gptd.conf)\n",
+                 shown, host[i] ? "..." : "");
+        return http_text(c, MHD_HTTP_MISDIRECTED_REQUEST, body, NULL, NULL);
+    }
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return http_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "gptd serves GET and HEAD only\n",
                          MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
@@ -285,6 +399,33 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
     return http_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL, NULL);
 }
 
+/* A connection starts or ends (HTTP thread): its entry in the table. */
+static void http_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                               enum MHD_ConnectionNotificationCode toe)
+{
+    struct http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? http_conns_open(h->conns, ci->connect_fd, monotime_ms()) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        http_conns_close(h->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* A request was answered (HTTP thread): the connection waits again. */
+static void http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                              enum MHD_RequestTerminationCode toe)
+{
+    struct http *h = cls;
+    (void)con_cls;
+    (void)toe;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    http_conns_request_done(h->conns, ci ? ci->socket_context : NULL, monotime_ms());
+}
+
 int http_start(const struct http_opts *o, struct http **ret, int *ret_port, struct gpt_err *err)
 {
     struct sockaddr_storage ss;
@@ -299,6 +440,15 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->nvml_mu, NULL);
     snprintf(h->node, sizeof(h->node), "%s", o->node ? o->node : "");
+    h->loopback = loopback;
+    if ((rc = http_hosts_check(o->allowed_hosts ? o->allowed_hosts : "", err)) < 0)
+        goto fail;
+    h->allowed_hosts = strdup(o->allowed_hosts ? o->allowed_hosts : "");
+    h->conns = http_conns_new(o->max_connections, (int64_t)o->timeout_s * 1000);
+    if (!h->allowed_hosts || !h->conns) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if (o->token_file && o->token_file[0] && (rc = http_load_token(h, o->token_file, err)) < 0)
         goto fail;
     /* The per-job documents read the database; without one (a test, a
@@ -313,9 +463,11 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
         flags |= MHD_USE_IPv6;
     h->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, http_on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)o->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, o->request_max_bytes,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_connections + HTTP_CONN_SLACK),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        o->request_max_bytes, MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h,
+        MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, h, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+        (unsigned)1, MHD_OPTION_END);
     if (!h->mhd) {
         rc = gpt_err_set(err, -EADDRNOTAVAIL, "http", "http: cannot listen on %s", o->addr);
         goto fail;
@@ -327,6 +479,8 @@ int http_start(const struct http_opts *o, struct http **ret, int *ret_port, stru
 fail:
     http_db_close(h->db);
     nvml_close(h->nvml);
+    http_conns_free(h->conns);
+    free(h->allowed_hosts);
     pthread_mutex_destroy(&h->mu);
     pthread_mutex_destroy(&h->nvml_mu);
     free(h);
@@ -354,6 +508,11 @@ void http_publish_api(struct http *h, char *jobs_json, char *nodes_json)
     free(old_nodes);
 }
 
+int http_sweep(struct http *h)
+{
+    return http_conns_sweep(h->conns, monotime_ms());
+}
+
 bool http_has_gpus(const struct http *h)
 {
     return h->nvml != NULL;
@@ -364,6 +523,8 @@ void http_stop(struct http *h)
     if (!h)
         return;
     MHD_stop_daemon(h->mhd);
+    http_conns_free(h->conns);
+    free(h->allowed_hosts);
     http_db_close(h->db);
     nvml_close(h->nvml);
     metrics_buf_done(&h->text);

@@ -32,3 +32,11 @@ add_test(NAME gpu_telemetry
                  $<TARGET_FILE:fake_nvml>)
 set_tests_properties(gpu_telemetry PROPERTIES LABELS integration TIMEOUT 60
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+# The loopback listener against DNS rebinding (Host: checks) and against
+# 100 idle and 20 slow connections (issue 36, cases 8 and 10).
+add_test(NAME http_hostile
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_hostile.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(http_hostile PROPERTIES LABELS integration TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

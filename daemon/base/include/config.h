@@ -61,6 +61,7 @@ struct config {
     /* read-only HTTP listener (daemon/http.h); empty http: none */
     char http[CONFIG_NAME_MAX];
     char http_token_file[CONFIG_PATH_MAX];
+    char http_allowed_hosts[CONFIG_PATH_MAX];
     int http_max_connections;
     int http_timeout_s;
     int64_t http_request_max_bytes;
