@@ -71,8 +71,7 @@ int gpt_atomic_file_open(struct gpt_atomic_file *f, const char *path, const char
     return 0;
 }
 
-int gpt_atomic_file_write(struct gpt_atomic_file *f, const void *p, size_t n,
-                          struct gpt_err *err)
+int gpt_atomic_file_write(struct gpt_atomic_file *f, const void *p, size_t n, struct gpt_err *err)
 {
     const char *q = p;
     while (n > 0) {
@@ -104,8 +103,8 @@ int gpt_atomic_file_commit(struct gpt_atomic_file *f, struct gpt_err *err)
         goto fail;
     }
     if (rename(f->tmp, f->path) < 0) {
-        rc = gpt_err_set(err, -errno, NULL, "rename %s -> %s: %s", f->tmp, f->path,
-                         strerror(errno));
+        rc =
+            gpt_err_set(err, -errno, NULL, "rename %s -> %s: %s", f->tmp, f->path, strerror(errno));
         goto fail;
     }
     f->tmp[0] = '\0';

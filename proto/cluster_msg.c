@@ -170,7 +170,7 @@ void cluster_msg_done(struct cluster_msg *m)
 
 /* ---- one field ---- */
 
-static int cm_hex_parse(const char *s, size_t n, uint64_t *ret)
+int cluster_msg_hex_parse(const char *s, size_t n, uint64_t *ret)
 {
     if (n == 0 || n > 16)
         return -EINVAL;
@@ -217,8 +217,8 @@ static int cm_field_decode(const struct cm_field *f, const json_t *v, void *base
         return 0;
     }
     case CM_HEX:
-        if (!json_is_string(v) ||
-            cm_hex_parse(json_string_value(v), json_string_length(v), (uint64_t *)slot) < 0)
+        if (!json_is_string(v) || cluster_msg_hex_parse(json_string_value(v), json_string_length(v),
+                                                        (uint64_t *)slot) < 0)
             return gpt_err_set(err, -EINVAL, f->name, "%s%s must be 1 to 16 lowercase hex digits",
                                prefix, f->name);
         return 0;
@@ -712,7 +712,7 @@ int cluster_msg_feed_head_decode(const char *text, size_t len, uint64_t *ret_gen
 {
     const char *colon = memchr(text, ':', len);
     uint64_t gen;
-    if (!colon || cm_hex_parse(text, (size_t)(colon - text), &gen) < 0)
+    if (!colon || cluster_msg_hex_parse(text, (size_t)(colon - text), &gen) < 0)
         return gpt_err_set(err, -EINVAL, "head", "feed head: GEN must be 1 to 16 hex digits");
     const char *p = colon + 1;
     size_t n = len - (size_t)(p - text);

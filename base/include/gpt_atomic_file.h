@@ -40,8 +40,7 @@ int gpt_atomic_file_open(struct gpt_atomic_file *f, const char *path, const char
 
 /* Appends n bytes (short writes and EINTR retried). Returns 0 or -errno;
  * the file stays open (the caller aborts). */
-int gpt_atomic_file_write(struct gpt_atomic_file *f, const void *p, size_t n,
-                          struct gpt_err *err);
+int gpt_atomic_file_write(struct gpt_atomic_file *f, const void *p, size_t n, struct gpt_err *err);
 
 /* fsync, close, rename over the target, fsync of the folder. Returns 0, or
  * -errno of the step that failed, with the temporary file removed. A failed

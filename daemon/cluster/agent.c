@@ -60,7 +60,8 @@ struct agent {
     struct mailbox mb; /* the workers' records (worker threads post, the loop drains) */
 
     /* the published round */
-    json_t *cur;
+    struct round_doc cur; /* decoded (proto/round_doc.h) */
+    bool have_cur;
     uint64_t gen;
     int64_t round;
     int phase; /* enum rdzv_phase */
@@ -148,15 +149,12 @@ static void agent_set_state(struct agent *a, int state)
 
 /* This node's assignment in the published world (the cluster adds it to
  * the round as "me"), NULL when this process is not a member. */
-static const json_t *agent_me(const struct agent *a)
+static const struct round_member *agent_me(const struct agent *a)
 {
-    char inc[32];
-    snprintf(inc, sizeof(inc), "%" PRIx64, cluster_incarnation(a->cl));
-    const json_t *n = json_object_get(a->cur, "me");
-    const char *id = json_string_value(json_object_get(n, "id"));
-    const char *ninc = json_string_value(json_object_get(n, "inc"));
-    if (id && ninc && strcmp(id, a->node_id) == 0 && strcmp(ninc, inc) == 0)
-        return n;
+    const struct round_member *me = &a->cur.me;
+    if (a->have_cur && a->cur.has_me && strcmp(me->id, a->node_id) == 0 &&
+        me->inc == cluster_incarnation(a->cl))
+        return me;
     return NULL;
 }
 
@@ -170,7 +168,7 @@ static int agent_workers_for(const struct agent *a)
 /* Parses the published spec of a new job; false when it cannot run here. */
 static bool agent_load_spec(struct agent *a)
 {
-    const char *spec = json_string_value(json_object_get(a->cur, "spec"));
+    const char *spec = a->cur.spec;
     uint64_t hash = 1469598103934665603ull; /* FNV-1a */
     for (const char *p = spec ? spec : ""; *p; p++)
         hash = (hash ^ (unsigned char)*p) * 1099511628211ull;
@@ -198,14 +196,12 @@ static bool agent_load_spec(struct agent *a)
         return false;
     }
     /* Whose job it is travels with the round; without it nothing is opened. */
-    const json_t *uid = json_object_get(a->cur, "uid");
-    if (!json_is_integer(uid) || json_integer_value(uid) < 0) {
+    if (a->cur.uid < 0) {
         log_error("agent: job %" PRId64 ": the round does not say whose job it is", a->job);
         return false;
     }
-    a->owner_uid = (uid_t)json_integer_value(uid);
-    const char *tok = json_string_value(json_object_get(a->cur, "token"));
-    a->token = tok ? strtoull(tok, NULL, 16) : 0; /* 0: an older coordinator, no claim */
+    a->owner_uid = (uid_t)a->cur.uid;
+    a->token = a->cur.token; /* 0: an older coordinator, no claim */
     /* On failure the workers, opening the folder as the owner, fail the
      * job with the reason. */
     if (paths_snapshot_dir_prepare(a->state_dir, a->snapdir, a->owner_uid, &err) < 0)
@@ -286,7 +282,7 @@ static void agent_scan_done(uv_work_t *w, int status)
         agent_reconcile(a);
         return;
     }
-    if (status == 0 && !a->lost && !a->leaving && a->cur && a->phase == RDZV_FORMING &&
+    if (status == 0 && !a->lost && !a->leaving && a->have_cur && a->phase == RDZV_FORMING &&
         a->gen == a->scan_gen && a->round == a->scan_round && a->job == a->scan_job) {
         a->joined_gen = a->gen;
         a->joined_round = a->round;
@@ -318,12 +314,12 @@ static int agent_exit_code(int rc, const struct gpt_err *err)
     return rc < 0 ? failure_class_code(failure_class_of(rc, err->path), rc) : rc;
 }
 
-static void agent_start_workers(struct agent *a, const json_t *me)
+static void agent_start_workers(struct agent *a, const struct round_member *me)
 {
-    int base = (int)json_integer_value(json_object_get(me, "rank_base"));
-    int n = (int)json_integer_value(json_object_get(me, "workers"));
-    int world = (int)json_integer_value(json_object_get(a->cur, "world"));
-    const char *prefix = json_string_value(json_object_get(a->cur, "prefix"));
+    int base = me->rank_base;
+    int n = me->workers;
+    int world = a->cur.world;
+    const char *prefix = a->cur.prefix;
     struct gpt_err err;
     gpt_err_clear(&err);
     a->kv = store_kv_new(a->host, a->port, a->secret, a->secret_len);
@@ -357,7 +353,7 @@ static void agent_start_workers(struct agent *a, const json_t *me)
                       ? GPT_RESUME_START_OVER
                       : 1,
         .resume_path = resume_path,
-        .run_id = json_integer_value(json_object_get(a->cur, "run_id")),
+        .run_id = a->cur.run_id,
         .world = world,
         .rank_base = base,
         .kv = store_kv_gpt(a->kv),
@@ -433,7 +429,7 @@ static void agent_reconcile(struct agent *a)
         if (!a->ws)
             return;
     }
-    bool have = a->cur && !a->lost;
+    bool have = a->have_cur && !a->lost;
     if (a->ws) {
         bool same = have && a->ws_gen == a->gen && a->ws_round == a->round;
         if (same && a->phase == RDZV_RUNNING && agent_me(a)) {
@@ -488,7 +484,7 @@ static void agent_reconcile(struct agent *a)
         }
         break;
     case RDZV_RUNNING: {
-        const json_t *me = agent_me(a);
+        const struct round_member *me = agent_me(a);
         if (!me)
             agent_set_state(a, AGENT_WAITING);
         else if (a->exit_gen == a->gen && a->exit_round == a->round)
@@ -567,24 +563,19 @@ static void agent_on_mail(void *ctx, struct mailbox_msg *list)
     agent_reconcile(a);
 }
 
-static void agent_on_round(void *ctx, const json_t *cur)
+static void agent_on_round(void *ctx, struct round_doc *cur)
 {
     struct agent *a = ctx;
-    const char *gen = json_string_value(json_object_get(cur, "gen"));
-    const char *phase = json_string_value(json_object_get(cur, "phase"));
-    if (!gen || !phase)
-        return;
-    json_decref(a->cur);
-    a->cur = json_deep_copy(cur);
+    round_doc_done(&a->cur);
+    a->cur = *cur; /* taken */
+    a->have_cur = true;
     a->lost = false;
-    a->gen = strtoull(gen, NULL, 16);
-    a->round = json_integer_value(json_object_get(cur, "round"));
-    a->phase = rdzv_phase_parse(phase);
-    a->job = json_integer_value(json_object_get(cur, "job"));
-    const char *stop = json_string_value(json_object_get(cur, "stop"));
-    a->stop_snapshot = stop && strcmp(stop, "snapshot") == 0;
-    const json_t *rs = json_object_get(cur, "resume_step");
-    a->resume_step = json_is_integer(rs) ? (int64_t)json_integer_value(rs) : -1;
+    a->gen = cur->gen;
+    a->round = cur->round;
+    a->phase = rdzv_phase_parse(cur->phase);
+    a->job = cur->job;
+    a->stop_snapshot = cur->stop_snapshot;
+    a->resume_step = cur->resume_step;
     agent_reconcile(a);
 }
 
@@ -592,8 +583,8 @@ static void agent_on_lost(void *ctx)
 {
     struct agent *a = ctx;
     a->lost = true;
-    json_decref(a->cur);
-    a->cur = NULL;
+    round_doc_done(&a->cur);
+    a->have_cur = false;
     a->joined_gen = 0;
     agent_reconcile(a);
 }
@@ -733,8 +724,8 @@ static void agent_on_timer_closed(uv_handle_t *h)
 static void agent_on_mailbox_closed(void *ctx)
 {
     struct agent *a = ctx;
-    json_decref(a->cur);
-    a->cur = NULL;
+    round_doc_done(&a->cur);
+    a->have_cur = false;
     uv_close((uv_handle_t *)&a->leave_timer, agent_on_timer_closed);
 }
 

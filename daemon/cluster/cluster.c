@@ -206,12 +206,20 @@ static void cluster_on_nodes(void *arg, const struct store_reply *r)
     struct cluster *c = arg;
     if (!cluster_reply_ok(c, r) || r->status < 0)
         return;
-    json_t *n = json_loadb(r->data, r->len, 0, NULL);
-    if (json_is_array(n)) {
+    /* Checked against its table (proto/round_doc.h) and kept as encoded
+     * from the rows, so a reply never passes on what the table refuses. */
+    struct round_node *rows;
+    size_t n;
+    struct gpt_err err;
+    if (round_nodes_decode(r->data, r->len, &rows, &n, &err) < 0) {
+        log_warn("cluster: %s: %s", RDZV_KEY_NODES, err.msg);
+        return;
+    }
+    json_t *table = round_nodes_to_json(rows, n);
+    round_nodes_free(rows, n);
+    if (table) {
         json_decref(c->nodes_cache);
-        c->nodes_cache = n;
-    } else {
-        json_decref(n);
+        c->nodes_cache = table;
     }
 }
 

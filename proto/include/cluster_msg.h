@@ -154,6 +154,10 @@ const char *cluster_msg_type_name(int type);
 int cluster_msg_type_lookup(const char *name);
 /* A field's name on the wire ("exit_msg"), NULL if out of range. */
 const char *cluster_msg_field_name(int field);
+/* The uint64 that s (n bytes: 1 to 16 lowercase hex digits, the form of
+ * "inc", "gen" and tokens in the cluster's JSON) spells; -EINVAL for
+ * anything else. */
+int cluster_msg_hex_parse(const char *s, size_t n, uint64_t *ret);
 
 /* The wire name of a forwarded read of control op `op` ("list", "status",
  * "snapshots", "history" for logs, "cancel", "resume", "locate" for

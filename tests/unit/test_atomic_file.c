@@ -261,8 +261,8 @@ static void test_atomic_killed_at_every_step(void **state)
             char got = target_state();
             char want = k <= rename_step ? (with_old ? 'O' : '-') : 'N';
             if (got != want)
-                fail_msg("killed before step %d of %d (old file: %d): target is '%c', want '%c'",
-                         k, steps, with_old, got, want);
+                fail_msg("killed before step %d of %d (old file: %d): target is '%c', want '%c'", k,
+                         steps, with_old, got, want);
             /* Killed before the create or after the rename: nothing beside it. */
             if (k == 1 || k > rename_step)
                 assert_int_equal(leftovers(0), 0);

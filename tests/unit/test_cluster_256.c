@@ -66,32 +66,24 @@ static void sim_heartbeat(void *ctx, struct cluster_msg *hb)
     }
 }
 
-static void sim_round(void *ctx, const json_t *cur)
+static void sim_round(void *ctx, struct round_doc *cur)
 {
     struct sim *s = ctx;
-    const char *phase = json_string_value(json_object_get(cur, "phase"));
-    const char *gen = json_string_value(json_object_get(cur, "gen"));
-    int64_t round = json_integer_value(json_object_get(cur, "round"));
-    int64_t job = json_integer_value(json_object_get(cur, "job"));
-    const json_t *me = json_object_get(cur, "me");
-
-    if (!phase || !gen)
-        return;
-    s->gen = strtoull(gen, NULL, 16);
-    if (strcmp(phase, "forming") == 0 && job && round != s->round) {
-        s->round = round;
-        s->job = job;
+    s->gen = cur->gen;
+    if (strcmp(cur->phase, "forming") == 0 && cur->job && cur->round != s->round) {
+        s->round = cur->round;
+        s->job = cur->job;
         snprintf(s->state, sizeof(s->state), "joined");
         cluster_heartbeat_soon(s->cl);
-    } else if (strcmp(phase, "running") == 0 && me && round == s->round &&
-               s->world_round != round) {
-        s->world_round = round;
-        s->rank_base = (int)json_integer_value(json_object_get(me, "rank_base"));
+    } else if (strcmp(cur->phase, "running") == 0 && cur->has_me && cur->round == s->round &&
+               s->world_round != cur->round) {
+        s->world_round = cur->round;
+        s->rank_base = cur->me.rank_base;
         snprintf(s->state, sizeof(s->state), "running");
-        const char *why = json_string_value(json_object_get(cur, "closed"));
-        snprintf(closed_why, sizeof(closed_why), "%s", why ? why : "");
+        snprintf(closed_why, sizeof(closed_why), "%s", cur->closed);
         cluster_heartbeat_soon(s->cl);
     }
+    round_doc_done(cur);
 }
 
 static void sim_lost(void *ctx)

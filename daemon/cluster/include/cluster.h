@@ -25,6 +25,7 @@
 #include "cluster_msg.h"
 #include "gpt_err.h"
 #include "metric.h"
+#include "round_doc.h"
 
 #define CLUSTER_HOST_MAX 256
 
@@ -63,8 +64,9 @@ struct cluster_opts {
 /* What the node side (the agent) provides. */
 struct cluster_node_hooks {
     void *ctx;
-    /* The published round changed (borrowed object). */
-    void (*round)(void *ctx, const json_t *cur);
+    /* The published round changed: a decoded proto/round_doc.h document
+     * whose contents the hook takes (it calls round_doc_done on them). */
+    void (*round)(void *ctx, struct round_doc *cur);
     /* The connection to the store is lost (the coordinator is gone or this
      * node is cut off): stop taking part in any world. */
     void (*lost)(void *ctx);

@@ -22,7 +22,8 @@
  * round (a snapshot boundary) while no job waits in the queue
  * (rdzv_coord_set_queued).
  *
- * Store keys (the layout nodes and benchmarks rely on):
+ * Store keys (the layout nodes and benchmarks rely on; the three JSON
+ * documents below are declared field by field in proto/round_doc.h):
  *   RDZV_KEY_INBOX      node -> coordinator messages, JSON lines (APPEND):
  *                       leaves, metrics, events, submits, reads
  *   (heartbeat table)   each node's heartbeat and join (a "hb" message with
