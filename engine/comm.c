@@ -9,10 +9,36 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "ops/cuda/gpt_bf16.h"
+
 int gpt_comm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op)
 {
     GPT_ASSERT(c && (buf || n == 0));
     return c->ops->allreduce(c, buf, n, op);
+}
+
+/* The floats as the bf16 wire would carry them: rounded to nearest even. */
+static void comm_round_bf16(float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = gpt_bf16_to_float(gpt_bf16_from_float_rne(buf[i]));
+}
+
+int gpt_comm_allreduce_dtype(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
+                             enum gpt_comm_dtype dtype)
+{
+    GPT_ASSERT(c && (buf || n == 0));
+    if (dtype == GPT_COMM_FP32 || c->world == 1)
+        return c->ops->allreduce(c, buf, n, op);
+    if (c->ops->allreduce_bf16)
+        return c->ops->allreduce_bf16(c, buf, n, op);
+    /* A transport of floats: what each rank contributes and what it gets
+     * back are bf16 values; the sum in between stays fp32. */
+    comm_round_bf16(buf, n);
+    int rc = c->ops->allreduce(c, buf, n, op);
+    if (rc == 0)
+        comm_round_bf16(buf, n);
+    return rc;
 }
 
 int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot)
@@ -22,12 +48,12 @@ int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot)
 }
 
 int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
-                             unsigned slot)
+                             unsigned slot, enum gpt_comm_dtype dtype)
 {
     GPT_ASSERT(c && (buf || n == 0) && slot < GPT_COMM_READY_SLOTS);
     if (!c->ops->allreduce_after)
-        return c->ops->allreduce(c, buf, n, op);
-    return c->ops->allreduce_after(c, buf, n, op, slot);
+        return gpt_comm_allreduce_dtype(c, buf, n, op, dtype);
+    return c->ops->allreduce_after(c, buf, n, op, slot, dtype);
 }
 
 int gpt_comm_wait_after(struct gpt_comm *c)

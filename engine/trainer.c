@@ -567,11 +567,18 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                            "the snapshot is at step %lld and this job ends at step %lld: nothing"
                            " left to train (raise trainer.max_steps or trainer.max_epochs)",
                            (long long)t->st.step, (long long)t->max_steps);
+    /* Where the gradients travel, so a log tells fp32 from bf16 and the
+     * transport (shm, tcp, nccl) the world ended up with. */
+    char comm_note[64] = "";
+    if (t->world > 1)
+        snprintf(comm_note, sizeof(comm_note), ", gradients in %s over comm %s",
+                 t->ddp.started && t->ddp.dtype == GPT_COMM_BF16 ? "bf16" : "fp32",
+                 t->comm->ops->name);
     emit_event(t, t->st.resumed ? "continue" : "start",
                "%s: %zu parameters, world size %d, %d micro-batch(es) of up to %zu x %zu per "
-               "rank, global batch %d, %lld steps",
+               "rank, global batch %d, %lld steps%s",
                t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->batch.accum,
-               t->B, t->T, ts->global_batch, (long long)t->max_steps);
+               t->B, t->T, ts->global_batch, (long long)t->max_steps, comm_note);
 
     if (t->st.step < t->max_steps && (rc = trainer_settle(t)) < 0)
         return gpt_err_set(err, rc, trainer_why_key(t, rc),
@@ -683,7 +690,8 @@ int gpt_train(const struct gpt_trainer_opts *opts, struct gpt_train_result *ret,
         rc = GPT_TRAIN_STOPPED;
     if (rc != 0)
         goto out;
-    if (t.world > 1 && !t.shard && (rc = trainer_ddp_start(&t.ddp, t.comm, &t.model)) < 0) {
+    enum gpt_comm_dtype dtype = trainer_ddp_dtype(t.job->distributed.grad_reduce, t.be->name);
+    if (t.world > 1 && !t.shard && (rc = trainer_ddp_start(&t.ddp, t.comm, dtype, &t.model)) < 0) {
         rc = gpt_err_set(err, rc, NULL, "cannot start the communication thread");
         goto out;
     }

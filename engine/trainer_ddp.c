@@ -6,6 +6,7 @@
 #include "trainer_ddp.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "data.h"
 #include "gpt_err.h"
@@ -54,7 +55,7 @@ static void *ddp_thread_main(void *arg)
          * next bucket follows at once (trainer_ddp_wait waits for all). */
         int rc = d->error ? 0
                           : gpt_comm_allreduce_after(d->comm, d->grads + off, count, GPT_REDUCE_AVG,
-                                                     slot);
+                                                     slot, d->dtype);
         pthread_mutex_lock(&d->mu);
         if (rc < 0 && !d->error)
             d->error = rc;
@@ -124,9 +125,18 @@ int trainer_ddp_wait(struct trainer_ddp *d)
     return rc < 0 ? rc : w;
 }
 
-int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_model *model)
+enum gpt_comm_dtype trainer_ddp_dtype(int grad_reduce, const char *backend_name)
+{
+    if (grad_reduce == GPT_GRAD_REDUCE_AUTO)
+        return backend_name && strcmp(backend_name, "cuda") == 0 ? GPT_COMM_BF16 : GPT_COMM_FP32;
+    return grad_reduce == GPT_GRAD_REDUCE_BF16 ? GPT_COMM_BF16 : GPT_COMM_FP32;
+}
+
+int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, enum gpt_comm_dtype dtype,
+                      struct gpt_model *model)
 {
     d->comm = comm;
+    d->dtype = dtype;
     d->grads = model->grads;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->cv, NULL);

@@ -31,6 +31,7 @@ struct trainer_ddp {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct gpt_comm *comm;
+    enum gpt_comm_dtype dtype; /* what the all-reduce carries (distributed.grad_reduce) */
     float *grads;
     bool armed; /* true during the last micro-batch's backward */
     bool quit;
@@ -74,10 +75,16 @@ float trainer_batch_scale(size_t size, int world, int global);
 unsigned trainer_ddp_slot(size_t seq);
 size_t trainer_ddp_in_flight_max(void);
 
-/* Starts the communication thread over `comm` (borrowed) and hooks it to
- * `model`'s grads_ready. Returns 0 or -EAGAIN (no thread; nothing to stop).
- * Worker thread. */
-int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, struct gpt_model *model);
+/* The all-reduce's wire dtype for distributed.grad_reduce (enum
+ * gpt_grad_reduce) on a backend named `backend_name`: auto is bf16 on
+ * "cuda", fp32 elsewhere. Pure. */
+enum gpt_comm_dtype trainer_ddp_dtype(int grad_reduce, const char *backend_name);
+
+/* Starts the communication thread over `comm` (borrowed), reducing in
+ * `dtype`, and hooks it to `model`'s grads_ready. Returns 0 or -EAGAIN (no
+ * thread; nothing to stop). Worker thread. */
+int trainer_ddp_start(struct trainer_ddp *d, struct gpt_comm *comm, enum gpt_comm_dtype dtype,
+                      struct gpt_model *model);
 
 /* From now until trainer_ddp_wait, spans the model reports are reduced.
  * Worker thread, before the last micro-batch's backward. */

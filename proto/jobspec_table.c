@@ -18,6 +18,7 @@ static const char *const precision_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const schedule_names[] = {"cosine", "constant", NULL};
 static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
+static const char *const grad_reduce_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const task_names[] = {"addition", NULL};
 static const char *const on_invalid_names[] = {"fail", "restart", NULL};
 
@@ -335,6 +336,16 @@ const struct jobspec_entry jobspec_entries[] = {
      .def_i = GPT_SHARD_NONE,
      .help = "none: plain data parallel; optimizer: AdamW moments sharded across workers "
              "(ZeRO-1); full: parameters, gradients and moments sharded."},
+    {.path = "distributed.grad_reduce",
+     .type = JOBSPEC_ENUM,
+     .off = OFF(distributed.grad_reduce),
+     .names = grad_reduce_names,
+     .def_i = GPT_GRAD_REDUCE_AUTO,
+     .help = "What the gradient all-reduce of data parallelism (sharding none) carries "
+             "between workers: fp32 (today's bits), bf16 (half the bytes over NCCL; each "
+             "worker's gradients and the reduced result are rounded to bf16, the sum in "
+             "between is fp32), or auto: bf16 on GPUs, fp32 on CPUs. One worker reduces "
+             "nothing either way; sharded modes reduce-scatter in fp32."},
     {.path = "distributed.max_restarts",
      .type = JOBSPEC_INT,
      .off = OFF(distributed.max_restarts),

@@ -22,6 +22,18 @@
 
 enum gpt_reduce_op { GPT_REDUCE_SUM, GPT_REDUCE_AVG };
 
+/* What a gradient reduction carries between ranks (distributed.grad_reduce).
+ * FP32: the buffer's own floats, today's bits. BF16: each rank's
+ * contribution rounded to bf16 (nearest even), summed in fp32, and the
+ * result rounded to bf16 again; the buffer stays float and holds
+ * bf16-representable values afterwards. NCCL moves bf16 (half the bytes;
+ * its ring also rounds each partial sum to bf16 at every hop); the CPU
+ * transports round in and out around their fp32 reduction, so they move
+ * fp32 bytes and accumulate in fp32 end to end, with the same bits on the
+ * ring and through shared memory. A world of one reduces nothing in
+ * either mode, so it keeps its bits. */
+enum gpt_comm_dtype { GPT_COMM_FP32, GPT_COMM_BF16 };
+
 /* A blocking key-value store the comm layer uses to exchange addresses and
  * ids (the rendezvous store client implements it; tests may use an
  * in-memory one). Keys are NUL-terminated; values are bytes. */
@@ -80,8 +92,11 @@ struct gpt_comm_ops {
      * its collective has returned. */
     int (*mark_ready)(struct gpt_comm *c, unsigned slot);
     int (*allreduce_after)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
-                           unsigned slot);
+                           unsigned slot, enum gpt_comm_dtype dtype);
     int (*wait_after)(struct gpt_comm *c);
+    /* Optional (NULL: the front end rounds in and out around allreduce,
+     * see enum gpt_comm_dtype): an allreduce that moves bf16 itself. */
+    int (*allreduce_bf16)(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
 };
 
 /* Ready marks a communicator keeps (see gpt_comm_ops.mark_ready). */
@@ -105,6 +120,10 @@ static inline void gpt_comm_slice(size_t n, int world, int rank, size_t *ret_off
 
 /* In place: every rank ends with the sum (or mean) of all ranks' buf. */
 int gpt_comm_allreduce(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op);
+/* allreduce with the wire dtype of a gradient reduction (enum
+ * gpt_comm_dtype); FP32 is gpt_comm_allreduce. */
+int gpt_comm_allreduce_dtype(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
+                             enum gpt_comm_dtype dtype);
 /* Copies `bytes` of root's buf into every rank's buf. */
 int gpt_comm_broadcast(struct gpt_comm *c, void *buf, size_t bytes, int root);
 /* In place: afterwards this rank's slice (gpt_comm_slice) of buf holds the
@@ -119,10 +138,10 @@ int gpt_comm_barrier(struct gpt_comm *c);
  * gpt_comm_allreduce_after, from the communication thread, reduces that
  * bucket after the mark only, enqueued back to back with the buckets
  * before it; gpt_comm_wait_after, once all are issued, waits for them
- * together. Without the optional ops: 0, a plain allreduce, and 0. */
+ * together. Without the optional ops: 0, gpt_comm_allreduce_dtype, and 0. */
 int gpt_comm_mark_ready(struct gpt_comm *c, unsigned slot);
 int gpt_comm_allreduce_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
-                             unsigned slot);
+                             unsigned slot, enum gpt_comm_dtype dtype);
 int gpt_comm_wait_after(struct gpt_comm *c);
 /* Any thread: makes the current and every later collective fail with
  * -ECANCELED within one second. */

@@ -332,6 +332,9 @@ struct gpt_cuda_shd_state {
     struct gpt_cuda_spans cur;
     struct gpt_cuda_spans own;
     struct gpt_cuda_spans want;
+    /* Foreign writes (gpt_cuda_shd_wrote_foreign) the owner has still to
+     * record, as one hull [pend_lo, pend_hi); empty when lo >= hi. */
+    size_t pend_lo, pend_hi;
 };
 
 void gpt_cuda_shd_clear(struct gpt_cuda_shd_state *s);
@@ -343,6 +346,21 @@ int gpt_cuda_shd_crowded(const struct gpt_cuda_shd_state *s);
 void gpt_cuda_shd_flushed(struct gpt_cuda_shd_state *s);
 /* An fp32 write of [lo, hi) without a bf16 copy. */
 void gpt_cuda_shd_wrote_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* An fp32 write of [lo, hi) by another thread than the backend's owner
+ * (the communication thread's collective), which must launch nothing:
+ * recorded at once as gpt_cuda_shd_wrote_f32 when that needs no flush
+ * (returns 1); when the sets are crowded (a flush would convert on the
+ * compute stream) the range joins the pending hull instead (returns 0),
+ * and the owner settles it before its next transition. Forgetting part
+ * of cur over the hull only costs a conversion, and the flush first
+ * empties own, so the hull's extra elements lose nothing. */
+int gpt_cuda_shd_wrote_foreign(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
+/* Owner: 1 when foreign writes wait. The owner then converts every span
+ * of own back to fp32 and calls gpt_cuda_shd_settle. */
+int gpt_cuda_shd_pending(const struct gpt_cuda_shd_state *s);
+/* Owner, after converting own: own is flushed (gpt_cuda_shd_flushed) and
+ * the pending hull recorded as an fp32 write. */
+void gpt_cuda_shd_settle(struct gpt_cuda_shd_state *s);
 /* A write of [lo, hi) in fp32 and bf16 both. */
 void gpt_cuda_shd_wrote_both(struct gpt_cuda_shd_state *s, size_t lo, size_t hi);
 /* 1 when a producer may write [lo, hi) as bf16 only: nothing of it is in

@@ -308,6 +308,7 @@ void gpt_cuda_shd_clear(struct gpt_cuda_shd_state *s)
     gpt_cuda_spans_clear(&s->cur);
     gpt_cuda_spans_clear(&s->own);
     gpt_cuda_spans_clear(&s->want);
+    s->pend_lo = s->pend_hi = 0;
 }
 
 /* A transition adds at most one span to cur and one to own (a cut splits
@@ -329,6 +330,37 @@ void gpt_cuda_shd_wrote_f32(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
     GPT_ASSERT(!gpt_cuda_shd_crowded(s));
     gpt_cuda_spans_cut(&s->cur, lo, hi);
     gpt_cuda_spans_cut(&s->own, lo, hi);
+}
+
+int gpt_cuda_shd_wrote_foreign(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)
+{
+    if (lo >= hi)
+        return 1;
+    if (!gpt_cuda_shd_crowded(s) && !gpt_cuda_shd_pending(s)) {
+        gpt_cuda_shd_wrote_f32(s, lo, hi);
+        return 1;
+    }
+    if (!gpt_cuda_shd_pending(s)) {
+        s->pend_lo = lo;
+        s->pend_hi = hi;
+    } else {
+        s->pend_lo = lo < s->pend_lo ? lo : s->pend_lo;
+        s->pend_hi = hi > s->pend_hi ? hi : s->pend_hi;
+    }
+    return 0;
+}
+
+int gpt_cuda_shd_pending(const struct gpt_cuda_shd_state *s)
+{
+    return s->pend_lo < s->pend_hi;
+}
+
+void gpt_cuda_shd_settle(struct gpt_cuda_shd_state *s)
+{
+    GPT_ASSERT(gpt_cuda_shd_pending(s));
+    gpt_cuda_shd_flushed(s);
+    gpt_cuda_shd_wrote_f32(s, s->pend_lo, s->pend_hi);
+    s->pend_lo = s->pend_hi = 0;
 }
 
 void gpt_cuda_shd_wrote_both(struct gpt_cuda_shd_state *s, size_t lo, size_t hi)

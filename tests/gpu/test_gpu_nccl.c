@@ -325,9 +325,9 @@ static void test_overlap(void)
     atomic_store(&gate, 1);
     cudaLaunchHostFunc((cudaStream_t)gpt_cuda_backend_compute_stream(be), hold_stream, NULL);
     int64_t t0 = now_ms();
-    rc = gpt_comm_allreduce_after(c, dev, 2048, GPT_REDUCE_SUM, 5);
+    rc = gpt_comm_allreduce_after(c, dev, 2048, GPT_REDUCE_SUM, 5, GPT_COMM_FP32);
     if (rc == 0)
-        rc = gpt_comm_allreduce_after(c, dev + 2048, 2048, GPT_REDUCE_SUM, 6);
+        rc = gpt_comm_allreduce_after(c, dev + 2048, 2048, GPT_REDUCE_SUM, 6, GPT_COMM_FP32);
     if (rc == 0)
         rc = gpt_comm_wait_after(c);
     int64_t t1 = now_ms();

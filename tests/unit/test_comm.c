@@ -5,7 +5,9 @@
  * and 4, results compared bit for bit (the ring's summation order is fixed,
  * so the reference sums in the same order); abort, timeout, a closed or
  * killed peer, a stray connection, mismatched calls, and a set-up that
- * its owner cancels.
+ * its owner cancels. The bf16 gradient all-reduce (gpt_comm_allreduce_dtype)
+ * against its reference: inputs rounded to bf16, the ring's fp32 sum,
+ * the result rounded to bf16; a world of one unchanged; fp32 as before.
  *
  * Every test runs twice: over shared memory (all ranks are on this host,
  * so the communicator must pick it: ops->name "shm") and over the socket
@@ -37,6 +39,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "../../engine/ops/cuda/gpt_bf16.h"
 
 #include "comm.h"
 #include "comm_shm.h"
@@ -96,10 +100,16 @@ static float value(uint32_t seed, int rank, size_t i)
 struct ref {
     int world;
     size_t n;
-    float *x;   /* (world, n): each rank's input */
-    float *sum; /* (n) */
-    float *avg; /* (n) */
+    float *x;           /* (world, n): each rank's input */
+    float *sum;         /* (n) */
+    float *avg;         /* (n) */
+    float *bsum, *bavg; /* (n): the bf16 all-reduce's results */
 };
+
+static float round_bf16(float v)
+{
+    return gpt_bf16_to_float(gpt_bf16_from_float_rne(v));
+}
 
 static void ref_init(struct ref *r, int world, size_t n, uint32_t seed)
 {
@@ -108,6 +118,10 @@ static void ref_init(struct ref *r, int world, size_t n, uint32_t seed)
     r->x = malloc((size_t)world * n * sizeof(float) + 1);
     r->sum = malloc(n * sizeof(float) + 1);
     r->avg = malloc(n * sizeof(float) + 1);
+    r->bsum = malloc(n * sizeof(float) + 1);
+    r->bavg = malloc(n * sizeof(float) + 1);
+    assert_non_null(r->bsum);
+    assert_non_null(r->bavg);
     assert_non_null(r->x);
     assert_non_null(r->sum);
     assert_non_null(r->avg);
@@ -125,6 +139,13 @@ static void ref_init(struct ref *r, int world, size_t n, uint32_t seed)
                 acc = acc + r->x[(size_t)((j + k) % world) * n + i];
             r->sum[i] = acc;
             r->avg[i] = world == 1 ? acc : acc / (float)world;
+            /* bf16: the same sum of rounded inputs, rounded; a world of
+             * one reduces nothing. */
+            float b = round_bf16(r->x[(size_t)((j + 1) % world) * n + i]);
+            for (int k = 2; k <= world; k++)
+                b = b + round_bf16(r->x[(size_t)((j + k) % world) * n + i]);
+            r->bsum[i] = world == 1 ? acc : round_bf16(b);
+            r->bavg[i] = world == 1 ? acc : round_bf16(b / (float)world);
         }
     }
 }
@@ -134,6 +155,8 @@ static void ref_done(struct ref *r)
     free(r->x);
     free(r->sum);
     free(r->avg);
+    free(r->bsum);
+    free(r->bavg);
 }
 
 #define CHECK(cond)                                                                                \
@@ -165,6 +188,18 @@ static int rank_suite(struct gpt_comm *c, const struct ref *r)
         if ((rc = gpt_comm_allreduce(c, buf, n, GPT_REDUCE_AVG)))
             goto out;
         CHECK(memcmp(buf, r->avg, n * sizeof(float)) == 0);
+        memcpy(buf, mine, n * sizeof(float));
+        if ((rc = gpt_comm_allreduce_dtype(c, buf, n, GPT_REDUCE_AVG, GPT_COMM_FP32)))
+            goto out;
+        CHECK(memcmp(buf, r->avg, n * sizeof(float)) == 0);
+        memcpy(buf, mine, n * sizeof(float));
+        if ((rc = gpt_comm_allreduce_dtype(c, buf, n, GPT_REDUCE_SUM, GPT_COMM_BF16)))
+            goto out;
+        CHECK(memcmp(buf, r->bsum, n * sizeof(float)) == 0);
+        memcpy(buf, mine, n * sizeof(float));
+        if ((rc = gpt_comm_allreduce_dtype(c, buf, n, GPT_REDUCE_AVG, GPT_COMM_BF16)))
+            goto out;
+        CHECK(memcmp(buf, r->bavg, n * sizeof(float)) == 0);
     }
 
     memcpy(buf, mine, n * sizeof(float));

@@ -10,7 +10,9 @@
  * conversions the kernels use (gpt_bf16.h, compiled here as plain C):
  * round-to-nearest-even against a distance-based reference and NaN/Inf;
  * the bf16 shadows' state machine (current, bf16-only and learned spans)
- * against a host model in which every reader must see the last write.
+ * against a host model in which every reader must see the last write,
+ * collectives' writes from the communication thread included: those
+ * convert nothing (a crowded set defers them to the owner's next lock).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -813,6 +815,17 @@ static void shd_ready(struct shd_model *m)
     assert_int_equal(m->st.own.n, 0);
 }
 
+/* shd_lock: the owner settles the foreign writes that wait. */
+static void shd_owner(struct shd_model *m)
+{
+    if (!gpt_cuda_shd_pending(&m->st))
+        return;
+    for (size_t i = 0; i < m->st.own.n; i++)
+        shd_copy_back(m, m->st.own.lo[i], m->st.own.hi[i]);
+    gpt_cuda_shd_settle(&m->st);
+    assert_false(gpt_cuda_shd_pending(&m->st));
+}
+
 static void shd_read_f32(struct shd_model *m, size_t lo, size_t hi, int learn)
 {
     static size_t rlo[GPT_CUDA_SPANS_MAX], rhi[GPT_CUDA_SPANS_MAX];
@@ -834,7 +847,7 @@ static void test_shd_state_model(void **state)
         memset(&m, 0, sizeof(m));
         gpt_cuda_shd_clear(&m.st);
         uint32_t x = 777u + (uint32_t)round;
-        int crowded_seen = 0, owned = 0;
+        int crowded_seen = 0, owned = 0, deferred = 0;
         for (int it = 0; it < 30000; it++) {
             x = x * 1664525u + 1013904223u;
             /* round 0: wide ranges; round 1: short ones far apart, which
@@ -842,8 +855,23 @@ static void test_shd_state_model(void **state)
             size_t lo = round == 0 ? (x >> 8) % SHD_N : ((x >> 8) % (SHD_N / 8)) * 8;
             size_t len = round == 0 ? 1 + (x >> 20) % 300 : 1 + (x >> 20) % 3;
             size_t hi = lo + len > SHD_N ? SHD_N : lo + len;
-            unsigned op = (x >> 3) % 6;
+            unsigned op = (x >> 3) % 7;
             crowded_seen |= gpt_cuda_shd_crowded(&m.st);
+            if (op == 6) {
+                /* A collective's fp32 write, from the communication
+                 * thread: it converts nothing, whatever the sets hold (a
+                 * collective never writes a range held in bf16 only). */
+                if (gpt_cuda_spans_meets(&m.st.own, lo, hi))
+                    continue;
+                size_t before = m.converted;
+                deferred += !gpt_cuda_shd_wrote_foreign(&m.st, lo, hi);
+                assert_int_equal(m.converted, before);
+                m.version++;
+                for (size_t i = lo; i < hi; i++)
+                    m.f32[i] = m.truth[i] = m.version;
+                continue;
+            }
+            shd_owner(&m); /* every owner op takes the lock first */
             if (op == 0) { /* fp32 write */
                 shd_ready(&m);
                 gpt_cuda_shd_wrote_f32(&m.st, lo, hi);
@@ -898,7 +926,7 @@ static void test_shd_state_model(void **state)
         assert_true(owned > 100);
         assert_true(m.converted > 0);
         if (round == 1)
-            assert_true(crowded_seen);
+            assert_true(crowded_seen && deferred > 0);
     }
 }
 

@@ -11,7 +11,9 @@
  * all-reduces are only enqueued (their results land at wait_after, as on
  * a device): trainer_ddp_wait waits for them once per step, on the worker
  * thread, after the last was issued, and returns wait_after's error. Also
- * the batch plan of an uneven global batch (trainer_batch_*).
+ * the batch plan of an uneven global batch (trainer_batch_*), and the
+ * gradient all-reduce's wire dtype (distributed.grad_reduce) reaching every
+ * bucket's collective.
  *
  * The fake runs its collectives on the trainer's communication thread; it
  * records into a table under its own mutex and the main thread asserts
@@ -54,6 +56,7 @@ struct fake {
     size_t waits;   /* wait_after calls */
     int wait_fail;  /* wait_after's result */
     float *grads_base;
+    enum gpt_comm_dtype want_dtype; /* every reduce must carry this */
 };
 
 static int fake_mark(struct gpt_comm *c, unsigned slot)
@@ -74,7 +77,7 @@ static int fake_mark(struct gpt_comm *c, unsigned slot)
 }
 
 static int fake_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_op op,
-                      unsigned slot)
+                      unsigned slot, enum gpt_comm_dtype dtype)
 {
     struct fake *f = (struct fake *)c;
     if (f->slow_us) {
@@ -83,7 +86,7 @@ static int fake_after(struct gpt_comm *c, float *buf, size_t n, enum gpt_reduce_
     }
     pthread_mutex_lock(&f->mu);
     size_t k = f->reduces;
-    if (op != GPT_REDUCE_AVG || pthread_equal(pthread_self(), f->marker))
+    if (op != GPT_REDUCE_AVG || pthread_equal(pthread_self(), f->marker) || dtype != f->want_dtype)
         f->violations++;
     /* The k-th collective waits on the k-th mark, which must exist. */
     if (k >= f->marks || slot != k % GPT_COMM_READY_SLOTS || f->slot_state[slot] != SLOT_MARKED)
@@ -144,7 +147,7 @@ struct rig {
     struct trainer_ddp d;
 };
 
-static void rig_init(struct rig *r, size_t n_grads)
+static void rig_init_dtype(struct rig *r, size_t n_grads, enum gpt_comm_dtype dtype)
 {
     memset(r, 0, sizeof(*r));
     r->f.base.ops = &fake_ops;
@@ -156,8 +159,14 @@ static void rig_init(struct rig *r, size_t n_grads)
     r->m->grads = calloc(n_grads, sizeof(float));
     assert_non_null(r->m->grads);
     r->f.grads_base = r->m->grads;
-    assert_int_equal(trainer_ddp_start(&r->d, &r->f.base, r->m), 0);
+    r->f.want_dtype = dtype;
+    assert_int_equal(trainer_ddp_start(&r->d, &r->f.base, dtype, r->m), 0);
     assert_true(r->m->grads_ready != NULL);
+}
+
+static void rig_init(struct rig *r, size_t n_grads)
+{
+    rig_init_dtype(r, n_grads, GPT_COMM_FP32);
 }
 
 static void rig_done(struct rig *r)
@@ -288,20 +297,39 @@ static void test_fallback_local(void **state)
     assert_int_equal(gpt_comm_local_new(&c, &err), 0);
     assert_int_equal(gpt_comm_mark_ready(c, 3), 0);
     float x[5] = {1, 2, 3, 4, 5};
-    assert_int_equal(gpt_comm_allreduce_after(c, x, 5, GPT_REDUCE_AVG, 3), 0);
+    assert_int_equal(gpt_comm_allreduce_after(c, x, 5, GPT_REDUCE_AVG, 3, GPT_COMM_FP32), 0);
     assert_true(x[4] == 5.0f);
     struct gpt_model *m = calloc(1, sizeof(*m));
     assert_non_null(m);
     m->grads = x;
     struct trainer_ddp d;
     memset(&d, 0, sizeof(d));
-    assert_int_equal(trainer_ddp_start(&d, c, m), 0);
+    assert_int_equal(trainer_ddp_start(&d, c, GPT_COMM_BF16, m), 0);
     trainer_ddp_arm(&d);
     m->grads_ready(m->grads_ready_ctx, 0, 5);
     assert_int_equal(trainer_ddp_wait(&d), 0);
     trainer_ddp_stop(&d);
     free(m);
     gpt_comm_free(c);
+}
+
+/* distributed.grad_reduce: auto is bf16 on the CUDA backend only, and the
+ * dtype chosen reaches every bucket's collective. */
+static void test_grad_reduce_dtype(void **state)
+{
+    (void)state;
+    assert_int_equal(trainer_ddp_dtype(GPT_GRAD_REDUCE_AUTO, "cuda"), GPT_COMM_BF16);
+    assert_int_equal(trainer_ddp_dtype(GPT_GRAD_REDUCE_AUTO, "cpu"), GPT_COMM_FP32);
+    assert_int_equal(trainer_ddp_dtype(GPT_GRAD_REDUCE_FP32, "cuda"), GPT_COMM_FP32);
+    assert_int_equal(trainer_ddp_dtype(GPT_GRAD_REDUCE_BF16, "cpu"), GPT_COMM_BF16);
+    struct rig r;
+    rig_init_dtype(&r, 64, GPT_COMM_BF16);
+    trainer_ddp_arm(&r.d);
+    report_spans(&r, 4, 16);
+    assert_int_equal(trainer_ddp_wait(&r.d), 0);
+    assert_int_equal(r.f.reduces, 4);
+    assert_int_equal(r.f.violations, 0);
+    rig_done(&r);
 }
 
 /* The batch plan: for every global batch, micro_batch and world, the
@@ -366,7 +394,7 @@ int main(void)
         cmocka_unit_test(test_slot_math),  cmocka_unit_test(test_order),
         cmocka_unit_test(test_wraparound), cmocka_unit_test(test_error_sticky),
         cmocka_unit_test(test_wait_error), cmocka_unit_test(test_fallback_local),
-        cmocka_unit_test(test_batch_plan),
+        cmocka_unit_test(test_batch_plan), cmocka_unit_test(test_grad_reduce_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,9 @@ enum gpt_schedule { GPT_SCHED_COSINE, GPT_SCHED_CONSTANT };
 enum gpt_backend_kind { GPT_BACKEND_AUTO, GPT_BACKEND_CPU, GPT_BACKEND_CUDA };
 enum gpt_comm_kind { GPT_COMM_AUTO, GPT_COMM_LOCAL, GPT_COMM_TCP, GPT_COMM_NCCL };
 enum gpt_sharding { GPT_SHARD_NONE, GPT_SHARD_OPTIMIZER, GPT_SHARD_FULL };
+/* distributed.grad_reduce; AUTO (the default): bf16 on the CUDA backend,
+ * fp32 on the CPU backend. */
+enum gpt_grad_reduce { GPT_GRAD_REDUCE_FP32, GPT_GRAD_REDUCE_BF16, GPT_GRAD_REDUCE_AUTO };
 
 struct gpt_model_config {
     int n_layer;
@@ -82,6 +85,7 @@ struct gpt_dist_spec {
     int workers_per_node;     /* 0 = auto */
     int backend;              /* enum gpt_comm_kind */
     int sharding;             /* enum gpt_sharding */
+    int grad_reduce;          /* enum gpt_grad_reduce */
     int max_restarts;
     int wait_timeout_s;
 };

@@ -40,6 +40,7 @@
 #include "cuda_backend.h"
 #include "cuda_plan.h"
 #include "cuda_probe.h"
+#include "gpt_bf16.h"
 
 #define NCCL_DEFAULT_TIMEOUT_MS 300000
 #define NCCL_KEY_MAX            256
@@ -84,6 +85,8 @@ struct comm_nccl {
     cudaEvent_t marks[GPT_COMM_READY_SLOTS];
     void *stage; /* device staging (host buffers, padding) */
     size_t stage_bytes;
+    uint16_t *wire; /* bf16 all-reduce buffer (GPT_COMM_BF16), grown, never shrunk */
+    size_t wire_n;
     atomic_bool abort_req;
     int (*cancelled)(void *ctx); /* gpt_comm_opts.cancelled, during init only */
     void *cancel_ctx;
@@ -369,13 +372,73 @@ static void nccl_wrote(struct comm_nccl *c, const void *buf, size_t bytes)
         gpt_cuda_backend_note_write(c->be, buf, bytes);
 }
 
-/* The all-reduce of both entry points; `after` as in nccl_begin_after. */
+/* Grows the bf16 wire buffer to n elements. Freeing the old one waits
+ * for the device, so it only grows (the first step's buckets). */
+static int nccl_wire(struct comm_nccl *c, size_t n)
+{
+    if (n <= c->wire_n)
+        return 0;
+    if (c->wire)
+        cudaFree(c->wire);
+    c->wire = NULL;
+    c->wire_n = 0;
+    cudaError_t e = cudaMalloc((void **)&c->wire, n * sizeof(uint16_t));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->wire = NULL;
+        return nccl_fail(c, -ENOMEM, "allreduce", "no device memory for the bf16 wire buffer");
+    }
+    c->wire_n = n;
+    return 0;
+}
+
+/* A bf16 all-reduce of the device floats buf, enqueued on the comm stream
+ * after nccl_begin_after: converted into the wire buffer, reduced there as
+ * ncclBfloat16 (half the bytes of fp32), converted back into buf. Stream
+ * order keeps back-to-back buckets from sharing the wire buffer at once.
+ * Only enqueues; the caller waits (`stream` as in nccl_issued). */
+static int nccl_allreduce_wire(struct comm_nccl *c, float *buf, size_t n, enum gpt_reduce_op op,
+                               int stream)
+{
+    int rc = nccl_wire(c, n);
+    if (rc < 0)
+        return rc;
+    if (gpt_cuda_f32_to_bf16(c->stream, c->wire, buf, n) < 0)
+        return nccl_fail(c, -GPT_E_CUDA, "allreduce", "bf16 conversion launch failed");
+    rc = nccl_issued(
+        c, ncclAllReduce(c->wire, c->wire, n, ncclBfloat16, nccl_op(op), c->nc, c->stream),
+        "allreduce", 0);
+    if (rc < 0)
+        return rc;
+    if (gpt_cuda_bf16_to_f32(c->stream, buf, c->wire, n) < 0)
+        return nccl_fail(c, -GPT_E_CUDA, "allreduce", "bf16 conversion launch failed");
+    return stream ? nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "allreduce") : 0;
+}
+
+/* Host floats as the bf16 wire carries them (a host buffer's bf16
+ * all-reduce rounds in and out around the fp32 one, as comm.c does for
+ * the CPU transports). */
+static void nccl_round_host(float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = gpt_bf16_to_float(gpt_bf16_from_float_rne(buf[i]));
+}
+
+/* The all-reduce of every entry point; `after` as in nccl_begin_after. */
 static int nccl_allreduce_ev(struct comm_nccl *c, float *buf, size_t n, enum gpt_reduce_op op,
-                             cudaEvent_t after)
+                             cudaEvent_t after, enum gpt_comm_dtype dtype)
 {
     int rc = nccl_begin_after(c, "allreduce", after);
     if (rc < 0 || n == 0)
         return rc;
+    int bf16 = dtype == GPT_COMM_BF16 && c->base.world > 1;
+    if (bf16 && nccl_is_device(buf)) {
+        rc = nccl_allreduce_wire(c, buf, n, op, 1);
+        nccl_wrote(c, buf, n * sizeof(float));
+        return rc;
+    }
+    if (bf16)
+        nccl_round_host(buf, n);
     void *dev;
     if ((rc = nccl_stage_in(c, buf, n * sizeof(float), 0, &dev)) < 0)
         return rc;
@@ -383,13 +446,20 @@ static int nccl_allreduce_ev(struct comm_nccl *c, float *buf, size_t n, enum gpt
                      "allreduce");
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, 0, n * sizeof(float));
+    if (rc == 0 && bf16)
+        nccl_round_host(buf, n);
     nccl_wrote(c, buf, n * sizeof(float));
     return rc;
 }
 
 static int nccl_allreduce(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op)
 {
-    return nccl_allreduce_ev((struct comm_nccl *)gc, buf, n, op, NULL);
+    return nccl_allreduce_ev((struct comm_nccl *)gc, buf, n, op, NULL, GPT_COMM_FP32);
+}
+
+static int nccl_allreduce_bf16(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op)
+{
+    return nccl_allreduce_ev((struct comm_nccl *)gc, buf, n, op, NULL, GPT_COMM_BF16);
 }
 
 /* Worker thread (the one enqueueing the backward): marks the compute
@@ -417,16 +487,19 @@ static int nccl_mark_ready(struct gpt_comm *gc, unsigned slot)
  * the buckets run back to back on the comm stream; a host buffer is
  * staged and waited for here, as by allreduce. */
 static int nccl_allreduce_after(struct gpt_comm *gc, float *buf, size_t n, enum gpt_reduce_op op,
-                                unsigned slot)
+                                unsigned slot, enum gpt_comm_dtype dtype)
 {
     struct comm_nccl *c = (struct comm_nccl *)gc;
     if (!c->compute || n == 0 || !nccl_is_device(buf))
-        return nccl_allreduce_ev(c, buf, n, op, c->compute ? c->marks[slot] : NULL);
+        return nccl_allreduce_ev(c, buf, n, op, c->compute ? c->marks[slot] : NULL, dtype);
     int rc = nccl_begin_after(c, "allreduce", c->marks[slot]);
     if (rc < 0)
         return rc;
-    rc = nccl_issued(c, ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), c->nc, c->stream),
-                     "allreduce", 0);
+    if (dtype == GPT_COMM_BF16 && c->base.world > 1)
+        rc = nccl_allreduce_wire(c, buf, n, op, 0);
+    else
+        rc = nccl_issued(c, ncclAllReduce(buf, buf, n, ncclFloat, nccl_op(op), c->nc, c->stream),
+                         "allreduce", 0);
     nccl_wrote(c, buf, n * sizeof(float));
     c->pending = 1;
     return rc;
@@ -613,6 +686,8 @@ static void nccl_free(struct gpt_comm *gc)
     pthread_mutex_destroy(&c->ab.mu);
     if (c->stage)
         cudaFree(c->stage);
+    if (c->wire)
+        cudaFree(c->wire);
     if (c->ready)
         cudaEventDestroy(c->ready);
     for (unsigned i = 0; i < GPT_COMM_READY_SLOTS; i++)
@@ -636,6 +711,7 @@ static const struct gpt_comm_ops nccl_ops = {
     .mark_ready = nccl_mark_ready,
     .allreduce_after = nccl_allreduce_after,
     .wait_after = nccl_wait_after,
+    .allreduce_bf16 = nccl_allreduce_bf16,
 };
 
 /* The unique id through the kv store: rank 0 creates and publishes it. */

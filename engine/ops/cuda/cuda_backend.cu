@@ -1141,7 +1141,30 @@ extern "C" void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, si
 extern "C" void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes)
 {
     struct gpt_cuda_backend *cb = (struct gpt_cuda_backend *)cu_const(be);
-    cu_shd_wrote(cb, ptr, bytes);
+    cu_shd_wrote_foreign(cb, ptr, bytes);
+}
+
+/* Launch errors are returned, never recorded in a backend: these run on
+ * the communication thread. */
+static int cu_launch_rc(void)
+{
+    return cudaGetLastError() == cudaSuccess ? 0 : -GPT_E_CUDA;
+}
+
+extern "C" int gpt_cuda_f32_to_bf16(void *stream, uint16_t *dst, const float *src, size_t n)
+{
+    if (n == 0)
+        return 0;
+    cuk_f32_to_bf16((cudaStream_t)stream, dst, src, n);
+    return cu_launch_rc();
+}
+
+extern "C" int gpt_cuda_bf16_to_f32(void *stream, float *dst, const uint16_t *src, size_t n)
+{
+    if (n == 0)
+        return 0;
+    cuk_bf16_to_f32((cudaStream_t)stream, dst, src, n);
+    return cu_launch_rc();
 }
 
 extern "C" int gpt_cuda_backend_bf16_only(const struct gpt_backend *be, const void *ptr,

@@ -187,6 +187,9 @@ static inline void cu_enter_op(struct gpt_cuda_backend *cb, const char *op)
 
 /* --- cuda_shadow.cu: the bf16 shadow cache ------------------------------ */
 
+/* Another thread (the communicator's) wrote the bytes [p, p + bytes) in
+ * fp32: records it without launching (cuda_shadow.cu). Any thread. */
+void cu_shd_wrote_foreign(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
 /* Frees every shadow overlapping the bytes [p, p + bytes). */
 void cu_shd_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes);
 /* An op writes the bytes [p, p + bytes) without a bf16 copy: the shadows

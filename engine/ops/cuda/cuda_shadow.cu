@@ -5,7 +5,11 @@
  * offset; its current spans are gpt_cuda_spans (engine/ops/cuda_plan.c,
  * unit-tested). The table is shared with the communication thread
  * (gpt_cuda_backend_note_write), hence cb->shd_mu; creating a shadow
- * (cu_shd_in) is the owner thread's.
+ * (cu_shd_in) is the owner thread's. The communication thread only edits
+ * span sets (cu_shd_wrote_foreign): it never launches on the compute
+ * stream nor touches the backend's error fields; a write that would need
+ * a flush waits in the shadow's pending hull, which the owner settles
+ * (converting on its own stream) the next time it takes the lock.
  */
 #include <stdint.h>
 #include <string.h>
@@ -95,14 +99,45 @@ static void shd_read_f32_locked(struct gpt_cuda_backend *cb, struct shadow *m, s
         shd_to_f32(cb, m, cb->shd_lo[i], cb->shd_hi[i]);
 }
 
+/* Owner thread: takes the table's lock and settles the foreign writes
+ * that wait (gpt_cuda_shd_pending), so every transition after this sees
+ * them; the conversions go on the compute stream, from this thread. */
+static void shd_lock(struct gpt_cuda_backend *cb)
+{
+    pthread_mutex_lock(&cb->shd_mu);
+    for (size_t i = 0; i < cb->n_shd; i++) {
+        struct shadow *m = &cb->shd[i];
+        if (!gpt_cuda_shd_pending(&m->st))
+            continue;
+        for (size_t j = 0; j < m->st.own.n; j++)
+            shd_to_f32(cb, m, m->st.own.lo[j], m->st.own.hi[j]);
+        gpt_cuda_shd_settle(&m->st);
+    }
+}
+
 /* Frees every shadow overlapping the bytes [p, p + bytes). */
 void cu_shd_drop(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     for (size_t i = cb->n_shd; i-- > 0;) {
         size_t lo, hi;
         if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
             shd_free_at_locked(cb, i);
+    }
+    pthread_mutex_unlock(&cb->shd_mu);
+}
+
+/* Another thread (a collective) wrote the bytes [p, p + bytes) in fp32:
+ * span sets only, never a launch (see the file comment). */
+void cu_shd_wrote_foreign(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
+{
+    if (!p || bytes == 0)
+        return;
+    pthread_mutex_lock(&cb->shd_mu); /* cb->bf16 too: set_precision writes it under the lock */
+    for (size_t i = 0; cb->bf16 && i < cb->n_shd; i++) {
+        size_t lo, hi;
+        if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
+            (void)gpt_cuda_shd_wrote_foreign(&cb->shd[i].st, lo, hi);
     }
     pthread_mutex_unlock(&cb->shd_mu);
 }
@@ -112,7 +147,7 @@ void cu_shd_wrote(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
     if (!cb->bf16 || !p || bytes == 0)
         return;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     shd_note_locked(cb, p, bytes, -1);
     pthread_mutex_unlock(&cb->shd_mu);
 }
@@ -125,7 +160,7 @@ uint16_t *cu_shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *
 {
     if (!cb->bf16 || !p || n == 0)
         return NULL;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     long i = shd_find_locked(cb, p, n);
     shd_note_locked(cb, p, n * sizeof(float), i);
     uint16_t *r = NULL;
@@ -148,7 +183,7 @@ uint16_t *cu_shd_out(struct gpt_cuda_backend *cb, float *p, size_t n, uint64_t *
  * data). Owner thread (reads cb->allocs). */
 const uint16_t *cu_shd_in(struct gpt_cuda_backend *cb, const float *p, size_t n)
 {
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     long i = shd_find_locked(cb, p, n);
     if (i < 0 && cb->n_shd == cb->cap_shd) {
         size_t cap = cb->cap_shd ? 2 * cb->cap_shd : 16;
@@ -221,7 +256,7 @@ uint16_t *cu_shd_own(struct gpt_cuda_backend *cb, float *p, size_t n)
 {
     if (!cb->bf16 || !p || n == 0)
         return NULL;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     long i = shd_find_locked(cb, p, n);
     uint16_t *r = NULL;
     if (i >= 0) {
@@ -240,7 +275,7 @@ uint16_t *cu_shd_own(struct gpt_cuda_backend *cb, float *p, size_t n)
  * have changed in between, the fp32 values are converted back at once. */
 void cu_shd_owned(struct gpt_cuda_backend *cb, float *p, size_t n)
 {
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     long i = shd_find_locked(cb, p, n);
     GPT_ASSERT(i >= 0);
     struct shadow *m = &cb->shd[i];
@@ -263,7 +298,7 @@ static const uint16_t *shd_view(struct gpt_cuda_backend *cb, const float *p, siz
 {
     if (!cb->bf16 || !p || n == 0)
         return NULL;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     long i = shd_find_locked(cb, p, n);
     const uint16_t *r = NULL;
     if (i >= 0) {
@@ -308,7 +343,7 @@ void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int 
 {
     if (!p || bytes == 0)
         return;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     for (size_t i = 0; i < cb->n_shd; i++) {
         size_t lo, hi;
         if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))
@@ -320,7 +355,7 @@ void cu_f32_learn(struct gpt_cuda_backend *cb, const void *p, size_t bytes, int 
 int cu_shd_is_owned(struct gpt_cuda_backend *cb, const void *p, size_t bytes)
 {
     int r = 0;
-    pthread_mutex_lock(&cb->shd_mu);
+    shd_lock(cb);
     for (size_t i = 0; i < cb->n_shd && !r; i++) {
         size_t lo, hi;
         if (shd_overlap(&cb->shd[i], (uintptr_t)p, bytes, &lo, &hi))

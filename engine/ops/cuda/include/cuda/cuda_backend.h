@@ -149,6 +149,14 @@ int gpt_cuda_backend_bf16_only(const struct gpt_backend *be, const void *ptr, si
  * Any thread (the communication thread does this); does not block. */
 void gpt_cuda_backend_note_write(struct gpt_backend *be, const void *ptr, size_t bytes);
 
+/* n device floats to bf16 (round to nearest even) and back, enqueued on
+ * `stream` (a cudaStream_t): the communicator's bf16 all-reduce, on its
+ * own stream. They touch no backend state. Return 0, or -GPT_E_CUDA when
+ * the launch failed (the runtime's last error cleared). Any thread; do
+ * not block. */
+int gpt_cuda_f32_to_bf16(void *stream, uint16_t *dst, const float *src, size_t n);
+int gpt_cuda_bf16_to_f32(void *stream, float *dst, const uint16_t *src, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
