@@ -1,9 +1,13 @@
 /*
  * gguf: GGUF v3 for llama.cpp's gpt2 architecture (see gguf.h). The writer
  * lays the file out in one pass (metadata, tensor table, then each tensor
- * at its 32-byte aligned offset); the reader parses the whole file from
- * memory (mmap for files), bounds-checking every read.
- * Blocking I/O on the calling thread.
+ * at its 32-byte aligned offset); the reader parses from memory,
+ * bounds-checking every read. A file is read, never mapped: a user may
+ * truncate a model.init_from file while gptd loads it, and a mapped page
+ * past the new end would kill the daemon with SIGBUS. Its header, metadata
+ * and tensor table are parsed from a prefix read into memory (grown until
+ * they fit, up to GGUF_HEADER_MAX), its tensors read with pread where they
+ * are needed. Blocking I/O on the calling thread.
  */
 #include "gguf.h"
 
@@ -14,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +34,8 @@
 #define GGUF_NAME_MAX     64 /* ggml's GGML_MAX_NAME */
 #define GGUF_DIMS_MAX     4
 #define GGUF_CHUNK        65536
+#define GGUF_PREFIX_MIN   (64u << 10) /* first read of a file's header and tables */
+#define GGUF_HEADER_MAX   (64u << 20) /* header, metadata and tensor table at most */
 #define GGUF_LN_EPS       1e-5f
 #define GGUF_FTYPE_F32    0u  /* llama_ftype ALL_F32 */
 #define GGUF_FTYPE_F16    1u  /* MOSTLY_F16 */
@@ -383,17 +388,49 @@ int gpt_gguf_write_bf16(const char *path, const struct gpt_model_config *cfg, co
 
 /* ---- reader -------------------------------------------------------------- */
 
+/* What the parser reads: p[0, len) is the file (fd -1) or a prefix of it
+ * (fd >= 0: tensor data is read from fd, the file holding file_len bytes
+ * when opened). */
 struct gguf_rd {
     const unsigned char *p;
     size_t len, off;
     const char *name;
     struct gpt_err *err;
+    int fd;
+    uint64_t file_len;
 };
 
 static int gguf_short(struct gguf_rd *r, const char *what)
 {
     return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL, "%s: truncated at byte %zu (reading %s)",
                        r->name, r->off, what);
+}
+
+/* n bytes at byte `at` of the file (checked to lie in it when opened) into
+ * dst. A read that ends early means the file shrank since it was opened. */
+static int gguf_read_at(struct gguf_rd *r, uint64_t at, void *dst, size_t n)
+{
+    if (r->fd < 0) {
+        memcpy(dst, r->p + at, n);
+        return 0;
+    }
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pread(r->fd, (unsigned char *)dst + done, n - done, (off_t)(at + done));
+        if (k > 0) {
+            done += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            return gpt_err_set(r->err, -e, NULL, "%s: read: %s", r->name, strerror(e));
+        }
+        return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL,
+                           "%s: the file shrank while it was read (it held %" PRIu64 " bytes)",
+                           r->name, r->file_len);
+    }
+    return 0;
 }
 
 static int gguf_get(struct gguf_rd *r, void *dst, size_t n, const char *what)
@@ -656,23 +693,27 @@ static int gguf_load_tensor(struct gguf_rd *r, uint64_t data_start, uint32_t ali
         return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL,
                            "%s: tensor %s has ggml type %" PRIu32 " (gptd reads f32, f16 and bf16)",
                            r->name, g->name, ti->type);
-    uint64_t bytes = (uint64_t)g->count * es, avail = r->len - data_start;
+    uint64_t bytes = (uint64_t)g->count * es, avail = r->file_len - data_start;
     if (ti->off % align != 0 || ti->off > avail || bytes > avail - ti->off)
         return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL,
                            "%s: tensor %s: offset %" PRIu64 " (+%" PRIu64
                            " bytes) is misaligned or past the end of the file",
                            r->name, g->name, ti->off, bytes);
-    const unsigned char *src = r->p + data_start + ti->off;
     if (!dst)
         return 0;
-    if (es == 4) {
-        memcpy(dst, src, (size_t)bytes);
-        return 0;
-    }
-    for (size_t i = 0; i < g->count; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = ti->type == GPT_GGUF_F16 ? gpt_fmt_f16_to_f32(h) : gpt_fmt_bf16_to_f32(h);
+    uint64_t at = data_start + ti->off;
+    if (es == 4)
+        return gguf_read_at(r, at, dst, (size_t)bytes);
+    uint16_t h[GGUF_CHUNK / 2];
+    for (size_t i = 0; i < g->count;) {
+        size_t k = g->count - i < GGUF_CHUNK / 2 ? g->count - i : GGUF_CHUNK / 2;
+        int rc = gguf_read_at(r, at + 2 * (uint64_t)i, h, 2 * k);
+        if (rc < 0)
+            return rc;
+        for (size_t j = 0; j < k; j++)
+            dst[i + j] =
+                ti->type == GPT_GGUF_F16 ? gpt_fmt_f16_to_f32(h[j]) : gpt_fmt_bf16_to_f32(h[j]);
+        i += k;
     }
     return 0;
 }
@@ -802,114 +843,150 @@ static int gguf_fill(struct gguf_rd *r, const struct gguf_parsed *p, const struc
     return rc;
 }
 
-int gpt_gguf_read_mem(const void *buf, size_t len, const char *name,
-                      struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
-                      struct gpt_err *err)
+/* The parsed file's tensors into a new array in gptd's layout. */
+static int gguf_read_params(struct gguf_rd *r, const struct gguf_parsed *p,
+                            struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n)
 {
-    struct gguf_rd r = {buf, len, 0, name, err};
-    struct gguf_parsed p;
-    struct gpt_model *m = NULL;
+    struct gpt_model *m = malloc(sizeof(*m));
     float *params = NULL;
-    int rc = gguf_parse(&r, &p);
-    if (rc < 0)
-        goto out;
-    m = malloc(sizeof(*m));
+    int rc;
     if (!m) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        rc = gpt_err_set(r->err, -ENOMEM, NULL, "out of memory");
         goto out;
     }
-    if ((rc = gpt_model_layout(m, &p.cfg, err)) < 0)
+    if ((rc = gpt_model_layout(m, &p->cfg, r->err)) < 0)
         goto out;
     params = calloc(m->n_params, sizeof(float));
     if (!params) {
-        rc = gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory for %zu parameters", name,
+        rc = gpt_err_set(r->err, -ENOMEM, NULL, "%s: out of memory for %zu parameters", r->name,
                          m->n_params);
         goto out;
     }
-    if ((rc = gguf_fill(&r, &p, m, params)) < 0)
+    if ((rc = gguf_fill(r, p, m, params)) < 0)
         goto out;
-    *ret_cfg = p.cfg;
+    *ret_cfg = p->cfg;
     *ret_params = params;
     *ret_n = m->n_params;
     params = NULL;
 out:
     free(params);
     free(m);
+    return rc;
+}
+
+int gpt_gguf_read_mem(const void *buf, size_t len, const char *name,
+                      struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
+                      struct gpt_err *err)
+{
+    struct gguf_rd r = {buf, len, 0, name, err, -1, len};
+    struct gguf_parsed p;
+    int rc = gguf_parse(&r, &p);
+    if (rc == 0)
+        rc = gguf_read_params(&r, &p, ret_cfg, ret_params, ret_n);
     free(p.ti);
     return rc;
 }
 
-/* Maps path read-only; *ret_len is its size. */
-static int gguf_map(const char *path, void **ret_map, size_t *ret_len, struct gpt_err *err)
+/* A GGUF file opened for reading: fd, its size, the prefix its header and
+ * tables were parsed from (owned; the parsed names point into it). */
+struct gguf_file {
+    int fd;
+    uint64_t len;
+    unsigned char *prefix;
+};
+
+static void gguf_file_close(struct gguf_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->prefix);
+}
+
+/* Opens path and parses its header, metadata and tensor table into *p (r
+ * set up to read the file's tensors). The prefix read grows until the
+ * parse no longer runs past its end: a parse that succeeds on a prefix
+ * reads only bytes the file holds there, and every bound it checks is
+ * looser on the whole file, so it would succeed the same way on the whole
+ * file. */
+static int gguf_open(const char *path, struct gguf_file *f, struct gguf_rd *r,
+                     struct gguf_parsed *p, struct gpt_err *err)
 {
     struct stat st;
     int rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    *f = (struct gguf_file){.fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+    memset(p, 0, sizeof(*p));
+    if (f->fd < 0) {
         rc = -errno;
         return gpt_err_set(err, rc, NULL, "%s: %s", path, strerror(-rc));
     }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstat(f->fd, &st) < 0 || !S_ISREG(st.st_mode))
         return gpt_err_set(err, -EINVAL, NULL, "%s: not a regular file", path);
-    }
-    if (st.st_size < 24) {
-        close(fd);
+    if (st.st_size < 24)
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: %lld bytes, too short for GGUF", path,
                            (long long)st.st_size);
+    f->len = (uint64_t)st.st_size;
+    uint64_t cap = f->len < GGUF_PREFIX_MIN ? f->len : GGUF_PREFIX_MIN;
+    for (;;) {
+        unsigned char *np = realloc(f->prefix, (size_t)cap);
+        if (!np)
+            return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);
+        f->prefix = np;
+        *r = (struct gguf_rd){np, (size_t)cap, 0, path, err, f->fd, f->len};
+        if ((rc = gguf_read_at(r, 0, np, (size_t)cap)) < 0)
+            return rc;
+        r->fd = cap == f->len ? -1 : f->fd; /* tensor reads come from memory or the file */
+        free(p->ti);
+        if ((rc = gguf_parse(r, p)) == 0 || cap == f->len)
+            break;
+        if (cap >= GGUF_HEADER_MAX) {
+            char why[GPT_ERR_MSG_MAX];
+            snprintf(why, sizeof(why), "%s", err ? err->msg : "damaged");
+            return gpt_err_set(err, rc, NULL,
+                               "%s: the header, metadata and tensor table do not end within "
+                               "%u MiB (%s)",
+                               path, GGUF_HEADER_MAX >> 20, why);
+        }
+        cap = f->len / 4 < cap ? f->len : cap * 4;
+        if (cap > GGUF_HEADER_MAX && f->len > GGUF_HEADER_MAX)
+            cap = GGUF_HEADER_MAX;
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
-        rc = -errno;
-        return gpt_err_set(err, rc, NULL, "%s: mmap: %s", path, strerror(-rc));
-    }
-    *ret_map = map;
-    *ret_len = (size_t)st.st_size;
-    return 0;
+    return rc;
 }
 
 int gpt_gguf_read(const char *path, struct gpt_model_config *ret_cfg, float **ret_params,
                   size_t *ret_n, struct gpt_err *err)
 {
-    void *map;
-    size_t len;
-    int rc = gguf_map(path, &map, &len, err);
-    if (rc < 0)
-        return rc;
-    rc = gpt_gguf_read_mem(map, len, path, ret_cfg, ret_params, ret_n, err);
-    munmap(map, len);
+    struct gguf_file f;
+    struct gguf_rd r;
+    struct gguf_parsed p;
+    int rc = gguf_open(path, &f, &r, &p, err);
+    if (rc == 0)
+        rc = gguf_read_params(&r, &p, ret_cfg, ret_params, ret_n);
+    free(p.ti);
+    gguf_file_close(&f);
     return rc;
 }
 
 int gpt_gguf_probe(const char *path, struct gpt_model_config *ret_cfg, struct gpt_err *err)
 {
-    void *map;
-    size_t len;
-    int rc = gguf_map(path, &map, &len, err);
-    if (rc < 0)
-        return rc;
-    struct gguf_rd r = {map, len, 0, path, err};
+    struct gguf_file f;
+    struct gguf_rd r;
     struct gguf_parsed p;
-    rc = gguf_parse(&r, &p);
+    int rc = gguf_open(path, &f, &r, &p, err);
     if (rc == 0)
         *ret_cfg = p.cfg;
     free(p.ti);
-    munmap(map, len);
+    gguf_file_close(&f);
     return rc;
 }
 
 int gpt_gguf_load(const char *path, const struct gpt_model *layout, float *params,
                   struct gpt_err *err)
 {
-    void *map;
-    size_t len;
-    int rc = gguf_map(path, &map, &len, err);
-    if (rc < 0)
-        return rc;
-    struct gguf_rd r = {map, len, 0, path, err};
+    struct gguf_file f;
+    struct gguf_rd r;
     struct gguf_parsed p;
-    rc = gguf_parse(&r, &p);
+    int rc = gguf_open(path, &f, &r, &p, err);
     const struct gpt_model_config *c = &p.cfg, *w = &layout->cfg;
     if (rc == 0 && (c->n_layer != w->n_layer || c->n_head != w->n_head || c->n_embd != w->n_embd ||
                     c->block_size != w->block_size || c->vocab_size != w->vocab_size))
@@ -923,6 +1000,6 @@ int gpt_gguf_load(const char *path, const struct gpt_model *layout, float *param
         rc = gguf_fill(&r, &p, layout, params);
     }
     free(p.ti);
-    munmap(map, len);
+    gguf_file_close(&f);
     return rc;
 }
