@@ -26,6 +26,7 @@
 #include "http.h"
 #include "http_collect.h"
 #include "log.h"
+#include "rdzv.h"
 #include "notify.h"
 #include "secret.h"
 #include "statedir.h"
@@ -114,7 +115,11 @@ static int daemon_build_config(const struct daemon_args *a, struct config *c, st
         if (rc < 0)
             return gpt_err_set(err, rc, e2.path, "--%s: %s", key, e2.msg);
     }
-    return config_finish(c, err);
+    int rc = config_finish(c, err);
+    bool loopback;
+    if (rc == 0 && c->http[0])
+        rc = http_addr_check(c->http, c->http_token_file, &loopback, err);
+    return rc < 0 ? rc : http_hosts_check(c->http_allowed_hosts, err);
 }
 
 static int daemon_mkdir(const char *path, struct gpt_err *err)
@@ -436,14 +441,16 @@ static void daemon_http_publish(struct daemon_main *m)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct metrics_buf b = {0};
     double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    http_collect_render(m->collect, &m->d, now, &b);
+    struct http_collect_src src = {m->d.db, m->d.cluster, m->d.ctl, m->d.cfg.node_name,
+                                   m->d.started};
+    http_collect_render(m->collect, &src, now, &b);
     if (b.err)
         log_warn("metrics: cannot render: %s", strerror(-b.err));
     else
         http_publish(m->http, &b);
     metrics_buf_done(&b);
     char *jobs = NULL, *nodes = NULL;
-    http_collect_api(m->collect, &m->d, now, &jobs, &nodes);
+    http_collect_api(m->collect, &src, now, &jobs, &nodes);
     http_publish_api(m->http, jobs, nodes);
 }
 
@@ -688,11 +695,11 @@ int gptd_daemon_main(int argc, char **argv)
         log_warn("cannot raise the open-file limit to %llu: %s; %llu open files, room for %llu "
                  "nodes",
                  (unsigned long long)fd_hard, gpt_strerror(fd_rc), (unsigned long long)fd_soft,
-                 (unsigned long long)fdlimit_nodes(fd_soft));
+                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
     else
         log_info("open-file limit %llu (hard %llu): room for %llu nodes",
                  (unsigned long long)fd_soft, (unsigned long long)fd_hard,
-                 (unsigned long long)fdlimit_nodes(fd_soft));
+                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
     if (daemon_cluster_start(d, &err) < 0) {
         jobs_shutdown(d->jobs, NULL, NULL);
         jobs_free(d->jobs);

@@ -23,6 +23,7 @@
 #include "devices.h"
 #include "fdlimit.h"
 #include "log.h"
+#include "rdzv.h"
 #include "handlers.h"
 #include "snapshot.h"
 
@@ -300,7 +301,8 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (o && fdlimit_get(&fd_soft, &fd_hard) == 0) {
         json_object_set_new(o, "open_files_max",
                             json_integer(fd_soft > INT64_MAX ? INT64_MAX : (json_int_t)fd_soft));
-        json_object_set_new(o, "max_nodes", json_integer((json_int_t)fdlimit_nodes(fd_soft)));
+        json_object_set_new(o, "max_nodes",
+                            json_integer((json_int_t)fdlimit_nodes(fd_soft, RDZV_NODES_MAX)));
     }
     *ret = o;
     return 0;

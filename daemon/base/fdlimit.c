@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <sys/resource.h>
 
-#include "rdzv.h"
 
 int fdlimit_get(uint64_t *ret_soft, uint64_t *ret_hard)
 {
@@ -36,8 +35,8 @@ int fdlimit_raise(uint64_t *ret_soft, uint64_t *ret_hard)
     return rc;
 }
 
-uint64_t fdlimit_nodes(uint64_t soft)
+uint64_t fdlimit_nodes(uint64_t soft, uint64_t cap)
 {
     uint64_t n = soft > FDLIMIT_RESERVE ? (soft - FDLIMIT_RESERVE) / 2 : 0;
-    return n > RDZV_NODES_MAX ? RDZV_NODES_MAX : n;
+    return n > cap ? cap : n;
 }

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
+#include "control.h"
+#include "db.h"
 #include "http_api.h"
 #include "log.h"
 #include "store_server.h"
@@ -149,21 +152,21 @@ static void http_job_refresh(struct db *db, struct http_job_cache *c)
     c->caught_up = !more;
 }
 
-static void http_collect_jobs(struct http_collect *hc, struct daemon_ctx *d)
+static void http_collect_jobs(struct http_collect *hc, struct db *db)
 {
     struct http_job_cache *fresh = calloc(HTTP_COLLECT_JOBS_MAX, sizeof(*fresh));
     if (!fresh)
         return;
     struct http_list_ctx lc = {hc, fresh, 0};
     struct gpt_err err;
-    if (db_job_list(d->db, HTTP_COLLECT_JOBS_MAX, http_on_job, &lc, &err) < 0) {
+    if (db_job_list(db, HTTP_COLLECT_JOBS_MAX, http_on_job, &lc, &err) < 0) {
         log_debug("metrics: %s", err.msg);
         free(fresh);
         return;
     }
     for (size_t i = 0; i < lc.n; i++)
         if (!fresh[i].skip)
-            http_job_refresh(d->db, &fresh[i]);
+            http_job_refresh(db, &fresh[i]);
     free(hc->jobs);
     hc->jobs = fresh;
     hc->n_jobs = lc.n;
@@ -175,11 +178,11 @@ static void http_copy_str(char *dst, size_t cap, const json_t *o, const char *ke
     snprintf(dst, cap, "%s", s ? s : "");
 }
 
-static size_t http_collect_nodes(struct http_collect *hc, struct daemon_ctx *d)
+static size_t http_collect_nodes(struct http_collect *hc, struct cluster *cluster)
 {
-    if (!d->cluster)
+    if (!cluster)
         return 0;
-    json_t *arr = cluster_nodes_json(d->cluster);
+    json_t *arr = cluster_nodes_json(cluster);
     size_t n = 0, i;
     json_t *o;
     json_array_foreach(arr, i, o)
@@ -200,27 +203,27 @@ static size_t http_collect_nodes(struct http_collect *hc, struct daemon_ctx *d)
     return n;
 }
 
-void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double now,
+void http_collect_render(struct http_collect *hc, const struct http_collect_src *s, double now,
                          struct metrics_buf *b)
 {
-    bool coordinator = d->cluster && cluster_is_coordinator(d->cluster);
+    bool coordinator = s->cluster && cluster_is_coordinator(s->cluster);
     struct metrics_view v = {
         .now = now,
-        .started = d->started,
+        .started = s->started,
         .role = coordinator ? "coordinator" : "member",
         .queued_jobs = -1,
-        .clients = d->ctl ? control_client_count(d->ctl) : 0,
+        .clients = s->ctl ? control_client_count(s->ctl) : 0,
     };
-    snprintf(v.node, sizeof(v.node), "%s", d->cfg.node_name);
+    snprintf(v.node, sizeof(v.node), "%s", s->node);
     /* The coordinator holds the cluster's jobs; a member's database has
      * none of its own, so it exports nodes and counters only. */
-    if (coordinator && d->db) {
+    if (coordinator && s->db) {
         int64_t q = 0;
-        if (db_job_count(d->db, DB_JOB_QUEUED, &q, NULL) == 0)
+        if (db_job_count(s->db, DB_JOB_QUEUED, &q, NULL) == 0)
             v.queued_jobs = q;
-        http_collect_jobs(hc, d);
+        http_collect_jobs(hc, s->db);
     }
-    struct store_server *srv = d->cluster ? cluster_store_server(d->cluster) : NULL;
+    struct store_server *srv = s->cluster ? cluster_store_server(s->cluster) : NULL;
     if (srv) {
         struct store_server_stats st;
         store_server_stats(srv, &st);
@@ -233,7 +236,7 @@ void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double n
         v.store_data_bytes = st.data_bytes;
     }
     v.nodes = hc->nodes;
-    v.n_nodes = http_collect_nodes(hc, d);
+    v.n_nodes = http_collect_nodes(hc, s->cluster);
     /* metrics_view takes an array of metrics_job; the cache interleaves
      * them with bookkeeping, so copy them out. */
     struct metrics_job *jobs = NULL;
@@ -249,12 +252,12 @@ void http_collect_render(struct http_collect *hc, struct daemon_ctx *d, double n
     free(jobs);
 }
 
-void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now, char **ret_jobs,
-                      char **ret_nodes)
+void http_collect_api(struct http_collect *hc, const struct http_collect_src *s, double now,
+                      char **ret_jobs, char **ret_nodes)
 {
-    bool coordinator = d->cluster && cluster_is_coordinator(d->cluster);
+    bool coordinator = s->cluster && cluster_is_coordinator(s->cluster);
     struct metrics_view v = {.now = now, .role = coordinator ? "coordinator" : "member"};
-    snprintf(v.node, sizeof(v.node), "%s", d->cfg.node_name);
+    snprintf(v.node, sizeof(v.node), "%s", s->node);
     struct metrics_job *jobs = NULL;
     if (coordinator && hc->n_jobs && (jobs = calloc(hc->n_jobs, sizeof(*jobs)))) {
         for (size_t i = 0; i < hc->n_jobs; i++)
@@ -264,7 +267,7 @@ void http_collect_api(struct http_collect *hc, struct daemon_ctx *d, double now,
     }
     *ret_jobs = http_api_dump(http_api_jobs_doc(&v));
     free(jobs);
-    json_t *arr = d->cluster ? cluster_nodes_json(d->cluster) : json_array();
+    json_t *arr = s->cluster ? cluster_nodes_json(s->cluster) : json_array();
     *ret_nodes = arr ? http_api_dump(http_api_nodes_doc(arr)) : NULL;
     json_decref(arr);
 }

@@ -6,6 +6,8 @@
 # engine/ may use err/ and its own headers, never proto/; daemon/ composes
 # everything, and ctl/ is a thin client over proto/ only. Nothing below
 # daemon/ sees libuv or SQLite; ctl/ sees neither the engine nor the daemon.
+# Inside daemon/, each subsystem folder includes only the folders its
+# "allow" line below names (the arrows point down; none comes back up).
 # It also fails when gptengine (or the gptconfig/gpterr it links) names
 # gptproto or jansson on its link line in CMakeLists.txt, and, given a build
 # folder, when the engine-only test program's link command names them.
@@ -31,7 +33,6 @@ sys='uv\.h|uv/[^>]*|sqlite3\.h'
 base='daemon/[^"]*|\.\./daemon/[^"]*'
 
 # check NAME FORBIDDEN-ALTERNATION DIR...: every #include in DIR... against it.
-status=0
 check() {
     local what=$1 forbidden=$2
     shift 2
@@ -45,6 +46,61 @@ check() {
         status=1
     fi
 }
+
+status=0
+# Between daemon/'s folders, each a library of its own (daemon/CMakeLists.txt),
+# the allowed arrows: "allow FOLDER: FOLDERS it may include". root is the
+# composition root (daemon/*.c, daemon/*.h: daemon.c and the control
+# handlers). A folder missing here, or an include of a header another
+# daemon folder owns along an arrow missing here, fails. docs/architecture.md
+# lists the same arrows; tests/tools/arch_stats.py reads them from here.
+arrows='
+allow base:
+allow store: base
+allow node: store base
+allow cluster: node store base
+allow control: base
+allow jobs: cluster control node store base
+allow http: jobs cluster control node store base
+allow cli: cluster node store base
+allow root: cli http jobs control cluster node store base
+'
+# daemon_folder FILE: the folder a daemon source belongs to (root directly).
+daemon_folder() {
+    local rel=${1#daemon/}
+    if [[ $rel == */* ]]; then echo "${rel%%/*}"; else echo root; fi
+}
+# Every header of daemon/, by basename: the folder that owns it.
+declare -A owner=()
+while IFS= read -r h; do
+    b=${h##*/}
+    f=$(daemon_folder "$h")
+    if [[ -n "${owner[$b]:-}" && "${owner[$b]}" != "$f" ]]; then
+        echo "layering violation: daemon header $b exists in both ${owner[$b]} and $f"
+        status=1
+    fi
+    owner[$b]=$f
+done < <(cd "$top" && find daemon -name '*.h' 2>/dev/null | sort)
+declare -A allowed=()
+while read -r word from rest; do
+    [[ $word == allow ]] || continue
+    allowed[${from%:}]=" $rest "
+done <<<"$arrows"
+while IFS= read -r line; do
+    file=${line%%:*}
+    inc=$(sed -E 's/.*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/' <<<"${line#*:}")
+    from=$(daemon_folder "$file")
+    to=${owner[${inc##*/}]:-}
+    [[ -z "$to" || "$to" == "$from" ]] && continue
+    if [[ -z "${allowed[$from]+x}" ]]; then
+        echo "layering violation: daemon folder '$from' is not in layering_guard's list of arrows: $file"
+        status=1
+    elif [[ "${allowed[$from]}" != *" $to "* ]]; then
+        echo "layering violation: daemon/$from may not include daemon/$to's $inc: $line"
+        status=1
+    fi
+done < <(cd "$top" && grep -rnE '#[[:space:]]*include[[:space:]]*"[^"]+"' daemon \
+         --include='*.c' --include='*.h' 2>/dev/null)
 
 proto_h=$(headers_of proto)
 check "err/ (gpt_err, below every layer) must not include proto/, engine/ or daemon/ headers" \
@@ -89,16 +145,21 @@ fi
 
 # The guard guards itself, in two runs over a scratch tree (each run costs
 # seconds on a loaded machine): a clean tree whose proto/ includes
-# engine/config must pass; the same tree with a forbidden include planted in
-# each layer, gptengine and gptconfig linking jansson and gptproto (in a
+# engine/config and whose daemon/jobs includes daemon/store (an allowed
+# arrow) must pass; the same tree with a forbidden include planted in
+# each layer, an upward include between two daemon folders (store -> jobs),
+# a daemon folder missing from the list of arrows, gptengine and gptconfig linking jansson and gptproto (in a
 # second call, across lines), and gptproto on the engine-only program's link
 # command must fail, naming every one of them.
 if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    mkdir -p "$tmp/daemon" "$tmp/engine/config" "$tmp/proto" "$tmp/err" "$tmp/ctl" \
+    mkdir -p "$tmp/daemon/jobs/include" "$tmp/daemon/store/include" "$tmp/daemon/extra" \
+             "$tmp/engine/config" "$tmp/proto" "$tmp/err" "$tmp/ctl" \
              "$tmp/build/tests/CMakeFiles/test_engine_alone.dir"
-    : > "$tmp/daemon/jobs.h"
+    : > "$tmp/daemon/jobs/include/jobs.h"
+    : > "$tmp/daemon/store/include/store_client.h"
+    printf '#include "jobs.h"\n#include "store_client.h"\n' > "$tmp/daemon/jobs/jobs.c"
     : > "$tmp/engine/model.h"
     : > "$tmp/engine/config/gpt_config.h"
     : > "$tmp/proto/jobspec.h"
@@ -116,6 +177,7 @@ if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
     printf '#include "jobspec.h"\n' > "$tmp/engine/planted.c"
     printf '#include "jobs.h"\n' > "$tmp/engine/planted_daemon.c"
     printf '#include "gpt_err.h"\n' > "$tmp/engine/config/planted.c"
+    printf '#include "jobs.h"\n' | tee "$tmp/daemon/store/planted.c" > "$tmp/daemon/extra/planted.c"
     printf 'target_link_libraries(gptengine PRIVATE PkgConfig::JANSSON)\n' >> "$tmp/CMakeLists.txt"
     printf 'target_link_libraries(gptconfig INTERFACE # below all\n  gptproto)\n' \
         >> "$tmp/CMakeLists.txt"
@@ -127,6 +189,8 @@ if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
     }
     for want in err/planted.c proto/planted.c ctl/planted.c engine/planted.c \
                 engine/planted_daemon.c engine/config/planted.c "gptengine must not link" \
+                "daemon/store may not include daemon/jobs's jobs.h: daemon/store/planted.c" \
+                "daemon folder 'extra' is not in layering_guard's list" \
                 "gptconfig must not link" "test_engine_alone (gptengine only)"; do
         if ! grep -qF "$want" <<<"$out"; then
             echo "layering guard missed a planted violation: $want"

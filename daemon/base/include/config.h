@@ -80,7 +80,9 @@ int config_load_file(struct config *c, const char *path, struct gpt_err *err);
 
 /* Cross-option checks and derived defaults: an empty socket becomes
  * $RUNTIME_DIRECTORY/gptd.sock (systemd's RuntimeDirectory=) or
- * /run/gptd/gptd.sock; an empty node_name becomes the host name. */
+ * /run/gptd/gptd.sock; an empty node_name becomes the host name. The
+ * `http` options are the HTTP listener's to check (http.h; the daemon
+ * calls both). */
 int config_finish(struct config *c, struct gpt_err *err);
 
 /* Copies the reloadable options of `fresh` into `live`. For each option

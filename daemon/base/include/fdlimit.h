@@ -21,8 +21,8 @@ int fdlimit_raise(uint64_t *ret_soft, uint64_t *ret_hard);
 /* The limits in force: 0 or a negative errno. */
 int fdlimit_get(uint64_t *ret_soft, uint64_t *ret_hard);
 /* How many nodes a coordinator with a soft limit of `soft` descriptors can
- * hold (two descriptors each, FDLIMIT_RESERVE kept), at most
- * RDZV_NODES_MAX. */
-uint64_t fdlimit_nodes(uint64_t soft);
+ * hold (two descriptors each, FDLIMIT_RESERVE kept), at most `cap` (the
+ * caller's RDZV_NODES_MAX). */
+uint64_t fdlimit_nodes(uint64_t soft, uint64_t cap);
 
 #endif
