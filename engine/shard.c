@@ -21,7 +21,12 @@
  * Threads: the worker thread calls everything here; in full mode a
  * communication thread owned by the shard runs every collective in the
  * order the worker queued it (all ranks queue the same sequence), so the
- * communicator is never used by two threads at once.
+ * communicator is never used by two threads at once. The backend is the
+ * worker's alone (its per-op state is not thread-safe): the worker copies
+ * a unit's slice into the gather buffer before it queues the all-gather
+ * (a device communicator orders its stream after the compute stream), and
+ * adds a reduce-scatter's slice into the shard gradients once it has seen
+ * the reduce done (shard_settle, in queue order, so the same bits).
  */
 #define _GNU_SOURCE /* mkostemp, getrandom */
 #include "shard.h"
@@ -97,6 +102,10 @@ struct gpt_shard {
     uint64_t issued, done;
     int error;
     bool quit;
+    /* Reduces whose slices the worker has still to add into sg, in queue
+     * order (the worker's own, no lock). */
+    struct shard_op acc[SHARD_QUEUE];
+    size_t acc_head, acc_tail;
 
     int test_load_fail; /* gpt_shard_test_fail_load: the next load fails with it */
 
@@ -111,21 +120,13 @@ static size_t shard_min(size_t a, size_t b)
 
 /* ---- communication thread ---- */
 
+/* Communication thread: the collective only, never the backend. */
 static int shard_run_op(struct gpt_shard *sh, const struct shard_op *op)
 {
     const struct shard_piece *p = &sh->pieces[op->unit];
-    int rc;
-    if (op->kind == SHARD_OP_GATHER) {
-        gpt_backend_copy(sh->be, op->buf + p->slice_off, sh->sp + p->pos, p->len * sizeof(float));
-        if ((rc = gpt_backend_sync(sh->be)) < 0)
-            return rc;
+    if (op->kind == SHARD_OP_GATHER)
         return gpt_comm_allgather(sh->comm, op->buf, p->unit_count);
-    }
-    if ((rc = gpt_comm_reduce_scatter(sh->comm, op->buf, p->unit_count, GPT_REDUCE_AVG)) < 0)
-        return rc;
-    gpt_backend_residual_forward(sh->be, sh->sg + p->pos, sh->sg + p->pos, op->buf + p->slice_off,
-                                 p->len);
-    return gpt_backend_sync(sh->be);
+    return gpt_comm_reduce_scatter(sh->comm, op->buf, p->unit_count, GPT_REDUCE_AVG);
 }
 
 static void *shard_thread_main(void *arg)
@@ -151,27 +152,62 @@ static void *shard_thread_main(void *arg)
     return NULL;
 }
 
+/* Worker: adds the slices of the reduces done by now (`done`, read under
+ * the lock) into the shard gradients, oldest first; after a failure they
+ * are dropped (the step fails anyway). */
+static void shard_settle(struct gpt_shard *sh, uint64_t done, int error)
+{
+    for (; sh->acc_head != sh->acc_tail; sh->acc_head++) {
+        const struct shard_op *op = &sh->acc[sh->acc_head % SHARD_QUEUE];
+        if (!error && op->seq > done)
+            break;
+        if (error)
+            continue;
+        const struct shard_piece *p = &sh->pieces[op->unit];
+        gpt_backend_residual_forward(sh->be, sh->sg + p->pos, sh->sg + p->pos,
+                                     op->buf + p->slice_off, p->len);
+    }
+}
+
+/* Worker: queues a collective. A gather's own slice goes into the buffer
+ * first (on the worker's backend); a reduce is remembered for
+ * shard_settle. */
 static uint64_t shard_enqueue(struct gpt_shard *sh, enum shard_op_kind kind, int unit, float *buf)
 {
+    if (kind == SHARD_OP_GATHER) {
+        const struct shard_piece *p = &sh->pieces[unit];
+        gpt_backend_copy(sh->be, buf + p->slice_off, sh->sp + p->pos, p->len * sizeof(float));
+    }
     pthread_mutex_lock(&sh->mu);
+    /* Every reduce not yet added must fit in acc: wait for the oldest. */
+    while (kind == SHARD_OP_REDUCE && sh->acc_tail - sh->acc_head >= SHARD_QUEUE) {
+        while (sh->done < sh->acc[sh->acc_head % SHARD_QUEUE].seq && !sh->error)
+            pthread_cond_wait(&sh->cv, &sh->mu);
+        shard_settle(sh, sh->done, sh->error);
+    }
     while (sh->q_tail - sh->q_head >= SHARD_QUEUE)
         pthread_cond_wait(&sh->cv, &sh->mu);
     uint64_t seq = ++sh->issued;
     sh->queue[sh->q_tail % SHARD_QUEUE] = (struct shard_op){kind, unit, buf, seq};
     sh->q_tail++;
+    if (kind == SHARD_OP_REDUCE)
+        sh->acc[sh->acc_tail++ % SHARD_QUEUE] = (struct shard_op){kind, unit, buf, seq};
     pthread_cond_broadcast(&sh->cv);
     pthread_mutex_unlock(&sh->mu);
     return seq;
 }
 
-/* Waits until op `seq` is done; returns the sticky error. */
+/* Worker: waits until op `seq` is done and settles the reduces done by
+ * then; returns the sticky error. */
 static int shard_wait(struct gpt_shard *sh, uint64_t seq)
 {
     pthread_mutex_lock(&sh->mu);
     while (sh->done < seq && !sh->error)
         pthread_cond_wait(&sh->cv, &sh->mu);
     int rc = sh->error;
+    uint64_t done = sh->done;
     pthread_mutex_unlock(&sh->mu);
+    shard_settle(sh, done, rc);
     return rc;
 }
 
