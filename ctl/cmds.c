@@ -522,6 +522,14 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                   : running ? fmt_int(a, sizeof(a), json_object_get(s, "running_job"))
                             : "none");
         table_row(&t, "queued jobs:", fmt_int(b, sizeof(b), json_object_get(s, "queued")));
+        const json_t *uw = json_object_get(s, "user_work");
+        if (uw) {
+            char work[96];
+            snprintf(work, sizeof(work), "%s running, %s waiting",
+                     fmt_int(a, sizeof(a), json_object_get(uw, "running")),
+                     fmt_int(b, sizeof(b), json_object_get(uw, "waiting")));
+            table_row(&t, "user work:", work);
+        }
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));
         if (json_object_get(s, "max_nodes")) {

@@ -63,6 +63,31 @@ int ctl_send(struct ctl *c, json_t *req)
     return 0;
 }
 
+/* Whether a line only says that the request waits for a slot of gptd's
+ * user work pool (it comes before the reply). */
+static bool ctl_is_waiting(const json_t *o)
+{
+    const char *type = json_string_value(json_object_get(o, "type"));
+    return type && strcmp(type, "waiting") == 0 && json_is_true(json_object_get(o, "ok"));
+}
+
+/* Says so on stderr, in --json mode too, so that the reply stays the one
+ * line on stdout. Returns whether the line was one. */
+static bool ctl_waiting_notice(const json_t *o)
+{
+    if (!ctl_is_waiting(o))
+        return false;
+    fprintf(stderr,
+            "%s: waiting for a slot: %lld request%s ahead, %lld of yours running "
+            "(user_work_per_uid = %lld, user_work_threads = %lld)\n",
+            ctl_prog, (long long)json_integer_value(json_object_get(o, "ahead")),
+            json_integer_value(json_object_get(o, "ahead")) == 1 ? "" : "s",
+            (long long)json_integer_value(json_object_get(o, "running")),
+            (long long)json_integer_value(json_object_get(o, "per_uid")),
+            (long long)json_integer_value(json_object_get(o, "threads")));
+    return true;
+}
+
 /* Reads the next reply line. Returns 0 with a new object, or an exit code.
  * The raw line is printed when --json is on and `echo` is set. */
 int ctl_recv(struct ctl *c, json_t **ret, bool echo)
@@ -84,7 +109,7 @@ int ctl_recv(struct ctl *c, json_t **ret, bool echo)
                         out_esc(jerr.text, 0));
                 return EXIT_FAIL;
             }
-            if (echo && c->json) {
+            if (echo && c->json && !ctl_is_waiting(o)) {
                 fwrite(line, 1, len, stdout);
                 fputc('\n', stdout);
                 fflush(stdout);
@@ -129,9 +154,13 @@ int ctl_call(struct ctl *c, json_t *req, json_t **ret)
     if (rc)
         return rc;
     json_t *reply;
-    rc = ctl_recv(c, &reply, true);
-    if (rc)
-        return rc;
+    for (;;) {
+        if ((rc = ctl_recv(c, &reply, true)))
+            return rc;
+        if (!ctl_waiting_notice(reply))
+            break;
+        json_decref(reply);
+    }
     if (!json_is_true(json_object_get(reply, "ok"))) {
         rc = c->json ? EXIT_FAIL : ctl_print_error(reply);
         json_decref(reply);

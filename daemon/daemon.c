@@ -163,9 +163,10 @@ static void daemon_on_handle_closed(uv_handle_t *h)
 }
 
 /* Last step of a stop: close everything so the loop ends. */
-static void daemon_on_cluster_closed(void *ctx)
+static void daemon_on_userwork_closed(void *ctx)
 {
     struct daemon_main *m = ctx;
+    m->d.userwork = NULL; /* freed */
     log_info("stopped; state saved in %s", m->d.cfg.state_dir);
     http_stop(m->http); /* joins the HTTP thread; it holds no loop object */
     m->http = NULL;
@@ -188,6 +189,15 @@ static void daemon_on_cluster_closed(void *ctx)
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+}
+
+/* User work was told to stop at the first signal: once it has (a sample
+ * at its next token, an export at its next tensor), its clients are
+ * answered, and then the control socket closes. */
+static void daemon_on_cluster_closed(void *ctx)
+{
+    struct daemon_main *m = ctx;
+    userwork_close(m->d.userwork, daemon_on_userwork_closed, m);
 }
 
 static void daemon_on_agent_closed(void *ctx)
@@ -379,7 +389,9 @@ static void daemon_on_stop_signal(uv_signal_t *h, int signum)
         log_notice("%s: stopping", strsignal(signum));
         (void)notify_stopping();
         m->d.stopping = true;
-        handler_resume_from_stop(&m->d);
+        /* User work ends now (a sample at its next token, an export at its
+         * next tensor): the stop waits only for the job's snapshot. */
+        userwork_stop(m->d.userwork);
         control_stop_listening(m->d.ctl);
         jobs_shutdown(m->d.jobs, daemon_on_jobs_stopped, m);
     } else if (m->stop_signals == 2) {
@@ -538,7 +550,9 @@ static void daemon_on_drained(void *ctx, struct control_client *cl)
 
 static void daemon_on_closed(void *ctx, struct control_client *cl)
 {
-    (void)ctx;
+    struct daemon_ctx *d = ctx;
+    /* Nobody is left to read what its work would answer. */
+    userwork_cancel_owner(d->userwork, cl);
     /* Drops the stream; a reply still in flight (mirror) holds a reference. */
     if (cl->logs.active) {
         json_decref(cl->logs.id);
@@ -700,7 +714,10 @@ int gptd_daemon_main(int argc, char **argv)
         log_info("open-file limit %llu (hard %llu): room for %llu nodes",
                  (unsigned long long)fd_soft, (unsigned long long)fd_hard,
                  (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
-    if (daemon_cluster_start(d, &err) < 0) {
+    if (userwork_new(&m->loop, &d->cfg, &d->userwork, &err) < 0 ||
+        daemon_cluster_start(d, &err) < 0) {
+        userwork_close(d->userwork, NULL, NULL);
+        d->userwork = NULL;
         jobs_shutdown(d->jobs, NULL, NULL);
         jobs_free(d->jobs);
         d->jobs = NULL;

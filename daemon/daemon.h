@@ -16,6 +16,7 @@
 #include "db.h"
 #include "jobs.h"
 #include "mirror.h"
+#include "userwork.h"
 
 #ifndef GPTD_VERSION
 #define GPTD_VERSION "0.1.0"
@@ -30,12 +31,9 @@ struct daemon_ctx {
     struct cluster *cluster; /* NULL only before it started */
     struct agent *agent;
     struct mirror *mirror; /* a member's view of the coordinator's jobs */
+    struct userwork *userwork; /* sample, export, resume-from copies; NULL before start */
     double started;        /* unix seconds */
     bool stopping;
-    /* submit --resume-from (handlers_resume_from.c): copies under way, and
-     * those waiting for their turn, oldest first. */
-    int rf_running;
-    struct handler_rf *rf_wait, *rf_wait_tail;
 };
 
 /* Handles one decoded request (handlers.c): looks up the op's handler in a const
@@ -45,11 +43,5 @@ void handler_dispatch(struct daemon_ctx *d, struct control_client *cl, struct gp
 /* The coordinator's answer to a read a member forwarded (cluster_read_fn;
  * ctx is the daemon_ctx). */
 int handler_read(void *ctx, const struct cluster_msg *m, json_t **ret, struct gpt_err *err);
-
-/* A stop has begun (d->stopping; handlers_resume_from.c): the
- * --resume-from submits still waiting for their turn are refused now,
- * while their clients can be answered (the copy under way ends only after
- * the control socket has closed). Nothing of theirs was recorded. */
-void handler_resume_from_stop(struct daemon_ctx *d);
 
 #endif

@@ -62,6 +62,23 @@ static json_t *handler_job_json(const struct jobs *js, const struct db_job *j)
     return o;
 }
 
+int handler_userwork_submit(struct daemon_ctx *d, struct control_client *cl, const json_t *id,
+                            struct userwork_item *it, bool with_client, struct gpt_err *err)
+{
+    struct userwork_wait w;
+    it->uid = cl->uid;
+    it->owner = with_client ? cl : NULL;
+    int rc = userwork_submit(d->userwork, it, &w, err);
+    if (rc == 1) {
+        (void)control_reply_ok(cl, id,
+                               json_pack("{s:s, s:i, s:i, s:i, s:i}", "type", "waiting", "ahead",
+                                         w.ahead, "running", w.running_mine, "per_uid", w.per_uid,
+                                         "threads", w.threads));
+        rc = 0;
+    }
+    return rc;
+}
+
 /* A submit on a node that is not the coordinator travels to the
  * coordinator, whose queue is the one of record; the reply waits for its
  * answer. */
@@ -288,6 +305,11 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
                           d->started, "running_job", (json_int_t)running, "queued",
                           (json_int_t)queued, "state_dir", d->cfg.state_dir, "socket",
                           d->cfg.socket, "clients", control_client_count(d->ctl));
+    int uw_running, uw_waiting;
+    userwork_counts(d->userwork, &uw_running, &uw_waiting);
+    if (o) /* sample, export and --resume-from copies under way */
+        json_object_set_new(o, "user_work",
+                            json_pack("{s:i, s:i}", "running", uw_running, "waiting", uw_waiting));
     if (o && jobs_running(d->jobs)) /* every job running here, oldest first */
         json_object_set_new(o, "running_jobs", jobs_running_json(d->jobs));
     if (o && d->cluster) {

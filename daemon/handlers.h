@@ -39,6 +39,15 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
 int handler_export_member(struct daemon_ctx *d, struct control_client *cl,
                           const struct gpt_ctl_request *req, struct gpt_err *err);
 
+/* Queues `it` (work, done, data set) in the user work pool for client
+ * `cl`, whose uid it counts against and whose going cancels it (when
+ * `with_client`); when it must wait for a slot, tells the client so at
+ * once (a line of type "waiting" with request `id`, before the answer). Returns 0 (the done
+ * callback will run) or an error for the dispatcher (-GPT_E_LIMIT: the
+ * queue is full; -EAGAIN: gptd is stopping). */
+int handler_userwork_submit(struct daemon_ctx *d, struct control_client *cl, const json_t *id,
+                            struct userwork_item *it, bool with_client, struct gpt_err *err);
+
 /* Parses and fully validates a spec object (as `gptd run` would), paths
  * and file access as the client `uid` (handlers_spec.c). */
 int handler_parse_spec(const struct daemon_ctx *d, const json_t *spec, uid_t uid,
@@ -51,7 +60,7 @@ int handler_submit_check(struct daemon_ctx *d, const struct gpt_ctl_request *req
 
 /* submit --resume-from (handlers_resume_from.c): checks the request,
  * holds a queue slot, reads the source's snapshot and writes the new
- * job's copy on uv work threads (as the source's and the new job's
+ * job's copy on the user work pool (as the source's and the new job's
  * owners); the reply comes when the job is queued or refused. */
 int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
                             const struct gpt_ctl_request *req, struct gpt_err *err);

@@ -1,24 +1,28 @@
 /*
  * handlers_export: the `export` control op (see handlers.h). A job's
  * snapshot is written out as a Hugging Face folder, an llm.c checkpoint or
- * a GGUF file on a uv work thread that takes the job owner's file-system
- * identity: the kernel refuses what the owner could not read or write, and
- * the writers never follow a symlink at the final name and write
- * atomically (engine/fmt/export.h). Owns the request's state on its way
- * through the work thread. Loop thread, except handler_export_work.
+ * a GGUF file on a thread of the user work pool (userwork.h) that takes
+ * the job owner's file-system identity: the kernel refuses what the owner
+ * could not read or write, and the writers never follow a symlink at the
+ * final name and write atomically (engine/fmt/export.h). The writers stop
+ * between tensors when the client goes or gptd stops, leaving no file.
+ * Owns the request's state on its way through the pool. Loop thread,
+ * except handler_export_work.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "export.h"
 #include "export_model.h"
 #include "fsid.h"
 #include "handlers.h"
+#include "log.h"
 #include "snapshot.h"
 
 struct handler_export {
-    uv_work_t work;
+    struct userwork_item item;
     struct control_client *cl;
     json_t *id;
     enum gpt_fmt_kind kind;
@@ -52,9 +56,25 @@ static int handler_export_pick(struct handler_export *x)
     return rc;
 }
 
-static void handler_export_work(uv_work_t *w)
+/* An export holds the snapshot's weights (the writers convert them as
+ * they stream out), counted against the user's memory bound before it
+ * reads them. */
+static int handler_export_reserve(struct handler_export *x)
 {
-    struct handler_export *x = w->data;
+    struct gpt_snapshot_meta meta;
+    enum gpt_fmt_kind kind;
+    int rc = gpt_fmt_detect(x->path, &kind, &x->err);
+    if (rc < 0 || kind != GPT_FMT_GPTS)
+        return rc; /* export_model says what it is not */
+    if ((rc = gpt_snapshot_read_meta(x->path, &meta, &x->err)) < 0)
+        return rc;
+    return userwork_mem_take(&x->item, meta.n_params * sizeof(float), "exporting this model",
+                             &x->err);
+}
+
+static void handler_export_work(struct userwork_item *it)
+{
+    struct handler_export *x = it->data;
     struct fsid_user u;
     struct fsid_saved saved = {0};
     if ((x->rc = fsid_user_lookup(x->owner, &u, &x->err)) < 0 ||
@@ -62,17 +82,26 @@ static void handler_export_work(uv_work_t *w)
         return;
     x->rc = handler_export_pick(x);
     if (x->rc == 0)
+        x->rc = handler_export_reserve(x);
+    if (x->rc == 0)
         x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, x->dtype,
-                             &x->err);
+                             &it->cancel, &x->err);
     fsid_leave(&saved);
 }
 
-static void handler_export_done(uv_work_t *w, int status)
+static void handler_export_done(struct userwork_item *it, int status)
 {
-    struct handler_export *x = w->data;
+    struct handler_export *x = it->data;
     struct control_client *cl = x->cl;
     if (status < 0)
-        x->rc = gpt_err_set(&x->err, -ECANCELED, NULL, "cancelled");
+        x->rc = gpt_err_set(&x->err, -ECANCELED, NULL, "cancelled before it started");
+    if (x->rc == -ECANCELED) {
+        log_info("export for uid %u: %s", (unsigned)cl->uid, x->err.msg);
+        if (userwork_stopped(it)) {
+            struct gpt_err why = x->err;
+            x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping (%s)", why.msg);
+        }
+    }
     if (x->rc < 0)
         control_reply_err(cl, x->id, x->rc, &x->err);
     else
@@ -155,12 +184,14 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
     }
     x->cl = cl;
     x->id = json_deep_copy(req->id);
-    x->work.data = x;
-    rc = uv_queue_work(d->loop, &x->work, handler_export_work, handler_export_done);
+    x->item.work = handler_export_work;
+    x->item.done = handler_export_done;
+    x->item.data = x;
+    rc = handler_userwork_submit(d, cl, x->id, &x->item, true, err);
     if (rc < 0) {
         json_decref(x->id);
         free(x);
-        return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
+        return rc;
     }
     control_client_ref(cl);
     cl->busy++;

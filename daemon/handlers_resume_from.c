@@ -1,16 +1,18 @@
 /*
  * handlers_resume_from: `submit --resume-from JOB[:SNAPSHOT]` (see
  * handlers.h, resume_from.h). The snapshot is read and its copy written
- * on uv work threads, so that a large file (or one the source's owner
- * replaced with a sparse file whose header claims billions of
- * parameters) never stalls the loop: other clients are served meanwhile.
- * A queue slot is held from the first step to the answer (jobs_reserve),
- * so submits in flight together cannot pass max_queued_jobs; the new job
- * is recorded held (jobs_submit_held) until its copy is in its folder.
- * A copy holds the whole training state in memory, so copies run one at
- * a time (HANDLER_RF_AT_ONCE) and the others wait their turn in order:
- * gptd holds no more of them at once than it did when they ran on the
- * loop.
+ * on threads of the user work pool (userwork.h), so that a large file (or
+ * one the source's owner replaced with a sparse file whose header claims
+ * billions of parameters) never stalls the loop: other clients are served
+ * meanwhile. A queue slot is held from the first step to the answer
+ * (jobs_reserve), so submits in flight together cannot pass
+ * max_queued_jobs; the new job is recorded held (jobs_submit_held) until
+ * its copy is in its folder. A copy holds the whole training state in
+ * memory: it counts against the user's memory bound, and the pool's share
+ * per user runs one user's copies one after the other. A copy is a submit:
+ * it goes on when its client goes (the job is recorded all the same), and
+ * stops when gptd stops (before it is written; one being written is
+ * finished and recorded).
  * Owns the request's state on its way through. Loop thread, except
  * handler_rf_read and handler_rf_write.
  */
@@ -21,6 +23,7 @@
 
 #include "handlers.h"
 #include "log.h"
+#include "model_mem.h"
 #include "resume_from.h"
 
 /* A held job's error until its copy is done; what stays if gptd stops
@@ -30,11 +33,8 @@
     "its snapshot is being copied (if gptd stopped meanwhile, the copy was not"                    \
     " finished: submit again)"
 
-#define HANDLER_RF_AT_ONCE 1 /* copies under way at once (each holds a snapshot) */
-
 struct handler_rf {
-    uv_work_t work;
-    struct handler_rf *next; /* waiting for its turn (daemon_ctx.rf_wait) */
+    struct userwork_item item;
     struct daemon_ctx *d;
     struct control_client *cl;
     json_t *id;
@@ -48,8 +48,6 @@ struct handler_rf {
     int rc;
     struct gpt_err err;
 };
-
-static void handler_rf_start(struct handler_rf *x);
 
 static void handler_rf_free(struct handler_rf *x)
 {
@@ -95,90 +93,74 @@ static void handler_rf_answer(struct handler_rf *x)
     handler_rf_free(x);
 }
 
-/* A running request's end: answered, and the next one's turn. */
-static void handler_rf_finish(struct handler_rf *x)
+/* The training state a copy holds (parameters and both AdamW moments of
+ * the new job's model, which the snapshot must match), counted against
+ * the user's memory bound before it is read or written. */
+static int handler_rf_reserve(struct handler_rf *x)
 {
-    struct daemon_ctx *d = x->d;
-    handler_rf_answer(x);
-    d->rf_running--;
-    struct handler_rf *next = d->rf_wait;
-    if (next) { /* its turn */
-        d->rf_wait = next->next;
-        if (!d->rf_wait)
-            d->rf_wait_tail = NULL;
-        handler_rf_start(next);
-    }
+    struct gpt_model_config cfg = x->rf.model;
+    if (cfg.vocab_size <= 0)
+        cfg.vocab_size = x->rf.vocab_max;
+    struct gpt_model_mem mm;
+    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_NONE, 1, 0, 0, &mm);
+    return userwork_mem_take(&x->item, 3 * mm.n_params * sizeof(float),
+                             "copying this training state", &x->err);
 }
 
-static void handler_rf_write(uv_work_t *w)
+static void handler_rf_write(struct userwork_item *it)
 {
-    struct handler_rf *x = w->data;
-    x->rc = resume_from_write(&x->rf, &x->err);
+    struct handler_rf *x = it->data;
+    if (userwork_cancelled(it))
+        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
+    else if ((x->rc = handler_rf_reserve(x)) == 0)
+        x->rc = resume_from_write(&x->rf, &x->err);
 }
 
-static void handler_rf_write_done(uv_work_t *w, int status)
+static void handler_rf_write_done(struct userwork_item *it, int status)
 {
-    struct handler_rf *x = w->data;
+    struct handler_rf *x = it->data;
     if (status < 0)
-        x->rc = gpt_err_set(&x->err, -ECANCELED, NULL, "cancelled");
+        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
     x->rc = resume_from_commit(x->d->db, x->d->cfg.node_name, &x->rf, x->rc, &x->err);
     x->queued = x->rc == 0; /* even if the sweep tag below fails (as a plain submit) */
     if (x->rc == 0 && x->sweep[0])
         x->rc = db_job_set_sweep(x->d->db, x->job_id, x->sweep, &x->err);
-    handler_rf_finish(x);
+    handler_rf_answer(x);
 }
 
-static void handler_rf_read(uv_work_t *w)
+static void handler_rf_read(struct userwork_item *it)
 {
-    struct handler_rf *x = w->data;
-    x->rc = resume_from_read(&x->rf, &x->err);
+    struct handler_rf *x = it->data;
+    if ((x->rc = handler_rf_reserve(x)) == 0)
+        x->rc = resume_from_read(&x->rf, &x->err);
 }
 
 /* The snapshot is read: record the job (held), then copy it into its
- * folder on a work thread again. */
-static void handler_rf_read_done(uv_work_t *w, int status)
+ * folder on a pool thread again. A request that never started, or whose
+ * read gptd's stop cut short, records nothing. */
+static void handler_rf_read_done(struct userwork_item *it, int status)
 {
-    struct handler_rf *x = w->data;
+    struct handler_rf *x = it->data;
     struct daemon_ctx *d = x->d;
-    if (status < 0)
-        x->rc = gpt_err_set(&x->err, -ECANCELED, NULL, "cancelled");
-    if (x->rc == 0 && (d->stopping || !d->jobs))
+    if (status < 0 || (x->rc == 0 && (d->stopping || !d->jobs)))
         x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
     if (x->rc == 0)
         x->rc = jobs_submit_held(d->jobs, x->job, x->uid, x->priority, HANDLER_RF_HELD, &x->job_id,
                                  &x->err);
     if (x->rc < 0) {
-        handler_rf_finish(x);
+        handler_rf_answer(x);
         return;
     }
     x->rc = resume_from_stage(d->db, d->cfg.state_dir, &x->rf, x->job_id, &x->err);
     if (x->rc == 0) {
-        int rc = uv_queue_work(d->loop, &x->work, handler_rf_write, handler_rf_write_done);
-        if (rc == 0)
+        x->item.work = handler_rf_write;
+        x->item.done = handler_rf_write_done;
+        if (userwork_submit_next(d->userwork, &x->item, &x->err) >= 0)
             return;
-        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
     }
     /* Recorded but not copied: resume_from_commit leaves it failed. */
     x->rc = resume_from_commit(d->db, d->cfg.node_name, &x->rf, x->rc, &x->err);
-    handler_rf_finish(x);
-}
-
-/* Reads the snapshot on a work thread; the request counts as running
- * until handler_rf_finish. */
-static void handler_rf_start(struct handler_rf *x)
-{
-    struct daemon_ctx *d = x->d;
-    d->rf_running++;
-    if (d->stopping) {
-        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
-        handler_rf_finish(x);
-        return;
-    }
-    int rc = uv_queue_work(d->loop, &x->work, handler_rf_read, handler_rf_read_done);
-    if (rc < 0) {
-        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
-        handler_rf_finish(x);
-    }
+    handler_rf_answer(x);
 }
 
 int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
@@ -208,29 +190,17 @@ int handler_resume_from_run(struct daemon_ctx *d, struct control_client *cl,
     x->uid = cl->uid;
     x->priority = req->priority;
     snprintf(x->sweep, sizeof(x->sweep), "%s", req->sweep ? req->sweep : "");
-    x->work.data = x;
+    x->item.work = handler_rf_read;
+    x->item.done = handler_rf_read_done;
+    x->item.data = x;
+    /* Not cancelled with its client: a submit stands once it is made. */
+    rc = handler_userwork_submit(d, cl, x->id, &x->item, false, err);
+    if (rc < 0) {
+        jobs_unreserve(d->jobs, cl->uid);
+        handler_rf_free(x);
+        return rc;
+    }
     control_client_ref(cl);
     cl->busy++;
-    if (d->rf_running < HANDLER_RF_AT_ONCE) {
-        handler_rf_start(x); /* answers itself, even when it cannot start */
-    } else {
-        if (d->rf_wait_tail)
-            d->rf_wait_tail->next = x;
-        else
-            d->rf_wait = x;
-        d->rf_wait_tail = x;
-    }
     return 0;
-}
-
-void handler_resume_from_stop(struct daemon_ctx *d)
-{
-    struct handler_rf *x;
-    while ((x = d->rf_wait)) {
-        d->rf_wait = x->next;
-        if (!d->rf_wait)
-            d->rf_wait_tail = NULL;
-        x->rc = gpt_err_set(&x->err, -EAGAIN, NULL, "gptd is stopping");
-        handler_rf_answer(x);
-    }
 }

@@ -1,8 +1,10 @@
 /*
  * handlers_sample: the `sample` control op (see handlers.h). Owns the
- * request's state on its way through a uv work thread, which loads a
- * snapshot and runs the model; on a cluster member it first asks the coordinator where this
- * node's copy of the snapshot is. Loop thread, except handler_sample_work.
+ * request's state on its way through the user work pool (userwork.h),
+ * whose thread loads a snapshot and runs the model, stopping between
+ * tokens when the client goes or gptd stops; on a cluster member it first
+ * asks the coordinator where this node's copy of the snapshot is. Loop
+ * thread, except handler_sample_work.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,15 +13,17 @@
 #include <time.h>
 
 #include "fsid.h"
+#include "model_mem.h"
 #include "handlers.h"
+#include "log.h"
 #include "snapshot.h"
 #include "tokcache.h"
 #include "trainer.h"
 
-/* A `sample` request on its way through a uv work thread. The work thread
+/* A `sample` request on its way through the pool. The work thread
  * touches only this struct; the client is referenced, not used, there. */
 struct handler_sample {
-    uv_work_t work;
+    struct userwork_item item;
     struct control_client *cl;
     json_t *id;
     char dir[DB_PATH_MAX];
@@ -67,6 +71,22 @@ static int handler_sample_member_path(struct handler_sample *s)
     return rc;
 }
 
+/* What sampling the snapshot allocates (the model with its gradients
+ * and activations for one sequence, the logits' host copy), from its
+ * header, counted against the user's memory bound before any of it is. */
+static int handler_sample_reserve(struct handler_sample *s)
+{
+    struct gpt_snapshot_meta meta;
+    int rc = gpt_snapshot_read_meta(s->path, &meta, &s->err);
+    if (rc < 0)
+        return rc;
+    struct gpt_model_mem mm;
+    gpt_model_mem_estimate(&meta.cfg, 1, GPT_SHARD_NONE, 1, 0, 0, &mm);
+    uint64_t vp = ((uint64_t)meta.cfg.vocab_size + 127) / 128 * 128;
+    uint64_t bytes = mm.params + mm.grads + mm.acts + (uint64_t)meta.cfg.block_size * vp * 4;
+    return userwork_mem_take(&s->item, bytes, "sampling this model", &s->err);
+}
+
 static void handler_sample_read(struct handler_sample *s)
 {
     if (s->member) {
@@ -86,15 +106,18 @@ static void handler_sample_read(struct handler_sample *s)
         if (s->rc < 0)
             return;
     }
+    s->rc = handler_sample_reserve(s);
+    if (s->rc < 0)
+        return;
     s->rc =
         tokcache_sample(s->path, s->vocab, s->data_roots, s->prompt_ids, &s->o, &s->text, &s->err);
 }
 
 /* A user samples what that user may read (a job's snapshots are its
  * owner's, 0600): the thread takes the client's file-system identity. */
-static void handler_sample_work(uv_work_t *w)
+static void handler_sample_work(struct userwork_item *it)
 {
-    struct handler_sample *s = w->data;
+    struct handler_sample *s = it->data;
     struct fsid_user u;
     struct fsid_saved saved = {0};
     if ((s->rc = fsid_user_lookup(s->uid, &u, &s->err)) < 0 ||
@@ -104,12 +127,19 @@ static void handler_sample_work(uv_work_t *w)
     fsid_leave(&saved);
 }
 
-static void handler_sample_done(uv_work_t *w, int status)
+static void handler_sample_done(struct userwork_item *it, int status)
 {
-    struct handler_sample *s = w->data;
+    struct handler_sample *s = it->data;
     struct control_client *cl = s->cl;
     if (status < 0)
-        s->rc = gpt_err_set(&s->err, -ECANCELED, NULL, "cancelled");
+        s->rc = gpt_err_set(&s->err, -ECANCELED, NULL, "cancelled before it started");
+    if (s->rc == -ECANCELED) {
+        log_info("sample for uid %u: %s", (unsigned)s->uid, s->err.msg);
+        if (userwork_stopped(it)) {
+            struct gpt_err why = s->err;
+            s->rc = gpt_err_set(&s->err, -EAGAIN, NULL, "gptd is stopping (%s)", why.msg);
+        }
+    }
     if (s->rc < 0)
         control_reply_err(cl, s->id, s->rc, &s->err);
     else
@@ -317,16 +347,19 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     s->o.top_k = (int)req->top_k;
     s->o.seed = (uint64_t)time(NULL);
     s->o.threads = 1;
+    s->o.cancel = &s->item.cancel;
     s->cl = cl;
     s->uid = cl->uid;
     s->id = json_deep_copy(req->id);
-    s->work.data = s;
-    rc = uv_queue_work(d->loop, &s->work, handler_sample_work, handler_sample_done);
+    s->item.work = handler_sample_work;
+    s->item.done = handler_sample_done;
+    s->item.data = s;
+    rc = handler_userwork_submit(d, cl, s->id, &s->item, true, err);
     if (rc < 0) {
         json_decref(s->id);
         free(s->prompt_ids);
         free(s);
-        return gpt_err_set(err, -EAGAIN, NULL, "cannot queue the work: %s", uv_strerror(rc));
+        return rc;
     }
     control_client_ref(cl);
     cl->busy++;

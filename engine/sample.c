@@ -115,6 +115,16 @@ static int sample_decode(const struct gpt_snapshot_meta *meta, const struct gpt_
     return 0;
 }
 
+static bool sample_cancelled(const struct gpt_sample_opts *o)
+{
+    return o->cancel && atomic_load_explicit(o->cancel, memory_order_relaxed);
+}
+
+static int sample_init_cancelled(void *ctx)
+{
+    return sample_cancelled(ctx);
+}
+
 int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
                         struct gpt_err *err)
 {
@@ -139,9 +149,14 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
                            "(fingerprint %016llx, the snapshot's %016llx)",
                            snapshot_path, (unsigned long long)o->codec->fingerprint,
                            (unsigned long long)meta.vocab.bpe_fingerprint);
+    if (sample_cancelled(o))
+        return gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled before it started");
     if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
         return rc;
-    if ((rc = gpt_model_init(&model, &meta.cfg, be, 1, err)) < 0)
+    /* A large model takes seconds to allocate and zero: a cancel is seen
+     * between its allocations too. */
+    if ((rc = gpt_model_init_cancellable(&model, &meta.cfg, be, 1, NULL, sample_init_cancelled,
+                                         (void *)o, err)) < 0)
         goto out;
     model_ready = true;
     if ((rc = gpt_snapshot_read_sized(snapshot_path, meta.n_params, &meta, model.params, NULL, NULL,
@@ -178,6 +193,11 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
     struct gpt_rng rng;
     gpt_rng_seed(&rng, o->seed);
     for (int i = 0; i < o->tokens; i++) {
+        if (sample_cancelled(o)) {
+            rc = gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled after %d of %d tokens", i,
+                             o->tokens);
+            goto out;
+        }
         size_t ctx = n < T ? n : T;
         if ((rc = gpt_model_forward(&model, tokens + n - ctx, NULL, 1, ctx, NULL)) < 0)
             goto out;

@@ -109,6 +109,24 @@ static const struct config_option config_options[] = {
             "the state directory is always allowed. \"/\" allows every path."),
     OPT_NUM(sample_max_tokens, CONFIG_T_INT, "2048", 1, 1000000, true,
             "Most tokens one `gptctl sample` may ask for."),
+    OPT_NUM(user_work_threads, CONFIG_T_INT, "2", 1, 256, false,
+            "Threads that run the work users ask for: `gptctl sample`, `gptctl\n"
+            "export` and the snapshot copy of `gptctl submit --resume-from`. A job's\n"
+            "start never waits for them (it has threads of its own)."),
+    OPT_NUM(user_work_per_uid, CONFIG_T_INT, "1", 1, 256, true,
+            "Requests of one user (uid) that run at once on those threads; the user's\n"
+            "others wait for their turn (gptctl says so) while other users' run."),
+    OPT_NUM(user_work_queue_max, CONFIG_T_INT, "64", 0, 100000, true,
+            "Requests of all users that may wait for a thread; one more is refused\n"
+            "with \"limit\" naming this option."),
+    OPT_NUM(user_work_queue_per_uid, CONFIG_T_INT, "4", 0, 100000, true,
+            "Requests of one user that may wait for a thread; one more is refused\n"
+            "with \"limit\" naming this option."),
+    OPT_NUM(user_work_max_memory, CONFIG_T_SIZE, "0", 0, INT64_C(1) << 50, true,
+            "Most memory (bytes; suffixes k, M, G) one user's running requests may\n"
+            "hold at once, estimated from the snapshot's header before anything is\n"
+            "allocated; a request beyond it fails with \"limit\". 0: max_job_memory,\n"
+            "or the node's physical memory when that is 0 too."),
     OPT_STR(rdzv, "", false,
             "The cluster's rendezvous store, HOST:PORT (numeric address). Empty, and not\n"
             "coordinator: this gptd is the coordinator of its own cluster, serving the\n"

@@ -13,7 +13,7 @@
 #include "export_model.h"
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
-                 const char *dtype, struct gpt_err *err)
+                 const char *dtype, const atomic_int *cancel, struct gpt_err *err)
 {
     const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
     if (!o || !o->write)
@@ -28,7 +28,8 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
                               .params = l.params,
                               .n_params = l.n_params,
                               .vocab_dir = vocab_dir,
-                              .dtype = dtype};
+                              .dtype = dtype,
+                              .cancel = cancel};
     rc = gpt_fmt_export(kind, out, &src, err);
     gpt_fmt_loaded_done(&l);
     return rc;
@@ -97,7 +98,7 @@ int gptd_export_main(int argc, char **argv)
                 kind == GPT_FMT_NONE ? err.msg : "give hf, llmc or gguf");
         return 2;
     }
-    int rc = export_model(argv[optind], kind, out, vocab, dtype, &err);
+    int rc = export_model(argv[optind], kind, out, vocab, dtype, NULL, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;

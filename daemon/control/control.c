@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <grp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -245,6 +246,17 @@ static void control_process_lines(struct control_client *cl)
     control_client_unref(cl);
 }
 
+/* Whether the peer closed its end entirely (not only its sending half):
+ * a Unix stream socket whose peer is closed polls as hung up. */
+static bool control_peer_gone(struct control_client *cl)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&cl->pipe, &fd) < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
+}
+
 static void control_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct control_client *cl = s->data;
@@ -257,6 +269,15 @@ static void control_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             log_debug("control: read: %s", uv_strerror((int)nread));
         uv_read_stop(s);
         cl->eof = true;
+        /* A client that only finished sending still reads its answers; one
+         * that is gone (killed, closed) is closed now, so that the work it
+         * asked for is cancelled instead of running for nobody. */
+        if (cl->busy > 0 && control_peer_gone(cl)) {
+            log_debug("control: the client (uid %u, pid %d) left with %u requests under way",
+                      (unsigned)cl->uid, (int)cl->pid, cl->busy);
+            control_client_close(cl);
+            return;
+        }
         control_client_idle_check(cl);
         return;
     }

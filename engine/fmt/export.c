@@ -63,12 +63,12 @@ static int fmt_f32_only(const struct gpt_fmt_src *s, const char *what, struct gp
 static int fmt_llmc_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
 {
     int rc = fmt_f32_only(s, "an llm.c checkpoint", e);
-    return rc < 0 ? rc : gpt_llmc_write(p, &s->cfg, s->params, s->vocab_dir, e);
+    return rc < 0 ? rc : gpt_llmc_write(p, &s->cfg, s->params, s->vocab_dir, s->cancel, e);
 }
 
 static int fmt_gguf_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
 {
-    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32};
+    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32, .cancel = s->cancel};
     if (s->dtype) {
         int rc = gpt_gguf_dtype_parse(s->dtype, &o.dtype, e);
         if (rc < 0)

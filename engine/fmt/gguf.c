@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt.h"
 #include "fmt_out.h"
 #include "model.h"
 #include "tok.h"
@@ -269,7 +270,7 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
                         const char *vocab_dir, const struct gpt_gguf_write_opts *opts,
                         struct gpt_err *err)
 {
-    struct gpt_gguf_write_opts def = {GPT_GGUF_F32, NULL};
+    struct gpt_gguf_write_opts def = {.dtype = GPT_GGUF_F32};
     const struct gpt_gguf_write_opts *op = opts ? opts : &def;
     struct gpt_model *m = malloc(sizeof(*m));
     struct gguf_tensor *t = malloc(GGUF_PLAN_MAX * sizeof(*t));
@@ -352,6 +353,10 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
         rc = gpt_fmt_out_pad(&o, GPT_GGUF_ALIGNMENT, err);
     for (size_t i = 0; rc == 0 && i < nt; i++) {
         enum gpt_gguf_dtype dt = t[i].ndim == 2 ? op->dtype : GPT_GGUF_F32;
+        if (gpt_fmt_cancelled(op->cancel)) {
+            rc = gpt_err_set(err, -ECANCELED, NULL, "the export to %s was cancelled", path);
+            break;
+        }
         rc = gguf_write_data(&o, params + t[i].src, t[i].count, dt, err);
         if (rc == 0)
             rc = gpt_fmt_out_pad(&o, GPT_GGUF_ALIGNMENT, err);
@@ -375,14 +380,14 @@ int gpt_gguf_write(const char *path, const struct gpt_model_config *cfg, const f
 int gpt_gguf_write_f16(const char *path, const struct gpt_model_config *cfg, const float *params,
                        const char *vocab_dir, struct gpt_err *err)
 {
-    struct gpt_gguf_write_opts o = {GPT_GGUF_F16, NULL};
+    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F16};
     return gpt_gguf_write_opts(path, cfg, params, vocab_dir, &o, err);
 }
 
 int gpt_gguf_write_bf16(const char *path, const struct gpt_model_config *cfg, const float *params,
                         const char *vocab_dir, struct gpt_err *err)
 {
-    struct gpt_gguf_write_opts o = {GPT_GGUF_BF16, NULL};
+    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_BF16};
     return gpt_gguf_write_opts(path, cfg, params, vocab_dir, &o, err);
 }
 

@@ -320,7 +320,7 @@ static char *hf_config_json(const struct gpt_model_config *c, int gpt2_vocab)
 
 /* Writes model.safetensors into the (temporary) folder dir. */
 static int hf_write_weights(const char *dir, const struct gpt_model *m, const float *params,
-                            struct gpt_err *err)
+                            const atomic_int *cancel, struct gpt_err *err)
 {
     char path[PATH_MAX];
     struct gpt_st_out *outs = calloc(m->n_tensors, sizeof(*outs));
@@ -352,7 +352,7 @@ static int hf_write_weights(const char *dir, const struct gpt_model *m, const fl
     if ((rc = gpt_atomic_file_open(&f, path, NULL, 0644, err)) < 0)
         goto out;
     static const char *const meta[] = {"format", "pt", NULL};
-    if ((rc = gpt_st_write_fd(f.fd, outs, m->n_tensors, meta, err)) == 0)
+    if ((rc = gpt_st_write_fd(f.fd, outs, m->n_tensors, meta, cancel, err)) == 0)
         rc = gpt_atomic_file_commit(&f, err);
 out:
     gpt_atomic_file_abort(&f);
@@ -405,7 +405,7 @@ int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err
         goto out;
     }
     if ((rc = hf_write_text(tmp, "config.json", cfg_text, err)) < 0 ||
-        (rc = hf_write_weights(tmp, &m, src->params, err)) < 0)
+        (rc = hf_write_weights(tmp, &m, src->params, src->cancel, err)) < 0)
         goto out;
     if (src->vocab_dir) {
         char tc[256];

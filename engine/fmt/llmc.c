@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt.h"
 #include "fmt_out.h"
 #include "model.h"
 
@@ -325,8 +326,16 @@ int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *param
     return rc;
 }
 
+/* Between tensors: -ECANCELED when asked to stop. */
+static int llmc_check_cancel(const atomic_int *cancel, const char *path, struct gpt_err *err)
+{
+    if (gpt_fmt_cancelled(cancel))
+        return gpt_err_set(err, -ECANCELED, NULL, "the export to %s was cancelled", path);
+    return 0;
+}
+
 int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, struct gpt_err *err)
+                   const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err)
 {
     (void)vocab_dir;
     struct gpt_model *m = malloc(sizeof(*m));
@@ -346,15 +355,20 @@ int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const f
         goto out;
     rc = gpt_fmt_out_write(&o, hdr, sizeof(hdr), err);
     for (size_t i = 0; rc == 0 && i < 2; i++) /* wte (with gptd's padding rows), wpe */
-        rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4, err);
+        if ((rc = llmc_check_cancel(cancel, path, err)) == 0)
+            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4,
+                                   err);
     size_t L = (size_t)cfg->n_layer;
     for (size_t k = 0; rc == 0 && k < LLMC_BLOCK_KINDS; k++)
         for (size_t l = 0; rc == 0 && l < L; l++) {
             const struct gpt_tensor_info *t = &m->tensors[2 + l * LLMC_BLOCK_KINDS + k];
-            rc = gpt_fmt_out_write(&o, params + t->offset, t->count * 4, err);
+            if ((rc = llmc_check_cancel(cancel, path, err)) == 0)
+                rc = gpt_fmt_out_write(&o, params + t->offset, t->count * 4, err);
         }
     for (size_t i = 2 + L * LLMC_BLOCK_KINDS; rc == 0 && i < m->n_tensors; i++)
-        rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4, err);
+        if ((rc = llmc_check_cancel(cancel, path, err)) == 0)
+            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4,
+                                   err);
     if (rc == 0)
         rc = gpt_fmt_out_commit(&o, err);
 out:

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fmt.h"
+
 #define ST_DIM_MAX ((uint64_t)1 << 40) /* one dimension; products are checked too */
 
 static const char *const st_dtype_names[] = {
@@ -446,7 +448,8 @@ out:
 /* The length prefix, the header (padded with spaces to a multiple of 8,
  * as Hugging Face writes it, so that the data starts aligned) and every
  * tensor's data. 0 or a negative errno. */
-static int st_write_all(struct st_wbuf *w, const char *text, const struct gpt_st_out *t, size_t n)
+static int st_write_all(struct st_wbuf *w, const char *text, const struct gpt_st_out *t, size_t n,
+                        const atomic_int *cancel)
 {
     size_t hlen = strlen(text), padded = (hlen + 7) / 8 * 8;
     unsigned char lenb[8];
@@ -459,6 +462,8 @@ static int st_write_all(struct st_wbuf *w, const char *text, const struct gpt_st
     for (size_t i = 0; i < n; i++) {
         const float *d = t[i].data;
         uint64_t R = t[i].rows, C = t[i].cols;
+        if (gpt_fmt_cancelled(cancel))
+            return -ECANCELED;
         if (!t[i].transpose) {
             for (uint64_t j = 0; j < R * C; j++)
                 if ((rc = st_put_f32(w, d[j])) < 0)
@@ -474,7 +479,7 @@ static int st_write_all(struct st_wbuf *w, const char *text, const struct gpt_st
 }
 
 int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *const *metadata,
-                    struct gpt_err *err)
+                    const atomic_int *cancel, struct gpt_err *err)
 {
     char *text = st_header_text(t, n, metadata);
     struct st_wbuf *w = malloc(sizeof(*w));
@@ -484,8 +489,10 @@ int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *co
     } else {
         w->fd = fd;
         w->n = 0;
-        rc = st_write_all(w, text, t, n);
-        if (rc < 0)
+        rc = st_write_all(w, text, t, n, cancel);
+        if (rc == -ECANCELED)
+            gpt_err_set(err, rc, NULL, "the export was cancelled");
+        else if (rc < 0)
             rc = gpt_err_set(err, rc, NULL, "cannot write the safetensors file: %s", strerror(-rc));
     }
     free(w);

@@ -11,6 +11,7 @@
 #ifndef GPT_TRAINER_H
 #define GPT_TRAINER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -109,6 +110,9 @@ struct gpt_sample_opts {
     uint64_t seed;
     int threads;
     const struct gpt_sample_codec *codec; /* borrowed; NULL = none */
+    /* borrowed; NULL = none. Another thread sets it to stop the sampling:
+     * checked before the model is read and between tokens (-ECANCELED). */
+    const atomic_int *cancel;
 };
 
 #define GPT_SAMPLE_PROMPT_IDS_MAX 4096

@@ -7,6 +7,10 @@
  *            {"id": ID, "ok": true, "type": "metric"|"event", ...} (streams)
  *            ... ending with {"id": ID, "ok": true, "type": "end", "state": S}
  *   failure  {"id": ID, "ok": false, "error": {"code", "message", "path"?}}
+ *   waiting  {"id": ID, "ok": true, "type": "waiting", "ahead", "running",
+ *            "per_uid", "threads"} before the reply of a request that waits
+ *            for a slot of gptd's user work pool (sample, export,
+ *            submit --resume-from)
  *
  * ID is a non-negative integer or a short string; it is echoed as given
  * (null when the request had none). Fields are checked against one const

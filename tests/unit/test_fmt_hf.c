@@ -402,7 +402,7 @@ static void test_hf_unprefixed(void **state)
         (struct gpt_st_out){.name = "h.0.attn.bias", .data = mask, .rows = 8, .cols = 8, .ndim = 2};
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_int_equal(gpt_st_write_fd(fd, outs, 17, NULL, &err), 0);
+    assert_int_equal(gpt_st_write_fd(fd, outs, 17, NULL, NULL, &err), 0);
     close(fd);
     struct gpt_fmt_loaded l;
     assert_int_equal(gpt_fmt_load(dir, &l, &err), 0);

@@ -42,6 +42,12 @@ struct config {
     int client_idle_timeout_s; /* 0: an idle control connection is never closed */
     int64_t max_job_memory;    /* bytes one job may need on a node; 0: the node's memory */
     int sample_max_tokens;
+    /* the user work pool (daemon/userwork.h): sample, export, resume-from copies */
+    int user_work_threads;
+    int user_work_per_uid;
+    int user_work_queue_max;
+    int user_work_queue_per_uid;
+    int64_t user_work_max_memory; /* 0: max_job_memory, else the node's memory */
     /* Where jobs may read data and write snapshots (':'-separated roots;
      * the state directory is always a snapshot root). */
     char data_roots[CONFIG_PATH_MAX];

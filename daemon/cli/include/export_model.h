@@ -12,10 +12,11 @@
 /* Reads `in` (kind detected), writes it as `kind` to `out` atomically;
  * vocab_dir (may be NULL) ships GPT-2 tokenizer files with formats that
  * carry them; dtype (NULL: f32) is the matrices' type, f16 or bf16 for
- * gguf. Blocks: a worker thread or gptd's main thread, with the
+ * gguf. cancel (may be NULL): another thread's request to stop, checked
+ * between tensors (-ECANCELED, no file left). Blocks: a worker thread or gptd's main thread, with the
  * file-system identity that should open both paths. */
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
-                 const char *dtype, struct gpt_err *err);
+                 const char *dtype, const atomic_int *cancel, struct gpt_err *err);
 
 /* `gptd export`: returns the process exit status. Main thread. */
 int gptd_export_main(int argc, char **argv);

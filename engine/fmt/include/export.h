@@ -10,6 +10,7 @@
 #ifndef GPT_FMT_EXPORT_H
 #define GPT_FMT_EXPORT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "fmt.h"
@@ -23,6 +24,10 @@ struct gpt_fmt_src {
     size_t n_params;
     const char *vocab_dir; /* GPT-2 tokenizer files to ship with it; NULL: none */
     const char *dtype;     /* matrices: "f32" (NULL too), "f16" or "bf16" (GGUF only) */
+    /* borrowed; NULL = none. Another thread sets it to stop the export: the
+     * writers check it between tensors, fail with -ECANCELED and leave no
+     * file behind. */
+    const atomic_int *cancel;
 };
 
 /* One format. Any slot may be NULL (not built in this binary). */

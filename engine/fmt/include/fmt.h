@@ -12,6 +12,9 @@
 #ifndef GPT_FMT_H
 #define GPT_FMT_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "gpt_err.h"
 
 enum gpt_fmt_kind {
@@ -28,5 +31,12 @@ enum gpt_fmt_kind gpt_fmt_kind_parse(const char *name, struct gpt_err *err);
 
 /* The kind's name as gpt_fmt_kind_parse takes it ("?" when out of range). */
 const char *gpt_fmt_kind_name(enum gpt_fmt_kind kind);
+
+/* Whether `cancel` (may be NULL) asks to stop. The writers check it between
+ * tensors. Any thread. */
+static inline bool gpt_fmt_cancelled(const atomic_int *cancel)
+{
+    return cancel && atomic_load_explicit(cancel, memory_order_relaxed) != 0;
+}
 
 #endif

@@ -32,6 +32,7 @@
 #ifndef GPT_FMT_GGUF_H
 #define GPT_FMT_GGUF_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "gpt_err.h"
@@ -56,6 +57,7 @@ int gpt_gguf_dtype_parse(const char *name, enum gpt_gguf_dtype *ret, struct gpt_
 struct gpt_gguf_write_opts {
     enum gpt_gguf_dtype dtype; /* of the matrices; 1-D tensors stay float32 */
     const char *name;          /* general.name; NULL: "gptd" */
+    const atomic_int *cancel;  /* NULL: none; checked between tensors (-ECANCELED) */
 };
 
 /* Writes params (gptd's layout for cfg, host, borrowed) as a GGUF v3 file

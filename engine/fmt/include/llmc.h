@@ -23,6 +23,7 @@
 #ifndef GPT_FMT_LLMC_H
 #define GPT_FMT_LLMC_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,8 +82,9 @@ int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *param
  * version 3 (float32) checkpoint at path, atomically (a temporary file
  * renamed into place). Vp in the file is gptd's padded vocabulary, with
  * gptd's padding rows. vocab_dir is unused (llm.c keeps no tokenizer in
- * its checkpoint) and may be NULL: the signature is the export table's. */
+ * its checkpoint) and may be NULL. cancel (may be NULL) is checked between
+ * tensors (-ECANCELED, nothing left behind). */
 int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, struct gpt_err *err);
+                   const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err);
 
 #endif

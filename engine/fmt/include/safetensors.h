@@ -16,6 +16,7 @@
 #ifndef GPT_SAFETENSORS_H
 #define GPT_SAFETENSORS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,9 +97,10 @@ struct gpt_st_out {
 /* Writes a safetensors file of F32 tensors, in the order given, to the
  * open descriptor `fd` (buffered; the caller syncs, renames and closes).
  * `metadata` (may be NULL) is a NULL-terminated list of key, value strings
- * for "__metadata__". */
+ * for "__metadata__". cancel (may be NULL) is checked between tensors
+ * (-ECANCELED). */
 int gpt_st_write_fd(int fd, const struct gpt_st_out *t, size_t n, const char *const *metadata,
-                    struct gpt_err *err);
+                    const atomic_int *cancel, struct gpt_err *err);
 
 /* IEEE half and bfloat16 to float (exact). */
 float gpt_st_f16_to_f32(uint16_t h);
