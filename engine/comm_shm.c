@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include "comm_shm.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -135,16 +136,9 @@ struct comm_shm {
     int status; /* 0, or the first failure (sticky) */
 };
 
-static int64_t comm_shm_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int64_t comm_shm_now_ms(void)
 {
-    return comm_shm_now_ns() / 1000000;
+    return monotime_ns() / 1000000;
 }
 
 static void comm_shm_relax(void)
@@ -262,13 +256,13 @@ static int comm_shm_wait(struct comm_shm *s, int q, uint32_t target)
     uint32_t v = atomic_load_explicit(w, memory_order_acquire);
     if (comm_shm_reached(v, target))
         return 0;
-    int64_t spin_until = comm_shm_now_ns() + COMM_SHM_SPIN_NS;
+    int64_t spin_until = monotime_ns() + COMM_SHM_SPIN_NS;
     for (unsigned i = 1;; i++) {
         comm_shm_relax();
         v = atomic_load_explicit(w, memory_order_acquire);
         if (comm_shm_reached(v, target))
             return 0;
-        if (i % 32 == 0 && comm_shm_now_ns() >= spin_until)
+        if (i % 32 == 0 && monotime_ns() >= spin_until)
             break;
     }
     int64_t now = comm_shm_now_ms(), deadline = now + s->link.timeout_ms, next_poll = now;
@@ -674,7 +668,7 @@ static int comm_shm_create(struct comm_shm *s, const char *prefix, size_t slot_b
     for (const char *c = prefix; *c; c++)
         h = (h ^ (unsigned char)*c) * 1099511628211ull;
     if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
-        rnd = (uint64_t)comm_shm_now_ns() ^ ((uint64_t)getpid() << 32);
+        rnd = (uint64_t)monotime_ns() ^ ((uint64_t)getpid() << 32);
     snprintf(name, cap, "/gptd-%016llx-%016llx", (unsigned long long)h, (unsigned long long)rnd);
 
     size_t bytes = comm_shm_seg_bytes(world, region);

@@ -20,6 +20,8 @@
 #define _GNU_SOURCE
 #include "comm.h"
 #include "comm_shm.h"
+#include "hostport.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -147,13 +149,6 @@ static void comm_tcp_phase_get(const struct comm_tcp_plan *pl, int rank, int wor
         comm_tcp_seg(pl, world, rank - a - 1, &ret->recv_off, &ret->recv_len);
         ret->recv = COMM_TCP_RECV_COPY;
     }
-}
-
-static int64_t comm_tcp_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void comm_tcp_put32(unsigned char *p, uint32_t v)
@@ -292,7 +287,7 @@ static int comm_tcp_run(struct comm_tcp *t, const struct comm_tcp_plan *pl)
     struct comm_tcp_dir s = {.p = -1, .len = has_send ? COMM_TCP_HDR_BYTES : 0};
     struct comm_tcp_dir r = {.p = -1, .len = has_recv ? COMM_TCP_HDR_BYTES : 0};
     size_t pend = 0; /* received bytes in scratch not yet reduced (< 4) */
-    int64_t deadline = comm_tcp_now_ms() + t->timeout_ms;
+    int64_t deadline = monotime_ms() + t->timeout_ms;
     float div = (float)t->base.world;
 
     for (;;) {
@@ -383,7 +378,7 @@ static int comm_tcp_run(struct comm_tcp *t, const struct comm_tcp_plan *pl)
             }
         }
 
-        int64_t now = comm_tcp_now_ms();
+        int64_t now = monotime_ms();
         if (progress) {
             deadline = now + t->timeout_ms;
             continue;
@@ -578,7 +573,7 @@ static int comm_tcp_shm_confirm(void *ctx, bool ok, bool *ret_all_ok)
 
 static int comm_tcp_remaining_ms(int64_t deadline)
 {
-    int64_t left = deadline - comm_tcp_now_ms();
+    int64_t left = deadline - monotime_ms();
     return left < 0 ? 0 : left > INT32_MAX ? INT32_MAX : (int)left;
 }
 
@@ -690,29 +685,12 @@ out:
     return rc;
 }
 
-/* Splits "host:port" or "[v6]:port" in place. */
-static int comm_tcp_split_addr(char *addr, char **ret_host, char **ret_port)
+static int comm_tcp_connect(struct comm_tcp *t, const char *addr, int64_t deadline, int *ret_fd)
 {
-    char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr)
-        return -EINVAL;
-    *colon = '\0';
-    *ret_port = colon + 1;
-    if (addr[0] == '[') {
-        if (colon[-1] != ']')
-            return -EINVAL;
-        colon[-1] = '\0';
-        addr++;
-    }
-    *ret_host = addr;
-    return 0;
-}
-
-static int comm_tcp_connect(struct comm_tcp *t, char *addr, int64_t deadline, int *ret_fd)
-{
-    char *host, *port;
+    char host[256], port[8];
     struct addrinfo *ai = NULL;
-    int fd = -1, rc = comm_tcp_split_addr(addr, &host, &port);
+    int fd = -1, port_i, rc = hostport_parse(addr, 1, "peer", host, sizeof(host), &port_i, NULL);
+    snprintf(port, sizeof(port), "%d", rc == 0 ? port_i : 0);
     if (rc == 0)
         rc = comm_tcp_resolve(host, port, &ai);
     while (rc == 0) {
@@ -793,7 +771,7 @@ static int comm_tcp_accept_left(struct comm_tcp *t, int lfd, uint64_t prefix_has
             return -errno;
         }
         unsigned char got[COMM_TCP_HELLO_BYTES], want[COMM_TCP_HELLO_BYTES];
-        int64_t hello_deadline = comm_tcp_now_ms() + COMM_TCP_HELLO_WAIT_MS;
+        int64_t hello_deadline = monotime_ms() + COMM_TCP_HELLO_WAIT_MS;
         if (hello_deadline > deadline)
             hello_deadline = deadline;
         comm_tcp_hello_encode(want, prefix_hash, left, world);
@@ -817,7 +795,7 @@ static int comm_tcp_setup(struct comm_tcp *t, const struct gpt_comm_opts *opts,
     const char *host = opts->bind_host ? opts->bind_host : "127.0.0.1";
     int rank = opts->rank, world = opts->world, lfd = -1, rc;
     int right = (rank + 1) % world, left = (rank + world - 1) % world;
-    int64_t deadline = comm_tcp_now_ms() + t->timeout_ms;
+    int64_t deadline = monotime_ms() + t->timeout_ms;
     uint64_t hash = comm_tcp_hash(opts->prefix);
     char key[COMM_TCP_KEY_MAX], addr[COMM_TCP_ADDR_MAX];
     size_t len = 0;
@@ -843,12 +821,10 @@ static int comm_tcp_setup(struct comm_tcp *t, const struct gpt_comm_opts *opts,
         goto out;
     }
     addr[len] = '\0';
-    char shown[COMM_TCP_ADDR_MAX];
-    memcpy(shown, addr, len + 1);
     rc = comm_tcp_connect(t, addr, deadline, &t->fd_right);
     if (rc) {
         gpt_err_set(err, rc, NULL, "comm tcp: rank %d connecting to rank %d at '%s': %s", rank,
-                    right, shown, gpt_strerror(rc));
+                    right, addr, gpt_strerror(rc));
         goto out;
     }
     unsigned char hello[COMM_TCP_HELLO_BYTES];
@@ -920,7 +896,7 @@ int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
             .fd_right = t->fd_right,
             .aborted = &t->aborted,
         };
-        int64_t deadline = comm_tcp_now_ms() + t->timeout_ms;
+        int64_t deadline = monotime_ms() + t->timeout_ms;
         rc = comm_shm_setup(&link, opts, kv, deadline, comm_tcp_shm_confirm, t, &t->shm);
         if (rc) {
             gpt_err_set(err, rc, NULL, "comm tcp: rank %d: shm round on the ring: %s", opts->rank,

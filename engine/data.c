@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "monotime.h"
 #include "rng.h"
 
 #define DATA_FEISTEL_ROUNDS 6
@@ -701,7 +702,7 @@ static int data_open_shard(struct gpt_dataset *ds, const char *file, const char 
  * context, so its directory callbacks find theirs here. */
 struct data_glob_limit {
     long entries;
-    struct timespec deadline;
+    int64_t deadline_ms; /* monotime_ms() */
     int hit; /* 1: too many entries, 2: too slow */
 };
 
@@ -738,14 +739,9 @@ static void *data_glob_readdir(void *dir)
         l->hit = 1;
         return NULL;
     }
-    if ((l->entries & 255) == 0) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > l->deadline.tv_sec ||
-            (now.tv_sec == l->deadline.tv_sec && now.tv_nsec >= l->deadline.tv_nsec)) {
-            l->hit = 2;
-            return NULL;
-        }
+    if ((l->entries & 255) == 0 && monotime_ms() >= l->deadline_ms) {
+        l->hit = 2;
+        return NULL;
     }
     return readdir(dir);
 }
@@ -756,8 +752,7 @@ static void *data_glob_readdir(void *dir)
 static int data_glob(const char *pattern, const char *json_path, glob_t *g, struct gpt_err *err)
 {
     struct data_glob_limit limit = {0};
-    clock_gettime(CLOCK_MONOTONIC, &limit.deadline);
-    limit.deadline.tv_sec += GPT_GLOB_SECONDS_MAX;
+    limit.deadline_ms = monotime_ms() + GPT_GLOB_SECONDS_MAX * 1000;
     memset(g, 0, sizeof(*g));
     g->gl_opendir = data_glob_opendir;
     g->gl_readdir = data_glob_readdir;

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "comm.h"
 #include "gpt_atomic_file.h"
+#include "monotime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,13 +21,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t kv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 struct kv_mem_entry {
     struct kv_mem_entry *next;
@@ -168,7 +162,7 @@ static int kv_dir_get(void *ctx, const char *key, void *buf, size_t cap, size_t 
     char path[KV_DIR_PATH_MAX];
     if (kv_dir_path(ctx, key, path, sizeof(path)))
         return -EINVAL;
-    int64_t deadline = kv_now_ms() + timeout_ms;
+    int64_t deadline = monotime_ms() + timeout_ms;
     long sleep_ms = 1;
     for (;;) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -182,7 +176,7 @@ static int kv_dir_get(void *ctx, const char *key, void *buf, size_t cap, size_t 
         }
         if (errno != ENOENT)
             return -errno;
-        if (kv_now_ms() >= deadline)
+        if (monotime_ms() >= deadline)
             return -ETIMEDOUT;
         nanosleep(&(struct timespec){.tv_nsec = sleep_ms * 1000000}, NULL);
         sleep_ms = sleep_ms < 20 ? sleep_ms * 2 : 20;

@@ -1,19 +1,13 @@
 /*
  * peak: see peak.h.
  */
+#include "monotime.h"
 #include "peak.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double peak_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double gpt_peak_sgemm_flops(size_t M, size_t K, size_t N, double budget_s)
 {
@@ -27,16 +21,16 @@ double gpt_peak_sgemm_flops(size_t M, size_t K, size_t N, double budget_s)
     for (size_t i = 0; i < K * N; i++)
         b[i] = (float)(i % 5) * 0.01f;
     /* The same NT layout as the model's forward matmuls. */
-    double start = peak_now_s();
+    double start = monotime_s();
     for (int rep = 0; rep < 50; rep++) {
-        double t0 = peak_now_s();
+        double t0 = monotime_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a,
                     (int)K, b, (int)K, 0.0f, c, (int)N);
-        double dt = peak_now_s() - t0;
+        double dt = monotime_s() - t0;
         double rate = dt > 0 ? 2.0 * (double)M * (double)N * (double)K / dt : 0;
         if (rate > best)
             best = rate;
-        if (rep >= 2 && peak_now_s() - start > budget_s)
+        if (rep >= 2 && monotime_s() - start > budget_s)
             break;
     }
 out:

@@ -328,7 +328,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
     int global = t->job->trainer.global_batch;
     bool dev = !t->shard && t->model.step_dev;
     double loss_sum = 0; /* sum over this rank's sequences of their mean loss */
-    double t_step = now_s(), compute_s = 0;
+    double t_step = monotime_s(), compute_s = 0;
     int rc;
 
     if (t->shard)
@@ -347,7 +347,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
                                      t->inputs, t->targets, &t->data_err);
         if (rc < 0)
             return rc;
-        double tc = now_s();
+        double tc = monotime_s();
         /* Loss and dlogits in one pass over the vocabulary. */
         float scale = trainer_batch_scale(n, t->world, global);
         rc = dev ? gpt_model_forward_train_acc(&t->model, t->inputs, t->targets, b, t->T, scale,
@@ -359,7 +359,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
             trainer_ddp_arm(&t->ddp);
         t->model.backward_async = dev && !(t->ddp.started && micro == plan->accum - 1);
         rc = gpt_model_backward(&t->model, scale);
-        compute_s += now_s() - tc; /* before the wait for the gradients */
+        compute_s += monotime_s() - tc; /* before the wait for the gradients */
         if (t->ddp.started && micro == plan->accum - 1) {
             int wrc = trainer_ddp_wait(&t->ddp);
             if (rc >= 0)
@@ -400,7 +400,7 @@ static int train_step(struct trainer *t, double *ret_loss, double *ret_norm, dou
          * up to here (its device work has ended) is its compute time,
          * there being no communication to leave out. */
         if (!t->ddp.started)
-            compute_s = now_s() - t_step;
+            compute_s = monotime_s() - t_step;
         loss_mean = (float)(loss_sum / global);
         /* The loss is not part of the update: reduced after it, as a host
          * value (NCCL stages it on the communicator's stream, not the
@@ -554,7 +554,7 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
 {
     const struct gpt_trainer_spec *ts = &t->job->trainer;
     double loss = NAN, norm = NAN, lr = 0;
-    double t_mark = now_s();
+    double t_mark = monotime_s();
     int64_t step_mark = t->st.step;
     int rc, how;
 
@@ -612,7 +612,7 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
         bool log = eval || last || (ts->log_every > 0 && t->st.step % ts->log_every == 0);
         struct gpt_metric m;
         if (log) {
-            double t_now = now_s();
+            double t_now = monotime_s();
             fill_metric(t, &m, loss, norm, lr, t_now - t_mark, t->st.step - step_mark);
             if ((rc = rank_step_times(t, &m, t->st.step - step_mark)) < 0)
                 return gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
@@ -628,7 +628,7 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                 t->result->final_accuracy = acc;
             }
             emit_metric(t, &m);
-            t_mark = now_s(); /* evaluation time is not training time */
+            t_mark = monotime_s(); /* evaluation time is not training time */
             step_mark = t->st.step;
         }
         int every = t->job->snapshot.every;

@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "data.h"
 #include "model.h"
+#include "monotime.h"
 #include "rng.h"
 #include "shard.h"
 #include "snapshot.h"
@@ -65,13 +66,6 @@ struct trainer {
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */
     struct gpt_train_result *result;
 };
-
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static inline double wall_s(void)
 {

@@ -141,13 +141,13 @@ static int write_snapshot_sharded(struct trainer *t, struct gpt_err *err)
     char path[1024];
     uint64_t bytes = 0;
     fill_meta(t, &meta);
-    double t0 = now_s();
+    double t0 = monotime_s();
     int rc = gpt_shard_snapshot_write(t->shard, t->snapdir, &meta, path, sizeof(path), &bytes, err);
     if (rc < 0 || t->rank != 0)
         return rc;
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
     emit_event(t, "snapshot", "step %lld written to %s in %.0f ms (%llu bytes, %d slices)",
-               (long long)t->st.step, path, (now_s() - t0) * 1e3, (unsigned long long)bytes,
+               (long long)t->st.step, path, (monotime_s() - t0) * 1e3, (unsigned long long)bytes,
                t->world);
     if (t->job->snapshot.keep > 0) {
         struct gpt_err perr;
@@ -187,7 +187,7 @@ int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
     struct gpt_snapshot_meta meta;
     fill_meta(t, &meta);
     char path[1024];
-    double t0 = now_s();
+    double t0 = monotime_s();
     if ((rc = host_state_alloc(t, &host, err)) < 0)
         goto out;
     if (host.params && (rc = host_state_copy(t, &fs, &host, true, true)) < 0) {
@@ -203,7 +203,7 @@ int trainer_state_snapshot_write(struct trainer *t, struct gpt_err *err)
     snprintf(t->result->last_snapshot, sizeof(t->result->last_snapshot), "%s", path);
     /* The size travels in the event: a coordinator cannot stat a file
      * written on another node (daemon/jobs/jobs.c reads it back). */
-    double ms = (now_s() - t0) * 1e3;
+    double ms = (monotime_s() - t0) * 1e3;
     struct stat st;
     if (stat(path, &st) == 0)
         emit_event(t, "snapshot", "step %lld written to %s in %.0f ms (%lld bytes)",

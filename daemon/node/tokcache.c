@@ -31,6 +31,7 @@
 
 #include "gpt_atomic_file.h"
 #include "gpt_file.h"
+#include "monotime.h"
 #include "paths.h"
 #include "prompt_ids.h"
 #include "snapshot.h" /* gpt_mkdirs */
@@ -360,13 +361,6 @@ static int tokc_encode_now(struct tokcache *tc, const void *text, size_t len, co
     return 0;
 }
 
-static double tokc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* gpt_data_bpe.encode: the cache as gptd, the encoder under the lock. */
 static int tokc_encode(void *ctx, const void *text, size_t len, const char *file,
                        const char *json_path, uint16_t **ret, size_t *ret_n, char *note,
@@ -401,12 +395,12 @@ static int tokc_encode(void *ctx, const void *text, size_t len, const char *file
         snprintf(note, note_cap, "%s: %zu tokens from the cache (%s)", json_path, *ret_n, path);
         return 0;
     }
-    double t0 = tokc_now();
+    double t0 = monotime_s();
     if ((rc = tokc_encode_now(tc, text, len, file, json_path, ret, ret_n, err)) < 0) {
         pthread_mutex_unlock(&tokc_lock);
         return rc;
     }
-    double dt = tokc_now() - t0;
+    double dt = monotime_s() - t0;
     int wrc = 0;
     if (cached) {
         if (switched)

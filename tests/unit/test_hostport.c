@@ -1,6 +1,6 @@
 /*
- * Unit tests of daemon/hostport (the one HOST:PORT parser) and
- * daemon/monotime (the one monotonic clock).
+ * Unit tests of base/hostport (the one HOST:PORT parser) and
+ * base/monotime (the one monotonic clock).
  */
 #include <errno.h>
 #include <setjmp.h>

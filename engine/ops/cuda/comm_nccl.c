@@ -41,6 +41,7 @@
 #include "cuda_plan.h"
 #include "cuda_probe.h"
 #include "gpt_bf16.h"
+#include "monotime.h"
 
 #define NCCL_DEFAULT_TIMEOUT_MS 300000
 #define NCCL_KEY_MAX            256
@@ -96,13 +97,6 @@ struct comm_nccl {
     struct nccl_aborter ab;
     char msg[NCCL_MSG_MAX];
 };
-
-static int64_t nccl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void nccl_nap(long *ns)
 {
@@ -219,7 +213,7 @@ static int nccl_wait(struct comm_nccl *c, int stream, int64_t deadline_ms, const
                 return -GPT_E_CUDA;
             }
         }
-        if (nccl_now_ms() >= deadline_ms) {
+        if (monotime_ms() >= deadline_ms) {
             nccl_abort_now(c);
             return nccl_fail(c, -ETIMEDOUT, what, "timed out");
         }
@@ -277,7 +271,7 @@ static int nccl_issued(struct comm_nccl *c, ncclResult_t r, const char *what, in
         nccl_abort_now(c);
         return code;
     }
-    return nccl_wait(c, stream, nccl_now_ms() + c->timeout_ms, what);
+    return nccl_wait(c, stream, monotime_ms() + c->timeout_ms, what);
 }
 
 /* Issues one NCCL call's result and waits for the stream. */
@@ -515,7 +509,7 @@ static int nccl_wait_after(struct gpt_comm *gc)
         return c->dead;
     c->pending = 0;
     int rc = nccl_cuda(c, cudaSetDevice(c->device), "cudaSetDevice");
-    return rc < 0 ? rc : nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "allreduce");
+    return rc < 0 ? rc : nccl_wait(c, 1, monotime_ms() + c->timeout_ms, "allreduce");
 }
 
 static int nccl_broadcast(struct gpt_comm *gc, void *buf, size_t bytes, int root)
@@ -594,7 +588,7 @@ static int nccl_reduce_scatter(struct gpt_comm *gc, float *buf, size_t n, enum g
                                        cudaMemcpyDeviceToDevice, c->stream),
                        "unpad");
         if (rc == 0)
-            rc = nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "unpad");
+            rc = nccl_wait(c, 1, monotime_ms() + c->timeout_ms, "unpad");
     }
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, off * sizeof(float), len * sizeof(float));
@@ -631,7 +625,7 @@ static int nccl_allgather(struct gpt_comm *gc, float *buf, size_t n)
     if (rc == 0 && p.needs_pad) {
         rc = nccl_repack(c, &p, (float *)dev, work, 0);
         if (rc == 0)
-            rc = nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "unpad");
+            rc = nccl_wait(c, 1, monotime_ms() + c->timeout_ms, "unpad");
     }
     if (rc == 0)
         rc = nccl_stage_out(c, buf, dev, 0, n * sizeof(float));
@@ -671,7 +665,7 @@ static void nccl_free(struct gpt_comm *gc)
             ncclResult_t r = ncclCommFinalize(c->nc);
             ok = r == ncclSuccess || r == ncclInProgress;
             if (ok)
-                ok = nccl_wait(c, 0, nccl_now_ms() + c->timeout_ms, "finalize") == 0;
+                ok = nccl_wait(c, 0, monotime_ms() + c->timeout_ms, "finalize") == 0;
         }
         if (ok && !c->aborted) {
             ncclResult_t r = ncclCommDestroy(c->nc);
@@ -807,7 +801,7 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
         goto fail;
     }
     /* Every rank must join; a missing one shows up as the timeout. */
-    rc = nccl_wait(c, 0, nccl_now_ms() + c->timeout_ms, "init");
+    rc = nccl_wait(c, 0, monotime_ms() + c->timeout_ms, "init");
     if (rc < 0) {
         gpt_err_set(err, rc, NULL, "nccl: world %d did not form: %s", o->world, c->msg);
         goto fail;

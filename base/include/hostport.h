@@ -1,8 +1,8 @@
 /*
- * hostport: the daemon's one parser of "HOST:PORT" endpoints (--rdzv,
- * rdzv in gptd.conf, --coordinator's bind address): the last ':' splits,
- * "[v6]:PORT" loses its brackets, the port is decimal in [port_min,
- * 65535]. Pure; any thread.
+ * hostport: the one parser of "HOST:PORT" endpoints (--rdzv, rdzv in
+ * gptd.conf, --coordinator's bind address, the engine's TCP ring peers):
+ * the last ':' splits, "[v6]:PORT" loses its brackets, the port is decimal
+ * in [port_min, 65535]. Pure; any thread.
  */
 #ifndef GPTD_HOSTPORT_H
 #define GPTD_HOSTPORT_H

@@ -1,7 +1,8 @@
 /*
- * monotime: the daemon's one monotonic clock (CLOCK_MONOTONIC), for
- * deadlines, timeouts and periods; never for timestamps a user sees
- * (those are CLOCK_REALTIME). Any thread; never blocks.
+ * monotime: the one monotonic clock (CLOCK_MONOTONIC) of the engine, the
+ * daemon and gptctl, for deadlines, timeouts, periods and step timings;
+ * never for timestamps a user sees (those are CLOCK_REALTIME). Any
+ * thread; never blocks (but monotime_sleep_ms).
  */
 #ifndef GPTD_MONOTIME_H
 #define GPTD_MONOTIME_H
@@ -14,6 +15,8 @@ double monotime_s(void);
 int64_t monotime_ms(void);
 /* Microseconds since the same point (sd_notify's MONOTONIC_USEC). */
 int64_t monotime_us(void);
+/* Nanoseconds since the same point. */
+int64_t monotime_ns(void);
 /* Sleeps `ms` milliseconds (0 or less: returns at once; a signal may end
  * it early, so callers that poll re-check their deadline). Blocks the
  * calling thread: never on the loop thread. */
