@@ -136,11 +136,6 @@ struct comm_shm {
     int status; /* 0, or the first failure (sticky) */
 };
 
-static int64_t comm_shm_now_ms(void)
-{
-    return monotime_ns() / 1000000;
-}
-
 static void comm_shm_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -265,12 +260,12 @@ static int comm_shm_wait(struct comm_shm *s, int q, uint32_t target)
         if (i % 32 == 0 && monotime_ns() >= spin_until)
             break;
     }
-    int64_t now = comm_shm_now_ms(), deadline = now + s->link.timeout_ms, next_poll = now;
+    int64_t now = monotime_ms(), deadline = now + s->link.timeout_ms, next_poll = now;
     for (;;) {
         int rc = comm_shm_check(s);
         if (rc)
             return rc;
-        now = comm_shm_now_ms();
+        now = monotime_ms();
         if (now >= next_poll) {
             next_poll = now + COMM_SHM_NAP_MS;
             /* A peer that is done with its last collective may hang up
@@ -295,7 +290,7 @@ static int comm_shm_wait(struct comm_shm *s, int q, uint32_t target)
             return 0;
         if (seen != v) { /* progress: the peer is alive and moving */
             v = seen;
-            deadline = comm_shm_now_ms() + s->link.timeout_ms;
+            deadline = monotime_ms() + s->link.timeout_ms;
         }
     }
 }
@@ -755,7 +750,7 @@ static int comm_shm_key(char *key, size_t cap, const char *prefix, const char *w
 static int comm_shm_kv_get(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
                            const char *key, char *buf, size_t cap, int64_t deadline_ms)
 {
-    int64_t now = comm_shm_now_ms(), end = now + COMM_SHM_KV_MS;
+    int64_t now = monotime_ms(), end = now + COMM_SHM_KV_MS;
     if (end > deadline_ms)
         end = deadline_ms;
     size_t len = 0;
@@ -765,7 +760,7 @@ static int comm_shm_kv_get(const struct gpt_comm_opts *opts, const struct gpt_kv
             rc = -ECANCELED;
             break;
         }
-        int64_t left = end - comm_shm_now_ms();
+        int64_t left = end - monotime_ms();
         int wait = left <= 0 ? 0 : left > COMM_CANCEL_POLL_MS ? COMM_CANCEL_POLL_MS : (int)left;
         rc = kv->get(kv->ctx, key, buf, cap - 1, &len, wait);
         if (wait == 0)

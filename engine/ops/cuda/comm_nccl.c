@@ -406,7 +406,7 @@ static int nccl_allreduce_wire(struct comm_nccl *c, float *buf, size_t n, enum g
         return rc;
     if (gpt_cuda_bf16_to_f32(c->stream, buf, c->wire, n) < 0)
         return nccl_fail(c, -GPT_E_CUDA, "allreduce", "bf16 conversion launch failed");
-    return stream ? nccl_wait(c, 1, nccl_now_ms() + c->timeout_ms, "allreduce") : 0;
+    return stream ? nccl_wait(c, 1, monotime_ms() + c->timeout_ms, "allreduce") : 0;
 }
 
 /* Host floats as the bf16 wire carries them (a host buffer's bf16
