@@ -92,6 +92,7 @@ struct agent {
     int exit_rc;
     int64_t exit_step;
     char exit_msg[256];
+    uint64_t exit_mark; /* the outbox up to the exit: reported once it is delivered */
 
     /* the snapshot scan before a join */
     bool scanning;
@@ -314,6 +315,20 @@ static int agent_exit_code(int rc, const struct gpt_err *err)
     return rc < 0 ? failure_class_code(failure_class_of(rc, err->path), rc) : rc;
 }
 
+/* Records the workers' exit of a round, reported in heartbeats (with
+ * agent_on_heartbeat) once every record queued before it is delivered. */
+static void agent_set_exit(struct agent *a, uint64_t gen, int64_t round, int64_t job, int rc,
+                           int64_t step, const char *msg)
+{
+    a->exit_gen = gen;
+    a->exit_round = round;
+    a->exit_job = job;
+    a->exit_rc = rc;
+    a->exit_step = step;
+    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", msg);
+    a->exit_mark = cluster_outbox_mark(a->cl);
+}
+
 static void agent_start_workers(struct agent *a, const struct round_member *me)
 {
     int base = me->rank_base;
@@ -386,12 +401,8 @@ fail:
     log_error("agent: cannot start workers: %s", err.msg);
     store_kv_free(a->kv);
     a->kv = NULL;
-    a->exit_gen = a->gen;
-    a->exit_round = a->round;
-    a->exit_job = a->job;
-    a->exit_rc = agent_exit_code(err.code < 0 ? err.code : -EIO, &err);
-    a->exit_step = 0;
-    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", err.msg);
+    agent_set_exit(a, a->gen, a->round, a->job,
+                   agent_exit_code(err.code < 0 ? err.code : -EIO, &err), 0, err.msg);
     agent_set_state(a, AGENT_EXITED);
     cluster_heartbeat_soon(a->cl);
 }
@@ -498,12 +509,7 @@ static void agent_reconcile(struct agent *a)
          * the round already stopping) has nothing to stop: it says so, or
          * the world would wait for it forever. */
         if (agent_me(a) && !(a->exit_gen == a->gen && a->exit_round == a->round)) {
-            a->exit_gen = a->gen;
-            a->exit_round = a->round;
-            a->exit_job = a->job;
-            a->exit_rc = GPT_TRAIN_STOPPED;
-            a->exit_step = 0;
-            a->exit_msg[0] = '\0';
+            agent_set_exit(a, a->gen, a->round, a->job, GPT_TRAIN_STOPPED, 0, "");
             agent_set_state(a, AGENT_EXITED);
             cluster_heartbeat_soon(a->cl);
         } else {
@@ -545,12 +551,8 @@ static void agent_on_mail(void *ctx, struct mailbox_msg *list)
     a->ws = NULL;
     store_kv_free(a->kv);
     a->kv = NULL;
-    a->exit_gen = a->ws_gen;
-    a->exit_round = a->ws_round;
-    a->exit_job = a->ws_job;
-    a->exit_rc = agent_exit_code(rc, &err);
-    a->exit_step = res.step;
-    snprintf(a->exit_msg, sizeof(a->exit_msg), "%.250s", rc < 0 ? err.msg : "");
+    agent_set_exit(a, a->ws_gen, a->ws_round, a->ws_job, agent_exit_code(rc, &err), res.step,
+                   rc < 0 ? err.msg : "");
     if (rc < 0 && a->ws_stop != -1)
         log_warn("agent: round %" PRId64 " workers failed: %s", a->ws_round, err.msg);
     else
@@ -608,7 +610,12 @@ static void agent_on_heartbeat(void *ctx, struct cluster_msg *hb)
         hb->snap_step = a->joined_snap;
         hb->present |= CLUSTER_MSG_BIT(SNAP);
     }
-    if (a->exit_gen == a->gen && a->exit_job == a->job) {
+    /* The exit goes after the records the workers sent before it: the
+     * coordinator ends a job on it, and drains its inbox before reading
+     * heartbeats, so the final metric, snapshot row and done event are
+     * stored first. */
+    if (a->exit_gen == a->gen && a->exit_job == a->job &&
+        cluster_outbox_delivered(a->cl, a->exit_mark)) {
         hb->exit_round = a->exit_round;
         hb->exit_rc = a->exit_rc;
         hb->exit_step = a->exit_step;

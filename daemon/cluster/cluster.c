@@ -341,8 +341,11 @@ static void cluster_coord_duty(struct cluster *c, double now)
     }
     if (c->cc_state != CONN_READY)
         return;
-    cluster_hb_drain(c, now);
+    /* The inbox first: a member reports its workers' exit only after the
+     * records they sent reached the store, so those are stored before the
+     * round protocol hears of the exit and ends the job. */
     cluster_inbox_drain(c, now);
+    cluster_hb_drain(c, now);
     cluster_feed_duty(c, now);
     if (now >= c->next_nodes_pub) {
         /* The table grows with the cluster: published less often when

@@ -16,7 +16,7 @@
  *   cluster_feed.c   the coordinator's feed of job records and the
  *                    members' reading of it
  *
- * Each part owns its sub-struct (ob, ib, feed) and touches the others'
+ * Each part owns its sub-struct (ob, feed) and touches the others'
  * state only through the functions below. Loop thread only.
  */
 #ifndef GPTD_CLUSTER_IMPL_H
@@ -52,18 +52,14 @@ struct cluster_outbox {
     char *buf; /* JSON lines not yet appended to RDZV_KEY_INBOX */
     size_t len, cap;
     bool append_inflight;
+    /* lines pushed, lines in the APPEND in flight (up to that count), and
+     * lines whose APPEND was answered (stored, or refused and dropped):
+     * what cluster_outbox_mark and cluster_outbox_delivered compare */
+    uint64_t pushed, sending, answered;
+    bool hb_on_answer; /* someone waits for `answered` to pass a mark */
     struct cluster_submit *submits;
     int n_submits;
     int64_t next_req;
-};
-
-/* The coordinator's inbox drain (cluster_inbox.c): the value read, held
- * until the COMPARE_SET that empties the key says the lines are ours. */
-struct cluster_inbox {
-    bool inflight;
-    char *val;
-    size_t len;
-    double next;
 };
 
 /* The feed (cluster_feed.c). */
@@ -140,7 +136,6 @@ struct cluster {
     int cc_state;
     double cc_retry_at;
     struct rdzv_coord *coord;
-    struct cluster_inbox ib;
     double next_nodes_pub;
 
     int closing_handles;

@@ -3,10 +3,10 @@
  * (proto/cluster_msg.h). The member's side: an outbox of JSON lines
  * appended to one store key (RDZV_KEY_INBOX), and its requests (forwarded
  * submits and reads) that wait for an answer at their reply key. The
- * coordinator's side: the inbox drain (GET, then COMPARE_SET to empty, so
- * no append is lost) that feeds heartbeats, joins and leaves to the round
+ * coordinator's side: the inbox drain (the whole key taken in-process,
+ * store_server_take, so no append is lost) that feeds heartbeats, joins and leaves to the round
  * protocol, global rank 0's records to the job queue, and answers the
- * requests. Owns struct cluster's `ob` and `ib` (see cluster_impl.h).
+ * requests. Owns struct cluster's `ob` (see cluster_impl.h).
  *
  * Loop thread only.
  */
@@ -20,12 +20,12 @@
 
 #include "log.h"
 #include "monotime.h"
+#include "store_server.h"
 
 #define CLUSTER_OUTBOX_MAX       (4u << 20) /* queued bytes to the coordinator */
 #define CLUSTER_SUBMIT_TIMEOUT_S 15.0
 #define CLUSTER_READ_TIMEOUT_S   5.0 /* a read proxied to the coordinator */
 #define CLUSTER_SUBMITS_MAX      64
-#define CLUSTER_DRAIN_S          0.05 /* how often the coordinator drains its inbox */
 
 static void cluster_coord_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
 static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct gpt_event *e,
@@ -37,6 +37,11 @@ static void cluster_on_append(void *arg, const struct store_reply *r)
 {
     struct cluster *c = arg;
     c->ob.append_inflight = false;
+    c->ob.answered = c->ob.sending;
+    if (c->ob.hb_on_answer) {
+        c->ob.hb_on_answer = false;
+        cluster_heartbeat_soon(c);
+    }
     if (c->leave_state == 2)
         c->leave_deadline = 0; /* the leave reached the store (or never will) */
     if (!cluster_reply_ok(c, r))
@@ -58,6 +63,7 @@ void cluster_flush(struct cluster *c)
         return;
     }
     c->ob.append_inflight = true;
+    c->ob.sending = c->ob.pushed;
     c->inflight++;
     c->ob.len = 0;
     if (c->leave_state == 1)
@@ -86,8 +92,22 @@ static void cluster_outbox_push(struct cluster *c, char *line, size_t n)
     memcpy(c->ob.buf + c->ob.len, line, n);
     c->ob.buf[c->ob.len + n] = '\n';
     c->ob.len += n + 1;
+    c->ob.pushed++;
     free(line);
     cluster_flush(c);
+}
+
+uint64_t cluster_outbox_mark(const struct cluster *c)
+{
+    return c->ob.pushed;
+}
+
+bool cluster_outbox_delivered(struct cluster *c, uint64_t mark)
+{
+    if (c->ob.answered >= mark)
+        return true;
+    c->ob.hb_on_answer = true;
+    return false;
 }
 
 void cluster_send(struct cluster *c, const struct cluster_msg *msg)
@@ -372,6 +392,8 @@ static void cluster_coord_event_in(struct cluster *c, int64_t job, const struct 
         rdzv_coord_job_progress(c->coord, job, e->step, e->step);
     if (c->jh.event)
         c->jh.event(c->jh.ctx, job, e, node);
+    if (strcmp(e->kind, "done") == 0)
+        rdzv_coord_job_final(c->coord, job);
 }
 
 static void cluster_coord_line(struct cluster *c, double now, const char *line, size_t len)
@@ -405,64 +427,30 @@ out:
     cluster_msg_done(&m);
 }
 
-static void cluster_on_drain_cas(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    char *val = c->ib.val;
-    size_t len = c->ib.len;
-    c->ib.val = NULL;
-    c->ib.inflight = false;
-    if (r->status == 0 && r->len == 0 && val) {
-        /* The inbox was emptied exactly as read: the lines are ours. */
-        double now = monotime_s();
-        size_t start = 0;
-        for (size_t i = 0; i < len; i++) {
-            if (val[i] == '\n') {
-                if (i > start)
-                    cluster_coord_line(c, now, val + start, i - start);
-                start = i + 1;
-            }
-        }
-        rdzv_coord_tick(c->coord, now);
-    } else if (r->status == 0) {
-        c->ib.next = 0; /* appended meanwhile: read again at once */
-    }
-    free(val);
-}
-
-static void cluster_on_drain_get(void *arg, const struct store_reply *r)
-{
-    struct cluster *c = arg;
-    if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
-        c->cc_state = CONN_NONE; /* reconnected by cluster_coord_duty */
-        c->cc_retry_at = monotime_s();
-    }
-    if (r->status < 0 || r->len == 0 || c->cc_state != CONN_READY) {
-        c->ib.inflight = false;
-        return;
-    }
-    c->ib.val = malloc(r->len);
-    if (!c->ib.val) {
-        c->ib.inflight = false;
-        return;
-    }
-    memcpy(c->ib.val, r->data, r->len);
-    c->ib.len = r->len;
-    if (store_client_async_compare_set(c->cc, RDZV_KEY_INBOX, c->ib.val, c->ib.len, "", 0,
-                                       cluster_on_drain_cas, c) < 0) {
-        free(c->ib.val);
-        c->ib.val = NULL;
-        c->ib.inflight = false;
-    }
-}
-
+/* Takes the whole inbox in-process (the coordinator owns the store) and
+ * hands its lines on. It runs before the heartbeat table is drained
+ * (cluster_coord_duty), and a member reports its workers' exit only once
+ * the APPEND carrying their last records was answered (agent.c): so the
+ * round protocol hears of an exit only after the records before it. */
 void cluster_inbox_drain(struct cluster *c, double now)
 {
-    if (c->ib.inflight || now < c->ib.next)
-        return;
-    c->ib.next = now + CLUSTER_DRAIN_S;
-    if (store_client_async_get(c->cc, RDZV_KEY_INBOX, cluster_on_drain_get, c) == 0)
-        c->ib.inflight = true;
+    void *val = NULL;
+    size_t len = 0;
+    int rc = store_server_take(c->server, RDZV_KEY_INBOX, &val, &len);
+    if (rc < 0) {
+        log_warn("cluster: cannot read the inbox: %s", gpt_strerror(rc));
+        return; /* the lines stay in the store: taken at the next tick */
+    }
+    const char *text = val;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '\n') {
+            if (i > start)
+                cluster_coord_line(c, now, text + start, i - start);
+            start = i + 1;
+        }
+    }
+    free(val);
     rdzv_coord_tick(c->coord, now);
 }
 
@@ -470,6 +458,4 @@ void cluster_inbox_done(struct cluster *c)
 {
     free(c->ob.buf);
     c->ob.buf = NULL;
-    free(c->ib.val);
-    c->ib.val = NULL;
 }

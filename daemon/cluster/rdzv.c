@@ -283,6 +283,7 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
     snprintf(j->close_why, sizeof(j->close_why), "%s", reason);
     j->world = base;
     j->phase = RDZV_RUNNING;
+    j->final_seen = false;
     j->run_id = 0;
     int64_t prev = j->last_world_round;
     j->last_world_round = j->round;
@@ -438,6 +439,13 @@ void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, in
         j->want_snap = snapshot;
 }
 
+void rdzv_coord_job_final(struct rdzv_coord *c, int64_t job)
+{
+    struct rdzv_jrun *j = rdzv_job_find(c, job);
+    if (j && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING))
+        j->final_seen = true;
+}
+
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
 {
     rdzv_coord_job_progress(c, rdzv_coord_job(c), step, snapshot);
@@ -571,6 +579,15 @@ static int rdzv_grow_candidates(const struct rdzv_coord *c)
     return n;
 }
 
+/* The member of j's world holding global rank 0, or NULL. */
+static const struct rdzv_cnode *rdzv_rank0(const struct rdzv_coord *c, const struct rdzv_jrun *j)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].jr == j && c->nodes[i].member && c->nodes[i].rank_base == 0)
+            return &c->nodes[i];
+    return NULL;
+}
+
 static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
 {
     int members = 0, done = 0, exited = 0, running = 0;
@@ -591,8 +608,27 @@ static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double 
             running++;
         }
     }
-    if (done > 0) {
+    /* Finished workers end the job as completed only once the coordinator
+     * holds global rank 0's last records (its final metric, snapshot row
+     * and done event), which may still be on their way from a member. That
+     * node reports its exit only after they reached the store, and the
+     * inbox is read before the heartbeats: its exit without them means they
+     * were lost. If it dies first, the failure below resumes the job. */
+    if (done > 0 && j->final_seen) {
         rdzv_finish(c, j, GPT_TRAIN_DONE, done_step, NULL);
+        return;
+    }
+    if (done > 0 && !j->failure) {
+        const struct rdzv_cnode *r0 = rdzv_rank0(c, j);
+        if (r0 && r0->exit_round != j->round)
+            return;
+        char why[300];
+        snprintf(why, sizeof(why),
+                 "the workers finished at step %" PRId64 ", but the last records of global rank 0 "
+                 "(node %s) did not reach the coordinator",
+                 done_step, r0 ? r0->id : "?");
+        rdzv_event(c, j, "failure", "%s", why);
+        rdzv_finish(c, j, -EPROTO, j->last_step, why);
         return;
     }
     if (j->phase == RDZV_STOPPING) {

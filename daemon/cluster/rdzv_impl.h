@@ -79,6 +79,7 @@ struct rdzv_jrun {
     bool pin_chosen; /* still the user's choice (not a snapshot of this run) */
     char pin_what[128];
     int64_t want_snap; /* the newest snapshot step recorded, -1 none */
+    bool final_seen;   /* the current world's rank 0 sent its done event */
 };
 
 struct rdzv_coord {

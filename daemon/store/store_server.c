@@ -281,6 +281,39 @@ int store_server_set(struct store_server *s, const char *key, const void *val, s
     return 0;
 }
 
+int store_server_take(struct store_server *s, const char *key, void **ret_val, size_t *ret_len)
+{
+    size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);
+    uint64_t h = store_table_hash(key, klen);
+    struct store_entry *e;
+
+    if (klen == 0 || klen > GPT_STORE_KEY_MAX)
+        return -EINVAL;
+    e = store_table_find(&s->table, key, klen, h);
+    if (!e || e->val_len == 0) {
+        *ret_val = NULL;
+        *ret_len = 0;
+        return 0;
+    }
+    void *val = malloc(e->val_len);
+    if (!val)
+        return -ENOMEM;
+    memcpy(val, e->val, e->val_len);
+    size_t len = e->val_len;
+    int rc = store_table_store(&s->table, e, "", 0, false);
+    if (rc < 0) {
+        free(val);
+        return rc;
+    }
+    e->version = ++s->rev;
+    store_server_key_changed(s, key, klen, h, e);
+    server_sync_counts(s);
+    store_server_drain(s);
+    *ret_val = val;
+    *ret_len = len;
+    return 0;
+}
+
 int store_server_delete(struct store_server *s, const char *key)
 {
     size_t klen = strnlen(key, GPT_STORE_KEY_MAX + 1);

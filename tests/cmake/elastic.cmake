@@ -8,8 +8,11 @@
 # jobs at once on disjoint nodes, the queue's order and reasons.
 # elastic_stop_order: the whole cluster stopped at once, a member first, as
 # `scontrol requeue` does: the job stops at the leave's snapshot.
+# elastic_records: global rank 0 on a member; the coordinator holds its
+# final metric, snapshot row and done event before the job completes.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
-    elastic_shard elastic_member elastic_owner elastic_batch elastic_multi elastic_stop_order)
+    elastic_shard elastic_member elastic_owner elastic_batch elastic_multi elastic_stop_order
+    elastic_records)
 set(GPTD_ELASTIC_TIMEOUT_elastic_stop_order 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
@@ -21,6 +24,7 @@ set(GPTD_ELASTIC_TIMEOUT_elastic_member 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_partition 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_chaos 360)
 set(GPTD_ELASTIC_TIMEOUT_elastic_multi 120)
+set(GPTD_ELASTIC_TIMEOUT_elastic_records 300)
 foreach(t ${GPTD_ELASTIC_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

@@ -7,7 +7,8 @@
  * free, and one the cluster is too small for with how many it has; a node
  * that dies re-forms only the job on it; a job's end frees its nodes; a
  * running job short of max takes free nodes in only while no job waits in
- * the queue.
+ * the queue; finished workers complete a job only once global rank 0's last
+ * records arrived.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,6 +32,8 @@
 struct rec {
     json_t *doc[NODES]; /* the newest rdzv/n/<id> of nodes "a".."d" */
     int64_t finished[8];
+    int finished_rc[8];
+    char error[512]; /* of the newest end */
     int nfinished;
     int64_t restarted; /* the job of the newest restart */
     int worlds;
@@ -67,8 +70,10 @@ static void h_waiting(void *ctx, int64_t job, bool waiting)
 
 static void h_finished(void *ctx, int64_t job, int rc, int64_t step, const char *error)
 {
-    (void)ctx, (void)rc, (void)step, (void)error;
+    (void)ctx, (void)step;
+    rec.finished_rc[rec.nfinished % 8] = rc;
     rec.finished[rec.nfinished++ % 8] = job;
+    snprintf(rec.error, sizeof(rec.error), "%s", error ? error : "");
 }
 
 static void h_restarts(void *ctx, int64_t job, int restarts)
@@ -232,6 +237,7 @@ static void test_failure_isolated(void **state)
     /* Job 1 completes: its node is free, and job 2, waiting for a node,
      * takes it in the same tick. */
     assert_string_equal(placement(c), "a=1 b=2");
+    rdzv_coord_job_final(c, 1);
     report(c, t, 'a', "exited", GPT_TRAIN_DONE);
     assert_int_equal(rec.nfinished, 1);
     assert_int_equal(rec.finished[0], 1);
@@ -243,6 +249,56 @@ static void test_failure_isolated(void **state)
     report(c, t + 0.1, 'a', "joined", 0);
     assert_string_equal(doc_phase('a'), "running");
     assert_string_equal(placement(c), "a=2 b=");
+}
+
+/* Starts job `id` on nodes a and b (both idle) and closes its world: a,
+ * first in id order, holds global rank 0. */
+static void start_ab(struct rdzv_coord *c, double now, int64_t id)
+{
+    struct gpt_err err;
+    assert_int_equal(start(c, now, id, 2, 2, &err), 0);
+    report(c, now, 'a', "joined", 0);
+    report(c, now, 'b', "joined", 0);
+    assert_string_equal(doc_phase('a'), "running");
+}
+
+/* Finished workers end a job as completed only once global rank 0's last
+ * records (its done event) reached the coordinator: another node's exit
+ * waits for them; rank 0's own exit without them (it reports its exit only
+ * after they reached the store) fails the job naming the node; rank 0
+ * dying meanwhile is a failure the job restarts from. */
+static void test_done_waits_for_rank0(void **state)
+{
+    struct rdzv_coord *c = *state;
+    report(c, 0, 'a', "idle", 0);
+    report(c, 0, 'b', "idle", 0);
+
+    /* b finishes first; a's records follow. */
+    start_ab(c, 0.1, 1);
+    report(c, 0.2, 'b', "exited", GPT_TRAIN_DONE);
+    report(c, 0.3, 'a', "running", 0);
+    assert_int_equal(rec.nfinished, 0);
+    rdzv_coord_job_final(c, 1);
+    rdzv_coord_tick(c, 0.4);
+    assert_int_equal(rec.nfinished, 1);
+    assert_int_equal(rec.finished[0], 1);
+    assert_int_equal(rec.finished_rc[0], GPT_TRAIN_DONE);
+
+    /* Rank 0's exit with no done event before it: the records are lost. */
+    start_ab(c, 0.5, 2);
+    report(c, 0.6, 'a', "exited", GPT_TRAIN_DONE);
+    assert_int_equal(rec.nfinished, 2);
+    assert_int_equal(rec.finished[1], 2);
+    assert_true(rec.finished_rc[1] < 0);
+    assert_non_null(strstr(rec.error, "last records of global rank 0 (node a)"));
+
+    /* Rank 0 dies after b finished, its records lost with it: restarted. */
+    start_ab(c, 0.7, 3);
+    for (double t = 0.8; t < 5; t += 0.5)
+        report(c, t, 'b', "exited", GPT_TRAIN_DONE);
+    assert_int_equal(rec.nfinished, 2);
+    assert_int_equal(rec.restarted, 3);
+    assert_true(rdzv_coord_job_runs(c, 3));
 }
 
 /* A job's end frees its nodes: they read an idle round. */
@@ -404,6 +460,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_side_by_side, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_end_frees, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_done_waits_for_rank0, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth_yields_to_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alone_starts_short, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_holders_first, setup, teardown),

@@ -141,6 +141,14 @@ void cluster_heartbeat_soon(struct cluster *c);
 /* Forwards global rank 0's records to the coordinator. */
 void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
 void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e);
+/* Node side: a mark of everything queued for the coordinator so far, and
+ * whether all of it is delivered: in the store (or refused by it, or
+ * dropped with a warning; nothing more will come of it). While it is not,
+ * the next answer to an APPEND sends a heartbeat, so a report held back
+ * until then (a worker exit after its records) goes at once. On the
+ * coordinator records go in-process: always delivered. */
+uint64_t cluster_outbox_mark(const struct cluster *c);
+bool cluster_outbox_delivered(struct cluster *c, uint64_t mark);
 
 /* Forwards a submit to the coordinator; cb(arg, rc, job, err) runs once
  * (from the loop, never inside this call) with the coordinator's answer. */

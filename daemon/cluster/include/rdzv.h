@@ -162,6 +162,11 @@ bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
 /* Global rank 0 of job `job` reached `step`; `snapshot` (>= 0) when a
  * snapshot was written. Ignored for a job that does not run. */
 void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot);
+/* Global rank 0 of job `job`'s current world sent its last record (the
+ * `done` event): everything it reported is stored. A world whose workers
+ * finished ends the job as completed only after this; see
+ * rdzv_tick_running. Ignored for a job that does not run. */
+void rdzv_coord_job_final(struct rdzv_coord *c, int64_t job);
 /* The same for the first running job (rdzv_coord_job). */
 void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot);
 

@@ -100,6 +100,14 @@ void store_server_stats(struct store_server *s, struct store_server_stats *ret);
 int store_server_set(struct store_server *s, const char *key, const void *val, size_t len);
 int store_server_delete(struct store_server *s, const char *key);
 
+/* GET and a SET to empty in one step, in-process (what a GET then a
+ * COMPARE_SET of exactly the value read does over a connection, with
+ * nothing in between): a queue key's whole content, taken. Loop thread, as
+ * store_server_set. Returns 0 with the value (new, NULL when the key is
+ * absent or empty) in *ret_val and its length in *ret_len, -EINVAL (key)
+ * or -ENOMEM (the key is then unchanged). */
+int store_server_take(struct store_server *s, const char *key, void **ret_val, size_t *ret_len);
+
 /* One heartbeat report as store_server_hb_drain() hands it over; every
  * pointer borrowed for the callback only. */
 struct store_server_hb {
