@@ -21,7 +21,10 @@
 #include "cli.h"
 #include "control_limits.h"
 #include "daemon.h"
+#include "devices.h"
+#include "factory.h"
 #include "fdlimit.h"
+#include "gpu_plan.h"
 #include "hostport.h"
 #include "http.h"
 #include "http_collect.h"
@@ -274,6 +277,34 @@ static void daemon_on_jobs_stopped(void *ctx)
         agent_close(m->d.agent, daemon_on_agent_closed, m);
     else
         daemon_on_agent_closed(m);
+}
+
+/* What this node's GPUs allow, before any thread exists (gpu_plan.h): the
+ * GPUs seen go to the log, a `workers` above them stops gptd, and NCCL is
+ * pointed at the interface of the address this node registers (the one
+ * daemon_cluster_start gives the cluster). */
+static int daemon_gpu_plan(const struct config *cfg, struct gpt_err *err)
+{
+    int gpus = gpt_device_count();
+    char summary[128];
+    devices_summary(summary, sizeof(summary));
+    log_info("%d GPU%s seen (%s)", gpus, gpus == 1 ? "" : "s", summary);
+    int rc = gpu_plan_check_workers(cfg->workers, gpus, "workers", err);
+    if (rc < 0 || gpus == 0)
+        return rc;
+    const char *bind = cfg->bind_host[0] ? cfg->bind_host : "127.0.0.1";
+    char ifname[64];
+    int derived = 0;
+    rc = gpu_plan_nccl_env(bind, ifname, sizeof(ifname), &derived);
+    if (rc < 0)
+        log_warn("NCCL: no interface holds %s (%s); NCCL picks one itself (set "
+                 "NCCL_SOCKET_IFNAME to choose)",
+                 bind, gpt_strerror(rc));
+    else if (derived)
+        log_info("NCCL: NCCL_SOCKET_IFNAME==%s, the interface of %s", ifname, bind);
+    else
+        log_info("NCCL: NCCL_SOCKET_IFNAME=%s, as the environment set it", ifname);
+    return 0;
 }
 
 /* Joins the cluster at `rdzv`, or serves it (coordinator). With neither,
@@ -660,6 +691,8 @@ int gptd_daemon_main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     char path[CONFIG_PATH_MAX + 32];
+    if (daemon_gpu_plan(&d->cfg, &err) < 0)
+        goto fail;
     if (daemon_state_dir_private(d->cfg.state_dir, &err) < 0)
         goto fail;
     /* One gptd per state directory; a missing, empty or damaged database

@@ -68,7 +68,9 @@ static const struct config_option config_options[] = {
             "Highest log level written to stderr: error, warning, notice, info or debug."),
     OPT_NUM(workers, CONFIG_T_INT, "1", 1, 256, true,
             "Worker threads (ranks) a job runs on this host when its spec leaves\n"
-            "distributed.workers_per_node at 0. Applies to jobs started after a reload."),
+            "distributed.workers_per_node at 0 (on a GPU host such a job runs one per GPU).\n"
+            "On a host with GPUs, more than it sees is refused at start: each worker is one\n"
+            "NCCL rank on its own GPU. Applies to jobs started after a reload."),
     OPT_NUM(max_clients, CONFIG_T_INT, "64", 1, 100000, true,
             "Control connections served at once; further connections are refused."),
     OPT_NUM(max_queued_jobs, CONFIG_T_INT, "1000", 1, 1000000, true,

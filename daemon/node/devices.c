@@ -4,6 +4,7 @@
 #include "devices.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "factory.h"
@@ -33,6 +34,15 @@ void devices_summary(char *buf, size_t cap)
     int n = gpt_device_count();
     char name[256];
     size_t mem = 0;
-    if (n > 0 && gpt_device_info(0, name, sizeof(name), &mem) == 0)
-        snprintf(buf, cap, "%dx %s %.0fGiB", n, name, (double)mem / (1024.0 * 1024 * 1024));
+    if (n <= 0 || gpt_device_info(0, name, sizeof(name), &mem) != 0)
+        return;
+    int len = snprintf(buf, cap, "%dx %s %.0fGiB", n, name, (double)mem / (1024.0 * 1024 * 1024));
+    /* NCCL's version and the interface it will use (gptd sets
+     * NCCL_SOCKET_IFNAME at start unless the operator did; NCCL's "=NAME"
+     * means exactly NAME). */
+    int v = gpt_nccl_version();
+    const char *ifname = getenv("NCCL_SOCKET_IFNAME");
+    if (v > 0 && len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, ", nccl %d.%d.%d on %s", v / 10000, (v / 100) % 100,
+                 v % 100, ifname && *ifname ? ifname + (ifname[0] == '=') : "NCCL's choice");
 }

@@ -19,6 +19,7 @@
 
 #include "data.h"
 #include "devices.h"
+#include "gpu_plan.h"
 #include "model_mem.h"
 #include "workers.h"
 
@@ -192,11 +193,23 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
                        gpt_sharding_name(job->distributed.sharding));
 }
 
+/* One NCCL rank per GPU: a worker count above this node's GPUs is
+ * refused at submit, not when NCCL finds two ranks on one GPU. */
+static int limits_workers(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
+{
+    uint64_t gpu_bytes = 0;
+    int gpus = limits_gpus(job, &gpu_bytes);
+    return gpu_plan_check_workers(workers_default_count(job, cfg->workers), gpus,
+                                  "distributed.workers_per_node", err);
+}
+
 int job_limits_check(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
 {
     /* The batch geometry at the largest world, with this node's worker
      * count (what "auto" resolves to here), before anything is opened. */
     int rc = gpt_jobspec_check_world(job, workers_default_count(job, cfg->workers), err);
+    if (rc == 0)
+        rc = limits_workers(job, cfg, err);
     if (rc == 0)
         rc = limits_data(job, err);
     if (rc == 0)

@@ -15,6 +15,7 @@
 #include "data.h"
 #include "factory.h"
 #include "fsid.h"
+#include "gpu_plan.h"
 #include "init_from.h"
 #include "paths.h"
 #include "tokcache.h"
@@ -131,8 +132,9 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
     if (gpus == 0 && ws->job.distributed.backend == GPT_COMM_NCCL)
         return gpt_err_set(&wk->err, -GPT_E_NODEVICE, "distributed.backend",
                            "distributed.backend is nccl but this host has no usable GPU");
-    /* On CPU hosts the trainer makes its own backend (be stays NULL). */
-    int device = gpus > 0 ? local % gpus : -1;
+    /* On CPU hosts the trainer makes its own backend (be stays NULL);
+     * workers_start refused more workers than GPUs. */
+    int device = gpus > 0 ? local : -1;
     if (gpus > 0) {
         int rc = gpt_backend_new(GPT_BACKEND_CUDA, device, 0, ret_be, &wk->err);
         if (rc < 0)
@@ -276,6 +278,10 @@ out:
 int workers_start(const struct workers_opts *o, struct workers **ret, struct gpt_err *err)
 {
     GPT_ASSERT(o && o->job && o->n_workers >= 1);
+    /* Before any thread: worker i would share GPU i % gpus with another. */
+    int rc0 = gpu_plan_check_workers(o->n_workers, workers_gpu_count(o->job), "workers", err);
+    if (rc0 < 0)
+        return rc0;
     struct workers *ws = calloc(1, sizeof(*ws));
     if (!ws)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory for workers");

@@ -32,6 +32,15 @@ int gpt_device_count(void)
 #endif
 }
 
+int gpt_nccl_version(void)
+{
+#ifdef GPTD_HAVE_CUDA
+    return gpt_comm_nccl_version();
+#else
+    return 0;
+#endif
+}
+
 int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)
 {
 #ifdef GPTD_HAVE_CUDA

@@ -14,7 +14,9 @@
  * reference, NULL on ENOMEM. */
 json_t *devices_json(void);
 
-/* One line for tables and heartbeats: "cpu" or "2x NVIDIA H200 141GiB". */
+/* One line for tables and heartbeats: "cpu", or "2x NVIDIA H200 141GiB,
+ * nccl 2.21.5 on eth0" (the interface NCCL will use, "NCCL's choice" when
+ * neither gptd nor the operator set NCCL_SOCKET_IFNAME). */
 void devices_summary(char *buf, size_t cap);
 
 #endif

@@ -25,6 +25,10 @@ int gpt_factory_has_cuda(void);
  * after the first call; never fails. */
 int gpt_device_count(void);
 
+/* The NCCL library's version code (22105 is 2.21.5); 0 without CUDA or
+ * when NCCL cannot say. Any thread; does not block. */
+int gpt_nccl_version(void);
+
 /* Name (at most cap - 1 bytes, NUL-terminated) and total memory of GPU `i`
  * (0-based). Returns 0, or -GPT_E_NODEVICE when there is no such device
  * (always, without CUDA); *ret_mem_bytes and name are written only on

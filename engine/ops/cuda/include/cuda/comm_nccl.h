@@ -21,7 +21,7 @@
  * control values such as the trainer's status words), which is staged
  * through a device buffer. Every collective blocks until the result is in
  * `buf`, polling NCCL's async error, the abort flag and the timeout (from
- * the start of the collective) about every millisecond. */
+ * the start of the collective), backing off to NCCL_POLL_MAX_NS (50 us). */
 int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, int device,
                       struct gpt_comm **ret, struct gpt_err *err);
 
@@ -34,6 +34,10 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
  * be a CUDA backend on the same device and outlive the communicator.
  * Returns 0 or -EINVAL. Owner thread, no collective in flight. */
 int gpt_comm_nccl_bind_backend(struct gpt_comm *c, struct gpt_backend *be);
+
+/* The NCCL library's version code (ncclGetVersion: 22105 is 2.21.5), 0
+ * when it cannot say. Any thread; does not block. */
+int gpt_comm_nccl_version(void);
 
 /* Detail of the failure that made the communicator unusable ("" when
  * none). Borrowed, valid until free. Owner thread. */
