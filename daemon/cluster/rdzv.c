@@ -2,7 +2,8 @@
  * rdzv: the coordinator's round protocol (see rdzv.h). Owns the node table,
  * the running jobs and their round state (rdzv_impl.h); talks only through
  * its hooks. Where jobs are placed and what each node reads is in
- * rdzv_place.c; the JSON views in rdzv_view.c. Single-threaded.
+ * rdzv_place.c; the JSON views and the phases' names in rdzv_view.c, which
+ * call nothing here. Single-threaded.
  */
 #include "rdzv.h"
 #include "rdzv_impl.h"
@@ -24,21 +25,6 @@
 /* How long a round waits for a node holding the newest recorded snapshot
  * (rdzv_job.newest_snap) before it resumes from an older one. */
 #define RDZV_SNAP_WAIT_S 12.0
-
-static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
-
-const char *rdzv_phase_name(int phase)
-{
-    return phase >= 0 && phase <= RDZV_STOPPING ? rdzv_phase_names[phase] : "unknown";
-}
-
-int rdzv_phase_parse(const char *name)
-{
-    for (int i = 0; i <= RDZV_STOPPING; i++)
-        if (strcmp(name, rdzv_phase_names[i]) == 0)
-            return i;
-    return -1;
-}
 
 /* ---- helpers ---- */
 

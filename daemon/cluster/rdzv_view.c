@@ -2,8 +2,9 @@
  * rdzv_view: the JSON views of the coordinator's state (see rdzv.h): a
  * job's round as published, a member's assignment, the node table (with
  * the job each node runs), each filled in as its proto/round_doc.h struct
- * and encoded by that table. Read only;
- * the state is owned by rdzv.c (rdzv_impl.h). Single-threaded.
+ * and encoded by that table, and the phases' names. Read only; the state
+ * is owned by rdzv.c (rdzv_impl.h), and nothing here calls back into it.
+ * Single-threaded.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,6 +15,22 @@
 #include "nvml.h"
 #include "rdzv_impl.h"
 #include "round_doc.h"
+
+/* The phases as the round documents spell them. */
+static const char *const rdzv_phase_names[] = {"idle", "forming", "running", "waiting", "stopping"};
+
+const char *rdzv_phase_name(int phase)
+{
+    return phase >= 0 && phase <= RDZV_STOPPING ? rdzv_phase_names[phase] : "unknown";
+}
+
+int rdzv_phase_parse(const char *name)
+{
+    for (int i = 0; i <= RDZV_STOPPING; i++)
+        if (strcmp(name, rdzv_phase_names[i]) == 0)
+            return i;
+    return -1;
+}
 
 static void rdzv_member_fill(const struct rdzv_cnode *nd, struct round_member *m)
 {
