@@ -85,21 +85,6 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     return 0;
 }
 
-int ctl_job_snapshot_parse(const char *flag, const char *arg, int64_t *ret_job, int64_t *ret_snap)
-{
-    char jobtext[32];
-    const char *colon = strchr(arg, ':');
-    size_t jl = colon ? (size_t)(colon - arg) : strlen(arg);
-    *ret_snap = 0;
-    if (jl == 0 || jl >= sizeof(jobtext))
-        return ctl_usage_error("%s takes JOB or JOB:SNAPSHOT", flag);
-    memcpy(jobtext, arg, jl);
-    jobtext[jl] = '\0';
-    if (!ctl_parse_job(jobtext, ret_job) || (colon && !ctl_parse_job(colon + 1, ret_snap)))
-        return EXIT_USAGE;
-    return 0;
-}
-
 int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap)
 {
     int64_t job, snap;

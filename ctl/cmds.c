@@ -16,30 +16,6 @@
 #include "jobspec_sweep.h"
 #include "str_escape.h"
 
-static int64_t ctl_parse_int(const char *s, const char *what, bool *ok)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno) {
-        ctl_usage_error("%s must be an integer, not \"%s\"", what, s);
-        *ok = false;
-        return 0;
-    }
-    return v;
-}
-
-bool ctl_parse_job(const char *s, int64_t *ret)
-{
-    bool ok = true;
-    *ret = ctl_parse_int(s, "JOB", &ok);
-    if (ok && *ret < 1) {
-        ctl_usage_error("JOB must be a job id (>= 1)");
-        return false;
-    }
-    return ok;
-}
-
 /* --- logs ---------------------------------------------------------------- */
 
 /* Streams the replies of a logs request until its "end". Returns the exit

@@ -17,8 +17,6 @@
 
 #include "gptctl.h"
 
-const char *const ctl_prog = "gptctl";
-
 static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 
 /* The commands, in the order of the usage text. */
@@ -81,17 +79,6 @@ static int cmd_help(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **a
     (void)c, (void)cmd, (void)argc, (void)argv;
     ctl_usage(stdout);
     return 0;
-}
-
-int ctl_usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", ctl_prog);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, " (see gptctl --help)\n");
-    return EXIT_USAGE;
 }
 
 int main(int argc, char **argv)

@@ -3,11 +3,14 @@
  *
  *   gptctl.c  main: global options and the command table (dispatch, usage)
  *   cmds.c    the commands: parse their flags, build one request, print
+ *   cmd_export.c  `export`, and submit's --init-from lookup
+ *   plot.c    `plot`: a job's loss curve as SVG
+ *   args.c    usage errors, JOB and JOB:SNAPSHOT arguments
  *   conn.c    the connection to gptd: one request out, reply lines in
  *   output.c  tables, number/time formats, the logs view, escaping
- *   plot.c    `plot`: a job's loss curve as SVG
  *
- * Calls run one way: gptctl.c -> cmds.c / plot.c -> conn.c, output.c.
+ * Calls run one way: gptctl.c -> cmds.c -> cmd_export.c, and each command
+ * file -> args.c, conn.c -> output.c; nothing calls back up.
  * Single-threaded; blocking I/O. Exit status: 0 ok, 1 the request failed,
  * 2 usage, 3 cannot reach gptd.
  */
@@ -51,8 +54,17 @@ struct ctl_cmd {
     int op; /* enum gpt_ctl_op */
 };
 
-/* gptctl.c: a usage error on stderr; returns EXIT_USAGE. */
+/* args.c: a usage error on stderr; returns EXIT_USAGE. */
 int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* args.c: parses an integer argument named `what` (for the message); on
+ * failure prints a usage error, sets *ok false and returns 0. */
+int64_t ctl_parse_int(const char *s, const char *what, bool *ok);
+/* args.c: parses a JOB argument (>= 1); false after printing a usage error. */
+bool ctl_parse_job(const char *s, int64_t *ret);
+/* args.c: JOB or JOB:SNAPSHOT of --init-from / --resume-from (`flag`, for the
+ * message): 0, or EXIT_USAGE after saying what was wrong. *ret_snap 0 when
+ * no snapshot was given. */
+int ctl_job_snapshot_parse(const char *flag, const char *arg, int64_t *ret_job, int64_t *ret_snap);
 
 /* conn.c. Each returns 0 or an exit status, the error already printed. */
 int ctl_connect(struct ctl *c);
@@ -119,8 +131,6 @@ int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
-/* Parses a JOB argument (>= 1); false after printing a usage error. */
-bool ctl_parse_job(const char *s, int64_t *ret);
 
 /* cmd_export.c */
 int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
@@ -129,10 +139,6 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
  * that the job is the caller's. Connects c when it is not. 0 or an exit
  * status (the error printed). */
 int ctl_init_from_path(struct ctl *c, const char *arg, char *ret, size_t cap);
-/* JOB or JOB:SNAPSHOT of --init-from / --resume-from (`flag`, for the
- * message): 0, or EXIT_USAGE after saying what was wrong. *ret_snap 0 when
- * no snapshot was given. */
-int ctl_job_snapshot_parse(const char *flag, const char *arg, int64_t *ret_job, int64_t *ret_snap);
 
 /* plot.c */
 int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
