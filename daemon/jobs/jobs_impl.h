@@ -1,8 +1,9 @@
 /*
- * jobs_impl: what jobs.c (the running jobs, followers, the cluster
- * callbacks), jobs_sched.c (the queue: which job starts when, and why the
- * others wait) and jobs_requests.c (submit, cancel, resume) share. Private
- * to those files. Loop thread.
+ * jobs_impl: what jobs.c (life cycle, a run's end, the cluster callbacks),
+ * jobs_requests.c (submit, cancel, resume), jobs_sched.c (the queue: which
+ * job starts when, and why the others wait) and jobs_run.c (the running
+ * jobs, their records and followers) share; calls run in that order, never
+ * back. Private to those files. Loop thread.
  */
 #ifndef GPTD_JOBS_IMPL_H
 #define GPTD_JOBS_IMPL_H
@@ -70,7 +71,8 @@ struct jobs {
     void *done_ctx;
 };
 
-/* Wall-clock seconds (the database's times). */
+/* jobs_run.c, the layer the other jobs files call down to (it calls none
+ * of them). Wall-clock seconds (the database's times). */
 double jobs_now(void);
 
 /* Records a daemon-side event (autocommit) and sends it to followers. */
@@ -80,12 +82,19 @@ void jobs_event(struct jobs *js, int64_t job, int64_t run_id, int64_t step, cons
 /* Ends the followers of a job that has reached a final state. */
 void jobs_fanout_end(struct jobs *js, int64_t job);
 
-/* jobs.c: starts queued job `id` on the cluster. 0; -EAGAIN (too few
+/* jobs_run.c: starts queued job `id` on the cluster. 0; -EAGAIN (too few
  * nodes free) or -ENOSPC (the cluster has fewer than its `min`), err
  * saying why, when it does not fit: the job stays queued (see
  * cluster_job_fits for `alone_short`); other errors mark the job failed. */
 int jobs_start(struct jobs *js, int64_t id, bool alone_short, struct gpt_err *err);
 /* The running job `job`, NULL when it does not run. */
 struct jobs_run *jobs_find(const struct jobs *js, int64_t job);
+/* Stores a run's pending records: one transaction for all of them, then
+ * the followers. */
+void jobs_store_records(struct jobs *js, struct jobs_run *run);
+/* Queues a record of a running job (taken); stored within the loop turn. */
+void jobs_record_add(struct jobs *js, struct jobs_run *run, struct mailbox_msg *msg);
+/* Takes a run off the running ones. */
+void jobs_unlink(struct jobs *js, struct jobs_run *run);
 
 #endif
