@@ -425,28 +425,6 @@ void gpt_shard_free(struct gpt_shard *sh)
 
 /* ---- state transfer ---- */
 
-void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m, const float *v)
-{
-    for (size_t i = 0; i < sh->n_pieces; i++) {
-        const struct shard_piece *p = &sh->pieces[i];
-        size_t bytes = p->len * sizeof(float);
-        if (sh->mode == GPT_SHARD_FULL)
-            gpt_backend_copy(sh->be, sh->sp + p->pos, params + p->flat_off, bytes);
-        if (m)
-            gpt_backend_copy(sh->be, sh->sm + p->pos, m + p->flat_off, bytes);
-        else
-            gpt_backend_memzero(sh->be, sh->sm + p->pos, bytes);
-        if (v)
-            gpt_backend_copy(sh->be, sh->sv + p->pos, v + p->flat_off, bytes);
-        else
-            gpt_backend_memzero(sh->be, sh->sv + p->pos, bytes);
-    }
-    if (sh->mode == GPT_SHARD_OPTIMIZER && params != sh->model->params)
-        gpt_backend_copy(sh->be, sh->model->params, params, sh->model->n_params * sizeof(float));
-    sh->emb_valid = false;
-    sh->blk_unit[0] = sh->blk_unit[1] = -1;
-}
-
 /* Puts this rank's pieces of `src` (a shard buffer) into the full buffer
  * `dst`, then all-gathers each piece's span. */
 static int shard_gather_one(struct gpt_shard *sh, float *dst, const float *src)

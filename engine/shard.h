@@ -53,10 +53,6 @@ int gpt_shard_attach(struct gpt_shard *sh, struct gpt_model *m, struct gpt_err *
 /* NULL allowed. Stops the thread and frees every buffer. */
 void gpt_shard_free(struct gpt_shard *sh);
 
-/* Loads this rank's slices from full buffers (backend memory, n_params
- * each; m and v may be NULL for zero moments). Every rank passes the
- * same full state. */
-void gpt_shard_load_full(struct gpt_shard *sh, const float *params, const float *m, const float *v);
 /* Gathers the full state on every rank into the given buffers (n_params
  * each; m and v may be NULL to skip). Collective. */
 int gpt_shard_gather_full(struct gpt_shard *sh, float *params, float *m, float *v);

@@ -371,26 +371,6 @@ out:
     return rc;
 }
 
-int gpt_gguf_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, struct gpt_err *err)
-{
-    return gpt_gguf_write_opts(path, cfg, params, vocab_dir, NULL, err);
-}
-
-int gpt_gguf_write_f16(const char *path, const struct gpt_model_config *cfg, const float *params,
-                       const char *vocab_dir, struct gpt_err *err)
-{
-    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F16};
-    return gpt_gguf_write_opts(path, cfg, params, vocab_dir, &o, err);
-}
-
-int gpt_gguf_write_bf16(const char *path, const struct gpt_model_config *cfg, const float *params,
-                        const char *vocab_dir, struct gpt_err *err)
-{
-    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_BF16};
-    return gpt_gguf_write_opts(path, cfg, params, vocab_dir, &o, err);
-}
-
 /* ---- reader -------------------------------------------------------------- */
 
 /* What the parser reads: p[0, len) is the file (fd -1) or a prefix of it

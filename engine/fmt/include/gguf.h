@@ -68,15 +68,6 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
                         const char *vocab_dir, const struct gpt_gguf_write_opts *opts,
                         struct gpt_err *err);
 
-/* The export table's shape: float32 tensors. */
-int gpt_gguf_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, struct gpt_err *err);
-/* The same with float16 / bfloat16 matrices. */
-int gpt_gguf_write_f16(const char *path, const struct gpt_model_config *cfg, const float *params,
-                       const char *vocab_dir, struct gpt_err *err);
-int gpt_gguf_write_bf16(const char *path, const struct gpt_model_config *cfg, const float *params,
-                        const char *vocab_dir, struct gpt_err *err);
-
 /* Reads a gpt2-architecture GGUF file (float32, float16 or bfloat16
  * tensors, widened to float32) into a new malloc'd array of *ret_n floats
  * in gptd's layout for *ret_cfg (vocab_size = token_embd's rows). The

@@ -1101,11 +1101,6 @@ extern "C" int gpt_cuda_backend_device(const struct gpt_backend *be)
     return cu_const(be)->device;
 }
 
-extern "C" void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on)
-{
-    cu_set_tf32((struct gpt_cuda_backend *)cu_const(be), on);
-}
-
 extern "C" void *gpt_cuda_backend_compute_stream(const struct gpt_backend *be)
 {
     return (void *)cu_const(be)->compute;

@@ -18,8 +18,8 @@
  * Precision: fp32 storage and fp32 accumulation. Matrix products use full
  * fp32 until set_precision is called; set_precision(fp32) turns TF32
  * tensor cores on (10-bit mantissa inputs, fp32 accumulation) unless
- * GPT_BACKEND_PREC_NO_TF32 is or'd in (trainer.tf32: false), and
- * gpt_cuda_backend_set_tf32() sets it directly. In bf16 mode (the vtable's
+ * GPT_BACKEND_PREC_NO_TF32 is or'd in (trainer.tf32: false). TF32 is off
+ * at creation, so results track the CPU backend closely. In bf16 mode (the vtable's
  * set_precision with bf16 or auto, i.e. trainer.precision: bf16 or the
  * default auto) every buffer of the
  * interface stays fp32 (master weights, moments, gradients, statistics,
@@ -86,11 +86,6 @@ int gpt_cuda_backend_profile_stop(struct gpt_backend *be,
 
 /* The device ordinal of the backend. */
 int gpt_cuda_backend_device(const struct gpt_backend *be);
-
-/* Allows (on != 0) or forbids TF32 tensor-core math in the matrix
- * products. Off at creation, so results track the CPU backend closely;
- * set_precision sets it as described above. */
-void gpt_cuda_backend_set_tf32(struct gpt_backend *be, int on);
 
 /* The backend's streams as cudaStream_t values (void * here so that this
  * header needs no CUDA include). Borrowed; valid until the backend is
