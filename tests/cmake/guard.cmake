@@ -16,3 +16,10 @@ target_link_libraries(test_engine_alone PRIVATE gptengine ${CMOCKA_LIBRARIES})
 add_test(NAME test_engine_alone COMMAND test_engine_alone)
 set_tests_properties(test_engine_alone PROPERTIES LABELS unit TIMEOUT 60
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# The map stays true to the tree: every daemon/ and engine/ source named in
+# a module table of docs/architecture.md, every gptctl command in gptctl(1)
+# and the bash completion (with a self-test that plants one of each).
+add_test(NAME doc_lint COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/doc_lint.sh
+                               ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gptctl>)
+set_tests_properties(doc_lint PROPERTIES LABELS unit TIMEOUT 30)

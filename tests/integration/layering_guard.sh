@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a layer includes a header of a layer above it or beside it
-# (docs/architecture.md, "Layers"): err/ and the engine's plain config types
+# (docs/architecture.md, "Layers and arrows"): err/ and the engine's plain config types
 # (engine/config, library gptconfig) are the lowest layer and include nothing
 # of ours; proto/ (pure encode/decode) may use err/ and engine/config only;
 # engine/ may use err/ and its own headers, never proto/; daemon/ composes
