@@ -103,7 +103,7 @@ c0=$(cpu_ticks "$GPTD_PID")
 sleep 2 # a measured interval, not a wait for an event
 c1=$(cpu_ticks "$GPTD_PID")
 hz=$(getconf CLK_TCK)
-((c1 - c0 < hz / 2)) || fail "gptd used $(((c1 - c0) * 100 / hz))% CPU for 2 s after the clients went"
+((c1 - c0 < hz / 5)) || fail "gptd used $(((c1 - c0) * 100 / hz))% CPU for 2 s after the clients went"
 echo "case 3: work cancelled; gptd used $(((c1 - c0) * 1000 / hz)) ms of CPU in the next 2 s"
 
 # --- a request whose memory passes the user's bound is refused before it allocates.
