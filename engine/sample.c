@@ -149,6 +149,20 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
                            "(fingerprint %016llx, the snapshot's %016llx)",
                            snapshot_path, (unsigned long long)o->codec->fingerprint,
                            (unsigned long long)meta.vocab.bpe_fingerprint);
+    /* The header's model must be the file's: a header crafted with valid
+     * checksums whose configuration names a smaller model than the weights
+     * it carries would have them read past the model's buffer, a larger
+     * one would allocate more than the file holds. */
+    struct gpt_model lay;
+    if ((rc = gpt_model_layout(&lay, &meta.cfg, err)) < 0)
+        return rc;
+    if (lay.n_params != meta.n_params)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: its header's model (n_layer %d, n_head %d, n_embd %d, "
+                           "block_size %d, vocab_size %d) has %zu parameters, the file %llu",
+                           snapshot_path, meta.cfg.n_layer, meta.cfg.n_head, meta.cfg.n_embd,
+                           meta.cfg.block_size, meta.cfg.vocab_size, lay.n_params,
+                           (unsigned long long)meta.n_params);
     if (sample_cancelled(o))
         return gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled before it started");
     if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
@@ -159,9 +173,20 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
                                          (void *)o, err)) < 0)
         goto out;
     model_ready = true;
-    if ((rc = gpt_snapshot_read_sized(snapshot_path, meta.n_params, &meta, model.params, NULL, NULL,
+    /* The file may have been replaced since its header was read: the one
+     * read now must describe the same model, whose shapes size the
+     * buffers below. */
+    struct gpt_snapshot_meta now;
+    if ((rc = gpt_snapshot_read_sized(snapshot_path, model.n_params, &now, model.params, NULL, NULL,
                                       err)) < 0)
         goto out;
+    if (memcmp(&now.cfg, &meta.cfg, sizeof(meta.cfg)) != 0) {
+        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                         "snapshot %s was replaced by another model's while it was read",
+                         snapshot_path);
+        goto out;
+    }
+    meta = now;
 
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
     size_t prompt_cap = o->prompt_ids ? o->n_prompt_ids : prompt_len;

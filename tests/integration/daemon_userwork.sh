@@ -16,6 +16,8 @@
 #    within EXIT_BOUND_S with the job's snapshot at the stop, the clients
 #    are answered "gptd is stopping", the export leaves no file, and the
 #    copy is recorded with its snapshot or not at all.
+# And the user's snapshot crafted with valid checksums and a header whose
+# model is smaller than its weights is refused by `sample`, gptd alive.
 source "$(dirname "$0")/daemon_common.sh"
 
 EXIT_BOUND_S=20
@@ -105,6 +107,28 @@ c1=$(cpu_ticks "$GPTD_PID")
 hz=$(getconf CLK_TCK)
 ((c1 - c0 < hz / 5)) || fail "gptd used $(((c1 - c0) * 100 / hz))% CPU for 2 s after the clients went"
 echo "case 3: work cancelled; gptd used $(((c1 - c0) * 1000 / hz)) ms of CPU in the next 2 s"
+
+# --- the user's own snapshot crafted with valid checksums and a header
+# whose model is smaller than the weights it carries (gptd used to read
+# them past the model's buffer and die): refused, naming both counts.
+snap=$T/state/jobs/$a/snapshots/snap-000000000001.gpts
+cp -p "$snap" "$T/snap.orig"
+python3 - "$snap" <<'PY'
+import struct, sys, zlib
+path = sys.argv[1]
+b = bytearray(open(path, "rb").read())
+hlen = struct.unpack_from("<I", b, 12)[0]
+struct.pack_into("<i", b, 16, 1)  # n_layer 4 -> 1; n_params and the file stay
+struct.pack_into("<I", b, hlen - 4, zlib.crc32(bytes(b[:hlen - 4])))
+struct.pack_into("<I", b, len(b) - 4, zlib.crc32(bytes(b[:-4])))
+open(path, "wb").write(b)
+PY
+out=$(as_user sample "$a" --prompt "the" --tokens 4 2>&1) && fail "a crafted snapshot was sampled: $out"
+has "corrupt: .*its header's model (n_layer 1, .*) has [0-9]* parameters, the file [0-9]*" <<<"$out" ||
+    fail "the crafted snapshot's refusal: $out"
+"$GPTCTL" status >/dev/null || fail "gptd died sampling a crafted snapshot"
+echo "crafted snapshot: $out"
+cp -p "$T/snap.orig" "$snap"
 
 # --- a request whose memory passes the user's bound is refused before it allocates.
 kill -TERM "$GPTD_PID"
