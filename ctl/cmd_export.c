@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gptctl.h"
@@ -77,6 +78,11 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         json_object_set_new(r, "snapshot", json_integer(snap));
     if (dtype)
         json_object_set_new(r, "dtype", json_string(dtype));
+    /* gptd writes as this user: with this user's umask, as a program run
+     * here would. */
+    mode_t mask = umask(077);
+    umask(mask);
+    json_object_set_new(r, "umask", json_integer((json_int_t)(mask & 0777)));
     if ((rc = ctl_call(c, r, &reply)))
         return rc;
     if (!c->json)

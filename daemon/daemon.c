@@ -22,6 +22,7 @@
 #include "control_limits.h"
 #include "daemon.h"
 #include "devices.h"
+#include "export_tmp.h"
 #include "factory.h"
 #include "fdlimit.h"
 #include "gpu_plan.h"
@@ -712,6 +713,7 @@ int gptd_daemon_main(int argc, char **argv)
     if (stale > 0)
         log_notice("removed %d stale temporary snapshot file%s left by killed writers", stale,
                    stale == 1 ? "" : "s");
+    (void)export_tmp_clean(d->cfg.state_dir);
 
     uv_loop_init(&m->loop);
     loop_ok = 1;

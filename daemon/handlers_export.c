@@ -16,6 +16,7 @@
 
 #include "export.h"
 #include "export_model.h"
+#include "export_tmp.h"
 #include "fsid.h"
 #include "handlers.h"
 #include "log.h"
@@ -30,8 +31,10 @@ struct handler_export {
     char path[DB_PATH_MAX];      /* the chosen snapshot; empty: the newest */
     char newest[8][DB_PATH_MAX]; /* the newest recorded snapshots, newest first */
     char out[GPT_CTL_OUTPUT_MAX + 1];
-    char vocab[DB_PATH_MAX]; /* data.vocab of a gpt2-tokenized job; empty: none */
-    char dtype[8];           /* "f32", "f16" or "bf16" */
+    char vocab[DB_PATH_MAX];     /* data.vocab of a gpt2-tokenized job; empty: none */
+    char dtype[8];               /* "f32", "f16" or "bf16" */
+    char state_dir[DB_PATH_MAX]; /* where the temporary is recorded (export_tmp.h) */
+    mode_t umask;                /* the client's; 077 when it sent none */
     uid_t owner;
     int rc;
     struct gpt_err err;
@@ -77,16 +80,23 @@ static void handler_export_work(struct userwork_item *it)
     struct handler_export *x = it->data;
     struct fsid_user u;
     struct fsid_saved saved = {0};
-    if ((x->rc = fsid_user_lookup(x->owner, &u, &x->err)) < 0 ||
-        (x->rc = fsid_enter(&u, &saved, &x->err)) < 0)
+    struct export_tmp tmp;
+    if ((x->rc = fsid_user_lookup(x->owner, &u, &x->err)) < 0)
         return;
-    x->rc = handler_export_pick(x);
-    if (x->rc == 0)
-        x->rc = handler_export_reserve(x);
-    if (x->rc == 0)
-        x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, x->dtype,
-                             &it->cancel, &x->err);
-    fsid_leave(&saved);
+    /* Recorded as gptd, before the user's temporary exists: a gptd killed
+     * while it is written removes it at the next start. */
+    if ((x->rc = export_tmp_begin(x->state_dir, x->owner, x->out, &tmp, &x->err)) < 0)
+        return;
+    if ((x->rc = fsid_enter(&u, &saved, &x->err)) == 0) {
+        x->rc = handler_export_pick(x);
+        if (x->rc == 0)
+            x->rc = handler_export_reserve(x);
+        if (x->rc == 0)
+            x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, x->dtype,
+                                 x->umask, tmp.prefix, &it->cancel, &x->err);
+        fsid_leave(&saved);
+    }
+    export_tmp_end(&tmp);
 }
 
 static void handler_export_done(struct userwork_item *it, int status)
@@ -167,6 +177,10 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
     x->kind = kind;
     snprintf(x->dtype, sizeof(x->dtype), "%s", req->dtype ? req->dtype : "f32");
     x->owner = j.owner_uid;
+    /* The files are the user's: the client's umask when it sent one, else
+     * as private as the snapshot they come from (0600, folders 0700). */
+    x->umask = req->present & (1u << GPT_CTL_F_UMASK) ? (mode_t)req->umask : 077;
+    snprintf(x->state_dir, sizeof(x->state_dir), "%s", d->cfg.state_dir);
     snprintf(x->dir, sizeof(x->dir), "%s", j.snapshot_dir);
     snprintf(x->out, sizeof(x->out), "%s", req->output);
     handler_export_vocab(x, j.spec_json);

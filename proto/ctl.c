@@ -36,6 +36,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
                               SLOT(prompt_ids)},
     [GPT_CTL_F_RESUME_FROM] = {"resume_from", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(resume_from)},
     [GPT_CTL_F_SWEEP_JOBS] = {"sweep_jobs", GPT_CTL_T_INT, 1, GPT_SWEEP_JOBS_MAX, SLOT(sweep_jobs)},
+    [GPT_CTL_F_UMASK] = {"umask", GPT_CTL_T_INT, 0, 0777, SLOT(umask)},
 };
 
 #undef SLOT
@@ -68,7 +69,8 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                            F(JOB), 0},
     [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
-    [GPT_CTL_OP_EXPORT] = {"export", F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE),
+    [GPT_CTL_OP_EXPORT] = {"export",
+                           F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE) | F(UMASK),
                            F(JOB) | F(FORMAT) | F(OUTPUT), OWNER},
 };
 

@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "export.h"
 #include "export_model.h"
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
-                 const char *dtype, const atomic_int *cancel, struct gpt_err *err)
+                 const char *dtype, mode_t umask_bits, const char *tmp_prefix,
+                 const atomic_int *cancel, struct gpt_err *err)
 {
     const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
     if (!o || !o->write)
@@ -29,7 +31,10 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
                               .n_params = l.n_params,
                               .vocab_dir = vocab_dir,
                               .dtype = dtype,
-                              .cancel = cancel};
+                              .cancel = cancel,
+                              .file_mode = 0666 & ~umask_bits,
+                              .dir_mode = 0777 & ~umask_bits,
+                              .tmp_prefix = tmp_prefix};
     rc = gpt_fmt_export(kind, out, &src, err);
     gpt_fmt_loaded_done(&l);
     return rc;
@@ -98,7 +103,10 @@ int gptd_export_main(int argc, char **argv)
                 kind == GPT_FMT_NONE ? err.msg : "give hf, llmc or gguf");
         return 2;
     }
-    int rc = export_model(argv[optind], kind, out, vocab, dtype, NULL, &err);
+    /* Written as any program this user runs would: under the umask. */
+    mode_t mask = umask(022);
+    umask(mask);
+    int rc = export_model(argv[optind], kind, out, vocab, dtype, mask, NULL, NULL, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;

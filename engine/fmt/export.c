@@ -63,12 +63,16 @@ static int fmt_f32_only(const struct gpt_fmt_src *s, const char *what, struct gp
 static int fmt_llmc_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
 {
     int rc = fmt_f32_only(s, "an llm.c checkpoint", e);
-    return rc < 0 ? rc : gpt_llmc_write(p, &s->cfg, s->params, s->vocab_dir, s->cancel, e);
+    const struct gpt_llmc_write_opts o = {s->file_mode, s->tmp_prefix, s->cancel};
+    return rc < 0 ? rc : gpt_llmc_write_opts(p, &s->cfg, s->params, s->vocab_dir, &o, e);
 }
 
 static int fmt_gguf_write(const char *p, const struct gpt_fmt_src *s, struct gpt_err *e)
 {
-    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32, .cancel = s->cancel};
+    struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32,
+                                    .cancel = s->cancel,
+                                    .mode = s->file_mode,
+                                    .tmp_prefix = s->tmp_prefix};
     if (s->dtype) {
         int rc = gpt_gguf_dtype_parse(s->dtype, &o.dtype, e);
         if (rc < 0)
@@ -212,4 +216,3 @@ int gpt_fmt_check_target(const char *path, int dir, struct gpt_err *err)
         return gpt_err_set(err, -EEXIST, "output", "%s exists and is not a regular file", path);
     return 0;
 }
-

@@ -18,7 +18,8 @@ static int fmt_out_fail(struct gpt_fmt_out *o, int rc, const char *what, struct 
     return gpt_err_set(err, rc, NULL, "%s: %s: %s", o->f.path, what, strerror(-rc));
 }
 
-int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *err)
+int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, mode_t mode, const char *tmp_prefix,
+                     struct gpt_err *err)
 {
     memset(o, 0, sizeof(*o));
     /* Replace a regular file only: a link or a folder there is a mistake */
@@ -31,7 +32,7 @@ int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *er
     o->buf = malloc(FMT_OUT_BUF_BYTES);
     if (!o->buf)
         return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);
-    int rc = gpt_atomic_file_open(&o->f, path, NULL, 0644, err);
+    int rc = gpt_atomic_file_open(&o->f, path, tmp_prefix, mode ? mode : 0644, err);
     if (rc < 0) {
         free(o->buf);
         o->buf = NULL;

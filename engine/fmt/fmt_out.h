@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gpt_atomic_file.h"
 #include "gpt_err.h"
@@ -25,9 +26,12 @@ struct gpt_fmt_out {
     int failed;       /* a write failed: commit refuses */
 };
 
-/* Creates the temporary file for `path` (mode 0644). A symbolic link or
+/* Creates the temporary file for `path` with permission bits `mode` (0:
+ * 0644), named `tmp_prefix` and six random characters in the folder of
+ * `path` (NULL: gpt_atomic_file's ".NAME.tmp-"). A symbolic link or
  * anything but a regular file at `path` is refused (-ELOOP, -EEXIST). */
-int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, struct gpt_err *err);
+int gpt_fmt_out_open(struct gpt_fmt_out *o, const char *path, mode_t mode, const char *tmp_prefix,
+                     struct gpt_err *err);
 /* Appends n bytes. */
 int gpt_fmt_out_write(struct gpt_fmt_out *o, const void *p, size_t n, struct gpt_err *err);
 /* Appends zero bytes up to the next multiple of `align`. */

@@ -299,7 +299,7 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
         }
     }
     size_t nt = gguf_plan(m, t);
-    if ((rc = gpt_fmt_out_open(&o, path, err)) < 0)
+    if ((rc = gpt_fmt_out_open(&o, path, op->mode, op->tmp_prefix, err)) < 0)
         goto out;
     uint32_t ftype = op->dtype == GPT_GGUF_F32   ? GGUF_FTYPE_F32
                      : op->dtype == GPT_GGUF_F16 ? GGUF_FTYPE_F16

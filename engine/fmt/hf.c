@@ -261,13 +261,14 @@ out:
 
 /* ---- folder out ---- */
 
-static int hf_write_text(const char *dir, const char *name, const char *text, struct gpt_err *err)
+static int hf_write_text(const char *dir, const char *name, const char *text, mode_t mode,
+                         struct gpt_err *err)
 {
     char path[PATH_MAX];
     struct gpt_atomic_file f;
     if (snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
-    int rc = gpt_atomic_file_open(&f, path, NULL, 0644, err);
+    int rc = gpt_atomic_file_open(&f, path, NULL, mode, err);
     if (rc == 0 && (rc = gpt_atomic_file_write(&f, text, strlen(text), err)) == 0)
         return gpt_atomic_file_commit(&f, err);
     gpt_atomic_file_abort(&f);
@@ -277,7 +278,7 @@ static int hf_write_text(const char *dir, const char *name, const char *text, st
 /* Copies the tokenizer file `from` (the first of two names present in
  * vocab_dir) to dir/`to`. */
 static int hf_copy_vocab(const char *vocab_dir, const char *a, const char *b, const char *dir,
-                         const char *to, struct gpt_err *err)
+                         const char *to, mode_t mode, struct gpt_err *err)
 {
     char path[PATH_MAX];
     char *text = NULL;
@@ -293,7 +294,7 @@ static int hf_copy_vocab(const char *vocab_dir, const char *a, const char *b, co
     if (strlen(text) != len)
         rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s holds a NUL byte", path);
     else
-        rc = hf_write_text(dir, to, text, err);
+        rc = hf_write_text(dir, to, text, mode, err);
     free(text);
     return rc;
 }
@@ -320,7 +321,7 @@ static char *hf_config_json(const struct gpt_model_config *c, int gpt2_vocab)
 
 /* Writes model.safetensors into the (temporary) folder dir. */
 static int hf_write_weights(const char *dir, const struct gpt_model *m, const float *params,
-                            const atomic_int *cancel, struct gpt_err *err)
+                            mode_t mode, const atomic_int *cancel, struct gpt_err *err)
 {
     char path[PATH_MAX];
     struct gpt_st_out *outs = calloc(m->n_tensors, sizeof(*outs));
@@ -349,7 +350,7 @@ static int hf_write_weights(const char *dir, const struct gpt_model *m, const fl
         rc = gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
         goto out;
     }
-    if ((rc = gpt_atomic_file_open(&f, path, NULL, 0644, err)) < 0)
+    if ((rc = gpt_atomic_file_open(&f, path, NULL, mode, err)) < 0)
         goto out;
     static const char *const meta[] = {"format", "pt", NULL};
     if ((rc = gpt_st_write_fd(f.fd, outs, m->n_tensors, meta, cancel, err)) == 0)
@@ -377,9 +378,10 @@ static void hf_remove_tmp(const char *tmp)
 int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err *err)
 {
     struct gpt_model m;
-    char tmp[PATH_MAX];
+    char tmp[PATH_MAX], parent[PATH_MAX];
     char *cfg_text = NULL;
     int rc, made = 0;
+    mode_t fmode = src->file_mode ? src->file_mode : 0644;
 
     if ((rc = gpt_model_layout(&m, &src->cfg, err)) < 0)
         return rc;
@@ -388,24 +390,25 @@ int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err
                            m.n_params);
     if ((rc = gpt_fmt_check_target(path, 1, err)) < 0)
         return rc;
-    if (strlen(path) > sizeof(tmp) - 32 ||
-        snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >= (int)sizeof(tmp))
+    snprintf(parent, sizeof(parent), "%s", path);
+    int k = src->tmp_prefix && !strchr(src->tmp_prefix, '/')
+                ? snprintf(tmp, sizeof(tmp), "%s/%sXXXXXX", dirname(parent), src->tmp_prefix)
+                : snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path);
+    if (strlen(path) > sizeof(tmp) - 32 || k < 0 || k >= (int)sizeof(tmp))
         return gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", path);
+    /* 0700 while it fills, whatever the final mode: a mode without the
+     * owner's write bit would refuse the files. */
     if (!mkdtemp(tmp))
         return gpt_err_set(err, -errno, NULL, "cannot create a folder beside %s: %s", path,
                            strerror(errno));
     made = 1;
-    if (chmod(tmp, 0755) < 0) {
-        rc = gpt_err_set(err, -errno, NULL, "chmod %s: %s", tmp, strerror(errno));
-        goto out;
-    }
     cfg_text = hf_config_json(&src->cfg, src->vocab_dir != NULL);
     if (!cfg_text) {
         rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
         goto out;
     }
-    if ((rc = hf_write_text(tmp, "config.json", cfg_text, err)) < 0 ||
-        (rc = hf_write_weights(tmp, &m, src->params, src->cancel, err)) < 0)
+    if ((rc = hf_write_text(tmp, "config.json", cfg_text, fmode, err)) < 0 ||
+        (rc = hf_write_weights(tmp, &m, src->params, fmode, src->cancel, err)) < 0)
         goto out;
     if (src->vocab_dir) {
         char tc[256];
@@ -415,11 +418,15 @@ int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err
                  "  \"unk_token\": \"<|endoftext|>\"\n}\n",
                  src->cfg.block_size);
         if ((rc = hf_copy_vocab(src->vocab_dir, "vocab.json", "encoder.json", tmp, "vocab.json",
+                                fmode, err)) < 0 ||
+            (rc = hf_copy_vocab(src->vocab_dir, "merges.txt", "vocab.bpe", tmp, "merges.txt", fmode,
                                 err)) < 0 ||
-            (rc = hf_copy_vocab(src->vocab_dir, "merges.txt", "vocab.bpe", tmp, "merges.txt",
-                                err)) < 0 ||
-            (rc = hf_write_text(tmp, "tokenizer_config.json", tc, err)) < 0)
+            (rc = hf_write_text(tmp, "tokenizer_config.json", tc, fmode, err)) < 0)
             goto out;
+    }
+    if (chmod(tmp, src->dir_mode ? src->dir_mode : 0755) < 0) {
+        rc = gpt_err_set(err, -errno, NULL, "chmod %s: %s", tmp, strerror(errno));
+        goto out;
     }
     /* rename(2) of a folder never follows a symlink at the target and
      * fails when anything appeared there meanwhile. */
@@ -430,7 +437,6 @@ int gpt_hf_write(const char *path, const struct gpt_fmt_src *src, struct gpt_err
     }
     made = 0;
     /* The folder's new name must survive a crash too. */
-    char parent[PATH_MAX];
     snprintf(parent, sizeof(parent), "%s", path);
     if ((rc = gpt_atomic_fsync_dir(dirname(parent))) < 0)
         rc = gpt_err_set(err, rc, NULL, "%s: fsync of the folder: %s", path, strerror(-rc));

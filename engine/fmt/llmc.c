@@ -337,7 +337,17 @@ static int llmc_check_cancel(const atomic_int *cancel, const char *path, struct 
 int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
                    const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err)
 {
+    const struct gpt_llmc_write_opts o = {.cancel = cancel};
+    return gpt_llmc_write_opts(path, cfg, params, vocab_dir, &o, err);
+}
+
+int gpt_llmc_write_opts(const char *path, const struct gpt_model_config *cfg, const float *params,
+                        const char *vocab_dir, const struct gpt_llmc_write_opts *opts,
+                        struct gpt_err *err)
+{
     (void)vocab_dir;
+    const struct gpt_llmc_write_opts def = {0}, *op = opts ? opts : &def;
+    const atomic_int *cancel = op->cancel;
     struct gpt_model *m = malloc(sizeof(*m));
     struct gpt_fmt_out o = {.f.fd = -1};
     int rc;
@@ -351,13 +361,12 @@ int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const f
     for (int i = 0; i < 8; i++)
         for (int b = 0; b < 4; b++)
             hdr[4 * i + b] = (unsigned char)((uint32_t)h[i] >> (8 * b));
-    if ((rc = gpt_fmt_out_open(&o, path, err)) < 0)
+    if ((rc = gpt_fmt_out_open(&o, path, op->mode, op->tmp_prefix, err)) < 0)
         goto out;
     rc = gpt_fmt_out_write(&o, hdr, sizeof(hdr), err);
     for (size_t i = 0; rc == 0 && i < 2; i++) /* wte (with gptd's padding rows), wpe */
         if ((rc = llmc_check_cancel(cancel, path, err)) == 0)
-            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4,
-                                   err);
+            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4, err);
     size_t L = (size_t)cfg->n_layer;
     for (size_t k = 0; rc == 0 && k < LLMC_BLOCK_KINDS; k++)
         for (size_t l = 0; rc == 0 && l < L; l++) {
@@ -367,8 +376,7 @@ int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const f
         }
     for (size_t i = 2 + L * LLMC_BLOCK_KINDS; rc == 0 && i < m->n_tensors; i++)
         if ((rc = llmc_check_cancel(cancel, path, err)) == 0)
-            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4,
-                                   err);
+            rc = gpt_fmt_out_write(&o, params + m->tensors[i].offset, m->tensors[i].count * 4, err);
     if (rc == 0)
         rc = gpt_fmt_out_commit(&o, err);
 out:

@@ -87,6 +87,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_PROMPT_IDS,  /* string: sample prompt as token ids "15496,11" (prompt_ids.h) */
     GPT_CTL_F_RESUME_FROM, /* integer >= 1: submit continues this job's snapshot */
     GPT_CTL_F_SWEEP_JOBS,  /* integer >= 1: a sweep's first submit: the jobs it will queue */
+    GPT_CTL_F_UMASK,       /* integer 0..0777: export: the client's umask for what it writes */
     GPT_CTL_F_COUNT
 };
 
@@ -103,6 +104,7 @@ struct gpt_ctl_request {
     int64_t job, priority, since, snapshot, tokens, top_k;
     int64_t resume_from; /* submit: the job whose state the new job continues */
     int64_t sweep_jobs;  /* submit with a sweep: room wanted for this many jobs */
+    int64_t umask;       /* export: permission bits the client's files leave out */
     bool follow;
     double temperature;
     const char *prompt;

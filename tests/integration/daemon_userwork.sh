@@ -161,7 +161,7 @@ PIDS+=("$copy_pid")
 "$GPTCTL" export "$w" --format hf -o "$T/out/hf" >"$T/export.out" 2>&1 &
 export_pid=$!
 PIDS+=("$export_pid")
-exporting() { compgen -G "$T/out/hf.tmp-*" >/dev/null && user_work 4 1; }
+exporting() { compgen -G "$T/out/.hf.gptd-export-*" >/dev/null && user_work 4 1; }
 wait_for 60 exporting
 t0=$SECONDS
 kill -TERM "$GPTD_PID"
@@ -186,7 +186,7 @@ done
     fail "the two running samples did not stop between tokens: $(cat "$T"/s?.err)"
 has "gptd is stopping (the export .*was cancelled)" "$T/export.out" ||
     fail "the export was not cancelled: $(cat "$T/export.out")"
-[[ ! -e $T/out/hf ]] && ! compgen -G "$T/out/hf.tmp-*" >/dev/null ||
+[[ ! -e $T/out/hf ]] && ! compgen -G "$T/out/.hf.gptd-export-*" >/dev/null ||
     fail "the cancelled export left files: $(ls -a "$T/out")"
 state=$("$ITEST" sql "$T/state/gptd.db" "SELECT state || ' ' || resume FROM jobs WHERE id = $l")
 [[ $state == "queued 1" ]] || fail "the running job is \"$state\", want queued to resume"

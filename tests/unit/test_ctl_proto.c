@@ -75,6 +75,21 @@ static void test_decode_ok(void **state)
     assert_true(req.present & (1u << GPT_CTL_F_SWEEP_JOBS));
     gpt_ctl_request_done(&req);
 
+    /* export carries the client's umask, 0 to 0777 */
+    assert_int_equal(decode("{\"op\":\"export\",\"id\":3,\"job\":1,\"format\":\"gguf\","
+                            "\"output\":\"/o\",\"umask\":63}",
+                            &req, &err),
+                     0);
+    assert_int_equal(req.umask, 077);
+    assert_true(req.present & (1u << GPT_CTL_F_UMASK));
+    gpt_ctl_request_done(&req);
+    assert_int_equal(decode("{\"op\":\"export\",\"id\":3,\"job\":1,\"format\":\"gguf\","
+                            "\"output\":\"/o\",\"umask\":512}",
+                            &req, &err),
+                     GPT_CTL_E_BAD_FIELD);
+    assert_string_equal(err.path, "umask");
+    gpt_ctl_request_done(&req);
+
     /* Every op in the table decodes with its required fields. */
     for (int op = 0; op < GPT_CTL_OP_COUNT; op++) {
         char line[256];

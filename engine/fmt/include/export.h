@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "fmt.h"
 #include "gpt_err.h"
@@ -28,6 +29,12 @@ struct gpt_fmt_src {
      * writers check it between tensors, fail with -ECANCELED and leave no
      * file behind. */
     const atomic_int *cancel;
+    mode_t file_mode; /* permission bits of the files written; 0: 0644 */
+    mode_t dir_mode;  /* of the folder written (hf); 0: 0755 */
+    /* The temporary file's (hf: folder's) name beside the target: this and
+     * six random characters. NULL: the writer's own (".NAME.tmp-", hf
+     * "NAME.tmp-"). A caller that cleans up after a crash names it. */
+    const char *tmp_prefix;
 };
 
 /* One format. Any slot may be NULL (not built in this binary). */

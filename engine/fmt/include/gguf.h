@@ -34,6 +34,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "gpt_err.h"
 #include "gpt_config.h"
@@ -58,6 +59,8 @@ struct gpt_gguf_write_opts {
     enum gpt_gguf_dtype dtype; /* of the matrices; 1-D tensors stay float32 */
     const char *name;          /* general.name; NULL: "gptd" */
     const atomic_int *cancel;  /* NULL: none; checked between tensors (-ECANCELED) */
+    mode_t mode;               /* the file's permission bits; 0: 0644 */
+    const char *tmp_prefix;    /* the temporary file's name (gpt_fmt_out_open); NULL: default */
 };
 
 /* Writes params (gptd's layout for cfg, host, borrowed) as a GGUF v3 file

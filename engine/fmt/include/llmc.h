@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gpt_err.h"
 #include "gpt_config.h"
@@ -86,5 +87,17 @@ int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *param
  * tensors (-ECANCELED, nothing left behind). */
 int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
                    const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err);
+
+struct gpt_llmc_write_opts {
+    mode_t mode;              /* the file's permission bits; 0: 0644 */
+    const char *tmp_prefix;   /* the temporary file's name (gpt_fmt_out_open); NULL: default */
+    const atomic_int *cancel; /* NULL: none; checked between tensors (-ECANCELED) */
+};
+
+/* gpt_llmc_write with the file's mode and temporary name (and cancel);
+ * opts NULL: the defaults. */
+int gpt_llmc_write_opts(const char *path, const struct gpt_model_config *cfg, const float *params,
+                        const char *vocab_dir, const struct gpt_llmc_write_opts *opts,
+                        struct gpt_err *err);
 
 #endif
