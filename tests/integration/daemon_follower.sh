@@ -26,9 +26,10 @@ stalled=$!
 PIDS+=("$stalled")
 "$GPTCTL" --json logs -f "$id" >"$T/good.json" &
 good=$!
-wait_for 30 grep -q "client pid $stalled uid" "$T"/gptd.0.log
-wait_for 30 grep -q "client pid $good uid" "$T"/gptd.0.log
-sleep 0.5 # their follow requests are read after the connections
+# Both follow requests are read once each follower has its replayed
+# "queued" event (the stalled one says so before it stops reading).
+wait_for 30 grep -q "itest_client: following" "$T/stalled.err"
+wait_for 30 grep -q '"queued"' "$T/good.json"
 "$GPTCTL" cancel "$block" >/dev/null
 wait_for 60 job_is "$id" running
 wait_for 120 grep -q "is not reading" "$T"/gptd.0.log

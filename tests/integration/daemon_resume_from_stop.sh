@@ -30,6 +30,16 @@ wait_held() {
     echo "${ids%% *}"
 }
 final() { [[ $(job_state "$1") == cancelled || $(job_state "$1") == completed ]]; }
+# connected PID: the running gptd logged the client's connection.
+connected() { grep -q "client pid $1 uid $(id -u) connected" "$T/gptd.$((${#PIDS[@]} - 1)).log"; }
+# scheduler_pass: submits a tiny job and waits until it completes, which
+# takes a scheduler pass that saw every queued job ahead of it (one node:
+# a job wrongly queued before it would have run first).
+scheduler_pass() {
+    local j
+    j=$("$GPTCTL" submit "$T/tiny.json")
+    wait_for 120 final "$j"
+}
 # stop_job JOB: cancels it (its run is daemon_resume_from's; spare the CPU).
 stop_job() {
     "$GPTCTL" cancel "$1" >/dev/null 2>&1 || true
@@ -46,6 +56,7 @@ copied() {
 }
 
 big_job "$T/big.json"
+tiny_job "$T/tiny.json" 2
 start_gptd --max-queued-jobs 4
 
 g=$("$GPTCTL" submit "$T/big.json")
@@ -56,7 +67,7 @@ declare -a sub
 for i in 1 2 3; do
     "$GPTCTL" submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 >"$T/s$i.id" 2>"$T/s$i.out" &
     sub[$i]=$!
-    sleep 0.1 # in this order
+    wait_for 20 connected "${sub[$i]}" # in this order
 done
 wait_held >/dev/null
 kill -9 "${sub[1]}" "${sub[2]}"
@@ -75,14 +86,11 @@ n=$(njobs)
 for i in 1 2 3 4; do
     "$GPTCTL" submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 >"$T/t$i.id" 2>"$T/t$i.out" &
     sub[$i]=$!
-    sleep 0.1
+    # All connected, in this order (once accepted, a request is answered
+    # even when it is read after the stop began).
+    wait_for 20 connected "${sub[$i]}"
 done
 wait_held >/dev/null
-# All connected (once accepted, a request is answered even when it is read
-# after the stop began).
-for i in 1 2 3 4; do
-    wait_for 20 grep -q "client pid ${sub[$i]} uid 0 connected" "$T/gptd.$((${#PIDS[@]} - 1)).log"
-done
 kill -TERM "$GPTD_PID"
 set +e
 wait "$GPTD_PID"
@@ -128,7 +136,7 @@ for attempt in 1 2 3; do
     stop_job "$id"
 done
 [[ -n $held ]] || fail "every copy was recorded before gptd was killed"
-sleep 1 # a scheduler pass
+scheduler_pass
 [[ $(job_state "$held") == failed ]] || fail "job $held is $(job_state "$held") after the kill"
 err=$(db "SELECT error FROM jobs WHERE id = $held")
 [[ $err == *"the copy was not finished: submit again"* ]] || fail "job $held's error: $err"
@@ -138,7 +146,7 @@ rc=$?
 set -e
 [[ $rc -ne 0 && $out == *"its --resume-from copy was not finished"* ]] ||
     fail "gptctl resume of job $held (no copy): want a refusal, got rc $rc: $out"
-sleep 1 # a scheduler pass
+scheduler_pass
 [[ $(job_state "$held") == failed ]] || fail "job $held is $(job_state "$held") after the resume"
 [[ $(db "SELECT count(*) FROM runs WHERE job_id = $held") == 0 ]] || fail "job $held was started"
 out=$("$GPTCTL" submit "$T/big.json" --resume-from "$g" trainer.max_steps=2 2>&1) ||

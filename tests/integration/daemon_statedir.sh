@@ -67,7 +67,10 @@ grep -q "cancelled by uid $(id -u) (acknowledged before gptd stopped)" "$T/logs.
     fail "no event for the cancel honoured at start"
 runs=$("$ITEST" sql "$DB" "SELECT status FROM runs WHERE job_id = $id ORDER BY id" | tr '\n' ' ')
 [[ $runs != *running* && $runs != *completed* ]] || fail "the cancelled job ran again: $runs"
-sleep 1 # the scheduler has had its turn: the job must still be cancelled
+# The scheduler has had its turn once it starts the job queued behind
+# (had the cancelled job been requeued, it would be ahead of it and run
+# instead): the job must still be cancelled.
+wait_for 60 job_is "$other" running
 job_is "$id" cancelled || fail "the cancelled job was resumed"
 [[ ! -e $snaps/.snap-000000000007.gpts.Zz9Yy8 ]] || fail "the stale temporary was not removed"
 [[ -f $snaps/.snap-keep.txt && -L $snaps/.snap-000000000008.gpts.Ln12Ab ]] ||

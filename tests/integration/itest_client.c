@@ -7,8 +7,11 @@
  *                                     every reply line until EOF/timeout
  *   itest_client longline SOCKET N    N bytes without a newline, then read
  *   itest_client half SOCKET          half a request, then disconnect
- *   itest_client stall SOCKET JOB S   follow JOB's logs but read nothing for
- *                                     S seconds, then count what arrives
+ *   itest_client stall SOCKET JOB S   follow JOB's logs: read the first
+ *                                     record (the replayed "queued" event),
+ *                                     say "following" on stderr, then read
+ *                                     nothing for S seconds and count what
+ *                                     arrives
  *   itest_client sql DBFILE QUERY     print rows, columns joined by '|'
  *
  * Single-threaded; every wait has a deadline.
@@ -127,6 +130,18 @@ int main(int argc, char **argv)
         int n = snprintf(req, sizeof(req),
                          "{\"id\":1,\"op\":\"logs\",\"job\":%s,\"follow\":true}\n", argv[3]);
         itest_write_all(fd, req, (size_t)n);
+        /* The first line proves the daemon read the request: a test waits
+         * for "following" instead of sleeping. */
+        char ch = 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        while (ch != '\n' && poll(&p, 1, 60000) == 1 && recv(fd, &ch, 1, 0) == 1)
+            fputc(ch, stdout);
+        fflush(stdout);
+        if (ch != '\n') {
+            fprintf(stderr, "itest_client: no record within 60 s\n");
+            return 1;
+        }
+        fprintf(stderr, "itest_client: following\n");
         sleep((unsigned)atoi(argv[4]));
         size_t got = itest_drain(fd, 5000);
         fprintf(stderr, "itest_client: stalled follower read %zu bytes after the stall\n", got);
