@@ -8,12 +8,14 @@
  * only global rank 0 prints.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,21 +285,425 @@ static int run_sweep(int argc, char **argv, const bool *skip, const char *const 
     return args ? status : 1;
 }
 
+/* What `gptd run`'s command line says. */
+struct run_args {
+    const char *file, *snapdir, *resume_from, *prompt, *prompt_ids, *rdzv, *secret_file;
+    int64_t world, rank, top_k, seed, workers, stop_after, sample_tokens;
+    double temperature;
+    const char *overrides[RUN_MAX_OVERRIDES];
+    size_t n_over;
+    int resume, json, multirun, print_spec;
+    bool *skip; /* argv a sweep run does not pass on */
+};
+
+enum run_opt_kind {
+    RUN_OPT_FLAG,  /* an int field set to 1 */
+    RUN_OPT_STR,   /* a const char * field */
+    RUN_OPT_INT,   /* an int64_t field, at least `min` */
+    RUN_OPT_OTHER, /* run_opt_other by name */
+};
+
+/* One row per option: it makes getopt_long's table, says how the value is
+ * kept and whether a sweep's runs get the option (they get their own
+ * folder and combination instead). The help text is usage()'s. */
+struct run_opt {
+    const char *name;
+    int kind; /* enum run_opt_kind */
+    size_t off;
+    int64_t min;
+    bool sweep_skip;
+};
+
+#define RUN_ARG(f) offsetof(struct run_args, f)
+static const struct run_opt run_opts[] = {
+    {"help", RUN_OPT_OTHER, 0, 0, false},
+    {"help-spec", RUN_OPT_OTHER, 0, 0, false},
+    {"resume", RUN_OPT_OTHER, 0, 0, false},
+    {"start-over", RUN_OPT_OTHER, 0, 0, false},
+    {"snapshot-dir", RUN_OPT_STR, RUN_ARG(snapdir), 0, true},
+    {"resume-from", RUN_OPT_STR, RUN_ARG(resume_from), 0, false},
+    {"workers", RUN_OPT_INT, RUN_ARG(workers), 1, false},
+    {"world", RUN_OPT_INT, RUN_ARG(world), 1, false},
+    {"rank", RUN_OPT_INT, RUN_ARG(rank), 0, false},
+    {"rdzv", RUN_OPT_STR, RUN_ARG(rdzv), 0, false},
+    {"secret-file", RUN_OPT_STR, RUN_ARG(secret_file), 0, false},
+    {"json", RUN_OPT_FLAG, RUN_ARG(json), 0, false},
+    {"stop-after", RUN_OPT_INT, RUN_ARG(stop_after), 1, false},
+    {"sample", RUN_OPT_INT, RUN_ARG(sample_tokens), 0, false},
+    {"prompt", RUN_OPT_STR, RUN_ARG(prompt), 0, false},
+    {"prompt-ids", RUN_OPT_OTHER, 0, 0, false},
+    {"temperature", RUN_OPT_OTHER, 0, 0, false},
+    {"top-k", RUN_OPT_INT, RUN_ARG(top_k), 0, false},
+    {"seed", RUN_OPT_INT, RUN_ARG(seed), 0, false},
+    {"multirun", RUN_OPT_FLAG, RUN_ARG(multirun), 0, true},
+    {"print-spec", RUN_OPT_FLAG, RUN_ARG(print_spec), 0, false},
+};
+#define RUN_N_OPTS (sizeof(run_opts) / sizeof(run_opts[0]))
+#define RUN_OPT_VAL 0x100 /* getopt_long's value of run_opts[i]: RUN_OPT_VAL + i */
+
+static const struct run_opt *run_opt_find(const char *name)
+{
+    for (size_t i = 0; i < RUN_N_OPTS; i++)
+        if (strcmp(run_opts[i].name, name) == 0)
+            return &run_opts[i];
+    return NULL;
+}
+
+/* The options that are not a plain field. Returns -1 to go on, else the
+ * exit status. */
+static int run_opt_other(struct run_args *a, const char *name, const char *v)
+{
+    struct gpt_err err;
+    if (strcmp(name, "help") == 0) {
+        usage(stdout);
+        return 0;
+    } else if (strcmp(name, "help-spec") == 0) {
+        char *help = gpt_jobspec_help(0);
+        if (help)
+            fputs(help, stdout);
+        free(help);
+        return help ? 0 : 1;
+    } else if (strcmp(name, "resume") == 0) {
+        a->resume = a->resume ? a->resume : 1;
+    } else if (strcmp(name, "start-over") == 0) {
+        a->resume = GPT_RESUME_START_OVER;
+    } else if (strcmp(name, "prompt-ids") == 0) {
+        int32_t ids[GPT_PROMPT_IDS_MAX];
+        size_t n;
+        if (gpt_prompt_ids_parse(v, strlen(v), ids, GPT_PROMPT_IDS_MAX, &n, &err) < 0) {
+            fprintf(stderr, "gptd run: --prompt-ids: %s\n", err.msg);
+            return 2;
+        }
+        a->prompt_ids = v;
+    } else if (strcmp(name, "temperature") == 0) {
+        char *end;
+        a->temperature = strtod(v, &end);
+        if (*end || !(a->temperature > 0)) {
+            fprintf(stderr, "gptd run: --temperature needs a number > 0\n");
+            return 2;
+        }
+    }
+    return -1;
+}
+
+/* One option of the table (its value v, NULL for a flag). -1 to go on,
+ * else the exit status. */
+static int run_opt_take(struct run_args *a, const struct run_opt *o, const char *v)
+{
+    char flag[40];
+    snprintf(flag, sizeof(flag), "--%s", o->name);
+    switch (o->kind) {
+    case RUN_OPT_FLAG:
+        *(int *)((char *)a + o->off) = 1;
+        return -1;
+    case RUN_OPT_STR:
+        *(const char **)((char *)a + o->off) = v;
+        return -1;
+    case RUN_OPT_INT:
+        return parse_int_arg(flag, v, o->min, (int64_t *)((char *)a + o->off)) < 0 ? 2 : -1;
+    default:
+        return run_opt_other(a, o->name, v);
+    }
+}
+
+/* A word that is no option: the job file first, then a.b=value overrides. */
+static int run_positional(struct run_args *a, const char *w)
+{
+    if (!a->file) {
+        a->file = w;
+    } else if (strchr(w, '=')) {
+        if (a->n_over == RUN_MAX_OVERRIDES) {
+            fprintf(stderr, "gptd run: more than %d overrides\n", RUN_MAX_OVERRIDES);
+            return 2;
+        }
+        a->overrides[a->n_over++] = w;
+        return -2; /* a sweep's runs get their own combination instead */
+    } else {
+        fprintf(stderr, "gptd run: expected an override a.b=value, got '%s'\n", w);
+        return 2;
+    }
+    return -1;
+}
+
+/* Parses argv through run_opts with getopt_long, in order ("-": words
+ * that are no option come back where they stand, so a.b=value overrides
+ * and the file may sit between options, and `skip` marks the very argv
+ * entries a sweep's runs leave out). -1 to go on, else the exit status. */
+static int run_parse_args(int argc, char **argv, struct run_args *a)
+{
+    struct option lo[RUN_N_OPTS + 1];
+    for (size_t i = 0; i < RUN_N_OPTS; i++) {
+        bool takes = run_opts[i].kind == RUN_OPT_STR || run_opts[i].kind == RUN_OPT_INT ||
+                     strcmp(run_opts[i].name, "prompt-ids") == 0 ||
+                     strcmp(run_opts[i].name, "temperature") == 0;
+        lo[i] = (struct option){run_opts[i].name, takes ? required_argument : no_argument, NULL,
+                                RUN_OPT_VAL + (int)i};
+    }
+    lo[RUN_N_OPTS] = (struct option){NULL, 0, NULL, 0};
+    opterr = 0;
+    optind = 1;
+    int rc = -1;
+    while (rc == -1) {
+        int at = optind, c = getopt_long(argc, argv, "-:hm", lo, NULL);
+        const struct run_opt *o = c >= RUN_OPT_VAL ? &run_opts[c - RUN_OPT_VAL] : NULL;
+        if (c == -1)
+            break;
+        if (c == 'h' || c == 'm')
+            o = run_opt_find(c == 'h' ? "help" : "multirun");
+        if (c == 1) {
+            rc = run_positional(a, optarg);
+        } else if (o) {
+            rc = run_opt_take(a, o, o->kind == RUN_OPT_FLAG ? NULL : optarg);
+            if (rc == -1 && o->sweep_skip)
+                rc = -2;
+        } else if (c == ':' && optopt >= RUN_OPT_VAL && run_opts[optopt - RUN_OPT_VAL].kind ==
+                                                            RUN_OPT_INT) {
+            rc = run_opt_take(a, &run_opts[optopt - RUN_OPT_VAL], NULL);
+        } else {
+            fprintf(stderr, "gptd run: unknown option or missing value: %s\n", argv[at]);
+            usage(stderr);
+            rc = 2;
+        }
+        for (int i = at; rc == -2 && i < optind; i++)
+            a->skip[i] = true;
+        rc = rc == -2 ? -1 : rc;
+    }
+    for (int i = optind; rc == -1 && i < argc; i++) { /* after "--" */
+        rc = run_positional(a, argv[i]);
+        if (rc == -2) {
+            a->skip[i] = true;
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* Loads the job (the file, its includes and overrides; a sweep's first
+ * combination) and checks its paths; --print-spec prints it. -1 to go on,
+ * else the exit status. */
+static int run_load_job(const struct run_args *a, struct gpt_job *job)
+{
+    struct gpt_err err;
+    struct gpt_sweep first = {0};
+    int rc = 0;
+    if (a->multirun && (rc = gpt_sweep_expand(a->overrides, a->n_over, &first, &err)) < 0) {
+        fprintf(stderr, "gptd run: -m: %s: %s\n", err.path, err.msg);
+        return 2;
+    }
+    /* A sweep's folder and checks come from its first combination. */
+    rc = a->multirun ? gpt_jobspec_load(a->file, (const char *const *)first.assign, first.n_keys,
+                                        job, &err)
+                     : gpt_jobspec_load(a->file, a->overrides, a->n_over, job, &err);
+    gpt_sweep_free(&first);
+    if (rc == 0 && !a->print_spec)
+        rc = gpt_jobspec_check_paths(job, &err);
+    if (rc < 0) {
+        /* The message names the file (and line) or the command line. */
+        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
+        return 1;
+    }
+    if (!a->print_spec || a->multirun)
+        return -1;
+    char *text = gpt_jobspec_to_json(job);
+    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    char *pretty = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    if (pretty)
+        printf("%s\n", pretty);
+    free(pretty);
+    json_decref(o);
+    free(text);
+    return pretty ? 0 : 1;
+}
+
+/* What the loaded job and the options decide together: the resume mode,
+ * the worker count, the batch check and the snapshot folder. -1 to go
+ * on, else the exit status. */
+static int run_settle(struct run_args *a, const struct gpt_job *job, char *snapdir, size_t cap)
+{
+    /* snapshot.on_invalid: restart is the job's standing --start-over. */
+    if (a->resume == 1 && job->snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART)
+        a->resume = GPT_RESUME_START_OVER;
+    /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
+    if (a->workers == 0)
+        a->workers = workers_default_count(job, 1);
+    int64_t size = a->world > 0 ? a->world : a->workers;
+    if (job->trainer.global_batch < size) {
+        fprintf(stderr,
+                "gptd run: trainer.global_batch: %d is smaller than the world size (%lld): every "
+                "worker needs at least one sequence per step\n",
+                job->trainer.global_batch, (long long)size);
+        return 1;
+    }
+    if (a->snapdir)
+        snprintf(snapdir, cap, "%s", a->snapdir);
+    else if (job->snapshot.dir[0])
+        snprintf(snapdir, cap, "%s", job->snapshot.dir);
+    else
+        default_snapdir(job, a->file, snapdir, cap);
+    return -1;
+}
+
+/* The store always has a secret: without --secret-file, this user's own
+ * (made once, 0600), which every rank of the user on this host finds.
+ * Loaded before anything is claimed, so a bad secret changes nothing. */
+static int run_secret(const struct run_args *a, unsigned char *secret, size_t cap, size_t *ret_len)
+{
+    struct gpt_err err;
+    char user_secret[4096];
+    const char *file = a->secret_file;
+    *ret_len = 0;
+    if (!a->rdzv)
+        return 0;
+    if (!file && (secret_user_path(user_secret, sizeof(user_secret), &err) < 0 ||
+                  secret_file_ensure(user_secret, &err) < 0)) {
+        fprintf(stderr, "gptd run: %s\n", err.msg);
+        return -1;
+    }
+    if (store_secret_load(file ? file : user_secret, secret, cap, ret_len, &err) < 0) {
+        fprintf(stderr, "gptd run: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts the workers (after the static rendezvous, with --rdzv) and waits
+ * for them. Signals are blocked while they start so that only the main
+ * thread handles them. 0 or GPT_TRAIN_STOPPED with *res filled; -1 after
+ * printing the error. */
+static int run_train(const struct run_args *a, const struct gpt_job *job, const char *snapdir,
+                     const unsigned char *secret, size_t secret_len, struct gpt_train_result *res)
+{
+    struct gpt_err err;
+    struct run_ctx ctx = {.json = a->json, .tty = !a->json && isatty(STDOUT_FILENO),
+                          .stop_after = a->stop_after};
+    pthread_mutex_init(&ctx.out_mu, NULL);
+    struct static_rdzv *rdzv_h = NULL;
+    if (a->rdzv &&
+        static_rdzv_open(a->rdzv, a->rank == 0, secret, secret_len, 300000, &rdzv_h, &err) < 0) {
+        fprintf(stderr, "gptd run: rendezvous at %s: %s\n", a->rdzv, err.msg);
+        return -1;
+    }
+    struct workers_opts wo = {
+        .job = job,
+        .n_workers = (int)a->workers,
+        .snapshot_dir = snapdir,
+        .resume = a->resume,
+        .resume_path = a->resume_from,
+        .ctx = &ctx,
+        .on_metric = run_metric,
+        .on_event = run_event,
+        .world = (int)a->world,
+        .rank_base = (int)a->rank,
+        .kv = rdzv_h ? static_rdzv_kv(rdzv_h) : NULL,
+        .kv_prefix = "run/",
+    };
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    struct workers *ws = NULL;
+    int rc = workers_start(&wo, &ws, &err);
+    if (rc == 0) {
+        atomic_store(&ctx.ws, ws);
+        run_signal_target = ws; /* signals are blocked here: none is lost */
+        if (atomic_load(&ctx.stop_wanted) || run_signalled)
+            workers_request_stop(ws, GPT_STOP_SNAPSHOT);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        memset(res, 0, sizeof(*res));
+        rc = workers_join(ws, res, &err);
+        run_signal_target = NULL;
+        workers_free(ws);
+    }
+    static_rdzv_close(rdzv_h);
+    if (rc == 0 && ctx.tty)
+        fputc('\n', stdout);
+    if (rc < 0)
+        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
+    return rc < 0 ? -1 : rc;
+}
+
+/* --sample N: tokens from the final snapshot. The exit status. */
+static int run_sample(const struct run_args *a, const struct gpt_job *job, const char *snapshot)
+{
+    struct gpt_err err;
+    struct gpt_sample_opts so = {
+        .prompt = a->prompt,
+        .tokens = (int)a->sample_tokens,
+        .temperature = a->temperature,
+        .top_k = (int)a->top_k,
+        .seed = a->seed >= 0 ? (uint64_t)a->seed : job->trainer.seed,
+        .threads = job->trainer.threads > 0 ? job->trainer.threads : 1,
+    };
+    char *text = NULL;
+    int rc = a->prompt_ids && a->prompt[0]
+                 ? gpt_err_set(&err, -EINVAL, "prompt", "give --prompt or --prompt-ids, not both")
+                 : tokcache_sample(snapshot, job->data.vocab, NULL, a->prompt_ids, &so, &text,
+                                   &err);
+    if (rc < 0) {
+        fprintf(stderr, "gptd run: sampling failed: %s\n", err.msg);
+        return 1;
+    }
+    if (a->json)
+        print_json(json_pack("{s:s, s:s}", "type", "sample", "text", text));
+    else
+        fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n",
+                (long long)a->sample_tokens, a->temperature, text);
+    free(text);
+    return 0;
+}
+
+/* Everything after the options: the job, the sweep or the one run, then
+ * the sample. The exit status. */
+static int run_main(int argc, char **argv, struct run_args *a)
+{
+    if (!a->file) {
+        usage(stderr);
+        return 2;
+    }
+    if ((a->world > 0) != (a->rdzv != NULL) ||
+        (a->world > 0 && a->rank + (a->workers ? a->workers : 1) > a->world)) {
+        fprintf(stderr, "gptd run: --world and --rdzv go together, and --rank + --workers must "
+                        "not exceed --world\n");
+        return 2;
+    }
+    struct gpt_job job;
+    char snapdir[GPT_JOB_PATH_MAX];
+    int rc = run_load_job(a, &job);
+    if (rc < 0)
+        rc = run_settle(a, &job, snapdir, sizeof(snapdir));
+    if (rc >= 0)
+        return rc;
+    if (a->multirun)
+        return run_sweep(argc, argv, a->skip, a->overrides, a->n_over, snapdir);
+    unsigned char secret[STORE_SECRET_MAX];
+    size_t secret_len;
+    struct gpt_err err;
+    if (run_secret(a, secret, sizeof(secret), &secret_len) < 0)
+        return 1;
+    /* Only the process of global rank 0 writes (and resumes from) snapshots. */
+    if (a->rank == 0 && run_claim_snapdir(snapdir, a->resume || a->resume_from, &err) < 0) {
+        fprintf(stderr, "gptd run: %s\n", err.msg);
+        return 1;
+    }
+    struct gpt_train_result result;
+    rc = run_train(a, &job, snapdir, secret, secret_len, &result);
+    if (rc < 0)
+        return 1;
+    if (rc == GPT_TRAIN_STOPPED) {
+        fprintf(stderr, "gptd run: stopped at step %lld%s; continue with --resume\n",
+                (long long)result.step, run_signalled ? " on a signal" : "");
+        return 0;
+    }
+    if (a->sample_tokens > 0 && result.last_snapshot[0])
+        return run_sample(a, &job, result.last_snapshot);
+    return 0;
+}
+
 int gptd_run_main(int argc, char **argv)
 {
-    const char *file = NULL, *snapdir_arg = NULL, *resume_from = NULL, *prompt = "";
-    const char *rdzv = NULL, *secret_file = NULL, *prompt_ids = NULL;
-    int64_t world = 0, rank = 0, top_k = 0, sample_seed = -1;
-    double temperature = GPT_SAMPLE_TEMPERATURE_DEFAULT;
-    const char *overrides[RUN_MAX_OVERRIDES];
-    size_t n_over = 0;
-    int resume = 0, json = 0, multirun = 0, print_spec = 0;
-    bool *skip = calloc((size_t)argc + 1, sizeof(*skip)); /* argv a sweep run does not pass on */
-    if (!skip)
-        return 1;
-    int64_t workers = 0, stop_after = 0, sample_tokens = 0;
-    struct gpt_err err;
-
     /* A stop signal from the first moment on is a request to stop: before
      * the workers exist it is remembered (run_signalled) and passed on once
      * they start, so the run ends cleanly instead of dying by the signal. */
@@ -307,296 +713,13 @@ int gptd_run_main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--help-spec") == 0) {
-            char *help = gpt_jobspec_help(0);
-            if (!help)
-                return 1;
-            fputs(help, stdout);
-            free(help);
-            return 0;
-        } else if (strcmp(a, "--resume") == 0) {
-            resume = resume ? resume : 1;
-        } else if (strcmp(a, "--start-over") == 0) {
-            resume = GPT_RESUME_START_OVER;
-        } else if (strcmp(a, "--json") == 0) {
-            json = 1;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--multirun") == 0) {
-            multirun = 1;
-            skip[i] = true;
-        } else if (strcmp(a, "--print-spec") == 0) {
-            print_spec = 1;
-        } else if (strcmp(a, "--snapshot-dir") == 0 && next) {
-            skip[i] = skip[i + 1] = true;
-            snapdir_arg = argv[++i];
-        } else if (strcmp(a, "--resume-from") == 0 && next) {
-            resume_from = argv[++i];
-        } else if (strcmp(a, "--prompt") == 0 && next) {
-            prompt = argv[++i];
-        } else if (strcmp(a, "--prompt-ids") == 0 && next) {
-            prompt_ids = argv[++i];
-            int32_t ids[GPT_PROMPT_IDS_MAX];
-            size_t n;
-            if (gpt_prompt_ids_parse(prompt_ids, strlen(prompt_ids), ids, GPT_PROMPT_IDS_MAX, &n,
-                                     &err) < 0) {
-                fprintf(stderr, "gptd run: --prompt-ids: %s\n", err.msg);
-                return 2;
-            }
-        } else if (strcmp(a, "--temperature") == 0 && next) {
-            char *end;
-            temperature = strtod(argv[++i], &end);
-            if (*end || !(temperature > 0)) {
-                fprintf(stderr, "gptd run: --temperature needs a number > 0\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (parse_int_arg(a, next, 0, &top_k) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (parse_int_arg(a, next, 0, &sample_seed) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--workers") == 0) {
-            if (parse_int_arg(a, next, 1, &workers) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--rdzv") == 0 && next) {
-            rdzv = argv[++i];
-        } else if (strcmp(a, "--secret-file") == 0 && next) {
-            secret_file = argv[++i];
-        } else if (strcmp(a, "--world") == 0) {
-            if (parse_int_arg(a, next, 1, &world) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--rank") == 0) {
-            if (parse_int_arg(a, next, 0, &rank) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--stop-after") == 0) {
-            if (parse_int_arg(a, next, 1, &stop_after) < 0)
-                return 2;
-            i++;
-        } else if (strcmp(a, "--sample") == 0) {
-            if (parse_int_arg(a, next, 0, &sample_tokens) < 0)
-                return 2;
-            i++;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "gptd run: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        } else if (!file) {
-            file = a;
-        } else if (strchr(a, '=')) {
-            if (n_over == RUN_MAX_OVERRIDES) {
-                fprintf(stderr, "gptd run: more than %d overrides\n", RUN_MAX_OVERRIDES);
-                return 2;
-            }
-            overrides[n_over++] = a;
-            skip[i] = true;
-        } else {
-            fprintf(stderr, "gptd run: expected an override a.b=value, got '%s'\n", a);
-            return 2;
-        }
-    }
-    if (!file) {
-        usage(stderr);
-        return 2;
-    }
-    if ((world > 0) != (rdzv != NULL) || (world > 0 && rank + (workers ? workers : 1) > world)) {
-        fprintf(stderr, "gptd run: --world and --rdzv go together, and --rank + --workers must "
-                        "not exceed --world\n");
-        return 2;
-    }
-
-    struct gpt_job job;
-    struct gpt_sweep first = {0};
-    int rc = 0;
-    if (multirun && (rc = gpt_sweep_expand(overrides, n_over, &first, &err)) < 0) {
-        fprintf(stderr, "gptd run: -m: %s: %s\n", err.path, err.msg);
-        free(skip);
-        return 2;
-    }
-    /* A sweep's folder and checks come from its first combination. */
-    rc = multirun
-             ? gpt_jobspec_load(file, (const char *const *)first.assign, first.n_keys, &job, &err)
-             : gpt_jobspec_load(file, overrides, n_over, &job, &err);
-    gpt_sweep_free(&first);
-    if (rc == 0 && !print_spec)
-        rc = gpt_jobspec_check_paths(&job, &err);
-    if (rc < 0) {
-        /* The message names the file (and line) or the command line. */
-        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
-        free(skip);
+    struct run_args a = {.prompt = "", .seed = -1, .temperature = GPT_SAMPLE_TEMPERATURE_DEFAULT};
+    a.skip = calloc((size_t)argc + 1, sizeof(*a.skip));
+    if (!a.skip)
         return 1;
-    }
-    if (print_spec && !multirun) {
-        char *text = gpt_jobspec_to_json(&job);
-        json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-        char *pretty = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-        if (pretty)
-            printf("%s\n", pretty);
-        free(pretty);
-        json_decref(o);
-        free(text);
-        free(skip);
-        return pretty ? 0 : 1;
-    }
-
-    /* snapshot.on_invalid: restart is the job's standing --start-over. */
-    if (resume == 1 && job.snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART)
-        resume = GPT_RESUME_START_OVER;
-    /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
-    if (workers == 0)
-        workers = workers_default_count(&job, 1);
-    if (job.trainer.global_batch < (world > 0 ? world : workers)) {
-        fprintf(stderr,
-                "gptd run: trainer.global_batch: %d is smaller than the world size (%lld): every "
-                "worker needs at least one sequence per step\n",
-                job.trainer.global_batch, (long long)(world > 0 ? world : workers));
-        free(skip);
-        return 1;
-    }
-    char snapdir[GPT_JOB_PATH_MAX];
-    if (snapdir_arg)
-        snprintf(snapdir, sizeof(snapdir), "%s", snapdir_arg);
-    else if (job.snapshot.dir[0])
-        snprintf(snapdir, sizeof(snapdir), "%s", job.snapshot.dir);
-    else
-        default_snapdir(&job, file, snapdir, sizeof(snapdir));
-    if (multirun) {
-        rc = run_sweep(argc, argv, skip, overrides, n_over, snapdir);
-        free(skip);
-        return rc;
-    }
-    free(skip);
-
-    /* The store always has a secret: without --secret-file, this user's own
-     * (made once, 0600), which every rank of the user on this host finds.
-     * Loaded before anything is claimed, so a bad secret changes nothing. */
-    unsigned char secret[STORE_SECRET_MAX];
-    char user_secret[4096];
-    size_t secret_len = 0;
-    if (rdzv) {
-        if (!secret_file && ((rc = secret_user_path(user_secret, sizeof(user_secret), &err)) < 0 ||
-                             (rc = secret_file_ensure(user_secret, &err)) < 0)) {
-            fprintf(stderr, "gptd run: %s\n", err.msg);
-            return 1;
-        }
-        if (!secret_file)
-            secret_file = user_secret;
-        if ((rc = store_secret_load(secret_file, secret, sizeof(secret), &secret_len, &err)) < 0) {
-            fprintf(stderr, "gptd run: %s\n", err.msg);
-            return 1;
-        }
-    }
-
-    /* Only the process of global rank 0 writes (and resumes from) snapshots. */
-    if (rank == 0 && (rc = run_claim_snapdir(snapdir, resume || resume_from, &err)) < 0) {
-        fprintf(stderr, "gptd run: %s\n", err.msg);
-        return 1;
-    }
-
-    struct run_ctx ctx = {
-        .json = json,
-        .tty = !json && isatty(STDOUT_FILENO),
-        .stop_after = stop_after,
-    };
-    pthread_mutex_init(&ctx.out_mu, NULL);
-
-    struct static_rdzv *rdzv_h = NULL;
-    if (rdzv) {
-        rc = static_rdzv_open(rdzv, rank == 0, secret, secret_len, 300000, &rdzv_h, &err);
-        if (rc < 0) {
-            fprintf(stderr, "gptd run: rendezvous at %s: %s\n", rdzv, err.msg);
-            return 1;
-        }
-    }
-
-    struct workers_opts wo = {
-        .job = &job,
-        .n_workers = (int)workers,
-        .snapshot_dir = snapdir,
-        .resume = resume,
-        .resume_path = resume_from,
-        .ctx = &ctx,
-        .on_metric = run_metric,
-        .on_event = run_event,
-        .world = (int)world,
-        .rank_base = (int)rank,
-        .kv = rdzv_h ? static_rdzv_kv(rdzv_h) : NULL,
-        .kv_prefix = "run/",
-    };
-    /* Signals are blocked while the workers start so that only the main
-     * thread handles them. */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    struct workers *ws = NULL;
-    rc = workers_start(&wo, &ws, &err);
-    if (rc == 0) {
-        atomic_store(&ctx.ws, ws);
-        run_signal_target = ws; /* signals are blocked here: none is lost */
-        if (atomic_load(&ctx.stop_wanted) || run_signalled)
-            workers_request_stop(ws, GPT_STOP_SNAPSHOT);
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "gptd run: %s\n", err.msg);
-        static_rdzv_close(rdzv_h);
-        return 1;
-    }
-
-    struct gpt_train_result result;
-    memset(&result, 0, sizeof(result));
-    rc = workers_join(ws, &result, &err);
-    run_signal_target = NULL;
-    workers_free(ws);
-    static_rdzv_close(rdzv_h);
-    if (ctx.tty)
-        fputc('\n', stdout);
-    if (rc < 0) {
-        fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
-        return 1;
-    }
-    if (rc == GPT_TRAIN_STOPPED) {
-        fprintf(stderr, "gptd run: stopped at step %lld%s; continue with --resume\n",
-                (long long)result.step, run_signalled ? " on a signal" : "");
-        return 0;
-    }
-    if (sample_tokens > 0 && result.last_snapshot[0]) {
-        struct gpt_sample_opts so = {
-            .prompt = prompt,
-            .tokens = (int)sample_tokens,
-            .temperature = temperature,
-            .top_k = (int)top_k,
-            .seed = sample_seed >= 0 ? (uint64_t)sample_seed : job.trainer.seed,
-            .threads = job.trainer.threads > 0 ? job.trainer.threads : 1,
-        };
-        char *text = NULL;
-        rc = prompt_ids && prompt[0]
-                 ? gpt_err_set(&err, -EINVAL, "prompt", "give --prompt or --prompt-ids, not both")
-                 : tokcache_sample(result.last_snapshot, job.data.vocab, NULL, prompt_ids, &so,
-                                   &text, &err);
-        if (rc < 0) {
-            fprintf(stderr, "gptd run: sampling failed: %s\n", err.msg);
-            return 1;
-        }
-        if (json) {
-            json_t *o = json_pack("{s:s, s:s}", "type", "sample", "text", text);
-            print_json(o);
-        } else {
-            fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n",
-                    (long long)sample_tokens, temperature, text);
-        }
-        free(text);
-    }
-    return 0;
+    int rc = run_parse_args(argc, argv, &a);
+    if (rc < 0)
+        rc = run_main(argc, argv, &a);
+    free(a.skip);
+    return rc;
 }
