@@ -334,13 +334,6 @@ static int llmc_check_cancel(const atomic_int *cancel, const char *path, struct 
     return 0;
 }
 
-int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err)
-{
-    const struct gpt_llmc_write_opts o = {.cancel = cancel};
-    return gpt_llmc_write_opts(path, cfg, params, vocab_dir, &o, err);
-}
-
 int gpt_llmc_write_opts(const char *path, const struct gpt_model_config *cfg, const float *params,
                         const char *vocab_dir, const struct gpt_llmc_write_opts *opts,
                         struct gpt_err *err)

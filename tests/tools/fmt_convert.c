@@ -97,7 +97,7 @@ static int export(int argc, char **argv)
         return p ? fail("snapshot", &err) : 1;
     int rc;
     if (strcmp(fmt, "llmc") == 0) {
-        rc = gpt_llmc_write(out, &meta.cfg, p, vocab, NULL, &err);
+        rc = gpt_llmc_write_opts(out, &meta.cfg, p, vocab, NULL, &err);
     } else {
         struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32, .name = "fmt_convert"};
         rc = gpt_gguf_dtype_parse(dtype, &o.dtype, &err);

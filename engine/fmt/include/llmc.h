@@ -79,23 +79,19 @@ int gpt_llmc_probe(const char *path, struct gpt_model_config *ret_cfg, struct gp
 int gpt_llmc_load(const char *path, const struct gpt_model *layout, float *params,
                   struct gpt_err *err);
 
-/* Writes params (gptd's layout for cfg, host memory, borrowed) as an llm.c
- * version 3 (float32) checkpoint at path, atomically (a temporary file
- * renamed into place). Vp in the file is gptd's padded vocabulary, with
- * gptd's padding rows. vocab_dir is unused (llm.c keeps no tokenizer in
- * its checkpoint) and may be NULL. cancel (may be NULL) is checked between
- * tensors (-ECANCELED, nothing left behind). */
-int gpt_llmc_write(const char *path, const struct gpt_model_config *cfg, const float *params,
-                   const char *vocab_dir, const atomic_int *cancel, struct gpt_err *err);
-
 struct gpt_llmc_write_opts {
     mode_t mode;              /* the file's permission bits; 0: 0644 */
     const char *tmp_prefix;   /* the temporary file's name (gpt_fmt_out_open); NULL: default */
     const atomic_int *cancel; /* NULL: none; checked between tensors (-ECANCELED) */
 };
 
-/* gpt_llmc_write with the file's mode and temporary name (and cancel);
- * opts NULL: the defaults. */
+/* Writes params (gptd's layout for cfg, host memory, borrowed) as an llm.c
+ * version 3 (float32) checkpoint at path, atomically (a temporary file
+ * renamed into place). Vp in the file is gptd's padded vocabulary, with
+ * gptd's padding rows. vocab_dir is unused (llm.c keeps no tokenizer in
+ * its checkpoint) and may be NULL. opts gives the file's mode, temporary
+ * name and a cancel flag checked between tensors (-ECANCELED, nothing
+ * left behind); NULL: the defaults. */
 int gpt_llmc_write_opts(const char *path, const struct gpt_model_config *cfg, const float *params,
                         const char *vocab_dir, const struct gpt_llmc_write_opts *opts,
                         struct gpt_err *err);
