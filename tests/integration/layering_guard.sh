@@ -2,8 +2,9 @@
 # Fails when a layer includes a header of a layer above it or beside it
 # (docs/architecture.md, "Layers and arrows"): err/ and the engine's plain config types
 # (engine/config, library gptconfig) are the lowest layer and include nothing
-# of ours; proto/ (pure encode/decode) may use err/ and engine/config only;
-# engine/ may use err/ and its own headers, never proto/; daemon/ composes
+# of ours; base/ (the atomic file, the clock, HOST:PORT) includes err/
+# only; proto/ (pure encode/decode) may use err/ and engine/config only;
+# engine/ may use err/, base/ and its own headers, never proto/; daemon/ composes
 # everything, and ctl/ is a thin client over proto/ only. Nothing below
 # daemon/ sees libuv or SQLite; ctl/ sees neither the engine nor the daemon.
 # Inside daemon/, each subsystem folder includes only the folders its
@@ -103,8 +104,8 @@ done < <(cd "$top" && grep -rnE '#[[:space:]]*include[[:space:]]*"[^"]+"' daemon
          --include='*.c' --include='*.h' 2>/dev/null)
 
 proto_h=$(headers_of proto)
-check "err/ (gpt_err, below every layer) must not include proto/, engine/ or daemon/ headers" \
-      "${base}|engine/[^\"]*|${proto_h}|${engine_h}|${daemon_h}" err
+check "err/ and base/ (below every layer) must not include proto/, engine/ or daemon/ headers" \
+      "${base}|engine/[^\"]*|${proto_h}|${engine_h}|${daemon_h}" err base
 check "engine/config (gptconfig, below every layer) must include no header of ours" \
       '[^"]*' engine/config
 check "proto/ must not include libuv, SQLite, engine/ (but engine/config) or daemon/ headers" \
@@ -172,8 +173,9 @@ if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
         echo "$out"
         status=1
     fi
+    mkdir -p "$tmp/base"
     printf '#include "model.h"\n' | tee "$tmp/err/planted.c" "$tmp/proto/planted.c" \
-        > "$tmp/ctl/planted.c"
+        "$tmp/base/planted.c" > "$tmp/ctl/planted.c"
     printf '#include "jobspec.h"\n' > "$tmp/engine/planted.c"
     printf '#include "jobs.h"\n' > "$tmp/engine/planted_daemon.c"
     printf '#include "gpt_err.h"\n' > "$tmp/engine/config/planted.c"
@@ -187,7 +189,7 @@ if [[ -z "${LAYERING_GUARD_SELFTEST:-}" ]]; then
         echo "layering guard passed a tree with planted violations"
         status=1
     }
-    for want in err/planted.c proto/planted.c ctl/planted.c engine/planted.c \
+    for want in err/planted.c base/planted.c proto/planted.c ctl/planted.c engine/planted.c \
                 engine/planted_daemon.c engine/config/planted.c "gptengine must not link" \
                 "daemon/store may not include daemon/jobs's jobs.h: daemon/store/planted.c" \
                 "daemon folder 'extra' is not in layering_guard's list" \
