@@ -4,10 +4,20 @@
  *
  *   bench_gpu_train [batch=16] [steps=10] [device=0] [modes=bf16,tf32]
  *   bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]
+ *                   [--world N[,N...]] [--link nvlink|ib400|eth100]
+ *                   [--grad-reduce bf16|fp32]
  *   bench_gpu_train --probe       (CUDA's view of this host, one line)
  *
  * --plan needs no GPU (any build): the cost model of one training step,
  * recorded by gpu_plan_rec.c (whose header says how) and priced here.
+ * With --world, the data-parallel step of each world too (one JSON line
+ * each, "bench":"gpu_train_ddp_plan"): the gradient buckets the model
+ * reports during the recorded backward (its grads_ready spans), each
+ * all-reduced over the link (cuda_plan.h's DDP model, default nvlink, in
+ * bf16 by default as distributed.grad_reduce) back to back as soon as it
+ * is ready; what is still running when the optimizer must start is
+ * exposed. predicted_scaling_efficiency is the one-GPU step over the
+ * world's (the per-GPU batch fixed).
  *
  * Runs the steps once per mode, after two warm-up steps each: bf16 (bf16
  * products and attention inputs, fp32 master weights; the trainer's
@@ -118,7 +128,83 @@ static int bench_step(struct gpt_model *m, const struct gpt_optim_spec *opt, con
     return gpt_backend_sync(m->be);
 }
 
-static int plan_main(size_t B, size_t T, const char *mode)
+/* The model's gradient spans of the recorded step, with the number of
+ * kernels recorded when each was reported (it is ready after them). */
+#define PLAN_SPANS_MAX (2 * GPT_MAX_TENSORS)
+struct plan_spans {
+    struct gpt_backend *be;
+    size_t n;
+    size_t count[PLAN_SPANS_MAX], at[PLAN_SPANS_MAX];
+};
+
+static void plan_grads_ready(void *ctx, size_t off, size_t count)
+{
+    struct plan_spans *p = ctx;
+    (void)off;
+    size_t nk = 0;
+    (void)gpu_plan_rec_kernels(p->be, &nk);
+    if (p->n < PLAN_SPANS_MAX) {
+        p->count[p->n] = count;
+        p->at[p->n++] = nk;
+    }
+}
+
+struct plan_ddp {
+    const int *worlds;
+    size_t n_worlds;
+    const struct gpt_link_spec *link;
+    int wire_bytes; /* per gradient element: 2 (bf16) or 4 (fp32) */
+};
+
+/* One JSON line per world: the step with its buckets' all-reduces. */
+static void plan_ddp_print(const struct plan_ddp *dd, const struct plan_spans *sp,
+                           const struct gpt_cuda_kernel *ks, size_t nk, double total, size_t B,
+                           size_t T, const char *mode)
+{
+    /* Kernel i starts at before[i]; the trainer waits for the buckets
+     * before the gradient norm, the first optimizer-class kernel after the
+     * backward. */
+    double *before = calloc(nk + 1, sizeof(double));
+    struct gpt_ddp_bucket *b = calloc(sp->n ? sp->n : 1, sizeof(*b));
+    if (!before || !b) {
+        free(before);
+        free(b);
+        return;
+    }
+    for (size_t i = 0; i < nk; i++)
+        before[i + 1] = before[i] + gpt_cuda_kernel_seconds(&ks[i]);
+    size_t last_at = sp->n ? sp->at[sp->n - 1] : 0, w = last_at;
+    while (w < nk && ks[w].cls != GPT_KC_OPTIM)
+        w++;
+    double t_wait = before[w], bytes = 0;
+    for (size_t i = 0; i < sp->n; i++) {
+        b[i].ready_s = before[sp->at[i]];
+        b[i].bytes = (double)sp->count[i] * dd->wire_bytes;
+        bytes += b[i].bytes;
+    }
+    for (size_t k = 0; k < dd->n_worlds; k++) {
+        int world = dd->worlds[k];
+        double end = gpt_ddp_comm_end_s(b, sp->n, dd->link, world), comm = 0;
+        for (size_t i = 0; i < sp->n; i++)
+            comm += gpt_ddp_allreduce_seconds(dd->link, world, b[i].bytes);
+        double exposed = end > t_wait ? end - t_wait : 0, step = total + exposed;
+        double last = sp->n ? gpt_ddp_allreduce_seconds(dd->link, world, b[sp->n - 1].bytes) : 0;
+        printf("{\"bench\":\"gpu_train_ddp_plan\",\"model\":\"gpt2-124M\",\"mode\":\"%s\","
+               "\"B\":%zu,\"T\":%zu,\"world\":%d,\"link\":\"%s\",\"grad_reduce\":\"%s\","
+               "\"buckets\":%zu,\"allreduce_mb_per_step\":%.1f,\"last_bucket_mb\":%.1f,"
+               "\"compute_ms\":%.3f,\"backward_end_ms\":%.3f,\"comm_ms\":%.3f,"
+               "\"last_bucket_ms\":%.3f,\"exposed_ms\":%.3f,\"predicted_ms_per_step\":%.3f,"
+               "\"predicted_tokens_per_s\":%.0f,\"predicted_scaling_efficiency\":%.4f}\n",
+               mode, B, T, world, dd->link->name, dd->wire_bytes == 2 ? "bf16" : "fp32", sp->n,
+               bytes / 1e6, sp->n ? b[sp->n - 1].bytes / 1e6 : 0.0, total * 1e3, t_wait * 1e3,
+               comm * 1e3, last * 1e3, exposed * 1e3, step * 1e3, (double)(B * T) * world / step,
+               total / step);
+    }
+    free(before);
+    free(b);
+}
+
+static int plan_main(size_t B, size_t T, const char *mode, const struct plan_ddp *dd)
 {
     struct gpt_backend *be = gpu_plan_rec_new();
     if (!be)
@@ -148,8 +234,13 @@ static int plan_main(size_t B, size_t T, const char *mode)
         y[i] = (int)((i * 104729u + 1u) % 50257u);
     }
     float loss = 0;
+    static struct plan_spans spans;
+    spans.be = be;
+    m.grads_ready = plan_grads_ready;
+    m.grads_ready_ctx = &spans;
     for (int s = 0; s < 3 && rc == 0 && x && y; s++) {
         gpu_plan_rec_clear(be); /* keep only the last (steady-state) step */
+        spans.n = 0;
         rc = bench_step(&m, &opt, x, y, B, T, s + 1, &loss);
     }
     free(x);
@@ -391,6 +482,13 @@ static int plan_main(size_t B, size_t T, const char *mode)
         first = 0;
     }
     printf("},\"plan_ok\":%s}\n", broken ? "false" : "true");
+    if (dd->n_worlds > 0) {
+        if (spans.n == 0) {
+            fprintf(stderr, "plan broken: the backward reported no gradient spans\n");
+            broken = 1;
+        }
+        plan_ddp_print(dd, &spans, ks, nk, total, B, T, mode);
+    }
     free(rows);
     gpt_backend_free(be);
     return broken ? 1 : 0;
@@ -399,14 +497,52 @@ static int plan_main(size_t B, size_t T, const char *mode)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--plan") == 0) {
-        long B = argc > 2 ? atol(argv[2]) : 16, T = argc > 3 ? atol(argv[3]) : 1024;
-        const char *mode = argc > 4 ? argv[4] : "bf16";
-        if (B < 1 || B > 4096 || T < 2 || T > 65536 ||
+        long B = 16, T = 1024;
+        const char *mode = "bf16";
+        static int worlds[64];
+        struct plan_ddp dd = {worlds, 0, gpt_link_get(GPT_LINK_NVLINK), 2};
+        int bad = 0, pos = 0;
+        for (int i = 2; i < argc && !bad; i++) {
+            const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+            if (strcmp(a, "--world") == 0 && v) {
+                const char *p = v;
+                while (*p && !bad) {
+                    char *end;
+                    long w = strtol(p, &end, 10);
+                    bad = end == p || w < 1 || w > 65536 || (*end && *end != ',') ||
+                          dd.n_worlds == sizeof(worlds) / sizeof(worlds[0]);
+                    if (!bad)
+                        worlds[dd.n_worlds++] = (int)w;
+                    p = *end ? end + 1 : end;
+                }
+                i++;
+            } else if (strcmp(a, "--link") == 0 && v) {
+                bad = !(dd.link = gpt_link_find(v));
+                i++;
+            } else if (strcmp(a, "--grad-reduce") == 0 && v) {
+                bad = strcmp(v, "bf16") && strcmp(v, "fp32");
+                dd.wire_bytes = strcmp(v, "fp32") == 0 ? 4 : 2;
+                i++;
+            } else if (a[0] != '-' && pos < 3) {
+                if (pos == 0)
+                    B = atol(a);
+                else if (pos == 1)
+                    T = atol(a);
+                else
+                    mode = a;
+                pos++;
+            } else {
+                bad = 1;
+            }
+        }
+        if (bad || B < 1 || B > 4096 || T < 2 || T > 65536 ||
             (strcmp(mode, "bf16") && strcmp(mode, "tf32") && strcmp(mode, "fp32"))) {
-            fprintf(stderr, "usage: bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]\n");
+            fprintf(stderr, "usage: bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32] "
+                            "[--world N[,N...]] [--link nvlink|ib400|eth100] "
+                            "[--grad-reduce bf16|fp32]\n");
             return 2;
         }
-        return plan_main((size_t)B, (size_t)T, mode);
+        return plan_main((size_t)B, (size_t)T, mode, &dd);
     }
     if (argc > 1 && strcmp(argv[1], "--probe") == 0)
         return probe_main();
@@ -627,8 +763,8 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            "\"loss\":%.4f,\"loss_step2\":%.9g,\"host_syncs_per_step\":%llu}\n",
            row->mode, row->attn, flash_bwd_name(B, T), flash_fwd_name(), B, T, steps, row->ms,
            row->tokens_s, row->tflops, json_num(mfu_s, sizeof(mfu_s), 4, row->mfu),
-           json_num(peak_s, sizeof(peak_s), 1, peak_flops / 1e12), gpu, row->peak_gib,
-           (double)loss, (double)loss2, (unsigned long long)max_syncs);
+           json_num(peak_s, sizeof(peak_s), 1, peak_flops / 1e12), gpu, row->peak_gib, (double)loss,
+           (double)loss2, (unsigned long long)max_syncs);
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",

@@ -494,4 +494,44 @@ double gpt_cuda_kernel_seconds(const struct gpt_cuda_kernel *k);
  * own_is_query as in gpt_cuda_plan_flash_span. */
 double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query);
 
+/* ---- DDP all-reduce model (bench_gpu_train --plan --world N --link L) ---- */
+
+/* The links a data-parallel world's gradient all-reduce can run over, per
+ * GPU and direction: NVLink 4 (900 GB/s both ways, an H100's), one 400
+ * Gb/s InfiniBand NIC per GPU (a DGX H100's), 100 GbE per GPU. The table
+ * in cuda_plan.c is the only place these numbers live. */
+enum gpt_link { GPT_LINK_NVLINK, GPT_LINK_IB400, GPT_LINK_ETH100, GPT_LINK_COUNT };
+
+struct gpt_link_spec {
+    const char *name;   /* "nvlink", "ib400", "eth100" */
+    double bytes_per_s; /* one direction, wire rate */
+    double hop_s;       /* one ring step's latency */
+};
+
+/* Fraction of the wire rate NCCL's ring reaches on large messages (its
+ * busbw over the link rate). */
+#define GPT_LINK_EFFICIENCY 0.8
+
+/* The spec of `l`, or of the link named `name` (NULL when unknown). */
+const struct gpt_link_spec *gpt_link_get(enum gpt_link l);
+const struct gpt_link_spec *gpt_link_find(const char *name);
+
+/* Seconds of one ring all-reduce of `bytes` per rank among `world` ranks:
+ * 2 (world - 1) steps, each a hop's latency, moving 2 (world - 1) / world
+ * of the bytes over the link at GPT_LINK_EFFICIENCY of its rate. 0 for a
+ * world of one. Pure. */
+double gpt_ddp_allreduce_seconds(const struct gpt_link_spec *l, int world, double bytes);
+
+/* One gradient bucket of a step: when the backward has produced it (from
+ * the start of the step) and its bytes on the wire. */
+struct gpt_ddp_bucket {
+    double ready_s;
+    double bytes;
+};
+
+/* When the last of the buckets' all-reduces ends: run back to back in
+ * order on one stream, none before it is ready. Pure. */
+double gpt_ddp_comm_end_s(const struct gpt_ddp_bucket *b, size_t n, const struct gpt_link_spec *l,
+                          int world);
+
 #endif

@@ -7,6 +7,7 @@
 #include "cuda_plan.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "backend.h"
 #include "comm.h"
@@ -469,4 +470,47 @@ double gpt_cuda_plan_flash_pairs(size_t T, int own_is_query)
         pairs += (double)(end - first) * GPT_CUDA_FLASH_BC * GPT_CUDA_FLASH_BR;
     }
     return pairs;
+}
+
+/* ---- DDP all-reduce model ---- */
+
+/* Wire rates per GPU and direction, and one ring step's latency (NCCL's
+ * simple protocol: a few microseconds inside a node, more through a NIC
+ * and a switch, most over TCP). */
+static const struct gpt_link_spec gpt_links[GPT_LINK_COUNT] = {
+    [GPT_LINK_NVLINK] = {"nvlink", 450e9, 3e-6},   /* NVLink 4: 900 GB/s both ways */
+    [GPT_LINK_IB400] = {"ib400", 50e9, 6e-6},      /* 400 Gb/s InfiniBand */
+    [GPT_LINK_ETH100] = {"eth100", 12.5e9, 25e-6}, /* 100 GbE */
+};
+
+const struct gpt_link_spec *gpt_link_get(enum gpt_link l)
+{
+    return l < GPT_LINK_COUNT ? &gpt_links[l] : NULL;
+}
+
+const struct gpt_link_spec *gpt_link_find(const char *name)
+{
+    for (int i = 0; i < GPT_LINK_COUNT; i++)
+        if (name && strcmp(gpt_links[i].name, name) == 0)
+            return &gpt_links[i];
+    return NULL;
+}
+
+double gpt_ddp_allreduce_seconds(const struct gpt_link_spec *l, int world, double bytes)
+{
+    if (world <= 1)
+        return 0;
+    double steps = 2.0 * (world - 1);
+    return steps * l->hop_s + steps / world * bytes / (l->bytes_per_s * GPT_LINK_EFFICIENCY);
+}
+
+double gpt_ddp_comm_end_s(const struct gpt_ddp_bucket *b, size_t n, const struct gpt_link_spec *l,
+                          int world)
+{
+    double t = 0;
+    for (size_t i = 0; i < n; i++) {
+        double start = b[i].ready_s > t ? b[i].ready_s : t;
+        t = start + gpt_ddp_allreduce_seconds(l, world, b[i].bytes);
+    }
+    return t;
 }

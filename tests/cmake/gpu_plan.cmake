@@ -38,3 +38,10 @@ set_tests_properties(gpu_plan_124m_fused PROPERTIES LABELS unit TIMEOUT 60
                      ENVIRONMENT GPTD_FLASH_BWD=fused
                      FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv|flash_tc_dsq"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd.*\"plan_ok\":true")
+# The DDP model (--world, --link): 124M's buckets reduced in bf16 (249 MB a
+# step, half the fp32 bytes) at worlds 8, 16 and 64 over NVLink, one line
+# each; the goal of 95% scaling efficiency at world 8 and B=16 holds.
+add_test(NAME gpu_plan_124m_ddp COMMAND bench_gpu_train --plan 16 1024 bf16 --world 8,16,64
+                                        --link nvlink)
+set_tests_properties(gpu_plan_124m_ddp PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "\"plan_ok\":true.*\"world\":8,\"link\":\"nvlink\",\"grad_reduce\":\"bf16\",\"buckets\":[0-9]+,\"allreduce_mb_per_step\":249\\.0,.*\"predicted_scaling_efficiency\":(0\\.9[5-9]|1\\.0)[0-9]*}.*\"world\":16,.*\"world\":64,.*predicted_scaling_efficiency")

@@ -1053,6 +1053,38 @@ static void test_flash_pairs(void **state)
     assert_true(gpt_cuda_plan_flash_pairs(1024, 1) == want);
 }
 
+/* The DDP all-reduce model: the ring's time (latency per step plus
+ * 2 (w - 1) / w of the bytes at the link's achievable rate), nothing for a
+ * world of one, the link table by name, and buckets reduced back to back,
+ * none before it is ready. */
+static void test_ddp_model(void **state)
+{
+    (void)state;
+    const struct gpt_link_spec *nv = gpt_link_find("nvlink"), *ib = gpt_link_find("ib400");
+    const struct gpt_link_spec *eth = gpt_link_find("eth100");
+    assert_non_null(nv);
+    assert_non_null(ib);
+    assert_non_null(eth);
+    assert_null(gpt_link_find("pcie"));
+    assert_ptr_equal(gpt_link_get(GPT_LINK_IB400), ib);
+    assert_true(nv->bytes_per_s > ib->bytes_per_s && ib->bytes_per_s > eth->bytes_per_s);
+    assert_true(gpt_ddp_allreduce_seconds(nv, 1, 1e9) == 0);
+    double want = 14 * nv->hop_s + 14.0 / 8 * 1e9 / (nv->bytes_per_s * GPT_LINK_EFFICIENCY);
+    assert_true(fabs(gpt_ddp_allreduce_seconds(nv, 8, 1e9) - want) < 1e-12);
+    /* bf16 halves the bandwidth term, not the latency. */
+    double f32 = gpt_ddp_allreduce_seconds(ib, 16, 4e8),
+           b16 = gpt_ddp_allreduce_seconds(ib, 16, 2e8);
+    assert_true(fabs((f32 - 30 * ib->hop_s) - 2 * (b16 - 30 * ib->hop_s)) < 1e-12);
+    /* Latency only: three buckets of no bytes, 2 (w-1) hops each. */
+    struct gpt_ddp_bucket b[3] = {{0.001, 0}, {0.002, 0}, {0.010, 0}};
+    assert_true(fabs(gpt_ddp_comm_end_s(b, 3, eth, 2) - (0.010 + 2 * eth->hop_s)) < 1e-12);
+    /* A bucket longer than the gap to the next delays it. */
+    double one = gpt_ddp_allreduce_seconds(eth, 4, 1e8);
+    struct gpt_ddp_bucket c[2] = {{0, 1e8}, {one / 2, 1e8}};
+    assert_true(fabs(gpt_ddp_comm_end_s(c, 2, eth, 4) - 2 * one) < 1e-12);
+    assert_true(gpt_ddp_comm_end_s(c, 0, eth, 4) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1078,6 +1110,7 @@ int main(void)
         cmocka_unit_test(test_shd_state_model),
         cmocka_unit_test(test_shd_state_learns),
         cmocka_unit_test(test_shd_held),
+        cmocka_unit_test(test_ddp_model),
         cmocka_unit_test(test_roofline),
         cmocka_unit_test(test_flash_pairs),
     };
