@@ -34,7 +34,8 @@
 # warm-up within 2%); resume from a snapshot in a new process, bitwise
 # against a straight run (tiny model); compute-sanitizer
 # memcheck and racecheck on a tiny model for 2 steps; NCCL world-1
-# collectives and the abort/timeout test (test_gpu_nccl).
+# collectives and the abort/timeout test (test_gpu_nccl); NCCL at world 2
+# on the one GPU (two gptd, tests/gpu/world2.sh, at most 3 minutes).
 #
 # Exit status: 0 every phase passed; 1 a phase failed; 77 this host has no
 # GPU at all (no nvidia-smi GPU and no /dev/nvidia*); 2 bad usage or no
@@ -386,6 +387,34 @@ if [ "$RC" = 0 ]; then
 else
     row nccl FAIL "$SECS" "test_gpu_nccl rc $RC ($OUT/nccl.log)"
 fi
+
+# ---- NCCL at world 2 on the one GPU (issue 34; tests/gpu/world2.sh) ----------
+# Two gptd, one worker each, distinct NCCL_HOSTID: world-2 training against
+# world 1 (sharding none/optimizer/full, grad_reduce bf16 and fp32) and a
+# rank SIGKILLed mid-step. At most 3 minutes. Its rows join the table;
+# OUT/world2_nccl.txt holds "pass" or the first failure in one line (the
+# run record's world2_nccl).
+acceptance_world2() {
+    W2_OUT=$OUT/world2
+    if [ ! -x "$BUILD/gptctl" ]; then
+        echo "gptctl missing from $BUILD" >"$OUT/world2_nccl.txt"
+        row world2 FAIL 0 "$BUILD/gptctl missing"
+        return
+    fi
+    w2_cap=$(budget 180)
+    run world2 "$w2_cap" "$OUT/world2_run.log" "$ROOT/tests/gpu/world2.sh" "$GPTD" \
+        "$BUILD/gptctl" "$W2_OUT" $((w2_cap > 20 ? w2_cap - 10 : w2_cap))
+    [ -r "$W2_OUT/world2_rows.txt" ] && cat "$W2_OUT/world2_rows.txt" >>"$TABLE"
+    w2=$(head -1 "$W2_OUT/world2_nccl.txt" 2>/dev/null)
+    [ -n "$w2" ] || w2="world2.sh rc $RC without a result ($OUT/world2_run.log)"
+    printf '%s\n' "$w2" >"$OUT/world2_nccl.txt"
+    if [ "$RC" = 0 ] && [ "$w2" = pass ]; then
+        row world2 PASS "$SECS" "two gptd at world 2 over NCCL on one GPU"
+    else
+        row world2 FAIL "$SECS" "$w2"
+    fi
+}
+acceptance_world2
 
 # ---- kernel profile (information, not a check) -------------------------------
 # Nsight Compute over the kernels still short of the cost model (one
