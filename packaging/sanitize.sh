@@ -9,7 +9,8 @@
 #       ASan, LeakSanitizer or UBSan report fails the run.
 # tsan: the suite built with -fsanitize=thread in build-tsan/, then the
 #       tests of the threaded parts: the store (test_store), the TCP ring
-#       (test_comm), the workers and their mailbox (daemon_*, run_*, ddp_*).
+#       (test_comm), the user work pool (test_userwork), the workers and
+#       their mailbox (daemon_*, run_*, ddp_*).
 #       packaging/tsan.supp holds the suppressions, with the reasons.
 #
 # Reports go to files under BUILD/sanitizer-reports (log_path), so that a
@@ -77,7 +78,7 @@ run_tsan() {
     rm -rf "$rep" && mkdir -p "$rep"
     TSAN_OPTIONS="log_path=$rep/tsan:suppressions=$PWD/packaging/tsan.supp:second_deadlock_stack=1:history_size=4" \
         "${pre[@]}" ctest --test-dir build-tsan --output-on-failure -j"$jobs" \
-        -R '^(test_store|test_comm|daemon_|run_|ddp_)' "$@" || rc=$?
+        -R '^(test_store|test_comm|test_userwork|daemon_|run_|ddp_)' "$@" || rc=$?
     check_reports "$rep" || rc=1
     return $rc
 }

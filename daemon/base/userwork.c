@@ -5,7 +5,8 @@
  * behind another. Threads take handed items from `ready` and put finished
  * ones on `finished` (both under `mu`); a uv_async wakes the loop, which
  * drains the whole list (wakeups coalesce), calls each done and hands out
- * what may run next. The memory each user's running work holds is under
+ * what may run next. An item's `next` links it into one list at a time:
+ * waiting (loop), ready, then finished (both under `mu`). The memory each user's running work holds is under
  * `mu` too (threads take it, the loop gives it back).
  */
 #include "userwork.h"
@@ -39,7 +40,7 @@ struct userwork {
     void (*closed_cb)(void *ctx);
     void *closed_ctx;
     bool closing;
-    /* the running items, for cancels (linked through a separate array) */
+    /* the running items, one slot per thread (for shares and cancels) */
     struct userwork_item **running;
     /* shared with the threads */
     pthread_mutex_t mu;
@@ -201,7 +202,6 @@ int userwork_new(uv_loop_t *loop, const struct config *cfg, struct userwork **re
             break;
     }
     if (uw->n_threads == 0) {
-        uw->n_threads = 0;
         userwork_stop(uw);
         userwork_close(uw, NULL, NULL);
         return gpt_err_set(err, -EAGAIN, NULL, "cannot start the user work threads");
