@@ -60,6 +60,7 @@ def run(cmd):
 
 def production_objects(build):
     libs, objs = [], []
+    prog_dirs = {p + ".dir" for p in PROD_PROGRAMS}
     for root, dirs, files in os.walk(build):
         rel = os.path.relpath(root, build)
         if rel == "tests" or rel.startswith("tests" + os.sep):
@@ -68,9 +69,10 @@ def production_objects(build):
         for f in files:
             if f.startswith("lib") and f.endswith(".a"):
                 libs.append(os.path.join(root, f))
-    for prog in PROD_PROGRAMS:
-        d = os.path.join(build, "CMakeFiles", prog + ".dir")
-        for root, _, files in os.walk(d):
+        # A program's objects, wherever its CMakeLists puts it
+        # (build/daemon/CMakeFiles/gptd.dir, build/CMakeFiles/gptctl.dir).
+        parts = rel.split(os.sep)
+        if any(a == "CMakeFiles" and b in prog_dirs for a, b in zip(parts, parts[1:])):
             objs += [os.path.join(root, f) for f in files if f.endswith(".o")]
     return sorted(libs), sorted(objs)
 
