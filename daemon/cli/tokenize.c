@@ -347,7 +347,17 @@ static int tz_plan(const struct tz_file *files, int nf, double val_fraction, str
     return 0;
 }
 
-int gptd_tokenize_main(int argc, char **argv)
+/* What `gptd tokenize`'s command line says. */
+struct tz_args {
+    const char *tokenizer, *vocab, *prefix;
+    double val_fraction;
+    uint64_t shard_tokens, threads;
+    char **paths; /* the input files */
+    int nf;
+};
+
+/* Parses argv with getopt_long. -1 to go on, else the exit status. */
+static int tz_parse_args(int argc, char **argv, struct tz_args *a)
 {
     static const struct option opts[] = {
         {"tokenizer", required_argument, NULL, 't'},
@@ -359,42 +369,38 @@ int gptd_tokenize_main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *tokenizer = NULL, *vocab = NULL, *prefix = NULL;
-    double val_fraction = TZ_VAL_FRACTION_DEF;
-    uint64_t shard_tokens = TZ_SHARD_TOKENS_DEF, threads = 0;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 't':
-            tokenizer = optarg;
+            a->tokenizer = optarg;
             break;
         case 'v':
-            vocab = optarg;
+            a->vocab = optarg;
             break;
         case 'o':
-            prefix = optarg;
+            a->prefix = optarg;
             break;
         case 'f':
             errno = 0;
-            val_fraction = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(val_fraction >= 0 && val_fraction < 1)) {
+            a->val_fraction = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(a->val_fraction >= 0 && a->val_fraction < 1)) {
                 fprintf(stderr, "gptd tokenize: --val-fraction must be in [0, 1), got '%s'\n",
                         optarg);
                 return 2;
             }
             break;
         case 's':
-            if (tz_parse_u64(optarg, 1, INT32_MAX, &shard_tokens) < 0) {
+            if (tz_parse_u64(optarg, 1, INT32_MAX, &a->shard_tokens) < 0) {
                 fprintf(stderr, "gptd tokenize: --shard-tokens must be in [1, %d], got '%s'\n",
                         INT32_MAX, optarg);
                 return 2;
             }
             break;
         case 'j':
-            if (tz_parse_u64(optarg, 1, TZ_THREADS_MAX, &threads) < 0) {
+            if (tz_parse_u64(optarg, 1, TZ_THREADS_MAX, &a->threads) < 0) {
                 fprintf(stderr, "gptd tokenize: --threads must be in [1, %d], got '%s'\n",
                         TZ_THREADS_MAX, optarg);
                 return 2;
@@ -408,66 +414,69 @@ int gptd_tokenize_main(int argc, char **argv)
             return 2;
         }
     }
-    int nf = argc - optind;
-    if (!tokenizer || !vocab || !prefix || nf < 1) {
+    a->paths = argv + optind;
+    a->nf = argc - optind;
+    return -1;
+}
+
+/* The checks between options (all required, a known tokenizer, the file
+ * count) and the default thread count. -1 to go on, else the exit status. */
+static int tz_check_args(struct tz_args *a)
+{
+    if (!a->tokenizer || !a->vocab || !a->prefix || a->nf < 1) {
         fprintf(stderr, "gptd tokenize: %s\n",
-                !tokenizer ? "--tokenizer is required"
-                : !vocab   ? "--vocab is required"
-                : !prefix  ? "-o PREFIX is required"
-                           : "no input FILE");
+                !a->tokenizer ? "--tokenizer is required"
+                : !a->vocab   ? "--vocab is required"
+                : !a->prefix  ? "-o PREFIX is required"
+                              : "no input FILE");
         usage(stderr);
         return 2;
     }
-    if (strcmp(tokenizer, "gpt2") != 0) {
-        fprintf(stderr, "gptd tokenize: unknown --tokenizer '%s' (known: gpt2)\n", tokenizer);
+    if (strcmp(a->tokenizer, "gpt2") != 0) {
+        fprintf(stderr, "gptd tokenize: unknown --tokenizer '%s' (known: gpt2)\n", a->tokenizer);
         return 2;
     }
-    if (nf > TZ_FILES_MAX) {
-        fprintf(stderr, "gptd tokenize: %d input files (at most %d)\n", nf, TZ_FILES_MAX);
+    if (a->nf > TZ_FILES_MAX) {
+        fprintf(stderr, "gptd tokenize: %d input files (at most %d)\n", a->nf, TZ_FILES_MAX);
         return 2;
     }
-    if (threads == 0)
-        threads = ncpu < 1 ? 1 : ncpu > TZ_THREADS_MAX ? TZ_THREADS_MAX : (uint64_t)ncpu;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (a->threads == 0)
+        a->threads = ncpu < 1 ? 1 : ncpu > TZ_THREADS_MAX ? TZ_THREADS_MAX : (uint64_t)ncpu;
+    return -1;
+}
 
-    struct gpt_err err = {0};
-    struct gpt_tok *tok = NULL;
-    struct tz_file *files = calloc((size_t)nf, sizeof(*files));
-    struct tz_chunk *chunks = NULL;
-    size_t n_chunks = 0;
-    struct tz_writer wv = {.prefix = prefix, .split = "val", .cap = shard_tokens, .f.fd = -1};
-    struct tz_writer wt = {.prefix = prefix, .split = "train", .cap = shard_tokens, .f.fd = -1};
-    pthread_t *tids = calloc(threads, sizeof(*tids));
-    int status = 1;
-    if (!files || !tids) {
-        fprintf(stderr, "gptd tokenize: out of memory\n");
-        goto out;
-    }
-    if (gpt_tok_load(vocab, &tok, &err) < 0) {
-        fprintf(stderr, "gptd tokenize: --vocab: %s\n", err.msg);
-        goto out;
-    }
-    if (gpt_tok_vocab_size(tok) > GPT_SHARD_VOCAB) {
-        fprintf(stderr,
-                "gptd tokenize: --vocab: %d tokens; llm.c shards hold ids below %d (uint16)\n",
-                gpt_tok_vocab_size(tok), GPT_SHARD_VOCAB);
-        goto out;
-    }
-    uint64_t total_bytes = 0;
-    for (int i = 0; i < nf; i++) {
-        struct tz_file *f = &files[i];
-        f->path = argv[optind + i];
+/* One tokenize: what it holds from start to end (freed by tz_run_done). */
+struct tz_run {
+    const struct tz_args *a;
+    struct gpt_tok *tok;
+    struct tz_file *files;
+    struct tz_chunk *chunks;
+    size_t n_chunks;
+    struct tz_writer wv, wt; /* the val and train shards */
+    pthread_t *tids;
+    uint64_t total_bytes;
+};
+
+/* Maps every input file read-only (regular files only). 0, or -1 after
+ * printing why. */
+static int tz_map_files(struct tz_run *r)
+{
+    for (int i = 0; i < r->a->nf; i++) {
+        struct tz_file *f = &r->files[i];
+        f->path = r->a->paths[i];
         int fd = open(f->path, O_RDONLY | O_CLOEXEC);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0) {
             fprintf(stderr, "gptd tokenize: %s: %s\n", f->path, strerror(errno));
             if (fd >= 0)
                 close(fd);
-            goto out;
+            return -1;
         }
         if (!S_ISREG(st.st_mode)) {
             fprintf(stderr, "gptd tokenize: %s: not a regular file\n", f->path);
             close(fd);
-            goto out;
+            return -1;
         }
         f->len = (size_t)st.st_size;
         if (f->len > 0) {
@@ -475,97 +484,168 @@ int gptd_tokenize_main(int argc, char **argv)
             if (m == MAP_FAILED) {
                 fprintf(stderr, "gptd tokenize: %s: %s\n", f->path, strerror(errno));
                 close(fd);
-                goto out;
+                return -1;
             }
             madvise(m, f->len, MADV_SEQUENTIAL);
             f->base = m;
         }
         close(fd);
-        total_bytes += f->len;
+        r->total_bytes += f->len;
     }
-    if (tz_plan(files, nf, val_fraction, &chunks, &n_chunks) < 0) {
-        fprintf(stderr, "gptd tokenize: out of memory\n");
-        goto out;
-    }
+    return 0;
+}
 
-    tz_tmp_names[0] = wv.f.tmp;
-    tz_tmp_names[1] = wt.f.tmp;
-    signal(SIGINT, tz_on_signal);
-    signal(SIGTERM, tz_on_signal);
-    int tty = isatty(STDERR_FILENO);
-    double t0 = monotime_s(), last_print = 0;
-    uint64_t bytes_done = 0;
-    size_t per_round = 4 * (size_t)threads;
-    for (size_t first = 0; first < n_chunks; first += per_round) {
-        struct tz_round r = {.tok = tok, .chunks = chunks + first};
-        r.n = n_chunks - first < per_round ? n_chunks - first : per_round;
-        atomic_init(&r.next, 0);
-        size_t nt = threads < r.n ? threads : r.n, started = 0;
-        for (; started < nt; started++)
-            if (pthread_create(&tids[started], NULL, tz_worker, &r) != 0)
-                break;
-        if (started == 0)
-            tz_worker(&r); /* no thread could start: encode here */
-        for (size_t i = 0; i < started; i++)
-            pthread_join(tids[i], NULL);
-        for (size_t i = 0; i < r.n; i++) {
-            struct tz_chunk *ch = &r.chunks[i];
-            if (ch->rc < 0) {
-                fprintf(stderr, "gptd tokenize: %s\n", ch->err.msg);
-                goto out;
-            }
-            struct tz_writer *w = ch->val ? &wv : &wt;
-            if (!ch->val && wv.f.fd >= 0 && tz_writer_close(&wv) < 0)
-                goto out;
-            if (tz_writer_put(w, ch->ids.v, ch->ids.n) < 0)
-                goto out;
-            bytes_done += ch->len;
-            gpt_tok_ids_done(&ch->ids);
+/* Encodes one round of chunks on up to `threads` threads (here when none
+ * starts), then writes them in order. 0, or -1 after printing why. */
+static int tz_round_run(struct tz_run *r, struct tz_chunk *chunks, size_t n, uint64_t *done)
+{
+    struct tz_round rd = {.tok = r->tok, .chunks = chunks, .n = n};
+    atomic_init(&rd.next, 0);
+    size_t nt = r->a->threads < n ? r->a->threads : n, started = 0;
+    for (; started < nt; started++)
+        if (pthread_create(&r->tids[started], NULL, tz_worker, &rd) != 0)
+            break;
+    if (started == 0)
+        tz_worker(&rd); /* no thread could start: encode here */
+    for (size_t i = 0; i < started; i++)
+        pthread_join(r->tids[i], NULL);
+    for (size_t i = 0; i < n; i++) {
+        struct tz_chunk *ch = &chunks[i];
+        if (ch->rc < 0) {
+            fprintf(stderr, "gptd tokenize: %s\n", ch->err.msg);
+            return -1;
         }
+        struct tz_writer *w = ch->val ? &r->wv : &r->wt;
+        if (!ch->val && r->wv.f.fd >= 0 && tz_writer_close(&r->wv) < 0)
+            return -1;
+        if (tz_writer_put(w, ch->ids.v, ch->ids.n) < 0)
+            return -1;
+        *done += ch->len;
+        gpt_tok_ids_done(&ch->ids);
+    }
+    return 0;
+}
+
+/* Encodes every chunk, rounds of 4 per thread, with a progress line on a
+ * TTY. 0, or -1 after printing why. */
+static int tz_encode_all(struct tz_run *r, double t0)
+{
+    int tty = isatty(STDERR_FILENO);
+    double last_print = 0;
+    uint64_t bytes_done = 0;
+    size_t per_round = 4 * (size_t)r->a->threads;
+    for (size_t first = 0; first < r->n_chunks; first += per_round) {
+        size_t n = r->n_chunks - first < per_round ? r->n_chunks - first : per_round;
+        if (tz_round_run(r, r->chunks + first, n, &bytes_done) < 0)
+            return -1;
         double now = monotime_s();
-        if (tty && (now - last_print > 0.2 || first + per_round >= n_chunks)) {
+        if (tty && (now - last_print > 0.2 || first + per_round >= r->n_chunks)) {
             last_print = now;
             fprintf(stderr, "\rtokenize: %.1f / %.1f MB (%3.0f%%), %llu tokens, %.1f MB/s  ",
-                    (double)bytes_done / 1e6, (double)total_bytes / 1e6,
-                    total_bytes ? 100.0 * (double)bytes_done / (double)total_bytes : 100.0,
-                    (unsigned long long)(wv.total + wt.total),
+                    (double)bytes_done / 1e6, (double)r->total_bytes / 1e6,
+                    r->total_bytes ? 100.0 * (double)bytes_done / (double)r->total_bytes : 100.0,
+                    (unsigned long long)(r->wv.total + r->wt.total),
                     (double)bytes_done / 1e6 / (now - t0 > 1e-9 ? now - t0 : 1e-9));
         }
     }
     if (tty)
         fputc('\n', stderr);
-    if (tz_writer_close(&wv) < 0 || tz_writer_close(&wt) < 0)
-        goto out;
-    if (wt.total == 0) {
-        fprintf(stderr, "gptd tokenize: every token went to validation; lower --val-fraction\n");
-        goto out;
-    }
-    tz_warn_stale(&wv);
-    tz_warn_stale(&wt);
+    return 0;
+}
+
+/* The summary line of a finished tokenize. */
+static void tz_report(const struct tz_run *r, double t0)
+{
+    const struct tz_writer *wv = &r->wv, *wt = &r->wt;
+    int nf = r->a->nf;
     printf("tokenize: %d file%s, %llu bytes -> %llu tokens: %s_train_*.bin (%d shard%s, %llu "
            "tokens)",
-           nf, nf == 1 ? "" : "s", (unsigned long long)total_bytes,
-           (unsigned long long)(wv.total + wt.total), prefix, wt.index, wt.index == 1 ? "" : "s",
-           (unsigned long long)wt.total);
-    if (wv.index > 0)
-        printf(", %s_val_*.bin (%d shard%s, %llu tokens)", prefix, wv.index,
-               wv.index == 1 ? "" : "s", (unsigned long long)wv.total);
+           nf, nf == 1 ? "" : "s", (unsigned long long)r->total_bytes,
+           (unsigned long long)(wv->total + wt->total), r->a->prefix, wt->index,
+           wt->index == 1 ? "" : "s", (unsigned long long)wt->total);
+    if (wv->index > 0)
+        printf(", %s_val_*.bin (%d shard%s, %llu tokens)", r->a->prefix, wv->index,
+               wv->index == 1 ? "" : "s", (unsigned long long)wv->total);
     printf(", %.2f s\n", monotime_s() - t0);
-    status = 0;
-out:
-    gpt_atomic_file_abort(&wv.f);
-    gpt_atomic_file_abort(&wt.f);
+}
+
+/* Loads the vocabulary, maps and plans the files, encodes and writes the
+ * shards. 0, or -1 after printing why. */
+static int tz_run_all(struct tz_run *r)
+{
+    struct gpt_err err = {0};
+    const struct tz_args *a = r->a;
+    if (!r->files || !r->tids) {
+        fprintf(stderr, "gptd tokenize: out of memory\n");
+        return -1;
+    }
+    if (gpt_tok_load(a->vocab, &r->tok, &err) < 0) {
+        fprintf(stderr, "gptd tokenize: --vocab: %s\n", err.msg);
+        return -1;
+    }
+    if (gpt_tok_vocab_size(r->tok) > GPT_SHARD_VOCAB) {
+        fprintf(stderr,
+                "gptd tokenize: --vocab: %d tokens; llm.c shards hold ids below %d (uint16)\n",
+                gpt_tok_vocab_size(r->tok), GPT_SHARD_VOCAB);
+        return -1;
+    }
+    if (tz_map_files(r) < 0)
+        return -1;
+    if (tz_plan(r->files, a->nf, a->val_fraction, &r->chunks, &r->n_chunks) < 0) {
+        fprintf(stderr, "gptd tokenize: out of memory\n");
+        return -1;
+    }
+    tz_tmp_names[0] = r->wv.f.tmp;
+    tz_tmp_names[1] = r->wt.f.tmp;
+    signal(SIGINT, tz_on_signal);
+    signal(SIGTERM, tz_on_signal);
+    double t0 = monotime_s();
+    if (tz_encode_all(r, t0) < 0 || tz_writer_close(&r->wv) < 0 || tz_writer_close(&r->wt) < 0)
+        return -1;
+    if (r->wt.total == 0) {
+        fprintf(stderr, "gptd tokenize: every token went to validation; lower --val-fraction\n");
+        return -1;
+    }
+    tz_warn_stale(&r->wv);
+    tz_warn_stale(&r->wt);
+    tz_report(r, t0);
+    return 0;
+}
+
+static void tz_run_done(struct tz_run *r)
+{
+    gpt_atomic_file_abort(&r->wv.f);
+    gpt_atomic_file_abort(&r->wt.f);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     tz_tmp_names[0] = tz_tmp_names[1] = NULL;
-    for (size_t i = 0; i < n_chunks; i++)
-        gpt_tok_ids_done(&chunks[i].ids);
-    free(chunks);
-    for (int i = 0; files && i < nf; i++)
-        if (files[i].base)
-            munmap((void *)files[i].base, files[i].len);
-    free(files);
-    free(tids);
-    gpt_tok_free(tok);
-    return status;
+    for (size_t i = 0; i < r->n_chunks; i++)
+        gpt_tok_ids_done(&r->chunks[i].ids);
+    free(r->chunks);
+    for (int i = 0; r->files && i < r->a->nf; i++)
+        if (r->files[i].base)
+            munmap((void *)r->files[i].base, r->files[i].len);
+    free(r->files);
+    free(r->tids);
+    gpt_tok_free(r->tok);
+}
+
+int gptd_tokenize_main(int argc, char **argv)
+{
+    struct tz_args a = {.val_fraction = TZ_VAL_FRACTION_DEF, .shard_tokens = TZ_SHARD_TOKENS_DEF};
+    int rc = tz_parse_args(argc, argv, &a);
+    if (rc < 0)
+        rc = tz_check_args(&a);
+    if (rc >= 0)
+        return rc;
+    struct tz_run r = {
+        .a = &a,
+        .files = calloc((size_t)a.nf, sizeof(*r.files)),
+        .wv = {.prefix = a.prefix, .split = "val", .cap = a.shard_tokens, .f.fd = -1},
+        .wt = {.prefix = a.prefix, .split = "train", .cap = a.shard_tokens, .f.fd = -1},
+        .tids = calloc(a.threads, sizeof(*r.tids)),
+    };
+    rc = tz_run_all(&r) < 0 ? 1 : 0;
+    tz_run_done(&r);
+    return rc;
 }
