@@ -544,7 +544,9 @@ int gpt_snapshot_owner_claim(const char *dir, const struct gpt_snapshot_owner *m
             rc = -errno;
             return gpt_err_set(err, rc, "snapshot.dir", "%s: %s", tmp, strerror(-rc));
         }
-        (void)fchmod(fd, 0644);
+        /* The owner's alone, like the snapshots: the job's token is not
+         * for other users to read, even in a folder they may list. */
+        (void)fchmod(fd, 0600);
         rc = write(fd, text, (size_t)n) == n && fsync(fd) == 0 ? 0 : -EIO;
         close(fd);
         /* link() fails when the marker appeared meanwhile: then read it. */

@@ -71,5 +71,21 @@ print(sqlite3.connect(sys.argv[1]).execute("select token from jobs where id = ?"
     grep -qiF -e "$tok" -e "$dec" "$T"/gptd.*.log && fail "job $j's token is in gptd's log"
     echo "job $j: token $tok not shown to $U"
 done
+# A job's own snapshot folder that others may list: its owner marker (which
+# holds the token) and its snapshots are the owner's alone.
+"$GPTCTL" cancel "$run" >/dev/null
+mkdir -m 0755 "$T/pub"
+tiny_job "$T/pub.json" 20 5 20
+sed -i "s|\"snapshot\": {\"every\": 20}|\"snapshot\": {\"every\": 20, \"dir\": \"$T/pub\"}|" "$T/pub.json"
+pub=$("$GPTCTL" submit "$T/pub.json")
+wait_for 60 job_is "$pub" completed
+[[ -f $T/pub/.gptd-owner ]] || fail "no owner marker in $T/pub"
+tok=$("$ITEST" sql "$S/gptd.db" "SELECT token FROM jobs WHERE id = $pub")
+for f in "$T/pub"/.gptd-owner "$T/pub"/*; do
+    if runuser -u "$U" -- cat "$f" >"$T/pubread" 2>/dev/null; then
+        grep -qiF "$tok" "$T/pubread" && fail "user $U reads job $pub's token in $f"
+    fi
+done
+echo "job $pub: its folder's marker and snapshots are not readable by $U"
 kill -0 "$GPTD_PID" || fail "gptd died: $(tail -n 5 "$T/gptd.1.log")"
 echo "daemon_private_state: ok"
