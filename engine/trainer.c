@@ -606,6 +606,13 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
             return gpt_err_set(err, -ERANGE, NULL,
                                "loss is not finite at step %lld (lower optimizer.lr?)",
                                (long long)t->st.step);
+        if (!t->guard_said && t->be->attn_guarded) { /* backend.h: attention_guard */
+            int bad = 0;
+            const char *note = gpt_backend_attention_guard_note(t->be, &bad);
+            t->guard_said = 1;
+            if (note[0])
+                emit_event(t, bad ? "attention_fallback" : "attention_check", "%s", note);
+        }
 
         bool last = t->st.step >= t->max_steps;
         bool eval = last || (ts->eval_every > 0 && t->st.step % ts->eval_every == 0);

@@ -61,6 +61,7 @@ struct trainer {
     struct gpt_snapshot_owner owner; /* from the folder's marker; token 0: none */
     double peak_flops;               /* per rank, FLOP/s; NAN: unknown */
     int bf16;                        /* the backend took bf16 or auto (set_precision) */
+    int guard_said;                  /* the attention guard's note went out as an event */
     struct trainer_ddp ddp;
     double compute_s;        /* forward + backward time since the last metric record */
     struct gpt_shard *shard; /* sharding optimizer/full; NULL for none */

@@ -249,6 +249,24 @@ struct gpt_backend_ops {
      * major * 10 + minor, for the peak table (peak.h). 0 or a negative
      * error. Owner thread; does not block. */
     int (*device_info)(struct gpt_backend *be, char *name, size_t cap, int *ret_cc);
+
+    /* Optional pair (backends whose attention backward has variants): the
+     * guard of a backend's first attention backward that has a variant to
+     * check (backend_guard.c). attention_guard recomputes one (batch,
+     * head) slice, batch 0 and head 0, of the backward just run with the
+     * same arguments, with the reference variant: dq, dk and dv of head 0
+     * (columns [0, hs), [C, C + hs) and [2C, 2C + hs) of each of batch 0's
+     * T rows) into ref (backend memory, (T, 3C) floats; other columns
+     * untouched); scratch may be clobbered. 0, -ENOTSUP where the variant
+     * in use is the reference or its path has no variants (nothing to
+     * compare), or an error. With ref NULL it only answers 0 or -ENOTSUP,
+     * cheaply (no launch, no synchronisation). attention_fallback: the
+     * reference variant runs from now on (process-wide where the variant
+     * choice is), saying so on stderr. */
+    int (*attention_guard)(struct gpt_backend *be, float *ref /* (T,3C) */, float *scratch,
+                           const float *dout, const float *out, const float *qkv,
+                           const float *att, size_t B, size_t T, size_t C, size_t NH);
+    void (*attention_fallback)(struct gpt_backend *be);
 };
 
 /* Or'd into set_precision's argument: fp32 matrix products stay strict
@@ -265,6 +283,11 @@ struct gpt_backend {
     const char *name; /* "cpu", "cuda" (static storage) */
     int threads;      /* host threads the backend uses (cpu), 1 otherwise */
     int grad_assign;  /* parameter gradients overwritten: gpt_backend_set_grad_assign */
+    int attn_guarded; /* the first attention backward has been guarded */
+    int attn_guard_bad; /* ... and its variant disagreed with the reference */
+    /* what the guard found (empty until it ran and had something to
+     * compare): gpt_backend_attention_guard_note */
+    char attn_guard_note[256];
 };
 
 /* Creates the CPU backend using `threads` (>= 1) OpenMP threads for its own
@@ -369,6 +392,12 @@ int gpt_backend_set_precision(struct gpt_backend *be, int precision, uint64_t se
  * nothing set) for on != 0 on a backend whose ops always accumulate.
  * Owner thread, between ops. */
 int gpt_backend_set_grad_assign(struct gpt_backend *be, int on);
+/* The first attention backward's guard: "" until it compared (none on a
+ * backend without attention_guard, or where the variant in use is the
+ * reference); then one line: passed, with the largest difference, or
+ * "MISMATCH ... fell back to the reference variant". *ret_bad (may be
+ * NULL) is 1 on a mismatch. Borrowed; owner thread. */
+const char *gpt_backend_attention_guard_note(const struct gpt_backend *be, int *ret_bad);
 /* ops->device_info: 0 and the device's name and compute capability, or
  * -ENOTSUP on a backend without a device (cpu). */
 int gpt_backend_device_info(struct gpt_backend *be, char *name, size_t cap, int *ret_cc);

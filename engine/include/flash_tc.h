@@ -91,17 +91,16 @@
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
 /* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
- * them: "ds" (unset: the default) runs the fused pass's dK/dV with its
- * dS^T tiles stored to global memory in place of the ordered dQ shares,
- * then a dQ pass that sums them: the fused pass's bits and FLOPs without
- * its waits (below; in chunks of (b, h) pairs where the tiles of all
- * would take more than GPT_FLASH_TC_DS_MAX, twopass where one pair's
- * would). It is the default on the cost model's word (bench_gpu_train
- * --plan: 26.4 ms a B=16 step against twopass's 28.2) and on its parts'
- * record (pass one is the fused pass, whose dS^T tiles and dQ products
- * passed the third H200 run); not yet timed. "twopass" (a dQ pass, then
- * dK/dV; the third H200 run timed it at 10.3 ms of attention per B=16
- * step against the fused pass's 17.6), "twopass4" (the same bits, its
+ * them: "twopass" (unset: the default; a dQ pass, then dK/dV) is the
+ * variant the last GPU run (tests/gpu/runs/, or the third H200 run while
+ * that folder holds none) passed against the CPU backend and in training,
+ * so it stays the default until a committed run passes another. "ds"
+ * runs the fused pass's dK/dV with its dS^T tiles stored to global
+ * memory in place of the ordered dQ shares, then a dQ pass that sums
+ * them: the fused pass's bits and FLOPs without its waits (below; in
+ * chunks of (b, h) pairs where the tiles of all would take more than
+ * GPT_FLASH_TC_DS_MAX, twopass where one pair's would); the cost model
+ * puts it at 26.4 ms a B=16 step against twopass's 28.2. "twopass4" (the same bits, its
  * dK/dV pass at four blocks per SM instead of three up to hs 64),
  * "fused" (one pass, dQ shares added in a fixed turn order), "split"
  * (the fused pass in two query parts, three blocks per SM up to hs 64;
@@ -116,7 +115,7 @@ enum gpt_flash_bwd {
     GPT_FLASH_BWD_WG,
     GPT_FLASH_BWD_DS
 };
-#define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_DS
+#define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
 
 static inline int gpt_flash_tc_bwd_variant(const char *env)
 {

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdint.h>
 
+#include "backend_guard.h"
+
 #define BE_CHECK(be, slot) GPT_ASSERT((be) != NULL && (be)->ops != NULL && (be)->ops->slot != NULL)
 
 void gpt_backend_free(struct gpt_backend *be)
@@ -151,6 +153,11 @@ void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *
     GPT_ASSERT(dqkv && scratch && dout && out && qkv && att && scratch != att);
     GPT_ASSERT(B > 0 && T > 0 && NH > 0 && C % NH == 0 && C > 0);
     be->ops->attention_backward(be, dqkv, scratch, dout, out, qkv, att, B, T, C, NH);
+    if (!be->attn_guarded && be->ops->attention_guard &&
+        be->ops->attention_guard(be, NULL, scratch, dout, out, qkv, att, B, T, C, NH) == 0) {
+        be->attn_guarded = 1;
+        gpt_backend_guard_attention(be, dqkv, scratch, dout, out, qkv, att, B, T, C, NH);
+    }
 }
 
 void gpt_backend_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre,

@@ -6,6 +6,10 @@
 # checked on samples here, where no GPU or ncu is needed.
 add_test(NAME gpu_ncu_summary COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/gpu/ncu_summary.py --selftest)
 set_tests_properties(gpu_ncu_summary PROPERTIES LABELS unit TIMEOUT 30)
+# The run record's writer (tests/gpu/runs/<run>/summary.json), on a fake
+# run folder.
+add_test(NAME gpu_run_summary COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/gpu/run_summary.py --selftest)
+set_tests_properties(gpu_run_summary PROPERTIES LABELS unit TIMEOUT 30)
 
 if(NOT TARGET gptcuda)
   return()

@@ -5,25 +5,29 @@
 # non-finite times; in bf16 also conversions in the steady state, or a
 # residual stream or residual gradient that is not bf16 only); the
 # predicted MFU itself is a benchmark figure, not a threshold.
-# The default attention backward is the dS one (flash_tc.h): the fused
-# pass's 14 hs per causal pair in two kernels (dK/dV with the dS^T tiles
-# written, then the dQ sums), three attention kernels a layer.
+# The default attention backward is the two-pass one (flash_tc.h: what
+# the last GPU run passed): a dQ pass, then dK/dV, three attention
+# kernels a layer.
 add_test(NAME gpu_plan_124m COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m PROPERTIES LABELS unit TIMEOUT 60
-                     PASS_REGULAR_EXPRESSION "flash_tc_dsq.*\"flash_bwd\":\"ds\".*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
+                     FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"flash_bwd\":\"twopass\".*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
+# The dS backward (GPTD_FLASH_BWD=ds): the fused pass's 14 hs per causal
+# pair in two kernels (dK/dV with the dS^T tiles written, then the dQ
+# sums).
+add_test(NAME gpu_plan_124m_ds COMMAND bench_gpu_train --plan 16 1024 bf16)
+set_tests_properties(gpu_plan_124m_ds PROPERTIES LABELS unit TIMEOUT 60
+                     ENVIRONMENT GPTD_FLASH_BWD=ds
+                     FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
+                     PASS_REGULAR_EXPRESSION "flash_tc_dsq.*\"flash_bwd\":\"ds\".*\"plan_ok\":true")
 # Past the dS tiles' cap (1 GiB: B 96 is 1152 heads of 1.1 MB) the dS
 # backward runs in two chunks of heads (963 and 189), each its two passes:
 # the plan's check counts 24 launches of each a step and the same FLOPs.
 add_test(NAME gpu_plan_124m_ds_chunks COMMAND bench_gpu_train --plan 96 1024 bf16)
 set_tests_properties(gpu_plan_124m_ds_chunks PROPERTIES LABELS unit TIMEOUT 60
+                     ENVIRONMENT GPTD_FLASH_BWD=ds
                      FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd_ds +attn.* 24 .*flash_tc_dsq +attn.* 24 .*\"flash_bwd\":\"ds\".*\"plan_ok\":true")
-# The two-pass backward (GPTD_FLASH_BWD=twopass, the first runs' default).
-add_test(NAME gpu_plan_124m_twopass COMMAND bench_gpu_train --plan 16 1024 bf16)
-set_tests_properties(gpu_plan_124m_twopass PROPERTIES LABELS unit TIMEOUT 60
-                     ENVIRONMENT GPTD_FLASH_BWD=twopass
-                     FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
-                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"plan_ok\":true")
 add_test(NAME gpu_plan_124m_tf32 COMMAND bench_gpu_train --plan 8 1024 tf32)
 set_tests_properties(gpu_plan_124m_tf32 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")

@@ -27,7 +27,7 @@
 # at half the batch add: must be none, and one step's GPU time by kernel
 # class from CUDA events per op) beside the cost model's prediction
 # (bench_gpu_train --plan); the attention kernels' variants
-# (GPTD_FLASH_BWD=fused, twopass and wg, GPTD_FLASH_FWD=k32 and wg):
+# (GPTD_FLASH_BWD=fused, ds and wg, GPTD_FLASH_FWD=k32 and wg):
 # their ops and B=16;
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
 # text in ../shared/data (every 10-step window's mean loss after the
@@ -35,7 +35,9 @@
 # against a straight run (tiny model); compute-sanitizer
 # memcheck and racecheck on a tiny model for 2 steps; NCCL world-1
 # collectives and the abort/timeout test (test_gpu_nccl); NCCL at world 2
-# on the one GPU (two gptd, tests/gpu/world2.sh, at most 3 minutes).
+# on the one GPU (two gptd, tests/gpu/world2.sh, at most 3 minutes). Last,
+# tests/gpu/run_summary.py writes summary.json, the run's record: commit it
+# with the folder under tests/gpu/runs/ (tests/gpu/runs/README.md).
 #
 # Exit status: 0 every phase passed; 1 a phase failed; 77 this host has no
 # GPU at all (no nvidia-smi GPU and no /dev/nvidia*); 2 bad usage or no
@@ -130,6 +132,11 @@ num() {
     fi
     ls -l /dev/nvidia* 2>&1
 } >"$OUT/preflight.log"
+# The run's record (run_summary.py): the commit measured and the GPU.
+{ git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown; } | tr -d '\n' >"$OUT/commit.txt"
+[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] &&
+    printf '%s' -dirty >>"$OUT/commit.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 >"$OUT/gpu.csv"
 run preflight 15 "$OUT/probe.log" "$BENCH" --probe
 cat "$OUT/probe.log" >>"$OUT/preflight.log"
 PROBE=$(head -1 "$OUT/probe.log")
@@ -211,11 +218,11 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
 done
 
 # ---- the attention kernels' variants -----------------------------------------
-# GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): the default is ds (the
-# fused pass's dK/dV with its dS^T tiles stored, then a pass that sums
-# them into dQ: nobody waits, the fused pass's bits); fused, one pass
-# whose dQ shares are added in a fixed turn order; twopass (the default
-# of the first three runs: a dQ pass, then a dK/dV pass); wg, twopass
+# GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): the default is twopass
+# (a dQ pass, then a dK/dV pass: what the last run passed); ds (the fused
+# pass's dK/dV with its dS^T tiles stored, then a pass that sums them into
+# dQ: nobody waits, the fused pass's bits; never run on a GPU yet); fused,
+# one pass whose dQ shares are added in a fixed turn order; wg, twopass
 # with both passes on wgmma.
 # GPTD_FLASH_FWD=k32: 8 warps of 16 rows in online-softmax steps of 32
 # keys, three blocks per multiprocessor; wg: two warpgroups of 64 rows on
@@ -225,19 +232,19 @@ done
 # so not here: m32, 4 warps of 32 rows, 137 us a call at B=4 against 87
 # in the third run; split, the fused pass in two query parts, 1.2 ms a
 # step faster than fused, far from twopass; twopass4, twopass's bits at
-# four dK/dV blocks per SM, not timed, left out for time now that twopass
-# is not the default. test_gpu_ops still checks all three.)
+# four dK/dV blocks per SM, not timed, left out for time. test_gpu_ops
+# still checks all three.)
 # Each one's attention ops against the CPU (test_gpu_ops --attention:
 # the only ops a variant changes; tolerances, the tensor-core path, each
 # variant against the fused pass on the same inputs), then B=16 beside
 # the default's row. Step 2's loss (after one
 # update) within 1e-4, relative, of the default's (dq summed in another
 # order; by step 10 AdamW and bf16 rounding have amplified that to ~1%),
-# and equal for fused (the same bits everywhere: its 10th step's loss
-# too).
+# and ds's equal to fused's (the same bits everywhere: its 10th step's
+# loss too).
 DEF=$(grep '"batch":16,' "$OUT/bench.jsonl" | tail -1)
 l2_def=$(num loss_step2 "$DEF") loss_def=$(num loss "$DEF") ms_def=$(num ms_per_step "$DEF")
-for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=twopass GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 \
+for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=ds GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 \
     GPTD_FLASH_FWD=wg; do
     V=$(printf '%s' "${SET#GPTD_FLASH_}" | tr 'A-Z=' 'a-z_') # bwd_fused, ..., fwd_wg
     run "${V}_ops" 50 "$OUT/${V}_ops.log" env "$SET" OMP_NUM_THREADS=4 \
@@ -255,13 +262,14 @@ for SET in GPTD_FLASH_BWD=fused GPTD_FLASH_BWD=twopass GPTD_FLASH_BWD=wg GPTD_FL
     attf=$(echo "$OPS" | sed -n 's/.*"cuda_attention_forward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
     loss=$(num loss "$MEAS")
     l2=$(num loss_step2 "$MEAS")
-    tol=1e-4
-    [ "$V" = bwd_fused ] && tol=0
+    tol=1e-4 ref=default ref2=$l2_def ref10=$loss_def
+    [ "$V" = bwd_ds ] && tol=0 ref=fused ref2=${l2_fused:-} ref10=${loss_fused:-}
+    [ "$V" = bwd_fused ] && l2_fused=$l2 loss_fused=$loss
     same=$(python3 -c 'import sys; a, b, c, d, t = sys.argv[1:]; t = float(t)
 ok = abs(float(a) - float(b)) <= t * abs(float(b)) and (t > 0 or float(c) == float(d))
-print(int(ok))' "${l2:-nan}" "${l2_def:-nan}" "${loss:-nan}" "${loss_def:-nan}" "$tol" 2>/dev/null)
+print(int(ok))' "${l2:-nan}" "${ref2:-nan}" "${loss:-nan}" "${ref10:-nan}" "$tol" 2>/dev/null)
     if [ "$RC" = 0 ] && [ -n "$ms" ] && [ "$same" != 1 ]; then
-        row "${V}_b16" FAIL "$SECS" "step 2 loss ${l2:-?}, the default's ${l2_def:-?} (tolerance $tol); step 10 ${loss:-?}, ${loss_def:-?}"
+        row "${V}_b16" FAIL "$SECS" "step 2 loss ${l2:-?}, ${ref}'s ${ref2:-?} (tolerance $tol); step 10 ${loss:-?}, ${ref10:-?}"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
         row "${V}_b16" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), attention forward ${attf:-?} ms, backward ${attb:-?} ms, step 2 loss ${l2} (default ${l2_def}), step 10 ${loss} (${loss_def})"
     else
@@ -357,17 +365,20 @@ if [ -x "$SAN" ] && [ -r "$DATA" ]; then
  "trainer": {"max_steps": 2, "micro_batch": 4, "global_batch": 4, "log_every": 1,
              "eval_every": 0, "eval_batches": 1}}
 EOF
-    # memcheck and racecheck with the default attention kernels (the dS
-    # backward: its tiles through global memory, the dQ pass's two
-    # shared-memory stages), then memcheck with the warpgroup (wgmma) kernels,
-    # forward and backward (one head of 64: their head size; the fused
-    # backward and m32 passed it in the third run).
-    for TOOL in memcheck racecheck memcheck_variants; do
-        V="GPTD_FLASH_BWD=ds GPTD_FLASH_FWD=m16"
-        [ "$TOOL" = memcheck_variants ] && V="GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=wg"
+    # memcheck and racecheck with the default attention kernels (the two
+    # passes; the first step's guard runs the fused pass on one head
+    # too), memcheck with the dS backward (its tiles through global
+    # memory, the dQ pass's two shared-memory stages) and the k32 forward,
+    # then with the warpgroup (wgmma) kernels, forward and backward (one
+    # head of 64: their head size; the fused backward and m32 passed it in
+    # the third run).
+    for TOOL in memcheck racecheck memcheck_ds memcheck_wg; do
+        V="GPTD_FLASH_BWD=twopass GPTD_FLASH_FWD=m16"
+        [ "$TOOL" = memcheck_ds ] && V="GPTD_FLASH_BWD=ds GPTD_FLASH_FWD=k32"
+        [ "$TOOL" = memcheck_wg ] && V="GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=wg"
         # shellcheck disable=SC2086 # V is two assignments
         run "$TOOL" 35 "$OUT/$TOOL.log" env $V "$SAN" \
-            --tool "${TOOL%_variants}" --error-exitcode 3 \
+            --tool "${TOOL%_*}" --error-exitcode 3 \
             "$GPTD" run "$OUT/tiny.json" --snapshot-dir "$OUT/snap_$TOOL"
         if [ "$RC" = 0 ]; then
             row "$TOOL" PASS "$SECS" "tiny model, 2 steps, no errors ($V)"
@@ -420,10 +431,10 @@ acceptance_world2
 # Nsight Compute over the kernels still short of the cost model (one
 # step's worth of launches: 25 LayerNorm forwards and 25 backwards with
 # their sums, 12 attention forwards and 12 or 24 backward passes, the
-# cross-entropy, AdamW), with the default attention kernels (the dS
-# backward, the m16 forward); the wgmma attention kernels
+# cross-entropy, AdamW), with the default attention kernels (ncu_default:
+# the two-pass backward, the m16 forward); the wgmma attention kernels
 # alone (ncu_wg: GPTD_FLASH_FWD=wg and GPTD_FLASH_BWD=wg; the b16 rows
-# above time twopass and k32); then the default
+# above time ds and k32); then the default
 # attention kernels once more in depth (ncu_flash: one step's 36
 # launches, the raw page with the warp stall reasons, pipe use,
 # instruction mix and shared-memory bank conflicts: the three runs so far
@@ -435,8 +446,8 @@ acceptance_world2
 # permission).
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 if [ -x "$NCU" ]; then
-    for V in ds wg flash; do
-        FWD=m16 BWD=ds KERNELS='flash_tc|layernorm_|softmax_xent_bf16|adamw_multi'
+    for V in default wg flash; do
+        FWD=m16 BWD=twopass KERNELS='flash_tc|layernorm_|softmax_xent_bf16|adamw_multi'
         SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
         PAGE=details COUNT=120
         case $V in
@@ -461,6 +472,10 @@ if [ -x "$NCU" ]; then
 else
     row ncu SKIP 0 "ncu not found"
 fi
+
+# ---- the run's record ---------------------------------------------------------
+python3 "$ROOT/tests/gpu/run_summary.py" "$OUT" >/dev/null ||
+    echo "acceptance: run_summary.py failed: no summary.json" >&2
 
 echo
 echo "GPU acceptance, $(($(date +%s) - START)) s, output in $OUT"

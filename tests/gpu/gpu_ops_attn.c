@@ -235,6 +235,16 @@ void test_attention_bf16(int with_wg)
 {
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc(&tc_shapes[i]);
+    /* The first tensor-core backward above ran the guard (backend.h's
+     * attention_guard): the variant in use against the fused pass on batch
+     * 0, head 0; it passed, unless that variant is the fused pass. */
+    int bad = 0;
+    const char *note = gpt_backend_attention_guard_note(gpu, &bad);
+    const char *bwd = getenv("GPTD_FLASH_BWD");
+    int is_ref = bwd && strcmp(bwd, "fused") == 0;
+    printf("     attention guard: %s\n", note[0] ? note : "nothing compared");
+    report("attention_guard", "the first backward against the reference",
+           is_ref ? (note[0] != 0) : (!note[0] || bad));
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc_variants(&tc_shapes[i], with_wg);
     if (with_wg)

@@ -797,7 +797,7 @@ static void test_smem_and_offsets(void **state)
 static void test_bwd_variant(void **state)
 {
     (void)state;
-    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_DS);
+    assert_int_equal(gpt_flash_tc_bwd_variant(NULL), GPT_FLASH_BWD_TWOPASS);
     assert_int_equal(gpt_flash_tc_bwd_variant("ds"), GPT_FLASH_BWD_DS);
     assert_int_equal(gpt_flash_tc_bwd_variant("fused"), GPT_FLASH_BWD_FUSED);
     assert_int_equal(gpt_flash_tc_bwd_variant("split"), GPT_FLASH_BWD_SPLIT);
@@ -808,9 +808,9 @@ static void test_bwd_variant(void **state)
                          "twopass44", "wg2",   "WG",       "DS",  "ds ",    "dsq"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
-        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_DS);
+        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);
     }
-    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_DS);
+    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
     /* The two-pass variants (the cost model and the benchmark count them
      * as two passes). */
     assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_TWOPASS));

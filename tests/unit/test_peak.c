@@ -27,6 +27,7 @@
 #include "model.h"
 #include "peak.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 
 static void test_table(void **state)
 {
@@ -110,23 +111,9 @@ static void run_fake(const char *name, int cc, struct seen *ret)
 {
     struct gpt_job job;
     struct gpt_err err;
-    gpt_jobspec_defaults(&job);
-    job.data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job.data.task, sizeof(job.data.task), "addition");
-    job.data.digits = 2;
-    job.model.n_layer = 2;
-    job.model.n_head = 2;
-    job.model.n_embd = 32;
-    job.model.block_size = 16;
-    job.trainer.max_steps = 3;
-    job.trainer.micro_batch = 2;
-    job.trainer.global_batch = 2;
-    job.trainer.threads = 1;
+    tiny_job(&job, 32, 3);
     job.trainer.precision = GPT_PREC_FP32;
     job.trainer.tf32 = 1;
-    job.trainer.log_every = 1;
-    job.trainer.eval_every = 0;
-    job.snapshot.every = 0;
     assert_int_equal(gpt_jobspec_validate(&job, &err), 0);
     assert_true(job.trainer.peak_gflops == 0);
 

@@ -806,12 +806,12 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
 }
 
 /* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
- * (read once): "ds" (default): the fused pass with its dS^T tiles stored
- * in place of the ordered dQ shares, then flash_tc_dsq_kernel (in chunks
- * of (b, h) pairs, gpt_flash_tc_ds_chunk; twopass where not one pair's
- * tiles fit); "twopass": a
- * dQ pass, then the dK/dV pass without the ordered dQ shares
- * (flash_tc.h), the default until the dS backward; "fused": one pass, its dQ
+ * (read once): "twopass" (default: what the last GPU run passed): a dQ
+ * pass, then the dK/dV pass without the ordered dQ shares (flash_tc.h);
+ * "ds": the fused pass with its dS^T tiles stored in place of the
+ * ordered dQ shares, then flash_tc_dsq_kernel (in chunks of (b, h)
+ * pairs, gpt_flash_tc_ds_chunk; twopass where not one pair's tiles
+ * fit); "fused": one pass, its dQ
  * shares added in turn; "split": the fused pass's tiles in two query
  * parts, three blocks per multiprocessor instead of two (head sizes up to
  * 64; the fused pass's bits). The first H200 runs measured the fused pass
@@ -923,22 +923,23 @@ static cudaError_t tc_bwd_launch(cudaStream_t s, dim3 grid, size_t smem, float *
  * largest shared-memory carve-out; a refused carve-out only costs the
  * third block). */
 template <int HS>
-static cudaError_t tc_backward_twopass(cudaStream_t s, const struct gpt_cuda_attn_plan *p,
-                                       float *dqkv, uint16_t *dqkv_bf, float *Dv, uint16_t *dob,
-                                       bool dob_in, const float *dout, const uint16_t *out_bf,
+static cudaError_t tc_backward_twopass(cudaStream_t s, enum gpt_flash_bwd mode,
+                                       const struct gpt_cuda_attn_plan *p, float *dqkv,
+                                       uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in,
+                                       const float *dout, const uint16_t *out_bf,
                                        const uint16_t *qkv_bf, const float *lse, size_t B, size_t T,
                                        size_t C, size_t NH)
 {
     constexpr int SPLIT = HS <= 64 ? 2 : 1;
     auto *dkv = flash_tc_bwd_kernel<HS, SPLIT, false>;
     if constexpr (SPLIT > 1) /* GPTD_FLASH_BWD=twopass4: four dK/dV blocks per SM */
-        if (tc_bwd_mode() == GPT_FLASH_BWD_TWOPASS4)
+        if (mode == GPT_FLASH_BWD_TWOPASS4)
             dkv = flash_tc_bwd_kernel<HS, SPLIT, false, 4>;
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
     cudaError_t e;
     /* GPTD_FLASH_BWD=wg: both passes on wgmma (head size 64) */
-    if (HS == GPT_FLASH_WG_HS && tc_bwd_mode() == GPT_FLASH_BWD_WG && wg_ready()) {
+    if (HS == GPT_FLASH_WG_HS && mode == GPT_FLASH_BWD_WG && wg_ready()) {
         if ((e = cuk_flash_wg_backward(s, (unsigned)p->bh, dqkv, dqkv_bf, Dv, dob,
                                        dob_in ? NULL : dout, out_bf, qkv_bf, lse, t, c, nh, scale,
                                        scale2)) != cudaSuccess)
@@ -1013,24 +1014,24 @@ static cudaError_t tc_backward_ds(cudaStream_t s, const struct gpt_cuda_attn_pla
     return cudaSuccess;
 }
 
-/* The zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in:
- * dob is dout's current bf16 copy), then the fused pass; the
+/* The backward in variant `mode`: the dS or two-pass backward, or the
+ * zeroed dQ turns and block ticket, dout's bf16 copy (unless dob_in: dob
+ * is dout's current bf16 copy), then the fused pass (or split); the
  * shared-memory opt-in first, so a refusal leaves nothing launched. */
 template <int HS>
-static cudaError_t tc_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
-                               uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in, int *sem,
-                               uint16_t *dsg, const float *dout, const uint16_t *out_bf,
-                               const uint16_t *qkv_bf, const float *lse, size_t B, size_t T,
-                               size_t C, size_t NH)
+static cudaError_t tc_backward(cudaStream_t s, enum gpt_flash_bwd mode,
+                               const struct gpt_cuda_attn_plan *p, float *dqkv, uint16_t *dqkv_bf,
+                               float *Dv, uint16_t *dob, bool dob_in, int *sem, uint16_t *dsg,
+                               const float *dout, const uint16_t *out_bf, const uint16_t *qkv_bf,
+                               const float *lse, size_t B, size_t T, size_t C, size_t NH)
 {
-    const enum gpt_flash_bwd mode = tc_bwd_mode();
     /* ds, unless not one (b, h) pair's tiles fit the reserve: twopass */
     if (mode == GPT_FLASH_BWD_DS && dsg && gpt_flash_tc_ds_chunk(p->bh, (int)T, HS) > 0)
         return tc_backward_ds<HS>(s, p, dqkv, dqkv_bf, dsg, dob, dob_in, dout, out_bf, qkv_bf, lse,
                                   B, T, C, NH);
     if (gpt_flash_tc_bwd_twopass(mode) || mode == GPT_FLASH_BWD_DS)
-        return tc_backward_twopass<HS>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf,
-                                       lse, B, T, C, NH);
+        return tc_backward_twopass<HS>(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf,
+                                       qkv_bf, lse, B, T, C, NH);
     size_t smem = gpt_flash_tc_smem_bwd(HS);
     cudaError_t e = fa_smem_optin(flash_tc_bwd_kernel<HS, 1, true>, smem);
     if (e != cudaSuccess)
@@ -1127,6 +1128,64 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
     return cuk_flash_cc_forward(s, p, out, out_bf, lse, qkv, qkv_bf, T, C, NH);
 }
 
+/* tc_backward for the plan's head size. */
+static cudaError_t tc_backward_hs(cudaStream_t s, enum gpt_flash_bwd mode,
+                                  const struct gpt_cuda_attn_plan *p, float *dqkv,
+                                  uint16_t *dqkv_bf, float *Dv, uint16_t *dob, bool dob_in,
+                                  int *sem, uint16_t *dsg, const float *dout,
+                                  const uint16_t *out_bf, const uint16_t *qkv_bf, const float *lse,
+                                  size_t B, size_t T, size_t C, size_t NH)
+{
+    switch (p->hs) {
+    case 32:
+        return tc_backward<32>(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg, dout, out_bf,
+                               qkv_bf, lse, B, T, C, NH);
+    case 64:
+        return tc_backward<64>(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg, dout, out_bf,
+                               qkv_bf, lse, B, T, C, NH);
+    case 96:
+        return tc_backward<96>(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg, dout, out_bf,
+                               qkv_bf, lse, B, T, C, NH);
+    default:
+        return tc_backward<128>(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg, dout,
+                                out_bf, qkv_bf, lse, B, T, C, NH);
+    }
+}
+
+extern "C" int gpt_cuda_flash_tc_bwd_is_reference(void)
+{
+    return tc_bwd_mode() == GPT_FLASH_BWD_FUSED;
+}
+
+extern "C" void gpt_cuda_flash_tc_bwd_fall_back(void)
+{
+    tc_bwd_v.store(GPT_FLASH_BWD_FUSED, std::memory_order_relaxed);
+}
+
+cudaError_t cuk_flash_backward_ref(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *ref,
+                                   float *scratch, const float *dout, const uint16_t *dout_bf,
+                                   const uint16_t *out_bf, const uint16_t *qkv_bf,
+                                   const float *att, size_t B, size_t T, size_t C, size_t NH)
+{
+    /* The scratch's parts where the whole backward has them (its offsets
+     * follow B); the grid's one (b, h) pair is pair 0: batch 0, head 0,
+     * whose rows are the first T of every tensor, so dout's bf16 copy
+     * needs only batch 0's. */
+    bool dob_in = dout_bf != NULL;
+    uint16_t *dob =
+        dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
+    int *sem = (int *)(scratch + gpt_flash_tc_sem_off(p->lse_floats, B * T * C));
+    struct gpt_cuda_attn_plan one = *p;
+    one.bh = 1;
+    if (!tc_backward_ok(&one, ref, NULL, out_bf, qkv_bf, dob))
+        return cudaErrorNotSupported;
+    cudaError_t e = tc_backward_hs(s, GPT_FLASH_BWD_FUSED, &one, ref, NULL, scratch, dob, dob_in,
+                                   sem, NULL, dout, out_bf, qkv_bf, att, 1, T, C, NH);
+    if (e == cudaSuccess) /* the count is of the backend's own passes (tests) */
+        tc_launches.fetch_sub(1, std::memory_order_relaxed);
+    return e;
+}
+
 cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *dqkv,
                                uint16_t *dqkv_bf, float *scratch, const float *dout,
                                const uint16_t *dout_bf, const float *out, const uint16_t *out_bf,
@@ -1135,7 +1194,6 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
 {
     const float *lse = att;
     float *Dv = scratch;
-    int hs = (int)p->hs;
     bool dob_in = dout_bf != NULL;
     uint16_t *dob =
         dob_in ? (uint16_t *)dout_bf : (uint16_t *)(scratch + gpt_flash_tc_dob_off(p->lse_floats));
@@ -1149,14 +1207,8 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     if (!tc_aligned(dsg, 16)) /* as dob is, when the scratch is */
         dsg = NULL;
     if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
-        cudaError_t e = hs == 32   ? tc_backward<32>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
-                                                   dout, out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 64 ? tc_backward<64>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
-                                                     dout, out_bf, qkv_bf, lse, B, T, C, NH)
-                        : hs == 96 ? tc_backward<96>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg,
-                                                     dout, out_bf, qkv_bf, lse, B, T, C, NH)
-                                   : tc_backward<128>(s, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
-                                                      dsg, dout, out_bf, qkv_bf, lse, B, T, C, NH);
+        cudaError_t e = tc_backward_hs(s, tc_bwd_mode(), p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
+                                       dsg, dout, out_bf, qkv_bf, lse, B, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */

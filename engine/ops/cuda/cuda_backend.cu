@@ -885,6 +885,52 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     return 0;
 }
 
+/* backend.h's attention_guard: the reference of batch 0, head 0, where the
+ * backward just run took the tensor-core path in another variant than the
+ * reference (the fused pass), with the inputs it read. */
+static int cuda_attention_guard(struct gpt_backend *be, float *ref, float *scratch,
+                                const float *dout, const float *out, const float *qkv,
+                                const float *att, size_t B, size_t T, size_t C, size_t NH)
+{
+    struct gpt_cuda_backend *cb = cu(be);
+    struct gpt_cuda_attn_plan plan;
+    cu_attn_plan(cb, &plan, B, T, C, NH);
+    if (plan.kind != GPT_CUDA_ATTN_FLASH || !plan.tc || !cb->bf16 ||
+        !gpt_flash_tc_applies(plan.hs) || gpt_cuda_flash_tc_bwd_is_reference())
+        return -ENOTSUP;
+    /* the bf16 copies the tensor-core backward read, still current */
+    size_t n = B * T * C;
+    const uint16_t *qb = cu_shd_cur(cb, qkv, B * T * 3 * C), *obf = cu_shd_cur(cb, out, n);
+    if (!qb || !obf)
+        return -ENOTSUP; /* the backward ran on the CUDA cores: no variants there */
+    if (!ref)
+        return 0;
+    cu_enter(cb);
+    const uint16_t *dob = cu_shd_cur(cb, dout, n);
+    if (!dob)
+        cu_f32(cb, dout, n * sizeof(float));
+    cu_shd_wrote(cb, ref, T * 3 * C * sizeof(float));
+    cu_shd_wrote(cb, scratch, gpt_cuda_plan_att_floats(&plan, B, T, C, NH, 1) * sizeof(float));
+    cudaError_t e = cuk_flash_backward_ref(cb->compute, &plan, ref, scratch, dout, dob, obf, qb,
+                                           att, B, T, C, NH);
+    if (e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return -ENOTSUP;
+    }
+    if (e != cudaSuccess)
+        return cu_ret(cb, e, "attention guard");
+    cu_check(cb, "attention guard");
+    return 0;
+}
+
+static void cuda_attention_fallback(struct gpt_backend *be)
+{
+    (void)be;
+    gpt_cuda_flash_tc_bwd_fall_back();
+    fprintf(stderr, "gptd: the attention backward runs the reference variant (fused) from now "
+                    "on in this process\n");
+}
+
 static int cuda_device_info(struct gpt_backend *be, char *name, size_t cap, int *ret_cc)
 {
     struct gpt_cuda_backend *cb = cu(be);
@@ -937,6 +983,8 @@ static const struct gpt_backend_ops cuda_ops = {
     /* .grads_assign = */ 1,
     /* .device_memory = */ 1,
     /* .device_info = */ cuda_device_info,
+    /* .attention_guard = */ cuda_attention_guard,
+    /* .attention_fallback = */ cuda_attention_fallback,
 };
 
 /* ---- construction and accessors -------------------------------------------- */

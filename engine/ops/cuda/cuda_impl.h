@@ -388,6 +388,27 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
                                const uint16_t *dout_bf, const float *out, const uint16_t *out_bf,
                                const float *qkv, const uint16_t *qkv_bf, const float *att, size_t B,
                                size_t T, size_t C, size_t NH);
+/* The attention guard's reference (backend.h's attention_guard): the
+ * fused tensor-core backward of batch 0, head 0 only, with the arguments
+ * cuk_flash_backward took (dout_bf and out_bf as there; scratch's parts
+ * at the whole backward's offsets), into ref's head-0 columns of batch
+ * 0's T rows (fp32 only). cudaErrorNotSupported where the tensor-core
+ * path does not apply (nothing launched). */
+cudaError_t cuk_flash_backward_ref(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *ref,
+                                   float *scratch, const float *dout, const uint16_t *dout_bf,
+                                   const uint16_t *out_bf, const uint16_t *qkv_bf,
+                                   const float *att, size_t B, size_t T, size_t C, size_t NH);
+/* 1 when the tensor-core backward in use is the reference (the fused
+ * pass, which test_gpu_ops compares every variant with); fall_back makes
+ * it so for the rest of the process. Any thread. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+int gpt_cuda_flash_tc_bwd_is_reference(void);
+void gpt_cuda_flash_tc_bwd_fall_back(void);
+#ifdef __cplusplus
+}
+#endif
 /* The CUDA-core fallback kernels (cuda_attention_cc.cu) that those two
  * launch where the tensor-core ones do not apply: the forward (out, its
  * bf16 copy if out_bf, the logsumexp lse; q, k, v from qkv_bf if

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""run_summary.py: the record of one GPU acceptance run (tests/gpu/runs/).
+
+    run_summary.py OUT_DIR      writes OUT_DIR/summary.json
+    run_summary.py --selftest   checks the writer on a fake run folder
+
+acceptance.sh calls it last, on its output folder, which holds:
+  commit.txt    the commit measured (git rev-parse HEAD, "-dirty" with changes)
+  gpu.csv       nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  bench.jsonl   bench_gpu_train's lines at the default variants (B=16, B=32)
+  torch.jsonl   bench/torch_gpt2.py's lines at the same shapes
+  table.txt     one line per phase: name, PASS/FAIL/SKIP, seconds, note
+
+summary.json has exactly these keys: commit, gpu, driver, default_variants
+(the attention forward and backward that ran as defaults), passed (every
+variant that passed its ops and training rows: "bwd_twopass", "fwd_m16",
+...), and ms per step and MFU (llm.c's count) of gptd and of PyTorch at
+B=16 and B=32 (null where not measured).
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+KEYS = [
+    "commit", "gpu", "driver", "default_variants", "passed",
+    "gptd_ms_per_step_b16", "gptd_mfu_b16", "torch_ms_per_step_b16", "torch_mfu_b16",
+    "gptd_ms_per_step_b32", "gptd_mfu_b32", "torch_ms_per_step_b32", "torch_mfu_b32",
+]
+
+
+def _read(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _jsonl(path, bench):
+    """The lines of bench `bench` by batch (the last line of each batch)."""
+    rows = {}
+    for line in _read(path).splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("bench") == bench and isinstance(row.get("batch"), int):
+            rows[row["batch"]] = row
+    return rows
+
+
+def _num(row, key):
+    v = row.get(key) if row else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _table(path):
+    """Phase name -> status, from table.txt."""
+    status = {}
+    for line in _read(path).splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            status[parts[0]] = parts[1]
+    return status
+
+
+def summarize(out):
+    commit = _read(os.path.join(out, "commit.txt")).strip() or None
+    gpu = driver = None
+    first = _read(os.path.join(out, "gpu.csv")).strip().splitlines()
+    if first:
+        fields = [f.strip() for f in first[0].split(",")]
+        gpu = fields[0] or None
+        driver = fields[1] if len(fields) > 1 and fields[1] else None
+    gptd = _jsonl(os.path.join(out, "bench.jsonl"), "gpu_train")
+    torch = _jsonl(os.path.join(out, "torch.jsonl"), "torch_gpt2")
+    status = _table(os.path.join(out, "table.txt"))
+    ok = lambda name: status.get(name) == "PASS"  # noqa: E731
+
+    ref = gptd.get(16) or gptd.get(32) or {}
+    fwd, bwd = ref.get("flash_fwd"), ref.get("flash_bwd")
+    passed = set()
+    # the defaults: every op against the CPU, 20 steps against the CPU,
+    # and the B=16 benchmark
+    if fwd and bwd and ok("ops") and ok("train") and ok("bench_b16"):
+        passed.update(("fwd_" + fwd, "bwd_" + bwd))
+    # the variant rows: NAME_ops (their attention ops) and NAME_b16
+    # (step 2's loss against the default's)
+    for name in status:
+        m = re.fullmatch(r"((?:bwd|fwd)_\w+?)_ops", name)
+        if m and ok(name) and ok(m.group(1) + "_b16"):
+            passed.add(m.group(1))
+    summary = {
+        "commit": commit,
+        "gpu": gpu,
+        "driver": driver,
+        "default_variants": {"attention_forward": fwd, "attention_backward": bwd},
+        "passed": sorted(passed),
+    }
+    for b in (16, 32):
+        summary["gptd_ms_per_step_b%d" % b] = _num(gptd.get(b), "ms_per_step")
+        summary["gptd_mfu_b%d" % b] = _num(gptd.get(b), "mfu")
+        summary["torch_ms_per_step_b%d" % b] = _num(torch.get(b), "ms_per_step")
+        summary["torch_mfu_b%d" % b] = _num(torch.get(b), "mfu")
+    return {k: summary[k] for k in KEYS}
+
+
+def write(out):
+    summary = summarize(out)
+    tmp = os.path.join(out, "summary.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, os.path.join(out, "summary.json"))
+    return summary
+
+
+def _selftest():
+    with tempfile.TemporaryDirectory() as out:
+        files = {
+            "commit.txt": "0123456789abcdef0123456789abcdef01234567\n",
+            "gpu.csv": "NVIDIA H200, 580.95.05\n",
+            "bench.jsonl": "\n".join([
+                '{"bench":"gpu_train","mode":"bf16","flash_bwd":"twopass","flash_fwd":"m16",'
+                '"batch":16,"ms_per_step":35.2,"mfu":0.3782,"peak_tflops":989.0}',
+                '{"bench":"gpu_train","mode":"bf16","flash_bwd":"twopass","flash_fwd":"m16",'
+                '"batch":32,"ms_per_step":66.6,"mfu":null,"peak_tflops":null}',
+            ]) + "\n",
+            "torch.jsonl": "some warning\n"
+                           '{"bench":"torch_gpt2","batch":16,"ms_per_step":41.0,"mfu":0.3247}\n',
+            "table.txt": "\n".join([
+                "preflight        PASS      1s  cuda probe: 1 device",
+                "ops              PASS     40s  test_gpu_ops",
+                "train            PASS     10s  20 steps vs CPU",
+                "bench_b16        PASS     20s  35.2 ms/step",
+                "bench_b32        FAIL     20s  rc 1",
+                "bwd_fused_ops    PASS     20s  x",
+                "bwd_fused_b16    PASS     20s  x",
+                "bwd_ds_ops       PASS     20s  x",
+                "bwd_ds_b16       FAIL     20s  step 2 loss differs",
+                "fwd_k32_ops      FAIL     20s  x",
+                "fwd_k32_b16      PASS     20s  x",
+                "fwd_wg_ops       PASS     20s  x",
+                "fwd_wg_b16       PASS     20s  x",
+            ]) + "\n",
+        }
+        for name, text in files.items():
+            with open(os.path.join(out, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        write(out)
+        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+            got = json.load(f)
+        want = {
+            "commit": "0123456789abcdef0123456789abcdef01234567",
+            "gpu": "NVIDIA H200",
+            "driver": "580.95.05",
+            "default_variants": {"attention_forward": "m16", "attention_backward": "twopass"},
+            "passed": ["bwd_fused", "bwd_twopass", "fwd_m16", "fwd_wg"],
+            "gptd_ms_per_step_b16": 35.2, "gptd_mfu_b16": 0.3782,
+            "torch_ms_per_step_b16": 41.0, "torch_mfu_b16": 0.3247,
+            "gptd_ms_per_step_b32": 66.6, "gptd_mfu_b32": None,
+            "torch_ms_per_step_b32": None, "torch_mfu_b32": None,
+        }
+        assert list(got) == KEYS, list(got)
+        assert got == want, got
+        # a run whose default rows failed passes no default; nothing
+        # measured is null, never 0
+        with open(os.path.join(out, "table.txt"), "w", encoding="utf-8") as f:
+            f.write("ops              FAIL     40s  x\n")
+        for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt"):
+            os.remove(os.path.join(out, name))
+        got = write(out)
+        assert list(got) == KEYS
+        assert got["passed"] == [] and got["commit"] is None and got["gpu"] is None
+        assert all(got[k] is None for k in KEYS[5:]), got
+    print("run_summary selftest: ok")
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--selftest"]:
+        return _selftest()
+    if len(argv) != 2 or not os.path.isdir(argv[1]):
+        print("usage: run_summary.py OUT_DIR | --selftest", file=sys.stderr)
+        return 2
+    json.dump(write(argv[1]), sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
