@@ -47,12 +47,13 @@ make_test_user() {
     cp "$GPTCTL" "$T/bin/gptctl"
     chmod 0755 "$T/bin" "$T/bin/gptctl"
 }
-# big_job FILE: a one-step job of ~50M parameters (its snapshot is 600 MB,
-# so reading and copying it takes seconds: a window tests can act in).
+# big_job FILE [N_EMBD]: a one-step job of ~50M parameters (its snapshot is
+# 600 MB, so reading and copying it takes seconds: a window tests can act
+# in); N_EMBD 512 gives ~13M (150 MB).
 big_job() {
     cat >"$1" <<EOF
 {"name": "big",
- "model": {"n_layer": 4, "n_head": 4, "n_embd": 1024, "block_size": 6, "vocab_size": 10},
+ "model": {"n_layer": 4, "n_head": 4, "n_embd": ${2:-1024}, "block_size": 6, "vocab_size": 10},
  "data": {"kind": "synthetic", "task": "addition", "digits": 2},
  "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
              "eval_every": 0, "eval_batches": 1, "threads": 1},

@@ -81,15 +81,7 @@ echo "failed exports leave nothing: ok"
 
 # --- case 11: kill -9 while an export writes (a ~50 MB model), and records
 # naming a folder and a link.
-cat >"$T/mid.json" <<EOF
-{"name": "mid",
- "model": {"n_layer": 4, "n_head": 4, "n_embd": 512, "block_size": 6, "vocab_size": 10},
- "data": {"kind": "synthetic", "task": "addition", "digits": 2},
- "trainer": {"max_steps": 1, "micro_batch": 1, "global_batch": 1, "log_every": 1,
-             "eval_every": 0, "eval_batches": 1, "threads": 1},
- "optimizer": {"lr": 1e-3, "warmup_steps": 0},
- "snapshot": {"every": 1}}
-EOF
+big_job "$T/mid.json" 512
 chmod 0644 "$T/mid.json"
 mid=$(as_user submit "$T/mid.json")
 wait_for 120 job_is "$mid" completed
@@ -100,9 +92,9 @@ for try in 1 2 3 4 5; do
     ex 022 "$mid" --format gguf -o "$O/mid$try.gguf" >"$T/mid.out" 2>&1 &
     expid=$!
     rc=0
-    python3 - "$O" "$GPTD_PID" "$expid" "mid$try.gguf" <<'PY' || rc=$?
+    python3 - "$O" "$GPTD_PID" "mid$try.gguf" <<'PY' || rc=$?
 import os, signal, sys, time
-d, pid, client, name = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+d, pid, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 end = time.monotonic() + 60
 while time.monotonic() < end:
     if any(n.startswith("." + name + ".gptd-export-") for n in os.listdir(d)):
