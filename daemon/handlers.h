@@ -40,11 +40,12 @@ int handler_export_member(struct daemon_ctx *d, struct control_client *cl,
                           const struct gpt_ctl_request *req, struct gpt_err *err);
 
 /* Queues `it` (work, done, data set) in the user work pool for client
- * `cl`, whose uid it counts against and whose going cancels it (when
- * `with_client`); when it must wait for a slot, tells the client so at
- * once (a line of type "waiting" with request `id`, before the answer). Returns 0 (the done
- * callback will run) or an error for the dispatcher (-GPT_E_LIMIT: the
- * queue is full; -EAGAIN: gptd is stopping). */
+ * `cl` (handlers_work.c), whose uid it counts against and whose going
+ * cancels it (when `with_client`); when it must wait for a slot, tells the
+ * client so at once (a line of type "waiting" with request `id`, before
+ * the answer). Returns 0 (the done callback will run) or an error for the
+ * dispatcher (-GPT_E_LIMIT: the queue is full; -EAGAIN: gptd is
+ * stopping). */
 int handler_userwork_submit(struct daemon_ctx *d, struct control_client *cl, const json_t *id,
                             struct userwork_item *it, bool with_client, struct gpt_err *err);
 
