@@ -39,6 +39,7 @@
 #define DAEMON_RDZV_DEFAULT    "127.0.0.1:29400"
 #define DAEMON_EMBEDDED_HOST   "127.0.0.1"
 #define DAEMON_EMBEDDED_KEY    "cluster.secret" /* in the state directory */
+#define DAEMON_INSTANCE_FILE   "node.instance"  /* in the state directory */
 #define DAEMON_LEAVE_TIMEOUT_S 15.0             /* a leaving member waits this long for its world */
 #define DAEMON_FORCE_GRACE_S   10.0 /* a third stop signal waits at most this for the snapshot */
 
@@ -159,6 +160,34 @@ static int daemon_embedded_secret(const char *state_dir, char *path, size_t cap,
     if (k < 0 || (size_t)k >= cap)
         return gpt_err_set(err, -ENAMETOOLONG, "state_dir", "state directory too long");
     return secret_file_ensure(path, err);
+}
+
+/* This node's instance: a random number made once per state directory
+ * (STATE_DIR/node.instance, written as a secret is), so that the
+ * coordinator tells a restart of this node (same state directory, same
+ * instance) from another gptd that took the same node id. */
+static int daemon_node_instance(const char *state_dir, uint64_t *ret, struct gpt_err *err)
+{
+    char path[CONFIG_PATH_MAX + 32], hex[17] = "";
+    int k = snprintf(path, sizeof(path), "%s/" DAEMON_INSTANCE_FILE, state_dir);
+    if (k < 0 || (size_t)k >= sizeof(path))
+        return gpt_err_set(err, -ENAMETOOLONG, "state_dir", "state directory too long");
+    int rc = secret_file_ensure(path, err);
+    if (rc < 0)
+        return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
+    ssize_t n = read(fd, hex, 16);
+    close(fd);
+    char *end = NULL;
+    uint64_t v = n == 16 ? strtoull(hex, &end, 16) : 0;
+    if (n != 16 || !end || *end || v == 0)
+        return gpt_err_set(err, -EINVAL, NULL,
+                           "%s: not a node instance (16 hex digits); remove it to make a new one",
+                           path);
+    *ret = v;
+    return 0;
 }
 
 static void daemon_on_handle_closed(uv_handle_t *h)
@@ -340,10 +369,15 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         if (rc < 0)
             return rc;
     }
+    uint64_t instance = 0;
+    int rc1 = daemon_node_instance(cfg->state_dir, &instance, err);
+    if (rc1 < 0)
+        return rc1;
     const char *bind = cfg->bind_host[0] ? cfg->bind_host : "127.0.0.1";
     bool co_coordinator = cfg->coordinator != 0 || embedded;
     struct cluster_opts co = {
         .node_id = cfg->node_name,
+        .instance = instance,
         .host = host,
         .port = (int)port,
         .coordinator = co_coordinator,

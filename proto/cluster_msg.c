@@ -61,6 +61,7 @@ static const struct cm_field cm_fields[CLUSTER_MSG_F_COUNT] = {
     [CLUSTER_MSG_F_OP] = {"op", CM_OP, 0, 0, S(op)},
     [CLUSTER_MSG_F_ARGS] = {"args", CM_ARGS, 0, 0, S(args)},
     [CLUSTER_MSG_F_GPU] = {"gpu", CM_STR, 0, CLUSTER_MSG_GPUS_MAX - 1, S(gpus)},
+    [CLUSTER_MSG_F_IID] = {"iid", CM_HEX, 0, 0, S(iid)},
 };
 
 #undef S
@@ -81,7 +82,8 @@ static const struct cm_field cm_args[] = {
 #define B(x)     CLUSTER_MSG_BIT(x)
 #define CM_HB_FIELDS                                                                               \
     (B(NODE) | B(INC) | B(GEN) | B(ROUND) | B(JOB) | B(SNAP) | B(WORKERS) | B(ADDR) | B(VER) |     \
-     B(DEV) | B(STATE) | B(EXIT_ROUND) | B(EXIT_RC) | B(EXIT_STEP) | B(EXIT_MSG) | B(GPU))
+     B(DEV) | B(STATE) | B(EXIT_ROUND) | B(EXIT_RC) | B(EXIT_STEP) | B(EXIT_MSG) | B(GPU) |     \
+     B(IID))
 
 static const struct cm_type {
     const char *name;

@@ -148,6 +148,8 @@ int proto_store_status_to_errno(uint32_t status)
         return -GPT_E_LIMIT;
     case PROTO_STORE_STATUS_INVALID:
         return -EINVAL;
+    case PROTO_STORE_STATUS_EXISTS:
+        return -EEXIST;
     default:
         return -EIO;
     }
@@ -164,6 +166,8 @@ uint32_t proto_store_status_from_errno(int code)
         return PROTO_STORE_STATUS_LIMIT;
     case -EINVAL:
         return PROTO_STORE_STATUS_INVALID;
+    case -EEXIST:
+        return PROTO_STORE_STATUS_EXISTS;
     default:
         return PROTO_STORE_STATUS_INTERNAL;
     }

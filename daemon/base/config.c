@@ -63,7 +63,8 @@ static const struct config_option config_options[] = {
             "Empty: gptd's own group."),
     OPT_STR(node_name, "", false,
             "This node's id in `gptctl nodes`, in the rendezvous and in the snapshots\n"
-            "table (--node-id is the same option). Empty: the host name."),
+            "table (--node-id is the same option). Empty: the host name. An id another\n"
+            "live node (another state directory) holds is refused at join."),
     OPT_NUM(log_level, CONFIG_T_LEVEL, "info", 0, 7, true,
             "Highest log level written to stderr: error, warning, notice, info or debug."),
     OPT_NUM(workers, CONFIG_T_INT, "1", 1, 256, true,

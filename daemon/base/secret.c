@@ -35,7 +35,7 @@ static int secret_write(int fd, const char *path, struct gpt_err *err)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return gpt_err_set(err, -EIO, NULL, "%s: cannot write the secret", path);
+            return gpt_err_set(err, -EIO, NULL, "%s: cannot write it", path);
         done += (size_t)n;
     }
     if (fsync(fd) < 0)
@@ -55,7 +55,7 @@ int secret_file_ensure(const char *path, struct gpt_err *err)
     /* mkostemp: O_CREAT|O_EXCL, mode 0600, a name no other creator uses. */
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
-        return gpt_err_set(err, -errno, NULL, "cannot create the cluster secret %s: %s", tmp,
+        return gpt_err_set(err, -errno, NULL, "cannot create %s: %s", tmp,
                            strerror(errno));
     rc = secret_write(fd, path, err);
     if (close(fd) < 0 && rc == 0)
@@ -63,7 +63,7 @@ int secret_file_ensure(const char *path, struct gpt_err *err)
     /* link() fails with EEXIST if another process made the secret first:
      * then both use that one. */
     if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
-        rc = gpt_err_set(err, -errno, NULL, "cannot create the cluster secret %s: %s", path,
+        rc = gpt_err_set(err, -errno, NULL, "cannot create %s: %s", path,
                          strerror(errno));
     unlink(tmp);
     return rc;

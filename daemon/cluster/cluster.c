@@ -173,6 +173,10 @@ void cluster_heartbeat_soon(struct cluster *c)
 void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type)
 {
     cluster_msg_init(m, type);
+    if ((type == CLUSTER_MSG_HB || type == CLUSTER_MSG_JOIN) && c->o.instance) {
+        m->iid = c->o.instance;
+        m->present |= CLUSTER_MSG_BIT(IID);
+    }
     snprintf(m->node, sizeof(m->node), "%s", c->node_id);
     m->inc = c->inc;
 }
@@ -555,7 +559,9 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                                        .secret_len = c->secret_len,
                                        .secret_hint = c->secret_hint,
                                        .max_clients = 2 * RDZV_NODES_MAX + 64,
-                                       .max_keys = 4 * RDZV_NODES_MAX};
+                                       .max_keys = 4 * RDZV_NODES_MAX,
+                                       .hb_admit = cluster_hb_admit,
+                                       .hb_arg = c};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
         if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {
@@ -586,6 +592,7 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         struct cluster_msg self;
         cluster_msg_init(&self, CLUSTER_MSG_HB);
         self.inc = c->inc;
+        self.iid = o->instance;
         self.workers = o->workers > 0 ? o->workers : 1;
         snprintf(self.node, sizeof(self.node), "%s", c->node_id);
         snprintf(self.addr, sizeof(self.addr), "%s", c->addr);

@@ -101,6 +101,10 @@ struct cluster {
      * come; the error is logged once per streak of refusals. */
     bool refused;
     char refused_msg[2600];
+    /* The coordinator refused this node's heartbeats (its id is another
+     * live node's): no part in any world, requests fail with refused_msg,
+     * and heartbeats go on until one is taken. */
+    bool hb_refused;
     uint64_t inc;
     uv_timer_t timer;
     struct cluster_node_hooks nh;
@@ -143,6 +147,11 @@ struct cluster {
     void *done_ctx;
     bool closing;
 };
+
+/* cluster_round.c: the store's admission of a heartbeat (store_server_opts
+ * hb_admit): a node id another live node holds is refused. */
+int cluster_hb_admit(void *arg, const char *key, const void *val, size_t len, const char *peer,
+                     const char *holder, char *why, size_t cap);
 
 /* cluster.c */
 /* Every reply (or failure) of the node's client comes through here first:

@@ -244,6 +244,9 @@ static int cluster_request(struct cluster *c, struct cluster_msg *m, double time
     if (c->refused && c->nc_state != CONN_READY)
         return gpt_err_set(err, -GPT_E_AUTH, NULL, "this node is not in the cluster: %s",
                            c->refused_msg);
+    if (c->hb_refused)
+        return gpt_err_set(err, -EEXIST, NULL, "this node is not in the cluster: %s",
+                           c->refused_msg);
     if (c->ob.n_submits >= CLUSTER_SUBMITS_MAX)
         return gpt_err_set(err, -GPT_E_LIMIT, NULL, "too many requests to the coordinator");
     struct cluster_submit *s = calloc(1, sizeof(*s));

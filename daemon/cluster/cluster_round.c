@@ -36,8 +36,34 @@
 static void cluster_on_hb_sent(void *arg, const struct store_reply *r)
 {
     struct cluster *c = arg;
-    if (cluster_reply_ok(c, r) && r->status < 0)
+    if (!cluster_reply_ok(c, r))
+        return;
+    if (r->status == -EEXIST) {
+        /* Another live node holds this id: this one takes no part until it
+         * is gone (a heartbeat is taken again then). */
+        if (!c->hb_refused) {
+            snprintf(c->refused_msg, sizeof(c->refused_msg), "%.*s",
+                     (int)(r->len < 2048 ? r->len : 2048), (const char *)r->data);
+            log_error("cluster: the coordinator refused this node: %s", c->refused_msg);
+            c->hb_refused = true;
+            if (c->nh.lost)
+                c->nh.lost(c->nh.ctx);
+        }
+        return;
+    }
+    if (r->status < 0) {
         log_warn("cluster: heartbeat refused by the store: %s", gpt_strerror(r->status));
+        return;
+    }
+    if (c->hb_refused) {
+        log_notice("cluster: the coordinator took this node in as %s", c->node_id);
+        c->hb_refused = false;
+        /* The rounds read meanwhile were the other node's: a WATCH from
+         * version 0 replaces the parked one and answers at once. */
+        c->cur_version = 0;
+        c->round_watch = false;
+        cluster_round_watch(c);
+    }
 }
 
 void cluster_heartbeat(struct cluster *c)
@@ -100,6 +126,8 @@ static void cluster_round_value(struct cluster *c, const void *data, size_t len)
     struct round_doc cur;
     struct gpt_err err;
     c->cur_seq++;
+    if (c->hb_refused)
+        return; /* the round of the node that holds this id */
     if (round_doc_decode(data, len, &cur, &err) < 0) {
         log_warn("cluster: round %s%s: %s", RDZV_KEY_NODE_PREFIX, c->node_id, err.msg);
         return;
@@ -180,6 +208,21 @@ static void cluster_on_hb_report(void *arg, const struct store_server_hb *hb)
         log_debug("cluster: heartbeat table entry %s holds a %s of %s: dropped", hb->key,
                   cluster_msg_type_name(m.type), m.node);
     cluster_msg_done(&m);
+}
+
+int cluster_hb_admit(void *arg, const char *key, const void *val, size_t len, const char *peer,
+                     const char *holder, char *why, size_t cap)
+{
+    struct cluster *c = arg;
+    struct cluster_msg m;
+    struct gpt_err err;
+    if (!c->coord || cluster_msg_decode(val, len, &m, &err) < 0)
+        return 0; /* the drain drops what does not decode */
+    int rc = 0;
+    if ((m.type == CLUSTER_MSG_HB || m.type == CLUSTER_MSG_JOIN) && strcmp(m.node, key) == 0)
+        rc = rdzv_coord_admit(c->coord, monotime_s(), &m, peer, holder, why, cap);
+    cluster_msg_done(&m);
+    return rc;
 }
 
 void cluster_hb_drain(struct cluster *c, double now)

@@ -357,6 +357,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
     }
     nd->alive = true;
     nd->last_hb = now;
+    nd->iid = m->iid;
     nd->workers = m->workers;
     if (m->addr[0])
         snprintf(nd->addr, sizeof(nd->addr), "%s", m->addr);
@@ -393,6 +394,29 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
             failure_note(&j->failure, &j->failure_final, j->failure_why, sizeof(j->failure_why),
                          nd->id, m->exit_rc, m->exit_msg);
     }
+}
+
+int rdzv_coord_admit(struct rdzv_coord *c, double now, const struct cluster_msg *m,
+                     const char *peer, const char *holder, char *why, size_t cap)
+{
+    struct rdzv_cnode *nd = rdzv_find(c, m->node);
+    /* A new id, the holder itself, a holder gone (dead or left: the id is
+     * free again), or the holder's state directory (a restart, however
+     * soon): taken. Neither naming an instance reads as a restart too. */
+    if (!nd || nd->inc == m->inc || !nd->alive || nd->left || now - nd->last_hb > c->o.dead_after_s ||
+        nd->iid == m->iid)
+        return 0;
+    snprintf(why, cap,
+             "node id \"%s\" is taken: node %s at %s (store connection from %s) is alive in the "
+             "cluster, and the gptd at %s (store connection from %s) is another node (another "
+             "state directory); start it with its own --node-name",
+             m->node, nd->id, nd->addr[0] ? nd->addr : "?", holder[0] ? holder : "?",
+             m->addr[0] ? m->addr : "?", peer[0] ? peer : "?");
+    if (nd->refused_inc != m->inc) {
+        nd->refused_inc = m->inc;
+        rdzv_event(c, NULL, "node", "%s", why);
+    }
+    return -EEXIST;
 }
 
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)

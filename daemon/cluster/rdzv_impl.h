@@ -19,6 +19,8 @@ struct rdzv_jrun;
 struct rdzv_cnode {
     char id[RDZV_NODE_ID_MAX];
     uint64_t inc;
+    uint64_t iid;         /* its instance (cluster_msg "iid"), 0 none */
+    uint64_t refused_inc; /* the newest process refused this id (rdzv_coord_admit) */
     double last_hb;
     bool alive;
     int workers;

@@ -254,8 +254,8 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
         else if ((int)m->type != p->expect)
             return -GPT_E_PROTO;
         r.num = m->num;
-        if (m->type == PROTO_STORE_VALUE) {
-            r.data = m->val;
+        if (m->type == PROTO_STORE_VALUE || m->type == PROTO_STORE_ERROR) {
+            r.data = m->val; /* an ERROR's: its message */
             r.len = m->val_len;
         }
         a->head = p->next;

@@ -218,10 +218,14 @@ static int command_run(struct client *c, const struct proto_store_msg *m, const 
         rc = store_server_watch_start(c, m, ret_why);
         break;
     case PROTO_STORE_HEARTBEAT:
-        if ((rc = store_server_hb_put(s, m->key, m->key_len, m->val, m->val_len)) == 0)
+        s->hb_why[0] = '\0';
+        if ((rc = store_server_hb_put(s, m->key, m->key_len, m->val, m->val_len, c->peer,
+                                      s->hb_why, sizeof(s->hb_why))) == 0)
             rc = proto_store_put_ok(o);
         else if (rc == -GPT_E_LIMIT)
             *ret_why = "heartbeat table full (nodes or bytes)";
+        else if (rc == -EEXIST)
+            *ret_why = s->hb_why;
         break;
     case PROTO_STORE_NUM_KEYS:
         rc = proto_store_put_int(o, (int64_t)s->table.keys);

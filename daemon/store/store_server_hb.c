@@ -9,6 +9,7 @@
  * max_data_bytes. Loop thread.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,11 +52,21 @@ static int hb_grow(struct store_server *s)
 }
 
 int store_server_hb_put(struct store_server *s, const char *key, size_t len, const void *val,
-                        size_t val_len)
+                        size_t val_len, const char *peer, char *why, size_t cap)
 {
     uint64_t h = store_table_hash(key, len);
     struct hb_entry *e = hb_find(s, key, len, h);
+    bool same = e && e->val_len == val_len && (!val_len || memcmp(e->val, val, val_len) == 0);
 
+    /* An unchanged report comes from the node already admitted. */
+    if (!same && s->opts.hb_admit) {
+        char k[GPT_STORE_KEY_MAX + 1];
+        snprintf(k, sizeof(k), "%.*s", (int)len, key);
+        int rc = s->opts.hb_admit(s->opts.hb_arg, k, val, val_len, peer, e ? e->peer : "", why,
+                                  cap);
+        if (rc < 0)
+            return rc;
+    }
     if (!e) {
         if (s->hb_count >= s->opts.max_heartbeats ||
             s->table.data_bytes + s->hb_bytes + len > s->opts.max_data_bytes)
@@ -90,6 +101,7 @@ int store_server_hb_put(struct store_server *s, const char *key, size_t len, con
         e->val_len = val_len;
         e->changed = true;
     }
+    snprintf(e->peer, sizeof(e->peer), "%s", peer);
     e->touched_ms = uv_now(s->loop);
     if (!link_linked(&e->dirty_link))
         link_insert_tail(&s->hb_dirty, &e->dirty_link);

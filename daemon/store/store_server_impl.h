@@ -106,6 +106,7 @@ struct hb_entry {
     uint8_t *val;
     size_t val_len, val_cap;
     size_t len;
+    char peer[64]; /* the connection that wrote the report */
     char key[]; /* NUL-terminated */
 };
 
@@ -157,6 +158,7 @@ struct store_server {
     struct hb_entry **hb_buckets;
     size_t hb_nbuckets, hb_count, hb_bytes;
     struct link hb_dirty;
+    char hb_why[256]; /* a refused HEARTBEAT's reason, until its ERROR is written */
     pthread_mutex_t st_lock;
     struct store_server_stats st;
     /* One read buffer for every connection: a read is fed to the client's
@@ -217,9 +219,11 @@ void store_server_watches_done(struct store_server *s);
 
 /* ---- store_server_hb.c ---- */
 
-/* HEARTBEAT: stores the report in place. Returns 0, -GPT_E_LIMIT or -ENOMEM. */
+/* HEARTBEAT from `peer`: stores the report in place unless the owner's
+ * hb_admit refuses it. Returns 0, -EEXIST (why[0..cap) says why),
+ * -GPT_E_LIMIT or -ENOMEM. */
 int store_server_hb_put(struct store_server *s, const char *key, size_t len, const void *val,
-                        size_t val_len);
+                        size_t val_len, const char *peer, char *why, size_t cap);
 /* Frees the heartbeat table; at server teardown. */
 void store_server_hb_done(struct store_server *s);
 

@@ -4,7 +4,7 @@
  * line for the inbox, one object per key for the rest.
  *
  *   inbox line  member -> coordinator, appended to "c/inbox":
- *     {"t": "hb"|"join", "node", "inc", "gen"?, "round"?, "job"?, "snap"?,
+ *     {"t": "hb"|"join", "node", "inc", "iid"?, "gen"?, "round"?, "job"?, "snap"?,
  *      "workers"?, "addr"?, "ver"?, "dev"?, "gpu"?, "state"?, "exit_round"?,
  *      "exit_rc"?, "exit_step"?, "exit_msg"?}       a heartbeat (join: the same)
  *     {"t": "leave", "node", "inc"}                 stopping on purpose
@@ -19,7 +19,10 @@
  *     {"recs": [{"s": SEQ, "j": JOB, "r": {...}}, ...]}
  *   feed head   "GEN:N" at c/feed/head (hex generation, newest chunk)
  *
- * "inc" and "gen" are 64-bit numbers in lowercase hex. A forwarded read's
+ * "inc", "iid" and "gen" are 64-bit numbers in lowercase hex. "inc" changes
+ * with every start of a node's process, "iid" (its instance) is kept in its
+ * state directory: a node id reported with another "iid" while its holder
+ * is alive is another node, refused. A forwarded read's
  * "op" is one of the names of cluster_msg_read_name() and decodes to the
  * control op (enum gpt_ctl_op) whose answer it computes. Every field is
  * declared in one const table with its type and limits; unknown fields,
@@ -91,6 +94,7 @@ enum cluster_msg_field {
     CLUSTER_MSG_F_OP,
     CLUSTER_MSG_F_ARGS,
     CLUSTER_MSG_F_GPU,
+    CLUSTER_MSG_F_IID,
     CLUSTER_MSG_F_COUNT
 };
 
@@ -115,6 +119,7 @@ struct cluster_msg {
     uint32_t present;
     char node[CLUSTER_MSG_NODE_MAX]; /* the sender, non-empty */
     uint64_t inc;                    /* the sender's incarnation (changes on restart) */
+    uint64_t iid; /* hb, join: the sender's instance (its state directory's), 0 none */
     /* hb, join */
     uint64_t gen;      /* the coordinator generation the node saw */
     int64_t round;     /* -1: none */

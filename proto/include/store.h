@@ -54,7 +54,7 @@
  *   NUM_KEYS     -                                              INT
  *   APPEND       key, value (missing key starts empty)          OK
  *   WATCH        key, u64 seen, u32 timeout_ms (0 = none)       OK, later one NOTIFY
- *   HEARTBEAT    key (the node), value (its report)             OK
+ *   HEARTBEAT    key (the node), value (its report)             OK | ERROR(EXISTS)
  * Any request may instead get ERROR(status, message).
  *
  * Versions. The server counts its changes (a revision, from 1); every SET,
@@ -82,6 +82,8 @@
  * and notes the time. The server's owner reads the table in-process
  * (daemon/store/include/store_server.h); the value is opaque here (gptd: a cluster_msg
  * "hb" object, proto/cluster_msg.h), at most GPT_STORE_HB_VALUE_MAX bytes.
+ * The owner may refuse a report (ERROR(EXISTS) with its reason: gptd, a
+ * node id another live node holds); a refused report is not stored.
  */
 #ifndef GPT_PROTO_STORE_H
 #define GPT_PROTO_STORE_H
@@ -152,6 +154,7 @@ enum proto_store_status {
     PROTO_STORE_STATUS_LIMIT = 3,
     PROTO_STORE_STATUS_INVALID = 4,
     PROTO_STORE_STATUS_INTERNAL = 5,
+    PROTO_STORE_STATUS_EXISTS = 6, /* HEARTBEAT: the key is another's */
 };
 
 /* One decoded frame. Pointers are views into the buffer it was decoded from

@@ -10,9 +10,10 @@
 # `scontrol requeue` does: the job stops at the leave's snapshot.
 # elastic_records: global rank 0 on a member; the coordinator holds its
 # final metric, snapshot row and done event before the job completes.
+# elastic_node_id: a node id another live node holds is refused at join.
 set(GPTD_ELASTIC_TESTS elastic_kill elastic_coord elastic_min elastic_partition elastic_chaos
     elastic_shard elastic_member elastic_owner elastic_batch elastic_multi elastic_stop_order
-    elastic_records)
+    elastic_records elastic_node_id)
 set(GPTD_ELASTIC_TIMEOUT_elastic_stop_order 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_shard 240)
 set(GPTD_ELASTIC_TIMEOUT_elastic_kill 150)
@@ -25,6 +26,7 @@ set(GPTD_ELASTIC_TIMEOUT_elastic_partition 180)
 set(GPTD_ELASTIC_TIMEOUT_elastic_chaos 360)
 set(GPTD_ELASTIC_TIMEOUT_elastic_multi 120)
 set(GPTD_ELASTIC_TIMEOUT_elastic_records 300)
+set(GPTD_ELASTIC_TIMEOUT_elastic_node_id 180)
 foreach(t ${GPTD_ELASTIC_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

@@ -301,6 +301,34 @@ static void test_done_waits_for_rank0(void **state)
     assert_true(rdzv_coord_job_runs(c, 3));
 }
 
+/* A node id held by a live node of another instance is refused, naming
+ * both connections; the holder itself, a restart of the same instance and
+ * a newcomer after the holder died are taken. */
+static void test_admit(void **state)
+{
+    struct rdzv_coord *c = *state;
+    report(c, 0, 'a', "idle", 0); /* inc 'a', iid 0: reported by report() */
+    struct cluster_msg m;
+    cluster_msg_init(&m, CLUSTER_MSG_HB);
+    snprintf(m.node, sizeof(m.node), "a");
+    snprintf(m.addr, sizeof(m.addr), "10.0.0.2");
+    m.inc = 99;
+    m.iid = 7;
+    char why[512];
+    assert_int_equal(rdzv_coord_admit(c, 1, &m, "10.0.0.2:4000", "10.0.0.1:3000", why, sizeof(why)),
+                     -EEXIST);
+    assert_non_null(strstr(why, "node id \"a\" is taken: node a at 127.0.0.1:1097 (store "
+                                "connection from 10.0.0.1:3000)"));
+    assert_non_null(strstr(why, "the gptd at 10.0.0.2 (store connection from 10.0.0.2:4000)"));
+    m.iid = 0; /* the holder's instance: a restart */
+    assert_int_equal(rdzv_coord_admit(c, 1, &m, "10.0.0.2:4000", "", why, sizeof(why)), 0);
+    m.iid = 7;
+    m.inc = 'a'; /* the holder itself */
+    assert_int_equal(rdzv_coord_admit(c, 1, &m, "10.0.0.2:4000", "", why, sizeof(why)), 0);
+    m.inc = 99; /* the holder silent for longer than dead_after_s */
+    assert_int_equal(rdzv_coord_admit(c, 4, &m, "10.0.0.2:4000", "", why, sizeof(why)), 0);
+}
+
 /* A job's end frees its nodes: they read an idle round. */
 static void test_end_frees(void **state)
 {
@@ -461,6 +489,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_isolated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_end_frees, setup, teardown),
         cmocka_unit_test_setup_teardown(test_done_waits_for_rank0, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_admit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth_yields_to_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alone_starts_short, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_holders_first, setup, teardown),

@@ -42,6 +42,9 @@ typedef void (*cluster_reply_fn)(void *arg, int rc, const json_t *reply, const s
 
 struct cluster_opts {
     const char *node_id;
+    /* This node's instance, kept in its state directory (0: none): a node
+     * id reported with another one while its holder is alive is refused. */
+    uint64_t instance;
     const char *host;   /* the store's address (numeric) */
     int port;           /* 0 (coordinator only): an ephemeral port, see cluster_port */
     bool coordinator;   /* serve the store at host:port */

@@ -159,6 +159,14 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
  * leaving node). O(1). */
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
 
+/* Whether heartbeat `m`, from store connection `peer`, may speak for its
+ * node id: -EEXIST (why[0..cap) names the node holding it and both
+ * addresses; a "node" event once per refused process) when a live node
+ * of another instance (state directory) holds the id, else 0. `holder`:
+ * the connection the holder's reports came from. O(1). */
+int rdzv_coord_admit(struct rdzv_coord *c, double now, const struct cluster_msg *m,
+                     const char *peer, const char *holder, char *why, size_t cap);
+
 /* Global rank 0 of job `job` reached `step`; `snapshot` (>= 0) when a
  * snapshot was written. Ignored for a job that does not run. */
 void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot);

@@ -102,7 +102,8 @@ int store_client_append(struct store_client *c, const char *key, const void *val
  * client closed first, -ECONNRESET / -GPT_E_AUTH / ... when the connection
  * failed; -GPT_E_PROTO when a reply failed its tag, logged, as a lost
  * connection). num: ADD's new value, CHECK's 0/1, DELETE's 0/1, NUM_KEYS's count.
- * data/len: GET's or COMPARE_SET's value, borrowed for the callback only. */
+ * data/len: GET's or COMPARE_SET's value, or an ERROR's message, borrowed for
+ * the callback only. */
 struct store_reply {
     int status;
     int64_t num;

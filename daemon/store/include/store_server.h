@@ -54,6 +54,15 @@ struct store_server_opts {
     size_t max_heartbeats;         /* 65536 heartbeat entries (nodes); over it ERROR(LIMIT) */
     size_t out_high_bytes;         /* 8 MiB of unsent replies before a client is paused */
     uint32_t handshake_timeout_ms; /* 10000; a slower handshake is dropped */
+    /* Asked before a HEARTBEAT whose report differs from the entry's is
+     * stored (NULL: every one is): `peer` is the sending connection's
+     * address, `holder` that of the connection that wrote the entry last
+     * ("" none). A negative return (-EEXIST) refuses it: the sender gets
+     * ERROR with the text left in why[0..cap). Loop thread; must not call
+     * into the server. */
+    int (*hb_admit)(void *arg, const char *key, const void *val, size_t len, const char *peer,
+                    const char *holder, char *why, size_t cap);
+    void *hb_arg;
 };
 
 /* Counters, for tests and metrics. */
