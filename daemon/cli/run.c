@@ -87,6 +87,9 @@ static void usage(FILE *f)
                "  --secret-file FILE     cluster secret of the store (at least 16 bytes, mode\n"
                "                         0600); default: ~/.cache/gptd/run.secret, made once\n"
                "                         per user, so ranks of one user on one host agree\n"
+               "  --comm-timeout-s S     a collective (NCCL's or the ring's) that makes no\n"
+               "                         progress for S seconds fails, so a dead rank ends\n"
+               "                         the run (default 300)\n"
                "  --json                 print every metric and event as one JSON object per line\n"
                "  --stop-after STEP      stop with a snapshot once STEP steps are done\n"
                "  --sample N             print N sampled tokens from the final model\n"
@@ -288,7 +291,7 @@ static int run_sweep(int argc, char **argv, const bool *skip, const char *const 
 /* What `gptd run`'s command line says. */
 struct run_args {
     const char *file, *snapdir, *resume_from, *prompt, *prompt_ids, *rdzv, *secret_file;
-    int64_t world, rank, top_k, seed, workers, stop_after, sample_tokens;
+    int64_t world, rank, top_k, seed, workers, stop_after, sample_tokens, comm_timeout_s;
     double temperature;
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over;
@@ -315,6 +318,8 @@ struct run_opt {
 };
 
 #define RUN_ARG(f) offsetof(struct run_args, f)
+/* --comm-timeout-s at most a day, as the daemon's comm_timeout_s. */
+#define RUN_COMM_TIMEOUT_MAX_S 86400
 static const struct run_opt run_opts[] = {
     {"help", RUN_OPT_OTHER, 0, 0, false},
     {"help-spec", RUN_OPT_OTHER, 0, 0, false},
@@ -327,6 +332,7 @@ static const struct run_opt run_opts[] = {
     {"rank", RUN_OPT_INT, RUN_ARG(rank), 0, false},
     {"rdzv", RUN_OPT_STR, RUN_ARG(rdzv), 0, false},
     {"secret-file", RUN_OPT_STR, RUN_ARG(secret_file), 0, false},
+    {"comm-timeout-s", RUN_OPT_INT, RUN_ARG(comm_timeout_s), 1, false},
     {"json", RUN_OPT_FLAG, RUN_ARG(json), 0, false},
     {"stop-after", RUN_OPT_INT, RUN_ARG(stop_after), 1, false},
     {"sample", RUN_OPT_INT, RUN_ARG(sample_tokens), 0, false},
@@ -523,6 +529,11 @@ static int run_settle(struct run_args *a, const struct gpt_job *job, char *snapd
     /* snapshot.on_invalid: restart is the job's standing --start-over. */
     if (a->resume == 1 && job->snapshot.on_invalid == GPT_SNAPSHOT_ON_INVALID_RESTART)
         a->resume = GPT_RESUME_START_OVER;
+    if (a->comm_timeout_s > RUN_COMM_TIMEOUT_MAX_S) {
+        fprintf(stderr, "gptd run: --comm-timeout-s: %lld is more than %d\n",
+                (long long)a->comm_timeout_s, RUN_COMM_TIMEOUT_MAX_S);
+        return 2;
+    }
     /* --workers, else distributed.workers_per_node, else one per GPU, else 1. */
     if (a->workers == 0)
         a->workers = workers_default_count(job, 1);
@@ -596,6 +607,7 @@ static int run_train(const struct run_args *a, const struct gpt_job *job, const 
         .rank_base = (int)a->rank,
         .kv = rdzv_h ? static_rdzv_kv(rdzv_h) : NULL,
         .kv_prefix = "run/",
+        .comm_timeout_ms = (int)(a->comm_timeout_s * 1000),
     };
     sigset_t block, old;
     sigemptyset(&block);

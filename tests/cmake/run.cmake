@@ -33,3 +33,7 @@ add_test(NAME grad_reduce COMMAND ${GPTD_IT}/grad_reduce.sh $<TARGET_FILE:gptd>
                                   $<TARGET_FILE:snapdiff> ${GPTD_JOBS}/tiny_adder.json)
 set_tests_properties(grad_reduce PROPERTIES LABELS integration TIMEOUT 600
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME run_comm_timeout COMMAND ${GPTD_IT}/run_comm_timeout.sh $<TARGET_FILE:gptd>
+                                       ${GPTD_JOBS}/tiny_adder.json)
+set_tests_properties(run_comm_timeout PROPERTIES LABELS integration TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
