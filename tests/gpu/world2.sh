@@ -83,7 +83,7 @@ start() {
 }
 both_alive() { [ "$(ctl n1 --json nodes | grep -o '"state":"idle"' | wc -l)" -ge 2 ]; }
 
-# job FILE NAME N_LAYER N_EMBD NODES MAX_STEPS SHARDING GRAD_REDUCE
+# job FILE NAME N_LAYER N_EMBD NODES MAX_STEPS SHARDING GRAD_REDUCE [MAX_RESTARTS=0]
 job() {
     cat >"$1" <<EOF
 {"name": "$2",
@@ -92,11 +92,19 @@ job() {
  "trainer": {"max_steps": $6, "micro_batch": 8, "global_batch": 16, "log_every": 1,
              "eval_every": 0, "eval_batches": 1, "seed": 11},
  "optimizer": {"lr": 1e-3, "warmup_steps": 2},
- "distributed": {"nodes": "$5", "sharding": "$7", "grad_reduce": "$8", "max_restarts": 5},
+ "distributed": {"nodes": "$5", "sharding": "$7", "grad_reduce": "$8", "max_restarts": ${9:-0}},
  "snapshot": {"every": 50, "keep": 2}}
 EOF
 }
 state_is() { ctl n1 --json status "$1" | grep -q "\"state\":\"$2\""; }
+# ended ID: completed, failed or cancelled.
+ended() { ctl n1 --json status "$1" | grep -Eq '"state":"(completed|failed|cancelled)"'; }
+# why ID: the job's state and error as gptd recorded them (NCCL's words
+# when NCCL refused), one line.
+why() {
+    ctl n1 --json status "$1" | grep -o '"state":"[^"]*"\|"error":"\([^"\\]\|\\.\)*"' |
+        tr '\n' ' ' | cut -c1-240
+}
 # losses ID: "step loss" per metric record.
 losses() {
     ctl n1 --json logs "$1" | grep '"metric"' |
@@ -107,8 +115,8 @@ losses() {
 run_job() {
     local id
     id=$(ctl n1 submit "$1") || return 1
-    wait_until 60 state_is "$id" completed || { echo "$id"; return 1; }
     echo "$id"
+    wait_until 60 ended "$id" && state_is "$id" completed
 }
 # compare REF ID TOL: max relative loss difference over the same steps.
 compare() {
@@ -133,7 +141,7 @@ for model in "tiny 2 64" "small 4 128"; do
     t0=$(date +%s)
     job "$T/$name.ref.json" "$name-w1" "$L" "$C" 1 20 none bf16
     if ! ref=$(run_job "$T/$name.ref.json"); then
-        row "w2_${name}_w1" FAIL $(($(date +%s) - t0)) "the world-1 run did not complete (job $ref)"
+        row "w2_${name}_w1" FAIL $(($(date +%s) - t0)) "the world-1 run did not complete: $(why "$ref")"
         continue
     fi
     for v in "none bf16 2e-2" "optimizer bf16 2e-2" "full bf16 2e-2" "none fp32 1e-5"; do
@@ -145,7 +153,7 @@ for model in "tiny 2 64" "small 4 128"; do
         fi
         job "$T/$tag.json" "$tag" "$L" "$C" 2 20 "$sh" "$gr"
         if ! id=$(run_job "$T/$tag.json"); then
-            row "$tag" FAIL $(($(date +%s) - t0)) "job $id did not complete: $(ctl n1 status "$id" 2>&1 | tail -1)"
+            row "$tag" FAIL $(($(date +%s) - t0)) "job $id did not complete: $(why "$id")"
             continue
         fi
         startmsg=$(ctl n1 --json logs "$id" | grep '"start"' | head -1)
@@ -168,10 +176,10 @@ world_after() { # ID STEP: a metric of world size 1 after STEP
 }
 world2_running() { ctl n1 --json logs "$1" | grep '"metric"' | grep -q '"world_size":2[,}]'; }
 t0=$(date +%s)
-job "$T/kill.json" w2_kill 4 128 "1:2" 100000 none bf16
+job "$T/kill.json" w2_kill 4 128 "1:2" 100000 none bf16 5
 id=$(ctl n1 submit "$T/kill.json")
 if [ -z "$id" ] || ! wait_until 60 world2_running "$id"; then
-    row w2_kill FAIL $(($(date +%s) - t0)) "the elastic job never trained at world 2"
+    row w2_kill FAIL $(($(date +%s) - t0)) "the elastic job never trained at world 2: $(why "$id")"
 else
     sleep 1
     step=$(ctl n1 --json status "$id" | sed -n 's/.*"step":\([0-9]*\).*/\1/p' | head -1)
