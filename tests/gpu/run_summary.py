@@ -10,12 +10,15 @@ acceptance.sh calls it last, on its output folder, which holds:
   bench.jsonl   bench_gpu_train's lines at the default variants (B=16, B=32)
   torch.jsonl   bench/torch_gpt2.py's lines at the same shapes
   table.txt     one line per phase: name, PASS/FAIL/SKIP, seconds, note
+  world2_nccl.txt  the world-2 NCCL phase (tests/gpu/world2.sh): "pass" or
+                its first failure, one line
 
 summary.json has exactly these keys: commit, gpu, driver, default_variants
 (the attention forward and backward that ran as defaults), passed (every
 variant that passed its ops and training rows: "bwd_twopass", "fwd_m16",
-...), and ms per step and MFU (llm.c's count) of gptd and of PyTorch at
-B=16 and B=32 (null where not measured).
+...), ms per step and MFU (llm.c's count) of gptd and of PyTorch at
+B=16 and B=32 (null where not measured), and world2_nccl (the world-2
+phase's line, null where it did not run).
 """
 import json
 import os
@@ -27,6 +30,7 @@ KEYS = [
     "commit", "gpu", "driver", "default_variants", "passed",
     "gptd_ms_per_step_b16", "gptd_mfu_b16", "torch_ms_per_step_b16", "torch_mfu_b16",
     "gptd_ms_per_step_b32", "gptd_mfu_b32", "torch_ms_per_step_b32", "torch_mfu_b32",
+    "world2_nccl",
 ]
 
 
@@ -107,6 +111,8 @@ def summarize(out):
         summary["gptd_mfu_b%d" % b] = _num(gptd.get(b), "mfu")
         summary["torch_ms_per_step_b%d" % b] = _num(torch.get(b), "ms_per_step")
         summary["torch_mfu_b%d" % b] = _num(torch.get(b), "mfu")
+    w2 = _read(os.path.join(out, "world2_nccl.txt")).strip().splitlines()
+    summary["world2_nccl"] = w2[0] if w2 and w2[0] else None
     return {k: summary[k] for k in KEYS}
 
 
@@ -148,6 +154,7 @@ def _selftest():
                 "fwd_wg_ops       PASS     20s  x",
                 "fwd_wg_b16       PASS     20s  x",
             ]) + "\n",
+            "world2_nccl.txt": "pass\n",
         }
         for name, text in files.items():
             with open(os.path.join(out, name), "w", encoding="utf-8") as f:
@@ -165,6 +172,7 @@ def _selftest():
             "torch_ms_per_step_b16": 41.0, "torch_mfu_b16": 0.3247,
             "gptd_ms_per_step_b32": 66.6, "gptd_mfu_b32": None,
             "torch_ms_per_step_b32": None, "torch_mfu_b32": None,
+            "world2_nccl": "pass",
         }
         assert list(got) == KEYS, list(got)
         assert got == want, got
@@ -172,12 +180,17 @@ def _selftest():
         # measured is null, never 0
         with open(os.path.join(out, "table.txt"), "w", encoding="utf-8") as f:
             f.write("ops              FAIL     40s  x\n")
-        for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt"):
+        for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt", "world2_nccl.txt"):
             os.remove(os.path.join(out, name))
         got = write(out)
         assert list(got) == KEYS
         assert got["passed"] == [] and got["commit"] is None and got["gpu"] is None
         assert all(got[k] is None for k in KEYS[5:]), got
+        # a failed world-2 phase: its line as written
+        with open(os.path.join(out, "world2_nccl.txt"), "w", encoding="utf-8") as f:
+            f.write("w2_tiny_none_bf16: job 3 did not complete: NCCL error\n")
+        got = write(out)
+        assert got["world2_nccl"] == "w2_tiny_none_bf16: job 3 did not complete: NCCL error", got
     print("run_summary selftest: ok")
     return 0
 
