@@ -26,7 +26,8 @@
 # peak memory, the device memory that steps after the second and an eval
 # at half the batch add: must be none, and one step's GPU time by kernel
 # class from CUDA events per op) beside the cost model's prediction
-# (bench_gpu_train --plan); the attention kernels' variants
+# (bench_gpu_train --plan); PyTorch at the same shapes (bench/torch_gpt2.py,
+# torch.compile, bf16: the tokens/s ratio); the attention kernels' variants
 # (GPTD_FLASH_BWD=fused, ds and wg, GPTD_FLASH_FWD=k32 and wg):
 # their ops and B=16;
 # 200-step loss curves, bf16 against fp32 with TF32, on the shakespeare
@@ -216,6 +217,34 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
         row "bench_b$B" FAIL "$SECS" "rc $RC ($OUT/bench_b$B.log)"
     fi
 done
+
+# ---- PyTorch beside gptd, in the same call ----------------------------------
+# bench/torch_gpt2.py: the same GPT-2 (test torch_gpt2_equal checks its
+# first-step loss against gptd's on a CPU) at the same shapes and
+# precision, with torch.compile, scaled_dot_product_attention, fused
+# AdamW and bf16 autocast; its MFU over the peak gptd's row used. The
+# ratio is gptd's tokens/s over PyTorch's (the goal: 1.3).
+if python3 -c 'import torch' 2>/dev/null; then
+    for B in 16 32; do
+        MEAS=$(grep "\"batch\":$B," "$OUT/bench.jsonl" | tail -1)
+        peak=$(num peak_tflops "$MEAS") gms=$(num ms_per_step "$MEAS")
+        run "torch_b$B" 150 "$OUT/torch_b$B.log" python3 "$ROOT/bench/torch_gpt2.py" \
+            --batch "$B" --seq 1024 --steps 12 --device cuda --dtype bf16 --compile \
+            ${peak:+--peak-tflops "$peak"}
+        TL=$(grep '^{"bench":"torch_gpt2"' "$OUT/torch_b$B.log" | tail -1)
+        [ -n "$TL" ] && echo "$TL" >>"$OUT/torch.jsonl"
+        tms=$(num ms_per_step "$TL") tmfu=$(num mfu "$TL") tgib=$(num peak_mem_gib "$TL")
+        ratio=$(python3 -c 'import sys; print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))' \
+            "${tms:-nan}" "${gms:-nan}" 2>/dev/null)
+        if [ "$RC" = 0 ] && [ -n "$tms" ]; then
+            row "torch_b$B" PASS "$SECS" "PyTorch ${tms} ms/step, MFU ${tmfu:-?}, peak ${tgib:-?} GiB; gptd ${gms:-?} ms: gptd/PyTorch tokens/s ${ratio:-?} (goal 1.3)"
+        else
+            row "torch_b$B" FAIL "$SECS" "rc $RC ($OUT/torch_b$B.log)"
+        fi
+    done
+else
+    row torch SKIP 0 "python3 has no torch here"
+fi
 
 # ---- the attention kernels' variants -----------------------------------------
 # GPTD_FLASH_BWD (cuda_attention.cu, flash_tc.h): the default is twopass
