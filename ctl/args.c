@@ -12,6 +12,12 @@
 #include "gptctl.h"
 
 const char *const ctl_prog = "gptctl";
+static const char *ctl_usage_command; /* the command run, for "see gptctl CMD --help" */
+
+void ctl_usage_set_command(const char *name)
+{
+    ctl_usage_command = name;
+}
 
 int ctl_usage_error(const char *fmt, ...)
 {
@@ -20,7 +26,10 @@ int ctl_usage_error(const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (see gptctl --help)\n");
+    if (ctl_usage_command)
+        fprintf(stderr, " (see gptctl %s --help)\n", ctl_usage_command);
+    else
+        fprintf(stderr, " (see gptctl --help)\n");
     return EXIT_USAGE;
 }
 

@@ -43,17 +43,33 @@ struct ctl {
     struct gpt_ctl_linebuf lb;
 };
 
-/* One command: a row of the table in gptctl.c. `synopsis` and `help` make
- * the usage text; `op` is the control op it sends (a hint for commands
- * that serve several ops). Returns the exit status. */
+/* One option of a command: --name (and -short_name when not 0), taking a
+ * value named `arg` (NULL: a flag). */
+struct ctl_opt {
+    const char *name;
+    char short_name;
+    const char *arg;
+    const char *help;
+};
+#define CTL_OPTS_MAX 16 /* options of one command */
+
+/* One command: a row of the table in gptctl.c. `synopsis`, `help`, `opts`
+ * (ended by a NULL name) and `example` make the usage texts and are what
+ * gptctl(1) and the bash completion are checked against; `op` is the
+ * control op it sends (a hint for commands that serve several ops).
+ * Returns the exit status. */
 struct ctl_cmd {
     const char *name;
     const char *synopsis; /* after the name */
     const char *help;
     int (*run)(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
     int op; /* enum gpt_ctl_op */
+    const struct ctl_opt *opts;
+    const char *example; /* one command line */
 };
 
+/* args.c: names the command whose help a usage error points to. */
+void ctl_usage_set_command(const char *name);
 /* args.c: a usage error on stderr; returns EXIT_USAGE. */
 int ctl_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* args.c: parses an integer argument named `what` (for the message); on

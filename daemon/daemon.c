@@ -35,6 +35,7 @@
 #include "secret.h"
 #include "statedir.h"
 #include "store_client.h"
+#include "suggest.h"
 
 #define DAEMON_RDZV_DEFAULT    "127.0.0.1:29400"
 #define DAEMON_EMBEDDED_HOST   "127.0.0.1"
@@ -71,16 +72,24 @@ static void daemon_usage(FILE *f)
 {
     fprintf(f,
             "usage: gptd [--config FILE] [--OPTION VALUE ...]\n"
-            "       gptd run JOB.json [...]     train one job in the foreground\n"
+            "       gptd run JOB.json [a.b=value ...] [options]\n"
+            "       gptd tokenize --tokenizer gpt2 --vocab DIR -o PREFIX FILE...\n"
+            "       gptd export SNAPSHOT --format hf|llmc|gguf -o PATH\n"
             "\n"
             "Runs the gptd daemon in the foreground: the job queue, the control socket\n"
             "gptctl talks to, and the training workers.\n"
             "\n"
-            "  --config FILE              options file (default %s if present)\n"
-            "  --print-default-config     print the documented defaults (etc/gptd.conf)\n"
-            "  --print-config             print the effective options and exit\n"
-            "  --check-config             validate the options and exit\n"
-            "  --version, --help\n"
+            "commands (each has its own --help):\n"
+            "  run                          train one job in the foreground, without a daemon\n"
+            "  tokenize                     turn text files into a token file for data.path\n"
+            "  export                       write a snapshot as Hugging Face, llm.c or GGUF\n"
+            "\n"
+            "  --config FILE                options file (default %s if present)\n"
+            "  --print-default-config       print the documented defaults (etc/gptd.conf)\n"
+            "  --print-config               print the effective options and exit\n"
+            "  --check-config               validate the options and exit\n"
+            "  --version                    print the version and exit\n"
+            "  --help                       this text (also -h)\n"
             "\n"
             "options (also valid as \"key = value\" in the config file):\n",
             CONFIG_FILE_DEFAULT);
@@ -634,6 +643,26 @@ static int daemon_on_admit(void *ctx, struct control *srv, const struct control_
     return control_limits_admit(srv, cl, &d->cfg, err);
 }
 
+/* "unknown argument", with the option or command it is closest to. */
+static void daemon_unknown_argument(const char *arg, const char *key)
+{
+    static const char *const commands[] = {"run", "tokenize", "export"};
+    static const char *const flags[] = {"config",  "print-default-config", "print-config",
+                                        "check-config", "version", "help"};
+    char buf[CONFIG_NAME_MAX];
+    const char *hint = NULL;
+    bool dashes = strncmp(arg, "--", 2) == 0;
+    if (dashes && !(hint = gpt_suggest(key, flags, sizeof(flags) / sizeof(flags[0]))))
+        hint = config_suggest(key, buf, sizeof(buf));
+    else if (!dashes)
+        hint = gpt_suggest(arg, commands, sizeof(commands) / sizeof(commands[0]));
+    if (hint)
+        fprintf(stderr, "gptd: unknown argument \"%s\" (did you mean %s%s? see gptd --help)\n",
+                arg, dashes ? "--" : "gptd ", hint);
+    else
+        fprintf(stderr, "gptd: unknown argument \"%s\" (see gptd --help)\n", arg);
+}
+
 /* Splits argv into special flags and option flags. Returns -1 to continue,
  * else the exit status. */
 static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *print)
@@ -674,7 +703,7 @@ static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *
         const char *eq = strncmp(s, "--", 2) == 0 ? strchr(s, '=') : NULL;
         snprintf(key, sizeof(key), "%.*s", eq ? (int)(eq - s - 2) : (int)sizeof(key) - 1, s + 2);
         if (strncmp(s, "--", 2) != 0 || !config_is_option(key)) {
-            fprintf(stderr, "gptd: unknown argument \"%s\" (see gptd --help)\n", s);
+            daemon_unknown_argument(s, key);
             return 2;
         }
         a->argv[a->argc++] = argv[i];

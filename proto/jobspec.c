@@ -8,6 +8,7 @@
  * from any thread.
  */
 #include "jobspec_int.h"
+#include "suggest.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -53,33 +54,6 @@ int jobspec_is_section(const char *name, size_t len)
     return 0;
 }
 
-/* Edit distance of two short strings (at most 64 bytes each; longer: SIZE_MAX),
- * counting a swap of two neighbours as one edit (optimal string alignment). */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), d[3][65];
-    if (la > 64 || lb > 64)
-        return SIZE_MAX;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t *cur = d[i % 3], *up = d[(i - 1) % 3], *up2 = d[(i + 1) % 3];
-        cur[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t best = up[j - 1] + (a[i - 1] != b[j - 1]);
-            if (up[j] + 1 < best)
-                best = up[j] + 1;
-            if (cur[j - 1] + 1 < best)
-                best = cur[j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                up2[j - 2] + 1 < best)
-                best = up2[j - 2] + 1;
-            cur[j] = best;
-        }
-    }
-    return d[la % 3][lb];
-}
-
 /* The known path (or section) closest to `path`, or NULL when nothing is close:
  * a typo within a few edits, else a key of the same name in another section. */
 static const char *suggest(const char *path, char *buf, size_t n)
@@ -93,7 +67,7 @@ static const char *suggest(const char *path, char *buf, size_t n)
     limit = limit < 1 ? 1 : limit > 3 ? 3 : limit;
     for (size_t i = 0; i < jobspec_n_entries; i++) {
         const char *p = jobspec_entries[i].path, *dot = strchr(p, '.');
-        size_t d = edit_distance(path, p);
+        size_t d = gpt_edit_distance(path, p);
         if (d < best) {
             best = d;
             snprintf(buf, n, "%s", p);
@@ -101,7 +75,7 @@ static const char *suggest(const char *path, char *buf, size_t n)
         if (dot) { /* the section itself, for a typo at the top level */
             char sec[32];
             snprintf(sec, sizeof(sec), "%.*s", (int)(dot - p), p);
-            d = edit_distance(path, sec);
+            d = gpt_edit_distance(path, sec);
             if (d < best) {
                 best = d;
                 snprintf(buf, n, "%s", sec);

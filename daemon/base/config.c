@@ -13,6 +13,7 @@
 
 #include "ctl.h"
 #include "log.h"
+#include "suggest.h"
 
 enum config_type {
     CONFIG_T_STRING,
@@ -507,18 +508,51 @@ void config_print(const struct config *c, FILE *f)
     }
 }
 
+/* The first sentence of an option's help, on one line. */
+static void config_first_sentence(const char *help, char *buf, size_t cap)
+{
+    size_t k = 0;
+    for (const char *p = help; *p && k + 1 < cap; p++) {
+        if (*p == '.' && (p[1] == ' ' || p[1] == '\n' || !p[1]))
+            break;
+        buf[k++] = *p == '\n' ? ' ' : *p;
+    }
+    buf[k] = '\0';
+}
+
 void config_print_flags(FILE *f)
 {
     struct config c;
     config_defaults(&c);
     for (size_t i = 0; i < CONFIG_N_OPTIONS; i++) {
         const struct config_option *o = &config_options[i];
-        char flag[CONFIG_NAME_MAX + 2], v[CONFIG_PATH_MAX];
+        char flag[CONFIG_NAME_MAX + 2], v[CONFIG_PATH_MAX], what[256];
         size_t k = 0;
         for (const char *p = o->name; *p && k < sizeof(flag) - 1; p++)
             flag[k++] = *p == '_' ? '-' : *p;
         flag[k] = '\0';
         config_format(&c, o, v, sizeof(v));
-        fprintf(f, "  --%-24s (default \"%s\")%s\n", flag, v, o->reloadable ? " [reloadable]" : "");
+        config_first_sentence(o->help, what, sizeof(what));
+        fprintf(f, "  --%-26s %s (default \"%s\")%s\n", flag, what, v,
+                o->reloadable ? " [reloadable]" : "");
     }
+}
+
+const char *config_suggest(const char *name, char *buf, size_t cap)
+{
+    const char *names[CONFIG_N_OPTIONS];
+    char norm[CONFIG_NAME_MAX];
+    size_t n = strlen(name) < sizeof(norm) ? strlen(name) : sizeof(norm) - 1;
+    for (size_t i = 0; i < n; i++)
+        norm[i] = name[i] == '-' ? '_' : name[i];
+    norm[n] = '\0';
+    for (size_t i = 0; i < CONFIG_N_OPTIONS; i++)
+        names[i] = config_options[i].name;
+    const char *hint = gpt_suggest(norm, names, CONFIG_N_OPTIONS);
+    if (!hint)
+        return NULL;
+    for (n = 0; hint[n] && n + 1 < cap; n++)
+        buf[n] = hint[n] == '_' ? '-' : hint[n];
+    buf[n] = '\0';
+    return buf;
 }

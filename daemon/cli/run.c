@@ -33,6 +33,7 @@
 #include "secret.h"
 #include "static_rdzv.h"
 #include "store_client.h"
+#include "suggest.h"
 #include "tokcache.h"
 #include "trainer.h"
 #include "workers.h"
@@ -431,6 +432,24 @@ static int run_positional(struct run_args *a, const char *w)
     return -1;
 }
 
+/* An option run_opts lacks (with the closest it has), or one without its
+ * value. */
+static void run_unknown_option(const char *arg)
+{
+    const char *names[RUN_N_OPTS], *hint = NULL;
+    char word[GPT_SUGGEST_LEN_MAX + 1];
+    for (size_t i = 0; i < RUN_N_OPTS; i++)
+        names[i] = run_opts[i].name;
+    snprintf(word, sizeof(word), "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
+    if (strncmp(arg, "--", 2) == 0 && !run_opt_find(word))
+        hint = gpt_suggest(word, names, RUN_N_OPTS);
+    if (hint)
+        fprintf(stderr, "gptd run: unknown option %s (did you mean --%s?)\n", arg, hint);
+    else
+        fprintf(stderr, "gptd run: unknown option or missing value: %s\n", arg);
+    usage(stderr);
+}
+
 /* Parses argv through run_opts with getopt_long, in order ("-": words
  * that are no option come back where they stand, so a.b=value overrides
  * and the file may sit between options, and `skip` marks the very argv
@@ -466,8 +485,7 @@ static int run_parse_args(int argc, char **argv, struct run_args *a)
                                                             RUN_OPT_INT) {
             rc = run_opt_take(a, &run_opts[optopt - RUN_OPT_VAL], NULL);
         } else {
-            fprintf(stderr, "gptd run: unknown option or missing value: %s\n", argv[at]);
-            usage(stderr);
+            run_unknown_option(argv[at]);
             rc = 2;
         }
         for (int i = at; rc == -2 && i < optind; i++)

@@ -4,9 +4,13 @@
 #    `NAME`, in a row of the module table whose heading names its folder
 #    in docs/architecture.md ("### engine/ops, engine/ops/cpu, ...");
 #  - every command gptctl's --help lists has its entry in gptctl(1)'s
-#    COMMANDS section and is in the bash completion's command list.
+#    COMMANDS section and is in the bash completion's command list;
+#  - every option `gptctl CMD --help` lists (the command table in ctl/
+#    gptctl.c, the one source of that text) is named in that command's
+#    entry of gptctl(1) and offered by the completion after CMD.
 # It checks itself first on a scratch tree with one file left out of the
-# tables and one command left out of the page and the completion.
+# tables, one command left out of the page and the completion, and one
+# option left out of both.
 #
 #   doc_lint.sh SOURCE_DIR GPTCTL
 set -u
@@ -52,9 +56,30 @@ completion="$top/packaging/gptctl.bash-completion"
 man_cmds=$(awk '/^\.SH COMMANDS/ { on = 1; next } /^\.SH/ { on = 0 }
                 on && prev == ".TP" { print $2 } { prev = $0 }' "$man" | tr -d '"')
 comp_cmds=$(sed -n 's/^[[:space:]]*local commands="\([^"]*\)".*/\1/p' "$completion")
+# man_entry CMD: the text of CMD's entry in gptctl(1)'s COMMANDS section.
+man_entry() {
+    awk -v cmd="$1" -v all=" $(tr "\n" " " <<<"$commands") " '
+        /^\.SH COMMANDS/ { on = 1; next } /^\.SH/ { on = 0 }
+        on && prev == ".TP" { w = $2; gsub(/"/, "", w); if (index(all, " " w " ")) mine = (w == cmd) }
+        on && mine { print } { prev = $0 }' "$man"
+}
+# comp_opts CMD: the options the completion offers after CMD.
+comp_opts() {
+    sed -n 's/^[[:space:]]*\([a-z|]*\)) opts="\([^"]*\)".*/\1 \2/p' "$completion" |
+        awk -v cmd="$1" '{ n = split($1, w, "|"); for (i = 1; i <= n; i++) if (w[i] == cmd) { $1 = ""; print } }'
+}
 for c in $commands; do
     grep -qxF "$c" <<<"$man_cmds" || fail "gptctl $c is missing from gptctl(1)'s COMMANDS"
     [[ " $comp_cmds " == *" $c "* ]] || fail "gptctl $c is missing from the bash completion"
+    opts=$("$gptctl" "$c" --help 2>&1 | awk '/^options:/ { on = 1; next } /^$/ { on = 0 } on' |
+           sed -n 's/^  \(-., \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p' |
+           grep -vxE -- '--(json|socket|help)' || true)
+    entry=$(man_entry "$c")
+    offered=" $(comp_opts "$c") "
+    for o in $opts; do
+        grep -qF -- "${o//-/\\-}" <<<"$entry" || fail "gptctl $c $o is missing from gptctl(1)'s entry for $c"
+        [[ $offered == *" $o "* ]] || fail "gptctl $c $o is not offered by the bash completion"
+    done
 done
 
 # The lint lints itself: a scratch tree whose map leaves out engine/b.c and
@@ -68,7 +93,7 @@ if [[ -z "${DOC_LINT_SELFTEST:-}" ]]; then
     : > "$tmp/engine/b.c"
     : > "$tmp/engine/ops/k.cu"
     : > "$tmp/daemon/jobs/jobs.c"
-    printf '#!/bin/sh\nprintf "usage\\n\\ncommands:\\n  one JOB   x\\n  two       y\\n\\nmore\\n"\n' \
+    printf '#!/bin/sh\ncase "$1" in one) printf "usage: one\\n\\noptions:\\n  -x, --extra N  e\\n      --json  j\\n\\nexample:\\n" ;;\n*) printf "usage\\n\\ncommands:\\n  one JOB   x\\n  two       y\\n\\nmore\\n" ;; esac\n' \
         > "$tmp/gptctl"
     chmod +x "$tmp/gptctl"
     printf '### engine/ (x)\n\n| file | what |\n|---|---|\n| `a.c` | a |\n\n### engine/ops\n\n| `k.cu` | k |\n\n### daemon/jobs (y)\n\n| `jobs.c` | j |\n' \
@@ -80,14 +105,17 @@ if [[ -z "${DOC_LINT_SELFTEST:-}" ]]; then
         status=1
     }
     for want in "engine/b.c is named in no module table" "gptctl two is missing from gptctl(1)" \
-                "gptctl two is missing from the bash completion"; do
+                "gptctl two is missing from the bash completion" \
+                "gptctl one --extra is missing from gptctl(1)'s entry for one" \
+                "gptctl one --extra is not offered by the bash completion"; do
         grep -qF "$want" <<<"$out" || { echo "doc_lint missed: $want"; status=1; }
     done
     grep -qF "engine/a.c" <<<"$out" && { echo "doc_lint refused a named file: $out"; status=1; }
     sed -i 's/^| `a.c` | a |$/| `a.c`, `b.c` | a, b |/' "$tmp/docs/architecture.md"
-    printf '.SH COMMANDS\n.TP\n.BI one " job"\n.TP\n.B two\n.SH EXIT STATUS\n' \
+    printf '.SH COMMANDS\n.TP\n.BI one " job"\nWith\n.BR \\-\\-extra .\n.TP\n.B two\n.SH EXIT STATUS\n' \
         > "$tmp/packaging/man/gptctl.1"
-    printf '    local commands="one two help"\n' > "$tmp/packaging/gptctl.bash-completion"
+    printf '    local commands="one two help"\n    one) opts="--extra --json" ;;\n' \
+        > "$tmp/packaging/gptctl.bash-completion"
     if ! out=$(DOC_LINT_SELFTEST=1 "$0" "$tmp" "$tmp/gptctl"); then
         echo "doc_lint refused a clean scratch tree:"
         echo "$out"

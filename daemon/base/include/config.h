@@ -101,8 +101,12 @@ void config_reload(struct config *live, const struct config *fresh,
 void config_print_defaults(FILE *f);
 /* Writes the effective configuration as `key = value` lines. */
 void config_print(const struct config *c, FILE *f);
-/* Writes one "  --key VALUE  help" line per option, for --help. */
+/* Writes one "  --key  first sentence of its help (default ...)" line per
+ * option, for --help. */
 void config_print_flags(FILE *f);
+/* The option closest to `name` (without "--"; '-' and '_' alike) as a flag
+ * name ("state-dir") in buf, or NULL when none is within a few edits. */
+const char *config_suggest(const char *name, char *buf, size_t cap);
 /* True when `name` (without the leading "--") is an option. */
 bool config_is_option(const char *name);
 /* True when `name` is a yes/no option, which a bare flag sets to yes. */
