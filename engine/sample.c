@@ -164,7 +164,7 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
                            meta.cfg.block_size, meta.cfg.vocab_size, lay.n_params,
                            (unsigned long long)meta.n_params);
     if (sample_cancelled(o))
-        return gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled before it started");
+        return gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled before the model was read");
     if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
         return rc;
     /* A large model takes seconds to allocate and zero: a cancel is seen
