@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blas_select.h"
 #include "cli.h"
 #include "control_limits.h"
 #include "daemon.h"
@@ -834,7 +835,10 @@ int gptd_daemon_main(int argc, char **argv)
     uv_timer_init(&m->loop, &m->force_timer);
     m->force_timer.data = m;
 
-    log_info("gptd %s listening on %s, state in %s", GPTD_VERSION, d->cfg.socket, d->cfg.state_dir);
+    char blas[256];
+    blas_select_describe(blas, sizeof(blas));
+    log_info("gptd %s listening on %s, state in %s; %s", GPTD_VERSION, d->cfg.socket,
+             d->cfg.state_dir, blas);
     /* READY=1 only now: configuration loaded, migrations run, the control
      * socket (and on the coordinator the store) listening. */
     (void)notify_ready();

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "blas_core.h"
 #include "data.h"
 #include "model.h"
 #include "optim.h"
@@ -81,8 +82,13 @@ static double measure_peak(struct trainer *t)
     }
     if (strcmp(t->be->name, "cpu") != 0)
         return NAN; /* a backend that names no device has no known peak */
-    return gpt_peak_sgemm_flops(t->B * t->T, (size_t)t->model.cfg.n_embd,
-                                4 * (size_t)t->model.cfg.n_embd, 0.1);
+    double peak = gpt_peak_sgemm_flops(t->B * t->T, (size_t)t->model.cfg.n_embd,
+                                       4 * (size_t)t->model.cfg.n_embd, 0.1);
+    /* The measured rate is the kernel's own: a generic OpenBLAS core reads
+     * as a high MFU on a slow peak, so the event names the core. */
+    emit_event(t, "peak", "MFU over this CPU's sgemm, %.1f GFLOP/s with OpenBLAS core %s",
+               peak / 1e9, gpt_blas_core_name());
+    return peak;
 }
 
 /* True when set-up failure `rc` of a rank in a world larger than one is a

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_select.h"
 #include "factory.h"
 
 json_t *devices_json(void)
@@ -14,6 +15,7 @@ json_t *devices_json(void)
     json_t *o = json_pack("{s:[s], s:[]}", "backends", "cpu", "gpus");
     if (!o)
         return NULL;
+    json_object_set_new(o, "blas", blas_select_json());
     int n = gpt_device_count();
     if (n > 0)
         json_array_append_new(json_object_get(o, "backends"), json_string("cuda"));
@@ -30,7 +32,11 @@ json_t *devices_json(void)
 
 void devices_summary(char *buf, size_t cap)
 {
-    snprintf(buf, cap, "cpu");
+    /* The CPU's matrix kernels matter for CPU jobs, so a CPU host names
+     * them (a host with GPUs runs its jobs there). */
+    char blas[64];
+    blas_select_summary(blas, sizeof(blas));
+    snprintf(buf, cap, "cpu, %s", blas);
     int n = gpt_device_count();
     char name[256];
     size_t mem = 0;

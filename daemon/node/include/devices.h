@@ -10,11 +10,13 @@
 #include <jansson.h>
 #include <stddef.h>
 
-/* {"backends": ["cpu", "cuda"?], "gpus": [{"name", "memory_bytes"}]}; new
- * reference, NULL on ENOMEM. */
+/* {"backends": ["cpu", "cuda"?], "blas": {...}, "gpus": [{"name",
+ * "memory_bytes"}]} ("blas": blas_select_json()); new reference, NULL on
+ * ENOMEM. */
 json_t *devices_json(void);
 
-/* One line for tables and heartbeats: "cpu", or "2x NVIDIA H200 141GiB,
+/* One line for tables and heartbeats: "cpu, OpenBLAS SkylakeX" (the
+ * kernels blas_select_summary() names), or "2x NVIDIA H200 141GiB,
  * nccl 2.21.5 on eth0" (the interface NCCL will use, "NCCL's choice" when
  * neither gptd nor the operator set NCCL_SOCKET_IFNAME). */
 void devices_summary(char *buf, size_t cap);
