@@ -507,6 +507,9 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             table_row(&t, "user work:", work);
         }
         table_row(&t, "state dir:", json_string_value(json_object_get(s, "state_dir")));
+        if (json_is_string(json_object_get(s, "state_dir_error")))
+            table_row(&t, "state dir error:",
+                      json_string_value(json_object_get(s, "state_dir_error")));
         table_row(&t, "socket:", json_string_value(json_object_get(s, "socket")));
         if (json_object_get(s, "max_nodes")) {
             char nodes[96];

@@ -58,6 +58,7 @@ struct daemon_main {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t notify_timer; /* systemd watchdog and STATUS= line */
     char status[NOTIFY_STATUS_MAX];
+    bool gone_logged; /* the state directory's loss was logged (db_state_check) */
     /* Stop signals (SIGTERM, SIGINT) received; see daemon_on_stop_signal. */
     int stop_signals;
     bool jobs_stopped;            /* the running job has stopped (with its snapshot) */
@@ -589,7 +590,16 @@ static void daemon_on_notify_timer(uv_timer_t *h)
                        : cluster_is_coordinator(d->cluster) ? "coordinator"
                                                             : "member";
     int64_t job = d->jobs ? jobs_running(d->jobs) : 0;
-    if (d->stopping)
+    struct gpt_err gone;
+    bool is_gone = d->db && db_state_check(d->db, &gone) < 0;
+    if (is_gone && !m->gone_logged) {
+        m->gone_logged = true;
+        log_error("%s", gone.msg);
+    }
+    if (is_gone) /* refusing writes: systemd's status line says why */
+        snprintf(status, sizeof(status), "%s %s: %.*s", role, d->cfg.node_name,
+                 (int)(sizeof(status) / 2), gone.msg);
+    else if (d->stopping)
         snprintf(status, sizeof(status), "%s %s: stopping", role, d->cfg.node_name);
     else if (job)
         snprintf(status, sizeof(status), "%s %s: job %lld running%s%s", role, d->cfg.node_name,

@@ -293,6 +293,9 @@ static int op_status(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (o) /* sample, export and --resume-from copies under way */
         json_object_set_new(o, "user_work",
                             json_pack("{s:i, s:i}", "running", uw_running, "waiting", uw_waiting));
+    struct gpt_err gone;
+    if (o && db_state_check(d->db, &gone) < 0) /* writes are refused: say why */
+        json_object_set_new(o, "state_dir_error", json_string(gone.msg));
     if (o && jobs_running(d->jobs)) /* every job running here, oldest first */
         json_object_set_new(o, "running_jobs", jobs_running_json(d->jobs));
     if (o && d->cluster) {

@@ -235,12 +235,39 @@ sqlite3_stmt *db_stmt(struct db *db, int which, struct gpt_err *err, int *rc)
     return s;
 }
 
-/* Runs a statement that returns no rows. */
+int db_state_check(struct db *db, struct gpt_err *err)
+{
+    struct stat st, sd;
+    if (!db->gone) {
+        bool file_ok = stat(db->path, &st) == 0 && st.st_dev == db->dev && st.st_ino == db->ino;
+        bool dir_ok =
+            stat(db->dir, &sd) == 0 && sd.st_dev == db->dir_dev && sd.st_ino == db->dir_ino;
+        if (file_ok && dir_ok)
+            return 0;
+        db->gone = true;
+        snprintf(db->gone_msg, sizeof(db->gone_msg),
+                 "state directory gone: %s was removed or replaced since gptd opened it, so"
+                 " nothing more can be kept (the database %s is not the one gptd writes);"
+                 " restart gptd to start a new one, or restore the folder first",
+                 dir_ok ? db->path : db->dir, db->path);
+    }
+    return gpt_err_set(err, -ESTALE, NULL, "%s", db->gone_msg);
+}
+
+/* Runs a statement that returns no rows: a write, refused (before and
+ * after) outside a transaction once the state directory is gone. */
 int db_exec_stmt(struct db *db, sqlite3_stmt *s, struct gpt_err *err, const char *what)
 {
+    int rc;
+    if (!db->in_tx && (rc = db_state_check(db, err)) < 0) {
+        sqlite3_reset(s);
+        return rc;
+    }
     int src = sqlite3_step(s);
-    int rc = src == SQLITE_DONE ? 0 : db_fail(db, err, src, what);
+    rc = src == SQLITE_DONE ? 0 : db_fail(db, err, src, what);
     sqlite3_reset(s);
+    if (rc == 0 && !db->in_tx)
+        rc = db_state_check(db, err);
     return rc;
 }
 
@@ -357,6 +384,25 @@ static int db_private(const char *path, struct gpt_err *err)
     return 0;
 }
 
+/* Notes which file and folder the database is (db_state_check). */
+static int db_state_note(struct db *db, const char *path, struct gpt_err *err)
+{
+    struct stat st, sd;
+    snprintf(db->path, sizeof(db->path), "%s", path);
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(db->dir, sizeof(db->dir), ".");
+    else
+        snprintf(db->dir, sizeof(db->dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    if (stat(db->path, &st) < 0 || stat(db->dir, &sd) < 0)
+        return gpt_err_set(err, -errno, NULL, "%s: %s", path, strerror(errno));
+    db->dev = st.st_dev;
+    db->ino = st.st_ino;
+    db->dir_dev = sd.st_dev;
+    db->dir_ino = sd.st_ino;
+    return 0;
+}
+
 int db_open(const char *path, struct db **ret, struct gpt_err *err)
 {
     struct db *db = calloc(1, sizeof(*db));
@@ -403,6 +449,8 @@ int db_open(const char *path, struct db **ret, struct gpt_err *err)
     rc = db_migrate(db, err);
     if (rc < 0)
         goto fail;
+    if ((rc = db_state_note(db, path, err)) < 0)
+        goto fail;
     *ret = db;
     return 0;
 fail:
@@ -423,7 +471,10 @@ void db_close(struct db *db)
 int db_begin(struct db *db, struct gpt_err *err)
 {
     GPT_ASSERT(!db->in_tx);
-    int rc = db_exec(db, "BEGIN IMMEDIATE", err);
+    int rc = db_state_check(db, err);
+    if (rc < 0)
+        return rc;
+    rc = db_exec(db, "BEGIN IMMEDIATE", err);
     if (rc == 0)
         db->in_tx = true;
     return rc;
@@ -439,7 +490,8 @@ int db_commit(struct db *db, struct gpt_err *err)
         return rc;
     }
     db->in_tx = false;
-    return 0;
+    /* Committed into a file that was unlinked meanwhile: lost. */
+    return db_state_check(db, err);
 }
 
 void db_rollback(struct db *db)

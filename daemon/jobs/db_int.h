@@ -45,6 +45,15 @@ struct db {
     sqlite3 *conn;
     sqlite3_stmt *st[DB_ST_COUNT];
     bool in_tx;
+    /* The file and its folder as opened (db_state_check): a write is
+     * refused once either is unlinked or replaced, since it would go where
+     * no later gptd reads it. */
+    char path[DB_PATH_MAX];
+    char dir[DB_PATH_MAX];
+    dev_t dev, dir_dev;
+    ino_t ino, dir_ino;
+    bool gone;
+    char gone_msg[DB_PATH_MAX * 2 + 256];
 };
 
 /* Maps an SQLite failure to -EIO (or -EBUSY/-ENOMEM) with its message. */

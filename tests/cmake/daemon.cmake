@@ -19,3 +19,12 @@ foreach(t ${GPTD_DAEMON_TESTS})
   set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
+# daemon_statedir_gone: STATE_DIR (or its database) removed or replaced
+# under a running gptd: submits refused, gptctl status and systemd's
+# STATUS= (through tests/tools/notify_listen) say so.
+add_test(NAME daemon_statedir_gone
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_statedir_gone.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:notify_listen>)
+set_tests_properties(daemon_statedir_gone PROPERTIES LABELS integration TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

@@ -85,6 +85,15 @@ void db_close(struct db *db);
 /* The schema version of an open database (PRAGMA user_version). */
 int db_schema_version(struct db *db);
 
+/* Whether the database file and its folder (the state directory) are
+ * still the ones db_open opened: 0, or -ESTALE ("state directory gone:
+ * ...", err names both paths) once either was unlinked or replaced, and
+ * from then on. Every write checks it before (db_begin, a write outside a
+ * transaction) and after (db_commit: a commit that went into an unlinked
+ * file fails), so nothing is acknowledged that a restart would not find.
+ * Two stat() calls. */
+int db_state_check(struct db *db, struct gpt_err *err);
+
 /* Transactions. db_commit/db_rollback are no-ops without db_begin. */
 int db_begin(struct db *db, struct gpt_err *err);
 int db_commit(struct db *db, struct gpt_err *err);
