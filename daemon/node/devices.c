@@ -49,6 +49,15 @@ void devices_summary(char *buf, size_t cap)
     int v = gpt_nccl_version();
     const char *ifname = getenv("NCCL_SOCKET_IFNAME");
     if (v > 0 && len > 0 && (size_t)len < cap)
-        snprintf(buf + len, cap - (size_t)len, ", nccl %d.%d.%d on %s", v / 10000, (v / 100) % 100,
-                 v % 100, ifname && *ifname ? ifname + (ifname[0] == '=') : "NCCL's choice");
+        len += snprintf(buf + len, cap - (size_t)len, ", nccl %d.%d.%d on %s", v / 10000,
+                        (v / 100) % 100, v % 100,
+                        ifname && *ifname ? ifname + (ifname[0] == '=') : "NCCL's choice");
+    /* cuDNN, which the optional cuDNN attention needs (9.x codes are
+     * major * 10000 + minor * 100 + patch) */
+    int d = gpt_cudnn_version();
+    if (len > 0 && (size_t)len < cap && d > 0)
+        snprintf(buf + len, cap - (size_t)len, ", cudnn %d.%d.%d", d / 10000, (d / 100) % 100,
+                 d % 100);
+    else if (len > 0 && (size_t)len < cap)
+        snprintf(buf + len, cap - (size_t)len, ", no cudnn");
 }

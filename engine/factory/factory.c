@@ -41,6 +41,15 @@ int gpt_nccl_version(void)
 #endif
 }
 
+int gpt_cudnn_version(void)
+{
+#ifdef GPTD_HAVE_CUDA
+    return gpt_cuda_cudnn_version();
+#else
+    return 0;
+#endif
+}
+
 int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)
 {
 #ifdef GPTD_HAVE_CUDA

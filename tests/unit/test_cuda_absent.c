@@ -4,7 +4,12 @@
  * the NCCL communicator refuse with -GPT_E_NODEVICE (and fill the error
  * detail) instead of crashing, and the CPU backend still works in the same
  * process; cuBLAS is not mapped until the loader is asked for it, which
- * then resolves every function the backend calls. On a host with a GPU, or in a build without CUDA,
+ * then resolves every function the backend calls. cuDNN's loader: a
+ * library that is nowhere fails with its name and every place tried, and
+ * maps nothing; the places include a Python environment's nvidia/cudnn
+ * folder beside its nvidia/cuda_runtime; where libcudnn.so.9 exists (the
+ * CUDA toolkit's lib64 here) the whole table resolves, and gptd's device
+ * line names its version. On a host with a GPU, or in a build without CUDA,
  * it exits 77 (skipped): there the gpu tests cover the same ground.
  */
 #include <stdio.h>
@@ -25,6 +30,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
 #include "cuda_blas.h"
+#include "cuda_dnn.h"
 
 /* Whether a library whose name contains `name` is mapped into this process. */
 static int mapped(const char *name)
@@ -56,6 +62,55 @@ static void test_cublas_at_first_use(void **state)
         assert_non_null(fn[i]);
     assert_int_equal(gpt_cublas_load(NULL), 0);
     assert_string_equal(GPT_CUBLAS(cublasGetStatusString)(CUBLAS_STATUS_SUCCESS), "success");
+}
+
+static void test_cudnn_loader(void **state)
+{
+    (void)state;
+    /* where it is looked for past the loader's own search */
+    char out[2][4096];
+    assert_int_equal(gpt_cudnn_candidates("/usr/local/cuda/lib64/libcudart.so.13", "libx.so.9",
+                                          out, 2),
+                     1);
+    assert_string_equal(out[0], "/usr/local/cuda/lib64/libx.so.9");
+    const char *wheel = "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13";
+    assert_int_equal(gpt_cudnn_candidates(wheel, "libx.so.9", out, 2), 2);
+    assert_string_equal(out[0], "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libx.so.9");
+    assert_string_equal(out[1], "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libx.so.9");
+    assert_int_equal(gpt_cudnn_candidates(wheel, "libx.so.9", out, 1), 1);
+    assert_int_equal(gpt_cudnn_candidates("libcudart.so.13", "libx.so.9", out, 2), 0);
+    assert_int_equal(gpt_cudnn_candidates(NULL, "libx.so.9", out, 2), 0);
+
+    /* a missing library: an error that names it and where it looked,
+     * nothing resolved, nothing mapped */
+    assert_false(mapped("libcudnn"));
+    struct gpt_cudnn_api api;
+    memset(&api, 0xa5, sizeof(api));
+    char where[256] = "", why[1024] = "";
+    assert_int_equal(gpt_cudnn_open("libcudnn_gptd_absent.so.9", &api, where, sizeof(where), why,
+                                    sizeof(why)),
+                     -GPT_E_NODEVICE);
+    assert_non_null(strstr(why, "cannot load libcudnn_gptd_absent.so.9 (the loader's search"));
+    void *const *fn = (void *const *)&api;
+    for (size_t i = 0; i < sizeof(api) / sizeof(void *); i++)
+        assert_null(fn[i]);
+    assert_false(mapped("libcudnn"));
+
+    /* the real one, where this host has it: every function, and a 9.x */
+    struct gpt_err err;
+    memset(&err, 0, sizeof(err));
+    int rc = gpt_cudnn_load(&err);
+    if (rc < 0) {
+        assert_int_equal(rc, -GPT_E_NODEVICE);
+        assert_non_null(strstr(err.msg, GPT_CUDNN_SONAME));
+        assert_int_equal(gpt_cuda_cudnn_version(), 0);
+        return;
+    }
+    assert_true(mapped("libcudnn"));
+    fn = (void *const *)&gpt_cudnn;
+    for (size_t i = 0; i < sizeof(gpt_cudnn) / sizeof(void *); i++)
+        assert_non_null(fn[i]);
+    assert_true(gpt_cuda_cudnn_version() >= 90000 && gpt_cuda_cudnn_version() < 100000);
 }
 
 static void test_backend_absent(void **state)
@@ -162,6 +217,7 @@ int main(void)
         cmocka_unit_test(test_backend_absent),  cmocka_unit_test(test_nccl_absent),
         cmocka_unit_test(test_probe_no_gpu),    cmocka_unit_test(test_probe_broken_host),
         cmocka_unit_test(test_cpu_still_works), cmocka_unit_test(test_cublas_at_first_use),
+        cmocka_unit_test(test_cudnn_loader),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,8 +17,10 @@ json_t *devices_json(void);
 
 /* One line for tables and heartbeats: "cpu, OpenBLAS SkylakeX" (the
  * kernels blas_select_summary() names), or "2x NVIDIA H200 141GiB,
- * nccl 2.21.5 on eth0" (the interface NCCL will use, "NCCL's choice" when
- * neither gptd nor the operator set NCCL_SOCKET_IFNAME). */
+ * nccl 2.21.5 on eth0, cudnn 9.14.0" (the interface NCCL will use,
+ * "NCCL's choice" when neither gptd nor the operator set
+ * NCCL_SOCKET_IFNAME; "no cudnn" where libcudnn.so.9 does not load: the
+ * hand-written attention kernels then run). */
 void devices_summary(char *buf, size_t cap);
 
 #endif

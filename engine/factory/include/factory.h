@@ -29,6 +29,11 @@ int gpt_device_count(void);
  * when NCCL cannot say. Any thread; does not block. */
 int gpt_nccl_version(void);
 
+/* cuDNN's version code (91400 is 9.14.0) when it loads, for the optional
+ * cuDNN attention path; 0 without CUDA or without cuDNN. Any thread; the
+ * first call loads it. */
+int gpt_cudnn_version(void);
+
 /* Name (at most cap - 1 bytes, NUL-terminated) and total memory of GPU `i`
  * (0-based). Returns 0, or -GPT_E_NODEVICE when there is no such device
  * (always, without CUDA); *ret_mem_bytes and name are written only on

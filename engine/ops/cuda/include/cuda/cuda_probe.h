@@ -42,4 +42,11 @@ int gpt_cuda_host_has_gpu_nodes(void);
  * error when there is no such device. */
 int gpt_cuda_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes);
 
+/* cuDNN's version code (91400 is 9.14.0) where libcudnn.so.9 loads
+ * (engine/ops/cuda/cuda_dnn.h says where it is looked for), 0 where it
+ * does not: the cuDNN attention path is then unavailable and the
+ * hand-written kernels run. Loads it at the first call (a small shim;
+ * cuDNN loads its engines only when one is used). Any thread. */
+int gpt_cuda_cudnn_version(void);
+
 #endif
