@@ -187,10 +187,11 @@ wait "$copy_pid" 2>/dev/null || true
 for i in 1 2 3; do
     has "gptd is stopping" "$T/s$i.err" || fail "sample $i was not told: $(cat "$T/s$i.err")"
 done
-# The two running ones stopped in the sampling (between tokens, or before
-# the model was read), the waiting one never started.
-(($(grep -l "gptd is stopping (sampling cancelled" "$T"/s?.err | wc -l) == 2)) ||
-    fail "the two running samples were not cancelled in the sampling: $(cat "$T"/s?.err)"
+# The waiting one never started; the two running ones stopped where they
+# were (between tokens, or in their model's set-up).
+(($(grep -l "gptd is stopping (cancelled before it started)" "$T"/s?.err | wc -l) == 1 &&
+    $(grep -L "cancelled before it started" "$T"/s?.err | wc -l) == 2)) ||
+    fail "want one sample never started and two cancelled while running: $(cat "$T"/s?.err)"
 has "gptd is stopping (the export .*was cancelled)" "$T/export.out" ||
     fail "the export was not cancelled: $(cat "$T/export.out")"
 [[ ! -e $T/out/hf ]] && ! compgen -G "$T/out/.hf.gptd-export-*" >/dev/null ||
