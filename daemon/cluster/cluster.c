@@ -62,46 +62,6 @@ void cluster_set_workers(struct cluster *c, int workers)
 
 /* ---- the node's connection ---- */
 
-void cluster_conn_lost(struct cluster *c, const char *why)
-{
-    if (c->nc) {
-        struct store_client_async *a = c->nc;
-        c->nc = NULL;
-        store_client_async_close(a, NULL, NULL); /* pending callbacks run now */
-    }
-    if (c->nc_state == CONN_READY)
-        log_warn("cluster: lost the store at %s:%d: %s", c->host, c->o.port, why);
-    c->nc_state = CONN_NONE;
-    c->inflight = 0;
-    cluster_round_disconnected(c);
-    c->ob.append_inflight = false;
-    c->retry_at = monotime_s() + c->backoff_ms / 1e3;
-    c->backoff_ms =
-        c->backoff_ms * 2 > CLUSTER_BACKOFF_MAX_MS ? CLUSTER_BACKOFF_MAX_MS : c->backoff_ms * 2;
-    cluster_requests_disconnected(c);
-    cluster_feed_disconnected(c);
-    if (c->leave_state)
-        c->leave_deadline = 0; /* nothing more can be sent: done at the next tick */
-    if (!c->lost_reported && c->nh.lost) {
-        c->lost_reported = true;
-        c->nh.lost(c->nh.ctx);
-    }
-}
-
-bool cluster_reply_ok(struct cluster *c, const struct store_reply *r)
-{
-    if (r->status == -ECANCELED || !c->nc)
-        return false; /* the connection is being torn down */
-    if (c->inflight > 0)
-        c->inflight--;
-    c->last_progress = monotime_s();
-    if (r->status == -ECONNRESET || r->status == -EPIPE || r->status == -GPT_E_PROTO) {
-        cluster_conn_lost(c, gpt_strerror(r->status));
-        return false;
-    }
-    return true;
-}
-
 static void cluster_on_connect(void *arg, int status)
 {
     struct cluster *c = arg;
@@ -163,22 +123,13 @@ static void cluster_connect(struct cluster *c, double now)
 
 static void cluster_on_tick(uv_timer_t *t);
 
-void cluster_heartbeat_soon(struct cluster *c)
+/* The node's connection is gone (cluster_conn_lost): each part forgets
+ * what was in flight on it. */
+static void cluster_parts_disconnected(struct cluster *c)
 {
-    c->hb_soon = true;
-    if (!c->closing)
-        uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
-}
-
-void cluster_start_msg(struct cluster *c, struct cluster_msg *m, int type)
-{
-    cluster_msg_init(m, type);
-    if ((type == CLUSTER_MSG_HB || type == CLUSTER_MSG_JOIN) && c->o.instance) {
-        m->iid = c->o.instance;
-        m->present |= CLUSTER_MSG_BIT(IID);
-    }
-    snprintf(m->node, sizeof(m->node), "%s", c->node_id);
-    m->inc = c->inc;
+    cluster_round_disconnected(c);
+    cluster_requests_disconnected(c);
+    cluster_feed_disconnected(c);
 }
 
 void cluster_leave(struct cluster *c, void (*done)(void *arg), void *arg)
@@ -228,33 +179,6 @@ static void cluster_on_nodes(void *arg, const struct store_reply *r)
 }
 
 /* ---- the coordinator ---- */
-
-void cluster_on_publish(void *arg, const struct store_reply *r)
-{
-    (void)arg;
-    (void)r;
-}
-
-void cluster_publish(void *ctx, const char *key, const char *value)
-{
-    struct cluster *c = ctx;
-    /* The coordinator owns the store: it writes its documents in-process
-     * (a round's world is one SET per node), not through a connection to
-     * itself. */
-    if (c->server) {
-        int rc = value ? store_server_set(c->server, key, value, strlen(value))
-                       : store_server_delete(c->server, key);
-        if (rc < 0)
-            log_warn("cluster: cannot publish %s: %s", key, gpt_strerror(rc));
-        return;
-    }
-    if (c->cc_state != CONN_READY)
-        return;
-    if (value)
-        (void)store_client_async_set(c->cc, key, value, strlen(value), cluster_on_publish, c);
-    else
-        (void)store_client_async_delete(c->cc, key, cluster_on_publish, c);
-}
 
 static void cluster_coord_event(void *ctx, int64_t job, int64_t step, const char *kind,
                                 const char *msg)
@@ -525,6 +449,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     c->loop = loop;
     c->o = *o;
+    c->parts_disconnected = cluster_parts_disconnected;
+    c->tick = cluster_on_tick;
     snprintf(c->node_id, sizeof(c->node_id), "%s", o->node_id);
     snprintf(c->host, sizeof(c->host), "%s", o->host);
     snprintf(c->addr, sizeof(c->addr), "%s", o->addr ? o->addr : "127.0.0.1");

@@ -146,6 +146,11 @@ struct cluster {
     void (*done)(void *ctx);
     void *done_ctx;
     bool closing;
+    /* cluster.c's, set by cluster_new: cluster_conn.c, which the parts call
+     * down to, reaches the top only through these (the parts' reset when
+     * the node's connection is lost; the tick a heartbeat sooner starts). */
+    void (*parts_disconnected)(struct cluster *c);
+    uv_timer_cb tick;
 };
 
 /* cluster_round.c: the store's admission of a heartbeat (store_server_opts
@@ -153,8 +158,8 @@ struct cluster {
 int cluster_hb_admit(void *arg, const char *key, const void *val, size_t len, const char *peer,
                      const char *holder, char *why, size_t cap);
 
-/* cluster.c */
-/* Every reply (or failure) of the node's client comes through here first:
+/* cluster_conn.c: what cluster.c and the parts below share; it calls no
+ * part. Every reply (or failure) of the node's client comes through here first:
  * false when the reply is to be ignored (the connection is gone). */
 bool cluster_reply_ok(struct cluster *c, const struct store_reply *r);
 void cluster_conn_lost(struct cluster *c, const char *why);
