@@ -109,6 +109,20 @@ static void userwork_hand(struct userwork *uw, struct userwork_item *it)
     pthread_mutex_unlock(&uw->mu);
 }
 
+/* Takes the waiting item at *pp out of the queue (prev: the item before
+ * it, NULL at the head) and returns it. */
+static struct userwork_item *userwork_unwait(struct userwork *uw, struct userwork_item **pp,
+                                             struct userwork_item *prev)
+{
+    struct userwork_item *it = *pp;
+    *pp = it->next;
+    if (uw->wait_tail == it)
+        uw->wait_tail = prev;
+    uw->n_wait--;
+    it->next = NULL;
+    return it;
+}
+
 /* Hands out the oldest waiting items whose users are within their share,
  * while threads are free. */
 static void userwork_schedule(struct userwork *uw)
@@ -121,11 +135,7 @@ static void userwork_schedule(struct userwork *uw)
             pp = &it->next;
             continue;
         }
-        *pp = it->next;
-        if (uw->wait_tail == it)
-            uw->wait_tail = prev;
-        uw->n_wait--;
-        userwork_hand(uw, it);
+        userwork_hand(uw, userwork_unwait(uw, pp, prev));
     }
 }
 
@@ -309,11 +319,7 @@ static void userwork_drop_waiting(struct userwork *uw, const void *owner, bool a
             pp = &it->next;
             continue;
         }
-        *pp = it->next;
-        if (uw->wait_tail == it)
-            uw->wait_tail = prev;
-        uw->n_wait--;
-        it->next = NULL;
+        userwork_unwait(uw, pp, prev);
         atomic_store(&it->cancel, why);
         *gone_tail = it;
         gone_tail = &it->next;
