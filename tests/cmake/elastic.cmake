@@ -43,3 +43,14 @@ endforeach()
 # like the unit tests): the control plane's watch, heartbeat table and
 # rounds at a size, in well under 30 s.
 set_tests_properties(test_cluster_256 PROPERTIES LABELS integration TIMEOUT 120)
+# elastic_clock: CLOCK_REALTIME stepped back and forward (an LD_PRELOAD
+# shim, tests/tools/realtime_shift.c) under a job of two nodes: no timeout
+# fires, since every one runs on the monotonic clock.
+add_library(realtime_shift SHARED ${CMAKE_CURRENT_SOURCE_DIR}/tools/realtime_shift.c)
+target_compile_options(realtime_shift PRIVATE -Wall -Wextra -Werror)
+add_test(NAME elastic_clock
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/elastic_clock.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:realtime_shift>)
+set_tests_properties(elastic_clock PROPERTIES LABELS integration TIMEOUT 300 RUN_SERIAL TRUE
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
