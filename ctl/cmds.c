@@ -4,11 +4,13 @@
  * Decisions live in gptd; these only talk and format.
  */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gptctl.h"
@@ -117,6 +119,28 @@ static int ctl_load_spec(const char *file, char **over, int n_over, json_t **ret
     return *ret ? 0 : EXIT_FAIL;
 }
 
+/* Job j's overrides that set it apart in the sweep (the keys whose value
+ * differs between jobs; all of them when none does), as the submit's
+ * "overrides" object, "a.b": "value". */
+static json_t *ctl_sweep_overrides(const struct gpt_sweep *sw, size_t j)
+{
+    json_t *o = json_object();
+    for (int pass = 0; pass < 2 && o && json_object_size(o) == 0; pass++) {
+        for (size_t k = 0; k < sw->n_keys; k++) {
+            const char *a = sw->assign[j * sw->n_keys + k], *eq = strchr(a, '=');
+            bool varies = false;
+            for (size_t i = 0; i < sw->n_jobs && !varies; i++)
+                varies = strcmp(sw->assign[i * sw->n_keys + k], a) != 0;
+            if (!eq || (pass == 0 && !varies))
+                continue;
+            char key[GPT_ERR_PATH_MAX];
+            snprintf(key, sizeof(key), "%.*s", (int)(eq - a), a);
+            json_object_set_new(o, key, json_string(eq + 1));
+        }
+    }
+    return o;
+}
+
 /* submit -m: the cartesian product of the overrides' choices, one job each,
  * all tagged with one new sweep id. */
 static int ctl_submit_sweep(struct ctl *c, const char *file, char **over, int n_over,
@@ -145,6 +169,7 @@ static int ctl_submit_sweep(struct ctl *c, const char *file, char **over, int n_
         json_object_set_new(r, "spec", specs[j]);
         specs[j] = NULL;
         json_object_set_new(r, "sweep", json_string(id));
+        json_object_set_new(r, "overrides", ctl_sweep_overrides(&sw, j));
         if (j == 0) /* all of them fit, or none is queued */
             json_object_set_new(r, "sweep_jobs", json_integer((json_int_t)sw.n_jobs));
         if (priority)
@@ -325,35 +350,104 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     return follow ? ctl_logs_request(c, id, true, 0) : 0;
 }
 
+/* A sweep's runs best first (gpt_sweep_results_sort): each one's overrides,
+ * best validation loss, final loss, steps, tokens and time. */
+static void ctl_sweep_summary(const char *sweep, const json_t *jobs)
+{
+    size_t n = json_array_size(jobs), i;
+    struct gpt_sweep_result *r = calloc(n ? n : 1, sizeof(*r));
+    char(*labels)[256] = calloc(n ? n : 1, sizeof(*labels));
+    const json_t *j;
+    if (!r || !labels)
+        goto out;
+    double now = (double)time(NULL);
+    json_array_foreach(jobs, i, j)
+    {
+        const json_t *bv = json_object_get(j, "best_val_loss"), *l = json_object_get(j, "loss");
+        double started = json_number_value(json_object_get(j, "started"));
+        double finished = json_number_value(json_object_get(j, "finished"));
+        fmt_overrides(labels[i], sizeof(labels[i]), json_object_get(j, "overrides"));
+        r[i] = (struct gpt_sweep_result){
+            .id = json_integer_value(json_object_get(j, "id")),
+            .best_val_loss = json_is_number(bv) ? json_number_value(bv) : NAN,
+            .final_loss = json_is_number(l) ? json_number_value(l) : NAN,
+            .steps = json_integer_value(json_object_get(j, "step")),
+            .tokens = json_integer_value(json_object_get(j, "tokens")),
+            .time_s = started > 0 ? (finished > 0 ? finished : now) - started : NAN,
+            .label = labels[i],
+            .state = json_string_value(json_object_get(j, "state")),
+        };
+    }
+    gpt_sweep_results_sort(r, n);
+    printf("\nsweep %s: %zu jobs, best validation loss first\n", out_esc(sweep, 0), n);
+    struct table t = {.ncols = 9,
+                      .right = {true, true, false, true, true, true, true, true, false}};
+    table_row(&t, "RANK", "JOB", "OVERRIDES", "BEST VAL", "FINAL LOSS", "STEPS", "TOKENS", "TIME",
+              "STATE");
+    for (i = 0; i < n; i++) {
+        char rank[24], id[32], bv[32], fl[32], steps[32], tok[32], dur[32];
+        json_t *x = json_real(r[i].best_val_loss), *y = json_real(r[i].final_loss);
+        snprintf(rank, sizeof(rank), "%zu", i + 1);
+        snprintf(id, sizeof(id), "#%lld", (long long)r[i].id);
+        snprintf(steps, sizeof(steps), "%lld", (long long)r[i].steps);
+        table_row(&t, rank, id, r[i].label[0] ? r[i].label : "-",
+                  isnan(r[i].best_val_loss) ? "-" : fmt_real(bv, sizeof(bv), x, 4),
+                  isnan(r[i].final_loss) ? "-" : fmt_real(fl, sizeof(fl), y, 4), steps,
+                  fmt_rate(tok, sizeof(tok), (double)r[i].tokens),
+                  fmt_duration(dur, sizeof(dur), r[i].time_s), r[i].state ? r[i].state : "-");
+        json_decref(x);
+        json_decref(y);
+    }
+    table_print(&t);
+out:
+    free(r);
+    free(labels);
+}
+
+/* The list request (one sweep's jobs when `sweep`), its reply in *ret. */
+static int ctl_list_call(struct ctl *c, const char *sweep, json_t **ret)
+{
+    if (sweep && !gpt_sweep_id_ok(sweep))
+        return ctl_usage_error("\"%s\" is not a sweep id", out_esc(sweep, 0));
+    int rc = ctl_connect(c);
+    if (rc)
+        return rc;
+    json_t *r = ctl_request(c, GPT_CTL_OP_LIST);
+    if (sweep)
+        json_object_set_new(r, "sweep", json_string(sweep));
+    return ctl_call(c, r, ret);
+}
+
 int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
+    static const struct option opts[] = {{"sweep", required_argument, 0, 'w'}, {0, 0, 0, 0}};
     const char *sweep = NULL;
-    if (argc == 3 && strcmp(argv[1], "--sweep") == 0)
-        sweep = argv[2];
-    else if (argc > 1)
-        return ctl_usage_error("usage: list [--sweep ID]");
-    if (sweep && !gpt_sweep_id_ok(sweep))
-        return ctl_usage_error("--sweep: \"%s\" is not a sweep id", sweep);
-    int rc = ctl_connect(c);
-    json_t *reply, *r;
-    if (rc)
-        return rc;
-    r = ctl_request(c, GPT_CTL_OP_LIST);
-    if (sweep)
-        json_object_set_new(r, "sweep", json_string(sweep));
-    if ((rc = ctl_call(c, r, &reply)))
-        return rc;
-    if (c->json)
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (ch == 'w')
+            sweep = optarg;
+        else
+            return EXIT_USAGE;
+    }
+    if (optind < argc)
+        return ctl_usage_error("list takes no JOB (gptctl status JOB shows one)");
+    json_t *reply;
+    int rc = ctl_list_call(c, sweep, &reply);
+    if (rc || c->json)
         goto out;
-    struct table t = {.ncols = 8, .right = {true, false, false, true, true, true, true, false}};
-    table_row(&t, "ID", "NAME", "STATE", "STEP", "LOSS", "PRIO", "OWNER", "CREATED");
+    const json_t *jobs = json_object_get(reply, "jobs");
+    bool over = false; /* the OVERRIDES column only where a job has some */
     size_t i;
     json_t *j;
-    json_array_foreach(json_object_get(reply, "jobs"), i, j)
+    json_array_foreach(jobs, i, j) over = over || json_object_get(j, "overrides");
+    struct table t = {.ncols = over ? 9 : 8,
+                      .right = {true, false, false, true, true, true, true, false, false}};
+    table_row(&t, "ID", "NAME", "STATE", "STEP", "LOSS", "PRIO", "OWNER", "CREATED", "OVERRIDES");
+    json_array_foreach(jobs, i, j)
     {
         char id[32], step[64], s1[32], s2[32], loss[32], prio[32], owner[32], created[32];
-        char state[160];
+        char state[160], label[256];
         snprintf(step, sizeof(step), "%s/%s", fmt_int(s1, sizeof(s1), json_object_get(j, "step")),
                  fmt_int(s2, sizeof(s2), json_object_get(j, "max_steps")));
         /* A queued job: its place in the queue and what it waits for. */
@@ -364,15 +458,35 @@ int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         if (json_is_integer(pos)) /* the table escapes the cell */
             snprintf(state + strlen(state), sizeof(state) - strlen(state), " #%lld%s%.100s",
                      (long long)json_integer_value(pos), why ? ": " : "", why ? why : "");
+        fmt_overrides(label, sizeof(label), json_object_get(j, "overrides"));
         table_row(&t, fmt_int(id, sizeof(id), json_object_get(j, "id")),
                   json_string_value(json_object_get(j, "name")), state, step,
                   fmt_real(loss, sizeof(loss), json_object_get(j, "loss"), 4),
                   fmt_int(prio, sizeof(prio), json_object_get(j, "priority")),
                   fmt_int(owner, sizeof(owner), json_object_get(j, "owner_uid")),
-                  fmt_time(created, sizeof(created), json_object_get(j, "created")));
+                  fmt_time(created, sizeof(created), json_object_get(j, "created")),
+                  label[0] ? label : "-");
     }
     table_print(&t);
+    if (sweep)
+        ctl_sweep_summary(sweep, jobs);
 out:
+    if (rc == 0)
+        json_decref(reply);
+    return rc;
+}
+
+int cmd_sweep(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    if (argc != 2)
+        return ctl_usage_error("usage: sweep ID");
+    json_t *reply;
+    int rc = ctl_list_call(c, argv[1], &reply);
+    if (rc)
+        return rc;
+    if (!c->json)
+        ctl_sweep_summary(argv[1], json_object_get(reply, "jobs"));
     json_decref(reply);
     return 0;
 }
@@ -459,6 +573,21 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         table_row(&t, "state:", json_string_value(json_object_get(j, "state")));
         table_row(&t, "step:", step);
         table_row(&t, "loss:", fmt_real(a, sizeof(a), json_object_get(j, "loss"), 4));
+        table_row(&t, "val loss:", fmt_real(a, sizeof(a), json_object_get(j, "val_loss"), 4));
+        table_row(&t, "best val loss:",
+                  fmt_real(a, sizeof(a), json_object_get(j, "best_val_loss"), 4));
+        table_row(&t, "tokens seen:",
+                  fmt_rate(a, sizeof(a), (double)json_integer_value(json_object_get(j, "tokens"))));
+        double t0 = json_number_value(json_object_get(j, "started"));
+        double t1 = json_number_value(json_object_get(j, "finished"));
+        table_row(&t, "elapsed:",
+                  t0 > 0 ? fmt_duration(a, sizeof(a), (t1 > 0 ? t1 : (double)time(NULL)) - t0)
+                         : "-");
+        char label[256];
+        if (fmt_overrides(label, sizeof(label), json_object_get(j, "overrides"))[0])
+            table_row(&t, "overrides:", label);
+        if (json_object_get(j, "sweep"))
+            table_row(&t, "sweep:", json_string_value(json_object_get(j, "sweep")));
         char ranks[1024];
         const char *rk = fmt_rank_ms(ranks, sizeof(ranks), json_object_get(j, "rank_step_ms"));
         if (rk)

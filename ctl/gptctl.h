@@ -121,6 +121,9 @@ const char *fmt_real(char *buf, size_t cap, const json_t *v, int prec);
 const char *fmt_time(char *buf, size_t cap, const json_t *v);
 const char *fmt_duration(char *buf, size_t cap, double s);
 const char *fmt_rate(char *buf, size_t cap, double v);
+/* A job's "overrides" object as "lr=1e-3 n_embd=48" (each key's last
+ * part); "" when it has none. Not escaped (a table escapes its cells). */
+const char *fmt_overrides(char *buf, size_t cap, const json_t *over);
 /* A node's "gpus" array (nvml.h) as one cell: each GPU's utilisation
  * ("87%") or memory ("40.0/140.4G"), joined by " "; "-" where a GPU does not
  * report it, "-" for no GPU (a CPU host) or a node that sends none. */
@@ -142,6 +145,7 @@ void logs_print_event(struct logs_view *v, const json_t *o);
 /* cmds.c: the commands of the table. */
 int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_sweep(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "gptctl.h"
+#include "jobspec_sweep.h"
 #include "metric_text.h"
 #include "str_escape.h"
 
@@ -123,6 +124,25 @@ const char *fmt_duration(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     else
         snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+const char *fmt_overrides(char *buf, size_t cap, const json_t *over)
+{
+    const char *assign[64], *key;
+    char text[64][128];
+    const json_t *v;
+    size_t n = 0;
+    json_object_foreach((json_t *)over, key, v)
+    {
+        if (n == 64)
+            break;
+        snprintf(text[n], sizeof(text[n]), "%s=%s", key,
+                 json_is_string(v) ? json_string_value(v) : "?");
+        assign[n] = text[n];
+        n++;
+    }
+    gpt_sweep_label(assign, n, buf, cap);
     return buf;
 }
 

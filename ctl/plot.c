@@ -81,7 +81,7 @@ static double plot_tick(double span, int n)
 /* One job's curves. */
 struct plot_job {
     int64_t id;
-    char label[160]; /* "#7 name", XML-escaped */
+    char label[160]; /* "#7 name" or "#7 lr=1e-3", XML-escaped */
     struct plot_series tr, va, lr;
 };
 
@@ -288,9 +288,13 @@ static int plot_fetch(struct ctl *c, struct plot_job *j)
     int rc = ctl_call(c, r, &reply);
     if (rc)
         return rc;
-    char name[128];
+    /* A sweep's job is told apart by its overrides ("#5 lr=1e-3 n_embd=48"),
+     * another by its name. */
+    const json_t *job = json_object_get(reply, "job");
+    char name[128], over[256];
+    fmt_overrides(over, sizeof(over), json_object_get(job, "overrides"));
     plot_xml(name, sizeof(name),
-             json_string_value(json_object_get(json_object_get(reply, "job"), "name")));
+             over[0] ? over : json_string_value(json_object_get(job, "name")));
     snprintf(j->label, sizeof(j->label), "#%lld %s", (long long)j->id, name);
     json_decref(reply);
 

@@ -59,7 +59,49 @@ static json_t *handler_job_json(const struct jobs *js, const struct db_job *j)
     json_object_set_new(o, "finished", j->finished > 0 ? json_real(j->finished) : json_null());
     if (j->error[0] && !held)
         json_object_set_new(o, "error", json_string(j->error));
+    json_t *over = j->overrides[0] ? json_loads(j->overrides, 0, NULL) : NULL;
+    if (over)
+        json_object_set_new(o, "overrides", over);
     return o;
+}
+
+/* What a job's metrics add up to: best and newest validation loss (null
+ * before the first eval) and tokens seen. */
+static void handler_job_summary(struct db *db, int64_t id, json_t *o)
+{
+    struct db_job_summary sum;
+    struct gpt_err err;
+    if (db_job_summary(db, id, &sum, &err) < 0)
+        return; /* the row stays without them; the database logged nothing fatal */
+    json_object_set_new(o, "best_val_loss", handler_real_or_null(sum.best_val_loss));
+    json_object_set_new(o, "val_loss", handler_real_or_null(sum.val_loss));
+    json_object_set_new(o, "tokens", json_integer(sum.tokens));
+}
+
+/* A submit's "overrides" (what sets a sweep's job apart) as the text the
+ * job row keeps: an object of strings, at most DB_OVERRIDES_MAX - 1 bytes. */
+static int handler_overrides_text(const json_t *over, char *buf, size_t cap, struct gpt_err *err)
+{
+    const char *key;
+    const json_t *v;
+    buf[0] = '\0';
+    if (!over)
+        return 0;
+    json_object_foreach((json_t *)over, key, v)
+    {
+        if (!json_is_string(v))
+            return gpt_err_set(err, -EINVAL, "overrides", "%s: the value must be a string", key);
+    }
+    char *text = json_dumps(over, JSON_COMPACT);
+    int rc = 0;
+    if (!text)
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    else if (strlen(text) >= cap)
+        rc = gpt_err_set(err, -EINVAL, "overrides", "at most %zu bytes", cap - 1);
+    else
+        memcpy(buf, text, strlen(text) + 1);
+    free(text);
+    return rc;
 }
 
 /* A submit on a node that is not the coordinator travels to the
@@ -114,13 +156,18 @@ static int op_submit(struct daemon_ctx *d, const struct gpt_ctl_request *req, ui
     if (!job)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     int64_t id = 0;
+    char over[DB_OVERRIDES_MAX];
     int rc = handler_submit_check(d, req, uid, job, err);
+    if (rc == 0)
+        rc = handler_overrides_text(req->overrides, over, sizeof(over), err);
     if (rc == 0 && (req->present & (1u << GPT_CTL_F_SWEEP_JOBS)))
         rc = jobs_room_for(d->jobs, uid, req->sweep_jobs, err);
     if (rc == 0)
         rc = jobs_submit(d->jobs, job, uid, req->priority, &id, err);
     if (rc == 0 && req->sweep)
         rc = db_job_set_sweep(d->db, id, req->sweep, err);
+    if (rc == 0 && over[0])
+        rc = db_job_set_overrides(d->db, id, over, err);
     if (rc == 0)
         *ret = json_pack("{s:I, s:s, s:s}", "job", (json_int_t)id, "name",
                          job->name[0] ? job->name : "job", "state", "queued");
@@ -189,6 +236,7 @@ struct handler_list {
     json_t *arr;
     const char *sweep; /* only this sweep's jobs; NULL all */
     const struct jobs *jobs;
+    struct db *db; /* a sweep's list also sums up each job's metrics */
 };
 
 static void handler_list_add(void *ctx, const struct db_job *j)
@@ -199,6 +247,8 @@ static void handler_list_add(void *ctx, const struct db_job *j)
     json_t *o = handler_job_json(l->jobs, j);
     if (o && j->sweep[0])
         json_object_set_new(o, "sweep", json_string(j->sweep));
+    if (o && l->sweep)
+        handler_job_summary(l->db, j->id, o);
     const char *why = NULL;
     int pos = o && j->state == DB_JOB_QUEUED ? jobs_queue_position(l->jobs, j->id, &why) : 0;
     if (pos > 0) { /* where it is in the queue, and what it waits for */
@@ -215,7 +265,7 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    struct handler_list l = {.arr = arr, .sweep = req->sweep, .jobs = d->jobs};
+    struct handler_list l = {.arr = arr, .sweep = req->sweep, .jobs = d->jobs, .db = d->db};
     int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, &l, err);
     if (rc < 0) {
         json_decref(arr);
@@ -250,6 +300,9 @@ static int handler_job_result(struct daemon_ctx *d, int64_t id, json_t **ret, st
     if (o) {
         json_object_set_new(o, "snapshot_dir", json_string(j.snapshot_dir));
         json_object_set_new(o, "restarts", json_integer(j.restarts));
+        if (j.sweep[0])
+            json_object_set_new(o, "sweep", json_string(j.sweep));
+        handler_job_summary(d->db, id, o);
         json_object_set_new(o, "spec", json_loads(j.spec_json, 0, NULL));
         json_t *runs = json_array();
         if (runs && db_run_list(d->db, id, handler_run_add, runs, err) == 0)

@@ -53,7 +53,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
 static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_SUBMIT] = {"submit",
                            F(SPEC) | F(PRIORITY) | F(SWEEP) | F(SWEEP_JOBS) | F(RESUME_FROM) |
-                               F(SNAPSHOT),
+                               F(SNAPSHOT) | F(OVERRIDES),
                            F(SPEC), NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
     [GPT_CTL_OP_LIST] = {"list", F(SWEEP), 0, FWD},

@@ -2,6 +2,7 @@
 #include "jobspec_sweep.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,4 +141,44 @@ int gpt_sweep_id_ok(const char *id)
             return 0;
     }
     return 1;
+}
+
+/* NAN sorts after every number. */
+static int sweep_cmp_real(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) - isnan(b);
+    return (a > b) - (a < b);
+}
+
+static int sweep_cmp_result(const void *pa, const void *pb)
+{
+    const struct gpt_sweep_result *a = pa, *b = pb;
+    int c = sweep_cmp_real(a->best_val_loss, b->best_val_loss);
+    if (c == 0)
+        c = sweep_cmp_real(a->final_loss, b->final_loss);
+    return c ? c : (a->id > b->id) - (a->id < b->id);
+}
+
+void gpt_sweep_results_sort(struct gpt_sweep_result *r, size_t n)
+{
+    if (n > 1)
+        qsort(r, n, sizeof(*r), sweep_cmp_result);
+}
+
+void gpt_sweep_label(const char *const *assign, size_t n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (size_t i = 0; i < n && len + 1 < cap; i++) {
+        const char *eq = strchr(assign[i], '='), *leaf = assign[i];
+        for (const char *p = assign[i]; eq && p < eq; p++)
+            if (*p == '.')
+                leaf = p + 1;
+        int w = snprintf(buf + len, cap - len, "%s%s", len ? " " : "", leaf);
+        if (w < 0)
+            break;
+        len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
+    }
 }

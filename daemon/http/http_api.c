@@ -116,6 +116,9 @@ json_t *http_api_job_json(const struct metrics_job *j)
     json_object_set_new(o, "name", http_api_string(j->name));
     json_object_set_new(o, "state", json_string(j->state ? j->state : "unknown"));
     json_object_set_new(o, "restarts", json_integer(j->restarts));
+    json_t *over = j->overrides[0] ? json_loads(j->overrides, 0, NULL) : NULL;
+    if (over)
+        json_object_set_new(o, "overrides", over);
     if (j->has_metric) {
         json_object_set_new(o, "step", json_integer(j->step));
         json_object_set_new(o, "max_steps", json_integer(j->max_steps));

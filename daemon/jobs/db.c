@@ -97,12 +97,14 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE runs ADD COLUMN spec_json TEXT;",
     /* 4 -> 5: the sweep a job belongs to (gptctl submit -m). */
     "ALTER TABLE jobs ADD COLUMN sweep TEXT NOT NULL DEFAULT '';",
+    /* 5 -> 6: the overrides that tell a sweep's jobs apart, as a JSON object. */
+    "ALTER TABLE jobs ADD COLUMN overrides TEXT NOT NULL DEFAULT '';",
 };
 
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep"
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides"
 
 #define DB_METRIC_COLS                                                                             \
     "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
@@ -136,6 +138,12 @@ static const char *const db_sql[DB_ST_COUNT] = {
         " END, loss = coalesce(?4, loss) WHERE id = ?1",
     [DB_ST_JOB_SET_SPEC] = "UPDATE jobs SET spec_json = ? WHERE id = ?",
     [DB_ST_JOB_SET_SWEEP] = "UPDATE jobs SET sweep = ? WHERE id = ?",
+    [DB_ST_JOB_SET_OVERRIDES] = "UPDATE jobs SET overrides = ? WHERE id = ?",
+    [DB_ST_JOB_SUMMARY] =
+        "SELECT min(val_loss), max(tokens),"
+        " (SELECT val_loss FROM metrics WHERE job_id = ?1 AND val_loss IS NOT NULL"
+        "  ORDER BY step DESC LIMIT 1)"
+        " FROM metrics WHERE job_id = ?1",
     [DB_ST_RUN_INSERT] =
         "INSERT INTO runs(job_id, started, world_size, status, resumed_from, spec_json)"
         " VALUES(?1, ?2, ?3, 'running', ?4, (SELECT spec_json FROM jobs WHERE id = ?1))",
@@ -565,6 +573,7 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     j->token = tok ? strtoull((const char *)tok, NULL, 16) : 0;
     j->cancel_uid = sqlite3_column_int64(s, 17);
     db_column_text(s, 18, j->sweep, sizeof(j->sweep));
+    db_column_text(s, 19, j->overrides, sizeof(j->overrides));
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -582,7 +591,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 19);
+        const unsigned char *spec = sqlite3_column_text(s, 20);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -674,6 +683,36 @@ int db_job_set_sweep(struct db *db, int64_t id, const char *sweep, struct gpt_er
     sqlite3_bind_text(s, 1, sweep, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
     return db_exec_stmt(db, s, err, "set job sweep");
+}
+
+int db_job_set_overrides(struct db *db, int64_t id, const char *overrides, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_OVERRIDES, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_text(s, 1, overrides, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set job overrides");
+}
+
+int db_job_summary(struct db *db, int64_t id, struct db_job_summary *ret, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SUMMARY, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW) {
+        ret->best_val_loss = db_column_real(s, 0);
+        ret->tokens = sqlite3_column_int64(s, 1);
+        ret->val_loss = db_column_real(s, 2);
+    } else {
+        rc = db_fail(db, err, src, "job summary");
+    }
+    sqlite3_reset(s);
+    return rc;
 }
 
 int db_job_next_queued(struct db *db, int64_t *ret_id, struct gpt_err *err)

@@ -79,7 +79,9 @@ enum gpt_ctl_field {
     GPT_CTL_F_TOKENS,      /* integer >= 1 */
     GPT_CTL_F_TEMPERATURE, /* number > 0 */
     GPT_CTL_F_TOP_K,       /* integer >= 0 */
-    GPT_CTL_F_OVERRIDES,   /* object: "a.b" -> value, job keys a resume changes */
+    GPT_CTL_F_OVERRIDES,   /* object: "a.b" -> value, job keys a resume changes; on a
+                            * submit, the (already applied) keys that set a sweep's job
+                            * apart, kept with the job */
     GPT_CTL_F_SWEEP,       /* string: a sweep id (submit tags, list filters) */
     GPT_CTL_F_FORMAT,      /* string: export: hf, llmc or gguf */
     GPT_CTL_F_OUTPUT,      /* string: export: the absolute path to write */

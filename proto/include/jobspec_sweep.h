@@ -9,6 +9,7 @@
 #define GPT_JOBSPEC_SWEEP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gpt_err.h"
 
@@ -27,6 +28,26 @@ struct gpt_sweep {
 int gpt_sweep_expand(const char *const *over, size_t n_over, struct gpt_sweep *ret,
                      struct gpt_err *err);
 void gpt_sweep_free(struct gpt_sweep *s);
+
+/* One run of a sweep, for its summary table. */
+struct gpt_sweep_result {
+    int64_t id;           /* the job (gptctl) or the run's index (gptd run -m) */
+    double best_val_loss; /* NAN: no validation loss */
+    double final_loss;    /* NAN: no training loss */
+    int64_t steps, tokens;
+    double time_s; /* NAN: unknown */
+    const char *label; /* its overrides, "lr=1e-3 n_embd=48" (borrowed) */
+    const char *state; /* borrowed; may be NULL */
+};
+
+/* Sorts a sweep's runs best first: by best validation loss, then by final
+ * training loss (a run without either comes after those with it), then by
+ * id. */
+void gpt_sweep_results_sort(struct gpt_sweep_result *r, size_t n);
+
+/* The leaf names of overrides: "optimizer.lr=1e-3" -> "lr=1e-3", written
+ * space-separated into buf (truncated to cap). */
+void gpt_sweep_label(const char *const *assign, size_t n, char *buf, size_t cap);
 
 /* Whether `id` is a valid sweep id: 1..GPT_SWEEP_ID_MAX-1 bytes of
  * [A-Za-z0-9_.-]. */

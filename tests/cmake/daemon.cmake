@@ -11,7 +11,8 @@ set(GPTD_DAEMON_TESTS daemon_flow daemon_restart daemon_malformed daemon_followe
                       daemon_compose_sweep daemon_resume_from daemon_logs_order queue_policy
                       daemon_resume_from_hostile daemon_resume_from_stop
                       daemon_private_state
-                      daemon_data_shrink daemon_blas_core)
+                      daemon_data_shrink daemon_blas_core
+                      daemon_sweep_readable)
 foreach(t ${GPTD_DAEMON_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

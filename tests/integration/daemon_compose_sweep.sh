@@ -74,13 +74,13 @@ out=$("$GPTCTL" list --sweep 'bad id' 2>&1); rc=$?
 set -e
 ((rc == 2)) || fail "a bad sweep id: rc $rc: $out"
 
-# --- plot overlays the sweep's jobs, labelled by name, with an lr panel;
+# --- plot overlays the sweep's jobs, labelled by their overrides, with an lr panel;
 # a .png name is refused and nothing is written.
 ids=$(db "SELECT id FROM jobs WHERE sweep = '$sweep' ORDER BY id" | tr '\n' ' ')
 "$GPTCTL" plot $ids -o "$T/sweep.svg" --lr >/dev/null
 (($(grep -c '<polyline' "$T/sweep.svg") >= 8)) || fail "plot: want train and lr curves of 4 jobs"
 for j in $ids; do
-    grep -q ">#$j composed<" "$T/sweep.svg" || fail "plot: no legend for job $j"
+    grep -q ">#$j lr=[0-9e-]* max_steps=[68]<" "$T/sweep.svg" || fail "plot: no legend for job $j"
 done
 grep -q ">learning rate<" "$T/sweep.svg" || fail "plot: no lr panel"
 set +e

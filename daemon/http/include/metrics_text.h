@@ -31,7 +31,8 @@ struct metrics_buf {
 struct metrics_job {
     int64_t id;
     char name[128];
-    const char *state; /* static string: "queued", "running", ... */
+    char overrides[512]; /* what sets a sweep's job apart: a JSON object's text; "" none */
+    const char *state;   /* static string: "queued", "running", ... */
     int restarts;
     bool has_metric; /* the fields below hold the newest metric record */
     int64_t step, max_steps;

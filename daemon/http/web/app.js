@@ -80,6 +80,13 @@ function fillBody(table, rows) {
   table.replaceChild(fresh, body);
 }
 
+// A sweep's job is told apart by its overrides: " lr=1e-3 n_embd=48"
+// (each key's last part); "" for a job without.
+function overridesLabel(over) {
+  if (!over || typeof over !== 'object') return '';
+  return Object.keys(over).map((k) => ' ' + k.split('.').pop() + '=' + String(over[k])).join('');
+}
+
 function renderJobs(doc) {
   $('node').textContent = (doc.node || '') + (doc.role ? ' (' + doc.role + ')' : '');
   const rows = [];
@@ -88,7 +95,7 @@ function renderJobs(doc) {
     tr.dataset.job = String(j.id);
     if (String(j.id) === state.job) tr.className = 'selected';
     tr.appendChild(el('td', j.id));
-    tr.appendChild(el('td', j.name));
+    tr.appendChild(el('td', j.name + overridesLabel(j.overrides)));
     tr.appendChild(el('td', j.state, 'state-' + String(j.state).replace(/[^a-z]/g, '')));
     const step = el('td', null, 'num step');
     if (typeof j.step === 'number') {

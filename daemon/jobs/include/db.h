@@ -20,9 +20,10 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 5
+#define DB_SCHEMA_VERSION 6
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
+#define DB_OVERRIDES_MAX  512 /* bytes of a job's overrides text, NUL included */
 
 enum db_job_state {
     DB_JOB_QUEUED,
@@ -59,6 +60,14 @@ struct db_job {
     uint64_t token;     /* random identity (snapshot ownership); made at insert, never 0 */
     int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
     char sweep[64];     /* the sweep (gptctl submit -m) it belongs to; "" none */
+    char overrides[DB_OVERRIDES_MAX]; /* JSON object "a.b": "value" of its sweep; "" none */
+};
+
+/* What a job's metrics add up to so far. */
+struct db_job_summary {
+    double best_val_loss; /* lowest validation loss; NAN when none yet */
+    double val_loss;      /* newest validation loss; NAN when none yet */
+    int64_t tokens;       /* tokens trained on (newest record) */
 };
 
 /* Frees what db_job_get allocated (spec_json). NULL allowed. */
@@ -119,6 +128,11 @@ int db_job_set_resume(struct db *db, int64_t id, int resume, int64_t snapshot_id
 /* Records how many failures an elastic job has restarted from. */
 /* Tags the job with the sweep it belongs to. */
 int db_job_set_sweep(struct db *db, int64_t id, const char *sweep, struct gpt_err *err);
+/* Records the overrides (a JSON object's text) that set the job apart in
+ * its sweep; at most DB_OVERRIDES_MAX - 1 bytes. */
+int db_job_set_overrides(struct db *db, int64_t id, const char *overrides, struct gpt_err *err);
+/* The job's best and newest validation loss and its tokens so far. */
+int db_job_summary(struct db *db, int64_t id, struct db_job_summary *ret, struct gpt_err *err);
 /* Replaces the job's spec (a resume that changed keys); the next run
  * records it. */
 int db_job_set_spec(struct db *db, int64_t id, const char *spec_json, struct gpt_err *err);
