@@ -33,6 +33,10 @@
 #include "log.h"
 #include "store_server_impl.h"
 
+static void store_server_handle_closed(struct store_server *s);
+static void store_server_client_close(struct client *c, const char *why);
+static void store_server_client_process(struct client *c);
+
 /* listen(2)'s backlog: thousands of nodes connect at once when a cluster
  * starts (the kernel caps it at net.core.somaxconn). */
 #define STORE_SERVER_BACKLOG 65535
@@ -81,7 +85,7 @@ static void server_maybe_finish(struct store_server *s)
         cb(arg);
 }
 
-void store_server_handle_closed(struct store_server *s)
+static void store_server_handle_closed(struct store_server *s)
 {
     s->open_handles--;
     server_maybe_finish(s);
@@ -399,7 +403,7 @@ static void client_handle_closed(uv_handle_t *h)
     store_server_handle_closed(s);
 }
 
-void store_server_client_close(struct client *c, const char *why)
+static void store_server_client_close(struct client *c, const char *why)
 {
     struct store_server *s = c->srv;
 
@@ -523,7 +527,7 @@ static void server_log_bad_tag(struct store_server *s, struct client *c)
  * and writes the replies. A paused client is still read (so a disconnect is
  * seen at once); its frames pile up in the parser, whose cap of one maximal
  * frame plus one read then disconnects a client that keeps sending. */
-void store_server_client_process(struct client *c)
+static void store_server_client_process(struct client *c)
 {
     struct store_server *s = c->srv;
     struct proto_store_msg m;
@@ -675,6 +679,9 @@ int store_server_new(uv_loop_t *loop, const struct store_server_opts *opts,
     if (!(s = calloc(1, sizeof(*s))))
         return gpt_err_set(err, -ENOMEM, NULL, "store server: out of memory");
     s->loop = loop;
+    s->up.client_close = store_server_client_close;
+    s->up.client_process = store_server_client_process;
+    s->up.handle_closed = store_server_handle_closed;
     s->opts = *opts;
     snprintf(s->secret_hint, sizeof(s->secret_hint), "%s",
              s->opts.secret_hint ? s->opts.secret_hint : "");

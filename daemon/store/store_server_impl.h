@@ -141,6 +141,18 @@ struct store_server {
     int open_handles; /* listener + every client and wait handle not yet closed */
     void (*close_cb)(void *arg);
     void *close_arg;
+    /* store_server.c's, set by store_server_new: the waits and watches
+     * (store_server_waits.c, store_server_watch.c), which it calls, call
+     * these back instead of naming it. */
+    struct store_server_up {
+        /* Drops a connection (why: logged when not NULL); its wait ends. */
+        void (*client_close)(struct client *c, const char *why);
+        /* Runs the client's buffered frames while it is not paused. */
+        void (*client_process)(struct client *c);
+        /* One of the server's handles finished closing; frees the server
+         * after the last once store_server_close was called. */
+        void (*handle_closed)(struct store_server *s);
+    } up;
     struct store_server_opts opts;
     uint8_t *secret;
     char secret_hint[1024];
@@ -174,16 +186,6 @@ struct store_server {
         (s)->st.field += (delta);                                                                  \
         pthread_mutex_unlock(&(s)->st_lock);                                                       \
     } while (0)
-
-/* ---- store_server.c ---- */
-
-/* One of the server's handles finished closing; frees the server after
- * the last once store_server_close was called. */
-void store_server_handle_closed(struct store_server *s);
-/* Drops a connection (why: logged when not NULL); its wait ends. */
-void store_server_client_close(struct client *c, const char *why);
-/* Runs the client's buffered frames while it is not paused. */
-void store_server_client_process(struct client *c);
 
 /* ---- store_server_waits.c ---- */
 

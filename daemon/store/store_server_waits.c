@@ -17,7 +17,7 @@ static void wait_timer_closed(uv_handle_t *h)
     struct store_server *s = w->srv;
 
     free(w);
-    store_server_handle_closed(s);
+    s->up.handle_closed(s);
 }
 
 /* Unlinks w from its client and the server and closes its timer (the wait
@@ -68,7 +68,7 @@ void store_server_drain(struct store_server *s)
     while (link_linked(&s->resume)) {
         struct client *c = container_of(s->resume.next, struct client, resume_link);
         link_remove(&c->resume_link);
-        store_server_client_process(c);
+        s->up.client_process(c);
     }
     s->draining = false;
 }
@@ -101,7 +101,7 @@ static void wait_timeout(uv_timer_t *t)
     struct store_server *s = c->srv;
 
     if (proto_store_put_error(&c->out, PROTO_STORE_STATUS_TIMEOUT, "wait timed out") < 0) {
-        store_server_client_close(c, "out of memory");
+        s->up.client_close(c, "out of memory");
         return;
     }
     store_server_wait_finish(w);

@@ -92,7 +92,7 @@ static void watch_timer_closed(uv_handle_t *h)
     struct store_server *s = w->srv;
 
     free(w);
-    store_server_handle_closed(s);
+    s->up.handle_closed(s);
 }
 
 /* Unlinks w from its key and client and closes its timer (w is freed in
@@ -117,7 +117,7 @@ static bool watch_notify(struct client *c, uint32_t status, uint64_t version,
 {
     if (proto_store_put_notify(&c->out, status, version, k->key, k->len, e ? e->val : NULL,
                                e ? e->val_len : 0) < 0) {
-        store_server_client_close(c, "out of memory");
+        c->srv->up.client_close(c, "out of memory");
         return false;
     }
     ST_ADD(c->srv, notifies, 1);

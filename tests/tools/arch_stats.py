@@ -24,11 +24,8 @@ import subprocess
 import sys
 
 # Call circles not broken yet: each entry is the sorted files of one
-# circle. A circle that grows, or any other, fails --check.
-KNOWN_CIRCLES = [
-    ['daemon/store/store_server.c', 'daemon/store/store_server_waits.c',
-     'daemon/store/store_server_watch.c'],
-]
+# circle (none today). A circle that grows, or any other, fails --check.
+KNOWN_CIRCLES = []
 
 MISSING = []  # sources without an object in BUILD_DIR
 
