@@ -530,8 +530,12 @@ static void daemon_http_publish(struct daemon_main *m)
     clock_gettime(CLOCK_REALTIME, &ts);
     struct metrics_buf b = {0};
     double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    struct http_collect_src src = {m->d.db, m->d.cluster, m->d.ctl, m->d.cfg.node_name,
-                                   m->d.started};
+    struct http_collect_src src = {.db = m->d.db,
+                                   .cluster = m->d.cluster,
+                                   .ctl = m->d.ctl,
+                                   .userwork = m->d.userwork,
+                                   .node = m->d.cfg.node_name,
+                                   .started = m->d.started};
     http_collect_render(m->collect, &src, now, &b);
     if (b.err)
         log_warn("metrics: cannot render: %s", strerror(-b.err));

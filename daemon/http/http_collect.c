@@ -13,6 +13,7 @@
 #include "control.h"
 #include "db.h"
 #include "http_api.h"
+#include "userwork.h"
 #include "log.h"
 #include "store_server.h"
 
@@ -215,6 +216,7 @@ void http_collect_render(struct http_collect *hc, const struct http_collect_src 
         .queued_jobs = -1,
         .clients = s->ctl ? control_client_count(s->ctl) : 0,
     };
+    userwork_counts(s->userwork, &v.user_work_running, &v.user_work_waiting);
     snprintf(v.node, sizeof(v.node), "%s", s->node);
     /* The coordinator holds the cluster's jobs; a member's database has
      * none of its own, so it exports nodes and counters only. */

@@ -296,6 +296,12 @@ static void metrics_render_daemon(struct metrics_buf *b, const struct metrics_vi
     }
     metrics_family(b, "gptd_control_clients", "gauge", "Open control socket connections.");
     metrics_buf_printf(b, "gptd_control_clients %d\n", v->clients);
+    metrics_family(b, "gptd_user_work_running", "gauge",
+                   "Requests (sample, export, --resume-from copy) running on the user work pool.");
+    metrics_buf_printf(b, "gptd_user_work_running %d\n", v->user_work_running);
+    metrics_family(b, "gptd_user_work_waiting", "gauge",
+                   "Requests waiting for a slot of the user work pool.");
+    metrics_buf_printf(b, "gptd_user_work_waiting %d\n", v->user_work_waiting);
     if (!v->has_store)
         return;
     metrics_family(b, "gptd_store_requests_total", "counter", "Store commands served.");

@@ -71,6 +71,8 @@ static void test_jobs(void **state)
                              .role = "coordinator",
                              .queued_jobs = 1,
                              .clients = 3,
+                             .user_work_running = 2,
+                             .user_work_waiting = 5,
                              .jobs = jobs,
                              .n_jobs = 2,
                              .nodes = &node,
@@ -103,6 +105,8 @@ static void test_jobs(void **state)
     assert_non_null(strstr(t, "gptd_node_heartbeat_age_seconds{node=\"n1\"} 4.5\n"));
     assert_non_null(strstr(t, "gptd_queued_jobs 1\n"));
     assert_non_null(strstr(t, "gptd_control_clients 3\n"));
+    assert_non_null(strstr(t, "gptd_user_work_running 2\n"));
+    assert_non_null(strstr(t, "gptd_user_work_waiting 5\n"));
     assert_null(strstr(t, "gptd_store_")); /* no store here */
     /* Every line is a comment or a sample: "name{...} value" or "name value". */
     for (const char *p = t; *p;) {

@@ -20,6 +20,7 @@
 #define HTTP_COLLECT_READ_MAX  2000 /* metric records read per job per tick (catch-up) */
 
 struct http_collect;
+struct userwork;
 struct cluster;
 struct control;
 struct db;
@@ -30,6 +31,7 @@ struct http_collect_src {
     struct db *db;           /* the queue of record */
     struct cluster *cluster; /* NULL: not in a cluster */
     struct control *ctl;     /* the control socket (its client count) */
+    struct userwork *userwork; /* the user work pool (its counts); NULL: none */
     const char *node;        /* this gptd's node name */
     double started;          /* unix seconds */
 };

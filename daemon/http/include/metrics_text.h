@@ -63,6 +63,7 @@ struct metrics_view {
     const char *role;    /* "coordinator" or "member" */
     int64_t queued_jobs; /* < 0: not known here (a member) */
     int clients;
+    int user_work_running, user_work_waiting; /* sample, export, --resume-from copies */
     bool has_store; /* the store counters below are set (coordinator) */
     uint64_t store_requests, store_auth_failures, store_tag_failures;
     size_t store_clients, store_keys, store_data_bytes;
