@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The map stays true to the tree (issue 37, item 6):
+#  - docs/architecture.md is at most 2,500 words, and its arrows between
+#    daemon folders are layering_guard.sh's "allow" lines;
 #  - every source file of daemon/ and engine/ (.c, .cu, .cuh) is named, as
 #    `NAME`, in a row of the module table whose heading names its folder
 #    in docs/architecture.md ("### engine/ops, engine/ops/cpu, ...");
@@ -48,6 +50,19 @@ while IFS= read -r f; do
         fail "$f is named in no module table of docs/architecture.md (a table under a heading naming $dir)"
     fi
 done < <(cd "$top" && find daemon engine \( -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+
+# The map stays a map, and its arrows between daemon folders are
+# layering_guard's "allow" lines, folder by folder.
+words=$(wc -w <"$map")
+[[ $words -le 2500 ]] || fail "docs/architecture.md has $words words (a map: at most 2500)"
+guard="$top/tests/integration/layering_guard.sh"
+if [[ -f $guard ]]; then
+    want=$(sed -n 's/^allow \([a-z]*\):[[:space:]]*\(.*\)$/\1: \2/p' "$guard" | sed 's/[[:space:]]*$//' | sort)
+    have=$(awk '/^```/ { inblk = !inblk; next }
+                inblk && / -> / && $1 ~ /^[a-z]+$/ { split($0, p, " -> "); t = p[2]
+                    if (t ~ /^\(/) t = ""; print $1 ": " t }' "$map" | sed 's/[[:space:]]*$//' | sort)
+    [[ "$want" == "$have" ]] || fail "docs/architecture.md's daemon arrows differ from layering_guard's allow lines:"$'\n'"$(diff <(echo "$want") <(echo "$have"))"
+fi
 
 commands=$("$gptctl" --help 2>&1 | awk '/^commands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }')
 [[ -n $commands ]] || fail "gptctl --help lists no commands"
