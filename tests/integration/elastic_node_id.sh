@@ -13,12 +13,13 @@
 source "$(dirname "$0")/elastic_common.sh"
 
 COORD=c0
-HOST=$(hostname)
 # --- the coordinator and a newcomer, neither naming itself.
 "$GPTD" --state-dir "$T/c0" --socket "$T/c0.sock" --log-level debug >>"$T/c0.log" 2>&1 &
 NODE_PID[c0]=$!
 wait_for 20 ctl c0 status
 RDZV=$(ctl c0 --json status | grep -o '"rdzv":"[^"]*"' | cut -d'"' -f4)
+HOST=$(ctl c0 --json status | grep -o '"node":"[^"]*"' | head -n1 | cut -d'"' -f4) # the host name
+[[ -n $HOST ]] || fail "no node name in status"
 cp "$T/c0/cluster.secret" "$T/secret"
 "$GPTD" --state-dir "$T/dup" --socket "$T/dup.sock" --rdzv "$RDZV" --secret-file "$T/secret" \
     --log-level debug >>"$T/dup.log" 2>&1 &
