@@ -16,6 +16,7 @@
 #include "gptctl.h"
 #include "jobspec.h"
 #include "jobspec_sweep.h"
+#include "metric_csv.h"
 #include "str_escape.h"
 
 /* --- logs ---------------------------------------------------------------- */
@@ -23,9 +24,11 @@
 /* Streams the replies of a logs request until its "end". Returns the exit
  * code: 0 when the job completed (or the stream was not followed), 1 when
  * it failed or was cancelled and we followed it. */
-static int logs_stream(struct ctl *c, bool follow)
+static int logs_stream(struct ctl *c, bool follow, bool csv)
 {
-    struct logs_view v = {.tty = !c->json && isatty(STDOUT_FILENO)};
+    struct logs_view v = {.tty = !c->json && !csv && isatty(STDOUT_FILENO)};
+    if (csv)
+        fputs(gpt_metric_csv_header(), stdout);
     for (;;) {
         json_t *o;
         int rc = ctl_recv(c, &o, true);
@@ -45,7 +48,7 @@ static int logs_stream(struct ctl *c, bool follow)
         if (strcmp(type, "end") == 0) {
             const char *state = json_string_value(json_object_get(o, "state"));
             const char *err = json_string_value(json_object_get(o, "error"));
-            if (!c->json) {
+            if (!c->json && !csv) {
                 logs_clear_bar(&v);
                 printf(
                     "job %lld %s%s%s\n", (long long)json_integer_value(json_object_get(o, "job")),
@@ -55,7 +58,9 @@ static int logs_stream(struct ctl *c, bool follow)
             json_decref(o);
             return rc;
         }
-        if (!c->json) {
+        if (csv && strcmp(type, "metric") == 0) {
+            logs_print_csv(o);
+        } else if (!c->json && !csv) {
             if (strcmp(type, "metric") == 0)
                 logs_print_metric(&v, o);
             else if (strcmp(type, "event") == 0)
@@ -65,7 +70,7 @@ static int logs_stream(struct ctl *c, bool follow)
     }
 }
 
-static int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t since)
+static int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t since, bool csv)
 {
     json_t *r = ctl_request(c, GPT_CTL_OP_LOGS);
     json_object_set_new(r, "job", json_integer(job));
@@ -74,7 +79,7 @@ static int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t sin
     if (since > 0)
         json_object_set_new(r, "since", json_integer(since));
     int rc = ctl_send(c, r);
-    return rc ? rc : logs_stream(c, follow);
+    return rc ? rc : logs_stream(c, follow, csv);
 }
 
 /* --- commands -------------------------------------------------------------- */
@@ -347,7 +352,7 @@ int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     if (!c->json)
         printf("%lld\n", (long long)id);
     fflush(stdout);
-    return follow ? ctl_logs_request(c, id, true, 0) : 0;
+    return follow ? ctl_logs_request(c, id, true, 0, false) : 0;
 }
 
 /* A sweep's runs best first (gpt_sweep_results_sort): each one's overrides,
@@ -657,9 +662,11 @@ out:
 int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    static const struct option opts[] = {
-        {"follow", no_argument, 0, 'f'}, {"since", required_argument, 0, 's'}, {0, 0, 0, 0}};
-    bool follow = false, ok = true;
+    static const struct option opts[] = {{"follow", no_argument, 0, 'f'},
+                                         {"since", required_argument, 0, 's'},
+                                         {"csv", no_argument, 0, 'c'},
+                                         {0, 0, 0, 0}};
+    bool follow = false, csv = false, ok = true;
     int64_t since = 0, job;
     int ch;
     while ((ch = getopt_long(argc, argv, "fs:", opts, NULL)) != -1) {
@@ -667,19 +674,23 @@ int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             follow = true;
         else if (ch == 's')
             since = ctl_parse_int(optarg, "--since", &ok);
+        else if (ch == 'c')
+            csv = true;
         else
             return EXIT_USAGE;
         if (!ok)
             return EXIT_USAGE;
     }
     if (optind + 1 != argc)
-        return ctl_usage_error("usage: logs [-f] [--since STEP] JOB");
+        return ctl_usage_error("usage: logs [-f] [--since STEP] [--csv] JOB");
     if (!ctl_parse_job(argv[optind], &job))
         return EXIT_USAGE;
     if (since < 0)
         return ctl_usage_error("--since must be >= 0");
+    if (csv && c->json)
+        return ctl_usage_error("--csv and --json are two formats: choose one");
     int rc = ctl_connect(c);
-    return rc ? rc : ctl_logs_request(c, job, follow, since);
+    return rc ? rc : ctl_logs_request(c, job, follow, since, csv);
 }
 
 /* resume's KEY=VALUE arguments as the request's "overrides" object (values

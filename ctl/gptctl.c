@@ -39,6 +39,7 @@ static const struct ctl_opt list_opts[] = {
 static const struct ctl_opt logs_opts[] = {
     {"follow", 'f', NULL, "keep printing live records until the job ends"},
     {"since", 's', "STEP", "start at training step STEP"},
+    {"csv", 0, NULL, "metric records as CSV with a header row (events left out)"},
     {NULL, 0, NULL, NULL},
 };
 static const struct ctl_opt resume_opts[] = {
@@ -88,7 +89,7 @@ static const struct ctl_cmd ctl_cmds[] = {
      cmd_sweep, GPT_CTL_OP_LIST, no_opts, "gptctl sweep sw-1a2b3c4d"},
     {"status", "[JOB]", "the daemon, or one job", cmd_status, GPT_CTL_OP_STATUS, no_opts,
      "gptctl status 4"},
-    {"logs", "[-f] [--since STEP] JOB", "metrics and events (-f: follow until the end)", cmd_logs,
+    {"logs", "[-f] [--since STEP] [--csv] JOB", "metrics and events (-f: follow until the end)", cmd_logs,
      GPT_CTL_OP_LOGS, logs_opts, "gptctl logs -f 4"},
     {"cancel", "JOB", "stop a job (it writes a snapshot first)", cmd_job_op, GPT_CTL_OP_CANCEL,
      no_opts, "gptctl cancel 4"},

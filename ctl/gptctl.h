@@ -141,6 +141,8 @@ struct logs_view {
 void logs_clear_bar(struct logs_view *v);
 void logs_print_metric(struct logs_view *v, const json_t *o);
 void logs_print_event(struct logs_view *v, const json_t *o);
+/* A metric record as a CSV row (metric_csv.h's columns). */
+void logs_print_csv(const json_t *o);
 
 /* cmds.c: the commands of the table. */
 int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);

@@ -14,6 +14,7 @@
 
 #include "gptctl.h"
 #include "jobspec_sweep.h"
+#include "metric_csv.h"
 #include "metric_text.h"
 #include "str_escape.h"
 
@@ -278,6 +279,17 @@ void logs_print_metric(struct logs_view *v, const json_t *o)
         printf("%s\n", gpt_metric_line(&m, line, sizeof(line)));
     else
         printf("step %lld/%lld  loss %.4f\n", (long long)step, (long long)max, loss);
+}
+
+void logs_print_csv(const json_t *o)
+{
+    struct gpt_metric m;
+    struct gpt_err err;
+    char row[GPT_METRIC_CSV_LINE_MAX];
+    /* A record gptd sent that does not decode is left out rather than
+     * written as a row of made-up values. */
+    if (gpt_metric_from_json(o, &m, &err) == 0 && gpt_metric_csv_row(&m, row, sizeof(row)) > 0)
+        fputs(row, stdout);
 }
 
 void logs_print_event(struct logs_view *v, const json_t *o)

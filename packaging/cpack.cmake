@@ -7,6 +7,7 @@
 #   /usr/lib/sysusers.d/gptd.conf, /usr/lib/tmpfiles.d/gptd.conf
 #   /etc/gptd/gptd.conf                         a conffile (gptd reads this path)
 #   /usr/share/gptd/jobs/                        the example jobs
+#   /usr/share/gptd/grafana/, prometheus/        a Grafana dashboard, Prometheus alert rules
 #   /usr/share/man/man{1,5,8}/                   gptctl(1), gptd.conf(5), gptd-job(5), gptd-snapshot(5), gptd(8)
 #   /usr/share/bash-completion/completions/gptctl
 #
@@ -73,6 +74,10 @@ install(FILES ${CMAKE_SOURCE_DIR}/systemd/gptd.tmpfiles DESTINATION lib/tmpfiles
 install(FILES ${CMAKE_SOURCE_DIR}/etc/gptd.conf DESTINATION /etc/gptd)
 file(GLOB GPTD_EXAMPLE_JOBS ${CMAKE_SOURCE_DIR}/etc/jobs/*.json ${CMAKE_SOURCE_DIR}/etc/jobs/*.md)
 install(FILES ${GPTD_EXAMPLE_JOBS} DESTINATION ${CMAKE_INSTALL_DATADIR}/gptd/jobs)
+install(FILES ${CMAKE_SOURCE_DIR}/etc/grafana/gptd-dashboard.json
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/gptd/grafana)
+install(FILES ${CMAKE_SOURCE_DIR}/etc/prometheus/gptd-alerts.yml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/gptd/prometheus)
 install(FILES ${GPTD_PKG_DIR}/gptctl.bash-completion
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gptctl)
 

@@ -23,6 +23,7 @@
 #include "http_db.h"
 #include "http_web.h"
 #include "monotime.h"
+#include "process_stat.h"
 #include "store_client.h"
 
 #define HTTP_TOKEN_MAX 4096
@@ -281,6 +282,9 @@ static enum MHD_Result http_metrics(struct http *h, struct MHD_Connection *c)
             metrics_text_render_gpus(&out, h->node, gpus, (size_t)n);
     }
     pthread_mutex_unlock(&h->nvml_mu);
+    struct metrics_process proc;
+    if (out.p && process_stat_read(&proc) == 0)
+        metrics_text_render_process(&out, &proc);
     if (out.err) {
         metrics_buf_done(&out);
         return http_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n", NULL, NULL);
@@ -313,8 +317,30 @@ static char *http_copy_doc(struct http *h, char *const *doc)
 }
 
 /* /api/...: the loop's documents, or the per-job ones read here. */
+/* /api/jobs/ID/metrics?format=csv: every record since a step, as CSV; a
+ * reply cut at HTTP_API_CSV_ROWS_MAX rows says where to continue in
+ * X-Gptd-Next-Since. */
+static enum MHD_Result http_api_csv(struct http *h, struct MHD_Connection *c,
+                                    const struct http_api_route *rt)
+{
+    struct metrics_buf out = {0};
+    struct gpt_err err;
+    int64_t next = 0;
+    int rc = http_db_metrics_csv(h->db, rt->job, rt->since, &out, &next, &err);
+    if (rc < 0) {
+        metrics_buf_done(&out);
+        return http_json_error(c, rc == -ENOENT ? MHD_HTTP_NOT_FOUND
+                                                : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                               err.msg);
+    }
+    char since[24];
+    snprintf(since, sizeof(since), "%lld", (long long)next);
+    return http_reply(c, MHD_HTTP_OK, "text/csv; charset=utf-8", out.p, out.len,
+                      next ? "X-Gptd-Next-Since" : NULL, next ? since : NULL);
+}
+
 static enum MHD_Result http_api(struct http *h, struct MHD_Connection *c,
-                                const struct http_api_route *rt)
+                                const struct http_api_route *rt, bool csv)
 {
     if (rt->what == HTTP_API_JOBS || rt->what == HTTP_API_NODES) {
         char *s = http_copy_doc(h, rt->what == HTTP_API_JOBS ? &h->jobs_json : &h->nodes_json);
@@ -323,6 +349,8 @@ static enum MHD_Result http_api(struct http *h, struct MHD_Connection *c,
     }
     if (!h->db)
         return http_json_error(c, MHD_HTTP_NOT_FOUND, "this gptd keeps no jobs");
+    if (csv)
+        return http_api_csv(h, c, rt);
     json_t *doc = NULL;
     struct gpt_err err;
     int rc = rt->what == HTTP_API_METRICS  ? http_db_metrics(h->db, rt->job, rt->since, &doc, &err)
@@ -392,10 +420,13 @@ static enum MHD_Result http_on_request(void *cls, struct MHD_Connection *c, cons
     struct http_api_route route;
     struct gpt_err err;
     const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
-    if (http_api_route(url, since, &route, &err) < 0)
+    const char *format = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "format");
+    bool csv = false;
+    if (http_api_route(url, since, &route, &err) < 0 ||
+        (route.what != HTTP_API_NONE && http_api_format(format, route.what, &csv, &err) < 0))
         return http_json_error(c, MHD_HTTP_BAD_REQUEST, err.msg);
     if (route.what != HTTP_API_NONE)
-        return http_api(h, c, &route);
+        return http_api(h, c, &route, csv);
     return http_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL, NULL);
 }
 

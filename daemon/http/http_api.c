@@ -88,6 +88,19 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
     return 0;
 }
 
+int http_api_format(const char *format, enum http_api_what what, bool *ret_csv,
+                    struct gpt_err *err)
+{
+    bool csv = format && strcmp(format, "csv") == 0;
+    if (format && !csv && strcmp(format, "json") != 0)
+        return gpt_err_set(err, -EINVAL, "format", "format is json (the default) or csv");
+    if (csv && what != HTTP_API_METRICS)
+        return gpt_err_set(err, -EINVAL, "format",
+                           "format=csv is served by /api/jobs/ID/metrics only");
+    *ret_csv = csv;
+    return 0;
+}
+
 /* A string as JSON. jansson refuses invalid UTF-8; such a string (a
  * hostile job name or message) is sent escaped (\xNN) instead of dropped. */
 json_t *http_api_string(const char *s)

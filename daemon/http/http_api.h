@@ -16,6 +16,7 @@
 #define GPTD_HTTP_API_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gpt_err.h"
@@ -26,6 +27,7 @@
 #define HTTP_API_EVENTS_MAX    200  /* newest events per /events document */
 #define HTTP_API_SNAPSHOTS_MAX 200  /* newest snapshots per /snapshots document */
 #define HTTP_API_URL_MAX       256  /* longer URLs are not ours: 404 */
+#define HTTP_API_CSV_ROWS_MAX  50000 /* metric rows per ?format=csv reply (about 10 MB) */
 
 enum http_api_what {
     HTTP_API_NONE,      /* not an /api/ URL we serve */
@@ -54,6 +56,12 @@ int http_api_parse_count(const char *s, int64_t *ret);
  * since (400). */
 int http_api_route(const char *url, const char *since, struct http_api_route *ret,
                    struct gpt_err *err);
+
+/* The format argument (NULL: absent): "json" (the default) or "csv",
+ * which only /api/jobs/ID/metrics serves (metric_csv.h's columns). 0 and
+ * *ret_csv, or -EINVAL (err says why: 400). */
+int http_api_format(const char *format, enum http_api_what what, bool *ret_csv,
+                    struct gpt_err *err);
 
 /* A job of /api/jobs: the fields of struct metrics_job the table shows. */
 json_t *http_api_job_json(const struct metrics_job *j);

@@ -12,13 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "http_api.h"
+#include "metric_csv.h"
 
 enum http_db_stmt {
     HTTP_DB_JOB,
     HTTP_DB_METRICS,
     HTTP_DB_EVENTS,
     HTTP_DB_SNAPSHOTS,
+    HTTP_DB_METRICS_ALL,
     HTTP_DB_COUNT
 };
 
@@ -31,6 +34,8 @@ static const char *const http_db_sql[HTTP_DB_COUNT] = {
                        " WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2",
     [HTTP_DB_SNAPSHOTS] = "SELECT id, step, node, path, size, created FROM snapshots"
                           " WHERE job_id = ?1 ORDER BY step DESC, id DESC LIMIT ?2",
+    [HTTP_DB_METRICS_ALL] = "SELECT " DB_METRIC_COLS " FROM metrics"
+                            " WHERE job_id = ?1 AND step >= ?2 ORDER BY step, run_id LIMIT ?3",
 };
 
 struct http_db {
@@ -205,6 +210,43 @@ int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret
 fail:
     json_decref(doc);
     return rc;
+}
+
+int http_db_metrics_csv(struct http_db *hd, int64_t job, int64_t since, struct metrics_buf *out,
+                        int64_t *ret_next, struct gpt_err *err)
+{
+    json_t *doc = NULL;
+    int rc = http_db_job_doc(hd, job, &doc, err);
+    json_decref(doc);
+    if (rc < 0)
+        return rc;
+    sqlite3_stmt *s = http_db_stmt(hd, HTTP_DB_METRICS_ALL, &rc, err);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int64(s, 2, since);
+    /* One row more than sent: whether the limit cut the records short. */
+    sqlite3_bind_int(s, 3, HTTP_API_CSV_ROWS_MAX + 1);
+    metrics_buf_printf(out, "%s", gpt_metric_csv_header());
+    int n = 0, src;
+    *ret_next = 0;
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        struct gpt_metric m;
+        db_metric_read(s, &m);
+        if (n++ == HTTP_API_CSV_ROWS_MAX) {
+            *ret_next = m.step;
+            break;
+        }
+        char row[GPT_METRIC_CSV_LINE_MAX];
+        if (gpt_metric_csv_row(&m, row, sizeof(row)) > 0)
+            metrics_buf_printf(out, "%s", row);
+    }
+    sqlite3_reset(s);
+    if (src != SQLITE_ROW && src != SQLITE_DONE)
+        return http_db_fail(hd, src, "read metrics", err);
+    if (out->err)
+        return gpt_err_set(err, out->err, NULL, "the CSV does not fit in memory");
+    return 0;
 }
 
 int http_db_events(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err)

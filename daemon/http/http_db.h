@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "gpt_err.h"
+#include "metrics_text.h"
 
 struct http_db;
 
@@ -40,6 +41,13 @@ void http_db_close(struct http_db *hd);
  *              newest HTTP_API_SNAPSHOTS_MAX, newest first. */
 int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
                     struct gpt_err *err);
+/* The job's metric records with step >= since as CSV (metric_csv.h), the
+ * header first, by step (a resumed job's runs at one step by run), at most
+ * HTTP_API_CSV_ROWS_MAX rows appended to *out; *ret_next the since that
+ * continues them, 0 when none are left. -ENOENT, -EIO as above; -ENOMEM
+ * or -E2BIG from the buffer. */
+int http_db_metrics_csv(struct http_db *hd, int64_t job, int64_t since, struct metrics_buf *out,
+                        int64_t *ret_next, struct gpt_err *err);
 int http_db_events(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 

@@ -330,6 +330,33 @@ void metrics_text_render(struct metrics_buf *b, const struct metrics_view *v)
     metrics_render_nodes(b, v);
 }
 
+void metrics_text_render_process(struct metrics_buf *b, const struct metrics_process *p)
+{
+    metrics_family(b, "process_cpu_seconds_total", "counter",
+                   "Total user and system CPU time spent in seconds.");
+    metrics_buf_printf(b, "process_cpu_seconds_total");
+    metrics_value(b, p->cpu_seconds);
+    metrics_family(b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    metrics_buf_printf(b, "process_resident_memory_bytes %llu\n",
+                       (unsigned long long)p->resident_bytes);
+    metrics_family(b, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+    metrics_buf_printf(b, "process_virtual_memory_bytes %llu\n",
+                       (unsigned long long)p->virtual_bytes);
+    if (p->open_fds >= 0) {
+        metrics_family(b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        metrics_buf_printf(b, "process_open_fds %lld\n", (long long)p->open_fds);
+    }
+    if (p->max_fds >= 0) {
+        metrics_family(b, "process_max_fds", "gauge",
+                       "Maximum number of open file descriptors.");
+        metrics_buf_printf(b, "process_max_fds %lld\n", (long long)p->max_fds);
+    }
+    metrics_family(b, "process_start_time_seconds", "gauge",
+                   "Start time of the process since unix epoch in seconds.");
+    metrics_buf_printf(b, "process_start_time_seconds");
+    metrics_value(b, p->start_time_seconds);
+}
+
 static void metrics_gpu_labels(struct metrics_buf *b, const char *name, const char *node,
                                const struct nvml_gpu *g)
 {

@@ -106,11 +106,6 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
     " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides"
 
-#define DB_METRIC_COLS                                                                             \
-    "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
-    " ms_per_step, mfu, eta_s, tokens, world_size, mem_params_bytes, mem_grads_bytes,"             \
-    " mem_optim_bytes, mem_acts_bytes, time"
-
 static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_INSERT] = "INSERT INTO jobs(name, owner_uid, state, priority, spec_json, created,"
                          " snapshot_dir, max_steps, token)"

@@ -70,7 +70,7 @@ int db_event_insert(struct db *db, int64_t job_id, const struct gpt_event *e, st
     return db_exec_stmt(db, s, err, "insert event");
 }
 
-static void db_metric_row(sqlite3_stmt *s, struct gpt_metric *m)
+void db_metric_read(sqlite3_stmt *s, struct gpt_metric *m)
 {
     int i = 0;
     memset(m, 0, sizeof(*m));
@@ -125,7 +125,7 @@ int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int 
     sqlite3_bind_int64(s, 3, after);
     sqlite3_bind_int(s, 4, limit);
     while (n < limit && (src = sqlite3_step(s)) == SQLITE_ROW)
-        db_metric_row(s, &ms[n++]);
+        db_metric_read(s, &ms[n++]);
     if (n < limit && src != SQLITE_DONE) {
         rc = db_fail(db, err, src, "read metrics");
         sqlite3_reset(s);
@@ -224,7 +224,7 @@ int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after,
     sqlite3_bind_int64(s, 3, after);
     sqlite3_bind_int(s, 4, limit);
     while (n < limit && (src = sqlite3_step(s)) == SQLITE_ROW) {
-        db_metric_row(s, &ms[n]);
+        db_metric_read(s, &ms[n]);
         pos[n++] = sqlite3_column_int64(s, 20);
     }
     if (n < limit && src != SQLITE_DONE) {

@@ -40,3 +40,12 @@ add_test(NAME http_hostile
                  $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
 set_tests_properties(http_hostile PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+# The shipped Grafana dashboard and Prometheus alert rules (etc/grafana,
+# etc/prometheus) queried on a real Prometheus; the CSV outputs.
+add_test(NAME http_prometheus_rules
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_prometheus_rules.sh
+                 $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client>
+                 ${CMAKE_SOURCE_DIR} $<TARGET_FILE:fake_nvml>)
+set_tests_properties(http_prometheus_rules PROPERTIES LABELS integration TIMEOUT 180
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

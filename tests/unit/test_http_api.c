@@ -104,6 +104,24 @@ static void test_route(void **state)
     assert_int_equal(r.what, HTTP_API_NONE);
 }
 
+static void test_format(void **state)
+{
+    (void)state;
+    struct gpt_err err;
+    bool csv = true;
+    assert_int_equal(http_api_format(NULL, HTTP_API_METRICS, &csv, &err), 0);
+    assert_false(csv);
+    assert_int_equal(http_api_format("json", HTTP_API_EVENTS, &csv, &err), 0);
+    assert_false(csv);
+    assert_int_equal(http_api_format("csv", HTTP_API_METRICS, &csv, &err), 0);
+    assert_true(csv);
+    assert_int_equal(http_api_format("csv", HTTP_API_EVENTS, &csv, &err), -EINVAL);
+    assert_int_equal(http_api_format("csv", HTTP_API_JOBS, &csv, &err), -EINVAL);
+    assert_int_equal(http_api_format("CSV", HTTP_API_METRICS, &csv, &err), -EINVAL);
+    assert_string_equal(err.path, "format");
+    assert_int_equal(http_api_format("", HTTP_API_METRICS, &csv, &err), -EINVAL);
+}
+
 static void test_jobs_doc(void **state)
 {
     (void)state;
@@ -316,6 +334,23 @@ static void test_reader(void **state)
     assert_string_equal(json_string_value(json_object_get(s0, "path")), "/x/snap");
     json_decref(doc);
 
+    /* The CSV: a header, then every record from `since`, val_loss empty
+     * where no eval ran; unknown jobs are -ENOENT. */
+    struct metrics_buf csv = {0};
+    int64_t next = -1;
+    assert_int_equal(http_db_metrics_csv(hd, id, 1100, &csv, &next, &err), 0);
+    assert_int_equal(next, 0);
+    assert_int_equal(strncmp(csv.p, "run_id,step,max_steps,", 22), 0);
+    size_t lines = 0;
+    for (const char *p = csv.p; (p = strchr(p, '\n')); p++)
+        lines++;
+    assert_int_equal(lines, 1 + 106);
+    assert_non_null(strstr(csv.p, "\n0,1100,0,0,1.9,2.5,,0.001,"));
+    assert_non_null(strstr(csv.p, "\n0,1101,0,0,1.899,,,0.001,"));
+    metrics_buf_done(&csv);
+    assert_int_equal(http_db_metrics_csv(hd, id + 1, 0, &csv, &next, &err), -ENOENT);
+    metrics_buf_done(&csv);
+
     assert_int_equal(http_db_metrics(hd, id + 1, 0, &doc, &err), -ENOENT);
     assert_int_equal(http_db_events(hd, id + 1, &doc, &err), -ENOENT);
     assert_int_equal(http_db_snapshots(hd, id + 1, &doc, &err), -ENOENT);
@@ -337,7 +372,7 @@ int main(void)
         cmocka_unit_test(test_parse_count), cmocka_unit_test(test_route),
         cmocka_unit_test(test_jobs_doc),    cmocka_unit_test(test_nodes_doc),
         cmocka_unit_test(test_records),     cmocka_unit_test(test_web_assets),
-        cmocka_unit_test(test_reader),
+        cmocka_unit_test(test_reader),      cmocka_unit_test(test_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

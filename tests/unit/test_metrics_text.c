@@ -201,6 +201,31 @@ static void test_nvml_fake(void **state)
     nvml_close(n);
 }
 
+/* The process families under Prometheus's standard names and types; a
+ * count not known is left out. */
+static void test_process(void **state)
+{
+    (void)state;
+    struct metrics_process p = {.cpu_seconds = 1.5,
+                                .start_time_seconds = 1700000000.25,
+                                .resident_bytes = 123456789,
+                                .virtual_bytes = 987654321,
+                                .open_fds = 17,
+                                .max_fds = -1};
+    struct metrics_buf b = {0};
+    metrics_text_render_process(&b, &p);
+    assert_int_equal(b.err, 0);
+    assert_non_null(strstr(b.p, "# TYPE process_cpu_seconds_total counter\n"
+                                "process_cpu_seconds_total 1.5\n"));
+    assert_non_null(strstr(b.p, "# TYPE process_resident_memory_bytes gauge\n"
+                                "process_resident_memory_bytes 123456789\n"));
+    assert_non_null(strstr(b.p, "process_virtual_memory_bytes 987654321\n"));
+    assert_non_null(strstr(b.p, "# TYPE process_open_fds gauge\nprocess_open_fds 17\n"));
+    assert_non_null(strstr(b.p, "process_start_time_seconds 1700000000.25\n"));
+    assert_null(strstr(b.p, "process_max_fds"));
+    metrics_buf_done(&b);
+}
+
 static void test_addr_check(void **state)
 {
     (void)state;
@@ -228,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_escape),    cmocka_unit_test(test_jobs),
         cmocka_unit_test(test_gpus),      cmocka_unit_test(test_nvml_absent),
         cmocka_unit_test(test_nvml_fake), cmocka_unit_test(test_addr_check),
+        cmocka_unit_test(test_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,11 +73,26 @@ struct metrics_view {
     size_t n_nodes;
 };
 
+/* This process's resource use (process_stat.h); a count < 0 is unknown. */
+struct metrics_process {
+    double cpu_seconds;        /* user + system */
+    double start_time_seconds; /* unix seconds */
+    uint64_t resident_bytes, virtual_bytes;
+    int64_t open_fds, max_fds;
+};
+
 /* Appends the view's families to b. */
 void metrics_text_render(struct metrics_buf *b, const struct metrics_view *v);
 /* Appends the GPU families (n == 0: nothing at all) of node `node`. */
 void metrics_text_render_gpus(struct metrics_buf *b, const char *node, const struct nvml_gpu *g,
                               size_t n);
+
+/* Appends the process_* families (the standard names Prometheus's client
+ * libraries export: process_cpu_seconds_total, process_resident_memory_bytes,
+ * process_virtual_memory_bytes, process_open_fds, process_max_fds,
+ * process_start_time_seconds), unprefixed so that dashboards made for any
+ * exporter work. */
+void metrics_text_render_process(struct metrics_buf *b, const struct metrics_process *p);
 
 /* Appends `s` as a label value (escaped, without quotes). */
 void metrics_text_escape(struct metrics_buf *b, const char *s);

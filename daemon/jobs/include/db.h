@@ -83,6 +83,19 @@ struct db_snapshot {
 };
 
 struct db;
+struct sqlite3_stmt;
+
+/* The metrics table's columns of one record, in the order
+ * db_metric_read() reads them: for a reader with its own connection (the
+ * HTTP thread's, http_db.h) selecting from the same table. */
+#define DB_METRIC_COLS                                                                             \
+    "run_id, step, max_steps, epoch, loss, val_loss, accuracy, lr, grad_norm, tokens_per_s,"       \
+    " ms_per_step, mfu, eta_s, tokens, world_size, mem_params_bytes, mem_grads_bytes,"             \
+    " mem_optim_bytes, mem_acts_bytes, time"
+
+/* The record of a row whose first columns are DB_METRIC_COLS (NULL reals
+ * become NAN). Any thread that owns the statement. */
+void db_metric_read(struct sqlite3_stmt *s, struct gpt_metric *ret);
 
 /* Opens (creating if missing) the database file, checks an existing one
  * (not empty, a database, PRAGMA quick_check ok), sets WAL and migrates the
