@@ -737,6 +737,65 @@ static int daemon_parse_args(int argc, char **argv, struct daemon_args *a, int *
     return -1;
 }
 
+/* The state directory before anything runs: the GPU plan, private modes,
+ * the lock (one gptd per state directory), the database (a missing, empty
+ * or damaged one stops gptd instead of starting empty: statedir.h, db.h),
+ * and what killed writers left behind. */
+static int daemon_open_state(struct daemon_ctx *d, struct gpt_err *err)
+{
+    char path[CONFIG_PATH_MAX + 32];
+    if (daemon_gpu_plan(&d->cfg, err) < 0 || daemon_state_dir_private(d->cfg.state_dir, err) < 0 ||
+        statedir_lock(d->cfg.state_dir, err) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
+    if (statedir_check_db(d->cfg.state_dir, path, err) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/jobs", d->cfg.state_dir);
+    if (daemon_mkdir(path, err) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
+    if (db_open(path, &d->db, err) < 0)
+        return -1;
+    int stale = statedir_clean_tmp(d->db);
+    if (stale > 0)
+        log_notice("removed %d stale temporary snapshot file%s left by killed writers", stale,
+                   stale == 1 ? "" : "s");
+    (void)export_tmp_clean(d->cfg.state_dir);
+    return 0;
+}
+
+/* Each node of a cluster holds a connection to the coordinator: raise the
+ * open-file limit before the store listens, and say what it allows. */
+static void daemon_raise_fdlimit(void)
+{
+    uint64_t fd_soft = 0, fd_hard = 0;
+    int fd_rc = fdlimit_raise(&fd_soft, &fd_hard);
+    if (fd_rc < 0)
+        log_warn("cannot raise the open-file limit to %llu: %s; %llu open files, room for %llu "
+                 "nodes",
+                 (unsigned long long)fd_hard, gpt_strerror(fd_rc), (unsigned long long)fd_soft,
+                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
+    else
+        log_info("open-file limit %llu (hard %llu): room for %llu nodes",
+                 (unsigned long long)fd_soft, (unsigned long long)fd_hard,
+                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
+}
+
+/* SIGTERM and SIGINT stop gptd, SIGHUP reloads; the force timer will bound
+ * the wait of a forced exit (a third stop signal). */
+static void daemon_signals_start(struct daemon_main *m)
+{
+    uv_signal_init(&m->loop, &m->sig_term);
+    uv_signal_init(&m->loop, &m->sig_int);
+    uv_signal_init(&m->loop, &m->sig_hup);
+    m->sig_term.data = m->sig_int.data = m->sig_hup.data = m;
+    uv_signal_start(&m->sig_term, daemon_on_stop_signal, SIGTERM);
+    uv_signal_start(&m->sig_int, daemon_on_stop_signal, SIGINT);
+    uv_signal_start(&m->sig_hup, daemon_on_hup, SIGHUP);
+    uv_timer_init(&m->loop, &m->force_timer);
+    m->force_timer.data = m;
+}
+
 int gptd_daemon_main(int argc, char **argv)
 {
     struct daemon_main *m = calloc(1, sizeof(*m));
@@ -769,29 +828,8 @@ int gptd_daemon_main(int argc, char **argv)
     log_set_level(d->cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
 
-    char path[CONFIG_PATH_MAX + 32];
-    if (daemon_gpu_plan(&d->cfg, &err) < 0)
+    if (daemon_open_state(d, &err) < 0)
         goto fail;
-    if (daemon_state_dir_private(d->cfg.state_dir, &err) < 0)
-        goto fail;
-    /* One gptd per state directory; a missing, empty or damaged database
-     * stops gptd instead of starting empty (statedir.h, db.h). */
-    if (statedir_lock(d->cfg.state_dir, &err) < 0)
-        goto fail;
-    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
-    if (statedir_check_db(d->cfg.state_dir, path, &err) < 0)
-        goto fail;
-    snprintf(path, sizeof(path), "%s/jobs", d->cfg.state_dir);
-    if (daemon_mkdir(path, &err) < 0)
-        goto fail;
-    snprintf(path, sizeof(path), "%s/gptd.db", d->cfg.state_dir);
-    if (db_open(path, &d->db, &err) < 0)
-        goto fail;
-    int stale = statedir_clean_tmp(d->db);
-    if (stale > 0)
-        log_notice("removed %d stale temporary snapshot file%s left by killed writers", stale,
-                   stale == 1 ? "" : "s");
-    (void)export_tmp_clean(d->cfg.state_dir);
 
     uv_loop_init(&m->loop);
     loop_ok = 1;
@@ -814,19 +852,7 @@ int gptd_daemon_main(int argc, char **argv)
         uv_run(&m->loop, UV_RUN_DEFAULT);
         goto fail;
     }
-    /* Each node of a cluster holds a connection to the coordinator: raise
-     * the open-file limit before the store listens, and say what it allows. */
-    uint64_t fd_soft = 0, fd_hard = 0;
-    int fd_rc = fdlimit_raise(&fd_soft, &fd_hard);
-    if (fd_rc < 0)
-        log_warn("cannot raise the open-file limit to %llu: %s; %llu open files, room for %llu "
-                 "nodes",
-                 (unsigned long long)fd_hard, gpt_strerror(fd_rc), (unsigned long long)fd_soft,
-                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
-    else
-        log_info("open-file limit %llu (hard %llu): room for %llu nodes",
-                 (unsigned long long)fd_soft, (unsigned long long)fd_hard,
-                 (unsigned long long)fdlimit_nodes(fd_soft, RDZV_NODES_MAX));
+    daemon_raise_fdlimit();
     if (userwork_new(&m->loop, &d->cfg, &d->userwork, &err) < 0 ||
         daemon_cluster_start(d, &err) < 0) {
         userwork_close(d->userwork, NULL, NULL);
@@ -839,15 +865,7 @@ int gptd_daemon_main(int argc, char **argv)
         uv_run(&m->loop, UV_RUN_DEFAULT);
         goto fail;
     }
-    uv_signal_init(&m->loop, &m->sig_term);
-    uv_signal_init(&m->loop, &m->sig_int);
-    uv_signal_init(&m->loop, &m->sig_hup);
-    m->sig_term.data = m->sig_int.data = m->sig_hup.data = m;
-    uv_signal_start(&m->sig_term, daemon_on_stop_signal, SIGTERM);
-    uv_signal_start(&m->sig_int, daemon_on_stop_signal, SIGINT);
-    uv_signal_start(&m->sig_hup, daemon_on_hup, SIGHUP);
-    uv_timer_init(&m->loop, &m->force_timer);
-    m->force_timer.data = m;
+    daemon_signals_start(m);
 
     char blas[256];
     blas_select_describe(blas, sizeof(blas));
