@@ -165,7 +165,9 @@ def main():
     if ref:
         ref_files = sources(ref, ['daemon', 'ctl'])
         ref_fold = {os.path.basename(f): folder_of(f) for f in ref_files}
-        fold = {f: ref_fold.get(os.path.basename(f), folder_of(f)) for f in files}
+        # A file the reference tree has no longer in daemon/ (moved to
+        # another layer since) belongs to no daemon folder.
+        fold = {f: ref_fold.get(os.path.basename(f)) for f in files}
 
     print('sources (.c) per folder:')
     per = {}
@@ -219,11 +221,13 @@ def main():
         for c in ccircles:
             print('  ' + ' <-> '.join(c))
 
-    allow = allowed_arrows(top)
+    allow = allowed_arrows(ref or top)
     up = []
     for a, b in arrows:
         fa, fb = fold[a], fold[b]
         if not a.startswith('daemon/') or not b.startswith('daemon/') or fa == fb:
+            continue
+        if fa is None or fb is None:
             continue
         if fb not in allow.get(fa, set()):
             up.append((a, b, fa, fb))
