@@ -101,9 +101,10 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"sample", "JOB --prompt TEXT|--prompt-ids IDS [--tokens N] [--temperature T] [--top-k K]",
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE, sample_opts,
      "gptctl sample 4 --prompt 'Once upon a time' --tokens 64 --temperature 0.8"},
-    {"plot", "JOB... -o FILE.svg [--lr]",
-     "train and validation loss against step, one curve per job (--lr: a learning-rate panel)",
-     cmd_plot, GPT_CTL_OP_LOGS, plot_opts, "gptctl plot 4 5 6 -o sweep.svg --lr"},
+    {"plot", "JOB|RUN_DIR... -o FILE.svg [--lr]",
+     "train and validation loss against step, one curve per job or gptd run folder (--lr: a"
+     " learning-rate panel)",
+     cmd_plot, GPT_CTL_OP_LOGS, plot_opts, "gptctl plot 4 5 gptd-snapshots/tiny/run-* -o loss.svg"},
     {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH [--dtype f32|f16|bf16]",
      "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
      GPT_CTL_OP_EXPORT, export_opts, "gptctl export 4 --format gguf -o model.gguf --dtype f16"},

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gpt_atomic_file.h"
 #include "gptctl.h"
+#include "jobspec_sweep.h"
 
 #define PLOT_JOBS_MAX 16
 
@@ -280,6 +282,71 @@ static int plot_write(FILE *f, const struct plot_job *jobs, int n, bool lr)
     return 0;
 }
 
+/* One record of a job's history (logs or metrics.jsonl): a metric's
+ * points; anything else is skipped. */
+static void plot_record(struct plot_job *j, const json_t *o)
+{
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (!type || strcmp(type, "metric") != 0)
+        return;
+    double step = (double)json_integer_value(json_object_get(o, "step"));
+    const json_t *loss = json_object_get(o, "loss"), *val = json_object_get(o, "val_loss"),
+                 *lr = json_object_get(o, "lr");
+    if (json_is_number(loss))
+        plot_add(&j->tr, step, json_number_value(loss));
+    if (json_is_number(val))
+        plot_add(&j->va, step, json_number_value(val));
+    if (json_is_number(lr))
+        plot_add(&j->lr, step, json_number_value(lr));
+}
+
+/* A `gptd run` folder (run_dir.h): its metrics.jsonl, labelled by the
+ * folder's name and its overrides.json. 0 or an exit status. */
+static int plot_load_dir(struct plot_job *j, const char *dir)
+{
+    char path[4096], over[256] = "", name[128];
+    snprintf(path, sizeof(path), "%s/overrides.json", dir);
+    json_t *list = json_load_file(path, 0, NULL);
+    const char *assign[64];
+    size_t n = 0, i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        if (n < 64 && json_is_string(v))
+            assign[n++] = json_string_value(v);
+    }
+    gpt_sweep_label(assign, n, over, sizeof(over));
+    json_decref(list);
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/')
+        base--;
+    char label[400];
+    snprintf(label, sizeof(label), "%.*s%s%s", (int)(dir + len - base), base, over[0] ? " " : "",
+             over);
+    plot_xml(name, sizeof(name), label);
+    snprintf(j->label, sizeof(j->label), "%s", name);
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        fprintf(stderr, "%s: %s: %s (a gptd run folder has one)\n", ctl_prog, out_esc(path, 0),
+                strerror(errno));
+        return EXIT_FAIL;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *o = json_loads(line, 0, NULL);
+        plot_record(j, o);
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
 /* Reads one job's name and whole history into j. */
 static int plot_fetch(struct ctl *c, struct plot_job *j)
 {
@@ -313,17 +380,7 @@ static int plot_fetch(struct ctl *c, struct plot_job *j)
         }
         const char *type = json_string_value(json_object_get(o, "type"));
         bool end = type && strcmp(type, "end") == 0;
-        if (type && strcmp(type, "metric") == 0) {
-            double step = (double)json_integer_value(json_object_get(o, "step"));
-            const json_t *loss = json_object_get(o, "loss"), *val = json_object_get(o, "val_loss"),
-                         *lr = json_object_get(o, "lr");
-            if (json_is_number(loss))
-                plot_add(&j->tr, step, json_number_value(loss));
-            if (json_is_number(val))
-                plot_add(&j->va, step, json_number_value(val));
-            if (json_is_number(lr))
-                plot_add(&j->lr, step, json_number_value(lr));
-        }
+        plot_record(j, o);
         json_decref(o);
         if (end)
             return 0;
@@ -354,7 +411,7 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     }
     int n = argc - optind;
     if (n < 1 || !out)
-        return ctl_usage_error("usage: plot JOB... -o FILE.svg [--lr]");
+        return ctl_usage_error("usage: plot JOB|RUN_DIR... -o FILE.svg [--lr]");
     if (n > PLOT_JOBS_MAX)
         return ctl_usage_error("plot takes at most %d jobs", PLOT_JOBS_MAX);
     if (!plot_svg_name(out))
@@ -365,13 +422,22 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     if (!jobs)
         return EXIT_FAIL;
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++)
-        if (!ctl_parse_job(argv[optind + i], &jobs[i].id))
+    bool any_job = false;
+    struct stat st;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const char *a = argv[optind + i];
+        if (stat(a, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = plot_load_dir(&jobs[i], a); /* a gptd run folder */
+        else if (!ctl_parse_job(a, &jobs[i].id))
             rc = EXIT_USAGE;
-    if (rc == 0)
+        else
+            any_job = true;
+    }
+    if (rc == 0 && any_job)
         rc = ctl_connect(c);
     for (int i = 0; i < n && rc == 0; i++)
-        rc = plot_fetch(c, &jobs[i]);
+        if (jobs[i].id)
+            rc = plot_fetch(c, &jobs[i]);
     if (rc == 0) {
         /* Built in memory, then written beside the target and renamed
          * (gpt_atomic_file): a failed plot leaves no half file, and a
@@ -399,10 +465,13 @@ int cmd_plot(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         }
         gpt_atomic_file_abort(&af);
         free(svg);
-        if (rc == 0 && !c->json)
-            for (int i = 0; i < n; i++)
-                printf("%s: job %lld: %zu train, %zu validation, %zu learning-rate points\n", out,
-                       (long long)jobs[i].id, jobs[i].tr.n, jobs[i].va.n, jobs[i].lr.n);
+        for (int i = 0; rc == 0 && !c->json && i < n; i++) {
+            char what[64];
+            snprintf(what, sizeof(what), "job %lld", (long long)jobs[i].id);
+            printf("%s: %s: %zu train, %zu validation, %zu learning-rate points\n", out,
+                   jobs[i].id ? what : out_esc(argv[optind + i], 0), jobs[i].tr.n, jobs[i].va.n,
+                   jobs[i].lr.n);
+        }
     }
     for (int i = 0; i < n; i++) {
         free(jobs[i].tr.x), free(jobs[i].tr.y);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -29,6 +30,7 @@
 #include "jobspec_sweep.h"
 #include "metric_text.h"
 #include "prompt_ids.h"
+#include "run_dir.h"
 #include "snapshot.h"
 #include "secret.h"
 #include "static_rdzv.h"
@@ -52,6 +54,7 @@ struct run_ctx {
     _Atomic(struct workers *) ws;
     atomic_bool stop_wanted;
     pthread_mutex_t out_mu;
+    FILE *record; /* the run folder's metrics.jsonl (under out_mu); NULL: none */
 };
 
 static struct workers *volatile run_signal_target;
@@ -78,8 +81,13 @@ static void usage(FILE *f)
                "  --start-over           with --resume: start from step 0 when the folder holds\n"
                "                         only invalid snapshots (the job key\n"
                "                         snapshot.on_invalid=restart does the same)\n"
-               "  --snapshot-dir DIR     where snapshots go (default: the job's snapshot.dir,\n"
-               "                         else ./gptd-snapshots/NAME)\n"
+               "  --run-dir DIR          the run folder: its snapshots, metrics.jsonl, spec.json\n"
+               "                         and overrides.json (default: a new run-DATE-TIME\n"
+               "                         folder per run under the job's snapshot.dir, else\n"
+               "                         under ./gptd-snapshots/NAME; --resume takes the newest)\n"
+               "  --snapshot-dir DIR     the same as --run-dir\n"
+               "  --overwrite            start afresh in a --run-dir that holds an earlier run\n"
+               "                         (its snapshots and records are removed)\n"
                "  --resume-from FILE     continue from this snapshot file\n"
                "  --workers K            K worker threads, each its own rank (data parallel)\n"
                "  --world N --rank R --rdzv HOST:PORT\n"
@@ -124,6 +132,7 @@ static void run_metric(void *ctx, const struct gpt_metric *m)
     struct run_ctx *rc = ctx;
     pthread_mutex_lock(&rc->out_mu);
     rc->last_step = m->step;
+    run_dir_record_line(rc->record, gpt_metric_to_json(m));
     if (rc->json) {
         print_json(gpt_metric_to_json(m));
     } else {
@@ -148,6 +157,7 @@ static void run_event(void *ctx, const struct gpt_event *e)
 {
     struct run_ctx *rc = ctx;
     pthread_mutex_lock(&rc->out_mu);
+    run_dir_record_line(rc->record, gpt_event_to_json(e));
     if (rc->json)
         print_json(gpt_event_to_json(e));
     else
@@ -186,7 +196,8 @@ static int run_claim_snapdir(const char *dir, int resume, struct gpt_err *err)
     if (rc == -EEXIST) {
         struct gpt_err why = *err;
         gpt_err_set(err, rc, "snapshot.dir",
-                    "%s; continue it with --resume, or write elsewhere with --snapshot-dir DIR",
+                    "%s; continue it with --resume, start it over with --overwrite, or write"
+                    " elsewhere with --run-dir DIR",
                     why.msg);
     }
     return rc;
@@ -227,8 +238,68 @@ static int parse_int_arg(const char *flag, const char *v, int64_t lo, int64_t *r
  * plus its combination and folder. A stop signal stops the current child
  * (which snapshots) and starts no other. Returns the exit status: 0 when
  * every run succeeded, else the first failure's. */
+/* The end of a sweep: its runs best first (gpt_sweep_results_sort), from
+ * each run folder's metrics.jsonl, as a table (one JSON line with --json). */
+static void run_sweep_summary(const struct gpt_sweep *sw, size_t n_run, const char *snapdir,
+                              const double *time_s, bool json)
+{
+    struct gpt_sweep_result *r = calloc(n_run ? n_run : 1, sizeof(*r));
+    char(*labels)[256] = calloc(n_run ? n_run : 1, sizeof(*labels));
+    for (size_t j = 0; r && labels && j < n_run; j++) {
+        char dir[GPT_JOB_PATH_MAX + 16];
+        struct run_dir_sum sum;
+        int dn = snprintf(dir, sizeof(dir), "%s/m%zu", snapdir, j);
+        bool ok = dn > 0 && (size_t)dn < sizeof(dir) && run_dir_summary(dir, &sum) == 0;
+        gpt_sweep_label((const char *const *)sw->assign + j * sw->n_keys, sw->n_keys, labels[j],
+                        sizeof(labels[j]));
+        r[j] = (struct gpt_sweep_result){
+            .id = (int64_t)j,
+            .best_val_loss = ok ? sum.best_val_loss : NAN,
+            .final_loss = ok ? sum.final_loss : NAN,
+            .steps = ok ? sum.steps : 0,
+            .tokens = ok ? sum.tokens : 0,
+            .time_s = time_s[j],
+            .label = labels[j],
+        };
+    }
+    if (r && labels) {
+        gpt_sweep_results_sort(r, n_run);
+        json_t *runs = json ? json_array() : NULL;
+        if (!json)
+            printf("\nsweep of %zu runs in %s, best validation loss first:\n"
+                   "%-4s  %-6s  %-32s  %10s  %10s  %7s  %10s  %8s\n",
+                   n_run, snapdir, "RANK", "RUN", "OVERRIDES", "BEST VAL", "FINAL LOSS", "STEPS",
+                   "TOKENS", "TIME S");
+        for (size_t i = 0; i < n_run; i++) {
+            char run[32];
+            snprintf(run, sizeof(run), "m%lld", (long long)r[i].id);
+            if (json)
+                json_array_append_new(
+                    runs, json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:f}", "run", run, "overrides",
+                                    r[i].label, "best_val_loss",
+                                    isnan(r[i].best_val_loss) ? json_null()
+                                                              : json_real(r[i].best_val_loss),
+                                    "final_loss",
+                                    isnan(r[i].final_loss) ? json_null()
+                                                           : json_real(r[i].final_loss),
+                                    "steps", (json_int_t)r[i].steps, "tokens",
+                                    (json_int_t)r[i].tokens, "time_s", r[i].time_s));
+            else
+                printf("%-4zu  %-6s  %-32s  %10.4f  %10.4f  %7lld  %10lld  %8.1f\n", i + 1, run,
+                       r[i].label, r[i].best_val_loss, r[i].final_loss, (long long)r[i].steps,
+                       (long long)r[i].tokens, r[i].time_s);
+        }
+        if (json)
+            print_json(json_pack("{s:s, s:s, s:o}", "type", "sweep_summary", "dir", snapdir,
+                                 "runs", runs));
+        fflush(stdout);
+    }
+    free(r);
+    free(labels);
+}
+
 static int run_sweep(int argc, char **argv, const bool *skip, const char *const *over,
-                     size_t n_over, const char *snapdir)
+                     size_t n_over, const char *snapdir, bool json)
 {
     struct gpt_sweep sw;
     struct gpt_err err;
@@ -237,10 +308,13 @@ static int run_sweep(int argc, char **argv, const bool *skip, const char *const 
         return 2;
     }
     int status = 0;
-    size_t cap = (size_t)argc + sw.n_keys + 4;
+    size_t cap = (size_t)argc + sw.n_keys + 4, j;
     char **args = calloc(cap, sizeof(*args));
+    double *time_s = calloc(sw.n_jobs, sizeof(*time_s));
     char dir[GPT_JOB_PATH_MAX + 16];
-    for (size_t j = 0; args && j < sw.n_jobs && !run_signalled; j++) {
+    for (j = 0; args && time_s && j < sw.n_jobs && !run_signalled; j++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         size_t n = 0;
         args[n++] = (char *)"gptd";
         for (int i = 0; i < argc; i++)
@@ -283,20 +357,26 @@ static int run_sweep(int argc, char **argv, const bool *skip, const char *const 
         int rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
         if (rc != 0 && status == 0)
             status = rc;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        time_s[j] = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     }
+    if (args && time_s && j > 0)
+        run_sweep_summary(&sw, j, snapdir, time_s, json);
+    bool ok = args && time_s;
     free(args);
+    free(time_s);
     gpt_sweep_free(&sw);
-    return args ? status : 1;
+    return ok ? status : 1;
 }
 
 /* What `gptd run`'s command line says. */
 struct run_args {
-    const char *file, *snapdir, *resume_from, *prompt, *prompt_ids, *rdzv, *secret_file;
+    const char *file, *snapdir, *run_dir, *resume_from, *prompt, *prompt_ids, *rdzv, *secret_file;
     int64_t world, rank, top_k, seed, workers, stop_after, sample_tokens, comm_timeout_s;
     double temperature;
     const char *overrides[RUN_MAX_OVERRIDES];
     size_t n_over;
-    int resume, json, multirun, print_spec;
+    int resume, json, multirun, print_spec, overwrite;
     bool *skip; /* argv a sweep run does not pass on */
 };
 
@@ -327,6 +407,8 @@ static const struct run_opt run_opts[] = {
     {"resume", RUN_OPT_OTHER, 0, 0, false},
     {"start-over", RUN_OPT_OTHER, 0, 0, false},
     {"snapshot-dir", RUN_OPT_STR, RUN_ARG(snapdir), 0, true},
+    {"run-dir", RUN_OPT_STR, RUN_ARG(run_dir), 0, true},
+    {"overwrite", RUN_OPT_FLAG, RUN_ARG(overwrite), 0, false},
     {"resume-from", RUN_OPT_STR, RUN_ARG(resume_from), 0, false},
     {"workers", RUN_OPT_INT, RUN_ARG(workers), 1, false},
     {"world", RUN_OPT_INT, RUN_ARG(world), 1, false},
@@ -563,13 +645,36 @@ static int run_settle(struct run_args *a, const struct gpt_job *job, char *snapd
                 job->trainer.global_batch, (long long)size);
         return 1;
     }
-    if (a->snapdir)
-        snprintf(snapdir, cap, "%s", a->snapdir);
+    if (a->overwrite && !a->run_dir && !a->snapdir) {
+        fprintf(stderr, "gptd run: --overwrite reuses a --run-dir DIR; without one every run"
+                        " gets a new folder\n");
+        return 2;
+    }
+    if (a->run_dir || a->snapdir)
+        snprintf(snapdir, cap, "%s", a->run_dir ? a->run_dir : a->snapdir);
     else if (job->snapshot.dir[0])
         snprintf(snapdir, cap, "%s", job->snapshot.dir);
     else
         default_snapdir(job, a->file, snapdir, cap);
     return -1;
+}
+
+/* Where this run writes (rank 0): the folder given, emptied first with
+ * --overwrite; else a new run folder under `dir` (the job's snapshot
+ * folder), or with --resume its newest run folder (the folder itself when
+ * it has none: runs from before run folders). The folder in dir. */
+static int run_place(const struct run_args *a, char *dir, size_t cap, struct gpt_err *err)
+{
+    bool resume = a->resume || a->resume_from;
+    if (a->run_dir || a->snapdir)
+        return a->overwrite && !resume ? run_dir_clear(dir, err) : 0;
+    char root[GPT_JOB_PATH_MAX];
+    snprintf(root, sizeof(root), "%s", dir);
+    if (!a->resume)
+        return run_dir_make(root, dir, cap, err);
+    if (run_dir_newest(root, dir, cap) < 0)
+        snprintf(dir, cap, "%s", root);
+    return 0;
 }
 
 /* The store always has a secret: without --secret-file, this user's own
@@ -600,11 +705,12 @@ static int run_secret(const struct run_args *a, unsigned char *secret, size_t ca
  * thread handles them. 0 or GPT_TRAIN_STOPPED with *res filled; -1 after
  * printing the error. */
 static int run_train(const struct run_args *a, const struct gpt_job *job, const char *snapdir,
-                     const unsigned char *secret, size_t secret_len, struct gpt_train_result *res)
+                     const unsigned char *secret, size_t secret_len, FILE *record,
+                     struct gpt_train_result *res)
 {
     struct gpt_err err;
     struct run_ctx ctx = {.json = a->json, .tty = !a->json && isatty(STDOUT_FILENO),
-                          .stop_after = a->stop_after};
+                          .stop_after = a->stop_after, .record = record};
     pthread_mutex_init(&ctx.out_mu, NULL);
     struct static_rdzv *rdzv_h = NULL;
     if (a->rdzv &&
@@ -706,20 +812,36 @@ static int run_main(int argc, char **argv, struct run_args *a)
         rc = run_settle(a, &job, snapdir, sizeof(snapdir));
     if (rc >= 0)
         return rc;
-    if (a->multirun)
-        return run_sweep(argc, argv, a->skip, a->overrides, a->n_over, snapdir);
+    struct gpt_err err;
+    if (a->multirun) { /* the sweep's runs go into one new folder, each its own mN */
+        if (!a->run_dir && !a->snapdir && run_place(a, snapdir, sizeof(snapdir), &err) < 0) {
+            fprintf(stderr, "gptd run: %s\n", err.msg);
+            return 1;
+        }
+        return run_sweep(argc, argv, a->skip, a->overrides, a->n_over, snapdir, a->json);
+    }
     unsigned char secret[STORE_SECRET_MAX];
     size_t secret_len;
-    struct gpt_err err;
     if (run_secret(a, secret, sizeof(secret), &secret_len) < 0)
         return 1;
-    /* Only the process of global rank 0 writes (and resumes from) snapshots. */
-    if (a->rank == 0 && run_claim_snapdir(snapdir, a->resume || a->resume_from, &err) < 0) {
+    /* Only the process of global rank 0 writes (and resumes from) snapshots
+     * and keeps the records. */
+    bool resume = a->resume || a->resume_from;
+    FILE *record = NULL;
+    if (a->rank == 0 && (run_place(a, snapdir, sizeof(snapdir), &err) < 0 ||
+                         run_claim_snapdir(snapdir, resume, &err) < 0 ||
+                         run_dir_record(snapdir, &job, a->overrides, a->n_over, a->resume,
+                                        &record, &err) < 0)) {
         fprintf(stderr, "gptd run: %s\n", err.msg);
         return 1;
     }
     struct gpt_train_result result;
-    rc = run_train(a, &job, snapdir, secret, secret_len, &result);
+    rc = run_train(a, &job, snapdir, secret, secret_len, record, &result);
+    if (record) {
+        fclose(record);
+        fprintf(stderr, "gptd run: the run's records are in %s (gptctl plot %s -o loss.svg)\n",
+                snapdir, snapdir);
+    }
     if (rc < 0)
         return 1;
     if (rc == GPT_TRAIN_STOPPED) {

@@ -37,3 +37,8 @@ add_test(NAME run_comm_timeout COMMAND ${GPTD_IT}/run_comm_timeout.sh $<TARGET_F
                                        ${GPTD_JOBS}/tiny_adder.json)
 set_tests_properties(run_comm_timeout PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+# run_dir: each `gptd run` keeps a folder of its own (metrics.jsonl, spec,
+# overrides, snapshots); a rerun is no refusal; gptctl plot reads folders;
+# gptd run -m ends with its runs ranked.
+add_test(NAME run_dir COMMAND ${GPTD_IT}/run_dir.sh $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl>)
+set_tests_properties(run_dir PROPERTIES LABELS integration TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
