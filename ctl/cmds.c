@@ -748,21 +748,56 @@ static void ctl_print_resume_plan(const json_t *plan)
     }
 }
 
+/* cancel --wait: follows the job's records from past any step (so none
+ * is printed) until gptd sends its end: the job has stopped, its
+ * snapshot written. Prints its final state; 0 whatever it is, as the
+ * stop was asked for. */
+static int ctl_wait_stopped(struct ctl *c, int64_t job)
+{
+    json_t *r = ctl_request(c, GPT_CTL_OP_LOGS), *o = NULL;
+    json_object_set_new(r, "job", json_integer(job));
+    json_object_set_new(r, "follow", json_true());
+    json_object_set_new(r, "since", json_integer(INT64_MAX));
+    int rc = ctl_send(c, r);
+    while (rc == 0 && (rc = ctl_recv(c, &o, true)) == 0) {
+        const char *type = json_string_value(json_object_get(o, "type"));
+        if (!json_is_true(json_object_get(o, "ok"))) {
+            rc = c->json ? EXIT_FAIL : ctl_print_error(o);
+        } else if (type && strcmp(type, "end") == 0) {
+            if (!c->json)
+                printf("job %lld stopped: %s\n", (long long)job,
+                       out_esc(json_string_value(json_object_get(o, "state")), 0));
+            json_decref(o);
+            return 0;
+        }
+        json_decref(o);
+    }
+    return rc;
+}
+
 int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     int op = cmd->op;
-    static const struct option opts[] = {{"snapshot", required_argument, 0, 's'}, {0, 0, 0, 0}};
+    static const struct option resume_opts[] = {{"snapshot", required_argument, 0, 's'},
+                                                {0, 0, 0, 0}};
+    static const struct option cancel_opts[] = {{"wait", no_argument, 0, 'w'}, {0, 0, 0, 0}};
     int64_t job, snap = 0;
-    bool ok = true;
+    bool ok = true, wait = false, has_opts = op == GPT_CTL_OP_RESUME || op == GPT_CTL_OP_CANCEL;
     int ch, rc_usage;
-    while (op == GPT_CTL_OP_RESUME && (ch = getopt_long(argc, argv, "s:", opts, NULL)) != -1) {
+    while (has_opts && (ch = getopt_long(argc, argv, op == GPT_CTL_OP_RESUME ? "s:" : "",
+                                         op == GPT_CTL_OP_RESUME ? resume_opts : cancel_opts,
+                                         NULL)) != -1) {
+        if (ch == 'w') {
+            wait = true;
+            continue;
+        }
         if (ch != 's')
             return EXIT_USAGE;
         snap = ctl_parse_int(optarg, "--snapshot", &ok);
         if (!ok)
             return EXIT_USAGE;
     }
-    if (op != GPT_CTL_OP_RESUME)
+    if (!has_opts)
         optind = 1;
     if (optind + 1 > argc || (op != GPT_CTL_OP_RESUME && optind + 1 != argc))
         return ctl_usage_error("usage: %s JOB%s", gpt_ctl_op_name(op),
@@ -791,6 +826,7 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                out_esc(json_string_value(json_object_get(reply, "state")), 0));
         if (op == GPT_CTL_OP_RESUME)
             ctl_print_resume_plan(json_object_get(reply, "plan"));
+        fflush(stdout);
     } else if (!c->json) {
         struct table t = {.ncols = 6, .right = {true, true, false, true, false, false}};
         table_row(&t, "ID", "STEP", "NODE", "SIZE", "ON DISK", "PATH");
@@ -802,14 +838,14 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             table_row(&t, fmt_int(id, sizeof(id), json_object_get(s, "id")),
                       fmt_int(step, sizeof(step), json_object_get(s, "step")),
                       json_string_value(json_object_get(s, "node")),
-                      fmt_int(size, sizeof(size), json_object_get(s, "size")),
+                      fmt_bytes(size, sizeof(size), json_object_get(s, "size")),
                       json_is_true(json_object_get(s, "exists")) ? "yes" : "pruned",
                       json_string_value(json_object_get(s, "path")));
         }
         table_print(&t);
     }
     json_decref(reply);
-    return 0;
+    return wait ? ctl_wait_stopped(c, job) : 0;
 }
 
 int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
@@ -881,9 +917,16 @@ int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         json_object_set_new(r, "snapshot", json_integer(snap));
     if ((rc = ctl_call(c, r, &reply)))
         return rc;
+    /* The prompt, a line that says where the model takes over, then what it
+     * wrote, newline-terminated; --json keeps the text whole. */
+    const char *text = json_string_value(json_object_get(reply, "text"));
+    size_t pl = prompt && text && strncmp(text, prompt, strlen(prompt)) == 0 ? strlen(prompt) : 0;
+    if (!c->json && pl) {
+        printf("%s\n", out_esc(prompt, GPT_STR_ESCAPE_KEEP_NEWLINE));
+        printf("--- generated ---\n");
+    }
     if (!c->json)
-        printf("%s\n", out_esc(json_string_value(json_object_get(reply, "text")),
-                               GPT_STR_ESCAPE_KEEP_NEWLINE));
+        printf("%s\n", out_esc(text ? text + pl : "", GPT_STR_ESCAPE_KEEP_NEWLINE));
     json_decref(reply);
     return 0;
 }

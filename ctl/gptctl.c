@@ -42,6 +42,10 @@ static const struct ctl_opt logs_opts[] = {
     {"csv", 0, NULL, "metric records as CSV with a header row (events left out)"},
     {NULL, 0, NULL, NULL},
 };
+static const struct ctl_opt cancel_opts[] = {
+    {"wait", 0, NULL, "return once the job has stopped (its snapshot written), not at once"},
+    {NULL, 0, NULL, NULL},
+};
 static const struct ctl_opt resume_opts[] = {
     {"snapshot", 's', "ID", "continue from snapshot ID (default: the newest valid one)"},
     {NULL, 0, NULL, NULL},
@@ -91,8 +95,8 @@ static const struct ctl_cmd ctl_cmds[] = {
      "gptctl status 4"},
     {"logs", "[-f] [--since STEP] [--csv] JOB", "metrics and events (-f: follow until the end)", cmd_logs,
      GPT_CTL_OP_LOGS, logs_opts, "gptctl logs -f 4"},
-    {"cancel", "JOB", "stop a job (it writes a snapshot first)", cmd_job_op, GPT_CTL_OP_CANCEL,
-     no_opts, "gptctl cancel 4"},
+    {"cancel", "JOB [--wait]", "stop a job (it writes a snapshot first; --wait: until it has)",
+     cmd_job_op, GPT_CTL_OP_CANCEL, cancel_opts, "gptctl cancel --wait 4 && gptctl resume 4"},
     {"resume", "JOB [KEY=VALUE ...] [--snapshot ID]",
      "queue a finished job again from a snapshot, changing keys such as trainer.max_steps",
      cmd_job_op, GPT_CTL_OP_RESUME, resume_opts, "gptctl resume 4 trainer.max_steps=600"},

@@ -121,6 +121,8 @@ const char *fmt_real(char *buf, size_t cap, const json_t *v, int prec);
 const char *fmt_time(char *buf, size_t cap, const json_t *v);
 const char *fmt_duration(char *buf, size_t cap, double s);
 const char *fmt_rate(char *buf, size_t cap, double v);
+/* A byte count for people: "512 B", "158.4 KiB", "1.2 GiB"; "-" when absent. */
+const char *fmt_bytes(char *buf, size_t cap, const json_t *v);
 /* A job's "overrides" object as "lr=1e-3 n_embd=48" (each key's last
  * part); "" when it has none. Not escaped (a table escapes its cells). */
 const char *fmt_overrides(char *buf, size_t cap, const json_t *over);

@@ -147,6 +147,24 @@ const char *fmt_overrides(char *buf, size_t cap, const json_t *over)
     return buf;
 }
 
+const char *fmt_bytes(char *buf, size_t cap, const json_t *v)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    if (!json_is_integer(v))
+        return "-";
+    double x = (double)json_integer_value(v);
+    size_t u = 0;
+    while (x >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+        x /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%.0f B", x);
+    else
+        snprintf(buf, cap, "%.1f %s", x, units[u]);
+    return buf;
+}
+
 const char *fmt_rate(char *buf, size_t cap, double v)
 {
     if (!(v >= 0))

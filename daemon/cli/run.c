@@ -610,15 +610,13 @@ static int run_load_job(const struct run_args *a, struct gpt_job *job)
     }
     if (!a->print_spec || a->multirun)
         return -1;
+    /* As gpt_jobspec_to_json writes it: indented, each number in the fewest
+     * digits that read back exactly (0.9, not 0.90000000000000002). */
     char *text = gpt_jobspec_to_json(job);
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    char *pretty = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
-    if (pretty)
-        printf("%s\n", pretty);
-    free(pretty);
-    json_decref(o);
+    if (text)
+        printf("%s\n", text);
     free(text);
-    return pretty ? 0 : 1;
+    return text ? 0 : 1;
 }
 
 /* What the loaded job and the options decide together: the resume mode,
@@ -784,6 +782,10 @@ static int run_sample(const struct run_args *a, const struct gpt_job *job, const
     }
     if (a->json)
         print_json(json_pack("{s:s, s:s}", "type", "sample", "text", text));
+    else if (a->prompt[0] && strncmp(text, a->prompt, strlen(a->prompt)) == 0)
+        fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n--- generated ---\n%s\n",
+                (long long)a->sample_tokens, a->temperature, a->prompt,
+                text + strlen(a->prompt));
     else
         fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n",
                 (long long)a->sample_tokens, a->temperature, text);

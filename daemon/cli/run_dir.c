@@ -107,20 +107,21 @@ static int run_dir_write_json(const char *dir, const char *name, json_t *o, stru
 int run_dir_record(const char *dir, const struct gpt_job *job, const char *const *over,
                    size_t n_over, bool append, FILE **ret, struct gpt_err *err)
 {
-    char *text = gpt_jobspec_to_json(job);
-    json_t *spec = text ? json_loads(text, 0, NULL) : NULL;
+    char path[GPT_JOB_PATH_MAX + 32];
+    char *text = gpt_jobspec_to_json(job); /* shortest round-trip numbers */
+    snprintf(path, sizeof(path), "%s/" RUN_DIR_SPEC, dir);
+    FILE *f = text ? fopen(path, "we") : NULL;
+    bool ok = f && fprintf(f, "%s\n", text) > 0;
+    ok = f && fclose(f) == 0 && ok;
     free(text);
+    if (!ok)
+        return gpt_err_set(err, -EIO, "snapshot.dir", "cannot write %s", path);
     json_t *list = json_array();
     for (size_t i = 0; list && i < n_over; i++)
         json_array_append_new(list, json_string(over[i]));
-    int rc = run_dir_write_json(dir, RUN_DIR_SPEC, spec, err);
-    if (rc == 0)
-        rc = run_dir_write_json(dir, RUN_DIR_OVERRIDES, list, err);
-    else
-        json_decref(list);
+    int rc = run_dir_write_json(dir, RUN_DIR_OVERRIDES, list, err);
     if (rc < 0)
         return rc;
-    char path[GPT_JOB_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/" RUN_DIR_METRICS, dir);
     *ret = fopen(path, append ? "ae" : "we");
     if (!*ret)

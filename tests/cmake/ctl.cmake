@@ -2,7 +2,7 @@
 # in tables, plain output and gptd's log; exact with --json), and its job
 # file parser's bound on YAML nesting, and the limits the one dispatcher of
 # control ops applies. Same arguments as the daemon tests.
-set(GPTD_CTL_TESTS ctl_escape ctl_yaml_depth ctl_dispatch ctl_help)
+set(GPTD_CTL_TESTS ctl_escape ctl_yaml_depth ctl_dispatch ctl_help ctl_frictions)
 foreach(t ${GPTD_CTL_TESTS})
   add_test(NAME ${t}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.sh $<TARGET_FILE:gptd>

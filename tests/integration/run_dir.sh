@@ -88,4 +88,9 @@ while read -r rank run lr embd best final steps tokens time; do
     [[ $run =~ ^m[0-3]$ && $lr == lr=* && $embd == n_embd=* && $steps == 6 && $tokens == 288 &&
        $time =~ ^[0-9]+\.[0-9]$ ]] || fail "summary row: $rank $run $lr $embd $best $final $steps $tokens $time"
 done <<<"$rows"
+# --- the resolved spec prints numbers as written: 0.9, not 0.90000000000000002.
+"$GPTD" run job.json --print-spec >spec.out
+has '"weight_decay": 0.1,' spec.out && has '^      0.9,$' spec.out || fail "--print-spec: $(cat spec.out)"
+has '"weight_decay": 0.1,' "${runs[0]}/spec.json" || fail "spec.json: $(cat "${runs[0]}/spec.json")"
+has '0000000' spec.out "${runs[0]}/spec.json" && fail "long floats: $(grep 0000000 spec.out)"
 echo "run_dir ok"
