@@ -15,8 +15,9 @@ Prints, for daemon/ and ctl/:
 (so that a flat daemon/ of an older commit is measured against today's
 folders and arrows).
 --check (the ctest daemon_circles): exits 1 when there is an include
-circle, a call circle other than those in KNOWN_CIRCLES, or an arrow the
-list does not hold.
+circle, a call circle other than those in KNOWN_CIRCLES, an arrow the
+list does not hold, or a folder of daemon/, engine/, proto/, ctl/, base/
+or err/ with more than FOLDER_SOURCES_MAX sources directly.
 """
 import os
 import re
@@ -28,6 +29,7 @@ import sys
 KNOWN_CIRCLES = []
 
 MISSING = []  # sources without an object in BUILD_DIR
+FOLDER_SOURCES_MAX = 30  # .c and .cu files directly in one folder
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
@@ -235,9 +237,19 @@ def main():
     for a, b, fa, fb in up:
         print(f'  {a} -> {os.path.basename(b)} ({fa} -> {fb})')
     bad += [f'{a} -> {os.path.basename(b)}' for a, b, _, _ in up]
+    # STYLE.md: subsystem folders past about 20 files; issue 37: none over 30.
+    crowded = []
+    for root, _, names in os.walk(top):
+        rel = os.path.relpath(root, top)
+        if rel.split(os.sep)[0] not in ('daemon', 'engine', 'proto', 'ctl', 'base', 'err'):
+            continue
+        n = sum(1 for x in names if x.endswith(('.c', '.cu')))
+        if n > FOLDER_SOURCES_MAX:
+            crowded.append(f'{rel}: {n} sources (at most {FOLDER_SOURCES_MAX})')
+    bad += crowded
     if check and bad:
-        print('FAIL: circles or arrows against the direction (break them: a part that is')
-        print('called back receives an interface, it does not include or call its caller):')
+        print('FAIL: circles, arrows against the direction or crowded folders (a part that')
+        print('is called back receives an interface, it does not include or call its caller):')
         for b in bad:
             print('  ' + b)
         sys.exit(1)
