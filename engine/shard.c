@@ -80,6 +80,7 @@ struct gpt_shard {
     /* full mode buffers */
     size_t max_unit; /* floats in the largest non-embedding unit */
     int n_bufs;      /* gathered unit buffers: 1 or 2 (gpt_shard_buffer_count) */
+    int want_bufs;   /* distributed.shard_buffers: 1, 2, or 0 to choose */
     float *emb_p, *emb_g;
     bool emb_valid;
     float *blk_p[2];
@@ -322,14 +323,16 @@ int gpt_shard_buffer_count(size_t max_unit, size_t shard_len)
     return (double)max_unit * 2 * 32 <= (double)shard_len * 4 ? 2 : 1;
 }
 
-int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,
-                  struct gpt_err *err)
+int gpt_shard_new(int mode, int buffers, struct gpt_comm *comm, struct gpt_backend *be,
+                  struct gpt_shard **ret, struct gpt_err *err)
 {
     GPT_ASSERT(mode == GPT_SHARD_OPTIMIZER || mode == GPT_SHARD_FULL);
+    GPT_ASSERT(buffers >= 0 && buffers <= 2);
     struct gpt_shard *sh = calloc(1, sizeof(*sh));
     if (!sh)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory for the shard state");
     sh->mode = mode;
+    sh->want_bufs = buffers;
     sh->comm = comm;
     sh->be = be;
     sh->units = (struct gpt_model_units){
@@ -382,8 +385,10 @@ int gpt_shard_attach(struct gpt_shard *sh, struct gpt_model *m, struct gpt_err *
             goto fail;
         /* From what every rank knows alike (not this rank's shard_len),
          * so that all ranks choose the same count. */
-        sh->n_bufs =
-            gpt_shard_buffer_count(sh->max_unit, (m->n_params + (size_t)world - 1) / (size_t)world);
+        sh->n_bufs = sh->want_bufs > 0
+                         ? sh->want_bufs
+                         : gpt_shard_buffer_count(sh->max_unit, (m->n_params + (size_t)world - 1) /
+                                                                    (size_t)world);
         for (int i = 0; i < sh->n_bufs; i++)
             if ((rc = shard_alloc(sh, sh->max_unit, &sh->blk_p[i])) < 0 ||
                 (rc = shard_alloc(sh, sh->max_unit, &sh->blk_g[i])) < 0)
@@ -839,7 +844,8 @@ int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *
     if (hdr[1] != sh->n_bufs)
         mine = gpt_err_set(&why, -EINVAL, NULL,
                            "this rank keeps %d gathered unit buffers and rank 0 %d: set "
-                           "GPTD_SHARD_BUFFERS alike on every rank",
+                           "distributed.shard_buffers (and GPTD_SHARD_BUFFERS) alike on "
+                           "every rank",
                            sh->n_bufs, (int)hdr[1]);
     if (mine == 0 && ((rank == 0 && !(host = malloc(chunk * sizeof(float)))) ||
                       gpt_backend_alloc(sh->be, chunk * sizeof(float), (void **)&dev) < 0))

@@ -43,9 +43,11 @@ struct gpt_shard_mem {
 /* Creates the shard state for `mode` (GPT_SHARD_OPTIMIZER or
  * GPT_SHARD_FULL) over `comm` (borrowed). For full sharding, pass
  * gpt_shard_units() to gpt_model_init_sharded, then call gpt_shard_attach;
- * for optimizer sharding, init the model normally and attach. */
-int gpt_shard_new(int mode, struct gpt_comm *comm, struct gpt_backend *be, struct gpt_shard **ret,
-                  struct gpt_err *err);
+ * for optimizer sharding, init the model normally and attach. `buffers`
+ * (distributed.shard_buffers): full sharding's gathered unit buffers, 1
+ * or 2, or 0 for gpt_shard_buffer_count's choice. */
+int gpt_shard_new(int mode, int buffers, struct gpt_comm *comm, struct gpt_backend *be,
+                  struct gpt_shard **ret, struct gpt_err *err);
 const struct gpt_model_units *gpt_shard_units(struct gpt_shard *sh);
 /* Sizes the slices from the model's layout and allocates the shard
  * buffers; starts the communication thread (full). */
@@ -82,8 +84,10 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
  * all-gather and the last one's reduce-scatter overlap compute) when the
  * second pair costs at most 1/32 of the rank's persistent state (params,
  * grads, m, v of its shard), else 1 (every collective waits, one unit less
- * of each). GPTD_SHARD_BUFFERS=1 or 2 in the environment forces the count
- * (any other value is ignored). Reads the environment; any thread. */
+ * of each). GPTD_SHARD_BUFFERS=1 or 2 in the environment (a developer
+ * override; the job spec's distributed.shard_buffers wins over it) forces
+ * the count (any other value is ignored). Reads the environment; any
+ * thread. */
 int gpt_shard_buffer_count(size_t max_unit, size_t shard_len);
 
 /* ---- sharded snapshots and loading without full-size copies ---- */

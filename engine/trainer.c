@@ -65,7 +65,7 @@ static double measure_peak(struct trainer *t)
     char name[256];
     int cc = 0;
     if (gpt_backend_device_info(t->be, name, sizeof(name), &cc) == 0) {
-        enum gpt_peak_math math = t->bf16     ? GPT_PEAK_BF16
+        enum gpt_peak_math math = t->bf16    ? GPT_PEAK_BF16
                                   : ts->tf32 ? GPT_PEAK_TF32
                                              : GPT_PEAK_FP32;
         const struct gpt_device_peak *p = gpt_peak_device_find(name, cc);
@@ -157,8 +157,8 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     t->B = (size_t)micro;
 
     int sharding = job->distributed.sharding;
-    if (sharding != GPT_SHARD_NONE &&
-        (rc = gpt_shard_new(sharding, t->comm, t->be, &t->shard, err)) < 0)
+    if (sharding != GPT_SHARD_NONE && (rc = gpt_shard_new(sharding, job->distributed.shard_buffers,
+                                                          t->comm, t->be, &t->shard, err)) < 0)
         return rc;
     rc = gpt_model_init_cancellable(&t->model, &cfg, t->be, t->B,
                                     sharding == GPT_SHARD_FULL ? gpt_shard_units(t->shard) : NULL,

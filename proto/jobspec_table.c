@@ -19,6 +19,7 @@ static const char *const schedule_names[] = {"cosine", "constant", NULL};
 static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
 static const char *const grad_reduce_names[] = {"fp32", "bf16", "auto", NULL};
+static const char *const comm_shm_names[] = {"auto", "on", "off", NULL};
 static const char *const task_names[] = {"addition", NULL};
 static const char *const on_invalid_names[] = {"fail", "restart", NULL};
 
@@ -346,6 +347,26 @@ const struct jobspec_entry jobspec_entries[] = {
              "worker's gradients and the reduced result are rounded to bf16, the sum in "
              "between is fp32), or auto: bf16 on GPUs, fp32 on CPUs. One worker reduces "
              "nothing either way; sharded modes reduce-scatter in fp32."},
+    {.path = "distributed.comm_shm",
+     .type = JOBSPEC_ENUM,
+     .off = OFF(distributed.comm_shm),
+     .names = comm_shm_names,
+     .def_i = GPT_COMM_SHM_AUTO,
+     .help = "Whether CPU workers of one host talk over shared memory (on) or the TCP ring "
+             "(off, for comparison or debugging); auto: shared memory, unless the worker's "
+             "environment has the developer override GPTD_COMM_SHM=0. A world where any "
+             "rank has it off, or cannot set it up, uses the ring."},
+    {.path = "distributed.shard_buffers",
+     .type = JOBSPEC_INT,
+     .off = OFF(distributed.shard_buffers),
+     .min = 0,
+     .max = 2,
+     .def_i = 0,
+     .help = "With sharding full: gathered parameter units each worker keeps, 1 (least "
+             "memory, every collective waits) or 2 (the next unit is gathered while the "
+             "current one computes); 0 (auto): 2 when the second costs at most 1/32 of the "
+             "worker's sharded state, unless the developer override GPTD_SHARD_BUFFERS=1 "
+             "or 2 is in the worker's environment."},
     {.path = "distributed.max_restarts",
      .type = JOBSPEC_INT,
      .off = OFF(distributed.max_restarts),

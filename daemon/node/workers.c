@@ -127,6 +127,10 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
         .bind_host = ws->bind_host[0] ? ws->bind_host : NULL,
         .cancelled = worker_cancelled,
         .cancel_ctx = ws,
+        /* distributed.comm_shm; auto leaves GPTD_COMM_SHM its say */
+        .shm = ws->job.distributed.comm_shm == GPT_COMM_SHM_ON    ? 1
+               : ws->job.distributed.comm_shm == GPT_COMM_SHM_OFF ? -1
+                                                                  : 0,
     };
     *ret_be = NULL;
     if (gpus == 0 && ws->job.distributed.backend == GPT_COMM_NCCL)

@@ -174,6 +174,10 @@ static const struct bad_case bad_cases[] = {
     {"{\"data\": {\"task\": \"multiply\"}}", NULL, "data.task", "one of addition"},
     {"{\"distributed\": {\"backend\": \"mpi\"}}", NULL, "distributed.backend", "auto|local"},
     {"{\"distributed\": {\"sharding\": 1}}", NULL, "distributed.sharding", "expected a string"},
+    {"{\"distributed\": {\"comm_shm\": \"yes\"}}", NULL, "distributed.comm_shm",
+     "expected one of auto|on|off"},
+    {"{\"distributed\": {\"shard_buffers\": 3}}", NULL, "distributed.shard_buffers",
+     "must be in 0..2"},
     {"{\"distributed\": {\"workers_per_node\": \"many\"}}", NULL, "distributed.workers_per_node",
      "an integer or \"auto\""},
     {"{\"snapshot\": {\"every\": -5}}", NULL, "snapshot.every", "must be in"},
@@ -421,6 +425,17 @@ static void test_overrides(void **state)
     assert_int_equal(gpt_jobspec_parse(spec, strlen(spec), NULL, 0, &job, &err), 0);
     assert_int_equal(job.trainer.precision, GPT_PREC_FP32);
     assert_int_equal(job.trainer.tf32, 0);
+    /* The transport knobs (once environment variables only). */
+    assert_int_equal(job.distributed.comm_shm, GPT_COMM_SHM_AUTO);
+    assert_int_equal(job.distributed.shard_buffers, 0);
+    assert_int_equal(gpt_jobspec_override(&job, "distributed.comm_shm=off", &err), 0);
+    assert_int_equal(job.distributed.comm_shm, GPT_COMM_SHM_OFF);
+    assert_int_equal(gpt_jobspec_override(&job, "distributed.shard_buffers=2", &err), 0);
+    assert_int_equal(job.distributed.shard_buffers, 2);
+    spec = "{" PATH_OK ", \"distributed\": {\"comm_shm\": \"on\", \"shard_buffers\": 1}}";
+    assert_int_equal(gpt_jobspec_parse(spec, strlen(spec), NULL, 0, &job, &err), 0);
+    assert_int_equal(job.distributed.comm_shm, GPT_COMM_SHM_ON);
+    assert_int_equal(job.distributed.shard_buffers, 1);
 }
 
 static void test_kind_inference(void **state)

@@ -193,7 +193,7 @@ static int check_full_shard(int L, const char *bufs)
         assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
     assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
     assert_int_equal(gpt_comm_local_new(&comm, &err), 0);
-    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &err), 0);
+    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, 0, comm, be, &sh, &err), 0);
     assert_int_equal(gpt_model_init_sharded(&m, &cfg, be, 1, gpt_shard_units(sh), &err), 0);
     assert_int_equal(gpt_shard_attach(sh, &m, &err), 0);
     struct gpt_shard_mem sm;

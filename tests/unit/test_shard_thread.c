@@ -11,7 +11,9 @@
  * copy, memzero, sync and residual_forward slots are wrapped: a call from
  * any thread but the rank's is counted as a violation. The run must
  * finish, use the wrapped slots, and count no violation; then the same
- * with one gathered-unit buffer (GPTD_SHARD_BUFFERS=1).
+ * with one gathered-unit buffer (distributed.shard_buffers: 1, and the
+ * developer override GPTD_SHARD_BUFFERS=1); ranks given different counts
+ * must refuse to train together.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -80,6 +82,7 @@ struct rank {
     struct gpt_kv *kv;
     const struct gpt_job *job;
     int rc;
+    char msg[sizeof(((struct gpt_err *)0)->msg)];
 };
 
 static void *rank_main(void *arg)
@@ -98,8 +101,10 @@ static void *rank_main(void *arg)
         struct gpt_trainer_opts to = {.job = r->job, .comm = c, .backend = be};
         struct gpt_train_result res;
         r->rc = gpt_train(&to, &res, &err);
-        if (r->rc != 0)
+        if (r->rc != 0) {
             print_message("rank %d: %s\n", r->rank, err.msg);
+            snprintf(r->msg, sizeof(r->msg), "%s", err.msg);
+        }
     }
     gpt_comm_free(c);
     be->ops = &orig_ops;
@@ -107,7 +112,9 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_world(void)
+/* Trains the world, rank r with distributed.shard_buffers = bufs[r], into
+ * r[]; checks that no backend call came from another thread. */
+static void run_world_into(const int bufs[2], struct rank r[2])
 {
     struct gpt_job job;
     gpt_jobspec_defaults(&job);
@@ -131,7 +138,11 @@ static void run_world(void)
     assert_int_equal(gpt_kv_mem_new(&kv, &err), 0);
     atomic_store(&violations, 0);
     atomic_store(&calls, 0);
-    struct rank r[2] = {{.rank = 0, .kv = &kv, .job = &job}, {.rank = 1, .kv = &kv, .job = &job}};
+    struct gpt_job jobs[2] = {job, job};
+    for (int i = 0; i < 2; i++) {
+        jobs[i].distributed.shard_buffers = bufs[i];
+        r[i] = (struct rank){.rank = i, .kv = &kv, .job = &jobs[i]};
+    }
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
@@ -140,10 +151,16 @@ static void run_world(void)
     gpt_kv_mem_free(&kv);
     print_message("backend calls %d, from another thread %d\n", atomic_load(&calls),
                   atomic_load(&violations));
+    assert_int_equal(atomic_load(&violations), 0);
+}
+
+static void run_world(int bufs)
+{
+    struct rank r[2];
+    run_world_into((const int[2]){bufs, bufs}, r);
     for (int i = 0; i < 2; i++)
         assert_int_equal(r[i].rc, 0);
     assert_true(atomic_load(&calls) > 0);
-    assert_int_equal(atomic_load(&violations), 0);
 }
 
 static void setup_ops(void)
@@ -164,16 +181,43 @@ static void test_two_buffers(void **state)
 {
     (void)state;
     setup_ops();
-    assert_int_equal(setenv("GPTD_SHARD_BUFFERS", "2", 1), 0);
-    run_world();
+    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+    run_world(2);
 }
 
 static void test_one_buffer(void **state)
 {
     (void)state;
     setup_ops();
+    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+    run_world(1);
+}
+
+/* The developer override: with distributed.shard_buffers auto, the
+ * environment's count is taken. */
+static void test_env_override(void **state)
+{
+    (void)state;
+    setup_ops();
     assert_int_equal(setenv("GPTD_SHARD_BUFFERS", "1", 1), 0);
-    run_world();
+    run_world(0);
+    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+}
+
+/* The spec's count is the one used: ranks given different counts issue
+ * their collectives in different orders, so the run must refuse to start
+ * and say which key to set alike (a count the trainer ignored would let
+ * both ranks pick the same and train). */
+static void test_spec_buffers_disagree(void **state)
+{
+    (void)state;
+    setup_ops();
+    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
+    struct rank r[2];
+    run_world_into((const int[2]){1, 2}, r);
+    assert_int_not_equal(r[0].rc, 0);
+    assert_int_not_equal(r[1].rc, 0);
+    assert_non_null(strstr(r[1].msg, "distributed.shard_buffers"));
 }
 
 int main(void)
@@ -181,6 +225,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_buffers),
         cmocka_unit_test(test_one_buffer),
+        cmocka_unit_test(test_env_override),
+        cmocka_unit_test(test_spec_buffers_disagree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -518,7 +518,7 @@ static void test_no_full_size_buffer(void **state)
         .n_layer = 4, .n_head = 4, .n_embd = 192, .block_size = 16, .vocab_size = 65};
     assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
     assert_int_equal(gpt_comm_local_new(&comm, &err), 0);
-    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &err), 0);
+    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, 0, comm, be, &sh, &err), 0);
     assert_int_equal(gpt_model_init_sharded(&model, &cfg, be, 1, gpt_shard_units(sh), &err), 0);
     assert_int_equal(gpt_shard_attach(sh, &model, &err), 0);
     size_t full = model.n_params * sizeof(float);
@@ -697,7 +697,7 @@ static void *load_rank_main(void *arg)
     memset(&model, 0, sizeof(model));
     if ((lr->rc = gpt_backend_cpu_new(1, &be, &lr->err)) < 0 ||
         (lr->rc = gpt_comm_tcp_new(&o, lr->kv, &comm, &lr->err)) < 0 ||
-        (lr->rc = gpt_shard_new(GPT_SHARD_FULL, comm, be, &sh, &lr->err)) < 0 ||
+        (lr->rc = gpt_shard_new(GPT_SHARD_FULL, 0, comm, be, &sh, &lr->err)) < 0 ||
         (lr->rc = gpt_model_init_sharded(&model, &cfg, be, 1, gpt_shard_units(sh), &lr->err)) < 0)
         goto out;
     model_ok = true;

@@ -33,6 +33,10 @@ enum gpt_sharding { GPT_SHARD_NONE, GPT_SHARD_OPTIMIZER, GPT_SHARD_FULL };
 /* distributed.grad_reduce; AUTO (the default): bf16 on the CUDA backend,
  * fp32 on the CPU backend. */
 enum gpt_grad_reduce { GPT_GRAD_REDUCE_FP32, GPT_GRAD_REDUCE_BF16, GPT_GRAD_REDUCE_AUTO };
+/* distributed.comm_shm: the shared-memory transport between ranks of one
+ * host. AUTO (the default): on, unless the worker's environment has the
+ * developer override GPTD_COMM_SHM=0. */
+enum gpt_comm_shm { GPT_COMM_SHM_AUTO, GPT_COMM_SHM_ON, GPT_COMM_SHM_OFF };
 
 struct gpt_model_config {
     int n_layer;
@@ -86,6 +90,8 @@ struct gpt_dist_spec {
     int backend;              /* enum gpt_comm_kind */
     int sharding;             /* enum gpt_sharding */
     int grad_reduce;          /* enum gpt_grad_reduce */
+    int comm_shm;             /* enum gpt_comm_shm */
+    int shard_buffers;        /* full sharding's gathered unit buffers: 1, 2; 0 = auto */
     int max_restarts;
     int wait_timeout_s;
 };
