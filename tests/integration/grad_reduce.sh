@@ -8,6 +8,9 @@
 #    2e-2 per step) and differs from it (the gradients really were rounded);
 #  - bf16 is the same bits on the ring and through shared memory (world 3
 #    as threads against world 3 as processes on the ring).
+# distributed.comm_shm picks the transport of world 2 (off: the ring, the
+# same bits; on: shared memory even with the developer override
+# GPTD_COMM_SHM=0, which still decides under auto).
 # Then a spec with an unknown value is refused, naming the key.
 # usage: grad_reduce.sh GPTD SNAPDIFF JOB
 source "$(dirname "$0")/run_common.sh"
@@ -59,6 +62,15 @@ done
 start() { jq -r 'select(.type=="event" and .kind=="start") | .message' "$T/$1.log"; }
 start b2 | has "gradients in bf16 over comm shm" || fail "world 2 bf16: not bf16 over shm"
 start d2 | has "gradients in fp32 over comm shm" || fail "world 2 default: not fp32 over shm"
+
+echo "world 2 (threads): distributed.comm_shm off takes the ring, on wins over GPTD_COMM_SHM=0"
+run_threads s2off 2 distributed.comm_shm=off
+start s2off | has "over comm tcp" || fail "comm_shm off: not over tcp"
+same_bits d2 s2off
+GPTD_COMM_SHM=0 run_threads s2on 2 distributed.comm_shm=on
+start s2on | has "over comm shm" || fail "comm_shm on: not over shm"
+GPTD_COMM_SHM=0 run_threads s2env 2
+start s2env | has "over comm tcp" || fail "GPTD_COMM_SHM=0 under auto: not over tcp"
 
 echo "world 3 (processes, TCP ring): fp32 and bf16"
 run_ring3 rf3 distributed.grad_reduce=fp32
