@@ -113,6 +113,12 @@ static int ctl_load_spec(const char *file, char **over, int n_over, json_t **ret
         free(job);
         return EXIT_FAIL;
     }
+    /* Valid but probably not meant: said before the job is queued. */
+    char warn[1024];
+    if (gpt_jobspec_warnings(job, warn, sizeof(warn)) > 0)
+        for (char *save, *line = strtok_r(warn, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+            fprintf(stderr, "%s: warning: %s\n", ctl_prog, line);
     ctl_absolute(job->data.path, sizeof(job->data.path));
     ctl_absolute(job->data.val_path, sizeof(job->data.val_path));
     ctl_absolute(job->snapshot.dir, sizeof(job->snapshot.dir));

@@ -33,6 +33,7 @@ struct handler_export {
     char out[GPT_CTL_OUTPUT_MAX + 1];
     char vocab[DB_PATH_MAX];     /* data.vocab of a gpt2-tokenized job; empty: none */
     char dtype[8];               /* "f32", "f16" or "bf16" */
+    char name[128];              /* the job's name: GGUF general.name */
     char state_dir[DB_PATH_MAX]; /* where the temporary is recorded (export_tmp.h) */
     mode_t umask;                /* the client's; 077 when it sent none */
     uid_t owner;
@@ -93,7 +94,8 @@ static void handler_export_work(struct userwork_item *it)
             x->rc = handler_export_reserve(x);
         if (x->rc == 0)
             x->rc = export_model(x->path, x->kind, x->out, x->vocab[0] ? x->vocab : NULL, x->dtype,
-                                 x->umask, tmp.prefix, &it->cancel, &x->err);
+                                 x->name[0] ? x->name : NULL, x->umask, tmp.prefix, &it->cancel,
+                                 &x->err);
         fsid_leave(&saved);
     }
     export_tmp_end(&tmp);
@@ -182,6 +184,7 @@ int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
     x->umask = req->present & (1u << GPT_CTL_F_UMASK) ? (mode_t)req->umask : 077;
     snprintf(x->state_dir, sizeof(x->state_dir), "%s", d->cfg.state_dir);
     snprintf(x->dir, sizeof(x->dir), "%s", j.snapshot_dir);
+    snprintf(x->name, sizeof(x->name), "%s", j.name);
     snprintf(x->out, sizeof(x->out), "%s", req->output);
     handler_export_vocab(x, j.spec_json);
     db_job_done(&j);

@@ -861,6 +861,32 @@ static int real_precision(const struct gpt_job *job)
     return prec;
 }
 
+int gpt_jobspec_warnings(const struct gpt_job *job, char *buf, size_t cap)
+{
+    const struct gpt_trainer_spec *t = &job->trainer;
+    int n = 0;
+    size_t len = 0;
+    if (cap)
+        buf[0] = '\0';
+    if (t->max_steps > 0 && job->optimizer.warmup_steps >= t->max_steps) {
+        int w = snprintf(buf + len, cap - len,
+                         "optimizer.warmup_steps: %d is not below trainer.max_steps (%lld): the"
+                         " learning rate never leaves its warmup\n",
+                         job->optimizer.warmup_steps, (long long)t->max_steps);
+        len += w > 0 && (size_t)w < cap - len ? (size_t)w : 0;
+        n++;
+    }
+    if (t->max_steps > 0 && t->eval_every > t->max_steps) {
+        int w = snprintf(buf + len, cap - len,
+                         "trainer.eval_every: %d is beyond trainer.max_steps (%lld): validation"
+                         " runs only once, at the last step\n",
+                         t->eval_every, (long long)t->max_steps);
+        len += w > 0 && (size_t)w < cap - len ? (size_t)w : 0;
+        n++;
+    }
+    return n;
+}
+
 char *gpt_jobspec_to_json(const struct gpt_job *job)
 {
     json_t *root = json_object();

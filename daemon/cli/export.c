@@ -14,7 +14,7 @@
 #include "export_model.h"
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
-                 const char *dtype, mode_t umask_bits, const char *tmp_prefix,
+                 const char *dtype, const char *name, mode_t umask_bits, const char *tmp_prefix,
                  const atomic_int *cancel, struct gpt_err *err)
 {
     const struct gpt_fmt_ops *o = gpt_fmt_ops_of(kind);
@@ -31,6 +31,7 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
                               .n_params = l.n_params,
                               .vocab_dir = vocab_dir,
                               .dtype = dtype,
+                              .name = name,
                               .cancel = cancel,
                               .file_mode = 0666 & ~umask_bits,
                               .dir_mode = 0777 & ~umask_bits,
@@ -106,7 +107,7 @@ int gptd_export_main(int argc, char **argv)
     /* Written as any program this user runs would: under the umask. */
     mode_t mask = umask(022);
     umask(mask);
-    int rc = export_model(argv[optind], kind, out, vocab, dtype, mask, NULL, NULL, &err);
+    int rc = export_model(argv[optind], kind, out, vocab, dtype, NULL, mask, NULL, NULL, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;

@@ -608,6 +608,11 @@ static int run_load_job(const struct run_args *a, struct gpt_job *job)
         fprintf(stderr, "gptd run: %s%s%s\n", err.path, err.path[0] ? ": " : "", err.msg);
         return 1;
     }
+    char warn[1024];
+    if (!a->print_spec && gpt_jobspec_warnings(job, warn, sizeof(warn)) > 0)
+        for (char *save, *line = strtok_r(warn, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save))
+            fprintf(stderr, "gptd run: warning: %s\n", line);
     if (!a->print_spec || a->multirun)
         return -1;
     /* As gpt_jobspec_to_json writes it: indented, each number in the fewest

@@ -72,7 +72,8 @@ static int fmt_gguf_write(const char *p, const struct gpt_fmt_src *s, struct gpt
     struct gpt_gguf_write_opts o = {.dtype = GPT_GGUF_F32,
                                     .cancel = s->cancel,
                                     .mode = s->file_mode,
-                                    .tmp_prefix = s->tmp_prefix};
+                                    .tmp_prefix = s->tmp_prefix,
+                                    .name = s->name};
     if (s->dtype) {
         int rc = gpt_gguf_dtype_parse(s->dtype, &o.dtype, e);
         if (rc < 0)

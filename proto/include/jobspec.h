@@ -59,6 +59,13 @@ int gpt_jobspec_check_world(const struct gpt_job *job, int workers_per_node, str
 /* Checks that data paths exist and are readable (stat/access). */
 int gpt_jobspec_check_paths(const struct gpt_job *job, struct gpt_err *err);
 
+/* Settings that are valid but probably not meant: a warmup that never
+ * ends (optimizer.warmup_steps >= trainer.max_steps) and a periodic eval
+ * that never comes (trainer.eval_every beyond trainer.max_steps: only the
+ * final one runs). Writes one line per finding ("KEY: text\n") into buf
+ * (truncated to cap, "" when none) and returns how many. Pure. */
+int gpt_jobspec_warnings(const struct gpt_job *job, char *buf, size_t cap);
+
 /* Serialises a job back to JSON (every key, canonical form). Returns a
  * malloc'd NUL-terminated string the caller frees, or NULL on ENOMEM. */
 char *gpt_jobspec_to_json(const struct gpt_job *job);

@@ -2,7 +2,9 @@
 # Smaller frictions of issue 35 (item 6), played as a user types them:
 # `gptctl cancel --wait` returns once the job has stopped, so a `resume`
 # right after it works; `snapshots` prints sizes for people; `sample`
-# separates the prompt from what the model wrote and ends with a newline.
+# separates the prompt from what the model wrote and ends with a newline;
+# validate, submit and gptd run warn of a warmup that never ends and of an
+# eval interval beyond max_steps; a GGUF export is named after its job.
 source "$(dirname "$0")/daemon_common.sh"
 start_gptd
 
@@ -30,4 +32,31 @@ has -E '^ *[0-9]+ +[0-9]+ +[^ ]+ +[0-9]+\.[0-9] KiB +(yes|pruned) ' <<<"$out" ||
 [[ $(tail -c1 "$T/sample.out" | od -An -c | tr -d ' ') == '\n' ]] || fail "sample has no final newline"
 text=$("$GPTCTL" --json sample "$id" --prompt 12 --tokens 3 | jq -r .text)
 [[ $text == 12?* ]] || fail "sample --json text: $text"
+# GGUF general.name is the job's name ("tiny"), not "gptd".
+"$GPTCTL" export "$id" --format gguf -o "$T/m.gguf" >/dev/null || fail "export gguf"
+python3 - "$T/m.gguf" <<'PY' || fail "GGUF general.name is not the job's name"
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+i = b.index(b"general.name") + len(b"general.name")
+vtype, n = struct.unpack_from("<IQ", b, i)
+name = b[i + 12:i + 12 + n].decode()
+print("general.name:", name)
+sys.exit(0 if vtype == 8 and name == "tiny" else 1)
+PY
+
+# Warnings: said, and the job still valid (exit 0).
+tiny_job "$T/w.json" 6 1 100
+"$GPTCTL" validate "$T/w.json" optimizer.warmup_steps=6 trainer.eval_every=10 >/dev/null 2>"$T/warn" ||
+    fail "validate with warnings failed"
+has -x 'gptctl: warning: optimizer.warmup_steps: 6 is not below trainer.max_steps (6): the learning rate never leaves its warmup' "$T/warn" ||
+    fail "no warmup warning: $(cat "$T/warn")"
+has -x 'gptctl: warning: trainer.eval_every: 10 is beyond trainer.max_steps (6): validation runs only once, at the last step' "$T/warn" ||
+    fail "no eval warning: $(cat "$T/warn")"
+w=$("$GPTCTL" submit "$T/w.json" optimizer.warmup_steps=8 2>"$T/warn") || fail "submit with a warning failed"
+has 'warning: optimizer.warmup_steps: 8 is not below' "$T/warn" || fail "submit did not warn: $(cat "$T/warn")"
+"$GPTCTL" validate "$T/w.json" 2>"$T/warn" >/dev/null
+[[ ! -s $T/warn ]] || fail "a plain job warned: $(cat "$T/warn")"
+(cd "$T" && "$GPTD" run "$T/w.json" trainer.eval_every=7 --run-dir "$T/wr" >/dev/null 2>"$T/warn") ||
+    fail "gptd run with a warning: $(cat "$T/warn")"
+has 'gptd run: warning: trainer.eval_every: 7 is beyond' "$T/warn" || fail "gptd run did not warn: $(cat "$T/warn")"
 echo "ctl_frictions ok"

@@ -25,6 +25,7 @@ struct gpt_fmt_src {
     size_t n_params;
     const char *vocab_dir; /* GPT-2 tokenizer files to ship with it; NULL: none */
     const char *dtype;     /* matrices: "f32" (NULL too), "f16" or "bf16" (GGUF only) */
+    const char *name;      /* the model's name (GGUF general.name); NULL: "gptd" */
     /* borrowed; NULL = none. Another thread sets it to stop the export: the
      * writers check it between tensors, fail with -ECANCELED and leave no
      * file behind. */
