@@ -3,13 +3,16 @@
 
     bench/torch_gpt2.py [--init LLMC] [--shard SHARD] [--batch B] [--seq T]
                         [--steps N] [--device cpu|cuda] [--dtype bf16|fp32]
-                        [--compile] [--peak-tflops P] [--lr LR] [--seed S]
+                        [--compile] [--peak-tflops P] [--lr LR] [--warmup N]
+                        [--seed S] [--gptd-order SEED]
 
 The model is gptd's (engine/model.c): pre-LN blocks, GELU (tanh), learned
 positions, the head tied to wte, wte padded to Vp rows (the loss over the
 first V columns), LayerNorm eps 1e-5; AdamW as gptd's defaults (betas 0.9
 and 0.95, eps 1e-8, weight decay 0.1 on tensors of two or more dimensions,
-gradient clipping at 1.0); the learning rate constant (--lr).
+gradient clipping at 1.0); the learning rate constant (--lr) after a
+linear warm-up of --warmup steps (gptd's optimizer.schedule "constant":
+step s, from 0, at lr (s + 1) / N while s < N).
 
 --init LLMC loads gptd's weights from an llm.c checkpoint (gptd export
 SNAPSHOT --format llmc), so both sides start from the same point; without
@@ -21,6 +24,12 @@ shapes then: L 12, NH 12, C 768, V 50257, Vp 50304, maxT 1024).
 --shard SHARD reads an llm.c token shard (256 int32 header words, uint16
 tokens): step s takes its B rows of T + 1 tokens at s B T, row b at b T
 (llm.c's loader; wrapping at the end). Without it the tokens are random.
+--gptd-order SEED reads the shard in the order gptd's trainer does for
+trainer.seed SEED at world 1 (engine/data.c): sample k is the window at
+k T, global sample g of the run is sample perm(hash(SEED, g / N), g mod N)
+of the N windows, the same stateless shuffle, so a loss curve can be
+compared step by step with gptd's on the same shard (data.path, with the
+validation data in data.val_path).
 
 On a GPU: --compile (torch.compile), F.scaled_dot_product_attention
 (whatever backend torch picks: cuDNN or flash), fused AdamW, bf16 autocast
@@ -152,6 +161,61 @@ def load_shard(path):
     return toks.to(torch.int64) & 0xFFFF
 
 
+M64 = (1 << 64) - 1
+SHUFFLE_SALT = 0x73687566666c6531  # engine/data.c's DATA_SHUFFLE_SALT
+FEISTEL_ROUNDS = 6
+
+
+def _rotl(x, k):
+    return ((x << k) | (x >> (64 - k))) & M64
+
+
+def _splitmix64(x):
+    """engine/include/rng.h's gpt_splitmix64: (the new state, the output)."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    z = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return x, z ^ (z >> 31)
+
+
+def gptd_hash3(a, b, c):
+    """rng.h's gpt_hash3."""
+    x = ((a * 0x9E3779B97F4A7C15) & M64) ^ _rotl(b, 21) ^ _rotl(c, 42)
+    x, _ = _splitmix64(x)
+    return _splitmix64(x)[1]
+
+
+def gptd_perm(key, n, x):
+    """data.c's data_perm: a keyed Feistel bijection on [0, n), cycle walking."""
+    if n <= 1:
+        return 0
+    h = ((n - 1).bit_length() + 1) // 2
+    mask = 0xFFFFFFFF if h >= 32 else (1 << h) - 1
+    while True:
+        l, r = x >> h, x & mask
+        for i in range(FEISTEL_ROUNDS):
+            l, r = r, l ^ (gptd_hash3(key, i, r) & mask)
+        x = (l << h) | r
+        if x < n:
+            return x
+
+
+def gptd_batch_at(toks, seed, step, B, T):
+    """Step `step`'s rows as gptd's trainer reads them (world 1, global
+    batch B): global sample g = step B + b is window k T of the shard, k the
+    epoch's shuffle of g mod N."""
+    n = (toks.numel() - T - 1) // T + 1  # windows of T + 1 tokens every T
+    if n < 1:
+        raise SystemExit("the shard holds fewer than T + 1 = %d tokens" % (T + 1))
+    rows = []
+    for b in range(B):
+        g = step * B + b
+        k = gptd_perm(gptd_hash3(seed, g // n, SHUFFLE_SALT), n, g % n)
+        rows.append(toks[k * T:k * T + T + 1])
+    rows = torch.stack(rows)
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
 def batch_at(toks, step, B, T):
     """Step `step`'s rows: row b is tokens [s B T + b T, ... + T + 1), wrapping."""
     n = toks.numel()
@@ -175,8 +239,12 @@ def main(argv):
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--gptd-order", type=int, metavar="SEED")
     a = ap.parse_args(argv[1:])
+    if a.gptd_order is not None and not a.shard:
+        raise SystemExit("--gptd-order needs --shard")
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
@@ -206,7 +274,9 @@ def main(argv):
 
     losses, times = [], []
     for s in range(a.steps):
-        if toks is not None:
+        if toks is not None and a.gptd_order is not None:
+            x, y = gptd_batch_at(toks, a.gptd_order, s, B, T)
+        elif toks is not None:
             x, y = batch_at(toks, s, B, T)
         else:
             x = torch.randint(cfg["V"], (B, T), generator=gen)
@@ -215,6 +285,8 @@ def main(argv):
         if cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = a.lr * (s + 1) / a.warmup if s < a.warmup else a.lr
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.dtype == "bf16" and cuda):
             loss = step_fn(x, y)
         loss.backward()

@@ -50,3 +50,9 @@ set_tests_properties(gptd_starts_without_gpu PROPERTIES LABELS unit TIMEOUT 30)
 # libraries: packed from this build, unpacked, every program loading.
 add_test(NAME gpu_bundle COMMAND ${CMAKE_SOURCE_DIR}/tests/gpu/bundle.sh selftest ${CMAKE_BINARY_DIR})
 set_tests_properties(gpu_bundle PROPERTIES LABELS unit TIMEOUT 120)
+
+# The acceptance run's plumbing, every phase on a CPU at tiny shapes
+# (acceptance.sh --dry): its folder committable, summary.json complete.
+add_test(NAME gpu_acceptance_dry
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/acceptance_dry.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
+set_tests_properties(gpu_acceptance_dry PROPERTIES LABELS "gpu;slow" TIMEOUT 240)

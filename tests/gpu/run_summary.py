@@ -2,6 +2,7 @@
 """run_summary.py: the record of one GPU acceptance run (tests/gpu/runs/).
 
     run_summary.py OUT_DIR      writes OUT_DIR/summary.json
+    run_summary.py --curve OUT_DIR   the loss curves' comparison, one line
     run_summary.py --selftest   checks the writer on a fake run folder
 
 acceptance.sh calls it last, on its output folder, which holds:
@@ -12,13 +13,20 @@ acceptance.sh calls it last, on its output folder, which holds:
   table.txt     one line per phase: name, PASS/FAIL/SKIP, seconds, note
   world2_nccl.txt  the world-2 NCCL phase (tests/gpu/world2.sh): "pass" or
                 its first failure, one line
+  curve_gptd.jsonl, curve_torch.jsonl  the loss curves: gptd run --json's
+                lines and torch_gpt2.py's line, the same steps on the same
+                data from the same weights
 
 summary.json has exactly these keys: commit, gpu, driver, default_variants
 (the attention forward and backward that ran as defaults), passed (every
 variant that passed its ops and training rows: "bwd_twopass", "fwd_m16",
 ...), ms per step and MFU (llm.c's count) of gptd and of PyTorch at
-B=16 and B=32 (null where not measured), and world2_nccl (the world-2
-phase's line, null where it did not run).
+B=16 and B=32 (null where not measured), world2_nccl (the world-2
+phase's line, null where it did not run) and curve_max_window_rel_diff:
+the curves cut into windows of CURVE_WINDOW steps, the largest relative
+difference of a window's mean loss, gptd's against PyTorch's (the goal:
+at most 0.02; null unless both curves hold the same whole number of
+windows).
 """
 import json
 import os
@@ -30,8 +38,9 @@ KEYS = [
     "commit", "gpu", "driver", "default_variants", "passed",
     "gptd_ms_per_step_b16", "gptd_mfu_b16", "torch_ms_per_step_b16", "torch_mfu_b16",
     "gptd_ms_per_step_b32", "gptd_mfu_b32", "torch_ms_per_step_b32", "torch_mfu_b32",
-    "world2_nccl",
+    "world2_nccl", "curve_max_window_rel_diff",
 ]
+CURVE_WINDOW = 10
 
 
 def _read(path):
@@ -71,6 +80,31 @@ def _table(path):
         if len(parts) >= 2:
             status[parts[0]] = parts[1]
     return status
+
+
+def curve_windows(out):
+    """(windows, largest relative difference, gptd's and PyTorch's last
+    window means) of the loss curves in OUT, or None."""
+    gptd = {}
+    for line in _read(os.path.join(out, "curve_gptd.jsonl")).splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and row.get("type") == "metric" and "loss" in row:
+            gptd[row["step"]] = float(row["loss"])
+    torch = _jsonl(os.path.join(out, "curve_torch.jsonl"), "torch_gpt2")
+    losses = next(iter(torch.values()), {}).get("losses") or []
+    n = len(losses)
+    if n == 0 or n % CURVE_WINDOW or sorted(gptd) != list(range(1, n + 1)):
+        return None
+    worst, last = 0.0, None
+    for w in range(0, n, CURVE_WINDOW):
+        g = sum(gptd[s + 1] for s in range(w, w + CURVE_WINDOW)) / CURVE_WINDOW
+        t = sum(losses[w:w + CURVE_WINDOW]) / CURVE_WINDOW
+        worst = max(worst, abs(g - t) / abs(t))
+        last = (g, t)
+    return n // CURVE_WINDOW, worst, last[0], last[1]
 
 
 def summarize(out):
@@ -113,6 +147,8 @@ def summarize(out):
         summary["torch_mfu_b%d" % b] = _num(torch.get(b), "mfu")
     w2 = _read(os.path.join(out, "world2_nccl.txt")).strip().splitlines()
     summary["world2_nccl"] = w2[0] if w2 and w2[0] else None
+    curve = curve_windows(out)
+    summary["curve_max_window_rel_diff"] = round(curve[1], 6) if curve else None
     return {k: summary[k] for k in KEYS}
 
 
@@ -155,6 +191,12 @@ def _selftest():
                 "fwd_wg_b16       PASS     20s  x",
             ]) + "\n",
             "world2_nccl.txt": "pass\n",
+            # 20 steps: gptd 3.0 then 2.0; PyTorch 3.03 (1%) then 1.9 (5%)
+            "curve_gptd.jsonl": '{"type":"event","kind":"start"}\n' + "".join(
+                '{"type":"metric","step":%d,"loss":%s}\n' % (s, "3.0" if s <= 10 else "2.0")
+                for s in range(1, 21)),
+            "curve_torch.jsonl": '{"bench":"torch_gpt2","batch":32,"losses":[%s]}\n'
+                                 % ",".join(["3.03"] * 10 + ["1.9"] * 10),
         }
         for name, text in files.items():
             with open(os.path.join(out, name), "w", encoding="utf-8") as f:
@@ -173,6 +215,7 @@ def _selftest():
             "gptd_ms_per_step_b32": 66.6, "gptd_mfu_b32": None,
             "torch_ms_per_step_b32": None, "torch_mfu_b32": None,
             "world2_nccl": "pass",
+            "curve_max_window_rel_diff": round(0.1 / 1.9, 6),
         }
         assert list(got) == KEYS, list(got)
         assert got == want, got
@@ -180,6 +223,12 @@ def _selftest():
         # measured is null, never 0
         with open(os.path.join(out, "table.txt"), "w", encoding="utf-8") as f:
             f.write("ops              FAIL     40s  x\n")
+        windows, worst, g_last, t_last = curve_windows(out)
+        assert (windows, g_last, t_last) == (2, 2.0, 1.9) and abs(worst - 0.1 / 1.9) < 1e-12
+        # a curve one step short of PyTorch's: no comparison
+        with open(os.path.join(out, "curve_gptd.jsonl"), "a", encoding="utf-8") as f:
+            f.write('{"type":"metric","step":21,"loss":2.0}\n')
+        assert curve_windows(out) is None
         for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt", "world2_nccl.txt"):
             os.remove(os.path.join(out, name))
         got = write(out)
@@ -198,8 +247,15 @@ def _selftest():
 def main(argv):
     if argv[1:] == ["--selftest"]:
         return _selftest()
+    if len(argv) == 3 and argv[1] == "--curve":
+        curve = curve_windows(argv[2])
+        if curve is None:
+            print("no comparable curves in %s" % argv[2])
+            return 1
+        print("%d %.6f %.4f %.4f" % curve)
+        return 0
     if len(argv) != 2 or not os.path.isdir(argv[1]):
-        print("usage: run_summary.py OUT_DIR | --selftest", file=sys.stderr)
+        print("usage: run_summary.py OUT_DIR | --curve OUT_DIR | --selftest", file=sys.stderr)
         return 2
     json.dump(write(argv[1]), sys.stdout)
     print()
