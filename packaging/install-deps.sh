@@ -25,7 +25,7 @@ pkgs=(
     systemd groff-base man-db
     libpcre2-dev nodejs
     libmicrohttpd-dev prometheus curl
-    chromium
+    chromium libjs-dygraphs
 )
 # Debian's nodejs has no npm (NodeSource's has): add the npm package when
 # the command is missing.

@@ -32,6 +32,7 @@ static const struct {
     {"/metrics", HTTP_API_METRICS},
     {"/events", HTTP_API_EVENTS},
     {"/snapshots", HTTP_API_SNAPSHOTS},
+    {"/config", HTTP_API_CONFIG},
 };
 
 int http_api_route(const char *url, const char *since, struct http_api_route *ret,
@@ -75,6 +76,7 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
                            "the job id in %s is not a job id (1 to 18 digits, no leading zero)",
                            what == HTTP_API_METRICS  ? "/api/jobs/ID/metrics"
                            : what == HTTP_API_EVENTS ? "/api/jobs/ID/events"
+                           : what == HTTP_API_CONFIG ? "/api/jobs/ID/config"
                                                      : "/api/jobs/ID/snapshots");
     if (since && what != HTTP_API_METRICS)
         return gpt_err_set(err, -EINVAL, "since",
@@ -132,6 +134,8 @@ json_t *http_api_job_json(const struct metrics_job *j)
     json_t *over = j->overrides[0] ? json_loads(j->overrides, 0, NULL) : NULL;
     if (over)
         json_object_set_new(o, "overrides", over);
+    if (j->sweep[0])
+        json_object_set_new(o, "sweep", http_api_string(j->sweep));
     if (j->has_metric) {
         json_object_set_new(o, "step", json_integer(j->step));
         json_object_set_new(o, "max_steps", json_integer(j->max_steps));
@@ -191,9 +195,14 @@ json_t *http_api_nodes_doc(const json_t *cluster_nodes)
 
 json_t *http_api_metric_json(const struct gpt_metric *m)
 {
-    json_t *o = json_pack("{s:I, s:o, s:o, s:o}", "step", (json_int_t)m->step, "loss",
-                          http_api_real(m->loss), "lr", http_api_real(m->lr), "time",
-                          http_api_real(m->time));
+    /* The memory a rank holds: the four parts metric.h reports, summed. */
+    uint64_t mem =
+        m->mem_params_bytes + m->mem_grads_bytes + m->mem_optim_bytes + m->mem_acts_bytes;
+    json_t *o = json_pack(
+        "{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:I}", "step", (json_int_t)m->step, "loss",
+        http_api_real(m->loss), "lr", http_api_real(m->lr), "time", http_api_real(m->time),
+        "tokens", (json_int_t)m->tokens, "grad_norm", http_api_real(m->grad_norm), "tokens_per_s",
+        http_api_real(m->tokens_per_s), "mfu", http_api_real(m->mfu), "mem_bytes", (json_int_t)mem);
     if (o && isfinite(m->val_loss))
         json_object_set_new(o, "val_loss", json_real(m->val_loss));
     return o;

@@ -36,6 +36,7 @@ enum http_api_what {
     HTTP_API_METRICS,   /* /api/jobs/ID/metrics[?since=STEP] */
     HTTP_API_EVENTS,    /* /api/jobs/ID/events */
     HTTP_API_SNAPSHOTS, /* /api/jobs/ID/snapshots */
+    HTTP_API_CONFIG,    /* /api/jobs/ID/config */
 };
 
 struct http_api_route {
@@ -77,7 +78,10 @@ json_t *http_api_nodes_doc(const json_t *cluster_nodes);
 json_t *http_api_string(const char *s);
 
 /* Records of the per-job documents. */
-json_t *http_api_metric_json(const struct gpt_metric *m); /* step, loss, val_loss?, lr, time */
+/* step, loss, val_loss?, lr, time, tokens, grad_norm, tokens_per_s, mfu,
+ * mem_bytes (a rank's parameters, gradients, optimizer state and
+ * activations together) */
+json_t *http_api_metric_json(const struct gpt_metric *m);
 json_t *http_api_event_json(const struct gpt_event *e);   /* kind, message, step, time */
 
 /* Dumps a document (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ESCAPE_SLASH)

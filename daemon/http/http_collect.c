@@ -79,6 +79,7 @@ static void http_on_job(void *ctx, const struct db_job *j)
     c->mj.id = j->id;
     snprintf(c->mj.name, sizeof(c->mj.name), "%s", j->name);
     snprintf(c->mj.overrides, sizeof(c->mj.overrides), "%s", j->overrides);
+    snprintf(c->mj.sweep, sizeof(c->mj.sweep), "%s", j->sweep);
     c->mj.state = db_job_state_name(j->state);
     c->mj.restarts = j->restarts;
     /* A finished job whose records were all read after it finished has no

@@ -22,12 +22,13 @@ enum http_db_stmt {
     HTTP_DB_EVENTS,
     HTTP_DB_SNAPSHOTS,
     HTTP_DB_METRICS_ALL,
+    HTTP_DB_CONFIG,
     HTTP_DB_COUNT
 };
 
 static const char *const http_db_sql[HTTP_DB_COUNT] = {
     [HTTP_DB_JOB] = "SELECT 1 FROM jobs WHERE id = ?1",
-    [HTTP_DB_METRICS] = "SELECT step, loss, val_loss, lr, time FROM metrics"
+    [HTTP_DB_METRICS] = "SELECT " DB_METRIC_COLS " FROM metrics"
                         " WHERE job_id = ?1 AND step >= ?2 ORDER BY step LIMIT ?3",
     /* The newest events, read newest first and sent oldest first. */
     [HTTP_DB_EVENTS] = "SELECT kind, message, step, time FROM events"
@@ -36,6 +37,7 @@ static const char *const http_db_sql[HTTP_DB_COUNT] = {
                           " WHERE job_id = ?1 ORDER BY step DESC, id DESC LIMIT ?2",
     [HTTP_DB_METRICS_ALL] = "SELECT " DB_METRIC_COLS " FROM metrics"
                             " WHERE job_id = ?1 AND step >= ?2 ORDER BY step, run_id LIMIT ?3",
+    [HTTP_DB_CONFIG] = "SELECT name, spec_json, overrides, sweep FROM jobs WHERE id = ?1",
 };
 
 struct http_db {
@@ -155,12 +157,7 @@ static int http_db_rows(struct http_db *hd, sqlite3_stmt *s, json_t *doc, const 
 static json_t *http_db_metric_row(sqlite3_stmt *s)
 {
     struct gpt_metric m;
-    memset(&m, 0, sizeof(m));
-    m.step = sqlite3_column_int64(s, 0);
-    m.loss = http_db_real(s, 1);
-    m.val_loss = http_db_real(s, 2);
-    m.lr = http_db_real(s, 3);
-    m.time = http_db_real(s, 4);
+    db_metric_read(s, &m);
     return http_api_metric_json(&m);
 }
 
@@ -295,4 +292,40 @@ int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_
 fail:
     json_decref(doc);
     return rc;
+}
+
+/* A JSON object stored as text (spec_json, overrides); {} when the column
+ * is empty or not an object, so the page always gets an object. */
+static json_t *http_db_object(sqlite3_stmt *s, int i)
+{
+    json_t *o = json_loads(http_db_text(s, i), 0, NULL);
+    if (json_is_object(o))
+        return o;
+    json_decref(o);
+    return json_object();
+}
+
+int http_db_config(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = http_db_stmt(hd, HTTP_DB_CONFIG, &rc, err);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, job);
+    int src = sqlite3_step(s);
+    if (src != SQLITE_ROW) {
+        sqlite3_reset(s);
+        if (src == SQLITE_DONE)
+            return gpt_err_set(err, -ENOENT, NULL, "no job %lld", (long long)job);
+        return http_db_fail(hd, src, "read job", err);
+    }
+    json_t *doc =
+        json_pack("{s:I, s:o, s:o, s:o, s:o}", "job", (json_int_t)job, "name",
+                  http_api_string(http_db_text(s, 0)), "spec", http_db_object(s, 1), "overrides",
+                  http_db_object(s, 2), "sweep", http_api_string(http_db_text(s, 3)));
+    sqlite3_reset(s);
+    if (!doc)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    *ret = doc;
+    return 0;
 }

@@ -31,14 +31,18 @@ void http_db_close(struct http_db *hd);
 /* The per-job documents; each returns 0 and a new JSON object in *ret,
  * -ENOENT when the database has no job `job`, -EIO (err) when a query
  * fails.
- *   metrics:   {"job","metrics":[{step,loss,val_loss?,lr,time}],"last","more"}
+ *   metrics:   {"job","metrics":[{step,loss,val_loss?,lr,time,tokens,grad_norm,
+ *              tokens_per_s,mfu,mem_bytes}],"last","more"}
  *              steps >= since, by step, at most HTTP_API_METRICS_MAX; "last"
  *              the last step sent (since - 1 when none), "more" true when
  *              the limit cut it short.
  *   events:    {"job","events":[{kind,message,step,time}]} the newest
  *              HTTP_API_EVENTS_MAX, oldest first.
  *   snapshots: {"job","snapshots":[{id,step,node,path,size,created}]} the
- *              newest HTTP_API_SNAPSHOTS_MAX, newest first. */
+ *              newest HTTP_API_SNAPSHOTS_MAX, newest first.
+ *   config:    {"job","name","spec","overrides","sweep"}: the resolved job
+ *              spec as the coordinator keeps it, the overrides that set a
+ *              sweep's job apart ({} none) and its sweep ("" none). */
 int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
                     struct gpt_err *err);
 /* The job's metric records with step >= since as CSV (metric_csv.h), the
@@ -50,5 +54,6 @@ int http_db_metrics_csv(struct http_db *hd, int64_t job, int64_t since, struct m
                         int64_t *ret_next, struct gpt_err *err);
 int http_db_events(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
+int http_db_config(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 
 #endif

@@ -12,13 +12,14 @@ target_compile_options(fake_nvml PRIVATE -Wall -Wextra -Werror)
 target_compile_definitions(test_metrics_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")
 add_dependencies(test_metrics_text fake_nvml)
 
-# The dashboard in headless chromium (tests/integration/dashboard_cdp.js);
+# The dashboard comparing two jobs in headless chromium
+# (tests/integration/dashboard_cdp.js);
 # the screenshot goes to build/Testing/artifacts/http_dashboard.png.
 add_test(NAME http_dashboard
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_dashboard.sh $<TARGET_FILE:gptd>
                  $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_BINARY_DIR}/Testing/artifacts)
-set_tests_properties(http_dashboard PROPERTIES LABELS integration TIMEOUT 60
+set_tests_properties(http_dashboard PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 # test_nvml_text samples the heartbeat's GPU text through the same stand-in.
 target_compile_definitions(test_nvml_text PRIVATE GPTD_FAKE_NVML="$<TARGET_FILE:fake_nvml>")

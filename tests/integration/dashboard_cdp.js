@@ -1,11 +1,13 @@
 // Drives headless chromium over the DevTools protocol (--remote-debugging-pipe:
 // NUL-separated JSON on fds 3 and 4, no WebSocket needed) for
-// http_dashboard.sh: loads gptd's dashboard with a job selected while the
-// job trains, reads the page's DOM twice, checks what the issue asks
-// against `gptctl --json status`, cancels the job, checks the row again,
-// and saves a screenshot.
+// http_dashboard.sh: loads gptd's dashboard comparing two jobs (JOB, which
+// trains, and OTHER, which has ended) while JOB trains, reads the page's
+// DOM and its charts' data twice, checks what the issue asks against
+// `gptctl --json status` (both jobs' series drawn in every panel, their
+// pixels on the loss canvas, the config differing where the specs differ),
+// cancels JOB, checks its row again, and saves a screenshot.
 //
-//   node dashboard_cdp.js CHROMIUM URL JOB GPTCTL NAME PGID_FILE SCREENSHOT PROFILE
+//   node dashboard_cdp.js CHROMIUM URL JOB OTHER GPTCTL NAME OTHER_NAME PGID_FILE SCREENSHOT PROFILE
 //
 // Exits 0 when every check held; prints what failed otherwise. Chromium
 // runs in a process group of its own whose id goes to PGID_FILE, so the
@@ -14,8 +16,9 @@
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
 
-const [chromium, url, job, gptctl, name, pgidFile, shot, profile] = process.argv.slice(2);
-const deadline = Date.now() + 25000;
+const [chromium, url, job, other, gptctl, name, otherName, pgidFile, shot, profile] =
+  process.argv.slice(2);
+const deadline = Date.now() + 40000;
 
 function fail(msg) {
   console.error('dashboard_cdp: ' + msg);
@@ -72,27 +75,57 @@ function gptctlStatus() {
   return o.job;
 }
 
-// What the page shows: the job row (step, state, name) and the chart.
+// What the page shows: the job row (step, state, name), the legend, the
+// config table and, for each panel, the non-null values of each series in
+// the chart's data (dygraphs' table) plus, on the loss panel, the pixels
+// drawn in each job's colour.
 const READ = `(() => {
   const row = document.querySelector('#jobs tr[data-job="${job}"]');
-  const chart = document.getElementById('chart');
   const cells = row ? row.querySelectorAll('td') : [];
+  const charts = window.gptdCharts || {};
+  const series = {};
+  for (const p in charts) {
+    const g = charts[p], labels = g.getLabels();
+    for (let c = 1; c < labels.length; c++) {
+      let n = 0;
+      for (let r = 0; r < g.numRows(); r++) if (g.getValue(r, c) !== null) n++;
+      series[p + ' ' + labels[c]] = n;
+    }
+  }
+  const pixels = {};
+  const g = charts.loss;
+  if (g) {
+    const cv = g.hidden_, ctx = cv.getContext('2d');
+    const d = ctx.getImageData(0, 0, cv.width, cv.height).data;
+    for (const id of ['${job}', '${other}']) {
+      const col = g.getOption('color', '#' + id + ' loss');
+      const want = [1, 3, 5].map((i) => parseInt(col.slice(i, i + 2), 16));
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4)
+        if (d[i + 3] > 200 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) +
+            Math.abs(d[i + 2] - want[2]) < 60) n++;
+      pixels[id] = n;
+    }
+  }
+  const differs = [...document.querySelectorAll('#config tr.differs td:first-child')]
+    .map((t) => t.textContent);
   return {
     row: !!row,
     step: row && row.querySelector('td.step').dataset.step !== undefined
       ? Number(row.querySelector('td.step').dataset.step) : null,
     name: cells.length ? cells[1].textContent : null,
     state: cells.length ? cells[2].textContent : null,
-    loss: Number(chart.dataset.loss || 0),
-    val: Number(chart.dataset.val || 0),
-    lr: Number(chart.dataset.lr || 0),
-    lastStep: chart.dataset.lastStep ? Number(chart.dataset.lastStep) : null,
-    polyline: document.querySelectorAll('#series-loss').length,
+    series,
+    pixels,
+    legend: [...document.querySelectorAll('#legend .key')].map((k) => k.textContent),
+    configHead: [...document.querySelectorAll('#config thead th')].map((t) => t.textContent),
+    differs,
     imgs: document.querySelectorAll('img, script:not([src])').length,
     pwned: !!window.pwned,
     detailHidden: document.getElementById('detail').hidden,
     events: document.querySelectorAll('#events tbody tr').length,
     nodes: document.querySelectorAll('#nodes tbody tr').length,
+    status: document.getElementById('status').textContent,
   };
 })()`;
 
@@ -101,7 +134,7 @@ async function read(session) {
   const r = await send('Runtime.evaluate', { expression: READ, returnByValue: true }, session)
     .catch(() => null);
   const v = r && r.result && r.result.value;
-  return v || { row: false, loss: 0, step: null };
+  return v || { row: false, series: {}, step: null };
 }
 
 async function until(session, what, pred) {
@@ -118,9 +151,11 @@ async function until(session, what, pred) {
   const { sessionId: s } = await send('Target.attachToTarget', { targetId, flatten: true });
   await send('Page.enable', {}, s);
   await send('Runtime.enable', {}, s);
-  await send('Page.navigate', { url: url + '#job=' + job }, s);
+  await send('Page.navigate', { url: url + '#jobs=' + job + ',' + other }, s);
 
-  const a = await until(s, 'the job row and a chart', (v) => v.row && v.loss > 0 && v.step !== null);
+  const n = (v, key) => v.series[key] || 0;
+  const a = await until(s, 'the job row and both jobs\' loss series', (v) => v.row &&
+    v.step !== null && n(v, 'loss #' + job + ' loss') > 0 && n(v, 'loss #' + other + ' loss') > 0);
   const before = gptctlStatus();
   // Two publish periods (the loop's 1 s tick) and two page polls later, the
   // page shows at least the step gptctl reported now.
@@ -129,19 +164,92 @@ async function until(session, what, pred) {
   const after = gptctlStatus();
   console.log('first read ' + JSON.stringify(a));
   console.log('second read ' + JSON.stringify(b) + '; gptctl steps ' + before.step + '..' + after.step);
-  if (!(b.loss > a.loss)) fail('the loss series did not grow: ' + a.loss + ' -> ' + b.loss);
-  if (!(b.lr > a.lr)) fail('the learning-rate series did not grow: ' + a.lr + ' -> ' + b.lr);
-  if (!(b.lastStep > a.lastStep)) fail('the chart did not advance: ' + a.lastStep + ' -> ' + b.lastStep);
-  if (b.val < 1) fail('no val loss point on the chart');
-  if (b.polyline !== 1) fail('no loss polyline');
+  // Every panel draws both jobs; the running one's series grow.
+  for (const key of ['loss', 'lr', 'tokens_per_s', 'grad_norm', 'mfu', 'mem_bytes']) {
+    for (const id of [job, other])
+      if (!(n(b, key + ' #' + id + ' ' + key) > 0)) fail('panel ' + key + ' has no series of job ' + id);
+  }
+  for (const key of ['loss', 'lr']) {
+    const k = key + ' #' + job + ' ' + key;
+    if (!(n(b, k) > n(a, k))) fail('the ' + key + ' series of job ' + job + ' did not grow: ' +
+      n(a, k) + ' -> ' + n(b, k));
+  }
+  if (n(b, 'loss #' + other + ' loss') !== n(a, 'loss #' + other + ' loss'))
+    fail('the ended job\'s loss series changed');
+  for (const id of [job, other])
+    if (n(b, 'loss #' + id + ' val_loss') < 1) fail('no val loss point of job ' + id);
+  for (const id of [job, other])
+    if (!(b.pixels[id] > 20)) fail('job ' + id + '\'s loss curve is not drawn: ' + b.pixels[id] + ' pixels');
   if (!(b.step >= before.step && b.step <= after.step))
     fail('the job row shows step ' + b.step + ', gptctl status said ' + before.step + ' then ' + after.step);
   if (b.name !== name) fail('the name cell reads ' + JSON.stringify(b.name));
-  if (b.imgs !== 0 || b.pwned) fail('the job name was rendered as markup');
+  // Names and overrides are text everywhere: the legend, the config's head.
+  if (b.legend.join('\n') !== ['#' + job + ' ' + name, '#' + other + ' ' + otherName].join('\n'))
+    fail('the legend reads ' + JSON.stringify(b.legend));
+  if (b.configHead.join('\n') !== ['key', '#' + job + ' ' + name, '#' + other + ' ' + otherName].join('\n'))
+    fail('the config table\'s head reads ' + JSON.stringify(b.configHead));
+  for (const key of ['name', 'optimizer.lr', 'trainer.max_steps'])
+    if (!b.differs.includes(key)) fail(key + ' is not marked as differing: ' + JSON.stringify(b.differs));
+  if (b.differs.includes('model.n_embd')) fail('model.n_embd marked as differing');
+  if (b.imgs !== 0 || b.pwned) fail('a job name was rendered as markup');
   if (b.detailHidden || b.events < 1 || b.nodes < 1) fail('no detail, events or nodes');
 
-  const png = await send('Page.captureScreenshot', { format: 'png' }, s);
+  // The whole page (the panels and the config run past the window).
+  const lm = await send('Page.getLayoutMetrics', {}, s);
+  const cs = lm.cssContentSize || lm.contentSize;
+  const png = await send('Page.captureScreenshot', { format: 'png', captureBeyondViewport: true,
+    clip: { x: 0, y: 0, width: cs.width, height: Math.min(cs.height, 5000), scale: 1 } }, s);
   fs.writeFileSync(shot, Buffer.from(png.data, 'base64'));
+
+  // The controls, as a user works them: hover, drag to zoom, x as tokens,
+  // smoothing, log y.
+  const evalv = async (expr) => (await send('Runtime.evaluate',
+    { expression: expr, returnByValue: true }, s)).result.value;
+  const box = await evalv(`(() => { const p = document.querySelector('.panel[data-panel="loss"] .plot');
+    p.scrollIntoView(); const r = p.getBoundingClientRect();
+    return { x: r.left, y: r.top, w: r.width, h: r.height }; })()`);
+  const mouse = (type, x, extra) => send('Input.dispatchMouseEvent', Object.assign(
+    { type, x: box.x + x * box.w, y: box.y + box.h / 2 }, extra || {}), s);
+  await mouse('mouseMoved', 0.5);
+  await sleep(300);
+  const hover = await evalv(`[...document.querySelectorAll('.panel[data-panel="loss"] .readout span')]
+    .map((e) => e.textContent)`);
+  console.log('hover readout ' + JSON.stringify(hover));
+  if (!hover.some((t) => t.startsWith('#' + job + ' ' + name + ': ')))
+    fail('hovering the loss chart shows no value of job ' + job + ': ' + JSON.stringify(hover));
+  const range = 'gptdCharts[K].xAxisRange()';
+  const full = await evalv(range.replace('K', "'loss'"));
+  await mouse('mousePressed', 0.3, { button: 'left', clickCount: 1 });
+  await mouse('mouseMoved', 0.45, { button: 'left', buttons: 1 });
+  await mouse('mouseMoved', 0.6, { button: 'left', buttons: 1 });
+  await mouse('mouseReleased', 0.6, { button: 'left', clickCount: 1 });
+  await sleep(300);
+  const zoomed = await evalv(`['loss', 'lr', 'mem_bytes'].map((k) => ${range.replace('K', 'k')})`);
+  console.log('x range ' + JSON.stringify(full) + ', zoomed ' + JSON.stringify(zoomed));
+  if (!(zoomed[0][1] - zoomed[0][0] < (full[1] - full[0]) / 2))
+    fail('dragging did not zoom the loss chart');
+  if (JSON.stringify(zoomed[1]) !== JSON.stringify(zoomed[0]) ||
+      JSON.stringify(zoomed[2]) !== JSON.stringify(zoomed[0]))
+    fail('the other panels did not follow the zoom');
+  const set = (id, prop, v) => evalv(`(() => { const e = document.getElementById('${id}');
+    e.${prop} = ${JSON.stringify(v)}; e.dispatchEvent(new Event('input')); })()`);
+  // Total variation of job JOB's loss curve: smoothing lowers it.
+  const tv = `(() => { const g = gptdCharts.loss, c = g.getLabels().indexOf('#${job} loss');
+    let t = 0, p = null;
+    for (let r = 0; r < g.numRows(); r++) { const v = g.getValue(r, c);
+      if (v !== null) { if (p !== null) t += Math.abs(v - p); p = v; } }
+    return t; })()`;
+  const tv0 = await evalv(tv);
+  await set('smooth', 'value', '0.9');
+  const tv1 = await evalv(tv);
+  await set('logy', 'checked', true);
+  await set('xaxis', 'value', 'tokens');
+  const tok = await evalv(`[gptdCharts.loss.xAxisExtremes()[1], gptdCharts.loss.getOption('logscale')]`);
+  console.log('smoothing: variation ' + tv0 + ' -> ' + tv1 + '; x as tokens, log y: ' + JSON.stringify(tok));
+  if (!(tv1 < tv0 / 2)) fail('smoothing 0.9 did not smooth the loss curve');
+  // 96 tokens a step (micro_batch 16 x block_size 6).
+  if (!(tok[0] > full[1] * 50)) fail('x as tokens still shows steps: ' + tok[0]);
+  if (tok[1] !== true) fail('log y is not set on the loss chart');
 
   // Once the job has ended the row holds exactly gptctl's final step.
   execFileSync(gptctl, ['cancel', job]);

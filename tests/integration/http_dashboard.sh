@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The dashboard at / in a real browser: gptd --http on loopback trains a
-# small CPU job with a hostile name; headless chromium (driven over the
-# DevTools protocol by dashboard_cdp.js) loads the page with the job
-# selected and the test asserts from the DOM that the chart's series grow
-# between two reads, that the job row shows the step `gptctl --json status`
-# reports (within the page's poll interval while it trains, exactly once it
-# was cancelled), and that the name is text, not markup. The screenshot is
-# saved as ARTIFACTS/http_dashboard.png. Then the JSON documents' refusals
-# (bad ids, bad since: 400; unknown job: 404) and their headers (CSP,
-# nosniff, JSON with "</" escaped).
+# The dashboard at / in a real browser: gptd --http on loopback trains two
+# small CPU jobs with hostile names, the first (job 1, another learning
+# rate) to its end, the second (job 2) until cancelled; headless chromium
+# (driven over the DevTools protocol by dashboard_cdp.js) loads the page
+# comparing the two and the test asserts from the charts' data that every
+# panel (loss and val loss, learning rate, tokens/s, grad norm, MFU,
+# memory) holds both jobs' series, that job 2's grow between two reads,
+# that both loss curves are on the canvas, that the config marks the keys
+# whose values differ, that job 2's row shows the step `gptctl --json
+# status` reports (within the page's poll interval while it trains,
+# exactly once it was cancelled), and that the names are text, not markup.
+# The screenshot is saved as ARTIFACTS/http_dashboard.png. Then the
+# charting library as embedded (Debian's libjs-dygraphs, byte for byte),
+# /api/jobs/ID/config, the JSON documents' refusals (bad ids, bad since:
+# 400; unknown job: 404) and their headers (CSP, nosniff, JSON with "</"
+# escaped).
 #   http_dashboard.sh GPTD GPTCTL ITEST SRC ARTIFACTS
 source "$(dirname "$0")/daemon_common.sh"
 ART=$5
@@ -25,7 +31,8 @@ kill_chrome() {
         kill -9 -- "-$(cat "$CHROME_PGID")" 2>/dev/null || true
     fi
 }
-trap 'kill_chrome; cleanup' EXIT
+# cleanup exits with the status it finds in $?: the test's, not kill_chrome's.
+trap 'rc=$?; kill_chrome; (exit $rc); cleanup' EXIT
 
 start_gptd --http 127.0.0.1:0
 wait_for 10 grep -q 'http: serving /metrics' "$T/gptd.0.log"
@@ -34,27 +41,54 @@ PORT=$(grep -o 'http: serving /metrics on 127.0.0.1:[0-9]*' "$T/gptd.0.log" | ta
 URL=http://127.0.0.1:$PORT
 
 NAME='<img src=x onerror="window.pwned=1"></script><b>x</b>'
-python3 - "$T/job.json" "$NAME" <<'PY'
+OTHER='<svg onload="window.pwned=2">&amp; lr2'
+job_spec() { # job_spec FILE NAME MAX_STEPS LR
+    python3 - "$@" <<'PY'
 import json, sys
 json.dump({"name": sys.argv[2],
            "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 6, "vocab_size": 10},
            "data": {"kind": "synthetic", "task": "addition", "digits": 2},
-           "trainer": {"max_steps": 10000000, "micro_batch": 16, "global_batch": 16,
+           "trainer": {"max_steps": int(sys.argv[3]), "micro_batch": 16, "global_batch": 16,
                        "log_every": 5, "eval_every": 25, "eval_batches": 2, "threads": 1},
-           "optimizer": {"lr": 1e-3, "warmup_steps": 0},
+           "optimizer": {"lr": float(sys.argv[4]), "warmup_steps": 0},
            "snapshot": {"every": 500}}, open(sys.argv[1], "w"))
 PY
+}
+# Job 1 ends before job 2 starts (one worker): the page compares an ended
+# job with one that trains.
+job_spec "$T/other.json" "$OTHER" 60 2e-3
+job_spec "$T/job.json" "$NAME" 10000000 1e-3
+"$GPTCTL" submit "$T/other.json" >/dev/null
+wait_for 60 job_is 1 completed
 "$GPTCTL" submit "$T/job.json" >/dev/null
-wait_for 30 job_step_at_least 1 30
+wait_for 30 job_step_at_least 2 30
 
 mkdir -p "$ART"
 rm -f "$ART/http_dashboard.png"
-node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 1 "$GPTCTL" "$NAME" "$CHROME_PGID" \
-    "$ART/http_dashboard.png" "$T/chrome-profile" || fail "the dashboard checks failed"
+node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 2 1 "$GPTCTL" "$NAME" "$OTHER" \
+    "$CHROME_PGID" "$ART/http_dashboard.png" "$T/chrome-profile" || fail "the dashboard checks failed"
 kill_chrome
 [[ $(head -c 8 "$ART/http_dashboard.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] ||
     fail "no PNG screenshot at $ART/http_dashboard.png"
 echo "screenshot: $ART/http_dashboard.png"
+
+# --- the charting library, embedded: Debian's file byte for byte, as script.
+curl -s -D "$T/lib.h" -o "$T/dygraph.js" "$URL/lib/dygraph.min.js"
+cmp -s "$T/dygraph.js" /usr/share/javascript/dygraphs/dygraph.min.js ||
+    fail "/lib/dygraph.min.js is not libjs-dygraphs' dygraph.min.js"
+grep -qi '^Content-Type: text/javascript' "$T/lib.h" || fail "/lib/dygraph.min.js not served as script"
+
+# --- a job's resolved config and overrides.
+curl -sf "$URL/api/jobs/1/config" >"$T/config.json" || fail "no /api/jobs/1/config"
+python3 - "$T/config.json" "$OTHER" <<'PY' || fail "/api/jobs/1/config: $(cat "$T/config.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["job"] == 1 and c["name"] == sys.argv[2], c
+assert c["spec"]["optimizer"]["lr"] == 2e-3 and c["spec"]["trainer"]["max_steps"] == 60, c
+# Resolved: keys the file left out carry their defaults.
+assert "weight_decay" in c["spec"]["optimizer"] and "precision" in c["spec"]["trainer"], c
+assert c["overrides"] == {} and c["sweep"] == "", c
+PY
 
 # --- the JSON documents' refusals and headers.
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
@@ -65,7 +99,9 @@ code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
 [[ $(code "$URL/api/jobs/1/metrics?since=x") == 400 ]] || fail "since=x not refused"
 [[ $(code "$URL/api/jobs/1/metrics?since=") == 400 ]] || fail "an empty since not refused"
 [[ $(code "$URL/api/jobs/1/events?since=1") == 400 ]] || fail "since on /events not refused"
+[[ $(code "$URL/api/jobs/01/config") == 400 ]] || fail "a leading zero on /config not refused"
 [[ $(code "$URL/api/jobs/99/events") == 404 ]] || fail "an unknown job not 404"
+[[ $(code "$URL/api/jobs/99/config") == 404 ]] || fail "the config of an unknown job is not 404"
 [[ $(code "$URL/api/jobs/1/nothing") == 404 ]] || fail "an unknown document not 404"
 [[ $(code -X POST "$URL/api/jobs") == 405 ]] || fail "POST /api/jobs not refused"
 curl -s -D "$T/h.txt" -o "$T/jobs.json" "$URL/api/jobs"
@@ -73,12 +109,12 @@ grep -qi "^Content-Security-Policy: default-src 'none'; script-src 'self'" "$T/h
 grep -qi '^X-Content-Type-Options: nosniff' "$T/h.txt" || fail "no nosniff"
 grep -qi '^Content-Type: application/json' "$T/h.txt" || fail "not served as JSON"
 grep -q '</' "$T/jobs.json" && fail "a raw </ in /api/jobs"
-curl -sf "$URL/api/jobs/1/metrics?since=0" >"$T/m.json"
-"$GPTCTL" --json logs 1 >"$T/logs.json"
-python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/1/metrics differ from gptctl"
+curl -sf "$URL/api/jobs/2/metrics?since=0" >"$T/m.json"
+"$GPTCTL" --json logs 2 >"$T/logs.json"
+python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/2/metrics differ from gptctl"
 import json, sys
-jobs = json.load(open(sys.argv[1]))["jobs"]
-if jobs[0]["name"] != sys.argv[2] or jobs[0]["state"] != "cancelled":
+jobs = {j["id"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
+if jobs[2]["name"] != sys.argv[2] or jobs[2]["state"] != "cancelled":
     sys.exit(f"/api/jobs: {jobs}")
 doc = json.load(open(sys.argv[3]))
 ref = {}
@@ -90,8 +126,13 @@ ms = doc["metrics"]
 if not ms or [m["step"] for m in ms] != sorted(ref)[:len(ms)]:
     sys.exit("/api/jobs/1/metrics: not the steps of gptctl logs")
 for m in ms:
-    if float(f"{m['loss']:.15g}") != ref[m["step"]]["loss"]:
-        sys.exit(f"step {m['step']}: {m['loss']} != {ref[m['step']]['loss']}")
+    r = ref[m["step"]]
+    for k in ("loss", "grad_norm", "tokens_per_s", "mfu"):
+        if m[k] is not None and float(f"{m[k]:.15g}") != r[k]:
+            sys.exit(f"step {m['step']}: {k} {m[k]} != {r[k]}")
+    mem = sum(r[k] for k in ("mem_params_bytes", "mem_grads_bytes", "mem_optim_bytes", "mem_acts_bytes"))
+    if m["tokens"] != r["tokens"] or m["mem_bytes"] != mem:
+        sys.exit(f"step {m['step']}: tokens/mem_bytes {m['tokens']} {m['mem_bytes']} != {r['tokens']} {mem}")
 if doc["last"] != ms[-1]["step"] or doc["more"] != (len(ms) == 1000):
     sys.exit(f"last/more: {doc['last']} {doc['more']}")
 print(f"{len(ms)} metric records equal to gptctl logs")

@@ -62,6 +62,9 @@ static void test_route(void **state)
     assert_int_equal(r.job, 3);
     assert_int_equal(http_api_route("/api/jobs/3/snapshots", NULL, &r, &err), 0);
     assert_int_equal(r.what, HTTP_API_SNAPSHOTS);
+    assert_int_equal(http_api_route("/api/jobs/4/config", NULL, &r, &err), 0);
+    assert_int_equal(r.what, HTTP_API_CONFIG);
+    assert_int_equal(r.job, 4);
 
     /* Not ours: 404 further on. */
     static const char *const other[] = {"/",
@@ -72,6 +75,7 @@ static void test_route(void **state)
                                         "/api/jobs/1/",
                                         "/api/jobs/1/metricsx",
                                         "/api/jobs/1/metrics/",
+                                        "/api/jobs/1/configx",
                                         "/api/nodes/",
                                         "/API/jobs",
                                         "/metrics",
@@ -95,6 +99,10 @@ static void test_route(void **state)
     assert_int_equal(http_api_route("/api/jobs/1/metrics", "", &r, &err), -EINVAL);
     assert_int_equal(http_api_route("/api/jobs/1/events", "3", &r, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "metrics only"));
+    assert_int_equal(http_api_route("/api/jobs/1/config", "3", &r, &err), -EINVAL);
+    gpt_err_clear(&err);
+    assert_int_equal(http_api_route("/api/jobs/01/config", NULL, &r, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "/api/jobs/ID/config"));
     /* A URL past the bound is not ours. */
     char big[HTTP_API_URL_MAX + 32];
     memset(big, '1', sizeof(big));
@@ -141,6 +149,7 @@ static void test_jobs_doc(void **state)
     jobs[1].id = 8;
     snprintf(jobs[1].name, sizeof(jobs[1].name), "bad \xff\xfe utf8");
     jobs[1].state = "queued";
+    snprintf(jobs[1].sweep, sizeof(jobs[1].sweep), "s-3");
     struct metrics_view v = {.now = 1000, .role = "coordinator", .jobs = jobs, .n_jobs = 2};
     snprintf(v.node, sizeof(v.node), "n1");
     char *s = http_api_dump(http_api_jobs_doc(&v));
@@ -163,6 +172,9 @@ static void test_jobs_doc(void **state)
     assert_string_equal(json_string_value(json_object_get(j1, "name")), "bad \\xff\\xfe utf8");
     assert_true(json_is_null(json_object_get(j1, "step")));
     assert_true(json_is_null(json_object_get(j1, "val_loss")));
+    /* The sweep a job belongs to (the dashboard selects a whole sweep). */
+    assert_null(json_object_get(j0, "sweep"));
+    assert_string_equal(json_string_value(json_object_get(j1, "sweep")), "s-3");
     json_decref(doc);
     free(s);
 }
@@ -202,8 +214,23 @@ static void test_records(void **state)
     m.val_loss = NAN;
     m.lr = 1e-3;
     m.time = 99;
+    m.tokens = 4096;
+    m.grad_norm = 0.5;
+    m.tokens_per_s = 1e4;
+    m.mfu = NAN;
+    m.mem_params_bytes = 1;
+    m.mem_grads_bytes = 2;
+    m.mem_optim_bytes = 4;
+    m.mem_acts_bytes = 8;
     json_t *o = http_api_metric_json(&m);
     assert_int_equal(json_integer_value(json_object_get(o, "step")), 5);
+    /* The dashboard's panels: tokens (its x), grad norm, tokens/s, MFU
+     * (null when not finite), memory (the four parts summed). */
+    assert_int_equal(json_integer_value(json_object_get(o, "tokens")), 4096);
+    assert_true(json_real_value(json_object_get(o, "grad_norm")) == 0.5);
+    assert_true(json_real_value(json_object_get(o, "tokens_per_s")) == 1e4);
+    assert_true(json_is_null(json_object_get(o, "mfu")));
+    assert_int_equal(json_integer_value(json_object_get(o, "mem_bytes")), 15);
     assert_null(json_object_get(o, "val_loss")); /* not evaluated: absent */
     json_decref(o);
     m.val_loss = 1.5;

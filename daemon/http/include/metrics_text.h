@@ -32,6 +32,7 @@ struct metrics_job {
     int64_t id;
     char name[128];
     char overrides[512]; /* what sets a sweep's job apart: a JSON object's text; "" none */
+    char sweep[64];      /* the sweep (gptctl submit -m) it belongs to; "" none */
     const char *state;   /* static string: "queued", "running", ... */
     int restarts;
     bool has_metric; /* the fields below hold the newest metric record */
