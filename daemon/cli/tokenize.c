@@ -45,6 +45,7 @@
 #include "gpt_atomic_file.h"
 #include "monotime.h"
 #include "tok.h"
+#include "snapshot.h"
 #include "tokenize.h"
 
 #define TZ_CHUNK_BYTES      (1u << 20)
@@ -188,14 +189,15 @@ static int tz_writer_open(struct tz_writer *w)
         fprintf(stderr, "gptd tokenize: output prefix too long\n");
         return -ENAMETOOLONG;
     }
+    /* Errors name the shard being written, not its temporary. */
     int rc = gpt_atomic_file_open(&w->f, final, prefix, 0644, &err);
     if (rc < 0) {
-        fprintf(stderr, "gptd tokenize: %s\n", err.msg);
+        fprintf(stderr, "gptd tokenize: cannot write %s: %s\n", final, strerror(-rc));
         return rc;
     }
     if (lseek(w->f.fd, GPT_SHARD_HEADER_BYTES, SEEK_SET) < 0) {
         rc = -errno;
-        fprintf(stderr, "gptd tokenize: %s: %s\n", w->f.tmp, strerror(errno));
+        fprintf(stderr, "gptd tokenize: %s: %s\n", final, strerror(errno));
         gpt_atomic_file_abort(&w->f);
         return rc;
     }
@@ -443,6 +445,17 @@ static int tz_check_args(struct tz_args *a)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (a->threads == 0)
         a->threads = ncpu < 1 ? 1 : ncpu > TZ_THREADS_MAX ? TZ_THREADS_MAX : (uint64_t)ncpu;
+    /* -o data/shards/d: the folder is made, as a user expects of an output. */
+    const char *slash = strrchr(a->prefix, '/');
+    if (slash && slash != a->prefix) {
+        char dir[PATH_MAX];
+        int rc = snprintf(dir, sizeof(dir), "%.*s", (int)(slash - a->prefix), a->prefix);
+        if (rc > 0 && (size_t)rc < sizeof(dir) && (rc = gpt_mkdirs(dir, 0755)) < 0) {
+            fprintf(stderr, "gptd tokenize: cannot create the output folder %s: %s\n", dir,
+                    strerror(-rc));
+            return 1;
+        }
+    }
     return -1;
 }
 

@@ -111,9 +111,17 @@ expect_sample_fail 1 "unexpected 'x'" "$a" --prompt-ids 464x
 expect_sample_fail 2 "--prompt-ids" "$a" --prompt "The" --prompt-ids 464
 
 # --- shards from `gptd tokenize`, with and without a vocabulary
-mkdir -p "$T/sh"
+# -o into a folder that does not exist yet: tokenize makes it.
 "$GPTD" tokenize --tokenizer gpt2 --vocab "$T/vocab" --val-fraction 0.1 -o "$T/sh/d" \
-    "$T/text.txt" >/dev/null
+    "$T/text.txt" >/dev/null || fail "tokenize into a new folder"
+[[ -s $T/sh/d_train_000000.bin ]] || fail "tokenize wrote no shard into the new folder: $(ls -A "$T/sh")"
+# An output folder that cannot be made is named in the error.
+: >"$T/afile"
+rc=0
+"$GPTD" tokenize --tokenizer gpt2 --vocab "$T/vocab" -o "$T/afile/sub/x" "$T/text.txt" \
+    >/dev/null 2>"$T/mk.err" || rc=$?
+((rc == 1)) && has -F "cannot create the output folder $T/afile/sub: Not a directory" "$T/mk.err" ||
+    fail "tokenize into an impossible folder: rc $rc: $(cat "$T/mk.err")"
 job "$T/shards.json" "{\"kind\": \"shards\", \"path\": \"$T/sh/d_train_*.bin\",
   \"val_path\": \"$T/sh/d_val_*.bin\", \"vocab\": \"$T/hfvocab\"}"
 s=$(run "$T/shards.json")
