@@ -19,6 +19,7 @@
 #                    tinyshakespeare.txt, else bench-data/ (a carried copy)
 #   --only LIST      run only these phases (the preflight always runs):
 #                    the second call's rerun of what failed
+#   GPTD_COMMIT      the commit measured, where the tree has no .git
 #   --dry            the whole run's plumbing on a CPU build without a GPU
 #                    (ctest gpu_acceptance_dry): tiny shapes, the GPU
 #                    programs' exit 77 a SKIP row, PyTorch on the CPU in
@@ -300,9 +301,15 @@ PY
     ls -l /dev/nvidia* 2>&1
 } >"$OUT/preflight.log"
 # The run's record (run_summary.py): the commit measured and the GPU.
-{ git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown; } | tr -d '\n' >"$OUT/commit.txt"
-[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] &&
-    printf '%s' -dirty >>"$OUT/commit.txt"
+# GPTD_COMMIT names it where the copy of the tree has no .git (a lent
+# machine's).
+if [ -n "${GPTD_COMMIT:-}" ]; then
+    printf '%s' "$GPTD_COMMIT" >"$OUT/commit.txt"
+else
+    { git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown; } | tr -d '\n' >"$OUT/commit.txt"
+    [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] &&
+        printf '%s' -dirty >>"$OUT/commit.txt"
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 >"$OUT/gpu.csv"
 run preflight 15 "$OUT/probe.log" "$BENCH" --probe
 cat "$OUT/probe.log" >>"$OUT/preflight.log"
