@@ -268,6 +268,98 @@ static void comm_tcp_dir_next(const struct comm_tcp *t, const struct comm_tcp_pl
     }
 }
 
+/* One non-blocking send of comm_tcp_run's right direction: the header,
+ * then each phase's bytes as far as the receive side has gathered them.
+ * Sets *progress when bytes went out, *want_out when the socket is full.
+ * Returns 0 or the (sticky) failure. */
+static int comm_tcp_send_step(struct comm_tcp *t, const struct comm_tcp_plan *pl,
+                              struct comm_tcp_dir *s, const struct comm_tcp_dir *r,
+                              const unsigned char *hdr_out, bool *progress, bool *want_out)
+{
+    if (s->p >= pl->phases)
+        return 0;
+    const unsigned char *src;
+    size_t avail;
+    if (s->p < 0) {
+        src = hdr_out;
+        avail = s->len;
+    } else {
+        src = pl->buf + s->ph.send_off;
+        /* Gate: phase p forwards what phase p-1 has received. */
+        avail = s->p == 0 ? s->len : r->p > s->p - 1 ? s->len : r->p == s->p - 1 ? r->done : 0;
+    }
+    if (avail > s->done) {
+        size_t want = avail - s->done;
+        if (want > t->chunk_bytes)
+            want = t->chunk_bytes;
+        ssize_t k = send(t->fd_right, src + s->done, want, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k > 0) {
+            s->done += (size_t)k;
+            *progress = true;
+        } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            *want_out = true;
+        } else if (!(k < 0 && errno == EINTR)) {
+            return comm_tcp_fail(t, k < 0 ? -errno : -EPIPE);
+        }
+    }
+    return 0;
+}
+
+/* One non-blocking receive of comm_tcp_run's left direction: the header
+ * into hdr_in, then each phase's bytes, copied or reduced into the plan's
+ * buffer (*pend: received bytes in scratch not yet reduced, < 4). Sets
+ * *progress when bytes came in, *want_in when none were there. Returns 0
+ * or the (sticky) failure. */
+static int comm_tcp_recv_step(struct comm_tcp *t, const struct comm_tcp_plan *pl,
+                              struct comm_tcp_dir *r, unsigned char *hdr_in, size_t *pend,
+                              float div, bool *progress, bool *want_in)
+{
+    if (r->p >= pl->phases)
+        return 0;
+    unsigned char *dst;
+    size_t want;
+    bool reduce = r->p >= 0 && r->ph.recv == COMM_TCP_RECV_REDUCE;
+    if (r->p < 0) {
+        dst = hdr_in + r->done;
+        want = r->len - r->done;
+    } else if (reduce) {
+        dst = (unsigned char *)t->scratch + *pend;
+        want = r->len - r->done - *pend;
+        if (want > t->chunk_bytes)
+            want = t->chunk_bytes;
+    } else {
+        dst = pl->buf + r->ph.recv_off + r->done;
+        want = r->len - r->done;
+        if (want > t->chunk_bytes)
+            want = t->chunk_bytes;
+    }
+    ssize_t k = recv(t->fd_left, dst, want, MSG_DONTWAIT);
+    if (k > 0) {
+        *progress = true;
+        if (!reduce) {
+            r->done += (size_t)k;
+        } else {
+            size_t have = *pend + (size_t)k, nf = have / sizeof(float);
+            float *d = (float *)(pl->buf + r->ph.recv_off + r->done);
+            if (r->ph.last_reduce && pl->avg)
+                comm_tcp_add_div(d, t->scratch, nf, div);
+            else
+                comm_tcp_add(d, t->scratch, nf);
+            r->done += nf * sizeof(float);
+            *pend = have - nf * sizeof(float);
+            if (*pend)
+                memmove(t->scratch, (unsigned char *)t->scratch + nf * sizeof(float), *pend);
+        }
+    } else if (k == 0) {
+        return comm_tcp_fail(t, -EPIPE);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        *want_in = true;
+    } else if (errno != EINTR) {
+        return comm_tcp_fail(t, -errno);
+    }
+    return 0;
+}
+
 /* Runs one plan to completion. Returns 0 or the (sticky) failure. */
 static int comm_tcp_run(struct comm_tcp *t, const struct comm_tcp_plan *pl)
 {
@@ -307,76 +399,10 @@ static int comm_tcp_run(struct comm_tcp *t, const struct comm_tcp_plan *pl)
 
         bool progress = false, want_out = false, want_in = false;
 
-        if (s.p < pl->phases) {
-            const unsigned char *src;
-            size_t avail;
-            if (s.p < 0) {
-                src = hdr_out;
-                avail = s.len;
-            } else {
-                src = pl->buf + s.ph.send_off;
-                /* Gate: phase p forwards what phase p-1 has received. */
-                avail = s.p == 0 ? s.len : r.p > s.p - 1 ? s.len : r.p == s.p - 1 ? r.done : 0;
-            }
-            if (avail > s.done) {
-                size_t want = avail - s.done;
-                if (want > t->chunk_bytes)
-                    want = t->chunk_bytes;
-                ssize_t k = send(t->fd_right, src + s.done, want, MSG_DONTWAIT | MSG_NOSIGNAL);
-                if (k > 0) {
-                    s.done += (size_t)k;
-                    progress = true;
-                } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    want_out = true;
-                } else if (!(k < 0 && errno == EINTR)) {
-                    return comm_tcp_fail(t, k < 0 ? -errno : -EPIPE);
-                }
-            }
-        }
-
-        if (r.p < pl->phases) {
-            unsigned char *dst;
-            size_t want;
-            bool reduce = r.p >= 0 && r.ph.recv == COMM_TCP_RECV_REDUCE;
-            if (r.p < 0) {
-                dst = hdr_in + r.done;
-                want = r.len - r.done;
-            } else if (reduce) {
-                dst = (unsigned char *)t->scratch + pend;
-                want = r.len - r.done - pend;
-                if (want > t->chunk_bytes)
-                    want = t->chunk_bytes;
-            } else {
-                dst = pl->buf + r.ph.recv_off + r.done;
-                want = r.len - r.done;
-                if (want > t->chunk_bytes)
-                    want = t->chunk_bytes;
-            }
-            ssize_t k = recv(t->fd_left, dst, want, MSG_DONTWAIT);
-            if (k > 0) {
-                progress = true;
-                if (!reduce) {
-                    r.done += (size_t)k;
-                } else {
-                    size_t have = pend + (size_t)k, nf = have / sizeof(float);
-                    float *d = (float *)(pl->buf + r.ph.recv_off + r.done);
-                    if (r.ph.last_reduce && pl->avg)
-                        comm_tcp_add_div(d, t->scratch, nf, div);
-                    else
-                        comm_tcp_add(d, t->scratch, nf);
-                    r.done += nf * sizeof(float);
-                    pend = have - nf * sizeof(float);
-                    if (pend)
-                        memmove(t->scratch, (unsigned char *)t->scratch + nf * sizeof(float), pend);
-                }
-            } else if (k == 0) {
-                return comm_tcp_fail(t, -EPIPE);
-            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                want_in = true;
-            } else if (errno != EINTR) {
-                return comm_tcp_fail(t, -errno);
-            }
-        }
+        if ((rc = comm_tcp_send_step(t, pl, &s, &r, hdr_out, &progress, &want_out)) != 0)
+            return rc;
+        if ((rc = comm_tcp_recv_step(t, pl, &r, hdr_in, &pend, div, &progress, &want_in)) != 0)
+            return rc;
 
         int64_t now = monotime_ms();
         if (progress) {

@@ -125,6 +125,73 @@ static int sample_init_cancelled(void *ctx)
     return sample_cancelled(ctx);
 }
 
+/* The snapshot's header into *meta, checked against the file and the
+ * codec before any weight is read. Returns 0 or a negative errno with err
+ * set: -GPT_E_DATA for another vocabulary, -GPT_E_CORRUPT for a header
+ * whose model is not the file's. */
+static int sample_read_meta(const char *snapshot_path, const struct gpt_sample_opts *o,
+                            struct gpt_snapshot_meta *meta, struct gpt_err *err)
+{
+    int rc;
+    if ((rc = gpt_snapshot_read_meta(snapshot_path, meta, err)) < 0)
+        return rc;
+    if (meta->vocab.kind == GPT_TOK_GPT2 && o->codec &&
+        o->codec->fingerprint != meta->vocab.bpe_fingerprint)
+        return gpt_err_set(err, -GPT_E_DATA, "data.vocab",
+                           "the vocabulary folder is not the one snapshot %s was trained with "
+                           "(fingerprint %016llx, the snapshot's %016llx)",
+                           snapshot_path, (unsigned long long)o->codec->fingerprint,
+                           (unsigned long long)meta->vocab.bpe_fingerprint);
+    /* The header's model must be the file's: a header crafted with valid
+     * checksums whose configuration names a smaller model than the weights
+     * it carries would have them read past the model's buffer, a larger
+     * one would allocate more than the file holds. */
+    struct gpt_model lay;
+    if ((rc = gpt_model_layout(&lay, &meta->cfg, err)) < 0)
+        return rc;
+    if (lay.n_params != meta->n_params)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: its header's model (n_layer %d, n_head %d, n_embd %d, "
+                           "block_size %d, vocab_size %d) has %zu parameters, the file %llu",
+                           snapshot_path, meta->cfg.n_layer, meta->cfg.n_head, meta->cfg.n_embd,
+                           meta->cfg.block_size, meta->cfg.vocab_size, lay.n_params,
+                           (unsigned long long)meta->n_params);
+    return 0;
+}
+
+/* The token a sample without a prompt starts from: a newline when the
+ * vocabulary has one, <|endoftext|> (GPT-2's last token) for gpt2, else 0. */
+static int sample_start_token(const struct gpt_vocab *vocab)
+{
+    int start = vocab->kind == GPT_TOK_GPT2 ? vocab->size - 1 : 0;
+    for (int v = 0;
+         vocab->kind >= 0 && vocab->kind != GPT_TOK_GPT2 && v < vocab->size && v < GPT_VOCAB_MAX;
+         v++)
+        if (vocab->chars[v] == '\n')
+            start = v;
+    return start;
+}
+
+/* The snapshot's weights into the model made from *meta. The file may
+ * have been replaced since its header was read: the one read now must
+ * describe the same model, whose shapes size the sampling buffers; *meta
+ * becomes its header. Returns 0 or a negative errno with err set. */
+static int sample_read_weights(const char *snapshot_path, struct gpt_model *model,
+                               struct gpt_snapshot_meta *meta, struct gpt_err *err)
+{
+    struct gpt_snapshot_meta now;
+    int rc = gpt_snapshot_read_sized(snapshot_path, model->n_params, &now, model->params, NULL,
+                                     NULL, err);
+    if (rc < 0)
+        return rc;
+    if (memcmp(&now.cfg, &meta->cfg, sizeof(meta->cfg)) != 0)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s was replaced by another model's while it was read",
+                           snapshot_path);
+    *meta = now;
+    return 0;
+}
+
 int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts *o, char **ret_text,
                         struct gpt_err *err)
 {
@@ -140,29 +207,8 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
     memset(&model, 0, sizeof(model));
     if (o->tokens < 0 || !(o->temperature > 0))
         return gpt_err_set(err, -EINVAL, NULL, "tokens must be >= 0 and temperature > 0");
-    if ((rc = gpt_snapshot_read_meta(snapshot_path, &meta, err)) < 0)
+    if ((rc = sample_read_meta(snapshot_path, o, &meta, err)) < 0)
         return rc;
-    if (meta.vocab.kind == GPT_TOK_GPT2 && o->codec &&
-        o->codec->fingerprint != meta.vocab.bpe_fingerprint)
-        return gpt_err_set(err, -GPT_E_DATA, "data.vocab",
-                           "the vocabulary folder is not the one snapshot %s was trained with "
-                           "(fingerprint %016llx, the snapshot's %016llx)",
-                           snapshot_path, (unsigned long long)o->codec->fingerprint,
-                           (unsigned long long)meta.vocab.bpe_fingerprint);
-    /* The header's model must be the file's: a header crafted with valid
-     * checksums whose configuration names a smaller model than the weights
-     * it carries would have them read past the model's buffer, a larger
-     * one would allocate more than the file holds. */
-    struct gpt_model lay;
-    if ((rc = gpt_model_layout(&lay, &meta.cfg, err)) < 0)
-        return rc;
-    if (lay.n_params != meta.n_params)
-        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                           "snapshot %s: its header's model (n_layer %d, n_head %d, n_embd %d, "
-                           "block_size %d, vocab_size %d) has %zu parameters, the file %llu",
-                           snapshot_path, meta.cfg.n_layer, meta.cfg.n_head, meta.cfg.n_embd,
-                           meta.cfg.block_size, meta.cfg.vocab_size, lay.n_params,
-                           (unsigned long long)meta.n_params);
     if (sample_cancelled(o))
         return gpt_err_set(err, -ECANCELED, NULL, "sampling cancelled before the model was read");
     if ((rc = gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, &be, err)) < 0)
@@ -173,20 +219,8 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
                                          (void *)o, err)) < 0)
         goto out;
     model_ready = true;
-    /* The file may have been replaced since its header was read: the one
-     * read now must describe the same model, whose shapes size the
-     * buffers below. */
-    struct gpt_snapshot_meta now;
-    if ((rc = gpt_snapshot_read_sized(snapshot_path, model.n_params, &now, model.params, NULL, NULL,
-                                      err)) < 0)
+    if ((rc = sample_read_weights(snapshot_path, &model, &meta, err)) < 0)
         goto out;
-    if (memcmp(&now.cfg, &meta.cfg, sizeof(meta.cfg)) != 0) {
-        rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                         "snapshot %s was replaced by another model's while it was read",
-                         snapshot_path);
-        goto out;
-    }
-    meta = now;
 
     size_t prompt_len = o->prompt ? strlen(o->prompt) : 0;
     size_t prompt_cap = o->prompt_ids ? o->n_prompt_ids : prompt_len;
@@ -203,17 +237,8 @@ int gpt_sample_snapshot(const char *snapshot_path, const struct gpt_sample_opts 
         if ((rc = sample_prompt(&meta, o, tokens, prompt_cap, &n, err)) < 0)
             goto out;
     }
-    if (n == 0) {
-        /* No prompt: start from a newline when the vocabulary has one,
-         * from <|endoftext|> (GPT-2's last token) for gpt2. */
-        int start = meta.vocab.kind == GPT_TOK_GPT2 ? meta.vocab.size - 1 : 0;
-        for (int v = 0; meta.vocab.kind >= 0 && meta.vocab.kind != GPT_TOK_GPT2 &&
-                        v < meta.vocab.size && v < GPT_VOCAB_MAX;
-             v++)
-            if (meta.vocab.chars[v] == '\n')
-                start = v;
-        tokens[n++] = start;
-    }
+    if (n == 0)
+        tokens[n++] = sample_start_token(&meta.vocab);
     size_t n_prompt = n;
     struct gpt_rng rng;
     gpt_rng_seed(&rng, o->seed);
