@@ -368,6 +368,10 @@ bench() {
     MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/$n.log" | tail -1)
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/$n.log" | tail -1)
 }
+# att_ms forward|backward: the profiled step's attention ms in OPS.
+att_ms() {
+    echo "$OPS" | sed -n "s/.*\"cuda_attention_$1\":{\"calls\":[0-9]*,\"ms\":\([0-9.]*\)}.*/\1/p"
+}
 for B in 16 32; do
     want "bench_b$B" || continue
     "$BENCH" --plan "$B" 1024 bf16 >"$OUT/plan_b$B.log" 2>&1
@@ -419,8 +423,7 @@ for SET in GPTD_FLASH_BWD=ds GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 GPTD_FLASH_FWD
     V=$(printf '%s' "${SET#GPTD_FLASH_}" | tr 'A-Z=' 'a-z_') # bwd_ds, ..., fwd_wg
     bench 16 14 "${V}_b16" "$SET"
     ms=$(num ms_per_step "$MEAS") loss=$(num loss "$MEAS") l2=$(num loss_step2 "$MEAS")
-    attb=$(echo "$OPS" | sed -n 's/.*"cuda_attention_backward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
-    attf=$(echo "$OPS" | sed -n 's/.*"cuda_attention_forward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
+    attf=$(att_ms forward) attb=$(att_ms backward)
     same=$(python3 -c 'import sys; a, b = map(float, sys.argv[1:]); print(int(abs(a - b) <= 1e-4 * abs(b)))' \
         "${l2:-nan}" "${l2_def:-nan}" 2>/dev/null)
     if skipped; then
@@ -479,8 +482,7 @@ if [ "$CUDNN" = 1 ] && want cudnn; then
     bench 16 15 cudnn_b16 GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn
     [ -n "$MEAS" ] && echo "$MEAS" >>"$OUT/bench.jsonl"
     ms=$(num ms_per_step "$MEAS") l2=$(num loss_step2 "$MEAS")
-    attb=$(echo "$OPS" | sed -n 's/.*"cuda_attention_backward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
-    attf=$(echo "$OPS" | sed -n 's/.*"cuda_attention_forward":{"calls":[0-9]*,"ms":\([0-9.]*\)}.*/\1/p')
+    attf=$(att_ms forward) attb=$(att_ms backward)
     if skipped; then
         row cudnn_b16 SKIP "$SECS" "dry: no GPU"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
