@@ -38,10 +38,22 @@
 
 /* ---- set-up ---- */
 
+/* GPTD_TEST_STEP_DIVISOR=N (tests only, gptd(8)): every job trains
+ * ceil(trainer.max_steps / N) steps, so a test can paste the README's
+ * commands, step counts and all, and each still finishes in seconds;
+ * extending a job (max_steps 600, then 1200) keeps its proportions. */
+static int64_t test_step_divisor(void)
+{
+    const char *env = getenv("GPTD_TEST_STEP_DIVISOR");
+    long long d = env ? strtoll(env, NULL, 10) : 1;
+    return d > 1 ? d : 1;
+}
+
 static int64_t plan_max_steps(const struct trainer *t)
 {
     const struct gpt_trainer_spec *ts = &t->job->trainer;
-    int64_t steps = ts->max_steps > 0 ? ts->max_steps : INT64_MAX;
+    int64_t div = test_step_divisor();
+    int64_t steps = ts->max_steps > 0 ? (ts->max_steps + div - 1) / div : INT64_MAX;
     if (ts->max_epochs > 0) {
         uint64_t per_epoch = gpt_dataset_train_samples(t->ds);
         uint64_t total = per_epoch * (uint64_t)ts->max_epochs;

@@ -29,3 +29,11 @@ add_test(NAME daemon_statedir_gone
                  $<TARGET_FILE:notify_listen>)
 set_tests_properties(daemon_statedir_gone PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+# The README's command blocks pasted in order (tests/tools/readme_blocks.py
+# extracts them), every job at a fiftieth of its steps.
+add_test(NAME readme_examples
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/readme_examples.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(readme_examples PROPERTIES LABELS integration TIMEOUT 900
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
