@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pwd.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -415,36 +416,65 @@ out:
     free(labels);
 }
 
-/* The list request (one sweep's jobs when `sweep`), its reply in *ret. */
-static int ctl_list_call(struct ctl *c, const char *sweep, json_t **ret)
+/* What `list` asks for: all jobs, or one sweep's, state's or user's. */
+struct ctl_list_filter {
+    const char *sweep, *state;
+    int64_t uid; /* -1: any */
+};
+
+/* The list request, its reply in *ret. */
+static int ctl_list_call(struct ctl *c, const struct ctl_list_filter *f, json_t **ret)
 {
-    if (sweep && !gpt_sweep_id_ok(sweep))
-        return ctl_usage_error("\"%s\" is not a sweep id", out_esc(sweep, 0));
+    if (f->sweep && !gpt_sweep_id_ok(f->sweep))
+        return ctl_usage_error("\"%s\" is not a sweep id", out_esc(f->sweep, 0));
     int rc = ctl_connect(c);
     if (rc)
         return rc;
     json_t *r = ctl_request(c, GPT_CTL_OP_LIST);
-    if (sweep)
-        json_object_set_new(r, "sweep", json_string(sweep));
+    if (f->sweep)
+        json_object_set_new(r, "sweep", json_string(f->sweep));
+    if (f->state) /* gptd checks the name */
+        json_object_set_new(r, "state", json_string(f->state));
+    if (f->uid >= 0)
+        json_object_set_new(r, "user", json_integer(f->uid));
     return ctl_call(c, r, ret);
+}
+
+/* --user NAME or UID: the uid, or -1 after a usage error. */
+static int64_t ctl_user_uid(const char *s)
+{
+    const struct passwd *pw = getpwnam(s);
+    if (pw)
+        return (int64_t)pw->pw_uid;
+    bool ok = true;
+    int64_t uid = ctl_parse_int(s, "--user (a user name or uid)", &ok);
+    return ok && uid >= 0 ? uid : -1;
 }
 
 int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    static const struct option opts[] = {{"sweep", required_argument, 0, 'w'}, {0, 0, 0, 0}};
-    const char *sweep = NULL;
+    static const struct option opts[] = {{"sweep", required_argument, 0, 'w'},
+                                         {"state", required_argument, 0, 's'},
+                                         {"user", required_argument, 0, 'u'},
+                                         {0, 0, 0, 0}};
+    struct ctl_list_filter f = {.uid = -1};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (ch == 'w')
-            sweep = optarg;
-        else
+            f.sweep = optarg;
+        else if (ch == 's')
+            f.state = optarg;
+        else if (ch == 'u' && (f.uid = ctl_user_uid(optarg)) < 0)
+            return EXIT_USAGE;
+        else if (ch != 'u')
             return EXIT_USAGE;
     }
     if (optind < argc)
         return ctl_usage_error("list takes no JOB (gptctl status JOB shows one)");
+    const char *sweep = f.sweep;
     json_t *reply;
-    int rc = ctl_list_call(c, sweep, &reply);
+    int rc = ctl_list_call(c, &f, &reply);
     if (rc || c->json)
         goto out;
     const json_t *jobs = json_object_get(reply, "jobs");
@@ -493,7 +523,8 @@ int cmd_sweep(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     if (argc != 2)
         return ctl_usage_error("usage: sweep ID");
     json_t *reply;
-    int rc = ctl_list_call(c, argv[1], &reply);
+    struct ctl_list_filter f = {.sweep = argv[1], .uid = -1};
+    int rc = ctl_list_call(c, &f, &reply);
     if (rc)
         return rc;
     if (!c->json)

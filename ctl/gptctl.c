@@ -34,6 +34,8 @@ static const struct ctl_opt submit_opts[] = {
 };
 static const struct ctl_opt list_opts[] = {
     {"sweep", 0, "ID", "only the jobs of sweep ID (from submit -m)"},
+    {"state", 0, "STATE", "only jobs queued, waiting, running, completed, failed or cancelled"},
+    {"user", 0, "USER", "only the jobs of USER (a name or a uid)"},
     {NULL, 0, NULL, NULL},
 };
 static const struct ctl_opt logs_opts[] = {
@@ -84,7 +86,7 @@ static const struct ctl_cmd ctl_cmds[] = {
      "gptctl submit -m job.yaml optimizer.lr=1e-3,3e-3 model.n_embd=32,48"},
     {"validate", "FILE [a.b=v ...]", "check a job file fully, without submitting", cmd_submit,
      GPT_CTL_OP_VALIDATE, no_opts, "gptctl validate job.yaml trainer.max_steps=200"},
-    {"list", "[--sweep ID]",
+    {"list", "[--sweep ID] [--state STATE] [--user USER]",
      "all jobs, or one sweep's with each job's overrides, then its runs best first", cmd_list,
      GPT_CTL_OP_LIST, list_opts, "gptctl list --sweep sw-1a2b3c4d"},
     {"sweep", "ID",

@@ -235,6 +235,8 @@ static int op_validate(struct daemon_ctx *d, const struct gpt_ctl_request *req, 
 struct handler_list {
     json_t *arr;
     const char *sweep; /* only this sweep's jobs; NULL all */
+    int state;         /* only jobs in this state (enum db_job_state); -1 all */
+    int64_t user;      /* only this uid's jobs; -1 all */
     const struct jobs *jobs;
     struct db *db; /* a sweep's list also sums up each job's metrics */
 };
@@ -242,7 +244,8 @@ struct handler_list {
 static void handler_list_add(void *ctx, const struct db_job *j)
 {
     struct handler_list *l = ctx;
-    if (l->sweep && strcmp(l->sweep, j->sweep) != 0)
+    if ((l->sweep && strcmp(l->sweep, j->sweep) != 0) || (l->state >= 0 && j->state != l->state) ||
+        (l->user >= 0 && (int64_t)j->owner_uid != l->user))
         return;
     json_t *o = handler_job_json(l->jobs, j);
     if (o && j->sweep[0])
@@ -265,7 +268,19 @@ static int op_list(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_
     json_t *arr = json_array();
     if (!arr)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    struct handler_list l = {.arr = arr, .sweep = req->sweep, .jobs = d->jobs, .db = d->db};
+    struct handler_list l = {.arr = arr,
+                             .sweep = req->sweep,
+                             .state = req->state ? db_job_state_parse(req->state) : -1,
+                             .user = req->present & (1u << GPT_CTL_F_USER) ? req->user : -1,
+                             .jobs = d->jobs,
+                             .db = d->db};
+    if (req->state && l.state < 0) {
+        json_decref(arr);
+        return gpt_err_set(err, -EINVAL, "state",
+                           "\"%s\" is no job state (queued, waiting, running, completed, failed,"
+                           " cancelled)",
+                           req->state);
+    }
     int rc = db_job_list(d->db, HANDLER_LIST_MAX, handler_list_add, &l, err);
     if (rc < 0) {
         json_decref(arr);

@@ -37,6 +37,8 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_RESUME_FROM] = {"resume_from", GPT_CTL_T_INT, 1, INT64_MAX, SLOT(resume_from)},
     [GPT_CTL_F_SWEEP_JOBS] = {"sweep_jobs", GPT_CTL_T_INT, 1, GPT_SWEEP_JOBS_MAX, SLOT(sweep_jobs)},
     [GPT_CTL_F_UMASK] = {"umask", GPT_CTL_T_INT, 0, 0777, SLOT(umask)},
+    [GPT_CTL_F_STATE] = {"state", GPT_CTL_T_STRING, 0, 16, SLOT(state)},
+    [GPT_CTL_F_USER] = {"user", GPT_CTL_T_INT, 0, UINT32_MAX, SLOT(user)},
 };
 
 #undef SLOT
@@ -56,7 +58,7 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                                F(SNAPSHOT) | F(OVERRIDES),
                            F(SPEC), NOT_STOP},
     [GPT_CTL_OP_VALIDATE] = {"validate", F(SPEC), F(SPEC), 0},
-    [GPT_CTL_OP_LIST] = {"list", F(SWEEP), 0, FWD},
+    [GPT_CTL_OP_LIST] = {"list", F(SWEEP) | F(STATE) | F(USER), 0, FWD},
     [GPT_CTL_OP_STATUS] = {"status", F(JOB), 0, FWD_JOB},
     [GPT_CTL_OP_LOGS] = {"logs", F(JOB) | F(FOLLOW) | F(SINCE), F(JOB), STREAM},
     [GPT_CTL_OP_CANCEL] = {"cancel", F(JOB), F(JOB), FWD | OWNER},

@@ -90,6 +90,8 @@ enum gpt_ctl_field {
     GPT_CTL_F_RESUME_FROM, /* integer >= 1: submit continues this job's snapshot */
     GPT_CTL_F_SWEEP_JOBS,  /* integer >= 1: a sweep's first submit: the jobs it will queue */
     GPT_CTL_F_UMASK,       /* integer 0..0777: export: the client's umask for what it writes */
+    GPT_CTL_F_STATE,       /* string: list: only jobs in this state */
+    GPT_CTL_F_USER,        /* integer >= 0: list: only jobs this uid owns */
     GPT_CTL_F_COUNT
 };
 
@@ -107,12 +109,14 @@ struct gpt_ctl_request {
     int64_t resume_from; /* submit: the job whose state the new job continues */
     int64_t sweep_jobs;  /* submit with a sweep: room wanted for this many jobs */
     int64_t umask;       /* export: permission bits the client's files leave out */
+    int64_t user;        /* list: the owner's uid */
     bool follow;
     double temperature;
     const char *prompt;
     const char *sweep;
     const char *format, *output, *dtype;
     const char *prompt_ids;
+    const char *state; /* list: a job state ("running", ...) */
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */

@@ -4,7 +4,8 @@
 # right after it works; `snapshots` prints sizes for people; `sample`
 # separates the prompt from what the model wrote and ends with a newline;
 # validate, submit and gptd run warn of a warmup that never ends and of an
-# eval interval beyond max_steps; a GGUF export is named after its job.
+# eval interval beyond max_steps; a GGUF export is named after its job;
+# `list --state` and `--user` filter the jobs.
 source "$(dirname "$0")/daemon_common.sh"
 start_gptd
 
@@ -59,4 +60,15 @@ has 'warning: optimizer.warmup_steps: 8 is not below' "$T/warn" || fail "submit 
 (cd "$T" && "$GPTD" run "$T/w.json" trainer.eval_every=7 --run-dir "$T/wr" >/dev/null 2>"$T/warn") ||
     fail "gptd run with a warning: $(cat "$T/warn")"
 has 'gptd run: warning: trainer.eval_every: 7 is beyond' "$T/warn" || fail "gptd run did not warn: $(cat "$T/warn")"
+# list --state and --user.
+wait_for 60 job_is "$w" completed
+out=$("$GPTCTL" list --state cancelled)
+has -E "^ *$id +tiny +cancelled" <<<"$out" && ! has -E "^ *$w " <<<"$out" || fail "list --state cancelled: $out"
+out=$("$GPTCTL" list --state completed --user "$(id -un)")
+has -E "^ *$w +tiny +completed" <<<"$out" && ! has -E "^ *$id " <<<"$out" || fail "list --state completed --user: $out"
+(($("$GPTCTL" list --user 4242 | wc -l) == 1)) || fail "list --user 4242 lists jobs: $("$GPTCTL" list --user 4242)"
+(($("$GPTCTL" list --user "$(id -u)" | wc -l) == 3)) || fail "list --user $(id -u): $("$GPTCTL" list --user "$(id -u)")"
+rc=0
+"$GPTCTL" list --state done >/dev/null 2>"$T/err" || rc=$?
+((rc == 1)) && has '"done" is no job state' "$T/err" || fail "list --state done: rc $rc $(cat "$T/err")"
 echo "ctl_frictions ok"
