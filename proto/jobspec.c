@@ -264,13 +264,96 @@ static int parse_nodes(const char *s, long long *ret_lo, long long *ret_hi)
     return 0;
 }
 
+/* JOBSPEC_UINT64: a non-negative integer, or a decimal string for values
+ * past JSON's safe integers. */
+static int apply_uint64(const struct jobspec_entry *e, const json_t *v, struct gpt_job *job,
+                        struct gpt_err *err)
+{
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *(uint64_t *)field(job, e->off) = (uint64_t)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_string(v)) {
+        unsigned long long u;
+        char *end;
+        const char *s = json_string_value(v);
+        errno = 0;
+        u = strtoull(s, &end, 10);
+        if (s[0] >= '0' && s[0] <= '9' && *end == '\0' && errno == 0) {
+            *(uint64_t *)field(job, e->off) = u;
+            return 0;
+        }
+    }
+    return expect(e, "a non-negative integer (or a decimal string)", v, err);
+}
+
+/* JOBSPEC_STRING: at most e->size - 1 bytes, no NUL, one of e->names when
+ * the entry has names (empty allowed). */
+static int apply_string(const struct jobspec_entry *e, const json_t *v, struct gpt_job *job,
+                        struct gpt_err *err)
+{
+    const char *s;
+    if (!json_is_string(v))
+        return expect(e, "a string", v, err);
+    s = json_string_value(v);
+    if (strlen(s) != json_string_length(v))
+        return gpt_err_set(err, -GPT_E_SPEC, e->path, "must not contain NUL characters");
+    if (json_string_length(v) >= e->size)
+        return gpt_err_set(err, -GPT_E_SPEC, e->path, "expected at most %zu bytes, got %zu",
+                           e->size - 1, json_string_length(v));
+    if (e->names && s[0] && name_index(e->names, s) < 0)
+        return expect_name(e, s, err);
+    memcpy(field(job, e->off), s, json_string_length(v) + 1);
+    return 0;
+}
+
+/* JOBSPEC_BETAS: [beta1, beta2], each in e's range. */
+static int apply_betas(const struct jobspec_entry *e, const json_t *v, struct gpt_job *job,
+                       struct gpt_err *err)
+{
+    double d, d2;
+    int rc;
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
+        !json_is_number(json_array_get(v, 1)))
+        return gpt_err_set(err, -GPT_E_SPEC, e->path,
+                           "expected [beta1, beta2], an array of two numbers");
+    d = json_number_value(json_array_get(v, 0));
+    d2 = json_number_value(json_array_get(v, 1));
+    if ((rc = check_double(e, d, err)) < 0 || (rc = check_double(e, d2, err)) < 0)
+        return rc;
+    *(double *)field(job, e->off) = d;
+    *(double *)field(job, e->off2) = d2;
+    return 0;
+}
+
+/* JOBSPEC_NODES: "MIN:MAX" or one integer for both. */
+static int apply_nodes(const struct jobspec_entry *e, const json_t *v, struct gpt_job *job,
+                       struct gpt_err *err)
+{
+    long long i, i2;
+    int rc;
+    if (json_is_integer(v)) {
+        i = i2 = json_integer_value(v);
+    } else if (!json_is_string(v) || parse_nodes(json_string_value(v), &i, &i2) < 0) {
+        return gpt_err_set(err, -GPT_E_SPEC, e->path,
+                           "expected \"MIN:MAX\" (e.g. \"2:4\") or an integer, got %s%s%.40s%s",
+                           json_kind(v), json_is_string(v) ? " \"" : "",
+                           json_is_string(v) ? json_string_value(v) : "",
+                           json_is_string(v) ? "\"" : "");
+    }
+    if ((rc = check_int(e, i, err)) < 0 || (rc = check_int(e, i2, err)) < 0)
+        return rc;
+    *(int *)field(job, e->off) = (int)i;
+    *(int *)field(job, e->off2) = (int)i2;
+    return 0;
+}
+
 /* Checks `v` against e's type and range and stores it into `job`. */
 static int entry_apply(const struct jobspec_entry *e, const json_t *v, struct gpt_job *job,
                        struct gpt_err *err)
 {
-    long long i, i2;
-    double d, d2;
-    const char *s;
+    long long i;
+    double d;
     int rc, idx;
 
     switch (e->type) {
@@ -287,22 +370,7 @@ static int entry_apply(const struct jobspec_entry *e, const json_t *v, struct gp
             *(int64_t *)field(job, e->off) = i;
         return 0;
     case JOBSPEC_UINT64:
-        if (json_is_integer(v) && json_integer_value(v) >= 0) {
-            *(uint64_t *)field(job, e->off) = (uint64_t)json_integer_value(v);
-            return 0;
-        }
-        if (json_is_string(v)) {
-            unsigned long long u;
-            char *end;
-            s = json_string_value(v);
-            errno = 0;
-            u = strtoull(s, &end, 10);
-            if (s[0] >= '0' && s[0] <= '9' && *end == '\0' && errno == 0) {
-                *(uint64_t *)field(job, e->off) = u;
-                return 0;
-            }
-        }
-        return expect(e, "a non-negative integer (or a decimal string)", v, err);
+        return apply_uint64(e, v, job, err);
     case JOBSPEC_DOUBLE:
         if (!json_is_number(v))
             return expect(e, "a number", v, err);
@@ -312,18 +380,7 @@ static int entry_apply(const struct jobspec_entry *e, const json_t *v, struct gp
         *(double *)field(job, e->off) = d;
         return 0;
     case JOBSPEC_STRING:
-        if (!json_is_string(v))
-            return expect(e, "a string", v, err);
-        s = json_string_value(v);
-        if (strlen(s) != json_string_length(v))
-            return gpt_err_set(err, -GPT_E_SPEC, e->path, "must not contain NUL characters");
-        if (json_string_length(v) >= e->size)
-            return gpt_err_set(err, -GPT_E_SPEC, e->path, "expected at most %zu bytes, got %zu",
-                               e->size - 1, json_string_length(v));
-        if (e->names && s[0] && name_index(e->names, s) < 0)
-            return expect_name(e, s, err);
-        memcpy(field(job, e->off), s, json_string_length(v) + 1);
-        return 0;
+        return apply_string(e, v, job, err);
     case JOBSPEC_ENUM:
         if (!json_is_string(v))
             return expect(e, "a string", v, err);
@@ -337,32 +394,9 @@ static int entry_apply(const struct jobspec_entry *e, const json_t *v, struct gp
         *(int *)field(job, e->off) = json_is_true(v);
         return 0;
     case JOBSPEC_BETAS:
-        if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_number(json_array_get(v, 0)) ||
-            !json_is_number(json_array_get(v, 1)))
-            return gpt_err_set(err, -GPT_E_SPEC, e->path,
-                               "expected [beta1, beta2], an array of two numbers");
-        d = json_number_value(json_array_get(v, 0));
-        d2 = json_number_value(json_array_get(v, 1));
-        if ((rc = check_double(e, d, err)) < 0 || (rc = check_double(e, d2, err)) < 0)
-            return rc;
-        *(double *)field(job, e->off) = d;
-        *(double *)field(job, e->off2) = d2;
-        return 0;
+        return apply_betas(e, v, job, err);
     case JOBSPEC_NODES:
-        if (json_is_integer(v)) {
-            i = i2 = json_integer_value(v);
-        } else if (!json_is_string(v) || parse_nodes(json_string_value(v), &i, &i2) < 0) {
-            return gpt_err_set(err, -GPT_E_SPEC, e->path,
-                               "expected \"MIN:MAX\" (e.g. \"2:4\") or an integer, got %s%s%.40s%s",
-                               json_kind(v), json_is_string(v) ? " \"" : "",
-                               json_is_string(v) ? json_string_value(v) : "",
-                               json_is_string(v) ? "\"" : "");
-        }
-        if ((rc = check_int(e, i, err)) < 0 || (rc = check_int(e, i2, err)) < 0)
-            return rc;
-        *(int *)field(job, e->off) = (int)i;
-        *(int *)field(job, e->off2) = (int)i2;
-        return 0;
+        return apply_nodes(e, v, job, err);
     case JOBSPEC_INTAUTO:
         if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) {
             *(int *)field(job, e->off) = 0;
