@@ -403,13 +403,80 @@ static int piece_cmp(const void *a, const void *b)
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Reads slice `s` of the manifest's table at b (which ends at `end`) into
+ * man->slices[s], its pieces after the *n_pieces already in man->pieces.
+ * Checks the slice's rank, piece count, pieces (inside meta's parameters)
+ * and sizes. Returns 0 or -GPT_E_CORRUPT with err set. */
+static int manifest_read_slice(struct snap_buf *b, size_t end, uint32_t s,
+                               const struct gpt_snapshot_meta *meta, const char *name,
+                               struct gpt_snapshot_manifest *man, size_t *n_pieces,
+                               struct gpt_err *err)
+{
+    uint64_t arrays = meta->has_moments ? 3 : 1;
+    struct gpt_snapshot_slice *sl = &man->slices[s];
+    if (end - b->off < MAN_SLICE_BYTES)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: slice table truncated", name);
+    sl->rank = get_u32(b);
+    sl->n_pieces = get_u32(b);
+    sl->floats = get_u64(b);
+    sl->bytes = get_u64(b);
+    sl->crc = get_u32(b);
+    (void)get_u32(b);
+    if (sl->rank != s || sl->n_pieces > GPT_SNAPSHOT_PIECES_MAX ||
+        (end - b->off) / MAN_PIECE_BYTES < sl->n_pieces)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: slice %" PRIu32 ": bad rank or piece count", name, s);
+    sl->pieces = man->pieces + *n_pieces;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < sl->n_pieces; i++) {
+        struct gpt_snapshot_piece *p = &man->pieces[(*n_pieces)++];
+        p->off = get_u64(b);
+        p->len = get_u64(b);
+        if (p->len == 0 || p->len > meta->n_params || p->off > meta->n_params - p->len)
+            return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                               "snapshot %s: slice %" PRIu32 ": a piece outside the %" PRIu64
+                               " parameters",
+                               name, s, meta->n_params);
+        sum += p->len; /* no overflow: each <= n_params, at most 2^24 pieces */
+    }
+    if (sum != sl->floats || sum > meta->n_params ||
+        sl->bytes != SLICE_HEADER_BYTES + sum * 4 * arrays + SNAP_TRAILER_BYTES)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "snapshot %s: slice %" PRIu32 ": sizes do not add up", name, s);
+    return 0;
+}
+
+/* Exact tiling: the n pieces sorted by offset, each starts where the last
+ * ended. Returns 0, -ENOMEM or -GPT_E_CORRUPT with err set. */
+static int manifest_check_tiling(const struct gpt_snapshot_piece *pieces, size_t n,
+                                 const char *name, struct gpt_err *err)
+{
+    if (n == 0)
+        return 0;
+    struct gpt_snapshot_piece *sorted = malloc(n * sizeof(*sorted));
+    if (!sorted)
+        return gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", name);
+    memcpy(sorted, pieces, n * sizeof(*sorted));
+    qsort(sorted, n, sizeof(*sorted), piece_cmp);
+    uint64_t at = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (sorted[i].off != at)
+            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                             "snapshot %s: slices overlap or leave a gap at parameter %" PRIu64,
+                             name, at);
+        at += sorted[i].len;
+    }
+    free(sorted);
+    return rc;
+}
+
 int gpt_snapshot_manifest_parse(const void *data, size_t len, const char *name,
                                 struct gpt_snapshot_meta *ret_meta,
                                 struct gpt_snapshot_manifest **ret, struct gpt_err *err)
 {
     struct gpt_snapshot_meta meta;
     struct gpt_snapshot_manifest *man = NULL;
-    struct gpt_snapshot_piece *sorted = NULL;
     size_t hlen;
     int rc = gpt_snapshot_parse_header(data, len, len, name, &meta, &hlen, err);
     if (rc < 0)
@@ -425,56 +492,21 @@ int gpt_snapshot_manifest_parse(const void *data, size_t len, const char *name,
     uint64_t id = get_u64(&b);
     uint32_t n = get_u32(&b);
     (void)get_u32(&b);
-    uint64_t arrays = meta.has_moments ? 3 : 1, covered = 0, total = len;
+    uint64_t covered = 0, total = len;
     if (n == 0 || n > GPT_SNAPSHOT_SLICES_MAX)
         return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: %" PRIu32 " slices", name, n);
-    if (!(man = calloc(1, sizeof(*man))) || !(man->slices = calloc(n, sizeof(*man->slices))))
-        goto nomem;
     /* Each piece takes 16 bytes of the file: the table bounds the count. */
     size_t max_pieces = (end - b.off) / MAN_PIECE_BYTES, n_pieces = 0;
-    if (!(man->pieces = calloc(max_pieces ? max_pieces : 1, sizeof(*man->pieces))))
-        goto nomem;
+    if (!(man = calloc(1, sizeof(*man))) || !(man->slices = calloc(n, sizeof(*man->slices))) ||
+        !(man->pieces = calloc(max_pieces ? max_pieces : 1, sizeof(*man->pieces)))) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", name);
+        goto fail;
+    }
     for (uint32_t s = 0; s < n; s++) {
-        struct gpt_snapshot_slice *sl = &man->slices[s];
-        if (end - b.off < MAN_SLICE_BYTES) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "snapshot %s: slice table truncated", name);
+        if ((rc = manifest_read_slice(&b, end, s, &meta, name, man, &n_pieces, err)) < 0)
             goto fail;
-        }
-        sl->rank = get_u32(&b);
-        sl->n_pieces = get_u32(&b);
-        sl->floats = get_u64(&b);
-        sl->bytes = get_u64(&b);
-        sl->crc = get_u32(&b);
-        (void)get_u32(&b);
-        if (sl->rank != s || sl->n_pieces > GPT_SNAPSHOT_PIECES_MAX ||
-            (end - b.off) / MAN_PIECE_BYTES < sl->n_pieces) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                             "snapshot %s: slice %" PRIu32 ": bad rank or piece count", name, s);
-            goto fail;
-        }
-        sl->pieces = man->pieces + n_pieces;
-        uint64_t sum = 0;
-        for (uint32_t i = 0; i < sl->n_pieces; i++) {
-            struct gpt_snapshot_piece *p = &man->pieces[n_pieces++];
-            p->off = get_u64(&b);
-            p->len = get_u64(&b);
-            if (p->len == 0 || p->len > meta.n_params || p->off > meta.n_params - p->len) {
-                rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                                 "snapshot %s: slice %" PRIu32 ": a piece outside the %" PRIu64
-                                 " parameters",
-                                 name, s, meta.n_params);
-                goto fail;
-            }
-            sum += p->len; /* no overflow: each <= n_params, at most 2^24 pieces */
-        }
-        if (sum != sl->floats || sum > meta.n_params ||
-            sl->bytes != SLICE_HEADER_BYTES + sum * 4 * arrays + SNAP_TRAILER_BYTES) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                             "snapshot %s: slice %" PRIu32 ": sizes do not add up", name, s);
-            goto fail;
-        }
-        covered += sum;
-        total += sl->bytes;
+        covered += man->slices[s].floats;
+        total += man->slices[s].bytes;
         if (covered > meta.n_params) {
             rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
                              "snapshot %s: slices overlap (more than %" PRIu64 " parameters)", name,
@@ -488,34 +520,15 @@ int gpt_snapshot_manifest_parse(const void *data, size_t len, const char *name,
                                       : "the slices do not cover every parameter");
         goto fail;
     }
-    /* Exact tiling: sorted by offset, each piece starts where the last ended. */
-    if (n_pieces > 0) {
-        if (!(sorted = malloc(n_pieces * sizeof(*sorted))))
-            goto nomem;
-        memcpy(sorted, man->pieces, n_pieces * sizeof(*sorted));
-        qsort(sorted, n_pieces, sizeof(*sorted), piece_cmp);
-        uint64_t at = 0;
-        for (size_t i = 0; i < n_pieces; i++) {
-            if (sorted[i].off != at) {
-                rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL,
-                                 "snapshot %s: slices overlap or leave a gap at parameter %" PRIu64,
-                                 name, at);
-                goto fail;
-            }
-            at += sorted[i].len;
-        }
-    }
-    free(sorted);
+    if ((rc = manifest_check_tiling(man->pieces, n_pieces, name, err)) < 0)
+        goto fail;
     man->id = id;
     man->n_slices = n;
     man->total_bytes = total;
     *ret_meta = meta;
     *ret = man;
     return 0;
-nomem:
-    rc = gpt_err_set(err, -ENOMEM, NULL, "snapshot %s: out of memory", name);
 fail:
-    free(sorted);
     gpt_snapshot_manifest_free(man);
     return rc;
 }
