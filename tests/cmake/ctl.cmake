@@ -10,3 +10,8 @@ foreach(t ${GPTD_CTL_TESTS})
   set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 120
                        ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
+# The bash completion against a stubbed bash-completion: formats after
+# --format (not job ids), --lr, -m, --dtype, --wait, a.b= job keys.
+add_test(NAME ctl_completion COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/ctl_completion.sh
+                                     ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gptd>)
+set_tests_properties(ctl_completion PROPERTIES LABELS unit TIMEOUT 60)
