@@ -266,6 +266,74 @@ static uint64_t gguf_align(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
+/* The file's header and metadata: magic, version, counts, the gpt2
+ * architecture's keys and, with a tokenizer, its keys. Returns 0 or a
+ * negative errno with err set. */
+static int gguf_write_header(struct gpt_fmt_out *o, const struct gpt_model_config *cfg,
+                             const struct gpt_gguf_write_opts *op, size_t nt,
+                             const struct gpt_tok *tok, struct gpt_err *err)
+{
+    int rc;
+    uint32_t ftype = op->dtype == GPT_GGUF_F32   ? GGUF_FTYPE_F32
+                     : op->dtype == GPT_GGUF_F16 ? GGUF_FTYPE_F16
+                                                 : GGUF_FTYPE_BF16;
+    uint32_t C = (uint32_t)cfg->n_embd;
+    rc = gguf_put(o, GGUF_MAGIC, 4, err);
+    if (rc == 0)
+        rc = gguf_put_u32(o, GPT_GGUF_VERSION, err);
+    if (rc == 0)
+        rc = gguf_put_u64(o, nt, err);
+    if (rc == 0)
+        rc = gguf_put_u64(o, 10 + (tok ? GGUF_TOKENIZER_KEYS : 0), err);
+    if (rc == 0)
+        rc = gguf_kv_str(o, "general.architecture", "gpt2", err);
+    if (rc == 0)
+        rc = gguf_kv_str(o, "general.name", op->name ? op->name : "gptd", err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "general.file_type", ftype, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "general.alignment", GPT_GGUF_ALIGNMENT, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "gpt2.context_length", (uint32_t)cfg->block_size, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "gpt2.embedding_length", C, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "gpt2.feed_forward_length", 4 * C, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "gpt2.block_count", (uint32_t)cfg->n_layer, err);
+    if (rc == 0)
+        rc = gguf_kv_u32(o, "gpt2.attention.head_count", (uint32_t)cfg->n_head, err);
+    if (rc == 0)
+        rc = gguf_kv_f32(o, "gpt2.attention.layer_norm_epsilon", GGUF_LN_EPS, err);
+    if (rc == 0 && tok)
+        rc = gguf_write_tokenizer(o, tok, err);
+    return rc;
+}
+
+/* The tensor table: each tensor's name, shape, type (2-D ones in `dtype`,
+ * the rest f32) and offset from the start of the data section. Returns 0
+ * or a negative errno with err set. */
+static int gguf_write_table(struct gpt_fmt_out *o, const struct gguf_tensor *t, size_t nt,
+                            enum gpt_gguf_dtype dtype, struct gpt_err *err)
+{
+    int rc = 0;
+    uint64_t off = 0;
+    for (size_t i = 0; rc == 0 && i < nt; i++) {
+        enum gpt_gguf_dtype dt = t[i].ndim == 2 ? dtype : GPT_GGUF_F32;
+        rc = gguf_put_str(o, t[i].name, strlen(t[i].name), err);
+        if (rc == 0)
+            rc = gguf_put_u32(o, (uint32_t)t[i].ndim, err);
+        for (int d = 0; rc == 0 && d < t[i].ndim; d++)
+            rc = gguf_put_u64(o, t[i].ne[d], err);
+        if (rc == 0)
+            rc = gguf_put_u32(o, (uint32_t)dt, err);
+        if (rc == 0)
+            rc = gguf_put_u64(o, off, err);
+        off = gguf_align(off + t[i].count * gguf_esize(dt), GPT_GGUF_ALIGNMENT);
+    }
+    return rc;
+}
+
 int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, const float *params,
                         const char *vocab_dir, const struct gpt_gguf_write_opts *opts,
                         struct gpt_err *err)
@@ -301,54 +369,9 @@ int gpt_gguf_write_opts(const char *path, const struct gpt_model_config *cfg, co
     size_t nt = gguf_plan(m, t);
     if ((rc = gpt_fmt_out_open(&o, path, op->mode, op->tmp_prefix, err)) < 0)
         goto out;
-    uint32_t ftype = op->dtype == GPT_GGUF_F32   ? GGUF_FTYPE_F32
-                     : op->dtype == GPT_GGUF_F16 ? GGUF_FTYPE_F16
-                                                 : GGUF_FTYPE_BF16;
-    uint32_t C = (uint32_t)cfg->n_embd;
-    rc = gguf_put(&o, GGUF_MAGIC, 4, err);
+    rc = gguf_write_header(&o, cfg, op, nt, tok, err);
     if (rc == 0)
-        rc = gguf_put_u32(&o, GPT_GGUF_VERSION, err);
-    if (rc == 0)
-        rc = gguf_put_u64(&o, nt, err);
-    if (rc == 0)
-        rc = gguf_put_u64(&o, 10 + (tok ? GGUF_TOKENIZER_KEYS : 0), err);
-    if (rc == 0)
-        rc = gguf_kv_str(&o, "general.architecture", "gpt2", err);
-    if (rc == 0)
-        rc = gguf_kv_str(&o, "general.name", op->name ? op->name : "gptd", err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "general.file_type", ftype, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "general.alignment", GPT_GGUF_ALIGNMENT, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "gpt2.context_length", (uint32_t)cfg->block_size, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "gpt2.embedding_length", C, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "gpt2.feed_forward_length", 4 * C, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "gpt2.block_count", (uint32_t)cfg->n_layer, err);
-    if (rc == 0)
-        rc = gguf_kv_u32(&o, "gpt2.attention.head_count", (uint32_t)cfg->n_head, err);
-    if (rc == 0)
-        rc = gguf_kv_f32(&o, "gpt2.attention.layer_norm_epsilon", GGUF_LN_EPS, err);
-    if (rc == 0 && tok)
-        rc = gguf_write_tokenizer(&o, tok, err);
-    /* the tensor table: offsets from the start of the data section */
-    uint64_t off = 0;
-    for (size_t i = 0; rc == 0 && i < nt; i++) {
-        enum gpt_gguf_dtype dt = t[i].ndim == 2 ? op->dtype : GPT_GGUF_F32;
-        rc = gguf_put_str(&o, t[i].name, strlen(t[i].name), err);
-        if (rc == 0)
-            rc = gguf_put_u32(&o, (uint32_t)t[i].ndim, err);
-        for (int d = 0; rc == 0 && d < t[i].ndim; d++)
-            rc = gguf_put_u64(&o, t[i].ne[d], err);
-        if (rc == 0)
-            rc = gguf_put_u32(&o, (uint32_t)dt, err);
-        if (rc == 0)
-            rc = gguf_put_u64(&o, off, err);
-        off = gguf_align(off + t[i].count * gguf_esize(dt), GPT_GGUF_ALIGNMENT);
-    }
+        rc = gguf_write_table(&o, t, nt, op->dtype, err);
     if (rc == 0)
         rc = gpt_fmt_out_pad(&o, GPT_GGUF_ALIGNMENT, err);
     for (size_t i = 0; rc == 0 && i < nt; i++) {
