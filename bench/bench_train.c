@@ -45,141 +45,44 @@ static double now_s(void)
 }
 
 /* Per-op profile (BENCH_PROFILE=1 in the environment): the backend's
- * vtable is copied and each op wrapped with a timer; totals go to stderr
- * as ms per step. */
-enum prof_op {
-    PROF_MEMZERO,
-    PROF_ENC_F,
-    PROF_ENC_B,
-    PROF_LN_F,
-    PROF_LN_B,
-    PROF_MM_F,
-    PROF_MM_B,
-    PROF_ATT_F,
-    PROF_ATT_B,
-    PROF_GELU_F,
-    PROF_GELU_B,
-    PROF_RES_F,
-    PROF_XENT,
-    PROF_ADAMW,
-    PROF_SUMSQ,
-    PROF_COUNT
-};
-static const char *const prof_names[PROF_COUNT] = {
-    "memzero",  "encoder_f",  "encoder_b",    "layernorm_f", "layernorm_b",
-    "matmul_f", "matmul_b",   "attention_f",  "attention_b", "gelu_f",
-    "gelu_b",   "residual_f", "softmax_xent", "adamw",       "sumsq"};
-static double prof_s[PROF_COUNT];
+ * vtable is copied and each stream op it has (backend_ops.def, group OP)
+ * wrapped with a timer; totals go to stderr as ms per step. */
+static double prof_s[GPT_BACKEND_OP_COUNT];
 static const struct gpt_backend_ops *prof_base;
 static struct gpt_backend_ops prof_ops;
 
-#define PROF_CALL(op, call)                                                                        \
-    do {                                                                                           \
+/* A pass-through keeps the slot's result across the timer: the value
+ * holder and the return by the slot's type (void has neither). */
+#define PROF_KEEP_void
+#define PROF_KEEP_int int r_ =
+#define PROF_KEEP_double double r_ =
+#define PROF_GIVE_void
+#define PROF_GIVE_int return r_;
+#define PROF_GIVE_double return r_;
+#define GPT_OP_PROF_OP(ret, name, params, args)                                                    \
+    static ret prof_##name params                                                                  \
+    {                                                                                              \
         double t0_ = now_s();                                                                      \
-        call;                                                                                      \
-        prof_s[op] += now_s() - t0_;                                                               \
-    } while (0)
-
-static void prof_memzero(struct gpt_backend *be, void *ptr, size_t bytes)
-{
-    PROF_CALL(PROF_MEMZERO, prof_base->memzero(be, ptr, bytes));
-}
-static void prof_enc_f(struct gpt_backend *be, float *out, const int *inp, const float *wte,
-                       const float *wpe, size_t B, size_t T, size_t C)
-{
-    PROF_CALL(PROF_ENC_F, prof_base->encoder_forward(be, out, inp, wte, wpe, B, T, C));
-}
-static void prof_enc_b(struct gpt_backend *be, float *dwte, float *dwpe, const float *dout,
-                       const int *inp, size_t B, size_t T, size_t C)
-{
-    PROF_CALL(PROF_ENC_B, prof_base->encoder_backward(be, dwte, dwpe, dout, inp, B, T, C));
-}
-static void prof_ln_f(struct gpt_backend *be, float *out, float *mean, float *rstd,
-                      const float *inp, const float *w, const float *b, size_t N, size_t C)
-{
-    PROF_CALL(PROF_LN_F, prof_base->layernorm_forward(be, out, mean, rstd, inp, w, b, N, C));
-}
-static void prof_ln_b(struct gpt_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                      const float *inp, const float *w, const float *mean, const float *rstd,
-                      size_t N, size_t C)
-{
-    PROF_CALL(PROF_LN_B,
-              prof_base->layernorm_backward(be, dinp, dw, db, dout, inp, w, mean, rstd, N, C));
-}
-static void prof_mm_f(struct gpt_backend *be, float *out, const float *inp, const float *w,
-                      const float *b, size_t N, size_t C, size_t OC)
-{
-    PROF_CALL(PROF_MM_F, prof_base->matmul_forward(be, out, inp, w, b, N, C, OC));
-}
-static void prof_mm_b(struct gpt_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                      const float *inp, const float *w, size_t N, size_t C, size_t OC)
-{
-    PROF_CALL(PROF_MM_B, prof_base->matmul_backward(be, dinp, dw, db, dout, inp, w, N, C, OC));
-}
-static void prof_att_f(struct gpt_backend *be, float *out, float *att, const float *qkv, size_t B,
-                       size_t T, size_t C, size_t NH)
-{
-    PROF_CALL(PROF_ATT_F, prof_base->attention_forward(be, out, att, qkv, B, T, C, NH));
-}
-static void prof_att_b(struct gpt_backend *be, float *dqkv, float *scratch, const float *dout,
-                       const float *out, const float *qkv, const float *att, size_t B, size_t T,
-                       size_t C, size_t NH)
-{
-    PROF_CALL(PROF_ATT_B,
-              prof_base->attention_backward(be, dqkv, scratch, dout, out, qkv, att, B, T, C, NH));
-}
-static void prof_gelu_f(struct gpt_backend *be, float *out, const float *inp, size_t n)
-{
-    PROF_CALL(PROF_GELU_F, prof_base->gelu_forward(be, out, inp, n));
-}
-static void prof_gelu_b(struct gpt_backend *be, float *dinp, const float *inp, const float *dout,
-                        size_t n)
-{
-    PROF_CALL(PROF_GELU_B, prof_base->gelu_backward(be, dinp, inp, dout, n));
-}
-static void prof_res_f(struct gpt_backend *be, float *out, const float *a, const float *b, size_t n)
-{
-    PROF_CALL(PROF_RES_F, prof_base->residual_forward(be, out, a, b, n));
-}
-static void prof_xent(struct gpt_backend *be, float *logits, float *losses, const int *targets,
-                      size_t N, size_t V, size_t Vp, float dscale, int write)
-{
-    PROF_CALL(PROF_XENT,
-              prof_base->softmax_xent(be, logits, losses, targets, N, V, Vp, dscale, write));
-}
-static void prof_adamw(struct gpt_backend *be, float *p, const float *g, float *m, float *v,
-                       size_t n, float lr, float b1, float b2, float eps, float wd, float gs,
-                       float bc1, float bc2)
-{
-    PROF_CALL(PROF_ADAMW, prof_base->adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, gs, bc1, bc2));
-}
-static double prof_sumsq(struct gpt_backend *be, const float *x, size_t n)
-{
-    double t0 = now_s();
-    double r = prof_base->sumsq(be, x, n);
-    prof_s[PROF_SUMSQ] += now_s() - t0;
-    return r;
-}
+        PROF_KEEP_##ret prof_base->name args;                                                      \
+        prof_s[GPT_BACKEND_OP_##name] += now_s() - t0_;                                            \
+        PROF_GIVE_##ret                                                                            \
+    }
+#define GPT_OP_PROF_CTL(ret, name, params, args)
+#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_PROF_##group(ret, name, params, args)
+#include "backend_ops.def"
 
 static void prof_install(struct gpt_backend *be)
 {
     prof_base = be->ops;
     prof_ops = *be->ops;
-    prof_ops.memzero = prof_memzero;
-    prof_ops.encoder_forward = prof_enc_f;
-    prof_ops.encoder_backward = prof_enc_b;
-    prof_ops.layernorm_forward = prof_ln_f;
-    prof_ops.layernorm_backward = prof_ln_b;
-    prof_ops.matmul_forward = prof_mm_f;
-    prof_ops.matmul_backward = prof_mm_b;
-    prof_ops.attention_forward = prof_att_f;
-    prof_ops.attention_backward = prof_att_b;
-    prof_ops.gelu_forward = prof_gelu_f;
-    prof_ops.gelu_backward = prof_gelu_b;
-    prof_ops.residual_forward = prof_res_f;
-    prof_ops.softmax_xent = prof_xent;
-    prof_ops.adamw = prof_adamw;
-    prof_ops.sumsq = prof_sumsq;
+    /* Only the slots the backend fills: an empty optional slot keeps the
+     * wrapper's fallback, whose separate ops are timed instead. */
+#define GPT_OP_INSTALL_OP(name)                                                                    \
+    if (prof_base->name)                                                                           \
+        prof_ops.name = prof_##name;
+#define GPT_OP_INSTALL_CTL(name)
+#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_INSTALL_##group(name)
+#include "backend_ops.def"
     be->ops = &prof_ops;
 }
 
@@ -260,11 +163,14 @@ int main(int argc, char **argv)
     }
     if (prof) {
         double sum = 0;
-        for (int i = 0; i < PROF_COUNT; i++) {
-            fprintf(stderr, "  %-13s %8.2f ms/step\n", prof_names[i], prof_s[i] * 1e3 / steps);
+        for (int i = 0; i < GPT_BACKEND_OP_COUNT; i++) {
+            if (prof_s[i] == 0.0)
+                continue; /* not called in the timed steps */
+            fprintf(stderr, "  %-26s %8.2f ms/step\n", gpt_backend_op_name((enum gpt_backend_op)i),
+                    prof_s[i] * 1e3 / steps);
             sum += prof_s[i];
         }
-        fprintf(stderr, "  %-13s %8.2f ms/step (step %.2f)\n", "ops total", sum * 1e3 / steps, ms);
+        fprintf(stderr, "  %-26s %8.2f ms/step (step %.2f)\n", "ops total", sum * 1e3 / steps, ms);
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -1095,40 +1095,19 @@ static size_t rec_att_floats(struct gpt_backend *be, size_t B, size_t T, size_t 
     return gpt_cuda_plan_att_floats(&p, B, T, C, NH, scratch);
 }
 
+/* Every stream op of backend_ops.def (group OP) is recorded: rec_<slot>
+ * for each, so a new op fails to build here until it has a recorder. */
 static const struct gpt_backend_ops rec_ops = {
     .name = "cuda-plan",
     .destroy = rec_destroy,
-    .alloc = rec_alloc,
-    .mem_free = rec_mem_free,
-    .upload = rec_upload,
-    .download = rec_download,
-    .copy = rec_copy,
-    .memzero = rec_memzero,
-    .encoder_forward = rec_encoder_forward,
-    .encoder_backward = rec_encoder_backward,
-    .layernorm_forward = rec_layernorm_forward,
-    .layernorm_backward = rec_layernorm_backward,
-    .matmul_forward = rec_matmul_forward,
-    .matmul_backward = rec_matmul_backward,
-    .attention_forward = rec_attention_forward,
-    .attention_backward = rec_attention_backward,
-    .gelu_forward = rec_gelu_forward,
-    .gelu_backward = rec_gelu_backward,
-    .residual_forward = rec_residual_forward,
-    .softmax_xent = rec_softmax_xent,
-    .adamw = rec_adamw,
-    .sumsq = rec_sumsq,
-    .loss_accum = rec_loss_accum,
-    .sumsq_dev = rec_sumsq_dev,
-    .adamw_multi_clip = rec_adamw_multi_clip,
-    .scale = rec_scale,
+#define GPT_OP_REC_OP(name) .name = rec_##name,
+#define GPT_OP_REC_CTL(name)
+#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_REC_##group(name)
+#include "backend_ops.def"
+#undef GPT_OP_REC_OP
+#undef GPT_OP_REC_CTL
     .set_precision = rec_set_precision,
     .att_floats = rec_att_floats,
-    .matmul_gelu_forward = rec_matmul_gelu_forward,
-    .matmul_backward_dgelu = rec_matmul_backward_dgelu,
-    .residual_layernorm_forward = rec_residual_layernorm_forward,
-    .adamw_multi = rec_adamw_multi,
-    .matmul_residual_forward = rec_matmul_residual_forward,
     .grads_assign = 1, /* as the CUDA backend */
     .device_memory = 1,
 };

@@ -80,70 +80,19 @@ int gpt_backend_sync(struct gpt_backend *be)
     return be->ops->sync(be);
 }
 
-void gpt_backend_encoder_forward(struct gpt_backend *be, float *out, const int *inp,
-                                 const float *wte, const float *wpe, size_t B, size_t T, size_t C)
-{
-    BE_CHECK(be, encoder_forward);
-    GPT_ASSERT(out && inp && wte && wpe && B > 0 && T > 0 && C > 0);
-    be->ops->encoder_forward(be, out, inp, wte, wpe, B, T, C);
-}
-
-void gpt_backend_encoder_backward(struct gpt_backend *be, float *dwte, float *dwpe,
-                                  const float *dout, const int *inp, size_t B, size_t T, size_t C)
-{
-    BE_CHECK(be, encoder_backward);
-    GPT_ASSERT(dwte && dwpe && dout && inp && B > 0 && T > 0 && C > 0);
-    be->ops->encoder_backward(be, dwte, dwpe, dout, inp, B, T, C);
-}
-
-void gpt_backend_layernorm_forward(struct gpt_backend *be, float *out, float *mean, float *rstd,
-                                   const float *inp, const float *weight, const float *bias,
-                                   size_t N, size_t C)
-{
-    BE_CHECK(be, layernorm_forward);
-    GPT_ASSERT(out && mean && rstd && inp && weight && bias && N > 0 && C > 0);
-    GPT_ASSERT(out != inp);
-    be->ops->layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C);
-}
-
-void gpt_backend_layernorm_backward(struct gpt_backend *be, float *dinp, float *dweight,
-                                    float *dbias, const float *dout, const float *inp,
-                                    const float *weight, const float *mean, const float *rstd,
-                                    size_t N, size_t C)
-{
-    BE_CHECK(be, layernorm_backward);
-    GPT_ASSERT(dinp && dweight && dbias && dout && inp && weight && mean && rstd);
-    GPT_ASSERT(N > 0 && C > 0 && dinp != dout);
-    be->ops->layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-}
-
-void gpt_backend_matmul_forward(struct gpt_backend *be, float *out, const float *inp,
-                                const float *weight, const float *bias, size_t N, size_t C,
-                                size_t OC)
-{
-    BE_CHECK(be, matmul_forward);
-    GPT_ASSERT(out && inp && weight && N > 0 && C > 0 && OC > 0);
-    GPT_ASSERT(out != inp && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
-    be->ops->matmul_forward(be, out, inp, weight, bias, N, C, OC);
-}
-
-void gpt_backend_matmul_backward(struct gpt_backend *be, float *dinp, float *dweight, float *dbias,
-                                 const float *dout, const float *inp, const float *weight, size_t N,
-                                 size_t C, size_t OC)
-{
-    BE_CHECK(be, matmul_backward);
-    GPT_ASSERT(dweight && dout && inp && weight && N > 0 && C > 0 && OC > 0);
-    GPT_ASSERT(dinp != dout && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
-    be->ops->matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-}
-
-void gpt_backend_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
-                                   size_t B, size_t T, size_t C, size_t NH)
-{
-    BE_CHECK(be, attention_forward);
-    GPT_ASSERT(out && att && qkv && B > 0 && T > 0 && NH > 0 && C % NH == 0 && C > 0);
-    be->ops->attention_forward(be, out, att, qkv, B, T, C, NH);
-}
+/* The GEN rows of backend_ops.def: assert the slot and the row's
+ * preconditions, then dispatch. */
+#define GPT_OP_WRAP_GEN(name, params, args, pre)                                                   \
+    void gpt_backend_##name params                                                                 \
+    {                                                                                              \
+        BE_CHECK(be, name);                                                                        \
+        GPT_ASSERT(pre);                                                                           \
+        be->ops->name args;                                                                        \
+    }
+#define GPT_OP_WRAP_HAND(name, params, args, pre)
+#define GPT_OP_WRAP_NONE(name, params, args, pre)
+#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_WRAP_##wrap(name, params, args, pre)
+#include "backend_ops.def"
 
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,
                                     const float *dout, const float *out, const float *qkv,
@@ -189,48 +138,6 @@ void gpt_backend_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, floa
     GPT_ASSERT(dweight && dout && inp && weight && N > 0 && C > 0 && OC > 0);
     GPT_ASSERT(dinp != dout && N <= INT32_MAX && C <= INT32_MAX && OC <= INT32_MAX);
     be->ops->matmul_backward_dgelu(be, dinp, dweight, dbias, dout, inp, weight, pre_gelu, N, C, OC);
-}
-
-void gpt_backend_gelu_forward(struct gpt_backend *be, float *out, const float *inp, size_t n)
-{
-    BE_CHECK(be, gelu_forward);
-    GPT_ASSERT(out && inp);
-    be->ops->gelu_forward(be, out, inp, n);
-}
-
-void gpt_backend_gelu_backward(struct gpt_backend *be, float *dinp, const float *inp,
-                               const float *dout, size_t n)
-{
-    BE_CHECK(be, gelu_backward);
-    GPT_ASSERT(dinp && inp && dout);
-    be->ops->gelu_backward(be, dinp, inp, dout, n);
-}
-
-void gpt_backend_residual_forward(struct gpt_backend *be, float *out, const float *a,
-                                  const float *b, size_t n)
-{
-    BE_CHECK(be, residual_forward);
-    GPT_ASSERT(out && a && b);
-    be->ops->residual_forward(be, out, a, b, n);
-}
-
-void gpt_backend_softmax_xent(struct gpt_backend *be, float *logits, float *losses,
-                              const int *targets, size_t N, size_t V, size_t Vp, float dscale,
-                              int write_dlogits)
-{
-    BE_CHECK(be, softmax_xent);
-    GPT_ASSERT(logits && targets && N > 0 && V > 0 && V <= Vp);
-    be->ops->softmax_xent(be, logits, losses, targets, N, V, Vp, dscale, write_dlogits);
-}
-
-void gpt_backend_adamw(struct gpt_backend *be, float *params, const float *grads, float *m,
-                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, float grad_scale, float bc1, float bc2)
-{
-    BE_CHECK(be, adamw);
-    GPT_ASSERT(params && grads && m && v && bc1 > 0.0f && bc2 > 0.0f);
-    be->ops->adamw(be, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1,
-                   bc2);
 }
 
 void gpt_backend_residual_layernorm_forward(struct gpt_backend *be, float *res, float *out,

@@ -945,46 +945,14 @@ static int cuda_device_info(struct gpt_backend *be, char *name, size_t cap, int 
     return 0;
 }
 
+/* C++ has no out-of-order designated initializers: the members in
+ * backend_ops.def's order, each slot cuda_<slot>. */
 static const struct gpt_backend_ops cuda_ops = {
     /* .name = */ "cuda",
-    /* .destroy = */ cuda_destroy,
-    /* .alloc = */ cuda_alloc,
-    /* .mem_free = */ cuda_mem_free,
-    /* .upload = */ cuda_upload,
-    /* .download = */ cuda_download,
-    /* .copy = */ cuda_copy,
-    /* .memzero = */ cuda_memzero,
-    /* .sync = */ cuda_sync,
-    /* .encoder_forward = */ cuda_encoder_forward,
-    /* .encoder_backward = */ cuda_encoder_backward,
-    /* .layernorm_forward = */ cuda_layernorm_forward,
-    /* .layernorm_backward = */ cuda_layernorm_backward,
-    /* .matmul_forward = */ cuda_matmul_forward,
-    /* .matmul_backward = */ cuda_matmul_backward,
-    /* .attention_forward = */ cuda_attention_forward,
-    /* .attention_backward = */ cuda_attention_backward,
-    /* .gelu_forward = */ cuda_gelu_forward,
-    /* .gelu_backward = */ cuda_gelu_backward,
-    /* .residual_forward = */ cuda_residual_forward,
-    /* .softmax_xent = */ cuda_softmax_xent,
-    /* .adamw = */ cuda_adamw,
-    /* .sumsq = */ cuda_sumsq,
-    /* .scale = */ cuda_scale,
-    /* .set_precision = */ cuda_set_precision,
-    /* .att_floats = */ cuda_att_floats,
-    /* .matmul_gelu_forward = */ cuda_matmul_gelu_forward,
-    /* .matmul_backward_dgelu = */ cuda_matmul_backward_dgelu,
-    /* .residual_layernorm_forward = */ cuda_residual_layernorm_forward,
-    /* .adamw_multi = */ cuda_adamw_multi,
-    /* .matmul_residual_forward = */ cuda_matmul_residual_forward,
-    /* .loss_accum = */ cuda_loss_accum,
-    /* .sumsq_dev = */ cuda_sumsq_dev,
-    /* .adamw_multi_clip = */ cuda_adamw_multi_clip,
+#define GPT_OP(wrap, group, ret, name, params, args, pre) cuda_##name,
+#include "backend_ops.def"
     /* .grads_assign = */ 1,
     /* .device_memory = */ 1,
-    /* .device_info = */ cuda_device_info,
-    /* .attention_guard = */ cuda_attention_guard,
-    /* .attention_fallback = */ cuda_attention_fallback,
 };
 
 /* ---- construction and accessors -------------------------------------------- */
