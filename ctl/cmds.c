@@ -630,6 +630,8 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
             table_row(&t, "overrides:", label);
         if (json_object_get(j, "sweep"))
             table_row(&t, "sweep:", json_string_value(json_object_get(j, "sweep")));
+        if (json_object_get(j, "parent_job")) /* submit --resume-from */
+            table_row(&t, "continues job:", fmt_int(a, sizeof(a), json_object_get(j, "parent_job")));
         char ranks[1024];
         const char *rk = fmt_rank_ms(ranks, sizeof(ranks), json_object_get(j, "rank_step_ms"));
         if (rk)

@@ -59,6 +59,8 @@ static json_t *handler_job_json(const struct jobs *js, const struct db_job *j)
     json_object_set_new(o, "finished", j->finished > 0 ? json_real(j->finished) : json_null());
     if (j->error[0] && !held)
         json_object_set_new(o, "error", json_string(j->error));
+    if (j->parent_job > 0)
+        json_object_set_new(o, "parent_job", json_integer(j->parent_job));
     json_t *over = j->overrides[0] ? json_loads(j->overrides, 0, NULL) : NULL;
     if (over)
         json_object_set_new(o, "overrides", over);

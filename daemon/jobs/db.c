@@ -99,12 +99,15 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN sweep TEXT NOT NULL DEFAULT '';",
     /* 5 -> 6: the overrides that tell a sweep's jobs apart, as a JSON object. */
     "ALTER TABLE jobs ADD COLUMN overrides TEXT NOT NULL DEFAULT '';",
+    /* 6 -> 7: the job a --resume-from job continues (0: none). */
+    "ALTER TABLE jobs ADD COLUMN parent_job INTEGER NOT NULL DEFAULT 0;",
 };
 
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides"
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides,"      \
+    " parent_job"
 
 static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_INSERT] = "INSERT INTO jobs(name, owner_uid, state, priority, spec_json, created,"
@@ -134,6 +137,7 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_JOB_SET_SPEC] = "UPDATE jobs SET spec_json = ? WHERE id = ?",
     [DB_ST_JOB_SET_SWEEP] = "UPDATE jobs SET sweep = ? WHERE id = ?",
     [DB_ST_JOB_SET_OVERRIDES] = "UPDATE jobs SET overrides = ? WHERE id = ?",
+    [DB_ST_JOB_SET_PARENT] = "UPDATE jobs SET parent_job = ? WHERE id = ?",
     [DB_ST_JOB_SUMMARY] =
         "SELECT min(val_loss), max(tokens),"
         " (SELECT val_loss FROM metrics WHERE job_id = ?1 AND val_loss IS NOT NULL"
@@ -569,6 +573,7 @@ static void db_job_row(sqlite3_stmt *s, struct db_job *j)
     j->cancel_uid = sqlite3_column_int64(s, 17);
     db_column_text(s, 18, j->sweep, sizeof(j->sweep));
     db_column_text(s, 19, j->overrides, sizeof(j->overrides));
+    j->parent_job = sqlite3_column_int64(s, 20);
 }
 
 int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *err)
@@ -586,7 +591,7 @@ int db_job_get(struct db *db, int64_t id, struct db_job *ret, struct gpt_err *er
     } else {
         struct db_job j;
         db_job_row(s, &j);
-        const unsigned char *spec = sqlite3_column_text(s, 20);
+        const unsigned char *spec = sqlite3_column_text(s, 21);
         j.spec_json = strdup(spec ? (const char *)spec : "{}");
         if (!j.spec_json)
             rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
@@ -689,6 +694,17 @@ int db_job_set_overrides(struct db *db, int64_t id, const char *overrides, struc
     sqlite3_bind_text(s, 1, overrides, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, id);
     return db_exec_stmt(db, s, err, "set job overrides");
+}
+
+int db_job_set_parent(struct db *db, int64_t id, int64_t parent, struct gpt_err *err)
+{
+    int rc = 0;
+    sqlite3_stmt *s = db_stmt(db, DB_ST_JOB_SET_PARENT, err, &rc);
+    if (!s)
+        return rc;
+    sqlite3_bind_int64(s, 1, parent);
+    sqlite3_bind_int64(s, 2, id);
+    return db_exec_stmt(db, s, err, "set job parent");
 }
 
 int db_job_summary(struct db *db, int64_t id, struct db_job_summary *ret, struct gpt_err *err)

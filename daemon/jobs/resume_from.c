@@ -361,6 +361,8 @@ int resume_from_commit(struct db *db, const char *node, const struct resume_from
         rc = db_job_set_resume(db, id, 1, 0, err);
     if (rc == 0) /* out of its hold (jobs_submit_held) */
         rc = db_job_set_state(db, id, DB_JOB_QUEUED, NULL, now, err);
+    if (rc == 0)
+        rc = db_job_set_parent(db, id, rf->src_job, err);
     if (rc == 0) {
         struct gpt_event e = {.step = rf->meta.step, .time = now};
         snprintf(e.kind, sizeof(e.kind), "queued");

@@ -61,6 +61,8 @@ first=$(metric_steps "$T/b.logs" | head -n1)
 last=$(metric_steps "$T/b.logs" | tail -n1)
 [[ $first == 21 && $last == 40 ]] || fail "B logged steps $first..$last, want 21..40"
 grep '"kind":"queued"' "$T/b.logs" | has "continues job $a" || fail "no event says what B continues"
+"$GPTCTL" status "$b" | has -E "^continues job: +$a$" || fail "status does not name B's parent: $("$GPTCTL" status "$b")"
+"$GPTCTL" status "$a" | has '^continues job:' && fail "status names a parent for A"
 bdir=$("$GPTCTL" --json snapshots "$b" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
 [[ $bdir != "$adir" && -f $bdir/snap-000000000020.gpts ]] ||
     fail "B's folder $bdir holds no copy of the step-20 snapshot"

@@ -20,7 +20,7 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 6
+#define DB_SCHEMA_VERSION 7
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 #define DB_OVERRIDES_MAX  512 /* bytes of a job's overrides text, NUL included */
@@ -61,6 +61,7 @@ struct db_job {
     int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
     char sweep[64];     /* the sweep (gptctl submit -m) it belongs to; "" none */
     char overrides[DB_OVERRIDES_MAX]; /* JSON object "a.b": "value" of its sweep; "" none */
+    int64_t parent_job; /* the job it continues (submit --resume-from); 0 none */
 };
 
 /* What a job's metrics add up to so far. */
@@ -144,6 +145,8 @@ int db_job_set_sweep(struct db *db, int64_t id, const char *sweep, struct gpt_er
 /* Records the overrides (a JSON object's text) that set the job apart in
  * its sweep; at most DB_OVERRIDES_MAX - 1 bytes. */
 int db_job_set_overrides(struct db *db, int64_t id, const char *overrides, struct gpt_err *err);
+/* Records the job a --resume-from job continues. */
+int db_job_set_parent(struct db *db, int64_t id, int64_t parent, struct gpt_err *err);
 /* The job's best and newest validation loss and its tokens so far. */
 int db_job_summary(struct db *db, int64_t id, struct db_job_summary *ret, struct gpt_err *err);
 /* Replaces the job's spec (a resume that changed keys); the next run
