@@ -671,14 +671,44 @@ struct shard_slice_report {
     uint32_t crc, pad;
 };
 
+/* Rank 0's commit of a sharded snapshot: the manifest, written last,
+ * naming every rank's slice (its pieces, and the sizes and checksum its
+ * report carried). Returns 0 or a negative errno with err set. */
+static int shard_manifest_commit(struct gpt_shard *sh, const char *dir,
+                                 const struct gpt_snapshot_meta *meta, uint64_t id,
+                                 const struct shard_slice_report *reports, char *ret_path,
+                                 size_t path_cap, uint64_t *ret_bytes, struct gpt_err *err)
+{
+    int world = sh->comm->world, rc;
+    struct gpt_snapshot_slice *slices = calloc((size_t)world, sizeof(*slices));
+    struct gpt_snapshot_piece *all = calloc((size_t)world * GPT_MAX_UNITS, sizeof(*all));
+    if (!slices || !all) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the manifest");
+        goto out;
+    }
+    for (int r = 0; r < world; r++) {
+        struct gpt_snapshot_slice *sl = &slices[r];
+        sl->rank = (uint32_t)r;
+        sl->pieces = all + (size_t)r * GPT_MAX_UNITS;
+        sl->n_pieces = shard_rank_pieces(sh, r, all + (size_t)r * GPT_MAX_UNITS);
+        sl->floats = reports[r].floats;
+        sl->bytes = reports[r].bytes;
+        sl->crc = reports[r].crc;
+    }
+    rc = gpt_snapshot_manifest_write(dir, meta, id, slices, (uint32_t)world, ret_path, path_cap,
+                                     ret_bytes, err);
+out:
+    free(slices);
+    free(all);
+    return rc;
+}
+
 int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
                              const struct gpt_snapshot_meta *meta, char *ret_path, size_t path_cap,
                              uint64_t *ret_bytes, struct gpt_err *err)
 {
     int world = sh->comm->world, rank = sh->comm->rank, rc;
     struct gpt_snapshot_piece mine[GPT_MAX_UNITS];
-    struct gpt_snapshot_slice *slices = NULL;
-    struct gpt_snapshot_piece *all = NULL;
     struct shard_slice_report *reports = NULL;
     uint64_t id = 0;
     bool written = false;
@@ -733,25 +763,9 @@ int gpt_shard_snapshot_write(struct gpt_shard *sh, const char *dir,
 
     /* 3. Rank 0 commits the snapshot with the manifest, written last. */
     int64_t status = 0;
-    if (rank == 0) {
-        slices = calloc((size_t)world, sizeof(*slices));
-        all = calloc((size_t)world * GPT_MAX_UNITS, sizeof(*all));
-        if (!slices || !all) {
-            status = gpt_err_set(err, -ENOMEM, NULL, "out of memory for the manifest");
-        } else {
-            for (int r = 0; r < world; r++) {
-                struct gpt_snapshot_slice *sl = &slices[r];
-                sl->rank = (uint32_t)r;
-                sl->pieces = all + (size_t)r * GPT_MAX_UNITS;
-                sl->n_pieces = shard_rank_pieces(sh, r, all + (size_t)r * GPT_MAX_UNITS);
-                sl->floats = reports[r].floats;
-                sl->bytes = reports[r].bytes;
-                sl->crc = reports[r].crc;
-            }
-            status = gpt_snapshot_manifest_write(dir, meta, id, slices, (uint32_t)world, ret_path,
-                                                 path_cap, ret_bytes, err);
-        }
-    }
+    if (rank == 0)
+        status =
+            shard_manifest_commit(sh, dir, meta, id, reports, ret_path, path_cap, ret_bytes, err);
     agreed = false; /* until rank 0's status arrives */
     if ((rc = gpt_comm_broadcast(sh->comm, &status, sizeof(status), 0)) < 0) {
         gpt_err_set(err, rc, NULL, "snapshot: broadcast failed: %s", gpt_strerror(rc));
@@ -769,8 +783,6 @@ out:
             unlink(sp);
     }
     free(reports);
-    free(slices);
-    free(all);
     return rc;
 }
 
