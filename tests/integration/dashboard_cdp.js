@@ -1,13 +1,16 @@
 // Drives headless chromium over the DevTools protocol (--remote-debugging-pipe:
 // NUL-separated JSON on fds 3 and 4, no WebSocket needed) for
 // http_dashboard.sh: loads gptd's dashboard comparing two jobs (JOB, which
-// trains, and OTHER, which has ended) while JOB trains, reads the page's
+// trains, and OTHER, an ended job of the sweep SWEEP_IDS) while JOB trains, reads the page's
 // DOM and its charts' data twice, checks what the issue asks against
 // `gptctl --json status` (both jobs' series drawn in every panel, their
 // pixels on the loss canvas, the config differing where the specs differ),
-// cancels JOB, checks its row again, and saves a screenshot.
+// saves a screenshot, works the controls (hover, zoom, smoothing, log y, x
+// as tokens), cancels JOB, checks its row again, and selects OTHER's sweep
+// with its button. OTHER_LABEL is OTHER's name and overrides as shown.
 //
-//   node dashboard_cdp.js CHROMIUM URL JOB OTHER GPTCTL NAME OTHER_NAME PGID_FILE SCREENSHOT PROFILE
+//   node dashboard_cdp.js CHROMIUM URL JOB OTHER SWEEP_IDS GPTCTL NAME OTHER_LABEL PGID_FILE \
+//     SCREENSHOT PROFILE
 //
 // Exits 0 when every check held; prints what failed otherwise. Chromium
 // runs in a process group of its own whose id goes to PGID_FILE, so the
@@ -16,7 +19,7 @@
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
 
-const [chromium, url, job, other, gptctl, name, otherName, pgidFile, shot, profile] =
+const [chromium, url, job, other, sweepIds, gptctl, name, otherLabel, pgidFile, shot, profile] =
   process.argv.slice(2);
 const deadline = Date.now() + 40000;
 
@@ -97,8 +100,8 @@ const READ = `(() => {
   if (g) {
     const cv = g.hidden_, ctx = cv.getContext('2d');
     const d = ctx.getImageData(0, 0, cv.width, cv.height).data;
-    for (const id of ['${job}', '${other}']) {
-      const col = g.getOption('color', '#' + id + ' loss');
+    for (const l of g.getLabels().filter((x) => x.endsWith(' loss'))) {
+      const id = l.split(' ')[0].slice(1), col = g.getOption('color', l);
       const want = [1, 3, 5].map((i) => parseInt(col.slice(i, i + 2), 16));
       let n = 0;
       for (let i = 0; i < d.length; i += 4)
@@ -134,7 +137,7 @@ async function read(session) {
   const r = await send('Runtime.evaluate', { expression: READ, returnByValue: true }, session)
     .catch(() => null);
   const v = r && r.result && r.result.value;
-  return v || { row: false, series: {}, step: null };
+  return v || { row: false, series: {}, step: null, legend: [] };
 }
 
 async function until(session, what, pred) {
@@ -184,9 +187,9 @@ async function until(session, what, pred) {
     fail('the job row shows step ' + b.step + ', gptctl status said ' + before.step + ' then ' + after.step);
   if (b.name !== name) fail('the name cell reads ' + JSON.stringify(b.name));
   // Names and overrides are text everywhere: the legend, the config's head.
-  if (b.legend.join('\n') !== ['#' + job + ' ' + name, '#' + other + ' ' + otherName].join('\n'))
+  if (b.legend.join('\n') !== ['#' + job + ' ' + name, '#' + other + ' ' + otherLabel].join('\n'))
     fail('the legend reads ' + JSON.stringify(b.legend));
-  if (b.configHead.join('\n') !== ['key', '#' + job + ' ' + name, '#' + other + ' ' + otherName].join('\n'))
+  if (b.configHead.join('\n') !== ['key', '#' + job + ' ' + name, '#' + other + ' ' + otherLabel].join('\n'))
     fail('the config table\'s head reads ' + JSON.stringify(b.configHead));
   for (const key of ['name', 'optimizer.lr', 'trainer.max_steps'])
     if (!b.differs.includes(key)) fail(key + ' is not marked as differing: ' + JSON.stringify(b.differs));
@@ -262,6 +265,15 @@ async function until(session, what, pred) {
   }
   const c = await until(s, 'the cancelled row', (v) => v.state === 'cancelled' && v.step === st.step);
   console.log('after cancel ' + JSON.stringify(c) + '; gptctl step ' + st.step);
+
+  // The sweep's button in OTHER's row selects the whole sweep.
+  await evalv(`document.querySelector('#jobs tr[data-job="${other}"] button.sweep').click()`);
+  const want = sweepIds.split(',');
+  const sw = await until(s, 'the sweep ' + sweepIds + ' selected', (v) =>
+    v.legend.map((t) => t.split(' ')[0]).sort().join(',') === want.map((i) => '#' + i).sort().join(',') &&
+    want.every((i) => n(v, 'loss #' + i + ' loss') > 0));
+  console.log('sweep selected: legend ' + JSON.stringify(sw.legend));
+  if (sw.imgs !== 0 || sw.pwned) fail('a job name was rendered as markup');
   await send('Browser.close').catch(() => {});
   finish(0);
 })().catch((e) => fail(String(e && e.stack || e)));

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The dashboard at / in a real browser: gptd --http on loopback trains two
-# small CPU jobs with hostile names, the first (job 1, another learning
-# rate) to its end, the second (job 2) until cancelled; headless chromium
+# The dashboard at / in a real browser: gptd --http on loopback trains small
+# CPU jobs with hostile names: a sweep of two (jobs 1 and 2, learning rates
+# 2e-3 and 3e-3) to their end, then job 3 until cancelled; headless chromium
 # (driven over the DevTools protocol by dashboard_cdp.js) loads the page
-# comparing the two and the test asserts from the charts' data that every
-# panel (loss and val loss, learning rate, tokens/s, grad norm, MFU,
-# memory) holds both jobs' series, that job 2's grow between two reads,
+# comparing jobs 3 and 1 and the test asserts from the charts' data that
+# every panel (loss and val loss, learning rate, tokens/s, grad norm, MFU,
+# memory) holds both jobs' series, that job 3's grow between two reads,
 # that both loss curves are on the canvas, that the config marks the keys
-# whose values differ, that job 2's row shows the step `gptctl --json
+# whose values differ, that job 3's row shows the step `gptctl --json
 # status` reports (within the page's poll interval while it trains,
-# exactly once it was cancelled), and that the names are text, not markup.
+# exactly once it was cancelled), that the names (with job 1's overrides)
+# are text, not markup, and that the sweep's button selects jobs 1 and 2.
 # The screenshot is saved as ARTIFACTS/http_dashboard.png. Then the
 # charting library as embedded (Debian's libjs-dygraphs, byte for byte),
 # /api/jobs/ID/config, the JSON documents' refusals (bad ids, bad since:
@@ -54,19 +55,20 @@ json.dump({"name": sys.argv[2],
            "snapshot": {"every": 500}}, open(sys.argv[1], "w"))
 PY
 }
-# Job 1 ends before job 2 starts (one worker): the page compares an ended
-# job with one that trains.
+# The sweep ends before job 3 starts (one worker): the page compares an
+# ended job with one that trains.
 job_spec "$T/other.json" "$OTHER" 60 2e-3
 job_spec "$T/job.json" "$NAME" 10000000 1e-3
-"$GPTCTL" submit "$T/other.json" >/dev/null
+"$GPTCTL" submit -m "$T/other.json" optimizer.lr=2e-3,3e-3 >/dev/null
 wait_for 60 job_is 1 completed
+wait_for 60 job_is 2 completed
 "$GPTCTL" submit "$T/job.json" >/dev/null
-wait_for 30 job_step_at_least 2 30
+wait_for 30 job_step_at_least 3 30
 
 mkdir -p "$ART"
 rm -f "$ART/http_dashboard.png"
-node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 2 1 "$GPTCTL" "$NAME" "$OTHER" \
-    "$CHROME_PGID" "$ART/http_dashboard.png" "$T/chrome-profile" || fail "the dashboard checks failed"
+node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 3 1 1,2 "$GPTCTL" "$NAME" \
+    "$OTHER lr=2e-3" "$CHROME_PGID" "$ART/http_dashboard.png" "$T/chrome-profile" || fail "the dashboard checks failed"
 kill_chrome
 [[ $(head -c 8 "$ART/http_dashboard.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] ||
     fail "no PNG screenshot at $ART/http_dashboard.png"
@@ -87,7 +89,7 @@ assert c["job"] == 1 and c["name"] == sys.argv[2], c
 assert c["spec"]["optimizer"]["lr"] == 2e-3 and c["spec"]["trainer"]["max_steps"] == 60, c
 # Resolved: keys the file left out carry their defaults.
 assert "weight_decay" in c["spec"]["optimizer"] and "precision" in c["spec"]["trainer"], c
-assert c["overrides"] == {} and c["sweep"] == "", c
+assert c["overrides"] == {"optimizer.lr": "2e-3"} and c["sweep"] != "", c
 PY
 
 # --- the JSON documents' refusals and headers.
@@ -109,12 +111,12 @@ grep -qi "^Content-Security-Policy: default-src 'none'; script-src 'self'" "$T/h
 grep -qi '^X-Content-Type-Options: nosniff' "$T/h.txt" || fail "no nosniff"
 grep -qi '^Content-Type: application/json' "$T/h.txt" || fail "not served as JSON"
 grep -q '</' "$T/jobs.json" && fail "a raw </ in /api/jobs"
-curl -sf "$URL/api/jobs/2/metrics?since=0" >"$T/m.json"
-"$GPTCTL" --json logs 2 >"$T/logs.json"
-python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/2/metrics differ from gptctl"
+curl -sf "$URL/api/jobs/3/metrics?since=0" >"$T/m.json"
+"$GPTCTL" --json logs 3 >"$T/logs.json"
+python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/3/metrics differ from gptctl"
 import json, sys
 jobs = {j["id"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
-if jobs[2]["name"] != sys.argv[2] or jobs[2]["state"] != "cancelled":
+if jobs[3]["name"] != sys.argv[2] or jobs[3]["state"] != "cancelled":
     sys.exit(f"/api/jobs: {jobs}")
 doc = json.load(open(sys.argv[3]))
 ref = {}
