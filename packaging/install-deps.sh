@@ -9,9 +9,11 @@
 # tree (git-ignored), pinned, unless they are there already. Nothing else is
 # downloaded.
 #
-#   packaging/install-deps.sh            build, demo and tests
-#   packaging/install-deps.sh --reference  also python3-torch (regenerating
-#                                          the PyTorch golden file, benchmarks)
+#   packaging/install-deps.sh            build, demo and tests (python3-torch
+#                                          included: the PyTorch reference
+#                                          tests, torch_gpt2_equal among them,
+#                                          must run, not skip, on a new machine)
+#   packaging/install-deps.sh --reference  the same (kept for old scripts)
 set -euo pipefail
 
 pkgs=(
@@ -26,14 +28,12 @@ pkgs=(
     libpcre2-dev nodejs
     libmicrohttpd-dev prometheus curl
     chromium libjs-dygraphs
+    python3-torch python3-numpy
 )
 # Debian's nodejs has no npm (NodeSource's has): add the npm package when
 # the command is missing.
 if ! command -v npm >/dev/null 2>&1; then
     pkgs+=(npm)
-fi
-if [[ "${1:-}" == "--reference" ]]; then
-    pkgs+=(python3 python3-torch python3-numpy)
 fi
 
 missing=()
