@@ -1,6 +1,7 @@
 /*
  * tokenize: `gptd tokenize --tokenizer gpt2 --vocab DIR [--val-fraction F]
- * [--shard-tokens N] [--threads N] -o PREFIX FILE...`, text files to llm.c
+ * [--val-split head|random [--seed N]] [--shard-tokens N] [--threads N]
+ * -o PREFIX FILE...`, text files to llm.c
  * token shards that a `data.kind: shards` job trains on.
  *
  * Documents: each input FILE is one document, and every document starts
@@ -10,9 +11,12 @@
  * Output: PREFIX_val_NNNNNN.bin then PREFIX_train_NNNNNN.bin, each at most
  * --shard-tokens tokens: llm.c's format (256 little-endian int32 header
  * words: magic 20240520, version 1, token count; then uint16 tokens). The
- * validation shards hold the tokens of the first F of the input bytes (cut
- * at the first place at or after that point where the text can be split
- * without changing its tokens); F = 0 writes no validation shard. Each
+ * validation shards hold, with --val-split head (the default), the tokens
+ * of the first F of the input bytes (cut at the first place at or after
+ * that point where the text can be split without changing its tokens);
+ * with --val-split random, whole documents drawn in an order shuffled by
+ * --seed until they hold F of the input bytes (never every document).
+ * F = 0 writes no validation shard. Each
  * shard is written to a temporary name and renamed when complete, so a
  * shard glob never sees a partial file.
  *
@@ -54,6 +58,7 @@
 #define TZ_SHARDS_MAX       1000000 /* six-digit shard numbers */
 #define TZ_SHARD_TOKENS_DEF 100000000
 #define TZ_VAL_FRACTION_DEF 0.1
+#define TZ_SEED_DEF         1
 
 struct tz_file {
     const char *path;
@@ -119,10 +124,19 @@ static void usage(FILE *f)
             "  --vocab DIR            encoder.json + vocab.bpe (or vocab.json + merges.txt)\n"
             "  --val-fraction F       share of the input bytes for validation, 0 <= F < 1\n"
             "                         (default %.1f; 0: no validation shard)\n"
+            "  --val-split head|random  which bytes: head (the default) takes the first F\n"
+            "                         of the input, cut inside a document if need be, so\n"
+            "                         a single FILE still gets a validation set; but the\n"
+            "                         first FILEs in order may not be typical of the rest.\n"
+            "                         random takes whole documents (FILEs) drawn by --seed\n"
+            "                         until they hold F of the bytes, at least one left for\n"
+            "                         training: an unbiased set when there are many FILEs\n"
+            "  --seed N               the random split's seed (default %d); the same seed\n"
+            "                         and FILEs give the same split\n"
             "  --shard-tokens N       tokens per shard (default %d)\n"
             "  --threads N            encoding threads (default: every online CPU)\n"
             "  -o, --output PREFIX    output name prefix (may include a directory)\n",
-            TZ_VAL_FRACTION_DEF, TZ_SHARD_TOKENS_DEF);
+            TZ_VAL_FRACTION_DEF, TZ_SEED_DEF, TZ_SHARD_TOKENS_DEF);
 }
 
 static int tz_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *ret)
@@ -298,6 +312,87 @@ static int tz_chunk_add(struct tz_chunk **ch, size_t *n, size_t *cap, struct tz_
     return 0;
 }
 
+/* splitmix64: a seeded sequence that is the same on every machine, so a
+ * --seed names one split everywhere (rand() differs between libcs). */
+static uint64_t tz_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Marks val[f] for the documents of the random split: the files in an
+ * order shuffled by `seed` (Fisher-Yates), taken while the taken bytes are
+ * below the validation share, skipping any that would leave no training
+ * document. */
+static int tz_pick_val(const struct tz_file *files, int nf, double val_fraction, uint64_t seed,
+                       unsigned char *val)
+{
+    int *order = malloc((size_t)nf * sizeof(*order));
+    if (!order)
+        return -ENOMEM;
+    uint64_t total = 0, taken = 0, state = seed;
+    for (int i = 0; i < nf; i++) {
+        order[i] = i;
+        total += files[i].len;
+    }
+    for (int i = nf - 1; i > 0; i--) {
+        int j = (int)(tz_rand(&state) % (uint64_t)(i + 1));
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    uint64_t want = (uint64_t)(val_fraction * (double)total);
+    int left = nf; /* documents not yet taken */
+    for (int i = 0; i < nf && taken < want; i++) {
+        if (left == 1)
+            break;
+        val[order[i]] = 1;
+        taken += files[order[i]].len;
+        left--;
+    }
+    free(order);
+    return 0;
+}
+
+/* The random split's plan: the validation documents, then the training
+ * ones, each in input order and cut into chunks of about TZ_CHUNK_BYTES at
+ * safe cuts (returns a new array in *ret). */
+static int tz_plan_random(const struct tz_file *files, int nf, double val_fraction,
+                          uint64_t seed, struct tz_chunk **ret, size_t *ret_n)
+{
+    struct tz_chunk *ch = NULL;
+    size_t n = 0, cap = 0;
+    unsigned char *val = calloc((size_t)nf, 1);
+    int rc = val ? tz_pick_val(files, nf, val_fraction, seed, val) : -ENOMEM;
+    for (int pass = 1; rc == 0 && pass >= 0; pass--) {
+        for (int f = 0; rc == 0 && f < nf; f++) {
+            if (val[f] != pass)
+                continue;
+            size_t pos = 0, len = files[f].len;
+            for (int first = 1; rc == 0 && (first || pos < len); first = 0) {
+                size_t want = pos + TZ_CHUNK_BYTES;
+                size_t end = want >= len ? len : gpt_tok_safe_cut(files[f].base, len, want);
+                struct tz_chunk c = {.text = files[f].base ? files[f].base + pos : NULL,
+                                     .len = end - pos,
+                                     .doc_start = pos == 0,
+                                     .val = pass};
+                rc = tz_chunk_add(&ch, &n, &cap, c);
+                pos = end;
+            }
+        }
+    }
+    free(val);
+    if (rc < 0) {
+        free(ch);
+        return rc;
+    }
+    *ret = ch;
+    *ret_n = n;
+    return 0;
+}
+
 /* Cuts every file into chunks of about TZ_CHUNK_BYTES at safe cuts, and
  * once at the first safe cut at or after the validation share of the
  * input bytes (returns a new array in *ret). */
@@ -353,6 +448,9 @@ static int tz_plan(const struct tz_file *files, int nf, double val_fraction, str
 struct tz_args {
     const char *tokenizer, *vocab, *prefix;
     double val_fraction;
+    int val_random; /* --val-split random */
+    int seed_set;   /* --seed given */
+    uint64_t seed;
     uint64_t shard_tokens, threads;
     char **paths; /* the input files */
     int nf;
@@ -365,6 +463,8 @@ static int tz_parse_args(int argc, char **argv, struct tz_args *a)
         {"tokenizer", required_argument, NULL, 't'},
         {"vocab", required_argument, NULL, 'v'},
         {"val-fraction", required_argument, NULL, 'f'},
+        {"val-split", required_argument, NULL, 'S'},
+        {"seed", required_argument, NULL, 'r'},
         {"shard-tokens", required_argument, NULL, 's'},
         {"threads", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},
@@ -393,6 +493,22 @@ static int tz_parse_args(int argc, char **argv, struct tz_args *a)
                         optarg);
                 return 2;
             }
+            break;
+        case 'S':
+            if (strcmp(optarg, "head") != 0 && strcmp(optarg, "random") != 0) {
+                fprintf(stderr, "gptd tokenize: --val-split must be head or random, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            a->val_random = strcmp(optarg, "random") == 0;
+            break;
+        case 'r':
+            if (tz_parse_u64(optarg, 0, UINT64_MAX, &a->seed) < 0) {
+                fprintf(stderr, "gptd tokenize: --seed must be an unsigned integer, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            a->seed_set = 1;
             break;
         case 's':
             if (tz_parse_u64(optarg, 1, INT32_MAX, &a->shard_tokens) < 0) {
@@ -436,6 +552,11 @@ static int tz_check_args(struct tz_args *a)
     }
     if (strcmp(a->tokenizer, "gpt2") != 0) {
         fprintf(stderr, "gptd tokenize: unknown --tokenizer '%s' (known: gpt2)\n", a->tokenizer);
+        return 2;
+    }
+    if (a->seed_set && !a->val_random) {
+        fprintf(stderr, "gptd tokenize: --seed chooses the --val-split random split; the head "
+                        "split has nothing random\n");
         return 2;
     }
     if (a->nf > TZ_FILES_MAX) {
@@ -604,7 +725,9 @@ static int tz_run_all(struct tz_run *r)
     }
     if (tz_map_files(r) < 0)
         return -1;
-    if (tz_plan(r->files, a->nf, a->val_fraction, &r->chunks, &r->n_chunks) < 0) {
+    if ((a->val_random ? tz_plan_random(r->files, a->nf, a->val_fraction, a->seed, &r->chunks,
+                                        &r->n_chunks)
+                       : tz_plan(r->files, a->nf, a->val_fraction, &r->chunks, &r->n_chunks)) < 0) {
         fprintf(stderr, "gptd tokenize: out of memory\n");
         return -1;
     }
@@ -645,7 +768,8 @@ static void tz_run_done(struct tz_run *r)
 
 int gptd_tokenize_main(int argc, char **argv)
 {
-    struct tz_args a = {.val_fraction = TZ_VAL_FRACTION_DEF, .shard_tokens = TZ_SHARD_TOKENS_DEF};
+    struct tz_args a = {
+        .val_fraction = TZ_VAL_FRACTION_DEF, .seed = TZ_SEED_DEF, .shard_tokens = TZ_SHARD_TOKENS_DEF};
     int rc = tz_parse_args(argc, argv, &a);
     if (rc < 0)
         rc = tz_check_args(&a);

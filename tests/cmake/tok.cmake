@@ -24,3 +24,6 @@ add_test(NAME gpt2_owner COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/gpt2_ow
                                  ${CMAKE_SOURCE_DIR} ${GPTD_NPM})
 set_tests_properties(gpt2_owner PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+add_test(NAME tokenize_split COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/tokenize_split.sh
+                                     $<TARGET_FILE:gptd> ${GPTD_NPM})
+set_tests_properties(tokenize_split PROPERTIES LABELS integration TIMEOUT 120)
