@@ -9,7 +9,7 @@
 #   /usr/share/gptd/jobs/                        the example jobs
 #   /usr/share/gptd/grafana/, prometheus/        a Grafana dashboard, Prometheus alert rules
 #   /usr/share/man/man{1,5,8}/                   gptctl(1), gptd.conf(5), gptd-job(5), gptd-snapshot(5), gptd(8)
-#   /usr/share/bash-completion/completions/gptctl
+#   /usr/share/bash-completion/completions/gptctl, gptd
 #
 # gptd-job(5) is generated at build time from the job-spec table by
 # packaging/gen_jobman.c; the other pages are written by hand in
@@ -80,6 +80,8 @@ install(FILES ${CMAKE_SOURCE_DIR}/etc/prometheus/gptd-alerts.yml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/gptd/prometheus)
 install(FILES ${GPTD_PKG_DIR}/gptctl.bash-completion
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gptctl)
+install(FILES ${GPTD_PKG_DIR}/gptd.bash-completion
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gptd)
 
 # --- the Debian package -------------------------------------------------------
 set(CPACK_GENERATOR DEB)

@@ -11,7 +11,8 @@ foreach(t ${GPTD_CTL_TESTS})
                        ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
 # The bash completion against a stubbed bash-completion: formats after
-# --format (not job ids), --lr, -m, --dtype, --wait, a.b= job keys.
+# --format (not job ids), --lr, -m, --dtype, --wait, a.b= job keys; and
+# the gptd completion against every option of `gptd [run|tokenize|export] --help`.
 add_test(NAME ctl_completion COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/ctl_completion.sh
                                      ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gptd>)
 set_tests_properties(ctl_completion PROPERTIES LABELS unit TIMEOUT 60)

@@ -3,6 +3,10 @@
 # (issue 35, item 6): after --format it offers the formats, not job ids;
 # it offers --lr, -m, --dtype, --wait; after a job file it offers a.b= job
 # keys (from `gptd run --help-spec`); job ids come from `gptctl list`.
+# The gptd completion (packaging/gptd.bash-completion) offers run, tokenize
+# and export, and for gptd and each of them every option its --help names
+# (the one source of its options), and the values of --format, --dtype and
+# --val-split.
 # bash-completion's helpers are stubbed so the test needs only bash.
 #   ctl_completion.sh SOURCE_DIR GPTD
 set -euo pipefail
@@ -17,7 +21,8 @@ printf '#!/bin/sh\n[ "$1" = list ] && printf "ID NAME\\n7 a\\n9 b\\n"\n' >"$T/bi
 ln -s "$(realpath "$gptd")" "$T/bin/gptd"
 chmod +x "$T/bin/gptctl"
 
-# complete WORDS...: the candidates for the last word (may be "").
+# complete WORDS...: the candidates for the last word (may be ""), from
+# the completion of the command WORDS starts with.
 complete_words() {
     PATH="$T/bin:$PATH" bash -c '
         _init_completion() { words=("${COMP_WORDS[@]}"); cword=$COMP_CWORD
@@ -27,8 +32,8 @@ complete_words() {
         complete() { :; }
         source "$1"; shift
         COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
-        _gptctl
-        printf "%s\n" "${COMPREPLY[@]}"' _ "$src/packaging/gptctl.bash-completion" "$@"
+        "_$1"
+        printf "%s\n" "${COMPREPLY[@]}"' _ "$src/packaging/$1.bash-completion" "$@"
 }
 want() { # want "WORDS" CANDIDATE...: each candidate is offered
     local words=$1 out
@@ -64,4 +69,20 @@ want "gptctl submit ''" FILES
 want "gptctl resume 7 trainer.max_s" trainer.max_steps=
 want "gptctl help pl" plot
 want "gptctl sw" sweep
+
+want "gptd ''" run tokenize export
+want "gptd tokenize --val-split ''" head random
+want "gptd export x.gpts --format ''" hf llmc gguf
+want "gptd export x.gpts --dtype ''" f32 f16 bf16
+want "gptd run job.json ''" trainer.max_steps=
+for cmd in "" run tokenize export; do
+    # every option of the command's own --help (its usage lines and lists)
+    opts=$("$gptd" $cmd --help | grep -oE -- '(^|[][ ,|])(--[a-z][a-z0-9-]*|-[a-zA-Z]\b)' |
+        sed 's/^[][ ,|]//' | sort -u)
+    [[ $(wc -l <<<"$opts") -ge 3 ]] || fail "gptd $cmd --help names too few options: $opts"
+    want "gptd $cmd -" $opts
+done
+want "gptd tokenize -" --val-split --seed --vocab -o
+want "gptd -" --state-dir --http --print-config
+refuse "gptd export x.gpts -" --val-split
 echo "ctl_completion ok"

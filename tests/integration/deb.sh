@@ -81,6 +81,7 @@ DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install "$deb" >"$T/inst
 for f in /usr/sbin/gptd /usr/bin/gptctl /usr/lib/systemd/system/gptd.service \
     /usr/lib/sysusers.d/gptd.conf /usr/lib/tmpfiles.d/gptd.conf /etc/gptd/gptd.conf \
     /usr/share/gptd/jobs/adder.json /usr/share/bash-completion/completions/gptctl \
+    /usr/share/bash-completion/completions/gptd \
     /usr/share/man/man8/gptd.8.gz /usr/share/man/man1/gptctl.1.gz \
     /usr/share/man/man5/gptd.conf.5.gz /usr/share/man/man5/gptd-job.5.gz \
     /usr/share/man/man5/gptd-snapshot.5.gz; do
@@ -98,7 +99,9 @@ if command -v systemd-analyze >/dev/null; then
 fi
 /usr/sbin/gptd --check-config || fail "the shipped /etc/gptd/gptd.conf does not load"
 MANWIDTH=80 man -P cat gptd-job 2>/dev/null | has "model.n_layer" || fail "man gptd-job"
-bash -n /usr/share/bash-completion/completions/gptctl || fail "the completion script does not parse"
+for c in gptctl gptd; do
+    bash -n /usr/share/bash-completion/completions/$c || fail "the $c completion script does not parse"
+done
 
 # --- run it as the unit would: user gptd, socket from $RUNTIME_DIRECTORY,
 # /etc/gptd/gptd.conf read; only the state directory is private.
