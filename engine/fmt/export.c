@@ -33,6 +33,18 @@ static int fmt_gpts_probe(const char *path, struct gpt_model_config *ret_cfg, st
     ret_cfg->n_embd = meta.cfg.n_embd;
     ret_cfg->block_size = meta.cfg.block_size;
     ret_cfg->vocab_size = meta.cfg.vocab_size;
+    /* The header's model and its parameter count are separate fields, and
+     * only the count is bounded by the file: a model that does not have
+     * exactly that many parameters is refused here, before a reader
+     * allocates a buffer the model's size (a sliced snapshot's manifest
+     * carries the same count). */
+    struct gpt_model m;
+    if ((rc = gpt_model_layout(&m, ret_cfg, err)) < 0)
+        return rc;
+    if (m.n_params != meta.n_params)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL,
+                           "%s: its header's model has %zu parameters but the header counts %llu",
+                           path, m.n_params, (unsigned long long)meta.n_params);
     return 0;
 }
 

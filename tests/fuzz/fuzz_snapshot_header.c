@@ -31,18 +31,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     struct gpt_snapshot_meta meta;
-    struct gpt_err err;
+    struct gpt_err err = {0};
     size_t hlen;
     int rc = gpt_snapshot_parse_header(buf, size, size, "fuzz", &meta, &hlen, &err);
-    if (rc == 0 && !meta.sliced) {
+    if (rc == 0) {
         /* Whatever parses must describe exactly this many bytes (a
          * manifest's size is its table's: fuzz_snapshot_manifest). */
         uint64_t arrays = meta.has_moments ? 3 : 1;
-        if (hlen + 4 + meta.n_params * 4 * arrays != size)
+        if (!meta.sliced && hlen + 4 + meta.n_params * 4 * arrays != size)
             abort();
     } else if (err.msg[0] == '\0') {
         abort(); /* every failure names what was wrong */
     }
+    gpt_err_clear(&err);
     /* The owner marker: what parses names a real owner, and every
      * failure says what was wrong. */
     struct gpt_snapshot_owner owner;
