@@ -89,8 +89,9 @@ static const struct config_option config_options[] = {
             "Clients following one job's logs at once."),
     OPT_NUM(client_output_max_bytes, CONFIG_T_SIZE, "4194304", 4096, INT64_C(1) << 32, true,
             "Output queued for one client (bytes; suffixes k, M, G). A follower that\n"
-            "stops reading is disconnected when its queue passes this; it can catch\n"
-            "up with `gptctl logs --since STEP`."),
+            "reads slower than its job writes reads the database instead once half\n"
+            "of this is queued, and rejoins the live stream when it has caught up.\n"
+            "A client whose queue passes this is disconnected."),
     OPT_NUM(max_clients_per_uid, CONFIG_T_INT, "16", 1, 100000, true,
             "Control connections one user (uid) may hold at once, so that one user\n"
             "cannot take every connection of max_clients; one more is refused."),
@@ -98,7 +99,9 @@ static const struct config_option config_options[] = {
             "Seconds a control connection may go without a complete request and\n"
             "without output to read before it is closed, unless it waits for\n"
             "something (`gptctl logs -f`, `gptctl sample`). A writer too slow to\n"
-            "finish its request line in this time is closed too. 0: never."),
+            "finish its request line in this time is closed too, and so is a\n"
+            "follower that leaves its output unread this long (it can catch up\n"
+            "with `gptctl logs --since STEP`). 0: never."),
     OPT_NUM(max_job_memory, CONFIG_T_SIZE, "0", 0, INT64_C(1) << 50, true,
             "Most memory (bytes; suffixes k, M, G) one job may need on one node, as\n"
             "estimated at submit from its spec (parameters, gradients, AdamW moments,\n"

@@ -179,6 +179,8 @@ int control_send(struct control_client *cl, char *line, size_t len)
         return -EPIPE;
     }
     control_client_ref(cl);
+    if (cl->writes_pending == 0)
+        cl->last_active_ms = uv_now(cl->srv->loop); /* output to read from now on */
     cl->writes_pending++;
     cl->bytes_pending += len;
     /* What libuv still holds is what the kernel would not take. */

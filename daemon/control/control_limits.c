@@ -8,7 +8,8 @@
  * holds, and the idle timeout frees what a forgotten or hostile client
  * holds. A follower (`logs -f`) and a pending `sample` wait on gptd, not on
  * the peer, so they are never idle; a follower that stops reading is bounded
- * by client_output_max_bytes instead (control_send).
+ * by client_output_max_bytes (control_send) and dropped once its queued
+ * output has gone unread for the idle timeout.
  */
 #include "control_limits.h"
 
@@ -49,8 +50,19 @@ static void limits_sweep_one(void *ctx, struct control_client *cl)
 {
     const struct limits_sweep *s = ctx;
     uint64_t limit_ms = (uint64_t)s->cfg->client_idle_timeout_s * 1000;
-    if (cl->closing || cl->busy > 0 || cl->logs.active || s->now_ms < cl->last_active_ms ||
-        s->now_ms - cl->last_active_ms < limit_ms)
+    if (cl->closing || s->now_ms < cl->last_active_ms || s->now_ms - cl->last_active_ms < limit_ms)
+        return;
+    if (cl->logs.active && cl->writes_pending > 0) {
+        /* A follower whose output has waited that long unread: it has
+         * stopped reading (one that reads slowly catches up from the
+         * database instead, daemon/jobs/follow.c). */
+        log_warn("control: client pid %d uid %u is not reading (%zu bytes queued, none taken for"
+                 " %d s: client_idle_timeout_s); disconnecting it",
+                 (int)cl->pid, (unsigned)cl->uid, cl->bytes_pending, s->cfg->client_idle_timeout_s);
+        control_client_drop(cl);
+        return;
+    }
+    if (cl->busy > 0 || cl->logs.active)
         return;
     log_info("control: client pid %d uid %u idle for %d s (client_idle_timeout_s); closing it",
              (int)cl->pid, (unsigned)cl->uid, s->cfg->client_idle_timeout_s);

@@ -270,6 +270,28 @@ out:
     return rc;
 }
 
+int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step,
+                          int64_t *ret, struct gpt_err *err)
+{
+    static const char sql[] =
+        "SELECT 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= ?2)"
+        " * 17592186044416 + ?3 + 1";
+    sqlite3_stmt *s = NULL;
+    int rc = db_page_prepare(db, sql, &s, err);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(s, 1, job_id);
+    sqlite3_bind_int64(s, 2, run_id);
+    sqlite3_bind_int64(s, 3, step);
+    int src = sqlite3_step(s);
+    if (src == SQLITE_ROW)
+        *ret = sqlite3_column_int64(s, 0);
+    else
+        rc = db_fail(db, err, src, "read a history position");
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),
                 void *ctx, struct gpt_err *err)
 {

@@ -166,10 +166,34 @@ int follow_local_start(struct db *db, struct control *ctl, int max_followers,
 
 /* Live fan-out of one record to the job's followers that are past replay. */
 struct follow_fanout {
+    struct db *db;
+    size_t lag_bytes;
     int64_t job;
     const struct mailbox_msg *msg;
     const struct db_job *end; /* set: send the end of the stream instead */
 };
+
+/* A follower that reads slower than the job writes: rather than queue the
+ * live stream without end (or cut off a client that is reading), it goes
+ * back to reading the database from metric `m` on, one chunk per drained
+ * output (follow_local_pump), and rejoins the live stream when it has
+ * caught up. Whether the metric was sent: false when it is now to come
+ * from the database. */
+static bool follow_fall_behind(struct db *db, struct control_client *cl, const struct gpt_metric *m)
+{
+    struct gpt_err err;
+    int64_t pos;
+    if (db_history_metric_pos(db, cl->logs.job, m->run_id, m->step, &pos, &err) < 0) {
+        log_warn("logs: job %lld: %s", (long long)cl->logs.job, err.msg);
+        return false;
+    }
+    log_debug("logs: client pid %d falls behind job %lld at step %lld (%zu bytes queued);"
+              " it catches up from the database",
+              (int)cl->pid, (long long)cl->logs.job, (long long)m->step, cl->bytes_pending);
+    cl->logs.replaying = true;
+    cl->logs.cursor = pos - 1;
+    return true;
+}
 
 static void follow_fanout_one(void *ctx, struct control_client *cl)
 {
@@ -179,21 +203,25 @@ static void follow_fanout_one(void *ctx, struct control_client *cl)
     if (f->end) {
         follow_end(cl, follow_job_end_json(f->end));
     } else if (f->msg->kind == MAILBOX_METRIC) {
-        if (follow_filter(&cl->logs, "metric", f->msg->u.m.step, false) == FOLLOW_SEND)
-            follow_send_metric(cl, &f->msg->u.m);
+        if (follow_filter(&cl->logs, "metric", f->msg->u.m.step, false) != FOLLOW_SEND)
+            return;
+        if (cl->bytes_pending > f->lag_bytes && follow_fall_behind(f->db, cl, &f->msg->u.m))
+            return;
+        follow_send_metric(cl, &f->msg->u.m);
     } else if (follow_filter(&cl->logs, "event", f->msg->u.e.step, false) == FOLLOW_SEND) {
         follow_send_event(cl, &f->msg->u.e);
     }
 }
 
-void follow_local_record(struct control *ctl, int64_t job, const struct mailbox_msg *msg)
+void follow_local_record(struct db *db, struct control *ctl, size_t lag_bytes, int64_t job,
+                         const struct mailbox_msg *msg)
 {
-    struct follow_fanout f = {job, msg, NULL};
+    struct follow_fanout f = {db, lag_bytes, job, msg, NULL};
     control_foreach(ctl, follow_fanout_one, &f);
 }
 
 void follow_local_end(struct control *ctl, const struct db_job *j)
 {
-    struct follow_fanout f = {j->id, NULL, j};
+    struct follow_fanout f = {NULL, 0, j->id, NULL, j};
     control_foreach(ctl, follow_fanout_one, &f);
 }

@@ -78,8 +78,11 @@ int follow_local_start(struct db *db, struct control *ctl, int max_followers,
  * then switches the stream to live (follow) or ends it. */
 void follow_local_pump(struct db *db, struct control_client *cl);
 /* Live: a record of `job` (a metric or event, borrowed) to its local
- * streams past their history. */
-void follow_local_record(struct control *ctl, int64_t job, const struct mailbox_msg *msg);
+ * streams past their history. A stream with more than `lag_bytes` of
+ * output queued when a metric arrives goes back to the database from that
+ * metric on, and rejoins the live stream once it has caught up. */
+void follow_local_record(struct db *db, struct control *ctl, size_t lag_bytes, int64_t job,
+                         const struct mailbox_msg *msg);
 /* Live: the end of job `j` (in a final state) to its local streams. */
 void follow_local_end(struct control *ctl, const struct db_job *j);
 /* The end record of job `j` (new; NULL on ENOMEM). */

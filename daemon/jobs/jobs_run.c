@@ -50,7 +50,9 @@ void jobs_client_drained(struct jobs *js, struct control_client *cl)
 
 static void jobs_fanout_msg(struct jobs *js, int64_t job, const struct mailbox_msg *msg)
 {
-    follow_local_record(js->ctl, job, msg);
+    /* Half the output bound: a follower that reads catches up from the
+     * database before its queue could reach the bound. */
+    follow_local_record(js->db, js->ctl, (size_t)js->cfg->client_output_max_bytes / 2, job, msg);
     /* The members' followers get it through the cluster's feed. The record
      * is in the database already, so a member that read the history up to
      * cluster_feed_seq() misses nothing and gets nothing twice. */

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# A follower that stops reading is disconnected once its queued output
-# passes client_output_max_bytes; gptd's memory does not grow with it; a
-# normal follower at the same time is unaffected, and `logs --since` lets
-# the slow one catch up from the database.
+# A follower that stops reading is disconnected once its queued output has
+# gone unread for client_idle_timeout_s (and never holds more than
+# client_output_max_bytes); gptd's memory does not grow with it. A follower
+# that reads, however slowly, is never cut off: once half the bound is
+# queued it catches up from the database and rejoins the live stream,
+# missing and repeating nothing. `logs --since` lets the cut-off one catch
+# up from the database.
 source "$(dirname "$0")/daemon_common.sh"
 
 # Every step logged: about 500 bytes a step for the followers (3 MB in all,
@@ -15,7 +18,7 @@ tiny_job "$T/job.json" 6000 1 1000
 # queues past the bound and is never cut off, which is bounded too but not
 # what this test is about.)
 tiny_job "$T/block.json" 1000000 1000 0
-start_gptd --client-output-max-bytes 262144
+start_gptd --client-output-max-bytes 262144 --client-idle-timeout-s 5
 
 block=$("$GPTCTL" submit "$T/block.json")
 wait_for 60 job_is "$block" running
@@ -24,8 +27,25 @@ rss0=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
 "$ITEST" stall "$SOCK" "$id" 600 >"$T/stalled.out" 2>"$T/stalled.err" &
 stalled=$!
 PIDS+=("$stalled")
-"$GPTCTL" --json logs -f "$id" >"$T/good.json" &
+# The reading follower takes its output slowly (about 200 KB/s, a
+# fraction of what the job writes), so it falls behind the live stream.
+mkfifo "$T/good.fifo"
+"$GPTCTL" --json logs -f "$id" >"$T/good.fifo" &
 good=$!
+PIDS+=("$good")
+python3 -c '
+import sys, time
+out = open(sys.argv[1], "wb")
+while True:
+    b = sys.stdin.buffer.read1(2048)
+    if not b:
+        break
+    out.write(b)
+    out.flush()
+    time.sleep(0.01)
+' "$T/good.json" <"$T/good.fifo" &
+reader=$!
+PIDS+=("$reader")
 # Both follow requests are read once each follower has its replayed
 # "queued" event (the stalled one says so before it stops reading).
 wait_for 30 grep -q "itest_client: following" "$T/stalled.err"
@@ -36,7 +56,15 @@ wait_for 120 grep -q "is not reading" "$T"/gptd.0.log
 rss1=$(ps -o rss= -p "$GPTD_PID" | tr -d ' ')
 wait_for 120 job_is "$id" completed
 wait "$good" || fail "the reading follower failed"
+wait "$reader"
 grep -q '"type":"end"' "$T/good.json" || fail "the reading follower did not see the end"
+# It fell behind and caught up from the database, and its stream is still
+# every metric once, in order.
+grep -q "falls behind job $id" "$T"/gptd.0.log || fail "the slow follower never fell behind"
+good_steps=$(metric_steps "$T/good.json")
+[[ $good_steps == "$(seq 1 6000)" ]] ||
+    fail "the slow follower's metrics are not steps 1..6000 once each ($(wc -l <<<"$good_steps") lines)"
+! grep -q "pid $good .*is not reading" "$T"/gptd.0.log || fail "the slow follower was cut off"
 # The stalled client was cut off before the end of the stream.
 kill "$stalled" 2>/dev/null || true
 ! grep -q '"type":"end"' "$T/stalled.out" || fail "the stalled follower got everything"

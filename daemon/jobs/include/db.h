@@ -213,6 +213,10 @@ int db_history(struct db *db, int64_t job_id, int64_t since, int64_t after, int 
 int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after, int limit,
                     const struct db_history_cb *cb, int64_t *ret_last, int *ret_more,
                     struct gpt_err *err);
+/* The position db_history_page gives the metric of run `run_id` at `step`
+ * (a live follower that falls behind resumes from the database there). */
+int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step,
+                          int64_t *ret, struct gpt_err *err);
 
 /* One run of a job: a world that trained it, with the spec it ran. */
 struct db_run {
