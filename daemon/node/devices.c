@@ -4,11 +4,11 @@
 #include "devices.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "blas_select.h"
 #include "factory.h"
+#include "gpu_plan.h"
 
 json_t *devices_json(void)
 {
@@ -47,11 +47,11 @@ void devices_summary(char *buf, size_t cap)
      * NCCL_SOCKET_IFNAME at start unless the operator did; NCCL's "=NAME"
      * means exactly NAME). */
     int v = gpt_nccl_version();
-    const char *ifname = getenv("NCCL_SOCKET_IFNAME");
+    const char *ifname = gpu_plan_nccl_ifname_env();
     if (v > 0 && len > 0 && (size_t)len < cap)
         len += snprintf(buf + len, cap - (size_t)len, ", nccl %d.%d.%d on %s", v / 10000,
                         (v / 100) % 100, v % 100,
-                        ifname && *ifname ? ifname + (ifname[0] == '=') : "NCCL's choice");
+                        ifname ? ifname + (ifname[0] == '=') : "NCCL's choice");
     /* cuDNN, which the optional cuDNN attention needs (9.x codes are
      * major * 10000 + minor * 100 + patch) */
     int d = gpt_cudnn_version();

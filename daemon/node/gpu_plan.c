@@ -57,12 +57,21 @@ int gpu_plan_ifname(const char *addr, const struct ifaddrs *list, char *ret, siz
     return -ENOENT;
 }
 
+/* The one name of the variable, read here and written by gpu_plan_nccl_env. */
+#define GPU_PLAN_NCCL_IFNAME_VAR "NCCL_SOCKET_IFNAME"
+
+const char *gpu_plan_nccl_ifname_env(void)
+{
+    const char *set = getenv(GPU_PLAN_NCCL_IFNAME_VAR);
+    return set && *set ? set : NULL;
+}
+
 int gpu_plan_nccl_env(const char *addr, char *ret, size_t cap, int *ret_derived)
 {
     *ret_derived = 0;
     ret[0] = '\0';
-    const char *set = getenv("NCCL_SOCKET_IFNAME");
-    if (set && *set) {
+    const char *set = gpu_plan_nccl_ifname_env();
+    if (set) {
         snprintf(ret, cap, "%s", set);
         return 0;
     }
@@ -76,7 +85,7 @@ int gpu_plan_nccl_env(const char *addr, char *ret, size_t cap, int *ret_derived)
         return rc;
     char val[IF_NAMESIZE + 2];
     snprintf(val, sizeof(val), "=%s", name);
-    if (setenv("NCCL_SOCKET_IFNAME", val, 1) < 0)
+    if (setenv(GPU_PLAN_NCCL_IFNAME_VAR, val, 1) < 0)
         return -errno;
     snprintf(ret, cap, "%s", name);
     *ret_derived = 1;

@@ -100,16 +100,22 @@ static void test_env(void **state)
     assert_int_equal(derived, 0);
     assert_string_equal(name, "^docker");
     assert_string_equal(getenv("NCCL_SOCKET_IFNAME"), "^docker");
+    assert_string_equal(gpu_plan_nccl_ifname_env(), "^docker");
 
     assert_int_equal(unsetenv("NCCL_SOCKET_IFNAME"), 0);
     assert_int_equal(gpu_plan_nccl_env("127.0.0.1", name, sizeof(name), &derived), 0);
     assert_int_equal(derived, 1);
     assert_string_equal(name, "lo");
     assert_string_equal(getenv("NCCL_SOCKET_IFNAME"), "=lo");
+    assert_string_equal(gpu_plan_nccl_ifname_env(), "=lo");
 
     assert_int_equal(unsetenv("NCCL_SOCKET_IFNAME"), 0);
     assert_int_equal(gpu_plan_nccl_env("203.0.113.77", name, sizeof(name), &derived), -ENOENT);
     assert_null(getenv("NCCL_SOCKET_IFNAME"));
+    assert_null(gpu_plan_nccl_ifname_env());
+    assert_int_equal(setenv("NCCL_SOCKET_IFNAME", "", 1), 0);
+    assert_null(gpu_plan_nccl_ifname_env());
+    assert_int_equal(unsetenv("NCCL_SOCKET_IFNAME"), 0);
 }
 
 int main(void)

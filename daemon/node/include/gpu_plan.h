@@ -30,6 +30,12 @@ int gpu_plan_check_workers(int workers, int gpus, const char *key, struct gpt_er
  * addr is not numeric. Pure. */
 int gpu_plan_ifname(const char *addr, const struct ifaddrs *list, char *ret, size_t cap);
 
+/* NCCL_SOCKET_IFNAME as this process's environment holds it (the
+ * operator's value, or the "=NAME" gpu_plan_nccl_env exported), NULL when
+ * unset or empty. Borrows the environment's string: valid until the next
+ * setenv. Any thread, once gpu_plan_nccl_env has run. */
+const char *gpu_plan_nccl_ifname_env(void);
+
 /* Once, at start, before any thread that may create an NCCL communicator:
  * an operator's NCCL_SOCKET_IFNAME stays (copied to ret, *ret_derived 0);
  * otherwise the interface of `addr` is derived (gpu_plan_ifname over this
