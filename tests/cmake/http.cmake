@@ -50,3 +50,9 @@ add_test(NAME http_prometheus_rules
                  ${CMAKE_SOURCE_DIR} $<TARGET_FILE:fake_nvml>)
 set_tests_properties(http_prometheus_rules PROPERTIES LABELS integration TIMEOUT 180
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+# Each of those alert rules made to fire (and kept quiet on healthy series)
+# by `promtool test rules` on tests/prometheus/gptd-alerts.test.yml.
+add_test(NAME prometheus_alert_rules
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/prometheus_alert_rules.sh
+                 ${CMAKE_SOURCE_DIR})
+set_tests_properties(prometheus_alert_rules PROPERTIES LABELS unit TIMEOUT 60)
