@@ -497,7 +497,8 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         }
         struct rdzv_opts ro = {.dead_after_s = o->dead_after_s,
                                .last_call_s = o->last_call_s,
-                               .admit_snapshot_steps = o->admit_snapshot_steps};
+                               .admit_snapshot_steps = o->admit_snapshot_steps,
+                               .self_node = c->node_id};
         struct rdzv_hooks rh = {c,
                                 cluster_publish,
                                 cluster_coord_event,

@@ -565,6 +565,12 @@ void rdzv_coord_set_queued(struct rdzv_coord *c, int queued)
 
 static void rdzv_tick_liveness(struct rdzv_coord *c, double now)
 {
+    /* The coordinator's own heartbeat goes round through its own store on
+     * the same loop: a loop held up past dead_after_s (a loaded host, a
+     * slow disk) would find it stale and the coordinator would declare
+     * itself dead. The process judging is alive; its node is, too. */
+    if (c->self[0])
+        rdzv_coord_touch(c, now, c->self);
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
         if (!nd->alive || now - nd->last_hb <= c->o.dead_after_s)
@@ -840,6 +846,8 @@ struct rdzv_coord *rdzv_coord_new(uint64_t gen, const struct rdzv_opts *o,
     c->gen = gen;
     c->o = *o;
     c->h = *h;
+    snprintf(c->self, sizeof(c->self), "%s", o->self_node ? o->self_node : "");
+    c->o.self_node = c->self;
     return c;
 }
 

@@ -88,6 +88,7 @@ struct rdzv_coord {
     uint64_t gen;
     struct rdzv_opts o;
     struct rdzv_hooks h;
+    char self[RDZV_NODE_ID_MAX]; /* o.self_node, owned */
     struct rdzv_cnode *nodes;
     size_t n, cap;
     /* node id -> index + 1 (0: empty), open addressing; nodes are never

@@ -79,6 +79,10 @@ struct rdzv_opts {
     double last_call_s;       /* how long a round waits for more than `min` nodes */
     int admit_snapshot_steps; /* growing the world snapshots first when the newest
                                * snapshot is more than this many steps old */
+    /* The coordinator's own node id (copied; NULL or "" for none): that
+     * node runs in the coordinator's process, so it is alive whenever the
+     * liveness is judged, however late the loop got there. */
+    const char *self_node;
 };
 
 /* What the coordinator tells its owner. All on the coordinator's thread. */

@@ -1,0 +1,133 @@
+/*
+ * test_cluster_self: a coordinator never declares its own node dead. Its
+ * heartbeat goes round through its own store on the same loop, so a loop
+ * held up past dead_after_s (a loaded host) finds that heartbeat as stale
+ * as a silent node's. A real coordinator (daemon/cluster/cluster.c with its
+ * store server and rdzv.c) on one loop; a timer callback holds the loop
+ * for twice dead_after_s; the coordinator's row must stay alive through
+ * the sweeps that follow. Bounded by deadlines.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "cluster.h"
+
+#define SECRET       "test-cluster-self-secret-0123456789"
+#define HEARTBEAT_S  0.25
+#define DEAD_AFTER_S 1.0 /* four heartbeats: a loop that runs never misses it */
+
+static uv_loop_t loop;
+static struct cluster *coord;
+
+static double now_s(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
+
+/* The coordinator's row in its node table: "" when absent. */
+static void self_state(char *out, size_t size)
+{
+    json_t *nodes = cluster_nodes_json(coord);
+    size_t i;
+    json_t *n;
+    out[0] = '\0';
+    json_array_foreach(nodes, i, n)
+    {
+        const char *id = json_string_value(json_object_get(n, "node"));
+        const char *st = json_string_value(json_object_get(n, "state"));
+        if (id && st && strcmp(id, "coordinator") == 0)
+            snprintf(out, size, "%s", st);
+    }
+    json_decref(nodes);
+}
+
+/* Holds the loop, as a burst of work on the loop thread of a loaded host
+ * does: no tick, no read of its own heartbeat, for the whole time. */
+static void on_stall(uv_timer_t *t)
+{
+    (void)t;
+    struct timespec ts = {.tv_sec = (time_t)(2 * DEAD_AFTER_S), .tv_nsec = 200 * 1000 * 1000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+static void on_closed(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void on_stall_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void test_cluster_self_stalled_loop(void **state)
+{
+    struct gpt_err err;
+    struct cluster_opts co = {.node_id = "coordinator",
+                              .host = "127.0.0.1",
+                              .port = 0,
+                              .coordinator = true,
+                              .secret = SECRET,
+                              .secret_len = strlen(SECRET),
+                              .heartbeat_s = HEARTBEAT_S,
+                              .dead_after_s = DEAD_AFTER_S,
+                              .last_call_s = 5,
+                              .addr = "127.0.0.1",
+                              .workers = 1,
+                              .version = "test"};
+    char st[32];
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(cluster_new(&loop, &co, &coord, &err), 0);
+
+    /* Its own heartbeats flow through its store for a while: alive. */
+    double end = now_s() + 1.5;
+    while (now_s() < end)
+        uv_run(&loop, UV_RUN_ONCE);
+    self_state(st, sizeof(st));
+    assert_string_equal(st, "idle");
+
+    /* The loop is held for more than dead_after_s, then runs its sweeps:
+     * every one judges the coordinator's node by a heartbeat older than
+     * dead_after_s until its own store has read a fresh one. */
+    uv_timer_t stall;
+    uv_timer_init(&loop, &stall);
+    uv_timer_start(&stall, on_stall, 0, 0);
+    end = now_s() + 2 * DEAD_AFTER_S + 2.0;
+    while (now_s() < end) {
+        uv_run(&loop, UV_RUN_ONCE);
+        self_state(st, sizeof(st));
+        if (strcmp(st, "idle") != 0)
+            break;
+    }
+    assert_string_equal(st, "idle");
+
+    int closed = 0;
+    uv_close((uv_handle_t *)&stall, on_stall_closed);
+    cluster_close(coord, on_closed, &closed);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(closed, 1);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN); /* as gptd: a hung-up peer is an error, not a signal */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_self_stalled_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
