@@ -29,6 +29,7 @@
 #include "optim.h"
 #include "rng.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 
 static int fails;
 
@@ -228,28 +229,17 @@ static int train(int host, struct run *r)
 {
     struct gpt_job job;
     struct gpt_err err;
-    gpt_jobspec_defaults(&job);
-    job.data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job.data.task, sizeof(job.data.task), "addition");
-    job.data.digits = 2;
-    job.model.n_layer = 2;
-    job.model.n_head = 2;
-    job.model.n_embd = 64;
-    job.model.block_size = 16;
-    job.trainer.max_steps = STEPS;
+    tiny_job(&job, 64, STEPS);
     job.trainer.micro_batch = 4;
     job.trainer.global_batch = 8;
-    job.trainer.log_every = 1;
-    job.trainer.eval_every = 0;
+    job.trainer.threads = 0; /* the default: the host's OpenMP threads */
+    job.trainer.peak_gflops = 0; /* the device table's peak */
     job.trainer.eval_batches = 1;
     job.trainer.grad_clip = 0.5;
     job.optimizer.lr = 3e-3;
     job.optimizer.warmup_steps = 0;
-    job.snapshot.every = 0;
-    if (gpt_jobspec_validate(&job, &err) < 0) {
-        fprintf(stderr, "job: %s: %s\n", err.path, err.msg);
+    if (tiny_job_check(&job) < 0)
         return -1;
-    }
     memset(r, 0, sizeof(*r));
     if (gpt_backend_cuda_new(0, &r->be, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);

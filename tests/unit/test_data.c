@@ -20,39 +20,18 @@
 #include <cmocka.h>
 
 #include "data.h"
-
-static char tmpdir[256];
+#include "unit/tmp_dir.h"
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gptd-test-data-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void path_in(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", tmpdir, name);
+    return tmp_dir_make("data");
 }
 
 static void write_file(const char *name, const void *p, size_t n)
 {
     char path[512];
-    path_in(path, sizeof(path), name);
+    tmp_dir_path(path, sizeof(path), name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(p, 1, n, f), n);
@@ -80,7 +59,7 @@ static void text_spec(struct gpt_data_spec *s, const char *name, int tok, double
 {
     memset(s, 0, sizeof(*s));
     s->kind = GPT_DATA_TEXT;
-    path_in(s->path, sizeof(s->path), name);
+    tmp_dir_path(s->path, sizeof(s->path), name);
     s->tokenizer = tok;
     s->train_split = split;
 }
@@ -93,7 +72,7 @@ static struct gpt_dataset *open_bytes(size_t T, uint64_t seed)
     for (int i = 0; i < 200; i++)
         b[i] = (unsigned char)i;
     char path[512];
-    path_in(path, sizeof(path), "bytes.txt");
+    tmp_dir_path(path, sizeof(path), "bytes.txt");
     if (access(path, F_OK) != 0) /* never rewrite a file a live dataset maps */
         write_file("bytes.txt", b, sizeof(b));
     struct gpt_data_spec s;
@@ -260,7 +239,7 @@ static void test_text_val_path(void **state)
     struct gpt_err err = {0};
     struct gpt_dataset *ds = NULL;
     text_spec(&s, "train.txt", GPT_TOK_CHAR, 1.0); /* split unused with a val file */
-    path_in(s.val_path, sizeof(s.val_path), "valid.txt");
+    tmp_dir_path(s.val_path, sizeof(s.val_path), "valid.txt");
     assert_int_equal(gpt_dataset_open(&s, 4, 1, &ds, &err), 0);
     const struct gpt_vocab *v = gpt_dataset_vocab(ds);
     assert_int_equal(v->size, 3); /* 'Z' < 'a' < 'b': both files' characters */
@@ -279,7 +258,7 @@ static void test_text_val_path(void **state)
         assert_true(in[i] == 1 || in[i] == 2);
     gpt_dataset_free(ds);
 
-    path_in(s.val_path, sizeof(s.val_path), "small.txt"); /* 20 bytes, T = 32 */
+    tmp_dir_path(s.val_path, sizeof(s.val_path), "small.txt"); /* 20 bytes, T = 32 */
     assert_int_equal(gpt_dataset_open(&s, 32, 1, &ds, &err), -GPT_E_DATA);
     assert_string_equal(err.path, "data.path"); /* the train file is checked first */
     assert_non_null(strstr(err.msg, "train.txt"));
@@ -289,9 +268,9 @@ static void shard_spec(struct gpt_data_spec *s, const char *glob, const char *va
 {
     memset(s, 0, sizeof(*s));
     s->kind = GPT_DATA_SHARDS;
-    path_in(s->path, sizeof(s->path), glob);
+    tmp_dir_path(s->path, sizeof(s->path), glob);
     if (val)
-        path_in(s->val_path, sizeof(s->val_path), val);
+        tmp_dir_path(s->val_path, sizeof(s->val_path), val);
     s->train_split = 0.9;
 }
 
@@ -431,8 +410,8 @@ static void test_file_changes(void **state)
     struct gpt_dataset *ds = NULL;
     int in[8], tg[8];
     char path[512], other[512];
-    path_in(path, sizeof(path), "change.bin");
-    path_in(other, sizeof(other), "change.new");
+    tmp_dir_path(path, sizeof(path), "change.bin");
+    tmp_dir_path(other, sizeof(other), "change.new");
 
     shard_spec(&s, "change.bin", NULL);
     s.train_split = 0.5;
@@ -475,7 +454,7 @@ static void test_file_changes(void **state)
     text_spec(&s, "change.txt", GPT_TOK_BYTE, 0.5);
     assert_int_equal(gpt_dataset_open(&s, 8, 3, &ds, &err), 0);
     gpt_data_cursor_init(ds, &cur);
-    path_in(path, sizeof(path), "change.txt");
+    tmp_dir_path(path, sizeof(path), "change.txt");
     assert_int_equal(truncate(path, 0), 0);
     assert_int_equal(gpt_dataset_train_batch(ds, &cur, 0, 1, in, tg, &err), -GPT_E_DATA);
     assert_non_null(strstr(err.msg, path));
@@ -486,9 +465,9 @@ static void test_not_regular(void **state)
 {
     (void)state;
     char path[512];
-    path_in(path, sizeof(path), "fifo");
+    tmp_dir_path(path, sizeof(path), "fifo");
     assert_int_equal(mkfifo(path, 0600), 0);
-    path_in(path, sizeof(path), "folder");
+    tmp_dir_path(path, sizeof(path), "folder");
     assert_int_equal(mkdir(path, 0700), 0);
     const char *names[] = {"fifo", "folder"}, *kinds[] = {"is a FIFO", "is a directory"};
     for (int i = 0; i < 2; i++) {
@@ -553,7 +532,7 @@ static void test_glob_limit(void **state)
 {
     (void)state;
     char dir[512], path[600];
-    path_in(dir, sizeof(dir), "many");
+    tmp_dir_path(dir, sizeof(dir), "many");
     assert_int_equal(mkdir(dir, 0700), 0);
     for (int i = 0; i < GPT_GLOB_ENTRIES_MAX; i++) {
         snprintf(path, sizeof(path), "%s/%06d", dir, i);
@@ -838,5 +817,5 @@ int main(void)
         cmocka_unit_test(test_not_regular),     cmocka_unit_test(test_policy),
         cmocka_unit_test(test_glob_limit),      cmocka_unit_test(test_file_changes),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }

@@ -28,43 +28,22 @@
 
 #include "fsid.h"
 #include "paths.h"
+#include "unit/tmp_dir.h"
 
 #define NOBODY 65534
-
-static char tmpdir[256];
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gptd-test-fsid-XXXXXX");
-    if (!mkdtemp(tmpdir) || chmod(tmpdir, 0755) < 0)
+    if (tmp_dir_make("fsid") < 0 || chmod(tmpdir, 0755) < 0)
         return -1;
     return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void path_in(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", tmpdir, name);
 }
 
 static void write_file(const char *name, mode_t mode)
 {
     char path[512];
-    path_in(path, sizeof(path), name);
+    tmp_dir_path(path, sizeof(path), name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, "data\n", 5), 5);
@@ -75,7 +54,7 @@ static void write_file(const char *name, mode_t mode)
 static int open_in(const char *name)
 {
     char path[512];
-    path_in(path, sizeof(path), name);
+    tmp_dir_path(path, sizeof(path), name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0)
         close(fd);
@@ -164,10 +143,10 @@ static void test_created_as_user(void **state)
     if (geteuid() != 0)
         skip();
     char dir[512], real[4096];
-    path_in(dir, sizeof(dir), "open");
+    tmp_dir_path(dir, sizeof(dir), "open");
     assert_int_equal(mkdir(dir, 0777), 0);
     assert_int_equal(chmod(dir, 0777), 0);
-    path_in(dir, sizeof(dir), "open/nobody/snaps");
+    tmp_dir_path(dir, sizeof(dir), "open/nobody/snaps");
     struct fsid_user u = nobody();
     struct fsid_saved saved;
     struct gpt_err err = {0};
@@ -180,7 +159,7 @@ static void test_created_as_user(void **state)
     assert_int_equal(st.st_uid, NOBODY);
     assert_int_equal(st.st_mode & 0777, 0700);
     /* A folder the user cannot create is refused, naming the key. */
-    path_in(dir, sizeof(dir), "closed/snaps");
+    tmp_dir_path(dir, sizeof(dir), "closed/snaps");
     assert_int_equal(fsid_enter(&u, &saved, &err), 0);
     rc = paths_snapshot_dir_open(dir, tmpdir, "/nonexistent", real, sizeof(real), &err);
     fsid_leave(&saved);
@@ -222,7 +201,7 @@ static void test_submit_check_expands_no_glob(void **state)
 {
     (void)state;
     char roots[512], out[512];
-    path_in(roots, sizeof(roots), "data");
+    tmp_dir_path(roots, sizeof(roots), "data");
     assert_int_equal(mkdir(roots, 0755), 0);
     struct gpt_job job;
     memset(&job, 0, sizeof(job));
@@ -234,7 +213,7 @@ static void test_submit_check_expands_no_glob(void **state)
     assert_int_equal(paths_check_job(&job, roots, "/nonexistent", "/nonexistent", &err), -EACCES);
     assert_string_equal(err.path, "data.path");
     assert_non_null(strstr(err.msg, ".."));
-    path_in(out, sizeof(out), "elsewhere/*.bin");
+    tmp_dir_path(out, sizeof(out), "elsewhere/*.bin");
     snprintf(job.data.path, sizeof(job.data.path), "%s", out);
     assert_int_equal(paths_check_job(&job, roots, "/nonexistent", "/nonexistent", &err), -EACCES);
     assert_non_null(strstr(err.msg, "outside the data roots"));
@@ -244,13 +223,13 @@ static void test_fd_check_sees_the_opened_file(void **state)
 {
     (void)state;
     char roots[512], in[512], link[512], outside[512];
-    path_in(roots, sizeof(roots), "fdroot");
+    tmp_dir_path(roots, sizeof(roots), "fdroot");
     assert_int_equal(mkdir(roots, 0755), 0);
     write_file("fdroot/in.txt", 0644);
     write_file("out.txt", 0644);
-    path_in(in, sizeof(in), "fdroot/in.txt");
-    path_in(outside, sizeof(outside), "out.txt");
-    path_in(link, sizeof(link), "fdroot/link.txt");
+    tmp_dir_path(in, sizeof(in), "fdroot/in.txt");
+    tmp_dir_path(outside, sizeof(outside), "out.txt");
+    tmp_dir_path(link, sizeof(link), "fdroot/link.txt");
     assert_int_equal(symlink(outside, link), 0);
     struct gpt_err err = {0};
     int fd = open(in, O_RDONLY);
@@ -266,8 +245,8 @@ static void test_fd_check_sees_the_opened_file(void **state)
     close(fd);
     /* A snapshot folder swapped for a link out of the roots. */
     char snaps[512], dir[512], real[4096];
-    path_in(snaps, sizeof(snaps), "snaps");
-    path_in(dir, sizeof(dir), "snaps/run");
+    tmp_dir_path(snaps, sizeof(snaps), "snaps");
+    tmp_dir_path(dir, sizeof(dir), "snaps/run");
     assert_int_equal(mkdir(snaps, 0755), 0);
     assert_int_equal(symlink(tmpdir, dir), 0);
     assert_int_equal(paths_snapshot_dir_open(dir, snaps, "/nonexistent", real, sizeof(real), &err),
@@ -285,5 +264,5 @@ int main(void)
         cmocka_unit_test(test_submit_check_expands_no_glob),
         cmocka_unit_test(test_fd_check_sees_the_opened_file),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }

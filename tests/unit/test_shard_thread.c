@@ -32,6 +32,7 @@
 #include "comm.h"
 #include "jobspec.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 
 /* The CPU backend's slots, and the checking copy every rank's backend
  * points at. */
@@ -117,23 +118,12 @@ static void *rank_main(void *arg)
 static void run_world_into(const int bufs[2], struct rank r[2])
 {
     struct gpt_job job;
-    gpt_jobspec_defaults(&job);
-    job.data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job.data.task, sizeof(job.data.task), "addition");
-    job.data.digits = 2;
-    job.model.n_layer = 2;
-    job.model.n_head = 2;
-    job.model.n_embd = 32;
+    tiny_job(&job, 32, 3);
     job.model.block_size = 6;
-    job.trainer.max_steps = 3;
-    job.trainer.micro_batch = 2;
     job.trainer.global_batch = 8;
-    job.trainer.threads = 1;
-    job.trainer.peak_gflops = 1;
-    job.snapshot.every = 0;
     job.distributed.sharding = GPT_SHARD_FULL;
+    assert_int_equal(tiny_job_check(&job), 0);
     struct gpt_err err;
-    assert_int_equal(gpt_jobspec_validate(&job, &err), 0);
     struct gpt_kv kv;
     assert_int_equal(gpt_kv_mem_new(&kv, &err), 0);
     atomic_store(&violations, 0);

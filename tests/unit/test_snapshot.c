@@ -24,36 +24,14 @@
 #include <cmocka.h>
 
 #include "snapshot.h"
+#include "unit/tmp_dir.h"
 
 #define NP 1000
-
-static char tmpdir[256];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gptd-test-snap-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* A fresh empty subdirectory of tmpdir per test. */
-static void subdir(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", tmpdir, name);
+    return tmp_dir_make("snap");
 }
 
 static void fill_meta(struct gpt_snapshot_meta *m, int64_t step, int moments)
@@ -154,7 +132,7 @@ static void test_round_trip(void **state)
 {
     (void)state;
     char dir[300], path[512];
-    subdir(dir, sizeof(dir), "rt/nested"); /* created with its parent */
+    tmp_dir_path(dir, sizeof(dir), "rt/nested"); /* created with its parent */
     struct gpt_snapshot_meta m, got;
     float p[NP], mm[NP], vv[NP], rp[NP], rm[NP], rv[NP];
     struct gpt_err err = {0};
@@ -222,7 +200,7 @@ static void test_corruption(void **state)
 {
     (void)state;
     char dir[300], good[512], bad[600];
-    subdir(dir, sizeof(dir), "corrupt");
+    tmp_dir_path(dir, sizeof(dir), "corrupt");
     write_snap(dir, 7, 1, good, sizeof(good));
     snprintf(bad, sizeof(bad), "%s/snap-000000000008.gpts", dir);
     size_t n;
@@ -325,7 +303,7 @@ static void test_newest(void **state)
 {
     (void)state;
     char dir[300], p1[512], p2[512], p3[512], got[512], junk[600];
-    subdir(dir, sizeof(dir), "newest");
+    tmp_dir_path(dir, sizeof(dir), "newest");
     struct gpt_snapshot_meta meta;
     struct gpt_err err = {0};
     struct skips sk = {0};
@@ -383,7 +361,7 @@ static void test_list_prune(void **state)
 {
     (void)state;
     char dir[300], path[512], other[600];
-    subdir(dir, sizeof(dir), "prune");
+    tmp_dir_path(dir, sizeof(dir), "prune");
     struct gpt_err err = {0};
     for (int64_t s = 1; s <= 5; s++)
         write_snap(dir, s * 100, 0, path, sizeof(path));
@@ -447,7 +425,7 @@ static void test_owner_header(void **state)
 {
     (void)state;
     char dir[300], path[512];
-    subdir(dir, sizeof(dir), "owner");
+    tmp_dir_path(dir, sizeof(dir), "owner");
     struct gpt_snapshot_meta got;
     struct gpt_err err = {0};
     write_owned(dir, 3, &OWNER_A, path, sizeof(path));
@@ -498,7 +476,7 @@ static void test_quarantine(void **state)
 {
     (void)state;
     char dir[300], p1[512], p2[512], q[700], fresh[512];
-    subdir(dir, sizeof(dir), "quarantine");
+    tmp_dir_path(dir, sizeof(dir), "quarantine");
     struct gpt_err err = {0};
     struct gpt_snapshot_meta meta;
     write_owned(dir, 100, &OWNER_A, p1, sizeof(p1));
@@ -566,7 +544,7 @@ static void test_foreign(void **state)
 {
     (void)state;
     char dir[300], a[512], bpath[512], got[512];
-    subdir(dir, sizeof(dir), "foreign");
+    tmp_dir_path(dir, sizeof(dir), "foreign");
     struct gpt_err err = {0};
     struct gpt_snapshot_meta meta;
     write_owned(dir, 10, &OWNER_A, a, sizeof(a));
@@ -604,7 +582,7 @@ static void test_foreign(void **state)
     assert_int_equal(gpt_snapshot_owner_recorded(dir, &rec, &err), 0);
     assert_int_equal(rec.token, OWNER_B.token);
     char plain[300];
-    subdir(plain, sizeof(plain), "plain");
+    tmp_dir_path(plain, sizeof(plain), "plain");
     write_snap(plain, 1, 0, got, sizeof(got));
     assert_int_equal(gpt_snapshot_owner_recorded(plain, &rec, &err), -ENOENT);
 }
@@ -613,8 +591,8 @@ static void test_owner_marker(void **state)
 {
     (void)state;
     char dir[300], other[300], path[512];
-    subdir(dir, sizeof(dir), "marked/deeper");
-    subdir(other, sizeof(other), "unmarked");
+    tmp_dir_path(dir, sizeof(dir), "marked/deeper");
+    tmp_dir_path(other, sizeof(other), "unmarked");
     struct gpt_err err = {0};
     struct gpt_snapshot_owner found;
 
@@ -670,7 +648,7 @@ static void test_clean_tmp(void **state)
 {
     (void)state;
     char dir[300], a[600], b[600], c[600], d[600], e[600], snap[512];
-    subdir(dir, sizeof(dir), "tmpclean");
+    tmp_dir_path(dir, sizeof(dir), "tmpclean");
     write_snap(dir, 4, 0, snap, sizeof(snap));
     snprintf(a, sizeof(a), "%s/.snap-000000000010.gpts.AbC123", dir);
     snprintf(b, sizeof(b), "%s/.snap-000000000010.gpts.AbC12", dir);  /* 5 letters */
@@ -701,7 +679,7 @@ static void test_fifo(void **state)
 {
     (void)state;
     char path[512];
-    subdir(path, sizeof(path), "snap-000000000010.gpts");
+    tmp_dir_path(path, sizeof(path), "snap-000000000010.gpts");
     assert_int_equal(mkfifo(path, 0600), 0);
     struct gpt_snapshot_meta meta;
     struct gpt_err err = {0};
@@ -720,5 +698,5 @@ int main(void)
         cmocka_unit_test(test_clean_tmp),
         cmocka_unit_test(test_fifo),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }

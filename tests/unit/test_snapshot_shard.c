@@ -44,6 +44,7 @@
 #include "model.h"
 #include "shard.h"
 #include "snapshot.h"
+#include "unit/tmp_dir.h"
 
 /* ---- allocation recorder ---- */
 
@@ -110,27 +111,10 @@ int posix_memalign(void **ret, size_t align, size_t n)
 
 #define NP 1000
 
-static char tmpdir[256];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/gptd-test-snapshard-XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return tmp_dir_make("snapshard");
 }
 
 static void fill_meta(struct gpt_snapshot_meta *m, int64_t step, uint64_t n_params)
@@ -794,5 +778,5 @@ int main(void)
         cmocka_unit_test(test_init_stream),        cmocka_unit_test(test_load_fails_together),
         cmocka_unit_test(test_clean_slices_owner),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }

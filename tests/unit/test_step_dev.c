@@ -41,6 +41,7 @@
 #include "optim.h"
 #include "snapshot.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 
 /* ---- the CPU backend with host step-on-device ops ---- */
 
@@ -275,31 +276,13 @@ static void *run_main(void *arg)
 
 static void job_make(struct gpt_job *job, int steps, double lr)
 {
-    gpt_jobspec_defaults(job);
-    job->data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job->data.task, sizeof(job->data.task), "addition");
-    job->data.digits = 2;
-    job->model.n_layer = 2;
-    job->model.n_head = 2;
-    job->model.n_embd = 32;
-    job->model.block_size = 16;
-    job->trainer.max_steps = steps;
-    job->trainer.micro_batch = 2;
+    tiny_job(job, 32, steps);
     job->trainer.global_batch = 8; /* two micro-batches per rank in a world of two */
-    job->trainer.threads = 1;
-    job->trainer.peak_gflops = 1;
-    job->trainer.log_every = 1;
-    job->trainer.eval_every = 0;
     job->trainer.eval_batches = 1;
     job->trainer.grad_clip = 0.5; /* clips: the factor matters */
     job->optimizer.lr = lr;
     job->optimizer.warmup_steps = 0;
-    job->snapshot.every = 0;
-    struct gpt_err err;
-    int rc = gpt_jobspec_validate(job, &err);
-    if (rc < 0)
-        print_message("job: %s: %s\n", err.path, err.msg);
-    assert_int_equal(rc, 0);
+    assert_int_equal(tiny_job_check(job), 0);
 }
 
 /* Runs a world of `world` ranks (threads) on the plain or the wrapped

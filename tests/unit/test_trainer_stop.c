@@ -26,6 +26,7 @@
 #include "comm.h"
 #include "jobspec.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 
 static double now_s(void)
 {
@@ -101,25 +102,11 @@ static void *rank_main(void *arg)
 
 static void job_make(struct gpt_job *job, int n_embd, int n_layer)
 {
-    gpt_jobspec_defaults(job);
-    job->data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job->data.task, sizeof(job->data.task), "addition");
-    job->data.digits = 2;
+    tiny_job(job, n_embd, 1000);
     job->model.n_layer = n_layer;
     job->model.n_head = 4;
-    job->model.n_embd = n_embd;
-    job->model.block_size = 16;
-    job->trainer.max_steps = 1000;
     job->trainer.micro_batch = 1;
-    job->trainer.global_batch = 2;
-    job->trainer.threads = 1;
-    job->trainer.peak_gflops = 1;
-    job->snapshot.every = 0;
-    struct gpt_err err;
-    int rc = gpt_jobspec_validate(job, &err);
-    if (rc < 0)
-        print_message("job: %s: %s\n", err.path, err.msg);
-    assert_int_equal(rc, 0);
+    assert_int_equal(tiny_job_check(job), 0);
 }
 
 static void run_world(struct rank *r)

@@ -31,6 +31,7 @@
 
 #include "jobspec.h"
 #include "trainer.h"
+#include "unit/tiny_job.h"
 #include "workers.h"
 
 #define ROUNDS 200
@@ -71,26 +72,12 @@ static void *hammer_main(void *arg)
 
 static void job_make(struct gpt_job *job)
 {
-    gpt_jobspec_defaults(job);
-    job->data.kind = GPT_DATA_SYNTHETIC;
-    snprintf(job->data.task, sizeof(job->data.task), "addition");
-    job->data.digits = 2;
+    tiny_job(job, 16, 1000000);
     job->model.n_layer = 1;
-    job->model.n_head = 2;
-    job->model.n_embd = 16;
     job->model.block_size = 8;
-    job->trainer.max_steps = 1000000;
     job->trainer.micro_batch = 1;
-    job->trainer.global_batch = 2;
-    job->trainer.threads = 1;
-    job->trainer.peak_gflops = 1;
     job->trainer.log_every = 1000000;
-    job->snapshot.every = 0;
-    struct gpt_err err;
-    int rc = gpt_jobspec_validate(job, &err);
-    if (rc < 0)
-        print_message("job: %s: %s\n", err.path, err.msg);
-    assert_int_equal(rc, 0);
+    assert_int_equal(tiny_job_check(job), 0);
 }
 
 static void test_abort_races_worker_end(void **state)
