@@ -42,6 +42,14 @@ add_test(NAME http_hostile
 set_tests_properties(http_hostile PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 
+# The connection limit with a real gptd: idle connections make room, busy
+# ones make a newcomer get 503 at once, stalled replies time out (case 10).
+add_test(NAME http_busy
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/http_busy.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(http_busy PROPERTIES LABELS integration TIMEOUT 180
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
 # The shipped Grafana dashboard and Prometheus alert rules (etc/grafana,
 # etc/prometheus) queried on a real Prometheus; the CSV outputs.
 add_test(NAME http_prometheus_rules
