@@ -102,7 +102,7 @@ static int handler_rf_reserve(struct handler_rf *x)
     if (cfg.vocab_size <= 0)
         cfg.vocab_size = x->rf.vocab_max;
     struct gpt_model_mem mm;
-    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_NONE, 1, 0, 0, &mm);
+    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_NONE, 0, 1, 0, 0, &mm);
     return userwork_mem_take(&x->item, 3 * mm.n_params * sizeof(float),
                              "copying this training state", &x->err);
 }

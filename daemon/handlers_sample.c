@@ -81,7 +81,7 @@ static int handler_sample_reserve(struct handler_sample *s)
     if (rc < 0)
         return rc;
     struct gpt_model_mem mm;
-    gpt_model_mem_estimate(&meta.cfg, 1, GPT_SHARD_NONE, 1, 0, 0, &mm);
+    gpt_model_mem_estimate(&meta.cfg, 1, GPT_SHARD_NONE, 0, 1, 0, 0, &mm);
     uint64_t vp = ((uint64_t)meta.cfg.vocab_size + 127) / 128 * 128;
     uint64_t bytes = mm.params + mm.grads + mm.acts + (uint64_t)meta.cfg.block_size * vp * 4;
     return userwork_mem_take(&s->item, bytes, "sampling this model", &s->err);

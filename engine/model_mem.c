@@ -68,7 +68,8 @@ static uint64_t mem_bytes(double x)
 }
 
 void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch, int sharding,
-                            int world, int gpu, int bf16, struct gpt_model_mem *ret)
+                            int shard_buffers, int world, int gpu, int bf16,
+                            struct gpt_model_mem *ret)
 {
     double L = cfg->n_layer, C = cfg->n_embd, NH = cfg->n_head, T = cfg->block_size;
     double V = cfg->vocab_size > 0 ? cfg->vocab_size : 1, B = micro_batch > 0 ? micro_batch : 1;
@@ -96,14 +97,18 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     /* Per-rank parameter state (shard.c: a slice is P / W rounded up). */
     double slice = mem_round_up(P / W, 1);
     double params, grads, optim;
+    int n_bufs = 0;
     if (sharding == GPT_SHARD_FULL) {
         /* The shard, plus the embeddings and one or two unit buffers
          * gathered (model.h: a block's largest unit is its attention or
-         * the MLP's first product, 4 C^2 + 6 C floats each; shard.c
-         * picks the count). */
+         * the MLP's first product, 4 C^2 + 6 C floats each): the spec's
+         * count, or the one shard.c picks. */
         double unit = 4 * C * C + 6 * C;
-        double bufs = gpt_shard_buffer_count((size_t)(unit < 1e18 ? unit : 1e18),
-                                             (size_t)(slice < 1e18 ? slice : 1e18));
+        n_bufs = shard_buffers == 1 || shard_buffers == 2
+                     ? shard_buffers
+                     : gpt_shard_buffer_count((size_t)(unit < 1e18 ? unit : 1e18),
+                                              (size_t)(slice < 1e18 ? slice : 1e18));
+        double bufs = n_bufs;
         params = slice + emb + bufs * unit;
         grads = slice + emb + bufs * unit;
         optim = 2 * slice;
@@ -137,6 +142,7 @@ void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch,
     ret->acts = mem_bytes(acts + host_batch);
     ret->bf16 = mem_bytes(mirrors);
     ret->transient = mem_bytes(full_state + init_host);
+    ret->shard_buffers = n_bufs;
     if (!gpu) {
         host += device;
         device = 0;

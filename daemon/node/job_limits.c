@@ -5,8 +5,10 @@
  * forwards to the coordinator); a cluster of unequal nodes is checked
  * against that one. Memory is the estimate of engine/model_mem.c for the
  * smallest world the job may run in (sharding divides by the world), times
- * the workers the job runs on one node. The global batch must give every
- * worker of the largest world one sequence (gpt_jobspec_check_world).
+ * the workers the job runs on one node, with full sharding's gathered unit
+ * buffers as distributed.shard_buffers sets them. The global batch must
+ * give every worker of the largest world one sequence
+ * (gpt_jobspec_check_world).
  */
 #include "job_limits.h"
 
@@ -128,69 +130,123 @@ static int limits_data(const struct gpt_job *job, struct gpt_err *err)
     return rc;
 }
 
+/* This node, as a job's memory is checked against it: the workers the job
+ * runs here, its GPUs and the smallest one's memory, the physical memory. */
+struct limits_node {
+    int workers, gpus, per_gpu;
+    uint64_t gpu_bytes, phys;
+};
+
+/* What the node must hold for the job with `shard_buffers` gathered unit
+ * buffers under full sharding: every worker's share, host and device. */
+struct limits_need {
+    struct gpt_model_mem m;
+    uint64_t node, host, device;
+};
+
+static void limits_node_probe(const struct gpt_job *job, const struct config *cfg,
+                              struct limits_node *ret)
+{
+    ret->gpus = limits_gpus(job, &ret->gpu_bytes);
+    ret->workers = workers_default_count(job, cfg->workers);
+    ret->per_gpu = ret->gpus > 0 ? (ret->workers + ret->gpus - 1) / ret->gpus : 0;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    ret->phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+}
+
+static void limits_estimate(const struct gpt_job *job, const struct gpt_model_config *mc,
+                            const struct limits_node *nd, int shard_buffers,
+                            struct limits_need *ret)
+{
+    uint64_t w = (uint64_t)nd->workers;
+    int world = (job->distributed.nodes_min > 0 ? job->distributed.nodes_min : 1) * nd->workers;
+    gpt_model_mem_estimate(mc, job->trainer.micro_batch, job->distributed.sharding, shard_buffers,
+                           world, nd->gpus > 0, job->trainer.precision != GPT_PREC_FP32, &ret->m);
+    const struct gpt_model_mem *m = &ret->m;
+    ret->node = m->total >= GPT_MEM_HUGE / w ? GPT_MEM_HUGE : m->total * w;
+    ret->host = m->host >= GPT_MEM_HUGE / w ? GPT_MEM_HUGE : m->host * w;
+    ret->device =
+        m->device >= GPT_MEM_HUGE / 64 ? GPT_MEM_HUGE : m->device * (uint64_t)nd->per_gpu;
+}
+
+/* The first limit `n` passes: 1 with the need, the limit and its name
+ * in what; 0 when it fits them all. */
+static int limits_over(const struct limits_need *n, const struct config *cfg,
+                       const struct limits_node *nd, uint64_t *ret_need, uint64_t *ret_limit,
+                       char *what, size_t cap)
+{
+    if (cfg->max_job_memory > 0 && n->node > (uint64_t)cfg->max_job_memory) {
+        *ret_need = n->node;
+        *ret_limit = (uint64_t)cfg->max_job_memory;
+        snprintf(what, cap, "max_job_memory");
+    } else if (nd->phys > 0 && n->host > nd->phys) {
+        *ret_need = n->host;
+        *ret_limit = nd->phys;
+        snprintf(what, cap, "this node's physical memory");
+    } else if (nd->gpus > 0 && n->device > nd->gpu_bytes) {
+        *ret_need = n->device;
+        *ret_limit = nd->gpu_bytes;
+        snprintf(what, cap, "one GPU's memory, for %d worker%s", nd->per_gpu,
+                 nd->per_gpu == 1 ? "" : "s");
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 static int limits_memory(const struct gpt_job *job, const struct config *cfg, struct gpt_err *err)
 {
     struct gpt_model_config mc = job->model;
     mc.vocab_size = limits_vocab(job);
-    uint64_t gpu_bytes = 0;
-    int gpus = limits_gpus(job, &gpu_bytes);
-    int workers = workers_default_count(job, cfg->workers);
-    int world = (job->distributed.nodes_min > 0 ? job->distributed.nodes_min : 1) * workers;
-    struct gpt_model_mem m;
-    gpt_model_mem_estimate(&mc, job->trainer.micro_batch, job->distributed.sharding, world,
-                           gpus > 0, job->trainer.precision != GPT_PREC_FP32, &m);
-
-    /* What the node must hold: every worker's share, host and device. */
-    uint64_t node =
-        m.total >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE : m.total * (uint64_t)workers;
-    uint64_t host =
-        m.host >= GPT_MEM_HUGE / (uint64_t)workers ? GPT_MEM_HUGE : m.host * (uint64_t)workers;
-    int per_gpu = gpus > 0 ? (workers + gpus - 1) / gpus : 0;
-    uint64_t device = m.device >= GPT_MEM_HUGE / 64 ? GPT_MEM_HUGE : m.device * (uint64_t)per_gpu;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-
+    struct limits_node nd;
+    limits_node_probe(job, cfg, &nd);
+    struct limits_need n;
+    limits_estimate(job, &mc, &nd, job->distributed.shard_buffers, &n);
     uint64_t need, limit;
     char what[160];
-    if (cfg->max_job_memory > 0 && node > (uint64_t)cfg->max_job_memory) {
-        need = node;
-        limit = (uint64_t)cfg->max_job_memory;
-        snprintf(what, sizeof(what), "max_job_memory");
-    } else if (phys > 0 && host > phys) {
-        need = host;
-        limit = phys;
-        snprintf(what, sizeof(what), "this node's physical memory");
-    } else if (gpus > 0 && device > gpu_bytes) {
-        need = device;
-        limit = gpu_bytes;
-        snprintf(what, sizeof(what), "one GPU's memory, for %d worker%s", per_gpu,
-                 per_gpu == 1 ? "" : "s");
-    } else {
+    if (!limits_over(&n, cfg, &nd, &need, &limit, what, sizeof(what)))
         return 0;
+    const struct gpt_model_mem *m = &n.m;
+    /* The key to change first: the second gathered unit buffer when one
+     * would fit, else whichever term dominates. */
+    const char *key = m->acts > m->params + m->grads + m->optim ? "model.block_size"
+                                                                : "model.n_embd";
+    char bufs[96] = "";
+    if (m->shard_buffers > 0) {
+        struct limits_need one;
+        uint64_t need1, limit1;
+        char what1[160];
+        limits_estimate(job, &mc, &nd, 1, &one);
+        int fits1 = m->shard_buffers == 2 &&
+                    !limits_over(&one, cfg, &nd, &need1, &limit1, what1, sizeof(what1));
+        if (fits1)
+            key = "distributed.shard_buffers";
+        snprintf(bufs, sizeof(bufs), ", distributed.shard_buffers=%d%s%s",
+                 job->distributed.shard_buffers,
+                 job->distributed.shard_buffers ? "" : m->shard_buffers == 2 ? " (auto: 2)" : " (auto: 1)",
+                 fits1 ? " (with 1 it fits)" : "");
     }
     char s_need[32], s_limit[32], s_p[32], s_g[32], s_o[32], s_a[32], s_b[32], s_t[32];
     limits_fmt(s_need, sizeof(s_need), need);
     limits_fmt(s_limit, sizeof(s_limit), limit);
-    limits_fmt(s_p, sizeof(s_p), m.params);
-    limits_fmt(s_g, sizeof(s_g), m.grads);
-    limits_fmt(s_o, sizeof(s_o), m.optim);
-    limits_fmt(s_a, sizeof(s_a), m.acts);
-    limits_fmt(s_b, sizeof(s_b), m.bf16);
-    limits_fmt(s_t, sizeof(s_t), m.transient);
+    limits_fmt(s_p, sizeof(s_p), m->params);
+    limits_fmt(s_g, sizeof(s_g), m->grads);
+    limits_fmt(s_o, sizeof(s_o), m->optim);
+    limits_fmt(s_a, sizeof(s_a), m->acts);
+    limits_fmt(s_b, sizeof(s_b), m->bf16);
+    limits_fmt(s_t, sizeof(s_t), m->transient);
     char bf16[48] = "";
-    if (m.bf16)
+    if (m->bf16)
         snprintf(bf16, sizeof(bf16), ", bf16 mirrors %s", s_b);
-    /* The key to change first: whichever term dominates. */
-    const char *key = m.acts > m.params + m.grads + m.optim ? "model.block_size" : "model.n_embd";
     return gpt_err_set(err, -GPT_E_LIMIT, key,
                        "the job needs an estimated %s, more than %s (%s): %d worker%s x "
                        "(%.2fG parameters %s, gradients %s, AdamW %s, activations %s%s, set-up %s);"
                        " driven by model.n_layer=%d n_embd=%d n_head=%d block_size=%d "
-                       "vocab_size=%d, trainer.micro_batch=%d, distributed.sharding=%s",
-                       s_need, s_limit, what, workers, workers == 1 ? "" : "s",
-                       (double)m.n_params / 1e9, s_p, s_g, s_o, s_a, bf16, s_t, mc.n_layer,
+                       "vocab_size=%d, trainer.micro_batch=%d, distributed.sharding=%s%s",
+                       s_need, s_limit, what, nd.workers, nd.workers == 1 ? "" : "s",
+                       (double)m->n_params / 1e9, s_p, s_g, s_o, s_a, bf16, s_t, mc.n_layer,
                        mc.n_embd, mc.n_head, mc.block_size, mc.vocab_size, job->trainer.micro_batch,
-                       gpt_sharding_name(job->distributed.sharding));
+                       gpt_sharding_name(job->distributed.sharding), bufs);
 }
 
 /* One NCCL rank per GPU: a worker count above this node's GPUs is

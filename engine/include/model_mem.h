@@ -32,13 +32,18 @@ struct gpt_model_mem {
     uint64_t device;    /* what lives in backend memory at the peak */
     uint64_t host;      /* host memory beside it (all of it on the CPU backend) */
     uint64_t total;     /* device + host */
+    int shard_buffers;  /* full sharding's gathered unit buffers counted (1 or 2), else 0 */
 };
 
 /* Estimates one worker's memory for model `cfg` (vocab_size already
  * resolved, >= 1), `micro_batch` sequences, sharding mode `sharding` (enum
  * gpt_sharding) over `world` ranks, on a GPU backend when `gpu` (bf16 mirrors
- * when `bf16`; on the CPU backend all of it is host memory). Fills *ret. */
+ * when `bf16`; on the CPU backend all of it is host memory). Under full
+ * sharding `shard_buffers` (distributed.shard_buffers) is the count of
+ * gathered unit buffers, 1 or 2, or 0 for gpt_shard_buffer_count's choice,
+ * as gpt_shard_new takes it; other modes ignore it. Fills *ret. */
 void gpt_model_mem_estimate(const struct gpt_model_config *cfg, int micro_batch, int sharding,
-                            int world, int gpu, int bf16, struct gpt_model_mem *ret);
+                            int shard_buffers, int world, int gpu, int bf16,
+                            struct gpt_model_mem *ret);
 
 #endif

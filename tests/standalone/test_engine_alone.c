@@ -122,9 +122,9 @@ static void test_mem_estimate_from_plain_config(void **state)
     job_by_hand(&job);
     job.model.vocab_size = 64;
     struct gpt_model_mem small, big;
-    gpt_model_mem_estimate(&job.model, 2, GPT_SHARD_NONE, 1, 0, 0, &small);
+    gpt_model_mem_estimate(&job.model, 2, GPT_SHARD_NONE, 0, 1, 0, 0, &small);
     job.model.n_layer = 4;
-    gpt_model_mem_estimate(&job.model, 2, GPT_SHARD_NONE, 1, 0, 0, &big);
+    gpt_model_mem_estimate(&job.model, 2, GPT_SHARD_NONE, 0, 1, 0, 0, &big);
     assert_true(small.n_params > 0 && small.total > 0);
     assert_true(big.n_params > small.n_params);
 }

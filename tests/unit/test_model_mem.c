@@ -36,7 +36,7 @@ static void check_shape(int L, int NH, int C, int T, int V, int B)
     assert_int_equal(gpt_model_alloc_optim(&m, &err), 0);
 
     struct gpt_model_mem est;
-    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 0, 0, &est);
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 0, 1, 0, 0, &est);
     assert_int_equal(est.n_params, m.n_params);
     /* parameters, gradients and both AdamW moments: four buffers */
     double real = 4.0 * (double)m.n_params * sizeof(float);
@@ -88,8 +88,8 @@ static void check_gpu_shape(int L, int NH, int C, int T, int V, int B)
     be->ops = &ops;
     assert_int_equal(gpt_model_init(&m, &cfg, be, (size_t)B, &err), 0);
     struct gpt_model_mem est, bf;
-    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 1, 0, &est);
-    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 1, 1, 1, &bf);
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 0, 1, 1, 0, &est);
+    gpt_model_mem_estimate(&cfg, B, GPT_SHARD_NONE, 0, 1, 1, 1, &bf);
     double host_batch = (double)B * T * (2 + m.Vp + 1) * 4.0 + B * 4.0;
     printf("gpu L=%d NH=%d C=%d T=%d B=%d: acts %llu (engine %zu), shadows %llu\n", L, NH, C, T, B,
            (unsigned long long)bf.acts, m.act_bytes, (unsigned long long)bf.bf16);
@@ -115,7 +115,7 @@ static void test_gpu_flash(void **state)
     struct gpt_model_config cfg = {
         .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257};
     struct gpt_model_mem gpu;
-    gpt_model_mem_estimate(&cfg, 16, GPT_SHARD_NONE, 1, 1, 1, &gpu);
+    gpt_model_mem_estimate(&cfg, 16, GPT_SHARD_NONE, 0, 1, 1, 1, &gpu);
     printf("124M B=16 bf16 on a GPU: device %.2f GiB, acts %.2f GiB, shadows %.2f GiB\n",
            (double)gpu.device / (1u << 30), (double)gpu.acts / (1u << 30),
            (double)gpu.bf16 / (1u << 30));
@@ -138,9 +138,9 @@ static void test_sharding(void **state)
     struct gpt_model_config cfg = {
         .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .vocab_size = 50257};
     struct gpt_model_mem none, opt, full, gpu, bf16;
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 0, 0, &none);
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_OPTIMIZER, 8, 0, 0, &opt);
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_FULL, 8, 0, 0, &full);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 0, 8, 0, 0, &none);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_OPTIMIZER, 0, 8, 0, 0, &opt);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_FULL, 0, 8, 0, 0, &full);
     /* GPT-2 124M (with wpe and padded vocabulary) */
     assert_true(none.n_params > 124000000 && none.n_params < 125000000);
     assert_int_equal(opt.params, none.params);
@@ -151,8 +151,8 @@ static void test_sharding(void **state)
     /* sharded ranks gather the full state (3 P) for the start and snapshots */
     assert_true(full.transient >= 3 * none.params);
     /* GPU: the training state lives on the device; bf16 adds mirrors */
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 1, 0, &gpu);
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 8, 1, 1, &bf16);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 0, 8, 1, 0, &gpu);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 0, 8, 1, 1, &bf16);
     assert_true(gpu.device > 4 * none.params && gpu.host < gpu.device);
     assert_int_equal(gpu.bf16, 0);
     assert_true(bf16.bf16 >= none.params / 2 && bf16.device > gpu.device);
@@ -165,20 +165,21 @@ static void test_saturates(void **state)
     struct gpt_model_config big = {
         .n_layer = 1, .n_head = 256, .n_embd = 16384, .block_size = 128, .vocab_size = 65};
     struct gpt_model_mem m;
-    gpt_model_mem_estimate(&big, 32, GPT_SHARD_NONE, 1, 0, 0, &m);
+    gpt_model_mem_estimate(&big, 32, GPT_SHARD_NONE, 0, 1, 0, 0, &m);
     assert_true(m.total > (UINT64_C(50) << 30)); /* 3.2e9 params x 4 buffers x 4 bytes */
     struct gpt_model_config absurd = {
         .n_layer = 256, .n_head = 256, .n_embd = 16384, .block_size = 65536, .vocab_size = 1048576};
-    gpt_model_mem_estimate(&absurd, 65536, GPT_SHARD_NONE, 1, 0, 0, &m);
+    gpt_model_mem_estimate(&absurd, 65536, GPT_SHARD_NONE, 0, 1, 0, 0, &m);
     assert_int_equal(m.total, GPT_MEM_HUGE);
     assert_int_equal(m.acts, GPT_MEM_HUGE);
 }
 
 /* Full sharding at world 1 (one local rank): the estimate's parameters and
  * gradients are what the shard allocates (shard, gathered embeddings and
- * unit buffers), with GPTD_SHARD_BUFFERS unset, 1 or 2. Returns the
- * shard's unit buffer count. */
-static int check_full_shard(int L, const char *bufs)
+ * unit buffers), with GPTD_SHARD_BUFFERS unset, 1 or 2, and the spec's
+ * distributed.shard_buffers `spec` (0 auto, 1, 2). Returns the shard's
+ * unit buffer count. */
+static int check_full_shard(int L, const char *bufs, int spec)
 {
     struct gpt_model_config cfg = {
         .n_layer = L, .n_head = 4, .n_embd = 64, .block_size = 16, .vocab_size = 65};
@@ -193,19 +194,20 @@ static int check_full_shard(int L, const char *bufs)
         assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
     assert_int_equal(gpt_backend_cpu_new(1, &be, &err), 0);
     assert_int_equal(gpt_comm_local_new(&comm, &err), 0);
-    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, 0, comm, be, &sh, &err), 0);
+    assert_int_equal(gpt_shard_new(GPT_SHARD_FULL, spec, comm, be, &sh, &err), 0);
     assert_int_equal(gpt_model_init_sharded(&m, &cfg, be, 1, gpt_shard_units(sh), &err), 0);
     assert_int_equal(gpt_shard_attach(sh, &m, &err), 0);
     struct gpt_shard_mem sm;
     gpt_shard_mem(sh, &sm);
     struct gpt_model_mem est;
-    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_FULL, 1, 0, 0, &est);
+    gpt_model_mem_estimate(&cfg, 1, GPT_SHARD_FULL, spec, 1, 0, 0, &est);
     uint64_t unit = (4 * 64 * 64 + 6 * 64) * sizeof(float);
     uint64_t emb = (m.Vp + 16) * 64 * sizeof(float); /* wte and wpe (T 16) */
     uint64_t n_bufs = (sm.work / 2 - emb) / unit;
     assert_int_equal(sm.work, 2 * (emb + n_bufs * unit));
     assert_int_equal(est.params + est.grads, sm.params + sm.grads + sm.work);
     assert_int_equal(est.optim, sm.optim);
+    assert_int_equal(est.shard_buffers, (int)n_bufs);
     gpt_model_done(&m);
     gpt_shard_free(sh);
     gpt_comm_free(comm);
@@ -218,12 +220,16 @@ static void test_full_shard_buffers(void **state)
 {
     (void)state;
     /* Eight blocks at world 1: a unit pair is cheap next to the state. */
-    assert_int_equal(check_full_shard(8, NULL), 2);
+    assert_int_equal(check_full_shard(8, NULL, 0), 2);
     /* One block: the second pair would cost more than 1/32 of it. */
-    assert_int_equal(check_full_shard(1, NULL), 1);
-    assert_int_equal(check_full_shard(8, "1"), 1);
-    assert_int_equal(check_full_shard(1, "2"), 2);
-    assert_int_equal(check_full_shard(1, "3"), 1); /* not 1 or 2: ignored */
+    assert_int_equal(check_full_shard(1, NULL, 0), 1);
+    assert_int_equal(check_full_shard(8, "1", 0), 1);
+    assert_int_equal(check_full_shard(1, "2", 0), 2);
+    assert_int_equal(check_full_shard(1, "3", 0), 1); /* not 1 or 2: ignored */
+    /* The spec's count, against the rule and over the environment's. */
+    assert_int_equal(check_full_shard(1, NULL, 2), 2);
+    assert_int_equal(check_full_shard(8, NULL, 1), 1);
+    assert_int_equal(check_full_shard(8, "2", 1), 1);
     /* The rule, at the bench's model (8 blocks of C = 512) over 2 to 4
      * ranks: one buffer; over 1 rank: two. */
     size_t unit = 4 * 512 * 512 + 6 * 512, P = 8 * (12 * 512 * 512 + 13 * 512);
@@ -291,7 +297,7 @@ static void test_carve_bound(void **state)
     for (int i = 0; i < 4 * 65; i++)
         tok65[i] = i % 64;
     struct gpt_model_mem est; /* the estimate sizes the slab the same way */
-    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 1, 1, 0, &est);
+    gpt_model_mem_estimate(&cfg, 4, GPT_SHARD_NONE, 0, 1, 1, 0, &est);
     assert_true((double)est.acts >= (double)m.act_bytes);
     static const size_t Ts[] = {1, 33, 63, 64, 65};
     for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++)
