@@ -586,12 +586,15 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                            " left to train (raise trainer.max_steps or trainer.max_epochs)",
                            (long long)t->st.step, (long long)t->max_steps);
     /* Where the gradients travel, so a log tells fp32 from bf16 and the
-     * transport (shm, tcp, nccl) the world ended up with. */
-    char comm_note[64] = "";
+     * transport (shm, tcp, nccl, staged/...) the world ended up with, and
+     * for a host-staged one why (NCCL's refusal). */
+    char comm_note[384] = "";
+    const char *why = gpt_comm_staged_why(t->comm);
     if (t->world > 1)
-        snprintf(comm_note, sizeof(comm_note), ", gradients in %s over comm %s",
+        snprintf(comm_note, sizeof(comm_note), ", gradients in %s over comm %s%s%s%s",
                  t->ddp.started && t->ddp.dtype == GPT_COMM_BF16 ? "bf16" : "fp32",
-                 t->comm->ops->name);
+                 t->comm->ops->name, why && why[0] ? " (" : "", why ? why : "",
+                 why && why[0] ? ")" : "");
     emit_event(t, t->st.resumed ? "continue" : "start",
                "%s: %zu parameters, world size %d, %d micro-batch(es) of up to %zu x %zu per "
                "rank, global batch %d, %lld steps%s",

@@ -16,7 +16,7 @@ static const char *const data_kind_names[] = {"text", "shards", "synthetic", NUL
 static const char *const tokenizer_names[] = {"char", "byte", "gpt2", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const schedule_names[] = {"cosine", "constant", NULL};
-static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", NULL};
+static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", "staged", NULL};
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
 static const char *const grad_reduce_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const comm_shm_names[] = {"auto", "on", "off", NULL};
@@ -328,8 +328,12 @@ const struct jobspec_entry jobspec_entries[] = {
      .off = OFF(distributed.backend),
      .names = comm_names,
      .def_i = GPT_COMM_AUTO,
-     .help = "Collectives: local (one process), tcp (ring over TCP, CPU), nccl (GPUs); "
-             "auto picks nccl with GPUs, otherwise tcp across nodes or local."},
+     .help = "Collectives: local (one process), tcp (ring over TCP, CPU), nccl (GPUs "
+             "only: a world NCCL cannot form fails), staged (GPU buffers copied through "
+             "host memory and reduced by tcp, or shared memory on one host: slow, for "
+             "when NCCL cannot run); auto picks nccl with GPUs and falls back to staged "
+             "on every worker when any worker's NCCL fails to form, otherwise tcp across "
+             "nodes or local."},
     {.path = "distributed.sharding",
      .type = JOBSPEC_ENUM,
      .off = OFF(distributed.sharding),

@@ -61,7 +61,7 @@ static int limits_gpus(const struct gpt_job *job, uint64_t *ret_min_bytes)
 {
     int kind = job->distributed.backend;
     *ret_min_bytes = 0;
-    if (kind != GPT_COMM_AUTO && kind != GPT_COMM_NCCL)
+    if (kind != GPT_COMM_AUTO && kind != GPT_COMM_NCCL && kind != GPT_COMM_STAGED)
         return 0;
     json_t *dev = devices_json();
     json_t *gpus = json_object_get(dev, "gpus"), *g;

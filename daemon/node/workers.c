@@ -16,6 +16,7 @@
 #include "factory.h"
 #include "fsid.h"
 #include "gpu_plan.h"
+#include "log.h"
 #include "init_from.h"
 #include "paths.h"
 #include "tokcache.h"
@@ -92,7 +93,7 @@ static void worker_event(void *ctx, const struct gpt_event *e)
 static int workers_gpu_count(const struct gpt_job *job)
 {
     int kind = job->distributed.backend;
-    if (kind == GPT_COMM_AUTO || kind == GPT_COMM_NCCL)
+    if (kind == GPT_COMM_AUTO || kind == GPT_COMM_NCCL || kind == GPT_COMM_STAGED)
         return gpt_device_count();
     return 0;
 }
@@ -113,7 +114,10 @@ static int worker_cancelled(void *ctx)
 }
 
 /* The compute backend and communicator of one worker: CUDA + NCCL on GPU
- * hosts (local worker i on GPU i), CPU + TCP ring (or local) elsewhere. */
+ * hosts (local worker i on GPU i; with distributed.backend auto, the
+ * host-staged communicator on every rank when NCCL does not form, or
+ * always with staged), CPU + TCP ring (or local) elsewhere (staged there
+ * is the ring behind a stager with nothing to stage). */
 static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be,
                        struct gpt_comm **ret_comm)
 {
@@ -144,10 +148,19 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
         if (rc < 0)
             return rc;
     }
-    enum gpt_comm_kind kind = ws->world == 1 ? GPT_COMM_LOCAL
-                              : gpus > 0     ? GPT_COMM_NCCL
-                                             : GPT_COMM_TCP;
-    return gpt_comm_new(kind, &co, &ws->kv, device, *ret_be, ret_comm, &wk->err);
+    enum gpt_comm_kind want = ws->job.distributed.backend;
+    enum gpt_comm_kind kind = ws->world == 1                                  ? GPT_COMM_LOCAL
+                              : want == GPT_COMM_STAGED || want == GPT_COMM_NCCL ? want
+                              : gpus > 0                                      ? GPT_COMM_AUTO
+                                                                              : GPT_COMM_TCP;
+    int rc = gpt_comm_new(kind, &co, &ws->kv, device, *ret_be, ret_comm, &wk->err);
+    const char *why = rc == 0 ? gpt_comm_staged_why(*ret_comm) : NULL;
+    /* One line per node (its first worker) for the operator; the job's
+     * start event carries the same for its record. */
+    if (why && kind == GPT_COMM_AUTO && wk == &ws->w[0])
+        log_warn("world %s: NCCL did not form (%s); collectives go through host memory over %s",
+                 ws->prefix, why, (*ret_comm)->ops->name);
+    return rc;
 }
 
 /* Takes the job owner's file-system identity for this thread and opens

@@ -110,6 +110,49 @@ static int comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv,
 #endif
 }
 
+/* The host-staged communicator's way into `be` (NULL: a CPU backend, whose
+ * memory the host reads as it is). */
+static const struct gpt_comm_stager *comm_stager(struct gpt_backend *be,
+                                                 struct gpt_comm_stager *st)
+{
+#ifdef GPTD_HAVE_CUDA
+    if (be && gpt_backend_is_cuda(be)) {
+        gpt_cuda_stager(be, st);
+        return st;
+    }
+#else
+    (void)be;
+    (void)st;
+#endif
+    return NULL;
+}
+
+static int comm_staged_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv,
+                           struct gpt_backend *be, struct gpt_comm **ret, struct gpt_err *err)
+{
+    struct gpt_comm *inner = NULL;
+    struct gpt_comm_stager st;
+    int rc = gpt_comm_tcp_new(o, kv, &inner, err);
+    if (rc < 0)
+        return rc;
+    return gpt_comm_staged_new(inner, comm_stager(be, &st), "distributed.backend is staged", ret,
+                               err);
+}
+
+struct comm_nccl_try {
+    const struct gpt_kv *kv;
+    int device;
+    struct gpt_backend *be;
+};
+
+/* gpt_comm_fallback_new's first try: NCCL bound to the backend. */
+static int comm_nccl_try(void *ctx, const struct gpt_comm_opts *o, struct gpt_comm **ret,
+                         struct gpt_err *err)
+{
+    struct comm_nccl_try *t = ctx;
+    return comm_nccl_new(o, t->kv, t->device, t->be, ret, err);
+}
+
 int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const struct gpt_kv *kv,
                  int device, struct gpt_backend *be, struct gpt_comm **ret, struct gpt_err *err)
 {
@@ -119,7 +162,14 @@ int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const s
 #ifdef GPTD_HAVE_CUDA
         cuda = be && gpt_backend_is_cuda(be);
 #endif
-        kind = world == 1 ? GPT_COMM_LOCAL : cuda ? GPT_COMM_NCCL : GPT_COMM_TCP;
+        if (world > 1 && cuda) {
+            if (!o || !kv)
+                return gpt_err_set(err, -EINVAL, NULL, "a device world needs options and a store");
+            struct comm_nccl_try t = {kv, device, be};
+            struct gpt_comm_stager st;
+            return gpt_comm_fallback_new(o, kv, comm_nccl_try, &t, comm_stager(be, &st), ret, err);
+        }
+        kind = world == 1 ? GPT_COMM_LOCAL : GPT_COMM_TCP;
     }
     switch (kind) {
     case GPT_COMM_LOCAL:
@@ -136,6 +186,10 @@ int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const s
             return gpt_err_set(err, -EINVAL, NULL,
                                "an nccl communicator needs options and a store");
         return comm_nccl_new(o, kv, device, be, ret, err);
+    case GPT_COMM_STAGED:
+        if (!o || !kv)
+            return gpt_err_set(err, -EINVAL, NULL, "a staged communicator needs options and a store");
+        return comm_staged_new(o, kv, be, ret, err);
     case GPT_COMM_AUTO:
         break;
     }

@@ -10,7 +10,9 @@
  * Backends: local (world of one, no copies), tcp (ring over sockets,
  * addresses exchanged through a struct gpt_kv; when every rank is on this
  * host, collectives go through shared memory instead and ops->name is
- * "shm"), nccl (GPU, optional build).
+ * "shm"), nccl (GPU, optional build), staged (device buffers copied
+ * through host memory to a tcp/shm communicator: what a GPU world falls
+ * back to when NCCL does not form; comm_staged.c).
  */
 #ifndef GPT_COMM_H
 #define GPT_COMM_H
@@ -157,6 +159,57 @@ int gpt_comm_local_new(struct gpt_comm **ret, struct gpt_err *err);
  * opts->timeout_ms and ended early by opts->cancelled. */
 int gpt_comm_tcp_new(const struct gpt_comm_opts *opts, const struct gpt_kv *kv,
                      struct gpt_comm **ret, struct gpt_err *err);
+
+/* How a host-staged communicator reaches device memory (the CUDA
+ * backend's gpt_cuda_stager; a test's shim). Every function may be called
+ * from any thread that uses the communicator (the DDP or shard
+ * communication thread included), so none may touch a backend's per-op
+ * state. is_device: non-zero when p is memory the host cannot read.
+ * to_host: copies after all the compute work enqueued so far, and returns
+ * once the bytes are in host memory. to_device: returns once the bytes are
+ * in device memory, before any compute work enqueued afterwards reads
+ * them. Both return 0 or a negative error. */
+struct gpt_comm_stager {
+    void *ctx;
+    int (*is_device)(void *ctx, const void *p);
+    int (*to_host)(void *ctx, void *host, const void *dev, size_t bytes);
+    int (*to_device)(void *ctx, void *dev, const void *host, size_t bytes);
+};
+
+/* Host-staged: wraps a host communicator `inner` (tcp/shm; owned from here
+ * on, freed with the result or on failure). A collective on device memory
+ * (stager->is_device) copies the bytes it needs to a host buffer, runs on
+ * `inner` there, and copies the result back; host memory goes straight to
+ * `inner`, so the bits are those of `inner` on the same values. The name
+ * is "staged/" and inner's name ("staged/shm"). `why` (may be NULL): why
+ * this communicator was chosen, for gpt_comm_staged_why. NULL stager: no
+ * memory is device memory. Returns 0 and *ret, or a negative error. */
+int gpt_comm_staged_new(struct gpt_comm *inner, const struct gpt_comm_stager *stager,
+                        const char *why, struct gpt_comm **ret, struct gpt_err *err);
+/* The `why` of a host-staged communicator (the first refusal when
+ * gpt_comm_fallback_new chose it, "distributed.backend is staged" when the
+ * job asked), or NULL for any other communicator. */
+const char *gpt_comm_staged_why(const struct gpt_comm *c);
+
+/* Tries a device communicator (`first`, NCCL) and, if any rank of the
+ * world cannot form it, makes every rank fall back to a host-staged one
+ * over the tcp/shm communicator (keys under o->prefix "staged/"). All ranks
+ * agree through `kv`: a rank whose attempt fails publishes why under
+ * o->prefix "refused" (first may be waiting for that rank: it is handed
+ * options whose `cancelled` turns true within about COMM_CANCEL_POLL_MS
+ * of such a refusal, or of o->cancelled), then each rank publishes its
+ * vote and reads every other's; one refusal, and the ranks that formed
+ * the device communicator free it. An abort (o->cancelled) returns
+ * -ECANCELED and never falls back. Returns 0 and *ret (the device
+ * communicator, or the host-staged one whose gpt_comm_staged_why quotes
+ * the refusal), or a negative error with err filled. Blocks like
+ * gpt_comm_tcp_new. */
+typedef int (*gpt_comm_try_fn)(void *ctx, const struct gpt_comm_opts *o, struct gpt_comm **ret,
+                               struct gpt_err *err);
+int gpt_comm_fallback_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv,
+                          gpt_comm_try_fn first, void *first_ctx,
+                          const struct gpt_comm_stager *stager, struct gpt_comm **ret,
+                          struct gpt_err *err);
 
 /* Two struct gpt_kv stores that need no daemon. mem: shared by the threads
  * of one process (an in-process world); get waits on a condition variable.

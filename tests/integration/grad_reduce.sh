@@ -10,7 +10,9 @@
 #    as threads against world 3 as processes on the ring).
 # distributed.comm_shm picks the transport of world 2 (off: the ring, the
 # same bits; on: shared memory even with the developer override
-# GPTD_COMM_SHM=0, which still decides under auto).
+# GPTD_COMM_SHM=0, which still decides under auto). distributed.backend
+# staged (the host-staged communicator NCCL falls back to; on CPUs it has
+# nothing to stage) gives the same bits and says so in the start event.
 # Then a spec with an unknown value is refused, naming the key.
 # usage: grad_reduce.sh GPTD SNAPDIFF JOB
 source "$(dirname "$0")/run_common.sh"
@@ -71,6 +73,12 @@ GPTD_COMM_SHM=0 run_threads s2on 2 distributed.comm_shm=on
 start s2on | has "over comm shm" || fail "comm_shm on: not over shm"
 GPTD_COMM_SHM=0 run_threads s2env 2
 start s2env | has "over comm tcp" || fail "GPTD_COMM_SHM=0 under auto: not over tcp"
+
+echo "world 2 (threads): distributed.backend staged, the host-staged communicator by request"
+run_threads st2 2 distributed.backend=staged
+start st2 | has "over comm staged/shm (distributed.backend is staged)" \
+    || fail "backend staged: the start event does not name the staged communicator"
+same_bits d2 st2
 
 echo "world 3 (processes, TCP ring): fp32 and bf16"
 run_ring3 rf3 distributed.grad_reduce=fp32

@@ -28,7 +28,10 @@ enum gpt_tokenizer { GPT_TOK_CHAR, GPT_TOK_BYTE, GPT_TOK_GPT2 };
 enum gpt_precision { GPT_PREC_FP32, GPT_PREC_BF16, GPT_PREC_AUTO };
 enum gpt_schedule { GPT_SCHED_COSINE, GPT_SCHED_CONSTANT };
 enum gpt_backend_kind { GPT_BACKEND_AUTO, GPT_BACKEND_CPU, GPT_BACKEND_CUDA };
-enum gpt_comm_kind { GPT_COMM_AUTO, GPT_COMM_LOCAL, GPT_COMM_TCP, GPT_COMM_NCCL };
+/* STAGED: device buffers through host memory over the tcp/shm
+ * communicator (comm.h's gpt_comm_staged_new), what AUTO falls back to when
+ * NCCL does not form. */
+enum gpt_comm_kind { GPT_COMM_AUTO, GPT_COMM_LOCAL, GPT_COMM_TCP, GPT_COMM_NCCL, GPT_COMM_STAGED };
 enum gpt_sharding { GPT_SHARD_NONE, GPT_SHARD_OPTIMIZER, GPT_SHARD_FULL };
 /* distributed.grad_reduce; AUTO (the default): bf16 on the CUDA backend,
  * fp32 on the CPU backend. */

@@ -54,8 +54,13 @@ int gpt_backend_new(enum gpt_backend_kind kind, int device, int threads, struct 
  *   GPT_COMM_TCP    gpt_comm_tcp_new (ring, shared memory on one host);
  *   GPT_COMM_NCCL   NCCL on GPU `device`, ordered after CUDA backend `be`
  *                   when `be` is given; -GPT_E_NODEVICE without CUDA;
- *   GPT_COMM_AUTO   local for a world of one, NCCL when `be` is a CUDA
- *                   backend, else TCP.
+ *   GPT_COMM_STAGED the TCP one (shared memory on one host) behind
+ *                   gpt_comm_staged_new, reaching `be`'s device memory
+ *                   through the host (any backend; a CPU one stages nothing);
+ *   GPT_COMM_AUTO   local for a world of one; when `be` is a CUDA backend,
+ *                   NCCL, or STAGED on every rank if any rank's NCCL does not
+ *                   form (gpt_comm_fallback_new; gpt_comm_staged_why says
+ *                   why); else TCP.
  * `kv` exchanges addresses (TCP, NCCL); `be` is borrowed and must outlive
  * the communicator. Returns 0 and *ret (new; gpt_comm_free), or a negative
  * error with err filled. Blocks until the world has formed (bounded by

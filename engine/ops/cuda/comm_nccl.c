@@ -731,8 +731,22 @@ static int nccl_exchange_id(const struct gpt_comm_opts *o, const struct gpt_kv *
         return 0;
     }
     size_t len = 0;
-    int timeout = o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS;
-    int rc = kv->get(kv->ctx, key, id, sizeof(*id), &len, timeout);
+    int64_t deadline = monotime_ms() + (o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS);
+    int rc;
+    /* In slices, so that o->cancelled (an abort, or another rank's refusal
+     * under gpt_comm_fallback_new) ends the wait for an id that may never
+     * come. */
+    do {
+        if (o->cancelled && o->cancelled(o->cancel_ctx))
+            return gpt_err_set(err, -ECANCELED, NULL, "nccl: cancelled waiting for %s", key);
+        int64_t left = deadline - monotime_ms();
+        if (left <= 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        rc = kv->get(kv->ctx, key, id, sizeof(*id), &len,
+                     left > COMM_CANCEL_POLL_MS ? COMM_CANCEL_POLL_MS : (int)left);
+    } while (rc == -ETIMEDOUT);
     if (rc < 0)
         return gpt_err_set(err, rc, NULL, "nccl: cannot read %s: %s", key, gpt_strerror(rc));
     if (len != sizeof(*id))

@@ -10,7 +10,8 @@
 
 /* Joins the world described by `o` on GPU `device`: rank 0 creates the NCCL
  * unique id and publishes it under o->prefix + "nccl_id" through kv->set,
- * the others kv->get it (waiting up to the timeout); then a non-blocking
+ * the others kv->get it (waiting up to the timeout; o->cancelled ends the
+ * wait); then a non-blocking
  * communicator is created and polled until every rank has joined. Returns
  * -GPT_E_NODEVICE without a GPU, -ETIMEDOUT when the world did not form
  * within o->timeout_ms (0 = 300000), -GPT_E_NCCL / -GPT_E_CUDA on library
@@ -34,6 +35,14 @@ int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, in
  * be a CUDA backend on the same device and outlive the communicator.
  * Returns 0 or -EINVAL. Owner thread, no collective in flight. */
 int gpt_comm_nccl_bind_backend(struct gpt_comm *c, struct gpt_backend *be);
+
+/* The host-staged communicator's way into CUDA backend `be`'s memory
+ * (comm.h's struct gpt_comm_stager), for when NCCL does not form: copies
+ * on be's communication stream, device-to-host after a wait for the
+ * compute stream, host-to-device finished before the call returns (and
+ * the range's bf16 shadows marked stale). `be` must outlive the
+ * communicator. Any thread; does not block. */
+void gpt_cuda_stager(struct gpt_backend *be, struct gpt_comm_stager *ret);
 
 /* The NCCL library's version code (ncclGetVersion: 22105 is 2.21.5), 0
  * when it cannot say. Any thread; does not block. */
