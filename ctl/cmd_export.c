@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "export_args.h"
 #include "gptctl.h"
 
 int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
@@ -25,7 +26,6 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                                          {0, 0, 0, 0}};
     const char *format = NULL, *out = NULL, *dtype = NULL;
     int64_t snap = 0, job;
-    bool ok = true;
     int ch;
     while ((ch = getopt_long(argc, argv, "s:f:o:", opts, NULL)) != -1) {
         switch (ch) {
@@ -45,12 +45,11 @@ int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
         default:
             return EXIT_USAGE;
         }
-        if (!ok)
-            return EXIT_USAGE;
     }
-    if (optind + 1 != argc || !format || !out || !out[0])
-        return ctl_usage_error("usage: export JOB [--snapshot ID] --format hf|llmc|gguf -o PATH"
-                               " [--dtype f32|f16|bf16]");
+    struct gpt_export_args ea = {"JOB", argc - optind, format, out, dtype};
+    struct gpt_err err;
+    if (gpt_export_args_check(&ea, &err) < 0)
+        return ctl_usage_error("%s", err.msg);
     if (!ctl_parse_job(argv[optind], &job))
         return EXIT_USAGE;
     /* The daemon has another working directory: relative paths are the

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "export.h"
+#include "export_args.h"
 #include "export_model.h"
 #include "export_tmp.h"
 #include "fsid.h"
@@ -151,18 +152,16 @@ static void handler_export_vocab(struct handler_export *x, const char *spec_json
 int handler_export_run(struct daemon_ctx *d, struct control_client *cl,
                        const struct gpt_ctl_request *req, struct gpt_err *err)
 {
+    int rc = gpt_export_values_check(req->format, req->dtype, err);
+    if (rc < 0)
+        return rc;
     enum gpt_fmt_kind kind = gpt_fmt_kind_parse(req->format, err);
-    if (kind == GPT_FMT_NONE || kind == GPT_FMT_GPTS)
-        return gpt_err_set(err, -EINVAL, "format", "format must be hf, llmc or gguf, got \"%s\"",
-                           req->format);
-    if (req->dtype && strcmp(req->dtype, "f32") != 0 && strcmp(req->dtype, "f16") != 0 &&
-        strcmp(req->dtype, "bf16") != 0)
-        return gpt_err_set(err, -EINVAL, "dtype", "dtype must be f32, f16 or bf16, got \"%s\"",
-                           req->dtype);
+    if (kind == GPT_FMT_NONE)
+        return -EINVAL;
     if (req->output[0] != '/')
         return gpt_err_set(err, -EINVAL, "output", "output must be an absolute path");
     struct db_job j;
-    int rc = db_job_get(d->db, req->job, &j, err);
+    rc = db_job_get(d->db, req->job, &j, err);
     if (rc < 0)
         return rc;
     if (cl->uid != 0 && j.owner_uid != cl->uid) {

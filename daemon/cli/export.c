@@ -6,12 +6,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cli_opt.h"
 #include "export.h"
+#include "export_args.h"
 #include "export_model.h"
 #include "run_dir.h"
 
@@ -44,24 +47,6 @@ int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const 
     rc = gpt_fmt_export(kind, out, &src, err);
     gpt_fmt_loaded_done(&l);
     return rc;
-}
-
-static void export_usage(FILE *f)
-{
-    fprintf(f, "usage: gptd export SNAPSHOT --format hf|llmc|gguf -o PATH [--vocab DIR]\n"
-               "                   [--dtype f32|f16|bf16]\n"
-               "  SNAPSHOT          a gptd snapshot (.gpts), or a Hugging Face folder or an\n"
-               "                    llm.c checkpoint to convert\n"
-               "  --format F        hf: a Hugging Face GPT2LMHeadModel folder; llmc: an llm.c\n"
-               "                    checkpoint (version 3); gguf: GGUF v3 for llama.cpp\n"
-               "  -o PATH           the folder (hf) or file to write; written atomically,\n"
-               "                    an existing folder or a symbolic link is refused\n"
-               "  --vocab DIR       GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
-               "                    vocab.json + merges.txt) to ship with the model\n"
-               "  --dtype T         gguf: the matrices as f32 (default), f16 or bf16\n"
-               "  --name NAME       gguf: the model's name (general.name); default: the job's\n"
-               "                    name in the spec.json of the `gptd run` folder SNAPSHOT\n"
-               "                    lies in, else SNAPSHOT's file name without its extension\n");
 }
 
 /* The job's name from the spec.json a `gptd run` folder keeps beside its
@@ -113,68 +98,75 @@ static void export_name(const char *in, const char *opt, char *ret, size_t cap)
     snprintf(ret, cap, "%.*s", (int)stem, base);
 }
 
+/* What `gptd export`'s command line says. */
+struct export_args {
+    const char *format, *out, *vocab, *dtype, *name;
+};
+
+#define EXPORT_ARG(f) offsetof(struct export_args, f)
+static const struct cli_opt export_opts[] = {
+    {"format", 'f', "F", CLI_OPT_STR, EXPORT_ARG(format), .help =
+     "hf: a Hugging Face GPT2LMHeadModel folder;\n"
+     "llmc: an llm.c checkpoint (version 3);\n"
+     "gguf: GGUF v3 for llama.cpp"},
+    {"output", 'o', "PATH", CLI_OPT_STR, EXPORT_ARG(out), .help =
+     "the folder (hf) or file to write; written atomically,\n"
+     "an existing folder or a symbolic link is refused"},
+    {"vocab", 0, "DIR", CLI_OPT_STR, EXPORT_ARG(vocab), .help =
+     "GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
+     "vocab.json + merges.txt) to ship with the model"},
+    {"dtype", 0, "T", CLI_OPT_STR, EXPORT_ARG(dtype), .help =
+     "gguf: the matrices as f32 (default), f16 or bf16"},
+    {"name", 0, "NAME", CLI_OPT_STR, EXPORT_ARG(name), .help =
+     "gguf: the model's name (general.name); default: the job's\n"
+     "name in the spec.json of the `gptd run` folder SNAPSHOT\n"
+     "lies in, else SNAPSHOT's file name without its extension"},
+    {"help", 'h', NULL, CLI_OPT_HELP, .help = "this help"},
+};
+
+static const struct cli_cmd export_cmd = {
+    .prog = "gptd export",
+    .intro = "usage: gptd export SNAPSHOT --format hf|llmc|gguf -o PATH [--vocab DIR]\n"
+             "                   [--dtype f32|f16|bf16] [--name NAME]\n"
+             "\n"
+             "Writes SNAPSHOT, a gptd snapshot (.gpts), or a Hugging Face folder or an\n"
+             "llm.c checkpoint to convert, in another tool's format.\n",
+    .opts = export_opts,
+    .n_opts = sizeof(export_opts) / sizeof(export_opts[0]),
+};
+
 int gptd_export_main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"format", required_argument, NULL, 'f'}, {"output", required_argument, NULL, 'o'},
-        {"vocab", required_argument, NULL, 'v'},  {"dtype", required_argument, NULL, 'd'},
-        {"name", required_argument, NULL, 'n'},   {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *format = NULL, *out = NULL, *vocab = NULL, *dtype = NULL, *name_opt = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'f':
-            format = optarg;
-            break;
-        case 'o':
-            out = optarg;
-            break;
-        case 'v':
-            vocab = optarg;
-            break;
-        case 'd':
-            dtype = optarg;
-            break;
-        case 'n':
-            name_opt = optarg;
-            break;
-        case 'h':
-            export_usage(stdout);
-            return 0;
-        default:
-            export_usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1 || !format || !out) {
-        fprintf(stderr, "gptd export: %s\n",
-                argc - optind != 1 ? "give exactly one SNAPSHOT"
-                : !format          ? "--format is required"
-                                   : "-o PATH is required");
-        export_usage(stderr);
-        return 2;
-    }
+    struct export_args a = {0};
+    uint64_t given;
+    int rc = cli_cmd_parse(&export_cmd, argc, argv, &a, &given);
+    if (rc >= 0)
+        return rc;
     struct gpt_err err;
     gpt_err_clear(&err);
-    enum gpt_fmt_kind kind = gpt_fmt_kind_parse(format, &err);
-    if (kind == GPT_FMT_NONE || kind == GPT_FMT_GPTS) {
-        fprintf(stderr, "gptd export: --format: %s\n",
-                kind == GPT_FMT_NONE ? err.msg : "give hf, llmc or gguf");
+    struct gpt_export_args ea = {"SNAPSHOT", argc - optind, a.format, a.out, a.dtype};
+    if (gpt_export_args_check(&ea, &err) < 0) {
+        fprintf(stderr, "gptd export: %s\n", err.msg);
+        cli_cmd_help(&export_cmd, stderr);
         return 2;
     }
+    if (gpt_export_values_check(a.format, a.dtype, &err) < 0) {
+        fprintf(stderr, "gptd export: %s\n", err.msg);
+        return 2;
+    }
+    enum gpt_fmt_kind kind = gpt_fmt_kind_parse(a.format, &err);
     /* Written as any program this user runs would: under the umask. */
     mode_t mask = umask(022);
     umask(mask);
     char name[EXPORT_NAME_MAX];
-    export_name(argv[optind], name_opt, name, sizeof(name));
-    int rc = export_model(argv[optind], kind, out, vocab, dtype, name, mask, NULL, NULL, &err);
+    export_name(argv[optind], a.name, name, sizeof(name));
+    rc = kind == GPT_FMT_NONE ? -EINVAL
+                              : export_model(argv[optind], kind, a.out, a.vocab, a.dtype, name,
+                                             mask, NULL, NULL, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd export: %s\n", err.msg[0] ? err.msg : gpt_strerror(rc));
         return 1;
     }
-    printf("%s\n", out);
+    printf("%s\n", a.out);
     return 0;
 }

@@ -35,6 +35,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_opt.h"
 #include "data.h"
 #include "gpt_atomic_file.h"
 #include "monotime.h"
@@ -108,46 +110,6 @@ static void tz_on_signal(int sig)
             unlink(tz_tmp_names[i]);
     signal(sig, SIG_DFL);
     raise(sig);
-}
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: gptd tokenize --tokenizer gpt2 --vocab DIR [options] -o PREFIX FILE...\n"
-            "\n"
-            "Encodes text files with GPT-2's tokenizer into llm.c token shards\n"
-            "PREFIX_val_NNNNNN.bin and PREFIX_train_NNNNNN.bin. Each FILE is one document;\n"
-            "every document starts with <|endoftext|>.\n"
-            "\n"
-            "options:\n"
-            "  --tokenizer NAME       gpt2 (the only one)\n"
-            "  --vocab DIR            encoder.json + vocab.bpe (or vocab.json + merges.txt)\n"
-            "  --val-fraction F       share of the input bytes for validation, 0 <= F < 1\n"
-            "                         (default %.1f; 0: no validation shard)\n"
-            "  --val-split head|random  which bytes: head (the default) takes the first F\n"
-            "                         of the input, cut inside a document if need be, so\n"
-            "                         a single FILE still gets a validation set; but the\n"
-            "                         first FILEs in order may not be typical of the rest.\n"
-            "                         random takes whole documents (FILEs) drawn by --seed\n"
-            "                         until they hold F of the bytes, at least one left for\n"
-            "                         training: an unbiased set when there are many FILEs\n"
-            "  --seed N               the random split's seed (default %d); the same seed\n"
-            "                         and FILEs give the same split\n"
-            "  --shard-tokens N       tokens per shard (default %d)\n"
-            "  --threads N            encoding threads (default: every online CPU)\n"
-            "  -o, --output PREFIX    output name prefix (may include a directory)\n",
-            TZ_VAL_FRACTION_DEF, TZ_SEED_DEF, TZ_SHARD_TOKENS_DEF);
-}
-
-static int tz_parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *ret)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
-        return -1;
-    *ret = v;
-    return 0;
 }
 
 static int tz_writer_flush(struct tz_writer *w)
@@ -456,82 +418,57 @@ struct tz_args {
     int nf;
 };
 
-/* Parses argv with getopt_long. -1 to go on, else the exit status. */
+#define TZ_STR(x)  #x
+#define TZ_XSTR(x) TZ_STR(x)
+#define TZ_ARG(f)  offsetof(struct tz_args, f)
+static const char *const tz_splits[] = {"head", "random", NULL};
+static const struct cli_opt tz_opts[] = {
+    {"tokenizer", 0, "NAME", CLI_OPT_STR, TZ_ARG(tokenizer), .required = 1,
+     .help = "gpt2 (the only one)"},
+    {"vocab", 0, "DIR", CLI_OPT_STR, TZ_ARG(vocab), .required = 1,
+     .help = "encoder.json + vocab.bpe (or vocab.json + merges.txt)"},
+    {"val-fraction", 0, "F", CLI_OPT_FRACTION, TZ_ARG(val_fraction),
+     .help = "share of the input bytes for validation, 0 <= F < 1\n"
+             "(default " TZ_XSTR(TZ_VAL_FRACTION_DEF) "; 0: no validation shard)"},
+    {"val-split", 0, "head|random", CLI_OPT_CHOICE, TZ_ARG(val_random), .choices = tz_splits,
+     .help = "which bytes: head (the default) takes the first F\n"
+             "of the input, cut inside a document if need be, so\n"
+             "a single FILE still gets a validation set; but the\n"
+             "first FILEs in order may not be typical of the rest.\n"
+             "random takes whole documents (FILEs) drawn by --seed\n"
+             "until they hold F of the bytes, at least one left for\n"
+             "training: an unbiased set when there are many FILEs"},
+    {"seed", 0, "N", CLI_OPT_U64, TZ_ARG(seed), 0, UINT64_MAX,
+     .help = "the random split's seed (default " TZ_XSTR(TZ_SEED_DEF) "); the same seed\n"
+             "and FILEs give the same split"},
+    {"shard-tokens", 0, "N", CLI_OPT_U64, TZ_ARG(shard_tokens), 1, INT32_MAX,
+     .help = "tokens per shard (default " TZ_XSTR(TZ_SHARD_TOKENS_DEF) ")"},
+    {"threads", 0, "N", CLI_OPT_U64, TZ_ARG(threads), 1, TZ_THREADS_MAX,
+     .help = "encoding threads (default: every online CPU)"},
+    {"output", 'o', "PREFIX", CLI_OPT_STR, TZ_ARG(prefix), .required = 1,
+     .help = "output name prefix (may include a directory)"},
+    {"help", 'h', NULL, CLI_OPT_HELP, .help = "this help"},
+};
+
+static const struct cli_cmd tz_cmd = {
+    .prog = "gptd tokenize",
+    .intro = "usage: gptd tokenize --tokenizer gpt2 --vocab DIR [options] -o PREFIX FILE...\n"
+             "\n"
+             "Encodes text files with GPT-2's tokenizer into llm.c token shards\n"
+             "PREFIX_val_NNNNNN.bin and PREFIX_train_NNNNNN.bin. Each FILE is one document;\n"
+             "every document starts with <|endoftext|>.\n",
+    .opts = tz_opts,
+    .n_opts = sizeof(tz_opts) / sizeof(tz_opts[0]),
+};
+
+/* Parses argv through tz_opts. -1 to go on, else the exit status. */
 static int tz_parse_args(int argc, char **argv, struct tz_args *a)
 {
-    static const struct option opts[] = {
-        {"tokenizer", required_argument, NULL, 't'},
-        {"vocab", required_argument, NULL, 'v'},
-        {"val-fraction", required_argument, NULL, 'f'},
-        {"val-split", required_argument, NULL, 'S'},
-        {"seed", required_argument, NULL, 'r'},
-        {"shard-tokens", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 'j'},
-        {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 't':
-            a->tokenizer = optarg;
-            break;
-        case 'v':
-            a->vocab = optarg;
-            break;
-        case 'o':
-            a->prefix = optarg;
-            break;
-        case 'f':
-            errno = 0;
-            a->val_fraction = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(a->val_fraction >= 0 && a->val_fraction < 1)) {
-                fprintf(stderr, "gptd tokenize: --val-fraction must be in [0, 1), got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            break;
-        case 'S':
-            if (strcmp(optarg, "head") != 0 && strcmp(optarg, "random") != 0) {
-                fprintf(stderr, "gptd tokenize: --val-split must be head or random, got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            a->val_random = strcmp(optarg, "random") == 0;
-            break;
-        case 'r':
-            if (tz_parse_u64(optarg, 0, UINT64_MAX, &a->seed) < 0) {
-                fprintf(stderr, "gptd tokenize: --seed must be an unsigned integer, got '%s'\n",
-                        optarg);
-                return 2;
-            }
-            a->seed_set = 1;
-            break;
-        case 's':
-            if (tz_parse_u64(optarg, 1, INT32_MAX, &a->shard_tokens) < 0) {
-                fprintf(stderr, "gptd tokenize: --shard-tokens must be in [1, %d], got '%s'\n",
-                        INT32_MAX, optarg);
-                return 2;
-            }
-            break;
-        case 'j':
-            if (tz_parse_u64(optarg, 1, TZ_THREADS_MAX, &a->threads) < 0) {
-                fprintf(stderr, "gptd tokenize: --threads must be in [1, %d], got '%s'\n",
-                        TZ_THREADS_MAX, optarg);
-                return 2;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
+    uint64_t given;
+    int rc = cli_cmd_parse(&tz_cmd, argc, argv, a, &given);
+    if (rc >= 0)
+        return rc;
+    a->seed_set = (given & cli_cmd_bit(&tz_cmd, "seed")) != 0;
     a->paths = argv + optind;
     a->nf = argc - optind;
     return -1;
@@ -541,13 +478,9 @@ static int tz_parse_args(int argc, char **argv, struct tz_args *a)
  * count) and the default thread count. -1 to go on, else the exit status. */
 static int tz_check_args(struct tz_args *a)
 {
-    if (!a->tokenizer || !a->vocab || !a->prefix || a->nf < 1) {
-        fprintf(stderr, "gptd tokenize: %s\n",
-                !a->tokenizer ? "--tokenizer is required"
-                : !a->vocab   ? "--vocab is required"
-                : !a->prefix  ? "-o PREFIX is required"
-                              : "no input FILE");
-        usage(stderr);
+    if (a->nf < 1) {
+        fprintf(stderr, "gptd tokenize: no input FILE\n");
+        cli_cmd_help(&tz_cmd, stderr);
         return 2;
     }
     if (strcmp(a->tokenizer, "gpt2") != 0) {

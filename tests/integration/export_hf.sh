@@ -97,6 +97,24 @@ refused() { # refused PATTERN ARGS...: as the user, exit 1 saying PATTERN
     grep -q -- "$want" <<<"$o" || fail "$*: does not say '$want': $o"
     echo "refused as expected: $o"
 }
+# The command-line checks gptd export and gptctl export share
+# (proto/export_args.c): the same words, exit 2, nothing contacted or written.
+usage_refused() { # usage_refused PATTERN CMD ARGS...
+    local want=$1 o rc=0
+    shift
+    o=$("$@" 2>&1) || rc=$?
+    [[ $rc -eq 2 ]] || fail "$*: exit $rc ($o)"
+    grep -q -- "$want" <<<"$o" || fail "$*: does not say '$want': $o"
+}
+usage_refused "-o PATH is required" "$GPTD" export "$newest" --format hf
+usage_refused "-o PATH is required" "$GPTCTL" export "$id" --format hf
+usage_refused "--format is required" "$GPTD" export "$newest" -o "$T/out/y"
+usage_refused "--format is required" "$GPTCTL" export "$id" -o "$T/out/y"
+usage_refused "give exactly one SNAPSHOT" "$GPTD" export --format hf -o "$T/out/y"
+usage_refused "give exactly one JOB" "$GPTCTL" export --format hf -o "$T/out/y"
+usage_refused "format must be hf, llmc or gguf" "$GPTD" export "$newest" --format gpts -o "$T/out/y"
+usage_refused "dtype must be" "$GPTD" export "$newest" --format gguf --dtype f8 -o "$T/out/y"
+[[ -e $T/out/y ]] && fail "a refused export wrote $T/out/y"
 refused "exists" export "$id" --format hf -o "$T/out/model"
 runuser -u "$U" -- ln -s "$T/out/victim" "$T/out/link"
 refused "symbolic link" export "$id" --format hf -o "$T/out/link"
