@@ -30,6 +30,19 @@ add_test(NAME daemon_statedir_gone
 set_tests_properties(daemon_statedir_gone PROPERTIES LABELS integration TIMEOUT 120
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 
+# daemon_init_shrink: a model.init_from GGUF truncated between two of the
+# worker's reads (held by tests/tools/pread_pause, an LD_PRELOAD library):
+# that job fails naming the file, gptd goes on.
+add_library(pread_pause SHARED ${CMAKE_CURRENT_SOURCE_DIR}/tools/pread_pause.c)
+target_compile_options(pread_pause PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(pread_pause PRIVATE ${CMAKE_DL_LIBS})
+add_test(NAME daemon_init_shrink
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_init_shrink.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR}
+                 $<TARGET_FILE:pread_pause>)
+set_tests_properties(daemon_init_shrink PROPERTIES LABELS integration TIMEOUT 180
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
 # The README's command blocks pasted in order (tests/tools/readme_blocks.py
 # extracts them), every job at a fiftieth of its steps.
 add_test(NAME readme_examples
