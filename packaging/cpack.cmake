@@ -10,6 +10,7 @@
 #   /usr/share/gptd/grafana/, prometheus/        a Grafana dashboard, Prometheus alert rules
 #   /usr/share/man/man{1,5,8}/                   gptctl(1), gptd.conf(5), gptd-job(5), gptd-snapshot(5), gptd(8)
 #   /usr/share/bash-completion/completions/gptctl, gptd
+#   /usr/share/zsh/vendor-completions/_gptd      zsh completion of gptd and gptctl
 #
 # gptd-job(5) is generated at build time from the job-spec table by
 # packaging/gen_jobman.c; the other pages are written by hand in
@@ -82,6 +83,10 @@ install(FILES ${GPTD_PKG_DIR}/gptctl.bash-completion
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gptctl)
 install(FILES ${GPTD_PKG_DIR}/gptd.bash-completion
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gptd)
+# One zsh completion for both programs (its #compdef line names them), in
+# the folder Debian's zsh puts on every user's fpath.
+install(FILES ${GPTD_PKG_DIR}/gptd.zsh-completion
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions RENAME _gptd)
 
 # --- the Debian package -------------------------------------------------------
 set(CPACK_GENERATOR DEB)

@@ -28,6 +28,7 @@ pkgs=(
     libpcre2-dev nodejs
     libmicrohttpd-dev prometheus curl
     chromium libjs-dygraphs
+    zsh
     python3-torch python3-numpy
 )
 # Debian's nodejs has no npm (NodeSource's has): add the npm package when

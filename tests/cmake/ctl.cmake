@@ -16,3 +16,9 @@ endforeach()
 add_test(NAME ctl_completion COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/ctl_completion.sh
                                      ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gptd>)
 set_tests_properties(ctl_completion PROPERTIES LABELS unit TIMEOUT 60)
+# The zsh completion typed into a real interactive zsh (zsh/zpty, compinit):
+# the same checks against gptctl's command table and gptd's --help texts.
+# Skipped (77) only where zsh is not installed.
+add_test(NAME ctl_completion_zsh COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/ctl_completion_zsh.sh
+                                         ${CMAKE_SOURCE_DIR} $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl>)
+set_tests_properties(ctl_completion_zsh PROPERTIES LABELS unit TIMEOUT 90 SKIP_RETURN_CODE 77)

@@ -82,6 +82,7 @@ for f in /usr/sbin/gptd /usr/bin/gptctl /usr/lib/systemd/system/gptd.service \
     /usr/lib/sysusers.d/gptd.conf /usr/lib/tmpfiles.d/gptd.conf /etc/gptd/gptd.conf \
     /usr/share/gptd/jobs/adder.json /usr/share/bash-completion/completions/gptctl \
     /usr/share/bash-completion/completions/gptd \
+    /usr/share/zsh/vendor-completions/_gptd \
     /usr/share/man/man8/gptd.8.gz /usr/share/man/man1/gptctl.1.gz \
     /usr/share/man/man5/gptd.conf.5.gz /usr/share/man/man5/gptd-job.5.gz \
     /usr/share/man/man5/gptd-snapshot.5.gz; do
@@ -102,6 +103,12 @@ MANWIDTH=80 man -P cat gptd-job 2>/dev/null | has "model.n_layer" || fail "man g
 for c in gptctl gptd; do
     bash -n /usr/share/bash-completion/completions/$c || fail "the $c completion script does not parse"
 done
+if command -v zsh >/dev/null; then
+    zsh -n /usr/share/zsh/vendor-completions/_gptd || fail "the zsh completion does not parse"
+    # found by zsh's default fpath, for both programs
+    zsh -fc 'autoload -Uz compinit && compinit -u -D && [[ $_comps[gptctl] == _gptd && $_comps[gptd] == _gptd ]]' ||
+        fail "zsh's compinit does not bind _gptd to gptd and gptctl"
+fi
 
 # --- run it as the unit would: user gptd, socket from $RUNTIME_DIRECTORY,
 # /etc/gptd/gptd.conf read; only the state directory is private.
