@@ -9,7 +9,13 @@
 
 #include "jobspec.h"
 
-/* Keys that change how long and how a job trains, never what it is. */
+/* Keys that change how long and how a job trains, never what it is. The
+ * two transport keys change how the ranks exchange data, not the sums:
+ * shared memory reduces in the tcp ring's order (comm_shm.c), so both give
+ * the same bits; and full sharding with one or two gathered unit buffers
+ * runs the same collectives and adds their results into the shard in the
+ * same order (shard.c), so both train the same bits too (daemon_resume_
+ * transport checks a changed resume against an unchanged one). */
 static const char *const resume_keys[] = {
     "trainer.max_steps",
     "trainer.max_epochs",
@@ -30,6 +36,8 @@ static const char *const resume_keys[] = {
     "distributed.nodes",
     "distributed.max_restarts",
     "distributed.wait_timeout_s",
+    "distributed.comm_shm",
+    "distributed.shard_buffers",
 };
 #define RESUME_NKEYS (sizeof(resume_keys) / sizeof(resume_keys[0]))
 
@@ -48,7 +56,8 @@ const char *gpt_jobspec_resume_keys(void)
         " trainer.eval_batches, trainer.grad_clip, trainer.threads, trainer.peak_gflops,"
         " optimizer.lr, optimizer.min_lr, optimizer.warmup_steps, optimizer.schedule,"
         " optimizer.weight_decay, snapshot.every, snapshot.keep, snapshot.on_invalid,"
-        " distributed.nodes, distributed.max_restarts, distributed.wait_timeout_s";
+        " distributed.nodes, distributed.max_restarts, distributed.wait_timeout_s,"
+        " distributed.comm_shm, distributed.shard_buffers";
     return list;
 }
 

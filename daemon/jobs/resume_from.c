@@ -35,7 +35,8 @@ static bool rf_key_free(const char *key)
 
 #define RF_ONLY                                                                                    \
     "--resume-from continues that job, so only keys a resume may change may differ (length,"       \
-    " learning rate and schedule, eval, log and snapshot cadence, node range: gptctl(1))"
+    " learning rate and schedule, eval, log and snapshot cadence, node range, transport:"          \
+    " gptctl(1))"
 
 /* The first key whose value differs between the source's spec and the new
  * one and may not: -GPT_E_SPEC naming it and both values. Both specs are

@@ -165,8 +165,7 @@ static void limits_estimate(const struct gpt_job *job, const struct gpt_model_co
     const struct gpt_model_mem *m = &ret->m;
     ret->node = m->total >= GPT_MEM_HUGE / w ? GPT_MEM_HUGE : m->total * w;
     ret->host = m->host >= GPT_MEM_HUGE / w ? GPT_MEM_HUGE : m->host * w;
-    ret->device =
-        m->device >= GPT_MEM_HUGE / 64 ? GPT_MEM_HUGE : m->device * (uint64_t)nd->per_gpu;
+    ret->device = m->device >= GPT_MEM_HUGE / 64 ? GPT_MEM_HUGE : m->device * (uint64_t)nd->per_gpu;
 }
 
 /* The first limit `n` passes: 1 with the need, the limit and its name
@@ -209,8 +208,8 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
     const struct gpt_model_mem *m = &n.m;
     /* The key to change first: the second gathered unit buffer when one
      * would fit, else whichever term dominates. */
-    const char *key = m->acts > m->params + m->grads + m->optim ? "model.block_size"
-                                                                : "model.n_embd";
+    const char *key =
+        m->acts > m->params + m->grads + m->optim ? "model.block_size" : "model.n_embd";
     char bufs[96] = "";
     if (m->shard_buffers > 0) {
         struct limits_need one;
@@ -223,7 +222,9 @@ static int limits_memory(const struct gpt_job *job, const struct config *cfg, st
             key = "distributed.shard_buffers";
         snprintf(bufs, sizeof(bufs), ", distributed.shard_buffers=%d%s%s",
                  job->distributed.shard_buffers,
-                 job->distributed.shard_buffers ? "" : m->shard_buffers == 2 ? " (auto: 2)" : " (auto: 1)",
+                 job->distributed.shard_buffers ? ""
+                 : m->shard_buffers == 2        ? " (auto: 2)"
+                                                : " (auto: 1)",
                  fits1 ? " (with 1 it fits)" : "");
     }
     char s_need[32], s_limit[32], s_p[32], s_g[32], s_o[32], s_a[32], s_b[32], s_t[32];

@@ -50,3 +50,11 @@ add_test(NAME readme_examples
                  $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
 set_tests_properties(readme_examples PROPERTIES LABELS integration TIMEOUT 900
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+# daemon_resume_transport: a resume that changes distributed.comm_shm and
+# distributed.shard_buffers trains the same bits as one that does not.
+add_test(NAME daemon_resume_transport
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_resume_transport.sh
+                 $<TARGET_FILE:gptd> $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client>
+                 ${CMAKE_SOURCE_DIR} $<TARGET_FILE:snapdiff>)
+set_tests_properties(daemon_resume_transport PROPERTIES LABELS integration TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

@@ -232,7 +232,7 @@ static int train(int host, struct run *r)
     tiny_job(&job, 64, STEPS);
     job.trainer.micro_batch = 4;
     job.trainer.global_batch = 8;
-    job.trainer.threads = 0; /* the default: the host's OpenMP threads */
+    job.trainer.threads = 0;     /* the default: the host's OpenMP threads */
     job.trainer.peak_gflops = 0; /* the device table's peak */
     job.trainer.eval_batches = 1;
     job.trainer.grad_clip = 0.5;

@@ -24,6 +24,10 @@ static void test_keys(void **state)
     assert_true(gpt_jobspec_resume_key_ok("trainer.max_steps"));
     assert_true(gpt_jobspec_resume_key_ok("optimizer.lr"));
     assert_true(gpt_jobspec_resume_key_ok("snapshot.keep"));
+    /* Transports that give the same bits. */
+    assert_true(gpt_jobspec_resume_key_ok("distributed.comm_shm"));
+    assert_true(gpt_jobspec_resume_key_ok("distributed.shard_buffers"));
+    assert_false(gpt_jobspec_resume_key_ok("distributed.sharding"));
     assert_false(gpt_jobspec_resume_key_ok("model.n_layer"));
     assert_false(gpt_jobspec_resume_key_ok("data.path"));
     assert_false(gpt_jobspec_resume_key_ok("trainer.micro_batch"));
@@ -31,8 +35,10 @@ static void test_keys(void **state)
     assert_false(gpt_jobspec_resume_key_ok("snapshot.dir"));
     assert_false(gpt_jobspec_resume_key_ok("trainer.max_steps.x"));
     assert_false(gpt_jobspec_resume_key_ok(""));
-    /* Every key of the list is one the list function names. */
+    /* The list function names the keys. */
     assert_non_null(strstr(gpt_jobspec_resume_keys(), "trainer.max_steps"));
+    assert_non_null(strstr(gpt_jobspec_resume_keys(), "distributed.comm_shm"));
+    assert_non_null(strstr(gpt_jobspec_resume_keys(), "distributed.shard_buffers"));
 }
 
 static void test_assignments(void **state)
