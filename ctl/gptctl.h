@@ -1,16 +1,22 @@
 /*
  * gptctl: private header of the command-line client (every file of ctl/).
  *
- *   gptctl.c  main: global options and the command table (dispatch, usage)
- *   cmds.c    the commands: parse their flags, build one request, print
- *   cmd_export.c  `export`, and submit's --init-from lookup
- *   plot.c    `plot`: a job's loss curve as SVG
- *   args.c    usage errors, JOB and JOB:SNAPSHOT arguments
- *   conn.c    the connection to gptd: one request out, reply lines in
- *   output.c  tables, number/time formats, the logs view, escaping
+ *   gptctl.c        main: global options and the command table (dispatch, usage)
+ *   cmd_submit.c    `submit` (and -m sweeps), `validate`
+ *   cmd_list.c      `list`, `sweep`
+ *   cmd_status.c    `status`, `nodes`
+ *   cmd_logs.c      `logs`, and the logs stream submit --follow prints
+ *   cmd_job.c       `cancel`, `resume`, `snapshots`: one job by id
+ *   cmd_sample.c    `sample`
+ *   cmd_export.c    `export`, and submit's --init-from lookup
+ *   plot.c          `plot`: a job's loss curve as SVG
+ *   args.c          usage errors, JOB and JOB:SNAPSHOT arguments
+ *   conn.c          the connection to gptd: one request out, reply lines in
+ *   output.c        tables, number/time formats, the logs view, escaping
  *
- * Calls run one way: gptctl.c -> cmds.c -> cmd_export.c, and each command
- * file -> args.c, conn.c -> output.c; nothing calls back up.
+ * Calls run one way: gptctl.c -> the cmd_*.c files (cmd_submit.c ->
+ * cmd_logs.c and cmd_export.c, no other arrow between them), and each
+ * command file -> args.c, conn.c -> output.c; nothing calls back up.
  * Single-threaded; blocking I/O. Exit status: 0 ok, 1 the request failed,
  * 2 usage, 3 cannot reach gptd.
  */
@@ -146,15 +152,27 @@ void logs_print_event(struct logs_view *v, const json_t *o);
 /* A metric record as a CSV row (metric_csv.h's columns). */
 void logs_print_csv(const json_t *o);
 
-/* cmds.c: the commands of the table. */
+/* The commands of the table, one file per subject (cmd_NAME.c). Each
+ * returns the exit status. */
+/* cmd_submit.c: submit and validate */
 int cmd_submit(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* cmd_list.c */
 int cmd_list(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_sweep(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* cmd_status.c */
 int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
-int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
-int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
-int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* cmd_logs.c */
+int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* Sends a logs request for `job` on the connected c (follow: until the job
+ * ends; since > 0: records after that step; csv: metrics as CSV rows) and
+ * prints the stream. 0, or EXIT_FAIL when a followed job did not
+ * complete, or another exit status (the error printed). */
+int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t since, bool csv);
+/* cmd_job.c: cancel, resume and snapshots */
+int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+/* cmd_sample.c */
+int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 
 /* cmd_export.c */
 int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
