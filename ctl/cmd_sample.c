@@ -1,7 +1,10 @@
 /*
  * cmd_sample: `gptctl sample JOB --prompt TEXT | --prompt-ids IDS`: gptd
  * samples from the job's snapshot as its owner; the text is printed
- * escaped, the prompt set apart from what the model wrote.
+ * escaped, the prompt set apart from what the model wrote. And `gptctl
+ * samples JOB`: the replies gptd kept for the job (its newest
+ * sample_history), each as a header line (when, who, which snapshot, the
+ * settings) and its prompt and text in the same layout.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -90,6 +93,66 @@ int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     }
     if (!c->json)
         printf("%s\n", out_esc(text ? text + pl : "", GPT_STR_ESCAPE_KEEP_NEWLINE));
+    json_decref(reply);
+    return 0;
+}
+
+/* One kept sample: a header line, the prompt, the separator, the text. */
+static void samples_print_one(const json_t *s)
+{
+    char id[32], when[64], uid[32], snap[32], step[32], tokens[32], temp[32], top_k[32], seed[32];
+    const char *prompt = json_string_value(json_object_get(s, "prompt"));
+    const char *ids = json_string_value(json_object_get(s, "prompt_ids"));
+    const char *text = json_string_value(json_object_get(s, "completion"));
+    printf("sample %s at %s by uid %s from snapshot %s (step %s): tokens %s, temperature %s,"
+           " top-k %s, seed %s%s\n",
+           fmt_int(id, sizeof(id), json_object_get(s, "id")),
+           fmt_time(when, sizeof(when), json_object_get(s, "time")),
+           fmt_int(uid, sizeof(uid), json_object_get(s, "uid")),
+           json_integer_value(json_object_get(s, "snapshot_id")) > 0
+               ? fmt_int(snap, sizeof(snap), json_object_get(s, "snapshot_id"))
+               : "-",
+           fmt_int(step, sizeof(step), json_object_get(s, "step")),
+           fmt_int(tokens, sizeof(tokens), json_object_get(s, "tokens")),
+           fmt_real(temp, sizeof(temp), json_object_get(s, "temperature"), -1),
+           fmt_int(top_k, sizeof(top_k), json_object_get(s, "top_k")),
+           fmt_int(seed, sizeof(seed), json_object_get(s, "seed")),
+           json_is_true(json_object_get(s, "truncated")) ? " (text cut at 16 KiB)" : "");
+    if (ids)
+        printf("prompt ids: %s\n", out_esc(ids, 0));
+    else
+        printf("%s\n", out_esc(prompt ? prompt : "", GPT_STR_ESCAPE_KEEP_NEWLINE));
+    printf("--- generated ---\n%s\n", out_esc(text ? text : "", GPT_STR_ESCAPE_KEEP_NEWLINE));
+}
+
+int cmd_samples(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    int64_t job;
+    if (argc != 2)
+        return ctl_usage_error("usage: samples JOB");
+    if (!ctl_parse_job(argv[1], &job))
+        return EXIT_USAGE;
+    int rc = ctl_connect(c);
+    if (rc)
+        return rc;
+    json_t *r = ctl_request(c, GPT_CTL_OP_SAMPLES), *reply;
+    json_object_set_new(r, "job", json_integer(job));
+    if ((rc = ctl_call(c, r, &reply)))
+        return rc;
+    if (!c->json) {
+        /* Oldest first, as logs: the newest ends up above the prompt. */
+        const json_t *list = json_object_get(reply, "samples");
+        size_t n = json_array_size(list);
+        if (!n)
+            printf("job %lld has no samples kept (gptctl sample keeps its replies)\n",
+                   (long long)job);
+        for (size_t i = n; i-- > 0;) {
+            samples_print_one(json_array_get(list, i));
+            if (i)
+                printf("\n");
+        }
+    }
     json_decref(reply);
     return 0;
 }

@@ -107,6 +107,9 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"sample", "JOB --prompt TEXT|--prompt-ids IDS [--tokens N] [--temperature T] [--top-k K]",
      "generate text from the newest snapshot", cmd_sample, GPT_CTL_OP_SAMPLE, sample_opts,
      "gptctl sample 4 --prompt 'Once upon a time' --tokens 64 --temperature 0.8"},
+    {"samples", "JOB",
+     "the job's last samples (gptd keeps each sample reply: prompt, snapshot, settings, text)",
+     cmd_samples, GPT_CTL_OP_SAMPLES, no_opts, "gptctl samples 4"},
     {"plot", "JOB|RUN_DIR... -o FILE.svg [--lr]",
      "train and validation loss against step, one curve per job or gptd run folder (--lr: a"
      " learning-rate panel)",

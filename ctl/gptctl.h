@@ -7,7 +7,7 @@
  *   cmd_status.c    `status`, `nodes`
  *   cmd_logs.c      `logs`, and the logs stream submit --follow prints
  *   cmd_job.c       `cancel`, `resume`, `snapshots`: one job by id
- *   cmd_sample.c    `sample`
+ *   cmd_sample.c    `sample`, `samples`
  *   cmd_export.c    `export`, and submit's --init-from lookup
  *   plot.c          `plot`: a job's loss curve as SVG
  *   args.c          usage errors, JOB and JOB:SNAPSHOT arguments
@@ -173,6 +173,7 @@ int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t since, boo
 int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 /* cmd_sample.c */
 int cmd_sample(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
+int cmd_samples(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);
 
 /* cmd_export.c */
 int cmd_export(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv);

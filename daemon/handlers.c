@@ -465,6 +465,32 @@ static int op_snapshots(struct daemon_ctx *d, const struct gpt_ctl_request *req,
     return rc;
 }
 
+static void handler_sample_add(void *ctx, const struct db_sample *s)
+{
+    json_array_append_new(ctx, db_sample_json(s));
+}
+
+/* samples JOB: the job's kept `sample` replies, newest first. */
+static int op_samples(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
+                      json_t **ret, struct gpt_err *err)
+{
+    (void)uid;
+    struct db_job j;
+    int rc = db_job_get(d->db, req->job, &j, err);
+    if (rc < 0)
+        return rc;
+    db_job_done(&j);
+    json_t *arr = json_array();
+    rc = arr ? db_sample_list(d->db, req->job, DB_SAMPLES_MAX, handler_sample_add, arr, err)
+             : gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    if (rc == 0)
+        *ret = json_pack("{s:I, s:i, s:o}", "job", (json_int_t)req->job, "kept",
+                         d->cfg.sample_history, "samples", arr);
+    else
+        json_decref(arr);
+    return rc;
+}
+
 /* A history chunk for a member's `logs` stream (mirror.h): the records,
  * the cursor, whether more follow, the feed position it is complete up to,
  * and the job's state. */
@@ -630,6 +656,7 @@ static const struct handler_entry {
     [GPT_CTL_OP_NODES] = {.result = op_nodes},
     [GPT_CTL_OP_PING] = {.result = op_ping},
     [GPT_CTL_OP_EXPORT] = {.run = handler_export_run, .member = handler_export_member},
+    [GPT_CTL_OP_SAMPLES] = {.result = op_samples},
 };
 
 /* A member (not the coordinator): the queue of record is elsewhere. */

@@ -4,7 +4,9 @@
  * whose thread loads a snapshot and runs the model, stopping between
  * tokens when the client goes or gptd stops; on a cluster member it first
  * asks the coordinator where this node's copy of the snapshot is. Loop
- * thread, except handler_sample_work.
+ * thread, except handler_sample_work. A reply on the node with the queue
+ * of record is also kept with the job (db_sample_insert, the newest
+ * sample_history of them) for `gptctl samples` and the dashboard.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
  * touches only this struct; the client is referenced, not used, there. */
 struct handler_sample {
     struct userwork_item item;
+    struct daemon_ctx *d;
     struct control_client *cl;
     json_t *id;
     char dir[DB_PATH_MAX];
@@ -37,7 +40,7 @@ struct handler_sample {
     /* a member: the job and snapshot are the coordinator's, the files this
      * node's own copies (s->dir; s->path when one was chosen) */
     bool member;
-    int64_t job, snapshot, step;
+    int64_t job, snapshot, step; /* step: the sampled snapshot's (the work thread reads it) */
     char node[CONFIG_NAME_MAX];
     struct gpt_sample_opts o;
     char *text;
@@ -80,6 +83,7 @@ static int handler_sample_reserve(struct handler_sample *s)
     int rc = gpt_snapshot_read_meta(s->path, &meta, &s->err);
     if (rc < 0)
         return rc;
+    s->step = meta.step;
     struct gpt_model_mem mm;
     gpt_model_mem_estimate(&meta.cfg, 1, GPT_SHARD_NONE, 0, 1, 0, 0, &mm);
     uint64_t vp = ((uint64_t)meta.cfg.vocab_size + 127) / 128 * 128;
@@ -127,6 +131,51 @@ static void handler_sample_work(struct userwork_item *it)
     fsid_leave(&saved);
 }
 
+/* handler_sample_record's search for the row of the file sampled. */
+static void handler_sample_row(void *ctx, const struct db_snapshot *sn)
+{
+    struct handler_sample *s = ctx;
+    if (!s->snapshot && strcmp(sn->path, s->path) == 0)
+        s->snapshot = sn->id;
+}
+
+/* Keeps the reply with the job. The queue of record is the coordinator's:
+ * a member's sample is not kept (its record would have to travel there). A
+ * failure to keep it is logged, not the client's: the text was made. */
+static void handler_sample_record(struct handler_sample *s)
+{
+    struct daemon_ctx *d = s->d;
+    if (s->member || d->cfg.sample_history <= 0)
+        return;
+    struct gpt_err err;
+    s->snapshot = 0;
+    if (db_snapshot_list(d->db, s->job, handler_sample_row, s, &err) < 0)
+        s->snapshot = 0;
+    /* What gptctl sample prints after its separator: the text after the
+     * prompt, or all of it when it does not begin with the prompt as given. */
+    size_t pl = strlen(s->prompt);
+    const char *text = s->text ? s->text : "";
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct db_sample r = {
+        .job_id = s->job,
+        .time = (double)ts.tv_sec + ts.tv_nsec * 1e-9,
+        .uid = s->uid,
+        .snapshot_id = s->snapshot,
+        .step = s->step,
+        .snapshot = s->path,
+        .prompt = s->prompt,
+        .prompt_ids = s->prompt_ids ? s->prompt_ids : "",
+        .completion = strncmp(text, s->prompt, pl) == 0 ? text + pl : text,
+        .tokens = s->o.tokens,
+        .temperature = s->o.temperature,
+        .top_k = s->o.top_k,
+        .seed = s->o.seed,
+    };
+    if (db_sample_insert(d->db, &r, d->cfg.sample_history, &err) < 0)
+        log_warn("sample of job %lld not kept: %s", (long long)s->job, err.msg);
+}
+
 static void handler_sample_done(struct userwork_item *it, int status)
 {
     struct handler_sample *s = it->data;
@@ -140,10 +189,12 @@ static void handler_sample_done(struct userwork_item *it, int status)
             s->rc = gpt_err_set(&s->err, -EAGAIN, NULL, "gptd is stopping (%s)", why.msg);
         }
     }
-    if (s->rc < 0)
+    if (s->rc < 0) {
         control_reply_err(cl, s->id, s->rc, &s->err);
-    else
+    } else {
+        handler_sample_record(s);
         control_reply_ok(cl, s->id, json_pack("{s:s, s:s?}", "snapshot", s->path, "text", s->text));
+    }
     cl->busy--;
     control_client_idle_check(cl);
     control_client_unref(cl);
@@ -199,6 +250,7 @@ int handler_sample_run(struct daemon_ctx *d, struct control_client *cl,
         db_job_done(&j);
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     }
+    s->job = req->job;
     snprintf(s->dir, sizeof(s->dir), "%s", j.snapshot_dir);
     handler_sample_vocab(s, j.spec_json);
     db_job_done(&j);
@@ -348,6 +400,7 @@ static int handler_sample_queue(struct daemon_ctx *d, struct control_client *cl,
     s->o.seed = (uint64_t)time(NULL);
     s->o.threads = 1;
     s->o.cancel = &s->item.cancel;
+    s->d = d;
     s->cl = cl;
     s->uid = cl->uid;
     s->id = json_deep_copy(req->id);

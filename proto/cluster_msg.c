@@ -111,7 +111,7 @@ static const struct cm_read {
     {GPT_CTL_OP_LIST, "list"},           {GPT_CTL_OP_STATUS, "status"},
     {GPT_CTL_OP_SNAPSHOTS, "snapshots"}, {GPT_CTL_OP_LOGS, "history"},
     {GPT_CTL_OP_CANCEL, "cancel"},       {GPT_CTL_OP_RESUME, "resume"},
-    {GPT_CTL_OP_SAMPLE, "locate"},
+    {GPT_CTL_OP_SAMPLE, "locate"},       {GPT_CTL_OP_SAMPLES, "samples"},
 };
 
 #define CM_NREADS (sizeof(cm_reads) / sizeof(cm_reads[0]))

@@ -74,6 +74,7 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
     [GPT_CTL_OP_EXPORT] = {"export",
                            F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE) | F(UMASK),
                            F(JOB) | F(FORMAT) | F(OUTPUT), OWNER},
+    [GPT_CTL_OP_SAMPLES] = {"samples", F(JOB), F(JOB), FWD},
 };
 
 #undef F

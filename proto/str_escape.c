@@ -116,3 +116,14 @@ char *gpt_str_escape_dup(const char *s, unsigned flags)
         gpt_str_escape(out, GPT_STR_ESCAPE_SIZE(len), s, len, flags);
     return out;
 }
+
+json_t *gpt_str_json(const char *s)
+{
+    json_t *v = json_string(s ? s : "");
+    if (v)
+        return v;
+    char *d = gpt_str_escape_dup(s, GPT_STR_ESCAPE_KEEP_NEWLINE);
+    v = json_string(d ? d : "");
+    free(d);
+    return v;
+}

@@ -116,6 +116,10 @@ static const struct config_option config_options[] = {
             "the state directory is always allowed. \"/\" allows every path."),
     OPT_NUM(sample_max_tokens, CONFIG_T_INT, "2048", 1, 1000000, true,
             "Most tokens one `gptctl sample` may ask for."),
+    OPT_NUM(sample_history, CONFIG_T_INT, "20", 0, 100, true,
+            "Replies of `gptctl sample` kept per job (prompt, snapshot, settings and\n"
+            "the text, at most 16 KiB of it) for `gptctl samples` and the dashboard; a\n"
+            "job's older ones are dropped as new ones come. 0: none are kept."),
     OPT_NUM(user_work_threads, CONFIG_T_INT, "2", 1, 256, false,
             "Threads that run the work users ask for: `gptctl sample`, `gptctl\n"
             "export` and the snapshot copy of `gptctl submit --resume-from`. A job's\n"

@@ -355,8 +355,9 @@ static enum MHD_Result http_api(struct http *h, struct MHD_Connection *c,
     struct gpt_err err;
     int rc = rt->what == HTTP_API_METRICS  ? http_db_metrics(h->db, rt->job, rt->since, &doc, &err)
              : rt->what == HTTP_API_EVENTS ? http_db_events(h->db, rt->job, &doc, &err)
-             : rt->what == HTTP_API_CONFIG ? http_db_config(h->db, rt->job, &doc, &err)
-                                           : http_db_snapshots(h->db, rt->job, &doc, &err);
+             : rt->what == HTTP_API_CONFIG  ? http_db_config(h->db, rt->job, &doc, &err)
+             : rt->what == HTTP_API_SAMPLES ? http_db_samples(h->db, rt->job, &doc, &err)
+                                            : http_db_snapshots(h->db, rt->job, &doc, &err);
     if (rc == -ENOENT)
         return http_json_error(c, MHD_HTTP_NOT_FOUND, err.msg);
     if (rc < 0)

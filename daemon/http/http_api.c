@@ -28,11 +28,13 @@ int http_api_parse_count(const char *s, int64_t *ret)
 static const struct {
     const char *suffix;
     enum http_api_what what;
+    const char *doc; /* how an error names it */
 } http_api_job_docs[] = {
-    {"/metrics", HTTP_API_METRICS},
-    {"/events", HTTP_API_EVENTS},
-    {"/snapshots", HTTP_API_SNAPSHOTS},
-    {"/config", HTTP_API_CONFIG},
+    {"/metrics", HTTP_API_METRICS, "/api/jobs/ID/metrics"},
+    {"/events", HTTP_API_EVENTS, "/api/jobs/ID/events"},
+    {"/snapshots", HTTP_API_SNAPSHOTS, "/api/jobs/ID/snapshots"},
+    {"/config", HTTP_API_CONFIG, "/api/jobs/ID/config"},
+    {"/samples", HTTP_API_SAMPLES, "/api/jobs/ID/samples"},
 };
 
 int http_api_route(const char *url, const char *since, struct http_api_route *ret,
@@ -59,9 +61,12 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
     if (!slash)
         return 0;
     enum http_api_what what = HTTP_API_NONE;
+    const char *doc = NULL;
     for (size_t i = 0; i < sizeof(http_api_job_docs) / sizeof(http_api_job_docs[0]); i++)
-        if (strcmp(slash, http_api_job_docs[i].suffix) == 0)
+        if (strcmp(slash, http_api_job_docs[i].suffix) == 0) {
             what = http_api_job_docs[i].what;
+            doc = http_api_job_docs[i].doc;
+        }
     if (what == HTTP_API_NONE)
         return 0;
     char id[24];
@@ -74,10 +79,7 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
     if (n >= sizeof(id) || http_api_parse_count(id, &job) < 0 || job == 0)
         return gpt_err_set(err, -EINVAL, "job",
                            "the job id in %s is not a job id (1 to 18 digits, no leading zero)",
-                           what == HTTP_API_METRICS  ? "/api/jobs/ID/metrics"
-                           : what == HTTP_API_EVENTS ? "/api/jobs/ID/events"
-                           : what == HTTP_API_CONFIG ? "/api/jobs/ID/config"
-                                                     : "/api/jobs/ID/snapshots");
+                           doc);
     if (since && what != HTTP_API_METRICS)
         return gpt_err_set(err, -EINVAL, "since",
                            "since is an argument of /api/jobs/ID/metrics only");
@@ -103,17 +105,11 @@ int http_api_format(const char *format, enum http_api_what what, bool *ret_csv,
     return 0;
 }
 
-/* A string as JSON. jansson refuses invalid UTF-8; such a string (a
- * hostile job name or message) is sent escaped (\xNN) instead of dropped. */
+/* A string as JSON; invalid UTF-8 (a hostile job name or message) is sent
+ * escaped (\xNN) instead of dropped (gpt_str_json). */
 json_t *http_api_string(const char *s)
 {
-    json_t *v = json_string(s ? s : "");
-    if (v)
-        return v;
-    char *d = gpt_str_escape_dup(s, GPT_STR_ESCAPE_KEEP_NEWLINE);
-    v = json_string(d ? d : "");
-    free(d);
-    return v;
+    return gpt_str_json(s);
 }
 
 /* A number, or null where it is not finite (JSON has no NaN). */

@@ -37,6 +37,7 @@ enum http_api_what {
     HTTP_API_EVENTS,    /* /api/jobs/ID/events */
     HTTP_API_SNAPSHOTS, /* /api/jobs/ID/snapshots */
     HTTP_API_CONFIG,    /* /api/jobs/ID/config */
+    HTTP_API_SAMPLES,   /* /api/jobs/ID/samples */
 };
 
 struct http_api_route {

@@ -1,7 +1,7 @@
 /*
  * http_db: the HTTP thread's read-only database connection (see
  * http_db.h). Its queries read the tables db.c declares (jobs, metrics,
- * events, snapshots); each is prepared once and bounded by a LIMIT.
+ * events, snapshots, samples); each is prepared once and bounded by a LIMIT.
  */
 #include "http_db.h"
 
@@ -23,6 +23,7 @@ enum http_db_stmt {
     HTTP_DB_SNAPSHOTS,
     HTTP_DB_METRICS_ALL,
     HTTP_DB_CONFIG,
+    HTTP_DB_SAMPLES,
     HTTP_DB_COUNT
 };
 
@@ -38,6 +39,8 @@ static const char *const http_db_sql[HTTP_DB_COUNT] = {
     [HTTP_DB_METRICS_ALL] = "SELECT " DB_METRIC_COLS " FROM metrics"
                             " WHERE job_id = ?1 AND step >= ?2 ORDER BY step, run_id LIMIT ?3",
     [HTTP_DB_CONFIG] = "SELECT name, spec_json, overrides, sweep FROM jobs WHERE id = ?1",
+    [HTTP_DB_SAMPLES] = "SELECT " DB_SAMPLE_COLS " FROM samples WHERE job_id = ?1"
+                        " ORDER BY id DESC LIMIT ?2",
 };
 
 struct http_db {
@@ -179,6 +182,13 @@ static json_t *http_db_snapshot_row(sqlite3_stmt *s)
         (json_int_t)sqlite3_column_int64(s, 1), "node", http_api_string(http_db_text(s, 2)), "path",
         http_api_string(http_db_text(s, 3)), "size", (json_int_t)sqlite3_column_int64(s, 4),
         "created", sqlite3_column_double(s, 5));
+}
+
+static json_t *http_db_sample_row(sqlite3_stmt *s)
+{
+    struct db_sample r;
+    db_sample_read(s, &r);
+    return db_sample_json(&r);
 }
 
 int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
@@ -328,4 +338,24 @@ int http_db_config(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     *ret = doc;
     return 0;
+}
+
+int http_db_samples(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err)
+{
+    json_t *doc = NULL;
+    int rc = http_db_job_doc(hd, job, &doc, err);
+    if (rc < 0)
+        return rc;
+    sqlite3_stmt *s = http_db_stmt(hd, HTTP_DB_SAMPLES, &rc, err);
+    if (!s)
+        goto fail;
+    sqlite3_bind_int64(s, 1, job);
+    sqlite3_bind_int(s, 2, DB_SAMPLES_MAX);
+    if ((rc = http_db_rows(hd, s, doc, "samples", http_db_sample_row, "read samples", err)) < 0)
+        goto fail;
+    *ret = doc;
+    return 0;
+fail:
+    json_decref(doc);
+    return rc;
 }

@@ -42,7 +42,9 @@ void http_db_close(struct http_db *hd);
  *              newest HTTP_API_SNAPSHOTS_MAX, newest first.
  *   config:    {"job","name","spec","overrides","sweep"}: the resolved job
  *              spec as the coordinator keeps it, the overrides that set a
- *              sweep's job apart ({} none) and its sweep ("" none). */
+ *              sweep's job apart ({} none) and its sweep ("" none).
+ *   samples:   {"job","samples":[db_sample_json's records]} the `sample`
+ *              replies kept for the job (sample_history), newest first. */
 int http_db_metrics(struct http_db *hd, int64_t job, int64_t since, json_t **ret,
                     struct gpt_err *err);
 /* The job's metric records with step >= since as CSV (metric_csv.h), the
@@ -55,5 +57,6 @@ int http_db_metrics_csv(struct http_db *hd, int64_t job, int64_t since, struct m
 int http_db_events(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 int http_db_snapshots(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 int http_db_config(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
+int http_db_samples(struct http_db *hd, int64_t job, json_t **ret, struct gpt_err *err);
 
 #endif

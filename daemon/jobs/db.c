@@ -101,6 +101,24 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN overrides TEXT NOT NULL DEFAULT '';",
     /* 6 -> 7: the job a --resume-from job continues (0: none). */
     "ALTER TABLE jobs ADD COLUMN parent_job INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: the newest `sample` replies of each job (sample_history). */
+    "CREATE TABLE samples ("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  time REAL NOT NULL,"
+    "  uid INTEGER NOT NULL,"
+    "  snapshot_id INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  snapshot TEXT NOT NULL,"
+    "  prompt TEXT NOT NULL,"
+    "  prompt_ids TEXT NOT NULL,"
+    "  completion TEXT NOT NULL,"
+    "  truncated INTEGER NOT NULL,"
+    "  tokens INTEGER NOT NULL,"
+    "  temperature REAL NOT NULL,"
+    "  top_k INTEGER NOT NULL,"
+    "  seed INTEGER NOT NULL);"
+    "CREATE INDEX samples_job ON samples(job_id, id);",
 };
 
 #define DB_JOB_COLS                                                                                \
@@ -179,6 +197,15 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_SNAP_LIST] = "SELECT id, job_id, run_id, step, node, path, size,"
                         " coalesce(checksum, ''), created FROM snapshots WHERE job_id = ?"
                         " ORDER BY step DESC, id DESC",
+    [DB_ST_SAMPLE_INSERT] = "INSERT INTO samples(job_id, time, uid, snapshot_id, step, snapshot,"
+                            " prompt, prompt_ids, completion, truncated, tokens, temperature,"
+                            " top_k, seed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    /* Everything of the job but its newest ?2. */
+    [DB_ST_SAMPLE_TRIM] = "DELETE FROM samples WHERE job_id = ?1 AND id <= coalesce((SELECT id"
+                          " FROM samples WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2),"
+                          " 0)",
+    [DB_ST_SAMPLE_LIST] = "SELECT " DB_SAMPLE_COLS " FROM samples WHERE job_id = ?"
+                          " ORDER BY id DESC LIMIT ?",
 };
 
 static const char *const db_state_names[DB_JOB_STATE_COUNT] = {

@@ -1,7 +1,8 @@
 /*
- * db_int: what db.c shares with db_history.c (private to the two): the
- * connection with its statement cache, and the statement helpers. Calls
- * go one way, from db_history.c into db.c. Loop thread only.
+ * db_int: what db.c shares with db_history.c and db_samples.c (private to
+ * them): the connection with its statement cache, and the statement
+ * helpers. Calls go one way, from db_history.c and db_samples.c into db.c.
+ * Loop thread only.
  */
 #ifndef GPTD_DB_INT_H
 #define GPTD_DB_INT_H
@@ -41,6 +42,9 @@ enum db_stmt {
     DB_ST_SNAP_INSERT,
     DB_ST_SNAP_GET,
     DB_ST_SNAP_LIST,
+    DB_ST_SAMPLE_INSERT,
+    DB_ST_SAMPLE_TRIM,
+    DB_ST_SAMPLE_LIST,
     DB_ST_COUNT
 };
 

@@ -166,7 +166,7 @@ int cluster_msg_hex_parse(const char *s, size_t n, uint64_t *ret);
 
 /* The wire name of a forwarded read of control op `op` ("list", "status",
  * "snapshots", "history" for logs, "cancel", "resume", "locate" for
- * sample); NULL for an op that is not forwarded. And back: the control op
+ * sample, "samples"); NULL for an op that is not forwarded. And back: the control op
  * of a name, -1 if none. */
 const char *cluster_msg_read_name(int op);
 int cluster_msg_read_op(const char *name);

@@ -64,6 +64,7 @@ enum gpt_ctl_op {
     GPT_CTL_OP_NODES,
     GPT_CTL_OP_PING,
     GPT_CTL_OP_EXPORT,
+    GPT_CTL_OP_SAMPLES,
     GPT_CTL_OP_COUNT
 };
 

@@ -15,11 +15,13 @@
  *                      \xHH per byte
  * Everything else (printable ASCII, valid UTF-8) is copied as is.
  *
- * Pure: no allocation except in gpt_str_escape_dup, no globals; any thread.
+ * Pure: no allocation except in gpt_str_escape_dup and gpt_str_json, no
+ * globals; any thread.
  */
 #ifndef GPT_STR_ESCAPE_H
 #define GPT_STR_ESCAPE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /* Keep '\n' and '\t' as they are (multi-line text such as generated
@@ -38,5 +40,11 @@ size_t gpt_str_escape(char *out, size_t cap, const char *s, size_t len, unsigned
 /* The escaped copy of a NUL-terminated string (NULL -> ""); returns new
  * malloc'd memory, NULL on ENOMEM. */
 char *gpt_str_escape_dup(const char *s, unsigned flags);
+
+/* A JSON string of s (NULL: ""). jansson refuses invalid UTF-8: such a
+ * string (a hostile name, a byte model's output) is sent escaped as above
+ * (GPT_STR_ESCAPE_KEEP_NEWLINE) rather than dropped. New reference; NULL
+ * on ENOMEM. */
+json_t *gpt_str_json(const char *s);
 
 #endif

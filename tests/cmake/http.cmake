@@ -64,3 +64,11 @@ add_test(NAME prometheus_alert_rules
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/prometheus_alert_rules.sh
                  ${CMAKE_SOURCE_DIR})
 set_tests_properties(prometheus_alert_rules PROPERTIES LABELS unit TIMEOUT 60)
+
+# A job's last samples: each `gptctl sample` reply kept (capped by
+# sample_history), read back by `gptctl samples` and /api/jobs/ID/samples.
+add_test(NAME daemon_samples
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/daemon_samples.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(daemon_samples PROPERTIES LABELS integration TIMEOUT 120
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")

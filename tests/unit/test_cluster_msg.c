@@ -153,7 +153,7 @@ static void test_roundtrip_requests(void **state)
     /* Every forwarded read carries its control op. */
     static const int ops[] = {GPT_CTL_OP_LIST,  GPT_CTL_OP_STATUS, GPT_CTL_OP_SNAPSHOTS,
                               GPT_CTL_OP_LOGS,  GPT_CTL_OP_CANCEL, GPT_CTL_OP_RESUME,
-                              GPT_CTL_OP_SAMPLE};
+                              GPT_CTL_OP_SAMPLE, GPT_CTL_OP_SAMPLES};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         base(&m, CLUSTER_MSG_READ);
         m.req = 1;
@@ -177,6 +177,7 @@ static void test_roundtrip_requests(void **state)
     }
     assert_string_equal(cluster_msg_read_name(GPT_CTL_OP_LOGS), "history");
     assert_string_equal(cluster_msg_read_name(GPT_CTL_OP_SAMPLE), "locate");
+    assert_string_equal(cluster_msg_read_name(GPT_CTL_OP_SAMPLES), "samples");
     assert_null(cluster_msg_read_name(GPT_CTL_OP_SUBMIT));
     assert_null(cluster_msg_read_name(GPT_CTL_OP_PING));
 

@@ -65,6 +65,9 @@ static void test_route(void **state)
     assert_int_equal(http_api_route("/api/jobs/4/config", NULL, &r, &err), 0);
     assert_int_equal(r.what, HTTP_API_CONFIG);
     assert_int_equal(r.job, 4);
+    assert_int_equal(http_api_route("/api/jobs/5/samples", NULL, &r, &err), 0);
+    assert_int_equal(r.what, HTTP_API_SAMPLES);
+    assert_int_equal(r.job, 5);
 
     /* Not ours: 404 further on. */
     static const char *const other[] = {"/",
@@ -76,6 +79,7 @@ static void test_route(void **state)
                                         "/api/jobs/1/metricsx",
                                         "/api/jobs/1/metrics/",
                                         "/api/jobs/1/configx",
+                                        "/api/jobs/1/sample",
                                         "/api/nodes/",
                                         "/API/jobs",
                                         "/metrics",
@@ -103,6 +107,10 @@ static void test_route(void **state)
     gpt_err_clear(&err);
     assert_int_equal(http_api_route("/api/jobs/01/config", NULL, &r, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "/api/jobs/ID/config"));
+    gpt_err_clear(&err);
+    assert_int_equal(http_api_route("/api/jobs/01/samples", NULL, &r, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "/api/jobs/ID/samples"));
+    assert_int_equal(http_api_route("/api/jobs/1/samples", "3", &r, &err), -EINVAL);
     /* A URL past the bound is not ours. */
     char big[HTTP_API_URL_MAX + 32];
     memset(big, '1', sizeof(big));

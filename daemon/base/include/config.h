@@ -42,6 +42,7 @@ struct config {
     int client_idle_timeout_s; /* 0: an idle control connection is never closed */
     int64_t max_job_memory;    /* bytes one job may need on a node; 0: the node's memory */
     int sample_max_tokens;
+    int sample_history; /* `sample` replies kept per job (db_sample_insert) */
     /* the user work pool (daemon/userwork.h): sample, export, resume-from copies */
     int user_work_threads;
     int user_work_per_uid;

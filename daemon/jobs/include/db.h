@@ -20,10 +20,12 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 7
+#define DB_SCHEMA_VERSION 8
 #define DB_ERROR_MAX      512
 #define DB_PATH_MAX       1024
 #define DB_OVERRIDES_MAX  512 /* bytes of a job's overrides text, NUL included */
+#define DB_SAMPLE_TEXT_MAX 16384 /* bytes of a sample's completion kept; the rest is cut */
+#define DB_SAMPLES_MAX     100   /* samples kept per job at most (sample_history's bound) */
 
 enum db_job_state {
     DB_JOB_QUEUED,
@@ -83,8 +85,45 @@ struct db_snapshot {
     double created;
 };
 
+/* One `sample` reply as kept for a job: what was asked, from which
+ * snapshot, and what the model wrote. Strings are borrowed. */
+struct db_sample {
+    int64_t id;          /* set by the database */
+    int64_t job_id;
+    double time;         /* unix seconds of the reply */
+    int64_t uid;         /* the client who asked */
+    int64_t snapshot_id; /* snapshots.id of the file sampled; 0 when it has no row */
+    int64_t step;        /* the snapshot's step */
+    const char *snapshot;   /* the file sampled */
+    const char *prompt;     /* the prompt as text ("" when given as ids) */
+    const char *prompt_ids; /* the prompt as token ids ("" when given as text) */
+    const char *completion; /* what the model wrote after the prompt */
+    bool truncated;         /* the completion was cut at DB_SAMPLE_TEXT_MAX bytes */
+    int64_t tokens;         /* tokens asked for */
+    double temperature;
+    int64_t top_k; /* 0: no limit */
+    uint64_t seed; /* the sampler's seed: the same request with it writes the same text */
+};
+
 struct db;
 struct sqlite3_stmt;
+
+/* The samples table's columns of one record, in the order db_sample_read()
+ * reads them (for the HTTP thread's own connection, as DB_METRIC_COLS). */
+#define DB_SAMPLE_COLS                                                                             \
+    "id, job_id, time, uid, snapshot_id, step, snapshot, prompt, prompt_ids, completion,"         \
+    " truncated, tokens, temperature, top_k, seed"
+
+/* The record of a row whose first columns are DB_SAMPLE_COLS; its strings
+ * borrow the statement's row (valid until the next step or reset). Any
+ * thread that owns the statement. */
+void db_sample_read(struct sqlite3_stmt *s, struct db_sample *ret);
+/* A sample as `gptctl samples` and GET /api/jobs/ID/samples show it: a new
+ * object {id, job, time, uid, snapshot_id, step, snapshot, prompt,
+ * prompt_ids?, completion, truncated, tokens, temperature, top_k, seed}
+ * (strings that are not valid UTF-8 escaped as \xNN); NULL on ENOMEM. Any
+ * thread. */
+struct json_t *db_sample_json(const struct db_sample *s);
 
 /* The metrics table's columns of one record, in the order
  * db_metric_read() reads them: for a reader with its own connection (the
@@ -230,6 +269,17 @@ struct db_run {
 /* The job's runs, oldest first; fn borrows each record for the call. */
 int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),
                 void *ctx, struct gpt_err *err);
+
+/* Samples: the newest `keep` `sample` replies of each job. Insert records
+ * one (a completion longer than DB_SAMPLE_TEXT_MAX cut at a character
+ * boundary, `truncated` set) and drops the job's older ones beyond `keep`,
+ * in one transaction (or the caller's); keep 0 records nothing. */
+int db_sample_insert(struct db *db, const struct db_sample *s, int keep, struct gpt_err *err);
+/* The job's samples, newest first, at most `limit`; fn borrows each record
+ * for the call. */
+int db_sample_list(struct db *db, int64_t job_id, int limit,
+                   void (*fn)(void *ctx, const struct db_sample *s), void *ctx,
+                   struct gpt_err *err);
 
 /* Snapshots. Insert ignores a duplicate (job, node, step). */
 int db_snapshot_insert(struct db *db, const struct db_snapshot *s, int64_t *ret_id,
