@@ -584,20 +584,13 @@ struct model_loss_acc {
     int reset;
 };
 
-/* The forward; train: the classifier writes dlogits for loss_scale in
- * the pass that computes the loss (targets required). */
-static int model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
-                         size_t T, int train, float loss_scale, float *ret_loss,
-                         const struct model_loss_acc *acc)
+/* The token ids of a forward: every input below V, every target below V
+ * or negative (ignored). -EINVAL, else 0 and the count of targets that
+ * count in *ret_n_valid. */
+static int model_ids_check(const struct gpt_model *m, const int *inputs, const int *targets,
+                           size_t N, size_t *ret_n_valid)
 {
-    GPT_ASSERT(m && m->acts && inputs);
-    struct gpt_model_acts *a = m->acts;
-    struct gpt_backend *be = m->be;
-    if (B < 1 || B > m->max_B || T < 1 || T > (size_t)m->cfg.block_size)
-        return -EINVAL;
-    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
-    size_t V = (size_t)m->cfg.vocab_size, Vp = m->Vp, N = B * T;
-    size_t n_valid = 0;
+    size_t V = (size_t)m->cfg.vocab_size, n_valid = 0;
     for (size_t i = 0; i < N; i++) {
         if (inputs[i] < 0 || (size_t)inputs[i] >= V)
             return -EINVAL;
@@ -607,21 +600,66 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
             n_valid += targets[i] >= 0;
         }
     }
-    a->have_targets = 0;
-    a->have_dlogits = 0;
-    /* Re-carve for this (B, T) so each layer's slice is packed; never past
-     * the slab (the set-up sized it for the largest shape; a backend whose
-     * buffers did not grow with B and T would be refused here, not
-     * overrun). */
-    if (model_carve(a, NULL, be, B, T, C, L, NH, Vp) > a->slab_floats)
-        return -EOVERFLOW;
-    model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
-    a->B = B;
-    a->T = T;
-    int rc = gpt_backend_upload(be, a->tokens, inputs, N * sizeof(int));
-    if (rc < 0)
-        return rc;
+    *ret_n_valid = n_valid;
+    return 0;
+}
 
+/* Block l's forward on residual (B,T,C): attention then MLP, each with its
+ * skip connection; its output is the block's residual3 slice. Each of the
+ * block's units is acquired for its ops and released after them. */
+static int model_block_forward(struct gpt_model *m, size_t l, const float *residual)
+{
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    size_t B = a->B, T = a->T, N = B * T;
+    size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
+    float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
+    float *atty = a->atty + l * N * C,
+          *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
+    float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
+    float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
+    float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
+    float *res3 = a->residual3 + l * N * C;
+    int rc;
+
+    if ((rc = model_unit_acquire(m, model_blk_unit(l, 0), 0)) < 0)
+        return rc;
+    gpt_backend_layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual,
+                                  model_param(m, T_BLK(l, BLK_LN1W)),
+                                  model_param(m, T_BLK(l, BLK_LN1B)), N, C);
+    gpt_backend_matmul_forward(be, qkv, ln1, model_param(m, T_BLK(l, BLK_QKVW)),
+                               model_param(m, T_BLK(l, BLK_QKVB)), N, C, 3 * C);
+    gpt_backend_attention_forward(be, atty, att, qkv, B, T, C, NH);
+    /* The projections write the residual buffers, the skip connection
+     * added by the product (a GEMM epilogue where the backend has one). */
+    gpt_backend_matmul_residual_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
+                                        model_param(m, T_BLK(l, BLK_ATTPROJB)), residual, N, C, C);
+    if ((rc = model_unit_release(m, model_blk_unit(l, 0), 0)) < 0 ||
+        (rc = model_unit_acquire(m, model_blk_unit(l, 1), 0)) < 0)
+        return rc;
+    gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
+                                  model_param(m, T_BLK(l, BLK_LN2W)),
+                                  model_param(m, T_BLK(l, BLK_LN2B)), N, C);
+    gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
+                                    model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
+    if ((rc = model_unit_release(m, model_blk_unit(l, 1), 0)) < 0 ||
+        (rc = model_unit_acquire(m, model_blk_unit(l, 2), 0)) < 0)
+        return rc;
+    gpt_backend_matmul_residual_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
+                                        model_param(m, T_BLK(l, BLK_FCPROJB)), res2, N, 4 * C, C);
+    return model_unit_release(m, model_blk_unit(l, 2), 0);
+}
+
+/* The embeddings, every block, the final layernorm and the tied LM head
+ * (logits = lnf @ wte^T; padded rows of wte are 0), each under its unit. */
+static int model_layers_forward(struct gpt_model *m)
+{
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    size_t B = a->B, T = a->T, N = B * T, L = (size_t)m->cfg.n_layer;
+    size_t C = (size_t)m->cfg.n_embd;
+    int rc, lnf_unit = gpt_model_num_units(m) - 1;
     if ((rc = model_unit_acquire(m, 0, 0)) < 0)
         return rc;
     gpt_backend_encoder_forward(be, a->encoded, a->tokens, model_param(m, T_WTE),
@@ -630,69 +668,35 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
         return rc;
     const float *residual = a->encoded; /* (B,T,C) */
     for (size_t l = 0; l < L; l++) {
-        if ((rc = model_unit_acquire(m, model_blk_unit(l, 0), 0)) < 0)
+        if ((rc = model_block_forward(m, l, residual)) < 0)
             return rc;
-        float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
-        float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
-        float *atty = a->atty + l * N * C,
-              *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
-        float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
-        float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
-        float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
-        float *res3 = a->residual3 + l * N * C;
-
-        gpt_backend_layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual,
-                                      model_param(m, T_BLK(l, BLK_LN1W)),
-                                      model_param(m, T_BLK(l, BLK_LN1B)), N, C);
-        gpt_backend_matmul_forward(be, qkv, ln1, model_param(m, T_BLK(l, BLK_QKVW)),
-                                   model_param(m, T_BLK(l, BLK_QKVB)), N, C, 3 * C);
-        gpt_backend_attention_forward(be, atty, att, qkv, B, T, C, NH);
-        /* The projections write the residual buffers, the skip connection
-         * added by the product (a GEMM epilogue where the backend has one). */
-        gpt_backend_matmul_residual_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
-                                            model_param(m, T_BLK(l, BLK_ATTPROJB)), residual, N, C,
-                                            C);
-        if ((rc = model_unit_release(m, model_blk_unit(l, 0), 0)) < 0 ||
-            (rc = model_unit_acquire(m, model_blk_unit(l, 1), 0)) < 0)
-            return rc;
-        gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
-                                      model_param(m, T_BLK(l, BLK_LN2W)),
-                                      model_param(m, T_BLK(l, BLK_LN2B)), N, C);
-        gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
-                                        model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
-        if ((rc = model_unit_release(m, model_blk_unit(l, 1), 0)) < 0 ||
-            (rc = model_unit_acquire(m, model_blk_unit(l, 2), 0)) < 0)
-            return rc;
-        gpt_backend_matmul_residual_forward(
-            be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
-            model_param(m, T_BLK(l, BLK_FCPROJB)), res2, N, 4 * C, C);
-        residual = res3;
-        if ((rc = model_unit_release(m, model_blk_unit(l, 2), 0)) < 0)
-            return rc;
+        residual = a->residual3 + l * N * C;
     }
-    int lnf_unit = gpt_model_num_units(m) - 1;
     if ((rc = model_unit_acquire(m, lnf_unit, 0)) < 0)
         return rc;
     gpt_backend_layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, residual,
                                   model_param(m, T_LNFW(L)), model_param(m, T_LNFB(L)), N, C);
-    if ((rc = model_unit_release(m, lnf_unit, 0)) < 0)
+    if ((rc = model_unit_release(m, lnf_unit, 0)) < 0 || (rc = model_unit_acquire(m, 0, 0)) < 0)
         return rc;
-    /* Tied LM head: logits = lnf @ wte^T; padded rows of wte are 0. */
-    if ((rc = model_unit_acquire(m, 0, 0)) < 0)
-        return rc;
-    gpt_backend_matmul_forward(be, a->logits, a->lnf, model_param(m, T_WTE), NULL, N, C, Vp);
-    if ((rc = model_unit_release(m, 0, 0)) < 0)
-        return rc;
-    if (!targets)
-        return gpt_backend_sync(be);
+    gpt_backend_matmul_forward(be, a->logits, a->lnf, model_param(m, T_WTE), NULL, N, C, m->Vp);
+    return model_unit_release(m, 0, 0);
+}
 
-    rc = gpt_backend_upload(be, a->targets, targets, N * sizeof(int));
+/* The loss of a forward with targets: loss and dlogits in one pass over
+ * the vocabulary, with backward's scale when training (the logits are not
+ * needed again); then downloaded (acc NULL) or accumulated on the device. */
+static int model_loss_forward(struct gpt_model *m, const int *targets, size_t n_valid, int train,
+                              float loss_scale, float *ret_loss, const struct model_loss_acc *acc)
+{
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    size_t N = a->B * a->T;
+    int rc = gpt_backend_upload(be, a->targets, targets, N * sizeof(int));
     if (rc < 0)
         return rc;
-    /* Training: loss and dlogits in one pass over the vocabulary, with
-     * backward's scale (the logits are not needed again). */
     float dscale = train && n_valid ? loss_scale / (float)n_valid : 0.0f;
-    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, V, Vp, dscale, train);
+    gpt_backend_softmax_xent(be, a->logits, a->losses, a->targets, N, (size_t)m->cfg.vocab_size,
+                             m->Vp, dscale, train);
     double sum = 0.0;
     if (acc) {
         /* Ignored rows' losses are 0: the sum over all rows, over n_valid. */
@@ -712,6 +716,41 @@ static int model_forward(struct gpt_model *m, const int *inputs, const int *targ
     if (ret_loss)
         *ret_loss = n_valid ? (float)(sum / (double)n_valid) : 0.0f;
     return 0;
+}
+
+/* The forward; train: the classifier writes dlogits for loss_scale in
+ * the pass that computes the loss (targets required). */
+static int model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,
+                         size_t T, int train, float loss_scale, float *ret_loss,
+                         const struct model_loss_acc *acc)
+{
+    GPT_ASSERT(m && m->acts && inputs);
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    if (B < 1 || B > m->max_B || T < 1 || T > (size_t)m->cfg.block_size)
+        return -EINVAL;
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    size_t Vp = m->Vp, N = B * T, n_valid = 0;
+    int rc = model_ids_check(m, inputs, targets, N, &n_valid);
+    if (rc < 0)
+        return rc;
+    a->have_targets = 0;
+    a->have_dlogits = 0;
+    /* Re-carve for this (B, T) so each layer's slice is packed; never past
+     * the slab (the set-up sized it for the largest shape; a backend whose
+     * buffers did not grow with B and T would be refused here, not
+     * overrun). */
+    if (model_carve(a, NULL, be, B, T, C, L, NH, Vp) > a->slab_floats)
+        return -EOVERFLOW;
+    model_carve(a, a->slab, be, B, T, C, L, NH, Vp);
+    a->B = B;
+    a->T = T;
+    if ((rc = gpt_backend_upload(be, a->tokens, inputs, N * sizeof(int))) < 0 ||
+        (rc = model_layers_forward(m)) < 0)
+        return rc;
+    if (!targets)
+        return gpt_backend_sync(be);
+    return model_loss_forward(m, targets, n_valid, train, loss_scale, ret_loss, acc);
 }
 
 int gpt_model_forward(struct gpt_model *m, const int *inputs, const int *targets, size_t B,

@@ -54,7 +54,10 @@ static void cli_choices_text(const char *const *choices, char *buf, size_t cap)
     buf[0] = 0;
     for (size_t i = 0; choices[i] && used < cap; i++)
         used += (size_t)snprintf(buf + used, cap - used, "%s%s",
-                                 i == 0 ? "" : choices[i + 1] ? ", " : " or ", choices[i]);
+                                 i == 0           ? ""
+                                 : choices[i + 1] ? ", "
+                                                  : " or ",
+                                 choices[i]);
 }
 
 /* Checks and stores one row's value. 0, or -EINVAL after saying why. */
@@ -74,8 +77,8 @@ static int cli_opt_store(const struct cli_cmd *cmd, const struct cli_opt *o, con
             return 0;
         }
         if (o->lo == 0 && o->hi == UINT64_MAX)
-            fprintf(stderr, "%s: --%s must be an unsigned integer, got '%s'\n", cmd->prog,
-                    o->name, v);
+            fprintf(stderr, "%s: --%s must be an unsigned integer, got '%s'\n", cmd->prog, o->name,
+                    v);
         else
             fprintf(stderr, "%s: --%s must be in [%llu, %llu], got '%s'\n", cmd->prog, o->name,
                     (unsigned long long)o->lo, (unsigned long long)o->hi, v);
@@ -152,8 +155,7 @@ static int cli_check_required(const struct cli_cmd *cmd, uint64_t given)
     return 0;
 }
 
-int cli_cmd_parse(const struct cli_cmd *cmd, int argc, char **argv, void *args,
-                  uint64_t *ret_given)
+int cli_cmd_parse(const struct cli_cmd *cmd, int argc, char **argv, void *args, uint64_t *ret_given)
 {
     assert(cmd->n_opts <= 64);
     struct option lo[64 + 1];

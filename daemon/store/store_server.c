@@ -123,133 +123,190 @@ static int keys_all_exist(struct store_server *s, const struct proto_store_msg *
     return 1;
 }
 
+/* One request on its way through command_run: the key's entry and what
+ * the request did to it, for the bookkeeping after it (command_settle). */
+struct command {
+    struct store_server *s;
+    struct client *c;
+    const struct proto_store_msg *m;
+    uint64_t h;            /* the key's hash */
+    struct store_entry *e; /* the key's entry; NULL: none (or deleted) */
+    bool created, changed, deleted;
+    const char **why; /* the error's detail for ERROR */
+};
+
+/* The key's entry, created empty when there is none. 0 or an error. */
+static int command_entry(struct command *x)
+{
+    if (x->e)
+        return 0;
+    int rc = store_table_create(&x->s->table, x->m->key, x->m->key_len, x->h, &x->e);
+    x->created = rc == 0;
+    return rc;
+}
+
+/* Stores v as the entry's value (appended to it with append). */
+static int command_store(struct command *x, const void *v, size_t len, bool append)
+{
+    int rc = store_table_store(&x->s->table, x->e, v, len, append);
+    x->changed = rc == 0;
+    return rc;
+}
+
+/* SET and APPEND. */
+static int command_set(struct command *x)
+{
+    const struct proto_store_msg *m = x->m;
+    if (m->val_len > x->s->opts.max_value_bytes) {
+        *x->why = "value over the size limit";
+        return -GPT_E_LIMIT;
+    }
+    int rc = command_entry(x);
+    if (rc == 0)
+        rc = command_store(x, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
+    return rc < 0 ? rc : proto_store_put_ok(&x->c->out);
+}
+
+/* ADD: the counter (0 when the key is new) plus m->num, as decimal text. */
+static int command_add(struct command *x)
+{
+    int64_t num = 0;
+    char text[24];
+    if (x->e && parse_counter(x->e->val, x->e->val_len, &num) < 0) {
+        *x->why = "value is not a counter";
+        return -EINVAL;
+    }
+    if (__builtin_add_overflow(num, x->m->num, &num)) {
+        *x->why = "counter overflow";
+        return -EINVAL;
+    }
+    int rc = command_entry(x);
+    snprintf(text, sizeof(text), "%" PRId64, num);
+    if (rc == 0)
+        rc = command_store(x, text, strlen(text), false);
+    return rc < 0 ? rc : proto_store_put_int(&x->c->out, num);
+}
+
+/* COMPARE_SET: val2 when the value is val (or the key is new and val
+ * empty); the value after it either way. */
+static int command_compare_set(struct command *x)
+{
+    const struct proto_store_msg *m = x->m;
+    if (!x->e && m->val_len > 0)
+        return -ENOENT;
+    if (m->val2_len > x->s->opts.max_value_bytes) {
+        *x->why = "value over the size limit";
+        return -GPT_E_LIMIT;
+    }
+    int rc = 0;
+    if (!x->e) {
+        if ((rc = command_entry(x)) == 0)
+            rc = command_store(x, m->val2, m->val2_len, false);
+    } else if (x->e->val_len == m->val_len && memcmp(x->e->val, m->val, m->val_len) == 0) {
+        rc = command_store(x, m->val2, m->val2_len, false);
+    }
+    return rc < 0 ? rc : proto_store_put_value(&x->c->out, x->e->val, x->e->val_len);
+}
+
+/* HEARTBEAT: the node's row in the heartbeat table. */
+static int command_heartbeat(struct command *x)
+{
+    struct store_server *s = x->s;
+    s->hb_why[0] = '\0';
+    int rc = store_server_hb_put(s, x->m->key, x->m->key_len, x->m->val, x->m->val_len, x->c->peer,
+                                 s->hb_why, sizeof(s->hb_why));
+    if (rc == 0)
+        return proto_store_put_ok(&x->c->out);
+    if (rc == -GPT_E_LIMIT)
+        *x->why = "heartbeat table full (nodes or bytes)";
+    else if (rc == -EEXIST)
+        *x->why = s->hb_why;
+    return rc;
+}
+
+/* DELETE: 1 when the key was there, else 0. */
+static int command_delete(struct command *x)
+{
+    if (x->e) {
+        store_table_remove(&x->s->table, x->e);
+        x->s->rev++;
+        x->deleted = true;
+        x->e = NULL;
+    }
+    return proto_store_put_int(&x->c->out, x->deleted ? 1 : 0);
+}
+
+/* After a request: a key created for a request that failed is not kept;
+ * a new, changed or deleted key wakes its watches and waits. */
+static void command_settle(struct command *x, int rc)
+{
+    struct store_server *s = x->s;
+    const struct proto_store_msg *m = x->m;
+    if (rc < 0 && x->created) {
+        store_table_remove(&s->table, x->e);
+        x->e = NULL;
+        x->changed = false;
+    } else if (x->created) {
+        store_server_key_created(s, m->key, m->key_len, x->h);
+    }
+    if (x->changed) {
+        x->e->version = ++s->rev;
+        store_server_key_changed(s, m->key, m->key_len, x->h, x->e);
+    } else if (x->deleted) {
+        store_server_key_changed(s, m->key, m->key_len, x->h, NULL);
+    }
+}
+
 /* Runs one request and stages its reply (unless it is a WAIT that must
  * wait). Returns 0, or a negative error to report as ERROR. */
 static int command_run(struct client *c, const struct proto_store_msg *m, const char **ret_why)
 {
     struct store_server *s = c->srv;
-    struct proto_store_out *o = &c->out;
-    uint64_t h = m->key ? store_table_hash(m->key, m->key_len) : 0;
-    struct store_entry *e = m->key ? store_table_find(&s->table, m->key, m->key_len, h) : NULL;
-    bool created = false, changed = false, deleted = false;
-    int64_t num;
-    char text[24];
+    struct command x = {.s = s, .c = c, .m = m, .why = ret_why};
+    x.h = m->key ? store_table_hash(m->key, m->key_len) : 0;
+    x.e = m->key ? store_table_find(&s->table, m->key, m->key_len, x.h) : NULL;
     int rc = 0;
 
     *ret_why = NULL;
     switch (m->type) {
     case PROTO_STORE_SET:
     case PROTO_STORE_APPEND:
-        if (m->val_len > s->opts.max_value_bytes) {
-            *ret_why = "value over the size limit";
-            return -GPT_E_LIMIT;
-        }
-        if (!e) {
-            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
-                break;
-            created = true;
-        }
-        rc = store_table_store(&s->table, e, m->val, m->val_len, m->type == PROTO_STORE_APPEND);
-        changed = rc == 0;
-        if (rc == 0)
-            rc = proto_store_put_ok(o);
+        rc = command_set(&x);
         break;
     case PROTO_STORE_GET:
-        if (!e)
-            return -ENOENT;
-        rc = proto_store_put_value(o, e->val, e->val_len);
+        rc = x.e ? proto_store_put_value(&c->out, x.e->val, x.e->val_len) : -ENOENT;
         break;
     case PROTO_STORE_ADD:
-        num = 0;
-        if (e && parse_counter(e->val, e->val_len, &num) < 0) {
-            *ret_why = "value is not a counter";
-            return -EINVAL;
-        }
-        if (__builtin_add_overflow(num, m->num, &num)) {
-            *ret_why = "counter overflow";
-            return -EINVAL;
-        }
-        if (!e) {
-            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
-                break;
-            created = true;
-        }
-        snprintf(text, sizeof(text), "%" PRId64, num);
-        rc = store_table_store(&s->table, e, text, strlen(text), false);
-        changed = rc == 0;
-        if (rc == 0)
-            rc = proto_store_put_int(o, num);
+        rc = command_add(&x);
         break;
     case PROTO_STORE_COMPARE_SET:
-        if (!e && m->val_len > 0)
-            return -ENOENT;
-        if (m->val2_len > s->opts.max_value_bytes) {
-            *ret_why = "value over the size limit";
-            return -GPT_E_LIMIT;
-        }
-        if (!e) {
-            if ((rc = store_table_create(&s->table, m->key, m->key_len, h, &e)) < 0)
-                break;
-            created = true;
-            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
-            changed = rc == 0;
-        } else if (e->val_len == m->val_len && memcmp(e->val, m->val, m->val_len) == 0) {
-            rc = store_table_store(&s->table, e, m->val2, m->val2_len, false);
-            changed = rc == 0;
-        }
-        if (rc == 0)
-            rc = proto_store_put_value(o, e->val, e->val_len);
+        rc = command_compare_set(&x);
         break;
     case PROTO_STORE_WAIT:
         if (keys_all_exist(s, m))
-            rc = proto_store_put_ok(o);
+            rc = proto_store_put_ok(&c->out);
         else if ((rc = store_server_wait_start(c, m)) == -GPT_E_LIMIT)
             *ret_why = "too many pending waits";
         break;
     case PROTO_STORE_CHECK:
-        rc = proto_store_put_int(o, keys_all_exist(s, m));
+        rc = proto_store_put_int(&c->out, keys_all_exist(s, m));
         break;
     case PROTO_STORE_DELETE:
-        if (e) {
-            store_table_remove(&s->table, e);
-            s->rev++;
-            deleted = true;
-        }
-        rc = proto_store_put_int(o, deleted ? 1 : 0);
-        e = NULL;
+        rc = command_delete(&x);
         break;
     case PROTO_STORE_WATCH:
         rc = store_server_watch_start(c, m, ret_why);
         break;
     case PROTO_STORE_HEARTBEAT:
-        s->hb_why[0] = '\0';
-        if ((rc = store_server_hb_put(s, m->key, m->key_len, m->val, m->val_len, c->peer,
-                                      s->hb_why, sizeof(s->hb_why))) == 0)
-            rc = proto_store_put_ok(o);
-        else if (rc == -GPT_E_LIMIT)
-            *ret_why = "heartbeat table full (nodes or bytes)";
-        else if (rc == -EEXIST)
-            *ret_why = s->hb_why;
+        rc = command_heartbeat(&x);
         break;
     case PROTO_STORE_NUM_KEYS:
-        rc = proto_store_put_int(o, (int64_t)s->table.keys);
+        rc = proto_store_put_int(&c->out, (int64_t)s->table.keys);
         break;
     default:
         GPT_ASSERT(0);
     }
-    if (rc < 0 && created) {
-        store_table_remove(&s->table, e); /* a key that failed to get its value is not kept */
-        e = NULL;
-        changed = false;
-    } else if (created) {
-        store_server_key_created(s, m->key, m->key_len, h);
-    }
-    if (changed) {
-        e->version = ++s->rev;
-        store_server_key_changed(s, m->key, m->key_len, h, e);
-    } else if (deleted) {
-        store_server_key_changed(s, m->key, m->key_len, h, NULL);
-    }
+    command_settle(&x, rc);
     if (rc == -GPT_E_LIMIT && !*ret_why)
         *ret_why = "store limit reached (keys or bytes)";
     return rc;
