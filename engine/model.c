@@ -604,50 +604,74 @@ static int model_ids_check(const struct gpt_model *m, const int *inputs, const i
     return 0;
 }
 
+/* Layer l's slices of the activations, for the (B, T) of the last carve.
+ * Shapes: ln1, atty, res2, ln2, res3 (B,T,C); the means and rstds (B,T);
+ * qkv (B,T,3C); fch, fch_gelu (B,T,4C); att as the backend lays it out. */
+struct model_layer {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att;
+    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+};
+
+static void model_layer_of(const struct gpt_model *m, size_t l, struct model_layer *ret)
+{
+    const struct gpt_model_acts *a = m->acts;
+    size_t B = a->B, T = a->T, N = B * T;
+    size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    *ret = (struct model_layer){
+        .ln1 = a->ln1 + l * N * C,
+        .ln1_mean = a->ln1_mean + l * N,
+        .ln1_rstd = a->ln1_rstd + l * N,
+        .qkv = a->qkv + l * N * 3 * C,
+        .atty = a->atty + l * N * C,
+        .att = a->att + l * gpt_backend_att_floats(m->be, B, T, C, NH, 0),
+        .res2 = a->residual2 + l * N * C,
+        .ln2 = a->ln2 + l * N * C,
+        .ln2_mean = a->ln2_mean + l * N,
+        .ln2_rstd = a->ln2_rstd + l * N,
+        .fch = a->fch + l * N * 4 * C,
+        .fch_gelu = a->fch_gelu + l * N * 4 * C,
+        .res3 = a->residual3 + l * N * C,
+    };
+}
+
 /* Block l's forward on residual (B,T,C): attention then MLP, each with its
  * skip connection; its output is the block's residual3 slice. Each of the
  * block's units is acquired for its ops and released after them. */
 static int model_block_forward(struct gpt_model *m, size_t l, const float *residual)
 {
-    struct gpt_model_acts *a = m->acts;
     struct gpt_backend *be = m->be;
-    size_t B = a->B, T = a->T, N = B * T;
+    size_t B = m->acts->B, T = m->acts->T, N = B * T;
     size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
-    float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
-    float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
-    float *atty = a->atty + l * N * C,
-          *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
-    float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
-    float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
-    float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
-    float *res3 = a->residual3 + l * N * C;
+    struct model_layer x;
+    model_layer_of(m, l, &x);
     int rc;
 
     if ((rc = model_unit_acquire(m, model_blk_unit(l, 0), 0)) < 0)
         return rc;
-    gpt_backend_layernorm_forward(be, ln1, ln1_mean, ln1_rstd, residual,
+    gpt_backend_layernorm_forward(be, x.ln1, x.ln1_mean, x.ln1_rstd, residual,
                                   model_param(m, T_BLK(l, BLK_LN1W)),
                                   model_param(m, T_BLK(l, BLK_LN1B)), N, C);
-    gpt_backend_matmul_forward(be, qkv, ln1, model_param(m, T_BLK(l, BLK_QKVW)),
+    gpt_backend_matmul_forward(be, x.qkv, x.ln1, model_param(m, T_BLK(l, BLK_QKVW)),
                                model_param(m, T_BLK(l, BLK_QKVB)), N, C, 3 * C);
-    gpt_backend_attention_forward(be, atty, att, qkv, B, T, C, NH);
+    gpt_backend_attention_forward(be, x.atty, x.att, x.qkv, B, T, C, NH);
     /* The projections write the residual buffers, the skip connection
      * added by the product (a GEMM epilogue where the backend has one). */
-    gpt_backend_matmul_residual_forward(be, res2, atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
+    gpt_backend_matmul_residual_forward(be, x.res2, x.atty, model_param(m, T_BLK(l, BLK_ATTPROJW)),
                                         model_param(m, T_BLK(l, BLK_ATTPROJB)), residual, N, C, C);
     if ((rc = model_unit_release(m, model_blk_unit(l, 0), 0)) < 0 ||
         (rc = model_unit_acquire(m, model_blk_unit(l, 1), 0)) < 0)
         return rc;
-    gpt_backend_layernorm_forward(be, ln2, ln2_mean, ln2_rstd, res2,
+    gpt_backend_layernorm_forward(be, x.ln2, x.ln2_mean, x.ln2_rstd, x.res2,
                                   model_param(m, T_BLK(l, BLK_LN2W)),
                                   model_param(m, T_BLK(l, BLK_LN2B)), N, C);
-    gpt_backend_matmul_gelu_forward(be, fch_gelu, fch, ln2, model_param(m, T_BLK(l, BLK_FCW)),
+    gpt_backend_matmul_gelu_forward(be, x.fch_gelu, x.fch, x.ln2, model_param(m, T_BLK(l, BLK_FCW)),
                                     model_param(m, T_BLK(l, BLK_FCB)), N, C, 4 * C);
     if ((rc = model_unit_release(m, model_blk_unit(l, 1), 0)) < 0 ||
         (rc = model_unit_acquire(m, model_blk_unit(l, 2), 0)) < 0)
         return rc;
-    gpt_backend_matmul_residual_forward(be, res3, fch_gelu, model_param(m, T_BLK(l, BLK_FCPROJW)),
-                                        model_param(m, T_BLK(l, BLK_FCPROJB)), res2, N, 4 * C, C);
+    gpt_backend_matmul_residual_forward(be, x.res3, x.fch_gelu,
+                                        model_param(m, T_BLK(l, BLK_FCPROJW)),
+                                        model_param(m, T_BLK(l, BLK_FCPROJB)), x.res2, N, 4 * C, C);
     return model_unit_release(m, model_blk_unit(l, 2), 0);
 }
 
@@ -828,6 +852,54 @@ static int model_grads_begin(struct gpt_model *m)
     return 1;
 }
 
+/* Block l's backward: a->dres holds d(residual3) on entry and d(the
+ * block's input) on return; the block's gradients are written (or added)
+ * and marked ready, each of its units acquired for its ops. */
+static int model_block_backward(struct gpt_model *m, size_t l)
+{
+    struct gpt_model_acts *a = m->acts;
+    struct gpt_backend *be = m->be;
+    size_t B = a->B, T = a->T, N = B * T;
+    size_t C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
+    struct model_layer x;
+    model_layer_of(m, l, &x);
+    int rc;
+
+    if ((rc = model_unit_acquire(m, model_blk_unit(l, 2), 1)) < 0)
+        return rc;
+    /* dres holds d(residual3); it passes unchanged to residual2. */
+    gpt_backend_matmul_backward_dgelu(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
+                                      model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, x.fch_gelu,
+                                      model_param(m, T_BLK(l, BLK_FCPROJW)), x.fch, N, 4 * C, C);
+    if ((rc = model_unit_release(m, model_blk_unit(l, 2), 1)) < 0 ||
+        (rc = model_unit_acquire(m, model_blk_unit(l, 1), 1)) < 0)
+        return rc;
+    gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_FCW)),
+                                model_grad(m, T_BLK(l, BLK_FCB)), a->d4c, x.ln2,
+                                model_param(m, T_BLK(l, BLK_FCW)), N, C, 4 * C);
+    gpt_backend_layernorm_backward(
+        be, a->dres, model_grad(m, T_BLK(l, BLK_LN2W)), model_grad(m, T_BLK(l, BLK_LN2B)), a->dc,
+        x.res2, model_param(m, T_BLK(l, BLK_LN2W)), x.ln2_mean, x.ln2_rstd, N, C);
+    if ((rc = model_unit_release(m, model_blk_unit(l, 1), 1)) < 0 ||
+        (rc = model_unit_acquire(m, model_blk_unit(l, 0), 1)) < 0)
+        return rc;
+    /* dres now holds d(residual2); it passes unchanged to the input. */
+    gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_ATTPROJW)),
+                                model_grad(m, T_BLK(l, BLK_ATTPROJB)), a->dres, x.atty,
+                                model_param(m, T_BLK(l, BLK_ATTPROJW)), N, C, C);
+    float *dqkv = a->d4c; /* (B,T,3C) */
+    gpt_backend_attention_backward(be, dqkv, a->datt, a->dc, x.atty, x.qkv, x.att, B, T, C, NH);
+    gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_QKVW)),
+                                model_grad(m, T_BLK(l, BLK_QKVB)), dqkv, x.ln1,
+                                model_param(m, T_BLK(l, BLK_QKVW)), N, C, 3 * C);
+    gpt_backend_layernorm_backward(
+        be, a->dres, model_grad(m, T_BLK(l, BLK_LN1W)), model_grad(m, T_BLK(l, BLK_LN1B)), a->dc,
+        residual, model_param(m, T_BLK(l, BLK_LN1W)), x.ln1_mean, x.ln1_rstd, N, C);
+    model_span_ready(m, T_BLK(l, 0), T_BLK(l, BLK_COUNT - 1));
+    return model_unit_release(m, model_blk_unit(l, 0), 1);
+}
+
 static int model_backward(struct gpt_model *m, float loss_scale)
 {
     struct gpt_model_acts *a = m->acts;
@@ -839,7 +911,7 @@ static int model_backward(struct gpt_model *m, float loss_scale)
     if (a->have_dlogits && memcmp(&a->dlogits_scale, &loss_scale, sizeof(float)) != 0)
         return -EINVAL;
     a->have_targets = 0; /* the logits buffer becomes dlogits */
-    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd, NH = (size_t)m->cfg.n_head;
+    size_t L = (size_t)m->cfg.n_layer, C = (size_t)m->cfg.n_embd;
     size_t V = (size_t)m->cfg.vocab_size, Vp = m->Vp;
     size_t B = a->B, T = a->T, N = B * T;
     float dscale = a->n_valid ? loss_scale / (float)a->n_valid : 0.0f;
@@ -871,50 +943,9 @@ static int model_backward(struct gpt_model *m, float loss_scale)
     if ((rc = model_unit_release(m, lnf_unit, 1)) < 0)
         return rc;
 
-    for (size_t l = L; l-- > 0;) {
-        if ((rc = model_unit_acquire(m, model_blk_unit(l, 2), 1)) < 0)
+    for (size_t l = L; l-- > 0;)
+        if ((rc = model_block_backward(m, l)) < 0)
             return rc;
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * N * C;
-        float *ln1 = a->ln1 + l * N * C, *ln1_mean = a->ln1_mean + l * N;
-        float *ln1_rstd = a->ln1_rstd + l * N, *qkv = a->qkv + l * N * 3 * C;
-        float *atty = a->atty + l * N * C,
-              *att = a->att + l * gpt_backend_att_floats(be, B, T, C, NH, 0);
-        float *res2 = a->residual2 + l * N * C, *ln2 = a->ln2 + l * N * C;
-        float *ln2_mean = a->ln2_mean + l * N, *ln2_rstd = a->ln2_rstd + l * N;
-        float *fch = a->fch + l * N * 4 * C, *fch_gelu = a->fch_gelu + l * N * 4 * C;
-
-        /* dres holds d(residual3); it passes unchanged to residual2. */
-        gpt_backend_matmul_backward_dgelu(be, a->d4c, model_grad(m, T_BLK(l, BLK_FCPROJW)),
-                                          model_grad(m, T_BLK(l, BLK_FCPROJB)), a->dres, fch_gelu,
-                                          model_param(m, T_BLK(l, BLK_FCPROJW)), fch, N, 4 * C, C);
-        if ((rc = model_unit_release(m, model_blk_unit(l, 2), 1)) < 0 ||
-            (rc = model_unit_acquire(m, model_blk_unit(l, 1), 1)) < 0)
-            return rc;
-        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_FCW)),
-                                    model_grad(m, T_BLK(l, BLK_FCB)), a->d4c, ln2,
-                                    model_param(m, T_BLK(l, BLK_FCW)), N, C, 4 * C);
-        gpt_backend_layernorm_backward(
-            be, a->dres, model_grad(m, T_BLK(l, BLK_LN2W)), model_grad(m, T_BLK(l, BLK_LN2B)),
-            a->dc, res2, model_param(m, T_BLK(l, BLK_LN2W)), ln2_mean, ln2_rstd, N, C);
-        if ((rc = model_unit_release(m, model_blk_unit(l, 1), 1)) < 0 ||
-            (rc = model_unit_acquire(m, model_blk_unit(l, 0), 1)) < 0)
-            return rc;
-        /* dres now holds d(residual2); it passes unchanged to the input. */
-        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_ATTPROJW)),
-                                    model_grad(m, T_BLK(l, BLK_ATTPROJB)), a->dres, atty,
-                                    model_param(m, T_BLK(l, BLK_ATTPROJW)), N, C, C);
-        float *dqkv = a->d4c; /* (B,T,3C) */
-        gpt_backend_attention_backward(be, dqkv, a->datt, a->dc, atty, qkv, att, B, T, C, NH);
-        gpt_backend_matmul_backward(be, a->dc, model_grad(m, T_BLK(l, BLK_QKVW)),
-                                    model_grad(m, T_BLK(l, BLK_QKVB)), dqkv, ln1,
-                                    model_param(m, T_BLK(l, BLK_QKVW)), N, C, 3 * C);
-        gpt_backend_layernorm_backward(
-            be, a->dres, model_grad(m, T_BLK(l, BLK_LN1W)), model_grad(m, T_BLK(l, BLK_LN1B)),
-            a->dc, residual, model_param(m, T_BLK(l, BLK_LN1W)), ln1_mean, ln1_rstd, N, C);
-        model_span_ready(m, T_BLK(l, 0), T_BLK(l, BLK_COUNT - 1));
-        if ((rc = model_unit_release(m, model_blk_unit(l, 0), 1)) < 0)
-            return rc;
-    }
     if (assign) /* the encoder adds to wte's (the head's) and wpe's (zeroed) */
         gpt_backend_set_grad_assign(be, 0);
     gpt_backend_encoder_backward(be, model_grad(m, T_WTE), model_grad(m, T_WPE), a->dres, a->tokens,
