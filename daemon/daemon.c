@@ -796,6 +796,65 @@ static void daemon_signals_start(struct daemon_main *m)
     m->force_timer.data = m;
 }
 
+/* The HTTP listener, the control socket, the job queue, the user work
+ * pool, the cluster and the signals, in that order. On a failure the
+ * parts already started are closed (their close callbacks run on the
+ * loop) and -1 returned with err set. */
+static int daemon_services_start(struct daemon_main *m, struct gpt_err *err)
+{
+    struct daemon_ctx *d = &m->d;
+    /* Before the control socket: a listener that cannot bind stops gptd
+     * before anything runs. */
+    if (daemon_http_start(m, err) < 0)
+        return -1;
+    struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed,
+                                  daemon_on_admit};
+    if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, err) < 0)
+        return -1;
+    if (jobs_new(&m->loop, d->db, &d->cfg, d->ctl, d->cfg.state_dir, &d->jobs, err) < 0) {
+        control_close(d->ctl);
+        d->ctl = NULL;
+        uv_run(&m->loop, UV_RUN_DEFAULT);
+        return -1;
+    }
+    daemon_raise_fdlimit();
+    if (userwork_new(&m->loop, &d->cfg, &d->userwork, err) < 0 ||
+        daemon_cluster_start(d, err) < 0) {
+        userwork_close(d->userwork, NULL, NULL);
+        d->userwork = NULL;
+        jobs_shutdown(d->jobs, NULL, NULL);
+        jobs_free(d->jobs);
+        d->jobs = NULL;
+        control_close(d->ctl);
+        d->ctl = NULL;
+        uv_run(&m->loop, UV_RUN_DEFAULT);
+        return -1;
+    }
+    daemon_signals_start(m);
+    return 0;
+}
+
+/* Everything listens: says so in the log and to systemd (READY=1), and
+ * starts the timer that keeps STATUS= and the watchdog fresh. */
+static void daemon_announce_ready(struct daemon_main *m)
+{
+    struct daemon_ctx *d = &m->d;
+    char blas[256];
+    blas_select_describe(blas, sizeof(blas));
+    log_info("gptd %s listening on %s, state in %s; %s", GPTD_VERSION, d->cfg.socket,
+             d->cfg.state_dir, blas);
+    /* READY=1 only now: configuration loaded, migrations run, the control
+     * socket (and on the coordinator the store) listening. */
+    (void)notify_ready();
+    uint64_t every_ms = notify_watchdog_interval_ms();
+    if (every_ms == 0 || every_ms > 1000)
+        every_ms = 1000; /* STATUS= stays fresh without a watchdog; idle clients go in time */
+    uv_timer_init(&m->loop, &m->notify_timer);
+    m->notify_timer.data = m;
+    uv_timer_start(&m->notify_timer, daemon_on_notify_timer, 0, every_ms);
+    uv_unref((uv_handle_t *)&m->notify_timer);
+}
+
 int gptd_daemon_main(int argc, char **argv)
 {
     struct daemon_main *m = calloc(1, sizeof(*m));
@@ -838,49 +897,9 @@ int gptd_daemon_main(int argc, char **argv)
     clock_gettime(CLOCK_REALTIME, &ts);
     d->started = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 
-    /* Before the control socket: a listener that cannot bind stops gptd
-     * before anything runs. */
-    if (daemon_http_start(m, &err) < 0)
+    if (daemon_services_start(m, &err) < 0)
         goto fail;
-    struct control_hooks hooks = {d, daemon_on_request, daemon_on_drained, daemon_on_closed,
-                                  daemon_on_admit};
-    if (control_start(&m->loop, &d->cfg, &hooks, &d->ctl, &err) < 0)
-        goto fail;
-    if (jobs_new(&m->loop, d->db, &d->cfg, d->ctl, d->cfg.state_dir, &d->jobs, &err) < 0) {
-        control_close(d->ctl);
-        d->ctl = NULL;
-        uv_run(&m->loop, UV_RUN_DEFAULT);
-        goto fail;
-    }
-    daemon_raise_fdlimit();
-    if (userwork_new(&m->loop, &d->cfg, &d->userwork, &err) < 0 ||
-        daemon_cluster_start(d, &err) < 0) {
-        userwork_close(d->userwork, NULL, NULL);
-        d->userwork = NULL;
-        jobs_shutdown(d->jobs, NULL, NULL);
-        jobs_free(d->jobs);
-        d->jobs = NULL;
-        control_close(d->ctl);
-        d->ctl = NULL;
-        uv_run(&m->loop, UV_RUN_DEFAULT);
-        goto fail;
-    }
-    daemon_signals_start(m);
-
-    char blas[256];
-    blas_select_describe(blas, sizeof(blas));
-    log_info("gptd %s listening on %s, state in %s; %s", GPTD_VERSION, d->cfg.socket,
-             d->cfg.state_dir, blas);
-    /* READY=1 only now: configuration loaded, migrations run, the control
-     * socket (and on the coordinator the store) listening. */
-    (void)notify_ready();
-    uint64_t every_ms = notify_watchdog_interval_ms();
-    if (every_ms == 0 || every_ms > 1000)
-        every_ms = 1000; /* STATUS= stays fresh without a watchdog; idle clients go in time */
-    uv_timer_init(&m->loop, &m->notify_timer);
-    m->notify_timer.data = m;
-    uv_timer_start(&m->notify_timer, daemon_on_notify_timer, 0, every_ms);
-    uv_unref((uv_handle_t *)&m->notify_timer);
+    daemon_announce_ready(m);
     jobs_schedule(d->jobs);
     uv_run(&m->loop, UV_RUN_DEFAULT);
     if (m->forced) {

@@ -568,26 +568,13 @@ static const char *trainer_why_key(const struct trainer *t, int rc)
     return trainer_data_failed(t, rc) ? t->data_err.path : NULL;
 }
 
-static int run_loop(struct trainer *t, struct gpt_err *err)
+/* The start (or continue) event: the model, the world, the batch and
+ * where the gradients travel, so a log tells fp32 from bf16 and the
+ * transport (shm, tcp, nccl, staged/...) the world ended up with, and for
+ * a host-staged one why (NCCL's refusal). */
+static void run_announce(struct trainer *t)
 {
     const struct gpt_trainer_spec *ts = &t->job->trainer;
-    double loss = NAN, norm = NAN, lr = 0;
-    double t_mark = monotime_s();
-    int64_t step_mark = t->st.step;
-    int rc, how;
-
-    /* A resume whose snapshot already reaches the end has nothing to train:
-     * say so instead of finishing with no steps and no loss. */
-    if (t->st.resumed && t->st.step >= t->max_steps)
-        return gpt_err_set(err, -GPT_E_SPEC,
-                           t->job->trainer.max_steps > 0 ? "trainer.max_steps"
-                                                         : "trainer.max_epochs",
-                           "the snapshot is at step %lld and this job ends at step %lld: nothing"
-                           " left to train (raise trainer.max_steps or trainer.max_epochs)",
-                           (long long)t->st.step, (long long)t->max_steps);
-    /* Where the gradients travel, so a log tells fp32 from bf16 and the
-     * transport (shm, tcp, nccl, staged/...) the world ended up with, and
-     * for a host-staged one why (NCCL's refusal). */
     char comm_note[384] = "";
     const char *why = gpt_comm_staged_why(t->comm);
     if (t->world > 1)
@@ -600,6 +587,72 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
                "rank, global batch %d, %lld steps%s",
                t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->batch.accum,
                t->B, t->T, ts->global_batch, (long long)t->max_steps, comm_note);
+}
+
+/* Once, after the first step of a backend that guards attention
+ * (backend.h: attention_guard): what its check found, as an event. */
+static void run_attention_note(struct trainer *t)
+{
+    if (t->guard_said || !t->be->attn_guarded)
+        return;
+    int bad = 0;
+    const char *note = gpt_backend_attention_guard_note(t->be, &bad);
+    t->guard_said = 1;
+    if (note[0])
+        emit_event(t, bad ? "attention_fallback" : "attention_check", "%s", note);
+}
+
+/* Where the current record's time and steps are counted from. */
+struct run_mark {
+    double t;
+    int64_t step;
+};
+
+/* A step's record: the metric (every rank's step time gathered; with
+ * eval, the validation loss and accuracy), then the mark moves past it
+ * (evaluation time is not training time). 0, or an error (err set). */
+static int run_record(struct trainer *t, double loss, double norm, double lr, bool eval,
+                      struct run_mark *mark, struct gpt_err *err)
+{
+    struct gpt_metric m;
+    int rc;
+    fill_metric(t, &m, loss, norm, lr, monotime_s() - mark->t, t->st.step - mark->step);
+    if ((rc = rank_step_times(t, &m, t->st.step - mark->step)) < 0)
+        return gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
+                           (long long)t->st.step, gpt_strerror(rc));
+    if (eval) {
+        double vl, acc;
+        if ((rc = evaluate(t, &vl, &acc)) < 0)
+            return gpt_err_set(err, rc, trainer_why_key(t, rc), "evaluation failed: %s",
+                               trainer_why(t, rc));
+        m.val_loss = vl;
+        m.accuracy = acc;
+        t->result->final_val_loss = vl;
+        t->result->final_accuracy = acc;
+    }
+    emit_metric(t, &m);
+    mark->t = monotime_s();
+    mark->step = t->st.step;
+    return 0;
+}
+
+static int run_loop(struct trainer *t, struct gpt_err *err)
+{
+    const struct gpt_trainer_spec *ts = &t->job->trainer;
+    double loss = NAN, norm = NAN, lr = 0;
+    struct run_mark mark = {monotime_s(), t->st.step};
+    int rc, how;
+
+    /* A resume whose snapshot already reaches the end has nothing to train:
+     * say so instead of finishing with no steps and no loss. */
+    if (t->st.resumed && t->st.step >= t->max_steps)
+        return gpt_err_set(err, -GPT_E_SPEC,
+                           t->job->trainer.max_steps > 0 ? "trainer.max_steps"
+                                                         : "trainer.max_epochs",
+                           "the snapshot is at step %lld and this job ends at step %lld: nothing"
+                           " left to train (raise trainer.max_steps or trainer.max_epochs)",
+                           (long long)t->st.step, (long long)t->max_steps);
+    run_announce(t);
 
     if (t->st.step < t->max_steps && (rc = trainer_settle(t)) < 0)
         return gpt_err_set(err, rc, trainer_why_key(t, rc),
@@ -627,38 +680,12 @@ static int run_loop(struct trainer *t, struct gpt_err *err)
             return gpt_err_set(err, -ERANGE, NULL,
                                "loss is not finite at step %lld (lower optimizer.lr?)",
                                (long long)t->st.step);
-        if (!t->guard_said && t->be->attn_guarded) { /* backend.h: attention_guard */
-            int bad = 0;
-            const char *note = gpt_backend_attention_guard_note(t->be, &bad);
-            t->guard_said = 1;
-            if (note[0])
-                emit_event(t, bad ? "attention_fallback" : "attention_check", "%s", note);
-        }
-
+        run_attention_note(t);
         bool last = t->st.step >= t->max_steps;
         bool eval = last || (ts->eval_every > 0 && t->st.step % ts->eval_every == 0);
         bool log = eval || last || (ts->log_every > 0 && t->st.step % ts->log_every == 0);
-        struct gpt_metric m;
-        if (log) {
-            double t_now = monotime_s();
-            fill_metric(t, &m, loss, norm, lr, t_now - t_mark, t->st.step - step_mark);
-            if ((rc = rank_step_times(t, &m, t->st.step - step_mark)) < 0)
-                return gpt_err_set(err, rc, NULL, "collective failed at step %lld: %s",
-                                   (long long)t->st.step, gpt_strerror(rc));
-            if (eval) {
-                double vl, acc;
-                if ((rc = evaluate(t, &vl, &acc)) < 0)
-                    return gpt_err_set(err, rc, trainer_why_key(t, rc), "evaluation failed: %s",
-                                       trainer_why(t, rc));
-                m.val_loss = vl;
-                m.accuracy = acc;
-                t->result->final_val_loss = vl;
-                t->result->final_accuracy = acc;
-            }
-            emit_metric(t, &m);
-            t_mark = monotime_s(); /* evaluation time is not training time */
-            step_mark = t->st.step;
-        }
+        if (log && (rc = run_record(t, loss, norm, lr, eval, &mark, err)) < 0)
+            return rc;
         int every = t->job->snapshot.every;
         if (!last && every > 0 && t->st.step % every == 0 &&
             (rc = trainer_state_snapshot_write(t, err)) < 0)
