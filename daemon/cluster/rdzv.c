@@ -207,6 +207,38 @@ static int rdzv_cmp_rank(const void *a, const void *b)
     return strcmp(x->id, y->id);
 }
 
+/* A world about to resume from the step `snap` snapshot on node `holder`,
+ * after global rank 0 was lost with records on their way: when that
+ * snapshot is the job's last step, the run that wrote it finished, but the
+ * records of its last steps (metrics, the snapshot row, the done event)
+ * are gone, and no new run would train a step to send them again. The job
+ * fails saying so, instead of starting a world that finds nothing left to
+ * train; a snapshot short of the end resumes and records from there.
+ * Returns true when the job ended (j is freed). */
+static bool rdzv_final_records_lost(struct rdzv_coord *c, struct rdzv_jrun *j, int64_t snap,
+                                    const char *holder)
+{
+    if (!j->r0_lost[0] || j->max_steps <= 0 || snap < j->max_steps)
+        return false;
+    char lost[160];
+    if (j->r0_lost_step >= j->max_steps)
+        snprintf(lost, sizeof(lost), "its snapshot row and done event never reached the coordinator");
+    else
+        snprintf(lost, sizeof(lost),
+                 "the coordinator holds the job's metrics only up to step %" PRId64
+                 ": the last metrics, the snapshot row and the done event never reached it",
+                 j->r0_lost_step);
+    char why[512];
+    snprintf(why, sizeof(why),
+             "node %s, which held global rank 0, was lost after the job's last step (%" PRId64
+             "): the final snapshot is on node %s's disk (step %" PRId64
+             "), but %s, and no step is left to train to send them again",
+             j->r0_lost, j->max_steps, holder, snap, lost);
+    rdzv_event(c, j, "failure", "%s", why);
+    rdzv_finish(c, j, -EPROTO, j->last_step, why);
+    return true;
+}
+
 /* Closes the forming round with the joined nodes (at most nodes_max);
  * `why` says which rule closed it (in the event and the round JSON). The
  * job's other nodes are free again. */
@@ -245,6 +277,10 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
         rdzv_open_round(c, j, j->opened_at, j->stop_snapshot, why);
         return;
     }
+    if (nj && rdzv_final_records_lost(c, j, jn[0]->snap_step, jn[0]->id)) {
+        free(jn);
+        return;
+    }
     int base = 0;
     char names[512] = "";
     size_t off = 0;
@@ -270,6 +306,7 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
     j->world = base;
     j->phase = RDZV_RUNNING;
     j->final_seen = false;
+    j->final_lost = false;
     j->run_id = 0;
     int64_t prev = j->last_world_round;
     j->last_world_round = j->round;
@@ -293,7 +330,21 @@ static void rdzv_node_lost(struct rdzv_coord *c, struct rdzv_cnode *nd, const ch
 {
     (void)c;
     struct rdzv_jrun *j = nd->jr;
-    if (j && nd->member && (j->phase == RDZV_RUNNING || j->phase == RDZV_STOPPING) && !j->failure) {
+    if (!j || !nd->member || (j->phase != RDZV_RUNNING && j->phase != RDZV_STOPPING))
+        return;
+    /* Rank 0's done event came after its final metric and snapshot row:
+     * the coordinator holds every record of the run, and the world
+     * finished its last step. Re-forming would only find its final
+     * snapshot and nothing left to train. */
+    if (j->final_seen) {
+        j->final_lost = true;
+        return;
+    }
+    if (nd->rank_base == 0) {
+        snprintf(j->r0_lost, sizeof(j->r0_lost), "%s", nd->id);
+        j->r0_lost_step = j->last_step;
+    }
+    if (!j->failure) {
         j->failure = true;
         snprintf(j->failure_why, sizeof(j->failure_why), "node %.64s %.64s", nd->id, why);
     }
@@ -461,6 +512,17 @@ void rdzv_coord_progress(struct rdzv_coord *c, int64_t step, int64_t snapshot)
     rdzv_coord_job_progress(c, rdzv_coord_job(c), step, snapshot);
 }
 
+/* trainer.max_steps of a job's spec (the daemon's resolved JSON), 0 when
+ * it has none (the job ends by max_epochs) or does not parse. */
+static int64_t rdzv_spec_max_steps(const char *spec_json)
+{
+    json_t *spec = json_loads(spec_json, 0, NULL);
+    json_t *v = json_object_get(json_object_get(spec, "trainer"), "max_steps");
+    int64_t n = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+    json_decref(spec);
+    return n > 0 ? n : 0;
+}
+
 int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job *job,
                          struct gpt_err *err)
 {
@@ -497,6 +559,7 @@ int rdzv_coord_job_start(struct rdzv_coord *c, double now, const struct rdzv_job
     snprintf(j->pin_what, sizeof(j->pin_what), "%s",
              job->resume_what ? job->resume_what : "the chosen snapshot");
     j->want_snap = j->pin_chosen ? -1 : job->newest_snap;
+    j->max_steps = rdzv_spec_max_steps(spec);
     c->jobs[c->njobs++] = j;
     rdzv_place(c, j, j->nodes_max);
     rdzv_open_round(c, j, now, false, "job started");
@@ -632,6 +695,12 @@ static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double 
      * were lost. If it dies first, the failure below resumes the job. */
     if (done > 0 && j->final_seen) {
         rdzv_finish(c, j, GPT_TRAIN_DONE, done_step, NULL);
+        return;
+    }
+    /* A member lost after rank 0's done event: the others finish (or
+     * fail on the lost peer) at the last step; the job is complete. */
+    if (j->final_lost && running == 0) {
+        rdzv_finish(c, j, GPT_TRAIN_DONE, done > 0 ? done_step : j->last_step, NULL);
         return;
     }
     if (done > 0 && !j->failure) {

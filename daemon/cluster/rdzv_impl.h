@@ -82,6 +82,13 @@ struct rdzv_jrun {
     char pin_what[128];
     int64_t want_snap; /* the newest snapshot step recorded, -1 none */
     bool final_seen;   /* the current world's rank 0 sent its done event */
+    bool final_lost;   /* ...and then a member was lost: the job is done all the same */
+    int64_t max_steps; /* the spec's trainer.max_steps, 0 unknown (max_epochs) */
+    /* The newest global rank 0 lost before its done event reached the
+     * coordinator ("" none), and the last step recorded then: records of
+     * the steps after it are gone with it. */
+    char r0_lost[RDZV_NODE_ID_MAX];
+    int64_t r0_lost_step;
 };
 
 struct rdzv_coord {

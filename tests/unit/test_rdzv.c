@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "rdzv.h"
+#include "trainer.h"
 
 #define GEN 0x42
 
@@ -29,6 +30,8 @@ struct rec {
     int world_size, world_nodes;
     int restarts;
     int finished;
+    int finished_rc;
+    char finished_error[512];
     char last_event[512]; /* the newest "world" event */
 };
 
@@ -63,8 +66,10 @@ static void h_waiting(void *ctx, int64_t job, bool waiting)
 static void h_finished(void *ctx, int64_t job, int rc, int64_t step, const char *error)
 {
     struct rec *r = ctx;
-    (void)job, (void)rc, (void)step, (void)error;
+    (void)job, (void)step;
     r->finished++;
+    r->finished_rc = rc;
+    snprintf(r->finished_error, sizeof(r->finished_error), "%s", error ? error : "");
 }
 
 static void h_restarts(void *ctx, int64_t job, int restarts)
@@ -118,24 +123,31 @@ static const char *cur_phase(struct rdzv_coord *c)
     return phase;
 }
 
+/* Node `node`'s report of the current round, with no worker exit. */
+static void node_msg(struct rdzv_coord *c, struct cluster_msg *m, int type, const char *node,
+                     int64_t snap, const char *state)
+{
+    cluster_msg_init(m, type);
+    snprintf(m->node, sizeof(m->node), "%s", node);
+    m->inc = (uint64_t)node[0];
+    m->gen = GEN;
+    m->round = cur_round(c);
+    m->job = rdzv_coord_job(c);
+    m->snap_step = snap;
+    m->workers = 1;
+    m->exit_round = -1;
+    snprintf(m->addr, sizeof(m->addr), "127.0.0.1:%d", 1000 + node[0]);
+    snprintf(m->state, sizeof(m->state), "%s", state);
+    m->present = CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) | CLUSTER_MSG_BIT(JOB) |
+                 CLUSTER_MSG_BIT(SNAP) | CLUSTER_MSG_BIT(WORKERS) | CLUSTER_MSG_BIT(ADDR) |
+                 CLUSTER_MSG_BIT(STATE);
+}
+
 static void send_state(struct rdzv_coord *c, double now, int type, const char *node, int64_t snap,
                        const char *state)
 {
     struct cluster_msg m;
-    cluster_msg_init(&m, type);
-    snprintf(m.node, sizeof(m.node), "%s", node);
-    m.inc = (uint64_t)node[0];
-    m.gen = GEN;
-    m.round = cur_round(c);
-    m.job = rdzv_coord_job(c);
-    m.snap_step = snap;
-    m.workers = 1;
-    m.exit_round = -1;
-    snprintf(m.addr, sizeof(m.addr), "127.0.0.1:%d", 1000 + node[0]);
-    snprintf(m.state, sizeof(m.state), "%s", state);
-    m.present = CLUSTER_MSG_BIT(GEN) | CLUSTER_MSG_BIT(ROUND) | CLUSTER_MSG_BIT(JOB) |
-                CLUSTER_MSG_BIT(SNAP) | CLUSTER_MSG_BIT(WORKERS) | CLUSTER_MSG_BIT(ADDR) |
-                CLUSTER_MSG_BIT(STATE);
+    node_msg(c, &m, type, node, snap, state);
     /* Through the wire, as the coordinator receives it. */
     char *line = NULL;
     size_t len = 0;
@@ -146,6 +158,20 @@ static void send_state(struct rdzv_coord *c, double now, int type, const char *n
     free(line);
     rdzv_coord_message(c, now, &d);
     cluster_msg_done(&d);
+    rdzv_coord_tick(c, now);
+}
+
+/* A running member's heartbeat reporting its workers' exit in the
+ * current round. */
+static void send_exit(struct rdzv_coord *c, double now, const char *node, int rc, int64_t step)
+{
+    struct cluster_msg m;
+    node_msg(c, &m, CLUSTER_MSG_HB, node, step, "exited");
+    m.exit_round = m.round;
+    m.exit_rc = rc;
+    m.exit_step = step;
+    m.present |= CLUSTER_MSG_BIT(EXIT_ROUND) | CLUSTER_MSG_BIT(EXIT_RC) | CLUSTER_MSG_BIT(EXIT_STEP);
+    rdzv_coord_message(c, now, &m);
     rdzv_coord_tick(c, now);
 }
 
@@ -396,6 +422,83 @@ static void test_stop_after_leave_times_out(void **state)
     assert_int_equal(f->rec.finished, 1);
 }
 
+/* Nodes a and b, job 7 of 100 steps on both: a world of two running, a
+ * (sorting first) global rank 0, the coordinator holding step 90. */
+static void run_pair_100(struct rdzv_coord *c)
+{
+    send(c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(c, 0, CLUSTER_MSG_HB, "b", -1);
+    struct rdzv_job j = {.id = 7,
+                         .spec_json = "{\"trainer\": {\"max_steps\": 100}}",
+                         .nodes_min = 2,
+                         .nodes_max = 2,
+                         .max_restarts = 3,
+                         .wait_timeout_s = 60,
+                         .resume_step = -1,
+                         .newest_snap = -1};
+    struct gpt_err err;
+    assert_int_equal(rdzv_coord_job_start(c, 0, &j, &err), 0);
+    send(c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(c), "running");
+    send_state(c, 0.2, CLUSTER_MSG_HB, "a", -1, "running");
+    send_state(c, 0.2, CLUSTER_MSG_HB, "b", -1, "running");
+    rdzv_coord_job_progress(c, 7, 90, -1);
+}
+
+/* Global rank 0 (a) is lost after writing the final snapshot, before its
+ * last records reached the coordinator: the world formed again would find
+ * nothing left to train. The job fails instead, saying that a, holding
+ * rank 0, was lost after the last step, where the final snapshot is, and
+ * since which step the records are missing. */
+static void test_rank0_lost_after_last_step(void **state)
+{
+    struct fx *f = *state;
+    run_pair_100(f->c);
+    send_exit(f->c, 0.3, "b", GPT_TRAIN_DONE, 100);
+    assert_int_equal(f->rec.finished, 0); /* rank 0's records are still due */
+    /* a's process is killed, and comes back (a new incarnation) holding
+     * the final snapshot. */
+    struct cluster_msg m;
+    node_msg(f->c, &m, CLUSTER_MSG_HB, "a", -1, "idle");
+    m.inc = 99;
+    rdzv_coord_message(f->c, 0.5, &m);
+    rdzv_coord_tick(f->c, 0.5);
+    assert_string_equal(cur_phase(f->c), "forming");
+    send(f->c, 0.6, CLUSTER_MSG_JOIN, "b", -1);
+    node_msg(f->c, &m, CLUSTER_MSG_JOIN, "a", 100, "joined");
+    m.inc = 99;
+    rdzv_coord_message(f->c, 0.7, &m);
+    rdzv_coord_tick(f->c, 0.7);
+    assert_int_equal(f->rec.finished, 1);
+    assert_true(f->rec.finished_rc < 0);
+    const char *e = f->rec.finished_error;
+    assert_non_null(strstr(e, "node a, which held global rank 0, was lost after the job's last "
+                              "step (100)"));
+    assert_non_null(strstr(e, "the final snapshot is on node a's disk (step 100)"));
+    assert_non_null(strstr(e, "the coordinator holds the job's metrics only up to step 90: the "
+                              "last metrics, the snapshot row and the done event never reached"));
+    assert_int_equal(f->rec.worlds, 1); /* no world was started to find nothing to train */
+}
+
+/* Global rank 0's done event reached the coordinator, then a was lost
+ * before its exit report: every record is in, the job is completed. */
+static void test_lost_after_final_records(void **state)
+{
+    struct fx *f = *state;
+    run_pair_100(f->c);
+    rdzv_coord_job_progress(f->c, 7, 100, 100);
+    rdzv_coord_job_final(f->c, 7);
+    /* a goes silent (dead after 3 s); b still runs its last step. */
+    send_state(f->c, 3.5, CLUSTER_MSG_HB, "b", -1, "running");
+    assert_int_equal(f->rec.finished, 0);
+    assert_string_equal(cur_phase(f->c), "running");
+    send_exit(f->c, 3.6, "b", GPT_TRAIN_DONE, 100);
+    assert_int_equal(f->rec.finished, 1);
+    assert_int_equal(f->rec.finished_rc, GPT_TRAIN_DONE);
+    assert_int_equal(f->rec.restarts, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -409,6 +512,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress_moves_newest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waits_for_leave_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_after_leave_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rank0_lost_after_last_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_after_final_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
