@@ -406,10 +406,12 @@ struct gguf_rd {
     struct gpt_err *err;
     int fd;
     uint64_t file_len;
+    int ran_short; /* a parse needed bytes past len (a prefix may be too short) */
 };
 
 static int gguf_short(struct gguf_rd *r, const char *what)
 {
+    r->ran_short = 1;
     return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL, "%s: truncated at byte %zu (reading %s)",
                        r->name, r->off, what);
 }
@@ -705,8 +707,9 @@ static int gguf_load_tensor(struct gguf_rd *r, uint64_t data_start, uint32_t ali
     if (ti->off % align != 0 || ti->off > avail || bytes > avail - ti->off)
         return gpt_err_set(r->err, -GPT_E_CORRUPT, NULL,
                            "%s: tensor %s: offset %" PRIu64 " (+%" PRIu64
-                           " bytes) is misaligned or past the end of the file",
-                           r->name, g->name, ti->off, bytes);
+                           " bytes) is misaligned or past the end of the file (%" PRIu64
+                           " bytes of tensor data after %" PRIu64 " bytes of header)",
+                           r->name, g->name, ti->off, bytes, avail, data_start);
     if (!dst)
         return 0;
     uint64_t at = data_start + ti->off;
@@ -734,6 +737,9 @@ struct gguf_parsed {
     uint64_t data_start;
     struct gpt_model_config cfg;
 };
+
+static int gguf_fill(struct gguf_rd *r, const struct gguf_parsed *p, const struct gpt_model *m,
+                     float *params);
 
 /* Header, metadata and tensor table; the model config they describe. */
 static int gguf_parse(struct gguf_rd *r, struct gguf_parsed *p)
@@ -818,13 +824,23 @@ static int gguf_parse(struct gguf_rd *r, struct gguf_parsed *p)
     if (!m)
         return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
     rc = gpt_model_layout(m, &p->cfg, &lerr); /* the config is one gptd can hold */
-    free(m);
     if (rc < 0)
-        return gpt_err_set(err, rc, NULL, "%s: %s", name, lerr.msg);
-    return 0;
+        rc = gpt_err_set(err, rc, NULL, "%s: %s", name, lerr.msg);
+    /* The metadata's model against the file, before anyone allocates it:
+     * its tensors at 2 bytes each (f16, bf16) must fit the data, and then
+     * every tensor the model needs must be in the table with its shape
+     * and lie inside the file. */
+    if (rc == 0)
+        rc = gpt_fmt_check_data_size(name, "its header", m, 2, r->file_len - p->data_start, err);
+    if (rc == 0)
+        rc = gguf_fill(r, p, m, NULL);
+    free(m);
+    return rc;
 }
 
-/* Every tensor of layout m (the parsed config's) into params (zeroed by the caller). */
+/* Every tensor of layout m (the parsed config's) into params (zeroed by
+ * the caller); with params NULL, only checks each (shape, type, and its
+ * bytes within the file). */
 static int gguf_fill(struct gguf_rd *r, const struct gguf_parsed *p, const struct gpt_model *m,
                      float *params)
 {
@@ -845,7 +861,7 @@ static int gguf_fill(struct gguf_rd *r, const struct gguf_parsed *p, const struc
         }
         /* output.weight (tied to token_embd) is checked, not loaded */
         rc = gguf_load_tensor(r, p->data_start, p->md.alignment, f, &plan[i],
-                              plan[i].required ? params + plan[i].src : NULL);
+                              params && plan[i].required ? params + plan[i].src : NULL);
     }
     free(plan);
     return rc;
@@ -886,7 +902,7 @@ int gpt_gguf_read_mem(const void *buf, size_t len, const char *name,
                       struct gpt_model_config *ret_cfg, float **ret_params, size_t *ret_n,
                       struct gpt_err *err)
 {
-    struct gguf_rd r = {buf, len, 0, name, err, -1, len};
+    struct gguf_rd r = {buf, len, 0, name, err, -1, len, 0};
     struct gguf_parsed p;
     int rc = gguf_parse(&r, &p);
     if (rc == 0)
@@ -911,8 +927,8 @@ static void gguf_file_close(struct gguf_file *f)
 }
 
 /* Opens path and parses its header, metadata and tensor table into *p (r
- * set up to read the file's tensors). The prefix read grows until the
- * parse no longer runs past its end: a parse that succeeds on a prefix
+ * set up to read the file's tensors). The prefix read grows while the
+ * parse runs past its end: a parse that succeeds on a prefix
  * reads only bytes the file holds there, and every bound it checks is
  * looser on the whole file, so it would succeed the same way on the whole
  * file. */
@@ -939,12 +955,13 @@ static int gguf_open(const char *path, struct gguf_file *f, struct gguf_rd *r,
         if (!np)
             return gpt_err_set(err, -ENOMEM, NULL, "%s: out of memory", path);
         f->prefix = np;
-        *r = (struct gguf_rd){np, (size_t)cap, 0, path, err, f->fd, f->len};
+        *r = (struct gguf_rd){np, (size_t)cap, 0, path, err, f->fd, f->len, 0};
         if ((rc = gguf_read_at(r, 0, np, (size_t)cap)) < 0)
             return rc;
         r->fd = cap == f->len ? -1 : f->fd; /* tensor reads come from memory or the file */
         free(p->ti);
-        if ((rc = gguf_parse(r, p)) == 0 || cap == f->len)
+        /* Only a parse that ran past the prefix may succeed on a longer one. */
+        if ((rc = gguf_parse(r, p)) == 0 || cap == f->len || !r->ran_short)
             break;
         if (cap >= GGUF_HEADER_MAX) {
             char why[GPT_ERR_MSG_MAX];

@@ -117,6 +117,9 @@ static int hf_cfg_int(const json_t *root, const char *key, const char *path, int
     return 0;
 }
 
+static int hf_probe_weights(const char *dir, const struct gpt_model_config *cfg,
+                            struct gpt_err *err);
+
 int gpt_hf_probe(const char *dir, struct gpt_model_config *ret_cfg, struct gpt_err *err)
 {
     char path[PATH_MAX];
@@ -182,6 +185,8 @@ int gpt_hf_probe(const char *dir, struct gpt_model_config *ret_cfg, struct gpt_e
                          "%s: tie_word_embeddings is false; gptd's LM head is tied to wte", path);
         goto out;
     }
+    if ((rc = hf_probe_weights(dir, &cfg, err)) < 0)
+        goto out;
     *ret_cfg = cfg;
 out:
     json_decref(root);
@@ -200,40 +205,86 @@ static const struct gpt_st_tensor *hf_find(const struct gpt_st_index *ix, const 
     return t ? t : gpt_st_find(ix, name);
 }
 
-int gpt_hf_load(const char *dir, const struct gpt_model *m, float *params, struct gpt_err *err)
+/* The file's tensor for gptd's tensor ti of layout m (its name in *hm),
+ * checked to have the shape the config gives it: 0 and *ret, or
+ * -GPT_E_CORRUPT naming the file and the tensor. */
+static int hf_tensor(const struct gpt_st_file *f, const struct gpt_model *m,
+                     const struct gpt_tensor_info *ti, struct hf_map *hm,
+                     const struct gpt_st_tensor **ret, struct gpt_err *err)
+{
+    GPT_ASSERT(hf_map_tensor(m, ti, hm) == 0);
+    const struct gpt_st_tensor *t = hf_find(&f->ix, hm->name);
+    if (!t)
+        return gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no tensor %s (or transformer.%s)",
+                           f->path, hm->name, hm->name);
+    uint64_t want0 = hm->ndim == 1 ? hm->rows : hm->transpose ? hm->cols : hm->rows;
+    uint64_t want1 = hm->transpose ? hm->rows : hm->cols;
+    if (t->ndim != hm->ndim || t->shape[0] != want0 || (hm->ndim == 2 && t->shape[1] != want1))
+        return gpt_err_set(
+            err, -GPT_E_CORRUPT, NULL,
+            "%s: tensor %s has shape [%llu%s%llu], config.json says [%llu, "
+            "%llu]",
+            f->path, t->name, (unsigned long long)t->shape[0], t->ndim > 1 ? ", " : " ndim ",
+            (unsigned long long)(t->ndim > 1 ? t->shape[1] : (uint64_t)t->ndim),
+            (unsigned long long)want0, (unsigned long long)(hm->ndim == 2 ? want1 : 1));
+    *ret = t;
+    return 0;
+}
+
+/* Opens dir's model.safetensors (its header checked against its size) and
+ * checks that it holds config.json's model `m`: enough tensor data for it
+ * at 2 bytes a parameter, then every tensor by name and shape. */
+static int hf_open_weights(const char *dir, const struct gpt_model *m, struct gpt_st_file *ret,
+                           struct gpt_err *err)
 {
     char path[PATH_MAX];
+    if (snprintf(path, sizeof(path), "%s/model.safetensors", dir) >= (int)sizeof(path))
+        return gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
+    int rc = gpt_st_open(path, ret, err);
+    if (rc < 0)
+        return rc;
+    rc = gpt_fmt_check_data_size(path, "config.json", m, 2, ret->size - ret->ix.data_start, err);
+    for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+        struct hf_map hm;
+        const struct gpt_st_tensor *t;
+        rc = hf_tensor(ret, m, &m->tensors[i], &hm, &t, err);
+    }
+    if (rc < 0)
+        gpt_st_close(ret);
+    return rc;
+}
+
+/* config.json's model against the weights file, before a caller allocates
+ * it (gpt_fmt_load allocates what the probe returns). */
+static int hf_probe_weights(const char *dir, const struct gpt_model_config *cfg,
+                            struct gpt_err *err)
+{
+    struct gpt_model *m = malloc(sizeof(*m));
+    struct gpt_st_file f = {.fd = -1};
+    if (!m)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    int rc = gpt_model_layout(m, cfg, err);
+    if (rc == 0 && (rc = hf_open_weights(dir, m, &f, err)) == 0)
+        gpt_st_close(&f);
+    free(m);
+    return rc;
+}
+
+int gpt_hf_load(const char *dir, const struct gpt_model *m, float *params, struct gpt_err *err)
+{
     struct gpt_st_file f = {.fd = -1};
     float *tmp = NULL;
     int rc;
 
-    if (snprintf(path, sizeof(path), "%s/model.safetensors", dir) >= (int)sizeof(path))
-        return gpt_err_set(err, -ENAMETOOLONG, NULL, "path too long: %s", dir);
-    if ((rc = gpt_st_open(path, &f, err)) < 0)
+    if ((rc = hf_open_weights(dir, m, &f, err)) < 0)
         return rc;
     memset(params, 0, m->n_params * sizeof(float)); /* wte's padding rows stay zero */
     for (size_t i = 0; i < m->n_tensors; i++) {
         const struct gpt_tensor_info *ti = &m->tensors[i];
         struct hf_map hm;
-        GPT_ASSERT(hf_map_tensor(m, ti, &hm) == 0);
-        const struct gpt_st_tensor *t = hf_find(&f.ix, hm.name);
-        if (!t) {
-            rc = gpt_err_set(err, -GPT_E_CORRUPT, NULL, "%s: no tensor %s (or transformer.%s)",
-                             path, hm.name, hm.name);
+        const struct gpt_st_tensor *t;
+        if ((rc = hf_tensor(&f, m, ti, &hm, &t, err)) < 0)
             goto out;
-        }
-        uint64_t want0 = hm.ndim == 1 ? hm.rows : hm.transpose ? hm.cols : hm.rows;
-        uint64_t want1 = hm.transpose ? hm.rows : hm.cols;
-        if (t->ndim != hm.ndim || t->shape[0] != want0 || (hm.ndim == 2 && t->shape[1] != want1)) {
-            rc = gpt_err_set(
-                err, -GPT_E_CORRUPT, NULL,
-                "%s: tensor %s has shape [%llu%s%llu], config.json says [%llu, "
-                "%llu]",
-                path, t->name, (unsigned long long)t->shape[0], t->ndim > 1 ? ", " : " ndim ",
-                (unsigned long long)(t->ndim > 1 ? t->shape[1] : (uint64_t)t->ndim),
-                (unsigned long long)want0, (unsigned long long)(hm.ndim == 2 ? want1 : 1));
-            goto out;
-        }
         float *dst = params + ti->offset;
         if (!hm.transpose) {
             rc = gpt_st_read_f32(&f, t, dst, err);

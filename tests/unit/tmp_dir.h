@@ -1,7 +1,8 @@
 /*
  * tmp_dir: the one temporary folder of a unit test program, tmpdir: made
  * by the program's group set-up with tmp_dir_make, removed with all it
- * holds by tmp_dir_teardown. Header-only, for test programs of one file.
+ * holds by tmp_dir_teardown. Header-only, for test programs of one file;
+ * the program defines _GNU_SOURCE before its first include (nftw).
  */
 #ifndef GPT_TEST_TMP_DIR_H
 #define GPT_TEST_TMP_DIR_H

@@ -14,6 +14,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "gpt_err.h"
 
@@ -31,6 +32,18 @@ enum gpt_fmt_kind gpt_fmt_kind_parse(const char *name, struct gpt_err *err);
 
 /* The kind's name as gpt_fmt_kind_parse takes it ("?" when out of range). */
 const char *gpt_fmt_kind_name(enum gpt_fmt_kind kind);
+
+struct gpt_model;
+
+/* A reader's check, at probe, that a header's model fits its file: the
+ * tensors of layout m (wte of vocab_size rows, as files store it) at
+ * elem_bytes each (the narrowest type the reader takes) against `have`
+ * bytes of tensor data in `file`. 0, or -GPT_E_CORRUPT with err naming
+ * the file, what made the claim (`claim`: "its header", "config.json"),
+ * the model and both sizes: a reader refuses a file this way before it
+ * allocates the claimed model. Pure. */
+int gpt_fmt_check_data_size(const char *file, const char *claim, const struct gpt_model *m,
+                            unsigned elem_bytes, uint64_t have, struct gpt_err *err);
 
 /* Whether `cancel` (may be NULL) asks to stop. The writers check it between
  * tensors. Any thread. */
