@@ -22,36 +22,13 @@
 #include <sqlite3.h>
 
 #include "db.h"
-
-struct fixture {
-    char dir[64];
-    char path[128];
-    struct db *db;
-};
+#include "unit/db_fixture.h"
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/test_db.XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    snprintf(f->path, sizeof(f->path), "%s/gptd.db", f->dir);
-    struct gpt_err err;
-    if (db_open(f->path, &f->db, &err) < 0)
-        return -1;
+    struct db_fixture *f = db_fixture_new("test_db");
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    char cmd[160];
-    db_close(f->db);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    (void)!system(cmd);
-    free(f);
-    return 0;
+    return f ? 0 : -1;
 }
 
 static int64_t add_job(struct db *db, const char *name, int64_t prio)
@@ -68,7 +45,7 @@ static int64_t add_job(struct db *db, const char *name, int64_t prio)
 
 static void test_schema(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     assert_int_equal(db_schema_version(f->db), DB_SCHEMA_VERSION);
     int64_t id = add_job(f->db, "persist", 0);
     db_close(f->db);
@@ -87,7 +64,7 @@ static void test_schema(void **state)
 
 static void test_queue_order(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     int64_t a = add_job(f->db, "a", 0);
     int64_t b = add_job(f->db, "b", 0);
@@ -169,7 +146,7 @@ static struct gpt_metric metric_at(int64_t step, double loss)
 
 static void test_metrics_history(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     int64_t job = add_job(f->db, "m", 0);
     assert_int_equal(db_begin(f->db, &err), 0);
@@ -233,7 +210,7 @@ static void snap_count(void *ctx, const struct db_snapshot *s)
 
 static void test_snapshots_runs(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     int64_t job = add_job(f->db, "s", 0);
     int64_t run;
@@ -265,7 +242,7 @@ static void test_snapshots_runs(void **state)
  * re-queue keeps it. */
 static void test_restarts_persist(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     int64_t id = add_job(f->db, "elastic", 0);
     struct db_job j;
@@ -288,7 +265,7 @@ static void test_restarts_persist(void **state)
  * migrates, and its jobs read with no restarts used. */
 static void test_migrate_v1(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     db_close(f->db);
     f->db = NULL;
@@ -349,7 +326,7 @@ static void msgs_event(void *ctx, const struct gpt_event *e)
  * event) instead of resuming it. A resume clears the request. */
 static void test_token_cancel(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     int64_t a = add_job(f->db, "a", 0), b = add_job(f->db, "b", 0);
     struct db_job ja, jb;
@@ -407,7 +384,7 @@ static void write_file(const char *path, const void *p, size_t n, long off)
  * naming the file and what to do; nothing is created in its place. */
 static void test_refuse_damaged(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     struct gpt_err err;
     struct db *db = NULL;
     char path[160];
@@ -447,14 +424,14 @@ static void test_refuse_damaged(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_schema, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_queue_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metrics_history, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_snapshots_runs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restarts_persist, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_token_cancel, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refuse_damaged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_schema, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_queue_order, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_history, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_snapshots_runs, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_restarts_persist, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_token_cancel, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_refuse_damaged, setup, db_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,13 +17,7 @@
 #include <cmocka.h>
 
 #include "db.h"
-
-struct fixture {
-    char dir[64];
-    char path[128];
-    struct db *db;
-    int64_t job;
-};
+#include "unit/db_fixture.h"
 
 #define REC_MAX 64
 
@@ -77,13 +71,9 @@ static void metric(struct db *db, int64_t job, int64_t run, int64_t step, double
 
 static int setup(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
+    struct db_fixture *f = db_fixture_new("test_dbhp");
     struct gpt_err err;
-    snprintf(f->dir, sizeof(f->dir), "/tmp/test_dbhp.XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    snprintf(f->path, sizeof(f->path), "%s/gptd.db", f->dir);
-    if (db_open(f->path, &f->db, &err) < 0)
+    if (!f)
         return -1;
     struct db_job j = {.owner_uid = 1000, .created = 1.0, .max_steps = 9};
     snprintf(j.name, sizeof(j.name), "resumed");
@@ -112,19 +102,8 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    char cmd[160];
-    db_close(f->db);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
-    (void)!system(cmd);
-    free(f);
-    return 0;
-}
-
 /* Reads the whole history in pages of `limit` metrics. */
-static void read_all(struct fixture *f, int64_t since, int limit, struct recs *r)
+static void read_all(struct db_fixture *f, int64_t since, int limit, struct recs *r)
 {
     struct db_history_cb cb = {r, on_metric, on_event};
     int64_t after = -1, last;
@@ -142,7 +121,7 @@ static void read_all(struct fixture *f, int64_t since, int limit, struct recs *r
 
 static void test_order_and_pages(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     /* What happened, in time order (run 1's metrics 4-6 were replaced). */
     static const double want[] = {1,  10, 11, 12, 13, 14, 14.5, 18, 20,
                                   21, 22, 23, 24, 25, 26, 27,   28, 29};
@@ -161,7 +140,7 @@ static void test_order_and_pages(void **state)
 
 static void test_since(void **state)
 {
-    struct fixture *f = *state;
+    struct db_fixture *f = *state;
     /* Step >= 5: run 1's end (6), run 2's world (6), metrics 5-9, end. */
     static const double want[] = {18, 21, 24, 25, 26, 27, 28, 29};
     const int n = (int)(sizeof(want) / sizeof(want[0]));
@@ -177,8 +156,8 @@ static void test_since(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_order_and_pages, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_since, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_and_pages, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_since, setup, db_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  * refused targets, and hostile headers (each refused with a message naming
  * what is wrong, never a crash).
  */
+#define _GNU_SOURCE /* nftw */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -23,24 +24,12 @@
 #include "export.h"
 #include "hf.h"
 #include "safetensors.h"
-
-static char tmpdir[256];
+#include "unit/tmp_dir.h"
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_fmt_hf.XXXXXX");
-    assert_non_null(mkdtemp(tmpdir));
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    assert_int_equal(system(cmd), 0);
-    return 0;
+    return tmp_dir_make("fmt-hf");
 }
 
 /* A buffer: 8-byte LE header length, the header, then `data_len` zero bytes. */
@@ -485,5 +474,5 @@ int main(void)
         cmocka_unit_test(test_hf_vocab_and_truncated),
         cmocka_unit_test(test_detect),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }
