@@ -1,9 +1,10 @@
 /*
- * gpu_ops_attn: test_gpu_ops's attention checks: both ways against the CPU
- * (the batched-GEMM path, whose att holds probabilities, and the fused
- * flash kernels), the tensor-core flash kernels in bf16 (taken for
- * certain and bit-reproducible), and each attention variant on the same
- * inputs against the fused pass. Single-threaded.
+ * gpu_ops_attn: test_gpu_ops's tensor-core attention checks (bf16): the
+ * flash kernels at the shapes that matter to them, against the CPU through
+ * the op table's runner (taken for certain and bit-reproducible), and each
+ * attention variant on the same inputs against the fused pass. Both GPU
+ * paths at the table's shapes are the table's (gpu_ops_common.c).
+ * Single-threaded.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,56 +15,7 @@
 #include "cuda/cuda_backend.h"
 #include "flash_tc.h"
 #include "gpu/gpu_ops_common.h"
-
-static int causal_mask(size_t idx, const void *ctx)
-{
-    size_t T = *(const size_t *)ctx;
-    return idx % T <= (idx / T) % T; /* j <= i */
-}
-
-/* Attention the way `want` asks; with flash only out and dqkv are
- * comparable (att holds the flash kernels' saved state). */
-void test_attention_as(const struct shape *s, const char *tag, enum gpt_cuda_attn_kind want)
-{
-    size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
-    struct gpt_cuda_attn_plan plan;
-    gpt_cuda_backend_set_attention(gpu, want);
-    gpt_cuda_backend_attention_plan(gpu, B, T, C, NH, &plan);
-    if (plan.kind != want) {
-        printf("skip %-4s attention %s: %s\n", prec, tag, plan.why);
-        return;
-    }
-    int flash = want == GPT_CUDA_ATTN_FLASH;
-    const char *fwd = flash ? "flash_attention_forward" : "attention_forward";
-    const char *bwd = flash ? "flash_attention_backward" : "attention_backward";
-    struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
-    struct pair att = pair_new(B * NH * T * T, 0, 0);
-    gpt_backend_attention_forward(cpu, out.c, att.c, qkv.c, B, T, C, NH);
-    gpt_backend_attention_forward(gpu, out.g, att.g, qkv.g, B, T, C, NH);
-    check(fwd, tag, &out);
-    if (!flash)
-        report(fwd, tag, pair_err(&att, causal_mask, &T));
-    struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 7, 7);
-    /* the CPU's (B,NH,T,T) or the GPU's, whichever is larger (at short T
-     * the dS backward's whole 64-key tiles) */
-    size_t ns = gpt_backend_att_floats(gpu, B, T, C, NH, 1);
-    struct pair scratch = pair_new(ns > B * NH * T * T ? ns : B * NH * T * T, 0, 0);
-    gpt_backend_attention_backward(cpu, dqkv.c, scratch.c, dout.c, out.c, qkv.c, att.c, B, T, C,
-                                   NH);
-    gpt_backend_attention_backward(gpu, dqkv.g, scratch.g, dout.g, out.g, qkv.g, att.g, B, T, C,
-                                   NH);
-    check(bwd, tag, &dqkv); /* the 7s must all be overwritten */
-    struct pair *all[] = {&qkv, &out, &att, &dout, &dqkv, &scratch};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
-    gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
-}
-
-void test_attention(const struct shape *s, const char *tag)
-{
-    test_attention_as(s, tag, GPT_CUDA_ATTN_GEMM);
-    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
-}
+#include "unit/op_cases.h"
 
 /* Shapes for the tensor-core flash kernels (bf16 mode; head sizes 32, 64,
  * 96 and 128): T against the forward's 128-row query blocks and the
@@ -92,9 +44,19 @@ static void test_attention_tc(const struct shape *s)
     char tag[80];
     snprintf(tag, sizeof(tag), "tensor cores B%zu T%zu hs%zu NH%zu", B, T, C / NH, NH);
     uint64_t before = gpt_cuda_flash_tc_launches();
-    test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
-    /* One forward and one backward went through the tensor-core path. */
-    report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 2));
+    /* The table's way (op_cases.h): the forward's case, then the
+     * backward's (its own forward first), against the CPU. */
+    struct opc_case fwd = {
+        GPT_BACKEND_OP_attention_forward, {B, T, C, NH}, OPC_FLASH_ONLY, OPC_BF16, 1e-4, 3e-2, 0};
+    struct opc_case bwd = fwd;
+    bwd.op = GPT_BACKEND_OP_attention_backward;
+    bwd.tol = 2e-4;
+    bwd.tol_bf16 = 5e-2;
+    gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
+    run_op_case(&fwd, "tensor cores");
+    run_op_case(&bwd, "tensor cores");
+    /* Two forwards and one backward went through the tensor-core path. */
+    report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 3));
     struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
     struct pair att = pair_new(gpt_backend_att_floats(gpu, B, T, C, NH, 0), 0, 0);
     struct pair dout = pair_new(B * T * C, -1, 1), dqkv = pair_new(B * T * 3 * C, 0, 0);

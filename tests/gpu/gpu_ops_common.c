@@ -1,9 +1,11 @@
 /*
  * gpu_ops_common: what test_gpu_ops's files share: the two backends and
- * the seeded generator, the tolerances of every op and precision, and
- * report(), which prints one line per check and counts the failures;
- * pairs of buffers holding the same inputs on the CPU and the GPU backend,
- * and their comparison. Single-threaded, like the whole program.
+ * the seeded generator, the tolerances of the checks outside the op
+ * table, and report(), which prints one line per check and counts the
+ * failures; pairs of buffers holding the same inputs on the CPU and the
+ * GPU backend, and their comparison; the op table's runner (every case
+ * of unit/op_cases.h on both backends). Single-threaded, like the whole
+ * program.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,31 +16,28 @@
 #include "cuda/cuda_backend.h"
 #include "gpu/gpu_ops_common.h"
 #include "rng.h"
+#include "unit/op_cases.h"
 
-/* Normalised error bounds, one per op and precision. GEMM-based ops sum up
- * to C products in a different order from OpenBLAS; element-wise ops differ
- * only in libm rounding. In bf16 the inputs of products and attention are
- * rounded to 8 significant bits (relative 2^-9 each); outputs of the other
- * ops stay fp32 and keep their fp32 bounds. */
+/* Normalised error bounds of the checks outside the op table (whose rows,
+ * unit/op_cases.c, carry their own), one per check and precision. GEMM-based
+ * ops sum up to C products in a different order from OpenBLAS; in bf16 the
+ * inputs of products and attention are rounded to 8 significant bits
+ * (relative 2^-9 each); outputs of the other ops stay fp32 and keep their
+ * fp32 bounds. */
 static const struct {
     const char *op;
     const char *prec;
     double tol;
 } tolerances[] = {
     {"memory", "bf16", 0.0},
-    {"layernorm_forward", "bf16", 2e-5},
     {"layernorm_backward", "bf16", 1e-4},
     {"matmul_forward", "bf16", 2e-2},
     {"matmul_backward", "bf16", 2e-2},
     {"flash_attention_forward", "bf16", 3e-2},
     {"flash_attention_backward", "bf16", 5e-2},
-    {"gelu_forward", "bf16", 1e-5},
-    {"matmul_gelu_forward", "bf16", 2e-2},
     /* DGELU's dinp: pre from a bf16 product, through gelu'' (bf16_only_dgelu
      * says how much that is). */
     {"matmul_backward_dgelu", "bf16", 5e-2},
-    {"gelu_backward", "bf16", 1e-5},
-    {"adamw", "bf16", 1e-5},
     {"bf16_repeat", "bf16", 0.0},             /* the same updates twice: bit-identical */
     {"bf16_invalidate", "bf16", 2e-2},        /* a product after an upload of its weight */
     {"flash_tc_path", "bf16", 0.0},           /* 1 = the CUDA-core fallback ran */
@@ -75,30 +74,15 @@ static const struct {
     {"flash_attention_forward", "fp32", 1e-4},
     {"flash_attention_backward", "fp32", 2e-4},
     {"memory", "fp32", 0.0},
-    {"transfer", "fp32", 0.0},
-    {"copy", "fp32", 0.0},
-    {"memzero", "fp32", 0.0},
-    {"encoder_forward", "fp32", 1e-6},
     {"encoder_backward", "fp32", 1e-5},
     {"encoder_wte_deterministic", "fp32", 0.0}, /* 1 = two backward passes differ */
     {"encoder_wte_exact", "fp32", 0.0},         /* 1 = not the sequential sum's bits */
     {"layernorm_deterministic", "fp32", 0.0},   /* 1 = two backward passes differ */
-    {"layernorm_forward", "fp32", 2e-5},
     {"layernorm_backward", "fp32", 1e-4},
     {"matmul_forward", "fp32", 1e-4},
     {"matmul_backward", "fp32", 1e-4},
-    {"attention_forward", "fp32", 1e-4},
-    {"attention_backward", "fp32", 2e-4},
-    {"gelu_forward", "fp32", 1e-5},
-    /* A product's bound, with a little room for the epilogue's GELU. */
-    {"matmul_gelu_forward", "fp32", 2e-4},
     {"matmul_backward_dgelu", "fp32", 2e-4},
-    {"gelu_backward", "fp32", 1e-5},
-    {"residual_forward", "fp32", 0.0},
     {"softmax_xent", "fp32", 2e-5},
-    {"adamw", "fp32", 1e-5},
-    {"sumsq", "fp32", 1e-9},
-    {"scale", "fp32", 0.0},
 };
 
 struct gpt_backend *cpu, *gpu;
@@ -131,7 +115,11 @@ static struct worst {
 
 void report(const char *op, const char *what, double e)
 {
-    double tol = tol_of(op);
+    report_tol(op, what, e, tol_of(op));
+}
+
+void report_tol(const char *op, const char *what, double e, double tol)
+{
     int ok = e <= tol && !isnan(e);
     checks++;
     failures += !ok;
@@ -227,4 +215,129 @@ double pair_err(const struct pair *p, int (*mask)(size_t i, const void *ctx), co
 void check(const char *op, const char *what, const struct pair *p)
 {
     report(op, what, pair_err(p, NULL, NULL));
+}
+
+/* ---- the op table ------------------------------------------------------ */
+
+/* One tensor of a case on both backends. */
+struct case_buf {
+    struct opc_tensor t;
+    void *c, *g;
+};
+
+/* The causal entries (j <= i) of a (B,NH,T,T) att. */
+static int causal_mask(size_t idx, const void *ctx)
+{
+    size_t T = *(const size_t *)ctx;
+    return idx % T <= (idx / T) % T;
+}
+
+/* Tensor k of a case compared: both downloaded, the GPU's error against
+ * the CPU's values within the row's bound in this precision (0 for an
+ * exact tensor). */
+static void case_compare(const struct opc_case *c, const struct case_buf *k, const char *tag)
+{
+    char what[200];
+    snprintf(what, sizeof(what), "%s: %s", tag, k->t.name);
+    double tol = k->t.exact ? 0.0 : strcmp(prec, "bf16") == 0 ? c->tol_bf16 : c->tol;
+    if (k->t.type == OPC_F32) {
+        struct pair p = {k->c, k->g, k->t.n};
+        report_tol(gpt_backend_op_name(c->op), what, pair_err_floor(&p, NULL, NULL, k->t.floor),
+                   tol);
+        return;
+    }
+    size_t bytes = k->t.n * opc_type_size(k->t.type);
+    void *hc = malloc(bytes), *hg = malloc(bytes);
+    if (!hc || !hg)
+        abort();
+    check_rc(gpt_backend_download(cpu, hc, k->c, bytes), "cpu download");
+    check_rc(gpt_backend_download(gpu, hg, k->g, bytes), "gpu download");
+    report_tol(gpt_backend_op_name(c->op), what,
+               opc_err(k->t.type, hc, hg, k->t.n, k->t.floor, NULL), tol);
+    free(hc);
+    free(hg);
+}
+
+/* One case on both backends: the same initial contents uploaded to each
+ * (state sized for the larger of the two), the op run on each, every
+ * output and gradient compared. `path`: the GPU's attention path ("gemm"
+ * also compares the probabilities it keeps in att), or NULL. */
+void run_op_case(const struct opc_case *c, const char *path)
+{
+    const struct opc_op *o = opc_op_of(c->op);
+    struct opc_tensor tc[OPC_MAX_TENSORS], tg[OPC_MAX_TENSORS];
+    struct case_buf k[OPC_MAX_TENSORS] = {0};
+    void *bc[OPC_MAX_TENSORS] = {0}, *bg[OPC_MAX_TENSORS] = {0};
+    char tag[160];
+    int nt = o->tensors(c, cpu, tc);
+    if (o->tensors(c, gpu, tg) != nt)
+        abort();
+    gpt_rng_seed(&rng, opc_seed(c));
+    opc_tag(c, tag, 128);
+    if (path)
+        snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), " %s", path);
+    for (int i = 0; i < nt; i++) {
+        k[i].t = tc[i];
+        k[i].t.n = tc[i].n > tg[i].n ? tc[i].n : tg[i].n;
+        size_t bytes = k[i].t.n * opc_type_size(k[i].t.type);
+        if (!bytes)
+            continue;
+        void *h = malloc(bytes);
+        if (!h)
+            abort();
+        opc_fill(&k[i].t, &rng, h);
+        check_rc(gpt_backend_alloc(cpu, bytes, &k[i].c), "cpu alloc");
+        check_rc(gpt_backend_alloc(gpu, bytes, &k[i].g), "gpu alloc");
+        check_rc(gpt_backend_upload(cpu, k[i].c, h, bytes), "cpu upload");
+        check_rc(gpt_backend_upload(gpu, k[i].g, h, bytes), "gpu upload");
+        bc[i] = k[i].c;
+        bg[i] = k[i].g;
+        free(h);
+    }
+    check_rc(o->run(cpu, bc, c), "cpu run");
+    check_rc(o->run(gpu, bg, c), "gpu run");
+    for (int i = 0; i < nt; i++)
+        if (k[i].t.n && (k[i].t.role == OPC_OUT || k[i].t.role == OPC_GRAD))
+            case_compare(c, &k[i], tag);
+    if (path && strcmp(path, "gemm") == 0 && c->op == GPT_BACKEND_OP_attention_forward) {
+        size_t T = c->d[1];
+        struct pair att = {k[1].c, k[1].g, c->d[0] * c->d[3] * T * T};
+        report_tol(gpt_backend_op_name(c->op), "att (probabilities)",
+                   pair_err(&att, causal_mask, &T), c->tol);
+    }
+    for (int i = 0; i < nt; i++) {
+        gpt_backend_mem_free(cpu, k[i].c);
+        gpt_backend_mem_free(gpu, k[i].g);
+    }
+}
+
+/* Every case of the table (op_cases.h) in this precision (OPC_FP32 or
+ * OPC_BF16). Attention runs on each GPU path the row asks for and the
+ * plan takes: the batched-GEMM path (whose att holds the probabilities)
+ * and the fused flash kernels. */
+void test_op_cases(unsigned dtype)
+{
+    for (size_t r = 0; r < opc_n_cases; r++) {
+        const struct opc_case *c = &opc_cases[r];
+        if (!(c->dtypes & dtype))
+            continue;
+        if (c->op != GPT_BACKEND_OP_attention_forward &&
+            c->op != GPT_BACKEND_OP_attention_backward) {
+            run_op_case(c, NULL);
+            continue;
+        }
+        for (int flash = (c->flags & OPC_FLASH_ONLY) != 0; flash < 2; flash++) {
+            enum gpt_cuda_attn_kind want = flash ? GPT_CUDA_ATTN_FLASH : GPT_CUDA_ATTN_GEMM;
+            struct gpt_cuda_attn_plan plan;
+            char tag[112];
+            gpt_cuda_backend_set_attention(gpu, want);
+            gpt_cuda_backend_attention_plan(gpu, c->d[0], c->d[1], c->d[2], c->d[3], &plan);
+            if (plan.kind != want)
+                printf("skip %-4s %s %s: %s\n", prec, gpt_backend_op_name(c->op),
+                       opc_tag(c, tag, sizeof(tag)), plan.why);
+            else
+                run_op_case(c, flash ? "flash" : "gemm");
+        }
+        gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
+    }
 }

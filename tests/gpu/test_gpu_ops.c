@@ -1,32 +1,30 @@
 /*
- * test_gpu_ops: every slot of the CUDA backend against the CPU backend on
- * the same seeded random inputs, over several shapes including sizes that
- * are not multiples of any block size (and odd widths that force the
- * cuBLAS fallback of the matrix products). Attention runs both ways: the
- * batched-GEMM path (whose att holds probabilities, compared too) and the
- * fused flash kernels (out and dqkv), on shapes whose T is not a multiple
- * of the tiles and head sizes from 4 to 128. Then the bf16 mode: matrix
- * products, attention, LayerNorm, GELU and AdamW against the fp32 CPU ops,
- * a weight update written to the bf16 copy, rounded to nearest (and
- * reproducible), a bf16 copy made stale by an upload, and the bf16-only
- * outputs (products with a bf16 D, LayerNorm's output, GELU_AUX and DGELU,
- * the classifier's dlogits): read by the next products, converted back for
- * an fp32 reader, and written in fp32 from then on there; the tensor-core
- * flash kernels (head sizes 32 to 128, T from 65 to 4096, taken for
- * certain and bit-reproducible); the residual stream and its gradient in
- * bf16 only (the encoder's output, the skip connection's product with a
- * bf16 C and D, LayerNorm reading it as bf16, LayerNorm's backward
- * accumulating the gradient in bf16 after a bf16 memzero, the encoder's
- * backward reading it); LayerNorm's backward at GPT-2's shape (its many
- * blocks, and blocks capped by the backend's scratch) and bit-identical
- * when repeated; the token-embedding gradient bit for bit the sequential
- * sum of each token's rows in position order. The error of an
- * op is max |gpu - cpu| / max |cpu| over its outputs; the tolerances of
- * all ops and precisions are in the one table of gpu_ops_common.c. Prints
- * one line per check; exits 77 without a GPU. One program of three files:
- * this one (the checks but attention's, and main), gpu_ops_attn.c (the
- * attention checks) and gpu_ops_common.c (report, the buffers on both
- * backends and their comparison).
+ * test_gpu_ops: the CUDA backend against the CPU backend on the same seeded
+ * random inputs. First every case of the op table (tests/unit/op_cases.c,
+ * the cases test_ops_gradcheck checks on the CPU): each stream op over
+ * its shapes, sizes that are not multiples of any block size and odd
+ * widths that force the cuBLAS fallback of the products; attention on
+ * both GPU paths (the batched-GEMM path, whose att holds probabilities,
+ * compared too, and the fused flash kernels); in fp32, and the rows that
+ * say so in bf16. Then what the table cannot say: the token-embedding
+ * gradient bit for bit the sequential sum of each token's rows in
+ * position order, LayerNorm's backward bit-identical when repeated (GPT-2's
+ * shape, its many blocks), parameter gradients overwritten by the first
+ * backward (grad_assign); in bf16 the tensor-core flash kernels (head
+ * sizes 32 to 128, T from 40 to 4096, taken for certain and
+ * bit-reproducible, each variant against the fused pass), a weight update
+ * written to the bf16 copy rounded to nearest (and reproducible), a bf16
+ * copy made stale by an upload, the bf16-only outputs (products with a
+ * bf16 D, LayerNorm's output, GELU_AUX and DGELU, the classifier's
+ * dlogits): read by the next products, converted back for an fp32 reader,
+ * and written in fp32 from then on there; the residual stream and its
+ * gradient in bf16 only. The error of a check is max |gpu - cpu| /
+ * max |cpu| over an output; the table's rows carry their bounds, the
+ * other checks' are in gpu_ops_common.c. Prints one line per check; exits
+ * 77 without a GPU. One program of three files and the table: this one
+ * (main and the checks outside the table but attention's), gpu_ops_attn.c
+ * (the tensor-core attention checks) and gpu_ops_common.c (report, the
+ * buffers on both backends and their comparison, the table's runner).
  */
 #include <math.h>
 #include <stdio.h>
@@ -40,69 +38,7 @@
 #include "gpu/gpu_gate.h"
 #include "gpu/gpu_ops_common.h"
 #include "rng.h"
-
-/* ---- the ops ---------------------------------------------------------- */
-
-static const struct shape shapes[] = {
-    {1, 1, 4, 1, 3, 3},       {2, 5, 12, 3, 17, 32},       {3, 33, 48, 4, 100, 128},
-    {4, 64, 64, 4, 257, 320}, {1, 129, 96, 6, 1000, 1024}, {2, 100, 36, 12, 65, 65},
-    {5, 17, 8, 2, 50, 64}, /* B > NH: batched over b */
-};
-
-/* Shapes for the flash kernels: T around and between the 64-row and
- * 32-row tiles, head sizes 4..128 (128 needs the shared-memory opt-in). */
-static const struct shape flash_shapes[] = {
-    {2, 100, 256, 4, 0, 0}, {1, 1000, 768, 12, 0, 0}, {3, 37, 64, 4, 0, 0}, {2, 129, 512, 4, 0, 0},
-    {1, 65, 96, 3, 0, 0},   {4, 64, 48, 4, 0, 0},     {2, 31, 8, 2, 0, 0},  {1, 257, 384, 6, 0, 0},
-};
-
-static void test_memory(void)
-{
-    size_t n = 1000003;
-    struct pair p = pair_new(n, -1, 1);
-    check("transfer", "upload/download 1000003", &p);
-    struct pair q = pair_new(n, -1, 1);
-    gpt_backend_copy(cpu, q.c + 1, p.c + 3, (n - 3) * sizeof(float));
-    gpt_backend_copy(gpu, q.g + 1, p.g + 3, (n - 3) * sizeof(float));
-    check("copy", "copy, odd offsets", &q);
-    gpt_backend_memzero(cpu, q.c + 5, 777 * sizeof(float));
-    gpt_backend_memzero(gpu, q.g + 5, 777 * sizeof(float));
-    check("memzero", "memzero, odd offset", &q);
-    /* alloc must zero. */
-    float *z, hz[3] = {1, 1, 1};
-    check_rc(gpt_backend_alloc(gpu, 12, (void **)&z), "alloc");
-    check_rc(gpt_backend_download(gpu, hz, z, 12), "download");
-    report("memzero", "alloc is zeroed", fabs(hz[0]) + fabs(hz[1]) + fabs(hz[2]));
-    gpt_backend_mem_free(gpu, z);
-    pair_free(&p);
-    pair_free(&q);
-}
-
-static void test_encoder(const struct shape *s, const char *tag)
-{
-    size_t BT = s->B * s->T;
-    int *tok = malloc(BT * sizeof(int)), *tc, *tg;
-    for (size_t i = 0; i < BT; i++)
-        tok[i] = (int)gpt_rng_below(&rng, s->V > 4 ? 4 : s->V); /* many repeats */
-    ints_new(tok, BT, &tc, &tg);
-    struct pair wte = pair_new(s->Vp * s->C, -1, 1), wpe = pair_new(s->T * s->C, -1, 1);
-    struct pair out = pair_new(BT * s->C, 0, 0);
-    gpt_backend_encoder_forward(cpu, out.c, tc, wte.c, wpe.c, s->B, s->T, s->C);
-    gpt_backend_encoder_forward(gpu, out.g, tg, wte.g, wpe.g, s->B, s->T, s->C);
-    check("encoder_forward", tag, &out);
-    struct pair dout = pair_new(BT * s->C, -1, 1);
-    gpt_backend_encoder_backward(cpu, wte.c, wpe.c, dout.c, tc, s->B, s->T, s->C);
-    gpt_backend_encoder_backward(gpu, wte.g, wpe.g, dout.g, tg, s->B, s->T, s->C);
-    check("encoder_backward", tag, &wte);
-    check("encoder_backward", tag, &wpe);
-    pair_free(&wte);
-    pair_free(&wpe);
-    pair_free(&out);
-    pair_free(&dout);
-    gpt_backend_mem_free(cpu, tc);
-    gpt_backend_mem_free(gpu, tg);
-    free(tok);
-}
+#include "unit/op_cases.h"
 
 /* The token-embedding gradient at GPT-2's shape (B 8, T 1024, C 768,
  * vocabulary 50304): tokens drawn from the whole vocabulary (most
@@ -187,74 +123,6 @@ static void test_encoder_wte(void)
         gpt_backend_mem_free(gpu, tg);
         free(tok);
     }
-}
-
-static void test_layernorm(size_t N, size_t C, const char *tag)
-{
-    struct pair inp = pair_new(N * C, -3, 5), w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
-    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
-    gpt_backend_layernorm_forward(cpu, out.c, mean.c, rstd.c, inp.c, w.c, b.c, N, C);
-    gpt_backend_layernorm_forward(gpu, out.g, mean.g, rstd.g, inp.g, w.g, b.g, N, C);
-    check("layernorm_forward", tag, &out);
-    check("layernorm_forward", tag, &mean);
-    check("layernorm_forward", tag, &rstd);
-    struct pair dinp = pair_new(N * C, -1, 1), dout = pair_new(N * C, -1, 1);
-    struct pair dw = pair_new(C, -1, 1), db = pair_new(C, -1, 1);
-    /* Each backend uses its own saved statistics, as in training. */
-    gpt_backend_layernorm_backward(cpu, dinp.c, dw.c, db.c, dout.c, inp.c, w.c, mean.c, rstd.c, N,
-                                   C);
-    gpt_backend_layernorm_backward(gpu, dinp.g, dw.g, db.g, dout.g, inp.g, w.g, mean.g, rstd.g, N,
-                                   C);
-    check("layernorm_backward", tag, &dinp);
-    check("layernorm_backward", tag, &dw);
-    check("layernorm_backward", tag, &db);
-    struct pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &dinp, &dout, &dw, &db};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
-}
-
-/* The fused residual + LayerNorm (in place, as the model calls it: res
- * aliases a) against the CPU backend's two ops. */
-static void test_residual_layernorm(size_t N, size_t C, const char *tag)
-{
-    struct pair res = pair_new(N * C, -3, 3), skip = pair_new(N * C, -2, 2);
-    struct pair w = pair_new(C, 0.5f, 1.5f), b = pair_new(C, -1, 1);
-    struct pair out = pair_new(N * C, 0, 0), mean = pair_new(N, 0, 0), rstd = pair_new(N, 0, 0);
-    gpt_backend_residual_layernorm_forward(cpu, res.c, out.c, mean.c, rstd.c, res.c, skip.c, w.c,
-                                           b.c, N, C);
-    gpt_backend_residual_layernorm_forward(gpu, res.g, out.g, mean.g, rstd.g, res.g, skip.g, w.g,
-                                           b.g, N, C);
-    check("residual_forward", tag, &res);
-    check("layernorm_forward", tag, &out);
-    check("layernorm_forward", tag, &mean);
-    check("layernorm_forward", tag, &rstd);
-    struct pair *all[] = {&res, &skip, &w, &b, &out, &mean, &rstd};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
-}
-
-static void test_matmul(size_t N, size_t C, size_t OC, int with_bias, int with_dinp)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d dinp%d", N, C, OC, with_bias, with_dinp);
-    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
-    struct pair b = pair_new(OC, -1, 1), out = pair_new(N * OC, 0, 0);
-    gpt_backend_matmul_forward(cpu, out.c, inp.c, w.c, with_bias ? b.c : NULL, N, C, OC);
-    gpt_backend_matmul_forward(gpu, out.g, inp.g, w.g, with_bias ? b.g : NULL, N, C, OC);
-    check("matmul_forward", tag, &out);
-    struct pair dout = pair_new(N * OC, -1, 1), dinp = pair_new(N * C, 0, 0);
-    struct pair dw = pair_new(OC * C, -1, 1), db = pair_new(OC, -1, 1);
-    gpt_backend_matmul_backward(cpu, with_dinp ? dinp.c : NULL, dw.c, with_bias ? db.c : NULL,
-                                dout.c, inp.c, w.c, N, C, OC);
-    gpt_backend_matmul_backward(gpu, with_dinp ? dinp.g : NULL, dw.g, with_bias ? db.g : NULL,
-                                dout.g, inp.g, w.g, N, C, OC);
-    if (with_dinp)
-        check("matmul_backward", tag, &dinp);
-    check("matmul_backward", tag, &dw);
-    check("matmul_backward", tag, &db);
-    struct pair *all[] = {&inp, &w, &b, &out, &dout, &dinp, &dw, &db};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
 }
 
 /* A region [off, off + n) of a pair. */
@@ -371,61 +239,6 @@ static void test_grad_assign(size_t N, size_t C, size_t OC)
         pair_free(all[i]);
 }
 
-/* The product with the skip connection as its beta term (cuBLASLt C =
- * res, D = out) against the CPU backend's separate ops; res is left
- * intact. */
-static void test_matmul_residual(size_t N, size_t C, size_t OC, int with_bias)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d +res", N, C, OC, with_bias);
-    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
-    struct pair b = pair_new(OC, -1, 1), res = pair_new(N * OC, -3, 3),
-                out = pair_new(N * OC, 0, 0);
-    gpt_backend_matmul_residual_forward(cpu, out.c, inp.c, w.c, with_bias ? b.c : NULL, res.c, N, C,
-                                        OC);
-    gpt_backend_matmul_residual_forward(gpu, out.g, inp.g, w.g, with_bias ? b.g : NULL, res.g, N, C,
-                                        OC);
-    check("matmul_forward", tag, &out);
-    check("residual_forward", "skip connection intact", &res);
-    struct pair *all[] = {&inp, &w, &b, &res, &out};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
-}
-
-/* The product fused with the GELU (cuBLASLt GELU_AUX_BIAS and DGELU
- * epilogues on the GPU) against the CPU backend's separate ops (its
- * front-end falls back): pre-GELU, GELU output, then the backward through
- * the product whose input was that GELU output (dinp multiplied by
- * gelu'(pre), dweight and dbias accumulated). */
-static void test_matmul_gelu(size_t N, size_t C, size_t OC, int with_bias)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu bias%d", N, C, OC, with_bias);
-    struct pair inp = pair_new(N * C, -1, 1), w = pair_new(OC * C, -0.5f, 0.5f);
-    struct pair b = pair_new(OC, -1, 1), out = pair_new(N * OC, 0, 0), pre = pair_new(N * OC, 0, 0);
-    gpt_backend_matmul_gelu_forward(cpu, out.c, pre.c, inp.c, w.c, with_bias ? b.c : NULL, N, C,
-                                    OC);
-    gpt_backend_matmul_gelu_forward(gpu, out.g, pre.g, inp.g, w.g, with_bias ? b.g : NULL, N, C,
-                                    OC);
-    check("matmul_gelu_forward", "pre-GELU", &pre);
-    check("matmul_gelu_forward", tag, &out);
-    /* The next product: y (N, C) = out (N, OC) @ w2 (C, OC)^T; backward
-     * from dy through it and the GELU: d(pre) = (dy @ w2) * gelu'(pre). */
-    struct pair w2 = pair_new(C * OC, -0.5f, 0.5f), dy = pair_new(N * C, -1, 1);
-    struct pair dpre = pair_new(N * OC, 0, 0), dw2 = pair_new(C * OC, -1, 1);
-    struct pair db2 = pair_new(C, -1, 1);
-    gpt_backend_matmul_backward_dgelu(cpu, dpre.c, dw2.c, with_bias ? db2.c : NULL, dy.c, out.c,
-                                      w2.c, pre.c, N, OC, C);
-    gpt_backend_matmul_backward_dgelu(gpu, dpre.g, dw2.g, with_bias ? db2.g : NULL, dy.g, out.g,
-                                      w2.g, pre.g, N, OC, C);
-    check("matmul_backward_dgelu", tag, &dpre);
-    check("matmul_backward_dgelu", "dweight", &dw2);
-    check("matmul_backward_dgelu", "dbias", &db2);
-    struct pair *all[] = {&inp, &w, &b, &out, &pre, &w2, &dy, &dpre, &dw2, &db2};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        pair_free(all[i]);
-}
-
 /* bf16 mode: a weight that AdamW updates is written to its bf16 copy,
  * rounded to nearest; the next product must see the new weights (within
  * bf16 error), and the same updates must give the same bits. */
@@ -482,143 +295,6 @@ static void test_bf16_weights(size_t N, size_t C, size_t OC)
     struct pair *all[] = {&inp, &w, &g, &m, &v, &out};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         pair_free(all[i]);
-}
-
-static void test_elementwise(size_t n)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "n %zu", n);
-    struct pair x = pair_new(n, -6, 6), y = pair_new(n, 0, 0), d = pair_new(n, -1, 1);
-    /* GELU's error relative to its inputs' scale (1): for n 1 the largest
-     * output can be ~1e-6 (x near -6, where 1 + tanh cancels), and a one-ulp
-     * tanhf difference is then 1e-4 of it (seen on an H200). */
-    gpt_backend_gelu_forward(cpu, y.c, x.c, n);
-    gpt_backend_gelu_forward(gpu, y.g, x.g, n);
-    report("gelu_forward", tag, pair_err_floor(&y, NULL, NULL, 1.0));
-    gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, n); /* in place, as the model does */
-    gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, n);
-    report("gelu_backward", tag, pair_err_floor(&d, NULL, NULL, 1.0));
-    /* One IEEE operation each, on inputs both sides hold bit for bit (not
-     * on GELU's outputs, which differ in the last bit): the same bits. */
-    struct pair r = pair_new(n, -3, 3);
-    gpt_backend_residual_forward(cpu, r.c, r.c, x.c, n);
-    gpt_backend_residual_forward(gpu, r.g, r.g, x.g, n);
-    check("residual_forward", tag, &r);
-    gpt_backend_scale(cpu, r.c, 0.37f, n);
-    gpt_backend_scale(gpu, r.g, 0.37f, n);
-    check("scale", tag, &r);
-    pair_free(&r);
-    double sc = gpt_backend_sumsq(cpu, x.c, n), sg = gpt_backend_sumsq(gpu, x.g, n);
-    report("sumsq", tag, fabs(sg - sc) / sc);
-    /* Determinism: the same sum twice. */
-    report("sumsq", "repeatable", fabs(gpt_backend_sumsq(gpu, x.g, n) - sg));
-    pair_free(&x);
-    pair_free(&y);
-    pair_free(&d);
-}
-
-static void test_adamw(size_t n)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "n %zu", n);
-    struct pair p = pair_new(n, -1, 1), g = pair_new(n, -1, 1);
-    struct pair m = pair_new(n, -0.1f, 0.1f), v = pair_new(n, 0, 0.01f);
-    for (int t = 1; t <= 3; t++) {
-        float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
-        gpt_backend_adamw(cpu, p.c, g.c, m.c, v.c, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bc1,
-                          bc2);
-        gpt_backend_adamw(gpu, p.g, g.g, m.g, v.g, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, bc1,
-                          bc2);
-    }
-    check("adamw", tag, &p);
-    check("adamw", tag, &m);
-    check("adamw", tag, &v);
-    pair_free(&p);
-    pair_free(&g);
-    pair_free(&m);
-    pair_free(&v);
-}
-
-/* AdamW over many spans with their own decay flags in one launch (the
- * GPU's adamw_multi: a span table and a binary search per element)
- * against the CPU backend's per-span adamw; `gap` leaves a hole between
- * two spans, which the GPU must handle by its per-span fallback (and
- * leave the hole untouched). The run starts `start` floats into the
- * buffers: 3 takes the scalar loop; 0 (with the last span stretched to
- * a multiple of 4 in all) the four-at-a-time one, where most spans end
- * inside a group of four. */
-static void test_adamw_multi(size_t n_spans, int gap, size_t start)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "%zu spans%s from %zu", n_spans, gap ? ", a gap" : "", start);
-    struct gpt_adamw_span *sp = calloc(n_spans, sizeof(*sp));
-    if (!sp)
-        abort();
-    size_t pos = start;
-    for (size_t i = 0; i < n_spans; i++) {
-        size_t n = 1 + (i * 7919) % 3000;
-        if (gap && i == n_spans / 2)
-            pos += 17;
-        if (start % 4 == 0 && i == n_spans - 1)
-            n += (4 - (pos + n - start) % 4) % 4;
-        sp[i] = (struct gpt_adamw_span){pos, n, (int)(i % 2)};
-        pos += n;
-    }
-    struct pair p = pair_new(pos + 5, -1, 1), g = pair_new(pos + 5, -1, 1);
-    struct pair m = pair_new(pos + 5, -0.1f, 0.1f), v = pair_new(pos + 5, 0, 0.01f);
-    for (int t = 1; t <= 3; t++) {
-        float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.95f, (float)t);
-        gpt_backend_adamw_multi(cpu, p.c, g.c, m.c, v.c, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                                0.1f, 0.5f, bc1, bc2);
-        gpt_backend_adamw_multi(gpu, p.g, g.g, m.g, v.g, sp, n_spans, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                                0.1f, 0.5f, bc1, bc2);
-    }
-    /* Large decay differences would show at once: lr * wd = 1e-4 per step
-     * on |p| up to 1, against a bound of 1e-5. */
-    check("adamw", tag, &p);
-    check("adamw", tag, &m);
-    check("adamw", tag, &v);
-    pair_free(&p);
-    pair_free(&g);
-    pair_free(&m);
-    pair_free(&v);
-    free(sp);
-}
-
-static void test_xent(size_t N, size_t V, size_t Vp)
-{
-    char tag[64];
-    snprintf(tag, sizeof(tag), "N%zu V%zu Vp%zu", N, V, Vp);
-    int *t = malloc(N * sizeof(int)), *tc, *tg;
-    for (size_t i = 0; i < N; i++)
-        t[i] = i % 5 == 3 ? -1 : (int)gpt_rng_below(&rng, V); /* some ignored */
-    ints_new(t, N, &tc, &tg);
-    struct pair logits = pair_new(N * Vp, -8, 8), losses = pair_new(N, 0, 0);
-    gpt_backend_softmax_xent(cpu, logits.c, losses.c, tc, N, V, Vp, 0.0f, 0);
-    gpt_backend_softmax_xent(gpu, logits.g, losses.g, tg, N, V, Vp, 0.0f, 0);
-    check("softmax_xent", tag, &losses);
-    check("softmax_xent", "logits intact without dlogits", &logits);
-    gpt_backend_softmax_xent(cpu, logits.c, losses.c, tc, N, V, Vp, 1.0f / (float)N, 1);
-    gpt_backend_softmax_xent(gpu, logits.g, losses.g, tg, N, V, Vp, 1.0f / (float)N, 1);
-    check("softmax_xent", tag, &losses);
-    check("softmax_xent", "dlogits (padded columns 0)", &logits);
-    /* The model's way: a loss call, then dlogits from its losses in one
-     * pass (GPT_XENT_AFTER_LOSS); losses keep their values. */
-    struct pair l2 = pair_new(N * Vp, -8, 8);
-    gpt_backend_softmax_xent(cpu, l2.c, losses.c, tc, N, V, Vp, 0.0f, 0);
-    gpt_backend_softmax_xent(gpu, l2.g, losses.g, tg, N, V, Vp, 0.0f, 0);
-    gpt_backend_softmax_xent(cpu, l2.c, losses.c, tc, N, V, Vp, 1.0f / (float)N,
-                             GPT_XENT_AFTER_LOSS);
-    gpt_backend_softmax_xent(gpu, l2.g, losses.g, tg, N, V, Vp, 1.0f / (float)N,
-                             GPT_XENT_AFTER_LOSS);
-    check("softmax_xent", "losses after the one-pass dlogits", &losses);
-    check("softmax_xent", "dlogits after a loss call (one pass)", &l2);
-    pair_free(&l2);
-    pair_free(&logits);
-    pair_free(&losses);
-    gpt_backend_mem_free(cpu, tc);
-    gpt_backend_mem_free(gpu, tg);
-    free(t);
 }
 
 /* bf16 mode: ops whose fp32 output feeds a product write its bf16 copy
@@ -1036,101 +712,25 @@ int main(int argc, char **argv)
                             gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_WG);
         goto done;
     }
-    test_memory();
+    /* The op table in fp32, then what it cannot say: determinism, the
+     * exact order of the token-embedding sums, gradients overwritten. */
+    test_op_cases(OPC_FP32);
     test_encoder_wte();
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        const struct shape *s = &shapes[i];
-        char tag[64];
-        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
-        test_encoder(s, tag);
-        test_layernorm(s->B * s->T, s->C, tag);
-        test_attention(s, tag);
-        test_xent(s->B * s->T, s->V, s->Vp);
-    }
-    for (size_t i = 0; i < sizeof(flash_shapes) / sizeof(flash_shapes[0]); i++) {
-        const struct shape *s = &flash_shapes[i];
-        char tag[64];
-        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
-        test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
-    }
-    test_layernorm(4096, 768, "N4096 C768 (single pass)");
-    test_layernorm(100, 2048, "N100 C2048 (row kernel fallback)");
-    test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
-    test_layernorm(16384, 768, "N16384 C768 (GPT-2: 1024 blocks)");
-    test_layernorm(16384, 1536, "N16384 C1536 (blocks capped by the scratch)");
     test_layernorm_repeat(16384, 768, "N16384 C768");
     test_layernorm_repeat(100, 2048, "N100 C2048 (row kernel fallback)");
-    test_residual_layernorm(4096, 768, "residual+LN N4096 C768");
-    test_residual_layernorm(33, 48, "residual+LN N33 C48");
-    test_xent(64, 50257, 50304);
-    /* fp32 rows past the shared-memory stage (60032 * 4 bytes > 227 KiB):
-     * dlogits without a loss call read the row twice. */
-    test_xent(16, 60000, 60032);
-    static const size_t mm[][3] = {{1, 1, 1},     {7, 5, 3},       {66, 48, 144},
-                                   {256, 64, 37}, {320, 96, 1000}, {1024, 768, 3072}};
-    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
-        for (int bias = 0; bias < 2; bias++)
-            test_matmul(mm[i][0], mm[i][1], mm[i][2], bias, 1 - bias || i % 2);
-    test_adamw_multi(1, 0, 3);
-    test_adamw_multi(148, 0, 3);
-    test_adamw_multi(148, 1, 3);
-    test_adamw_multi(1500, 0, 3); /* more than one launch's table: per span */
-    test_adamw_multi(1, 0, 0);
-    test_adamw_multi(148, 0, 0);
-    test_matmul_gelu(64, 48, 192, 1);
-    test_matmul_gelu(1024, 768, 3072, 1);
-    test_matmul_gelu(7, 5, 12, 0); /* unaligned: the separate ops */
-    test_matmul_residual(1024, 3072, 768, 1);
-    test_matmul_residual(66, 48, 144, 0);
-    test_matmul_residual(7, 5, 3, 1); /* unaligned: the separate ops */
-    static const size_t ns[] = {1, 31, 257, 100003, 3000017};
-    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
-        test_elementwise(ns[i]);
-        test_adamw(ns[i]);
-    }
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(100, 2048, 64);
     test_grad_assign(33, 48, 144);
 
-    /* bf16 mode: the same ops against the same fp32 CPU ops. */
+    /* bf16 mode: the table's bf16 cases against the same fp32 CPU ops,
+     * then the tensor-core attention and the bf16 copies and shadows. */
     check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
     prec = "bf16";
-    for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
-        test_matmul(mm[i][0], mm[i][1], mm[i][2], (int)(i % 2), 1);
-    for (size_t i = 0; i < sizeof(flash_shapes) / sizeof(flash_shapes[0]); i++) {
-        const struct shape *s = &flash_shapes[i];
-        char tag[64];
-        snprintf(tag, sizeof(tag), "B%zu T%zu C%zu NH%zu", s->B, s->T, s->C, s->NH);
-        test_attention_as(s, tag, GPT_CUDA_ATTN_FLASH);
-    }
+    test_op_cases(OPC_BF16);
     test_attention_bf16(0);
-    test_layernorm(4096, 768, "N4096 C768");
-    test_layernorm(33, 48, "N33 C48");
-    test_layernorm(37, 44, "N37 C44 (C % 8: the scalar LayerNorm loops)");
     test_layernorm_repeat(16384, 768, "N16384 C768");
-    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
-        char tag[64];
-        snprintf(tag, sizeof(tag), "n %zu", ns[i]);
-        struct pair x = pair_new(ns[i], -6, 6), y = pair_new(ns[i], 0, 0);
-        struct pair d = pair_new(ns[i], -1, 1);
-        gpt_backend_gelu_forward(cpu, y.c, x.c, ns[i]);
-        gpt_backend_gelu_forward(gpu, y.g, x.g, ns[i]);
-        report("gelu_forward", tag, pair_err_floor(&y, NULL, NULL, 1.0)); /* test_elementwise */
-        gpt_backend_gelu_backward(cpu, d.c, x.c, d.c, ns[i]);
-        gpt_backend_gelu_backward(gpu, d.g, x.g, d.g, ns[i]);
-        report("gelu_backward", tag, pair_err_floor(&d, NULL, NULL, 1.0));
-        pair_free(&x);
-        pair_free(&y);
-        pair_free(&d);
-        test_adamw(ns[i]);
-    }
-    test_matmul_gelu(1024, 768, 3072, 1);
-    test_matmul_residual(1024, 3072, 768, 1);
-    test_matmul_residual(7, 5, 3, 1);
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(33, 48, 144);
-    test_adamw_multi(148, 0, 3);
-    test_adamw_multi(148, 0, 0);
     test_bf16_copies(256, 64, 1000, 1024);
     test_bf16_copies(64, 768, 50257, 50304);
     test_bf16_weights(256, 64, 96);
