@@ -45,7 +45,7 @@ static size_t body_max(int type)
 
     switch (type) {
     case PROTO_STORE_HELLO:
-        return 1 + 4 + GPT_STORE_NONCE_BYTES;
+        return 1 + 4 + GPT_STORE_NONCE_BYTES + 4 + GPT_STORE_NODE_MAX;
     case PROTO_STORE_CHALLENGE:
     case PROTO_STORE_AUTH:
     case PROTO_STORE_PROOF:
@@ -150,6 +150,8 @@ int proto_store_status_to_errno(uint32_t status)
         return -EINVAL;
     case PROTO_STORE_STATUS_EXISTS:
         return -EEXIST;
+    case PROTO_STORE_STATUS_DENIED:
+        return -EACCES;
     default:
         return -EIO;
     }
@@ -168,6 +170,8 @@ uint32_t proto_store_status_from_errno(int code)
         return PROTO_STORE_STATUS_INVALID;
     case -EEXIST:
         return PROTO_STORE_STATUS_EXISTS;
+    case -EACCES:
+        return PROTO_STORE_STATUS_DENIED;
     default:
         return PROTO_STORE_STATUS_INTERNAL;
     }
@@ -279,6 +283,22 @@ static int rd_nonce(struct reader *r, struct proto_store_msg *m, struct gpt_err 
     return 0;
 }
 
+/* HELLO's optional node id: 1..GPT_STORE_NODE_MAX bytes without NUL. */
+static int rd_node(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
+{
+    const uint8_t *k;
+    size_t n;
+    int rc = rd_bytes(r, GPT_STORE_NODE_MAX, "node id", &k, &n, err);
+
+    if (rc < 0)
+        return rc;
+    if (n == 0 || memchr(k, 0, n))
+        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: empty node id or one with NUL");
+    m->key = (const char *)k;
+    m->key_len = n;
+    return 0;
+}
+
 static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
 {
     uint64_t u64 = 0;
@@ -290,6 +310,8 @@ static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt
         rc = rd_u32(r, &m->version, err);
         if (rc == 0)
             rc = rd_nonce(r, m, err);
+        if (rc == 0 && rd_left(r) > 0)
+            rc = rd_node(r, m, err);
         break;
     case PROTO_STORE_CHALLENGE:
     case PROTO_STORE_AUTH:
@@ -610,14 +632,20 @@ static uint8_t *wr_bytes(uint8_t *p, const void *data, size_t n)
 }
 
 int proto_store_put_hello(struct proto_store_out *o, uint32_t version,
-                          const uint8_t nonce[GPT_STORE_NONCE_BYTES])
+                          const uint8_t nonce[GPT_STORE_NONCE_BYTES], const char *node)
 {
-    uint8_t *p = out_frame(o, PROTO_STORE_HELLO, 1 + 4 + GPT_STORE_NONCE_BYTES);
+    size_t n = node ? strlen(node) : 0;
+    uint8_t *p;
 
+    if (n > GPT_STORE_NODE_MAX)
+        return -EINVAL;
+    p = out_frame(o, PROTO_STORE_HELLO, 1 + 4 + GPT_STORE_NONCE_BYTES + (n ? 4 + n : 0));
     if (!p)
         return -ENOMEM;
     le32_put(p, version);
     memcpy(p + 4, nonce, GPT_STORE_NONCE_BYTES);
+    if (n)
+        wr_bytes(p + 4 + GPT_STORE_NONCE_BYTES, node, n);
     return 0;
 }
 

@@ -337,7 +337,7 @@ static void agent_start_workers(struct agent *a, const struct round_member *me)
     const char *prefix = a->cur.prefix;
     struct gpt_err err;
     gpt_err_clear(&err);
-    a->kv = store_kv_new(a->host, a->port, a->secret, a->secret_len);
+    a->kv = store_kv_new(a->host, a->port, a->secret, a->secret_len, a->node_id);
     if (!a->kv) {
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;

@@ -108,8 +108,11 @@ static void cluster_on_connect(void *arg, int status)
 
 static void cluster_connect(struct cluster *c, double now)
 {
-    struct store_client_async_opts ao = {
-        .host = c->host, .port = c->o.port, .secret = c->secret, .secret_len = c->secret_len};
+    struct store_client_async_opts ao = {.host = c->host,
+                                         .port = c->o.port,
+                                         .secret = c->secret,
+                                         .secret_len = c->secret_len,
+                                         .node = c->node_id};
     struct gpt_err err;
     c->nc_state = CONN_CONNECTING;
     c->nc_since = now;
@@ -256,8 +259,11 @@ static void cluster_coord_duty(struct cluster *c, double now)
             c->closing_handles++;
             store_client_async_close(a, cluster_on_cc_closed, c);
         }
-        struct store_client_async_opts ao = {
-            .host = c->host, .port = c->o.port, .secret = c->secret, .secret_len = c->secret_len};
+        struct store_client_async_opts ao = {.host = c->host,
+                                             .port = c->o.port,
+                                             .secret = c->secret,
+                                             .secret_len = c->secret_len,
+                                             .node = c->node_id};
         struct gpt_err err;
         c->cc_state = CONN_CONNECTING;
         if (store_client_async_new(c->loop, &ao, cluster_on_cc_connect, c, &c->cc, &err) < 0) {
@@ -487,7 +493,9 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                                        .max_clients = 2 * RDZV_NODES_MAX + 64,
                                        .max_keys = 4 * RDZV_NODES_MAX,
                                        .hb_admit = cluster_hb_admit,
-                                       .hb_arg = c};
+                                       .hb_arg = c,
+                                       .write_admit = cluster_write_admit,
+                                       .write_arg = c};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
         if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {

@@ -142,6 +142,11 @@ struct cluster {
     struct rdzv_coord *coord;
     double next_nodes_pub;
 
+    /* inbox records refused when read (cluster_acl.c), and its log's pace */
+    uint64_t records_refused;
+    uint64_t records_unlogged;
+    double records_logged_at;
+
     int closing_handles;
     void (*done)(void *ctx);
     void *done_ctx;
@@ -157,6 +162,17 @@ struct cluster {
  * hb_admit): a node id another live node holds is refused. */
 int cluster_hb_admit(void *arg, const char *key, const void *val, size_t len, const char *peer,
                      const char *holder, char *why, size_t cap);
+
+/* cluster_acl.c: the store's admission of every write (store_server_opts
+ * write_admit): what node `node` may write. */
+int cluster_write_admit(void *arg, const char *node, const struct proto_store_msg *m, char *why,
+                        size_t cap);
+/* Whether node `node` may send job `job`'s records (metrics, events) now:
+ * 0, or -EACCES with why[0..cap) saying why not. */
+int cluster_acl_record(struct cluster *c, const char *node, int64_t job, char *why, size_t cap);
+/* Counts a record refused when the inbox was read, and logs it (at most
+ * once a minute). */
+void cluster_acl_record_refused(struct cluster *c, const struct cluster_msg *m, const char *why);
 
 /* cluster_conn.c: what cluster.c and the parts below share; it calls no
  * part. Every reply (or failure) of the node's client comes through here first:

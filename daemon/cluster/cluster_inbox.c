@@ -414,11 +414,18 @@ static void cluster_coord_line(struct cluster *c, double now, const char *line, 
         rdzv_coord_message(c->coord, now, &m);
         break;
     case CLUSTER_MSG_METRIC:
-        cluster_coord_metric(c, m.job, &m.metric);
+    case CLUSTER_MSG_EVENT: {
+        /* The store let the line in in its sender's name; whether that
+         * node still holds the job's rank 0 is decided now, at use. */
+        char why[192];
+        if (cluster_acl_record(c, m.node, m.job, why, sizeof(why)) < 0)
+            cluster_acl_record_refused(c, &m, why);
+        else if (m.type == CLUSTER_MSG_METRIC)
+            cluster_coord_metric(c, m.job, &m.metric);
+        else
+            cluster_coord_event_in(c, m.job, &m.event, m.node);
         break;
-    case CLUSTER_MSG_EVENT:
-        cluster_coord_event_in(c, m.job, &m.event, m.node);
-        break;
+    }
     case CLUSTER_MSG_SUBMIT:
         cluster_answer_submit(c, &m);
         break;

@@ -149,6 +149,21 @@ static struct rdzv_jrun *rdzv_job_find(const struct rdzv_coord *c, int64_t job)
     return NULL;
 }
 
+int rdzv_coord_node_ranks(const struct rdzv_coord *c, const char *node, int64_t job,
+                          struct rdzv_ranks *ret)
+{
+    const struct rdzv_jrun *j = rdzv_job_find(c, job);
+    const struct rdzv_cnode *nd = rdzv_find((struct rdzv_coord *)c, node);
+    if (!j || !nd || nd->jr != j || j->last_world_round <= 0)
+        return -ENOENT;
+    bool world_current = j->round == j->last_world_round;
+    if (!(world_current ? nd->member : nd->prev_member))
+        return -ENOENT;
+    *ret = (struct rdzv_ranks){
+        .gen = c->gen, .round = j->last_world_round, .base = nd->rank_base, .count = nd->workers};
+    return 0;
+}
+
 static void rdzv_open_round(struct rdzv_coord *c, struct rdzv_jrun *j, double now, bool snapshot,
                             const char *why)
 {

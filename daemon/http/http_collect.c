@@ -235,6 +235,7 @@ void http_collect_render(struct http_collect *hc, const struct http_collect_src 
         v.store_requests = st.requests;
         v.store_auth_failures = st.auth_failures;
         v.store_tag_failures = st.tag_failures;
+        v.store_refused_writes = st.refused_writes + cluster_records_refused(s->cluster);
         v.store_clients = st.clients;
         v.store_keys = st.keys;
         v.store_data_bytes = st.data_bytes;

@@ -315,6 +315,10 @@ static void metrics_render_daemon(struct metrics_buf *b, const struct metrics_vi
                    "Authenticated store connections dropped for a bad frame tag.");
     metrics_buf_printf(b, "gptd_store_tag_failures_total %llu\n",
                        (unsigned long long)v->store_tag_failures);
+    metrics_family(b, "gptd_store_refused_writes_total", "counter",
+                   "Store writes and inbox records refused because their node may not make them.");
+    metrics_buf_printf(b, "gptd_store_refused_writes_total %llu\n",
+                       (unsigned long long)v->store_refused_writes);
     metrics_family(b, "gptd_store_clients", "gauge", "Open store connections.");
     metrics_buf_printf(b, "gptd_store_clients %zu\n", v->store_clients);
     metrics_family(b, "gptd_store_keys", "gauge", "Keys held by the store.");

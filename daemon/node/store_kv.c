@@ -30,6 +30,7 @@ struct store_kv {
     int port;
     uint8_t secret[STORE_SECRET_MAX];
     size_t secret_len;
+    char node[GPT_STORE_NODE_MAX + 1]; /* the node id the connection speaks for */
     atomic_bool aborted;
 };
 
@@ -42,7 +43,8 @@ static int store_kv_client(struct store_kv *k)
                                    .port = k->port,
                                    .secret = k->secret,
                                    .secret_len = k->secret_len,
-                                   .timeout_ms = 5000};
+                                   .timeout_ms = 5000,
+                                   .node = k->node};
     double deadline = monotime_s() + STORE_KV_CONNECT_MS / 1e3;
     for (;;) {
         struct gpt_err err;
@@ -125,7 +127,8 @@ static struct store_kv *store_kv_alloc(void)
     return k;
 }
 
-struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len)
+struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len,
+                              const char *node)
 {
     struct store_kv *k = store_kv_alloc();
     if (!k)
@@ -133,6 +136,7 @@ struct store_kv *store_kv_new(const char *host, int port, const void *secret, si
     k->owns_client = true;
     snprintf(k->host, sizeof(k->host), "%s", host);
     k->port = port;
+    snprintf(k->node, sizeof(k->node), "%s", node ? node : "");
     if (secret_len > sizeof(k->secret))
         secret_len = sizeof(k->secret);
     if (secret_len)

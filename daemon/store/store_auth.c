@@ -24,20 +24,24 @@ int store_auth_random(uint8_t *buf, size_t n)
 
 int store_auth_proof(const void *secret, size_t secret_len, const char *label,
                      const uint8_t nc[GPT_STORE_NONCE_BYTES],
-                     const uint8_t ns[GPT_STORE_NONCE_BYTES], uint8_t ret_mac[GPT_STORE_MAC_BYTES])
+                     const uint8_t ns[GPT_STORE_NONCE_BYTES], const char *node,
+                     uint8_t ret_mac[GPT_STORE_MAC_BYTES])
 {
-    uint8_t msg[64 + 2 * GPT_STORE_NONCE_BYTES];
-    size_t label_len = strlen(label);
+    uint8_t msg[64 + 2 * GPT_STORE_NONCE_BYTES + GPT_STORE_NODE_MAX];
+    size_t label_len = strlen(label), node_len = node ? strlen(node) : 0, n;
     unsigned int len = 0;
 
     GPT_ASSERT(label_len <= 64);
-    if (!secret || secret_len < STORE_SECRET_MIN)
+    if (!secret || secret_len < STORE_SECRET_MIN || node_len > GPT_STORE_NODE_MAX)
         return -GPT_E_AUTH;
     memcpy(msg, label, label_len);
     memcpy(msg + label_len, nc, GPT_STORE_NONCE_BYTES);
     memcpy(msg + label_len + GPT_STORE_NONCE_BYTES, ns, GPT_STORE_NONCE_BYTES);
-    if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, label_len + 2 * GPT_STORE_NONCE_BYTES,
-              ret_mac, &len) ||
+    n = label_len + 2 * GPT_STORE_NONCE_BYTES;
+    if (node_len)
+        memcpy(msg + n, node, node_len);
+    n += node_len;
+    if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, ret_mac, &len) ||
         len != GPT_STORE_MAC_BYTES)
         return -GPT_E_AUTH;
     return 0;
@@ -68,8 +72,9 @@ int store_auth_session_init(struct store_auth_session *s, bool is_server, const 
     int rc;
 
     memset(s, 0, sizeof(*s));
-    if ((rc = store_auth_proof(secret, secret_len, GPT_STORE_LABEL_KEY_C2S, nc, ns, c2s)) < 0 ||
-        (rc = store_auth_proof(secret, secret_len, GPT_STORE_LABEL_KEY_S2C, nc, ns, s2c)) < 0)
+    if ((rc = store_auth_proof(secret, secret_len, GPT_STORE_LABEL_KEY_C2S, nc, ns, NULL, c2s)) <
+            0 ||
+        (rc = store_auth_proof(secret, secret_len, GPT_STORE_LABEL_KEY_S2C, nc, ns, NULL, s2c)) < 0)
         goto out;
     rc = -GPT_E_AUTH;
     if (!(mac = EVP_MAC_fetch(NULL, "HMAC", NULL)))

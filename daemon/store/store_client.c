@@ -241,15 +241,17 @@ static int client_handshake(struct store_client *c, const struct store_client_op
 
     if (store_auth_random(nc, sizeof(nc)) < 0)
         return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: no random bytes");
-    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION, nc)) < 0)
-        return gpt_err_set(err, rc, NULL, "store client: out of memory");
+    if ((rc = proto_store_put_hello(&c->out, GPT_STORE_PROTO_VERSION, nc, opts->node)) < 0)
+        return gpt_err_set(err, rc, NULL, "store client: %s",
+                           rc == -EINVAL ? "node id too long" : "out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
     if (m.type != PROTO_STORE_CHALLENGE)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected CHALLENGE",
                            proto_store_type_name(m.type));
     memcpy(ns, m.nonce, sizeof(ns));
-    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_CLIENT, nc, ns, mac) < 0)
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_CLIENT, nc, ns, opts->node,
+                         mac) < 0)
         return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
     if ((rc = proto_store_put_auth(&c->out, mac)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
@@ -258,7 +260,8 @@ static int client_handshake(struct store_client *c, const struct store_client_op
     if (m.type != PROTO_STORE_PROOF)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected PROOF",
                            proto_store_type_name(m.type));
-    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_SERVER, nc, ns, mac) < 0 ||
+    if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_SERVER, nc, ns, opts->node,
+                         mac) < 0 ||
         CRYPTO_memcmp(mac, m.nonce, sizeof(mac)) != 0)
         return gpt_err_set(err, -GPT_E_AUTH, NULL,
                            "store client: the server at %s:%d does not prove it holds the cluster "

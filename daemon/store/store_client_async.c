@@ -62,6 +62,7 @@ struct store_client_async {
     int fail_status;
     uint8_t *secret;
     size_t secret_len;
+    char node[GPT_STORE_NODE_MAX + 1]; /* the node id of the HELLO ("": none) */
     void (*connect_cb)(void *arg, int status);
     void *connect_arg;
     void (*close_cb)(void *arg);
@@ -196,7 +197,7 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
         memset(mac, 0, sizeof(mac));
         if (a->secret_len >= STORE_SECRET_MIN &&
             (rc = store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_CLIENT, a->nc, a->ns,
-                                   mac)) < 0)
+                                   a->node, mac)) < 0)
             return rc;
         proto_store_out_init(&o);
         if ((rc = proto_store_put_auth(&o, mac)) < 0 || (rc = async_write(a, &o)) < 0) {
@@ -208,8 +209,8 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
     case ASYNC_AUTH:
         if (m->type != PROTO_STORE_PROOF)
             return -GPT_E_PROTO;
-        if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns, mac) <
-                0 ||
+        if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns,
+                             a->node, mac) < 0 ||
             CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0) {
             log_warn("store: %s does not prove it holds the cluster secret; not using it", a->peer);
             return -GPT_E_AUTH;
@@ -323,7 +324,7 @@ static void async_connected(uv_connect_t *req, int status)
     a->state = ASYNC_HELLO;
     proto_store_out_init(&o);
     if ((rc = store_auth_random(a->nc, sizeof(a->nc))) < 0 ||
-        (rc = proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, a->nc)) < 0 ||
+        (rc = proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, a->nc, a->node)) < 0 ||
         (rc = async_write(a, &o)) < 0 ||
         (rc = uv_read_start((uv_stream_t *)&a->tcp, async_alloc, async_read)) < 0) {
         proto_store_out_done(&o);
@@ -350,6 +351,11 @@ int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts
         memset(a, 0, offsetof(struct store_client_async, rbuf));
     if (!a)
         return gpt_err_set(err, -ENOMEM, NULL, "store client: out of memory");
+    if (opts->node && strlen(opts->node) > GPT_STORE_NODE_MAX) {
+        free(a);
+        return gpt_err_set(err, -EINVAL, NULL, "store client: node id \"%s\" too long", opts->node);
+    }
+    snprintf(a->node, sizeof(a->node), "%s", opts->node ? opts->node : "");
     if (opts->secret && opts->secret_len > 0) {
         a->secret = malloc(opts->secret_len);
         if (!a->secret) {

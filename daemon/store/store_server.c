@@ -413,6 +413,8 @@ static int handshake_step(struct client *c, const struct proto_store_msg *m)
         if (m->type != PROTO_STORE_HELLO || m->version != GPT_STORE_PROTO_VERSION)
             return -GPT_E_AUTH;
         memcpy(c->nc, m->nonce, sizeof(c->nc));
+        if (m->key) /* the decoder bounds it by GPT_STORE_NODE_MAX */
+            snprintf(c->node, sizeof(c->node), "%.*s", (int)m->key_len, m->key);
         if (store_auth_random(c->ns, sizeof(c->ns)) < 0)
             return -GPT_E_AUTH;
         if (proto_store_put_challenge(&c->out, c->ns) < 0)
@@ -422,12 +424,12 @@ static int handshake_step(struct client *c, const struct proto_store_msg *m)
     }
     if (m->type != PROTO_STORE_AUTH)
         return -GPT_E_AUTH;
-    if (store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_CLIENT, c->nc, c->ns, mac) <
-            0 ||
+    if (store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_CLIENT, c->nc, c->ns,
+                         c->node, mac) < 0 ||
         CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0)
         return -GPT_E_AUTH;
     if ((rc = store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_SERVER, c->nc, c->ns,
-                               mac)) < 0 ||
+                               c->node, mac)) < 0 ||
         (rc = store_auth_session_init(&c->session, true, s->secret, s->opts.secret_len, c->nc,
                                       c->ns)) < 0)
         return rc;
@@ -580,6 +582,49 @@ static void server_log_bad_tag(struct store_server *s, struct client *c)
     s->tag_unlogged = 0;
 }
 
+static bool type_writes(int type)
+{
+    switch (type) {
+    case PROTO_STORE_SET:
+    case PROTO_STORE_APPEND:
+    case PROTO_STORE_ADD:
+    case PROTO_STORE_COMPARE_SET:
+    case PROTO_STORE_DELETE:
+    case PROTO_STORE_HEARTBEAT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Asks the owner whether the connection's node may make write m. A refusal
+ * is counted, logged once per connection (a lying member repeats itself)
+ * and answered with ERROR(DENIED) naming the key and the node. */
+static int write_admit(struct client *c, const struct proto_store_msg *m, const char **ret_why)
+{
+    struct store_server *s = c->srv;
+    char why[192] = "";
+    int rc;
+
+    if (!s->opts.write_admit || !type_writes(m->type))
+        return 0;
+    rc = s->opts.write_admit(s->opts.write_arg, c->node, m, why, sizeof(why));
+    if (rc >= 0)
+        return 0;
+    ST_ADD(s, refused_writes, 1);
+    snprintf(s->acl_why, sizeof(s->acl_why), "node \"%s\" may not %s \"%.*s\": %s",
+             c->node[0] ? c->node : "(none)", proto_store_type_name(m->type),
+             (int)(m->key_len > 128 ? 128 : m->key_len), m->key, why[0] ? why : "not its key");
+    if (!c->refusal_logged) {
+        c->refusal_logged = true;
+        log_warn("store: refused a write from %s: %s (further refusals on this connection are "
+                 "only counted)",
+                 c->peer, s->acl_why);
+    }
+    *ret_why = s->acl_why;
+    return -EACCES;
+}
+
 /* Runs the client's buffered frames until it needs more bytes or is paused,
  * and writes the replies. A paused client is still read (so a disconnect is
  * seen at once); its frames pile up in the parser, whose cap of one maximal
@@ -632,7 +677,9 @@ static void store_server_client_process(struct client *c)
             return;
         }
         ST_ADD(s, requests, 1);
-        rc = command_run(c, &m, &why);
+        rc = write_admit(c, &m, &why);
+        if (rc == 0)
+            rc = command_run(c, &m, &why);
         server_sync_counts(s);
         if (rc == -ENOMEM) {
             store_server_client_close(c, "out of memory");

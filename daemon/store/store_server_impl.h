@@ -130,6 +130,8 @@ struct client {
     struct wait *wait;
     struct link watches; /* struct watch.client_link */
     size_t nwatches;
+    bool refusal_logged;               /* write_admit refused a write of it (logged once) */
+    char node[GPT_STORE_NODE_MAX + 1]; /* the node id its handshake proved ("": none) */
     char peer[64];
 };
 
@@ -171,6 +173,7 @@ struct store_server {
     size_t hb_nbuckets, hb_count, hb_bytes;
     struct link hb_dirty;
     char hb_why[256]; /* a refused HEARTBEAT's reason, until its ERROR is written */
+    char acl_why[GPT_STORE_ERRMSG_MAX]; /* a refused write's reason, likewise */
     pthread_mutex_t st_lock;
     struct store_server_stats st;
     /* One read buffer for every connection: a read is fed to the client's

@@ -10,13 +10,18 @@
  * below before anything is allocated, and a frame whose declared length is
  * over the limit of its type is rejected as soon as its 5-byte header is in.
  *
- * Handshake (mutual; version 2). Nc, Ns: 32 random bytes each, chosen
+ * Handshake (mutual; version 3). Nc, Ns: 32 random bytes each, chosen
  * afresh per connection by the client and the server. K: the cluster secret
- * (at least 16 bytes; an empty or short key is refused on both sides).
- *   client -> HELLO(u32 version, Nc)
+ * (at least 16 bytes; an empty or short key is refused on both sides). N:
+ * the node id the client speaks for (1..GPT_STORE_NODE_MAX bytes, no NUL),
+ * or nothing (a client of no node: a rank of `gptd run`, a tool).
+ *   client -> HELLO(u32 version, Nc [, N as a byte string])
  *   server -> CHALLENGE(Ns)
- *   client -> AUTH(HMAC-SHA256(K, GPT_STORE_LABEL_CLIENT || Nc || Ns))
- *   server -> PROOF(HMAC-SHA256(K, GPT_STORE_LABEL_SERVER || Nc || Ns))
+ *   client -> AUTH(HMAC-SHA256(K, GPT_STORE_LABEL_CLIENT || Nc || Ns || N))
+ *   server -> PROOF(HMAC-SHA256(K, GPT_STORE_LABEL_SERVER || Nc || Ns || N))
+ * (N empty when absent). Both proofs cover N, so a relay cannot move a
+ * connection to another node id; the server binds the connection to N and
+ * its owner may limit what each node writes (ERROR(DENIED)).
  * The server drops a client whose AUTH is wrong; the client drops a server
  * whose PROOF is wrong. Each side then derives one key per direction,
  *   Kc2s = HMAC-SHA256(K, GPT_STORE_LABEL_KEY_C2S || Nc || Ns)
@@ -36,7 +41,8 @@
  * are computed by the caller (daemon/store/store_auth.c).
  * Limits: frames are authenticated, not encrypted (a peer on the path reads
  * keys and values, and can cut the connection, but not change, add, replay
- * or reorder a frame); whoever holds K is a member and fully trusted.
+ * or reorder a frame); whoever holds K may claim any node id N (what a
+ * node may write is the server owner's policy: gptd(8), "Security").
  *
  * After the handshake: requests, each answered by exactly one reply, in
  * order (a WAIT holds back the replies to later requests).
@@ -55,7 +61,8 @@
  *   APPEND       key, value (missing key starts empty)          OK
  *   WATCH        key, u64 seen, u32 timeout_ms (0 = none)       OK, later one NOTIFY
  *   HEARTBEAT    key (the node), value (its report)             OK | ERROR(EXISTS)
- * Any request may instead get ERROR(status, message).
+ * Any request may instead get ERROR(status, message); a write the server's
+ * owner does not allow the connection's node gets ERROR(DENIED).
  *
  * Versions. The server counts its changes (a revision, from 1); every SET,
  * APPEND, ADD, successful COMPARE_SET and DELETE takes the next one, and a
@@ -93,7 +100,7 @@
 
 #include "gpt_err.h"
 
-#define GPT_STORE_PROTO_VERSION   2u
+#define GPT_STORE_PROTO_VERSION   3u
 #define GPT_STORE_NONCE_BYTES     32
 #define GPT_STORE_CHALLENGE_BYTES GPT_STORE_NONCE_BYTES
 #define GPT_STORE_MAC_BYTES       32 /* HMAC-SHA256: proofs and derived keys */
@@ -106,6 +113,7 @@
 
 /* Wire limits. A key is 1..GPT_STORE_KEY_MAX bytes with no NUL byte. */
 #define GPT_STORE_KEY_MAX       512u
+#define GPT_STORE_NODE_MAX      63u /* HELLO's node id (a cluster node id without its NUL) */
 #define GPT_STORE_VALUE_MAX     (16u << 20)
 #define GPT_STORE_WAIT_KEYS_MAX 1024u
 #define GPT_STORE_HB_VALUE_MAX  (64u << 10) /* one HEARTBEAT report */
@@ -116,7 +124,8 @@
 /* Largest whole frame, header included. */
 #define GPT_STORE_FRAME_MAX (4u + GPT_STORE_BODY_MAX)
 /* Largest frame before authentication (HELLO, AUTH and their answers). */
-#define GPT_STORE_HANDSHAKE_FRAME_MAX 64u
+#define GPT_STORE_HANDSHAKE_FRAME_MAX                                                              \
+    (4u + 1u + 4u + GPT_STORE_NONCE_BYTES + 4u + GPT_STORE_NODE_MAX)
 /* Most bytes one proto_store_parser_feed() call may add. */
 #define GPT_STORE_FEED_MAX (256u << 10)
 
@@ -155,6 +164,7 @@ enum proto_store_status {
     PROTO_STORE_STATUS_INVALID = 4,
     PROTO_STORE_STATUS_INTERNAL = 5,
     PROTO_STORE_STATUS_EXISTS = 6, /* HEARTBEAT: the key is another's */
+    PROTO_STORE_STATUS_DENIED = 7, /* the connection's node may not write this */
 };
 
 /* One decoded frame. Pointers are views into the buffer it was decoded from
@@ -168,7 +178,7 @@ struct proto_store_msg {
     uint64_t key_version;                 /* WATCH: seen; NOTIFY: the key's version */
     int64_t num;                          /* ADD delta, INT value */
     uint8_t nonce[GPT_STORE_NONCE_BYTES]; /* HELLO, CHALLENGE nonce; AUTH, PROOF mac */
-    const char *key;                      /* not NUL-terminated; also NOTIFY's */
+    const char *key; /* not NUL-terminated; also NOTIFY's; HELLO: the node id (NULL none) */
     size_t key_len;
     const uint8_t *val; /* SET/APPEND/HEARTBEAT value, COMPARE_SET expected, VALUE, NOTIFY
                          * value, ERROR message */
@@ -199,7 +209,7 @@ int proto_store_type_is_request(int type);
 /* Short name of a type ("SET"), "?" if unknown. */
 const char *proto_store_type_name(int type);
 /* Maps an ERROR status to a negative error code (-ENOENT, -ETIMEDOUT,
- * -GPT_E_LIMIT, -EINVAL, -EIO) and back (unknown codes map to INTERNAL). */
+ * -GPT_E_LIMIT, -EINVAL, -EEXIST, -EACCES, -EIO) and back (unknown codes map to INTERNAL). */
 int proto_store_status_to_errno(uint32_t status);
 uint32_t proto_store_status_from_errno(int code);
 
@@ -275,8 +285,10 @@ int proto_store_sealed_next(uint8_t *buf, size_t len, size_t tag_bytes, size_t *
  * 1..GPT_STORE_KEY_MAX bytes without NUL (-EINVAL otherwise), values at most
  * GPT_STORE_VALUE_MAX bytes (-GPT_E_LIMIT). Return 0, -EINVAL,
  * -GPT_E_LIMIT or -ENOMEM. */
+/* HELLO: node is the node id the client speaks for (NULL or "": none; at
+ * most GPT_STORE_NODE_MAX bytes, -EINVAL otherwise). */
 int proto_store_put_hello(struct proto_store_out *o, uint32_t version,
-                          const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
+                          const uint8_t nonce[GPT_STORE_NONCE_BYTES], const char *node);
 int proto_store_put_challenge(struct proto_store_out *o,
                               const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
 int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);

@@ -66,3 +66,16 @@ add_test(NAME elastic_clock
                  $<TARGET_FILE:realtime_shift>)
 set_tests_properties(elastic_clock PROPERTIES LABELS integration TIMEOUT 300 RUN_SERIAL TRUE
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+# elastic_liar: a member holding the cluster secret that lies (forged
+# records, heartbeats, worker and round keys) through itest_store, a store
+# client that names the node it speaks for: every forgery is refused and
+# counted, and the honest job completes with its own records only.
+add_executable(itest_store ${CMAKE_CURRENT_SOURCE_DIR}/integration/itest_store.c)
+gptd_target(itest_store)
+target_link_libraries(itest_store PRIVATE gptstore)
+add_test(NAME elastic_liar
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/elastic_liar.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(elastic_liar PROPERTIES LABELS integration TIMEOUT 240 RUN_SERIAL TRUE
+                     ENVIRONMENT
+                     "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;ITEST_STORE=$<TARGET_FILE:itest_store>")

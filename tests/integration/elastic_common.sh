@@ -62,6 +62,20 @@ start_node() {
     wait_for 20 ctl "$name" status
 }
 
+# start_coordinator NAME [flags...]: starts gptd as node NAME with its own
+# store (a coordinator that makes its own secret), then points RDZV and
+# $T/secret at them for the members start_node starts.
+start_coordinator() {
+    local name=$1
+    shift
+    "$GPTD" --state-dir "$T/$name" --socket "$T/$name.sock" --node-name "$name" \
+        --log-level debug "$@" >>"$T/$name.log" 2>&1 &
+    NODE_PID[$name]=$!
+    wait_for 20 ctl "$name" status
+    RDZV=$(ctl "$name" --json status | grep -o '"rdzv":"[^"]*"' | cut -d'"' -f4)
+    cp "$T/$name/cluster.secret" "$T/secret"
+}
+
 # kill_node NAME: kill -9, reaped.
 kill_node() {
     local p=${NODE_PID[$1]}

@@ -435,14 +435,14 @@ static void test_no_handshake_dropped(void **state)
     /* A wrong protocol version. */
     o.len = 0;
     fd = raw_connect(h->port);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION + 1, nonce), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION + 1, nonce, NULL), 0);
     raw_send(fd, &o);
     assert_int_equal(raw_closed_by_peer(fd, TIMEOUT_MS), 1);
     close(fd);
     /* HELLO, then a command instead of AUTH. */
     o.len = 0;
     fd = raw_connect(h->port);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce, NULL), 0);
     assert_int_equal(proto_store_put_key_value(&o, PROTO_STORE_SET, "evil", 4, "1", 1), 0);
     raw_send(fd, &o);
     assert_int_equal(raw_closed_by_peer(fd, TIMEOUT_MS), 1);
@@ -572,7 +572,7 @@ static void test_pipelined_order(void **state)
     (void)state;
     proto_store_out_init(&o);
     proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nc), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nc, NULL), 0);
     raw_send(fd, &o);
     o.len = 0;
     while (got < 4) {
@@ -589,7 +589,7 @@ static void test_pipelined_order(void **state)
                  * sealed, behind the AUTH (before the server's PROOF). */
                 size_t mark;
                 assert_int_equal(store_auth_proof(SECRET, strlen(SECRET), GPT_STORE_LABEL_CLIENT,
-                                                  nc, m.nonce, mac),
+                                                  nc, m.nonce, NULL, mac),
                                  0);
                 assert_int_equal(
                     store_auth_session_init(&sess, false, SECRET, strlen(SECRET), nc, m.nonce), 0);
@@ -731,6 +731,66 @@ static void test_async_client(void **state)
 
 /* ---- secret file ---- */
 
+/* write_admit for test_write_admit: node "n1" writes keys under "n1/" and
+ * its own heartbeat only; it records the node it was asked about. */
+static char admit_seen[GPT_STORE_NODE_MAX + 1];
+
+static int admit_own_prefix(void *arg, const char *node, const struct proto_store_msg *m, char *why,
+                            size_t cap)
+{
+    size_t n = strlen(node);
+
+    (void)arg;
+    snprintf(admit_seen, sizeof(admit_seen), "%s", node);
+    if (n && m->key_len >= n && memcmp(m->key, node, n) == 0 &&
+        (m->key_len == n || m->key[n] == '/'))
+        return 0;
+    snprintf(why, cap, "test policy");
+    return -EACCES;
+}
+
+/* Each connection is bound to the node id its handshake named: the owner's
+ * write_admit sees it for every write (never for a read), a refusal is
+ * ERROR(DENIED) naming the key and the node, changes nothing and counts. */
+static void test_write_admit(void **state)
+{
+    struct store_server_opts so = {.write_admit = admit_own_prefix};
+    struct harness *h = harness_start(&so);
+    struct store_client_opts o = {.host = "127.0.0.1",
+                                  .port = h->port,
+                                  .secret = SECRET,
+                                  .secret_len = strlen(SECRET),
+                                  .timeout_ms = TIMEOUT_MS,
+                                  .node = "n1"};
+    struct store_client *c = NULL, *anon = NULL;
+    struct gpt_err err;
+    void *val = NULL;
+    size_t len = 0;
+
+    (void)state;
+    assert_int_equal(store_client_connect(&o, &c, &err), 0);
+    assert_int_equal(store_client_set(c, "n1/a", "x", 1, &err), 0);
+    assert_string_equal(admit_seen, "n1");
+    assert_int_equal(store_client_set(c, "n2/a", "y", 1, &err), -EACCES);
+    assert_non_null(strstr(err.msg, "node \"n1\" may not SET \"n2/a\": test policy"));
+    assert_int_equal(store_client_append(c, "n2/a", "y", 1, &err), -EACCES);
+    assert_int_equal(store_client_delete(c, "n2/b", NULL, &err), -EACCES);
+    assert_int_equal(store_client_add(c, "n2/c", 1, NULL, &err), -EACCES);
+    assert_int_equal(store_client_get(c, "n2/a", &val, &len, &err), -ENOENT); /* nothing stored */
+    assert_int_equal(harness_stats(h).refused_writes, 4);
+    /* A client of no node is refused what n1 may write. */
+    o.node = NULL;
+    assert_int_equal(store_client_connect(&o, &anon, &err), 0);
+    assert_int_equal(store_client_set(anon, "n1/b", "z", 1, &err), -EACCES);
+    assert_non_null(strstr(err.msg, "node \"(none)\" may not SET \"n1/b\""));
+    assert_int_equal(store_client_get(anon, "n1/a", &val, &len, &err), 0);
+    free(val);
+    assert_int_equal(harness_stats(h).refused_writes, 5);
+    store_client_free(anon);
+    store_client_free(c);
+    harness_stop(h);
+}
+
 static void test_secret_load(void **state)
 {
     char path[] = "/tmp/test_store_secret_XXXXXX";
@@ -769,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_cleans_waits),
         cmocka_unit_test(test_pipelined_order),
         cmocka_unit_test(test_async_client),
+        cmocka_unit_test(test_write_admit),
         cmocka_unit_test(test_secret_load),
     };
 

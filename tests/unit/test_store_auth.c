@@ -171,7 +171,7 @@ static void forge_once(struct harness *h, int forge)
 
     proto_store_parser_init(&p, GPT_STORE_FRAME_MAX);
     proto_store_out_init(&o);
-    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nc), 0);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nc, NULL), 0);
     send_all(fd, o.data, o.len);
     o.len = 0;
     assert_int_equal(raw_next(fd, &p, &m), 1);

@@ -30,7 +30,8 @@ static int encode_all(struct proto_store_out *o)
 
     for (size_t i = 0; i < sizeof(nonce); i++)
         nonce[i] = (uint8_t)(i * 7 + 1);
-    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce), 0), n++;
+    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce, NULL), 0), n++;
+    assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce, "node-7"), 0), n++;
     assert_int_equal(proto_store_put_challenge(o, nonce), 0), n++;
     assert_int_equal(proto_store_put_auth(o, nonce), 0), n++;
     assert_int_equal(proto_store_put_proof(o, nonce), 0), n++;
@@ -286,6 +287,46 @@ static int decode_raw(const uint8_t *buf, size_t len, size_t frame_max)
     return proto_store_decode(buf, len, frame_max, &m, &used, &err);
 }
 
+/* HELLO's node id: absent, or 1..GPT_STORE_NODE_MAX bytes without NUL,
+ * decoded as the message's key. */
+static void test_hello_node(void **state)
+{
+    uint8_t nonce[GPT_STORE_NONCE_BYTES] = {9};
+    char id[GPT_STORE_NODE_MAX + 2];
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    struct gpt_err err;
+    size_t used;
+
+    (void)state;
+    proto_store_out_init(&o);
+    memset(id, 'n', sizeof(id));
+    id[GPT_STORE_NODE_MAX] = '\0';
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce, id), 0);
+    assert_int_equal(
+        proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err), 1);
+    assert_int_equal(m.key_len, GPT_STORE_NODE_MAX);
+    assert_memory_equal(m.key, id, GPT_STORE_NODE_MAX);
+    id[GPT_STORE_NODE_MAX] = 'n';
+    id[GPT_STORE_NODE_MAX + 1] = '\0';
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce, id), -EINVAL);
+    proto_store_out_done(&o);
+    proto_store_out_init(&o);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce, NULL), 0);
+    assert_int_equal(
+        proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err), 1);
+    assert_null(m.key);
+    /* A node id of zero bytes, or with a NUL, is malformed. */
+    proto_store_out_done(&o);
+    proto_store_out_init(&o);
+    assert_int_equal(proto_store_put_hello(&o, GPT_STORE_PROTO_VERSION, nonce, "ab"), 0);
+    o.data[o.len - 1] = '\0';
+    assert_int_equal(
+        proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err),
+        -GPT_E_PROTO);
+    proto_store_out_done(&o);
+}
+
 /* Headers that claim too much are refused from the 5 header bytes alone,
  * before the body arrives (so nothing is buffered or allocated for it). */
 static void test_oversized_headers(void **state)
@@ -307,14 +348,14 @@ static void test_oversized_headers(void **state)
     }
     /* Fixed-size frames may not claim a byte more than their size. */
     h[4] = PROTO_STORE_HELLO;
-    le32(h, 1 + 4 + GPT_STORE_NONCE_BYTES + 1);
+    le32(h, 1 + 4 + GPT_STORE_NONCE_BYTES + 4 + GPT_STORE_NODE_MAX + 1);
     assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
     h[4] = PROTO_STORE_INT;
     le32(h, 10);
     assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
     /* Before authentication a SET of modest size is already too large. */
     h[4] = PROTO_STORE_SET;
-    le32(h, 100);
+    le32(h, GPT_STORE_HANDSHAKE_FRAME_MAX);
     assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_HANDSHAKE_FRAME_MAX), -GPT_E_LIMIT);
     assert_int_equal(decode_raw(h, sizeof(h), GPT_STORE_FRAME_MAX), 0);
     /* Unknown type and empty body. */
@@ -337,7 +378,7 @@ static size_t frame(uint8_t *out, int type, const uint8_t *fields, size_t n)
 
 static void test_malformed_fields(void **state)
 {
-    uint8_t f[64], buf[128];
+    uint8_t f[128], buf[192];
     size_t n;
 
     (void)state;
@@ -378,12 +419,15 @@ static void test_malformed_fields(void **state)
     f[8] = 'a';
     n = frame(buf, PROTO_STORE_CHECK, f, 9);
     assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
-    /* A version-1 HELLO (no nonce) is short; one byte past a full HELLO is
+    /* A version-1 HELLO (no nonce) is short; one byte past a HELLO without
+     * a node id is a truncated one; one byte past the longest node id is
      * over its type's limit. */
     n = frame(buf, PROTO_STORE_HELLO, (const uint8_t *)"\1\0\0\0", 4);
     assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
     memset(f, 0, sizeof(f));
     n = frame(buf, PROTO_STORE_HELLO, f, 4 + GPT_STORE_NONCE_BYTES + 1);
+    assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_PROTO);
+    n = frame(buf, PROTO_STORE_HELLO, f, 4 + GPT_STORE_NONCE_BYTES + 4 + GPT_STORE_NODE_MAX + 1);
     assert_int_equal(decode_raw(buf, n, GPT_STORE_FRAME_MAX), -GPT_E_LIMIT);
     le32(f, 1);
     f[4] = 'k';
@@ -565,26 +609,35 @@ static void test_proof_and_keys(void **state)
     struct store_auth_session sess;
 
     (void)state;
-    assert_int_equal(store_auth_proof(NULL, 0, GPT_STORE_LABEL_CLIENT, nc, ns, a), -GPT_E_AUTH);
-    assert_int_equal(store_auth_proof("", 0, GPT_STORE_LABEL_CLIENT, nc, ns, a), -GPT_E_AUTH);
-    assert_int_equal(store_auth_proof("0123456789abcde", 15, GPT_STORE_LABEL_CLIENT, nc, ns, a),
+    assert_int_equal(store_auth_proof(NULL, 0, GPT_STORE_LABEL_CLIENT, nc, ns, NULL, a),
                      -GPT_E_AUTH);
+    assert_int_equal(store_auth_proof("", 0, GPT_STORE_LABEL_CLIENT, nc, ns, NULL, a), -GPT_E_AUTH);
+    assert_int_equal(
+        store_auth_proof("0123456789abcde", 15, GPT_STORE_LABEL_CLIENT, nc, ns, NULL, a),
+        -GPT_E_AUTH);
     assert_int_equal(store_auth_session_init(&sess, true, "short", 5, nc, ns), -GPT_E_AUTH);
     assert_false(store_auth_session_ready(&sess));
     store_auth_session_done(&sess);
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, a),
-                     0);
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_SERVER, nc, ns, b),
-                     0);
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, NULL, a), 0);
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_SERVER, nc, ns, NULL, b), 0);
     assert_memory_not_equal(a, b, sizeof(a)); /* a client proof is no server proof */
     /* Swapping the nonces (a reflected handshake) changes the proof. */
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, ns, nc, c),
-                     0);
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, ns, nc, NULL, c), 0);
     assert_memory_not_equal(a, c, sizeof(a));
     /* Deterministic: both sides compute the same value. */
-    assert_int_equal(store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, c),
-                     0);
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, NULL, c), 0);
     assert_memory_equal(a, c, sizeof(a));
+    /* The node id of the HELLO is proved too: another id, another proof. */
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, "n1", b), 0);
+    assert_memory_not_equal(a, b, sizeof(a));
+    assert_int_equal(
+        store_auth_proof("0123456789abcdef", 16, GPT_STORE_LABEL_CLIENT, nc, ns, "n2", c), 0);
+    assert_memory_not_equal(b, c, sizeof(b));
 }
 
 /* Sealed frames both ways between two sessions of one handshake decode to
@@ -780,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_every_truncation_needs_more),
         cmocka_unit_test(test_parser_byte_by_byte),
         cmocka_unit_test(test_oversized_headers),
+        cmocka_unit_test(test_hello_node),
         cmocka_unit_test(test_malformed_fields),
         cmocka_unit_test(test_parser_rejects_without_buffering),
         cmocka_unit_test(test_encoder_limits),

@@ -30,7 +30,7 @@ static void test_set_get(void **state)
 {
     (void)state;
     struct harness *h = harness_start(NULL);
-    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1, NULL);
     assert_non_null(k);
     struct gpt_kv *kv = store_kv_gpt(k);
     assert_int_equal(kv->set(kv->ctx, "w/0", "addr-0", 6), 0);
@@ -66,7 +66,7 @@ static void test_get_waits(void **state)
 {
     (void)state;
     struct harness *h = harness_start(NULL);
-    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1, NULL);
     struct gpt_kv *kv = store_kv_gpt(k);
     struct setter s = {kv, 100};
     pthread_t t;
@@ -84,7 +84,8 @@ static void test_wrong_secret(void **state)
 {
     (void)state;
     struct harness *h = harness_start(NULL);
-    struct store_kv *k = store_kv_new("127.0.0.1", h->port, "another secret of 32 bytes.....", 31);
+    struct store_kv *k =
+        store_kv_new("127.0.0.1", h->port, "another secret of 32 bytes.....", 31, NULL);
     struct gpt_kv *kv = store_kv_gpt(k);
     double t0 = monotime_s();
     assert_int_equal(kv->set(kv->ctx, "w/0", "x", 1), -GPT_E_AUTH);
@@ -114,7 +115,7 @@ static void test_abort(void **state)
 {
     (void)state;
     struct harness *h = harness_start(NULL);
-    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1);
+    struct store_kv *k = store_kv_new("127.0.0.1", h->port, secret, sizeof(secret) - 1, NULL);
     struct gpt_kv *kv = store_kv_gpt(k);
     struct getter g = {kv, 0, 0};
     pthread_t t;

@@ -212,5 +212,10 @@ json_t *cluster_nodes_json(struct cluster *c);
 struct store_server;
 /* The store this coordinator serves (for its counters); NULL on a member. */
 struct store_server *cluster_store_server(const struct cluster *c);
+/* Records (metrics, events) from the inbox the coordinator refused when it
+ * read them: their sender no longer held the job's global rank 0 (the
+ * store refuses the rest as it is written: store_server_stats'
+ * refused_writes). Loop thread. */
+uint64_t cluster_records_refused(const struct cluster *c);
 
 #endif

@@ -171,6 +171,25 @@ bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
 int rdzv_coord_admit(struct rdzv_coord *c, double now, const struct cluster_msg *m,
                      const char *peer, const char *holder, char *why, size_t cap);
 
+/* The ranks a node holds in a job's newest closed world (rdzv/<round>/world),
+ * as rdzv_coord_node_ranks() reports them. */
+struct rdzv_ranks {
+    uint64_t gen;  /* this coordinator's generation (in the workers' key prefix) */
+    int64_t round; /* the world's round */
+    int base;      /* its ranks: [base, base + count) */
+    int count;
+};
+
+/* Which ranks node `node` holds in job `job`'s newest closed world, now:
+ * its members while that world runs or stops, its members still alive
+ * while the job's next round forms (their workers' last records are on
+ * their way). What a node may write for a job is bounded by this
+ * (cluster_acl.c). Returns 0 with *ret, or -ENOENT: the job does not run
+ * here, the node is unknown, or it is in none of the job's worlds. O(1)
+ * but for the scan of the running jobs. */
+int rdzv_coord_node_ranks(const struct rdzv_coord *c, const char *node, int64_t job,
+                          struct rdzv_ranks *ret);
+
 /* Global rank 0 of job `job` reached `step`; `snapshot` (>= 0) when a
  * snapshot was written. Ignored for a job that does not run. */
 void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot);

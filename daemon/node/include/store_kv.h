@@ -23,8 +23,11 @@ struct store_client;
 struct store_kv;
 
 /* A kv on the store at host:port with `secret` (copied; at most
- * STORE_SECRET_MAX bytes are kept). NULL on ENOMEM. Does not connect. */
-struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len);
+ * STORE_SECRET_MAX bytes are kept), speaking for node id `node` (copied;
+ * NULL: none), which bounds the keys the coordinator lets it write. NULL
+ * on ENOMEM. Does not connect. */
+struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len,
+                              const char *node);
 /* A kv over `client`, which stays the caller's: it must outlive the kv
  * and is not freed by store_kv_free. NULL on ENOMEM. */
 struct store_kv *store_kv_over(struct store_client *client);

@@ -21,13 +21,15 @@
  * store_secret_load(), by the server, and by every proof. */
 #define STORE_SECRET_MIN 16
 
-/* ret_mac = HMAC-SHA256(secret, label || nc || ns), label one of the
- * GPT_STORE_LABEL_* strings. Any thread. Returns 0, or -GPT_E_AUTH when the
- * secret is shorter than STORE_SECRET_MIN (no empty or short key is ever
- * used) or libcrypto fails. */
+/* ret_mac = HMAC-SHA256(secret, label || nc || ns || node), label one of
+ * the GPT_STORE_LABEL_* strings, node the node id of the handshake's HELLO
+ * (NULL or "": none). Any thread. Returns 0, or -GPT_E_AUTH when the secret
+ * is shorter than STORE_SECRET_MIN (no empty or short key is ever used),
+ * the node id is longer than GPT_STORE_NODE_MAX or libcrypto fails. */
 int store_auth_proof(const void *secret, size_t secret_len, const char *label,
                      const uint8_t nc[GPT_STORE_NONCE_BYTES],
-                     const uint8_t ns[GPT_STORE_NONCE_BYTES], uint8_t ret_mac[GPT_STORE_MAC_BYTES]);
+                     const uint8_t ns[GPT_STORE_NONCE_BYTES], const char *node,
+                     uint8_t ret_mac[GPT_STORE_MAC_BYTES]);
 
 /* Fills buf with n random bytes from the kernel/libcrypto. 0 or -GPT_E_AUTH. */
 int store_auth_random(uint8_t *buf, size_t n);

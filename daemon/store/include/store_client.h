@@ -47,7 +47,9 @@ struct store_client_opts {
     int port;
     const void *secret; /* borrowed during connect; at least STORE_SECRET_MIN bytes */
     size_t secret_len;
-    int timeout_ms; /* per request and for connect+handshake; 0 = 30000 */
+    int timeout_ms;   /* per request and for connect+handshake; 0 = 30000 */
+    const char *node; /* the node id this connection speaks for (NULL: none; see
+                       * proto/store.h); the server may limit its writes to it */
 };
 
 struct store_client;
@@ -118,6 +120,7 @@ struct store_client_async_opts {
     const void *secret; /* copied; shorter than STORE_SECRET_MIN (or NULL): the
                          * server refuses the handshake (-GPT_E_AUTH) */
     size_t secret_len;
+    const char *node; /* copied; as store_client_opts.node */
 };
 
 struct store_client_async;

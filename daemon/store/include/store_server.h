@@ -63,6 +63,17 @@ struct store_server_opts {
     int (*hb_admit)(void *arg, const char *key, const void *val, size_t len, const char *peer,
                     const char *holder, char *why, size_t cap);
     void *hb_arg;
+    /* Asked before every write a connection sends (SET, APPEND, ADD,
+     * COMPARE_SET, DELETE, HEARTBEAT; NULL: every one is allowed): `node`
+     * is the node id the connection's handshake proved ("" none), `m` the
+     * request. A negative return (-EACCES) refuses it: nothing changes, the
+     * sender gets ERROR(DENIED) naming the key, its node and the text left
+     * in why[0..cap); the refusal is counted (refused_writes) and the first
+     * one of each connection logged. Loop thread; must not call into the
+     * server. */
+    int (*write_admit)(void *arg, const char *node, const struct proto_store_msg *m, char *why,
+                       size_t cap);
+    void *write_arg;
 };
 
 /* Counters, for tests and metrics. */
@@ -70,13 +81,14 @@ struct store_server_stats {
     size_t clients; /* connected, authenticated or not */
     size_t keys;
     size_t data_bytes;
-    size_t waits;           /* WAITs pending now */
-    size_t watches;         /* WATCHes parked now */
-    size_t heartbeats;      /* entries of the heartbeat table */
-    uint64_t notifies;      /* NOTIFY frames sent */
-    uint64_t requests;      /* commands run */
-    uint64_t auth_failures; /* peers dropped in or before the handshake */
-    uint64_t tag_failures;  /* authenticated connections dropped for a bad frame tag */
+    size_t waits;            /* WAITs pending now */
+    size_t watches;          /* WATCHes parked now */
+    size_t heartbeats;       /* entries of the heartbeat table */
+    uint64_t notifies;       /* NOTIFY frames sent */
+    uint64_t requests;       /* commands run */
+    uint64_t auth_failures;  /* peers dropped in or before the handshake */
+    uint64_t tag_failures;   /* authenticated connections dropped for a bad frame tag */
+    uint64_t refused_writes; /* writes write_admit refused */
 };
 
 struct store_server;
