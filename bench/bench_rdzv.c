@@ -380,7 +380,8 @@ static void node_connect(struct sim *s, struct node *nd)
     struct store_client_async_opts ao = {.host = "127.0.0.1",
                                          .port = s->port,
                                          .secret = BENCH_SECRET,
-                                         .secret_len = sizeof(BENCH_SECRET) - 1};
+                                         .secret_len = sizeof(BENCH_SECRET) - 1,
+                                         .node = nd->id};
     if (nd->a)
         store_client_async_close(nd->a, NULL, NULL);
     nd->a = NULL;
