@@ -9,6 +9,7 @@
  * published with it; a stop during a planned re-formation waits for the old
  * world's snapshot.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -218,6 +219,46 @@ static void test_close_at_max(void **state)
     assert_string_equal(cur_phase(f->c), "running");
     assert_int_equal(f->rec.worlds, 1);
     assert_int_equal(f->rec.world_size, 2);
+}
+
+/* What a node may write for a job (cluster_acl.c) follows the job's
+ * newest closed world: nothing before it closes; each member's own ranks
+ * while it runs; the previous world's alive members while the next round
+ * forms (their last records are on their way); nothing after the job. */
+static void test_node_ranks(void **state)
+{
+    struct fx *f = *state;
+    struct rdzv_ranks r;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
+    start(f->c, 0, 1, 2, -1);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -ENOENT); /* forming */
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    assert_string_equal(cur_phase(f->c), "running");
+    int64_t world = cur_round(f->c);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), 0);
+    assert_int_equal(r.base, 0);
+    assert_int_equal(r.count, 1);
+    assert_int_equal(r.round, world);
+    assert_true(r.gen == GEN);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "b", 7, &r), 0);
+    assert_int_equal(r.base, 1);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "c", 7, &r), -ENOENT); /* not placed */
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 8, &r), -ENOENT); /* no such job */
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "zz", 7, &r), -ENOENT); /* unknown */
+    /* b fails: a round forms; the world before it still holds its ranks. */
+    send_exit(f->c, 0.2, "b", -ECONNRESET, 5);
+    assert_string_equal(cur_phase(f->c), "forming");
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), 0);
+    assert_int_equal(r.round, world);
+    assert_int_equal(r.base, 0);
+    /* The job ends: no node holds anything of it. */
+    rdzv_coord_job_stop(f->c, 7, 0.3);
+    rdzv_coord_tick(f->c, 30);
+    assert_int_equal(f->rec.finished, 1);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -ENOENT);
 }
 
 static void test_close_at_min_after_last_call(void **state)
@@ -504,6 +545,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_close_at_max, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_at_min_after_last_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_ranks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rank0_holds_newest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_last_call_waits_for_joining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_reason_max, setup, teardown),
