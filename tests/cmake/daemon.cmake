@@ -20,6 +20,11 @@ foreach(t ${GPTD_DAEMON_TESTS})
   set_tests_properties(${t} PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endforeach()
+# Sanitized, its 600 MB copies run several times slower (its deadlines
+# scale by GPTD_SANITIZED; about 2.5 minutes under TSan on two cores).
+if(GPTD_SANITIZE)
+  set_tests_properties(daemon_resume_from_hostile PROPERTIES TIMEOUT 900)
+endif()
 # daemon_statedir_gone: STATE_DIR (or its database) removed or replaced
 # under a running gptd: submits refused, gptctl status and systemd's
 # STATUS= (through tests/tools/notify_listen) say so.

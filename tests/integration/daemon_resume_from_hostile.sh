@@ -32,6 +32,9 @@ hwm_kb() { awk '/^VmHWM:/ {print $2}' "/proc/$GPTD_PID/status"; }
 # allocator grow by more than 4 MB too (5.5 MB seen): the bound widens,
 # still far below one planted claim's allocation.
 hwm_slack=$((${GPTD_SANITIZED:-0} ? 131072 : 4096))
+# Under a sanitizer gptd runs several times slower (TSan: 5 to 15 times):
+# every deadline scales by SLOW.
+SLOW=$((${GPTD_SANITIZED:-0} ? 5 : 1))
 snap_id() { # snap_id JOB STEP
     "$GPTCTL" --json snapshots "$1" | grep -o "\"id\":[0-9]*,\"step\":$2," | cut -d: -f2 | cut -d, -f1
 }
@@ -71,13 +74,13 @@ refused_live() {
     rm -f "$T/stall" "$T/polled"
     (
         while :; do
-            timeout 2 "$GPTCTL" status >/dev/null 2>&1 || echo stalled >>"$T/stall"
+            timeout $((2 * SLOW)) "$GPTCTL" status >/dev/null 2>&1 || echo stalled >>"$T/stall"
             echo >>"$T/polled"
             sleep 0.05
         done
     ) &
     local poller=$!
-    wait_for 10 test -s "$T/polled" # the other client is connected before the attempt
+    wait_for $((10 * SLOW)) test -s "$T/polled" # the other client is connected before the attempt
     set +e
     out=$("$@" 2>&1)
     rc=$?
@@ -96,7 +99,7 @@ chmod 0644 "$T/job.json"
 start_gptd --socket-mode 0666 --max-queued-jobs 2
 
 a=$(as_user submit "$T/job.json")
-wait_for 60 job_is "$a" completed
+wait_for $((60 * SLOW)) job_is "$a" completed
 adir=$("$GPTCTL" --json snapshots "$a" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
 s10=$(snap_id "$a" 10)
 s20=$(snap_id "$a" 20)
@@ -131,7 +134,7 @@ out=$(as_user submit "$T/job.json" --resume-from "$a" --priority 3 trainer.max_s
 b=$(as_user submit "$T/job.json" --resume-from "$a" trainer.max_steps=12 2>"$T/b.err")
 grep -q "continues job $a from its snapshot $s10 (step 10)" "$T/b.err" ||
     fail "B did not continue from step 10: $(cat "$T/b.err")"
-wait_for 60 job_is "$b" completed
+wait_for $((60 * SLOW)) job_is "$b" completed
 
 # --- every snapshot planted: none verifies, and the counts are named.
 plant "$T/good10.gpts" "$adir/snap-000000000010.gpts" 6000000000 0
@@ -152,11 +155,11 @@ refused_live "n_embd 4096" "the job's is 2, 2, 32, 6" -- \
 sed 's/"vocab_size": 10/"vocab_size": 0/' "$T/job.json" >"$T/job0.json"
 chmod 0644 "$T/job0.json"
 z=$(as_user submit "$T/job0.json")
-wait_for 60 job_is "$z" completed
+wait_for $((60 * SLOW)) job_is "$z" completed
 zdir=$("$GPTCTL" --json snapshots "$z" | grep -o '"snapshot_dir":"[^"]*"' | cut -d'"' -f4)
 zb=$(as_user submit "$T/job0.json" --resume-from "$z" trainer.max_steps=21 2>/dev/null) ||
     fail "--resume-from a job whose vocabulary comes from its data was refused"
-wait_for 60 job_is "$zb" completed
+wait_for $((60 * SLOW)) job_is "$zb" completed
 for f in "$zdir"/snap-*.gpts; do # a count that fits the claimed vocabulary: 16M x 32 + ...
     plant "$f" "$f" 600000000 0 32:16777216
 done
@@ -169,7 +172,7 @@ mid=$(hwm_kb)
 big_job "$T/big.json"
 chmod 0644 "$T/big.json"
 g=$(as_user submit "$T/big.json")
-wait_for 120 job_is "$g" completed
+wait_for $((120 * SLOW)) job_is "$g" completed
 hwm0=$(hwm_kb)
 declare -a hsub
 for i in 1 2; do
@@ -266,7 +269,12 @@ for i in 1 2; do
 done
 # One copy's arrays (50M parameters, with moments: 600 MB) at a time, not two.
 grown=$(((hwm1 - hwm0) / 1024))
-((grown > 200 && grown < 900)) || fail "gptd's VmHWM grew by $grown MB over two copies, want one's"
+# The number holds without a sanitizer only: TSan's shadow of one 600 MB
+# copy alone grew VmHWM by 1.2 GB. The one-copy-at-a-time check (most,
+# above) holds under both.
+if ((!${GPTD_SANITIZED:-0})); then
+    ((grown > 200 && grown < 900)) || fail "gptd's VmHWM grew by $grown MB over two copies, want one's"
+fi
 for id in "${ids[@]}"; do
     st=$(job_state "$id")
     if [[ $RACED_CANCEL == *" $id "* ]]; then # its copy ended just before the cancel
@@ -287,7 +295,7 @@ for id in "${ids[@]}" $THIRD_TAKEN; do
     [[ $RACED_CANCEL == *" $id "* ]] || job_ended "$id" || as_user cancel "$id" >/dev/null || true
 done
 for id in "${ids[@]}" $THIRD_TAKEN; do
-    wait_for 120 job_ended "$id"
+    wait_for $((120 * SLOW)) job_ended "$id"
 done
 echo "daemon_resume_from_hostile: ok (VmHWM $before -> $final kB; copies: +$grown MB, one at a time;" \
     "held checks on job $first of${tried% }; a third submit" \
