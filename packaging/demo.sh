@@ -8,7 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 packaging/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# A build folder configured before keeps its settings (cmake --build
+# reconfigures it when a CMakeLists.txt changed).
+if [[ ! -e build/CMakeCache.txt ]]; then
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
 cmake --build build -j"$(nproc)" --target gptd gptctl
 
 state=$(mktemp -d -t gptd-demo.XXXXXX)

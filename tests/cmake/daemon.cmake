@@ -49,7 +49,8 @@ set_tests_properties(daemon_init_shrink PROPERTIES LABELS integration TIMEOUT 18
                      ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 
 # The README's command blocks pasted in order (tests/tools/readme_blocks.py
-# extracts them), every job at a fiftieth of its steps.
+# extracts them), the Quick start's demo.sh included, every job at a 400th
+# of its steps.
 add_test(NAME readme_examples
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/readme_examples.sh $<TARGET_FILE:gptd>
                  $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})

