@@ -7,7 +7,8 @@
 #    in docs/architecture.md ("### engine/ops, engine/ops/cpu, ...");
 #  - every command gptctl's --help lists has its entry in gptctl(1)'s
 #    COMMANDS section and is in the bash completion's command list;
-#  - every option `gptctl CMD --help` lists (the command table in ctl/
+#  - every option `gptctl CMD --help` lists, with a short form or not
+#    ("  -f, --follow", "      --wait"; the command table in ctl/
 #    gptctl.c, the one source of that text) is named in that command's
 #    entry of gptctl(1) and offered by the completion after CMD.
 # It checks itself first on a scratch tree with one file left out of the
@@ -87,7 +88,7 @@ for c in $commands; do
     grep -qxF "$c" <<<"$man_cmds" || fail "gptctl $c is missing from gptctl(1)'s COMMANDS"
     [[ " $comp_cmds " == *" $c "* ]] || fail "gptctl $c is missing from the bash completion"
     opts=$("$gptctl" "$c" --help 2>&1 | awk '/^options:/ { on = 1; next } /^$/ { on = 0 } on' |
-           sed -n 's/^  \(-., \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p' |
+           sed -n 's/^ *\(-., \)\{0,1\}\(--[a-z][a-z-]*\).*/\2/p' |
            grep -vxE -- '--(json|socket|help)' || true)
     entry=$(man_entry "$c")
     offered=" $(comp_opts "$c") "
@@ -108,7 +109,7 @@ if [[ -z "${DOC_LINT_SELFTEST:-}" ]]; then
     : > "$tmp/engine/b.c"
     : > "$tmp/engine/ops/k.cu"
     : > "$tmp/daemon/jobs/jobs.c"
-    printf '#!/bin/sh\ncase "$1" in one) printf "usage: one\\n\\noptions:\\n  -x, --extra N  e\\n      --json  j\\n\\nexample:\\n" ;;\n*) printf "usage\\n\\ncommands:\\n  one JOB   x\\n  two       y\\n\\nmore\\n" ;; esac\n' \
+    printf '#!/bin/sh\ncase "$1" in one) printf "usage: one\\n\\noptions:\\n  -x, --extra N  e\\n      --wide  w\\n      --json  j\\n\\nexample:\\n" ;;\n*) printf "usage\\n\\ncommands:\\n  one JOB   x\\n  two       y\\n\\nmore\\n" ;; esac\n' \
         > "$tmp/gptctl"
     chmod +x "$tmp/gptctl"
     printf '### engine/ (x)\n\n| file | what |\n|---|---|\n| `a.c` | a |\n\n### engine/ops\n\n| `k.cu` | k |\n\n### daemon/jobs (y)\n\n| `jobs.c` | j |\n' \
@@ -122,14 +123,16 @@ if [[ -z "${DOC_LINT_SELFTEST:-}" ]]; then
     for want in "engine/b.c is named in no module table" "gptctl two is missing from gptctl(1)" \
                 "gptctl two is missing from the bash completion" \
                 "gptctl one --extra is missing from gptctl(1)'s entry for one" \
-                "gptctl one --extra is not offered by the bash completion"; do
+                "gptctl one --extra is not offered by the bash completion" \
+                "gptctl one --wide is missing from gptctl(1)'s entry for one" \
+                "gptctl one --wide is not offered by the bash completion"; do
         grep -qF "$want" <<<"$out" || { echo "doc_lint missed: $want"; status=1; }
     done
     grep -qF "engine/a.c" <<<"$out" && { echo "doc_lint refused a named file: $out"; status=1; }
     sed -i 's/^| `a.c` | a |$/| `a.c`, `b.c` | a, b |/' "$tmp/docs/architecture.md"
-    printf '.SH COMMANDS\n.TP\n.BI one " job"\nWith\n.BR \\-\\-extra .\n.TP\n.B two\n.SH EXIT STATUS\n' \
+    printf '.SH COMMANDS\n.TP\n.BI one " job"\nWith\n.BR \\-\\-extra " or " \\-\\-wide .\n.TP\n.B two\n.SH EXIT STATUS\n' \
         > "$tmp/packaging/man/gptctl.1"
-    printf '    local commands="one two help"\n    one) opts="--extra --json" ;;\n' \
+    printf '    local commands="one two help"\n    one) opts="--extra --wide --json" ;;\n' \
         > "$tmp/packaging/gptctl.bash-completion"
     if ! out=$(DOC_LINT_SELFTEST=1 "$0" "$tmp" "$tmp/gptctl"); then
         echo "doc_lint refused a clean scratch tree:"
