@@ -33,6 +33,13 @@ int64_t monotime_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void monotime_nap_backoff(long *ns, long max_ns)
+{
+    struct timespec ts = {*ns / 1000000000L, *ns % 1000000000L};
+    nanosleep(&ts, NULL);
+    *ns = *ns > max_ns / 2 ? max_ns : *ns * 2;
+}
+
 void monotime_sleep_ms(int ms)
 {
     if (ms <= 0)

@@ -21,5 +21,11 @@ int64_t monotime_ns(void);
  * it early, so callers that poll re-check their deadline). Blocks the
  * calling thread: never on the loop thread. */
 void monotime_sleep_ms(int ms);
+/* One nap of a polling wait that backs off: sleeps *ns nanoseconds (a
+ * signal may end it early), then doubles *ns up to max_ns. The caller
+ * starts *ns at its first nap. The kernel's timer slack (50 us by default
+ * for a normal thread) lengthens short naps; bench_poll_backoff measures
+ * what a wait loses to them. Blocks the calling thread. */
+void monotime_nap_backoff(long *ns, long max_ns);
 
 #endif

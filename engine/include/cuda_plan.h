@@ -124,6 +124,15 @@ int gpt_cuda_plan_bgrad_direct(const void *dbias, int assign);
 #define GPT_CUDA_XENT_STATIC_SMEM ((size_t)1024)
 size_t gpt_cuda_plan_xent_stage(size_t Vp, size_t elem_bytes, size_t smem_limit);
 
+/* The NCCL communicator's waits poll (the abort flag and the timeout must
+ * be seen too), napping GPT_NCCL_POLL_FIRST_NS first and doubling up to
+ * GPT_NCCL_POLL_MAX_NS (monotime_nap_backoff): a back-off to 1 ms would
+ * lose up to a millisecond per step at the final DDP wait, and a sleeping
+ * poller still leaves the core to the backward. bench_poll_backoff
+ * measures what each cap loses. */
+#define GPT_NCCL_POLL_FIRST_NS 5000L
+#define GPT_NCCL_POLL_MAX_NS   50000L
+
 /* The uneven-slice convention of gpt_comm_slice mapped onto NCCL's equal
  * counts. Every rank's slice is placed at `r * chunk` of a padded buffer of
  * `padded` = chunk * world elements, chunk = ceil(n / world); the tail of a

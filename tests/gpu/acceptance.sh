@@ -64,7 +64,11 @@
 #                  with the k32 forward (every candidate, and every
 #                  non-attention kernel, which all variants share)
 #   world2 100     two gptd on the one GPU at world 2 over NCCL
-#                  (tests/gpu/world2.sh; issue 34)
+#                  (tests/gpu/world2.sh; issue 34), and over the
+#                  host-staged communicator NCCL falls back to
+# Beside ops, with no cap of its own (CPU only, about 5 s on 2 of the
+# host's cores, waited for after wg_ops): poll_backoff, what the NCCL
+# waits' back-off loses per wait (bench_poll_backoff; issue 34's 50 us).
 # Last, tests/gpu/run_summary.py writes summary.json, the run's record.
 # Settled by the third H200 run and so left out: the fused backward's
 # rows, the bf16 against TF32 curves, the device resume, racecheck,
@@ -138,7 +142,7 @@ fi
 BENCH=$BUILD/bench/bench_gpu_train
 GPTD=$BUILD/gptd
 GPTCTL=$BUILD/gptctl
-NEED="$BENCH $GPTD $GPTCTL"
+NEED="$BENCH $GPTD $GPTCTL $BUILD/bench/bench_poll_backoff"
 [ "$DRY" = 1 ] || NEED="$NEED $BUILD/tests/test_gpu_ops $BUILD/tests/test_gpu_train"
 for f in $NEED; do
     if [ ! -x "$f" ]; then
@@ -335,6 +339,43 @@ if [ "$FAILED" = 1 ]; then
     exit 1
 fi
 
+# ---- the poll back-off, on this host's CPU (issue 34) -------------------------
+# The NCCL communicator's waits check, then nap from 5 us doubling up to
+# 50 us (GPT_NCCL_POLL_MAX_NS); bench_poll_backoff times the loop against
+# work that ends at a known moment, with the 50 us cap, the old 1 ms one
+# and a waiter that never sleeps. No GPU: it runs in the background beside
+# the ops phase and is waited for after wg_ops. The goal: at most 100 us
+# lost per wait on average with the 50 us cap (work of 5 ms, about the
+# final DDP wait's), where 1 ms lost up to a millisecond.
+POLL_PID=""
+if want poll_backoff || want ops; then
+    timeout --kill-after=5 30 "$BUILD/bench/bench_poll_backoff" --waits 200 \
+        --work-us 100,1000,5000 >"$OUT/poll_backoff.jsonl" 2>"$OUT/poll_backoff.log" &
+    POLL_PID=$!
+    POLL_T0=$(date +%s)
+fi
+# poll_row: waits for the benchmark and writes its row.
+poll_row() {
+    [ -n "$POLL_PID" ] || return 0
+    wait "$POLL_PID"
+    prc=$? psecs=$(($(date +%s) - POLL_T0))
+    POLL_PID=""
+    p50=$(grep '"cap_us":50,"work_us":5000,' "$OUT/poll_backoff.jsonl" 2>/dev/null | head -1)
+    p1k=$(grep '"cap_us":1000,"work_us":5000,' "$OUT/poll_backoff.jsonl" 2>/dev/null | head -1)
+    probe=$(grep '"probe":"nanosleep"' "$OUT/poll_backoff.jsonl" 2>/dev/null | head -1)
+    m50=$(num lag_us_mean "$p50") m1k=$(num lag_us_mean "$p1k")
+    note="5 ms waits: mean lag ${m50:-?} us (p99 $(num lag_us_p99 "$p50")) at the 50 us cap, ${m1k:-?} us (p99 $(num lag_us_p99 "$p1k")) at 1 ms; a 5 us nanosleep takes $(num slept_us_p50 "$probe") us (timer slack $(num timerslack_ns "$probe") ns)"
+    if [ "$prc" != 0 ] || [ -z "$m50" ]; then
+        row poll_backoff FAIL "$psecs" "bench_poll_backoff rc $prc ($OUT/poll_backoff.log)"
+    elif [ "$DRY" = 1 ]; then
+        row poll_backoff PASS "$psecs" "dry (this CPU, not judged): $note"
+    elif python3 -c 'import sys; sys.exit(float(sys.argv[1]) > 100)' "$m50"; then
+        row poll_backoff PASS "$psecs" "$note"
+    else
+        row poll_backoff FAIL "$psecs" "over 100 us: $note"
+    fi
+}
+
 # ---- ops and training against the CPU backend ------------------------------
 # test_gpu_ops: every op with the default kernels against the CPU, and
 # each attention variant but the wg ones against the fused pass on the
@@ -357,6 +398,7 @@ if want wg_ops; then
     variant_ops bwd_wg_ops "$OUT/wg_ops.log" 'wg backward: |flash_wg_live'
     variant_ops fwd_wg_ops "$OUT/wg_ops.log" 'wg forward: |flash_wg_live'
 fi
+poll_row
 
 # ---- GPT-2 124M beside the cost model ----------------------------------------
 # bench B CAP NAME [VAR=VALUE...]: one B=16 or B=32 benchmark, 10 steps in

@@ -5,6 +5,8 @@
 # a row for every phase, summary.json with every key of the record
 # (world2_nccl "pass" over shm, the curves compared), and the folder
 # committable as is: small, text only, no snapshots, nothing git ignores.
+# Then what a dry run cannot reach: the GPU rows' reading (stand-ins for
+# the GPU programs) and world2.sh's record when NCCL refuses the world.
 set -u
 BUILD=$(cd "$1" && pwd) SRC=$(cd "$2" && pwd) || exit 2
 T=$(mktemp -d /tmp/gptd-accdry.XXXXXX) || exit 2
@@ -16,9 +18,12 @@ rc=$?
 cat "$T/log"
 [ "$rc" = 0 ] || { echo "FAIL: acceptance.sh --dry exit $rc"; exit 1; }
 fail=0
-for p in preflight ops bwd_ds_ops fwd_k32_ops train wg_ops bwd_wg_ops fwd_wg_ops bench_b16 \
-    bench_b32 bwd_ds_b16 bwd_wg_b16 fwd_k32_b16 fwd_wg_b16 torch_b16 torch_b32 curves \
-    memcheck_ds memcheck_wg world2; do
+# every row issues 33 and 34 still owe, world2.sh's among them
+for p in preflight poll_backoff ops bwd_ds_ops fwd_k32_ops train wg_ops bwd_wg_ops fwd_wg_ops \
+    bench_b16 bench_b32 bwd_ds_b16 bwd_wg_b16 fwd_k32_b16 fwd_wg_b16 torch_b16 torch_b32 curves \
+    memcheck_ds memcheck_wg world2 world2_form w2_tiny_none_bf16 w2_tiny_optimizer_bf16 \
+    w2_tiny_full_bf16 w2_tiny_none_fp32 w2_tiny_staged w2_small_none_bf16 \
+    w2_small_optimizer_bf16 w2_small_full_bf16 w2_small_none_fp32 w2_kill; do
     grep -q "^$p " "$OUT/table.txt" || { echo "FAIL: no $p row"; fail=1; }
 done
 grep -q 'total 480s' "$OUT/caps.txt" || { echo "FAIL: the caps do not add up to 480 s"; fail=1; }
@@ -48,6 +53,7 @@ PY
 F=$T/fake
 mkdir -p "$F/bench" "$F/tests"
 ln -s "$BUILD/gptd" "$F/gptd" && ln -s "$BUILD/gptctl" "$F/gptctl"
+ln -s "$BUILD/bench/bench_poll_backoff" "$F/bench/bench_poll_backoff"
 cat >"$F/bench/bench_gpu_train" <<EOF
 #!/bin/sh
 case "\$1" in
@@ -87,6 +93,35 @@ want = ["bwd_ds", "bwd_twopass", "fwd_k32", "fwd_m16", "fwd_wg"]
 print("stand-ins: passed %s, B=16 %s ms" % (s["passed"], s["gptd_ms_per_step_b16"]))
 sys.exit(0 if s["passed"] == want and s["gptd_ms_per_step_b16"] == 35.2 else 1)
 PY
+
+# world2.sh when NCCL refuses and gptd falls back by itself: a gptctl whose
+# logs say what a fallback's start event says (the world runs over shm
+# here), W2_COMM=nccl. The rows still judge training; world2_nccl.txt
+# quotes the refusal and is not "pass"; the script fails.
+cat >"$F/gptctl_refused" <<EOS
+#!/bin/sh
+case " \$* " in
+*" logs "*)
+    "$BUILD/gptctl" "\$@" |
+        sed 's#over comm shm"#over comm staged/shm (rank 1: nccl: ncclCommInitRankConfig: invalid usage (Duplicate GPU detected))"#'
+    ;;
+*) exec "$BUILD/gptctl" "\$@" ;;
+esac
+EOS
+chmod +x "$F/gptctl_refused"
+W2_COMM=nccl bash "$SRC/tests/gpu/world2.sh" "$BUILD/gptd" "$F/gptctl_refused" "$T/w2_refused" 150 \
+    >"$T/w2_refused.log" 2>&1
+wrc=$?
+cat "$T/w2_refused/world2_rows.txt" 2>/dev/null
+w2line=$(cat "$T/w2_refused/world2_nccl.txt" 2>/dev/null)
+echo "world2 with NCCL refused: rc $wrc: $w2line"
+[ "$wrc" = 1 ] || { echo "FAIL: world2.sh after a fallback exit $wrc, not 1"; fail=1; }
+case "$w2line" in
+"nccl refused: rank 1: nccl: ncclCommInitRankConfig: invalid usage (Duplicate GPU detected); host-staged fallback: pass"*) ;;
+*) echo "FAIL: world2_nccl.txt after a fallback: $w2line"; fail=1 ;;
+esac
+[ "$(grep -c 'PASS .*NCCL refused: rank 1' "$T/w2_refused/world2_rows.txt")" = 8 ] ||
+    { echo "FAIL: not 8 world-2 rows passing over the fallback, each quoting NCCL"; fail=1; }
 
 # committable: under 2 MiB, text files only, two levels at most, names a
 # GPU machine gives back, nothing .gitignore drops at tests/gpu/runs/

@@ -17,7 +17,7 @@
 #       --build-dir on the unpacked programs with the options given.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-PROGS="gptd gptctl bench/bench_gpu_train tests/test_gpu_ops tests/test_gpu_train tests/test_gpu_step
+PROGS="gptd gptctl bench/bench_gpu_train bench/bench_poll_backoff tests/test_gpu_ops tests/test_gpu_train tests/test_gpu_step
        tests/test_gpu_nccl"
 
 pack() {

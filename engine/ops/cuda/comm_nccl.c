@@ -45,11 +45,6 @@
 
 #define NCCL_DEFAULT_TIMEOUT_MS 300000
 #define NCCL_KEY_MAX            256
-/* The waits poll (the abort flag and the timeout must be seen too); a
- * back-off to 1 ms would lose up to a millisecond per step at the final
- * DDP wait, so it stops at 50 us (a sleeping poller still leaves the
- * core to the backward). */
-#define NCCL_POLL_MAX_NS 50000L
 #define NCCL_MSG_MAX     256
 /* How long the abort path waits for ncclCommAbort before it returns
  * anyway (well inside gpt_comm_abort's one-second bound). */
@@ -101,13 +96,6 @@ struct comm_nccl {
     struct nccl_aborter ab;
     char msg[NCCL_MSG_MAX];
 };
-
-static void nccl_nap(long *ns)
-{
-    struct timespec ts = {0, *ns};
-    nanosleep(&ts, NULL);
-    *ns = *ns * 2 > NCCL_POLL_MAX_NS ? NCCL_POLL_MAX_NS : *ns * 2;
-}
 
 /* Records the first failure and makes the communicator unusable. */
 static int nccl_fail(struct comm_nccl *c, int code, const char *what, const char *detail)
@@ -187,7 +175,7 @@ static int nccl_result_code(ncclResult_t r)
  * aborts the communicator. `deadline_ms` is absolute (monotonic). */
 static int nccl_wait(struct comm_nccl *c, int stream, int64_t deadline_ms, const char *what)
 {
-    long ns = 5000;
+    long ns = GPT_NCCL_POLL_FIRST_NS;
     for (;;) {
         if (atomic_load(&c->abort_req) || (c->cancelled && c->cancelled(c->cancel_ctx))) {
             nccl_abort_now(c);
@@ -221,7 +209,7 @@ static int nccl_wait(struct comm_nccl *c, int stream, int64_t deadline_ms, const
             nccl_abort_now(c);
             return nccl_fail(c, -ETIMEDOUT, what, "timed out");
         }
-        nccl_nap(&ns);
+        monotime_nap_backoff(&ns, GPT_NCCL_POLL_MAX_NS);
     }
 }
 

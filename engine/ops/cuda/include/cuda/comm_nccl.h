@@ -22,7 +22,7 @@
  * control values such as the trainer's status words), which is staged
  * through a device buffer. Every collective blocks until the result is in
  * `buf`, polling NCCL's async error, the abort flag and the timeout (from
- * the start of the collective), backing off to NCCL_POLL_MAX_NS (50 us). */
+ * the start of the collective), backing off to GPT_NCCL_POLL_MAX_NS (50 us, cuda_plan.h). */
 int gpt_comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv, int device,
                       struct gpt_comm **ret, struct gpt_err *err);
 
