@@ -8,9 +8,11 @@
 // saves a screenshot, works the controls (hover, zoom, smoothing, log y, x
 // as tokens), cancels JOB, checks its row again, and selects OTHER's sweep
 // with its button. OTHER_LABEL is OTHER's name and overrides as shown.
+// Last it shows job SAMPLED alone, whose samples panel must hold exactly
+// what `gptctl --json samples SAMPLED` reads (hostile markup), as text.
 //
 //   node dashboard_cdp.js CHROMIUM URL JOB OTHER SWEEP_IDS GPTCTL NAME OTHER_LABEL PGID_FILE \
-//     SCREENSHOT PROFILE
+//     SCREENSHOT PROFILE SAMPLED
 //
 // Exits 0 when every check held; prints what failed otherwise. Chromium
 // runs in a process group of its own whose id goes to PGID_FILE, so the
@@ -19,8 +21,8 @@
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
 
-const [chromium, url, job, other, sweepIds, gptctl, name, otherLabel, pgidFile, shot, profile] =
-  process.argv.slice(2);
+const [chromium, url, job, other, sweepIds, gptctl, name, otherLabel, pgidFile, shot, profile,
+  sampled] = process.argv.slice(2);
 const deadline = Date.now() + 40000;
 
 function fail(msg) {
@@ -123,6 +125,9 @@ const READ = `(() => {
     legend: [...document.querySelectorAll('#legend .key')].map((k) => k.textContent),
     configHead: [...document.querySelectorAll('#config thead th')].map((t) => t.textContent),
     differs,
+    samples: [...document.querySelectorAll('#samples .sample')].map((d) =>
+      [d.querySelector('pre.prompt').textContent, d.querySelector('pre.completion').textContent]),
+    samplesEmpty: document.getElementById('samples-empty').hidden === false,
     imgs: document.querySelectorAll('img, script:not([src])').length,
     pwned: !!window.pwned,
     detailHidden: document.getElementById('detail').hidden,
@@ -274,6 +279,19 @@ async function until(session, what, pred) {
     want.every((i) => n(v, 'loss #' + i + ' loss') > 0));
   console.log('sweep selected: legend ' + JSON.stringify(sw.legend));
   if (sw.imgs !== 0 || sw.pwned) fail('a job name was rendered as markup');
+
+  // Job SAMPLED's kept sample: its prompt and text are markup, shown as
+  // text; JOB (never sampled) said it had none.
+  if (b.samples.length !== 0 || !b.samplesEmpty)
+    fail('job ' + job + ' has no samples, the panel shows ' + JSON.stringify(b.samples));
+  const kept = JSON.parse(execFileSync(gptctl, ['--json', 'samples', sampled]).toString()).samples;
+  const wantS = kept.map((k) => [k.prompt, k.completion]);
+  if (wantS.length !== 1 || !wantS[0][0].includes('<img')) fail('gptctl samples: ' + JSON.stringify(kept));
+  await send('Page.navigate', { url: url + '#jobs=' + sampled }, s);
+  const sa = await until(s, 'job ' + sampled + '\'s sample', (v) =>
+    JSON.stringify(v.samples) === JSON.stringify(wantS));
+  console.log('samples of job ' + sampled + ': ' + JSON.stringify(sa.samples));
+  if (sa.imgs !== 0 || sa.pwned || sa.samplesEmpty) fail('a sample was rendered as markup');
   await send('Browser.close').catch(() => {});
   finish(0);
 })().catch((e) => fail(String(e && e.stack || e)));

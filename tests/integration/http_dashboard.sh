@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The dashboard at / in a real browser: gptd --http on loopback trains small
 # CPU jobs with hostile names: a sweep of two (jobs 1 and 2, learning rates
-# 2e-3 and 3e-3) to their end, then job 3 until cancelled; headless chromium
-# (driven over the DevTools protocol by dashboard_cdp.js) loads the page
-# comparing jobs 3 and 1 and the test asserts from the charts' data that
-# every panel (loss and val loss, learning rate, tokens/s, grad norm, MFU,
-# memory) holds both jobs' series, that job 3's grow between two reads,
-# that both loss curves are on the canvas, that the config marks the keys
-# whose values differ, that job 3's row shows the step `gptctl --json
-# status` reports (within the page's poll interval while it trains,
-# exactly once it was cancelled), that the names (with job 1's overrides)
-# are text, not markup, and that the sweep's button selects jobs 1 and 2.
+# 2e-3 and 3e-3) to their end, job 3 (a character model of hostile markup,
+# sampled once with a hostile prompt) to its end, then job 4 until
+# cancelled; headless chromium (driven over the DevTools protocol by
+# dashboard_cdp.js) loads the page comparing jobs 4 and 1 and the test
+# asserts from the charts' data that every panel (loss and val loss,
+# learning rate, tokens/s, grad norm, MFU, memory) holds both jobs' series,
+# that job 4's grow between two reads, that both loss curves are on the
+# canvas, that the config marks the keys whose values differ, that job 4's
+# row shows the step `gptctl --json status` reports (within the page's poll
+# interval while it trains, exactly once it was cancelled), that the names
+# (with job 1's overrides) are text, not markup, that the sweep's button
+# selects jobs 1 and 2, and that job 3's samples panel shows its sample's
+# hostile prompt and text as text (what `gptctl samples` reads), inert.
 # The screenshot is saved as ARTIFACTS/http_dashboard.png. Then the
 # charting library as embedded (Debian's libjs-dygraphs, byte for byte),
 # /api/jobs/ID/config, the JSON documents' refusals (bad ids, bad since:
@@ -33,7 +36,7 @@ kill_chrome() {
     fi
 }
 # cleanup exits with the status it finds in $?: the test's, not kill_chrome's.
-trap 'rc=$?; kill_chrome; (exit $rc); cleanup' EXIT
+trap 'rc=$?; set +e; kill_chrome; (exit $rc); cleanup' EXIT
 
 start_gptd --http 127.0.0.1:0
 wait_for 10 grep -q 'http: serving /metrics' "$T/gptd.0.log"
@@ -55,20 +58,39 @@ json.dump({"name": sys.argv[2],
            "snapshot": {"every": 500}}, open(sys.argv[1], "w"))
 PY
 }
-# The sweep ends before job 3 starts (one worker): the page compares an
+# The sweep ends before job 4 starts (one worker): the page compares an
 # ended job with one that trains.
 job_spec "$T/other.json" "$OTHER" 60 2e-3
 job_spec "$T/job.json" "$NAME" 10000000 1e-3
 "$GPTCTL" submit -m "$T/other.json" optimizer.lr=2e-3,3e-3 >/dev/null
 wait_for 60 job_is 1 completed
 wait_for 60 job_is 2 completed
+# Job 3: a character model of a text that is markup, so that its prompt
+# and what it writes are markup too; one sample of it is kept.
+PROMPT='<img src=x onerror="window.pwned=3">'
+for i in $(seq 40); do printf '%s<script>window.pwned=4</script><b>&amp;</b>\n' "$PROMPT"; done \
+    >"$T/markup.txt"
+python3 - "$T/markup.json" "$T/markup.txt" <<'PY'
+import json, sys
+json.dump({"name": "markup",
+           "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8},
+           "data": {"kind": "text", "path": sys.argv[2], "tokenizer": "char"},
+           "trainer": {"max_steps": 5, "micro_batch": 4, "global_batch": 4, "log_every": 5,
+                       "eval_every": 0, "threads": 1},
+           "optimizer": {"lr": 1e-3, "warmup_steps": 0}, "snapshot": {"every": 5}},
+          open(sys.argv[1], "w"))
+PY
+"$GPTCTL" submit "$T/markup.json" >/dev/null
+wait_for 60 job_is 3 completed
+"$GPTCTL" sample 3 --prompt "$PROMPT" --tokens 40 >/dev/null || fail "sample job 3"
 "$GPTCTL" submit "$T/job.json" >/dev/null
-wait_for 30 job_step_at_least 3 30
+wait_for 30 job_step_at_least 4 30
 
 mkdir -p "$ART"
 rm -f "$ART/http_dashboard.png"
-node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 3 1 1,2 "$GPTCTL" "$NAME" \
-    "$OTHER lr=2e-3" "$CHROME_PGID" "$ART/http_dashboard.png" "$T/chrome-profile" || fail "the dashboard checks failed"
+node "$(dirname "$0")/dashboard_cdp.js" chromium "$URL/" 4 1 1,2 "$GPTCTL" "$NAME" \
+    "$OTHER lr=2e-3" "$CHROME_PGID" "$ART/http_dashboard.png" "$T/chrome-profile" 3 ||
+    fail "the dashboard checks failed"
 kill_chrome
 [[ $(head -c 8 "$ART/http_dashboard.png" | od -An -tx1 | tr -d ' ') == 89504e470d0a1a0a ]] ||
     fail "no PNG screenshot at $ART/http_dashboard.png"
@@ -111,12 +133,12 @@ grep -qi "^Content-Security-Policy: default-src 'none'; script-src 'self'" "$T/h
 grep -qi '^X-Content-Type-Options: nosniff' "$T/h.txt" || fail "no nosniff"
 grep -qi '^Content-Type: application/json' "$T/h.txt" || fail "not served as JSON"
 grep -q '</' "$T/jobs.json" && fail "a raw </ in /api/jobs"
-curl -sf "$URL/api/jobs/3/metrics?since=0" >"$T/m.json"
-"$GPTCTL" --json logs 3 >"$T/logs.json"
-python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/3/metrics differ from gptctl"
+curl -sf "$URL/api/jobs/4/metrics?since=0" >"$T/m.json"
+"$GPTCTL" --json logs 4 >"$T/logs.json"
+python3 - "$T/jobs.json" "$NAME" "$T/m.json" "$T/logs.json" <<'PY' || fail "/api/jobs or /api/jobs/4/metrics differ from gptctl"
 import json, sys
 jobs = {j["id"]: j for j in json.load(open(sys.argv[1]))["jobs"]}
-if jobs[3]["name"] != sys.argv[2] or jobs[3]["state"] != "cancelled":
+if jobs[4]["name"] != sys.argv[2] or jobs[4]["state"] != "cancelled":
     sys.exit(f"/api/jobs: {jobs}")
 doc = json.load(open(sys.argv[3]))
 ref = {}

@@ -450,6 +450,28 @@ function renderSnapshots(doc) {
   fillBody($('snapshots'), rows);
 }
 
+// One kept sample: what it came from and its settings, then the prompt and
+// what the model wrote, each a <pre> filled as text.
+function sampleNode(s) {
+  const div = el('div', null, 'sample');
+  div.dataset.sample = String(s.id);
+  const snap = s.snapshot_id ? 'snapshot ' + s.snapshot_id + ', ' : '';
+  div.appendChild(el('div', fmtTime(s.time) + ': ' + snap + 'step ' + s.step + ', tokens ' + s.tokens +
+    ', temperature ' + s.temperature + ', top-k ' + s.top_k + ', seed ' + s.seed + ', uid ' + s.uid +
+    (s.truncated ? ' (text cut at 16 KiB)' : ''), 'meta muted'));
+  const prompt = s.prompt_ids ? 'token ids ' + s.prompt_ids : s.prompt;
+  div.appendChild(el('pre', prompt, 'prompt'));
+  div.appendChild(el('pre', s.completion, 'completion'));
+  return div;
+}
+
+function renderSamples(doc) {
+  const div = $('samples');
+  while (div.firstChild) div.removeChild(div.firstChild);
+  for (const s of doc.samples || []) div.appendChild(sampleNode(s));
+  $('samples-empty').hidden = div.childNodes.length > 0;
+}
+
 // Reads a job's metrics since the last step read, page by page.
 async function pollMetrics(id, run) {
   for (let pages = 0; pages < 20; pages++) {
@@ -511,10 +533,11 @@ async function pollOnce() {
       const first = sel[0], fj = jobById(first);
       $('d-id').textContent = first;
       $('d-name').textContent = fj ? fj.name : '';
-      const [ev, sn] = await Promise.all([api('/api/jobs/' + first + '/events'),
-        api('/api/jobs/' + first + '/snapshots')]);
+      const [ev, sn, sa] = await Promise.all([api('/api/jobs/' + first + '/events'),
+        api('/api/jobs/' + first + '/snapshots'), api('/api/jobs/' + first + '/samples')]);
       renderEvents(ev);
       renderSnapshots(sn);
+      renderSamples(sa);
     }
     $('login').hidden = true;
     $('status').textContent = 'updated ' + new Date().toLocaleTimeString();
