@@ -7,8 +7,9 @@
  *
  *   HEARTBEAT <its id>                    its own report
  *   APPEND c/inbox                        whole lines, each in its own name;
- *                                         a record (metric, event) only for
- *                                         a job whose global rank 0 it holds
+ *                                         a record (metric, event) of a job
+ *                                         running here only while it holds
+ *                                         that job's global rank 0
  *   DELETE c/reply/<its id>/...           the answers to its own requests
  *   SET j<job>/<gen>/r<round>/KEY         its workers' keys in the job's
  *                                         current world, for its ranks only:
@@ -19,7 +20,11 @@
  * gptd_store_refused_writes_total). The world's ranks come from the round
  * protocol at the moment of the write (rdzv_coord_node_ranks), and records
  * are checked again when the inbox is read, since a round may have closed
- * in between. The coordinator's own records never pass through here.
+ * in between. Two cases take records without known ranks: a job that does
+ * not run here (its records are dropped when read, as always), and a job
+ * whose first world under this coordinator still forms (after a
+ * coordinator's start, records of the world before it from a node placed
+ * on the job). The coordinator's own records never pass through here.
  *
  * Loop thread only (the store server's callback and the inbox drain).
  */
@@ -38,7 +43,10 @@
 int cluster_acl_record(struct cluster *c, const char *node, int64_t job, char *why, size_t cap)
 {
     struct rdzv_ranks r;
-    if (!c->coord || rdzv_coord_node_ranks(c->coord, node, job, &r) < 0) {
+    int rc = c->coord ? rdzv_coord_node_ranks(c->coord, node, job, &r) : -ESRCH;
+    if (rc == -ESRCH || rc == -EAGAIN)
+        return rc == -ESRCH ? -ESRCH : 0;
+    if (rc < 0) {
         snprintf(why, cap, "it holds no rank of job %" PRId64 "'s world", job);
         return -EACCES;
     }
@@ -96,7 +104,12 @@ static int acl_inbox(struct cluster *c, const char *node, const uint8_t *val, si
                          cluster_msg_type_name(m.type), m.node);
                 rc = -EACCES;
             } else if (m.type == CLUSTER_MSG_METRIC || m.type == CLUSTER_MSG_EVENT) {
+                /* A job that does not run here takes no record anyway: a
+                 * late one of a job just ended is no lie, and refusing it
+                 * would drop the lines sent with it. */
                 rc = cluster_acl_record(c, node, m.job, why, cap);
+                if (rc == -ESRCH)
+                    rc = 0;
             }
             cluster_msg_done(&m);
         }
@@ -121,7 +134,7 @@ static int acl_worker_key(struct cluster *c, const char *node, const char *key, 
     const char *what = key + off;
     struct rdzv_ranks r;
     if (rdzv_coord_node_ranks(c->coord, node, job, &r) < 0) {
-        snprintf(why, cap, "it holds no rank of job %" PRId64 "'s world", job);
+        snprintf(why, cap, "it holds no rank of job %" PRId64 "'s current world", job);
         return -EACCES;
     }
     if (gen != r.gen || round != r.round) {

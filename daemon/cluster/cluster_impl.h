@@ -168,7 +168,8 @@ int cluster_hb_admit(void *arg, const char *key, const void *val, size_t len, co
 int cluster_write_admit(void *arg, const char *node, const struct proto_store_msg *m, char *why,
                         size_t cap);
 /* Whether node `node` may send job `job`'s records (metrics, events) now:
- * 0, or -EACCES with why[0..cap) saying why not. */
+ * 0; -ESRCH when the job does not run here (its records are dropped, no
+ * lie is known); -EACCES with why[0..cap) saying why not. */
 int cluster_acl_record(struct cluster *c, const char *node, int64_t job, char *why, size_t cap);
 /* Counts a record refused when the inbox was read, and logs it (at most
  * once a minute). */

@@ -416,13 +416,15 @@ static void cluster_coord_line(struct cluster *c, double now, const char *line, 
     case CLUSTER_MSG_METRIC:
     case CLUSTER_MSG_EVENT: {
         /* The store let the line in in its sender's name; whether that
-         * node still holds the job's rank 0 is decided now, at use. */
+         * node still holds the job's rank 0 is decided now, at use (a
+         * job that does not run here, -ESRCH, takes no record anyway). */
         char why[192];
-        if (cluster_acl_record(c, m.node, m.job, why, sizeof(why)) < 0)
+        int rc = cluster_acl_record(c, m.node, m.job, why, sizeof(why));
+        if (rc == -EACCES)
             cluster_acl_record_refused(c, &m, why);
-        else if (m.type == CLUSTER_MSG_METRIC)
+        else if (rc == 0 && m.type == CLUSTER_MSG_METRIC)
             cluster_coord_metric(c, m.job, &m.metric);
-        else
+        else if (rc == 0)
             cluster_coord_event_in(c, m.job, &m.event, m.node);
         break;
     }

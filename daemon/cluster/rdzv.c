@@ -154,8 +154,12 @@ int rdzv_coord_node_ranks(const struct rdzv_coord *c, const char *node, int64_t 
 {
     const struct rdzv_jrun *j = rdzv_job_find(c, job);
     const struct rdzv_cnode *nd = rdzv_find((struct rdzv_coord *)c, node);
-    if (!j || !nd || nd->jr != j || j->last_world_round <= 0)
+    if (!j)
+        return -ESRCH;
+    if (!nd || nd->jr != j)
         return -ENOENT;
+    if (j->last_world_round <= 0)
+        return -EAGAIN;
     bool world_current = j->round == j->last_world_round;
     if (!(world_current ? nd->member : nd->prev_member))
         return -ENOENT;

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # A member that holds the cluster secret and lies (gptd(8), "Security"):
 # what it writes to the coordinator's store is bounded to its own node.
-#  - two gptd on this host: the coordinator "ac" and the member "zm"; a job
-#    of both gives "ac" global rank 0 (ids sort so), "zm" rank 1;
-#  - while the job runs, a store client with the cluster secret speaking as
-#    "zm" (what the member's gptd could send) tries: a metric and a `done`
-#    of the job (records of rank 0, which it does not hold), a metric of
-#    another job (queued, on no node), a metric in the name of "ac", a
-#    heartbeat for "ac" and for a node that is not there, the job's rank-0
-#    worker key, "ac"'s round key, and the feed head. Each gets DENIED
-#    naming the key and "zm"; the coordinator logs the refusal and counts
-#    every one in gptd_store_refused_writes_total;
+#  - two gptd on this host: the coordinator "ac" and the member "zm";
+#  - a job of one node runs on "ac" (first in the node table): a store
+#    client with the cluster secret speaking as "zm" (what the member's gptd
+#    could send) forges a metric and a `done` of that other job;
+#  - a job of both nodes gives "ac" global rank 0 (ids sort so), "zm" rank
+#    1: the client forges a metric and a `done` of it (records of rank 0,
+#    which "zm" does not hold), a metric in the name of "ac", a heartbeat
+#    for "ac" and for a node that is not there, the job's rank-0 worker key,
+#    "ac"'s round key, and the feed head. Each forgery gets DENIED naming
+#    the key and "zm"; the coordinator logs the refusal and counts every one
+#    in gptd_store_refused_writes_total;
 #  - what is its own still works: a read, the delete of its own reply key;
-#  - the honest job completes with exactly its own records: its final
-#    step, one `done` event, no forged loss; the phantom node never shows
-#    in `gptctl nodes`.
+#  - the honest jobs keep exactly their own records: the job of both nodes
+#    completes at its final step with one `done` event, neither has a
+#    forged loss or event; the phantom node never shows in `gptctl nodes`.
 source "$(dirname "$0")/elastic_common.sh"
 ITEST_STORE=${ITEST_STORE:?ITEST_STORE names tests/integration/itest_store}
 
@@ -31,9 +32,36 @@ URL=http://127.0.0.1:$(grep -o 'http: serving /metrics on 127.0.0.1:[0-9]*' "$T/
 liar() { "$ITEST_STORE" "$RDZV" "$T/secret" zm "$@"; }
 
 STEPS=3000
+FORGED_LOSS=4242.5
+metric() { printf '{"t":"metric","job":%s,"node":"%s","m":{"step":%s,"loss":%s}}' "$@"; }
+done_ev() {
+    printf '{"t":"event","job":%s,"node":"zm","e":{"kind":"done","step":%s,"message":"forged"}}' \
+        "$1" "$STEPS"
+}
+# denied ANSWER KEY: the store refused a write of KEY, naming it and "zm".
+denied() { [[ $1 == "DENIED node \"zm\" may not "*" \"$2\": "* ]]; }
+
+# --- another job: on "ac" alone.
+elastic_job "$T/one.json" $STEPS 1 100000 100
+other=$(ctl ac submit "$T/one.json")
+wait_for 60 job_step_at_least ac "$other" 10
+grep -q "agent: round [0-9]* of job $other: ranks 0-0 of 1" "$T/ac.log" ||
+    fail "job $other does not run on ac alone: $(grep 'agent: round' "$T/ac.log")"
+liar "append:c/inbox=$(metric "$other" zm 20 "$FORGED_LOSS")" \
+    "append:c/inbox=$(done_ev "$other")" >"$T/liar1.out" ||
+    fail "the store client failed: $(cat "$T/liar1.out")"
+mapfile -t got <"$T/liar1.out"
+for i in 0 1; do
+    denied "${got[$i]}" c/inbox || fail "forgery $i of job $other was not refused: ${got[$i]}"
+done
+job_is ac "$other" running || fail "job $other ended before the forgeries were all tried"
+ctl ac cancel "$other" >/dev/null
+job_ended() { [[ $(job_field ac "$1" state) =~ ^(completed|failed|cancelled)$ ]]; }
+wait_for 60 job_ended "$other"
+
+# --- the job of both nodes.
 elastic_job "$T/job.json" $STEPS 2 100000 100
 id=$(ctl ac submit "$T/job.json")
-other=$(ctl ac submit "$T/job.json") # queued behind it: on no node
 wait_for 60 job_step_at_least ac "$id" 10
 grep -q "agent: round [0-9]* of job $id: ranks 1-1 of 2" "$T/zm.log" ||
     fail "the member does not hold rank 1 of job $id: $(grep 'agent: round' "$T/zm.log")"
@@ -43,13 +71,9 @@ round=$(liar "get:rdzv/n/zm")
 prefix=$(grep -o '"prefix":"[^"]*"' <<<"$round" | cut -d'"' -f4)
 [[ $prefix == j$id/* ]] || fail "no prefix for job $id in the member's round: $round"
 
-FORGED_LOSS=4242.5
-metric() { printf '{"t":"metric","job":%s,"node":"%s","m":{"step":%s,"loss":%s}}' "$@"; }
-done_ev='{"t":"event","job":'$id',"node":"zm","e":{"kind":"done","step":'$STEPS',"message":"forged"}}'
 hb() { printf '{"t":"hb","node":"%s","inc":"1","state":"idle","workers":8,"addr":"127.0.0.1"}' "$1"; }
 liar "append:c/inbox=$(metric "$id" zm 20 "$FORGED_LOSS")" \
-    "append:c/inbox=$done_ev" \
-    "append:c/inbox=$(metric "$other" zm 1 "$FORGED_LOSS")" \
+    "append:c/inbox=$(done_ev "$id")" \
     "append:c/inbox=$(metric "$id" ac 20 "$FORGED_LOSS")" \
     "heartbeat:ac=$(hb ac)" \
     "heartbeat:ghost=$(hb ghost)" \
@@ -59,14 +83,13 @@ liar "append:c/inbox=$(metric "$id" zm 20 "$FORGED_LOSS")" \
     "get:rdzv/n/zm" \
     "delete:c/reply/zm/1/1" >"$T/liar.out" || fail "the store client failed: $(cat "$T/liar.out")"
 mapfile -t got <"$T/liar.out"
-keys=(c/inbox c/inbox c/inbox c/inbox ac ghost "${prefix}addr/0" rdzv/n/ac c/feed/head)
-((${#got[@]} == 11)) || fail "expected 11 answers: $(cat "$T/liar.out")"
+keys=(c/inbox c/inbox c/inbox ac ghost "${prefix}addr/0" rdzv/n/ac c/feed/head)
+((${#got[@]} == 10)) || fail "expected 10 answers: $(cat "$T/liar.out")"
 for i in "${!keys[@]}"; do
-    [[ ${got[$i]} == "DENIED node \"zm\" may not "*" \"${keys[$i]}\": "* ]] ||
-        fail "forgery $i (${keys[$i]}) was not refused: ${got[$i]}"
+    denied "${got[$i]}" "${keys[$i]}" || fail "forgery $i (${keys[$i]}) was not refused: ${got[$i]}"
 done
-[[ ${got[9]} == VALUE* ]] || fail "a read of its own round failed: ${got[9]}"
-[[ ${got[10]} == "OK" || ${got[10]} == VALUE* ]] || fail "its own reply key: ${got[10]}"
+[[ ${got[8]} == VALUE* ]] || fail "a read of its own round failed: ${got[8]}"
+[[ ${got[9]} == "OK" || ${got[9]} == VALUE* ]] || fail "its own reply key: ${got[9]}"
 echo "refusals: ${got[1]}"
 grep -q "store: refused a write from 127.0.0.1:[0-9]*: node \"zm\" may not APPEND \"c/inbox\"" \
     "$T/ac.log" || fail "the coordinator did not log the refusal"
@@ -75,10 +98,9 @@ refused_total() {
     curl -sf "$URL/metrics" | grep '^gptd_store_refused_writes_total ' | cut -d' ' -f2
 }
 refused_at_least() { (($(refused_total) >= $1)); }
-wait_for 20 refused_at_least 9
+wait_for 20 refused_at_least 10
 
-# The honest job ends as if nothing happened, with its own records only.
-job_ended() { [[ $(job_field ac "$1" state) =~ ^(completed|failed|cancelled)$ ]]; }
+# The honest jobs end as if nothing happened, with their own records only.
 wait_for 180 job_ended "$id"
 job_is ac "$id" completed ||
     fail "job $id is $(job_field ac "$id" state): $(ctl ac --json status "$id" | grep -o '"error":"[^"]*"')"
@@ -87,9 +109,9 @@ ctl ac --json logs "$id" >"$T/logs.json"
 [[ $(grep -c '"kind":"done"' "$T/logs.json") == 1 ]] ||
     fail "job $id has $(grep -c '"kind":"done"' "$T/logs.json") done events"
 grep -q 'forged' "$T/logs.json" && fail "a forged event reached job $id's history"
+ctl ac --json logs "$other" | has 'forged' && fail "a forged event reached job $other's history"
 [[ $(db "SELECT count(*) FROM metrics WHERE loss = $FORGED_LOSS") == 0 ]] ||
     fail "a forged metric reached the database"
 check_history "$id"
 ctl ac --json nodes | has '"node":"ghost"' && fail "the phantom node is in the node table"
-ctl ac cancel "$other" >/dev/null
 echo "elastic_liar: ok"

@@ -222,9 +222,10 @@ static void test_close_at_max(void **state)
 }
 
 /* What a node may write for a job (cluster_acl.c) follows the job's
- * newest closed world: nothing before it closes; each member's own ranks
- * while it runs; the previous world's alive members while the next round
- * forms (their last records are on their way); nothing after the job. */
+ * newest closed world: no ranks before it closes (-EAGAIN for the nodes
+ * placed on it); each member's own ranks while it runs; the previous
+ * world's alive members while the next round forms (their last records
+ * are on their way); nothing after the job (-ESRCH). */
 static void test_node_ranks(void **state)
 {
     struct fx *f = *state;
@@ -233,7 +234,7 @@ static void test_node_ranks(void **state)
     send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
     send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
     start(f->c, 0, 1, 2, -1);
-    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -ENOENT); /* forming */
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -EAGAIN); /* first world forms */
     send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
     send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
     assert_string_equal(cur_phase(f->c), "running");
@@ -245,8 +246,8 @@ static void test_node_ranks(void **state)
     assert_true(r.gen == GEN);
     assert_int_equal(rdzv_coord_node_ranks(f->c, "b", 7, &r), 0);
     assert_int_equal(r.base, 1);
-    assert_int_equal(rdzv_coord_node_ranks(f->c, "c", 7, &r), -ENOENT); /* not placed */
-    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 8, &r), -ENOENT); /* no such job */
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "c", 7, &r), -ENOENT);  /* not placed */
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 8, &r), -ESRCH);   /* no such job */
     assert_int_equal(rdzv_coord_node_ranks(f->c, "zz", 7, &r), -ENOENT); /* unknown */
     /* b fails: a round forms; the world before it still holds its ranks. */
     send_exit(f->c, 0.2, "b", -ECONNRESET, 5);
@@ -258,7 +259,7 @@ static void test_node_ranks(void **state)
     rdzv_coord_job_stop(f->c, 7, 0.3);
     rdzv_coord_tick(f->c, 30);
     assert_int_equal(f->rec.finished, 1);
-    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -ENOENT);
+    assert_int_equal(rdzv_coord_node_ranks(f->c, "a", 7, &r), -ESRCH);
 }
 
 static void test_close_at_min_after_last_call(void **state)

@@ -184,9 +184,11 @@ struct rdzv_ranks {
  * its members while that world runs or stops, its members still alive
  * while the job's next round forms (their workers' last records are on
  * their way). What a node may write for a job is bounded by this
- * (cluster_acl.c). Returns 0 with *ret, or -ENOENT: the job does not run
- * here, the node is unknown, or it is in none of the job's worlds. O(1)
- * but for the scan of the running jobs. */
+ * (cluster_acl.c). Returns 0 with *ret; -ESRCH: the job does not run
+ * here; -EAGAIN: the node is placed on the job but no world of it has
+ * closed under this coordinator yet (after a coordinator's start: its
+ * ranks of the world before are not known); -ENOENT: the node holds no
+ * rank of the job's world. O(1) but for the scan of the running jobs. */
 int rdzv_coord_node_ranks(const struct rdzv_coord *c, const char *node, int64_t job,
                           struct rdzv_ranks *ret);
 
