@@ -11,7 +11,8 @@
 #   want|LINE|WORD...    TAB after LINE offers every WORD
 #   refuse|LINE|WORD...  TAB after LINE offers something, but no WORD
 #   buffer|LINE|TEXT     TAB after LINE leaves TEXT on the line
-# Prints each failure; exits 1 if any check failed.
+# Prints each failure, and any error the completion raised; exits 1 if any
+# check failed.
 zmodload zsh/zpty zsh/datetime || { print -u2 "FAIL: zsh has no zpty module"; exit 1 }
 T=$1 checks=$2
 cd $T/work || exit 1
@@ -44,6 +45,11 @@ press() {
     drain
     buffer=$(<$T/buf.$step)
     ((step++))
+    # an error inside the completion ("_gptd_ctl:12: bad substitution")
+    if [[ $out == *_gptd[a-z_]#:[0-9]##:* ]]; then
+        print -u2 "FAIL: '$1'<TAB> raised an error: ${(q+)out}"
+        failed=1
+    fi
     # Lines after the echoed input, up to the redrawn prompt; terminal
     # control sequences and bells removed.
     local clean=${out//$'\r'/}
