@@ -58,4 +58,4 @@ set_tests_properties(gpu_bundle PROPERTIES LABELS unit TIMEOUT 120)
 # (acceptance.sh --dry): its folder committable, summary.json complete.
 add_test(NAME gpu_acceptance_dry
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/acceptance_dry.sh ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR})
-set_tests_properties(gpu_acceptance_dry PROPERTIES LABELS "gpu;slow" TIMEOUT 240)
+set_tests_properties(gpu_acceptance_dry PROPERTIES LABELS "gpu;slow" TIMEOUT 360)

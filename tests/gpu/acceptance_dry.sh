@@ -22,7 +22,7 @@ fail=0
 for p in preflight poll_backoff ops bwd_ds_ops fwd_k32_ops train wg_ops bwd_wg_ops fwd_wg_ops \
     bench_b16 bench_b32 bwd_ds_b16 bwd_wg_b16 fwd_k32_b16 fwd_wg_b16 torch_b16 torch_b32 curves \
     memcheck_ds memcheck_wg world2 world2_form w2_tiny_none_bf16 w2_tiny_optimizer_bf16 \
-    w2_tiny_full_bf16 w2_tiny_none_fp32 w2_tiny_staged w2_small_none_bf16 \
+    w2_tiny_full_bf16 w2_tiny_none_fp32 w2_small_staged w2_small_none_bf16 \
     w2_small_optimizer_bf16 w2_small_full_bf16 w2_small_none_fp32 w2_kill; do
     grep -q "^$p " "$OUT/table.txt" || { echo "FAIL: no $p row"; fail=1; }
 done
