@@ -395,6 +395,12 @@ static void cluster_on_tick(uv_timer_t *t)
     double now = monotime_s();
     if (c->closing)
         return;
+    /* A tick this late means the loop was held up (a loaded host, a slow
+     * disk): the heartbeats that came meanwhile wait unread in their
+     * sockets, so nobody's silence is counted for that time. */
+    if (c->coord && c->last_tick > 0 && now - c->last_tick > CLUSTER_STALL_S)
+        rdzv_coord_blind(c->coord, now, now - c->last_tick);
+    c->last_tick = now;
     if (c->coord)
         cluster_coord_duty(c, now);
     cluster_leave_check(c, now);

@@ -29,6 +29,7 @@
 #include "store_client.h"
 
 #define CLUSTER_TICK_MS        25
+#define CLUSTER_STALL_S        0.5 /* a tick this late means the loop was held up */
 #define CLUSTER_BACKOFF_MIN_MS 100
 #define CLUSTER_BACKOFF_MAX_MS 1000
 
@@ -141,6 +142,7 @@ struct cluster {
     double cc_retry_at;
     struct rdzv_coord *coord;
     double next_nodes_pub;
+    double last_tick; /* when the timer last ran, 0 before the first tick */
 
     /* inbox records refused when read (cluster_acl.c), and its log's pace */
     uint64_t records_refused;

@@ -499,6 +499,18 @@ bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)
     return true;
 }
 
+void rdzv_coord_blind(struct rdzv_coord *c, double now, double blind_s)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        struct rdzv_cnode *nd = &c->nodes[i];
+        if (!nd->alive)
+            continue;
+        nd->last_hb += blind_s;
+        if (nd->last_hb > now)
+            nd->last_hb = now;
+    }
+}
+
 void rdzv_coord_job_progress(struct rdzv_coord *c, int64_t job, int64_t step, int64_t snapshot)
 {
     struct rdzv_jrun *j = rdzv_job_find(c, job);

@@ -1,11 +1,12 @@
 /*
- * test_cluster_self: a coordinator never declares its own node dead. Its
- * heartbeat goes round through its own store on the same loop, so a loop
- * held up past dead_after_s (a loaded host) finds that heartbeat as stale
- * as a silent node's. A real coordinator (daemon/cluster/cluster.c with its
- * store server and rdzv.c) on one loop; a timer callback holds the loop
- * for twice dead_after_s; the coordinator's row must stay alive through
- * the sweeps that follow. Bounded by deadlines.
+ * test_cluster_self: a loop held up past dead_after_s (a loaded host) makes
+ * nobody dead. The coordinator's own heartbeat goes round through its own
+ * store on that loop, and a member's heartbeats wait unread in their
+ * sockets meanwhile, so both would look as stale as a silent node's. A
+ * real coordinator (daemon/cluster/cluster.c with its store server and
+ * rdzv.c) and a member on one loop; a timer callback holds the loop for
+ * twice dead_after_s; both rows must stay alive through the sweeps that
+ * follow. Bounded by deadlines.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -29,15 +30,15 @@
 #define DEAD_AFTER_S 1.0 /* four heartbeats: a loop that runs never misses it */
 
 static uv_loop_t loop;
-static struct cluster *coord;
+static struct cluster *coord, *member;
 
 static double now_s(void)
 {
     return (double)uv_hrtime() / 1e9;
 }
 
-/* The coordinator's row in its node table: "" when absent. */
-static void self_state(char *out, size_t size)
+/* Node `node`'s row in the coordinator's node table: "" when absent. */
+static void node_state(const char *node, char *out, size_t size)
 {
     json_t *nodes = cluster_nodes_json(coord);
     size_t i;
@@ -47,7 +48,7 @@ static void self_state(char *out, size_t size)
     {
         const char *id = json_string_value(json_object_get(n, "node"));
         const char *st = json_string_value(json_object_get(n, "state"));
-        if (id && st && strcmp(id, "coordinator") == 0)
+        if (id && st && strcmp(id, node) == 0)
             snprintf(out, size, "%s", st);
     }
     json_decref(nodes);
@@ -73,7 +74,7 @@ static void on_stall_closed(uv_handle_t *h)
     (void)h;
 }
 
-static void test_cluster_self_stalled_loop(void **state)
+static void test_cluster_stalled_loop(void **state)
 {
     struct gpt_err err;
     struct cluster_opts co = {.node_id = "coordinator",
@@ -88,38 +89,48 @@ static void test_cluster_self_stalled_loop(void **state)
                               .addr = "127.0.0.1",
                               .workers = 1,
                               .version = "test"};
-    char st[32];
+    char st[32], mst[32];
     (void)state;
     assert_int_equal(uv_loop_init(&loop), 0);
     assert_int_equal(cluster_new(&loop, &co, &coord, &err), 0);
+    struct cluster_opts mo = co;
+    mo.node_id = "member";
+    mo.coordinator = false;
+    mo.port = cluster_port(coord);
+    assert_int_equal(cluster_new(&loop, &mo, &member, &err), 0);
 
-    /* Its own heartbeats flow through its store for a while: alive. */
+    /* Heartbeats flow through the store for a while: both alive. */
     double end = now_s() + 1.5;
     while (now_s() < end)
         uv_run(&loop, UV_RUN_ONCE);
-    self_state(st, sizeof(st));
+    node_state("coordinator", st, sizeof(st));
+    node_state("member", mst, sizeof(mst));
     assert_string_equal(st, "idle");
+    assert_string_equal(mst, "idle");
 
     /* The loop is held for more than dead_after_s, then runs its sweeps:
-     * every one judges the coordinator's node by a heartbeat older than
-     * dead_after_s until its own store has read a fresh one. */
+     * the first ones judge by heartbeats older than dead_after_s, until
+     * the store has read fresh ones. */
     uv_timer_t stall;
     uv_timer_init(&loop, &stall);
     uv_timer_start(&stall, on_stall, 0, 0);
     end = now_s() + 2 * DEAD_AFTER_S + 2.0;
     while (now_s() < end) {
         uv_run(&loop, UV_RUN_ONCE);
-        self_state(st, sizeof(st));
-        if (strcmp(st, "idle") != 0)
+        node_state("coordinator", st, sizeof(st));
+        node_state("member", mst, sizeof(mst));
+        if (strcmp(st, "idle") != 0 || strcmp(mst, "idle") != 0)
             break;
     }
     assert_string_equal(st, "idle");
+    assert_string_equal(mst, "idle");
 
     int closed = 0;
     uv_close((uv_handle_t *)&stall, on_stall_closed);
+    cluster_close(member, on_closed, &closed);
     cluster_close(coord, on_closed, &closed);
     uv_run(&loop, UV_RUN_DEFAULT);
-    assert_int_equal(closed, 1);
+    assert_int_equal(closed, 2);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -127,7 +138,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as gptd: a hung-up peer is an error, not a signal */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cluster_self_stalled_loop),
+        cmocka_unit_test(test_cluster_stalled_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,6 +163,12 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
  * leaving node). O(1). */
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
 
+/* The coordinator's loop was held up for `blind_s` seconds (a late tick),
+ * up to `now`: no heartbeat could be read meanwhile, so that time does not
+ * count towards any node's silence (each alive node's last heartbeat moves
+ * forward by it, never past `now`). O(nodes). */
+void rdzv_coord_blind(struct rdzv_coord *c, double now, double blind_s);
+
 /* Whether heartbeat `m`, from store connection `peer`, may speak for its
  * node id: -EEXIST (why[0..cap) names the node holding it and both
  * addresses; a "node" event once per refused process) when a live node
