@@ -29,11 +29,10 @@ endforeach()
 
 # test_gpu_ops is one program of three files, the attention checks and
 # the helpers the checks share (gpu_ops_*.c, no tests of their own), and
-# the op table test_ops_gradcheck runs on the CPU (unit/op_cases*.c).
+# the op table test_ops_gradcheck runs on the CPU (unit/op_cases.c).
 target_sources(test_gpu_ops PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_ops_common.c
                                     ${CMAKE_CURRENT_SOURCE_DIR}/gpu/gpu_ops_attn.c
-                                    ${CMAKE_CURRENT_SOURCE_DIR}/unit/op_cases.c
-                                    ${CMAKE_CURRENT_SOURCE_DIR}/unit/op_cases_ref.c)
+                                    ${CMAKE_CURRENT_SOURCE_DIR}/unit/op_cases.c)
 
 # test_gpu_step runs gpt_train, whose job spec defaults are in gptproto.
 target_link_libraries(test_gpu_step PRIVATE gptproto)

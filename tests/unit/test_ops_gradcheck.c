@@ -1,6 +1,6 @@
 /*
  * test_ops_gradcheck: every case of the op table (op_cases.h) on the CPU
- * backend. Outputs against the plain references (op_cases_ref.c, double
+ * backend. Outputs against the plain references (op_cases.c, double
  * arithmetic) within the row's bound; gradients by finite differences of
  * the op's forward: the scalar loss (the descriptor's: sum(dout * out)
  * in double, or the classifier's mean loss) at x + e and x - e, e = 1e-3,
