@@ -44,15 +44,17 @@ configure_build() { # DIR SANITIZERS EXTRA_C_FLAGS [TARGET...]: no target builds
 }
 
 # What asan-ci runs: the worker threads and their abort racing their end
-# (test_workers), the TCP and shared-memory rings (test_comm) and a stop
-# during their set-up (test_trainer_stop), the loop's mailbox, the store
-# and the rendezvous; and the daemons that run them: a job's life
+# (test_workers), the TCP and shared-memory rings (test_comm), the
+# host-staged communicator and its fallback agreement (test_comm_staged),
+# and a stop during their set-up (test_trainer_stop), the loop's mailbox,
+# the store and the rendezvous; and the daemons that run them: a job's life
 # (daemon_flow), signals during jobs (daemon_signals), a data file
 # truncated under a job (daemon_data_shrink), a killed coordinator and
 # member (elastic_kill, elastic_member), `gptd run` with two workers
 # stopped by a signal (run_signal). The scripts need gptd, gptctl and
 # itest_client only.
-asan_ci_units=(test_workers test_comm test_trainer_stop test_mailbox test_store test_rdzv)
+asan_ci_units=(test_workers test_comm test_comm_staged test_trainer_stop test_mailbox test_store
+    test_rdzv)
 asan_ci_scripts=(daemon_flow daemon_signals daemon_data_shrink elastic_kill elastic_member
     run_signal)
 
