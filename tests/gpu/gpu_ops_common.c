@@ -272,7 +272,7 @@ void run_op_case(const struct opc_case *c, const char *path)
     int nt = o->tensors(c, cpu, tc);
     if (o->tensors(c, gpu, tg) != nt)
         abort();
-    gpt_rng_seed(&rng, opc_seed(c));
+    gpt_rng_seed(&rng, opc_seed(c)); /* the case draws the same inputs wherever it runs */
     opc_tag(c, tag, 128);
     if (path)
         snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), " %s", path);
@@ -286,8 +286,9 @@ void run_op_case(const struct opc_case *c, const char *path)
         if (!h)
             abort();
         opc_fill(&k[i].t, &rng, h);
-        check_rc(gpt_backend_alloc(cpu, bytes, &k[i].c), "cpu alloc");
-        check_rc(gpt_backend_alloc(gpu, bytes, &k[i].g), "gpu alloc");
+        /* 4 bytes more, as pair_new allocates */
+        check_rc(gpt_backend_alloc(cpu, bytes + 4, &k[i].c), "cpu alloc");
+        check_rc(gpt_backend_alloc(gpu, bytes + 4, &k[i].g), "gpu alloc");
         check_rc(gpt_backend_upload(cpu, k[i].c, h, bytes), "cpu upload");
         check_rc(gpt_backend_upload(gpu, k[i].g, h, bytes), "gpu upload");
         bc[i] = k[i].c;
