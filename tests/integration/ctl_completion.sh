@@ -76,13 +76,17 @@ want "gptd export x.gpts --format ''" hf llmc gguf
 want "gptd export x.gpts --dtype ''" f32 f16 bf16
 want "gptd run job.json ''" trainer.max_steps=
 for cmd in "" run tokenize export; do
-    # every option of the command's own --help (its usage lines and lists)
-    opts=$("$gptd" $cmd --help | grep -oE -- '(^|[][ ,|])(--[a-z][a-z0-9-]*|-[a-zA-Z]\b)' |
-        sed 's/^[][ ,|]//' | sort -u)
+    # every option its own --help lists (the leading words of its option
+    # lines: "  -o, --output PATH  ...")
+    opts=$("$gptd" $cmd --help | grep -E '^ +-' | sed -E 's/^ +//; s/ +[^-].*//; s/, / /g' |
+        tr ' ' '\n' | sed 's/=.*//' | grep -E '^-' | sort -u)
     [[ $(wc -l <<<"$opts") -ge 3 ]] || fail "gptd $cmd --help names too few options: $opts"
     want "gptd $cmd -" $opts
 done
 want "gptd tokenize -" --val-split --seed --vocab -o
 want "gptd -" --state-dir --http --print-config
 refuse "gptd export x.gpts -" --val-split
+# Neither another command's options (the usage lines name export's
+# --format) nor gptctl's options that a description quotes.
+refuse "gptd -" --format --priority --resume-from
 echo "ctl_completion ok"
