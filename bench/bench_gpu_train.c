@@ -68,6 +68,8 @@ static const char *flash_bwd_name(size_t B, size_t T)
         return "wg";
     case GPT_FLASH_BWD_DS:
         return gpt_flash_tc_ds_chunk(B * 12, (int)T, 64) > 0 ? "ds" : "twopass";
+    case GPT_FLASH_BWD_CUDNN:
+        return "cudnn"; /* the default's kernels where cuDNN refuses (said on stderr) */
     }
     return "?";
 }
@@ -82,6 +84,8 @@ static const char *flash_fwd_name(void)
         return "k32";
     case GPT_FLASH_FWD_WG:
         return "wg";
+    case GPT_FLASH_FWD_CUDNN:
+        return "cudnn";
     default:
         return "m16";
     }
@@ -359,7 +363,9 @@ static int plan_main(size_t B, size_t T, const char *mode, const struct plan_ddp
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
      * and D once per row. GPTD_FLASH_BWD=ds: the fused pass's FLOPs, its
      * dQ shares in a second pass. */
-    const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+    /* cuDNN's kernels are not modelled: priced as the hand-written default */
+    const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+    const enum gpt_flash_bwd bv = bv0 == GPT_FLASH_BWD_CUDNN ? GPT_FLASH_BWD_DEFAULT : bv0;
     const size_t ds_chunk = gpt_flash_tc_ds_chunk(B * 12, (int)T, 64);
     const int ds = bv == GPT_FLASH_BWD_DS && ds_chunk > 0;
     const int twopass = gpt_flash_tc_bwd_twopass(bv) || (bv == GPT_FLASH_BWD_DS && !ds);

@@ -787,7 +787,9 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
             rec_f32(r, out, B * T * C * sizeof(float));
         int db = rec_out(r, dqkv, B * T * 3 * C);
         rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
-        const enum gpt_flash_bwd bv = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+        /* cuDNN's kernels are not modelled: priced as the hand-written default */
+        const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+        const enum gpt_flash_bwd bv = bv0 == GPT_FLASH_BWD_CUDNN ? GPT_FLASH_BWD_DEFAULT : bv0;
         const size_t chunk = gpt_flash_tc_ds_chunk(p.bh, (int)T, p.hs);
         if (tc && bv == GPT_FLASH_BWD_DS && chunk > 0) {
             /* The dS backward (flash_tc.h): pass one is the fused pass

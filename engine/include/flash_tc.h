@@ -105,7 +105,9 @@
  * "fused" (one pass, dQ shares added in a fixed turn order), "split"
  * (the fused pass in two query parts, three blocks per SM up to hs 64;
  * the fused pass's bits) and "wg" (twopass with both passes on wgmma,
- * sm_90a, head size 64; flash_wg.h). -1 for any other value: the caller
+ * sm_90a, head size 64; flash_wg.h); "cudnn" (cuDNN's fused attention
+ * graph, cuda_dnn_attn.h, where libcudnn.so.9 loads and takes the shape;
+ * else the default). -1 for any other value: the caller
  * says so and takes the default. Host only. */
 enum gpt_flash_bwd {
     GPT_FLASH_BWD_FUSED,
@@ -113,7 +115,8 @@ enum gpt_flash_bwd {
     GPT_FLASH_BWD_TWOPASS,
     GPT_FLASH_BWD_TWOPASS4,
     GPT_FLASH_BWD_WG,
-    GPT_FLASH_BWD_DS
+    GPT_FLASH_BWD_DS,
+    GPT_FLASH_BWD_CUDNN
 };
 #define GPT_FLASH_BWD_DEFAULT GPT_FLASH_BWD_TWOPASS
 
@@ -133,6 +136,8 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
         return GPT_FLASH_BWD_WG;
     if (strcmp(env, "ds") == 0)
         return GPT_FLASH_BWD_DS;
+    if (strcmp(env, "cudnn") == 0)
+        return GPT_FLASH_BWD_CUDNN;
     return -1;
 }
 
@@ -157,13 +162,15 @@ static inline int gpt_flash_tc_bwd_twopass(enum gpt_flash_bwd v)
  * ("k32": 8 warps of 16 rows, each 64-key tile in two online-softmax steps
  * of 32 keys, so that three blocks fit an SM's registers); the variants
  * only up to head size 64. GPT_FLASH_FWD_WG ("wg"): two warpgroups of 64
- * rows on wgmma (sm_90a, head size 64 only; flash_wg.h). -1 for any other
- * value. Host only. */
+ * rows on wgmma (sm_90a, head size 64 only; flash_wg.h). GPT_FLASH_FWD_CUDNN
+ * ("cudnn"): cuDNN's fused attention graph where it loads and takes the
+ * shape, else m16. -1 for any other value. Host only. */
 enum gpt_flash_fwd {
     GPT_FLASH_FWD_M16 = 1,
     GPT_FLASH_FWD_M32 = 2,
     GPT_FLASH_FWD_K32 = 3,
-    GPT_FLASH_FWD_WG = 4
+    GPT_FLASH_FWD_WG = 4,
+    GPT_FLASH_FWD_CUDNN = 5
 };
 #define GPT_FLASH_FWD_DEFAULT GPT_FLASH_FWD_M16
 
@@ -179,6 +186,8 @@ static inline int gpt_flash_tc_fwd_variant(const char *env)
         return GPT_FLASH_FWD_K32;
     if (strcmp(env, "wg") == 0)
         return GPT_FLASH_FWD_WG;
+    if (strcmp(env, "cudnn") == 0)
+        return GPT_FLASH_FWD_CUDNN;
     return -1;
 }
 

@@ -49,3 +49,10 @@ add_test(NAME gpu_plan_124m_ddp COMMAND bench_gpu_train --plan 16 1024 bf16 --wo
                                         --link nvlink)
 set_tests_properties(gpu_plan_124m_ddp PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true.*\"world\":8,\"link\":\"nvlink\",\"grad_reduce\":\"bf16\",\"buckets\":[0-9]+,\"allreduce_mb_per_step\":249\\.0,.*\"predicted_scaling_efficiency\":(0\\.9[5-9]|1\\.0)[0-9]*}.*\"world\":16,.*\"world\":64,.*predicted_scaling_efficiency")
+# cuDNN's attention (GPTD_FLASH_FWD/BWD=cudnn) is named in the line: what
+# tests/gpu/acceptance.sh reads to run its cudnn phase. Its kernels are
+# not modelled: priced as the default (the two passes, the m16 forward).
+add_test(NAME gpu_plan_124m_cudnn COMMAND bench_gpu_train --plan 16 1024 bf16)
+set_tests_properties(gpu_plan_124m_cudnn PROPERTIES LABELS unit TIMEOUT 60
+                     ENVIRONMENT "GPTD_FLASH_FWD=cudnn;GPTD_FLASH_BWD=cudnn"
+                     PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"flash_bwd\":\"cudnn\",\"flash_fwd\":\"cudnn\".*\"plan_ok\":true")

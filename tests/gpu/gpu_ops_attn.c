@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_probe.h"
 #include "flash_tc.h"
 #include "gpu/gpu_ops_common.h"
 #include "unit/op_cases.h"
@@ -37,12 +38,13 @@ static const struct shape tc_shapes[] = {
 };
 
 /* Forward and backward of one tc_shapes entry in bf16, against the CPU,
- * and twice: the backward (no atomics) must give the same bits again. */
-static void test_attention_tc(const struct shape *s)
+ * and twice: the backward (no atomics) must give the same bits again.
+ * via names the path in the rows' tags. */
+static void test_attention_tc(const struct shape *s, const char *via)
 {
     size_t B = s->B, T = s->T, C = s->C, NH = s->NH;
     char tag[80];
-    snprintf(tag, sizeof(tag), "tensor cores B%zu T%zu hs%zu NH%zu", B, T, C / NH, NH);
+    snprintf(tag, sizeof(tag), "%s B%zu T%zu hs%zu NH%zu", via, B, T, C / NH, NH);
     uint64_t before = gpt_cuda_flash_tc_launches();
     /* The table's way (op_cases.h): the forward's case, then the
      * backward's (its own forward first), against the CPU. */
@@ -53,8 +55,8 @@ static void test_attention_tc(const struct shape *s)
     bwd.tol = 2e-4;
     bwd.tol_bf16 = 5e-2;
     gpt_cuda_backend_set_attention(gpu, GPT_CUDA_ATTN_FLASH);
-    run_op_case(&fwd, "tensor cores");
-    run_op_case(&bwd, "tensor cores");
+    run_op_case(&fwd, via);
+    run_op_case(&bwd, via);
     /* Two forwards and one backward went through the tensor-core path. */
     report("flash_tc_path", tag, (double)(gpt_cuda_flash_tc_launches() - before != 3));
     struct pair qkv = pair_new(B * T * 3 * C, -2, 2), out = pair_new(B * T * C, 0, 0);
@@ -196,20 +198,55 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
 void test_attention_bf16(int with_wg)
 {
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
-        test_attention_tc(&tc_shapes[i]);
+        test_attention_tc(&tc_shapes[i], "tensor cores");
     /* The first tensor-core backward above ran the guard (backend.h's
      * attention_guard): the variant in use against the fused pass on batch
-     * 0, head 0; it passed, unless that variant is the fused pass. */
+     * 0, head 0; it passed, unless that variant is the fused pass. cuDNN's
+     * backward (bf16 outputs) is not compared there: it passes when it
+     * found nothing wrong (nothing compared, where cuDNN ran). */
     int bad = 0;
     const char *note = gpt_backend_attention_guard_note(gpu, &bad);
     const char *bwd = getenv("GPTD_FLASH_BWD");
-    int is_ref = bwd && strcmp(bwd, "fused") == 0;
+    int is_ref = bwd && strcmp(bwd, "fused") == 0, is_dnn = bwd && strcmp(bwd, "cudnn") == 0;
     printf("     attention guard: %s\n", note[0] ? note : "nothing compared");
     report("attention_guard", "the first backward against the reference",
-           is_ref ? (note[0] != 0) : (!note[0] || bad));
+           is_ref ? (note[0] != 0) : is_dnn ? bad : (!note[0] || bad));
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc_variants(&tc_shapes[i], with_wg);
     if (with_wg)
         report("flash_wg_live", "the wg kernels' sm_90a code ran",
                gpt_cuda_flash_wg_live() ? 0 : 1);
+}
+
+/* GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn where libcudnn.so.9
+ * loads (else one skip line): each tensor-core shape against the CPU
+ * within the flash kernels' bf16 bounds, and the same bits twice (the
+ * backward takes only engines without a nondeterministic note). A shape
+ * cuDNN refuses runs the hand-written default (said on stderr, and here
+ * as an info line); GPT-2's (T 1024, hs 64) must be taken by cuDNN, or
+ * the acceptance run's cuDNN timing would time the default. */
+void test_attention_cudnn(void)
+{
+    if (gpt_cuda_cudnn_version() == 0) {
+        printf("skip bf16 cudnn attention: libcudnn.so.9 does not load here\n");
+        return;
+    }
+    printf("     cudnn attention: cuDNN %d\n", gpt_cuda_cudnn_version());
+    gpt_cuda_flash_tc_set_variants(GPT_FLASH_BWD_CUDNN, GPT_FLASH_FWD_CUDNN);
+    for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++) {
+        const struct shape *s = &tc_shapes[i];
+        char tag[80];
+        uint64_t before = gpt_cuda_flash_dnn_launches();
+        test_attention_tc(s, "cudnn");
+        /* the op table's three passes (a forward, then a forward and the
+         * backward) and the repeat's four: 7 */
+        uint64_t ran = gpt_cuda_flash_dnn_launches() - before;
+        snprintf(tag, sizeof(tag), "B%zu T%zu hs%zu NH%zu: %llu of 7 passes on cuDNN", s->B, s->T,
+                 s->C / s->NH, s->NH, (unsigned long long)ran);
+        if (s->T == 1024 && s->C / s->NH == 64)
+            report("cudnn_attention_path", tag, (double)(ran != 7));
+        else
+            printf("     cudnn attention %s\n", tag);
+    }
+    gpt_cuda_flash_tc_set_variants(-1, -1);
 }

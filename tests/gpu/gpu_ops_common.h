@@ -60,5 +60,6 @@ void test_op_cases(unsigned dtype);
 
 /* gpu_ops_attn.c */
 void test_attention_bf16(int with_wg);
+void test_attention_cudnn(void);
 
 #endif

@@ -728,6 +728,7 @@ int main(int argc, char **argv)
     prec = "bf16";
     test_op_cases(OPC_BF16);
     test_attention_bf16(0);
+    test_attention_cudnn();
     test_layernorm_repeat(16384, 768, "N16384 C768");
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(33, 48, 144);

@@ -8,8 +8,10 @@
  * library that is nowhere fails with its name and every place tried, and
  * maps nothing; the places include a Python environment's nvidia/cudnn
  * folder beside its nvidia/cuda_runtime; where libcudnn.so.9 exists (the
- * CUDA toolkit's lib64 here) the whole table resolves, and gptd's device
- * line names its version. On a host with a GPU, or in a build without CUDA,
+ * CUDA toolkit's lib64 here) the whole table resolves, gptd's device
+ * line names its version, and cuDNN itself finalizes every node of the
+ * attention graphs (cuda_dnn_attn.c) up to the graph's handle, which
+ * needs a GPU. On a host with a GPU, or in a build without CUDA,
  * it exits 77 (skipped): there the gpu tests cover the same ground.
  */
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #include "cuda/cuda_probe.h"
 #include "cuda_blas.h"
 #include "cuda_dnn.h"
+#include "cuda_dnn_attn.h"
 
 /* Whether a library whose name contains `name` is mapped into this process. */
 static int mapped(const char *name)
@@ -111,6 +114,19 @@ static void test_cudnn_loader(void **state)
     for (size_t i = 0; i < sizeof(gpt_cudnn) / sizeof(void *); i++)
         assert_non_null(fn[i]);
     assert_true(gpt_cuda_cudnn_version() >= 90000 && gpt_cuda_cudnn_version() < 100000);
+
+    /* The attention graphs against the real library (cuda_dnn_attn.c):
+     * with no GPU there is no handle, so the build stops at the graph's
+     * handle, after every tensor and operation node (GPT-2's shape, both
+     * ways) was finalized by cuDNN itself. */
+    for (int bwd = 0; bwd < 2; bwd++) {
+        struct gpt_cudnn_sdpa_shape s = {4, 1024, 768, 12, bwd};
+        struct gpt_cudnn_sdpa_plan p;
+        assert_int_equal(gpt_cudnn_sdpa_build(&gpt_cudnn, NULL, &s, &p, why, sizeof(why)),
+                         -ENOTSUP);
+        assert_non_null(strstr(why, ": graph handle: status "));
+        assert_null(p.plan);
+    }
 }
 
 static void test_backend_absent(void **state)

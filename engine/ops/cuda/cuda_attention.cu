@@ -21,6 +21,7 @@
  * logsumexp) is the same on every path, so either backward can follow
  * either forward.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,7 +32,9 @@
 
 #include <cuda_bf16.h>
 
-#include "cuda_impl.h"
+#include "cuda_impl.h" /* first: its _Noreturn shim for gpt_err.h */
+#include "cuda_dnn.h"
+#include "cuda_dnn_attn.h"
 #include "cuda_flash_tc.cuh"
 #include "flash_tc.h"
 #include "flash_wg.h"
@@ -856,14 +859,14 @@ static int tc_variant(std::atomic<int> *cache, const char *var, int (*parse)(con
 static int tc_fwd_mode(void)
 {
     return tc_variant(&tc_fwd_v, "GPTD_FLASH_FWD", gpt_flash_tc_fwd_variant, GPT_FLASH_FWD_DEFAULT,
-                      "m16, m32, k32, wg");
+                      "m16, m32, k32, wg, cudnn");
 }
 
 static enum gpt_flash_bwd tc_bwd_mode(void)
 {
     return (enum gpt_flash_bwd)tc_variant(&tc_bwd_v, "GPTD_FLASH_BWD", gpt_flash_tc_bwd_variant,
                                           GPT_FLASH_BWD_DEFAULT,
-                                          "twopass, twopass4, fused, split, wg, ds");
+                                          "twopass, twopass4, fused, split, wg, ds, cudnn");
 }
 
 extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
@@ -1104,16 +1107,130 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
     return cudaSuccess;
 }
 
+/* ---- cuDNN's attention (GPTD_FLASH_FWD=cudnn, GPTD_FLASH_BWD=cudnn) ----------
+ * cuda_dnn_attn.c builds cuDNN's fused attention graph per shape; here
+ * its inputs and outputs are the tensor-core kernels': q, k and v from
+ * qkv's bf16 copy, the logsumexp in att, out and dqkv in bf16 (a
+ * private bf16 buffer in the plan's workspace where the caller has no
+ * copy) and converted to fp32 where the caller wants fp32. Anything
+ * cuDNN refuses, and every shape where the library does not load, runs
+ * the hand-written default instead. Not yet run on a GPU. */
+static std::atomic<uint64_t> dnn_launches{0};
+static std::atomic<bool> dnn_bwd_last{false};
+
+extern "C" uint64_t gpt_cuda_flash_dnn_launches(void)
+{
+    return dnn_launches.load(std::memory_order_relaxed);
+}
+
+extern "C" int gpt_cuda_flash_dnn_bwd_last(void)
+{
+    return dnn_bwd_last.load(std::memory_order_relaxed);
+}
+
+static int dnn_alloc(size_t n, void **ret)
+{
+    return cudaMalloc(ret, n) == cudaSuccess ? 0 : (cudaGetLastError(), -ENOMEM);
+}
+
+/* The cached plan for this shape on the current device, or NULL (said
+ * once, by cuda_dnn_attn.c or here when the library is missing). */
+static struct gpt_cudnn_sdpa_entry *dnn_entry(size_t B, size_t T, size_t C, size_t NH, int bwd)
+{
+    static std::atomic<bool> said{false};
+    struct gpt_err err;
+    if (gpt_cudnn_load(&err) < 0) {
+        if (!said.exchange(true))
+            fprintf(stderr, "gptd: cuDNN attention: %s: running the hand-written kernels\n",
+                    err.msg);
+        return NULL;
+    }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    struct gpt_cudnn_sdpa_shape sh = {(int64_t)B, (int64_t)T, (int64_t)C, (int64_t)NH, bwd};
+    struct gpt_cudnn_sdpa_entry *e = NULL;
+    return gpt_cudnn_sdpa_get(&gpt_cudnn, dev, &sh, dnn_alloc, &e) == 0 ? e : NULL;
+}
+
+/* What both directions read: q, k and v, the thirds of qkv's rows; O
+ * (bf16) and the statistics. */
+static struct gpt_cudnn_sdpa_io dnn_io(const uint16_t *qkv_bf, const uint16_t *o_bf,
+                                       const float *lse, size_t C)
+{
+    struct gpt_cudnn_sdpa_io io = {};
+    io.ptr[GPT_CUDNN_Q] = qkv_bf;
+    io.ptr[GPT_CUDNN_K] = qkv_bf + C;
+    io.ptr[GPT_CUDNN_V] = qkv_bf + 2 * C;
+    io.ptr[GPT_CUDNN_O] = o_bf;
+    io.ptr[GPT_CUDNN_STATS] = lse;
+    return io;
+}
+
+/* The forward through cuDNN: true when it was enqueued. */
+static bool dnn_forward(cudaStream_t s, float *out, uint16_t *out_bf, float *lse,
+                        const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH)
+{
+    if (!qkv_bf || !tc_aligned(qkv_bf, 16) || !tc_aligned(out_bf, 16) || (C * 2) % 16 != 0)
+        return false;
+    struct gpt_cudnn_sdpa_entry *e = dnn_entry(B, T, C, NH, 0);
+    if (!e)
+        return false;
+    uint16_t *ob = out_bf ? out_bf : (uint16_t *)((char *)e->workspace + e->extra_off);
+    struct gpt_cudnn_sdpa_io io = dnn_io(qkv_bf, ob, lse, C);
+    if (gpt_cudnn_sdpa_exec(&gpt_cudnn, e, s, &io) < 0)
+        return false;
+    if (out)
+        cuk_bf16_to_f32(s, out, ob, B * T * C);
+    dnn_launches.fetch_add(1, std::memory_order_relaxed);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+/* The backward through cuDNN: true when it was enqueued. D goes to Dv
+ * (the scratch's first B NH T floats, where the two-pass backward keeps
+ * it); dout's bf16 copy to dob unless dob_in. */
+static bool dnn_backward(cudaStream_t s, float *dqkv, uint16_t *dqkv_bf, float *Dv, uint16_t *dob,
+                         bool dob_in, const float *dout, const uint16_t *out_bf,
+                         const uint16_t *qkv_bf, const float *lse, size_t B, size_t T, size_t C,
+                         size_t NH)
+{
+    if (!tc_aligned(dqkv_bf, 16) || !tc_aligned(dob, 16) || !tc_aligned(Dv, 16))
+        return false;
+    struct gpt_cudnn_sdpa_entry *e = dnn_entry(B, T, C, NH, 1);
+    if (!e)
+        return false;
+    uint16_t *db = dqkv_bf ? dqkv_bf : (uint16_t *)((char *)e->workspace + e->extra_off);
+    if (!dob_in)
+        cuk_f32_to_bf16(s, dob, dout, B * T * C);
+    struct gpt_cudnn_sdpa_io io = dnn_io(qkv_bf, out_bf, lse, C);
+    io.ptr[GPT_CUDNN_DO] = dob;
+    io.ptr[GPT_CUDNN_DQ] = db;
+    io.ptr[GPT_CUDNN_DK] = db + C;
+    io.ptr[GPT_CUDNN_DV] = db + 2 * C;
+    io.ptr[GPT_CUDNN_DSUM] = Dv;
+    if (gpt_cudnn_sdpa_exec(&gpt_cudnn, e, s, &io) < 0)
+        return false;
+    cuk_bf16_to_f32(s, dqkv, db, B * T * 3 * C);
+    dnn_launches.fetch_add(1, std::memory_order_relaxed);
+    tc_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
 cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *out,
                               uint16_t *out_bf, float *att, const float *qkv,
                               const uint16_t *qkv_bf, size_t B, size_t T, size_t C, size_t NH)
 {
-    (void)B;
     float *lse = att;
     float scale = 1.0f / sqrtf((float)p->hs);
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs;
     cudaError_t e;
     if (tc_forward_ok(p, out, out_bf, qkv_bf)) {
+        if (tc_fwd_mode() == GPT_FLASH_FWD_CUDNN &&
+            dnn_forward(s, out, out_bf, lse, qkv_bf, B, T, C, NH))
+            return cudaSuccess;
         dim3 g((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
         size_t smem = gpt_flash_tc_smem_fwd(p->hs);
         float scale2 = scale * GPT_FLASH_LOG2E;
@@ -1206,9 +1323,19 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
     }
     if (!tc_aligned(dsg, 16)) /* as dob is, when the scratch is */
         dsg = NULL;
+    dnn_bwd_last.store(false, std::memory_order_relaxed);
     if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
-        cudaError_t e = tc_backward_hs(s, tc_bwd_mode(), p, dqkv, dqkv_bf, Dv, dob, dob_in, sem,
-                                       dsg, dout, out_bf, qkv_bf, lse, B, T, C, NH);
+        enum gpt_flash_bwd mode = tc_bwd_mode();
+        if (mode == GPT_FLASH_BWD_CUDNN) { /* else, or where cuDNN refuses: the default */
+            if (dnn_backward(s, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf, lse, B, T, C,
+                             NH)) {
+                dnn_bwd_last.store(true, std::memory_order_relaxed);
+                return cudaSuccess;
+            }
+            mode = GPT_FLASH_BWD_DEFAULT;
+        }
+        cudaError_t e = tc_backward_hs(s, mode, p, dqkv, dqkv_bf, Dv, dob, dob_in, sem, dsg, dout,
+                                       out_bf, qkv_bf, lse, B, T, C, NH);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernels below */

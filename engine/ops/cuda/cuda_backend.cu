@@ -896,8 +896,10 @@ static int cuda_attention_guard(struct gpt_backend *be, float *ref, float *scrat
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind != GPT_CUDA_ATTN_FLASH || !plan.tc || !cb->bf16 ||
-        !gpt_flash_tc_applies(plan.hs) || gpt_cuda_flash_tc_bwd_is_reference())
-        return -ENOTSUP;
+        !gpt_flash_tc_applies(plan.hs) || gpt_cuda_flash_tc_bwd_is_reference() ||
+        gpt_cuda_flash_dnn_bwd_last())
+        return -ENOTSUP; /* cuDNN's: bf16 outputs, checked against the CPU by test_gpu_ops */
+
     /* the bf16 copies the tensor-core backward read, still current */
     size_t n = B * T * C;
     const uint16_t *qb = cu_shd_cur(cb, qkv, B * T * 3 * C), *obf = cu_shd_cur(cb, out, n);

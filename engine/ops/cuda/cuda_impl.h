@@ -406,6 +406,9 @@ extern "C" {
 #endif
 int gpt_cuda_flash_tc_bwd_is_reference(void);
 void gpt_cuda_flash_tc_bwd_fall_back(void);
+/* 1 when the last attention backward ran through cuDNN (its outputs are
+ * bf16 values, so the guard's fp32 bound does not apply). Any thread. */
+int gpt_cuda_flash_dnn_bwd_last(void);
 #ifdef __cplusplus
 }
 #endif

@@ -117,6 +117,10 @@ void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, siz
  * launched in this process, by any backend: tests use it to know the bf16
  * fast path ran rather than the CUDA-core fallback. Any thread. */
 uint64_t gpt_cuda_flash_tc_launches(void);
+/* Of those, the passes cuDNN ran (GPTD_FLASH_FWD/BWD=cudnn where
+ * libcudnn.so.9 loaded and took the shape): tests tell a cuDNN pass from
+ * the hand-written fallback by it. Any thread. */
+uint64_t gpt_cuda_flash_dnn_launches(void);
 /* For tests: the attention kernels' variants from now on, as
  * GPTD_FLASH_BWD and GPTD_FLASH_FWD would choose them (enum gpt_flash_bwd
  * and enum gpt_flash_fwd in flash_tc.h); -1 reads the environment
