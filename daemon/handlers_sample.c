@@ -131,26 +131,13 @@ static void handler_sample_work(struct userwork_item *it)
     fsid_leave(&saved);
 }
 
-/* handler_sample_record's search for the row of the file sampled. */
-static void handler_sample_row(void *ctx, const struct db_snapshot *sn)
-{
-    struct handler_sample *s = ctx;
-    if (!s->snapshot && strcmp(sn->path, s->path) == 0)
-        s->snapshot = sn->id;
-}
-
-/* Keeps the reply with the job. The queue of record is the coordinator's:
- * a member's sample is not kept (its record would have to travel there). A
- * failure to keep it is logged, not the client's: the text was made. */
+/* Keeps the reply with the job, in the database of the queue of record: a
+ * member sends it to the coordinator. A failure to keep it is logged, not
+ * the client's: the text was made. */
 static void handler_sample_record(struct handler_sample *s)
 {
     struct daemon_ctx *d = s->d;
-    if (s->member || d->cfg.sample_history <= 0)
-        return;
     struct gpt_err err;
-    s->snapshot = 0;
-    if (db_snapshot_list(d->db, s->job, handler_sample_row, s, &err) < 0)
-        s->snapshot = 0;
     /* What gptctl sample prints after its separator: the text after the
      * prompt, or all of it when it does not begin with the prompt as given. */
     size_t pl = strlen(s->prompt);
@@ -161,7 +148,7 @@ static void handler_sample_record(struct handler_sample *s)
         .job_id = s->job,
         .time = (double)ts.tv_sec + ts.tv_nsec * 1e-9,
         .uid = s->uid,
-        .snapshot_id = s->snapshot,
+        .snapshot_id = s->snapshot, /* the one asked for; else found by its path */
         .step = s->step,
         .snapshot = s->path,
         .prompt = s->prompt,
@@ -172,8 +159,14 @@ static void handler_sample_record(struct handler_sample *s)
         .top_k = s->o.top_k,
         .seed = s->o.seed,
     };
-    if (db_sample_insert(d->db, &r, d->cfg.sample_history, &err) < 0)
+    if (s->member) {
+        json_t *o = db_sample_json(&r);
+        if (o)
+            cluster_send_sample(d->cluster, s->job, o);
+        json_decref(o);
+    } else if (db_sample_insert(d->db, &r, d->cfg.sample_history, &err) < 0) {
         log_warn("sample of job %lld not kept: %s", (long long)s->job, err.msg);
+    }
 }
 
 static void handler_sample_done(struct userwork_item *it, int status)

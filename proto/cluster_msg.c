@@ -62,6 +62,7 @@ static const struct cm_field cm_fields[CLUSTER_MSG_F_COUNT] = {
     [CLUSTER_MSG_F_ARGS] = {"args", CM_ARGS, 0, 0, S(args)},
     [CLUSTER_MSG_F_GPU] = {"gpu", CM_STR, 0, CLUSTER_MSG_GPUS_MAX - 1, S(gpus)},
     [CLUSTER_MSG_F_IID] = {"iid", CM_HEX, 0, 0, S(iid)},
+    [CLUSTER_MSG_F_SAMPLE] = {"s", CM_OBJECT, 0, 0, S(sample)},
 };
 
 #undef S
@@ -99,6 +100,7 @@ static const struct cm_type {
                             B(NODE) | B(INC) | B(REQ) | B(UID) | B(SPEC)},
     [CLUSTER_MSG_READ] = {"read", B(NODE) | B(INC) | B(REQ) | B(OP) | B(ARGS),
                           B(NODE) | B(INC) | B(REQ) | B(OP)},
+    [CLUSTER_MSG_SAMPLE] = {"sample", B(JOB) | B(NODE) | B(SAMPLE), B(JOB) | B(NODE) | B(SAMPLE)},
 };
 
 #undef B
@@ -168,6 +170,8 @@ void cluster_msg_done(struct cluster_msg *m)
         return;
     json_decref(m->spec);
     m->spec = NULL;
+    json_decref(m->sample);
+    m->sample = NULL;
 }
 
 /* ---- one field ---- */

@@ -148,6 +148,17 @@ void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *
     cluster_send(c, &msg);
 }
 
+void cluster_send_sample(struct cluster *c, int64_t job, const json_t *sample)
+{
+    if (c->coord)
+        return;
+    struct cluster_msg msg;
+    cluster_start_msg(c, &msg, CLUSTER_MSG_SAMPLE);
+    msg.job = job;
+    msg.sample = (json_t *)sample; /* borrowed for the encode */
+    cluster_send(c, &msg);
+}
+
 /* ---- the member's requests ---- */
 
 static void cluster_submit_end(struct cluster *c, struct cluster_submit *s, int rc, int64_t job,
@@ -433,6 +444,10 @@ static void cluster_coord_line(struct cluster *c, double now, const char *line, 
         break;
     case CLUSTER_MSG_READ:
         cluster_answer_read(c, &m);
+        break;
+    case CLUSTER_MSG_SAMPLE:
+        if (c->jh.sample)
+            c->jh.sample(c->jh.ctx, m.job, m.sample, m.node);
         break;
     }
 out:

@@ -197,9 +197,13 @@ static const char *const db_sql[DB_ST_COUNT] = {
     [DB_ST_SNAP_LIST] = "SELECT id, job_id, run_id, step, node, path, size,"
                         " coalesce(checksum, ''), created FROM snapshots WHERE job_id = ?"
                         " ORDER BY step DESC, id DESC",
+    /* A snapshot id of 0: the row of the file sampled, when it has one. */
     [DB_ST_SAMPLE_INSERT] = "INSERT INTO samples(job_id, time, uid, snapshot_id, step, snapshot,"
                             " prompt, prompt_ids, completion, truncated, tokens, temperature,"
-                            " top_k, seed) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            " top_k, seed) VALUES(?1, ?2, ?3, CASE WHEN ?4 > 0 THEN ?4 ELSE"
+                            " coalesce((SELECT id FROM snapshots WHERE job_id = ?1 AND path = ?6"
+                            " ORDER BY id DESC LIMIT 1), 0) END, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                            " ?12, ?13, ?14)",
     /* Everything of the job but its newest ?2. */
     [DB_ST_SAMPLE_TRIM] = "DELETE FROM samples WHERE job_id = ?1 AND id <= coalesce((SELECT id"
                           " FROM samples WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2),"

@@ -3,11 +3,12 @@
  * db.h): recorded with the job's older ones beyond the kept number
  * dropped in the same transaction, and listed newest first. Uses db.c's
  * connection and statements (db_int.h). Loop thread only, except
- * db_sample_read (any thread that owns the statement) and db_sample_json
- * (any thread).
+ * db_sample_read (any thread that owns the statement), db_sample_json and
+ * db_sample_from_json (any thread).
  */
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "db.h"
@@ -142,4 +143,51 @@ json_t *db_sample_json(const struct db_sample *r)
         json_object_set_new(o, "prompt_ids", gpt_str_json(r->prompt_ids));
     json_object_set_new(o, "completion", gpt_str_json(r->completion));
     return o;
+}
+
+/* A string member of `o` into *ret (at most `max` bytes; absent with
+ * `optional`: ""). */
+static int db_sample_str(const json_t *o, const char *key, size_t max, bool optional,
+                         const char **ret, struct gpt_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v && optional) {
+        *ret = "";
+        return 0;
+    }
+    if (!json_is_string(v) || json_string_length(v) > max)
+        return gpt_err_set(err, -EINVAL, key, "%s must be a string of at most %zu bytes", key, max);
+    *ret = json_string_value(v);
+    return 0;
+}
+
+int db_sample_from_json(const json_t *o, struct db_sample *ret, struct gpt_err *err)
+{
+    static const char *const ints[] = {"uid", "snapshot_id", "step", "tokens", "top_k", "seed"};
+    memset(ret, 0, sizeof(*ret));
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+        if (!json_is_integer(json_object_get(o, ints[i])))
+            return gpt_err_set(err, -EINVAL, ints[i], "%s must be an integer", ints[i]);
+    if (!json_is_number(json_object_get(o, "time")) ||
+        !json_is_number(json_object_get(o, "temperature")))
+        return gpt_err_set(err, -EINVAL, "time", "time and temperature must be numbers");
+    int rc = db_sample_str(o, "snapshot", DB_PATH_MAX - 1, false, &ret->snapshot, err);
+    if (rc == 0)
+        rc = db_sample_str(o, "prompt", DB_SAMPLE_FIELD_MAX, false, &ret->prompt, err);
+    if (rc == 0)
+        rc = db_sample_str(o, "prompt_ids", DB_SAMPLE_FIELD_MAX, true, &ret->prompt_ids, err);
+    if (rc == 0) /* cut to DB_SAMPLE_TEXT_MAX when kept */
+        rc = db_sample_str(o, "completion", SIZE_MAX, false, &ret->completion, err);
+    if (rc < 0)
+        return rc;
+    ret->time = json_number_value(json_object_get(o, "time"));
+    ret->uid = json_integer_value(json_object_get(o, "uid"));
+    ret->snapshot_id = json_integer_value(json_object_get(o, "snapshot_id"));
+    ret->step = json_integer_value(json_object_get(o, "step"));
+    ret->tokens = json_integer_value(json_object_get(o, "tokens"));
+    ret->temperature = json_number_value(json_object_get(o, "temperature"));
+    ret->top_k = json_integer_value(json_object_get(o, "top_k"));
+    ret->seed = (uint64_t)json_integer_value(json_object_get(o, "seed"));
+    ret->truncated = json_is_true(json_object_get(o, "truncated"));
+    return 0;
 }

@@ -310,6 +310,21 @@ static void jobs_cluster_restarts(void *ctx, int64_t job, int restarts)
         log_error("job %lld: cannot record its restarts: %s", (long long)job, err.msg);
 }
 
+/* A member's `sample` reply, kept as one made here (handlers_sample.c). */
+static void jobs_cluster_sample(void *ctx, int64_t job, const json_t *o, const char *node)
+{
+    struct jobs *js = ctx;
+    struct db_sample r;
+    struct gpt_err err;
+    int rc = db_sample_from_json(o, &r, &err);
+    if (rc == 0) {
+        r.job_id = job;
+        rc = db_sample_insert(js->db, &r, js->cfg->sample_history, &err);
+    }
+    if (rc < 0)
+        log_warn("job %lld: a sample from node %s not kept: %s", (long long)job, node, err.msg);
+}
+
 void jobs_set_cluster(struct jobs *js, struct cluster *cl)
 {
     js->cluster = cl;
@@ -320,6 +335,7 @@ void jobs_set_cluster(struct jobs *js, struct cluster *cl)
                                    jobs_cluster_world,
                                    jobs_cluster_waiting,
                                    jobs_cluster_finished,
-                                   jobs_cluster_restarts};
+                                   jobs_cluster_restarts,
+                                   jobs_cluster_sample};
     cluster_set_jobs_hooks(cl, &h);
 }

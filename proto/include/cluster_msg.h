@@ -12,6 +12,8 @@
  *     {"t": "event", "job", "node", "e": EVENT}
  *     {"t": "submit", "node", "inc", "req", "uid", "prio", "spec": {...}}
  *     {"t": "read", "node", "inc", "req", "op": NAME, "args": {...}}
+ *     {"t": "sample", "job", "node", "s": {...}}  a `sample` reply made on
+ *                                                 the member, to keep
  *   reply       coordinator -> member at c/reply/<node>/<inc>/<req>:
  *     {"ok": true, "job"?: ID, "r"?: {...}} or
  *     {"ok": false, "code": RC, "message": TEXT, "path": TEXT}
@@ -65,6 +67,7 @@ enum cluster_msg_type {
     CLUSTER_MSG_EVENT,
     CLUSTER_MSG_SUBMIT,
     CLUSTER_MSG_READ,
+    CLUSTER_MSG_SAMPLE,
     CLUSTER_MSG_TYPE_COUNT
 };
 
@@ -95,6 +98,7 @@ enum cluster_msg_field {
     CLUSTER_MSG_F_ARGS,
     CLUSTER_MSG_F_GPU,
     CLUSTER_MSG_F_IID,
+    CLUSTER_MSG_F_SAMPLE,
     CLUSTER_MSG_F_COUNT
 };
 
@@ -147,11 +151,13 @@ struct cluster_msg {
     /* read */
     int op; /* enum gpt_ctl_op */
     struct cluster_msg_read_args args;
+    /* sample: the record (daemon/jobs' db_sample_json); owned as spec */
+    json_t *sample;
 };
 
 /* Sets *m to an empty message of `type` with every field at its default. */
 void cluster_msg_init(struct cluster_msg *m, int type);
-/* Releases what decode took (the spec reference). NULL is fine. */
+/* Releases what decode took (the spec and sample references). NULL is fine. */
 void cluster_msg_done(struct cluster_msg *m);
 
 /* The type's name on the wire ("hb"), NULL if out of range; and back (-1). */

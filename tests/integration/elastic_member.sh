@@ -10,7 +10,8 @@
 #  - `cancel` and `resume [--snapshot ID]` on a member act on the
 #    coordinator's queue (the world resumes from exactly the chosen
 #    snapshot); `sample` on a member uses the member's own copy, or fails
-#    naming the snapshot it lacks;
+#    naming the snapshot it lacks, and the coordinator keeps its replies
+#    (`samples` on either node);
 #  - a member stopped with SIGTERM leaves without using up a restart
 #    (distributed.max_restarts counts failures only), a kill -9 uses one,
 #    and the count is kept in the coordinator's database.
@@ -89,6 +90,14 @@ ctl n3 --json sample "$id" --prompt 12 --tokens 4 | has '"snapshot":"'"$T"'/n3/'
     fail "sample on n3 did not use n3's copy: $(ctl n3 --json sample "$id" --prompt 12 --tokens 4)"
 ctl n3 --json sample "$id" --snapshot "$s250" --prompt 12 --tokens 4 |
     grep -q 'n3/jobs/'"$id"'/snapshots/snap-000000000250' || fail "sample --snapshot on n3"
+# Both are kept in the coordinator's database, as `samples` on either node
+# reads them: n3's copies, the chosen snapshot's id and step.
+kept() { [[ $(ctl "$1" --json samples "$id" | jq '.samples | length') == "$2" ]]; }
+wait_for 10 kept n1 2
+ctl n3 --json samples "$id" | jq -e --arg dir "$T/n3/" --argjson s "$s250" \
+    '[.samples[] | .snapshot | startswith($dir)] == [true, true] and .samples[0].snapshot_id == $s
+     and .samples[0].step == 250 and .samples[0].prompt == "12" and .samples[1].step >= 250' \
+    >/dev/null || fail "n3's samples as kept: $(ctl n1 --json samples "$id")"
 rm -f "$T/n3/jobs/$id/snapshots/snap-000000000200.gpts"
 set +e
 out=$(ctl n3 sample "$id" --snapshot "$s200" --prompt 12 --tokens 4 2>&1); rc=$?

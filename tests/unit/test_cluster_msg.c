@@ -194,6 +194,28 @@ static void test_roundtrip_requests(void **state)
     assert_int_equal(cluster_msg_encode(&m, &line, &n, &e), 0);
     assert_non_null(strstr(line, "\"args\":{}"));
     free(line);
+
+    /* A member's sample reply travels as an object; one without it, or
+     * with a string there, is refused naming "s". */
+    base(&m, CLUSTER_MSG_SAMPLE);
+    m.job = 7;
+    json_t *rec = json_pack("{s:s, s:i}", "prompt", "<b>", "step", 20);
+    m.sample = rec;
+    d = roundtrip(&m);
+    assert_int_equal(d.type, CLUSTER_MSG_SAMPLE);
+    assert_int_equal(d.job, 7);
+    assert_true(json_equal(d.sample, rec));
+    cluster_msg_done(&d);
+    assert_null(d.sample);
+    json_decref(rec);
+    static const char none[] = "{\"t\":\"sample\",\"job\":7,\"node\":\"a\"}";
+    assert_int_equal(cluster_msg_decode(none, sizeof(none) - 1, &d, &e), -EINVAL);
+    assert_string_equal(e.path, "s");
+    cluster_msg_done(&d);
+    static const char bad[] = "{\"t\":\"sample\",\"job\":7,\"node\":\"a\",\"s\":\"x\"}";
+    assert_int_equal(cluster_msg_decode(bad, sizeof(bad) - 1, &d, &e), -EINVAL);
+    assert_string_equal(e.path, "s");
+    cluster_msg_done(&d);
 }
 
 /* Decodes `line` and expects -EINVAL with `path` as err.path and `path`

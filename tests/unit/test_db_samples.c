@@ -3,8 +3,10 @@
  * are touched; keep 0 records nothing; a completion past
  * DB_SAMPLE_TEXT_MAX is cut before a UTF-8 continuation byte and marked;
  * db_sample_json escapes a completion that is not valid UTF-8 instead of
- * dropping it, and carries prompt_ids only when the prompt was ids.
+ * dropping it, and carries prompt_ids only when the prompt was ids;
+ * db_sample_from_json reads it back and refuses bad keys by name.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,6 +148,38 @@ static void test_cut_and_json(void **state)
     o = db_sample_json(&s);
     assert_null(json_object_get(o, "prompt_ids"));
     assert_string_equal(json_string_value(json_object_get(o, "prompt")), "12");
+
+    /* Back from JSON (a member's record): the same fields; a wrong type or
+     * an overlong prompt is refused by name. */
+    struct db_sample r;
+    struct gpt_err err;
+    s.step = 250;
+    s.temperature = 0.5;
+    s.top_k = 3;
+    s.seed = 99;
+    s.uid = 1000;
+    json_decref(o);
+    o = db_sample_json(&s);
+    assert_int_equal(db_sample_from_json(o, &r, &err), 0);
+    assert_int_equal(r.step, 250);
+    assert_int_equal(r.top_k, 3);
+    assert_int_equal(r.seed, 99);
+    assert_int_equal(r.uid, 1000);
+    assert_true(r.temperature == 0.5);
+    assert_string_equal(r.prompt, "12");
+    assert_string_equal(r.prompt_ids, "");
+    assert_string_equal(r.completion, "\\xff<b>");
+    json_object_set_new(o, "step", json_string("x"));
+    assert_int_equal(db_sample_from_json(o, &r, &err), -EINVAL);
+    assert_string_equal(err.path, "step");
+    json_object_set_new(o, "step", json_integer(1));
+    char *big = calloc(DB_SAMPLE_FIELD_MAX + 2, 1);
+    assert_non_null(big);
+    memset(big, 'a', DB_SAMPLE_FIELD_MAX + 1);
+    json_object_set_new(o, "prompt", json_string(big));
+    free(big);
+    assert_int_equal(db_sample_from_json(o, &r, &err), -EINVAL);
+    assert_string_equal(err.path, "prompt");
     json_decref(o);
 }
 

@@ -91,6 +91,9 @@ struct cluster_jobs_hooks {
     void (*finished)(void *ctx, int64_t job, int rc, int64_t step, const char *error);
     /* The job restarted from a failure, `restarts` in all (persist it). */
     void (*restarts)(void *ctx, int64_t job, int restarts);
+    /* A `sample` reply a member made of the job, to keep (`s` borrowed: the
+     * record as db_sample_json writes it). */
+    void (*sample)(void *ctx, int64_t job, const json_t *s, const char *node);
 };
 
 /* The coordinator answers a read forwarded by a member: `m` is the
@@ -144,6 +147,9 @@ void cluster_heartbeat_soon(struct cluster *c);
 /* Forwards global rank 0's records to the coordinator. */
 void cluster_send_metric(struct cluster *c, int64_t job, const struct gpt_metric *m);
 void cluster_send_event(struct cluster *c, int64_t job, const struct gpt_event *e);
+/* A member hands a `sample` reply it made (the record, borrowed) to the
+ * coordinator, which keeps it with the job. The coordinator: nothing. */
+void cluster_send_sample(struct cluster *c, int64_t job, const json_t *sample);
 /* Node side: a mark of everything queued for the coordinator so far, and
  * whether all of it is delivered: in the store (or refused by it, or
  * dropped with a warning; nothing more will come of it). While it is not,

@@ -26,6 +26,7 @@
 #define DB_OVERRIDES_MAX  512 /* bytes of a job's overrides text, NUL included */
 #define DB_SAMPLE_TEXT_MAX 16384 /* bytes of a sample's completion kept; the rest is cut */
 #define DB_SAMPLES_MAX     100   /* samples kept per job at most (sample_history's bound) */
+#define DB_SAMPLE_FIELD_MAX 8192 /* bytes of a prompt or its ids from a peer */
 
 enum db_job_state {
     DB_JOB_QUEUED,
@@ -92,7 +93,8 @@ struct db_sample {
     int64_t job_id;
     double time;         /* unix seconds of the reply */
     int64_t uid;         /* the client who asked */
-    int64_t snapshot_id; /* snapshots.id of the file sampled; 0 when it has no row */
+    int64_t snapshot_id; /* snapshots.id of the file sampled; 0 when it has no row (insert:
+                          * 0 looks the row up by the path) */
     int64_t step;        /* the snapshot's step */
     const char *snapshot;   /* the file sampled */
     const char *prompt;     /* the prompt as text ("" when given as ids) */
@@ -124,6 +126,10 @@ void db_sample_read(struct sqlite3_stmt *s, struct db_sample *ret);
  * (strings that are not valid UTF-8 escaped as \xNN); NULL on ENOMEM. Any
  * thread. */
 struct json_t *db_sample_json(const struct db_sample *s);
+/* Back: a record from such an object (its id and job left out), strings
+ * borrowed from `o`; -EINVAL (err names the key) for a key missing, of
+ * the wrong type or longer than DB_SAMPLE_FIELD_MAX. Any thread. */
+int db_sample_from_json(const struct json_t *o, struct db_sample *ret, struct gpt_err *err);
 
 /* The metrics table's columns of one record, in the order
  * db_metric_read() reads them: for a reader with its own connection (the
