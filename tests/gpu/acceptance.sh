@@ -175,6 +175,11 @@ echo "== acceptance${ONLY:+ (only ${O%,})}: phases and caps:${LIST%,}; total ${T
 [ "$CUDNN" = 1 ] || echo "   (no cuDNN attention in this build: no cudnn phase)" | tee -a "$OUT/caps.txt"
 
 START=$(date +%s)
+# A dry run times CPU stand-ins on a machine that may be busy with other
+# tests: its phases get four times their caps, so that it checks the
+# script's logic, not this machine's speed (a real run keeps its caps).
+DRY_SCALE=1
+[ "$DRY" = 1 ] && DRY_SCALE=4
 # the caps' sum and a margin for the table; GPTD_ACCEPTANCE_SECONDS sets a
 # shorter budget where a lease has less device time left
 DEADLINE=$((START + ${GPTD_ACCEPTANCE_SECONDS:-$((TOTAL + 10))}))
@@ -195,7 +200,7 @@ row() {
 # run NAME CAP LOG CMD...: runs CMD under the phase's cap, output to LOG;
 # sets RC and SECS.
 run() {
-    name=$1 cap=$(budget "$2") log=$3
+    name=$1 cap=$(budget $(($2 * DRY_SCALE))) log=$3
     shift 3
     echo "== $name (cap ${cap}s, at $(($(date +%s) - START))s)"
     t0=$(date +%s)
@@ -284,7 +289,7 @@ for name, part in (("train", data[:cut]), ("val", data[cut:])):
 PY
     job "$SCRATCH/init.json" "$CL" "$CH" "$CC" "$CT" "$CB" 1 "$CPREC" 1e-30 0
     echo "== curve_init (cap 10s, at $(($(date +%s) - START))s)"
-    timeout --kill-after=5 "$(budget 10)" "$GPTD" run "$SCRATCH/init.json" --json \
+    timeout --kill-after=5 "$(budget $((10 * DRY_SCALE)))" "$GPTD" run "$SCRATCH/init.json" --json \
         --snapshot-dir "$SCRATCH/init" >"$OUT/curve_init.log" 2>&1 &&
         snap=$(ls "$SCRATCH"/init/*.gpts "$SCRATCH"/init/*/*.gpts 2>/dev/null | tail -1) &&
         [ -n "$snap" ] &&
@@ -623,7 +628,7 @@ fi
 if want world2; then
     [ "$DRY" = 1 ] && export W2_COMM=${W2_COMM:-shm}
     W2_OUT=$OUT/world2
-    w2_cap=$(budget 100)
+    w2_cap=$(budget $((100 * DRY_SCALE)))
     run world2 "$w2_cap" "$OUT/world2_run.log" "$ROOT/tests/gpu/world2.sh" "$GPTD" "$GPTCTL" \
         "$W2_OUT" $((w2_cap > 20 ? w2_cap - 10 : w2_cap))
     [ -r "$W2_OUT/world2_rows.txt" ] && cat "$W2_OUT/world2_rows.txt" >>"$TABLE"
