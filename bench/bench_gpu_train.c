@@ -769,11 +769,14 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            "\"%s\",\"flash_bwd\":\"%s\",\"flash_fwd\":\"%s\",\"batch\":%zu,"
            "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
            "\"mfu\":%s,\"peak_tflops\":%s,\"gpu\":\"%s\",\"peak_mem_gib\":%.2f,"
-           "\"loss\":%.4f,\"loss_step2\":%.9g,\"host_syncs_per_step\":%llu}\n",
+           "\"loss\":%.4f,\"loss_step2\":%.9g,\"host_syncs_per_step\":%llu,"
+           "\"cudnn_passes\":%llu}\n",
            row->mode, row->attn, flash_bwd_name(B, T), flash_fwd_name(), B, T, steps, row->ms,
            row->tokens_s, row->tflops, json_num(mfu_s, sizeof(mfu_s), 4, row->mfu),
            json_num(peak_s, sizeof(peak_s), 1, peak_flops / 1e12), gpu, row->peak_gib, (double)loss,
-           (double)loss2, (unsigned long long)max_syncs);
+           (double)loss2, (unsigned long long)max_syncs,
+           /* attention passes cuDNN ran: 0 where it refused (the default ran) */
+           (unsigned long long)gpt_cuda_flash_dnn_launches());
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",

@@ -1,7 +1,8 @@
 #!/bin/sh
 # acceptance.sh: the GPU acceptance run (issues 33 and 34), for a machine
 # with one H200 or H100: one call of at most 8 minutes, every phase under
-# its own cap (the caps add up to 480 s and are printed first),
+# its own cap (the caps add up to 480 s, 495 with the cudnn phase where
+# the build has cuDNN attention, and are printed first),
 # everything written under an output folder that is committed as it is
 # (tests/gpu/runs/), a short table printed last, exit status non-zero on
 # any failure.
@@ -529,9 +530,13 @@ if [ "$CUDNN" = 1 ] && want cudnn; then
     bench 16 15 cudnn_b16 GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn
     [ -n "$MEAS" ] && echo "$MEAS" >>"$OUT/bench.jsonl"
     ms=$(num ms_per_step "$MEAS") l2=$(num loss_step2 "$MEAS")
+    dnn=$(num cudnn_passes "$MEAS")
     attf=$(att_ms forward) attb=$(att_ms backward)
     if skipped; then
         row cudnn_b16 SKIP "$SECS" "dry: no GPU"
+    elif [ "$RC" = 0 ] && [ "${dnn:-0}" = 0 ]; then
+        # cuDNN refused the shape (or did not load): the default ran
+        row cudnn_b16 FAIL "$SECS" "no pass ran on cuDNN, ${ms:-?} ms/step is the default's ($OUT/cudnn_b16.log says why)"
     elif [ "$RC" = 0 ] && [ -n "$ms" ]; then
         row cudnn_b16 PASS "$SECS" "cuDNN ${ms} ms/step, attention forward ${attf:-?} ms, backward ${attb:-?} ms; hand-written ${ms_def:-?} ms/step; step 2 loss ${l2} (${l2_def:-?})"
     else
