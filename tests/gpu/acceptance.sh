@@ -1,7 +1,7 @@
 #!/bin/sh
 # acceptance.sh: the GPU acceptance run (issues 33 and 34), for a machine
 # with one H200 or H100: one call of at most 8 minutes, every phase under
-# its own cap (the caps add up to 480 s, 495 with the cudnn phase where
+# its own cap (the caps add up to 480 s, 515 with the cudnn phase where
 # the build has cuDNN attention, and are printed first),
 # everything written under an output folder that is committed as it is
 # (tests/gpu/runs/), a short table printed last, exit status non-zero on
@@ -50,10 +50,13 @@
 #                  bench/torch_gpt2.py at the same shapes (torch.compile,
 #                  SDPA, fused AdamW, bf16 autocast): ms/step, MFU, peak
 #                  memory, gptd's tokens/s over PyTorch's (goal 1.3)
-#   cudnn 15       only where the build has a cuDNN attention path
+#   cudnn 35       only where the build has a cuDNN attention path
 #                  (GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn, as
-#                  bench_gpu_train --plan names it): B=16 against the
-#                  hand-written default
+#                  bench_gpu_train --plan names it): test_gpu_ops
+#                  --attention with both (20 s; rows bwd_cudnn_ops,
+#                  fwd_cudnn_ops: against the CPU, and GPT-2's shape taken
+#                  by cuDNN), then B=16 against the hand-written default
+#                  (15 s; cudnn_b16)
 #   curves 40      200 steps of a 6-layer model (C 384, T 256, B 32) in
 #                  bf16, gptd and PyTorch (eager) from gptd's initial
 #                  weights on the same shard (the text's bytes as tokens)
@@ -163,7 +166,7 @@ GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn "$BENCH" --plan 16 1024 bf16 2>/dev/nu
     grep -q '"flash_[fb]wd":"cudnn"' && CUDNN=1
 PHASES="preflight:15 ops:40 train:20 wg_ops:20 bench_b16:20 bench_b32:25 variants:56"
 PHASES="$PHASES torch_b16:65 torch_b32:35"
-[ "$CUDNN" = 1 ] && PHASES="$PHASES cudnn:15"
+[ "$CUDNN" = 1 ] && PHASES="$PHASES cudnn:35"
 PHASES="$PHASES curves:40 memcheck:44 world2:100"
 TOTAL=0 LIST=""
 for p in $PHASES; do
@@ -527,6 +530,12 @@ done
 
 # ---- cuDNN's attention against the hand-written default (where built) --------
 if [ "$CUDNN" = 1 ] && want cudnn; then
+    GENV="GPTD_FLASH_BWD=cudnn GPTD_FLASH_FWD=cudnn"
+    gpu_prog cudnn_ops 20 "$OUT/cudnn_ops.log" "test_gpu_ops --attention with $GENV" \
+        "$BUILD/tests/test_gpu_ops" --attention
+    GENV=""
+    variant_ops bwd_cudnn_ops "$OUT/cudnn_ops.log" 'attention_backward|flash_tc_deterministic|cudnn_attention_path'
+    variant_ops fwd_cudnn_ops "$OUT/cudnn_ops.log" 'attention_forward|flash_tc_path|cudnn_attention_path'
     bench 16 15 cudnn_b16 GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn
     [ -n "$MEAS" ] && echo "$MEAS" >>"$OUT/bench.jsonl"
     ms=$(num ms_per_step "$MEAS") l2=$(num loss_step2 "$MEAS")

@@ -218,8 +218,9 @@ void test_attention_bf16(int with_wg)
                gpt_cuda_flash_wg_live() ? 0 : 1);
 }
 
-/* GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn where libcudnn.so.9
- * loads (else one skip line): each tensor-core shape against the CPU
+/* GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn (test_gpu_ops
+ * --attention with either variable at cudnn; a library that does not
+ * load fails cudnn_attention_path): each tensor-core shape against the CPU
  * within the flash kernels' bf16 bounds, and the same bits twice (the
  * backward takes only engines without a nondeterministic note). A shape
  * cuDNN refuses runs the hand-written default (said on stderr, and here
@@ -227,8 +228,8 @@ void test_attention_bf16(int with_wg)
  * the acceptance run's cuDNN timing would time the default. */
 void test_attention_cudnn(void)
 {
-    if (gpt_cuda_cudnn_version() == 0) {
-        printf("skip bf16 cudnn attention: libcudnn.so.9 does not load here\n");
+    if (gpt_cuda_cudnn_version() == 0) { /* asked for, so a failure */
+        report("cudnn_attention_path", "libcudnn.so.9 does not load here", 1.0);
         return;
     }
     printf("     cudnn attention: cuDNN %d\n", gpt_cuda_cudnn_version());

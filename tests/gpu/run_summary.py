@@ -20,7 +20,8 @@ acceptance.sh calls it last, on its output folder, which holds:
 summary.json has exactly these keys: commit, gpu, driver, default_variants
 (the attention forward and backward that ran as defaults), passed (every
 variant that passed its ops and training rows: "bwd_twopass", "fwd_m16",
-...), ms per step and MFU (llm.c's count) of gptd and of PyTorch at
+...; "fwd_cudnn" and "bwd_cudnn" from their _ops rows and cudnn_b16),
+ms per step and MFU (llm.c's count) of gptd and of PyTorch at
 B=16 and B=32 (null where not measured), world2_nccl (the world-2
 phase's line, null where it did not run) and curve_max_window_rel_diff:
 the curves cut into windows of CURVE_WINDOW steps, the largest relative
@@ -133,6 +134,10 @@ def summarize(out):
         m = re.fullmatch(r"((?:bwd|fwd)_\w+?)_ops", name)
         if m and ok(name) and ok(m.group(1) + "_b16"):
             passed.add(m.group(1))
+    # cuDNN's attention: both ways in one benchmark row (cudnn_b16)
+    for v in ("fwd_cudnn", "bwd_cudnn"):
+        if ok(v + "_ops") and ok("cudnn_b16"):
+            passed.add(v)
     summary = {
         "commit": commit,
         "gpu": gpu,
@@ -189,6 +194,9 @@ def _selftest():
                 "fwd_k32_b16      PASS     20s  x",
                 "fwd_wg_ops       PASS     20s  x",
                 "fwd_wg_b16       PASS     20s  x",
+                "bwd_cudnn_ops    PASS      0s  x",
+                "fwd_cudnn_ops    FAIL      0s  x",
+                "cudnn_b16        PASS     15s  x",
             ]) + "\n",
             "world2_nccl.txt": "pass\n",
             # 20 steps: gptd 3.0 then 2.0; PyTorch 3.03 (1%) then 1.9 (5%)
@@ -209,7 +217,7 @@ def _selftest():
             "gpu": "NVIDIA H200",
             "driver": "580.95.05",
             "default_variants": {"attention_forward": "m16", "attention_backward": "twopass"},
-            "passed": ["bwd_fused", "bwd_twopass", "fwd_m16", "fwd_wg"],
+            "passed": ["bwd_cudnn", "bwd_fused", "bwd_twopass", "fwd_m16", "fwd_wg"],
             "gptd_ms_per_step_b16": 35.2, "gptd_mfu_b16": 0.3782,
             "torch_ms_per_step_b16": 41.0, "torch_mfu_b16": 0.3247,
             "gptd_ms_per_step_b32": 66.6, "gptd_mfu_b32": None,

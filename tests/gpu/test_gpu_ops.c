@@ -679,10 +679,11 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
     free(tok);
 }
 
-/* test_gpu_ops [--attention]: every op but the wg attention variants,
- * or (--attention, for the acceptance run's variant rows) the bf16
- * attention checks only, with the wg variants when GPTD_FLASH_FWD or
- * GPTD_FLASH_BWD chooses one. */
+/* test_gpu_ops [--attention]: every op but the wg and cuDNN attention
+ * variants, or (--attention, for the acceptance run's variant rows) the
+ * bf16 attention checks only, with the wg variants when GPTD_FLASH_FWD or
+ * GPTD_FLASH_BWD chooses one, or cuDNN's checks alone when either
+ * chooses cudnn. */
 int main(int argc, char **argv)
 {
     int only_attention = argc == 2 && strcmp(argv[1], "--attention") == 0;
@@ -706,10 +707,13 @@ int main(int argc, char **argv)
         prec = "bf16";
         /* The wg variants where the environment chose one (the
          * acceptance run's wg rows), so that a fault in them shows in
-         * those rows only. */
-        test_attention_bf16(gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD")) ==
-                                GPT_FLASH_FWD_WG ||
-                            gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD")) == GPT_FLASH_BWD_WG);
+         * those rows only; cuDNN's (its cudnn_ops rows) on their own. */
+        int fv = gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"));
+        int bv = gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD"));
+        if (fv == GPT_FLASH_FWD_CUDNN || bv == GPT_FLASH_BWD_CUDNN)
+            test_attention_cudnn();
+        else
+            test_attention_bf16(fv == GPT_FLASH_FWD_WG || bv == GPT_FLASH_BWD_WG);
         goto done;
     }
     /* The op table in fp32, then what it cannot say: determinism, the
@@ -728,7 +732,6 @@ int main(int argc, char **argv)
     prec = "bf16";
     test_op_cases(OPC_BF16);
     test_attention_bf16(0);
-    test_attention_cudnn();
     test_layernorm_repeat(16384, 768, "N16384 C768");
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(33, 48, 144);
