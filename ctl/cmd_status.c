@@ -2,6 +2,7 @@
  * cmd_status: `gptctl status [JOB]` (one job with its runs, or the daemon)
  * and `gptctl nodes` (the hosts of a cluster, or this gptd's own row).
  */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,12 +185,38 @@ int cmd_status(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     return 0;
 }
 
+/* nodes --forget NODE: the coordinator releases NODE's id (root only). */
+static int ctl_nodes_forget(struct ctl *c, const char *node)
+{
+    int rc = ctl_connect(c);
+    json_t *r, *reply;
+    if (rc)
+        return rc;
+    r = ctl_request(c, GPT_CTL_OP_NODES);
+    json_object_set_new(r, "forget", json_string(node));
+    if ((rc = ctl_call(c, r, &reply)))
+        return rc;
+    if (!c->json)
+        printf("forgot node %s: the next gptd to join as it takes the id\n", out_esc(node, 0));
+    json_decref(reply);
+    return 0;
+}
+
 int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;
-    (void)argv;
-    if (argc > 1)
-        return ctl_usage_error("nodes takes no arguments");
+    static const struct option opts[] = {{"forget", required_argument, 0, 'f'}, {0, 0, 0, 0}};
+    const char *forget = NULL;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (ch != 'f')
+            return EXIT_USAGE;
+        forget = optarg;
+    }
+    if (optind < argc)
+        return ctl_usage_error("nodes takes no arguments but --forget NODE");
+    if (forget)
+        return ctl_nodes_forget(c, forget);
     int rc = ctl_connect(c);
     json_t *reply;
     if (rc || (rc = ctl_call(c, ctl_request(c, GPT_CTL_OP_NODES), &reply)))

@@ -73,6 +73,12 @@ static const struct ctl_opt export_opts[] = {
     {"dtype", 0, "DTYPE", "f32, f16 or bf16 weights (default f32)"},
     {NULL, 0, NULL, NULL},
 };
+static const struct ctl_opt nodes_opts[] = {
+    {"forget", 0, "NODE",
+     "root, on the coordinator: drop NODE's node key, so the next gptd to join as NODE takes the "
+     "id"},
+    {NULL, 0, NULL, NULL},
+};
 static const struct ctl_opt no_opts[] = {{NULL, 0, NULL, NULL}};
 
 /* The commands, in the order of the usage text. */
@@ -95,8 +101,8 @@ static const struct ctl_cmd ctl_cmds[] = {
      cmd_sweep, GPT_CTL_OP_LIST, no_opts, "gptctl sweep sw-1a2b3c4d"},
     {"status", "[JOB]", "the daemon, or one job", cmd_status, GPT_CTL_OP_STATUS, no_opts,
      "gptctl status 4"},
-    {"logs", "[-f] [--since STEP] [--csv] JOB", "metrics and events (-f: follow until the end)", cmd_logs,
-     GPT_CTL_OP_LOGS, logs_opts, "gptctl logs -f 4"},
+    {"logs", "[-f] [--since STEP] [--csv] JOB", "metrics and events (-f: follow until the end)",
+     cmd_logs, GPT_CTL_OP_LOGS, logs_opts, "gptctl logs -f 4"},
     {"cancel", "JOB [--wait]", "stop a job (it writes a snapshot first; --wait: until it has)",
      cmd_job_op, GPT_CTL_OP_CANCEL, cancel_opts, "gptctl cancel --wait 4 && gptctl resume 4"},
     {"resume", "JOB [KEY=VALUE ...] [--snapshot ID]",
@@ -117,8 +123,10 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"export", "JOB [--snapshot ID] --format hf|llmc|gguf -o PATH [--dtype f32|f16|bf16]",
      "write a snapshot as a Hugging Face folder, an llm.c checkpoint or GGUF", cmd_export,
      GPT_CTL_OP_EXPORT, export_opts, "gptctl export 4 --format gguf -o model.gguf --dtype f16"},
-    {"nodes", "", "the nodes of the cluster", cmd_nodes, GPT_CTL_OP_NODES, no_opts,
-     "gptctl nodes"},
+    {"nodes", "[--forget NODE]",
+     "the nodes of the cluster (--forget, root on the coordinator: release NODE's id for a gptd"
+     " whose state directory was wiped)",
+     cmd_nodes, GPT_CTL_OP_NODES, nodes_opts, "gptctl nodes"},
     {"help", "[COMMAND]", "this text, or one command's", cmd_help, -1, no_opts,
      "gptctl help submit"},
 };

@@ -396,6 +396,7 @@ static int daemon_cluster_start(struct daemon_ctx *d, struct gpt_err *err)
         .secret_len = secret_len,
         .secret_file = secret_path,
         .secret_hint = co_coordinator && secret_path[0] ? secret_path : "",
+        .state_dir = cfg->state_dir,
         .heartbeat_s = cfg->heartbeat_s,
         .dead_after_s = cfg->dead_after_s,
         .last_call_s = cfg->last_call_s,

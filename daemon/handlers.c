@@ -565,10 +565,30 @@ static int handler_locate_result(struct daemon_ctx *d, const struct cluster_msg_
     return rc;
 }
 
+/* nodes --forget NODE: the coordinator drops NODE's node key, so that a
+ * gptd whose state directory was wiped can join as NODE again. Only root:
+ * the next gptd to join takes the id, with what that node may write. */
+static int op_nodes_forget(struct daemon_ctx *d, const char *node, uid_t uid, json_t **ret,
+                           struct gpt_err *err)
+{
+    if (uid != 0)
+        return gpt_err_set(err, -EPERM, "forget",
+                           "only root may forget a node: the next gptd to join as \"%s\" takes "
+                           "its id and writes as it",
+                           node);
+    if (!d->cluster)
+        return gpt_err_set(err, -EINVAL, "forget", "this gptd is not in a cluster");
+    int rc = cluster_forget_node(d->cluster, node, err);
+    if (rc == 0)
+        *ret = json_pack("{s:s}", "forgot", node);
+    return rc;
+}
+
 static int op_nodes(struct daemon_ctx *d, const struct gpt_ctl_request *req, uid_t uid,
                     json_t **ret, struct gpt_err *err)
 {
-    (void)req, (void)uid;
+    if (req->present & (1u << GPT_CTL_F_FORGET))
+        return op_nodes_forget(d, req->forget, uid, ret, err);
     if (d->cluster) {
         json_t *nodes = cluster_nodes_json(d->cluster);
         if (!nodes)

@@ -39,6 +39,7 @@ static const struct gpt_ctl_field_info ctl_fields[GPT_CTL_F_COUNT] = {
     [GPT_CTL_F_UMASK] = {"umask", GPT_CTL_T_INT, 0, 0777, SLOT(umask)},
     [GPT_CTL_F_STATE] = {"state", GPT_CTL_T_STRING, 0, 16, SLOT(state)},
     [GPT_CTL_F_USER] = {"user", GPT_CTL_T_INT, 0, UINT32_MAX, SLOT(user)},
+    [GPT_CTL_F_FORGET] = {"forget", GPT_CTL_T_STRING, 0, 63, SLOT(forget)},
 };
 
 #undef SLOT
@@ -69,7 +70,7 @@ static const struct gpt_ctl_op_info ctl_ops[GPT_CTL_OP_COUNT] = {
                            F(JOB) | F(SNAPSHOT) | F(PROMPT) | F(PROMPT_IDS) | F(TOKENS) |
                                F(TEMPERATURE) | F(TOP_K),
                            F(JOB), 0},
-    [GPT_CTL_OP_NODES] = {"nodes", 0, 0, 0},
+    [GPT_CTL_OP_NODES] = {"nodes", F(FORGET), 0, 0},
     [GPT_CTL_OP_PING] = {"ping", 0, 0, 0},
     [GPT_CTL_OP_EXPORT] = {"export",
                            F(JOB) | F(SNAPSHOT) | F(FORMAT) | F(OUTPUT) | F(DTYPE) | F(UMASK),

@@ -47,9 +47,10 @@ static size_t body_max(int type)
     case PROTO_STORE_HELLO:
         return 1 + 4 + GPT_STORE_NONCE_BYTES + 4 + GPT_STORE_NODE_MAX;
     case PROTO_STORE_CHALLENGE:
+        return 1 + GPT_STORE_NONCE_BYTES;
     case PROTO_STORE_AUTH:
     case PROTO_STORE_PROOF:
-        return 1 + GPT_STORE_NONCE_BYTES;
+        return 1 + 2 * GPT_STORE_MAC_BYTES;
     case PROTO_STORE_SET:
     case PROTO_STORE_APPEND:
         return 1 + key + val;
@@ -299,6 +300,19 @@ static int rd_node(struct reader *r, struct proto_store_msg *m, struct gpt_err *
     return 0;
 }
 
+/* AUTH's node proof or PROOF's wrapped node key: exactly
+ * GPT_STORE_MAC_BYTES more bytes, viewed as val. */
+static int rd_mac2(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
+{
+    if (rd_left(r) != GPT_STORE_MAC_BYTES)
+        return gpt_err_set(err, -GPT_E_PROTO, NULL, "store frame: %s's second MAC is not %d bytes",
+                           proto_store_type_name(m->type), GPT_STORE_MAC_BYTES);
+    m->val = r->p;
+    m->val_len = GPT_STORE_MAC_BYTES;
+    r->p += GPT_STORE_MAC_BYTES;
+    return 0;
+}
+
 static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt_err *err)
 {
     uint64_t u64 = 0;
@@ -314,9 +328,13 @@ static int decode_fields(struct reader *r, struct proto_store_msg *m, struct gpt
             rc = rd_node(r, m, err);
         break;
     case PROTO_STORE_CHALLENGE:
+        rc = rd_nonce(r, m, err);
+        break;
     case PROTO_STORE_AUTH:
     case PROTO_STORE_PROOF:
         rc = rd_nonce(r, m, err);
+        if (rc == 0 && rd_left(r) > 0)
+            rc = rd_mac2(r, m, err);
         break;
     case PROTO_STORE_SET:
     case PROTO_STORE_APPEND:
@@ -664,14 +682,29 @@ int proto_store_put_challenge(struct proto_store_out *o, const uint8_t nonce[GPT
     return put_nonce(o, PROTO_STORE_CHALLENGE, nonce);
 }
 
-int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES])
+/* AUTH or PROOF: a MAC and, when mac2 is not NULL, a second one. */
+static int put_macs(struct proto_store_out *o, int type, const uint8_t *mac, const uint8_t *mac2)
 {
-    return put_nonce(o, PROTO_STORE_AUTH, mac);
+    uint8_t *p = out_frame(o, type, 1 + GPT_STORE_MAC_BYTES + (mac2 ? GPT_STORE_MAC_BYTES : 0));
+
+    if (!p)
+        return -ENOMEM;
+    memcpy(p, mac, GPT_STORE_MAC_BYTES);
+    if (mac2)
+        memcpy(p + GPT_STORE_MAC_BYTES, mac2, GPT_STORE_MAC_BYTES);
+    return 0;
 }
 
-int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES])
+int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES],
+                         const uint8_t *node_mac)
 {
-    return put_nonce(o, PROTO_STORE_PROOF, mac);
+    return put_macs(o, PROTO_STORE_AUTH, mac, node_mac);
+}
+
+int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES],
+                          const uint8_t *wrapped_key)
+{
+    return put_macs(o, PROTO_STORE_PROOF, mac, wrapped_key);
 }
 
 int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,

@@ -338,6 +338,8 @@ static void agent_start_workers(struct agent *a, const struct round_member *me)
     struct gpt_err err;
     gpt_err_clear(&err);
     a->kv = store_kv_new(a->host, a->port, a->secret, a->secret_len, a->node_id);
+    if (a->kv)
+        store_kv_set_node_key(a->kv, cluster_node_key_own(a->cl));
     if (!a->kv) {
         gpt_err_set(&err, -ENOMEM, NULL, "out of memory");
         goto fail;

@@ -91,11 +91,22 @@ static void cluster_on_connect(void *arg, int status)
                 log_debug("cluster: refused again by %s:%d", c->host, c->o.port);
             c->refused = true;
         }
+        if (status == -EACCES) {
+            /* Another node holds this id's key (or this node lost its own). */
+            snprintf(c->refused_msg, sizeof(c->refused_msg), "%s",
+                     store_client_async_refusal(c->nc));
+            if (!c->refused)
+                log_error("cluster: the coordinator at %s:%d refused this node: %s", c->host,
+                          c->o.port, c->refused_msg);
+            c->refused = true;
+        }
         c->nc_state = CONN_CONNECTING; /* reported as a loss below without the warning */
         cluster_conn_lost(c, gpt_strerror(status));
         return;
     }
     log_info("cluster: connected to the store at %s:%d as %s", c->host, c->o.port, c->node_id);
+    if (c->refused)
+        log_notice("cluster: the coordinator took this node in as %s", c->node_id);
     c->refused = false;
     c->nc_state = CONN_READY;
     c->backoff_ms = CLUSTER_BACKOFF_MIN_MS;
@@ -112,7 +123,10 @@ static void cluster_connect(struct cluster *c, double now)
                                          .port = c->o.port,
                                          .secret = c->secret,
                                          .secret_len = c->secret_len,
-                                         .node = c->node_id};
+                                         .node = c->node_id,
+                                         .node_key = cluster_node_key_own(c),
+                                         .node_key_issued = cluster_own_key_issued,
+                                         .node_key_arg = c};
     struct gpt_err err;
     c->nc_state = CONN_CONNECTING;
     c->nc_since = now;
@@ -263,7 +277,10 @@ static void cluster_coord_duty(struct cluster *c, double now)
                                              .port = c->o.port,
                                              .secret = c->secret,
                                              .secret_len = c->secret_len,
-                                             .node = c->node_id};
+                                             .node = c->node_id,
+                                             .node_key = cluster_node_key_own(c),
+                                             .node_key_issued = cluster_own_key_issued,
+                                             .node_key_arg = c};
         struct gpt_err err;
         c->cc_state = CONN_CONNECTING;
         if (store_client_async_new(c->loop, &ao, cluster_on_cc_connect, c, &c->cc, &err) < 0) {
@@ -485,11 +502,15 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
         memcpy(c->secret, o->secret, o->secret_len);
         c->secret_len = o->secret_len;
     }
+    snprintf(c->state_dir, sizeof(c->state_dir), "%s", o->state_dir ? o->state_dir : "");
+    c->o.state_dir = c->state_dir;
+    int rc;
+    if ((rc = cluster_keys_init(c, err)) < 0)
+        goto fail;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     c->inc = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
     c->backoff_ms = CLUSTER_BACKOFF_MIN_MS;
-    int rc;
     if (o->coordinator) {
         /* Every node holds one connection, and one more while its workers
          * exchange ring addresses. */
@@ -501,7 +522,11 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
                                        .hb_admit = cluster_hb_admit,
                                        .hb_arg = c,
                                        .write_admit = cluster_write_admit,
-                                       .write_arg = c};
+                                       .write_arg = c,
+                                       .node_key = cluster_node_key,
+                                       .node_key_issued = cluster_node_key_issued,
+                                       .node_refused = cluster_node_refused,
+                                       .node_key_arg = c};
         if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
             goto fail;
         if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {
@@ -550,6 +575,7 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
     *ret = c;
     return 0;
 fail:
+    cluster_keys_done(c);
     free(c->secret);
     free(c);
     return rc;
@@ -586,6 +612,7 @@ static void cluster_maybe_done(struct cluster *c)
     json_decref(c->nodes_cache);
     cluster_feed_done(c);
     cluster_inbox_done(c);
+    cluster_keys_done(c);
     free(c->secret);
     free(c);
     if (done)

@@ -28,6 +28,15 @@
 #include "rdzv.h"
 #include "store_client.h"
 
+#define CLUSTER_KEYS_FILE "node.keys" /* the coordinator's issued node keys, in STATE_DIR */
+#define CLUSTER_KEY_FILE  "node.key"  /* this node's own key, in STATE_DIR */
+
+/* A node key the coordinator issued (proto/store.h, "Node keys"). */
+struct cluster_key {
+    char node[GPT_STORE_NODE_MAX + 1];
+    uint8_t key[GPT_STORE_MAC_BYTES];
+};
+
 #define CLUSTER_TICK_MS        25
 #define CLUSTER_STALL_S        0.5 /* a tick this late means the loop was held up */
 #define CLUSTER_BACKOFF_MIN_MS 100
@@ -97,6 +106,11 @@ struct cluster {
     size_t secret_len;
     char secret_file[1024];
     char secret_hint[1024];
+    char state_dir[1024]; /* "" none: node keys in memory only */
+    bool has_node_key;    /* this node's key (node.key), proved on each connection */
+    uint8_t node_key[GPT_STORE_MAC_BYTES];
+    struct cluster_key *keys; /* coordinator: the issued keys (node.keys) */
+    size_t nkeys, keys_cap;
     /* The store refused this node's secret: forwarded requests fail at once
      * (with refused_msg) instead of waiting for a connection that will not
      * come; the error is logged once per streak of refusals. */
@@ -219,5 +233,16 @@ void cluster_feed_duty(struct cluster *c, double now);
 void cluster_feed_poll(struct cluster *c, double now);
 void cluster_feed_disconnected(struct cluster *c);
 void cluster_feed_done(struct cluster *c);
+
+/* cluster_keys.c. init loads STATE_DIR/node.key and, on the coordinator,
+ * node.keys (and makes the coordinator's own key); 0 or a negative errno
+ * with err. The store server's node_key and node_key_issued callbacks (arg:
+ * the cluster), and the clients' node_key_issued for this node's own key. */
+int cluster_keys_init(struct cluster *c, struct gpt_err *err);
+void cluster_keys_done(struct cluster *c);
+int cluster_node_key(void *arg, const char *node, uint8_t ret_key[GPT_STORE_MAC_BYTES]);
+int cluster_node_key_issued(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+void cluster_own_key_issued(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+void cluster_node_refused(void *arg, const char *node, const char *peer, char *why, size_t cap);
 
 #endif

@@ -489,6 +489,16 @@ int rdzv_coord_admit(struct rdzv_coord *c, double now, const struct cluster_msg 
     return -EEXIST;
 }
 
+bool rdzv_coord_node_alive(const struct rdzv_coord *c, double now, const char *node,
+                           const char **ret_addr)
+{
+    const struct rdzv_cnode *nd = rdzv_find((struct rdzv_coord *)c, node);
+
+    if (ret_addr)
+        *ret_addr = nd ? nd->addr : "";
+    return nd && nd->alive && !nd->left && now - nd->last_hb <= c->o.dead_after_s;
+}
+
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node)
 {
     struct rdzv_cnode *nd = rdzv_find(c, node);

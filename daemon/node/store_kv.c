@@ -31,6 +31,8 @@ struct store_kv {
     uint8_t secret[STORE_SECRET_MAX];
     size_t secret_len;
     char node[GPT_STORE_NODE_MAX + 1]; /* the node id the connection speaks for */
+    bool has_node_key;
+    uint8_t node_key[GPT_STORE_MAC_BYTES]; /* that node's key, proved in the handshake */
     atomic_bool aborted;
 };
 
@@ -44,7 +46,8 @@ static int store_kv_client(struct store_kv *k)
                                    .secret = k->secret,
                                    .secret_len = k->secret_len,
                                    .timeout_ms = 5000,
-                                   .node = k->node};
+                                   .node = k->node,
+                                   .node_key = k->has_node_key ? k->node_key : NULL};
     double deadline = monotime_s() + STORE_KV_CONNECT_MS / 1e3;
     for (;;) {
         struct gpt_err err;
@@ -56,7 +59,7 @@ static int store_kv_client(struct store_kv *k)
         }
         if (atomic_load(&k->aborted))
             return -ECANCELED;
-        if (rc == -GPT_E_AUTH || monotime_s() > deadline)
+        if (rc == -GPT_E_AUTH || rc == -EACCES || monotime_s() > deadline)
             return rc;
         monotime_sleep_ms(100);
     }
@@ -125,6 +128,13 @@ static struct store_kv *store_kv_alloc(void)
     k->kv.set = store_kv_set;
     k->kv.get = store_kv_get;
     return k;
+}
+
+void store_kv_set_node_key(struct store_kv *k, const uint8_t *key)
+{
+    k->has_node_key = key != NULL;
+    if (key)
+        memcpy(k->node_key, key, sizeof(k->node_key));
 }
 
 struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len,

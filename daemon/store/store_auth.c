@@ -47,6 +47,20 @@ int store_auth_proof(const void *secret, size_t secret_len, const char *label,
     return 0;
 }
 
+int store_auth_wrap(const void *secret, size_t secret_len, const uint8_t nc[GPT_STORE_NONCE_BYTES],
+                    const uint8_t ns[GPT_STORE_NONCE_BYTES], const char *node,
+                    const uint8_t key[GPT_STORE_MAC_BYTES], uint8_t ret[GPT_STORE_MAC_BYTES])
+{
+    uint8_t pad[GPT_STORE_MAC_BYTES];
+    int rc = store_auth_proof(secret, secret_len, GPT_STORE_LABEL_WRAP, nc, ns, node, pad);
+
+    if (rc == 0)
+        for (size_t i = 0; i < GPT_STORE_MAC_BYTES; i++)
+            ret[i] = key[i] ^ pad[i];
+    OPENSSL_cleanse(pad, sizeof(pad));
+    return rc;
+}
+
 /* A new HMAC-SHA256 context keyed with key[0..GPT_STORE_MAC_BYTES). */
 static EVP_MAC_CTX *keyed_ctx(EVP_MAC *mac, const uint8_t *key)
 {

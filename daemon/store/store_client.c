@@ -230,12 +230,14 @@ static int connect_addr(struct store_client *c, const struct addrinfo *ai, int64
     return rc;
 }
 
-/* HELLO(Nc) -> CHALLENGE(Ns) -> AUTH(client proof) -> PROOF(server proof),
- * then the session keys (proto/store.h). */
+/* HELLO(Nc) -> CHALLENGE(Ns) -> AUTH(client proof [, node proof]) ->
+ * PROOF(server proof [, wrapped node key]) or ERROR (the node proof
+ * refused), then the session keys (proto/store.h). */
 static int client_handshake(struct store_client *c, const struct store_client_opts *opts,
                             int64_t deadline, struct gpt_err *err)
 {
     uint8_t nc[GPT_STORE_NONCE_BYTES], ns[GPT_STORE_NONCE_BYTES], mac[GPT_STORE_MAC_BYTES];
+    uint8_t node_mac[GPT_STORE_MAC_BYTES];
     struct proto_store_msg m;
     int rc;
 
@@ -253,10 +255,16 @@ static int client_handshake(struct store_client *c, const struct store_client_op
     if (store_auth_proof(opts->secret, opts->secret_len, GPT_STORE_LABEL_CLIENT, nc, ns, opts->node,
                          mac) < 0)
         return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
-    if ((rc = proto_store_put_auth(&c->out, mac)) < 0)
+    if (opts->node_key && store_auth_proof(opts->node_key, GPT_STORE_MAC_BYTES,
+                                           GPT_STORE_LABEL_NODE, nc, ns, opts->node, node_mac) < 0)
+        return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
+    if ((rc = proto_store_put_auth(&c->out, mac, opts->node_key ? node_mac : NULL)) < 0)
         return gpt_err_set(err, rc, NULL, "store client: out of memory");
     if ((rc = exchange(c, deadline, &m, err)) < 0)
         goto dropped;
+    if (m.type == PROTO_STORE_ERROR) /* the node key refused: the message names the node */
+        return gpt_err_set(err, proto_store_status_to_errno(m.status), NULL, "store: %.*s",
+                           (int)m.val_len, (const char *)m.val);
     if (m.type != PROTO_STORE_PROOF)
         return gpt_err_set(err, -GPT_E_PROTO, NULL, "store client: got %s, expected PROOF",
                            proto_store_type_name(m.type));
@@ -270,6 +278,13 @@ static int client_handshake(struct store_client *c, const struct store_client_op
     if ((rc = store_auth_session_init(&c->session, false, opts->secret, opts->secret_len, nc, ns)) <
         0)
         return gpt_err_set(err, rc, NULL, "store client: cannot derive the session keys");
+    if (m.val && opts->node && opts->node_key_issued) {
+        if (store_auth_wrap(opts->secret, opts->secret_len, nc, ns, opts->node, m.val, node_mac) <
+            0)
+            return gpt_err_set(err, -GPT_E_AUTH, NULL, "store client: HMAC failed");
+        opts->node_key_issued(opts->node_key_arg, opts->node, node_mac);
+        OPENSSL_cleanse(node_mac, sizeof(node_mac));
+    }
     proto_store_parser_seal(&c->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &c->session);
     c->out.tag_bytes = GPT_STORE_TAG_BYTES;
     c->parser.frame_max = GPT_STORE_FRAME_MAX;

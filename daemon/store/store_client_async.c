@@ -63,6 +63,11 @@ struct store_client_async {
     uint8_t *secret;
     size_t secret_len;
     char node[GPT_STORE_NODE_MAX + 1]; /* the node id of the HELLO ("": none) */
+    bool has_node_key;
+    uint8_t node_key[GPT_STORE_MAC_BYTES];  /* proved in AUTH when has_node_key */
+    char refusal[GPT_STORE_ERRMSG_MAX + 1]; /* the server's ERROR in place of PROOF */
+    void (*node_key_issued)(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+    void *node_key_arg;
     void (*connect_cb)(void *arg, int status);
     void *connect_arg;
     void (*close_cb)(void *arg);
@@ -181,7 +186,7 @@ static void async_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 /* Handles one frame; returns 0 or a negative error that fails the client. */
 static int async_frame(struct store_client_async *a, const struct proto_store_msg *m)
 {
-    uint8_t mac[GPT_STORE_MAC_BYTES];
+    uint8_t mac[GPT_STORE_MAC_BYTES], node_mac[GPT_STORE_MAC_BYTES];
     struct proto_store_out o;
     struct async_pending *p;
     struct store_reply r;
@@ -199,14 +204,24 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
             (rc = store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_CLIENT, a->nc, a->ns,
                                    a->node, mac)) < 0)
             return rc;
+        if (a->has_node_key &&
+            (rc = store_auth_proof(a->node_key, sizeof(a->node_key), GPT_STORE_LABEL_NODE, a->nc,
+                                   a->ns, a->node, node_mac)) < 0)
+            return rc;
         proto_store_out_init(&o);
-        if ((rc = proto_store_put_auth(&o, mac)) < 0 || (rc = async_write(a, &o)) < 0) {
+        if ((rc = proto_store_put_auth(&o, mac, a->has_node_key ? node_mac : NULL)) < 0 ||
+            (rc = async_write(a, &o)) < 0) {
             proto_store_out_done(&o);
             return rc;
         }
         a->state = ASYNC_AUTH;
         return 0;
     case ASYNC_AUTH:
+        if (m->type == PROTO_STORE_ERROR) {
+            /* The server refused this node's key: its message names the node. */
+            snprintf(a->refusal, sizeof(a->refusal), "%.*s", (int)m->val_len, (const char *)m->val);
+            return proto_store_status_to_errno(m->status);
+        }
         if (m->type != PROTO_STORE_PROOF)
             return -GPT_E_PROTO;
         if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns,
@@ -218,6 +233,15 @@ static int async_frame(struct store_client_async *a, const struct proto_store_ms
         if ((rc = store_auth_session_init(&a->session, false, a->secret, a->secret_len, a->nc,
                                           a->ns)) < 0)
             return rc;
+        if (m->val && a->node[0] && a->node_key_issued) {
+            if ((rc = store_auth_wrap(a->secret, a->secret_len, a->nc, a->ns, a->node, m->val,
+                                      node_mac)) < 0)
+                return rc;
+            memcpy(a->node_key, node_mac, sizeof(a->node_key));
+            a->has_node_key = true;
+            a->node_key_issued(a->node_key_arg, a->node, node_mac);
+            OPENSSL_cleanse(node_mac, sizeof(node_mac));
+        }
         proto_store_parser_seal(&a->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &a->session);
         if ((rc = store_auth_seal(&a->session, &a->queued, 0)) < 0)
             return rc;
@@ -332,6 +356,11 @@ static void async_connected(uv_connect_t *req, int status)
     }
 }
 
+const char *store_client_async_refusal(const struct store_client_async *a)
+{
+    return a->refusal;
+}
+
 int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts *opts,
                            void (*connect_cb)(void *arg, int status), void *arg,
                            struct store_client_async **ret, struct gpt_err *err)
@@ -356,6 +385,12 @@ int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts
         return gpt_err_set(err, -EINVAL, NULL, "store client: node id \"%s\" too long", opts->node);
     }
     snprintf(a->node, sizeof(a->node), "%s", opts->node ? opts->node : "");
+    if (opts->node_key) {
+        memcpy(a->node_key, opts->node_key, sizeof(a->node_key));
+        a->has_node_key = true;
+    }
+    a->node_key_issued = opts->node_key_issued;
+    a->node_key_arg = opts->node_key_arg;
     if (opts->secret && opts->secret_len > 0) {
         a->secret = malloc(opts->secret_len);
         if (!a->secret) {
@@ -396,6 +431,7 @@ static void async_closed(uv_handle_t *h)
     proto_store_out_done(&a->queued);
     proto_store_parser_done(&a->parser);
     store_auth_session_done(&a->session);
+    OPENSSL_cleanse(a->node_key, sizeof(a->node_key));
     free(a->secret);
     free(a);
     if (cb)

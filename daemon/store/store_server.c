@@ -399,14 +399,66 @@ int store_server_delete(struct store_server *s, const char *key)
 
 /* ---- handshake ---- */
 
-/* HELLO(Nc) -> CHALLENGE(Ns); AUTH(client proof) -> PROOF(server proof),
- * then both directions are sealed with the session's keys. The server only
- * proves itself to a client that proved itself first, so a stranger learns
- * nothing keyed by the secret. */
+/* The node-key half of AUTH, for a client that proved the secret: 0 when
+ * the connection may speak for c->node, with *ret_issue set when a fresh key
+ * was issued and kept (wrapped in ret_wrapped for PROOF); 1 when its node
+ * proof is missing or wrong (the ERROR naming the node is staged and the
+ * connection is refused); negative when the owner failed. */
+static int handshake_node_key(struct client *c, const struct proto_store_msg *m,
+                              uint8_t ret_wrapped[GPT_STORE_MAC_BYTES], bool *ret_issue)
+{
+    struct store_server *s = c->srv;
+    uint8_t key[GPT_STORE_MAC_BYTES], mac[GPT_STORE_MAC_BYTES];
+    char msg[2 * GPT_STORE_ERRMSG_MAX]; /* cut to GPT_STORE_ERRMSG_MAX on the wire */
+    char holder[GPT_STORE_ERRMSG_MAX];
+    int rc;
+
+    *ret_issue = false;
+    if (!c->node[0] || !s->opts.node_key)
+        return 0;
+    if ((rc = s->opts.node_key(s->opts.node_key_arg, c->node, key)) < 0)
+        goto out;
+    if (rc == 0) {
+        if ((rc = store_auth_random(key, sizeof(key))) < 0 ||
+            (rc = s->opts.node_key_issued(s->opts.node_key_arg, c->node, key)) < 0 ||
+            (rc = store_auth_wrap(s->secret, s->opts.secret_len, c->nc, c->ns, c->node, key,
+                                  ret_wrapped)) < 0)
+            goto out;
+        *ret_issue = true;
+        goto out;
+    }
+    rc = 0;
+    if (m->val &&
+        store_auth_proof(key, sizeof(key), GPT_STORE_LABEL_NODE, c->nc, c->ns, c->node, mac) == 0 &&
+        CRYPTO_memcmp(mac, m->val, sizeof(mac)) == 0)
+        goto out;
+    if (s->opts.node_refused)
+        s->opts.node_refused(s->opts.node_key_arg, c->node, c->peer, holder, sizeof(holder));
+    else
+        snprintf(holder, sizeof(holder),
+                 "another node holds that id (`gptctl nodes --forget %s` on the coordinator "
+                 "releases it)",
+                 c->node);
+    snprintf(msg, sizeof(msg), "node \"%s\" %s: %s", c->node,
+             m->val ? "proved a wrong node key" : "did not prove its node key", holder);
+    log_notice("store: refused %s speaking for node \"%s\": %s", c->peer, c->node, msg);
+    rc = proto_store_put_error(&c->out, PROTO_STORE_STATUS_DENIED, msg) < 0 ? -ENOMEM : 1;
+out:
+    OPENSSL_cleanse(key, sizeof(key));
+    return rc;
+}
+
+/* HELLO(Nc) -> CHALLENGE(Ns); AUTH(client proof [, node proof]) ->
+ * PROOF(server proof [, wrapped new node key]), then both directions are
+ * sealed with the session's keys. The server only proves itself to a
+ * client that proved itself first, so a stranger learns nothing keyed by
+ * the secret. Returns 0, 1 when the node proof was refused (an ERROR is
+ * staged), or a negative error. */
 static int handshake_step(struct client *c, const struct proto_store_msg *m)
 {
     struct store_server *s = c->srv;
-    uint8_t mac[GPT_STORE_MAC_BYTES];
+    uint8_t mac[GPT_STORE_MAC_BYTES], wrapped[GPT_STORE_MAC_BYTES];
+    bool issue;
     int rc;
 
     if (c->state == CLIENT_HELLO) {
@@ -428,13 +480,20 @@ static int handshake_step(struct client *c, const struct proto_store_msg *m)
                          c->node, mac) < 0 ||
         CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0)
         return -GPT_E_AUTH;
+    if ((rc = handshake_node_key(c, m, wrapped, &issue)) != 0) {
+        if (rc == 1)
+            c->state = CLIENT_REFUSED;
+        return rc;
+    }
     if ((rc = store_auth_proof(s->secret, s->opts.secret_len, GPT_STORE_LABEL_SERVER, c->nc, c->ns,
                                c->node, mac)) < 0 ||
         (rc = store_auth_session_init(&c->session, true, s->secret, s->opts.secret_len, c->nc,
                                       c->ns)) < 0)
         return rc;
-    if (proto_store_put_proof(&c->out, mac) < 0)
+    if (proto_store_put_proof(&c->out, mac, issue ? wrapped : NULL) < 0)
         return -ENOMEM;
+    if (issue)
+        log_info("store: issued a node key to node \"%s\" (%s)", c->node, c->peer);
     /* Everything after PROOF is sealed, both ways: bytes the client already
      * pipelined behind its AUTH are read as sealed frames too. */
     c->seal_from = c->out.len;
@@ -493,6 +552,10 @@ static void write_done(uv_write_t *req, int status)
     free(w);
     if (c->closing)
         return;
+    if (c->state == CLIENT_REFUSED) {
+        store_server_client_close(c, "node key refused");
+        return;
+    }
     if (status < 0) {
         store_server_client_close(c, uv_strerror(status));
         return;
@@ -651,7 +714,12 @@ static void store_server_client_process(struct client *c)
             return;
         }
         if (c->state != CLIENT_READY) {
-            if ((rc = handshake_step(c, &m)) < 0) {
+            if ((rc = handshake_step(c, &m)) == 1) {
+                ST_ADD(s, refused_nodes, 1);
+                uv_read_stop((uv_stream_t *)&c->tcp);
+                break;
+            }
+            if (rc < 0) {
                 /* A node retrying with a wrong or missing secret would
                  * fill the log: say how to fix it once a minute. */
                 uint64_t now_ms = uv_now(s->loop);

@@ -110,7 +110,9 @@ struct hb_entry {
     char key[]; /* NUL-terminated */
 };
 
-enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY };
+/* CLIENT_REFUSED: its node proof failed; the ERROR saying so is being
+ * written, then the connection closes. */
+enum client_state { CLIENT_HELLO, CLIENT_AUTH, CLIENT_READY, CLIENT_REFUSED };
 
 struct client {
     uv_tcp_t tcp;

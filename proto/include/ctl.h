@@ -93,6 +93,7 @@ enum gpt_ctl_field {
     GPT_CTL_F_UMASK,       /* integer 0..0777: export: the client's umask for what it writes */
     GPT_CTL_F_STATE,       /* string: list: only jobs in this state */
     GPT_CTL_F_USER,        /* integer >= 0: list: only jobs this uid owns */
+    GPT_CTL_F_FORGET,      /* string: nodes: the node id whose node key the coordinator drops */
     GPT_CTL_F_COUNT
 };
 
@@ -118,6 +119,7 @@ struct gpt_ctl_request {
     const char *format, *output, *dtype;
     const char *prompt_ids;
     const char *state; /* list: a job state ("running", ...) */
+    const char *forget; /* nodes: a node id to release (root only) */
 };
 
 /* The JSON type of a field, and so the C type of its slot in the request. */

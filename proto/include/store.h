@@ -10,20 +10,30 @@
  * below before anything is allocated, and a frame whose declared length is
  * over the limit of its type is rejected as soon as its 5-byte header is in.
  *
- * Handshake (mutual; version 3). Nc, Ns: 32 random bytes each, chosen
+ * Handshake (mutual; version 4). Nc, Ns: 32 random bytes each, chosen
  * afresh per connection by the client and the server. K: the cluster secret
  * (at least 16 bytes; an empty or short key is refused on both sides). N:
  * the node id the client speaks for (1..GPT_STORE_NODE_MAX bytes, no NUL),
- * or nothing (a client of no node: a rank of `gptd run`, a tool).
+ * or nothing (a client of no node: a rank of `gptd run`, a tool). KN: the
+ * node key the server issued for N (32 bytes), when the client holds one.
  *   client -> HELLO(u32 version, Nc [, N as a byte string])
  *   server -> CHALLENGE(Ns)
- *   client -> AUTH(HMAC-SHA256(K, GPT_STORE_LABEL_CLIENT || Nc || Ns || N))
- *   server -> PROOF(HMAC-SHA256(K, GPT_STORE_LABEL_SERVER || Nc || Ns || N))
+ *   client -> AUTH(HMAC-SHA256(K, GPT_STORE_LABEL_CLIENT || Nc || Ns || N)
+ *                  [, HMAC-SHA256(KN, GPT_STORE_LABEL_NODE || Nc || Ns || N)])
+ *   server -> PROOF(HMAC-SHA256(K, GPT_STORE_LABEL_SERVER || Nc || Ns || N)
+ *                   [, KN' XOR HMAC-SHA256(K, GPT_STORE_LABEL_WRAP || Nc || Ns || N)])
  * (N empty when absent). Both proofs cover N, so a relay cannot move a
  * connection to another node id; the server binds the connection to N and
  * its owner may limit what each node writes (ERROR(DENIED)).
- * The server drops a client whose AUTH is wrong; the client drops a server
- * whose PROOF is wrong. Each side then derives one key per direction,
+ * Node keys: a server whose owner keeps them requires the node proof
+ * (AUTH's second MAC) of a client naming an N it holds a key for, and
+ * answers ERROR(DENIED) naming N instead of PROOF when it is missing or
+ * wrong; for an N it holds no key for it issues a fresh random KN' and
+ * sends it wrapped as PROOF's second MAC, which the client keeps and proves
+ * from then on. A server without node keys ignores the node proof and
+ * sends no key. The server drops a client whose AUTH is wrong; the client
+ * drops a server whose PROOF is wrong. Each side then derives one key per
+ * direction,
  *   Kc2s = HMAC-SHA256(K, GPT_STORE_LABEL_KEY_C2S || Nc || Ns)
  *   Ks2c = HMAC-SHA256(K, GPT_STORE_LABEL_KEY_S2C || Nc || Ns)
  * (labels distinct, so no proof or key is ever another's value).
@@ -41,8 +51,10 @@
  * are computed by the caller (daemon/store/store_auth.c).
  * Limits: frames are authenticated, not encrypted (a peer on the path reads
  * keys and values, and can cut the connection, but not change, add, replay
- * or reorder a frame); whoever holds K may claim any node id N (what a
- * node may write is the server owner's policy: gptd(8), "Security").
+ * or reorder a frame); whoever holds K may claim any node id N the server
+ * holds no node key for (what a node may write is the server owner's
+ * policy: gptd(8), "Security"), and one that also reads the handshake of
+ * N's first connection can unwrap KN from it.
  *
  * After the handshake: requests, each answered by exactly one reply, in
  * order (a WAIT holds back the replies to later requests).
@@ -100,7 +112,7 @@
 
 #include "gpt_err.h"
 
-#define GPT_STORE_PROTO_VERSION   3u
+#define GPT_STORE_PROTO_VERSION   4u
 #define GPT_STORE_NONCE_BYTES     32
 #define GPT_STORE_CHALLENGE_BYTES GPT_STORE_NONCE_BYTES
 #define GPT_STORE_MAC_BYTES       32 /* HMAC-SHA256: proofs and derived keys */
@@ -110,6 +122,8 @@
 #define GPT_STORE_LABEL_SERVER  "gptd-store-v2 server proof"
 #define GPT_STORE_LABEL_KEY_C2S "gptd-store-v2 key client->server"
 #define GPT_STORE_LABEL_KEY_S2C "gptd-store-v2 key server->client"
+#define GPT_STORE_LABEL_NODE    "gptd-store-v4 node proof"
+#define GPT_STORE_LABEL_WRAP    "gptd-store-v4 node key wrap"
 
 /* Wire limits. A key is 1..GPT_STORE_KEY_MAX bytes with no NUL byte. */
 #define GPT_STORE_KEY_MAX       512u
@@ -123,9 +137,9 @@
 #define GPT_STORE_BODY_MAX (1u + 4u + GPT_STORE_KEY_MAX + 2u * (4u + GPT_STORE_VALUE_MAX))
 /* Largest whole frame, header included. */
 #define GPT_STORE_FRAME_MAX (4u + GPT_STORE_BODY_MAX)
-/* Largest frame before authentication (HELLO, AUTH and their answers). */
-#define GPT_STORE_HANDSHAKE_FRAME_MAX                                                              \
-    (4u + 1u + 4u + GPT_STORE_NONCE_BYTES + 4u + GPT_STORE_NODE_MAX)
+/* Largest frame before authentication (HELLO, AUTH and their answers,
+ * an ERROR in place of PROOF included). */
+#define GPT_STORE_HANDSHAKE_FRAME_MAX (4u + 1u + 4u + 4u + GPT_STORE_ERRMSG_MAX)
 /* Most bytes one proto_store_parser_feed() call may add. */
 #define GPT_STORE_FEED_MAX (256u << 10)
 
@@ -181,7 +195,8 @@ struct proto_store_msg {
     const char *key; /* not NUL-terminated; also NOTIFY's; HELLO: the node id (NULL none) */
     size_t key_len;
     const uint8_t *val; /* SET/APPEND/HEARTBEAT value, COMPARE_SET expected, VALUE, NOTIFY
-                         * value, ERROR message */
+                         * value, ERROR message; AUTH's node proof, PROOF's wrapped node
+                         * key (GPT_STORE_MAC_BYTES, or NULL when absent) */
     size_t val_len;
     const uint8_t *val2; /* COMPARE_SET desired */
     size_t val2_len;
@@ -291,8 +306,13 @@ int proto_store_put_hello(struct proto_store_out *o, uint32_t version,
                           const uint8_t nonce[GPT_STORE_NONCE_BYTES], const char *node);
 int proto_store_put_challenge(struct proto_store_out *o,
                               const uint8_t nonce[GPT_STORE_NONCE_BYTES]);
-int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
-int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES]);
+/* AUTH: node_mac (NULL: none) is the node proof, GPT_STORE_MAC_BYTES. */
+int proto_store_put_auth(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES],
+                         const uint8_t *node_mac);
+/* PROOF: wrapped_key (NULL: none) is a newly issued node key, wrapped,
+ * GPT_STORE_MAC_BYTES. */
+int proto_store_put_proof(struct proto_store_out *o, const uint8_t mac[GPT_STORE_MAC_BYTES],
+                          const uint8_t *wrapped_key);
 /* SET, APPEND or HEARTBEAT (whose value is at most GPT_STORE_HB_VALUE_MAX). */
 int proto_store_put_key_value(struct proto_store_out *o, enum proto_store_type type,
                               const char *key, size_t key_len, const void *val, size_t val_len);

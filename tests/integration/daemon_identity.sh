@@ -281,6 +281,10 @@ echo "a non-root gptd removed a killed writer's temporary from the user's 0700 f
 # --- a FIFO as data.path: refused at submit (swapped in later: see above) ----
 refused_submit "is a FIFO, not a regular file" data.path="$T/data/fifo"
 timeout 5 "$GPTCTL" status >/dev/null || fail "gptd stopped answering after the FIFO submit"
+# Releasing a node id (gptctl nodes --forget) is root's: the next gptd to
+# join under it writes as that node. Another user is refused, naming why.
+out=$(as_user nodes --forget somenode 2>&1) && fail "a user forgot a node: $out"
+[[ $out == *"only root may forget a node"* ]] || fail "nodes --forget as a user said: $out"
 kill -TERM "$GPTD_PID"
 deadline=$((SECONDS + 20))
 while kill -0 "$GPTD_PID" 2>/dev/null; do

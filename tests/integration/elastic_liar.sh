@@ -15,7 +15,14 @@
 #  - what is its own still works: a read, the delete of its own reply key;
 #  - the honest jobs keep exactly their own records: the job of both nodes
 #    completes at its final step with one `done` event, neither has a
-#    forged loss or event; the phantom node never shows in `gptctl nodes`.
+#    forged loss or event; the phantom node never shows in `gptctl nodes`;
+#  - node keys: the secret alone does not let a client speak for a node id
+#    the coordinator issued a key for: a client without "zm"'s key (or
+#    with another node's) is refused naming "zm", and so for "ac", and for
+#    "gz", a node that joined and is gone; "gz" restarted with its state
+#    directory rejoins; with a wiped one it is refused until root runs
+#    `gptctl nodes --forget gz` on the coordinator, then it joins; the
+#    coordinator restarted from its state directory still holds every key.
 source "$(dirname "$0")/elastic_common.sh"
 ITEST_STORE=${ITEST_STORE:?ITEST_STORE names tests/integration/itest_store}
 
@@ -28,8 +35,27 @@ wait_for 10 grep -q 'http: serving /metrics' "$T/ac.log"
 URL=http://127.0.0.1:$(grep -o 'http: serving /metrics on 127.0.0.1:[0-9]*' "$T/ac.log" |
     tail -n1 | cut -d: -f3)
 
-# liar OP...: the operations on one connection speaking as "zm".
-liar() { "$ITEST_STORE" "$RDZV" "$T/secret" zm "$@"; }
+# liar OP...: the operations on one connection speaking as "zm", with the
+# node key the coordinator issued to the member's gptd (what it could send).
+liar() { ITEST_STORE_NODE_KEY=$T/zm/node.key "$ITEST_STORE" "$RDZV" "$T/secret" zm "$@"; }
+
+# refused_as NODE HOW [KEY_FILE]: a client with the secret that speaks for
+# NODE without its key (or with KEY_FILE, another's) is refused, naming NODE.
+refused_as() {
+    local out rc=0
+    out=$(ITEST_STORE_NODE_KEY=${3:-} "$ITEST_STORE" "$RDZV" "$T/secret" "$1" "get:rdzv/n/$1" \
+        2>&1) || rc=$?
+    ((rc == 4)) && [[ $out == "REFUSED node \"$1\" $2"* ]] ||
+        fail "a client speaking for $1 without its key was not refused (exit $rc): $out"
+}
+for f in "$T/zm/node.key" "$T/ac/node.key" "$T/ac/node.keys"; do
+    [[ $(stat -c %a "$f") == 600 ]] || fail "$f is not a private file: $(stat -c %a "$f")"
+done
+refused_as zm "did not prove its node key"
+refused_as zm "proved a wrong node key" "$T/ac/node.key"
+refused_as ac "did not prove its node key"
+grep -q 'store: refused 127.0.0.1:[0-9]* speaking for node "zm": node "zm" did not prove its node key: node id "zm" is taken' \
+    "$T/ac.log" || fail "the coordinator did not log the refused handshake"
 
 STEPS=3000
 FORGED_LOSS=4242.5
@@ -114,4 +140,35 @@ ctl ac --json logs "$other" | has 'forged' && fail "a forged event reached job $
     fail "a forged metric reached the database"
 check_history "$id"
 ctl ac --json nodes | has '"node":"ghost"' && fail "the phantom node is in the node table"
+
+# --- a node that is gone keeps its id; its own state directory takes it back.
+start_node gz
+wait_for 20 node_is ac gz idle
+kill_node gz
+refused_as gz "did not prove its node key"
+start_node gz
+wait_for 20 grep -q 'cluster: connected to the store at .* as gz' "$T/gz.log"
+grep -q 'refused this node' "$T/gz.log" && fail "gz restarted with its state directory was refused"
+kill_node gz
+# A wiped state directory: refused, naming the id, until root forgets it.
+rm -rf "$T/gz"
+: >"$T/gz.log"
+start_node gz
+wait_for 20 grep -q 'the coordinator at .* refused this node: node "gz" did not prove its node key' \
+    "$T/gz.log"
+grep -q 'connected to the store' "$T/gz.log" && fail "gz with a wiped state directory joined"
+out=$(ctl ac nodes --forget gz) || fail "gptctl nodes --forget gz failed: $out"
+[[ $out == "forgot node gz"* ]] || fail "nodes --forget said: $out"
+grep -q ' gz$' "$T/ac/node.keys" && fail "node.keys still holds gz after --forget"
+wait_for 20 grep -q 'cluster: connected to the store at .* as gz' "$T/gz.log"
+wait_for 20 grep -q ' gz$' "$T/ac/node.keys"
+out=$(ctl ac nodes --forget nosuch 2>&1) && fail "forgetting an unknown node succeeded: $out"
+[[ $out == *'no node key is kept for node "nosuch"'* ]] || fail "forget nosuch said: $out"
+
+# --- the coordinator keeps the keys it issued across a restart.
+kill_node ac
+start_coordinator ac
+refused_as zm "did not prove its node key"
+refused_as gz "did not prove its node key"
+liar "get:rdzv/n/zm" >/dev/null || fail "zm's own key was refused after the coordinator restarted"
 echo "elastic_liar: ok"

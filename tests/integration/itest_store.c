@@ -11,8 +11,12 @@
  *     delete:KEY
  *     heartbeat:KEY=VALUE
  *
+ * ITEST_STORE_NODE_KEY names a node key file (STATE_DIR/node.key) to
+ * prove NODE's key with; without it none is proved. A handshake refused
+ * for NODE's key prints "REFUSED <the server's message>" and exits 4.
+ *
  * Exit 0 once every operation was answered (whatever the answers), 2 on
- * bad arguments, 3 when the connection fails. Single-threaded; the
+ * bad arguments, 3 when the connection fails otherwise. Single-threaded; the
  * connection and every request have a deadline (10 s in all).
  */
 #include <errno.h>
@@ -115,6 +119,11 @@ static void itest_store_next(struct itest_store *t)
 static void itest_store_connected(void *arg, int status)
 {
     struct itest_store *t = arg;
+    if (status == -EACCES) {
+        printf("REFUSED %s\n", store_client_async_refusal(t->a));
+        itest_store_stop(t, 4);
+        return;
+    }
     if (status < 0) {
         fprintf(stderr, "itest_store: connect: %s\n", gpt_strerror(status));
         itest_store_stop(t, 3);
@@ -128,6 +137,22 @@ static void itest_store_timeout(uv_timer_t *h)
     struct itest_store *t = h->data;
     fprintf(stderr, "itest_store: no answer within %d ms\n", ITEST_STORE_DEADLINE_MS);
     itest_store_stop(t, 3);
+}
+
+/* Reads a node key file (STATE_DIR/node.key: 64 hex digits). */
+static int itest_store_node_key(const char *path, uint8_t ret[GPT_STORE_MAC_BYTES])
+{
+    FILE *f = fopen(path, "r");
+    int rc = f ? 0 : -errno;
+    for (int i = 0; rc == 0 && i < GPT_STORE_MAC_BYTES; i++) {
+        unsigned v;
+        if (fscanf(f, "%2x", &v) != 1)
+            rc = -EINVAL;
+        ret[i] = (uint8_t)v;
+    }
+    if (f)
+        fclose(f);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -149,6 +174,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "itest_store: %s\n", err.msg);
         return 2;
     }
+    uint8_t node_key[GPT_STORE_MAC_BYTES];
+    const char *key_file = getenv("ITEST_STORE_NODE_KEY");
+    if (key_file && !key_file[0])
+        key_file = NULL;
+    if (key_file && itest_store_node_key(key_file, node_key) < 0) {
+        fprintf(stderr, "itest_store: %s: not a node key\n", key_file);
+        return 2;
+    }
     struct itest_store t = {.ops = argv + 4, .nops = argc - 4, .rc = 3};
     uv_loop_init(&t.loop);
     uv_timer_init(&t.loop, &t.deadline);
@@ -158,7 +191,8 @@ int main(int argc, char **argv)
                                         .port = atoi(colon + 1),
                                         .secret = secret,
                                         .secret_len = secret_len,
-                                        .node = argv[3]};
+                                        .node = argv[3],
+                                        .node_key = key_file ? node_key : NULL};
     if (store_client_async_new(&t.loop, &o, itest_store_connected, &t, &t.a, &err) < 0) {
         fprintf(stderr, "itest_store: %s\n", err.msg);
         return 3;

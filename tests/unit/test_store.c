@@ -593,7 +593,7 @@ static void test_pipelined_order(void **state)
                                  0);
                 assert_int_equal(
                     store_auth_session_init(&sess, false, SECRET, strlen(SECRET), nc, m.nonce), 0);
-                assert_int_equal(proto_store_put_auth(&o, mac), 0);
+                assert_int_equal(proto_store_put_auth(&o, mac, NULL), 0);
                 mark = o.len;
                 o.tag_bytes = GPT_STORE_TAG_BYTES;
                 assert_int_equal(proto_store_put_keys(&o, PROTO_STORE_WAIT, 0, keys, 1), 0);
@@ -791,6 +791,93 @@ static void test_write_admit(void **state)
     harness_stop(h);
 }
 
+/* The node keys of test_node_keys: the server's owner (its loop thread
+ * fills the table) and the client's keeper of an issued key. */
+static struct {
+    char node[GPT_STORE_NODE_MAX + 1];
+    uint8_t key[GPT_STORE_MAC_BYTES];
+} nk_table[4];
+static int nk_count;
+static uint8_t nk_kept[GPT_STORE_MAC_BYTES];
+static int nk_kept_count;
+
+static int nk_get(void *arg, const char *node, uint8_t ret_key[GPT_STORE_MAC_BYTES])
+{
+    (void)arg;
+    for (int i = 0; i < nk_count; i++)
+        if (strcmp(nk_table[i].node, node) == 0) {
+            memcpy(ret_key, nk_table[i].key, GPT_STORE_MAC_BYTES);
+            return 1;
+        }
+    return 0;
+}
+
+static int nk_issued(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES])
+{
+    (void)arg;
+    if (nk_count == 4)
+        return -ENOSPC;
+    snprintf(nk_table[nk_count].node, sizeof(nk_table[nk_count].node), "%s", node);
+    memcpy(nk_table[nk_count++].key, key, GPT_STORE_MAC_BYTES);
+    return 0;
+}
+
+static void nk_keep(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES])
+{
+    (void)arg;
+    assert_string_equal(node, "n1");
+    memcpy(nk_kept, key, sizeof(nk_kept));
+    nk_kept_count++;
+}
+
+/* A node id's first connection is issued a key (delivered wrapped, so the
+ * client holds what the server keeps); later connections naming that id
+ * must prove it: none or a wrong one is refused with ERROR(DENIED) naming
+ * the node, counted; the right one connects, and no second key is issued.
+ * A client of no node needs none. */
+static void test_node_keys(void **state)
+{
+    struct store_server_opts so = {.node_key = nk_get, .node_key_issued = nk_issued};
+    struct harness *h = harness_start(&so);
+    struct store_client_opts o = {.host = "127.0.0.1",
+                                  .port = h->port,
+                                  .secret = SECRET,
+                                  .secret_len = strlen(SECRET),
+                                  .timeout_ms = TIMEOUT_MS,
+                                  .node = "n1",
+                                  .node_key_issued = nk_keep};
+    struct store_client *c = NULL;
+    struct gpt_err err;
+    uint8_t wrong[GPT_STORE_MAC_BYTES];
+
+    (void)state;
+    assert_int_equal(store_client_connect(&o, &c, &err), 0);
+    store_client_free(c);
+    assert_int_equal(nk_kept_count, 1);
+    assert_int_equal(nk_count, 1);
+    assert_memory_equal(nk_kept, nk_table[0].key, sizeof(nk_kept));
+    assert_int_equal(store_client_connect(&o, &c, &err), -EACCES);
+    assert_non_null(strstr(err.msg, "node \"n1\" did not prove its node key"));
+    memcpy(wrong, nk_kept, sizeof(wrong));
+    wrong[7] ^= 1;
+    o.node_key = wrong;
+    assert_int_equal(store_client_connect(&o, &c, &err), -EACCES);
+    assert_non_null(strstr(err.msg, "node \"n1\" proved a wrong node key"));
+    assert_int_equal(harness_stats(h).refused_nodes, 2);
+    o.node_key = nk_kept;
+    assert_int_equal(store_client_connect(&o, &c, &err), 0);
+    assert_int_equal(store_client_set(c, "k", "v", 1, &err), 0);
+    store_client_free(c);
+    assert_int_equal(nk_kept_count, 1);
+    assert_int_equal(nk_count, 1);
+    o.node = NULL;
+    o.node_key = NULL;
+    assert_int_equal(store_client_connect(&o, &c, &err), 0);
+    store_client_free(c);
+    assert_int_equal(nk_count, 1);
+    harness_stop(h);
+}
+
 static void test_secret_load(void **state)
 {
     char path[] = "/tmp/test_store_secret_XXXXXX";
@@ -830,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_pipelined_order),
         cmocka_unit_test(test_async_client),
         cmocka_unit_test(test_write_admit),
+        cmocka_unit_test(test_node_keys),
         cmocka_unit_test(test_secret_load),
     };
 

@@ -178,7 +178,7 @@ static void forge_once(struct harness *h, int forge)
     assert_int_equal(m.type, PROTO_STORE_CHALLENGE);
     if (forge == 0)
         empty_key_proof(nc, m.nonce, mac);
-    assert_int_equal(proto_store_put_auth(&o, mac), 0);
+    assert_int_equal(proto_store_put_auth(&o, mac, NULL), 0);
     assert_int_equal(
         proto_store_put_key_value(&o, PROTO_STORE_APPEND, "cluster/inbox", 13, msg, strlen(msg)),
         0);

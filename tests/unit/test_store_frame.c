@@ -33,8 +33,10 @@ static int encode_all(struct proto_store_out *o)
     assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce, NULL), 0), n++;
     assert_int_equal(proto_store_put_hello(o, GPT_STORE_PROTO_VERSION, nonce, "node-7"), 0), n++;
     assert_int_equal(proto_store_put_challenge(o, nonce), 0), n++;
-    assert_int_equal(proto_store_put_auth(o, nonce), 0), n++;
-    assert_int_equal(proto_store_put_proof(o, nonce), 0), n++;
+    assert_int_equal(proto_store_put_auth(o, nonce, NULL), 0), n++;
+    assert_int_equal(proto_store_put_proof(o, nonce, NULL), 0), n++;
+    assert_int_equal(proto_store_put_auth(o, nonce, nonce), 0), n++;
+    assert_int_equal(proto_store_put_proof(o, nonce, nonce), 0), n++;
     assert_int_equal(proto_store_put_key_value(o, PROTO_STORE_SET, "k", 1, "value", 5), 0), n++;
     assert_int_equal(proto_store_put_key(o, PROTO_STORE_GET, "key", 3), 0), n++;
     assert_int_equal(proto_store_put_add(o, "ctr", 3, -42), 0), n++;
@@ -325,6 +327,47 @@ static void test_hello_node(void **state)
         proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err),
         -GPT_E_PROTO);
     proto_store_out_done(&o);
+}
+
+/* AUTH may carry a node proof and PROOF a wrapped node key: exactly one
+ * more MAC, seen as val; any other tail is malformed. */
+static void test_auth_node_mac(void **state)
+{
+    uint8_t mac[GPT_STORE_MAC_BYTES], mac2[GPT_STORE_MAC_BYTES];
+    struct proto_store_out o;
+    struct proto_store_msg m;
+    struct gpt_err err;
+    size_t used;
+
+    (void)state;
+    memset(mac, 1, sizeof(mac));
+    memset(mac2, 2, sizeof(mac2));
+    for (int type = PROTO_STORE_AUTH; type <= PROTO_STORE_PROOF; type++) {
+        proto_store_out_init(&o);
+        assert_int_equal(type == PROTO_STORE_AUTH ? proto_store_put_auth(&o, mac, mac2)
+                                                  : proto_store_put_proof(&o, mac, mac2),
+                         0);
+        assert_int_equal(
+            proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err), 1);
+        assert_int_equal(m.type, type);
+        assert_memory_equal(m.nonce, mac, sizeof(mac));
+        assert_int_equal(m.val_len, GPT_STORE_MAC_BYTES);
+        assert_memory_equal(m.val, mac2, sizeof(mac2));
+        /* A tail one byte short of a MAC: malformed, never read as one. */
+        o.data[0]--;
+        assert_int_equal(
+            proto_store_decode(o.data, o.len - 1, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err),
+            -GPT_E_PROTO);
+        proto_store_out_done(&o);
+        proto_store_out_init(&o);
+        assert_int_equal(type == PROTO_STORE_AUTH ? proto_store_put_auth(&o, mac, NULL)
+                                                  : proto_store_put_proof(&o, mac, NULL),
+                         0);
+        assert_int_equal(
+            proto_store_decode(o.data, o.len, GPT_STORE_HANDSHAKE_FRAME_MAX, &m, &used, &err), 1);
+        assert_null(m.val);
+        proto_store_out_done(&o);
+    }
 }
 
 /* Headers that claim too much are refused from the 5 header bytes alone,
@@ -640,6 +683,36 @@ static void test_proof_and_keys(void **state)
     assert_memory_not_equal(b, c, sizeof(b));
 }
 
+/* The node key's wrapping: unwrapping with the same handshake gives the
+ * key back; another connection's nonces, another node id or another
+ * secret give something else; the node proof depends on the key. */
+static void test_node_key_wrap(void **state)
+{
+    const char *k16 = "0123456789abcdef";
+    uint8_t nc[GPT_STORE_NONCE_BYTES] = {1}, ns[GPT_STORE_NONCE_BYTES] = {2};
+    uint8_t key[GPT_STORE_MAC_BYTES], w[GPT_STORE_MAC_BYTES], u[GPT_STORE_MAC_BYTES];
+    uint8_t a[GPT_STORE_MAC_BYTES], b[GPT_STORE_MAC_BYTES];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(key); i++)
+        key[i] = (uint8_t)(i * 13 + 5);
+    assert_int_equal(store_auth_wrap(k16, 16, nc, ns, "n1", key, w), 0);
+    assert_memory_not_equal(w, key, sizeof(key));
+    assert_int_equal(store_auth_wrap(k16, 16, nc, ns, "n1", w, u), 0);
+    assert_memory_equal(u, key, sizeof(key));
+    assert_int_equal(store_auth_wrap(k16, 16, ns, nc, "n1", w, u), 0);
+    assert_memory_not_equal(u, key, sizeof(key));
+    assert_int_equal(store_auth_wrap(k16, 16, nc, ns, "n2", w, u), 0);
+    assert_memory_not_equal(u, key, sizeof(key));
+    assert_int_equal(store_auth_wrap("fedcba9876543210", 16, nc, ns, "n1", w, u), 0);
+    assert_memory_not_equal(u, key, sizeof(key));
+    assert_int_equal(store_auth_wrap("short", 5, nc, ns, "n1", key, u), -GPT_E_AUTH);
+    assert_int_equal(store_auth_proof(key, sizeof(key), GPT_STORE_LABEL_NODE, nc, ns, "n1", a), 0);
+    key[0] ^= 1;
+    assert_int_equal(store_auth_proof(key, sizeof(key), GPT_STORE_LABEL_NODE, nc, ns, "n1", b), 0);
+    assert_memory_not_equal(a, b, sizeof(a));
+}
+
 /* Sealed frames both ways between two sessions of one handshake decode to
  * the same messages; each tag is the HMAC of the sequence number and the
  * frame, so the same frame sent twice has two tags. */
@@ -834,11 +907,13 @@ int main(void)
         cmocka_unit_test(test_parser_byte_by_byte),
         cmocka_unit_test(test_oversized_headers),
         cmocka_unit_test(test_hello_node),
+        cmocka_unit_test(test_auth_node_mac),
         cmocka_unit_test(test_malformed_fields),
         cmocka_unit_test(test_parser_rejects_without_buffering),
         cmocka_unit_test(test_encoder_limits),
         cmocka_unit_test(test_max_frame),
         cmocka_unit_test(test_proof_and_keys),
+        cmocka_unit_test(test_node_key_wrap),
         cmocka_unit_test(test_sealed_round_trip),
         cmocka_unit_test(test_sealed_tampering),
         cmocka_unit_test(test_sealed_byte_by_byte),

@@ -55,6 +55,9 @@ struct cluster_opts {
      * the errors of a refused handshake. Copied. */
     const char *secret_file;
     const char *secret_hint;
+    /* The state directory (NULL: none): node.key, this node's node key, and
+     * on the coordinator node.keys, the keys it issued (cluster_keys.c). */
+    const char *state_dir;
     double heartbeat_s;
     double dead_after_s;
     double last_call_s;
@@ -126,6 +129,15 @@ void cluster_set_feed_hooks(struct cluster *c, const struct cluster_feed_hooks *
 void cluster_close(struct cluster *c, void (*done)(void *ctx), void *ctx);
 
 bool cluster_is_coordinator(const struct cluster *c);
+/* This node's node key (GPT_STORE_MAC_BYTES; NULL while it holds none),
+ * for its workers' store connections. Loop thread; borrowed until the
+ * next loop iteration. */
+const uint8_t *cluster_node_key_own(const struct cluster *c);
+/* Coordinator: drops the node key issued to `node`, so that the next gptd
+ * to join as it takes the id (a node whose state directory was wiped).
+ * Loop thread; blocks on a file rewrite. 0, -ENOENT (no key kept), -EINVAL
+ * (not the coordinator, or its own id) or -errno, with err. */
+int cluster_forget_node(struct cluster *c, const char *node, struct gpt_err *err);
 uint64_t cluster_incarnation(const struct cluster *c);
 /* The store's endpoint: its host and port (the bound one when it was 0). */
 const char *cluster_host(const struct cluster *c);

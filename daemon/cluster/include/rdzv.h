@@ -162,6 +162,12 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
  * report must be fed whole with rdzv_coord_message() (an unknown, dead or
  * leaving node). O(1). */
 bool rdzv_coord_touch(struct rdzv_coord *c, double now, const char *node);
+/* Whether `node` is alive now (heard from within dead_after_s, not left);
+ * *ret_addr (may be NULL) gets its last advertised address ("" unknown),
+ * valid until the next call into the coordinator. Unknown nodes: false,
+ * with "". */
+bool rdzv_coord_node_alive(const struct rdzv_coord *c, double now, const char *node,
+                           const char **ret_addr);
 
 /* The coordinator's loop was held up for `blind_s` seconds (a late tick),
  * up to `now`: no heartbeat could be read meanwhile, so that time does not

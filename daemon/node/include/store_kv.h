@@ -28,6 +28,9 @@ struct store_kv;
  * on ENOMEM. Does not connect. */
 struct store_kv *store_kv_new(const char *host, int port, const void *secret, size_t secret_len,
                               const char *node);
+/* The node key of that node (GPT_STORE_MAC_BYTES, copied; NULL: none),
+ * proved when the kv connects. Before the first call. */
+void store_kv_set_node_key(struct store_kv *k, const uint8_t *key);
 /* A kv over `client`, which stays the caller's: it must outlive the kv
  * and is not freed by store_kv_free. NULL on ENOMEM. */
 struct store_kv *store_kv_over(struct store_client *client);

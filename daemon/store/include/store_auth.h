@@ -31,6 +31,13 @@ int store_auth_proof(const void *secret, size_t secret_len, const char *label,
                      const uint8_t ns[GPT_STORE_NONCE_BYTES], const char *node,
                      uint8_t ret_mac[GPT_STORE_MAC_BYTES]);
 
+/* The node key's wrapping for this handshake: ret = key XOR
+ * HMAC-SHA256(secret, GPT_STORE_LABEL_WRAP || nc || ns || node); the same
+ * call unwraps. Any thread. 0 or -GPT_E_AUTH (as store_auth_proof). */
+int store_auth_wrap(const void *secret, size_t secret_len, const uint8_t nc[GPT_STORE_NONCE_BYTES],
+                    const uint8_t ns[GPT_STORE_NONCE_BYTES], const char *node,
+                    const uint8_t key[GPT_STORE_MAC_BYTES], uint8_t ret[GPT_STORE_MAC_BYTES]);
+
 /* Fills buf with n random bytes from the kernel/libcrypto. 0 or -GPT_E_AUTH. */
 int store_auth_random(uint8_t *buf, size_t n);
 

@@ -50,6 +50,13 @@ struct store_client_opts {
     int timeout_ms;   /* per request and for connect+handshake; 0 = 30000 */
     const char *node; /* the node id this connection speaks for (NULL: none; see
                        * proto/store.h); the server may limit its writes to it */
+    /* The node key the server issued for `node` (GPT_STORE_MAC_BYTES,
+     * borrowed during connect; NULL: none held): proved in the handshake. */
+    const uint8_t *node_key;
+    /* Called during the handshake, on the connecting thread, when the
+     * server issues a new key for `node` (NULL: the key is not kept). */
+    void (*node_key_issued)(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+    void *node_key_arg;
 };
 
 struct store_client;
@@ -58,7 +65,8 @@ struct store_client;
  * the secret is refused too). Blocks up to opts->timeout_ms. Returns 0 with
  * a new client in *ret, -EINVAL (no secret, or one shorter than
  * STORE_SECRET_MIN), -ETIMEDOUT, -ECONNREFUSED, -GPT_E_AUTH (dropped in the
- * handshake, or the server's proof is wrong), -GPT_E_PROTO or another
+ * handshake, or the server's proof is wrong), -EACCES (the node key of
+ * opts->node is missing or wrong; the message is the server's), -GPT_E_PROTO or another
  * negative errno. After the handshake every frame is sealed; a reply with a
  * bad tag fails the call with -GPT_E_AUTH and breaks the connection. */
 int store_client_connect(const struct store_client_opts *opts, struct store_client **ret,
@@ -121,6 +129,10 @@ struct store_client_async_opts {
                          * server refuses the handshake (-GPT_E_AUTH) */
     size_t secret_len;
     const char *node; /* copied; as store_client_opts.node */
+    const uint8_t *node_key; /* copied; as store_client_opts.node_key */
+    /* As store_client_opts.node_key_issued; called on the loop thread. */
+    void (*node_key_issued)(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+    void *node_key_arg;
 };
 
 struct store_client_async;
@@ -132,6 +144,10 @@ struct store_client_async;
 int store_client_async_new(uv_loop_t *loop, const struct store_client_async_opts *opts,
                            void (*connect_cb)(void *arg, int status), void *arg,
                            struct store_client_async **ret, struct gpt_err *err);
+/* The server's message when it refused the handshake's node key (the
+ * connect_cb status is then -EACCES); "" otherwise. Loop thread; valid
+ * until the client is closed. */
+const char *store_client_async_refusal(const struct store_client_async *a);
 /* Fails every outstanding request with -ECANCELED, closes the connection and
  * frees the client once its handles are closed; then close_cb(arg) (may be
  * NULL). Loop thread. */

@@ -74,6 +74,20 @@ struct store_server_opts {
     int (*write_admit)(void *arg, const char *node, const struct proto_store_msg *m, char *why,
                        size_t cap);
     void *write_arg;
+    /* Node keys (proto/store.h; NULL: none are kept, and whoever holds the
+     * secret may name any node id). node_key: 1 with the key the owner
+     * holds for `node` in ret_key, 0 when it holds none; a handshake that
+     * names a node with a key must prove it, or gets ERROR(DENIED) naming
+     * the node and is closed. node_key_issued: a fresh key the server is
+     * about to send to the first connection naming `node`; the owner keeps
+     * it (a negative return drops that connection: no key is sent that is
+     * not kept). Loop thread; must not call into the server. */
+    int (*node_key)(void *arg, const char *node, uint8_t ret_key[GPT_STORE_MAC_BYTES]);
+    int (*node_key_issued)(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);
+    /* Optional: who holds `node` now, for the refusal of `peer` (an
+     * address) that did not prove its key: a sentence left in why[0..cap). */
+    void (*node_refused)(void *arg, const char *node, const char *peer, char *why, size_t cap);
+    void *node_key_arg;
 };
 
 /* Counters, for tests and metrics. */
@@ -89,6 +103,7 @@ struct store_server_stats {
     uint64_t auth_failures;  /* peers dropped in or before the handshake */
     uint64_t tag_failures;   /* authenticated connections dropped for a bad frame tag */
     uint64_t refused_writes; /* writes write_admit refused */
+    uint64_t refused_nodes;  /* handshakes refused for a missing or wrong node proof */
 };
 
 struct store_server;
