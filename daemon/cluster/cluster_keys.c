@@ -268,9 +268,17 @@ int cluster_node_key(void *arg, const char *node, uint8_t ret_key[GPT_STORE_MAC_
 int cluster_node_key_issued(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES])
 {
     struct cluster *c = arg;
-    int rc = keys_append(c, node, key);
+    int rc;
 
-    if (rc < 0) {
+    /* A holder of the secret may invent ids: each costs a line of
+     * node.keys, so no more are issued than the coordinator tracks nodes. */
+    if (c->nkeys >= RDZV_NODES_MAX) {
+        log_warn("cluster: refused a node key to \"%s\": %d node ids hold keys (release gone "
+                 "ones with gptctl nodes --forget)",
+                 node, RDZV_NODES_MAX);
+        return -GPT_E_LIMIT;
+    }
+    if ((rc = keys_append(c, node, key)) < 0) {
         log_error("cluster: cannot keep the node key of \"%s\" in %s/%s: %s; its join is refused",
                   node, c->state_dir, CLUSTER_KEYS_FILE, strerror(-rc));
         return rc;
