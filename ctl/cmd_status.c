@@ -256,6 +256,16 @@ int cmd_nodes(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
                       json_string_value(json_object_get(n, "version")));
         }
         table_print(&t);
+        /* Nodes kept off placement: why, and until when. */
+        json_array_foreach(json_object_get(reply, "nodes"), i, n)
+        {
+            const char *why = json_string_value(json_object_get(n, "quarantine"));
+            const char *until = json_string_value(json_object_get(n, "quarantined_until"));
+            if (why)
+                printf("quarantined: %s until %s: %s\n",
+                       out_esc(json_string_value(json_object_get(n, "node")), 0),
+                       out_esc(until ? until : "?", 0), out_esc(why, 0));
+        }
         /* Where the cluster meets and who keeps its queue. */
         const char *rdzv = json_string_value(json_object_get(reply, "rdzv"));
         json_array_foreach(json_object_get(reply, "nodes"), i, n)

@@ -46,6 +46,7 @@ static const struct {
     {-GPT_E_LIMIT, "limit", "limit exceeded"},
     {-GPT_E_MODEL, "model_mismatch", "snapshot or model does not fit the job"},
     {-GPT_E_PERM, "permission_denied", "the job's owner may not open a file of the job"},
+    {-GPT_E_NODE_FAULT, "node_fault", "the node could not deliver a resource it reported"},
     {-EINVAL, "invalid_argument", "invalid argument"},
     {-ENOMEM, "no_memory", "out of memory"},
     {-ENOENT, "not_found", "not found"},

@@ -87,6 +87,8 @@ static const struct rd_field rd_node_fields[] = {
     {"job", RD_I64, RD_REQ | RD_NULL, 1, INT64_MAX, N(job), 0},
     {"ranks", RD_STR, RD_REQ | RD_NULL, 1, ROUND_DOC_RANKS_MAX - 1, N(ranks), 0},
     {"role", RD_STR, 0, 0, 15, N(role), 0},
+    {"quarantine", RD_STR, 0, 0, ROUND_DOC_QUARANTINE_MAX - 1, N(quarantine), 0},
+    {"quarantined_until", RD_STR, 0, 0, 31, N(quarantined_until), 0},
 };
 #undef N
 

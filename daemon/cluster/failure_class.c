@@ -40,8 +40,11 @@ enum failure_class failure_class_of(int rc, const char *key)
     if (rc >= 0)
         return FAILURE_RETRY;
     switch (rc) {
+    case -GPT_E_NODE_FAULT:
+        return FAILURE_NODE;
     case -GPT_E_SPEC:
-        return FAILURE_SPEC;
+        /* The node's own worker count (more than its GPUs): not the job's. */
+        return key && strcmp(key, "workers") == 0 ? FAILURE_NODE : FAILURE_SPEC;
     case -GPT_E_MODEL:
         return FAILURE_MODEL;
     case -GPT_E_DATA:
@@ -90,6 +93,8 @@ int failure_class_code(enum failure_class k, int rc)
         return -GPT_E_DATA;
     case FAILURE_PERMISSION:
         return -GPT_E_PERM;
+    case FAILURE_NODE:
+        return -GPT_E_NODE_FAULT;
     case FAILURE_RETRY:
         break;
     }
@@ -107,25 +112,47 @@ const char *failure_class_text(enum failure_class k)
         return "data error";
     case FAILURE_PERMISSION:
         return "permission error";
+    case FAILURE_NODE:
+        return "node fault";
     case FAILURE_RETRY:
         break;
     }
     return "retryable error";
 }
 
-void failure_note(bool *failure, bool *final, char *why, size_t cap, const char *node, int rc,
-                  const char *msg)
+bool failure_class_final(enum failure_class k)
+{
+    return k != FAILURE_RETRY && k != FAILURE_NODE;
+}
+
+int failure_quarantine_s(int strikes)
+{
+    int s = FAILURE_QUARANTINE_BASE_S;
+    for (int i = 1; i < strikes && s < FAILURE_QUARANTINE_MAX_S; i++)
+        s *= 2;
+    return s < FAILURE_QUARANTINE_MAX_S ? s : FAILURE_QUARANTINE_MAX_S;
+}
+
+/* Which recorded failure a later one replaces: final > node > retry. */
+static int failure_rank(enum failure_class k)
+{
+    return failure_class_final(k) ? 2 : k == FAILURE_NODE ? 1 : 0;
+}
+
+bool failure_note(bool *failure, enum failure_class *cls, char *why, size_t cap, const char *node,
+                  int rc, const char *msg)
 {
     if (rc >= 0)
-        return;
+        return false;
     enum failure_class k = failure_class_of(rc, NULL);
-    if (*failure && (*final || k == FAILURE_RETRY))
-        return;
+    if (*failure && failure_rank(k) <= failure_rank(*cls))
+        return false;
     *failure = true;
-    *final = k != FAILURE_RETRY;
+    *cls = k;
     const char *text = msg && msg[0] ? msg : gpt_strerror(rc);
-    if (*final)
+    if (k != FAILURE_RETRY)
         snprintf(why, cap, "node %.60s failed (%s): %s", node, failure_class_text(k), text);
     else
         snprintf(why, cap, "node %.60s failed: %s", node, text);
+    return true;
 }

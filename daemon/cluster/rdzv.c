@@ -177,7 +177,7 @@ static void rdzv_open_round(struct rdzv_coord *c, struct rdzv_jrun *j, double no
     j->opened_at = now;
     j->stop_snapshot = snapshot;
     j->failure = false;
-    j->failure_final = false;
+    j->failure_class = FAILURE_RETRY;
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
         if (nd->jr != j)
@@ -345,6 +345,49 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
 
 /* ---- inputs ---- */
 
+/* Node nd reported that it could not deliver what it claimed (its own
+ * exit, class FAILURE_NODE; a peer's lost connection never lands here):
+ * no job is placed on it for a back-off that doubles with each such
+ * failure under the same claim. */
+static void rdzv_quarantine(struct rdzv_coord *c, struct rdzv_cnode *nd, double now,
+                            const char *why)
+{
+    bool same = nd->strikes > 0 && nd->claim_workers == nd->workers &&
+                strcmp(nd->claim_devices, nd->devices) == 0;
+    nd->strikes = same ? nd->strikes + 1 : 1;
+    nd->claim_workers = nd->workers;
+    snprintf(nd->claim_devices, sizeof(nd->claim_devices), "%s", nd->devices);
+    snprintf(nd->quarantine_why, sizeof(nd->quarantine_why), "%.199s",
+             why && why[0] ? why : "node fault");
+    int secs = failure_quarantine_s(nd->strikes);
+    nd->quarantine_until = now + secs;
+    nd->quarantine_wall = time(NULL) + secs;
+    rdzv_event(c, nd->jr, "node_quarantined",
+               "node %s quarantined for %d s (node fault %d with this claim: %d worker%s, %s): %s",
+               nd->id, secs, nd->strikes, nd->workers, nd->workers == 1 ? "" : "s",
+               nd->devices[0] ? nd->devices : "cpu", nd->quarantine_why);
+}
+
+/* A new incarnation of a quarantined node that claims something else
+ * (workers, devices) is placed again; the same claim stays quarantined. */
+static void rdzv_quarantine_review(struct rdzv_coord *c, struct rdzv_cnode *nd,
+                                   const struct cluster_msg *m)
+{
+    if (!nd->strikes)
+        return;
+    const char *dev = m->devices[0] ? m->devices : nd->devices;
+    if (m->workers == nd->claim_workers && strcmp(dev, nd->claim_devices) == 0)
+        return;
+    if (nd->quarantine_until > 0)
+        rdzv_event(c, NULL, "node",
+                   "node %s is back with another claim (%d worker%s, %s): "
+                   "its quarantine ends",
+                   nd->id, m->workers, m->workers == 1 ? "" : "s", dev[0] ? dev : "cpu");
+    nd->quarantine_until = 0;
+    nd->strikes = 0;
+    nd->quarantine_why[0] = '\0';
+}
+
 static void rdzv_node_lost(struct rdzv_coord *c, struct rdzv_cnode *nd, const char *why)
 {
     (void)c;
@@ -414,6 +457,7 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         else
             rdzv_event(c, nd->jr, "node", "node %s is back", m->node);
         rdzv_node_lost(c, nd, "restarted");
+        rdzv_quarantine_review(c, nd, m);
         nd->inc = m->inc;
         nd->left = false;
         if (nd->jr && !nd->member)
@@ -461,8 +505,11 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         nd->exit_step = m->exit_step;
         snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
         if (j->phase == RDZV_RUNNING)
-            failure_note(&j->failure, &j->failure_final, j->failure_why, sizeof(j->failure_why),
+            failure_note(&j->failure, &j->failure_class, j->failure_why, sizeof(j->failure_why),
                          nd->id, m->exit_rc, m->exit_msg);
+        /* Only the node's own report of its own resources blames it. */
+        if (j->phase == RDZV_RUNNING && failure_class_of(m->exit_rc, NULL) == FAILURE_NODE)
+            rdzv_quarantine(c, nd, now, m->exit_msg);
     }
 }
 
@@ -677,6 +724,10 @@ static void rdzv_tick_liveness(struct rdzv_coord *c, double now)
         rdzv_coord_touch(c, now, c->self);
     for (size_t i = 0; i < c->n; i++) {
         struct rdzv_cnode *nd = &c->nodes[i];
+        if (nd->quarantine_until > 0 && now >= nd->quarantine_until) {
+            nd->quarantine_until = 0;
+            rdzv_event(c, NULL, "node", "node %s: its quarantine ended; placed again", nd->id);
+        }
         if (!nd->alive || now - nd->last_hb <= c->o.dead_after_s)
             continue;
         nd->alive = false;
@@ -706,6 +757,19 @@ static const struct rdzv_cnode *rdzv_rank0(const struct rdzv_coord *c, const str
         if (c->nodes[i].jr == j && c->nodes[i].member && c->nodes[i].rank_base == 0)
             return &c->nodes[i];
     return NULL;
+}
+
+/* A member of j's world could not deliver what it claimed (rdzv_quarantine):
+ * the world forms again without the quarantined nodes, on others if any
+ * are free, spending none of the job's restarts; the fault was the node's. */
+static void rdzv_replace_faulty(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->nodes[i].jr == j && c->nodes[i].quarantine_until > 0)
+            rdzv_unplace(c, &c->nodes[i]);
+    rdzv_event(c, j, "failure", "%s: placed again without the quarantined node (no restart used)",
+               j->failure_why);
+    rdzv_open_round(c, j, now, false, j->failure_why);
 }
 
 static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double now)
@@ -767,17 +831,22 @@ static void rdzv_tick_running(struct rdzv_coord *c, struct rdzv_jrun *j, double 
             rdzv_finish(c, j, GPT_TRAIN_STOPPED, j->last_step, NULL);
         return;
     }
+    if (j->failure && j->failure_class == FAILURE_NODE) {
+        rdzv_replace_faulty(c, j, now);
+        return;
+    }
+    bool final = failure_class_final(j->failure_class);
     if (j->failure || (exited > 0 && exited == members)) {
         if (!j->failure)
             snprintf(j->failure_why, sizeof(j->failure_why), "the world stopped unexpectedly");
-        if (!j->failure_final) { /* an error no restart heals uses up none */
+        if (!final) { /* an error no restart heals uses up none */
             j->restarts++;
             if (c->h.restarts)
                 c->h.restarts(c->h.ctx, j->job, j->restarts);
         }
-        if (j->restarts > j->max_restarts || j->failure_final) {
+        if (j->restarts > j->max_restarts || final) {
             char why[400];
-            if (j->failure_final)
+            if (final)
                 snprintf(why, sizeof(why), "%s; not restarted (retrying cannot heal it)",
                          j->failure_why);
             else
@@ -863,8 +932,10 @@ static void rdzv_tick_forming(struct rdzv_coord *c, struct rdzv_jrun *j, double 
     if (alive < j->nodes_min) {
         j->phase = RDZV_WAITING;
         j->waiting_since = now;
-        rdzv_event(c, j, "waiting", "waiting for nodes: %d of at least %d alive", alive,
-                   j->nodes_min);
+        char quar[160] = "";
+        rdzv_quarantined_note(c, quar, sizeof(quar));
+        rdzv_event(c, j, "waiting", "waiting for nodes: %d of at least %d alive%s", alive,
+                   j->nodes_min, quar);
         if (c->h.waiting)
             c->h.waiting(c->h.ctx, j->job, true);
         rdzv_publish_job(c, j);

@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
+#include "failure_class.h"
 #include "rdzv.h"
 
 struct rdzv_jrun;
@@ -50,6 +52,17 @@ struct rdzv_cnode {
     int exit_rc;
     int64_t exit_step;
     char exit_msg[256];
+    /* Quarantine: the node failed what it claimed (failure_class.h
+     * FAILURE_NODE); no job is placed on it until `quarantine_until`
+     * (0: not quarantined). `strikes` counts such failures with the claim
+     * (workers, devices) recorded at the last one; a new incarnation with
+     * another claim starts afresh. */
+    double quarantine_until;
+    time_t quarantine_wall; /* the same end on the wall clock, for people */
+    int strikes;
+    int claim_workers;
+    char claim_devices[128];
+    char quarantine_why[200];
 };
 
 /* One job the coordinator runs: its rounds, world and failures. Nodes
@@ -74,7 +87,7 @@ struct rdzv_jrun {
     int64_t last_step, last_snap;
     int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
     bool failure;             /* a member failed or died in the running world */
-    bool failure_final; /* ...with an error no restart heals (failure_class.c) */
+    enum failure_class failure_class; /* ...of this class (failure_class.c) */
     char failure_why[256];
     /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */
     int64_t pin_step;
@@ -115,9 +128,12 @@ json_t *rdzv_member_json(const struct rdzv_cnode *nd);
  * document a free node reads. New JSON. */
 json_t *rdzv_jrun_json(const struct rdzv_coord *c, const struct rdzv_jrun *j, bool with_nodes);
 /* rdzv_place.c: placement and what each node reads. */
-/* A node a job could be given now: alive, not leaving, on no job, and
- * reporting a state (an agent runs there). */
+/* A node a job could be given now: alive, not leaving, on no job, not
+ * quarantined, and reporting a state (an agent runs there). */
 bool rdzv_node_free(const struct rdzv_cnode *nd);
+/* Appends "; quarantined: ID, ID" (the alive nodes kept off placement) to
+ * buf (a string of cap bytes) when there are any. */
+void rdzv_quarantined_note(const struct rdzv_coord *c, char *buf, size_t cap);
 /* Gives job j up to `want` free nodes (their rounds are published). */
 void rdzv_place(struct rdzv_coord *c, struct rdzv_jrun *j, int want);
 /* Takes node nd off its job: free, reading the idle round. */

@@ -23,7 +23,20 @@ static bool rdzv_node_usable(const struct rdzv_cnode *nd)
 
 bool rdzv_node_free(const struct rdzv_cnode *nd)
 {
-    return rdzv_node_usable(nd) && !nd->jr;
+    return rdzv_node_usable(nd) && !nd->jr && nd->quarantine_until <= 0;
+}
+
+void rdzv_quarantined_note(const struct rdzv_coord *c, char *buf, size_t cap)
+{
+    size_t off = strlen(buf);
+    int k = 0;
+    for (size_t i = 0; i < c->n && off < cap; i++) {
+        const struct rdzv_cnode *nd = &c->nodes[i];
+        if (!rdzv_node_usable(nd) || nd->quarantine_until <= 0)
+            continue;
+        off +=
+            (size_t)snprintf(buf + off, cap - off, "%s%s", k++ ? ", " : "; quarantined: ", nd->id);
+    }
 }
 
 int rdzv_coord_free_nodes(const struct rdzv_coord *c)
@@ -55,9 +68,12 @@ int rdzv_coord_job_fits(const struct rdzv_coord *c, int nodes_min, bool alone_sh
         return gpt_err_set(err, -ENOSPC, NULL, "needs %d node%s, cluster has %d", nmin,
                            nmin == 1 ? "" : "s", nalive);
     int nfree = rdzv_coord_free_nodes(c);
-    if (nfree < nmin)
-        return gpt_err_set(err, -EAGAIN, NULL, "needs %d node%s, %d free", nmin,
-                           nmin == 1 ? "" : "s", nfree);
+    if (nfree < nmin) {
+        char quar[160] = "";
+        rdzv_quarantined_note(c, quar, sizeof(quar));
+        return gpt_err_set(err, -EAGAIN, NULL, "needs %d node%s, %d free%s", nmin,
+                           nmin == 1 ? "" : "s", nfree, quar);
+    }
     return 0;
 }
 

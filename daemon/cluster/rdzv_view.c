@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rdzv.h"
 #include "nvml.h"
@@ -104,10 +105,18 @@ json_t *rdzv_coord_nodes_json(const struct rdzv_coord *c, double now)
     for (size_t i = 0; i < c->n; i++) {
         const struct rdzv_cnode *nd = &c->nodes[i];
         struct round_node *r = &rows[i];
-        const char *state = nd->left       ? "left"
-                            : !nd->alive   ? "dead"
-                            : nd->state[0] ? nd->state
-                                           : "idle";
+        bool quarantined = nd->quarantine_until > 0;
+        const char *state = nd->left                 ? "left"
+                            : !nd->alive             ? "dead"
+                            : quarantined && !nd->jr ? "quarantined"
+                            : nd->state[0]           ? nd->state
+                                                     : "idle";
+        if (quarantined) {
+            struct tm tm;
+            gmtime_r(&nd->quarantine_wall, &tm);
+            strftime(r->quarantined_until, sizeof(r->quarantined_until), "%Y-%m-%dT%H:%M:%SZ", &tm);
+            snprintf(r->quarantine, sizeof(r->quarantine), "%s", nd->quarantine_why);
+        }
         snprintf(r->node, sizeof(r->node), "%s", nd->id);
         snprintf(r->state, sizeof(r->state), "%s", state);
         r->heartbeat_age_s = now - nd->last_hb;

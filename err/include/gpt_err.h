@@ -29,6 +29,8 @@ enum gpt_errcode {
     GPT_E_LIMIT,    /* a configured limit was hit */
     GPT_E_MODEL,    /* a snapshot or model file does not fit the job (another model or data) */
     GPT_E_PERM,     /* the job's owner may not open one of the job's files */
+    /* this node could not deliver a resource it reported (GPUs, workers) */
+    GPT_E_NODE_FAULT,
     GPT_E_MAX
 };
 

@@ -32,6 +32,7 @@
 #define ROUND_DOC_SPEC_MAX    (1u << 20) /* the job spec's JSON text */
 #define ROUND_DOC_MEMBERS_MAX 65536      /* nodes of a world or of the table */
 #define ROUND_DOC_RANKS_MAX   48
+#define ROUND_DOC_QUARANTINE_MAX 256 /* why a node is quarantined, NUL included */
 
 /* One member's assignment in a world ("me", and each of "nodes"). */
 struct round_member {
@@ -83,6 +84,10 @@ struct round_node {
     int64_t job;                     /* 0: null, on no job */
     char ranks[ROUND_DOC_RANKS_MAX]; /* "first-last"; "": null */
     char role[16];                   /* "coordinator" or "member"; "": absent */
+    /* A node the coordinator keeps off placement (it failed what it
+     * claimed, rdzv.c): why, and until when (UTC, ISO 8601); "": absent. */
+    char quarantine[ROUND_DOC_QUARANTINE_MAX];
+    char quarantined_until[32];
 };
 
 /* An empty round: every optional field absent. */

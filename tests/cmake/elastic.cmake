@@ -79,3 +79,12 @@ add_test(NAME elastic_liar
 set_tests_properties(elastic_liar PROPERTIES LABELS integration TIMEOUT 240 RUN_SERIAL TRUE
                      ENVIRONMENT
                      "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1;ITEST_STORE=$<TARGET_FILE:itest_store>")
+# elastic_quarantine: a member whose ranks cannot start on what it claimed
+# (more workers than its GPUs, stood in by GPTD_TEST_GPU_COUNT) is
+# quarantined; the jobs form again on honest nodes without spending a
+# restart, and a job waiting meanwhile says so.
+add_test(NAME elastic_quarantine
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/integration/elastic_quarantine.sh $<TARGET_FILE:gptd>
+                 $<TARGET_FILE:gptctl> $<TARGET_FILE:itest_client> ${CMAKE_SOURCE_DIR})
+set_tests_properties(elastic_quarantine PROPERTIES LABELS integration TIMEOUT 300 RUN_SERIAL TRUE
+                     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
