@@ -7,7 +7,8 @@
  * re-forms the world and counts a restart; the last call waits for nodes
  * still joining and never closes short of min; why a round closed is
  * published with it; a stop during a planned re-formation waits for the old
- * world's snapshot.
+ * world's snapshot; a member's node fault quarantines it and re-forms the
+ * world elsewhere without a restart.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -21,6 +22,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "failure_class.h"
 #include "rdzv.h"
 #include "trainer.h"
 
@@ -541,6 +543,82 @@ static void test_lost_after_final_records(void **state)
     assert_int_equal(f->rec.restarts, 0);
 }
 
+/* Node `node`'s field `key` in the node table (NULL when absent). */
+static const char *node_field(struct rdzv_coord *c, double now, const char *node, const char *key)
+{
+    static char val[256];
+    json_t *arr = rdzv_coord_nodes_json(c, now);
+    assert_non_null(arr);
+    const char *got = NULL;
+    size_t i;
+    json_t *n;
+    json_array_foreach(arr, i, n)
+    {
+        if (strcmp(json_string_value(json_object_get(n, "node")), node) != 0)
+            continue;
+        const char *v = json_string_value(json_object_get(n, key));
+        if (v) {
+            snprintf(val, sizeof(val), "%s", v);
+            got = val;
+        }
+    }
+    json_decref(arr);
+    return got;
+}
+
+/* A member reporting that it could not deliver what it claimed is
+ * quarantined: the world forms again on another node, spending no restart,
+ * and the quarantined node is not placed until its back-off ends. A peer's
+ * lost connection quarantines no one and counts a restart as before. */
+static void test_node_fault_quarantines(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
+    start(f->c, 0, 2, 2, -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 0.1, CLUSTER_MSG_JOIN, "b", -1);
+    assert_int_equal(f->rec.worlds, 1);
+    assert_string_equal(f->rec.last_event, "round 1 closed (max: 2 of 2 nodes joined): 2 nodes (a, "
+                                           "b), world size 2");
+
+    send_exit(f->c, 1.0, "b", -GPT_E_NODE_FAULT, 0);
+    assert_int_equal(f->rec.restarts, 0);
+    assert_int_equal(f->rec.finished, 0);
+    assert_string_equal(cur_phase(f->c), "forming");
+    assert_string_equal(node_field(f->c, 1.0, "b", "state"), "quarantined");
+    assert_string_equal(node_field(f->c, 1.0, "b", "quarantine"), "node fault");
+    assert_non_null(node_field(f->c, 1.0, "b", "quarantined_until"));
+    assert_null(node_field(f->c, 1.0, "a", "quarantine"));
+
+    /* c takes b's place; b, alive and idle, is not placed. */
+    send(f->c, 1.1, CLUSTER_MSG_JOIN, "a", -1);
+    send(f->c, 1.1, CLUSTER_MSG_JOIN, "c", -1);
+    send(f->c, 1.1, CLUSTER_MSG_JOIN, "b", -1);
+    assert_int_equal(f->rec.worlds, 2);
+    assert_non_null(strstr(f->rec.last_event, "2 nodes (a, c), world size 2"));
+    assert_int_equal(f->rec.restarts, 0);
+
+    /* A peer's lost connection: a restart, and no quarantine. */
+    send_exit(f->c, 2.0, "c", -ECONNRESET, 0);
+    assert_int_equal(f->rec.restarts, 1);
+    assert_null(node_field(f->c, 2.0, "c", "quarantine"));
+    assert_null(node_field(f->c, 2.0, "a", "quarantine"));
+    assert_string_equal(node_field(f->c, 2.0, "b", "state"), "quarantined");
+
+    /* The back-off ends: b is free again (heartbeats keep everyone alive). */
+    double later = 1.0 + FAILURE_QUARANTINE_BASE_S + 0.5;
+    for (double t = 2.5; t < later; t += 2) {
+        send(f->c, t, CLUSTER_MSG_HB, "a", -1);
+        send(f->c, t, CLUSTER_MSG_HB, "b", -1);
+        send(f->c, t, CLUSTER_MSG_HB, "c", -1);
+    }
+    send(f->c, later, CLUSTER_MSG_HB, "b", -1);
+    assert_null(node_field(f->c, later, "b", "quarantine"));
+    assert_string_not_equal(node_field(f->c, later, "b", "state"), "quarantined");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +635,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_after_leave_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rank0_lost_after_last_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_after_final_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_fault_quarantines, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
