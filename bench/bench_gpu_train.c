@@ -31,6 +31,12 @@
  * another order still agree closely), then
  * a short table. Exits 77 when there is no GPU (or when built without
  * CUDA).
+ *
+ * The step-time levers under test (backend.h's precision flags; the JSON
+ * line names what ran): GPTD_GEMM_AUTOTUNE=1 (trainer.gemm_autotune: each
+ * GEMM shape's cuBLASLt candidates timed on first use, the fastest kept);
+ * GPTD_GEMM_GELU=unfused (the MLP's GELU as its own kernel, not a GEMM
+ * epilogue).
  */
 #include <errno.h>
 #include <math.h>
@@ -559,6 +565,14 @@ int main(int argc, char **argv)
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_probe.h"
 
+/* The GEMM levers this process runs (header), as set_precision flags. */
+static int gemm_flags(void)
+{
+    const char *t = getenv("GPTD_GEMM_AUTOTUNE"), *g = getenv("GPTD_GEMM_GELU");
+    return (t && strcmp(t, "1") == 0 ? GPT_BACKEND_PREC_GEMM_TUNE : 0) |
+           (g && strcmp(g, "unfused") == 0 ? GPT_BACKEND_PREC_GELU_UNFUSED : 0);
+}
+
 #define WARMUP 2
 
 #define MAX_MODES 3
@@ -668,8 +682,9 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
         fprintf(stderr, "bench_gpu_train: %s\n", err.msg);
         return rc;
     }
-    if ((rc = gpt_backend_set_precision(be, bf16 | (tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32), 1337)) <
-        0) {
+    const int levers = gemm_flags();
+    if ((rc = gpt_backend_set_precision(be, bf16 | (tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32) | levers,
+                                        1337)) < 0) {
         fprintf(stderr, "bench_gpu_train: set_precision: %s\n", gpt_strerror(rc));
         goto out;
     }
@@ -770,13 +785,15 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
            "\"T\":%zu,\"steps\":%d,\"ms_per_step\":%.1f,\"tokens_per_s\":%.0f,\"tflops\":%.1f,"
            "\"mfu\":%s,\"peak_tflops\":%s,\"gpu\":\"%s\",\"peak_mem_gib\":%.2f,"
            "\"loss\":%.4f,\"loss_step2\":%.9g,\"host_syncs_per_step\":%llu,"
-           "\"cudnn_passes\":%llu}\n",
+           "\"cudnn_passes\":%llu,\"gemm_autotune\":%d,\"gelu\":\"%s\"}\n",
            row->mode, row->attn, flash_bwd_name(B, T), flash_fwd_name(), B, T, steps, row->ms,
            row->tokens_s, row->tflops, json_num(mfu_s, sizeof(mfu_s), 4, row->mfu),
            json_num(peak_s, sizeof(peak_s), 1, peak_flops / 1e12), gpu, row->peak_gib, (double)loss,
            (double)loss2, (unsigned long long)max_syncs,
            /* attention passes cuDNN ran: 0 where it refused (the default ran) */
-           (unsigned long long)gpt_cuda_flash_dnn_launches());
+           (unsigned long long)gpt_cuda_flash_dnn_launches(),
+           (levers & GPT_BACKEND_PREC_GEMM_TUNE) != 0,
+           levers & GPT_BACKEND_PREC_GELU_UNFUSED ? "unfused" : "epilogue");
     /* The profiled step: ms by op and by the cost model's class. */
     printf("{\"bench\":\"gpu_train_ops\",\"mode\":\"%s\",\"batch\":%zu,\"T\":%zu,"
            "\"step2_grew_bytes\":%lld,\"eval_grew_bytes\":%lld,\"ms_by_class\":{",

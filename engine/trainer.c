@@ -131,7 +131,9 @@ static int open_all(struct trainer *t, struct gpt_err *err)
     /* bf16 is a GPU feature: a backend without it (cpu) computes in fp32,
      * as the job spec's help for trainer.precision says. */
     rc = gpt_backend_set_precision(
-        t->be, job->trainer.precision | (job->trainer.tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32),
+        t->be,
+        job->trainer.precision | (job->trainer.tf32 ? 0 : GPT_BACKEND_PREC_NO_TF32) |
+            (job->trainer.gemm_autotune ? GPT_BACKEND_PREC_GEMM_TUNE : 0),
         job->trainer.seed);
     if (rc < 0 && rc != -ENOTSUP)
         return gpt_err_set(err, rc, "trainer.precision", "backend %s: precision not supported",

@@ -230,6 +230,15 @@ const struct jobspec_entry jobspec_entries[] = {
      .help = "With fp32 precision on the CUDA backend, run matrix products on TF32 tensor "
              "cores (10-bit mantissa inputs, fp32 accumulation); false keeps them strict "
              "fp32. No effect on bf16 or on the CPU backend."},
+    {.path = "trainer.gemm_autotune",
+     .type = JOBSPEC_BOOL,
+     .off = OFF(trainer.gemm_autotune),
+     .def_i = 0,
+     .help = "On the CUDA backend, time up to 8 of cuBLASLt's candidate algorithms on each "
+             "matrix product shape's first call and keep the fastest for the rest of the "
+             "worker (each choice is logged once). Off: cuBLASLt's first pick, the same "
+             "bits run to run; on, two runs may pick differently and so differ in the last "
+             "bits. No effect on the CPU backend."},
     {.path = "trainer.threads",
      .type = JOBSPEC_INT,
      .off = OFF(trainer.threads),

@@ -105,6 +105,13 @@ static inline const char *gpt_backend_op_name(enum gpt_backend_op op)
 
 #define GPT_BACKEND_PREC_NO_TF32 0x100
 #define GPT_BACKEND_PREC_MASK    0xff
+/* Also or'd into set_precision's argument, by backends that have them
+ * (cuda; others ignore them): GEMM_TUNE times cuBLASLt's candidate
+ * algorithms per shape and keeps the fastest (trainer.gemm_autotune);
+ * GELU_UNFUSED runs the MLP's GELU as its own kernel instead of a GEMM
+ * epilogue (bench_gpu_train's GPTD_GEMM_GELU=unfused: timing only). */
+#define GPT_BACKEND_PREC_GEMM_TUNE    0x200
+#define GPT_BACKEND_PREC_GELU_UNFUSED 0x400
 
 /* The common head of every backend; the implementation's state follows. */
 struct gpt_backend {

@@ -113,6 +113,23 @@ unsigned gpt_cuda_plan_ln_chunks(size_t C);
  * add follows (a launch each, ~48 a GPT-2 step). */
 int gpt_cuda_plan_bgrad_direct(const void *dbias, int assign);
 
+/* GEMM autotune (trainer.gemm_autotune; off by default): the first
+ * product of each cuBLASLt shape asks the heuristic for up to
+ * GPT_CUDA_LT_TUNE_MAX algorithms and times each on the real operands;
+ * the shape keeps the winner for the rest of the process. `time` runs
+ * candidate i once and returns its milliseconds, or a negative value when
+ * it failed (then it is not run again). Each candidate is run once to
+ * warm up, then GPT_CUDA_LT_TUNE_REPS times, in rounds (every candidate
+ * once per round, so that clock drift touches all alike); its figure is
+ * the median of those. The lowest median wins; a tie goes to the lower
+ * index (the heuristic's order), so equal timings choose what the
+ * untuned backend runs. ret_ms (n entries, may be NULL): each median, -1
+ * for a failed candidate. Returns the winner's index, or -1 when n < 1 or
+ * every candidate failed (the caller keeps the heuristic's first). */
+#define GPT_CUDA_LT_TUNE_MAX  8
+#define GPT_CUDA_LT_TUNE_REPS 5
+int gpt_cuda_plan_lt_tune(int n, double (*time)(void *ctx, int i), void *ctx, double *ret_ms);
+
 /* Shared memory the classifier's softmax + cross-entropy kernel keeps
  * for its own reductions (bytes, a bound), and the dynamic shared memory
  * of its one-read form: a call that writes dlogits without a previous

@@ -7,6 +7,7 @@
 #include "cuda_plan.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -72,6 +73,46 @@ unsigned gpt_cuda_plan_lnb_blocks(size_t N, size_t C, size_t scratch_floats)
 int gpt_cuda_plan_bgrad_direct(const void *dbias, int assign)
 {
     return assign && dbias && (uintptr_t)dbias % 16 == 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int gpt_cuda_plan_lt_tune(int n, double (*time)(void *ctx, int i), void *ctx, double *ret_ms)
+{
+    double ms[GPT_CUDA_LT_TUNE_MAX][GPT_CUDA_LT_TUNE_REPS];
+    int failed[GPT_CUDA_LT_TUNE_MAX] = {0};
+    if (n > GPT_CUDA_LT_TUNE_MAX)
+        n = GPT_CUDA_LT_TUNE_MAX;
+    for (int r = -1; r < GPT_CUDA_LT_TUNE_REPS; r++) /* round -1: the warm-up */
+        for (int i = 0; i < n; i++) {
+            if (failed[i])
+                continue;
+            double t = time(ctx, i);
+            if (t < 0)
+                failed[i] = 1;
+            else if (r >= 0)
+                ms[i][r] = t;
+        }
+    int best = -1;
+    double best_ms = 0;
+    for (int i = 0; i < n; i++) {
+        double med = -1;
+        if (!failed[i]) {
+            qsort(ms[i], GPT_CUDA_LT_TUNE_REPS, sizeof(double), cmp_double);
+            med = ms[i][GPT_CUDA_LT_TUNE_REPS / 2];
+            if (best < 0 || med < best_ms) {
+                best = i;
+                best_ms = med;
+            }
+        }
+        if (ret_ms)
+            ret_ms[i] = med;
+    }
+    return best;
 }
 
 unsigned gpt_cuda_plan_ln_chunks(size_t C)

@@ -43,9 +43,15 @@
 #                  GPT-2 124M, bf16, T 1024: ms/step, MFU (llm.c's count),
 #                  peak memory, one profiled step by kernel class beside
 #                  bench_gpu_train --plan's prediction
-#   variants 56    the B=16 benchmark with each candidate (bwd_ds, bwd_wg,
-#                  fwd_k32, fwd_wg; 14 s each): ms/step, attention's ms,
+#   variants 40    the B=16 benchmark with each candidate (bwd_ds, bwd_wg,
+#                  fwd_k32, fwd_wg; 10 s each): ms/step, attention's ms,
 #                  step 2's loss within 1e-4 of the default's
+#   levers 20      the B=16 benchmark with each step-time lever
+#                  (GPTD_GEMM_AUTOTUNE=1, GPTD_GEMM_GELU=unfused; 10 s
+#                  each) against the default: ms/step, GEMM ms, step 2's
+#                  loss within 1e-4 (rows gemm_tune_b16, gelu_unfused_b16;
+#                  their values: test_gpu_ops' gemm_tune_ops,
+#                  gelu_unfused_ops)
 #   torch_b16 65, torch_b32 35
 #                  bench/torch_gpt2.py at the same shapes (torch.compile,
 #                  SDPA, fused AdamW, bf16 autocast): ms/step, MFU, peak
@@ -67,7 +73,7 @@
 #                  22 s each: ds backward with the wg forward, wg backward
 #                  with the k32 forward (every candidate, and every
 #                  non-attention kernel, which all variants share)
-#   world2 100     two gptd on the one GPU at world 2 over NCCL
+#   world2 96      two gptd on the one GPU at world 2 over NCCL
 #                  (tests/gpu/world2.sh; issue 34), and over the
 #                  host-staged communicator NCCL falls back to
 # Beside ops, with no cap of its own (CPU only, about 5 s on 2 of the
@@ -164,10 +170,10 @@ want() { [ -z "$ONLY" ] || case "$ONLY" in *",$1,"*) true ;; *) false ;; esac; }
 CUDNN=0
 GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn "$BENCH" --plan 16 1024 bf16 2>/dev/null |
     grep -q '"flash_[fb]wd":"cudnn"' && CUDNN=1
-PHASES="preflight:15 ops:40 train:20 wg_ops:20 bench_b16:20 bench_b32:25 variants:56"
-PHASES="$PHASES torch_b16:65 torch_b32:35"
+PHASES="preflight:15 ops:40 train:20 wg_ops:20 bench_b16:20 bench_b32:25 variants:40"
+PHASES="$PHASES levers:20 torch_b16:65 torch_b32:35"
 [ "$CUDNN" = 1 ] && PHASES="$PHASES cudnn:35"
-PHASES="$PHASES curves:40 memcheck:44 world2:100"
+PHASES="$PHASES curves:40 memcheck:44 world2:96"
 TOTAL=0 LIST=""
 for p in $PHASES; do
     want "${p%:*}" || [ "${p%:*}" = preflight ] || continue
@@ -388,12 +394,16 @@ poll_row() {
 # ---- ops and training against the CPU backend ------------------------------
 # test_gpu_ops: every op with the default kernels against the CPU, and
 # each attention variant but the wg ones against the fused pass on the
-# same inputs (ds: its bits, also in chunks of 3 heads; k32 within 1e-3).
+# same inputs (ds: its bits, also in chunks of 3 heads; k32 within 1e-3);
+# the GEMM levers against the default products (gemm_autotune,
+# gelu_unfused: within bf16 error, their repeats the same bits).
 if want ops; then
     gpu_prog ops 40 "$OUT/ops.log" "test_gpu_ops, default kernels and variants" \
         "$BUILD/tests/test_gpu_ops"
     variant_ops bwd_ds_ops "$OUT/ops.log" 'NH[0-9]+ ds( in chunks of 3 heads)?: '
     variant_ops fwd_k32_ops "$OUT/ops.log" 'k32 forward: '
+    variant_ops gemm_tune_ops "$OUT/ops.log" 'gemm_autotune '
+    variant_ops gelu_unfused_ops "$OUT/ops.log" 'gelu_unfused '
 fi
 want train && gpu_prog train 20 "$OUT/train.log" "20 steps vs CPU" "$BUILD/tests/test_gpu_train"
 # The wgmma kernels (sm_90a code), never yet run: their attention checks
@@ -468,26 +478,54 @@ done
 # relative, of the default's (another summation order; ds against fused
 # bit for bit is test_gpu_ops' check).
 DEF=$(grep '"batch":16,' "$OUT/bench.jsonl" 2>/dev/null | tail -1)
+DEFOPS=$(grep '"batch":16,' "$OUT/ops.jsonl" 2>/dev/null | tail -1)
 l2_def=$(num loss_step2 "$DEF") loss_def=$(num loss "$DEF") ms_def=$(num ms_per_step "$DEF")
-for SET in GPTD_FLASH_BWD=ds GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 GPTD_FLASH_FWD=wg; do
-    want variants || break
-    V=$(printf '%s' "${SET#GPTD_FLASH_}" | tr 'A-Z=' 'a-z_') # bwd_ds, ..., fwd_wg
-    bench 16 14 "${V}_b16" "$SET"
+# candidate NAME CAP VAR=VALUE att|gemm: the B=16 benchmark with the one
+# setting, its row against the default's: step 2's loss (after one
+# update) within 1e-4, relative, of the default's (another summation
+# order), its ms/step beside the default's and the profiled step's
+# attention (att) or GEMM (gemm) ms; sets MEAS and OPS.
+candidate() {
+    bench 16 "$2" "$1" "$3"
     ms=$(num ms_per_step "$MEAS") loss=$(num loss "$MEAS") l2=$(num loss_step2 "$MEAS")
-    attf=$(att_ms forward) attb=$(att_ms backward)
+    if [ "$4" = att ]; then
+        part="attention forward $(att_ms forward) ms, backward $(att_ms backward) ms"
+    else
+        part="GEMMs $(num gemm "$OPS") ms (default $(num gemm "$DEFOPS"))"
+    fi
     same=$(python3 -c 'import sys; a, b = map(float, sys.argv[1:]); print(int(abs(a - b) <= 1e-4 * abs(b)))' \
         "${l2:-nan}" "${l2_def:-nan}" 2>/dev/null)
     if skipped; then
-        row "${V}_b16" SKIP "$SECS" "dry: no GPU"
+        row "$1" SKIP "$SECS" "dry: no GPU"
     elif [ "$RC" != 0 ] || [ -z "$ms" ]; then
-        row "${V}_b16" FAIL "$SECS" "rc $RC ($OUT/${V}_b16.log)"
+        row "$1" FAIL "$SECS" "rc $RC ($OUT/$1.log)"
     elif [ "$same" != 1 ]; then
-        row "${V}_b16" FAIL "$SECS" "step 2 loss ${l2:-?}, the default's ${l2_def:-?} (tolerance 1e-4); step 10 ${loss:-?}, ${loss_def:-?}"
+        row "$1" FAIL "$SECS" "step 2 loss ${l2:-?}, the default's ${l2_def:-?} (tolerance 1e-4); step 10 ${loss:-?}, ${loss_def:-?}"
     else
-        row "${V}_b16" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), attention forward ${attf:-?} ms, backward ${attb:-?} ms, step 2 loss ${l2} (default ${l2_def}), step 10 ${loss} (${loss_def})"
+        row "$1" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), $part, step 2 loss ${l2} (default ${l2_def}), step 10 ${loss} (${loss_def})"
     fi
+}
+for SET in GPTD_FLASH_BWD=ds GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 GPTD_FLASH_FWD=wg; do
+    want variants || break
+    V=$(printf '%s' "${SET#GPTD_FLASH_}" | tr 'A-Z=' 'a-z_') # bwd_ds, ..., fwd_wg
+    candidate "${V}_b16" 10 "$SET" att
 done
 
+# ---- the step-time levers at B=16 (issue 33 item 6), none a default yet ------
+# GPTD_GEMM_AUTOTUNE=1 (the job spec's trainer.gemm_autotune): each GEMM
+# shape's cuBLASLt candidates (up to 8) timed on its first call, the
+# fastest kept; GPTD_GEMM_GELU=unfused: the MLP's GELU as its own kernel
+# instead of the cuBLASLt epilogues (GELU_AUX_BIAS, DGELU). Each row as a
+# candidate's, GEMM ms beside the default's; test_gpu_ops' rows
+# gemm_tune_ops and gelu_unfused_ops check their values. The lines go to
+# levers.jsonl; summary.json's "levers" says whether each was faster.
+for SET in GPTD_GEMM_AUTOTUNE=1 GPTD_GEMM_GELU=unfused; do
+    want levers || break
+    V=gemm_tune
+    [ "$SET" = GPTD_GEMM_GELU=unfused ] && V=gelu_unfused
+    candidate "${V}_b16" 10 "$SET" gemm
+    [ -n "$MEAS" ] && echo "$MEAS" >>"$OUT/levers.jsonl"
+done
 # ---- PyTorch beside gptd, in the same call ----------------------------------
 # bench/torch_gpt2.py: the same GPT-2 (test torch_gpt2_equal checks its
 # losses against gptd's on a CPU) at the same shapes and precision, with
@@ -598,7 +636,8 @@ fi
 # memcheck over every candidate kernel (ds backward with the wg forward,
 # wg backward with the k32 forward; one head of 64, the wg kernels' head
 # size) and the kernels every variant shares (LayerNorm, cross-entropy,
-# encoder, AdamW: reworked since the third run). The default attention
+# encoder, AdamW: reworked since the third run), with
+# trainer.gemm_autotune on (its timing runs and D's save). The default attention
 # kernels passed memcheck and racecheck in the third run. A dry run runs
 # the same gptd without compute-sanitizer.
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -607,7 +646,7 @@ if want memcheck; then
 {"name": "acceptance-tiny", "data": {"path": "$DATA"},
  "model": {"n_layer": 2, "n_head": 1, "n_embd": 64, "block_size": 64},
  "trainer": {"max_steps": 2, "micro_batch": 4, "global_batch": 4, "log_every": 1,
-             "eval_every": 0, "eval_batches": 1}}
+             "eval_every": 0, "eval_batches": 1, "gemm_autotune": true}}
 EOF
     for TOOL in memcheck_ds memcheck_wg; do
         V="GPTD_FLASH_BWD=ds GPTD_FLASH_FWD=wg"
@@ -642,7 +681,7 @@ fi
 if want world2; then
     [ "$DRY" = 1 ] && export W2_COMM=${W2_COMM:-shm}
     W2_OUT=$OUT/world2
-    w2_cap=$(budget $((100 * DRY_SCALE)))
+    w2_cap=$(budget $((96 * DRY_SCALE)))
     run world2 "$w2_cap" "$OUT/world2_run.log" "$ROOT/tests/gpu/world2.sh" "$GPTD" "$GPTCTL" \
         "$W2_OUT" $((w2_cap > 20 ? w2_cap - 10 : w2_cap))
     [ -r "$W2_OUT/world2_rows.txt" ] && cat "$W2_OUT/world2_rows.txt" >>"$TABLE"

@@ -19,8 +19,9 @@ cat "$T/log"
 [ "$rc" = 0 ] || { echo "FAIL: acceptance.sh --dry exit $rc"; exit 1; }
 fail=0
 # every row issues 33 and 34 still owe, world2.sh's among them
-for p in preflight poll_backoff ops bwd_ds_ops fwd_k32_ops train wg_ops bwd_wg_ops fwd_wg_ops \
-    bench_b16 bench_b32 bwd_ds_b16 bwd_wg_b16 fwd_k32_b16 fwd_wg_b16 torch_b16 torch_b32 curves \
+for p in preflight poll_backoff ops bwd_ds_ops fwd_k32_ops gemm_tune_ops gelu_unfused_ops train \
+    wg_ops bwd_wg_ops fwd_wg_ops bench_b16 bench_b32 bwd_ds_b16 bwd_wg_b16 fwd_k32_b16 fwd_wg_b16 \
+    gemm_tune_b16 gelu_unfused_b16 torch_b16 torch_b32 curves \
     memcheck_ds memcheck_wg world2 world2_form w2_tiny_none_bf16 w2_tiny_optimizer_bf16 \
     w2_tiny_full_bf16 w2_tiny_none_fp32 w2_small_staged w2_small_none_bf16 \
     w2_small_optimizer_bf16 w2_small_full_bf16 w2_small_none_fp32 w2_kill; do
@@ -64,9 +65,11 @@ case "\$1" in
 --probe) echo "cuda probe: 1 device (a stand-in)"; exit 0 ;;
 --plan) exec "$BUILD/bench/bench_gpu_train" "\$@" ;;
 esac
-l2=5.123456789
+l2=5.123456789 ms=35.2 tune=0 gelu=epilogue
 [ "\${GPTD_FLASH_BWD:-}" = wg ] && l2=5.124
-echo '{"bench":"gpu_train","mode":"bf16","flash_bwd":"'\${GPTD_FLASH_BWD:-twopass}'","flash_fwd":"'\${GPTD_FLASH_FWD:-m16}'","batch":'\$1',"ms_per_step":35.2,"mfu":0.3782,"peak_tflops":989.0,"peak_mem_gib":20.00,"loss":7.1234,"loss_step2":'\$l2',"host_syncs_per_step":1}'
+[ "\${GPTD_GEMM_AUTOTUNE:-}" = 1 ] && ms=34.0 tune=1
+[ "\${GPTD_GEMM_GELU:-}" = unfused ] && ms=36.0 gelu=unfused
+echo '{"bench":"gpu_train","mode":"bf16","flash_bwd":"'\${GPTD_FLASH_BWD:-twopass}'","flash_fwd":"'\${GPTD_FLASH_FWD:-m16}'","batch":'\$1',"ms_per_step":'\$ms',"mfu":0.3782,"peak_tflops":989.0,"peak_mem_gib":20.00,"loss":7.1234,"loss_step2":'\$l2',"host_syncs_per_step":1,"gemm_autotune":'\$tune',"gelu":"'\$gelu'"}'
 echo '{"bench":"gpu_train_ops","ms_by_class":{"gemm":19.1},"eval_grew_bytes":0,"step2_grew_bytes":0,"cuda_attention_forward":{"calls":12,"ms":3.25},"cuda_attention_backward":{"calls":12,"ms":7.5}}'
 EOF
 cat >"$F/tests/test_gpu_ops" <<'EOF'
@@ -82,20 +85,26 @@ fi
 r ok flash_tc_variant_same "B2 T64 hs64 NH2 ds: backward" 0
 r ok flash_tc_variant_same "B2 T64 hs64 NH2 ds in chunks of 3 heads: backward" 0
 r ok flash_tc_variant_close "B2 T64 hs64 NH2 k32 forward: forward" 1e-6
+r ok gemm_autotune "N200 C64 OC256 y repeated: same bits" 0
+r ok gelu_unfused "N200 C64 OC256 y vs default" 1e-3
 EOF
 printf '#!/bin/sh\necho "20 steps against the CPU: ok"\n' >"$F/tests/test_gpu_train"
 chmod +x "$F/bench/bench_gpu_train" "$F/tests/test_gpu_ops" "$F/tests/test_gpu_train"
 sh "$SRC/tests/gpu/acceptance.sh" --build-dir "$F" --out "$T/fake_run" --data "$SRC/README.md" \
-    --only ops,train,wg_ops,bench_b16,variants >"$T/fake_log" 2>&1
+    --only ops,train,wg_ops,bench_b16,variants,levers >"$T/fake_log" 2>&1
 frc=$?
 sed -n '/^preflight/,$p' "$T/fake_log"
 [ "$frc" = 1 ] || { echo "FAIL: the stand-ins' run exit $frc, not 1"; fail=1; }
 python3 - "$T/fake_run/summary.json" <<'PY' || fail=1
 import json, sys
 s = json.load(open(sys.argv[1]))
-want = ["bwd_ds", "bwd_twopass", "fwd_k32", "fwd_m16", "fwd_wg"]
-print("stand-ins: passed %s, B=16 %s ms" % (s["passed"], s["gptd_ms_per_step_b16"]))
-sys.exit(0 if s["passed"] == want and s["gptd_ms_per_step_b16"] == 35.2 else 1)
+want = ["bwd_ds", "bwd_twopass", "fwd_k32", "fwd_m16", "fwd_wg", "gelu_unfused", "gemm_tune"]
+# the levers: the faster one wins, the slower one passes without winning
+lv = s["levers"] or {}
+wins = {k: (v["wins"], v["ms_per_step"], v["default_ms_per_step"]) for k, v in lv.items()}
+print("stand-ins: passed %s, B=16 %s ms, levers %s" % (s["passed"], s["gptd_ms_per_step_b16"], wins))
+sys.exit(0 if s["passed"] == want and s["gptd_ms_per_step_b16"] == 35.2 and
+         wins == {"gemm_tune": (True, 34.0, 35.2), "gelu_unfused": (False, 36.0, 35.2)} else 1)
 PY
 
 # world2.sh when NCCL refuses and gptd falls back by itself: a gptctl whose

@@ -13,6 +13,9 @@ acceptance.sh calls it last, on its output folder, which holds:
   table.txt     one line per phase: name, PASS/FAIL/SKIP, seconds, note
   world2_nccl.txt  the world-2 NCCL phase (tests/gpu/world2.sh): "pass" or
                 its first failure, one line
+  levers.jsonl  bench_gpu_train's B=16 lines with a step-time lever on
+                (GPTD_GEMM_AUTOTUNE=1: "gemm_autotune":1; GPTD_GEMM_GELU=
+                unfused: "gelu":"unfused")
   curve_gptd.jsonl, curve_torch.jsonl  the loss curves: gptd run --json's
                 lines and torch_gpt2.py's line, the same steps on the same
                 data from the same weights
@@ -27,7 +30,10 @@ phase's line, null where it did not run) and curve_max_window_rel_diff:
 the curves cut into windows of CURVE_WINDOW steps, the largest relative
 difference of a window's mean loss, gptd's against PyTorch's (the goal:
 at most 0.02; null unless both curves hold the same whole number of
-windows).
+windows); levers: per step-time lever that ran (gemm_tune,
+gelu_unfused) its ms_per_step, the default's, passed (its _ops and _b16
+rows) and wins (passed and faster than the default), null where none
+ran.
 """
 import json
 import os
@@ -39,7 +45,7 @@ KEYS = [
     "commit", "gpu", "driver", "default_variants", "passed",
     "gptd_ms_per_step_b16", "gptd_mfu_b16", "torch_ms_per_step_b16", "torch_mfu_b16",
     "gptd_ms_per_step_b32", "gptd_mfu_b32", "torch_ms_per_step_b32", "torch_mfu_b32",
-    "world2_nccl", "curve_max_window_rel_diff",
+    "world2_nccl", "curve_max_window_rel_diff", "levers",
 ]
 CURVE_WINDOW = 10
 
@@ -54,7 +60,12 @@ def _read(path):
 
 def _jsonl(path, bench):
     """The lines of bench `bench` by batch (the last line of each batch)."""
-    rows = {}
+    return {row["batch"]: row for row in _jsonl_rows(path, bench)}
+
+
+def _jsonl_rows(path, bench):
+    """The lines of bench `bench` that name an integer batch, in order."""
+    rows = []
     for line in _read(path).splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -63,8 +74,9 @@ def _jsonl(path, bench):
             row = json.loads(line)
         except ValueError:
             continue
-        if row.get("bench") == bench and isinstance(row.get("batch"), int):
-            rows[row["batch"]] = row
+        if isinstance(row, dict) and row.get("bench") == bench and \
+                isinstance(row.get("batch"), int):
+            rows.append(row)
     return rows
 
 
@@ -108,6 +120,27 @@ def curve_windows(out):
     return n // CURVE_WINDOW, worst, last[0], last[1]
 
 
+def _lever_name(row):
+    if row.get("gemm_autotune") == 1:
+        return "gemm_tune"
+    return "gelu_unfused" if row.get("gelu") == "unfused" else None
+
+
+def levers(out, default, ok):
+    """Each lever's B=16 line against the default's (a bench line)."""
+    res = {}
+    base = _num(default, "ms_per_step")
+    for row in _jsonl_rows(os.path.join(out, "levers.jsonl"), "gpu_train"):
+        name = _lever_name(row)
+        if name is None or row.get("batch") != 16:
+            continue
+        ms = _num(row, "ms_per_step")
+        passed = ok(name + "_ops") and ok(name + "_b16")
+        res[name] = {"ms_per_step": ms, "default_ms_per_step": base, "passed": passed,
+                     "wins": passed and ms is not None and base is not None and ms < base}
+    return res or None
+
+
 def summarize(out):
     commit = _read(os.path.join(out, "commit.txt")).strip() or None
     gpu = driver = None
@@ -131,7 +164,7 @@ def summarize(out):
     # the variant rows: NAME_ops (their attention ops) and NAME_b16
     # (step 2's loss against the default's)
     for name in status:
-        m = re.fullmatch(r"((?:bwd|fwd)_\w+?)_ops", name)
+        m = re.fullmatch(r"((?:bwd|fwd)_\w+?|gemm_tune|gelu_unfused)_ops", name)
         if m and ok(name) and ok(m.group(1) + "_b16"):
             passed.add(m.group(1))
     # cuDNN's attention: both ways in one benchmark row (cudnn_b16)
@@ -154,6 +187,7 @@ def summarize(out):
     summary["world2_nccl"] = w2[0] if w2 and w2[0] else None
     curve = curve_windows(out)
     summary["curve_max_window_rel_diff"] = round(curve[1], 6) if curve else None
+    summary["levers"] = levers(out, gptd.get(16), ok)
     return {k: summary[k] for k in KEYS}
 
 
@@ -197,6 +231,16 @@ def _selftest():
                 "bwd_cudnn_ops    PASS      0s  x",
                 "fwd_cudnn_ops    FAIL      0s  x",
                 "cudnn_b16        PASS     15s  x",
+                "gemm_tune_ops    PASS      0s  x",
+                "gemm_tune_b16    PASS     14s  x",
+                "gelu_unfused_ops PASS      0s  x",
+                "gelu_unfused_b16 FAIL     14s  step 2 loss differs",
+            ]) + "\n",
+            "levers.jsonl": "\n".join([
+                '{"bench":"gpu_train","batch":16,"ms_per_step":34.1,"gemm_autotune":1,'
+                '"gelu":"epilogue"}',
+                '{"bench":"gpu_train","batch":16,"ms_per_step":33.0,"gemm_autotune":0,'
+                '"gelu":"unfused"}',
             ]) + "\n",
             "world2_nccl.txt": "pass\n",
             # 20 steps: gptd 3.0 then 2.0; PyTorch 3.03 (1%) then 1.9 (5%)
@@ -217,13 +261,20 @@ def _selftest():
             "gpu": "NVIDIA H200",
             "driver": "580.95.05",
             "default_variants": {"attention_forward": "m16", "attention_backward": "twopass"},
-            "passed": ["bwd_cudnn", "bwd_fused", "bwd_twopass", "fwd_m16", "fwd_wg"],
+            "passed": ["bwd_cudnn", "bwd_fused", "bwd_twopass", "fwd_m16", "fwd_wg", "gemm_tune"],
             "gptd_ms_per_step_b16": 35.2, "gptd_mfu_b16": 0.3782,
             "torch_ms_per_step_b16": 41.0, "torch_mfu_b16": 0.3247,
             "gptd_ms_per_step_b32": 66.6, "gptd_mfu_b32": None,
             "torch_ms_per_step_b32": None, "torch_mfu_b32": None,
             "world2_nccl": "pass",
             "curve_max_window_rel_diff": round(0.1 / 1.9, 6),
+            # faster and passed wins; faster with a failed row does not
+            "levers": {
+                "gemm_tune": {"ms_per_step": 34.1, "default_ms_per_step": 35.2,
+                              "passed": True, "wins": True},
+                "gelu_unfused": {"ms_per_step": 33.0, "default_ms_per_step": 35.2,
+                                 "passed": False, "wins": False},
+            },
         }
         assert list(got) == KEYS, list(got)
         assert got == want, got
@@ -237,7 +288,8 @@ def _selftest():
         with open(os.path.join(out, "curve_gptd.jsonl"), "a", encoding="utf-8") as f:
             f.write('{"type":"metric","step":21,"loss":2.0}\n')
         assert curve_windows(out) is None
-        for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt", "world2_nccl.txt"):
+        for name in ("bench.jsonl", "torch.jsonl", "gpu.csv", "commit.txt", "world2_nccl.txt",
+                     "levers.jsonl"):
             os.remove(os.path.join(out, name))
         got = write(out)
         assert list(got) == KEYS

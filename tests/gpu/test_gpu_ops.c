@@ -679,6 +679,107 @@ static void test_bf16_resid(size_t B, size_t T, size_t C, size_t V)
     free(tok);
 }
 
+/* The MLP's products as the model runs them (GELU fused forward, the
+ * second product, DGELU backward, the first product's backward with its
+ * bias) on one backend, from the host inputs h (x, w, b, w2, dy), into
+ * the host outputs out (y, dw2, dx, dw, db). */
+enum { LV_X, LV_W, LV_B, LV_W2, LV_DY, LV_IN };
+enum { LV_Y, LV_DW2, LV_DX, LV_DW, LV_DB, LV_OUT };
+static void lever_mlp(struct gpt_backend *be, float *const h[LV_IN], float *out[LV_OUT], size_t N,
+                      size_t C, size_t OC)
+{
+    const size_t in_n[LV_IN] = {N * C, OC * C, OC, C * OC, N * C};
+    const size_t out_n[LV_OUT] = {N * C, C * OC, N * C, OC * C, OC};
+    float *in[LV_IN], *o[LV_OUT], *g, *pre, *dg;
+    for (int i = 0; i < LV_IN; i++) {
+        check_rc(gpt_backend_alloc(be, in_n[i] * sizeof(float), (void **)&in[i]), "alloc");
+        check_rc(gpt_backend_upload(be, in[i], h[i], in_n[i] * sizeof(float)), "upload");
+    }
+    for (int i = 0; i < LV_OUT; i++) {
+        check_rc(gpt_backend_alloc(be, out_n[i] * sizeof(float), (void **)&o[i]), "alloc");
+        gpt_backend_memzero(be, o[i], out_n[i] * sizeof(float));
+    }
+    check_rc(gpt_backend_alloc(be, N * OC * sizeof(float), (void **)&g), "alloc");
+    check_rc(gpt_backend_alloc(be, N * OC * sizeof(float), (void **)&pre), "alloc");
+    check_rc(gpt_backend_alloc(be, N * OC * sizeof(float), (void **)&dg), "alloc");
+    gpt_backend_matmul_gelu_forward(be, g, pre, in[LV_X], in[LV_W], in[LV_B], N, C, OC);
+    gpt_backend_matmul_forward(be, o[LV_Y], g, in[LV_W2], NULL, N, OC, C);
+    gpt_backend_matmul_backward_dgelu(be, dg, o[LV_DW2], NULL, in[LV_DY], g, in[LV_W2], pre, N, OC,
+                                      C);
+    gpt_backend_matmul_backward(be, o[LV_DX], o[LV_DW], o[LV_DB], dg, in[LV_X], in[LV_W], N, C, OC);
+    for (int i = 0; i < LV_OUT; i++) {
+        check_rc(gpt_backend_download(be, out[i], o[i], out_n[i] * sizeof(float)), "download");
+        gpt_backend_mem_free(be, o[i]);
+    }
+    for (int i = 0; i < LV_IN; i++)
+        gpt_backend_mem_free(be, in[i]);
+    gpt_backend_mem_free(be, g);
+    gpt_backend_mem_free(be, pre);
+    gpt_backend_mem_free(be, dg);
+}
+
+/* max |a - b| / max |b| over n floats. */
+static double host_err(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - (double)b[i]), y = fabs((double)b[i]);
+        d = isnan(x) || x > d ? (isnan(x) ? INFINITY : x) : d;
+        m = y > m ? y : m;
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* The step-time levers of the products (backend.h's precision flags
+ * `lever`: GEMM_TUNE, GELU_UNFUSED), each on a CUDA backend of its own in
+ * bf16, against this program's GPU backend (the default) on the same MLP
+ * inputs: every output within `tol` of the default's (another algorithm
+ * or a GELU rounded at another point sums or rounds differently), and the
+ * lever's two runs of the same products the same bits (the autotune
+ * chooses once per shape, on the first run, and keeps it). */
+static void test_gemm_lever(int lever, const char *op, double tol, size_t N, size_t C, size_t OC)
+{
+    const size_t in_n[LV_IN] = {N * C, OC * C, OC, C * OC, N * C};
+    const size_t out_n[LV_OUT] = {N * C, C * OC, N * C, OC * C, OC};
+    const char *names[LV_OUT] = {"y", "dw2", "dx", "dw", "db"};
+    const float lo[LV_IN] = {-2, -0.05f, -0.5f, -0.05f, -1};
+    float *h[LV_IN], *def[LV_OUT], *run[2][LV_OUT];
+    struct gpt_backend *lb = NULL;
+    struct gpt_err err;
+    char tag[96];
+    if (gpt_backend_cuda_new(0, &lb, &err) < 0) {
+        report(op, err.msg, INFINITY);
+        return;
+    }
+    check_rc(gpt_backend_set_precision(lb, 1 | lever, 1), "set_precision lever");
+    for (int i = 0; i < LV_IN; i++)
+        h[i] = host_rand(in_n[i], lo[i], -lo[i]);
+    for (int i = 0; i < LV_OUT; i++) {
+        def[i] = malloc(out_n[i] * sizeof(float));
+        run[0][i] = malloc(out_n[i] * sizeof(float));
+        run[1][i] = malloc(out_n[i] * sizeof(float));
+        if (!def[i] || !run[0][i] || !run[1][i])
+            abort();
+    }
+    lever_mlp(gpu, h, def, N, C, OC);
+    lever_mlp(lb, h, run[0], N, C, OC);
+    lever_mlp(lb, h, run[1], N, C, OC);
+    for (int i = 0; i < LV_OUT; i++) {
+        snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu %s vs default", N, C, OC, names[i]);
+        report_tol(op, tag, host_err(run[0][i], def[i], out_n[i]), tol);
+        snprintf(tag, sizeof(tag), "N%zu C%zu OC%zu %s repeated: same bits", N, C, OC, names[i]);
+        report_tol(op, tag, memcmp(run[0][i], run[1][i], out_n[i] * sizeof(float)) != 0, 0);
+        free(def[i]);
+        free(run[0][i]);
+        free(run[1][i]);
+    }
+    for (int i = 0; i < LV_IN; i++)
+        free(h[i]);
+    if (gpt_backend_sync(lb) < 0)
+        report(op, gpt_cuda_backend_last_error(lb), INFINITY);
+    gpt_backend_free(lb);
+}
+
 /* test_gpu_ops [--attention]: every op but the wg and cuDNN attention
  * variants, or (--attention, for the acceptance run's variant rows) the
  * bf16 attention checks only, with the wg variants when GPTD_FLASH_FWD or
@@ -749,6 +850,11 @@ int main(int argc, char **argv)
     test_bf16_only_xent(64, 768, 50257, 50304, 1);
     test_bf16_resid(2, 64, 64, 50);
     test_bf16_resid(4, 256, 768, 1000);
+    /* The levers the acceptance run times (rows gemm_tune_ops,
+     * gelu_unfused_ops): GPT-2's MLP at 4 sequences, and an odd width. */
+    test_gemm_lever(GPT_BACKEND_PREC_GEMM_TUNE, "gemm_autotune", 2e-2, 4096, 768, 3072);
+    test_gemm_lever(GPT_BACKEND_PREC_GEMM_TUNE, "gemm_autotune", 2e-2, 200, 64, 256);
+    test_gemm_lever(GPT_BACKEND_PREC_GELU_UNFUSED, "gelu_unfused", 2e-2, 4096, 768, 3072);
     check_rc(gpt_backend_set_precision(gpu, GPT_BACKEND_PREC_NO_TF32, 0), "set_precision fp32");
     prec = "fp32";
 

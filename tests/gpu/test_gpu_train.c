@@ -4,7 +4,8 @@
  * optimizer, once on the CPU backend and once on the CUDA backend, from
  * the same weights and the same batches (a learnable sequence with some
  * ignored targets). The CUDA backend runs twice: fp32 (every step's loss
- * within 1e-3 relative of the CPU's) and bf16 (within 2e-2), both with the
+ * within 1e-3 relative of the CPU's) and bf16 (within 2e-2; and once more
+ * on a backend with the GEMM autotune, the same bound), all with the
  * flash attention kernels (head size 32: in bf16 the tensor-core ones, the
  * trainer's default path). Even steps run the trainer's
  * gpt_model_forward_train (loss and dlogits in one classifier pass), odd
@@ -149,6 +150,24 @@ int main(void)
     }
     int fail = compare("fp32", lc, lg, pc, pg, nc, ng, 1e-3, 1e-2);
     fail |= compare("bf16", lc, lb, pc, pb, nc, nb, 2e-2, 5e-2);
+    /* The GEMM autotune (trainer.gemm_autotune) on a backend of its own:
+     * the same bounds as bf16's, its timing runs leaving no trace in the
+     * gradients that accumulate (the steps that zero them first). */
+    struct gpt_backend *tuned = NULL;
+    float lt[STEPS];
+    float *pt = NULL;
+    size_t nt = 0;
+    if (gpt_backend_cuda_new(0, &tuned, &err) < 0 ||
+        gpt_backend_set_precision(tuned, 1 | GPT_BACKEND_PREC_GEMM_TUNE, 1337) < 0 ||
+        train(tuned, lt, &pt, &nt) < 0) {
+        fprintf(stderr, "cuda gemm_autotune: %s\n",
+                tuned ? gpt_cuda_backend_last_error(tuned) : err.msg);
+        fail = 1;
+    } else {
+        fail |= compare("bf16 gemm_autotune", lc, lt, pc, pt, nc, nt, 2e-2, 5e-2);
+    }
+    free(pt);
+    gpt_backend_free(tuned);
     size_t bytes, peak;
     gpt_cuda_backend_mem_stats(gpu, &bytes, &peak);
     printf("cuda peak device memory %.1f MiB\n", (double)peak / (1 << 20));

@@ -110,6 +110,81 @@ static void test_bgrad_direct(void **state)
     assert_false(gpt_cuda_plan_bgrad_direct(NULL, 1));
 }
 
+/* A fake GEMM for the autotune: per candidate a list of timings returned
+ * in turn (negative: it fails), and the log of calls. */
+struct fake_lt {
+    double ms[GPT_CUDA_LT_TUNE_MAX][GPT_CUDA_LT_TUNE_REPS + 1];
+    int calls[GPT_CUDA_LT_TUNE_MAX];
+    int log[64], n_log;
+};
+
+static double fake_lt_time(void *ctx, int i)
+{
+    struct fake_lt *f = ctx;
+    assert_true(i >= 0 && i < GPT_CUDA_LT_TUNE_MAX);
+    assert_true(f->calls[i] <= GPT_CUDA_LT_TUNE_REPS);
+    if (f->n_log < 64)
+        f->log[f->n_log++] = i;
+    return f->ms[i][f->calls[i]++];
+}
+
+static void fake_lt_fill(struct fake_lt *f, int i, double warm, double a, double b, double c,
+                         double d, double e)
+{
+    const double v[GPT_CUDA_LT_TUNE_REPS + 1] = {warm, a, b, c, d, e};
+    memcpy(f->ms[i], v, sizeof(v));
+}
+
+static void test_lt_tune(void **state)
+{
+    (void)state;
+    struct fake_lt f;
+    double med[GPT_CUDA_LT_TUNE_MAX];
+    /* The median decides, not the minimum or the warm-up: candidate 1 has
+     * the single fastest call and a slow warm-up, candidate 2 the lowest
+     * median. Every candidate runs once to warm up, then 5 rounds of one
+     * call each, in index order. */
+    memset(&f, 0, sizeof(f));
+    fake_lt_fill(&f, 0, 1.0, 2.0, 2.1, 2.2, 2.0, 2.1);
+    fake_lt_fill(&f, 1, 9.0, 0.5, 3.0, 3.0, 3.0, 3.0);
+    fake_lt_fill(&f, 2, 1.0, 1.9, 1.8, 1.9, 5.0, 1.7);
+    assert_int_equal(gpt_cuda_plan_lt_tune(3, fake_lt_time, &f, med), 2);
+    assert_true(med[0] == 2.1 && med[1] == 3.0 && med[2] == 1.9);
+    assert_int_equal(f.n_log, 3 * (GPT_CUDA_LT_TUNE_REPS + 1));
+    for (int k = 0; k < f.n_log; k++)
+        assert_int_equal(f.log[k], k % 3);
+    /* A tie goes to the heuristic's order (the untuned choice), and the
+     * same timings choose the same candidate every time. */
+    for (int rep = 0; rep < 3; rep++) {
+        memset(&f, 0, sizeof(f));
+        fake_lt_fill(&f, 0, 1, 1.5, 1.5, 1.5, 1.5, 1.5);
+        fake_lt_fill(&f, 1, 1, 1.5, 1.5, 1.5, 1.5, 1.5);
+        fake_lt_fill(&f, 2, 1, 1.6, 1.6, 1.6, 1.6, 1.6);
+        assert_int_equal(gpt_cuda_plan_lt_tune(3, fake_lt_time, &f, NULL), 0);
+    }
+    /* A candidate that fails (at its warm-up or later) is not run again
+     * and cannot win; all failing gives -1. */
+    memset(&f, 0, sizeof(f));
+    fake_lt_fill(&f, 0, 1, 4, 4, 4, 4, 4);
+    fake_lt_fill(&f, 1, -1, 0, 0, 0, 0, 0);
+    fake_lt_fill(&f, 2, 1, 0.1, -1, 0.1, 0.1, 0.1);
+    fake_lt_fill(&f, 3, 1, 3, 3, 3, 3, 3);
+    assert_int_equal(gpt_cuda_plan_lt_tune(4, fake_lt_time, &f, med), 3);
+    assert_int_equal(f.calls[1], 1);
+    assert_int_equal(f.calls[2], 3);
+    assert_true(med[1] == -1 && med[2] == -1 && med[3] == 3);
+    memset(&f, 0, sizeof(f));
+    fake_lt_fill(&f, 0, -1, 0, 0, 0, 0, 0);
+    assert_int_equal(gpt_cuda_plan_lt_tune(1, fake_lt_time, &f, NULL), -1);
+    assert_int_equal(gpt_cuda_plan_lt_tune(0, fake_lt_time, &f, NULL), -1);
+    /* More than the maximum: the first GPT_CUDA_LT_TUNE_MAX only. */
+    memset(&f, 0, sizeof(f));
+    for (int i = 0; i < GPT_CUDA_LT_TUNE_MAX; i++)
+        fake_lt_fill(&f, i, 1, 8 - i, 8 - i, 8 - i, 8 - i, 8 - i);
+    assert_int_equal(gpt_cuda_plan_lt_tune(GPT_CUDA_LT_TUNE_MAX + 4, fake_lt_time, &f, NULL),
+                     GPT_CUDA_LT_TUNE_MAX - 1);
+}
+
 static void test_lnb_blocks(void **state)
 {
     (void)state;
@@ -1093,6 +1168,7 @@ int main(void)
         cmocka_unit_test(test_colsum_splits),
         cmocka_unit_test(test_ln_chunks),
         cmocka_unit_test(test_bgrad_direct),
+        cmocka_unit_test(test_lt_tune),
         cmocka_unit_test(test_lnb_blocks),
         cmocka_unit_test(test_xent_stage),
         cmocka_unit_test(test_adamw_table),

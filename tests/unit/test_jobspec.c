@@ -92,6 +92,7 @@ static void test_defaults(void **state)
     /* bf16 on CUDA, fp32 on CPU; fp32 on CUDA uses TF32 unless told not to. */
     assert_int_equal(job.trainer.precision, GPT_PREC_AUTO);
     assert_int_equal(job.trainer.tf32, 1);
+    assert_int_equal(job.trainer.gemm_autotune, 0); /* off: cuBLASLt's first pick */
 
     /* The defaults are valid once there is data. */
     assert_int_equal(gpt_jobspec_validate(&job, &err), -GPT_E_SPEC);
@@ -169,6 +170,7 @@ static const struct bad_case bad_cases[] = {
      "expected one of fp32|bf16|auto, got \"fp16\""},
     {"{\"trainer\": {\"tf32\": \"yes\"}}", NULL, "trainer.tf32", "true or false"},
     {"{\"trainer\": {\"tf32\": 1}}", NULL, "trainer.tf32", "true or false"},
+    {"{\"trainer\": {\"gemm_autotune\": 1}}", NULL, "trainer.gemm_autotune", "true or false"},
     {"{\"data\": {\"kind\": \"csv\"}}", NULL, "data.kind", "text|shards|synthetic"},
     {"{\"data\": {\"path\": \"x\", \"tokenizer\": \"bpe\"}}", NULL, "data.tokenizer", "char|byte"},
     {"{\"data\": {\"task\": \"multiply\"}}", NULL, "data.task", "one of addition"},
@@ -417,6 +419,8 @@ static void test_overrides(void **state)
     assert_int_equal(job.trainer.tf32, 0);
     assert_int_equal(gpt_jobspec_override(&job, "trainer.tf32=true", &err), 0);
     assert_int_equal(job.trainer.tf32, 1);
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.gemm_autotune=true", &err), 0);
+    assert_int_equal(job.trainer.gemm_autotune, 1);
     assert_int_equal(gpt_jobspec_override(&job, "trainer.precision=fp32", &err), 0);
     assert_int_equal(job.trainer.precision, GPT_PREC_FP32);
     assert_int_equal(gpt_jobspec_override(&job, "trainer.precision=auto", &err), 0);

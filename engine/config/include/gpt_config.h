@@ -73,6 +73,7 @@ struct gpt_trainer_spec {
     uint64_t seed;
     int precision;      /* enum gpt_precision */
     int tf32;           /* fp32 matmuls on CUDA may use TF32 tensor cores (default 1) */
+    int gemm_autotune;  /* CUDA: time cuBLASLt's candidate algorithms per shape (default 0) */
     int threads;        /* BLAS/OpenMP threads per worker */
     double peak_gflops; /* 0 = measure at start-up (for MFU) */
 };

@@ -847,6 +847,7 @@ static void cuda_scale(struct gpt_backend *be, float *x, float s, size_t n)
 /* fp32 (0), bf16 (1) or auto (2, = bf16), enum gpt_precision, with
  * GPT_BACKEND_PREC_NO_TF32 or'd in to keep fp32 products strict; without
  * it fp32 products run on TF32 tensor cores (trainer.tf32, default true).
+ * GPT_BACKEND_PREC_GEMM_TUNE and _GELU_UNFUSED: cuda_matmul.cu's levers.
  * Leaving bf16 frees the shadows. No rounding here is random: `seed` is
  * unused (the weights' bf16 copy is rounded to nearest, so that a resumed
  * run computes with the bits the interrupted one had). */
@@ -868,8 +869,11 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
     (void)seed;
     struct gpt_cuda_backend *cb = cu(be);
     int tf32 = !(precision & GPT_BACKEND_PREC_NO_TF32);
-    if (precision & ~(GPT_BACKEND_PREC_MASK | GPT_BACKEND_PREC_NO_TF32))
+    if (precision & ~(GPT_BACKEND_PREC_MASK | GPT_BACKEND_PREC_NO_TF32 |
+                      GPT_BACKEND_PREC_GEMM_TUNE | GPT_BACKEND_PREC_GELU_UNFUSED))
         return -EINVAL;
+    int lt_tune = (precision & GPT_BACKEND_PREC_GEMM_TUNE) != 0;
+    int gelu_unfused = (precision & GPT_BACKEND_PREC_GELU_UNFUSED) != 0;
     precision &= GPT_BACKEND_PREC_MASK;
     if (precision == 2)
         precision = 1; /* auto: bf16 is this backend's fast path */
@@ -877,6 +881,9 @@ static int cuda_set_precision(struct gpt_backend *be, int precision, uint64_t se
         return -EINVAL;
     cu_enter(cb);
     cu_set_tf32(cb, tf32);
+    /* Shapes already cached keep their algorithm: set before the first product. */
+    cb->lt_tune = lt_tune;
+    cb->gelu_unfused = gelu_unfused;
     pthread_mutex_lock(&cb->shd_mu);
     if (!precision)
         cu_shd_free_all_locked(cb);

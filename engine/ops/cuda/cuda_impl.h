@@ -75,6 +75,8 @@ struct gpt_cuda_backend {
     double *sumsq_host;
     uint64_t host_syncs; /* cuda_sync calls (download and sumsq too): gpt_cuda_backend_host_syncs */
     int tf32;
+    int lt_tune;      /* GPT_BACKEND_PREC_GEMM_TUNE: time cuBLASLt's candidates */
+    int gelu_unfused; /* GPT_BACKEND_PREC_GELU_UNFUSED: no GELU epilogues */
     int err_code;
     char err_msg[ERR_MSG_MAX];
     struct alloc_ent *allocs;

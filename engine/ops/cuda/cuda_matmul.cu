@@ -11,6 +11,7 @@
  * (gemm_bf16_own), else fp32. Gradients of the weights stay fp32.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda_impl.h"
@@ -42,6 +43,85 @@ struct lt_epi {
 };
 
 static const struct lt_epi lt_none = {CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, NULL, 0};
+
+/* One product as cublasLtMatmul takes it, with the heuristic's candidate
+ * algorithms: what the autotune runs again per candidate. */
+struct lt_call {
+    struct gpt_cuda_backend *cb;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    const void *A, *B, *C;
+    void *D;
+    float beta;
+    const cublasLtMatmulHeuristicResult_t *res;
+    cudaEvent_t ev[2];
+};
+
+/* gpt_cuda_plan_lt_tune's timer: candidate i once on the compute stream,
+ * its milliseconds by events, -1 when cuBLASLt or CUDA refused. */
+static double lt_time(void *ctx, int i)
+{
+    struct lt_call *c = (struct lt_call *)ctx;
+    float alpha = 1.0f, ms = 0;
+    if (c->res[i].state != CUBLAS_STATUS_SUCCESS ||
+        cudaEventRecord(c->ev[0], c->cb->compute) != cudaSuccess ||
+        GPT_CUBLAS(cublasLtMatmul)(c->cb->lt, c->desc, &alpha, c->A, c->la, c->B, c->lb, &c->beta,
+                                   c->C, c->ld, c->D, c->ld, &c->res[i].algo, c->cb->ws,
+                                   LT_WORKSPACE_BYTES, c->cb->compute) != CUBLAS_STATUS_SUCCESS ||
+        cudaEventRecord(c->ev[1], c->cb->compute) != cudaSuccess ||
+        cudaEventSynchronize(c->ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, c->ev[0], c->ev[1]) != cudaSuccess)
+        return -1;
+    return ms;
+}
+
+/* The autotune (trainer.gemm_autotune) of the shape `key` on its first
+ * product: the `found` candidates timed on the real operands
+ * (gpt_cuda_plan_lt_tune), the winner stored in hit->algo and named on
+ * stderr, once per shape. A product that accumulates into D (beta != 0,
+ * C = D: the weight gradients) has D (its d_bytes) saved first and put back
+ * after, so the timing runs leave no trace; every other output is written
+ * again by the real call that follows. Nothing is tuned while the stream
+ * is being captured into a graph (events cannot be waited on then): the
+ * heuristic's first stays. The waits here are the first step's only. */
+static void lt_tune(struct lt_call *c, struct lt_cache_ent *hit, int found, const int *key,
+                    size_t d_bytes)
+{
+    struct gpt_cuda_backend *cb = c->cb;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    void *save = NULL;
+    double ms[GPT_CUDA_LT_TUNE_MAX];
+    int best = -1;
+    if (cudaStreamIsCapturing(cb->compute, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone)
+        return;
+    if (c->beta != 0.0f && c->C == c->D &&
+        (cudaMallocAsync(&save, d_bytes, cb->compute) != cudaSuccess ||
+         cudaMemcpyAsync(save, c->D, d_bytes, cudaMemcpyDeviceToDevice, cb->compute) !=
+             cudaSuccess))
+        goto out;
+    if (cudaEventCreate(&c->ev[0]) != cudaSuccess)
+        goto out;
+    if (cudaEventCreate(&c->ev[1]) == cudaSuccess) {
+        best = gpt_cuda_plan_lt_tune(found, lt_time, c, ms);
+        cudaEventDestroy(c->ev[1]);
+    }
+    cudaEventDestroy(c->ev[0]);
+    if (save &&
+        cudaMemcpyAsync(c->D, save, d_bytes, cudaMemcpyDeviceToDevice, cb->compute) != cudaSuccess)
+        best = -1; /* D could not be put back: the error is sticky, cu_check names it */
+out:
+    if (save)
+        cudaFreeAsync(save, cb->compute);
+    if (best < 0)
+        return;
+    hit->algo = c->res[best].algo;
+    fprintf(stderr,
+            "gptd: gemm autotune: m %d n %d k %d (op %d,%d, epilogue %d, beta %d, types %d): "
+            "algorithm %d of %d, %.4f ms (the heuristic's first: %.4f ms)\n",
+            key[2], key[3], key[4], key[0], key[1], key[11], key[12], key[14], best, found,
+            ms[best], ms[0]);
+}
 
 /* Column-major D = A op B (with the epilogue e) + beta D with cuBLASLt; A
  * and B are of type `ab` (CUDA_R_32F or CUDA_R_16BF), D of type `dt`
@@ -153,14 +233,19 @@ static int lt_matmul_c(struct gpt_cuda_backend *cb, cudaDataType_t ab, cublasOpe
         (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &u_d, sizeof(u_d));
         GPT_CUBLAS(cublasLtMatmulPreferenceSetAttribute)
         (pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &u_d, sizeof(u_d));
-        cublasLtMatmulHeuristicResult_t res;
+        cublasLtMatmulHeuristicResult_t res[GPT_CUDA_LT_TUNE_MAX];
         int found = 0;
-        st = GPT_CUBLAS(cublasLtMatmulAlgoGetHeuristic)(cb->lt, desc, la, lb, ld, ld, pref, 1, &res,
+        st = GPT_CUBLAS(cublasLtMatmulAlgoGetHeuristic)(cb->lt, desc, la, lb, ld, ld, pref,
+                                                        cb->lt_tune ? GPT_CUDA_LT_TUNE_MAX : 1, res,
                                                         &found);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0)
             goto out;
         hit->valid = LT_USABLE;
-        hit->algo = res.algo;
+        hit->algo = res[0].algo;
+        if (found > 1) {
+            struct lt_call call = {cb, desc, la, lb, ld, A, B, Cm, D, beta, res, {NULL, NULL}};
+            lt_tune(&call, hit, found, key, ((size_t)ldd * (size_t)(n - 1) + (size_t)m) * ds);
+        }
     }
     {
         float alpha = 1.0f;
@@ -461,6 +546,11 @@ void cuda_matmul_gelu_forward(struct gpt_backend *be, float *out, float *pre, co
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    if (cb->gelu_unfused) { /* GPT_BACKEND_PREC_GELU_UNFUSED: the epilogue's timing rival */
+        cuda_matmul_forward(be, pre, inp, weight, bias, N, C, OC);
+        cuda_gelu_forward(be, out, pre, N * OC);
+        return;
+    }
     int m = (int)OC, n = (int)N, k = (int)C;
     cublasLtEpilogue_t kind = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     struct lt_epi e = {kind, bias, NULL, pre, m};
@@ -507,6 +597,11 @@ void cuda_matmul_backward_dgelu(struct gpt_backend *be, float *dinp, float *dwei
 {
     struct gpt_cuda_backend *cb = cu(be);
     cu_enter(cb);
+    if (cb->gelu_unfused) {
+        cuda_matmul_backward(be, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+        cuda_gelu_backward(be, dinp, pre_gelu, dinp, N * C);
+        return;
+    }
     int n = (int)N, c = (int)C, oc = (int)OC;
     struct lt_epi e = {CUBLASLT_EPILOGUE_DGELU, NULL, NULL, pre_gelu, c};
     const uint16_t *wb = NULL, *db = NULL;
