@@ -36,6 +36,10 @@ enum failure_class {
  * its claim stays the same doubles it, up to FAILURE_QUARANTINE_MAX_S. */
 #define FAILURE_QUARANTINE_BASE_S 300
 #define FAILURE_QUARANTINE_MAX_S  21600
+/* A node whose own retryable failure is the first of its world, before
+ * that world's first step, on this many different jobs in a row is
+ * quarantined too: a pattern across jobs is the node's. */
+#define FAILURE_EARLY_JOBS 3
 
 /* The class of a failure from its code (negative) and the job key its
  * error names (NULL or "": none). A code that says it all (-GPT_E_SPEC,

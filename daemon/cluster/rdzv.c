@@ -313,6 +313,7 @@ static void rdzv_close_round(struct rdzv_coord *c, struct rdzv_jrun *j, const ch
                                     jn[i]->id);
     }
     int64_t snap = nj ? jn[0]->snap_step : -1;
+    j->world_start = snap > 0 ? snap : 0;
     char first[RDZV_NODE_ID_MAX];
     snprintf(first, sizeof(first), "%s", nj ? jn[0]->id : "");
     free(jn);
@@ -366,6 +367,32 @@ static void rdzv_quarantine(struct rdzv_coord *c, struct rdzv_cnode *nd, double 
                "node %s quarantined for %d s (node fault %d with this claim: %d worker%s, %s): %s",
                nd->id, secs, nd->strikes, nd->workers, nd->workers == 1 ? "" : "s",
                nd->devices[0] ? nd->devices : "cpu", nd->quarantine_why);
+}
+
+/* Node nd's own retryable failure was the first of j's world, before the
+ * world trained a step. The same on FAILURE_EARLY_JOBS different jobs in
+ * a row (no exit after a step between them) is the node's pattern, not
+ * the jobs' bad luck: it is quarantined, and j forms again without it
+ * spending a restart. A peer whose connection to it broke reports later
+ * than the node that failed first, so it is not the one counted. */
+static void rdzv_early_failure(struct rdzv_coord *c, struct rdzv_cnode *nd, struct rdzv_jrun *j,
+                               double now, const char *msg)
+{
+    if (nd->early_job != j->job) {
+        nd->early_job = j->job;
+        nd->early_jobs++;
+    }
+    if (nd->early_jobs < FAILURE_EARLY_JOBS)
+        return;
+    char why[200];
+    snprintf(why, sizeof(why),
+             "failed rounds of %d different jobs before their first step (last: %.100s)",
+             nd->early_jobs, msg && msg[0] ? msg : "no message");
+    nd->early_jobs = 0;
+    rdzv_quarantine(c, nd, now, why);
+    j->failure_class = FAILURE_NODE;
+    snprintf(j->failure_why, sizeof(j->failure_why), "node %.60s failed (node fault): %.160s",
+             nd->id, why);
 }
 
 /* A new incarnation of a quarantined node that claims something else
@@ -504,9 +531,14 @@ void rdzv_coord_message(struct rdzv_coord *c, double now, const struct cluster_m
         nd->exit_rc = m->exit_rc;
         nd->exit_step = m->exit_step;
         snprintf(nd->exit_msg, sizeof(nd->exit_msg), "%s", m->exit_msg);
-        if (j->phase == RDZV_RUNNING)
-            failure_note(&j->failure, &j->failure_class, j->failure_why, sizeof(j->failure_why),
-                         nd->id, m->exit_rc, m->exit_msg);
+        bool first = !j->failure;
+        bool noted = j->phase == RDZV_RUNNING &&
+                     failure_note(&j->failure, &j->failure_class, j->failure_why,
+                                  sizeof(j->failure_why), nd->id, m->exit_rc, m->exit_msg);
+        if (m->exit_step > j->world_start || m->exit_rc >= 0)
+            nd->early_jobs = 0;
+        else if (noted && first && j->failure_class == FAILURE_RETRY)
+            rdzv_early_failure(c, nd, j, now, m->exit_msg);
         /* Only the node's own report of its own resources blames it. */
         if (j->phase == RDZV_RUNNING && failure_class_of(m->exit_rc, NULL) == FAILURE_NODE)
             rdzv_quarantine(c, nd, now, m->exit_msg);

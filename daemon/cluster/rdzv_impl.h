@@ -63,6 +63,11 @@ struct rdzv_cnode {
     int claim_workers;
     char claim_devices[128];
     char quarantine_why[200];
+    /* Its own retryable failures, each the first of its world and before
+     * that world trained a step: of how many different jobs in a row
+     * (reset by an exit after a step), and the newest such job. */
+    int early_jobs;
+    int64_t early_job;
 };
 
 /* One job the coordinator runs: its rounds, world and failures. Nodes
@@ -84,6 +89,7 @@ struct rdzv_jrun {
     bool stop_requested;
     int64_t run_id;
     int world;
+    int64_t world_start; /* the step the current world started from (0: none) */
     int64_t last_step, last_snap;
     int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
     bool failure;             /* a member failed or died in the running world */

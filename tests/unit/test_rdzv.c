@@ -619,6 +619,79 @@ static void test_node_fault_quarantines(void **state)
     assert_string_not_equal(node_field(f->c, later, "b", "state"), "quarantined");
 }
 
+/* The first failure of a world, before its first step, reported by the
+ * same node on FAILURE_EARLY_JOBS different jobs in a row: a pattern of
+ * the node's. The jobs before that one spend their restart as before; the
+ * one that shows the pattern forms again without the node, spending none.
+ * The peer that failed later is never counted. */
+static void test_early_failure_pattern(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "c", -1);
+    double t = 0.1;
+    for (int k = 1; k <= FAILURE_EARLY_JOBS; k++, t += 1) {
+        struct rdzv_job j = {.id = 100 + k,
+                             .spec_json = "{}",
+                             .nodes_min = 2,
+                             .nodes_max = 2,
+                             .max_restarts = 0,
+                             .wait_timeout_s = 60,
+                             .resume_step = -1,
+                             .newest_snap = -1};
+        struct gpt_err err;
+        assert_int_equal(rdzv_coord_job_start(f->c, t, &j, &err), 0);
+        send(f->c, t, CLUSTER_MSG_JOIN, "a", -1);
+        send(f->c, t, CLUSTER_MSG_JOIN, "b", -1);
+        assert_int_equal(f->rec.worlds, k);
+        f->rec.restarts = 0;
+        send_exit(f->c, t + 0.5, "b", -EIO, 0);
+        send_exit(f->c, t + 0.5, "a", -ECONNRESET, 0);
+        assert_null(node_field(f->c, t, "a", "quarantine"));
+        if (k < FAILURE_EARLY_JOBS) {
+            assert_int_equal(f->rec.finished, k); /* max_restarts 0: failed */
+            assert_int_equal(f->rec.restarts, 1);
+            assert_null(node_field(f->c, t, "b", "quarantine"));
+        }
+    }
+    assert_int_equal(f->rec.finished, FAILURE_EARLY_JOBS - 1);
+    assert_int_equal(f->rec.restarts, 0);
+    assert_string_equal(cur_phase(f->c), "forming");
+    const char *why = node_field(f->c, t, "b", "quarantine");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "failed rounds of 3 different jobs before their first step"));
+}
+
+/* A node whose world trained a step between its early failures starts
+ * its count again: no quarantine. */
+static void test_early_failure_reset(void **state)
+{
+    struct fx *f = *state;
+    send(f->c, 0, CLUSTER_MSG_HB, "a", -1);
+    send(f->c, 0, CLUSTER_MSG_HB, "b", -1);
+    double t = 0.1;
+    for (int k = 1; k <= 2 * FAILURE_EARLY_JOBS; k++, t += 1) {
+        struct rdzv_job j = {.id = 200 + k,
+                             .spec_json = "{}",
+                             .nodes_min = 2,
+                             .nodes_max = 2,
+                             .max_restarts = 0,
+                             .wait_timeout_s = 60,
+                             .resume_step = -1,
+                             .newest_snap = -1};
+        struct gpt_err err;
+        assert_int_equal(rdzv_coord_job_start(f->c, t, &j, &err), 0);
+        send(f->c, t, CLUSTER_MSG_JOIN, "a", -1);
+        send(f->c, t, CLUSTER_MSG_JOIN, "b", -1);
+        /* every other job trains before b fails */
+        send_exit(f->c, t + 0.5, "b", -EIO, k % 2 ? 0 : 5);
+        send_exit(f->c, t + 0.5, "a", -ECONNRESET, 0);
+        assert_null(node_field(f->c, t, "b", "quarantine"));
+    }
+    assert_int_equal(f->rec.finished, 2 * FAILURE_EARLY_JOBS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +709,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rank0_lost_after_last_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_after_final_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_node_fault_quarantines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_failure_pattern, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_early_failure_reset, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
