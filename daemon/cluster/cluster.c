@@ -406,6 +406,18 @@ json_t *cluster_nodes_json(struct cluster *c)
 
 /* ---- the timer ---- */
 
+/* The loop could read nothing for `blind_s` up to `now`: the clocks that
+ * judge silence (the nodes' heartbeats on the coordinator, this node's wait
+ * for the store's replies and for its connect) move forward by it, never
+ * past `now`. */
+static void cluster_blind(struct cluster *c, double now, double blind_s)
+{
+    if (c->coord)
+        rdzv_coord_blind(c->coord, now, blind_s);
+    c->last_progress = c->last_progress + blind_s < now ? c->last_progress + blind_s : now;
+    c->nc_since = c->nc_since + blind_s < now ? c->nc_since + blind_s : now;
+}
+
 static void cluster_on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
@@ -413,10 +425,11 @@ static void cluster_on_tick(uv_timer_t *t)
     if (c->closing)
         return;
     /* A tick this late means the loop was held up (a loaded host, a slow
-     * disk): the heartbeats that came meanwhile wait unread in their
-     * sockets, so nobody's silence is counted for that time. */
-    if (c->coord && c->last_tick > 0 && now - c->last_tick > CLUSTER_STALL_S)
-        rdzv_coord_blind(c->coord, now, now - c->last_tick);
+     * disk): the heartbeats and store replies that came meanwhile wait
+     * unread in their sockets, so nobody's silence is counted for that
+     * time, the store's included (timers run before the loop reads). */
+    if (c->last_tick > 0 && now - c->last_tick > CLUSTER_STALL_S)
+        cluster_blind(c, now, now - c->last_tick);
     c->last_tick = now;
     if (c->coord)
         cluster_coord_duty(c, now);
