@@ -6,6 +6,9 @@
  *   bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32]
  *                   [--world N[,N...]] [--link nvlink|ib400|eth100]
  *                   [--grad-reduce bf16|fp32]
+ *   --attn-fwd NAME, --attn-bwd NAME (either form, anywhere): the attention
+ *   variants, as the job spec's trainer.attention_forward and _backward
+ *   (auto, or a name of flash_tc.h); every JSON line names what ran.
  *   bench_gpu_train --probe       (CUDA's view of this host, one line)
  *
  * --plan needs no GPU (any build): the cost model of one training step,
@@ -55,46 +58,56 @@
 #include "peak.h"
 #include "rng.h"
 
-/* The attention kernels' variants this process runs, as the CUDA backend
- * reads GPTD_FLASH_BWD and GPTD_FLASH_FWD (flash_tc.h; a value it does not
- * know runs the default), for the JSON lines: a row says what it timed
- * (ds runs twopass where not one of 124M's heads' dS tiles would fit). */
+/* The attention variants the benchmark's backends are made with
+ * (--attn-fwd, --attn-bwd: trainer.attention_forward and _backward's
+ * values; zero: auto). */
+static struct gpt_backend_opts bench_attn;
+
+/* The backward variant a row ran, for the JSON lines: a row says what it
+ * timed (ds runs twopass where not one of 124M's heads' dS tiles would
+ * fit; cudnn the default's kernels where cuDNN refuses, said on stderr). */
 static const char *flash_bwd_name(size_t B, size_t T)
 {
-    switch (gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"))) {
-    case GPT_FLASH_BWD_SPLIT:
-        return "split";
-    case GPT_FLASH_BWD_TWOPASS:
-        return "twopass";
-    case GPT_FLASH_BWD_TWOPASS4:
-        return "twopass4";
-    case GPT_FLASH_BWD_FUSED:
-        return "fused";
-    case GPT_FLASH_BWD_WG:
-        return "wg";
-    case GPT_FLASH_BWD_DS:
-        return gpt_flash_tc_ds_chunk(B * 12, (int)T, 64) > 0 ? "ds" : "twopass";
-    case GPT_FLASH_BWD_CUDNN:
-        return "cudnn"; /* the default's kernels where cuDNN refuses (said on stderr) */
-    }
-    return "?";
+    enum gpt_flash_bwd v = gpt_flash_tc_bwd_of_spec(bench_attn.attn_backward);
+    if (v == GPT_FLASH_BWD_DS && gpt_flash_tc_ds_chunk(B * 12, (int)T, 64) == 0)
+        v = GPT_FLASH_BWD_TWOPASS;
+    return gpt_flash_tc_bwd_name(v);
 }
 
 static const char *flash_fwd_name(void)
 {
-    int v = gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"));
-    switch (v < 0 ? GPT_FLASH_FWD_DEFAULT : v) {
-    case GPT_FLASH_FWD_M32:
-        return "m32";
-    case GPT_FLASH_FWD_K32:
-        return "k32";
-    case GPT_FLASH_FWD_WG:
-        return "wg";
-    case GPT_FLASH_FWD_CUDNN:
-        return "cudnn";
-    default:
-        return "m16";
+    return gpt_flash_tc_fwd_name(gpt_flash_tc_fwd_of_spec(bench_attn.attn_forward));
+}
+
+/* Takes --attn-fwd NAME and --attn-bwd NAME (auto or a variant of
+ * flash_tc.h) out of argv wherever they are, into bench_attn. 0, or -1
+ * after saying what is wrong. */
+static int take_attn_flags(int *argc, char **argv)
+{
+    int n = 1;
+    for (int i = 1; i < *argc; i++) {
+        int fwd = strcmp(argv[i], "--attn-fwd") == 0, bwd = strcmp(argv[i], "--attn-bwd") == 0;
+        if (!fwd && !bwd) {
+            argv[n++] = argv[i];
+            continue;
+        }
+        const char *v = i + 1 < *argc ? argv[++i] : "";
+        int auto_ = strcmp(v, "auto") == 0;
+        int k = fwd ? gpt_flash_tc_fwd_variant(v) : gpt_flash_tc_bwd_variant(v);
+        if (!auto_ && (!v[0] || k < 0)) {
+            fprintf(stderr, "bench_gpu_train: %s '%s': one of %s\n", argv[i - 1], v,
+                    fwd ? "auto, m16, m32, k32, wg, cudnn"
+                        : "auto, fused, split, twopass, twopass4, wg, ds, cudnn");
+            return -1;
+        }
+        if (fwd)
+            bench_attn.attn_forward = auto_ ? 0 : k;
+        else
+            bench_attn.attn_backward = auto_ ? 0 : k + 1;
     }
+    *argc = n;
+    argv[n] = NULL;
+    return 0;
 }
 
 static int gpu_main(int argc, char **argv);
@@ -216,7 +229,7 @@ static void plan_ddp_print(const struct plan_ddp *dd, const struct plan_spans *s
 
 static int plan_main(size_t B, size_t T, const char *mode, const struct plan_ddp *dd)
 {
-    struct gpt_backend *be = gpu_plan_rec_new();
+    struct gpt_backend *be = gpu_plan_rec_new(&bench_attn);
     if (!be)
         return 1;
     int bf16 = strcmp(mode, "bf16") == 0, tf32 = strcmp(mode, "tf32") == 0;
@@ -365,12 +378,12 @@ static int plan_main(size_t B, size_t T, const char *mode, const struct plan_ddp
      * of each (layer, b, h), plus at most 8 T masked pairs (the diagonal
      * 16 x 16 groups' 120 each), and the backward's D, 2 hs per query row
      * of each visited tile: more means the kernels (or their entries here)
-     * redo work, less that they miss some. With GPTD_FLASH_BWD=twopass,
+     * redo work, less that they miss some. With attention_backward twopass,
      * 18 hs per pair (4, then 6 in the dQ pass and 8 in the dK/dV pass)
-     * and D once per row. GPTD_FLASH_BWD=ds: the fused pass's FLOPs, its
+     * and D once per row. attention_backward ds: the fused pass's FLOPs, its
      * dQ shares in a second pass. */
     /* cuDNN's kernels are not modelled: priced as the hand-written default */
-    const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+    const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_of_spec(bench_attn.attn_backward);
     const enum gpt_flash_bwd bv = bv0 == GPT_FLASH_BWD_CUDNN ? GPT_FLASH_BWD_DEFAULT : bv0;
     const size_t ds_chunk = gpt_flash_tc_ds_chunk(B * 12, (int)T, 64);
     const int ds = bv == GPT_FLASH_BWD_DS && ds_chunk > 0;
@@ -508,6 +521,8 @@ static int plan_main(size_t B, size_t T, const char *mode, const struct plan_ddp
 
 int main(int argc, char **argv)
 {
+    if (take_attn_flags(&argc, argv) < 0)
+        return 2;
     if (argc > 1 && strcmp(argv[1], "--plan") == 0) {
         long B = 16, T = 1024;
         const char *mode = "bf16";
@@ -551,7 +566,7 @@ int main(int argc, char **argv)
             (strcmp(mode, "bf16") && strcmp(mode, "tf32") && strcmp(mode, "fp32"))) {
             fprintf(stderr, "usage: bench_gpu_train --plan [batch=16] [T=1024] [bf16|tf32|fp32] "
                             "[--world N[,N...]] [--link nvlink|ib400|eth100] "
-                            "[--grad-reduce bf16|fp32]\n");
+                            "[--grad-reduce bf16|fp32] [--attn-fwd NAME] [--attn-bwd NAME]\n");
             return 2;
         }
         return plan_main((size_t)B, (size_t)T, mode, &dd);
@@ -677,7 +692,7 @@ static int bench_mode(int device, const char *mode, size_t B, int steps, struct 
     struct gpt_backend *be = NULL;
     struct gpt_model m;
     memset(&m, 0, sizeof(m));
-    int rc = gpt_backend_cuda_new(device, &be, &err);
+    int rc = gpt_backend_cuda_new(device, &bench_attn, &be, &err);
     if (rc < 0) {
         fprintf(stderr, "bench_gpu_train: %s\n", err.msg);
         return rc;

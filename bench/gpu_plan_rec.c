@@ -51,6 +51,7 @@ struct rec_alloc {
 struct rec_be {
     struct gpt_backend head; /* must stay first */
     int bf16, tf32;
+    int attn_bwd; /* enum gpt_attn_bwd, as the CUDA backend's */
     struct gpt_cuda_kernel *k;
     size_t n, cap;
     int oom;
@@ -788,7 +789,7 @@ static void rec_attention_backward(struct gpt_backend *be, float *dqkv, float *s
         int db = rec_out(r, dqkv, B * T * 3 * C);
         rec_wrote(r, scratch, gpt_cuda_plan_att_floats(&p, B, T, C, NH, 1) * sizeof(float));
         /* cuDNN's kernels are not modelled: priced as the hand-written default */
-        const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_runs(getenv("GPTD_FLASH_BWD"));
+        const enum gpt_flash_bwd bv0 = gpt_flash_tc_bwd_of_spec(r->attn_bwd);
         const enum gpt_flash_bwd bv = bv0 == GPT_FLASH_BWD_CUDNN ? GPT_FLASH_BWD_DEFAULT : bv0;
         const size_t chunk = gpt_flash_tc_ds_chunk(p.bh, (int)T, p.hs);
         if (tc && bv == GPT_FLASH_BWD_DS && chunk > 0) {
@@ -1114,11 +1115,12 @@ static const struct gpt_backend_ops rec_ops = {
     .device_memory = 1,
 };
 
-struct gpt_backend *gpu_plan_rec_new(void)
+struct gpt_backend *gpu_plan_rec_new(const struct gpt_backend_opts *o)
 {
     struct rec_be *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
+    r->attn_bwd = o ? o->attn_backward : 0;
     r->head.ops = &rec_ops;
     r->head.name = rec_ops.name;
     r->head.threads = 1;

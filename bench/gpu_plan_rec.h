@@ -17,8 +17,10 @@
 
 #define REC_SMEM_OPTIN ((size_t)227 * 1024) /* H100/H200 opt-in shared memory per block */
 
-/* A new recording backend (gpt_backend_destroy frees it), or NULL. */
-struct gpt_backend *gpu_plan_rec_new(void);
+/* A new recording backend (gpt_backend_destroy frees it), or NULL; it
+ * records the attention backward `o` chooses (NULL: the default), as the
+ * CUDA backend would run it. */
+struct gpt_backend *gpu_plan_rec_new(const struct gpt_backend_opts *o);
 /* The kernels recorded since the last clear, in launch order; NULL and
  * *ret_n 0 when recording ran out of memory. */
 const struct gpt_cuda_kernel *gpu_plan_rec_kernels(struct gpt_backend *be, size_t *ret_n);

@@ -42,7 +42,7 @@ if(GPTD_HAVE_CUDA)
     message(FATAL_ERROR "engine/ops/cuda has no sources")
   endif()
   # The warpgroup attention kernels (cuda_attention_wg.cu,
-  # GPTD_FLASH_FWD/BWD=wg) build for sm_90a where the rest builds for
+  # attention_forward/_backward wg) build for sm_90a where the rest builds for
   # sm_90 (90 -> sm_90a code and compute_90 PTX, so other GPUs still JIT
   # it): they use wgmma, which only the arch-specific target has.
   # Elsewhere they trap, and a probe kernel tells the backend which code

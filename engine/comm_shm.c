@@ -730,12 +730,7 @@ static int comm_shm_attach(struct comm_shm *s, const char *name)
 
 static bool comm_shm_wanted(const struct gpt_comm_opts *opts)
 {
-    if (opts->shm < 0)
-        return false;
-    if (opts->shm > 0)
-        return true;
-    const char *env = getenv("GPTD_COMM_SHM");
-    return !(env && strcmp(env, "0") == 0);
+    return opts->shm >= 0;
 }
 
 static int comm_shm_key(char *key, size_t cap, const char *prefix, const char *what, int rank)

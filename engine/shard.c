@@ -315,9 +315,6 @@ static int shard_release(void *ctx, int unit, int pass)
 
 int gpt_shard_buffer_count(size_t max_unit, size_t shard_len)
 {
-    const char *env = getenv("GPTD_SHARD_BUFFERS");
-    if (env && (strcmp(env, "1") == 0 || strcmp(env, "2") == 0))
-        return env[0] - '0';
     /* The second pair costs 2 x max_unit floats; the persistent state is
      * params, grads and both moments of the shard. */
     return (double)max_unit * 2 * 32 <= (double)shard_len * 4 ? 2 : 1;
@@ -856,8 +853,7 @@ int gpt_shard_load_stream(struct gpt_shard *sh, gpt_shard_source_fn read, void *
     if (hdr[1] != sh->n_bufs)
         mine = gpt_err_set(&why, -EINVAL, NULL,
                            "this rank keeps %d gathered unit buffers and rank 0 %d: set "
-                           "distributed.shard_buffers (and GPTD_SHARD_BUFFERS) alike on "
-                           "every rank",
+                           "distributed.shard_buffers alike on every rank",
                            sh->n_bufs, (int)hdr[1]);
     if (mine == 0 && ((rank == 0 && !(host = malloc(chunk * sizeof(float)))) ||
                       gpt_backend_alloc(sh->be, chunk * sizeof(float), (void **)&dev) < 0))

@@ -84,10 +84,8 @@ void gpt_shard_mem(const struct gpt_shard *sh, struct gpt_shard_mem *ret);
  * all-gather and the last one's reduce-scatter overlap compute) when the
  * second pair costs at most 1/32 of the rank's persistent state (params,
  * grads, m, v of its shard), else 1 (every collective waits, one unit less
- * of each). GPTD_SHARD_BUFFERS=1 or 2 in the environment (a developer
- * override; the job spec's distributed.shard_buffers wins over it) forces
- * the count (any other value is ignored). Reads the environment; any
- * thread. */
+ * of each); the job spec's distributed.shard_buffers 1 or 2 forces the
+ * count instead. Any thread. */
 int gpt_shard_buffer_count(size_t max_unit, size_t shard_len);
 
 /* ---- sharded snapshots and loading without full-size copies ---- */

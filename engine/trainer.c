@@ -570,8 +570,9 @@ static const char *trainer_why_key(const struct trainer *t, int rc)
     return trainer_data_failed(t, rc) ? t->data_err.path : NULL;
 }
 
-/* The start (or continue) event: the model, the world, the batch and
- * where the gradients travel, so a log tells fp32 from bf16 and the
+/* The start (or continue) event: the model, the world, the batch,
+ * where the gradients travel and (CUDA) the attention kernels
+ * (trainer.attention_*), so a log tells fp32 from bf16 and the
  * transport (shm, tcp, nccl, staged/...) the world ended up with, and for
  * a host-staged one why (NCCL's refusal). */
 static void run_announce(struct trainer *t)
@@ -584,11 +585,13 @@ static void run_announce(struct trainer *t)
                  t->ddp.started && t->ddp.dtype == GPT_COMM_BF16 ? "bf16" : "fp32",
                  t->comm->ops->name, why && why[0] ? " (" : "", why ? why : "",
                  why && why[0] ? ")" : "");
+    const char *attn = t->be->attn_variants;
     emit_event(t, t->st.resumed ? "continue" : "start",
                "%s: %zu parameters, world size %d, %d micro-batch(es) of up to %zu x %zu per "
-               "rank, global batch %d, %lld steps%s",
+               "rank, global batch %d, %lld steps%s%s%s",
                t->job->name[0] ? t->job->name : "job", t->model.n_params, t->world, t->batch.accum,
-               t->B, t->T, ts->global_batch, (long long)t->max_steps, comm_note);
+               t->B, t->T, ts->global_batch, (long long)t->max_steps, comm_note,
+               attn[0] ? ", attention " : "", attn);
 }
 
 /* Once, after the first step of a backend that guards attention

@@ -20,6 +20,10 @@ static const char *const comm_names[] = {"auto", "local", "tcp", "nccl", "staged
 static const char *const sharding_names[] = {"none", "optimizer", "full", NULL};
 static const char *const grad_reduce_names[] = {"fp32", "bf16", "auto", NULL};
 static const char *const comm_shm_names[] = {"auto", "on", "off", NULL};
+/* In enum gpt_attn_fwd's and enum gpt_attn_bwd's order (gpt_config.h). */
+static const char *const attn_fwd_names[] = {"auto", "m16", "m32", "k32", "wg", "cudnn", NULL};
+static const char *const attn_bwd_names[] = {"auto", "fused", "split", "twopass", "twopass4",
+                                             "wg",   "ds",    "cudnn", NULL};
 static const char *const task_names[] = {"addition", NULL};
 static const char *const on_invalid_names[] = {"fail", "restart", NULL};
 
@@ -239,6 +243,31 @@ const struct jobspec_entry jobspec_entries[] = {
              "worker (each choice is logged once). Off: cuBLASLt's first pick, the same "
              "bits run to run; on, two runs may pick differently and so differ in the last "
              "bits. No effect on the CPU backend."},
+    {.path = "trainer.attention_forward",
+     .type = JOBSPEC_ENUM,
+     .off = OFF(trainer.attention_forward),
+     .names = attn_fwd_names,
+     .def_i = GPT_ATTN_FWD_AUTO,
+     .help = "The CUDA backend's tensor-core attention forward (bf16, head sizes 32 to 128): "
+             "auto runs the validated default, m16 (8 warps of 16 query rows); m32 (4 warps "
+             "of 32 rows, the same bits) and k32 (64-key tiles in two 32-key steps) up to "
+             "head size 64; wg (wgmma, sm_90a, head size 64); cudnn (cuDNN's fused "
+             "attention where libcudnn.so.9 loads and takes the shape, else m16). A variant "
+             "that does not apply runs the default. The start event names what ran. The "
+             "CPU backend ignores it."},
+    {.path = "trainer.attention_backward",
+     .type = JOBSPEC_ENUM,
+     .off = OFF(trainer.attention_backward),
+     .names = attn_bwd_names,
+     .def_i = GPT_ATTN_BWD_AUTO,
+     .help = "The CUDA backend's tensor-core attention backward: auto runs the validated "
+             "default, twopass (a dQ pass, then dK/dV); twopass4 (its dK/dV pass at four "
+             "blocks per SM, the same bits), fused (one pass, dQ added in a fixed order), "
+             "split (fused in two query parts, fused's bits), wg (twopass on wgmma, sm_90a, "
+             "head size 64), ds (fused with dS tiles stored, then dQ from them), cudnn "
+             "(cuDNN's fused attention where it loads, else the default). fused, split and "
+             "ds differ from twopass in the last bits. The start event names what ran. The "
+             "CPU backend ignores it."},
     {.path = "trainer.threads",
      .type = JOBSPEC_INT,
      .off = OFF(trainer.threads),
@@ -366,8 +395,7 @@ const struct jobspec_entry jobspec_entries[] = {
      .names = comm_shm_names,
      .def_i = GPT_COMM_SHM_AUTO,
      .help = "Whether CPU workers of one host talk over shared memory (on) or the TCP ring "
-             "(off, for comparison or debugging); auto: shared memory, unless the worker's "
-             "environment has the developer override GPTD_COMM_SHM=0. A world where any "
+             "(off, for comparison or debugging); auto: shared memory. A world where any "
              "rank has it off, or cannot set it up, uses the ring."},
     {.path = "distributed.shard_buffers",
      .type = JOBSPEC_INT,
@@ -378,8 +406,7 @@ const struct jobspec_entry jobspec_entries[] = {
      .help = "With sharding full: gathered parameter units each worker keeps, 1 (least "
              "memory, every collective waits) or 2 (the next unit is gathered while the "
              "current one computes); 0 (auto): 2 when the second costs at most 1/32 of the "
-             "worker's sharded state, unless the developer override GPTD_SHARD_BUFFERS=1 "
-             "or 2 is in the worker's environment."},
+             "worker's sharded state."},
     {.path = "distributed.max_restarts",
      .type = JOBSPEC_INT,
      .off = OFF(distributed.max_restarts),

@@ -136,7 +136,7 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
         .bind_host = ws->bind_host[0] ? ws->bind_host : NULL,
         .cancelled = worker_cancelled,
         .cancel_ctx = ws,
-        /* distributed.comm_shm; auto leaves GPTD_COMM_SHM its say */
+        /* distributed.comm_shm; auto: shared memory */
         .shm = ws->job.distributed.comm_shm == GPT_COMM_SHM_ON    ? 1
                : ws->job.distributed.comm_shm == GPT_COMM_SHM_OFF ? -1
                                                                   : 0,
@@ -151,7 +151,11 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
     if (gpus > 0) {
         /* A GPU this node counted that does not open is the node's fault,
          * not the job's: the coordinator places the job elsewhere. */
-        int rc = gpt_backend_new(GPT_BACKEND_CUDA, device, 0, ret_be, &wk->err);
+        struct gpt_backend_opts bo = {
+            .attn_forward = ws->job.trainer.attention_forward,
+            .attn_backward = ws->job.trainer.attention_backward,
+        };
+        int rc = gpt_backend_new(GPT_BACKEND_CUDA, device, &bo, ret_be, &wk->err);
         if (rc < 0) {
             char why[GPT_ERR_MSG_MAX];
             snprintf(why, sizeof(why), "%s", wk->err.msg);

@@ -64,9 +64,12 @@ int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes)
     return -GPT_E_NODEVICE;
 }
 
-int gpt_backend_new(enum gpt_backend_kind kind, int device, int threads, struct gpt_backend **ret,
-                    struct gpt_err *err)
+int gpt_backend_new(enum gpt_backend_kind kind, int device, const struct gpt_backend_opts *o,
+                    struct gpt_backend **ret, struct gpt_err *err)
 {
+    static const struct gpt_backend_opts defaults;
+    if (!o)
+        o = &defaults;
     if (kind == GPT_BACKEND_AUTO)
         kind = gpt_device_count() > 0 ? GPT_BACKEND_CUDA : GPT_BACKEND_CPU;
     switch (kind) {
@@ -74,10 +77,10 @@ int gpt_backend_new(enum gpt_backend_kind kind, int device, int threads, struct 
         break;
     case GPT_BACKEND_CPU:
         (void)device;
-        return gpt_backend_cpu_new(threads > 0 ? threads : 1, ret, err);
+        return gpt_backend_cpu_new(o->threads > 0 ? o->threads : 1, ret, err);
     case GPT_BACKEND_CUDA:
 #ifdef GPTD_HAVE_CUDA
-        return gpt_backend_cuda_new(device, ret, err);
+        return gpt_backend_cuda_new(device, o, ret, err);
 #else
         return gpt_err_set(err, -GPT_E_NODEVICE, NULL,
                            "GPU %d requested but this build has no CUDA backend", device);

@@ -124,6 +124,20 @@ struct gpt_backend {
     /* what the guard found (empty until it ran and had something to
      * compare): gpt_backend_attention_guard_note */
     char attn_guard_note[256];
+    /* the attention kernels it was made to run ("forward m16, backward
+     * twopass" on cuda; empty where there is no choice): the start event
+     * names them */
+    char attn_variants[128];
+};
+
+/* Tuning choices fixed when a backend is made (gpt_backend_new), from the
+ * job spec; a zeroed struct takes every default. A backend ignores what it
+ * does not have: the CPU backend the attention variants, the CUDA backend
+ * `threads`. */
+struct gpt_backend_opts {
+    int threads;       /* cpu: OpenMP and OpenBLAS threads (< 1: 1) */
+    int attn_forward;  /* cuda: enum gpt_attn_fwd (trainer.attention_forward) */
+    int attn_backward; /* cuda: enum gpt_attn_bwd (trainer.attention_backward) */
 };
 
 /* Creates the CPU backend using `threads` (>= 1) OpenMP threads for its own

@@ -55,10 +55,9 @@ struct gpt_comm_opts {
     size_t chunk_bytes;    /* ring pipeline chunk, and shm staging per rank; 0 = default */
     /* tcp: shared memory when all ranks share this host (the same boot and
      * network, mount and IPC namespaces); the sockets stay, for liveness.
-     * 0 = auto (on, unless the environment has the developer override
-     * GPTD_COMM_SHM=0), -1 = off, 1 = on whatever the environment says
-     * (the job spec's distributed.comm_shm: auto, off, on). If any rank has it off, or any
-     * step of its setup fails, the world uses the ring. */
+     * 0 = auto (on), -1 = off, 1 = on (the job spec's distributed.comm_shm:
+     * auto, off, on). If any rank has it off, or any step of its setup
+     * fails, the world uses the ring. */
     int shm;
     /* Optional. Until gpt_comm_*_new returns, gpt_comm_abort cannot reach
      * the communicator: while it connects to its peers, a non-zero

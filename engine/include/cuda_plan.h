@@ -269,6 +269,12 @@ struct gpt_cuda_attn_plan {
      * run, so the backward's scratch holds its state too; the backend
      * clears it in fp32 mode, where only the CUDA-core kernels run. */
     int tc;
+    /* The tensor-core variants the backend was made with (enum gpt_attn_fwd
+     * and enum gpt_attn_bwd of gpt_config.h: trainer.attention_forward and
+     * _backward); 0 (gpt_cuda_plan_attention's): auto, the default. A
+     * test's gpt_cuda_flash_tc_set_variants wins over them. */
+    int attn_fwd;
+    int attn_bwd;
 };
 
 /* Plans attention for (B, T, C, NH) on a device whose blocks may use up

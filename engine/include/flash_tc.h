@@ -33,11 +33,11 @@
  * of the 16 x 16 (rows, keys) groups that hold no valid pair
  * (gpt_flash_tc_live): in a diagonal 64 x 64 tile 6 of its 16 groups.
  *
- * The default backward (GPTD_FLASH_BWD=ds, below) runs the fused pass
+ * The default backward (attention_backward ds, below) runs the fused pass
  * without its ordered dQ shares: each dS^T tile goes to global memory,
  * and a second pass sums them into dQ in the same order.
  *
- * Two passes instead (GPTD_FLASH_BWD=twopass, the default of the first
+ * Two passes instead (attention_backward twopass, the default of the first
  * three H200 runs, which timed it against the fused pass): a dQ pass with the forward's
  * blocks (128 query rows, key tiles of BC) that takes D once per row,
  * keeps it in the backward's scratch and accumulates dq in registers,
@@ -90,7 +90,7 @@
 #define GPT_FLASH_TC_PAD 8
 #define GPT_FLASH_LOG2E  1.4426950408889634f
 
-/* The backward's variants (cuda_attention.cu), as GPTD_FLASH_BWD names
+/* The backward's variants (cuda_attention.cu), as trainer.attention_backward names
  * them: "twopass" (unset: the default; a dQ pass, then dK/dV) is the
  * variant the last GPU run (tests/gpu/runs/, or the third H200 run while
  * that folder holds none) passed against the CPU backend and in training,
@@ -141,12 +141,13 @@ static inline int gpt_flash_tc_bwd_variant(const char *env)
     return -1;
 }
 
-/* The variant the backend runs for GPTD_FLASH_BWD's value (an unknown
- * one runs the default), for the cost model and the benchmark's rows. */
-static inline enum gpt_flash_bwd gpt_flash_tc_bwd_runs(const char *env)
+/* The variant a trainer.attention_backward value runs (gpt_config.h's enum
+ * gpt_attn_bwd: 0 auto, else the variant + 1), for the backend, the cost
+ * model and the benchmark's rows. */
+static inline enum gpt_flash_bwd gpt_flash_tc_bwd_of_spec(int spec)
 {
-    int v = gpt_flash_tc_bwd_variant(env);
-    return v < 0 ? GPT_FLASH_BWD_DEFAULT : (enum gpt_flash_bwd)v;
+    return spec > 0 && spec <= GPT_FLASH_BWD_CUDNN + 1 ? (enum gpt_flash_bwd)(spec - 1)
+                                                       : GPT_FLASH_BWD_DEFAULT;
 }
 
 /* 1 for the variants that run the backward in two passes (a dQ pass,
@@ -156,7 +157,7 @@ static inline int gpt_flash_tc_bwd_twopass(enum gpt_flash_bwd v)
     return v == GPT_FLASH_BWD_TWOPASS || v == GPT_FLASH_BWD_TWOPASS4 || v == GPT_FLASH_BWD_WG;
 }
 
-/* The forward's variants, as GPTD_FLASH_FWD names them: GPT_FLASH_FWD_M16
+/* The forward's variants, as trainer.attention_forward names them: GPT_FLASH_FWD_M16
  * (unset or "m16": 8 warps of 16 rows, 64-key steps), GPT_FLASH_FWD_M32
  * ("m32": 4 warps of two m16 tiles; the same bits) and GPT_FLASH_FWD_K32
  * ("k32": 8 warps of 16 rows, each 64-key tile in two online-softmax steps
@@ -174,6 +175,13 @@ enum gpt_flash_fwd {
 };
 #define GPT_FLASH_FWD_DEFAULT GPT_FLASH_FWD_M16
 
+/* The variant a trainer.attention_forward value runs (enum gpt_attn_fwd:
+ * 0 auto, else the variant itself). */
+static inline int gpt_flash_tc_fwd_of_spec(int spec)
+{
+    return spec > 0 && spec <= GPT_FLASH_FWD_CUDNN ? spec : GPT_FLASH_FWD_DEFAULT;
+}
+
 static inline int gpt_flash_tc_fwd_variant(const char *env)
 {
     if (!env)
@@ -189,6 +197,21 @@ static inline int gpt_flash_tc_fwd_variant(const char *env)
     if (strcmp(env, "cudnn") == 0)
         return GPT_FLASH_FWD_CUDNN;
     return -1;
+}
+
+/* The names gpt_flash_tc_fwd_variant and _bwd_variant parse, of a
+ * variant; "?" for a value that is none. Host only. */
+static inline const char *gpt_flash_tc_fwd_name(int v)
+{
+    static const char *const names[] = {"?", "m16", "m32", "k32", "wg", "cudnn"};
+    return v >= GPT_FLASH_FWD_M16 && v <= GPT_FLASH_FWD_CUDNN ? names[v] : "?";
+}
+
+static inline const char *gpt_flash_tc_bwd_name(enum gpt_flash_bwd v)
+{
+    static const char *const names[] = {"fused", "split", "twopass", "twopass4",
+                                        "wg",    "ds",    "cudnn"};
+    return (int)v >= 0 && v <= GPT_FLASH_BWD_CUDNN ? names[v] : "?";
 }
 
 /* The head sizes the tensor-core kernels are compiled for: 32, 64, 96 and
@@ -327,7 +350,7 @@ GPT_FLASH_FN size_t gpt_flash_tc_smem_bwd(size_t hs)
            (size_t)GPT_FLASH_TC_BR * (bcq + GPT_FLASH_TC_PAD) * 2;
 }
 
-/* The two-pass backward (GPTD_FLASH_BWD=twopass): the dQ pass has the
+/* The two-pass backward (attention_backward twopass): the dQ pass has the
  * forward's blocks and stages plus a dO tile beside Q; the dK/dV pass is
  * the fused one without O, dS^T and the dQ share, with two stages of D
  * (fp32, bcq each) beside the two of the logsumexp, since D now comes
@@ -391,7 +414,7 @@ GPT_FLASH_FN size_t gpt_flash_tc_sem_off(size_t lse_floats, size_t btc)
     return (gpt_flash_tc_dob_off(lse_floats) + (btc + 1) / 2 + 3) & ~(size_t)3;
 }
 
-/* ---- the dS backward (GPTD_FLASH_BWD=ds) ----------------------------------
+/* ---- the dS backward (attention_backward ds) ----------------------------------
  * Pass one is the fused pass (D, S^T, dP^T, dV, dK and the bf16 dS^T tile
  * of each visited (query tile, key block)), except that each dS^T tile
  * (BR keys by bcq queries, row-major, no padding) goes to global memory

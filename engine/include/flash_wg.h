@@ -1,7 +1,7 @@
 /*
  * flash_wg: the shared-memory layout and the operand descriptors of the
  * warpgroup (wgmma, sm_90a) flash attention kernels (the forward,
- * GPTD_FLASH_FWD=wg, and the two backward passes, GPTD_FLASH_BWD=wg;
+ * attention_forward wg, and the two backward passes, attention_backward wg;
  * engine/ops/cuda/cuda_attention_wg.cu), in plain C. The kernels and the CPU
  * test (tests/unit/test_flash_wg.c) use the same functions: the test
  * replays what the PTX ISA says a wgmma reads through a descriptor
@@ -111,7 +111,7 @@ GPT_FLASH_FN size_t gpt_flash_wg_smem_fwd(void)
            (size_t)(GPT_FLASH_TC_FWD_BR + 4 * GPT_FLASH_TC_BC) * GPT_FLASH_WG_ROW;
 }
 
-/* The warpgroup dQ pass's (GPTD_FLASH_BWD=wg): Q and dO (128 rows each)
+/* The warpgroup dQ pass's (attention_backward wg): Q and dO (128 rows each)
  * and two stages of K and V, plus the alignment slack. */
 GPT_FLASH_FN size_t gpt_flash_wg_smem_dq(void)
 {

@@ -188,6 +188,8 @@ void gpt_cuda_plan_attention(struct gpt_cuda_attn_plan *p, size_t B, size_t T, s
     p->why = "";
     p->hs = hs;
     p->tc = 1;
+    p->attn_fwd = 0;
+    p->attn_bwd = 0;
     p->ld = 4 * ld4;
     p->q_tiles = (unsigned)((T + br - 1) / br);
     p->k_tiles = p->q_tiles;

@@ -12,34 +12,35 @@ add_test(NAME gpu_plan_124m COMMAND bench_gpu_train --plan 16 1024 bf16)
 set_tests_properties(gpu_plan_124m PROPERTIES LABELS unit TIMEOUT 60
                      FAIL_REGULAR_EXPRESSION "flash_tc_dsq"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"flash_bwd\":\"twopass\".*\"predicted_mfu\":0\\.[0-9]+.*\"plan_ok\":true")
-# The dS backward (GPTD_FLASH_BWD=ds): the fused pass's 14 hs per causal
+# The dS backward (--attn-bwd ds, trainer.attention_backward ds): the fused pass's 14 hs per causal
 # pair in two kernels (dK/dV with the dS^T tiles written, then the dQ
 # sums).
-add_test(NAME gpu_plan_124m_ds COMMAND bench_gpu_train --plan 16 1024 bf16)
+add_test(NAME gpu_plan_124m_ds COMMAND bench_gpu_train --plan 16 1024 bf16 --attn-bwd ds)
 set_tests_properties(gpu_plan_124m_ds PROPERTIES LABELS unit TIMEOUT 60
-                     ENVIRONMENT GPTD_FLASH_BWD=ds
                      FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
                      PASS_REGULAR_EXPRESSION "flash_tc_dsq.*\"flash_bwd\":\"ds\".*\"plan_ok\":true")
 # Past the dS tiles' cap (1 GiB: B 96 is 1152 heads of 1.1 MB) the dS
 # backward runs in two chunks of heads (963 and 189), each its two passes:
 # the plan's check counts 24 launches of each a step and the same FLOPs.
-add_test(NAME gpu_plan_124m_ds_chunks COMMAND bench_gpu_train --plan 96 1024 bf16)
+add_test(NAME gpu_plan_124m_ds_chunks COMMAND bench_gpu_train --attn-bwd ds --plan 96 1024 bf16)
 set_tests_properties(gpu_plan_124m_ds_chunks PROPERTIES LABELS unit TIMEOUT 60
-                     ENVIRONMENT GPTD_FLASH_BWD=ds
                      FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd_ds +attn.* 24 .*flash_tc_dsq +attn.* 24 .*\"flash_bwd\":\"ds\".*\"plan_ok\":true")
 add_test(NAME gpu_plan_124m_tf32 COMMAND bench_gpu_train --plan 8 1024 tf32)
 set_tests_properties(gpu_plan_124m_tf32 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")
+# An unknown variant name is refused with the list.
+add_test(NAME gpu_plan_attn_refused COMMAND bench_gpu_train --plan 16 1024 bf16 --attn-bwd dsq)
+set_tests_properties(gpu_plan_attn_refused PROPERTIES LABELS unit TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "--attn-bwd .dsq.: one of auto, fused, split, twopass, twopass4, wg, ds, cudnn")
 # Long sequences: the flash kernels' FLOPs still follow the causal pairs.
 add_test(NAME gpu_plan_124m_t4096 COMMAND bench_gpu_train --plan 2 4096 bf16)
 set_tests_properties(gpu_plan_124m_t4096 PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true")
-# The fused attention backward (GPTD_FLASH_BWD=fused): one pass at 14 hs
+# The fused attention backward (--attn-bwd fused): one pass at 14 hs
 # per causal pair and D per visited tile, its dQ turns zeroed first.
-add_test(NAME gpu_plan_124m_fused COMMAND bench_gpu_train --plan 16 1024 bf16)
+add_test(NAME gpu_plan_124m_fused COMMAND bench_gpu_train --plan 16 1024 bf16 --attn-bwd fused)
 set_tests_properties(gpu_plan_124m_fused PROPERTIES LABELS unit TIMEOUT 60
-                     ENVIRONMENT GPTD_FLASH_BWD=fused
                      FAIL_REGULAR_EXPRESSION "flash_tc_bwd_dkv|flash_tc_dsq"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd.*\"plan_ok\":true")
 # The DDP model (--world, --link): 124M's buckets reduced in bf16 (249 MB a
@@ -49,10 +50,10 @@ add_test(NAME gpu_plan_124m_ddp COMMAND bench_gpu_train --plan 16 1024 bf16 --wo
                                         --link nvlink)
 set_tests_properties(gpu_plan_124m_ddp PROPERTIES LABELS unit TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "\"plan_ok\":true.*\"world\":8,\"link\":\"nvlink\",\"grad_reduce\":\"bf16\",\"buckets\":[0-9]+,\"allreduce_mb_per_step\":249\\.0,.*\"predicted_scaling_efficiency\":(0\\.9[5-9]|1\\.0)[0-9]*}.*\"world\":16,.*\"world\":64,.*predicted_scaling_efficiency")
-# cuDNN's attention (GPTD_FLASH_FWD/BWD=cudnn) is named in the line: what
+# cuDNN's attention (--attn-fwd cudnn --attn-bwd cudnn) is named in the line: what
 # tests/gpu/acceptance.sh reads to run its cudnn phase. Its kernels are
 # not modelled: priced as the default (the two passes, the m16 forward).
-add_test(NAME gpu_plan_124m_cudnn COMMAND bench_gpu_train --plan 16 1024 bf16)
+add_test(NAME gpu_plan_124m_cudnn COMMAND bench_gpu_train --plan 16 1024 bf16 --attn-fwd cudnn
+                                          --attn-bwd cudnn)
 set_tests_properties(gpu_plan_124m_cudnn PROPERTIES LABELS unit TIMEOUT 60
-                     ENVIRONMENT "GPTD_FLASH_FWD=cudnn;GPTD_FLASH_BWD=cudnn"
                      PASS_REGULAR_EXPRESSION "flash_tc_bwd_dkv.*\"flash_bwd\":\"cudnn\",\"flash_fwd\":\"cudnn\".*\"plan_ok\":true")

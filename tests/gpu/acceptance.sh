@@ -57,7 +57,7 @@
 #                  SDPA, fused AdamW, bf16 autocast): ms/step, MFU, peak
 #                  memory, gptd's tokens/s over PyTorch's (goal 1.3)
 #   cudnn 35       only where the build has a cuDNN attention path
-#                  (GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn, as
+#                  (--attn-fwd cudnn --attn-bwd cudnn, as
 #                  bench_gpu_train --plan names it): test_gpu_ops
 #                  --attention with both (20 s; rows bwd_cudnn_ops,
 #                  fwd_cudnn_ops: against the CPU, and GPT-2's shape taken
@@ -168,7 +168,7 @@ want() { [ -z "$ONLY" ] || case "$ONLY" in *",$1,"*) true ;; *) false ;; esac; }
 # The cuDNN attention path, where the build has one: the plan (no GPU
 # needed) names the variant that would run.
 CUDNN=0
-GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn "$BENCH" --plan 16 1024 bf16 2>/dev/null |
+"$BENCH" --plan 16 1024 bf16 --attn-fwd cudnn --attn-bwd cudnn 2>/dev/null |
     grep -q '"flash_[fb]wd":"cudnn"' && CUDNN=1
 PHASES="preflight:15 ops:40 train:20 wg_ops:20 bench_b16:20 bench_b32:25 variants:40"
 PHASES="$PHASES levers:20 torch_b16:65 torch_b32:35"
@@ -222,9 +222,7 @@ run() {
 }
 # skipped: a GPU program's exit 77 on a dry run (no GPU here).
 skipped() { [ "$DRY" = 1 ] && [ "$RC" = 77 ]; }
-# gpu_prog NAME CAP LOG NOTE PROG [ARGS...]: a GPU test program's row,
-# with the variables in GENV ("VAR=VALUE ...") set.
-GENV=""
+# gpu_prog NAME CAP LOG NOTE PROG [ARGS...]: a GPU test program's row.
 gpu_prog() {
     n=$1 c=$2 l=$3 note=$4
     shift 4
@@ -232,8 +230,7 @@ gpu_prog() {
         row "$n" SKIP 0 "dry: $1 not built"
         return
     fi
-    # shellcheck disable=SC2086 # GENV is a list of assignments
-    run "$n" "$c" "$l" env OMP_NUM_THREADS=4 $GENV "$@"
+    run "$n" "$c" "$l" env OMP_NUM_THREADS=4 "$@"
     if [ "$RC" = 0 ]; then
         row "$n" PASS "$SECS" "$note"
     elif skipped; then
@@ -410,22 +407,28 @@ want train && gpu_prog train 20 "$OUT/train.log" "20 steps vs CPU" "$BUILD/tests
 # against the CPU and against the fused pass, and whether the driver ran
 # their code (flash_wg_live).
 if want wg_ops; then
-    GENV="GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=wg"
-    gpu_prog wg_ops 20 "$OUT/wg_ops.log" "test_gpu_ops --attention with $GENV" \
-        "$BUILD/tests/test_gpu_ops" --attention
-    GENV=""
+    gpu_prog wg_ops 20 "$OUT/wg_ops.log" "test_gpu_ops --attention --attn-bwd wg --attn-fwd wg" \
+        "$BUILD/tests/test_gpu_ops" --attention --attn-bwd wg --attn-fwd wg
     variant_ops bwd_wg_ops "$OUT/wg_ops.log" 'wg backward: |flash_wg_live'
     variant_ops fwd_wg_ops "$OUT/wg_ops.log" 'wg forward: |flash_wg_live'
 fi
 poll_row
 
 # ---- GPT-2 124M beside the cost model ----------------------------------------
-# bench B CAP NAME [VAR=VALUE...]: one B=16 or B=32 benchmark, 10 steps in
-# bf16 (on a dry run: its plumbing, exit 77); sets MEAS and OPS.
+# bench B CAP NAME [FLAG|VAR=VALUE...]: one B=16 or B=32 benchmark, 10 steps in
+# bf16 (on a dry run: its plumbing, exit 77), with bench_gpu_train's
+# flags (--attn-fwd NAME, --attn-bwd NAME); sets MEAS and OPS.
 bench() {
-    b=$1 c=$2 n=$3
+    b=$1 c=$2 n=$3 envs="" flags=""
     shift 3
-    run "$n" "$c" "$OUT/$n.log" env "$@" "$BENCH" "$b" 10 0 bf16
+    for a in "$@"; do
+        case "$a" in
+        *=*) envs="$envs $a" ;;
+        *) flags="$flags $a" ;;
+        esac
+    done
+    # shellcheck disable=SC2086 # assignments and flags, no spaces in either
+    run "$n" "$c" "$OUT/$n.log" env $envs "$BENCH" "$b" 10 0 bf16 $flags
     MEAS=$(grep '^{"bench":"gpu_train"' "$OUT/$n.log" | tail -1)
     OPS=$(grep '^{"bench":"gpu_train_ops"' "$OUT/$n.log" | tail -1)
 }
@@ -467,10 +470,10 @@ print(" ".join("%s %.2f/%.2f" % (c, m[c], p.get(c, 0)) for c in m if m[c] or p.g
 done
 
 # ---- the candidates at B=16 ----------------------------------------------------
-# GPTD_FLASH_BWD (flash_tc.h): the default twopass (a dQ pass, then dK/dV:
+# --attn-bwd (trainer.attention_backward, flash_tc.h): the default twopass (a dQ pass, then dK/dV:
 # what the third run passed); ds, the fused pass's dK/dV with its dS^T
 # tiles stored, then a pass summing them into dQ (the cost model's
-# favourite, never run); wg, twopass on wgmma. GPTD_FLASH_FWD: the default
+# favourite, never run); wg, twopass on wgmma. --attn-fwd: the default
 # m16; k32, 8 warps taking each 64-key tile in two online-softmax steps
 # of 32; wg, two warpgroups of 64 rows on wgmma. (fused, split and m32
 # were timed by the third run, slower, and left out.) Each one's B=16
@@ -480,13 +483,14 @@ done
 DEF=$(grep '"batch":16,' "$OUT/bench.jsonl" 2>/dev/null | tail -1)
 DEFOPS=$(grep '"batch":16,' "$OUT/ops.jsonl" 2>/dev/null | tail -1)
 l2_def=$(num loss_step2 "$DEF") loss_def=$(num loss "$DEF") ms_def=$(num ms_per_step "$DEF")
-# candidate NAME CAP VAR=VALUE att|gemm: the B=16 benchmark with the one
-# setting, its row against the default's: step 2's loss (after one
+# candidate NAME CAP SETTING att|gemm: the B=16 benchmark with the one
+# setting (bench_gpu_train's flags, or VAR=VALUE), its row against the default's: step 2's loss (after one
 # update) within 1e-4, relative, of the default's (another summation
 # order), its ms/step beside the default's and the profiled step's
 # attention (att) or GEMM (gemm) ms; sets MEAS and OPS.
 candidate() {
-    bench 16 "$2" "$1" "$3"
+    # shellcheck disable=SC2086 # SETTING is a flag and its value
+    bench 16 "$2" "$1" $3
     ms=$(num ms_per_step "$MEAS") loss=$(num loss "$MEAS") l2=$(num loss_step2 "$MEAS")
     if [ "$4" = att ]; then
         part="attention forward $(att_ms forward) ms, backward $(att_ms backward) ms"
@@ -505,10 +509,10 @@ candidate() {
         row "$1" PASS "$SECS" "${ms} ms/step (default ${ms_def:-?}), $part, step 2 loss ${l2} (default ${l2_def}), step 10 ${loss} (${loss_def})"
     fi
 }
-for SET in GPTD_FLASH_BWD=ds GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32 GPTD_FLASH_FWD=wg; do
+for SET in bwd=ds bwd=wg fwd=k32 fwd=wg; do
     want variants || break
-    V=$(printf '%s' "${SET#GPTD_FLASH_}" | tr 'A-Z=' 'a-z_') # bwd_ds, ..., fwd_wg
-    candidate "${V}_b16" 10 "$SET" att
+    V=$(printf '%s' "$SET" | tr '=' '_') # bwd_ds, ..., fwd_wg
+    candidate "${V}_b16" 10 "--attn-${SET%=*} ${SET#*=}" att
 done
 
 # ---- the step-time levers at B=16 (issue 33 item 6), none a default yet ------
@@ -568,13 +572,11 @@ done
 
 # ---- cuDNN's attention against the hand-written default (where built) --------
 if [ "$CUDNN" = 1 ] && want cudnn; then
-    GENV="GPTD_FLASH_BWD=cudnn GPTD_FLASH_FWD=cudnn"
-    gpu_prog cudnn_ops 20 "$OUT/cudnn_ops.log" "test_gpu_ops --attention with $GENV" \
-        "$BUILD/tests/test_gpu_ops" --attention
-    GENV=""
+    gpu_prog cudnn_ops 20 "$OUT/cudnn_ops.log" "test_gpu_ops --attention --attn-bwd cudnn --attn-fwd cudnn" \
+        "$BUILD/tests/test_gpu_ops" --attention --attn-bwd cudnn --attn-fwd cudnn
     variant_ops bwd_cudnn_ops "$OUT/cudnn_ops.log" 'attention_backward|flash_tc_deterministic|cudnn_attention_path'
     variant_ops fwd_cudnn_ops "$OUT/cudnn_ops.log" 'attention_forward|flash_tc_path|cudnn_attention_path'
-    bench 16 15 cudnn_b16 GPTD_FLASH_FWD=cudnn GPTD_FLASH_BWD=cudnn
+    bench 16 15 cudnn_b16 --attn-fwd cudnn --attn-bwd cudnn
     [ -n "$MEAS" ] && echo "$MEAS" >>"$OUT/bench.jsonl"
     ms=$(num ms_per_step "$MEAS") l2=$(num loss_step2 "$MEAS")
     dnn=$(num cudnn_passes "$MEAS")
@@ -649,8 +651,8 @@ if want memcheck; then
              "eval_every": 0, "eval_batches": 1, "gemm_autotune": true}}
 EOF
     for TOOL in memcheck_ds memcheck_wg; do
-        V="GPTD_FLASH_BWD=ds GPTD_FLASH_FWD=wg"
-        [ "$TOOL" = memcheck_wg ] && V="GPTD_FLASH_BWD=wg GPTD_FLASH_FWD=k32"
+        V="trainer.attention_backward=ds trainer.attention_forward=wg"
+        [ "$TOOL" = memcheck_wg ] && V="trainer.attention_backward=wg trainer.attention_forward=k32"
         if [ "$DRY" = 1 ]; then
             set -- "$GPTD" run "$OUT/tiny.json" --snapshot-dir "$SCRATCH/$TOOL"
         elif [ -x "$SAN" ]; then
@@ -660,8 +662,8 @@ EOF
             row "$TOOL" FAIL 0 "compute-sanitizer not found"
             continue
         fi
-        # shellcheck disable=SC2086 # V is two assignments
-        run "$TOOL" 22 "$OUT/$TOOL.log" env $V "$@"
+        # shellcheck disable=SC2086 # V is two spec overrides
+        run "$TOOL" 22 "$OUT/$TOOL.log" "$@" $V
         if [ "$RC" = 0 ]; then
             row "$TOOL" PASS "$SECS" "tiny model, 2 steps, no errors ($V)$([ "$DRY" = 1 ] && echo "; dry: without compute-sanitizer")"
         elif grep -q "Device not supported" "$OUT/$TOOL.log"; then

@@ -65,11 +65,19 @@ case "\$1" in
 --probe) echo "cuda probe: 1 device (a stand-in)"; exit 0 ;;
 --plan) exec "$BUILD/bench/bench_gpu_train" "\$@" ;;
 esac
+b=\$1 bwd=twopass fwd=m16
+while [ \$# -gt 0 ]; do
+    case "\$1" in
+    --attn-bwd) bwd=\$2; shift ;;
+    --attn-fwd) fwd=\$2; shift ;;
+    esac
+    shift
+done
 l2=5.123456789 ms=35.2 tune=0 gelu=epilogue
-[ "\${GPTD_FLASH_BWD:-}" = wg ] && l2=5.124
+[ "\$bwd" = wg ] && l2=5.124
 [ "\${GPTD_GEMM_AUTOTUNE:-}" = 1 ] && ms=34.0 tune=1
 [ "\${GPTD_GEMM_GELU:-}" = unfused ] && ms=36.0 gelu=unfused
-echo '{"bench":"gpu_train","mode":"bf16","flash_bwd":"'\${GPTD_FLASH_BWD:-twopass}'","flash_fwd":"'\${GPTD_FLASH_FWD:-m16}'","batch":'\$1',"ms_per_step":'\$ms',"mfu":0.3782,"peak_tflops":989.0,"peak_mem_gib":20.00,"loss":7.1234,"loss_step2":'\$l2',"host_syncs_per_step":1,"gemm_autotune":'\$tune',"gelu":"'\$gelu'"}'
+echo '{"bench":"gpu_train","mode":"bf16","flash_bwd":"'\$bwd'","flash_fwd":"'\$fwd'","batch":'\$b',"ms_per_step":'\$ms',"mfu":0.3782,"peak_tflops":989.0,"peak_mem_gib":20.00,"loss":7.1234,"loss_step2":'\$l2',"host_syncs_per_step":1,"gemm_autotune":'\$tune',"gelu":"'\$gelu'"}'
 echo '{"bench":"gpu_train_ops","ms_by_class":{"gemm":19.1},"eval_grew_bytes":0,"step2_grew_bytes":0,"cuda_attention_forward":{"calls":12,"ms":3.25},"cuda_attention_backward":{"calls":12,"ms":7.5}}'
 EOF
 cat >"$F/tests/test_gpu_ops" <<'EOF'

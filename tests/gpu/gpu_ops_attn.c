@@ -109,7 +109,7 @@ static void variant_check(const char *tag, int how, const float *x, const float 
 
 /* The attention kernels' variants on one tc_shapes entry's inputs, each
  * against the fused backward and the m16 forward. The 32-row forward
- * (GPTD_FLASH_FWD=m32), the split backward and the dS backward (the
+ * (attention_forward m32), the split backward and the dS backward (the
  * default: the fused pass's dk, dv and dS^T tiles, its dQ shares summed
  * in a second pass in the same order with the same roundings; again over
  * chunks of 3 (b, h) pairs, as past its 1 GiB of tiles) give their bits; the two-pass backward sums
@@ -193,9 +193,9 @@ static void test_attention_tc_variants(const struct shape *s, int with_wg)
 
 /* The bf16 attention checks: the tensor-core shapes against the CPU and
  * the variants against the fused pass (what an attention variant chosen
- * by GPTD_FLASH_BWD or GPTD_FLASH_FWD changes); with_wg: the wg variants
- * too, and whether their sm_90a code ran. */
-void test_attention_bf16(int with_wg)
+ * by trainer.attention_backward or _forward changes); with_wg: the wg
+ * variants too, and whether their sm_90a code ran. */
+void test_attention_bf16(int with_wg, int bwd_spec)
 {
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc(&tc_shapes[i], "tensor cores");
@@ -206,8 +206,8 @@ void test_attention_bf16(int with_wg)
      * found nothing wrong (nothing compared, where cuDNN ran). */
     int bad = 0;
     const char *note = gpt_backend_attention_guard_note(gpu, &bad);
-    const char *bwd = getenv("GPTD_FLASH_BWD");
-    int is_ref = bwd && strcmp(bwd, "fused") == 0, is_dnn = bwd && strcmp(bwd, "cudnn") == 0;
+    enum gpt_flash_bwd bwd = gpt_flash_tc_bwd_of_spec(bwd_spec);
+    int is_ref = bwd == GPT_FLASH_BWD_FUSED, is_dnn = bwd == GPT_FLASH_BWD_CUDNN;
     printf("     attention guard: %s\n", note[0] ? note : "nothing compared");
     report("attention_guard", "the first backward against the reference",
            is_ref ? (note[0] != 0) : is_dnn ? bad : (!note[0] || bad));
@@ -218,8 +218,8 @@ void test_attention_bf16(int with_wg)
                gpt_cuda_flash_wg_live() ? 0 : 1);
 }
 
-/* GPTD_FLASH_FWD=cudnn and GPTD_FLASH_BWD=cudnn (test_gpu_ops
- * --attention with either variable at cudnn; a library that does not
+/* attention_forward cudnn and attention_backward cudnn (test_gpu_ops
+ * --attention with --attn-fwd or --attn-bwd cudnn; a library that does not
  * load fails cudnn_attention_path): each tensor-core shape against the CPU
  * within the flash kernels' bf16 bounds, and the same bits twice (the
  * backward takes only engines without a nondeterministic note). A shape

@@ -58,8 +58,9 @@ void run_op_case(const struct opc_case *c, const char *path);
  * attention on each GPU path its row asks for. */
 void test_op_cases(unsigned dtype);
 
-/* gpu_ops_attn.c */
-void test_attention_bf16(int with_wg);
+/* gpu_ops_attn.c. bwd_spec: the backward variant the GPU backend was made
+ * with (trainer.attention_backward's value, 0 auto). */
+void test_attention_bf16(int with_wg, int bwd_spec);
 void test_attention_cudnn(void);
 
 #endif

@@ -172,7 +172,7 @@ static void *rank_main(void *p)
     struct gpt_err err;
     float *dev = NULL, *h = malloc(a->n * sizeof(float));
     a->failures = 1000;
-    if (!h || gpt_backend_cuda_new(a->rank, &be, &err) < 0) {
+    if (!h || gpt_backend_cuda_new(a->rank, NULL, &be, &err) < 0) {
         printf("rank %d: backend: %s\n", a->rank, err.msg);
         goto out;
     }
@@ -253,7 +253,7 @@ static void test_stuck(int use_abort)
     struct gpt_kv kv;
     struct gpt_err err;
     float *dev = NULL;
-    if (gpt_kv_mem_new(&kv, &err) < 0 || gpt_backend_cuda_new(0, &be, &err) < 0)
+    if (gpt_kv_mem_new(&kv, &err) < 0 || gpt_backend_cuda_new(0, NULL, &be, &err) < 0)
         abort();
     struct gpt_comm_opts o = {.rank = 0,
                               .world = 1,
@@ -308,7 +308,7 @@ static void test_overlap(void)
     struct gpt_kv kv;
     struct gpt_err err;
     float *dev = NULL, h[4096];
-    if (gpt_kv_mem_new(&kv, &err) < 0 || gpt_backend_cuda_new(0, &be, &err) < 0)
+    if (gpt_kv_mem_new(&kv, &err) < 0 || gpt_backend_cuda_new(0, NULL, &be, &err) < 0)
         abort();
     struct gpt_comm_opts o = {.rank = 0, .world = 1, .prefix = "o/", .timeout_ms = 10000};
     int rc = gpt_comm_nccl_new(&o, &kv, 0, &c, &err);

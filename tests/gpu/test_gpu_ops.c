@@ -747,7 +747,7 @@ static void test_gemm_lever(int lever, const char *op, double tol, size_t N, siz
     struct gpt_backend *lb = NULL;
     struct gpt_err err;
     char tag[96];
-    if (gpt_backend_cuda_new(0, &lb, &err) < 0) {
+    if (gpt_backend_cuda_new(0, NULL, &lb, &err) < 0) {
         report(op, err.msg, INFINITY);
         return;
     }
@@ -780,23 +780,51 @@ static void test_gemm_lever(int lever, const char *op, double tol, size_t N, siz
     gpt_backend_free(lb);
 }
 
-/* test_gpu_ops [--attention]: every op but the wg and cuDNN attention
- * variants, or (--attention, for the acceptance run's variant rows) the
- * bf16 attention checks only, with the wg variants when GPTD_FLASH_FWD or
- * GPTD_FLASH_BWD chooses one, or cuDNN's checks alone when either
- * chooses cudnn. */
+/* Parses test_gpu_ops' arguments: [--attention [--attn-fwd NAME]
+ * [--attn-bwd NAME]]. The variants are the job spec's
+ * trainer.attention_* (flash_tc.h's names), given to the GPU backend at
+ * creation. 1 with --attention, 0 without, -1 for a usage error. */
+static int parse_args(int argc, char **argv, struct gpt_backend_opts *o)
+{
+    if (argc == 1)
+        return 0;
+    if (strcmp(argv[1], "--attention") != 0)
+        return -1;
+    for (int i = 2; i < argc; i += 2) {
+        int fwd = strcmp(argv[i], "--attn-fwd") == 0, bwd = strcmp(argv[i], "--attn-bwd") == 0;
+        int v = i + 1 >= argc ? -1
+                : fwd         ? gpt_flash_tc_fwd_variant(argv[i + 1])
+                : bwd         ? gpt_flash_tc_bwd_variant(argv[i + 1])
+                              : -1;
+        if (v < 0)
+            return -1;
+        if (fwd)
+            o->attn_forward = v;
+        else
+            o->attn_backward = v + 1;
+    }
+    return 1;
+}
+
+/* test_gpu_ops [--attention [--attn-fwd NAME] [--attn-bwd NAME]]: every
+ * op but the wg and cuDNN attention variants, or (--attention, for the
+ * acceptance run's variant rows) the bf16 attention checks only, on a
+ * backend made with the variants named: with the wg variants when one is
+ * wg, or cuDNN's checks alone when either is cudnn. */
 int main(int argc, char **argv)
 {
-    int only_attention = argc == 2 && strcmp(argv[1], "--attention") == 0;
-    if (argc > 2 || (argc == 2 && !only_attention)) {
-        fprintf(stderr, "usage: %s [--attention]\n", argv[0]);
+    struct gpt_backend_opts attn = {0};
+    int only_attention = parse_args(argc, argv, &attn);
+    if (only_attention < 0) {
+        fprintf(stderr, "usage: %s [--attention [--attn-fwd NAME] [--attn-bwd NAME]]\n",
+                argv[0]);
         return 2;
     }
     int probed = gpu_test_gate();
     if (probed <= 0)
         return -probed;
     struct gpt_err err;
-    if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &gpu, &err) < 0) {
+    if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &attn, &gpu, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);
         return 1;
     }
@@ -806,15 +834,15 @@ int main(int argc, char **argv)
     if (only_attention) {
         check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
         prec = "bf16";
-        /* The wg variants where the environment chose one (the
-         * acceptance run's wg rows), so that a fault in them shows in
-         * those rows only; cuDNN's (its cudnn_ops rows) on their own. */
-        int fv = gpt_flash_tc_fwd_variant(getenv("GPTD_FLASH_FWD"));
-        int bv = gpt_flash_tc_bwd_variant(getenv("GPTD_FLASH_BWD"));
+        /* The wg variants where the arguments chose one (the acceptance
+         * run's wg rows), so that a fault in them shows in those rows
+         * only; cuDNN's (its cudnn_ops rows) on their own. */
+        int fv = attn.attn_forward, bv = attn.attn_backward - 1;
         if (fv == GPT_FLASH_FWD_CUDNN || bv == GPT_FLASH_BWD_CUDNN)
             test_attention_cudnn();
         else
-            test_attention_bf16(fv == GPT_FLASH_FWD_WG || bv == GPT_FLASH_BWD_WG);
+            test_attention_bf16(fv == GPT_FLASH_FWD_WG || bv == GPT_FLASH_BWD_WG,
+                                attn.attn_backward);
         goto done;
     }
     /* The op table in fp32, then what it cannot say: determinism, the
@@ -832,7 +860,7 @@ int main(int argc, char **argv)
     check_rc(gpt_backend_set_precision(gpu, 1, 1), "set_precision bf16");
     prec = "bf16";
     test_op_cases(OPC_BF16);
-    test_attention_bf16(0);
+    test_attention_bf16(0, 0);
     test_layernorm_repeat(16384, 768, "N16384 C768");
     test_grad_assign(4096, 768, 3072);
     test_grad_assign(33, 48, 144);

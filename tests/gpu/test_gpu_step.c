@@ -241,7 +241,7 @@ static int train(int host, struct run *r)
     if (tiny_job_check(&job) < 0)
         return -1;
     memset(r, 0, sizeof(*r));
-    if (gpt_backend_cuda_new(0, &r->be, &err) < 0) {
+    if (gpt_backend_cuda_new(0, NULL, &r->be, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);
         return -1;
     }
@@ -298,7 +298,7 @@ int main(void)
         return -probed;
     struct gpt_backend *be = NULL;
     struct gpt_err err;
-    if (gpt_backend_cuda_new(0, &be, &err) < 0) {
+    if (gpt_backend_cuda_new(0, NULL, &be, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);
         return 1;
     }

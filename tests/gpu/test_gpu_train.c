@@ -132,7 +132,7 @@ int main(void)
         return -probed;
     struct gpt_backend *cpu = NULL, *gpu = NULL;
     struct gpt_err err;
-    if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, &gpu, &err) < 0) {
+    if (gpt_backend_cpu_new(1, &cpu, &err) < 0 || gpt_backend_cuda_new(0, NULL, &gpu, &err) < 0) {
         fprintf(stderr, "backend: %s\n", err.msg);
         return 1;
     }
@@ -157,7 +157,7 @@ int main(void)
     float lt[STEPS];
     float *pt = NULL;
     size_t nt = 0;
-    if (gpt_backend_cuda_new(0, &tuned, &err) < 0 ||
+    if (gpt_backend_cuda_new(0, NULL, &tuned, &err) < 0 ||
         gpt_backend_set_precision(tuned, 1 | GPT_BACKEND_PREC_GEMM_TUNE, 1337) < 0 ||
         train(tuned, lt, &pt, &nt) < 0) {
         fprintf(stderr, "cuda gemm_autotune: %s\n",

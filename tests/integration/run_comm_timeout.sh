@@ -11,12 +11,14 @@ GPTD=$1 JOB=$2
 over=(trainer.max_steps=100000 snapshot.every=0 trainer.global_batch=4 trainer.micro_batch=2)
 
 port=$(free_port)
-GPTD_COMM_SHM=0 "$GPTD" run "$JOB" --json --snapshot-dir "$T/r1" --world 2 --rank 1 \
-    --rdzv 127.0.0.1:$port --comm-timeout-s 2 "${over[@]}" >"$T/r1.log" 2>&1 &
+"$GPTD" run "$JOB" --json --snapshot-dir "$T/r1" --world 2 --rank 1 \
+    --rdzv 127.0.0.1:$port --comm-timeout-s 2 "${over[@]}" distributed.comm_shm=off \
+    >"$T/r1.log" 2>&1 &
 r1=$!
 PIDS+=($r1)
-GPTD_COMM_SHM=0 "$GPTD" run "$JOB" --json --snapshot-dir "$T/r0" --world 2 --rank 0 \
-    --rdzv 127.0.0.1:$port --comm-timeout-s 2 "${over[@]}" >"$T/r0.log" 2>&1 &
+"$GPTD" run "$JOB" --json --snapshot-dir "$T/r0" --world 2 --rank 0 \
+    --rdzv 127.0.0.1:$port --comm-timeout-s 2 "${over[@]}" distributed.comm_shm=off \
+    >"$T/r0.log" 2>&1 &
 r0=$!
 PIDS+=($r0)
 trained() { [[ $(grep -c '"type":"metric"' "$T/r0.log") -ge 5 ]]; }

@@ -6,7 +6,7 @@
 # 1e-4 on losses and parameters, as in ddp_equiv.sh (only the fp32
 # summation order differs: reduce-scatter + all-gather vs all-reduce).
 # Full sharding with one and with two gathered unit buffers
-# (GPTD_SHARD_BUFFERS). Then the per-rank memory the engine reports
+# (distributed.shard_buffers). Then the per-rank memory the engine reports
 # shrinks with the world size.
 # usage: shard_equiv.sh GPTD SNAPDIFF JOB
 source "$(dirname "$0")/run_common.sh"
@@ -23,9 +23,9 @@ compare() { # NAME_A NAME_B
         || fail "$2: parameters differ from $1"
 }
 
-run_threads() { # NAME WORLD MODE
+run_threads() { # NAME WORLD MODE [OVERRIDE...]
     "$GPTD" run "$JOB" --json --snapshot-dir "$T/$1" --workers "$2" "${over[@]}" \
-        distributed.sharding="$3" > "$T/$1.log" || fail "$1 failed"
+        distributed.sharding="$3" "${@:4}" > "$T/$1.log" || fail "$1 failed"
 }
 run_procs() { # NAME WORLD MODE
     local port pids=() r
@@ -55,8 +55,8 @@ done
 # One gathered unit buffer (every collective waits) and two (prefetch and
 # overlap) compute the same; the second pair shows in the working memory.
 for b in 1 2; do
-    echo "world 3 full, GPTD_SHARD_BUFFERS=$b (threads):"
-    GPTD_SHARD_BUFFERS=$b run_threads "t3fullb$b" 3 full
+    echo "world 3 full, distributed.shard_buffers=$b (threads):"
+    run_threads "t3fullb$b" 3 full distributed.shard_buffers=$b
     compare none1 "t3fullb$b"
 done
 
@@ -64,7 +64,7 @@ done
 mem() { jq -r "select(.type==\"metric\") | .$2" "$T/$1.log" | tail -n 1; }
 w1=$(mem t3fullb1 mem_work_bytes) w2=$(mem t3fullb2 mem_work_bytes)
 echo "world 3 full: working buffers $w1 bytes with one unit buffer, $w2 with two"
-(( w2 > w1 )) || fail "GPTD_SHARD_BUFFERS=2 does not add a unit buffer pair"
+(( w2 > w1 )) || fail "distributed.shard_buffers=2 does not add a unit buffer pair"
 n4=$(mem none1 mem_params_bytes)  # parameters x 4 bytes
 for w in 2 3; do
     opt=$(mem "t${w}optimizer" mem_optim_bytes)

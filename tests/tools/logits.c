@@ -32,7 +32,7 @@ int main(int argc, char **argv)
     for (char *s = argv[3], *end; *s && T < 4096; s = *end ? end + 1 : end)
         toks[T++] = (int)strtol(s, &end, 10);
     if (gpt_snapshot_read_meta(argv[1], &meta, &err) < 0 ||
-        gpt_backend_new(GPT_BACKEND_CPU, -1, 1, &be, &err) < 0 ||
+        gpt_backend_new(GPT_BACKEND_CPU, -1, NULL, &be, &err) < 0 ||
         gpt_model_init(&m, &meta.cfg, be, 1, &err) < 0) {
         fprintf(stderr, "logits: %s\n", err.msg);
         return 1;

@@ -135,12 +135,12 @@ static void test_backend_absent(void **state)
     struct gpt_backend *be = (struct gpt_backend *)&be; /* must stay untouched */
     struct gpt_err err;
     memset(&err, 0, sizeof(err));
-    assert_int_equal(gpt_backend_cuda_new(0, &be, &err), -GPT_E_NODEVICE);
+    assert_int_equal(gpt_backend_cuda_new(0, NULL, &be, &err), -GPT_E_NODEVICE);
     assert_ptr_equal(be, (struct gpt_backend *)&be);
     assert_int_equal(err.code, -GPT_E_NODEVICE);
     assert_true(strlen(err.msg) > 0);
     /* Asking twice is as safe as asking once. */
-    assert_int_equal(gpt_backend_cuda_new(3, &be, NULL), -GPT_E_NODEVICE);
+    assert_int_equal(gpt_backend_cuda_new(3, NULL, &be, NULL), -GPT_E_NODEVICE);
 }
 
 static void test_nccl_absent(void **state)

@@ -13,7 +13,7 @@
  * calls dead (asserting they hold no valid pair), and counts every (query,
  * key) pair it uses: each
  * causal pair exactly once per pass, and as many computed pairs as the cost
- * model's gpt_flash_tc_pairs. The two-pass backward (GPTD_FLASH_BWD=twopass)
+ * model's gpt_flash_tc_pairs. The two-pass backward (attention_backward twopass)
  * is emulated as well: its dQ pass (the forward's blocks, D once per row,
  * key tiles in two halves) against the reference, and its dK/dV pass
  * (the fused pass without the dQ shares, D from the dQ pass) against the
@@ -792,8 +792,9 @@ static void test_smem_and_offsets(void **state)
     assert_true(gpt_flash_tc_sem_off(5, 3) * 4 >= gpt_flash_tc_dob_off(5) * 4 + 3 * 2);
 }
 
-/* GPTD_FLASH_BWD's and GPTD_FLASH_FWD's values: exact names only;
- * anything else is -1 (the backend says so and runs the default). */
+/* The variants' names (bench_gpu_train's --attn-bwd and --attn-fwd):
+ * exact names only, anything else is -1; and the job spec's values
+ * (trainer.attention_*: 0 auto) to the variants they run. */
 static void test_bwd_variant(void **state)
 {
     (void)state;
@@ -808,9 +809,13 @@ static void test_bwd_variant(void **state)
                          "twopass44", "wg2",   "WG",       "DS",  "ds ",    "dsq"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         assert_int_equal(gpt_flash_tc_bwd_variant(bad[i]), -1);
-        assert_int_equal(gpt_flash_tc_bwd_runs(bad[i]), GPT_FLASH_BWD_TWOPASS);
     }
-    assert_int_equal(gpt_flash_tc_bwd_runs(NULL), GPT_FLASH_BWD_TWOPASS);
+    assert_int_equal(gpt_flash_tc_bwd_of_spec(0), GPT_FLASH_BWD_TWOPASS);
+    for (int v = GPT_FLASH_BWD_FUSED; v <= GPT_FLASH_BWD_CUDNN; v++) {
+        assert_int_equal(gpt_flash_tc_bwd_of_spec(v + 1), v);
+        assert_int_equal(gpt_flash_tc_bwd_variant(gpt_flash_tc_bwd_name((enum gpt_flash_bwd)v)), v);
+    }
+    assert_int_equal(gpt_flash_tc_bwd_of_spec(GPT_FLASH_BWD_CUDNN + 2), GPT_FLASH_BWD_TWOPASS);
     /* The two-pass variants (the cost model and the benchmark count them
      * as two passes). */
     assert_true(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_TWOPASS));
@@ -819,8 +824,7 @@ static void test_bwd_variant(void **state)
     assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_FUSED));
     assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_SPLIT));
     assert_false(gpt_flash_tc_bwd_twopass(GPT_FLASH_BWD_DS)); /* but where its tiles do not fit */
-    assert_int_equal(gpt_flash_tc_bwd_runs("fused"), GPT_FLASH_BWD_FUSED);
-    /* GPTD_FLASH_FWD: the forward variants. */
+    /* the forward variants */
     assert_int_equal(gpt_flash_tc_fwd_variant(NULL), GPT_FLASH_FWD_M16);
     assert_int_equal(gpt_flash_tc_fwd_variant("m16"), GPT_FLASH_FWD_M16);
     assert_int_equal(gpt_flash_tc_fwd_variant("m32"), GPT_FLASH_FWD_M32);
@@ -829,6 +833,12 @@ static void test_bwd_variant(void **state)
     const char *badf[] = {"", "m64", "M32", "m32 ", "32", "m3", "k16", "K32", "k32\n", "WG", "wg "};
     for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++)
         assert_int_equal(gpt_flash_tc_fwd_variant(badf[i]), -1);
+    assert_int_equal(gpt_flash_tc_fwd_of_spec(0), GPT_FLASH_FWD_M16);
+    for (int v = GPT_FLASH_FWD_M16; v <= GPT_FLASH_FWD_CUDNN; v++) {
+        assert_int_equal(gpt_flash_tc_fwd_of_spec(v), v);
+        assert_int_equal(gpt_flash_tc_fwd_variant(gpt_flash_tc_fwd_name(v)), v);
+    }
+    assert_string_equal(gpt_flash_tc_fwd_name(0), "?");
 }
 
 /* The dQ turns: key blocks 0 .. last visit a query tile, the diagonal

@@ -1,6 +1,6 @@
 /*
  * test_flash_wg: the addressing of the warpgroup flash forward
- * (GPTD_FLASH_FWD=wg, engine/ops/cuda/cuda_attention_wg.cu) replayed on the
+ * (attention_forward wg, engine/ops/cuda/cuda_attention_wg.cu) replayed on the
  * CPU with the kernel's own helpers (engine/include/flash_wg.h). A model
  * of the hardware, written from the PTX ISA's description of wgmma
  * (descriptor bit fields, the canonical K-major and MN-major layouts
@@ -9,7 +9,7 @@
  * S = Q K^T per warpgroup must equal the naive product, the per-thread
  * accumulators must cover S once, P packed from them as the kernel packs
  * it (tc_pack_a) and V read transposed must give P V; for the dQ pass
- * (GPTD_FLASH_BWD=wg) likewise S and dP of each 32-key half and
+ * (attention_backward wg) likewise S and dP of each 32-key half and
  * dq += dS K with K read transposed, and for the dK/dV pass S^T = K Q^T
  * per 32-query part and dv += P^T dO with dO read transposed. A wrong
  * swizzle, descriptor stride, start offset or register mapping fails
@@ -286,7 +286,7 @@ static void emul_rs32(double out[64][64], double acc[128][16], uint32_t bbase, i
     }
 }
 
-/* The dQ pass (GPTD_FLASH_BWD=wg): per warpgroup and half of a 64-key
+/* The dQ pass (attention_backward wg): per warpgroup and half of a 64-key
  * tile, S = Q K^T and dP = dO V^T as m64n32 products (B from the half's
  * rows), dS from their accumulators, dq += dS K with K read MN-major at
  * the half's k steps; over both halves dq must be the naive dS K. */
@@ -355,7 +355,7 @@ static void test_dq_products(void **state)
     }
 }
 
-/* The dK/dV pass (GPTD_FLASH_BWD=wg): for each 32-query part of a
+/* The dK/dV pass (attention_backward wg): for each 32-query part of a
  * 64-row tile, S^T = K Q^T as an m64n32 product (B from the part's Q
  * rows), then dv += P^T dO with dO read MN-major at the part's k steps;
  * over both parts dv must be the naive P^T dO (dk += dS^T Q takes the

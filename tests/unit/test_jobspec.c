@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "jobspec.h"
+#include "flash_tc.h"
 #include "jobspec_int.h"
 
 #define PATH_OK "\"data\": {\"path\": \"/nonexistent/input.txt\"}"
@@ -176,6 +177,10 @@ static const struct bad_case bad_cases[] = {
     {"{\"data\": {\"task\": \"multiply\"}}", NULL, "data.task", "one of addition"},
     {"{\"distributed\": {\"backend\": \"mpi\"}}", NULL, "distributed.backend", "auto|local"},
     {"{\"distributed\": {\"sharding\": 1}}", NULL, "distributed.sharding", "expected a string"},
+    {"{\"trainer\": {\"attention_backward\": \"dsq\"}}", NULL, "trainer.attention_backward",
+     "expected one of auto|fused|split|twopass|twopass4|wg|ds|cudnn, got \"dsq\""},
+    {"{\"trainer\": {\"attention_forward\": \"M32\"}}", NULL, "trainer.attention_forward",
+     "expected one of auto|m16|m32|k32|wg|cudnn, got \"M32\""},
     {"{\"distributed\": {\"comm_shm\": \"yes\"}}", NULL, "distributed.comm_shm",
      "expected one of auto|on|off"},
     {"{\"distributed\": {\"shard_buffers\": 3}}", NULL, "distributed.shard_buffers",
@@ -442,6 +447,43 @@ static void test_overrides(void **state)
     assert_int_equal(job.distributed.shard_buffers, 1);
 }
 
+/* The attention variants (once GPTD_FLASH_FWD and GPTD_FLASH_BWD): auto by
+ * default, and every name the table lists stored as the value the CUDA
+ * backend reads as the variant flash_tc.h gives that name. */
+static void test_attention_keys(void **state)
+{
+    (void)state;
+    struct gpt_job job;
+    struct gpt_err err;
+    gpt_jobspec_defaults(&job);
+    assert_int_equal(job.trainer.attention_forward, GPT_ATTN_FWD_AUTO);
+    assert_int_equal(job.trainer.attention_backward, GPT_ATTN_BWD_AUTO);
+    assert_int_equal(gpt_flash_tc_fwd_of_spec(GPT_ATTN_FWD_AUTO), GPT_FLASH_FWD_DEFAULT);
+    assert_int_equal(gpt_flash_tc_bwd_of_spec(GPT_ATTN_BWD_AUTO), GPT_FLASH_BWD_DEFAULT);
+    int seen = 0;
+    for (size_t i = 0; i < jobspec_n_entries; i++) {
+        const struct jobspec_entry *e = &jobspec_entries[i];
+        int fwd = strcmp(e->path, "trainer.attention_forward") == 0;
+        if (!fwd && strcmp(e->path, "trainer.attention_backward") != 0)
+            continue;
+        seen++;
+        for (size_t k = 1; e->names[k]; k++) {
+            char set[96];
+            snprintf(set, sizeof(set), "%s=%s", e->path, e->names[k]);
+            assert_int_equal(gpt_jobspec_override(&job, set, &err), 0);
+            if (fwd)
+                assert_int_equal(gpt_flash_tc_fwd_of_spec(job.trainer.attention_forward),
+                                 gpt_flash_tc_fwd_variant(e->names[k]));
+            else
+                assert_int_equal(gpt_flash_tc_bwd_of_spec(job.trainer.attention_backward),
+                                 gpt_flash_tc_bwd_variant(e->names[k]));
+        }
+    }
+    assert_int_equal(seen, 2);
+    assert_int_equal(gpt_jobspec_override(&job, "trainer.attention_backward=auto", &err), 0);
+    assert_int_equal(job.trainer.attention_backward, GPT_ATTN_BWD_AUTO);
+}
+
 static void test_kind_inference(void **state)
 {
     struct gpt_job job;
@@ -704,7 +746,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),    cmocka_unit_test(test_table_sane),
         cmocka_unit_test(test_bad_specs),   cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_overrides),   cmocka_unit_test(test_kind_inference),
+        cmocka_unit_test(test_overrides), cmocka_unit_test(test_attention_keys),   cmocka_unit_test(test_kind_inference),
         cmocka_unit_test(test_limits),      cmocka_unit_test(test_yaml),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_check_paths),
         cmocka_unit_test(test_help),        cmocka_unit_test(test_examples),

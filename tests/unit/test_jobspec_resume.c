@@ -32,6 +32,9 @@ static void test_keys(void **state)
     assert_false(gpt_jobspec_resume_key_ok("data.path"));
     assert_false(gpt_jobspec_resume_key_ok("trainer.micro_batch"));
     assert_false(gpt_jobspec_resume_key_ok("trainer.seed"));
+    /* the attention variants may change the last bits: not on a resume */
+    assert_false(gpt_jobspec_resume_key_ok("trainer.attention_forward"));
+    assert_false(gpt_jobspec_resume_key_ok("trainer.attention_backward"));
     assert_false(gpt_jobspec_resume_key_ok("snapshot.dir"));
     assert_false(gpt_jobspec_resume_key_ok("trainer.max_steps.x"));
     assert_false(gpt_jobspec_resume_key_ok(""));

@@ -176,9 +176,10 @@ static void test_saturates(void **state)
 
 /* Full sharding at world 1 (one local rank): the estimate's parameters and
  * gradients are what the shard allocates (shard, gathered embeddings and
- * unit buffers), with GPTD_SHARD_BUFFERS unset, 1 or 2, and the spec's
- * distributed.shard_buffers `spec` (0 auto, 1, 2). Returns the shard's
- * unit buffer count. */
+ * unit buffers), with the spec's distributed.shard_buffers `spec` (0 auto,
+ * 1, 2) and GPTD_SHARD_BUFFERS set to `bufs` (or unset), which must not
+ * matter: it was a developer override, the spec's key replaced it.
+ * Returns the shard's unit buffer count. */
 static int check_full_shard(int L, const char *bufs, int spec)
 {
     struct gpt_model_config cfg = {
@@ -223,10 +224,10 @@ static void test_full_shard_buffers(void **state)
     assert_int_equal(check_full_shard(8, NULL, 0), 2);
     /* One block: the second pair would cost more than 1/32 of it. */
     assert_int_equal(check_full_shard(1, NULL, 0), 1);
-    assert_int_equal(check_full_shard(8, "1", 0), 1);
-    assert_int_equal(check_full_shard(1, "2", 0), 2);
-    assert_int_equal(check_full_shard(1, "3", 0), 1); /* not 1 or 2: ignored */
-    /* The spec's count, against the rule and over the environment's. */
+    /* The environment is not read. */
+    assert_int_equal(check_full_shard(8, "1", 0), 2);
+    assert_int_equal(check_full_shard(1, "2", 0), 1);
+    /* The spec's count, against the rule. */
     assert_int_equal(check_full_shard(1, NULL, 2), 2);
     assert_int_equal(check_full_shard(8, NULL, 1), 1);
     assert_int_equal(check_full_shard(8, "2", 1), 1);

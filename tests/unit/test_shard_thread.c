@@ -11,9 +11,9 @@
  * copy, memzero, sync and residual_forward slots are wrapped: a call from
  * any thread but the rank's is counted as a violation. The run must
  * finish, use the wrapped slots, and count no violation; then the same
- * with one gathered-unit buffer (distributed.shard_buffers: 1, and the
- * developer override GPTD_SHARD_BUFFERS=1); ranks given different counts
- * must refuse to train together.
+ * with one gathered-unit buffer (distributed.shard_buffers: 1) and with
+ * the count left to the rule (0, auto); ranks given different counts must
+ * refuse to train together.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -171,7 +171,6 @@ static void test_two_buffers(void **state)
 {
     (void)state;
     setup_ops();
-    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
     run_world(2);
 }
 
@@ -179,19 +178,15 @@ static void test_one_buffer(void **state)
 {
     (void)state;
     setup_ops();
-    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
     run_world(1);
 }
 
-/* The developer override: with distributed.shard_buffers auto, the
- * environment's count is taken. */
-static void test_env_override(void **state)
+/* distributed.shard_buffers auto: the rule's count, the same on both. */
+static void test_auto_buffers(void **state)
 {
     (void)state;
     setup_ops();
-    assert_int_equal(setenv("GPTD_SHARD_BUFFERS", "1", 1), 0);
     run_world(0);
-    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
 }
 
 /* The spec's count is the one used: ranks given different counts issue
@@ -202,7 +197,6 @@ static void test_spec_buffers_disagree(void **state)
 {
     (void)state;
     setup_ops();
-    assert_int_equal(unsetenv("GPTD_SHARD_BUFFERS"), 0);
     struct rank r[2];
     run_world_into((const int[2]){1, 2}, r);
     assert_int_not_equal(r[0].rc, 0);
@@ -215,7 +209,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_buffers),
         cmocka_unit_test(test_one_buffer),
-        cmocka_unit_test(test_env_override),
+        cmocka_unit_test(test_auto_buffers),
         cmocka_unit_test(test_spec_buffers_disagree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,9 +37,33 @@ enum gpt_sharding { GPT_SHARD_NONE, GPT_SHARD_OPTIMIZER, GPT_SHARD_FULL };
  * fp32 on the CPU backend. */
 enum gpt_grad_reduce { GPT_GRAD_REDUCE_FP32, GPT_GRAD_REDUCE_BF16, GPT_GRAD_REDUCE_AUTO };
 /* distributed.comm_shm: the shared-memory transport between ranks of one
- * host. AUTO (the default): on, unless the worker's environment has the
- * developer override GPTD_COMM_SHM=0. */
+ * host. AUTO (the default): on. */
 enum gpt_comm_shm { GPT_COMM_SHM_AUTO, GPT_COMM_SHM_ON, GPT_COMM_SHM_OFF };
+/* trainer.attention_forward and trainer.attention_backward: the CUDA
+ * backend's tensor-core attention kernels (engine/include/flash_tc.h).
+ * AUTO (0, the default) runs the validated default; every other value is
+ * the variant of that name. A forward value is its enum gpt_flash_fwd; a
+ * backward value is its enum gpt_flash_bwd + 1 (flash_tc.h's
+ * gpt_flash_tc_bwd_of_spec). The spec's name lists are in that order
+ * (test_jobspec checks them against flash_tc.h's parsers). */
+enum gpt_attn_fwd {
+    GPT_ATTN_FWD_AUTO,
+    GPT_ATTN_FWD_M16,
+    GPT_ATTN_FWD_M32,
+    GPT_ATTN_FWD_K32,
+    GPT_ATTN_FWD_WG,
+    GPT_ATTN_FWD_CUDNN
+};
+enum gpt_attn_bwd {
+    GPT_ATTN_BWD_AUTO,
+    GPT_ATTN_BWD_FUSED,
+    GPT_ATTN_BWD_SPLIT,
+    GPT_ATTN_BWD_TWOPASS,
+    GPT_ATTN_BWD_TWOPASS4,
+    GPT_ATTN_BWD_WG,
+    GPT_ATTN_BWD_DS,
+    GPT_ATTN_BWD_CUDNN
+};
 
 struct gpt_model_config {
     int n_layer;
@@ -74,6 +98,8 @@ struct gpt_trainer_spec {
     int precision;      /* enum gpt_precision */
     int tf32;           /* fp32 matmuls on CUDA may use TF32 tensor cores (default 1) */
     int gemm_autotune;  /* CUDA: time cuBLASLt's candidate algorithms per shape (default 0) */
+    int attention_forward;  /* enum gpt_attn_fwd (CUDA only) */
+    int attention_backward; /* enum gpt_attn_bwd (CUDA only) */
     int threads;        /* BLAS/OpenMP threads per worker */
     double peak_gflops; /* 0 = measure at start-up (for MFU) */
 };

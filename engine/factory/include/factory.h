@@ -40,14 +40,16 @@ int gpt_cudnn_version(void);
  * success. Any thread. */
 int gpt_device_info(int i, char *name, size_t cap, size_t *ret_mem_bytes);
 
-/* A new compute backend (enum gpt_backend_kind of gpt_config.h). AUTO: CUDA
- * when the host has a GPU, else CPU. CPU: `threads` OpenMP threads (< 1 = 1), `device`
- * ignored. CUDA: GPU `device`, made the calling thread's current device
- * (`threads` ignored); -GPT_E_NODEVICE without CUDA or without that GPU.
- * Returns 0 and *ret (new; gpt_backend_free), or a negative error with err
- * filled and *ret untouched. Blocks (a CUDA context takes seconds). */
-int gpt_backend_new(enum gpt_backend_kind kind, int device, int threads, struct gpt_backend **ret,
-                    struct gpt_err *err);
+/* A new compute backend (enum gpt_backend_kind of gpt_config.h) with the
+ * choices in `o` (backend.h's struct gpt_backend_opts; NULL: every
+ * default). AUTO: CUDA when the host has a GPU, else CPU. CPU: o->threads
+ * OpenMP threads (< 1 = 1), `device` ignored. CUDA: GPU `device`, made the
+ * calling thread's current device, with o's attention variants;
+ * -GPT_E_NODEVICE without CUDA or without that GPU. Returns 0 and *ret
+ * (new; gpt_backend_free), or a negative error with err filled and *ret
+ * untouched. Blocks (a CUDA context takes seconds). */
+int gpt_backend_new(enum gpt_backend_kind kind, int device, const struct gpt_backend_opts *o,
+                    struct gpt_backend **ret, struct gpt_err *err);
 
 /* A new communicator of `kind` for the world in `o`:
  *   GPT_COMM_LOCAL  world of one (o->world must be 1; `o` may be NULL);

@@ -2,7 +2,7 @@
  * cuda_attention: fused causal attention (FlashAttention-2 style) on
  * tensor cores for the CUDA backend, in bf16 mode for head sizes 32, 64,
  * 96 and 128, and the entry points that choose between these kernels,
- * their variants (GPTD_FLASH_FWD, GPTD_FLASH_BWD), the warpgroup kernels
+ * their variants (trainer.attention_forward, _backward), the warpgroup kernels
  * of cuda_attention_wg.cu and the CUDA-core fallback of
  * cuda_attention_cc.cu (fp32 mode, other head sizes). Nothing of size
  * T x T is materialised: the forward streams key/value tiles through
@@ -67,7 +67,7 @@
  * key tile (the block's last tile, for its first four warps) or lie past
  * T skips that tile: none of its groups is live, so its scores would all
  * be masked (alpha 1, P 0) and nothing would change.
- * MT = 2 (GPTD_FLASH_FWD=m32, head sizes up to 64): 4 warps of two m16
+ * MT = 2 (attention_forward m32, head sizes up to 64): 4 warps of two m16
  * tiles each (rows q0 + 32 w ..), FlashAttention-2's layout for this
  * block: each K and V fragment loaded through ldmatrix feeds two mma
  * instead of one (the 8-warp layout issues one ldmatrix per two mma, which
@@ -75,7 +75,7 @@
  * thread and half the warps per SM. The same arithmetic per row. MT = 1
  * is the 8-warp kernel the H200 runs measured: its PTX is the same but
  * for how one lane index is formed (the per-m-tile checks compile away).
- * KS = 2 (GPTD_FLASH_FWD=k32, MT 1, head sizes up to 64): each 64-key
+ * KS = 2 (attention_forward k32, MT 1, head sizes up to 64): each 64-key
  * tile in two online-softmax steps of 32 keys, with Q's fragments loaded
  * from shared memory per k step instead of held: 80 registers, three
  * blocks per SM instead of two (the runs found the kernel latency-bound
@@ -580,7 +580,7 @@ __global__ void __launch_bounds__(TC_THREADS, MINB)
 }
 
 /* ---- tensor-core backward, the dS backward's dQ pass -------------------------------
- * GPTD_FLASH_BWD=ds (flash_tc.h): pass two, after flash_tc_bwd_kernel<..,
+ * attention_backward ds (flash_tc.h): pass two, after flash_tc_bwd_kernel<..,
  * DS> stored every visited (query tile, key block) dS^T tile of (b, h)
  * pairs bh0 .. in dsg. Grid (query tiles of BQ rows, the chunk's pairs),
  * 4 warps; block x owns query tile qt =
@@ -649,7 +649,7 @@ __global__ void __launch_bounds__(TC_THREADS)
 }
 
 /* ---- tensor-core backward, two passes: dQ -----------------------------------------
- * GPTD_FLASH_BWD=twopass (flash_tc.h): dq in a pass of its own, laid out
+ * attention_backward twopass (flash_tc.h): dq in a pass of its own, laid out
  * as the forward (grid (ceil(T / 128), B*NH), 8 warps, block x owns query
  * block x_blocks - 1 - x, warp w rows q0 + 16 w .., lane l rows ia and
  * ib = ia + 8), then flash_tc_bwd_kernel<HS, SPLIT, false> for dk and dv.
@@ -808,8 +808,8 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
     return tc_launches.load(std::memory_order_relaxed);
 }
 
-/* The backward's variants, chosen by GPTD_FLASH_BWD in the environment
- * (read once): "twopass" (default: what the last GPU run passed): a dQ
+/* The backward's variants, chosen by trainer.attention_backward (the
+ * plan's attn_bwd): "twopass" (default: what the last GPU run passed): a dQ
  * pass, then the dK/dV pass without the ordered dQ shares (flash_tc.h);
  * "ds": the fused pass with its dS^T tiles stored in place of the
  * ordered dQ shares, then flash_tc_dsq_kernel (in chunks of (b, h)
@@ -826,51 +826,39 @@ extern "C" uint64_t gpt_cuda_flash_tc_launches(void)
  * registers, no spills; the PTX is the three-block kernel's, so the same
  * bits), for the next GPU run to time: ncu found that pass latency-bound
  * at 16% occupancy.
- * The forward's: unset or "m16", 8 warps of one m16 tile; "m32"
+ * The forward's (trainer.attention_forward): auto or "m16", 8 warps of one m16 tile; "m32"
  * (flash_tc_forward_kernel's MT 2; head sizes up to 64), 4 warps of two
  * (the third run: 137 us a call at B=4 against m16's 87, 219 registers
  * and half the warps); "k32" (KS 2, up to hs 64), 8 warps of one m16 tile
  * taking each 64-key tile in two steps of 32 keys, capped at 80
- * registers for three blocks per SM (not yet timed). Read once; another
- * value is named and ignored.
+ * registers for three blocks per SM (not yet timed).
  * tests/gpu/acceptance.sh checks and times each variant. */
-static std::atomic<int> tc_fwd_v{-1}, tc_bwd_v{-1}; /* -1: not read yet */
+/* Tests' choices (gpt_cuda_flash_tc_set_variants; -1: none), which win
+ * over the plan's; tc_bwd_fell: the guard's fall-back to the reference,
+ * which wins over every choice. */
+static std::atomic<int> tc_fwd_v{-1}, tc_bwd_v{-1};
+static std::atomic<bool> tc_bwd_fell{false};
 
-/* The variant in *cache, read from the environment variable `var` the
- * first time (parse: flash_tc.h's, -1 for an unknown value, which is
- * named on stderr and runs the default `def`). */
-static int tc_variant(std::atomic<int> *cache, const char *var, int (*parse)(const char *), int def,
-                      const char *known)
+/* The forward variant of plan p: a test's, else the backend's (attn_fwd's
+ * values are enum gpt_flash_fwd's), else the default. */
+static int tc_fwd_mode(const struct gpt_cuda_attn_plan *p)
 {
-    int v = cache->load(std::memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv(var);
-        v = parse(e);
-        if (v < 0) {
-            fprintf(stderr, "gptd: %s=%.40s is not a variant (%s): running the default\n", var, e,
-                    known);
-            v = def;
-        }
-        cache->store(v, std::memory_order_relaxed);
-    }
-    return v;
+    int v = tc_fwd_v.load(std::memory_order_relaxed);
+    return v >= 0 ? v : gpt_flash_tc_fwd_of_spec(p->attn_fwd);
 }
 
-static int tc_fwd_mode(void)
+/* The backward's, likewise (attn_bwd is enum gpt_flash_bwd + 1). */
+static enum gpt_flash_bwd tc_bwd_mode(const struct gpt_cuda_attn_plan *p)
 {
-    return tc_variant(&tc_fwd_v, "GPTD_FLASH_FWD", gpt_flash_tc_fwd_variant, GPT_FLASH_FWD_DEFAULT,
-                      "m16, m32, k32, wg, cudnn");
-}
-
-static enum gpt_flash_bwd tc_bwd_mode(void)
-{
-    return (enum gpt_flash_bwd)tc_variant(&tc_bwd_v, "GPTD_FLASH_BWD", gpt_flash_tc_bwd_variant,
-                                          GPT_FLASH_BWD_DEFAULT,
-                                          "twopass, twopass4, fused, split, wg, ds, cudnn");
+    if (tc_bwd_fell.load(std::memory_order_relaxed))
+        return GPT_FLASH_BWD_FUSED;
+    int v = tc_bwd_v.load(std::memory_order_relaxed);
+    return v >= 0 ? (enum gpt_flash_bwd)v : gpt_flash_tc_bwd_of_spec(p->attn_bwd);
 }
 
 extern "C" void gpt_cuda_flash_tc_set_variants(int bwd, int fwd)
 {
+    tc_bwd_fell.store(false, std::memory_order_relaxed);
     tc_bwd_v.store(bwd, std::memory_order_relaxed);
     tc_fwd_v.store(fwd, std::memory_order_relaxed);
 }
@@ -935,13 +923,13 @@ static cudaError_t tc_backward_twopass(cudaStream_t s, enum gpt_flash_bwd mode,
 {
     constexpr int SPLIT = HS <= 64 ? 2 : 1;
     auto *dkv = flash_tc_bwd_kernel<HS, SPLIT, false>;
-    if constexpr (SPLIT > 1) /* GPTD_FLASH_BWD=twopass4: four dK/dV blocks per SM */
+    if constexpr (SPLIT > 1) /* attention_backward twopass4: four dK/dV blocks per SM */
         if (mode == GPT_FLASH_BWD_TWOPASS4)
             dkv = flash_tc_bwd_kernel<HS, SPLIT, false, 4>;
     int t = (int)T, c = (int)C, nh = (int)NH;
     float scale = 1.0f / sqrtf((float)HS), scale2 = scale * GPT_FLASH_LOG2E;
     cudaError_t e;
-    /* GPTD_FLASH_BWD=wg: both passes on wgmma (head size 64) */
+    /* attention_backward wg: both passes on wgmma (head size 64) */
     if (HS == GPT_FLASH_WG_HS && mode == GPT_FLASH_BWD_WG && wg_ready()) {
         if ((e = cuk_flash_wg_backward(s, (unsigned)p->bh, dqkv, dqkv_bf, Dv, dob,
                                        dob_in ? NULL : dout, out_bf, qkv_bf, lse, t, c, nh, scale,
@@ -1067,15 +1055,14 @@ static cudaError_t tc_backward(cudaStream_t s, enum gpt_flash_bwd mode,
 /* The tensor-core forward for head size HS; the error of a refused
  * shared-memory opt-in (then nothing is launched). */
 template <int HS>
-static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out, uint16_t *out_bf,
-                              float *lse, const uint16_t *qkv_bf, int T, int C, int NH,
-                              float scale2)
+static cudaError_t tc_forward(cudaStream_t s, int v, dim3 grid, size_t smem, float *out,
+                              uint16_t *out_bf, float *lse, const uint16_t *qkv_bf, int T, int C,
+                              int NH, float scale2)
 {
     auto *k = flash_tc_forward_kernel<HS, 1>;
     unsigned threads = TC_FWD_THREADS;
     bool three = false;
     if constexpr (HS <= 64) { /* the variants' registers fit up to hs 64 */
-        const int v = tc_fwd_mode();
         if (v == GPT_FLASH_FWD_M32) {
             k = flash_tc_forward_kernel<HS, 2>;
             threads = TC_FWD_THREADS / 2;
@@ -1085,7 +1072,7 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
         }
     }
     if constexpr (HS == GPT_FLASH_WG_HS) {
-        if (tc_fwd_mode() == GPT_FLASH_FWD_WG && wg_ready()) {
+        if (v == GPT_FLASH_FWD_WG && wg_ready()) {
             cudaError_t e =
                 cuk_flash_wg_forward(s, grid.y, out, out_bf, lse, qkv_bf, T, C, NH, scale2);
             if (e != cudaSuccess)
@@ -1107,7 +1094,7 @@ static cudaError_t tc_forward(cudaStream_t s, dim3 grid, size_t smem, float *out
     return cudaSuccess;
 }
 
-/* ---- cuDNN's attention (GPTD_FLASH_FWD=cudnn, GPTD_FLASH_BWD=cudnn) ----------
+/* ---- cuDNN's attention (attention_forward cudnn, attention_backward cudnn) ----------
  * cuda_dnn_attn.c builds cuDNN's fused attention graph per shape; here
  * its inputs and outputs are the tensor-core kernels': q, k and v from
  * qkv's bf16 copy, the logsumexp in att, out and dqkv in bf16 (a
@@ -1228,16 +1215,17 @@ cudaError_t cuk_flash_forward(cudaStream_t s, const struct gpt_cuda_attn_plan *p
     int t = (int)T, c = (int)C, nh = (int)NH, hs = (int)p->hs;
     cudaError_t e;
     if (tc_forward_ok(p, out, out_bf, qkv_bf)) {
-        if (tc_fwd_mode() == GPT_FLASH_FWD_CUDNN &&
-            dnn_forward(s, out, out_bf, lse, qkv_bf, B, T, C, NH))
+        const int v = tc_fwd_mode(p);
+        if (v == GPT_FLASH_FWD_CUDNN && dnn_forward(s, out, out_bf, lse, qkv_bf, B, T, C, NH))
             return cudaSuccess;
         dim3 g((unsigned)((T + TC_FWD_BR - 1) / TC_FWD_BR), p->bh);
         size_t smem = gpt_flash_tc_smem_fwd(p->hs);
         float scale2 = scale * GPT_FLASH_LOG2E;
-        e = hs == 32   ? tc_forward<32>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
-            : hs == 64 ? tc_forward<64>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
-            : hs == 96 ? tc_forward<96>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
-                       : tc_forward<128>(s, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2);
+        e = hs == 32   ? tc_forward<32>(s, v, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+            : hs == 64 ? tc_forward<64>(s, v, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+            : hs == 96 ? tc_forward<96>(s, v, g, smem, out, out_bf, lse, qkv_bf, t, c, nh, scale2)
+                       : tc_forward<128>(s, v, g, smem, out, out_bf, lse, qkv_bf, t, c, nh,
+                                         scale2);
         if (e == cudaSuccess)
             return cudaSuccess;
         (void)cudaGetLastError(); /* a refused opt-in: the CUDA-core kernel below */
@@ -1269,14 +1257,14 @@ static cudaError_t tc_backward_hs(cudaStream_t s, enum gpt_flash_bwd mode,
     }
 }
 
-extern "C" int gpt_cuda_flash_tc_bwd_is_reference(void)
+extern "C" int gpt_cuda_flash_tc_bwd_is_reference(const struct gpt_cuda_attn_plan *p)
 {
-    return tc_bwd_mode() == GPT_FLASH_BWD_FUSED;
+    return tc_bwd_mode(p) == GPT_FLASH_BWD_FUSED;
 }
 
 extern "C" void gpt_cuda_flash_tc_bwd_fall_back(void)
 {
-    tc_bwd_v.store(GPT_FLASH_BWD_FUSED, std::memory_order_relaxed);
+    tc_bwd_fell.store(true, std::memory_order_relaxed);
 }
 
 cudaError_t cuk_flash_backward_ref(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *ref,
@@ -1325,7 +1313,7 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
         dsg = NULL;
     dnn_bwd_last.store(false, std::memory_order_relaxed);
     if (tc_backward_ok(p, dqkv, dqkv_bf, out_bf, qkv_bf, dob)) {
-        enum gpt_flash_bwd mode = tc_bwd_mode();
+        enum gpt_flash_bwd mode = tc_bwd_mode(p);
         if (mode == GPT_FLASH_BWD_CUDNN) { /* else, or where cuDNN refuses: the default */
             if (dnn_backward(s, dqkv, dqkv_bf, Dv, dob, dob_in, dout, out_bf, qkv_bf, lse, B, T, C,
                              NH)) {

@@ -1,6 +1,6 @@
 /*
  * cuda_attention_wg: the flash attention kernels on Hopper's warpgroup
- * matrix instructions (wgmma), GPTD_FLASH_FWD=wg and GPTD_FLASH_BWD=wg,
+ * matrix instructions (wgmma), attention_forward wg and attention_backward wg,
  * head size 64. The forward and the two-pass backward's dQ and dK/dV
  * passes as in cuda_attention.cu (the same blocks, spans, masks and
  * softmax), their products read from 128-byte-swizzled shared-memory
@@ -23,7 +23,7 @@
 #include "flash_tc.h"
 #include "flash_wg.h"
 
-/* ---- warpgroup forward (GPTD_FLASH_FWD=wg) ------------------------------------
+/* ---- warpgroup forward (attention_forward wg) ------------------------------------
  * cuda_attention.cu's m16 forward with wgmma in place of mma.sync: two
  * warpgroups of 64 query rows (the same 128-row blocks, grid and key
  * tiles), each
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
 #endif
 }
 
-/* ---- warpgroup dQ pass (GPTD_FLASH_BWD=wg) -----------------------------------
+/* ---- warpgroup dQ pass (attention_backward wg) -----------------------------------
  * cuda_attention.cu's dQ pass (flash_tc_dq_kernel) with wgmma, laid out
  * as the warpgroup forward (two warpgroups of 64 rows; warp w still owns
  * rows q0 + 16 w .., so the row terms are tc_dq_rows'). Per key tile, in
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(GPT_FLASH_WG_THREADS, 2)
 #endif
 }
 
-/* ---- warpgroup dK/dV pass (GPTD_FLASH_BWD=wg) ---------------------------------
+/* ---- warpgroup dK/dV pass (attention_backward wg) ---------------------------------
  * The two-pass backward's dK/dV pass (flash_tc_bwd_kernel<64, 2, false>)
  * with wgmma: one warpgroup owns 64 keys (the same grid, block x taking
  * key block x; warp w keys k0 + 16 w ..), K and V swizzled in shared

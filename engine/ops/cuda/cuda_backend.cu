@@ -333,6 +333,8 @@ static void cu_attn_plan(const struct gpt_cuda_backend *cb, struct gpt_cuda_attn
 {
     gpt_cuda_plan_attention(p, B, T, C, NH, cb->smem_optin, cb->attn_want);
     p->tc = cb->bf16; /* fp32 mode: no tensor-core backward, no scratch for it */
+    p->attn_fwd = cb->attn_fwd;
+    p->attn_bwd = cb->attn_bwd;
 }
 
 static void cuda_attention_forward(struct gpt_backend *be, float *out, float *att, const float *qkv,
@@ -903,7 +905,7 @@ static int cuda_attention_guard(struct gpt_backend *be, float *ref, float *scrat
     struct gpt_cuda_attn_plan plan;
     cu_attn_plan(cb, &plan, B, T, C, NH);
     if (plan.kind != GPT_CUDA_ATTN_FLASH || !plan.tc || !cb->bf16 ||
-        !gpt_flash_tc_applies(plan.hs) || gpt_cuda_flash_tc_bwd_is_reference() ||
+        !gpt_flash_tc_applies(plan.hs) || gpt_cuda_flash_tc_bwd_is_reference(&plan) ||
         gpt_cuda_flash_dnn_bwd_last())
         return -ENOTSUP; /* cuDNN's: bf16 outputs, checked against the CPU by test_gpu_ops */
 
@@ -979,7 +981,28 @@ static int cu_fail_new(struct gpt_cuda_backend *cb, struct gpt_err *err, const c
     return gpt_err_set(err, -GPT_E_CUDA, NULL, "cuda backend: %s: %s", what, detail);
 }
 
-extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct gpt_err *err)
+/* head.attn_variants: the variants o chose, and where one cannot run on
+ * this build or host, what runs instead (a variant that does not take a
+ * shape, e.g. wg at head size 128, also runs the default there). */
+static void cu_attn_describe(struct gpt_cuda_backend *cb)
+{
+    enum gpt_flash_bwd bwd =
+        cb->attn_bwd > 0 ? (enum gpt_flash_bwd)(cb->attn_bwd - 1) : GPT_FLASH_BWD_DEFAULT;
+    int fwd = cb->attn_fwd > 0 ? cb->attn_fwd : GPT_FLASH_FWD_DEFAULT;
+    const char *instead = "";
+    bool wg = fwd == GPT_FLASH_FWD_WG || bwd == GPT_FLASH_BWD_WG;
+    bool dnn = fwd == GPT_FLASH_FWD_CUDNN || bwd == GPT_FLASH_BWD_CUDNN;
+    if (wg && !gpt_cuda_flash_wg_live())
+        instead = " (no sm_90a kernels here: wg runs the defaults)";
+    else if (dnn && gpt_cuda_cudnn_version() <= 0)
+        instead = " (no libcudnn.so.9: cudnn runs the defaults)";
+    snprintf(cb->head.attn_variants, sizeof(cb->head.attn_variants),
+             "forward %s, backward %s%s", gpt_flash_tc_fwd_name(fwd), gpt_flash_tc_bwd_name(bwd),
+             instead);
+}
+
+extern "C" int gpt_backend_cuda_new(int device, const struct gpt_backend_opts *o,
+                                    struct gpt_backend **ret, struct gpt_err *err)
 {
     char probe[512];
     int count = gpt_cuda_probe(probe, sizeof(probe));
@@ -1004,6 +1027,8 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     cb->head.threads = 1;
     cb->device = device;
     cb->attn_want = GPT_CUDA_ATTN_FLASH;
+    cb->attn_fwd = o ? o->attn_forward : 0;
+    cb->attn_bwd = o ? o->attn_backward : 0;
     pthread_mutex_init(&cb->shd_mu, NULL);
     int optin = 0;
     if ((e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) !=
@@ -1049,6 +1074,7 @@ extern "C" int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct
     cb->n_allocs = 0;
     if ((e = cudaStreamSynchronize(cb->compute)) != cudaSuccess)
         return cu_fail_new(cb, err, "cudaStreamSynchronize", cudaGetErrorString(e));
+    cu_attn_describe(cb);
     *ret = &cb->head;
     return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * cuda_dnn_attn: causal attention through cuDNN's graph API
- * (GPTD_FLASH_FWD=cudnn, GPTD_FLASH_BWD=cudnn), on the table cuda_dnn.c
+ * (attention_forward cudnn, attention_backward cudnn), on the table cuda_dnn.c
  * loads, so it builds without cuDNN's headers or library. The forward
  * writes O (bf16) and the softmax statistics (the log-sum-exp of the
  * scaled scores, fp32, (B, NH, T): what the hand-written kernels keep,

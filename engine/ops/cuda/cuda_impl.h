@@ -86,6 +86,7 @@ struct gpt_cuda_backend {
     unsigned cache_next;
     size_t smem_optin;                 /* shared memory a block may opt into */
     enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
+    int attn_fwd, attn_bwd; /* enum gpt_attn_fwd/_bwd: the plans' (cu_attn_plan) */
     /* bf16 mode. The shadow table is also touched by the communication
      * thread (note_write), hence the mutex; everything else is the owner's. */
     int bf16;
@@ -406,7 +407,7 @@ cudaError_t cuk_flash_backward_ref(cudaStream_t s, const struct gpt_cuda_attn_pl
 #ifdef __cplusplus
 extern "C" {
 #endif
-int gpt_cuda_flash_tc_bwd_is_reference(void);
+int gpt_cuda_flash_tc_bwd_is_reference(const struct gpt_cuda_attn_plan *p);
 void gpt_cuda_flash_tc_bwd_fall_back(void);
 /* 1 when the last attention backward ran through cuDNN (its outputs are
  * bf16 values, so the guard's fp32 bound does not apply). Any thread. */

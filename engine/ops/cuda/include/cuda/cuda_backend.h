@@ -59,7 +59,8 @@ extern "C" {
  * runtime failures. Returns new; free with gpt_backend_free. Any thread,
  * but the backend is then used by one thread at a time; blocks for the
  * context creation (up to seconds on the first call in a process). */
-int gpt_backend_cuda_new(int device, struct gpt_backend **ret, struct gpt_err *err);
+int gpt_backend_cuda_new(int device, const struct gpt_backend_opts *o, struct gpt_backend **ret,
+                         struct gpt_err *err);
 
 /* True when `be` is a CUDA backend. */
 int gpt_backend_is_cuda(const struct gpt_backend *be);
@@ -117,22 +118,21 @@ void gpt_cuda_backend_attention_plan(const struct gpt_backend *be, size_t B, siz
  * launched in this process, by any backend: tests use it to know the bf16
  * fast path ran rather than the CUDA-core fallback. Any thread. */
 uint64_t gpt_cuda_flash_tc_launches(void);
-/* Of those, the passes cuDNN ran (GPTD_FLASH_FWD/BWD=cudnn where
+/* Of those, the passes cuDNN ran (trainer.attention_forward/_backward cudnn where
  * libcudnn.so.9 loaded and took the shape): tests tell a cuDNN pass from
  * the hand-written fallback by it. Any thread. */
 uint64_t gpt_cuda_flash_dnn_launches(void);
-/* For tests: the attention kernels' variants from now on, as
- * GPTD_FLASH_BWD and GPTD_FLASH_FWD would choose them (enum gpt_flash_bwd
- * and enum gpt_flash_fwd in flash_tc.h); -1 reads the environment
- * again at the next launch. Not for use while kernels are being
- * launched from another thread. */
+/* For tests: the attention kernels' variants from now on, whatever the
+ * backends were made with (enum gpt_flash_bwd and enum gpt_flash_fwd in
+ * flash_tc.h); -1: each backend's own (trainer.attention_*). Not for use
+ * while kernels are being launched from another thread. */
 void gpt_cuda_flash_tc_set_variants(int bwd, int fwd);
 /* For tests: at most `heads` (b, h) pairs per chunk of the dS backward
- * (GPTD_FLASH_BWD=ds), as when their tiles pass the 1 GiB reserve; 0:
+ * (attention_backward ds), as when their tiles pass the 1 GiB reserve; 0:
  * as many as the reserve holds. The same caveat. */
 void gpt_cuda_flash_tc_set_ds_chunk(size_t heads);
 /* 1 when the driver loaded the sm_90a build of the attention kernels, so
- * GPTD_FLASH_FWD=wg runs the warpgroup (wgmma) forward; 0 and it runs the
+ * attention_forward wg runs the warpgroup (wgmma) forward; 0 and it runs the
  * default. Asked of the GPU once (a probe kernel and a synchronous copy
  * on the default stream). Any thread. */
 int gpt_cuda_flash_wg_live(void);
