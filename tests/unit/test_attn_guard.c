@@ -17,7 +17,10 @@
  *  - the comparison takes dq, dk and dv each against its own largest
  *    value, and fails on a value that is not finite;
  *  - gpt_train on the faulty backend emits an "attention_fallback" event
- *    and trains to the plain CPU run's losses, bit for bit.
+ *    and trains to the plain CPU run's losses, bit for bit;
+ *  - the start event names the attention variants a backend says it was
+ *    made with (attn_variants: the CUDA backend's trainer.attention_*),
+ *    and says nothing of attention for the CPU backend, which has none.
  */
 #include <errno.h>
 #include <math.h>
@@ -250,6 +253,7 @@ struct run {
     double loss[STEPS];
     int n;
     char fallback[GPT_EVENT_MSG_MAX];
+    char start[GPT_EVENT_MSG_MAX];
 };
 
 static void hook_metric(void *ctx, const struct gpt_metric *m)
@@ -264,6 +268,8 @@ static void hook_event(void *ctx, const struct gpt_event *e)
     struct run *r = ctx;
     if (strcmp(e->kind, "attention_fallback") == 0)
         snprintf(r->fallback, sizeof(r->fallback), "%s", e->message);
+    if (strcmp(e->kind, "start") == 0)
+        snprintf(r->start, sizeof(r->start), "%s", e->message);
 }
 
 static void train(struct gpt_backend *be, struct run *r)
@@ -295,8 +301,12 @@ static void test_trainer(void **state)
     assert_int_equal(gpt_backend_cpu_new(1, &cpu, &err), 0);
     train(cpu, &plain);
     gpt_backend_free(cpu);
+    assert_null(strstr(plain.start, "attention"));
     struct gpt_backend *be = fake_new(1.5f, 0);
+    snprintf(be->attn_variants, sizeof(be->attn_variants), "forward m32, backward fused");
     train(be, &guarded);
+    print_message("start: %s\n", guarded.start);
+    assert_non_null(strstr(guarded.start, ", attention forward m32, backward fused"));
     assert_int_equal(fk.fallbacks, 1);
     assert_true(fk.backwards > 1);
     fake_free(be);
