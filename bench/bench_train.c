@@ -54,10 +54,10 @@ static struct gpt_backend_ops prof_ops;
 /* A pass-through keeps the slot's result across the timer: the value
  * holder and the return by the slot's type (void has neither). */
 #define PROF_KEEP_void
-#define PROF_KEEP_int int r_ =
+#define PROF_KEEP_int    int r_ =
 #define PROF_KEEP_double double r_ =
 #define PROF_GIVE_void
-#define PROF_GIVE_int return r_;
+#define PROF_GIVE_int    return r_;
 #define PROF_GIVE_double return r_;
 #define GPT_OP_PROF_OP(ret, name, params, args)                                                    \
     static ret prof_##name params                                                                  \
@@ -68,7 +68,8 @@ static struct gpt_backend_ops prof_ops;
         PROF_GIVE_##ret                                                                            \
     }
 #define GPT_OP_PROF_CTL(ret, name, params, args)
-#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_PROF_##group(ret, name, params, args)
+#define GPT_OP(wrap, group, ret, name, params, args, pre)                                          \
+    GPT_OP_PROF_##group(ret, name, params, args)
 #include "backend_ops.def"
 
 static void prof_install(struct gpt_backend *be)

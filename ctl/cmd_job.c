@@ -101,9 +101,9 @@ int cmd_job_op(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
     int64_t job, snap = 0;
     bool ok = true, wait = false, has_opts = op == GPT_CTL_OP_RESUME || op == GPT_CTL_OP_CANCEL;
     int ch, rc_usage;
-    while (has_opts && (ch = getopt_long(argc, argv, op == GPT_CTL_OP_RESUME ? "s:" : "",
-                                         op == GPT_CTL_OP_RESUME ? resume_opts : cancel_opts,
-                                         NULL)) != -1) {
+    while (has_opts &&
+           (ch = getopt_long(argc, argv, op == GPT_CTL_OP_RESUME ? "s:" : "",
+                             op == GPT_CTL_OP_RESUME ? resume_opts : cancel_opts, NULL)) != -1) {
         if (ch == 'w') {
             wait = true;
             continue;

@@ -72,7 +72,6 @@ int ctl_logs_request(struct ctl *c, int64_t job, bool follow, int64_t since, boo
     return rc ? rc : logs_stream(c, follow, csv);
 }
 
-
 int cmd_logs(struct ctl *c, const struct ctl_cmd *cmd, int argc, char **argv)
 {
     (void)cmd;

@@ -229,8 +229,7 @@ static int submit_resolve_from(struct ctl *c, struct submit_args *a)
         return ctl_usage_error("--resume-from continues one job: not with %s",
                                a->init_from ? "--init-from" : "-m");
     if (a->resume_from &&
-        (rc = ctl_job_snapshot_parse("--resume-from", a->resume_from, &a->from_job,
-                                     &a->from_snap)))
+        (rc = ctl_job_snapshot_parse("--resume-from", a->resume_from, &a->from_job, &a->from_snap)))
         return rc;
     if (a->init_from) {
         if (a->n_over == CTL_OVERRIDE_MAX)
@@ -272,8 +271,7 @@ static int submit_validate(struct ctl *c, const char *file, json_t *spec)
         free(text);
         json_decref(o);
     } else {
-        printf("%s: valid (no gptd running: data paths are checked at submit)\n",
-               out_esc(file, 0));
+        printf("%s: valid (no gptd running: data paths are checked at submit)\n", out_esc(file, 0));
         json_decref(spec);
     }
     return 0;

@@ -360,8 +360,7 @@ static int plot_fetch(struct ctl *c, struct plot_job *j)
     const json_t *job = json_object_get(reply, "job");
     char name[128], over[256];
     fmt_overrides(over, sizeof(over), json_object_get(job, "overrides"));
-    plot_xml(name, sizeof(name),
-             over[0] ? over : json_string_value(json_object_get(job, "name")));
+    plot_xml(name, sizeof(name), over[0] ? over : json_string_value(json_object_get(job, "name")));
     snprintf(j->label, sizeof(j->label), "#%lld %s", (long long)j->id, name);
     json_decref(reply);
 

@@ -663,8 +663,8 @@ static int daemon_on_admit(void *ctx, struct control *srv, const struct control_
 static void daemon_unknown_argument(const char *arg, const char *key)
 {
     static const char *const commands[] = {"run", "tokenize", "export"};
-    static const char *const flags[] = {"config",  "print-default-config", "print-config",
-                                        "check-config", "version", "help"};
+    static const char *const flags[] = {
+        "config", "print-default-config", "print-config", "check-config", "version", "help"};
     char buf[CONFIG_NAME_MAX];
     const char *hint = NULL;
     bool dashes = strncmp(arg, "--", 2) == 0;
@@ -673,8 +673,8 @@ static void daemon_unknown_argument(const char *arg, const char *key)
     else if (!dashes)
         hint = gpt_suggest(arg, commands, sizeof(commands) / sizeof(commands[0]));
     if (hint)
-        fprintf(stderr, "gptd: unknown argument \"%s\" (did you mean %s%s? see gptd --help)\n",
-                arg, dashes ? "--" : "gptd ", hint);
+        fprintf(stderr, "gptd: unknown argument \"%s\" (did you mean %s%s? see gptd --help)\n", arg,
+                dashes ? "--" : "gptd ", hint);
     else
         fprintf(stderr, "gptd: unknown argument \"%s\" (see gptd --help)\n", arg);
 }

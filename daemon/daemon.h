@@ -30,9 +30,9 @@ struct daemon_ctx {
     struct jobs *jobs;
     struct cluster *cluster; /* NULL only before it started */
     struct agent *agent;
-    struct mirror *mirror; /* a member's view of the coordinator's jobs */
+    struct mirror *mirror;     /* a member's view of the coordinator's jobs */
     struct userwork *userwork; /* sample, export, resume-from copies; NULL before start */
-    double started;        /* unix seconds */
+    double started;            /* unix seconds */
     bool stopping;
 };
 

@@ -65,9 +65,8 @@ static int staged_host(struct comm_staged *s, size_t bytes, void **ret)
 
 /* Device floats [0, n) to host, the collective `fn` there, [out_off,
  * out_off + out_len) back: allreduce and reduce_scatter. */
-static int staged_whole(struct comm_staged *s, float *buf, size_t n, size_t out_off,
-                        size_t out_len, int (*fn)(struct comm_staged *s, float *h, size_t n,
-                                                  const void *arg),
+static int staged_whole(struct comm_staged *s, float *buf, size_t n, size_t out_off, size_t out_len,
+                        int (*fn)(struct comm_staged *s, float *h, size_t n, const void *arg),
                         const void *arg)
 {
     if (!staged_is_device(s, buf) || n == 0)

@@ -703,7 +703,7 @@ static int data_open_shard(struct gpt_dataset *ds, const char *file, const char 
 struct data_glob_limit {
     long entries;
     int64_t deadline_ms; /* monotime_ms() */
-    int hit; /* 1: too many entries, 2: too slow */
+    int hit;             /* 1: too many entries, 2: too slow */
 };
 
 static _Thread_local struct data_glob_limit *data_glob_cur;

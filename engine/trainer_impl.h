@@ -26,7 +26,6 @@
 #include "trainer.h"
 #include "trainer_ddp.h"
 
-
 /* State a resume restores and rank 0 broadcasts to the others. */
 struct train_state {
     int64_t step;
@@ -51,9 +50,9 @@ struct trainer {
     size_t B, T;
     /* This rank's share of every step's global batch. */
     struct trainer_batch batch;
-    int *inputs, *targets; /* (B, T) host */
+    int *inputs, *targets;   /* (B, T) host */
     struct gpt_err data_err; /* why a batch read failed: it names the file */
-    float *logits_host;    /* (B, T, Vp) host, for evaluation and sampling */
+    float *logits_host;      /* (B, T, Vp) host, for evaluation and sampling */
     int64_t max_steps;
     struct train_state st;
     struct gpt_rng rng;

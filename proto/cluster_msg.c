@@ -83,7 +83,7 @@ static const struct cm_field cm_args[] = {
 #define B(x)     CLUSTER_MSG_BIT(x)
 #define CM_HB_FIELDS                                                                               \
     (B(NODE) | B(INC) | B(GEN) | B(ROUND) | B(JOB) | B(SNAP) | B(WORKERS) | B(ADDR) | B(VER) |     \
-     B(DEV) | B(STATE) | B(EXIT_ROUND) | B(EXIT_RC) | B(EXIT_STEP) | B(EXIT_MSG) | B(GPU) |     \
+     B(DEV) | B(STATE) | B(EXIT_ROUND) | B(EXIT_RC) | B(EXIT_STEP) | B(EXIT_MSG) | B(GPU) |        \
      B(IID))
 
 static const struct cm_type {

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <sys/resource.h>
 
-
 int fdlimit_get(uint64_t *ret_soft, uint64_t *ret_hard)
 {
     struct rlimit rl;

@@ -55,16 +55,14 @@ int secret_file_ensure(const char *path, struct gpt_err *err)
     /* mkostemp: O_CREAT|O_EXCL, mode 0600, a name no other creator uses. */
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
-        return gpt_err_set(err, -errno, NULL, "cannot create %s: %s", tmp,
-                           strerror(errno));
+        return gpt_err_set(err, -errno, NULL, "cannot create %s: %s", tmp, strerror(errno));
     rc = secret_write(fd, path, err);
     if (close(fd) < 0 && rc == 0)
         rc = gpt_err_set(err, -errno, NULL, "%s: %s", tmp, strerror(errno));
     /* link() fails with EEXIST if another process made the secret first:
      * then both use that one. */
     if (rc == 0 && link(tmp, path) < 0 && errno != EEXIST)
-        rc = gpt_err_set(err, -errno, NULL, "cannot create %s: %s", path,
-                         strerror(errno));
+        rc = gpt_err_set(err, -errno, NULL, "cannot create %s: %s", path, strerror(errno));
     unlink(tmp);
     return rc;
 }

@@ -6,8 +6,8 @@
  * ones on `finished` (both under `mu`); a uv_async wakes the loop, which
  * drains the whole list (wakeups coalesce), calls each done and hands out
  * what may run next. An item's `next` links it into one list at a time:
- * waiting (loop), ready, then finished (both under `mu`). The memory each user's running work holds is under
- * `mu` too (threads take it, the loop gives it back).
+ * waiting (loop), ready, then finished (both under `mu`). The memory each user's running work holds
+ * is under `mu` too (threads take it, the loop gives it back).
  */
 #include "userwork.h"
 
@@ -237,7 +237,7 @@ static void userwork_item_init(struct userwork *uw, struct userwork_item *it)
     const struct config *cfg = uw->cfg;
     it->pool = uw;
     it->per_uid = cfg->user_work_per_uid;
-    it->mem_limit = (uint64_t)(cfg->user_work_max_memory   ? cfg->user_work_max_memory
+    it->mem_limit = (uint64_t)(cfg->user_work_max_memory ? cfg->user_work_max_memory
                                : cfg->max_job_memory > 0 ? cfg->max_job_memory
                                                          : 0);
     it->mem_bytes = 0;

@@ -18,7 +18,7 @@
 #include "export_model.h"
 #include "run_dir.h"
 
-#define EXPORT_NAME_MAX      128     /* GGUF general.name kept (as the daemon's job name) */
+#define EXPORT_NAME_MAX       128     /* GGUF general.name kept (as the daemon's job name) */
 #define EXPORT_SPEC_MAX_BYTES 1048576 /* largest spec.json read for the name */
 
 int export_model(const char *in, enum gpt_fmt_kind kind, const char *out, const char *vocab_dir,
@@ -105,22 +105,22 @@ struct export_args {
 
 #define EXPORT_ARG(f) offsetof(struct export_args, f)
 static const struct cli_opt export_opts[] = {
-    {"format", 'f', "F", CLI_OPT_STR, EXPORT_ARG(format), .help =
-     "hf: a Hugging Face GPT2LMHeadModel folder;\n"
-     "llmc: an llm.c checkpoint (version 3);\n"
-     "gguf: GGUF v3 for llama.cpp"},
-    {"output", 'o', "PATH", CLI_OPT_STR, EXPORT_ARG(out), .help =
-     "the folder (hf) or file to write; written atomically,\n"
-     "an existing folder or a symbolic link is refused"},
-    {"vocab", 0, "DIR", CLI_OPT_STR, EXPORT_ARG(vocab), .help =
-     "GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
-     "vocab.json + merges.txt) to ship with the model"},
-    {"dtype", 0, "T", CLI_OPT_STR, EXPORT_ARG(dtype), .help =
-     "gguf: the matrices as f32 (default), f16 or bf16"},
-    {"name", 0, "NAME", CLI_OPT_STR, EXPORT_ARG(name), .help =
-     "gguf: the model's name (general.name); default: the job's\n"
-     "name in the spec.json of the `gptd run` folder SNAPSHOT\n"
-     "lies in, else SNAPSHOT's file name without its extension"},
+    {"format", 'f', "F", CLI_OPT_STR, EXPORT_ARG(format),
+     .help = "hf: a Hugging Face GPT2LMHeadModel folder;\n"
+             "llmc: an llm.c checkpoint (version 3);\n"
+             "gguf: GGUF v3 for llama.cpp"},
+    {"output", 'o', "PATH", CLI_OPT_STR, EXPORT_ARG(out),
+     .help = "the folder (hf) or file to write; written atomically,\n"
+             "an existing folder or a symbolic link is refused"},
+    {"vocab", 0, "DIR", CLI_OPT_STR, EXPORT_ARG(vocab),
+     .help = "GPT-2 tokenizer files (encoder.json + vocab.bpe or\n"
+             "vocab.json + merges.txt) to ship with the model"},
+    {"dtype", 0, "T", CLI_OPT_STR, EXPORT_ARG(dtype),
+     .help = "gguf: the matrices as f32 (default), f16 or bf16"},
+    {"name", 0, "NAME", CLI_OPT_STR, EXPORT_ARG(name),
+     .help = "gguf: the model's name (general.name); default: the job's\n"
+             "name in the spec.json of the `gptd run` folder SNAPSHOT\n"
+             "lies in, else SNAPSHOT's file name without its extension"},
     {"help", 'h', NULL, CLI_OPT_HELP, .help = "this help"},
 };
 

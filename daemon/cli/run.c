@@ -275,23 +275,23 @@ static void run_sweep_summary(const struct gpt_sweep *sw, size_t n_run, const ch
             snprintf(run, sizeof(run), "m%lld", (long long)r[i].id);
             if (json)
                 json_array_append_new(
-                    runs, json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:f}", "run", run, "overrides",
-                                    r[i].label, "best_val_loss",
-                                    isnan(r[i].best_val_loss) ? json_null()
-                                                              : json_real(r[i].best_val_loss),
-                                    "final_loss",
-                                    isnan(r[i].final_loss) ? json_null()
-                                                           : json_real(r[i].final_loss),
-                                    "steps", (json_int_t)r[i].steps, "tokens",
-                                    (json_int_t)r[i].tokens, "time_s", r[i].time_s));
+                    runs,
+                    json_pack("{s:s, s:s, s:o, s:o, s:I, s:I, s:f}", "run", run, "overrides",
+                              r[i].label, "best_val_loss",
+                              isnan(r[i].best_val_loss) ? json_null()
+                                                        : json_real(r[i].best_val_loss),
+                              "final_loss",
+                              isnan(r[i].final_loss) ? json_null() : json_real(r[i].final_loss),
+                              "steps", (json_int_t)r[i].steps, "tokens", (json_int_t)r[i].tokens,
+                              "time_s", r[i].time_s));
             else
                 printf("%-4zu  %-6s  %-32s  %10.4f  %10.4f  %7lld  %10lld  %8.1f\n", i + 1, run,
                        r[i].label, r[i].best_val_loss, r[i].final_loss, (long long)r[i].steps,
                        (long long)r[i].tokens, r[i].time_s);
         }
         if (json)
-            print_json(json_pack("{s:s, s:s, s:o}", "type", "sweep_summary", "dir", snapdir,
-                                 "runs", runs));
+            print_json(json_pack("{s:s, s:s, s:o}", "type", "sweep_summary", "dir", snapdir, "runs",
+                                 runs));
         fflush(stdout);
     }
     free(r);
@@ -427,7 +427,7 @@ static const struct run_opt run_opts[] = {
     {"multirun", RUN_OPT_FLAG, RUN_ARG(multirun), 0, true},
     {"print-spec", RUN_OPT_FLAG, RUN_ARG(print_spec), 0, false},
 };
-#define RUN_N_OPTS (sizeof(run_opts) / sizeof(run_opts[0]))
+#define RUN_N_OPTS  (sizeof(run_opts) / sizeof(run_opts[0]))
 #define RUN_OPT_VAL 0x100 /* getopt_long's value of run_opts[i]: RUN_OPT_VAL + i */
 
 static const struct run_opt *run_opt_find(const char *name)
@@ -563,8 +563,8 @@ static int run_parse_args(int argc, char **argv, struct run_args *a)
             rc = run_opt_take(a, o, o->kind == RUN_OPT_FLAG ? NULL : optarg);
             if (rc == -1 && o->sweep_skip)
                 rc = -2;
-        } else if (c == ':' && optopt >= RUN_OPT_VAL && run_opts[optopt - RUN_OPT_VAL].kind ==
-                                                            RUN_OPT_INT) {
+        } else if (c == ':' && optopt >= RUN_OPT_VAL &&
+                   run_opts[optopt - RUN_OPT_VAL].kind == RUN_OPT_INT) {
             rc = run_opt_take(a, &run_opts[optopt - RUN_OPT_VAL], NULL);
         } else {
             run_unknown_option(argv[at]);
@@ -597,9 +597,9 @@ static int run_load_job(const struct run_args *a, struct gpt_job *job)
         return 2;
     }
     /* A sweep's folder and checks come from its first combination. */
-    rc = a->multirun ? gpt_jobspec_load(a->file, (const char *const *)first.assign, first.n_keys,
-                                        job, &err)
-                     : gpt_jobspec_load(a->file, a->overrides, a->n_over, job, &err);
+    rc = a->multirun
+             ? gpt_jobspec_load(a->file, (const char *const *)first.assign, first.n_keys, job, &err)
+             : gpt_jobspec_load(a->file, a->overrides, a->n_over, job, &err);
     gpt_sweep_free(&first);
     if (rc == 0 && !a->print_spec)
         rc = gpt_jobspec_check_paths(job, &err);
@@ -712,8 +712,10 @@ static int run_train(const struct run_args *a, const struct gpt_job *job, const 
                      struct gpt_train_result *res)
 {
     struct gpt_err err;
-    struct run_ctx ctx = {.json = a->json, .tty = !a->json && isatty(STDOUT_FILENO),
-                          .stop_after = a->stop_after, .record = record};
+    struct run_ctx ctx = {.json = a->json,
+                          .tty = !a->json && isatty(STDOUT_FILENO),
+                          .stop_after = a->stop_after,
+                          .record = record};
     pthread_mutex_init(&ctx.out_mu, NULL);
     struct static_rdzv *rdzv_h = NULL;
     if (a->rdzv &&
@@ -777,10 +779,10 @@ static int run_sample(const struct run_args *a, const struct gpt_job *job, const
         .threads = job->trainer.threads > 0 ? job->trainer.threads : 1,
     };
     char *text = NULL;
-    int rc = a->prompt_ids && a->prompt[0]
-                 ? gpt_err_set(&err, -EINVAL, "prompt", "give --prompt or --prompt-ids, not both")
-                 : tokcache_sample(snapshot, job->data.vocab, NULL, a->prompt_ids, &so, &text,
-                                   &err);
+    int rc =
+        a->prompt_ids && a->prompt[0]
+            ? gpt_err_set(&err, -EINVAL, "prompt", "give --prompt or --prompt-ids, not both")
+            : tokcache_sample(snapshot, job->data.vocab, NULL, a->prompt_ids, &so, &text, &err);
     if (rc < 0) {
         fprintf(stderr, "gptd run: sampling failed: %s\n", err.msg);
         return 1;
@@ -789,8 +791,7 @@ static int run_sample(const struct run_args *a, const struct gpt_job *job, const
         print_json(json_pack("{s:s, s:s}", "type", "sample", "text", text));
     else if (a->prompt[0] && strncmp(text, a->prompt, strlen(a->prompt)) == 0)
         fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n--- generated ---\n%s\n",
-                (long long)a->sample_tokens, a->temperature, a->prompt,
-                text + strlen(a->prompt));
+                (long long)a->sample_tokens, a->temperature, a->prompt, text + strlen(a->prompt));
     else
         fprintf(stdout, "--- sample (%lld tokens, temperature %g) ---\n%s\n",
                 (long long)a->sample_tokens, a->temperature, text);
@@ -835,10 +836,10 @@ static int run_main(int argc, char **argv, struct run_args *a)
      * and keeps the records. */
     bool resume = a->resume || a->resume_from;
     FILE *record = NULL;
-    if (a->rank == 0 && (run_place(a, snapdir, sizeof(snapdir), &err) < 0 ||
-                         run_claim_snapdir(snapdir, resume, &err) < 0 ||
-                         run_dir_record(snapdir, &job, a->overrides, a->n_over, a->resume,
-                                        &record, &err) < 0)) {
+    if (a->rank == 0 &&
+        (run_place(a, snapdir, sizeof(snapdir), &err) < 0 ||
+         run_claim_snapdir(snapdir, resume, &err) < 0 ||
+         run_dir_record(snapdir, &job, a->overrides, a->n_over, a->resume, &record, &err) < 0)) {
         fprintf(stderr, "gptd run: %s\n", err.msg);
         return 1;
     }

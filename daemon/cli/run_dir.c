@@ -15,7 +15,7 @@
 #include "snapshot.h"
 
 #define RUN_DIR_PREFIX   "run-"
-#define RUN_DIR_TRIES    100  /* run-TS-2 .. run-TS-100 in one second */
+#define RUN_DIR_TRIES    100   /* run-TS-2 .. run-TS-100 in one second */
 #define RUN_DIR_LINE_MAX 65536 /* longest metrics.jsonl line read back */
 
 int run_dir_make(const char *root, char *ret, size_t cap, struct gpt_err *err)
@@ -80,14 +80,14 @@ int run_dir_clear(const char *dir, struct gpt_err *err)
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? 0
-                               : gpt_err_set(err, -errno, "snapshot.dir", "cannot read %s: %s",
-                                             dir, strerror(errno));
+                               : gpt_err_set(err, -errno, "snapshot.dir", "cannot read %s: %s", dir,
+                                             strerror(errno));
     int rc = 0;
     struct dirent *e;
     while (rc == 0 && (e = readdir(d)))
         if (run_dir_is_ours(e->d_name) && unlinkat(dirfd(d), e->d_name, 0) < 0 && errno != ENOENT)
-            rc = gpt_err_set(err, -errno, "snapshot.dir", "cannot remove %s/%s: %s", dir,
-                             e->d_name, strerror(errno));
+            rc = gpt_err_set(err, -errno, "snapshot.dir", "cannot remove %s/%s: %s", dir, e->d_name,
+                             strerror(errno));
     closedir(d);
     return rc;
 }

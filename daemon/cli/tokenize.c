@@ -321,8 +321,8 @@ static int tz_pick_val(const struct tz_file *files, int nf, double val_fraction,
 /* The random split's plan: the validation documents, then the training
  * ones, each in input order and cut into chunks of about TZ_CHUNK_BYTES at
  * safe cuts (returns a new array in *ret). */
-static int tz_plan_random(const struct tz_file *files, int nf, double val_fraction,
-                          uint64_t seed, struct tz_chunk **ret, size_t *ret_n)
+static int tz_plan_random(const struct tz_file *files, int nf, double val_fraction, uint64_t seed,
+                          struct tz_chunk **ret, size_t *ret_n)
 {
     struct tz_chunk *ch = NULL;
     size_t n = 0, cap = 0;
@@ -439,8 +439,9 @@ static const struct cli_opt tz_opts[] = {
              "until they hold F of the bytes, at least one left for\n"
              "training: an unbiased set when there are many FILEs"},
     {"seed", 0, "N", CLI_OPT_U64, TZ_ARG(seed), 0, UINT64_MAX,
-     .help = "the random split's seed (default " TZ_XSTR(TZ_SEED_DEF) "); the same seed\n"
-             "and FILEs give the same split"},
+     .help =
+         "the random split's seed (default " TZ_XSTR(TZ_SEED_DEF) "); the same seed\n"
+                                                                  "and FILEs give the same split"},
     {"shard-tokens", 0, "N", CLI_OPT_U64, TZ_ARG(shard_tokens), 1, INT32_MAX,
      .help = "tokens per shard (default " TZ_XSTR(TZ_SHARD_TOKENS_DEF) ")"},
     {"threads", 0, "N", CLI_OPT_U64, TZ_ARG(threads), 1, TZ_THREADS_MAX,
@@ -658,9 +659,9 @@ static int tz_run_all(struct tz_run *r)
     }
     if (tz_map_files(r) < 0)
         return -1;
-    if ((a->val_random ? tz_plan_random(r->files, a->nf, a->val_fraction, a->seed, &r->chunks,
-                                        &r->n_chunks)
-                       : tz_plan(r->files, a->nf, a->val_fraction, &r->chunks, &r->n_chunks)) < 0) {
+    if ((a->val_random
+             ? tz_plan_random(r->files, a->nf, a->val_fraction, a->seed, &r->chunks, &r->n_chunks)
+             : tz_plan(r->files, a->nf, a->val_fraction, &r->chunks, &r->n_chunks)) < 0) {
         fprintf(stderr, "gptd tokenize: out of memory\n");
         return -1;
     }
@@ -701,8 +702,9 @@ static void tz_run_done(struct tz_run *r)
 
 int gptd_tokenize_main(int argc, char **argv)
 {
-    struct tz_args a = {
-        .val_fraction = TZ_VAL_FRACTION_DEF, .seed = TZ_SEED_DEF, .shard_tokens = TZ_SHARD_TOKENS_DEF};
+    struct tz_args a = {.val_fraction = TZ_VAL_FRACTION_DEF,
+                        .seed = TZ_SEED_DEF,
+                        .shard_tokens = TZ_SHARD_TOKENS_DEF};
     int rc = tz_parse_args(argc, argv, &a);
     if (rc < 0)
         rc = tz_check_args(&a);

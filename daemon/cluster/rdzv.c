@@ -241,7 +241,8 @@ static bool rdzv_final_records_lost(struct rdzv_coord *c, struct rdzv_jrun *j, i
         return false;
     char lost[160];
     if (j->r0_lost_step >= j->max_steps)
-        snprintf(lost, sizeof(lost), "its snapshot row and done event never reached the coordinator");
+        snprintf(lost, sizeof(lost),
+                 "its snapshot row and done event never reached the coordinator");
     else
         snprintf(lost, sizeof(lost),
                  "the coordinator holds the job's metrics only up to step %" PRId64
@@ -552,8 +553,8 @@ int rdzv_coord_admit(struct rdzv_coord *c, double now, const struct cluster_msg 
     /* A new id, the holder itself, a holder gone (dead or left: the id is
      * free again), or the holder's state directory (a restart, however
      * soon): taken. Neither naming an instance reads as a restart too. */
-    if (!nd || nd->inc == m->inc || !nd->alive || nd->left || now - nd->last_hb > c->o.dead_after_s ||
-        nd->iid == m->iid)
+    if (!nd || nd->inc == m->inc || !nd->alive || nd->left ||
+        now - nd->last_hb > c->o.dead_after_s || nd->iid == m->iid)
         return 0;
     snprintf(why, cap,
              "node id \"%s\" is taken: node %s at %s (store connection from %s) is alive in the "

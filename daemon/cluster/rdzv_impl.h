@@ -91,8 +91,8 @@ struct rdzv_jrun {
     int world;
     int64_t world_start; /* the step the current world started from (0: none) */
     int64_t last_step, last_snap;
-    int64_t last_world_round; /* the newest closed round (its keys are deleted later) */
-    bool failure;             /* a member failed or died in the running world */
+    int64_t last_world_round;         /* the newest closed round (its keys are deleted later) */
+    bool failure;                     /* a member failed or died in the running world */
     enum failure_class failure_class; /* ...of this class (failure_class.c) */
     char failure_why[256];
     /* the snapshot every world resumes from (rdzv_job.resume_chosen), -1 none */

@@ -329,9 +329,8 @@ static enum MHD_Result http_api_csv(struct http *h, struct MHD_Connection *c,
     int rc = http_db_metrics_csv(h->db, rt->job, rt->since, &out, &next, &err);
     if (rc < 0) {
         metrics_buf_done(&out);
-        return http_json_error(c, rc == -ENOENT ? MHD_HTTP_NOT_FOUND
-                                                : MHD_HTTP_INTERNAL_SERVER_ERROR,
-                               err.msg);
+        return http_json_error(
+            c, rc == -ENOENT ? MHD_HTTP_NOT_FOUND : MHD_HTTP_INTERNAL_SERVER_ERROR, err.msg);
     }
     char since[24];
     snprintf(since, sizeof(since), "%lld", (long long)next);
@@ -353,8 +352,8 @@ static enum MHD_Result http_api(struct http *h, struct MHD_Connection *c,
         return http_api_csv(h, c, rt);
     json_t *doc = NULL;
     struct gpt_err err;
-    int rc = rt->what == HTTP_API_METRICS  ? http_db_metrics(h->db, rt->job, rt->since, &doc, &err)
-             : rt->what == HTTP_API_EVENTS ? http_db_events(h->db, rt->job, &doc, &err)
+    int rc = rt->what == HTTP_API_METRICS   ? http_db_metrics(h->db, rt->job, rt->since, &doc, &err)
+             : rt->what == HTTP_API_EVENTS  ? http_db_events(h->db, rt->job, &doc, &err)
              : rt->what == HTTP_API_CONFIG  ? http_db_config(h->db, rt->job, &doc, &err)
              : rt->what == HTTP_API_SAMPLES ? http_db_samples(h->db, rt->job, &doc, &err)
                                             : http_db_snapshots(h->db, rt->job, &doc, &err);

@@ -92,8 +92,7 @@ int http_api_route(const char *url, const char *since, struct http_api_route *re
     return 0;
 }
 
-int http_api_format(const char *format, enum http_api_what what, bool *ret_csv,
-                    struct gpt_err *err)
+int http_api_format(const char *format, enum http_api_what what, bool *ret_csv, struct gpt_err *err)
 {
     bool csv = format && strcmp(format, "csv") == 0;
     if (format && !csv && strcmp(format, "json") != 0)

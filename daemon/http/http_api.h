@@ -23,10 +23,10 @@
 #include "metric.h"
 #include "metrics_text.h"
 
-#define HTTP_API_METRICS_MAX   1000 /* metric records per /metrics document */
-#define HTTP_API_EVENTS_MAX    200  /* newest events per /events document */
-#define HTTP_API_SNAPSHOTS_MAX 200  /* newest snapshots per /snapshots document */
-#define HTTP_API_URL_MAX       256  /* longer URLs are not ours: 404 */
+#define HTTP_API_METRICS_MAX   1000  /* metric records per /metrics document */
+#define HTTP_API_EVENTS_MAX    200   /* newest events per /events document */
+#define HTTP_API_SNAPSHOTS_MAX 200   /* newest snapshots per /snapshots document */
+#define HTTP_API_URL_MAX       256   /* longer URLs are not ours: 404 */
 #define HTTP_API_CSV_ROWS_MAX  50000 /* metric rows per ?format=csv reply (about 10 MB) */
 
 enum http_api_what {
@@ -83,7 +83,7 @@ json_t *http_api_string(const char *s);
  * mem_bytes (a rank's parameters, gradients, optimizer state and
  * activations together) */
 json_t *http_api_metric_json(const struct gpt_metric *m);
-json_t *http_api_event_json(const struct gpt_event *e);   /* kind, message, step, time */
+json_t *http_api_event_json(const struct gpt_event *e); /* kind, message, step, time */
 
 /* Dumps a document (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ESCAPE_SLASH)
  * and drops the reference. Returns new text (free), NULL on ENOMEM or a

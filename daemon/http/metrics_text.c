@@ -351,8 +351,7 @@ void metrics_text_render_process(struct metrics_buf *b, const struct metrics_pro
         metrics_buf_printf(b, "process_open_fds %lld\n", (long long)p->open_fds);
     }
     if (p->max_fds >= 0) {
-        metrics_family(b, "process_max_fds", "gauge",
-                       "Maximum number of open file descriptors.");
+        metrics_family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
         metrics_buf_printf(b, "process_max_fds %lld\n", (long long)p->max_fds);
     }
     metrics_family(b, "process_start_time_seconds", "gauge",

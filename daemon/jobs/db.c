@@ -124,7 +124,7 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
 #define DB_JOB_COLS                                                                                \
     "id, name, owner_uid, state, priority, created, coalesce(started, 0),"                         \
     " coalesce(finished, 0), coalesce(error, ''), snapshot_dir, resume, resume_snapshot, step,"    \
-    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides,"      \
+    " max_steps, loss, restarts, token, coalesce(cancel_uid, -1), sweep, overrides,"               \
     " parent_job"
 
 static const char *const db_sql[DB_ST_COUNT] = {

@@ -270,8 +270,8 @@ out:
     return rc;
 }
 
-int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step,
-                          int64_t *ret, struct gpt_err *err)
+int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step, int64_t *ret,
+                          struct gpt_err *err)
 {
     static const char sql[] =
         "SELECT 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= ?2)"

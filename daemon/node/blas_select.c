@@ -82,16 +82,22 @@ void blas_select_describe(char *buf, size_t cap)
     switch (blas_chosen_by()) {
     case BLAS_BY_GPTD:
         if (strcasecmp(core, set) != 0)
-            snprintf(buf, cap, "OpenBLAS core %s (gptd asked for %s=%s on a CPU with %s; the "
-                               "library did not take it)", core, BLAS_ENV_CORE, set, isa);
+            snprintf(buf, cap,
+                     "OpenBLAS core %s (gptd asked for %s=%s on a CPU with %s; the "
+                     "library did not take it)",
+                     core, BLAS_ENV_CORE, set, isa);
         else
-            snprintf(buf, cap, "OpenBLAS core %s (chosen by gptd: OpenBLAS picked %s, a generic "
-                               "core, on a CPU with %s)", core, env_nonempty(BLAS_ENV_PICKED), isa);
+            snprintf(buf, cap,
+                     "OpenBLAS core %s (chosen by gptd: OpenBLAS picked %s, a generic "
+                     "core, on a CPU with %s)",
+                     core, env_nonempty(BLAS_ENV_PICKED), isa);
         return;
     case BLAS_BY_OPERATOR:
         if (better)
-            snprintf(buf, cap, "OpenBLAS core %s (set by %s; this CPU has %s, where %s runs "
-                               "faster)", core, BLAS_ENV_CORE, isa, better);
+            snprintf(buf, cap,
+                     "OpenBLAS core %s (set by %s; this CPU has %s, where %s runs "
+                     "faster)",
+                     core, BLAS_ENV_CORE, isa, better);
         else
             snprintf(buf, cap, "OpenBLAS core %s (set by %s)", core, BLAS_ENV_CORE);
         return;
@@ -108,7 +114,7 @@ void blas_select_summary(char *buf, size_t cap)
 {
     enum blas_by by = blas_chosen_by();
     snprintf(buf, cap, "OpenBLAS %s%s", gpt_blas_core_name(),
-             blas_better_now()      ? " generic"
+             blas_better_now()    ? " generic"
              : by == BLAS_BY_GPTD ? " by gptd"
                                   : "");
 }

@@ -165,10 +165,10 @@ static int worker_open(struct worker *wk, int local, struct gpt_backend **ret_be
         }
     }
     enum gpt_comm_kind want = ws->job.distributed.backend;
-    enum gpt_comm_kind kind = ws->world == 1                                  ? GPT_COMM_LOCAL
+    enum gpt_comm_kind kind = ws->world == 1                                     ? GPT_COMM_LOCAL
                               : want == GPT_COMM_STAGED || want == GPT_COMM_NCCL ? want
-                              : gpus > 0                                      ? GPT_COMM_AUTO
-                                                                              : GPT_COMM_TCP;
+                              : gpus > 0                                         ? GPT_COMM_AUTO
+                                                                                 : GPT_COMM_TCP;
     int rc = gpt_comm_new(kind, &co, &ws->kv, device, *ret_be, ret_comm, &wk->err);
     const char *why = rc == 0 ? gpt_comm_staged_why(*ret_comm) : NULL;
     /* One line per node (its first worker) for the operator; the job's

@@ -62,8 +62,8 @@ int store_server_hb_put(struct store_server *s, const char *key, size_t len, con
     if (!same && s->opts.hb_admit) {
         char k[GPT_STORE_KEY_MAX + 1];
         snprintf(k, sizeof(k), "%.*s", (int)len, key);
-        int rc = s->opts.hb_admit(s->opts.hb_arg, k, val, val_len, peer, e ? e->peer : "", why,
-                                  cap);
+        int rc =
+            s->opts.hb_admit(s->opts.hb_arg, k, val, val_len, peer, e ? e->peer : "", why, cap);
         if (rc < 0)
             return rc;
     }

@@ -107,7 +107,7 @@ struct hb_entry {
     size_t val_len, val_cap;
     size_t len;
     char peer[64]; /* the connection that wrote the report */
-    char key[]; /* NUL-terminated */
+    char key[];    /* NUL-terminated */
 };
 
 /* CLIENT_REFUSED: its node proof failed; the ERROR saying so is being

@@ -115,8 +115,7 @@ static int comm_nccl_new(const struct gpt_comm_opts *o, const struct gpt_kv *kv,
 
 /* The host-staged communicator's way into `be` (NULL: a CPU backend, whose
  * memory the host reads as it is). */
-static const struct gpt_comm_stager *comm_stager(struct gpt_backend *be,
-                                                 struct gpt_comm_stager *st)
+static const struct gpt_comm_stager *comm_stager(struct gpt_backend *be, struct gpt_comm_stager *st)
 {
 #ifdef GPTD_HAVE_CUDA
     if (be && gpt_backend_is_cuda(be)) {
@@ -191,7 +190,8 @@ int gpt_comm_new(enum gpt_comm_kind kind, const struct gpt_comm_opts *o, const s
         return comm_nccl_new(o, kv, device, be, ret, err);
     case GPT_COMM_STAGED:
         if (!o || !kv)
-            return gpt_err_set(err, -EINVAL, NULL, "a staged communicator needs options and a store");
+            return gpt_err_set(err, -EINVAL, NULL,
+                               "a staged communicator needs options and a store");
         return comm_staged_new(o, kv, be, ret, err);
     case GPT_COMM_AUTO:
         break;

@@ -116,10 +116,10 @@ static inline const char *gpt_backend_op_name(enum gpt_backend_op op)
 /* The common head of every backend; the implementation's state follows. */
 struct gpt_backend {
     const struct gpt_backend_ops *ops;
-    const char *name; /* "cpu", "cuda" (static storage) */
-    int threads;      /* host threads the backend uses (cpu), 1 otherwise */
-    int grad_assign;  /* parameter gradients overwritten: gpt_backend_set_grad_assign */
-    int attn_guarded; /* the first attention backward has been guarded */
+    const char *name;   /* "cpu", "cuda" (static storage) */
+    int threads;        /* host threads the backend uses (cpu), 1 otherwise */
+    int grad_assign;    /* parameter gradients overwritten: gpt_backend_set_grad_assign */
+    int attn_guarded;   /* the first attention backward has been guarded */
     int attn_guard_bad; /* ... and its variant disagreed with the reference */
     /* what the guard found (empty until it ran and had something to
      * compare): gpt_backend_attention_guard_note */
@@ -159,7 +159,7 @@ static inline int gpt_backend_device_memory(const struct gpt_backend *be)
  * gpt_backend_<slot>(...) for each row of backend_ops.def with a wrapper
  * (GEN or HAND), with the slot's parameters; the row's comment says what
  * the wrapper adds (a fallback for an optional slot, a no-op on NULL). */
-#define GPT_OP_DECL_GEN(ret, name, params) ret gpt_backend_##name params;
+#define GPT_OP_DECL_GEN(ret, name, params)  ret gpt_backend_##name params;
 #define GPT_OP_DECL_HAND(ret, name, params) ret gpt_backend_##name params;
 #define GPT_OP_DECL_NONE(ret, name, params)
 #define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_DECL_##wrap(ret, name, params)

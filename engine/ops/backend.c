@@ -91,7 +91,8 @@ int gpt_backend_sync(struct gpt_backend *be)
     }
 #define GPT_OP_WRAP_HAND(name, params, args, pre)
 #define GPT_OP_WRAP_NONE(name, params, args, pre)
-#define GPT_OP(wrap, group, ret, name, params, args, pre) GPT_OP_WRAP_##wrap(name, params, args, pre)
+#define GPT_OP(wrap, group, ret, name, params, args, pre)                                          \
+    GPT_OP_WRAP_##wrap(name, params, args, pre)
 #include "backend_ops.def"
 
 void gpt_backend_attention_backward(struct gpt_backend *be, float *dqkv, float *scratch,

@@ -19,7 +19,7 @@ int gpt_backend_guard_compare(const float *got, const float *ref, size_t T, size
                               double *ret_ratio, int *ret_part)
 {
     double worst = 0;
-    int worst_part = 0, bad_part = -1; /* bad: the first part with a value not finite */
+    int worst_part = 0, bad_part = -1;     /* bad: the first part with a value not finite */
     for (int part = 0; part < 3; part++) { /* dq, dk, dv */
         double diff = 0, max = 0;
         for (size_t t = 0; t < T; t++)

@@ -118,7 +118,7 @@ struct gpt_ctl_request {
     const char *sweep;
     const char *format, *output, *dtype;
     const char *prompt_ids;
-    const char *state; /* list: a job state ("running", ...) */
+    const char *state;  /* list: a job state ("running", ...) */
     const char *forget; /* nodes: a node id to release (root only) */
 };
 

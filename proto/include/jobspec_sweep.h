@@ -35,7 +35,7 @@ struct gpt_sweep_result {
     double best_val_loss; /* NAN: no validation loss */
     double final_loss;    /* NAN: no training loss */
     int64_t steps, tokens;
-    double time_s; /* NAN: unknown */
+    double time_s;     /* NAN: unknown */
     const char *label; /* its overrides, "lr=1e-3 n_embd=48" (borrowed) */
     const char *state; /* borrowed; may be NULL */
 };

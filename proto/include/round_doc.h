@@ -25,13 +25,13 @@
 #include "cluster_msg.h"
 #include "gpt_err.h"
 
-#define ROUND_DOC_TEXT_MAX    (16u << 20) /* a document's bytes (the store's value limit) */
-#define ROUND_DOC_PHASE_MAX   16          /* NUL included */
-#define ROUND_DOC_PREFIX_MAX  128
-#define ROUND_DOC_CLOSED_MAX  160
-#define ROUND_DOC_SPEC_MAX    (1u << 20) /* the job spec's JSON text */
-#define ROUND_DOC_MEMBERS_MAX 65536      /* nodes of a world or of the table */
-#define ROUND_DOC_RANKS_MAX   48
+#define ROUND_DOC_TEXT_MAX       (16u << 20) /* a document's bytes (the store's value limit) */
+#define ROUND_DOC_PHASE_MAX      16          /* NUL included */
+#define ROUND_DOC_PREFIX_MAX     128
+#define ROUND_DOC_CLOSED_MAX     160
+#define ROUND_DOC_SPEC_MAX       (1u << 20) /* the job spec's JSON text */
+#define ROUND_DOC_MEMBERS_MAX    65536      /* nodes of a world or of the table */
+#define ROUND_DOC_RANKS_MAX      48
 #define ROUND_DOC_QUARANTINE_MAX 256 /* why a node is quarantined, NUL included */
 
 /* One member's assignment in a world ("me", and each of "nodes"). */

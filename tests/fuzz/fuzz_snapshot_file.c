@@ -100,8 +100,12 @@ static void fuzz_sample(void)
         gpt_model_layout(&lay, &meta.cfg, &err) < 0 || lay.n_params > FUZZ_SAMPLE_PARAMS_MAX ||
         meta.cfg.block_size > 64)
         return;
-    struct gpt_sample_opts o = {.prompt_ids = (const int32_t[]){0}, .n_prompt_ids = 1,
-                                .tokens = 1, .temperature = 1.0, .seed = 1, .threads = 1};
+    struct gpt_sample_opts o = {.prompt_ids = (const int32_t[]){0},
+                                .n_prompt_ids = 1,
+                                .tokens = 1,
+                                .temperature = 1.0,
+                                .seed = 1,
+                                .threads = 1};
     char *text = NULL;
     gpt_err_clear(&err);
     int rc = gpt_sample_snapshot(fuzz_path, &o, &text, &err);

@@ -210,7 +210,9 @@ void test_attention_bf16(int with_wg, int bwd_spec)
     int is_ref = bwd == GPT_FLASH_BWD_FUSED, is_dnn = bwd == GPT_FLASH_BWD_CUDNN;
     printf("     attention guard: %s\n", note[0] ? note : "nothing compared");
     report("attention_guard", "the first backward against the reference",
-           is_ref ? (note[0] != 0) : is_dnn ? bad : (!note[0] || bad));
+           is_ref   ? (note[0] != 0)
+           : is_dnn ? bad
+                    : (!note[0] || bad));
     for (size_t i = 0; i < sizeof(tc_shapes) / sizeof(tc_shapes[0]); i++)
         test_attention_tc_variants(&tc_shapes[i], with_wg);
     if (with_wg)

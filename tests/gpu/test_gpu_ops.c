@@ -816,8 +816,7 @@ int main(int argc, char **argv)
     struct gpt_backend_opts attn = {0};
     int only_attention = parse_args(argc, argv, &attn);
     if (only_attention < 0) {
-        fprintf(stderr, "usage: %s [--attention [--attn-fwd NAME] [--attn-bwd NAME]]\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s [--attention [--attn-fwd NAME] [--attn-bwd NAME]]\n", argv[0]);
         return 2;
     }
     int probed = gpu_test_gate();

@@ -45,11 +45,11 @@
 struct fake {
     struct gpt_backend_ops ops;
     const struct gpt_backend_ops *cpu;
-    float fault;       /* dq's factor in the variant; 1: none */
-    int reference;     /* the variant in use is the reference: the probe says -ENOTSUP */
-    int guard_runs;    /* attention_guard calls with a ref buffer */
-    int fallbacks;     /* attention_fallback calls */
-    int backwards;     /* attention_backward calls */
+    float fault;    /* dq's factor in the variant; 1: none */
+    int reference;  /* the variant in use is the reference: the probe says -ENOTSUP */
+    int guard_runs; /* attention_guard calls with a ref buffer */
+    int fallbacks;  /* attention_fallback calls */
+    int backwards;  /* attention_backward calls */
 };
 
 static struct fake fk;
@@ -318,7 +318,7 @@ static void test_trainer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_planted_fault),   cmocka_unit_test(test_within_bound),
+        cmocka_unit_test(test_planted_fault),    cmocka_unit_test(test_within_bound),
         cmocka_unit_test(test_reference_in_use), cmocka_unit_test(test_compare),
         cmocka_unit_test(test_trainer),
     };

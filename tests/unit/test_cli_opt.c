@@ -181,10 +181,8 @@ static void test_export_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values_stored),
-        cmocka_unit_test(test_values_refused),
-        cmocka_unit_test(test_required_unknown_help),
-        cmocka_unit_test(test_help_from_rows),
+        cmocka_unit_test(test_values_stored),         cmocka_unit_test(test_values_refused),
+        cmocka_unit_test(test_required_unknown_help), cmocka_unit_test(test_help_from_rows),
         cmocka_unit_test(test_export_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -151,8 +151,8 @@ static void test_roundtrip_requests(void **state)
     json_decref(spec);
 
     /* Every forwarded read carries its control op. */
-    static const int ops[] = {GPT_CTL_OP_LIST,  GPT_CTL_OP_STATUS, GPT_CTL_OP_SNAPSHOTS,
-                              GPT_CTL_OP_LOGS,  GPT_CTL_OP_CANCEL, GPT_CTL_OP_RESUME,
+    static const int ops[] = {GPT_CTL_OP_LIST,   GPT_CTL_OP_STATUS, GPT_CTL_OP_SNAPSHOTS,
+                              GPT_CTL_OP_LOGS,   GPT_CTL_OP_CANCEL, GPT_CTL_OP_RESUME,
                               GPT_CTL_OP_SAMPLE, GPT_CTL_OP_SAMPLES};
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
         base(&m, CLUSTER_MSG_READ);

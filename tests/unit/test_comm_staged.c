@@ -559,8 +559,8 @@ static void train_compare(int sharding, int grad_reduce)
     struct gpt_job job;
     train_job(&job, sharding, grad_reduce);
     static struct train_arg staged, plain;
-    staged = (struct train_arg){.job = &job, .staged = true,
-                                .fake = {.mode = {FAKE_WAIT, FAKE_REFUSE}}};
+    staged =
+        (struct train_arg){.job = &job, .staged = true, .fake = {.mode = {FAKE_WAIT, FAKE_REFUSE}}};
     plain = (struct train_arg){.job = &job};
     atomic_store(&staged_in, 0);
     atomic_store(&staged_out, 0);

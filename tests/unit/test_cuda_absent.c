@@ -72,13 +72,14 @@ static void test_cudnn_loader(void **state)
     (void)state;
     /* where it is looked for past the loader's own search */
     char out[2][4096];
-    assert_int_equal(gpt_cudnn_candidates("/usr/local/cuda/lib64/libcudart.so.13", "libx.so.9",
-                                          out, 2),
-                     1);
+    assert_int_equal(
+        gpt_cudnn_candidates("/usr/local/cuda/lib64/libcudart.so.13", "libx.so.9", out, 2), 1);
     assert_string_equal(out[0], "/usr/local/cuda/lib64/libx.so.9");
-    const char *wheel = "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13";
+    const char *wheel =
+        "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.13";
     assert_int_equal(gpt_cudnn_candidates(wheel, "libx.so.9", out, 2), 2);
-    assert_string_equal(out[0], "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libx.so.9");
+    assert_string_equal(out[0],
+                        "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libx.so.9");
     assert_string_equal(out[1], "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libx.so.9");
     assert_int_equal(gpt_cudnn_candidates(wheel, "libx.so.9", out, 1), 1);
     assert_int_equal(gpt_cudnn_candidates("libcudart.so.13", "libx.so.9", out, 2), 0);
@@ -90,9 +91,9 @@ static void test_cudnn_loader(void **state)
     struct gpt_cudnn_api api;
     memset(&api, 0xa5, sizeof(api));
     char where[256] = "", why[1024] = "";
-    assert_int_equal(gpt_cudnn_open("libcudnn_gptd_absent.so.9", &api, where, sizeof(where), why,
-                                    sizeof(why)),
-                     -GPT_E_NODEVICE);
+    assert_int_equal(
+        gpt_cudnn_open("libcudnn_gptd_absent.so.9", &api, where, sizeof(where), why, sizeof(why)),
+        -GPT_E_NODEVICE);
     assert_non_null(strstr(why, "cannot load libcudnn_gptd_absent.so.9 (the loader's search"));
     void *const *fn = (void *const *)&api;
     for (size_t i = 0; i < sizeof(api) / sizeof(void *); i++)

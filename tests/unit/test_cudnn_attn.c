@@ -33,9 +33,20 @@
 /* ---- the fake cuDNN (values as cudnn_graph_v9.h) ---------------------------- */
 
 enum {
-    F_TENSOR = 17, F_POINTWISE = 0, F_OP_PW = 13, F_MATMUL = 18, F_OP_MM = 19,
-    F_REDUCTION = 21, F_OP_RED = 22, F_OP_RESHAPE = 31, F_GRAPH = 15, F_HEUR = 4,
-    F_CFG = 3, F_ENGINE = 2, F_PLAN = 5, F_VP = 16,
+    F_TENSOR = 17,
+    F_POINTWISE = 0,
+    F_OP_PW = 13,
+    F_MATMUL = 18,
+    F_OP_MM = 19,
+    F_REDUCTION = 21,
+    F_OP_RED = 22,
+    F_OP_RESHAPE = 31,
+    F_GRAPH = 15,
+    F_HEUR = 4,
+    F_CFG = 3,
+    F_ENGINE = 2,
+    F_PLAN = 5,
+    F_VP = 16,
     F_AT_DESC = 15,
 };
 
@@ -153,8 +164,8 @@ static int fake_set(void *p, int name, int type, int64_t n, const void *values)
         case 2: /* BOOLEAN */
             a->v[i] = ((const _Bool *)values)[i];
             break;
-        case 0:  /* HANDLE */
-        case 6:  /* VOID_PTR */
+        case 0: /* HANDLE */
+        case 6: /* VOID_PTR */
         case F_AT_DESC:
             a->d[i] = ((void *const *)values)[i];
             if (type == F_AT_DESC && !((struct fdesc *)a->d[i])->finalized)
@@ -309,9 +320,9 @@ static int fake_execute(void *h, void *plan, void *vp)
 }
 
 static const struct gpt_cudnn_api fake = {
-    fake_version, fake_error_string, fake_create,    fake_destroy,      fake_set_stream,
-    fake_create_desc, fake_destroy_desc, fake_set,   fake_get,          fake_finalize,
-    fake_execute,
+    fake_version,    fake_error_string, fake_create,       fake_destroy,
+    fake_set_stream, fake_create_desc,  fake_destroy_desc, fake_set,
+    fake_get,        fake_finalize,     fake_execute,
 };
 
 /* ---- checks ------------------------------------------------------------------ */
@@ -524,10 +535,8 @@ static void test_cache(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layouts),
-        cmocka_unit_test(test_forward_graph),
-        cmocka_unit_test(test_backward_graph),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layouts),        cmocka_unit_test(test_forward_graph),
+        cmocka_unit_test(test_backward_graph), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -744,13 +744,13 @@ static void test_examples(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),    cmocka_unit_test(test_table_sane),
-        cmocka_unit_test(test_bad_specs),   cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_overrides), cmocka_unit_test(test_attention_keys),   cmocka_unit_test(test_kind_inference),
-        cmocka_unit_test(test_limits),      cmocka_unit_test(test_yaml),
-        cmocka_unit_test(test_load_errors), cmocka_unit_test(test_check_paths),
-        cmocka_unit_test(test_help),        cmocka_unit_test(test_examples),
-        cmocka_unit_test(test_batch_world),
+        cmocka_unit_test(test_defaults),       cmocka_unit_test(test_table_sane),
+        cmocka_unit_test(test_bad_specs),      cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_overrides),      cmocka_unit_test(test_attention_keys),
+        cmocka_unit_test(test_kind_inference), cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_yaml),           cmocka_unit_test(test_load_errors),
+        cmocka_unit_test(test_check_paths),    cmocka_unit_test(test_help),
+        cmocka_unit_test(test_examples),       cmocka_unit_test(test_batch_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

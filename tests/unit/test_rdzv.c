@@ -173,7 +173,8 @@ static void send_exit(struct rdzv_coord *c, double now, const char *node, int rc
     m.exit_round = m.round;
     m.exit_rc = rc;
     m.exit_step = step;
-    m.present |= CLUSTER_MSG_BIT(EXIT_ROUND) | CLUSTER_MSG_BIT(EXIT_RC) | CLUSTER_MSG_BIT(EXIT_STEP);
+    m.present |=
+        CLUSTER_MSG_BIT(EXIT_ROUND) | CLUSTER_MSG_BIT(EXIT_RC) | CLUSTER_MSG_BIT(EXIT_STEP);
     rdzv_coord_message(c, now, &m);
     rdzv_coord_tick(c, now);
 }

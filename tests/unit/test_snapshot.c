@@ -695,8 +695,7 @@ int main(void)
         cmocka_unit_test(test_newest),       cmocka_unit_test(test_list_prune),
         cmocka_unit_test(test_owner_header), cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_foreign),      cmocka_unit_test(test_owner_marker),
-        cmocka_unit_test(test_clean_tmp),
-        cmocka_unit_test(test_fifo),
+        cmocka_unit_test(test_clean_tmp),    cmocka_unit_test(test_fifo),
     };
     return cmocka_run_group_tests(tests, setup, tmp_dir_teardown);
 }

@@ -28,8 +28,8 @@
 struct job {
     struct userwork_item it;
     int id;
-    bool released;  /* under gate_mu: the work may end */
-    bool started;   /* under gate_mu */
+    bool released;   /* under gate_mu: the work may end */
+    bool started;    /* under gate_mu */
     bool saw_cancel; /* the work ended because it was cancelled */
     int done_status;
     int done_calls;
@@ -351,7 +351,7 @@ static void test_stop(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_share),         cmocka_unit_test(test_bounds_and_next),
+        cmocka_unit_test(test_share),        cmocka_unit_test(test_bounds_and_next),
         cmocka_unit_test(test_cancel_owner), cmocka_unit_test(test_memory),
         cmocka_unit_test(test_stop),
     };

@@ -50,16 +50,16 @@ typedef void (*userwork_done_fn)(struct userwork_item *it, int status);
 struct userwork_item {
     userwork_fn work;
     userwork_done_fn done;
-    void *data;    /* the caller's */
-    uid_t uid;     /* whose share it counts against */
-    void *owner;   /* what cancels it when it goes (the client); may be NULL */
+    void *data;        /* the caller's */
+    uid_t uid;         /* whose share it counts against */
+    void *owner;       /* what cancels it when it goes (the client); may be NULL */
     atomic_int cancel; /* enum userwork_cancel, set by the loop: stop at the next step */
     /* the pool's */
     struct userwork *pool;
-    uint64_t mem_limit; /* the user's memory bound when submitted (0: none known) */
+    uint64_t mem_limit;  /* the user's memory bound when submitted (0: none known) */
     const char *mem_key; /* the key (or node memory) that set it */
-    int per_uid;        /* the user's share when submitted */
-    uint64_t mem_bytes; /* taken by userwork_mem_take, given back at the end */
+    int per_uid;         /* the user's share when submitted */
+    uint64_t mem_bytes;  /* taken by userwork_mem_take, given back at the end */
     bool running;
     struct userwork_item *next;
 };

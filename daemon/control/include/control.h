@@ -30,8 +30,8 @@ struct control_logs {
     bool replaying; /* still sending history from SQLite */
     json_t *id;     /* the logs request's id (owned) */
     int64_t job;
-    int64_t since; /* first step wanted */
-    int64_t after; /* last metric step sent (a member's live records after replay) */
+    int64_t since;  /* first step wanted */
+    int64_t after;  /* last metric step sent (a member's live records after replay) */
     int64_t cursor; /* replay position (db_history_page's key); -1 before the first */
     /* a member's stream of the coordinator's job (daemon/mirror.h) */
     bool remote;

@@ -28,12 +28,12 @@ struct db;
 /* What the metrics are gathered from, borrowed for the call: the daemon's
  * own loop-owned objects (NULL: none here), not the daemon itself. */
 struct http_collect_src {
-    struct db *db;           /* the queue of record */
-    struct cluster *cluster; /* NULL: not in a cluster */
-    struct control *ctl;     /* the control socket (its client count) */
+    struct db *db;             /* the queue of record */
+    struct cluster *cluster;   /* NULL: not in a cluster */
+    struct control *ctl;       /* the control socket (its client count) */
     struct userwork *userwork; /* the user work pool (its counts); NULL: none */
-    const char *node;        /* this gptd's node name */
-    double started;          /* unix seconds */
+    const char *node;          /* this gptd's node name */
+    double started;            /* unix seconds */
 };
 
 /* New, empty; NULL on ENOMEM. */

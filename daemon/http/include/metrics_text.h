@@ -65,7 +65,7 @@ struct metrics_view {
     int64_t queued_jobs; /* < 0: not known here (a member) */
     int clients;
     int user_work_running, user_work_waiting; /* sample, export, --resume-from copies */
-    bool has_store; /* the store counters below are set (coordinator) */
+    bool has_store;                           /* the store counters below are set (coordinator) */
     uint64_t store_requests, store_auth_failures, store_tag_failures, store_refused_writes;
     size_t store_clients, store_keys, store_data_bytes;
     const struct metrics_job *jobs;

@@ -20,13 +20,13 @@
 #include "gpt_err.h"
 #include "metric.h"
 
-#define DB_SCHEMA_VERSION 8
-#define DB_ERROR_MAX      512
-#define DB_PATH_MAX       1024
-#define DB_OVERRIDES_MAX  512 /* bytes of a job's overrides text, NUL included */
-#define DB_SAMPLE_TEXT_MAX 16384 /* bytes of a sample's completion kept; the rest is cut */
-#define DB_SAMPLES_MAX     100   /* samples kept per job at most (sample_history's bound) */
-#define DB_SAMPLE_FIELD_MAX 8192 /* bytes of a prompt or its ids from a peer */
+#define DB_SCHEMA_VERSION   8
+#define DB_ERROR_MAX        512
+#define DB_PATH_MAX         1024
+#define DB_OVERRIDES_MAX    512   /* bytes of a job's overrides text, NUL included */
+#define DB_SAMPLE_TEXT_MAX  16384 /* bytes of a sample's completion kept; the rest is cut */
+#define DB_SAMPLES_MAX      100   /* samples kept per job at most (sample_history's bound) */
+#define DB_SAMPLE_FIELD_MAX 8192  /* bytes of a prompt or its ids from a peer */
 
 enum db_job_state {
     DB_JOB_QUEUED,
@@ -64,7 +64,7 @@ struct db_job {
     int64_t cancel_uid; /* a cancel acknowledged while it ran: the uid; -1 none */
     char sweep[64];     /* the sweep (gptctl submit -m) it belongs to; "" none */
     char overrides[DB_OVERRIDES_MAX]; /* JSON object "a.b": "value" of its sweep; "" none */
-    int64_t parent_job; /* the job it continues (submit --resume-from); 0 none */
+    int64_t parent_job;               /* the job it continues (submit --resume-from); 0 none */
 };
 
 /* What a job's metrics add up to so far. */
@@ -89,13 +89,13 @@ struct db_snapshot {
 /* One `sample` reply as kept for a job: what was asked, from which
  * snapshot, and what the model wrote. Strings are borrowed. */
 struct db_sample {
-    int64_t id;          /* set by the database */
+    int64_t id; /* set by the database */
     int64_t job_id;
-    double time;         /* unix seconds of the reply */
-    int64_t uid;         /* the client who asked */
-    int64_t snapshot_id; /* snapshots.id of the file sampled; 0 when it has no row (insert:
-                          * 0 looks the row up by the path) */
-    int64_t step;        /* the snapshot's step */
+    double time;            /* unix seconds of the reply */
+    int64_t uid;            /* the client who asked */
+    int64_t snapshot_id;    /* snapshots.id of the file sampled; 0 when it has no row (insert:
+                             * 0 looks the row up by the path) */
+    int64_t step;           /* the snapshot's step */
     const char *snapshot;   /* the file sampled */
     const char *prompt;     /* the prompt as text ("" when given as ids) */
     const char *prompt_ids; /* the prompt as token ids ("" when given as text) */
@@ -113,7 +113,7 @@ struct sqlite3_stmt;
 /* The samples table's columns of one record, in the order db_sample_read()
  * reads them (for the HTTP thread's own connection, as DB_METRIC_COLS). */
 #define DB_SAMPLE_COLS                                                                             \
-    "id, job_id, time, uid, snapshot_id, step, snapshot, prompt, prompt_ids, completion,"         \
+    "id, job_id, time, uid, snapshot_id, step, snapshot, prompt, prompt_ids, completion,"          \
     " truncated, tokens, temperature, top_k, seed"
 
 /* The record of a row whose first columns are DB_SAMPLE_COLS; its strings
@@ -260,8 +260,8 @@ int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after,
                     struct gpt_err *err);
 /* The position db_history_page gives the metric of run `run_id` at `step`
  * (a live follower that falls behind resumes from the database there). */
-int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step,
-                          int64_t *ret, struct gpt_err *err);
+int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step, int64_t *ret,
+                          struct gpt_err *err);
 
 /* One run of a job: a world that trained it, with the spec it ran. */
 struct db_run {

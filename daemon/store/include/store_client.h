@@ -128,7 +128,7 @@ struct store_client_async_opts {
     const void *secret; /* copied; shorter than STORE_SECRET_MIN (or NULL): the
                          * server refuses the handshake (-GPT_E_AUTH) */
     size_t secret_len;
-    const char *node; /* copied; as store_client_opts.node */
+    const char *node;        /* copied; as store_client_opts.node */
     const uint8_t *node_key; /* copied; as store_client_opts.node_key */
     /* As store_client_opts.node_key_issued; called on the loop thread. */
     void (*node_key_issued)(void *arg, const char *node, const uint8_t key[GPT_STORE_MAC_BYTES]);

@@ -95,13 +95,13 @@ struct gpt_trainer_spec {
     int eval_every; /* 0 = no periodic eval (a final eval still runs) */
     int eval_batches;
     uint64_t seed;
-    int precision;      /* enum gpt_precision */
-    int tf32;           /* fp32 matmuls on CUDA may use TF32 tensor cores (default 1) */
-    int gemm_autotune;  /* CUDA: time cuBLASLt's candidate algorithms per shape (default 0) */
+    int precision;          /* enum gpt_precision */
+    int tf32;               /* fp32 matmuls on CUDA may use TF32 tensor cores (default 1) */
+    int gemm_autotune;      /* CUDA: time cuBLASLt's candidate algorithms per shape (default 0) */
     int attention_forward;  /* enum gpt_attn_fwd (CUDA only) */
     int attention_backward; /* enum gpt_attn_bwd (CUDA only) */
-    int threads;        /* BLAS/OpenMP threads per worker */
-    double peak_gflops; /* 0 = measure at start-up (for MFU) */
+    int threads;            /* BLAS/OpenMP threads per worker */
+    double peak_gflops;     /* 0 = measure at start-up (for MFU) */
 };
 
 struct gpt_optim_spec {

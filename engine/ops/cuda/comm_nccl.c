@@ -45,7 +45,7 @@
 
 #define NCCL_DEFAULT_TIMEOUT_MS 300000
 #define NCCL_KEY_MAX            256
-#define NCCL_MSG_MAX     256
+#define NCCL_MSG_MAX            256
 /* How long the abort path waits for ncclCommAbort before it returns
  * anyway (well inside gpt_comm_abort's one-second bound). */
 #define NCCL_ABORT_WAIT_MS 500
@@ -719,7 +719,8 @@ static int nccl_exchange_id(const struct gpt_comm_opts *o, const struct gpt_kv *
         return 0;
     }
     size_t len = 0;
-    int64_t deadline = monotime_ms() + (o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS);
+    int64_t deadline =
+        monotime_ms() + (o->timeout_ms > 0 ? o->timeout_ms : NCCL_DEFAULT_TIMEOUT_MS);
     int rc;
     /* In slices, so that o->cancelled (an abort, or another rank's refusal
      * under gpt_comm_fallback_new) ends the wait for an id that may never

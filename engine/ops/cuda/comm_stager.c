@@ -40,8 +40,7 @@ static int stager_to_host(void *ctx, void *host, const void *dev, size_t bytes)
     cudaStream_t comm = (cudaStream_t)gpt_cuda_backend_comm_stream(be);
     int rc = stager_cuda(cudaSetDevice(gpt_cuda_backend_device(be)));
     if (rc == 0)
-        rc = stager_cuda(
-            cudaStreamSynchronize((cudaStream_t)gpt_cuda_backend_compute_stream(be)));
+        rc = stager_cuda(cudaStreamSynchronize((cudaStream_t)gpt_cuda_backend_compute_stream(be)));
     if (rc == 0)
         rc = stager_cuda(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, comm));
     if (rc == 0)

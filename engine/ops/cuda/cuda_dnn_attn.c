@@ -108,7 +108,7 @@ enum {
 };
 
 /* Engine configurations the heuristics may offer that are tried. */
-#define DNN_CONFIGS_MAX 8
+#define DNN_CONFIGS_MAX  8
 #define DNN_VIRTUAL_UID0 100
 
 /* ---- layouts --------------------------------------------------------------- */
@@ -276,7 +276,8 @@ static void add_op(struct bld *b, void *op)
 }
 
 /* y = mode(x, in1, in2): in1 and in2 may be NULL; axis >= 0 for GEN_INDEX. */
-static void pw(struct bld *b, int mode, int prec, void *x, void *in1, void *in2, void *y, int64_t axis)
+static void pw(struct bld *b, int mode, int prec, void *x, void *in1, void *in2, void *y,
+               int64_t axis)
 {
     void *d = mk(b, D_POINTWISE, "pointwise");
     set(b, d, A_PW_MODE, AT_POINTWISE_MODE, 1, &mode, "pointwise mode");
@@ -575,8 +576,9 @@ static void dnn_build_locked(const struct gpt_cudnn_api *api, struct gpt_cudnn_s
     void *h = dnn_handle_locked(api, e->device);
     if (!h) {
         e->rc = -ENOTSUP;
-        fprintf(stderr, "gptd: cuDNN attention: no cuDNN handle on device %d: running the "
-                        "hand-written kernels\n",
+        fprintf(stderr,
+                "gptd: cuDNN attention: no cuDNN handle on device %d: running the "
+                "hand-written kernels\n",
                 e->device);
         return;
     }
@@ -666,9 +668,8 @@ int gpt_cudnn_sdpa_exec(const struct gpt_cudnn_api *api, struct gpt_cudnn_sdpa_e
         fprintf(stderr,
                 "gptd: cuDNN attention %s B %lld T %lld C %lld NH %lld: %s: status %d (%s): "
                 "running the hand-written kernels for this shape\n",
-                e->key.backward ? "backward" : "forward", (long long)e->key.B,
-                (long long)e->key.T, (long long)e->key.C, (long long)e->key.NH, step, st,
-                text ? text : "?");
+                e->key.backward ? "backward" : "forward", (long long)e->key.B, (long long)e->key.T,
+                (long long)e->key.C, (long long)e->key.NH, step, st, text ? text : "?");
         e->rc = rc = -ENOTSUP;
     }
 out:

@@ -37,8 +37,8 @@ extern "C" {
 /* The tensors a plan's variant pack names, by their cuDNN unique ids. */
 enum gpt_cudnn_uid {
     GPT_CUDNN_Q = 1,
-    GPT_CUDNN_K,     /* as K^T: (B, NH, hs, T) */
-    GPT_CUDNN_V,     /* forward (B, NH, T, hs); backward as V^T */
+    GPT_CUDNN_K, /* as K^T: (B, NH, hs, T) */
+    GPT_CUDNN_V, /* forward (B, NH, T, hs); backward as V^T */
     GPT_CUDNN_O,
     GPT_CUDNN_STATS, /* (B, NH, T, 1) fp32 */
     GPT_CUDNN_SCALE, /* by value: 1 / sqrt(hs) */
@@ -47,9 +47,9 @@ enum gpt_cudnn_uid {
     GPT_CUDNN_DQ,
     GPT_CUDNN_DK,
     GPT_CUDNN_DV,
-    GPT_CUDNN_DSUM,  /* backward: D = rowsum(dO * O), fp32 (B, NH, T, 1), caller's memory */
-    GPT_CUDNN_ONE,   /* by value: 1 */
-    GPT_CUDNN_UIDS   /* one past the last */
+    GPT_CUDNN_DSUM, /* backward: D = rowsum(dO * O), fp32 (B, NH, T, 1), caller's memory */
+    GPT_CUDNN_ONE,  /* by value: 1 */
+    GPT_CUDNN_UIDS  /* one past the last */
 };
 
 struct gpt_cudnn_sdpa_shape {
@@ -73,8 +73,8 @@ struct gpt_cudnn_sdpa_plan {
     int ndescs;
     int64_t workspace_bytes; /* cuDNN's */
     int64_t uids[GPT_CUDNN_UIDS];
-    int nuids;               /* the variant pack's tensors, in uids order */
-    float scale, neg, one;   /* the by-value tensors' values */
+    int nuids;             /* the variant pack's tensors, in uids order */
+    float scale, neg, one; /* the by-value tensors' values */
 };
 
 /* Builds the graph and the plan for shape s on `handle`: 0, or a negative

@@ -86,7 +86,7 @@ struct gpt_cuda_backend {
     unsigned cache_next;
     size_t smem_optin;                 /* shared memory a block may opt into */
     enum gpt_cuda_attn_kind attn_want; /* FLASH (when the plan allows) or GEMM */
-    int attn_fwd, attn_bwd; /* enum gpt_attn_fwd/_bwd: the plans' (cu_attn_plan) */
+    int attn_fwd, attn_bwd;            /* enum gpt_attn_fwd/_bwd: the plans' (cu_attn_plan) */
     /* bf16 mode. The shadow table is also touched by the communication
      * thread (note_write), hence the mutex; everything else is the owner's. */
     int bf16;
@@ -399,8 +399,8 @@ cudaError_t cuk_flash_backward(cudaStream_t s, const struct gpt_cuda_attn_plan *
  * path does not apply (nothing launched). */
 cudaError_t cuk_flash_backward_ref(cudaStream_t s, const struct gpt_cuda_attn_plan *p, float *ref,
                                    float *scratch, const float *dout, const uint16_t *dout_bf,
-                                   const uint16_t *out_bf, const uint16_t *qkv_bf,
-                                   const float *att, size_t B, size_t T, size_t C, size_t NH);
+                                   const uint16_t *out_bf, const uint16_t *qkv_bf, const float *att,
+                                   size_t B, size_t T, size_t C, size_t NH);
 /* 1 when the tensor-core backward in use is the reference (the fused
  * pass, which test_gpu_ops compares every variant with); fall_back makes
  * it so for the rest of the process. Any thread. */
