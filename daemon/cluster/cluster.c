@@ -483,16 +483,11 @@ static void cluster_on_tick(uv_timer_t *t)
 
 /* ---- life cycle ---- */
 
-int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **ret,
-                struct gpt_err *err)
+/* Copies the options' strings and secret into c (c->o then points at the
+ * copies). */
+static int cluster_keep_opts(struct cluster *c, const struct cluster_opts *o, struct gpt_err *err)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-    c->loop = loop;
     c->o = *o;
-    c->parts_disconnected = cluster_parts_disconnected;
-    c->tick = cluster_on_tick;
     snprintf(c->node_id, sizeof(c->node_id), "%s", o->node_id);
     snprintf(c->host, sizeof(c->host), "%s", o->host);
     snprintf(c->addr, sizeof(c->addr), "%s", o->addr ? o->addr : "127.0.0.1");
@@ -506,82 +501,100 @@ int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **
     snprintf(c->secret_hint, sizeof(c->secret_hint), "%s", o->secret_hint ? o->secret_hint : "");
     c->o.secret_file = c->secret_file;
     c->o.secret_hint = c->secret_hint;
+    snprintf(c->state_dir, sizeof(c->state_dir), "%s", o->state_dir ? o->state_dir : "");
+    c->o.state_dir = c->state_dir;
     if (o->secret_len) {
         c->secret = malloc(o->secret_len);
-        if (!c->secret) {
-            free(c);
+        if (!c->secret)
             return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-        }
         memcpy(c->secret, o->secret, o->secret_len);
         c->secret_len = o->secret_len;
     }
-    snprintf(c->state_dir, sizeof(c->state_dir), "%s", o->state_dir ? o->state_dir : "");
-    c->o.state_dir = c->state_dir;
+    return 0;
+}
+
+/* The coordinator's part: its store server, its round protocol, and its
+ * own row in the node table. */
+static int cluster_coord_start(struct cluster *c, const struct cluster_opts *o, uint64_t nsec,
+                               struct gpt_err *err)
+{
     int rc;
-    if ((rc = cluster_keys_init(c, err)) < 0)
+    /* Every node holds one connection, and one more while its workers
+     * exchange ring addresses. */
+    struct store_server_opts so = {.secret = c->secret,
+                                   .secret_len = c->secret_len,
+                                   .secret_hint = c->secret_hint,
+                                   .max_clients = 2 * RDZV_NODES_MAX + 64,
+                                   .max_keys = 4 * RDZV_NODES_MAX,
+                                   .hb_admit = cluster_hb_admit,
+                                   .hb_arg = c,
+                                   .write_admit = cluster_write_admit,
+                                   .write_arg = c,
+                                   .node_key = cluster_node_key,
+                                   .node_key_issued = cluster_node_key_issued,
+                                   .node_refused = cluster_node_refused,
+                                   .node_key_arg = c};
+    if ((rc = store_server_new(c->loop, &so, &c->server, err)) < 0)
+        return rc;
+    if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0)
+        goto fail;
+    struct rdzv_opts ro = {.dead_after_s = o->dead_after_s,
+                           .last_call_s = o->last_call_s,
+                           .admit_snapshot_steps = o->admit_snapshot_steps,
+                           .self_node = c->node_id};
+    struct rdzv_hooks rh = {c,
+                            cluster_publish,
+                            cluster_coord_event,
+                            cluster_coord_world,
+                            cluster_coord_waiting,
+                            cluster_coord_finished,
+                            cluster_coord_restarts};
+    uint64_t gen = c->inc ^ (nsec << 32);
+    c->coord = rdzv_coord_new(gen ? gen : 1, &ro, &rh);
+    if (!c->coord) {
+        rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    /* The coordinator lists itself at once, before its first heartbeat
+     * has gone round through its own store. */
+    struct cluster_msg self;
+    cluster_msg_init(&self, CLUSTER_MSG_HB);
+    self.inc = c->inc;
+    self.iid = o->instance;
+    self.workers = o->workers > 0 ? o->workers : 1;
+    snprintf(self.node, sizeof(self.node), "%s", c->node_id);
+    snprintf(self.addr, sizeof(self.addr), "%s", c->addr);
+    snprintf(self.version, sizeof(self.version), "%s", c->version);
+    /* No state yet: a job is placed on this node once its agent
+     * reports one (its first heartbeat through the store). */
+    devices_summary(self.devices, sizeof(self.devices));
+    rdzv_coord_message(c->coord, monotime_s(), &self);
+    log_info("cluster: coordinator serving the store at %s:%d", c->host, c->o.port);
+    return 0;
+fail:
+    store_server_close(c->server, NULL, NULL);
+    c->server = NULL;
+    return rc;
+}
+
+int cluster_new(uv_loop_t *loop, const struct cluster_opts *o, struct cluster **ret,
+                struct gpt_err *err)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return gpt_err_set(err, -ENOMEM, NULL, "out of memory");
+    c->loop = loop;
+    c->parts_disconnected = cluster_parts_disconnected;
+    c->tick = cluster_on_tick;
+    int rc;
+    if ((rc = cluster_keep_opts(c, o, err)) < 0 || (rc = cluster_keys_init(c, err)) < 0)
         goto fail;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     c->inc = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
     c->backoff_ms = CLUSTER_BACKOFF_MIN_MS;
-    if (o->coordinator) {
-        /* Every node holds one connection, and one more while its workers
-         * exchange ring addresses. */
-        struct store_server_opts so = {.secret = c->secret,
-                                       .secret_len = c->secret_len,
-                                       .secret_hint = c->secret_hint,
-                                       .max_clients = 2 * RDZV_NODES_MAX + 64,
-                                       .max_keys = 4 * RDZV_NODES_MAX,
-                                       .hb_admit = cluster_hb_admit,
-                                       .hb_arg = c,
-                                       .write_admit = cluster_write_admit,
-                                       .write_arg = c,
-                                       .node_key = cluster_node_key,
-                                       .node_key_issued = cluster_node_key_issued,
-                                       .node_refused = cluster_node_refused,
-                                       .node_key_arg = c};
-        if ((rc = store_server_new(loop, &so, &c->server, err)) < 0)
-            goto fail;
-        if ((rc = store_server_start(c->server, c->host, o->port, &c->o.port, err)) < 0) {
-            store_server_close(c->server, NULL, NULL);
-            c->server = NULL;
-            goto fail;
-        }
-        struct rdzv_opts ro = {.dead_after_s = o->dead_after_s,
-                               .last_call_s = o->last_call_s,
-                               .admit_snapshot_steps = o->admit_snapshot_steps,
-                               .self_node = c->node_id};
-        struct rdzv_hooks rh = {c,
-                                cluster_publish,
-                                cluster_coord_event,
-                                cluster_coord_world,
-                                cluster_coord_waiting,
-                                cluster_coord_finished,
-                                cluster_coord_restarts};
-        uint64_t gen = c->inc ^ ((uint64_t)ts.tv_nsec << 32);
-        c->coord = rdzv_coord_new(gen ? gen : 1, &ro, &rh);
-        if (!c->coord) {
-            rc = gpt_err_set(err, -ENOMEM, NULL, "out of memory");
-            store_server_close(c->server, NULL, NULL);
-            c->server = NULL;
-            goto fail;
-        }
-        /* The coordinator lists itself at once, before its first heartbeat
-         * has gone round through its own store. */
-        struct cluster_msg self;
-        cluster_msg_init(&self, CLUSTER_MSG_HB);
-        self.inc = c->inc;
-        self.iid = o->instance;
-        self.workers = o->workers > 0 ? o->workers : 1;
-        snprintf(self.node, sizeof(self.node), "%s", c->node_id);
-        snprintf(self.addr, sizeof(self.addr), "%s", c->addr);
-        snprintf(self.version, sizeof(self.version), "%s", c->version);
-        /* No state yet: a job is placed on this node once its agent
-         * reports one (its first heartbeat through the store). */
-        devices_summary(self.devices, sizeof(self.devices));
-        rdzv_coord_message(c->coord, monotime_s(), &self);
-        log_info("cluster: coordinator serving the store at %s:%d", c->host, c->o.port);
-    }
+    if (o->coordinator && (rc = cluster_coord_start(c, o, (uint64_t)ts.tv_nsec, err)) < 0)
+        goto fail;
     uv_timer_init(loop, &c->timer);
     c->timer.data = c;
     uv_timer_start(&c->timer, cluster_on_tick, 0, CLUSTER_TICK_MS);
