@@ -73,6 +73,7 @@ int follow_begin(struct control *ctl, int max_followers, struct control_client *
     cl->logs.since = since;
     cl->logs.after = -1;
     cl->logs.cursor = -1;
+    cl->logs.until = -1;
     return 0;
 }
 
@@ -132,7 +133,7 @@ void follow_local_pump(struct db *db, struct control_client *cl)
             return;
         }
         cl->logs.cursor = last;
-        if (!more)
+        if (!more || (cl->logs.until >= 0 && last >= cl->logs.until))
             cl->logs.replaying = false;
     }
     if (!cl->logs.active || cl->closing)
@@ -156,10 +157,18 @@ int follow_local_start(struct db *db, struct control *ctl, int max_followers,
     int rc = db_job_get(db, job, &j, err);
     if (rc < 0)
         return rc;
+    bool final = db_job_state_final(j.state);
     db_job_done(&j);
     rc = follow_begin(ctl, max_followers, cl, id, job, since, follow, false, err);
     if (rc < 0)
         return rc;
+    /* Without follow, a running job's history is read up to its newest
+     * metric now: a job that logs faster than the client reads would
+     * otherwise keep the replay going for as long as it trains. */
+    if (!follow && !final && (rc = db_history_last_pos(db, job, &cl->logs.until, err)) < 0) {
+        follow_detach(cl);
+        return rc;
+    }
     follow_local_pump(db, cl);
     return 0;
 }

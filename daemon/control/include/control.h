@@ -33,6 +33,7 @@ struct control_logs {
     int64_t since;  /* first step wanted */
     int64_t after;  /* last metric step sent (a member's live records after replay) */
     int64_t cursor; /* replay position (db_history_page's key); -1 before the first */
+    int64_t until;  /* without follow, of a running job: the history ends here (-1: all) */
     /* a member's stream of the coordinator's job (daemon/mirror.h) */
     bool remote;
     bool pending;      /* a history chunk is being fetched */

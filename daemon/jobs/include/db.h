@@ -262,6 +262,10 @@ int db_history_page(struct db *db, int64_t job_id, int64_t since, int64_t after,
  * (a live follower that falls behind resumes from the database there). */
 int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step, int64_t *ret,
                           struct gpt_err *err);
+/* The position of the job's newest metric (-1: none yet): where a `logs`
+ * without follow of a running job stops, instead of chasing a history that
+ * grows while it is read. */
+int db_history_last_pos(struct db *db, int64_t job_id, int64_t *ret, struct gpt_err *err);
 
 /* One run of a job: a world that trained it, with the spec it ran. */
 struct db_run {
