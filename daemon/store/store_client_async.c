@@ -183,112 +183,137 @@ static void async_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)a->rbuf, sizeof(a->rbuf));
 }
 
-/* Handles one frame; returns 0 or a negative error that fails the client. */
-static int async_frame(struct store_client_async *a, const struct proto_store_msg *m)
+/* The server's CHALLENGE: answer with this side's proofs (the cluster
+ * secret's, and the node key's when this node holds one). */
+static int async_on_challenge(struct store_client_async *a, const struct proto_store_msg *m)
 {
     uint8_t mac[GPT_STORE_MAC_BYTES], node_mac[GPT_STORE_MAC_BYTES];
     struct proto_store_out o;
-    struct async_pending *p;
-    struct store_reply r;
     int rc;
 
+    if (m->type != PROTO_STORE_CHALLENGE)
+        return -GPT_E_PROTO;
+    memcpy(a->ns, m->nonce, sizeof(a->ns));
+    /* Without a secret the AUTH is all zeros: the server refuses it and
+     * its log says which secret file a member needs. */
+    memset(mac, 0, sizeof(mac));
+    if (a->secret_len >= STORE_SECRET_MIN &&
+        (rc = store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_CLIENT, a->nc, a->ns,
+                               a->node, mac)) < 0)
+        return rc;
+    if (a->has_node_key &&
+        (rc = store_auth_proof(a->node_key, sizeof(a->node_key), GPT_STORE_LABEL_NODE, a->nc, a->ns,
+                               a->node, node_mac)) < 0)
+        return rc;
+    proto_store_out_init(&o);
+    if ((rc = proto_store_put_auth(&o, mac, a->has_node_key ? node_mac : NULL)) < 0 ||
+        (rc = async_write(a, &o)) < 0) {
+        proto_store_out_done(&o);
+        return rc;
+    }
+    a->state = ASYNC_AUTH;
+    return 0;
+}
+
+/* The server's PROOF (or its refusal): check it, keep a node key it
+ * issued, seal the session and send what was queued meanwhile. */
+static int async_on_proof(struct store_client_async *a, const struct proto_store_msg *m)
+{
+    uint8_t mac[GPT_STORE_MAC_BYTES], node_key[GPT_STORE_MAC_BYTES];
+    int rc;
+
+    if (m->type == PROTO_STORE_ERROR) {
+        /* The server refused this node's key: its message names the node. */
+        snprintf(a->refusal, sizeof(a->refusal), "%.*s", (int)m->val_len, (const char *)m->val);
+        return proto_store_status_to_errno(m->status);
+    }
+    if (m->type != PROTO_STORE_PROOF)
+        return -GPT_E_PROTO;
+    if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns, a->node,
+                         mac) < 0 ||
+        CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0) {
+        log_warn("store: %s does not prove it holds the cluster secret; not using it", a->peer);
+        return -GPT_E_AUTH;
+    }
+    if ((rc = store_auth_session_init(&a->session, false, a->secret, a->secret_len, a->nc, a->ns)) <
+        0)
+        return rc;
+    if (m->val && a->node[0] && a->node_key_issued) {
+        if ((rc = store_auth_wrap(a->secret, a->secret_len, a->nc, a->ns, a->node, m->val,
+                                  node_key)) < 0)
+            return rc;
+        memcpy(a->node_key, node_key, sizeof(a->node_key));
+        a->has_node_key = true;
+        a->node_key_issued(a->node_key_arg, a->node, node_key);
+        OPENSSL_cleanse(node_key, sizeof(node_key));
+    }
+    proto_store_parser_seal(&a->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &a->session);
+    if ((rc = store_auth_seal(&a->session, &a->queued, 0)) < 0)
+        return rc;
+    a->state = ASYNC_READY;
+    a->parser.frame_max = GPT_STORE_FRAME_MAX;
+    if ((rc = async_write(a, &a->queued)) < 0)
+        return rc;
+    if (a->connect_cb)
+        a->connect_cb(a->connect_arg, 0);
+    return 0;
+}
+
+/* A NOTIFY: the watch of its key fired (none: replaced, gone). */
+static int async_on_notify(struct store_client_async *a, const struct proto_store_msg *m)
+{
+    struct async_watch *w = a->watches;
+    while (w && (w->len != m->key_len || memcmp(w->key, m->key, m->key_len) != 0))
+        w = w->next;
+    if (!w)
+        return 0;
+    async_watch_unlink(a, w);
+    struct store_reply r;
+    memset(&r, 0, sizeof(r));
+    r.status = m->status ? proto_store_status_to_errno(m->status) : 0;
+    r.version = m->key_version;
+    r.data = m->val;
+    r.len = m->val_len;
+    w->cb(w->arg, &r);
+    free(w);
+    return 0;
+}
+
+/* The reply to the oldest pending request. */
+static int async_on_reply(struct store_client_async *a, const struct proto_store_msg *m)
+{
+    struct async_pending *p = a->head;
+    if (!p)
+        return -GPT_E_PROTO; /* a reply nobody asked for */
+    struct store_reply r;
+    memset(&r, 0, sizeof(r));
+    if (m->type == PROTO_STORE_ERROR)
+        r.status = proto_store_status_to_errno(m->status);
+    else if ((int)m->type != p->expect)
+        return -GPT_E_PROTO;
+    r.num = m->num;
+    if (m->type == PROTO_STORE_VALUE || m->type == PROTO_STORE_ERROR) {
+        r.data = m->val; /* an ERROR's: its message */
+        r.len = m->val_len;
+    }
+    a->head = p->next;
+    if (!a->head)
+        a->tail = NULL;
+    p->cb(p->arg, &r);
+    free(p);
+    return 0;
+}
+
+/* Handles one frame; returns 0 or a negative error that fails the client. */
+static int async_frame(struct store_client_async *a, const struct proto_store_msg *m)
+{
     switch (a->state) {
     case ASYNC_HELLO:
-        if (m->type != PROTO_STORE_CHALLENGE)
-            return -GPT_E_PROTO;
-        memcpy(a->ns, m->nonce, sizeof(a->ns));
-        /* Without a secret the AUTH is all zeros: the server refuses it and
-         * its log says which secret file a member needs. */
-        memset(mac, 0, sizeof(mac));
-        if (a->secret_len >= STORE_SECRET_MIN &&
-            (rc = store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_CLIENT, a->nc, a->ns,
-                                   a->node, mac)) < 0)
-            return rc;
-        if (a->has_node_key &&
-            (rc = store_auth_proof(a->node_key, sizeof(a->node_key), GPT_STORE_LABEL_NODE, a->nc,
-                                   a->ns, a->node, node_mac)) < 0)
-            return rc;
-        proto_store_out_init(&o);
-        if ((rc = proto_store_put_auth(&o, mac, a->has_node_key ? node_mac : NULL)) < 0 ||
-            (rc = async_write(a, &o)) < 0) {
-            proto_store_out_done(&o);
-            return rc;
-        }
-        a->state = ASYNC_AUTH;
-        return 0;
+        return async_on_challenge(a, m);
     case ASYNC_AUTH:
-        if (m->type == PROTO_STORE_ERROR) {
-            /* The server refused this node's key: its message names the node. */
-            snprintf(a->refusal, sizeof(a->refusal), "%.*s", (int)m->val_len, (const char *)m->val);
-            return proto_store_status_to_errno(m->status);
-        }
-        if (m->type != PROTO_STORE_PROOF)
-            return -GPT_E_PROTO;
-        if (store_auth_proof(a->secret, a->secret_len, GPT_STORE_LABEL_SERVER, a->nc, a->ns,
-                             a->node, mac) < 0 ||
-            CRYPTO_memcmp(mac, m->nonce, sizeof(mac)) != 0) {
-            log_warn("store: %s does not prove it holds the cluster secret; not using it", a->peer);
-            return -GPT_E_AUTH;
-        }
-        if ((rc = store_auth_session_init(&a->session, false, a->secret, a->secret_len, a->nc,
-                                          a->ns)) < 0)
-            return rc;
-        if (m->val && a->node[0] && a->node_key_issued) {
-            if ((rc = store_auth_wrap(a->secret, a->secret_len, a->nc, a->ns, a->node, m->val,
-                                      node_mac)) < 0)
-                return rc;
-            memcpy(a->node_key, node_mac, sizeof(a->node_key));
-            a->has_node_key = true;
-            a->node_key_issued(a->node_key_arg, a->node, node_mac);
-            OPENSSL_cleanse(node_mac, sizeof(node_mac));
-        }
-        proto_store_parser_seal(&a->parser, GPT_STORE_TAG_BYTES, store_auth_verify, &a->session);
-        if ((rc = store_auth_seal(&a->session, &a->queued, 0)) < 0)
-            return rc;
-        a->state = ASYNC_READY;
-        a->parser.frame_max = GPT_STORE_FRAME_MAX;
-        if ((rc = async_write(a, &a->queued)) < 0)
-            return rc;
-        if (a->connect_cb)
-            a->connect_cb(a->connect_arg, 0);
-        return 0;
+        return async_on_proof(a, m);
     case ASYNC_READY:
-        if (m->type == PROTO_STORE_NOTIFY) {
-            /* Unsolicited: the watch of its key fired (none: replaced, gone). */
-            struct async_watch *w = a->watches;
-            while (w && (w->len != m->key_len || memcmp(w->key, m->key, m->key_len) != 0))
-                w = w->next;
-            if (!w)
-                return 0;
-            async_watch_unlink(a, w);
-            memset(&r, 0, sizeof(r));
-            r.status = m->status ? proto_store_status_to_errno(m->status) : 0;
-            r.version = m->key_version;
-            r.data = m->val;
-            r.len = m->val_len;
-            w->cb(w->arg, &r);
-            free(w);
-            return 0;
-        }
-        p = a->head;
-        if (!p)
-            return -GPT_E_PROTO; /* a reply nobody asked for */
-        memset(&r, 0, sizeof(r));
-        if (m->type == PROTO_STORE_ERROR)
-            r.status = proto_store_status_to_errno(m->status);
-        else if ((int)m->type != p->expect)
-            return -GPT_E_PROTO;
-        r.num = m->num;
-        if (m->type == PROTO_STORE_VALUE || m->type == PROTO_STORE_ERROR) {
-            r.data = m->val; /* an ERROR's: its message */
-            r.len = m->val_len;
-        }
-        a->head = p->next;
-        if (!a->head)
-            a->tail = NULL;
-        p->cb(p->arg, &r);
-        free(p);
-        return 0;
+        return m->type == PROTO_STORE_NOTIFY ? async_on_notify(a, m) : async_on_reply(a, m);
     default:
         return 0;
     }
