@@ -5,6 +5,9 @@
  * GPTD_TEST_KILL_AFTER_RENAME holds, the process sends itself SIGKILL,
  * as kill -9 from outside would, but before anything else it does after
  * that rename (the records a gptd sends once a snapshot is in place).
+ * GPTD_TEST_KILL_BEFORE_RENAME does the same just before such a rename:
+ * the finished temporary is left where a kill -9 at that moment leaves it
+ * (an export's, tests/integration/export_private.sh).
  * Every other rename goes straight to the C library.
  */
 #define _GNU_SOURCE
@@ -32,6 +35,9 @@ static int ends_with(const char *s, const char *tail)
 
 int rename(const char *from, const char *to)
 {
+    const char *before = getenv("GPTD_TEST_KILL_BEFORE_RENAME");
+    if (before && ends_with(to, before))
+        kill(getpid(), SIGKILL);
     int rc = real_rename(from, to);
     const char *tail = getenv("GPTD_TEST_KILL_AFTER_RENAME");
     if (rc == 0 && tail && ends_with(to, tail))
