@@ -274,38 +274,17 @@ out:
     return rc;
 }
 
-int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step, int64_t *ret,
+/* One history position from `sql`, its parameters ?1.. bound to args[0..n):
+ * -1 when the query gives NULL (no metric yet). */
+static int db_history_pos(struct db *db, const char *sql, const int64_t *args, int n, int64_t *ret,
                           struct gpt_err *err)
 {
-    static const char sql[] =
-        "SELECT 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= ?2)"
-        " * 17592186044416 + ?3 + 1";
     sqlite3_stmt *s = NULL;
     int rc = db_page_prepare(db, sql, &s, err);
     if (rc < 0)
         return rc;
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, run_id);
-    sqlite3_bind_int64(s, 3, step);
-    int src = sqlite3_step(s);
-    if (src == SQLITE_ROW)
-        *ret = sqlite3_column_int64(s, 0);
-    else
-        rc = db_fail(db, err, src, "read a history position");
-    sqlite3_finalize(s);
-    return rc;
-}
-
-int db_history_last_pos(struct db *db, int64_t job_id, int64_t *ret, struct gpt_err *err)
-{
-    static const char sql[] =
-        "SELECT max(2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= m.run_id)"
-        " * 17592186044416 + m.step + 1) FROM metrics m WHERE m.job_id = ?1";
-    sqlite3_stmt *s = NULL;
-    int rc = db_page_prepare(db, sql, &s, err);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(s, 1, job_id);
+    for (int i = 0; i < n; i++)
+        sqlite3_bind_int64(s, i + 1, args[i]);
     int src = sqlite3_step(s);
     if (src == SQLITE_ROW)
         *ret = sqlite3_column_type(s, 0) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 0);
@@ -313,6 +292,24 @@ int db_history_last_pos(struct db *db, int64_t job_id, int64_t *ret, struct gpt_
         rc = db_fail(db, err, src, "read a history position");
     sqlite3_finalize(s);
     return rc;
+}
+
+int db_history_metric_pos(struct db *db, int64_t job_id, int64_t run_id, int64_t step, int64_t *ret,
+                          struct gpt_err *err)
+{
+    static const char sql[] =
+        "SELECT 2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= ?2)"
+        " * 17592186044416 + ?3 + 1";
+    const int64_t args[] = {job_id, run_id, step};
+    return db_history_pos(db, sql, args, 3, ret, err);
+}
+
+int db_history_last_pos(struct db *db, int64_t job_id, int64_t *ret, struct gpt_err *err)
+{
+    static const char sql[] =
+        "SELECT max(2 * (SELECT count(*) FROM runs r WHERE r.job_id = ?1 AND r.id <= m.run_id)"
+        " * 17592186044416 + m.step + 1) FROM metrics m WHERE m.job_id = ?1";
+    return db_history_pos(db, sql, &job_id, 1, ret, err);
 }
 
 int db_run_list(struct db *db, int64_t job_id, void (*fn)(void *ctx, const struct db_run *r),

@@ -138,6 +138,46 @@ static void test_order_and_pages(void **state)
     }
 }
 
+/* The positions a follower resumes from (db_history_metric_pos) and where a
+ * `logs` without follow stops (db_history_last_pos) are the keys the pages
+ * use: reading from one metric's position minus one starts at that metric,
+ * and the last page ends at the last position. */
+static void test_positions(void **state)
+{
+    struct db_fixture *f = *state;
+    struct gpt_err err;
+    /* setup's second run: the first two runs of a new database */
+    const int64_t r2 = 2;
+    int64_t pos, last_pos, end;
+    assert_int_equal(db_history_metric_pos(f->db, f->job, r2, 7, &pos, &err), 0);
+    struct recs r;
+    memset(&r, 0, sizeof(r));
+    struct db_history_cb cb = {&r, on_metric, on_event};
+    int more;
+    assert_int_equal(db_history_page(f->db, f->job, 0, pos - 1, 1, &cb, &end, &more, &err), 0);
+    assert_int_equal(end, pos);
+    assert_true(r.n >= 1);
+    assert_string_equal(r.kind[r.n - 1], "m");
+    assert_int_equal(r.step[r.n - 1], 7);
+    assert_true(r.time[r.n - 1] == 26); /* run 2's step 7 */
+    /* the last position: the page that reaches it is the last */
+    assert_int_equal(db_history_last_pos(f->db, f->job, &last_pos, &err), 0);
+    assert_int_equal(db_history_metric_pos(f->db, f->job, r2, 9, &pos, &err), 0);
+    assert_int_equal(last_pos, pos);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(db_history_page(f->db, f->job, 0, -1, 100, &cb, &end, &more, &err), 0);
+    assert_int_equal(more, 0);
+    assert_int_equal(end, last_pos);
+    /* a job without metrics: -1, the whole (empty) history */
+    struct db_job j = {.owner_uid = 1000, .created = 2.0, .max_steps = 1};
+    snprintf(j.name, sizeof(j.name), "empty");
+    j.spec_json = "{\"name\":\"empty\"}";
+    int64_t empty;
+    assert_int_equal(db_job_insert(f->db, &j, &empty, &err), 0);
+    assert_int_equal(db_history_last_pos(f->db, empty, &last_pos, &err), 0);
+    assert_int_equal(last_pos, -1);
+}
+
 static void test_since(void **state)
 {
     struct db_fixture *f = *state;
@@ -158,6 +198,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_order_and_pages, setup, db_fixture_teardown),
         cmocka_unit_test_setup_teardown(test_since, setup, db_fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_positions, setup, db_fixture_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
